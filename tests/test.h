@@ -1,0 +1,62 @@
+/* tests/test.h - the tiny harness every C test program uses.
+
+   Each CHECK is one counted assertion. A failing check prints file:line, the
+   expression and par_last_error(). TEST_END() prints the program's summary line
+   "<name>: N passed, N failed" (tests/run.sh adds them up) and yields the exit
+   status. Tests must be able to fail: every CHECK compares against something
+   computed independently, never against a value copied from the code under test. */
+#ifndef PAR_TEST_H
+#define PAR_TEST_H
+#include <stdio.h>
+#include <string.h>
+#include "../parallel.h"
+
+static int test_passed_, test_failed_;
+
+#define CHECK_MSG(cond, ...)                                                        \
+    do {                                                                            \
+        if (cond) {                                                                 \
+            test_passed_++;                                                         \
+        } else {                                                                    \
+            test_failed_++;                                                         \
+            fprintf(stderr, "%s:%d: FAILED: %s -- ", __FILE__, __LINE__, #cond);    \
+            fprintf(stderr, __VA_ARGS__);                                           \
+            fprintf(stderr, " (last error: %s)\n", par_last_error());               \
+        }                                                                           \
+    } while (0)
+
+#define CHECK(cond) CHECK_MSG(cond, "%s", "")
+
+/* expr must return PAR_OK. */
+#define CHECK_OK(expr)                                                              \
+    do {                                                                            \
+        par_status st_ = (expr);                                                    \
+        CHECK_MSG(st_ == PAR_OK, "got %s", par_status_string(st_));                 \
+    } while (0)
+
+/* expr must fail with `status` and a last-error sentence containing `needle`. */
+#define CHECK_ERR(expr, status, needle)                                             \
+    do {                                                                            \
+        par_status st_ = (expr);                                                    \
+        CHECK_MSG(st_ == (status) && strstr(par_last_error(), (needle)) != NULL,     \
+                  "got %s, want %s with \"%s\"", par_status_string(st_),            \
+                  par_status_string(status), (needle));                             \
+    } while (0)
+
+#define CHECK_STR(got, want)                                                        \
+    do {                                                                            \
+        const char *g_ = (got), *w_ = (want);                                       \
+        CHECK_MSG(strcmp(g_, w_) == 0, "got \"%s\", want \"%s\"", g_, w_);          \
+    } while (0)
+
+#define CHECK_INT(got, want)                                                        \
+    do {                                                                            \
+        long long g_ = (long long)(got), w_ = (long long)(want);                    \
+        CHECK_MSG(g_ == w_, "got %lld, want %lld", g_, w_);                         \
+    } while (0)
+
+#define TEST_END(name)                                                              \
+    (printf("%s: %d passed, %d failed\n", (name), test_passed_, test_failed_),      \
+     fflush(stdout), test_failed_ ? 1 : 0)
+
+#endif

@@ -1,0 +1,833 @@
+#define PARALLEL_IMPLEMENTATION
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Expected values below are derived by hand from MindSpore's rules (comments show
+   the arithmetic): device matrix = iteration shards, then the repeated dim; map
+   value of device-matrix position i (from the left) = n-1-i. */
+
+#define CHECK_NEAR(got, want)                                                                                          \
+    do {                                                                                                               \
+        double g_ = (got), w_ = (want);                                                                                \
+        CHECK_MSG(fabs(g_ - w_) <= 1e-9 * fabs(w_) + 1e-300, "got %.17g, want %.17g", g_, w_);                         \
+    } while (0)
+
+/* An op desc from "16x32,32x64" (inputs separated by commas, dims by 'x'). */
+static par_op_desc make_op(par_op_kind kind, const char *shapes) {
+    par_op_desc op;
+    const char *p = shapes;
+    int i = 0;
+    memset(&op, 0, sizeof op);
+    op.kind = kind;
+    while (*p) {
+        char *end;
+        op.shape[i][op.ndim[i]++] = strtoll(p, &end, 10);
+        p = end;
+        if (*p == ',') i++;
+        if (*p) p++;
+    }
+    if (kind == PAR_OP_ELEMENTWISE) op.num_inputs = i + 1;
+    return op;
+}
+
+/* Parse and infer; the strategy text must parse. */
+static par_status infer(const par_op_desc *op, const char *text, int devices, par_op_info *info) {
+    par_strategy st;
+    par_status status = par_strategy_parse(text, &st);
+    if (status != PAR_OK) {
+        fprintf(stderr, "test bug: strategy %s does not parse: %s\n", text, par_last_error());
+        return status;
+    }
+    return par_op_infer(op, &st, devices, info);
+}
+
+/* Text of a layout / mesh / strategy (a few rotating buffers). */
+static char text_bufs[8][256];
+static int text_next;
+static char *next_buf(void) { return text_bufs[text_next++ % 8]; }
+static const char *L(const par_layout *l) {
+    char *b = next_buf();
+    par_layout_format(l, b, 256);
+    return b;
+}
+static const char *M(const par_mesh *m) {
+    char *b = next_buf();
+    par_mesh_format(m, b, 256);
+    return b;
+}
+static const char *S(const par_strategy *s) {
+    char *b = next_buf();
+    par_strategy_format(s, b, 256);
+    return b;
+}
+static const char *shape_text(const par_layout *l) {
+    char *b = next_buf();
+    int t, n = 0;
+    n += snprintf(b + n, 256 - (size_t)n, "[");
+    for (t = 0; t < l->ndim; t++) n += snprintf(b + n, 256 - (size_t)n, "%s%lld", t ? "," : "", (long long)l->shape[t]);
+    snprintf(b + n, 256 - (size_t)n, "]");
+    return b;
+}
+
+static void check_comm(const par_comm_op *c, par_comm_kind kind, int group, uint32_t mask, long long bytes) {
+    CHECK_STR(par_comm_kind_name(c->kind), par_comm_kind_name(kind));
+    CHECK_INT(c->group, group);
+    CHECK_INT(c->dev_mask, mask);
+    CHECK_INT(c->bytes, bytes);
+}
+
+static void test_names(void) {
+    par_op_kind k;
+    CHECK_STR(par_op_kind_name(PAR_OP_MATMUL), "matmul");
+    CHECK_STR(par_op_kind_name(PAR_OP_CROSS_ENTROPY), "cross_entropy");
+    CHECK_STR(par_op_kind_name(PAR_OP_REDUCE_MEAN), "reduce_mean");
+    CHECK_STR(par_op_kind_name((par_op_kind)99), "?");
+    CHECK_OK(par_op_kind_parse("flash_attention", &k));
+    CHECK_INT(k, PAR_OP_FLASH_ATTENTION);
+    CHECK_OK(par_op_kind_parse("MatMul", &k));
+    CHECK_INT(k, PAR_OP_MATMUL);
+    CHECK_OK(par_op_kind_parse("BATCH_MATMUL", &k));
+    CHECK_INT(k, PAR_OP_BATCH_MATMUL);
+    CHECK_OK(par_op_kind_parse("BatchMatMul", &k));
+    CHECK_INT(k, PAR_OP_BATCH_MATMUL);
+    CHECK_OK(par_op_kind_parse("Mul", &k));
+    CHECK_INT(k, PAR_OP_ELEMENTWISE);
+    CHECK_OK(par_op_kind_parse("SoftmaxCrossEntropyWithLogits", &k));
+    CHECK_INT(k, PAR_OP_CROSS_ENTROPY);
+    CHECK_OK(par_op_kind_parse("FlashAttentionScore", &k));
+    CHECK_INT(k, PAR_OP_FLASH_ATTENTION);
+    CHECK_OK(par_op_kind_parse("reducemean", &k));
+    CHECK_INT(k, PAR_OP_REDUCE_MEAN);
+    CHECK_ERR(par_op_kind_parse("Conv2D", &k), PAR_EPARSE, "unknown operator 'Conv2D'");
+    CHECK_ERR(par_op_kind_parse(NULL, &k), PAR_EINVAL, "NULL");
+    CHECK_STR(par_comm_kind_name(PAR_COMM_NONE), "none");
+    CHECK_STR(par_comm_kind_name(PAR_COMM_ALL_REDUCE), "all_reduce");
+    CHECK_STR(par_comm_kind_name(PAR_COMM_REDUCE_SCATTER), "reduce_scatter");
+    CHECK_STR(par_comm_kind_name(PAR_COMM_ALL_TO_ALL), "all_to_all");
+    CHECK_STR(par_comm_kind_name((par_comm_kind)17), "?");
+}
+
+static void test_parse_format(void) {
+    par_strategy s;
+    char buf[64];
+    CHECK_OK(par_strategy_parse("((2,1),(1,4))", &s));
+    CHECK_INT(s.num_inputs, 2);
+    CHECK_INT(s.ndim[0], 2);
+    CHECK_INT(s.ndim[1], 2);
+    CHECK_INT(s.shard[0][0], 2);
+    CHECK_INT(s.shard[0][1], 1);
+    CHECK_INT(s.shard[1][0], 1);
+    CHECK_INT(s.shard[1][1], 4);
+    CHECK_STR(S(&s), "((2,1),(1,4))");
+    CHECK_OK(par_strategy_parse("((8,),)", &s));
+    CHECK_INT(s.num_inputs, 1);
+    CHECK_INT(s.ndim[0], 1);
+    CHECK_INT(s.shard[0][0], 8);
+    CHECK_STR(S(&s), "((8,),)");
+    CHECK_OK(par_strategy_parse("  ( ( 2 , 1 ) ,\t( 1,4 ,) , )  ", &s));
+    CHECK_STR(S(&s), "((2,1),(1,4))");
+    CHECK_OK(par_strategy_parse("((1,2),(3,),(4,5,6))", &s));
+    CHECK_STR(S(&s), "((1,2),(3,),(4,5,6))");
+    /* snprintf semantics: full length even when truncated */
+    CHECK_INT(par_strategy_format(&s, NULL, 0), 20);
+    CHECK_INT(par_strategy_format(&s, buf, 5), 20);
+    CHECK_STR(buf, "((1,");
+
+    CHECK_ERR(par_strategy_parse("((2,1)(1,4))", &s), PAR_EPARSE, "expected ',' or ')' at position 6, found '('");
+    CHECK_ERR(par_strategy_parse("((2,1),(1,4)", &s), PAR_EPARSE, "expected ',' or ')' at position 12, found the end");
+    CHECK_ERR(par_strategy_parse("((2,1),(1,4))x", &s), PAR_EPARSE, "expected the end of the text at position 13");
+    CHECK_ERR(par_strategy_parse("2,1", &s), PAR_EPARSE, "expected '(' opening the strategy at position 0");
+    CHECK_ERR(par_strategy_parse("(2,1)", &s), PAR_EPARSE,
+              "expected '(' opening the shard tuple of input at position 1");
+    CHECK_ERR(par_strategy_parse("((2,x))", &s), PAR_EPARSE,
+              "expected a shard (a positive integer) at position 4, found 'x'");
+    CHECK_ERR(par_strategy_parse("((2,,1))", &s), PAR_EPARSE, "at position 4, found ','");
+    CHECK_ERR(par_strategy_parse("((99999999999999999999,1))", &s), PAR_EPARSE, "position 2 is too large");
+    CHECK_ERR(par_strategy_parse("((1,),(1,),(1,),(1,),(1,))", &s), PAR_EPARSE, "more than 4 input tuples");
+    CHECK_ERR(par_strategy_parse("((1,1,1,1,1,1,1,1,1),)", &s), PAR_EPARSE, "input 0 has more than 8 shards");
+    CHECK_ERR(par_strategy_parse("((2,0),(1,4))", &s), PAR_ESTRATEGY,
+              "input 0 dim 1 has shard 0; shards must be positive");
+    CHECK_ERR(par_strategy_parse("((2,1),(-4,1))", &s), PAR_ESTRATEGY, "input 1 dim 0 has shard -4");
+    CHECK_ERR(par_strategy_parse(NULL, &s), PAR_EINVAL, "NULL");
+}
+
+/* a [16,32] x b [32,64], b a parameter. */
+static void test_matmul(void) {
+    par_op_desc op = make_op(PAR_OP_MATMUL, "16x32,32x64");
+    par_op_info info;
+    par_strategy st;
+    op.params = 2;
+
+    /* ((2,1),(1,4)) on 8: dev [M,K,N] = [2,1,4]; M->2, K->1, N->0 */
+    CHECK_OK(infer(&op, "((2,1),(1,4))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,4]");
+    CHECK_INT(info.repeated, 1);
+    CHECK_INT(info.num_inputs, 2);
+    CHECK_INT(info.num_outputs, 1);
+    CHECK_STR(L(&info.inputs[0]), "[2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,0]");
+    CHECK_STR(shape_text(&info.outputs[0]), "[16,64]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    /* b is replicated over M's dim (dev 2, size 2): local [32,16] = 2048 B, 2*(1/2)*2048 */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 2048);
+    /* flops 2*16*32*64/8; memory a [8,32] 1024 B + b 2048 B + out [8,16] 512 B */
+    CHECK_NEAR(info.cost.compute_flops, 8192);
+    CHECK_NEAR(info.cost.comm_bytes, 2048);
+    CHECK_NEAR(info.cost.memory_bytes, 3584);
+    CHECK_NEAR(info.cost.total, 8192 / 1e12 + 2048 / 1e10);
+
+    /* ((1,4),(4,1)) on 4: dev [1,4,1]; K split -> out partial on dev 1 */
+    CHECK_OK(infer(&op, "((1,4),(4,1))", 4, &info));
+    CHECK_STR(M(&info.dev_matrix), "[1,4,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,0] partial=1");
+    CHECK_INT(info.outputs[0].map.partial, 0x2);
+    CHECK_INT(info.num_forward, 1);
+    /* out local [16,64] = 4096 B; 2*(3/4)*4096 */
+    check_comm(&info.forward[0], PAR_COMM_ALL_REDUCE, 4, 0x2, 6144);
+    CHECK_INT(info.forward[0].count, 1);
+    CHECK_INT(info.forward[0].tensor_dim, -1);
+    /* b's unused dim (dev 2) has size 1: nothing to mirror */
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_NONE);
+
+    /* repeated calculation: ((2,1),(1,2)) uses 4 of 8 devices -> dev [2,1,2,2] */
+    CHECK_OK(infer(&op, "((2,1),(1,2))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,2,2]");
+    CHECK_INT(info.repeated, 2);
+    CHECK_STR(L(&info.inputs[0]), "[3,2]");
+    CHECK_STR(L(&info.inputs[1]), "[2,1]");
+    CHECK_STR(L(&info.outputs[0]), "[3,1]");
+    /* b unused: M (dev 3) x repeated (dev 0) = 4; local [32,32] = 4096 B, 2*(3/4)*4096 */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 4, 0x9, 6144);
+
+    /* cost model knobs and dtype */
+    op.device_flops = 1e9;
+    op.link_bandwidth = 2e9;
+    op.dtype = PAR_BF16;
+    CHECK_OK(infer(&op, "((2,1),(1,4))", 8, &info));
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 1024);
+    CHECK_NEAR(info.cost.memory_bytes, 1792);
+    CHECK_NEAR(info.cost.total, 8192 / 1e9 + 1024 / 2e9);
+    op.device_flops = op.link_bandwidth = 0;
+    op.dtype = PAR_F32;
+
+    /* reduce_scatter: ((2,4),(4,1)) on 8, dev [2,4,1]; out dim 0 split (M=dev 2, K=dev 1) */
+    op.reduce_scatter = 1;
+    CHECK_OK(infer(&op, "((2,4),(4,1))", 8, &info));
+    CHECK_STR(L(&info.outputs[0]), "[(2,1),0]");
+    CHECK_INT(info.outputs[0].map.partial, 0);
+    CHECK_INT(info.num_forward, 1);
+    /* partial out local [8,64] = 2048 B; (3/4)*2048 */
+    check_comm(&info.forward[0], PAR_COMM_REDUCE_SCATTER, 4, 0x2, 1536);
+    CHECK_INT(info.forward[0].tensor_dim, 0);
+    op.reduce_scatter = 0;
+
+    /* errors */
+    CHECK_ERR(infer(&op, "((1,1),(1,1),(1,1))", 8, &info), PAR_ESTRATEGY,
+              "matmul: strategy has 3 inputs, the operator takes 2");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,1))", 8, &info), PAR_ESTRATEGY,
+              "matmul: input 0 strategy has 3 entries, the input has 2 dims");
+    CHECK_ERR(infer(&op, "((4,2),(2,2))", 8, &info), PAR_ESTRATEGY,
+              "matmul: shards multiply to 16, which does not divide the 8 devices");
+    CHECK_ERR(infer(&op, "((2,2),(2,2))", 12, &info), PAR_ESTRATEGY,
+              "shards multiply to 8, which does not divide the 12 devices");
+    CHECK_ERR(infer(&op, "((1,2),(4,1))", 8, &info), PAR_ESTRATEGY,
+              "matmul: contraction dim split 2 in input 0 dim 1 but 4 in input 1 dim 0 (they must match)");
+    CHECK_ERR(infer(&op, "((3,1),(1,1))", 3, &info), PAR_ESTRATEGY,
+              "input 0 dim 0 (size 16) is not divisible by its shard 3");
+    par_strategy_parse("((1,1),(1,1))", &st);
+    st.shard[0][0] = 0;
+    CHECK_ERR(par_op_infer(&op, &st, 8, &info), PAR_ESTRATEGY,
+              "matmul: input 0 dim 0 has shard 0; shards must be positive integers");
+    st.shard[0][0] = 1;
+    st.shard[1][1] = -2;
+    CHECK_ERR(par_op_infer(&op, &st, 8, &info), PAR_ESTRATEGY, "input 1 dim 1 has shard -2");
+    CHECK_ERR(par_op_infer(&op, &st, 0, &info), PAR_EINVAL, "matmul: 0 devices");
+    CHECK_ERR(par_op_infer(&op, NULL, 8, &info), PAR_EINVAL, "NULL");
+
+    /* the operator's own name in messages */
+    op = make_op(PAR_OP_MATMUL, "16x30,30x64");
+    op.name = "MatMul";
+    CHECK_ERR(infer(&op, "((1,1),(4,1))", 8, &info), PAR_ESTRATEGY, "");
+    CHECK_STR(par_last_error(), "MatMul: input 1 dim 0 (size 30) is not divisible by its shard 4");
+
+    /* reduce_scatter that does not divide: M=4 split 2, K group 4 -> 4 % 8 */
+    op = make_op(PAR_OP_MATMUL, "4x32,32x64");
+    op.reduce_scatter = 1;
+    CHECK_ERR(infer(&op, "((2,4),(4,1))", 8, &info), PAR_ESTRATEGY,
+              "reduce_scatter splits output dim 0 (size 4, already split 2 ways) 4 more ways");
+
+    /* desc errors */
+    op = make_op(PAR_OP_MATMUL, "16x32,30x64");
+    CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_ESHAPE,
+              "contraction sizes differ: input 0 dim 1 is 32, input 1 dim 0 is 30");
+    op = make_op(PAR_OP_MATMUL, "2x16x32,32x64");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,1))", 1, &info), PAR_ESHAPE, "matmul: inputs must be 2-D");
+    op = make_op(PAR_OP_MATMUL, "16x0,32x64");
+    CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_ESHAPE, "input 0 dim 1 has size 0");
+    op = make_op(PAR_OP_MATMUL, "16x32,32x64");
+    op.num_inputs = 3;
+    CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_EINVAL, "num_inputs is 3; the operator takes 2");
+    op.num_inputs = 0;
+    op.dtype = (par_dtype)42;
+    CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_EINVAL, "dtype 42");
+    op.dtype = PAR_F32;
+    op.kind = (par_op_kind)42;
+    CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_EINVAL, "unknown operator kind 42");
+}
+
+static void test_matmul_transposed(void) {
+    par_op_desc op = make_op(PAR_OP_MATMUL, "16x32,64x32"); /* b is [N,K] */
+    par_op_info info;
+    op.transpose_b = 1;
+    op.params = 2;
+    /* dev [M,K,N] = [2,1,4]: b dims (N,K) -> [0,1] */
+    CHECK_OK(infer(&op, "((2,1),(4,1))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,4]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[0,1]");
+    CHECK_STR(L(&info.outputs[0]), "[2,0]");
+    CHECK_STR(shape_text(&info.outputs[0]), "[16,64]");
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 2048);
+    CHECK_ERR(infer(&op, "((1,2),(1,4))", 8, &info), PAR_ESTRATEGY,
+              "contraction dim split 2 in input 0 dim 1 but 4 in input 1 dim 1");
+
+    op = make_op(PAR_OP_MATMUL, "32x16,32x64"); /* a is [K,M] */
+    op.transpose_a = 1;
+    CHECK_OK(infer(&op, "((1,2),(1,4))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,4]");
+    CHECK_STR(L(&info.inputs[0]), "[1,2]");
+    CHECK_STR(L(&info.outputs[0]), "[2,0]");
+    CHECK_ERR(infer(&op, "((2,1),(1,4))", 8, &info), PAR_ESTRATEGY,
+              "contraction dim split 2 in input 0 dim 0 but 1 in input 1 dim 0");
+}
+
+static void test_batch_matmul(void) {
+    par_op_desc op = make_op(PAR_OP_BATCH_MATMUL, "4x16x32,4x32x64");
+    par_op_info info;
+    /* dev [batch,M,K,N] = [2,2,1,2]: batch->3, M->2, K->1, N->0 */
+    CHECK_OK(infer(&op, "((2,2,1),(2,1,2))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,2,1,2]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[3,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,0]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_NEAR(info.cost.compute_flops, 2.0 * 4 * 16 * 32 * 64 / 8);
+    CHECK_ERR(infer(&op, "((2,1,1),(4,1,1))", 8, &info), PAR_ESTRATEGY,
+              "batch_matmul: batch dim 0 split 2 in input 0 dim 0 but 4 in input 1 dim 0 (they must match)");
+    CHECK_ERR(infer(&op, "((1,1,2),(1,1,1))", 8, &info), PAR_ESTRATEGY,
+              "contraction dim split 2 in input 0 dim 2 but 1 in input 1 dim 1");
+
+    /* shared 2-D weights: b [32,64] has only K, N entries; dev [2,1,2,2] */
+    op = make_op(PAR_OP_BATCH_MATMUL, "4x16x32,32x64");
+    op.params = 2;
+    CHECK_OK(infer(&op, "((2,1,2),(2,2))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,2,2]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,0] partial=1");
+    /* out local [2,16,32] = 4096 B, 2*(1/2)*4096 */
+    check_comm(&info.forward[0], PAR_COMM_ALL_REDUCE, 2, 0x2, 4096);
+    /* b unused: batch (dev 3, size 2); M (dev 2) has size 1; local [16,32] = 2048 B */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x8, 2048);
+
+    op = make_op(PAR_OP_BATCH_MATMUL, "4x16x32,2x32x64");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,1,1))", 1, &info), PAR_ESHAPE, "batch dim 0 differs: 4 in input 0, 2 in input 1");
+    op = make_op(PAR_OP_BATCH_MATMUL, "2x4x16x32,4x32x64");
+    CHECK_ERR(infer(&op, "((1,1,1,1),(1,1,1))", 1, &info), PAR_ESHAPE,
+              "must be 2-D (shared weights) or have input 0's 4 dims");
+}
+
+static void test_elementwise(void) {
+    par_op_desc op = make_op(PAR_OP_ELEMENTWISE, "8x16,16"); /* x + bias */
+    par_op_info info;
+    op.params = 2;
+    /* dev = broadcast output [8,16] shards [2,4]; bias aligned to output dim 1 */
+    CHECK_OK(infer(&op, "((2,4),(4,))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4]");
+    CHECK_STR(L(&info.inputs[0]), "[1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[0]");
+    CHECK_STR(L(&info.outputs[0]), "[1,0]");
+    CHECK_INT(info.num_forward, 0);
+    /* bias [4] local = 16 B, replicated over dev 1 (size 2): 2*(1/2)*16 */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x2, 16);
+    CHECK_NEAR(info.cost.compute_flops, 8 * 16 / 8);
+    /* on 16 devices: repeated 2 -> dev [2,4,2]; bias mirror over dev 2 and dev 0 */
+    CHECK_OK(infer(&op, "((2,4),(4,))", 16, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,2]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[1]");
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 4, 0x5, 24);
+    CHECK_ERR(infer(&op, "((2,4),(2,))", 8, &info), PAR_ESTRATEGY,
+              "elementwise: output dim 1 split 4 in input 0 dim 1 but 2 in input 1 dim 0 (they must match)");
+
+    /* size-1 dims broadcast: they map to -1 and may not be split */
+    op = make_op(PAR_OP_ELEMENTWISE, "8x16,1x16");
+    CHECK_OK(infer(&op, "((2,4),(1,4))", 8, &info));
+    CHECK_STR(L(&info.inputs[1]), "[-1,0]");
+    CHECK_ERR(infer(&op, "((2,4),(2,4))", 8, &info), PAR_ESTRATEGY,
+              "input 1 dim 0 has size 1 and is broadcast against size 8, so it may not be split (shard 2)");
+    op = make_op(PAR_OP_ELEMENTWISE, "8x1,1x16");
+    CHECK_OK(infer(&op, "((2,1),(1,4))", 8, &info));
+    CHECK_STR(L(&info.inputs[0]), "[1,-1]");
+    CHECK_STR(L(&info.inputs[1]), "[-1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[1,0]");
+    CHECK_STR(shape_text(&info.outputs[0]), "[8,16]");
+
+    /* three inputs, different ranks */
+    op = make_op(PAR_OP_ELEMENTWISE, "8x16,8x1,16");
+    CHECK_OK(infer(&op, "((2,4),(2,1),(4,))", 8, &info));
+    CHECK_STR(L(&info.inputs[1]), "[1,-1]");
+    CHECK_STR(L(&info.inputs[2]), "[0]");
+
+    op = make_op(PAR_OP_ELEMENTWISE, "8x16,3");
+    CHECK_ERR(infer(&op, "((1,1),(1,))", 1, &info), PAR_ESHAPE,
+              "input 1 dim 0 (size 3) does not broadcast against input 0 dim 1 (size 16)");
+    op.num_inputs = 5;
+    CHECK_ERR(infer(&op, "((1,1),(1,))", 1, &info), PAR_EINVAL, "num_inputs is 5; the operator takes 1 to 4");
+}
+
+static void test_norms(void) {
+    par_op_desc op = make_op(PAR_OP_RMSNORM, "4x8x16,16");
+    par_op_info info;
+    op.params = 2;
+    /* dev [2,4,1]; gamma walks the normalized dim (dev 0, size 1) */
+    CHECK_OK(infer(&op, "((2,4,1),(1,))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,1,0]");
+    CHECK_INT(info.num_forward, 0);
+    /* gamma 64 B replicated on all 8: 2*(7/8)*64 */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 8, 0x6, 112);
+    CHECK_NEAR(info.cost.compute_flops, 5.0 * 2 * 2 * 16);
+    CHECK_ERR(infer(&op, "((1,1,2),(2,))", 8, &info), PAR_ESTRATEGY,
+              "rmsnorm: input 0 dim 2 is a normalized axis and may not be split (shard 2)");
+    CHECK_ERR(infer(&op, "((2,1,1),(2,))", 8, &info), PAR_ESTRATEGY,
+              "input 1 dim 0 is a normalized axis and may not be split");
+    op.axes = 0x2;
+    CHECK_ERR(infer(&op, "((1,1,1),(1,))", 1, &info), PAR_EINVAL, "the normalized axes 0x2 must be the trailing dims");
+    op.axes = 0x10;
+    CHECK_ERR(infer(&op, "((1,1,1),(1,))", 1, &info), PAR_EINVAL, "axes 0x10 name dims beyond input 0's 3");
+    op = make_op(PAR_OP_RMSNORM, "4x8x16,8");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,))", 1, &info), PAR_ESHAPE, "input 1 (gamma) has shape [8]; it must be [16]");
+
+    /* LayerNorm over the last two dims on 4 devices with 2 used: dev [2,1,1,2] */
+    op = make_op(PAR_OP_LAYERNORM, "4x16x8,16x8,16x8");
+    op.axes = 0x6;
+    op.params = 0x6;
+    CHECK_OK(infer(&op, "((2,1,1),(1,1),(1,1))", 4, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,1,2]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[2,1]");
+    CHECK_STR(L(&info.inputs[2]), "[2,1]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,1]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    /* gamma, beta [16,8] = 512 B, unused: batch (dev 3) x repeated (dev 0) = 4; 2*(3/4)*512 */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 4, 0x9, 768);
+    check_comm(&info.mirror[2], PAR_COMM_ALL_REDUCE, 4, 0x9, 768);
+    CHECK_ERR(infer(&op, "((1,2,1),(1,1),(1,1))", 4, &info), PAR_ESTRATEGY,
+              "layernorm: input 0 dim 1 is a normalized axis");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,1))", 4, &info), PAR_ESTRATEGY, "strategy has 2 inputs, the operator takes 3");
+    op.num_inputs = 2;
+    CHECK_ERR(infer(&op, "((1,1,1),(1,1))", 4, &info), PAR_EINVAL, "num_inputs is 2; the operator takes 3");
+    op = make_op(PAR_OP_LAYERNORM, "4x16x8,16x8,8");
+    op.axes = 0x6;
+    CHECK_ERR(infer(&op, "((1,1,1),(1,1),(1,))", 1, &info), PAR_ESHAPE,
+              "input 2 (beta) has shape [8]; it must be [16,8]");
+}
+
+static void test_softmax(void) {
+    par_op_desc op = make_op(PAR_OP_SOFTMAX, "8x4");
+    par_op_info info;
+    op.name = "Softmax";
+    CHECK_ERR(infer(&op, "((1,2),)", 2, &info), PAR_ESTRATEGY, "");
+    CHECK_STR(par_last_error(), "Softmax: input 0 dim 1 is the softmax axis and may not be split (shard 2)");
+    CHECK_OK(infer(&op, "((2,1),)", 2, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1]");
+    CHECK_STR(L(&info.inputs[0]), "[1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[1,0]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_NEAR(info.cost.compute_flops, 5.0 * 4 * 4);
+    op.axes = 0x1; /* softmax over dim 0 */
+    CHECK_OK(infer(&op, "((1,2),)", 2, &info));
+    CHECK_STR(M(&info.dev_matrix), "[1,2]");
+    CHECK_ERR(infer(&op, "((2,1),)", 2, &info), PAR_ESTRATEGY, "input 0 dim 0 is the softmax axis");
+    op.axes = 0x3;
+    CHECK_ERR(infer(&op, "((1,1),)", 1, &info), PAR_EINVAL, "axes 0x3 must name exactly one");
+
+    /* 2^61 f32 elements are 2^63 bytes: byte counts saturate instead of wrapping */
+    op = make_op(PAR_OP_SOFTMAX, "2305843009213693952");
+    op.params = 1;
+    CHECK_OK(infer(&op, "((1,),)", 2, &info));
+    CHECK(info.mirror[0].bytes > ((int64_t)1 << 62));
+    CHECK(info.cost.memory_bytes > 0 && info.cost.comm_bytes > 0 && info.cost.total > 0);
+}
+
+/* table [1000,64] (parameter), indices [8,128] -> out [8,128,64] */
+static void test_gather(void) {
+    par_op_desc op = make_op(PAR_OP_GATHER, "1000x64,8x128");
+    par_op_info info;
+    op.params = 1;
+    /* vocab- and hidden-parallel table: dev [1,1,4,2]; idx->3,2; V->1; H->0 */
+    CHECK_OK(infer(&op, "((4,2),(1,1))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[1,1,4,2]");
+    CHECK_STR(L(&info.inputs[0]), "[1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[3,2]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,0] partial=1");
+    CHECK_STR(shape_text(&info.outputs[0]), "[8,128,64]");
+    /* out local [8,128,32] = 131072 B; 2*(3/4)*131072 */
+    check_comm(&info.forward[0], PAR_COMM_ALL_REDUCE, 4, 0x2, 196608);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+
+    /* data-parallel indices: dev [8,1,1,1]; table mirrored over all 8 */
+    CHECK_OK(infer(&op, "((1,1),(8,1))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[8,1,1,1]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,0]");
+    CHECK_INT(info.num_forward, 0);
+    /* table 1000*64*4 = 256000 B; 2*(7/8)*256000 */
+    check_comm(&info.mirror[0], PAR_COMM_ALL_REDUCE, 8, 0x8, 448000);
+    /* table 256000 + indices [1,128] i32 512 + out [1,128,64] 32768 */
+    CHECK_NEAR(info.cost.memory_bytes, 289280);
+    CHECK_NEAR(info.cost.compute_flops, 128 * 64);
+
+    /* vocab-parallel + sequence-parallel exit: reduce-scatter on out dim 0 */
+    op.reduce_scatter = 1;
+    CHECK_OK(infer(&op, "((4,1),(2,1))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,4,1]");
+    CHECK_STR(L(&info.outputs[0]), "[(3,1),2,0]");
+    /* partial out local [4,128,64] = 131072 B; (3/4)*131072 */
+    check_comm(&info.forward[0], PAR_COMM_REDUCE_SCATTER, 4, 0x2, 98304);
+    CHECK_INT(info.forward[0].tensor_dim, 0);
+    op.reduce_scatter = 0;
+
+    CHECK_ERR(infer(&op, "((3,1),(1,1))", 3, &info), PAR_ESTRATEGY,
+              "gather: input 0 dim 0 (size 1000) is not divisible by its shard 3");
+    op = make_op(PAR_OP_GATHER, "10x1000x64,8");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,))", 1, &info), PAR_ESHAPE, "input 0 (the table) must be 2-D");
+}
+
+/* logits [8,512], labels [8] */
+static void test_cross_entropy(void) {
+    par_op_desc op = make_op(PAR_OP_CROSS_ENTROPY, "8x512,8");
+    par_op_info info;
+    /* vocab-parallel loss: dev [2,4]; rows->1, C->0 */
+    CHECK_OK(infer(&op, "((2,4),(2,))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4]");
+    CHECK_STR(L(&info.inputs[0]), "[1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[1]");
+    CHECK_STR(L(&info.outputs[0]), "[1]");
+    CHECK_INT(info.num_forward, 1);
+    /* 3 all-reduces of 4 local rows * 4 B = 16 B: 2*(3/4)*16 = 24 each */
+    check_comm(&info.forward[0], PAR_COMM_ALL_REDUCE, 4, 0x1, 24);
+    CHECK_INT(info.forward[0].count, 3);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_NEAR(info.cost.comm_bytes, 72);
+    CHECK_NEAR(info.cost.compute_flops, 4.0 * 4 * 128);
+    /* rows only: no communication */
+    CHECK_OK(infer(&op, "((8,1),(8,))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[8,1]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_ERR(infer(&op, "((2,4),(4,))", 8, &info), PAR_ESTRATEGY,
+              "cross_entropy: row dim 0 split 2 in input 0 dim 0 but 4 in input 1 dim 0 (they must match)");
+    op = make_op(PAR_OP_CROSS_ENTROPY, "2x4x100,2x4");
+    CHECK_OK(infer(&op, "((2,2,1),(2,2))", 4, &info));
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,1]");
+    op = make_op(PAR_OP_CROSS_ENTROPY, "8x512,4");
+    CHECK_ERR(infer(&op, "((1,1),(1,))", 1, &info), PAR_ESHAPE, "input 1 (labels) has shape [4]; it must be [8]");
+}
+
+static void test_reshape(void) {
+    par_op_desc op = make_op(PAR_OP_RESHAPE, "4x8x6");
+    par_op_info info;
+    op.out_ndim = 2;
+    op.out_shape[0] = 4;
+    op.out_shape[1] = 48;
+    /* [4,8/2,6] slices merge contiguously into [4,48/2] */
+    CHECK_OK(infer(&op, "((2,2,1),)", 4, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,2,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,1]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_NEAR(info.cost.compute_flops, 0);
+    /* splitting the 6 leaves each rank 8 runs of 3: not one slice of the 48 */
+    CHECK_ERR(infer(&op, "((1,1,2),)", 2, &info), PAR_ESTRATEGY,
+              "reshape: strategy ((1,1,2),) would need data movement");
+    CHECK(strstr(par_last_error(), "is not local") != NULL);
+    op.out_shape[1] = 47;
+    CHECK_ERR(infer(&op, "((1,1,1),)", 1, &info), PAR_ESHAPE,
+              "cannot reshape [4,8,6] (192 elements) to [4,47] (188 elements)");
+    op.out_ndim = 0;
+    CHECK_ERR(infer(&op, "((1,1,1),)", 1, &info), PAR_EINVAL, "out_ndim is 0");
+    /* splitting direction: [4,48] -> [4,8,6], the 48's split lands on the 8 */
+    op = make_op(PAR_OP_RESHAPE, "4x48");
+    op.out_ndim = 3;
+    op.out_shape[0] = 4;
+    op.out_shape[1] = 8;
+    op.out_shape[2] = 6;
+    CHECK_OK(infer(&op, "((2,2),)", 4, &info));
+    CHECK_STR(L(&info.outputs[0]), "[1,0,-1]");
+}
+
+static void test_transpose(void) {
+    par_op_desc op = make_op(PAR_OP_TRANSPOSE, "4x8x16");
+    par_op_info info;
+    op.perm[0] = 0;
+    op.perm[1] = 2;
+    op.perm[2] = 1;
+    CHECK_OK(infer(&op, "((2,4,1),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,0,1]");
+    CHECK_STR(shape_text(&info.outputs[0]), "[4,16,8]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    op.perm[1] = 0;
+    CHECK_ERR(infer(&op, "((1,1,1),)", 1, &info), PAR_EINVAL, "transpose: perm [0,0,1] is not a permutation of 0..2");
+    op.perm[1] = 3;
+    CHECK_ERR(infer(&op, "((1,1,1),)", 1, &info), PAR_EINVAL, "perm [0,3,1] is not a permutation");
+}
+
+/* q [2,8,128,64], k, v [2,2,128,64]: GQA with 4 query heads per kv head */
+static void test_flash_attention(void) {
+    par_op_desc op = make_op(PAR_OP_FLASH_ATTENTION, "2x8x128x64,2x2x128x64,2x2x128x64");
+    par_op_info info;
+    CHECK_OK(infer(&op, "((2,2,1,1),(2,2,1,1),(2,2,1,1))", 4, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,2,1,1]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[3,2,1,0]");
+    CHECK_STR(L(&info.inputs[2]), "[3,2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,1,0]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_NONE);
+    CHECK_INT(info.mirror[2].kind, PAR_COMM_NONE);
+    /* 4*B*Nq*S*S*D/(b*n) = 4*2*8*128*128*64/4 */
+    CHECK_NEAR(info.cost.compute_flops, 4.0 * 2 * 8 * 128 * 128 * 64 / 4);
+    CHECK_OK(infer(&op, "((2,2,1,1),(2,2,1,1),(2,2,1,1))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,2,1,1,2]");
+    CHECK_STR(L(&info.inputs[0]), "[4,3,2,1]");
+
+    CHECK_ERR(infer(&op, "((1,1,2,1),(1,1,2,1),(1,1,2,1))", 2, &info), PAR_ESTRATEGY,
+              "flash_attention: input 0 dim 2 is the sequence dim and may not be split (shard 2): sequence splits "
+              "need a context-parallel algorithm (ring, ulysses), not an operator strategy");
+    CHECK_ERR(infer(&op, "((1,1,1,2),(1,1,1,2),(1,1,1,2))", 2, &info), PAR_ESTRATEGY,
+              "input 0 dim 3 is the head-size dim and may not be split (shard 2)");
+    CHECK_ERR(infer(&op, "((1,4,1,1),(1,4,1,1),(1,4,1,1))", 4, &info), PAR_ESTRATEGY,
+              "input 1 (k) has 2 kv heads, which its head shard 4 does not divide");
+    CHECK_ERR(infer(&op, "((1,4,1,1),(1,2,1,1),(1,2,1,1))", 4, &info), PAR_ESTRATEGY,
+              "head dim split 4 in input 0 dim 1 but 2 in input 1 dim 1 (they must match)");
+    CHECK_ERR(infer(&op, "((2,1,1,1),(1,1,1,1),(1,1,1,1))", 2, &info), PAR_ESTRATEGY,
+              "batch dim split 2 in input 0 dim 0 but 1 in input 1 dim 0");
+    op = make_op(PAR_OP_FLASH_ATTENTION, "2x6x128x64,2x4x128x64,2x4x128x64");
+    CHECK_ERR(infer(&op, "((1,1,1,1),(1,1,1,1),(1,1,1,1))", 1, &info), PAR_ESHAPE,
+              "6 query heads are not a multiple of 4 kv heads");
+    op = make_op(PAR_OP_FLASH_ATTENTION, "2x8x128x64,2x2x128x64,2x2x128x32");
+    CHECK_ERR(infer(&op, "((1,1,1,1),(1,1,1,1),(1,1,1,1))", 1, &info), PAR_ESHAPE, "must have the same shape");
+}
+
+/* x [8,16,32] */
+static void test_reduce(void) {
+    par_op_desc op = make_op(PAR_OP_REDUCE_SUM, "8x16x32");
+    par_op_info info;
+    op.axes = 0x2;
+    CHECK_OK(infer(&op, "((2,4,1),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,0] partial=1");
+    CHECK_STR(shape_text(&info.outputs[0]), "[8,32]");
+    /* out local [4,32] = 512 B; 2*(3/4)*512 */
+    check_comm(&info.forward[0], PAR_COMM_ALL_REDUCE, 4, 0x2, 768);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_NEAR(info.cost.compute_flops, 4 * 4 * 32);
+    op.keep_dims = 1;
+    CHECK_OK(infer(&op, "((2,4,1),)", 8, &info));
+    CHECK_STR(L(&info.outputs[0]), "[2,-1,0] partial=1");
+    CHECK_STR(shape_text(&info.outputs[0]), "[8,1,32]");
+    op.keep_dims = 0;
+    /* reduced dim unsplit: no comm */
+    CHECK_OK(infer(&op, "((2,1,4),)", 8, &info));
+    CHECK_STR(L(&info.outputs[0]), "[2,0]");
+    CHECK_INT(info.num_forward, 0);
+
+    /* ReduceMean over everything: a scalar, partial over both split dims */
+    op = make_op(PAR_OP_REDUCE_MEAN, "8x16x32");
+    CHECK_OK(infer(&op, "((2,4,1),)", 8, &info));
+    CHECK_INT(info.outputs[0].ndim, 0);
+    CHECK_STR(L(&info.outputs[0]), "[] partial=(2,1)");
+    /* 4 B scalar: 2*(7/8)*4 = 7 */
+    check_comm(&info.forward[0], PAR_COMM_ALL_REDUCE, 8, 0x6, 7);
+    op.reduce_scatter = 1;
+    CHECK_ERR(infer(&op, "((2,4,1),)", 8, &info), PAR_ESTRATEGY,
+              "reduce_scatter needs an output with at least one dim");
+    op.axes = 0x8;
+    CHECK_ERR(infer(&op, "((1,1,1),)", 1, &info), PAR_EINVAL, "axes 0x8 name dims beyond input 0's 3");
+}
+
+/* ---- enumeration ---- */
+
+static int same_strategy(const par_strategy *a, const par_strategy *b) {
+    char x[128], y[128];
+    par_strategy_format(a, x, sizeof x);
+    par_strategy_format(b, y, sizeof y);
+    return strcmp(x, y) == 0;
+}
+
+/* Distinct, valid, costs as par_op_infer says, sorted by total (then memory). */
+static void check_listing(const par_op_desc *op, int devices, const par_strategy *s, const par_op_cost *c, int n) {
+    int i, j, distinct = 1, valid = 1, sorted = 1, costs_agree = 1;
+    par_op_info info;
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < i; j++)
+            if (same_strategy(&s[i], &s[j])) distinct = 0;
+        if (par_op_infer(op, &s[i], devices, &info) != PAR_OK)
+            valid = 0;
+        else if (info.cost.total != c[i].total || info.cost.memory_bytes != c[i].memory_bytes)
+            costs_agree = 0;
+        if (i > 0 && (c[i].total < c[i - 1].total ||
+                      (c[i].total == c[i - 1].total && c[i].memory_bytes < c[i - 1].memory_bytes)))
+            sorted = 0;
+    }
+    CHECK(distinct);
+    CHECK(valid);
+    CHECK(costs_agree);
+    CHECK(sorted);
+}
+
+static void test_enumerate_matmul(void) {
+    par_op_desc op = make_op(PAR_OP_MATMUL, "12x18,18x10");
+    par_strategy all[256], few[3];
+    par_op_cost costs[256], few_costs[3];
+    int a, b, c, want = 0, n = -1, m = -1, i, has_three = 0;
+    /* brute force: a | M, b | K, c | N and a*b*c | devices */
+    for (a = 1; a <= 12; a++)
+        for (b = 1; b <= 12; b++)
+            for (c = 1; c <= 12; c++)
+                if (12 % a == 0 && 18 % b == 0 && 10 % c == 0 && 12 % (a * b * c) == 0) want++;
+    CHECK_OK(par_op_strategies(&op, 12, all, costs, 256, &n));
+    CHECK_INT(n, want);
+    CHECK_STR(par_last_error(), "");
+    check_listing(&op, 12, all, costs, n);
+    for (i = 0; i < n; i++)
+        if (all[i].shard[0][0] % 3 == 0 || all[i].shard[1][0] % 3 == 0) has_three = 1;
+    CHECK(has_three);
+    /* No parameters, so only a split K communicates; the two comm-free ways to use
+       all 12 devices, (a,c) = (6,2) and (12,1), tie on flops 2*12*18*10/12 and the
+       tie goes to less memory: (6,2) holds 36+90+10 elements, (12,1) 18+180+10. */
+    CHECK_STR(S(&all[0]), "((6,1),(1,2))");
+    CHECK_STR(S(&all[1]), "((12,1),(1,1))");
+    CHECK_NEAR(costs[0].total, 2.0 * 12 * 18 * 10 / 12 / 1e12);
+
+    /* too small: the cheapest three, and the total count */
+    CHECK_ERR(par_op_strategies(&op, 12, few, few_costs, 3, &m), PAR_ECAPACITY, "capacity is 3");
+    CHECK_INT(m, want);
+    for (i = 0; i < 3; i++) CHECK_STR(S(&few[i]), S(&all[i]));
+    /* costs may be NULL; capacity 0 only counts */
+    CHECK_ERR(par_op_strategies(&op, 12, few, NULL, 3, &m), PAR_ECAPACITY, "valid strategies");
+    for (i = 0; i < 3; i++) CHECK_STR(S(&few[i]), S(&all[i]));
+    CHECK_ERR(par_op_strategies(&op, 12, NULL, NULL, 0, &m), PAR_ECAPACITY, "capacity is 0");
+    CHECK_INT(m, want);
+    CHECK_ERR(par_op_strategies(&op, 0, all, costs, 256, &m), PAR_EINVAL, "0 devices");
+    CHECK_ERR(par_op_strategies(&op, 12, NULL, NULL, 4, &m), PAR_EINVAL, "NULL");
+
+    /* with b a parameter, ties and order still hold */
+    op.params = 2;
+    CHECK_OK(par_op_strategies(&op, 12, all, costs, 256, &n));
+    CHECK_INT(n, want);
+    check_listing(&op, 12, all, costs, n);
+}
+
+static void test_enumerate_others(void) {
+    par_strategy s[512];
+    par_op_cost c[512];
+    par_op_desc op;
+    int n = -1, want, a, b, i, ok;
+
+    /* broadcasting: x [6,4], y [1,4] on 6; y's dim 0 is never split */
+    op = make_op(PAR_OP_ELEMENTWISE, "6x4,1x4");
+    want = 0;
+    for (a = 1; a <= 6; a++)
+        for (b = 1; b <= 6; b++)
+            if (6 % a == 0 && 4 % b == 0 && 6 % (a * b) == 0) want++;
+    CHECK_OK(par_op_strategies(&op, 6, s, c, 512, &n));
+    CHECK_INT(n, want);
+    check_listing(&op, 6, s, c, n);
+    for (ok = 1, i = 0; i < n; i++)
+        if (s[i].shard[1][0] != 1) ok = 0;
+    CHECK(ok);
+
+    /* softmax [4,6] on 6: the axis stays whole, dim 0 takes 1 or 2 */
+    op = make_op(PAR_OP_SOFTMAX, "4x6");
+    CHECK_OK(par_op_strategies(&op, 6, s, c, 512, &n));
+    CHECK_INT(n, 2);
+    for (ok = 1, i = 0; i < n; i++)
+        if (s[i].shard[0][1] != 1) ok = 0;
+    CHECK(ok);
+
+    /* attention on 4: (b, n) with b | 2, n | 2 (the kv heads), S and D whole */
+    op = make_op(PAR_OP_FLASH_ATTENTION, "2x8x16x8,2x2x16x8,2x2x16x8");
+    CHECK_OK(par_op_strategies(&op, 4, s, c, 512, &n));
+    CHECK_INT(n, 4);
+    for (ok = 1, i = 0; i < n; i++)
+        if (s[i].shard[0][2] != 1 || s[i].shard[0][3] != 1 || s[i].shard[1][1] != s[i].shard[0][1]) ok = 0;
+    CHECK(ok);
+
+    /* reshape [4,8,6] -> [4,48] on 4: the 6 must stay whole (else the merge is not
+       local), so (a, b) with a | 4, b | 8, a*b | 4: 6 strategies */
+    op = make_op(PAR_OP_RESHAPE, "4x8x6");
+    op.out_ndim = 2;
+    op.out_shape[0] = 4;
+    op.out_shape[1] = 48;
+    CHECK_OK(par_op_strategies(&op, 4, s, c, 512, &n));
+    CHECK_INT(n, 6);
+    for (ok = 1, i = 0; i < n; i++)
+        if (s[i].shard[0][2] != 1) ok = 0;
+    CHECK(ok);
+}
+
+/* 8 iteration dims over 4096 devices stays fast: only strategies using every
+   device are valid (a repeated dim would make a 9th device-matrix dim); each dim
+   of 64 takes 2^e, e in 0..6, with the e summing to 12. */
+static void test_enumerate_bounded(void) {
+    par_op_desc op = make_op(PAR_OP_ELEMENTWISE, "64x64x64x64x64x64x64x64,64x64x64x64x64x64x64x64");
+    par_strategy s[16];
+    long long ways[9][13];
+    int n = -1, k, e, sum;
+    memset(ways, 0, sizeof ways);
+    ways[0][0] = 1;
+    for (k = 1; k <= 8; k++)
+        for (sum = 0; sum <= 12; sum++)
+            for (e = 0; e <= 6 && e <= sum; e++) ways[k][sum] += ways[k - 1][sum - e];
+    CHECK_ERR(par_op_strategies(&op, 4096, s, NULL, 16, &n), PAR_ECAPACITY, "capacity is 16");
+    CHECK_INT(n, ways[8][12]);
+}
+
+int main(void) {
+    test_names();
+    test_parse_format();
+    test_matmul();
+    test_matmul_transposed();
+    test_batch_matmul();
+    test_elementwise();
+    test_norms();
+    test_softmax();
+    test_gather();
+    test_cross_entropy();
+    test_reshape();
+    test_transpose();
+    test_flash_attention();
+    test_reduce();
+    test_enumerate_matmul();
+    test_enumerate_others();
+    test_enumerate_bounded();
+    return TEST_END("strategy");
+}
