@@ -1,0 +1,146 @@
+# parallel.h - build, test, bench and demo entry points.
+#
+#   make                      build the CLI, tests, benches (+ link the CUDA smoke test if nvcc)
+#   make test                 build and run every test; last line "N passed, N failed"
+#   make test SAN=address,undefined   the same with sanitizers (separate build dir)
+#   make bench                build (-O2 -DNDEBUG, never sanitized) and run bench/bench_*.c
+#   make demo                 the CLI's guided tour
+#   make test-cuda            build and run the CUDA smoke test (needs a GPU)
+#   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
+#
+# Every program includes the implementation itself (single-header library), so
+# each one is a single compile+link step; there is no library archive.
+
+CC       ?= cc
+CXX      ?= c++
+CFLAGS   ?= -std=c11 -O2 -g -Wall -Wextra -Wpedantic -Werror
+LDLIBS   ?= -lm -lpthread
+PREFIX   ?= /usr/local
+CUDA_HOME ?= /usr/local/cuda
+
+# Sanitized objects go to their own directory so a plain and a sanitized build
+# never mix (make would otherwise think the other flavour's binaries are current).
+# -fno-sanitize-recover: a UBSan report must fail the test, not just print a line.
+comma := ,
+ifdef SAN
+SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+B        := build/san-$(subst $(comma),-,$(SAN))
+else
+SANFLAGS :=
+B        := build
+endif
+
+# -MMD: track the headers each program really includes (parallel.h, tests/test.h).
+ALL_CFLAGS := $(CFLAGS) $(SANFLAGS) -MMD -MP
+
+# Benchmarks measure the library as users ship it: optimized, asserts off, no sanitizers.
+BENCH_CFLAGS ?= -std=c11 -O2 -g -DNDEBUG -Wall -Wextra -Wpedantic -Werror
+
+# ---------------------------------------------------------------------------
+# Detection of optional dependencies. Only reported for now; later features
+# (MPI comm backend, CBLAS GEMM, YAML configs, CUDA/NCCL hooks) switch on them.
+# Header probes go through the compiler so multiarch include dirs count.
+# ---------------------------------------------------------------------------
+hash := \#
+probe_header = $(shell printf '$(hash)include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo yes || echo no)
+
+MPICC ?= mpicc
+HAVE_MPI := $(if $(shell command -v $(MPICC) 2>/dev/null),yes,no)
+
+# nvcc from PATH, else from CUDA_HOME (a default CUDA install does not touch PATH).
+ifndef NVCC
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+endif
+HAVE_CUDA   := $(if $(NVCC),yes,no)
+HAVE_NCCL   := $(call probe_header,nccl.h,-I$(CUDA_HOME)/include)
+HAVE_CUBLAS := $(call probe_header,cublas_v2.h,-I$(CUDA_HOME)/include)
+# OpenBLAS specifically (fast GEMM); HAVE_CBLAS is any cblas.h (Debian's netlib
+# libblas-dev ships one too, correct but slow).
+HAVE_OPENBLAS := $(if $(shell pkg-config --exists openblas 2>/dev/null && echo y),yes,$(call probe_header,openblas_config.h))
+HAVE_CBLAS  := $(call probe_header,cblas.h)
+HAVE_YAML   := $(if $(shell pkg-config --exists yaml-0.1 2>/dev/null && echo y),yes,$(call probe_header,yaml.h))
+
+# The CUDA smoke test needs all three; why it is skipped is reported by `make test`.
+CUDA_SKIP := $(if $(filter no,$(HAVE_CUDA)),no nvcc,$(if $(filter no,$(HAVE_NCCL)),no nccl.h,$(if $(filter no,$(HAVE_CUBLAS)),no cublas_v2.h)))
+
+# nvcc compiles .cu as C++; the host compiler gets the same warning bar as the C code.
+# NVCC_ARCH is empty (nvcc's default target, JIT-able on newer GPUs); e.g. -arch=native.
+NVCC_ARCH  ?=
+NVCCFLAGS  ?= -std=c++17 -O2 -g $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart
+
+# ---------------------------------------------------------------------------
+# Programs. Optional sources (being written elsewhere) are picked up if present.
+# ---------------------------------------------------------------------------
+TEST_SRCS  := $(sort $(wildcard tests/test_*.c))
+TEST_BINS  := $(patsubst tests/%.c,$(B)/%,$(TEST_SRCS))
+BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
+BENCH_BINS := $(patsubst bench/%.c,build/%,$(BENCH_SRCS))
+EXPLAIN    := $(if $(wildcard examples/explain.c),$(B)/par-explain)
+# Always in build/: nvcc gets no sanitizer flags, so a SAN build reuses it.
+CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke)
+
+.PHONY: all detect test test-programs bench demo cuda cuda-available test-cuda install clean
+# A failed recipe must not leave a stale binary that tests/run.sh would then run.
+.DELETE_ON_ERROR:
+
+all: detect $(EXPLAIN) $(TEST_BINS) $(BENCH_BINS) $(CUDA_SMOKE)
+
+detect:
+	@echo "detected: MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)"
+
+$(sort $(B) build):
+	@mkdir -p $@
+
+# rm first: a program that no longer compiles must be missing, not stale.
+$(B)/test_%: tests/test_%.c | $(B)
+	@rm -f $@
+	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(B)/par-explain: examples/explain.c | $(B)
+	@rm -f $@
+	$(CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
+
+build/bench_%: bench/bench_%.c | build
+	@rm -f $@
+	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
+
+# The .cu carries no copy of the implementation (it includes parallel.h plain);
+# the smoke test does. Linked here even without a GPU so CI proves it builds.
+build/test_cuda_smoke: parallel_cuda.cu tests/cuda/test_cuda_smoke.cu parallel.h tests/test.h | build
+	@rm -f $@
+	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_smoke.cu -o $@ $(CUDA_LIBS)
+
+# Everything `make test` runs. Built with -k by `test` so one broken program is
+# reported as that program's failure by tests/run.sh instead of stopping the run.
+test-programs: $(TEST_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE)
+
+test: detect
+	@$(MAKE) --no-print-directory -k test-programs || \
+	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
+	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' \
+	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CUDA_SKIP='$(CUDA_SKIP)' \
+	  bash tests/run.sh
+
+bench: $(BENCH_BINS)
+	@set -e; for b in $(BENCH_BINS); do echo "== $$b"; ./$$b; done
+
+demo: $(B)/par-explain
+	./$(B)/par-explain tour
+
+cuda: cuda-available build/test_cuda_smoke
+
+test-cuda: cuda
+	./build/test_cuda_smoke
+
+cuda-available:
+	@test -z "$(CUDA_SKIP)" || { echo "cannot build the CUDA code: $(CUDA_SKIP)" >&2; exit 1; }
+
+install:
+	install -d $(DESTDIR)$(PREFIX)/include
+	install -m 644 parallel.h parallel_cuda.cu $(DESTDIR)$(PREFIX)/include/
+
+clean:
+	rm -rf build
+
+-include $(wildcard $(B)/*.d build/bench_*.d)

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# tests/conventions.sh - the header conventions of DESIGN.md section 2, checked
+# by compiling and linking parallel.h the ways users will. Each check is counted;
+# the last line is "conventions: N passed, N failed" (tests/run.sh adds it up).
+#
+#   - compiles as C11 (gcc, clang) and C++17 (g++, clang++) under
+#     -Wall -Wextra -Wpedantic -Werror, with and without PARALLEL_IMPLEMENTATION
+#   - two TUs (tests/tu_a.c with the implementation, tests/tu_b.c without) link
+#     and run: as C, as C++, and mixed C/C++ (exercises the extern "C" blocks)
+#   - PARALLEL_STATIC: two TUs with private copies link and run, warning-free
+#   - PARALLEL_MALLOC/REALLOC/FREE are all-or-none (the #error fires)
+#   - an object with the implementation exports only par_ symbols
+#
+# Environment: B (build dir), CC, CXX (for the link tests), SANFLAGS (sanitizer
+# flags for the link-and-run tests; the compile checks are about warnings only).
+set -u
+cd "$(dirname "$0")/.."
+
+B=${B:-build}
+CC=${CC:-cc}
+CXX=${CXX:-c++}
+SANFLAGS=${SANFLAGS:-}
+OUT=$B/conventions
+mkdir -p "$OUT"
+
+# -O2 because some warnings (-Wmaybe-uninitialized, ...) only appear when optimizing.
+WARN="-O2 -Wall -Wextra -Wpedantic -Werror"
+C11="-std=c11 $WARN"
+CXX17="-std=c++17 $WARN"
+LIBS="-lm -lpthread"
+
+passed=0
+failed=0
+
+# check NAME CMD...: run CMD as one counted check; on failure show why.
+check() {
+    local name=$1
+    shift
+    if "$@" >"$OUT/$name.log" 2>&1; then
+        passed=$((passed + 1))
+        echo "ok    $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL  $name"
+        head -n 40 "$OUT/$name.log" | sed 's/^/    /'
+    fi
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# Translation units as users write them: the #define in the source, not -D.
+printf '#define PARALLEL_IMPLEMENTATION\n#include "parallel.h"\n' >"$OUT/impl.c"
+printf '#include "parallel.h"\n' >"$OUT/decl.c"
+
+# --- 1. C11 and C++17, each compiler, with and without the implementation ----
+compile() { # compile COMPILER LANG STD_FLAGS SOURCE OBJECT
+    $1 -x "$2" $3 -I. -c "$4" -o "$5"
+}
+for cc in gcc clang; do
+    if have $cc; then
+        check "c11-$cc-impl" compile $cc c "$C11" "$OUT/impl.c" "$OUT/impl-$cc.o"
+        check "c11-$cc-decl" compile $cc c "$C11" "$OUT/decl.c" "$OUT/decl-$cc.o"
+    else
+        echo "c11-$cc: skipped (no $cc)"
+    fi
+done
+for cxx in g++ clang++; do
+    if have $cxx; then
+        check "cxx17-$cxx-impl" compile $cxx c++ "$CXX17" "$OUT/impl.c" "$OUT/impl-$cxx.o"
+        check "cxx17-$cxx-decl" compile $cxx c++ "$CXX17" "$OUT/decl.c" "$OUT/decl-$cxx.o"
+    else
+        echo "cxx17-$cxx: skipped (no $cxx)"
+    fi
+done
+
+# --- 2. two translation units, one implementation ----------------------------
+# link_run NAME LANG_A LANG_B FILE_A FILE_B: compile A and B (each as C or C++),
+# link with the C++ driver when either is C++, run the program.
+link_run() {
+    local name=$1 la=$2 lb=$3 a=$4 b=$5 ld=$CC
+    local fa="$C11" fb="$C11" ca=$CC cb=$CC
+    [ "$la" = c++ ] && { fa="$CXX17"; ca=$CXX; ld=$CXX; }
+    [ "$lb" = c++ ] && { fb="$CXX17"; cb=$CXX; ld=$CXX; }
+    $ca -x "$la" $fa $SANFLAGS -I. -c "$a" -o "$OUT/$name-a.o" &&
+        $cb -x "$lb" $fb $SANFLAGS -I. -c "$b" -o "$OUT/$name-b.o" &&
+        $ld $SANFLAGS "$OUT/$name-a.o" "$OUT/$name-b.o" -o "$OUT/$name" $LIBS &&
+        "$OUT/$name"
+}
+check two-tu-c link_run two-tu-c c c tests/tu_a.c tests/tu_b.c
+check two-tu-cxx link_run two-tu-cxx c++ c++ tests/tu_a.c tests/tu_b.c
+check two-tu-impl-c-user-cxx link_run two-tu-mixed1 c c++ tests/tu_a.c tests/tu_b.c
+check two-tu-impl-cxx-user-c link_run two-tu-mixed2 c++ c tests/tu_a.c tests/tu_b.c
+
+# --- 3. PARALLEL_STATIC: a private copy per TU ---------------------------------
+check static-two-tu-c link_run static-c c c tests/tu_static_a.c tests/tu_static_b.c
+check static-two-tu-cxx link_run static-cxx c++ c++ tests/tu_static_a.c tests/tu_static_b.c
+
+# --- 4. allocator macros: all three or none ------------------------------------
+# must_reject SOURCE_TEXT: the compile must fail, and with the library's own
+# message (which names PARALLEL_REALLOC, a macro these sources never define).
+must_reject() {
+    printf '%s\n#define PARALLEL_IMPLEMENTATION\n#include "parallel.h"\n' "$1" >"$OUT/alloc.c"
+    if $CC -x c $C11 -I. -c "$OUT/alloc.c" -o "$OUT/alloc.o" >"$OUT/alloc.err" 2>&1; then
+        echo "compiled, but a partial allocator set must be an #error"
+        return 1
+    fi
+    cat "$OUT/alloc.err"
+    grep -q 'PARALLEL_REALLOC' "$OUT/alloc.err"
+}
+check alloc-only-malloc-rejected must_reject '#include <stdlib.h>
+#define PARALLEL_MALLOC(sz) malloc(sz)'
+check alloc-malloc-free-rejected must_reject '#include <stdlib.h>
+#define PARALLEL_MALLOC(sz) malloc(sz)
+#define PARALLEL_FREE(p) free(p)'
+# All three, pointing at the user's own functions, must compile and link.
+printf '%s\n' '#include <stdlib.h>' \
+    'static void *my_malloc(size_t n) { return malloc(n); }' \
+    'static void *my_realloc(void *p, size_t n) { return realloc(p, n); }' \
+    'static void my_free(void *p) { free(p); }' \
+    '#define PARALLEL_MALLOC(sz) my_malloc(sz)' \
+    '#define PARALLEL_REALLOC(p, sz) my_realloc(p, sz)' \
+    '#define PARALLEL_FREE(p) my_free(p)' \
+    '#define PARALLEL_IMPLEMENTATION' \
+    '#include "parallel.h"' \
+    'int main(void) { (void)my_malloc; (void)my_realloc; (void)my_free; return par_status_string(PAR_OK)[0] != 0 ? 0 : 1; }' \
+    >"$OUT/alloc_all.c"
+check alloc-all-three-accepted link_run alloc-all c c "$OUT/alloc_all.c" "$OUT/decl.c"
+
+# --- 5. exported symbols --------------------------------------------------------
+# only_par_symbols OBJECT: every defined global is a public par_ name (private
+# helpers are par__ and must be static; anything else could clash in user programs;
+# a C++ mangled name means a definition escaped the extern "C" block).
+only_par_symbols() {
+    local bad
+    nm -g --defined-only "$1" | awk '{ print $NF }' >"$OUT/symbols.txt" || return 1
+    bad=$(grep -v -E '^par_[a-z0-9]' "$OUT/symbols.txt")
+    if [ -n "$bad" ]; then
+        echo "exported symbols without the public par_ prefix:"
+        echo "$bad"
+        return 1
+    fi
+    echo "$(wc -l <"$OUT/symbols.txt") exported symbols, all par_*"
+}
+no_symbols() {
+    local syms
+    syms=$(nm -g --defined-only "$1") || return 1
+    [ -z "$syms" ] || { echo "the header alone defines: $syms"; return 1; }
+}
+compile_then() { # compile_then CHECKFN COMPILER LANG FLAGS SOURCE OBJECT
+    local fn=$1
+    shift
+    compile "$@" && $fn "$5"
+}
+check nm-impl-c-only-par compile_then only_par_symbols "$CC" c "$C11" "$OUT/impl.c" "$OUT/nm-c.o"
+check nm-impl-cxx-only-par compile_then only_par_symbols "$CXX" c++ "$CXX17" "$OUT/impl.c" "$OUT/nm-cxx.o"
+check nm-decl-defines-nothing compile_then no_symbols "$CC" c "$C11" "$OUT/decl.c" "$OUT/nm-decl.o"
+
+echo "conventions: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
