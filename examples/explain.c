@@ -1,0 +1,776 @@
+/* par-explain - look inside parallel.h's layouts, strategies and redistribution plans.
+
+   Build:  cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Werror examples/explain.c -o build/par-explain -lm
+
+   par-explain layout        --mesh 2,4 --shape 8,16 --map "[1,0]"
+   par-explain strategy      --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --param 1
+   par-explain strategies    --op matmul --devices 8 --shapes 16x32,32x64
+   par-explain redistribute  --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]"
+   par-explain tour          a guided walk through the cases above (used by `make demo`)
+
+   Every invalid input gives one line "error: ..." on stderr and exit status 2. */
+#define PARALLEL_IMPLEMENTATION
+#include "../parallel.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXIT_USAGE 2
+
+static const char *const usage_text =
+    "usage: par-explain <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  layout        a tensor layout: placements, slice shape, every rank's slice\n"
+    "      --mesh 2,4 | dp=2,tp=4   device mesh (ranks row-major, last axis fastest)\n"
+    "      --shape 8,16             global tensor shape\n"
+    "      --map \"[1,0]\"            tensor map: -1 = not split, v = device dim v\n"
+    "                               (counted from the right), (1,0) = several dims,\n"
+    "                               \"[1,-1] partial=0\"; named meshes: \"[dp,None]\"\n"
+    "      [--dtype f32]            element type for the bytes per rank\n"
+    "  strategy      what an operator strategy implies\n"
+    "      --op matmul              operator (matmul, batch_matmul, elementwise, rmsnorm,\n"
+    "                               layernorm, softmax, gather, cross_entropy, reshape,\n"
+    "                               transpose, flash_attention, reduce_sum, reduce_mean)\n"
+    "      --devices 8              devices of the stage\n"
+    "      --shapes 16x32,32x64     input shapes, comma between inputs, x between dims\n"
+    "      --strategy \"((2,1),(1,4))\" one shard tuple per input (MindSpore form)\n"
+    "      [--param 1]              input index that is a trainable parameter\n"
+    "                               (repeat the flag or give a list: --param 0,1)\n"
+    "      [--transpose-a] [--transpose-b]   matmul / batch_matmul\n"
+    "      [--axes 1]               softmax / norm / reduce axes (list of input-0 dims)\n"
+    "      [--perm 1,0]             transpose permutation\n"
+    "      [--out-shape 8,2,8]      reshape target shape\n"
+    "      [--keep-dims]            reduce_sum / reduce_mean keep reduced dims\n"
+    "      [--reduce-scatter]       forward all_reduce becomes reduce_scatter\n"
+    "      [--dtype f32]            element type\n"
+    "      [--device-flops F] [--link-bandwidth B]   cost model (flop/s, bytes/s)\n"
+    "  strategies    every valid strategy with its cost, cheapest first\n"
+    "      the options of `strategy` without --strategy\n"
+    "  redistribute  the cheapest plan turning one layout into another\n"
+    "      --mesh 2,4 --shape 8,16 --from \"[1,-1]\" --to \"[-1,0]\"\n"
+    "      [--to-shape 8,2,8]       target shape (a local, layout-preserving reshape)\n"
+    "      [--dtype f32]            element type (bytes)\n"
+    "      [--greedy]               print the MindSpore-style greedy baseline instead\n"
+    "      [--latency d=x,...]      alpha per device dim (number or axis name), or one\n"
+    "                               value for all dims\n"
+    "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n"
+    "  tour          a guided tour with explanations (make demo)\n"
+    "\n"
+    "Invalid input prints one line starting with \"error:\" and exits with status 2.\n";
+
+/* ---------------------------------------------------------------------------
+   errors
+   ------------------------------------------------------------------------- */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define EXPLAIN_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define EXPLAIN_PRINTF(f, a)
+#endif
+
+/* Print "error: ..." as ONE line (user text may hold control characters) and exit 2. */
+static EXPLAIN_PRINTF(1, 2) void die(const char *fmt, ...) {
+    char msg[1024];
+    size_t i;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (i = 0; msg[i]; i++)
+        if ((unsigned char)msg[i] < 0x20 || msg[i] == 0x7f) msg[i] = '?';
+    fflush(stdout);
+    fprintf(stderr, "error: %s\n", msg);
+    exit(EXIT_USAGE);
+}
+
+/* A library call failed: say what we were doing and what the library said. */
+static void check(par_status st, const char *what) {
+    const char *msg;
+    if (st == PAR_OK) return;
+    msg = par_last_error();
+    die("%s: %s", what, (msg && msg[0]) ? msg : par_status_string(st));
+}
+
+/* ---------------------------------------------------------------------------
+   argument parsing: "--name value", "--name=value" and boolean "--flag"
+   ------------------------------------------------------------------------- */
+
+typedef struct opt_spec {
+    const char *name;  /* without the leading "--" */
+    int has_value;
+    int repeatable;
+} opt_spec;
+
+#define MAX_ARGS 64
+
+typedef struct args {
+    const char *command;
+    int count;
+    const char *name[MAX_ARGS];
+    const char *value[MAX_ARGS]; /* NULL for boolean flags */
+} args;
+
+static const opt_spec *find_spec(const opt_spec *specs, const char *name, size_t len) {
+    for (; specs->name; specs++)
+        if (strlen(specs->name) == len && strncmp(specs->name, name, len) == 0) return specs;
+    return NULL;
+}
+
+static void parse_args(int argc, char **argv, const char *command, const opt_spec *specs, args *a) {
+    int i, j;
+    a->command = command;
+    a->count = 0;
+    for (i = 0; i < argc; i++) {
+        const char *arg = argv[i], *eq, *value = NULL;
+        const opt_spec *spec;
+        size_t len;
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == 0)
+            die("%s: unexpected argument '%.64s' (options start with --)", command, arg);
+        arg += 2;
+        eq = strchr(arg, '=');
+        len = eq ? (size_t)(eq - arg) : strlen(arg);
+        spec = find_spec(specs, arg, len);
+        if (!spec) die("%s: unknown option '--%.*s' (see par-explain --help)", command, (int)(len > 64 ? 64 : len), arg);
+        if (spec->has_value) {
+            if (eq) {
+                value = eq + 1;
+            } else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+                value = argv[++i];
+            } else {
+                die("%s: option --%s needs a value", command, spec->name);
+            }
+            if (!value[0]) die("%s: option --%s has an empty value", command, spec->name);
+        } else if (eq) {
+            die("%s: option --%s takes no value", command, spec->name);
+        }
+        if (!spec->repeatable)
+            for (j = 0; j < a->count; j++)
+                if (strcmp(a->name[j], spec->name) == 0) die("%s: option --%s given twice", command, spec->name);
+        if (a->count == MAX_ARGS) die("%s: too many options", command);
+        a->name[a->count] = spec->name;
+        a->value[a->count] = value;
+        a->count++;
+    }
+}
+
+static const char *arg_get(const args *a, const char *name) {
+    int i;
+    for (i = 0; i < a->count; i++)
+        if (strcmp(a->name[i], name) == 0) return a->value[i] ? a->value[i] : "";
+    return NULL;
+}
+
+static const char *arg_need(const args *a, const char *name) {
+    const char *v = arg_get(a, name);
+    if (!v) die("%s: missing required option --%s", a->command, name);
+    return v;
+}
+
+static int arg_flag(const args *a, const char *name) { return arg_get(a, name) != NULL; }
+
+/* ---------------------------------------------------------------------------
+   value parsing
+   ------------------------------------------------------------------------- */
+
+/* A whole decimal integer in [lo, hi]. */
+static long long parse_int(const char *text, long long lo, long long hi, const char *what) {
+    char *end;
+    long long v;
+    errno = 0;
+    v = strtoll(text, &end, 10);
+    if (end == text || *end || errno == ERANGE || v < lo || v > hi)
+        die("%s: '%.64s' is not an integer in [%lld, %lld]", what, text, lo, hi);
+    return v;
+}
+
+static double parse_double(const char *text, const char *what) {
+    char *end;
+    double v;
+    errno = 0;
+    v = strtod(text, &end);
+    if (end == text || *end || errno == ERANGE || !(v >= 0) || v > 1e300)
+        die("%s: '%.64s' is not a non-negative number", what, text);
+    return v;
+}
+
+/* Split `text` at any of `seps` into at most `max` integers in [lo, hi]. */
+static int parse_int_list(const char *text, const char *seps, long long lo, long long hi, long long *out, int max,
+                          const char *what) {
+    char buf[256], *p, *tok;
+    int n = 0;
+    if (strlen(text) >= sizeof buf) die("%s: '%.64s...' is too long", what, text);
+    strcpy(buf, text);
+    p = buf;
+    for (;;) {
+        size_t len = strcspn(p, seps);
+        char sep = p[len];
+        tok = p;
+        tok[len] = 0;
+        if (!tok[0]) die("%s: empty entry in '%.64s'", what, text);
+        if (n == max) die("%s: '%.64s' has more than %d entries", what, text, max);
+        out[n++] = parse_int(tok, lo, hi, what);
+        if (!sep) break;
+        p = tok + len + 1;
+    }
+    return n;
+}
+
+/* "8,16" or "8x16". */
+static int parse_shape(const char *text, int64_t *shape, const char *what) {
+    long long v[PARALLEL_MAX_DIMS];
+    int i, n = parse_int_list(text, ",x", 1, INT64_MAX / 2, v, PARALLEL_MAX_DIMS, what);
+    for (i = 0; i < n; i++) shape[i] = (int64_t)v[i];
+    return n;
+}
+
+static par_dtype parse_dtype(const args *a) {
+    const char *text = arg_get(a, "dtype");
+    par_dtype dt = PAR_F32;
+    if (text) check(par_dtype_parse(text, &dt), "--dtype");
+    return dt;
+}
+
+static void parse_mesh(const char *text, par_mesh *mesh) { check(par_mesh_parse(text, mesh), "--mesh"); }
+
+/* ---------------------------------------------------------------------------
+   formatting helpers
+   ------------------------------------------------------------------------- */
+
+static void print_dims(const int64_t *v, int n) {
+    int i;
+    putchar('[');
+    for (i = 0; i < n; i++) printf(i ? ",%lld" : "%lld", (long long)v[i]);
+    putchar(']');
+}
+
+static void print_ranks(const int *ranks, int n) {
+    int i;
+    putchar('[');
+    for (i = 0; i < n; i++) printf(i ? ",%d" : "%d", ranks[i]);
+    putchar(']');
+}
+
+static const char *layout_text(const par_layout *l, char *buf, size_t size) {
+    par_layout_format(l, buf, size);
+    return buf;
+}
+
+static const char *mesh_text(const par_mesh *m, char *buf, size_t size) {
+    par_mesh_format(m, buf, size);
+    return buf;
+}
+
+/* "device dim 0 (axis tp, size 4)" */
+static void print_dev_dim(const par_mesh *mesh, int v) {
+    int axis = mesh->ndim - 1 - v;
+    if (mesh->names[axis][0])
+        printf("device dim %d (axis %s, size %d)", v, mesh->names[axis], mesh->dims[axis]);
+    else
+        printf("device dim %d (axis %d, size %d)", v, axis, mesh->dims[axis]);
+}
+
+/* ---------------------------------------------------------------------------
+   layout
+   ------------------------------------------------------------------------- */
+
+static void show_layout(const par_layout *l, par_dtype dtype) {
+    char buf[512], mbuf[256];
+    int64_t local[PARALLEL_MAX_DIMS], off[PARALLEL_MAX_DIMS];
+    par_placement pl[PARALLEL_MAX_DIMS];
+    int n = par_mesh_size(&l->mesh), r, t, v;
+    int *ranks, *seen;
+    int repeated = 0;
+    par_status st;
+
+    printf("layout: %s mesh=%s shape=", layout_text(l, buf, sizeof buf), mesh_text(&l->mesh, mbuf, sizeof mbuf));
+    print_dims(l->shape, l->ndim);
+    putchar('\n');
+
+    st = par_layout_to_placements(l, pl);
+    if (st == PAR_OK) {
+        par_placements_format(pl, l->mesh.ndim, buf, sizeof buf);
+        printf("placements: %s\n", buf);
+    } else {
+        printf("placements: none (%s)\n", par_last_error());
+    }
+
+    par_layout_local_shape(l, local);
+    printf("slice shape: ");
+    print_dims(local, l->ndim);
+    printf("\nbytes per rank: %lld (%s)\n", (long long)par_layout_local_numel(l) * (long long)par_dtype_size(dtype),
+           par_dtype_name(dtype));
+    for (v = 0; v < l->mesh.ndim; v++) {
+        if (l->map.partial & (1u << v)) {
+            printf("partial: values are partial sums over ");
+            print_dev_dim(&l->mesh, v);
+            printf(": the slices of its group add up to the tensor\n");
+        }
+    }
+
+    ranks = (int *)malloc(sizeof(int) * (size_t)n);
+    seen = (int *)calloc((size_t)n, sizeof(int));
+    if (!ranks || !seen) die("out of memory");
+    for (r = 0; r < n; r++) {
+        check(par_layout_local_offset(l, r, off), "layout");
+        printf("rank %d: [", r);
+        for (t = 0; t < l->ndim; t++)
+            printf("%s%lld:%lld", t ? ", " : "", (long long)off[t], (long long)(off[t] + local[t]));
+        printf("]\n");
+    }
+
+    /* Groups of ranks holding the same values (repeated calculation). */
+    for (r = 0; r < n; r++) {
+        int count = 0;
+        if (seen[r]) continue;
+        check(par_layout_replica_group(l, r, ranks, &count), "layout");
+        for (t = 0; t < count; t++)
+            if (ranks[t] >= 0 && ranks[t] < n) seen[ranks[t]] = 1;
+        if (count > 1) {
+            if (!repeated) printf("repeated: each slice is held by %d ranks; groups:", count);
+            putchar(' ');
+            print_ranks(ranks, count);
+            repeated = 1;
+        }
+    }
+    if (repeated)
+        putchar('\n');
+    else
+        printf("repeated: none (no two ranks hold the same values)\n");
+    free(ranks);
+    free(seen);
+}
+
+static int cmd_layout(int argc, char **argv) {
+    static const opt_spec specs[] = {{"mesh", 1, 0}, {"shape", 1, 0}, {"map", 1, 0}, {"dtype", 1, 0}, {NULL, 0, 0}};
+    args a;
+    par_mesh mesh;
+    par_layout l;
+    int64_t shape[PARALLEL_MAX_DIMS];
+    int ndim;
+    par_dtype dtype;
+
+    parse_args(argc, argv, "layout", specs, &a);
+    parse_mesh(arg_need(&a, "mesh"), &mesh);
+    ndim = parse_shape(arg_need(&a, "shape"), shape, "--shape");
+    dtype = parse_dtype(&a);
+    check(par_layout_parse(&l, &mesh, ndim, shape, arg_need(&a, "map")), "--map");
+    show_layout(&l, dtype);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+   strategy / strategies
+   ------------------------------------------------------------------------- */
+
+static const opt_spec op_specs[] = {
+    {"op", 1, 0},          {"devices", 1, 0},     {"shapes", 1, 0},         {"strategy", 1, 0},
+    {"param", 1, 1},       {"transpose-a", 0, 0}, {"transpose-b", 0, 0},    {"axes", 1, 0},
+    {"perm", 1, 0},        {"out-shape", 1, 0},   {"keep-dims", 0, 0},      {"reduce-scatter", 0, 0},
+    {"dtype", 1, 0},       {"device-flops", 1, 0}, {"link-bandwidth", 1, 0}, {NULL, 0, 0}};
+
+/* Fill an operator desc from the options shared by `strategy` and `strategies`. */
+static void parse_op(const args *a, par_op_desc *op, int *devices) {
+    const char *text;
+    char buf[512], *p;
+    long long v[PARALLEL_MAX_DIMS];
+    int i, n;
+
+    memset(op, 0, sizeof *op);
+    check(par_op_kind_parse(arg_need(a, "op"), &op->kind), "--op");
+    *devices = (int)parse_int(arg_need(a, "devices"), 1, 1 << 20, "--devices");
+
+    /* --shapes 16x32,32x64: inputs separated by ',', dims by 'x'. */
+    text = arg_need(a, "shapes");
+    if (strlen(text) >= sizeof buf) die("--shapes: '%.64s...' is too long", text);
+    strcpy(buf, text);
+    p = buf;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char sep = p[len];
+        p[len] = 0;
+        if (op->num_inputs == PAR_MAX_INPUTS) die("--shapes: more than %d inputs", PAR_MAX_INPUTS);
+        if (!p[0]) die("--shapes: empty input shape in '%.64s'", text);
+        n = parse_int_list(p, "x", 1, INT64_MAX / 2, v, PARALLEL_MAX_DIMS, "--shapes");
+        op->ndim[op->num_inputs] = n;
+        for (i = 0; i < n; i++) op->shape[op->num_inputs][i] = (int64_t)v[i];
+        op->num_inputs++;
+        if (!sep) break;
+        p += len + 1;
+    }
+
+    /* --param may repeat, each a list. */
+    for (i = 0; i < a->count; i++) {
+        int k;
+        if (strcmp(a->name[i], "param") != 0) continue;
+        n = parse_int_list(a->value[i], ",", 0, op->num_inputs - 1, v, PAR_MAX_INPUTS, "--param");
+        for (k = 0; k < n; k++) op->params |= 1u << v[k];
+    }
+
+    op->transpose_a = arg_flag(a, "transpose-a");
+    op->transpose_b = arg_flag(a, "transpose-b");
+    op->keep_dims = arg_flag(a, "keep-dims");
+    op->reduce_scatter = arg_flag(a, "reduce-scatter");
+    op->dtype = parse_dtype(a);
+
+    if ((text = arg_get(a, "axes")) != NULL) {
+        /* Negative axes count from the end of input 0, as in numpy. */
+        n = parse_int_list(text, ",", -op->ndim[0], op->ndim[0] - 1, v, PARALLEL_MAX_DIMS, "--axes");
+        for (i = 0; i < n; i++) op->axes |= 1u << (v[i] < 0 ? v[i] + op->ndim[0] : v[i]);
+    }
+    if ((text = arg_get(a, "perm")) != NULL) {
+        n = parse_int_list(text, ",", 0, PARALLEL_MAX_DIMS - 1, v, PARALLEL_MAX_DIMS, "--perm");
+        if (n != op->ndim[0]) die("--perm: %d entries for an input of %d dims", n, op->ndim[0]);
+        for (i = 0; i < n; i++) op->perm[i] = (int)v[i];
+    }
+    if ((text = arg_get(a, "out-shape")) != NULL) op->out_ndim = parse_shape(text, op->out_shape, "--out-shape");
+    if ((text = arg_get(a, "device-flops")) != NULL) op->device_flops = parse_double(text, "--device-flops");
+    if ((text = arg_get(a, "link-bandwidth")) != NULL) op->link_bandwidth = parse_double(text, "--link-bandwidth");
+}
+
+static void print_cost_fields(const par_op_cost *c) {
+    printf("compute_flops=%.0f comm_bytes=%.0f memory_bytes=%.0f total=%.6g", c->compute_flops, c->comm_bytes,
+           c->memory_bytes, c->total);
+}
+
+static void print_comm(const char *prefix, const par_comm_op *c) {
+    printf("%s%s group=%d", prefix, par_comm_kind_name(c->kind), c->group);
+    if (c->count > 1) printf(" count=%d", c->count);
+    putchar('\n');
+}
+
+static void show_op_info(const par_op_desc *op, const par_op_info *info) {
+    char buf[512];
+    int64_t local[PARALLEL_MAX_DIMS];
+    int i, mirrors = 0;
+
+    printf("device_matrix: %s", mesh_text(&info->dev_matrix, buf, sizeof buf));
+    if (info->repeated > 1) printf(" (repeated calculation: %d copies, device dim 0)", info->repeated);
+    putchar('\n');
+    for (i = 0; i < info->num_inputs; i++) {
+        par_layout_local_shape(&info->inputs[i], local);
+        printf("input%d tensor_map: %s\n", i, layout_text(&info->inputs[i], buf, sizeof buf));
+        printf("input%d slice: ", i);
+        print_dims(local, info->inputs[i].ndim);
+        putchar('\n');
+    }
+    for (i = 0; i < info->num_outputs; i++) {
+        char name[24];
+        if (info->num_outputs == 1)
+            strcpy(name, "output");
+        else
+            snprintf(name, sizeof name, "output%d", i);
+        par_layout_local_shape(&info->outputs[i], local);
+        printf("%s tensor_map: %s\n", name, layout_text(&info->outputs[i], buf, sizeof buf));
+        printf("%s slice: ", name);
+        print_dims(local, info->outputs[i].ndim);
+        putchar('\n');
+    }
+    if (info->num_forward == 0) printf("forward_comm: none\n");
+    for (i = 0; i < info->num_forward && i < 2; i++) print_comm("forward_comm: ", &info->forward[i]);
+    for (i = 0; i < info->num_inputs; i++) {
+        char prefix[32];
+        if (!(op->params & (1u << i))) continue;
+        if (info->mirror[i].kind == PAR_COMM_NONE || info->mirror[i].group <= 1) continue;
+        snprintf(prefix, sizeof prefix, "mirror: input%d ", i);
+        print_comm(prefix, &info->mirror[i]);
+        mirrors++;
+    }
+    if (!mirrors) printf("mirror: none\n");
+    printf("cost: ");
+    print_cost_fields(&info->cost);
+    putchar('\n');
+}
+
+static void explain_strategy(const par_op_desc *op, const char *strategy_text, int devices) {
+    par_strategy s;
+    par_op_info info;
+    check(par_strategy_parse(strategy_text, &s), "--strategy");
+    check(par_op_infer(op, &s, devices, &info), "strategy");
+    show_op_info(op, &info);
+}
+
+static int cmd_strategy(int argc, char **argv) {
+    args a;
+    par_op_desc op;
+    int devices;
+    parse_args(argc, argv, "strategy", op_specs, &a);
+    parse_op(&a, &op, &devices);
+    explain_strategy(&op, arg_need(&a, "strategy"), devices);
+    return 0;
+}
+
+static int cmd_strategies(int argc, char **argv) {
+    args a;
+    par_op_desc op;
+    int devices, count = 0, capacity = 256, i;
+    par_strategy *list = NULL;
+    par_op_cost *costs = NULL;
+    par_status st;
+    char buf[512];
+
+    parse_args(argc, argv, "strategies", op_specs, &a);
+    if (arg_get(&a, "strategy")) die("strategies: --strategy is for the `strategy` command");
+    parse_op(&a, &op, &devices);
+    for (;;) {
+        list = (par_strategy *)realloc(list, sizeof *list * (size_t)capacity);
+        costs = (par_op_cost *)realloc(costs, sizeof *costs * (size_t)capacity);
+        if (!list || !costs) die("out of memory");
+        st = par_op_strategies(&op, devices, list, costs, capacity, &count);
+        if (st != PAR_ECAPACITY || count <= capacity) break;
+        capacity = count;
+    }
+    check(st, "strategies");
+    for (i = 0; i < count && i < capacity; i++) {
+        par_strategy_format(&list[i], buf, sizeof buf);
+        printf("%s ", buf);
+        print_cost_fields(&costs[i]);
+        putchar('\n');
+    }
+    printf("count: %d\n", count);
+    free(list);
+    free(costs);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+   redistribute
+   ------------------------------------------------------------------------- */
+
+/* "--latency 0=1e-6,1=5e-6", "--latency tp=1e-6", or "--latency 1e-6" (every dim). */
+static void parse_links(const char *text, const par_mesh *mesh, int bandwidth, par_cost_model *cm) {
+    const char *what = bandwidth ? "--bandwidth" : "--latency";
+    char buf[256], *p;
+    int v;
+    if (strlen(text) >= sizeof buf) die("%s: '%.64s...' is too long", what, text);
+    strcpy(buf, text);
+    if (!strchr(buf, '=')) {
+        double x = parse_double(buf, what);
+        if (bandwidth && x <= 0) die("%s: must be positive", what);
+        for (v = 0; v < PARALLEL_MAX_DIMS; v++) *(bandwidth ? &cm->link[v].bandwidth : &cm->link[v].latency) = x;
+        return;
+    }
+    p = buf;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char sep = p[len], *eq;
+        double x;
+        p[len] = 0;
+        eq = strchr(p, '=');
+        if (!eq || eq == p) die("%s: expected dim=value, got '%.64s'", what, p);
+        *eq = 0;
+        v = par_mesh_dev_dim(mesh, p);
+        if (v < 0) v = (int)parse_int(p, 0, mesh->ndim - 1, what);
+        x = parse_double(eq + 1, what);
+        if (bandwidth && x <= 0) die("%s: must be positive", what);
+        *(bandwidth ? &cm->link[v].bandwidth : &cm->link[v].latency) = x;
+        if (!sep) break;
+        p += len + 1;
+    }
+}
+
+/* Layouts carry no dtype: the planner takes the element size from the cost model. */
+static void set_elem_size(par_cost_model *cm, par_dtype dtype) { cm->elem_size = (int)par_dtype_size(dtype); }
+
+/* Plan and print; returns the plan so callers (the tour) can compare. */
+static void show_plan(const par_layout *from, const par_layout *to, const par_cost_model *cm, int greedy,
+                      par_plan *plan) {
+    char buf[8192];
+    if (greedy)
+        check(par_plan_greedy(from, to, cm, plan), "greedy plan");
+    else
+        check(par_plan_redistribution(from, to, cm, plan), "plan");
+    par_plan_format(plan, buf, sizeof buf);
+    fputs(buf, stdout);
+    if (buf[0] && buf[strlen(buf) - 1] != '\n') putchar('\n');
+}
+
+static int cmd_redistribute(int argc, char **argv) {
+    static const opt_spec specs[] = {{"mesh", 1, 0},     {"shape", 1, 0},   {"from", 1, 0},      {"to", 1, 0},
+                                     {"dtype", 1, 0},    {"greedy", 0, 0},  {"to-shape", 1, 0},  {"latency", 1, 0},
+                                     {"bandwidth", 1, 0}, {NULL, 0, 0}};
+    args a;
+    par_mesh mesh;
+    par_layout from, to;
+    par_cost_model cm;
+    par_plan plan;
+    int64_t shape[PARALLEL_MAX_DIMS], to_shape[PARALLEL_MAX_DIMS];
+    int ndim, to_ndim;
+    const char *text;
+
+    parse_args(argc, argv, "redistribute", specs, &a);
+    parse_mesh(arg_need(&a, "mesh"), &mesh);
+    ndim = parse_shape(arg_need(&a, "shape"), shape, "--shape");
+    if ((text = arg_get(&a, "to-shape")) != NULL) {
+        to_ndim = parse_shape(text, to_shape, "--to-shape");
+    } else {
+        to_ndim = ndim;
+        memcpy(to_shape, shape, sizeof shape);
+    }
+    memset(&cm, 0, sizeof cm);
+    set_elem_size(&cm, parse_dtype(&a));
+    if ((text = arg_get(&a, "latency")) != NULL) parse_links(text, &mesh, 0, &cm);
+    if ((text = arg_get(&a, "bandwidth")) != NULL) parse_links(text, &mesh, 1, &cm);
+    check(par_layout_parse(&from, &mesh, ndim, shape, arg_need(&a, "from")), "--from");
+    check(par_layout_parse(&to, &mesh, to_ndim, to_shape, arg_need(&a, "to")), "--to");
+    show_plan(&from, &to, &cm, arg_flag(&a, "greedy"), &plan);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+   tour
+   ------------------------------------------------------------------------- */
+
+static void say(const char *text) { printf("\n%s\n", text); }
+
+static void tour_layout(const char *mesh_spec, const char *shape_spec, const char *map) {
+    par_mesh mesh;
+    par_layout l;
+    int64_t shape[PARALLEL_MAX_DIMS];
+    int ndim;
+    parse_mesh(mesh_spec, &mesh);
+    ndim = parse_shape(shape_spec, shape, "shape");
+    printf("$ par-explain layout --mesh %s --shape %s --map \"%s\"\n", mesh_spec, shape_spec, map);
+    check(par_layout_parse(&l, &mesh, ndim, shape, map), "layout");
+    show_layout(&l, PAR_F32);
+}
+
+static void tour_redistribute(const char *mesh_spec, const char *shape_spec, const char *from_map,
+                              const char *to_shape_spec, const char *to_map, int greedy, par_plan *plan) {
+    par_mesh mesh;
+    par_layout from, to;
+    par_cost_model cm;
+    int64_t shape[PARALLEL_MAX_DIMS], to_shape[PARALLEL_MAX_DIMS];
+    int ndim, to_ndim;
+    parse_mesh(mesh_spec, &mesh);
+    ndim = parse_shape(shape_spec, shape, "shape");
+    to_ndim = parse_shape(to_shape_spec ? to_shape_spec : shape_spec, to_shape, "shape");
+    printf("$ par-explain redistribute --mesh %s --shape %s --from \"%s\" --to \"%s\"", mesh_spec, shape_spec,
+           from_map, to_map);
+    if (to_shape_spec) printf(" --to-shape %s", to_shape_spec);
+    printf("%s\n", greedy ? " --greedy" : "");
+    memset(&cm, 0, sizeof cm);
+    set_elem_size(&cm, PAR_F32);
+    check(par_layout_parse(&from, &mesh, ndim, shape, from_map), "from");
+    check(par_layout_parse(&to, &mesh, to_ndim, to_shape, to_map), "to");
+    show_plan(&from, &to, &cm, greedy, plan);
+}
+
+static int cmd_tour(int argc, char **argv) {
+    static const opt_spec specs[] = {{NULL, 0, 0}};
+    args a;
+    par_plan plan, greedy;
+    par_op_desc op;
+    par_mesh mesh;
+    par_layout from, to;
+    int64_t shape[3] = {2, 8, 32}, shape4[4] = {2, 8, 4, 8}, bad4[4] = {2, 8, 2, 16};
+    char buf[256];
+    par_status st;
+
+    parse_args(argc, argv, "tour", specs, &a);
+    printf("par-explain tour: layouts, strategies and redistribution in parallel.h\n");
+    printf("(each step: what it shows, the command that reproduces it, then its real output)\n");
+
+    say("1. A device mesh lays out ranks row-major, last axis fastest. A tensor map gives each\n"
+        "   tensor dim the DEVICE DIM that splits it, counted from the right (MindSpore's\n"
+        "   convention): on mesh [2,4], device dim 0 is the axis of size 4, device dim 1 the\n"
+        "   axis of size 2. Map [1,0] splits rows 2 ways and columns 4 ways:");
+    tour_layout("2,4", "8,16", "[1,0]");
+    say("   Named axes read better. [dp,None] splits rows over dp and leaves columns whole, so\n"
+        "   the ranks of one tp group all hold the same slice (repeated data):");
+    tour_layout("dp=2,tp=4", "8,16", "[dp,None]");
+
+    say("2. MindSpore's documented examples, Z = (X x W) x V on 4 devices, 16x16 f32.\n"
+        "   a) A data-parallel output [0,-1] (rows split) feeds a consumer that needs the whole\n"
+        "      tensor [-1,-1]: every rank gathers the other three row blocks, one all_gather.\n"
+        "      Each rank's slice is 4x16x4 = 256 bytes; it receives 3 of them: 768 bytes.");
+    tour_redistribute("4", "16,16", "[0,-1]", NULL, "[-1,-1]", 0, &plan);
+    say("   b) A column-split output [-1,0] feeds a row-split input [0,-1]: one all_to_all swaps\n"
+        "      which dim the device dim splits; each rank keeps 1/4 and sends 3/4 of 256 bytes.");
+    tour_redistribute("4", "16,16", "[-1,0]", NULL, "[0,-1]", 0, &plan);
+    say("   c) Matching layouts need nothing...");
+    tour_redistribute("4", "16,16", "[0,-1]", NULL, "[0,-1]", 0, &plan);
+    say("      ...but a matmul whose contraction dim K is split 4 ways, ((1,4),(4,1)), leaves\n"
+        "      every rank with a partial sum of the output: its forward all_reduce over 4 ranks.\n"
+        "$ par-explain strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy \"((1,4),(4,1))\"");
+    memset(&op, 0, sizeof op);
+    op.kind = PAR_OP_MATMUL;
+    op.num_inputs = 2;
+    op.ndim[0] = op.ndim[1] = 2;
+    op.shape[0][0] = op.shape[0][1] = op.shape[1][0] = op.shape[1][1] = 16;
+    explain_strategy(&op, "((1,4),(4,1))", 4);
+
+    say("3. parallel.h makes partial sums explicit (DTensor's Partial), so reductions are\n"
+        "   redistributions too. Partial over device dim 0 to rows split: reduce_scatter.");
+    tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 0, &plan);
+    say("   Partial to replicated: all_reduce (twice the bytes of reduce_scatter).");
+    tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[-1,-1]", 0, &plan);
+
+    say("4. Megatron sequence parallel on tp=4, activation x = [s,b,h] = [16,2,8].\n"
+        "   Before a column-parallel linear: Shard(seq) -> Replicate is an all_gather.");
+    tour_redistribute("tp=4", "16,2,8", "[tp,None,None]", NULL, "[None,None,None]", 0, &plan);
+    say("   After a row-parallel linear: Partial -> Shard(seq) is a reduce_scatter.");
+    tour_redistribute("tp=4", "16,2,8", "[None,None,None] partial=tp", NULL, "[tp,None,None]", 0, &plan);
+    say("   Ulysses context parallel, q = [b,s,heads,d] = [2,16,8,4]: Shard(seq) -> Shard(heads)\n"
+        "   is one all_to_all.");
+    tour_redistribute("cp=4", "2,16,8,4", "[None,cp,None,None]", NULL, "[None,None,cp,None]", 0, &plan);
+
+    say("5. The planner searches for the cheapest plan (A*); MindSpore's greedy walk does not.\n"
+        "   Greedy first all-reduces every partial dim and then splits; the optimal plan fuses\n"
+        "   both into one reduce_scatter, half the bytes. Greedy:");
+    tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 1, &greedy);
+    say("   Optimal:");
+    tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 0, &plan);
+    say("   Swapping the two device dims of a 2x4 mesh, [0,1] -> [1,0], is a cycle that only an\n"
+        "   all_gather can break; which dim to gather decides the bytes. Greedy:");
+    tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 1, &greedy);
+    say("   Optimal:");
+    tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 0, &plan);
+    printf("   (greedy %lld bytes, optimal %lld bytes per rank)\n", (long long)greedy.total_bytes,
+           (long long)plan.total_bytes);
+
+    say("6. A layout-preserving reshape moves no data: [B,S,H*D] = [2,8,32] with H*D split by\n"
+        "   tp=4 is, read row-major, [B,S,H,D] = [2,8,4,8] with the heads split by tp.");
+    parse_mesh("tp=4", &mesh);
+    check(par_layout_parse(&from, &mesh, 3, shape, "[None,None,tp]"), "reshape source");
+    check(par_layout_reshape(&from, 4, shape4, &to), "reshape");
+    printf("reshape: %s shape=[2,8,32]", layout_text(&from, buf, sizeof buf));
+    printf(" -> %s shape=[2,8,4,8] (local)\n", layout_text(&to, buf, sizeof buf));
+    say("   As a redistribution, it is a single local reshape step:");
+    tour_redistribute("tp=4", "2,8,32", "[None,None,tp]", "2,8,4,8", "[None,None,tp,None]", 0, &plan);
+    say("   With only 2 heads, the 4 shards of H*D cut through heads: not local, and the library\n"
+        "   says why:");
+    st = par_layout_reshape(&from, 4, bad4, &to);
+    if (st == PAR_OK)
+        printf("reshape: unexpectedly local: %s\n", layout_text(&to, buf, sizeof buf));
+    else
+        printf("reshape refused (%s): %s\n", par_status_string(st), par_last_error());
+
+    say("Try your own: par-explain --help");
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+   main
+   ------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    int i;
+    if (argc < 2) die("no command given (commands: layout, strategy, strategies, redistribute, tour; see --help)");
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 || (i == 1 && strcmp(argv[i], "help") == 0)) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+    }
+    if (strcmp(argv[1], "layout") == 0) return cmd_layout(argc - 2, argv + 2);
+    if (strcmp(argv[1], "strategy") == 0) return cmd_strategy(argc - 2, argv + 2);
+    if (strcmp(argv[1], "strategies") == 0) return cmd_strategies(argc - 2, argv + 2);
+    if (strcmp(argv[1], "redistribute") == 0) return cmd_redistribute(argc - 2, argv + 2);
+    if (strcmp(argv[1], "tour") == 0) return cmd_tour(argc - 2, argv + 2);
+    die("unknown command '%.64s' (commands: layout, strategy, strategies, redistribute, tour)", argv[1]);
+    return EXIT_USAGE;
+}

@@ -1,0 +1,362 @@
+#!/usr/bin/env bash
+# tests/test_cli.sh - checks par-explain's output against values worked out by hand.
+# Usage: tests/test_cli.sh [path/to/par-explain]   (default build/par-explain)
+# Prints one summary line "cli: N passed, N failed"; exits non-zero if any failed.
+set -u
+export LC_ALL=C
+
+BIN=${1:-build/par-explain}
+passed=0
+failed=0
+OUT=""
+ERR=""
+RC=0
+
+fail() {
+    failed=$((failed + 1))
+    echo "test_cli: FAILED: $*" >&2
+}
+pass() { passed=$((passed + 1)); }
+
+ERRF=$(mktemp)
+trap 'rm -f "$ERRF"' EXIT
+
+# run ARGS...: runs the tool, keeping stdout, stderr (trailing newlines dropped) and
+# the exit status. Few forks: the nasty-value loop below runs it hundreds of times.
+run() {
+    OUT=$("$BIN" "$@" 2>"$ERRF")
+    RC=$?
+    ERR=""
+    IFS= read -r -d '' ERR <"$ERRF"
+    while [[ "$ERR" == *$'\n' ]]; do ERR=${ERR%$'\n'}; done
+}
+
+# ok NAME ARGS...: the command succeeds with exit status 0 and no stderr.
+ok() {
+    local name=$1
+    shift
+    run "$@"
+    if [ "$RC" -eq 0 ] && [ -z "$ERR" ]; then pass; else fail "$name: exit $RC, stderr: $ERR"; fi
+}
+
+# has_line NAME LINE: the last output contains exactly this line.
+has_line() {
+    if printf '%s\n' "$OUT" | grep -qxF -- "$2"; then pass; else
+        fail "$1: no line '$2' in output:"$'\n'"$OUT"
+    fi
+}
+
+# has_match NAME REGEX: some line of the last output matches the extended regex.
+has_match() {
+    if printf '%s\n' "$OUT" | grep -qE -- "$2"; then pass; else
+        fail "$1: no line matching /$2/ in output:"$'\n'"$OUT"
+    fi
+}
+
+# same NAME GOT WANT
+same() {
+    if [ "$2" == "$3" ]; then pass; else fail "$1: got"$'\n'"$2"$'\n'"want"$'\n'"$3"; fi
+}
+
+# bad NAME ARGS...: exit status 2, nothing on stdout, one stderr line starting "error:".
+bad() {
+    local name=$1
+    shift
+    run "$@"
+    if [ "$RC" -eq 2 ] && [ -z "$OUT" ] && [[ "$ERR" == error:\ ?* && "$ERR" != *$'\n'* ]]; then pass; else
+        fail "$name: want exit 2 and one 'error:' line, got exit $RC, stdout '$OUT', stderr '$ERR'"
+    fi
+}
+
+# bad_says NAME NEEDLE ARGS...: as bad, and the message contains NEEDLE.
+bad_says() {
+    local name=$1 needle=$2
+    shift 2
+    bad "$name" "$@"
+    if [[ "$ERR" == *"$needle"* ]]; then pass; else fail "$name: error '$ERR' does not mention '$needle'"; fi
+}
+
+if [ ! -x "$BIN" ]; then
+    echo "test_cli: FAILED: $BIN is not an executable (build it first)" >&2
+    echo "cli: 0 passed, 1 failed"
+    exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# usage
+ok "help" --help
+has_match "help" '^usage: par-explain'
+bad "no args"
+
+# ---------------------------------------------------------------------------
+# layout: mesh [2,4], map [1,0]: tensor dim 0 is split by device dim 1 = mesh axis 0
+# (size 2, rows of 4), dim 1 by device dim 0 = axis 1 (size 4, columns of 4).
+# Rank r has coordinates (r/4, r%4).
+ok "layout" layout --mesh 2,4 --shape 8,16 --map "[1,0]"
+same "layout first lines" "$(printf '%s\n' "$OUT" | head -n 3)" "layout: [1,0] mesh=[2,4] shape=[8,16]
+placements: (Shard(0), Shard(1))
+slice shape: [4,4]"
+got=$(printf '%s\n' "$OUT" | grep '^rank ')
+want="rank 0: [0:4, 0:4]
+rank 1: [0:4, 4:8]
+rank 2: [0:4, 8:12]
+rank 3: [0:4, 12:16]
+rank 4: [4:8, 0:4]
+rank 5: [4:8, 4:8]
+rank 6: [4:8, 8:12]
+rank 7: [4:8, 12:16]"
+same "layout rank lines" "$got" "$want"
+has_line "layout" "rank 5: [4:8, 4:8]"
+has_match "layout" '^repeated: none'
+has_line "layout bytes" "bytes per rank: 64 (f32)"
+
+# Named mesh, rows over dp (axis 0), columns whole: ranks of one dp row share data.
+ok "layout named" layout --mesh dp=2,tp=4 --shape 8,16 --map "[dp,None]" --dtype bf16
+has_line "layout named" "layout: [1,-1] mesh=[dp=2,tp=4] shape=[8,16]"
+has_line "layout named" "placements: (Shard(0), Replicate())"
+has_line "layout named" "slice shape: [4,16]"
+has_line "layout named" "rank 6: [4:8, 0:16]"
+has_line "layout named" "bytes per rank: 128 (bf16)"
+has_line "layout named" "repeated: each slice is held by 4 ranks; groups: [0,1,2,3] [4,5,6,7]"
+
+# Tuple entry: dim 0 split over both dims, axis 0 major: shard = c0*4 + c1 = rank.
+ok "layout tuple" layout --mesh 2,4 --shape 16,4 --map "[(1,0),-1]"
+has_line "layout tuple" "slice shape: [2,4]"
+has_line "layout tuple" "rank 3: [6:8, 0:4]"
+has_line "layout tuple" "rank 7: [14:16, 0:4]"
+
+# Partial: every rank holds a whole-shape slice of partial sums.
+ok "layout partial" layout --mesh 4 --shape 16,16 --map "[-1,-1] partial=0"
+has_line "layout partial" "placements: (Partial())"
+has_line "layout partial" "rank 3: [0:16, 0:16]"
+has_match "layout partial" '^partial: '
+
+# ---------------------------------------------------------------------------
+# redistribute: MindSpore's examples on 4 devices, 16x16 f32 (full tensor B = 1024 bytes).
+# [0,-1] -> [-1,-1]: all_gather of the 4x16 row slices (256 bytes): sends (n-1)*256 = 768.
+ok "all_gather" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]"
+same "all_gather plan" "$OUT" "all_gather tensor_dim=0 device_dim=0 group=4 bytes=768
+total bytes=768 ops=1"
+
+# [-1,0] -> [0,-1]: one all_to_all, (n-1)/n * 256 = 192 bytes.
+ok "all_to_all" redistribute --mesh 4 --shape 16,16 --from "[-1,0]" --to "[0,-1]" --dtype f32
+same "all_to_all plan" "$OUT" "all_to_all tensor_dim=1 to_dim=0 device_dim=0 group=4 bytes=192
+total bytes=192 ops=1"
+
+# Matching layouts: nothing to do.
+ok "identity" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[0,-1]"
+same "identity plan" "$OUT" "total bytes=0 ops=0"
+
+# Partial over device dim 0 -> rows split: reduce_scatter, (n-1)/n * 1024 = 768.
+ok "reduce_scatter" redistribute --mesh 4 --shape 16,16 --from "[-1,-1] partial=0" --to "[0,-1]"
+same "reduce_scatter plan" "$OUT" "reduce_scatter tensor_dim=0 device_dim=0 group=4 bytes=768
+total bytes=768 ops=1"
+
+# Partial -> replicated: all_reduce, 2(n-1)/n * 1024 = 1536.
+ok "all_reduce" redistribute --mesh 4 --shape 16,16 --from "[-1,-1] partial=0" --to "[-1,-1]"
+has_match "all_reduce plan" '^all_reduce( tensor_dim=-1)? device_dim=0 group=4 bytes=1536$'
+has_line "all_reduce total" "total bytes=1536 ops=1"
+same "all_reduce ops" "$(printf '%s\n' "$OUT" | wc -l | tr -d ' ')" "2"
+
+# Replicated -> split is a local split: no bytes.
+ok "split" redistribute --mesh 4 --shape 16,16 --from "[-1,-1]" --to "[-1,0]"
+has_match "split plan" '^split tensor_dim=1 device_dim=0 group=4 bytes=0$'
+has_line "split total" "total bytes=0 ops=1"
+
+# dtype scales bytes: bf16 halves the all_gather (384), f64 doubles it (1536).
+ok "bf16" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]" --dtype bf16
+has_line "bf16" "total bytes=384 ops=1"
+ok "f64" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]" --dtype f64
+has_line "f64" "total bytes=1536 ops=1"
+
+# Named mesh and named maps.
+ok "named" redistribute --mesh dp=2,tp=4 --shape 8,16 --from "[dp,None]" --to "[None,None]"
+has_line "named" "all_gather tensor_dim=0 device_dim=1 group=2 bytes=256"
+has_line "named" "total bytes=256 ops=1"
+
+# Greedy: all_reduce then split, 1536 bytes, never cheaper than the optimal 768.
+ok "greedy" redistribute --mesh 4 --shape 16,16 --from "[-1,-1] partial=0" --to "[0,-1]" --greedy
+has_match "greedy" '^all_reduce'
+has_match "greedy" '^total bytes=1536 ops=2$'
+
+# Layout-preserving reshape [B,S,H*D] -> [B,S,H,D] on tp=4: one local reshape, no bytes.
+ok "reshape" redistribute --mesh tp=4 --shape 2,8,32 --from "[None,None,tp]" --to "[None,None,tp,None]" --to-shape 2,8,4,8
+has_match "reshape" '^reshape'
+has_line "reshape" "total bytes=0 ops=1"
+
+# A reshape that is not local needs data movement around one local reshape step; it
+# must not cost more than gathering the whole 2x8x32 f32 tensor (2048 bytes): 3/4 * 2048.
+ok "reshape moving data" redistribute --mesh tp=4 --shape 2,8,32 --from "[None,None,tp]" --to "[None,None,None,tp]" --to-shape 2,8,2,16
+same "reshape moving data: one reshape" "$(printf '%s\n' "$OUT" | grep -c '^reshape group=1 bytes=0$')" "1"
+bytes=$(printf '%s\n' "$OUT" | sed -n 's/^total bytes=\([0-9]*\) ops=[0-9]*$/\1/p')
+if [ -n "$bytes" ] && [ "$bytes" -gt 0 ] && [ "$bytes" -le 1536 ]; then pass; else
+    fail "reshape moving data: total bytes '$bytes' not in 1..1536"
+fi
+
+# Cost model options are accepted (values per device dim, by number or axis name).
+ok "latency" redistribute --mesh dp=2,tp=4 --shape 8,16 --from "[1,0]" --to "[-1,-1]" --latency tp=1,dp=10 --bandwidth 0=100,1=1
+has_match "latency" '^total bytes=[0-9]+ ops=[0-9]+$'
+
+# ---------------------------------------------------------------------------
+# strategy: MatMul 16x32 x 32x64 on 8 devices, ((2,1),(1,4)): device matrix [M,K,N] =
+# [2,1,4]; A [M,K] -> map [2,1], B [K,N] -> [1,0], out [M,N] -> [2,0]. B (a parameter)
+# does not use device dim 2 (size 2): its gradient is all-reduced over 2 ranks.
+ok "strategy" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --param 1
+has_line "strategy" "device_matrix: [2,1,4]"
+has_line "strategy" "input0 tensor_map: [2,1]"
+has_line "strategy" "input0 slice: [8,32]"
+has_line "strategy" "input1 tensor_map: [1,0]"
+has_line "strategy" "input1 slice: [32,16]"
+has_line "strategy" "output tensor_map: [2,0]"
+has_line "strategy" "output slice: [8,16]"
+has_line "strategy" "forward_comm: none"
+has_line "strategy" "mirror: input1 all_reduce group=2"
+# 2*8*32*16 flops; slices (256+512+128)*4 bytes; mirror 2(n-1)/n * 2048 bytes.
+has_match "strategy cost" '^cost: compute_flops=8192 comm_bytes=2048 memory_bytes=3584 total=[0-9.e+-]+$'
+
+# --param may repeat; bf16 halves the bytes: memory (256+512+128)*2 = 1792; mirrors
+# 2(4-1)/4 * (8*32*2) for A plus 2(2-1)/2 * (32*16*2) for B = 768 + 1024 = 1792.
+ok "strategy param repeat" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --param 0 --param 1 --dtype bf16
+has_line "strategy param repeat" "mirror: input0 all_reduce group=4"
+has_line "strategy param repeat" "mirror: input1 all_reduce group=2"
+has_match "strategy bf16 cost" '^cost: compute_flops=8192 comm_bytes=1792 memory_bytes=1792 total='
+
+# The same without --param: no mirror.
+ok "strategy no param" strategy --op MatMul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))"
+has_line "strategy no param" "mirror: none"
+
+# Contraction split 4 ways: forward all_reduce over 4 ranks (MindSpore example c).
+ok "strategy K split" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(4,1))"
+has_line "strategy K split" "forward_comm: all_reduce group=4"
+has_line "strategy K split" "device_matrix: [1,4,1]"
+has_line "strategy K split" "input0 slice: [16,4]"
+has_line "strategy K split" "output slice: [16,16]"
+# ... or a reduce_scatter on request (Megatron sequence parallel).
+ok "strategy RS" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(4,1))" --reduce-scatter
+has_line "strategy RS" "forward_comm: reduce_scatter group=4"
+
+# Repeated calculation: 2 of 8 devices used -> repeated dim of 4 appended on the right.
+ok "strategy repeated" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,1))" --param 0,1
+has_match "strategy repeated" '^device_matrix: \[2,1,1,4\]'
+has_line "strategy repeated" "input0 tensor_map: [3,2]"
+has_line "strategy repeated" "mirror: input0 all_reduce group=4"
+has_line "strategy repeated" "mirror: input1 all_reduce group=8"
+
+# Other operators parse and infer.
+ok "strategy transpose_b" strategy --op matmul --devices 4 --shapes 16x32,64x32 --strategy "((2,1),(2,1))" --transpose-b
+has_line "strategy transpose_b" "output slice: [8,32]"
+ok "strategy elementwise" strategy --op add --devices 4 --shapes 8x16,8x16 --strategy "((2,2),(2,2))"
+has_line "strategy elementwise" "output slice: [4,8]"
+ok "strategy softmax" strategy --op softmax --devices 4 --shapes 8x16 --strategy "((4,1),)" --axes -1
+has_line "strategy softmax" "forward_comm: none"
+ok "strategy reduce" strategy --op reduce_sum --devices 4 --shapes 8x16 --strategy "((1,4),)" --axes 1
+has_match "strategy reduce" '^forward_comm: all_reduce group=4'
+ok "strategy transpose" strategy --op transpose --devices 4 --shapes 8x16 --strategy "((4,1),)" --perm 1,0
+has_line "strategy transpose" "output slice: [16,2]"
+
+# ---------------------------------------------------------------------------
+# strategies: every valid strategy, cheapest first, then a count line.
+ok "strategies" strategies --op matmul --devices 8 --shapes 16x32,32x64
+n_lines=$(printf '%s\n' "$OUT" | grep -c '^((')
+has_line "strategies count" "count: $n_lines"
+has_match "strategies has example" '^\(\(2,1\),\(1,4\)\) compute_flops='
+sorted=$(printf '%s\n' "$OUT" | grep '^((' | sed 's/.*total=//' | sort -g -c 2>&1 && echo sorted)
+same "strategies sorted by cost" "$sorted" "sorted"
+if [ "$n_lines" -ge 10 ]; then pass; else fail "strategies: only $n_lines strategies for 8 devices"; fi
+# 6 devices: non-power-of-two divisors appear (3 splits 48).
+ok "strategies 6" strategies --op matmul --devices 6 --shapes 48x12,12x6
+has_match "strategies 6" '^\(\(3,'
+
+# ---------------------------------------------------------------------------
+# tour
+ok "tour" tour
+for w in all_gather all_to_all reduce_scatter all_reduce "forward_comm: all_reduce group=4" reshape "rank 5: [4:8, 4:8]"; do
+    if [[ "$OUT" == *"$w"* ]]; then pass; else fail "tour: no '$w'"; fi
+done
+has_line "tour all_gather" "all_gather tensor_dim=0 device_dim=0 group=4 bytes=768"
+
+# ---------------------------------------------------------------------------
+# errors: exit 2 and one "error:" line
+bad_says "unknown command" "frobnicate" frobnicate
+bad_says "unknown op" "--op" strategy --op convolution --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(4,1))"
+bad_says "bad map text" "--map" layout --mesh 2,4 --shape 8,16 --map "[1,0"
+bad "bad map text 2" layout --mesh 2,4 --shape 8,16 --map "[x,0]"
+bad "map out of range" layout --mesh 2,4 --shape 8,16 --map "[2,0]"
+bad "map repeated dim" layout --mesh 2,4 --shape 8,16 --map "[0,0]"
+bad "map wrong length" layout --mesh 2,4 --shape 8,16 --map "[0]"
+bad "named map on unnamed mesh" layout --mesh 2,4 --shape 8,16 --map "[dp,None]"
+bad_says "non-dividing shape" "divisible" layout --mesh 2,4 --shape 8,6 --map "[1,0]"
+bad_says "missing flag value" "--map" layout --mesh 2,4 --shape 8,16 --map
+bad_says "missing flag value mid" "--mesh" layout --mesh --shape 8,16 --map "[1,0]"
+bad_says "missing flag" "--shape" layout --mesh 2,4 --map "[1,0]"
+bad_says "unknown flag" "--frob" layout --mesh 2,4 --shape 8,16 --map "[1,0]" --frob 1
+bad "unknown flag strategy" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(4,1))" --bogus
+bad "positional" layout --mesh 2,4 --shape 8,16 --map "[1,0]" extra
+bad "flag twice" layout --mesh 2,4 --mesh 2,4 --shape 8,16 --map "[1,0]"
+bad "flag given value" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]" --greedy=1
+bad "mesh with 0" layout --mesh 2,0 --shape 8,16 --map "[1,0]"
+bad "mesh text" layout --mesh 2,,4 --shape 8,16 --map "[1,0]"
+bad "mesh negative" layout --mesh -2 --shape 8 --map "[0]"
+bad "shape with 0" layout --mesh 2,4 --shape 8,0 --map "[1,-1]"
+bad "shape text" layout --mesh 2,4 --shape 8,abc --map "[1,0]"
+bad "shape huge" layout --mesh 2,4 --shape 8,99999999999999999999999 --map "[1,0]"
+bad "shape too many dims" layout --mesh 2 --shape 1,1,1,1,1,1,1,1,1 --map "[-1,-1,-1,-1,-1,-1,-1,-1,-1]"
+bad "newline in a value" layout --mesh 2,4 --shape $'8\n16' --map "[1,0]"
+bad "newline in a map" layout --mesh 2,4 --shape 8,16 --map $'[1,\n0'
+bad "bad dtype" layout --mesh 2,4 --shape 8,16 --map "[1,0]" --dtype f8
+bad_says "strategy wrong input count" "strategy" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),)"
+bad "strategy too few shapes" strategy --op matmul --devices 4 --shapes 16x16 --strategy "((1,4),(4,1))"
+bad "strategy text" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(4,1)"
+bad "strategy contraction mismatch" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(2,2))"
+bad "strategy too many devices" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((2,4),(4,1))"
+bad "strategy devices not a multiple" strategy --op matmul --devices 6 --shapes 16x16,16x16 --strategy "((1,4),(4,1))"
+bad "strategy not dividing shape" strategy --op matmul --devices 3 --shapes 16x16,16x16 --strategy "((3,1),(1,1))"
+bad "strategy shape mismatch" strategy --op matmul --devices 4 --shapes 16x32,16x16 --strategy "((1,4),(4,1))"
+bad "devices 0" strategy --op matmul --devices 0 --shapes 16x16,16x16 --strategy "((1,4),(4,1))"
+bad "devices text" strategy --op matmul --devices four --shapes 16x16,16x16 --strategy "((1,4),(4,1))"
+bad "param out of range" strategy --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(4,1))" --param 2
+bad "shapes empty input" strategy --op matmul --devices 4 --shapes 16x16,,16x16 --strategy "((1,4),(4,1))"
+bad "strategies with strategy" strategies --op matmul --devices 4 --shapes 16x16,16x16 --strategy "((1,4),(4,1))"
+bad "strategies unknown op" strategies --op nope --devices 4 --shapes 16x16
+bad "redistribute bad from" redistribute --mesh 4 --shape 16,16 --from "[0,-1] partial=" --to "[-1,-1]"
+bad "redistribute bad to" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1,-1]"
+bad "redistribute partial clash" redistribute --mesh 4 --shape 16,16 --from "[0,-1] partial=0" --to "[-1,-1]"
+bad "redistribute to-shape count" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]" --to-shape 16,15
+bad "redistribute bad latency" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]" --latency 5=1
+bad "redistribute bad bandwidth" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]" --bandwidth 0=-1
+bad "tour with args" tour --mesh 2
+
+# ---------------------------------------------------------------------------
+# Nasty values in every option of a few valid commands: exit 0, or exit 2 with one
+# "error:" line; never a crash. One check per command.
+nasty=("" "-1" "99999999999999999999" "((" "None" "[-1,-1] partial=" "1e400"
+       "$(printf '%0300d' 7)" "((((((((((((((((((((((((((((((((((((((((" "8x0" $'1\n2')
+commands=(
+    'layout --mesh 2,4 --shape 8,16 --map [1,0] --dtype f32'
+    'strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy ((2,1),(1,4)) --param 1'
+    'strategy --op reshape --devices 4 --shapes 8x16 --strategy ((4,1),) --out-shape 8,4,4'
+    'strategy --op reduce_mean --devices 4 --shapes 8x16 --strategy ((1,4),) --axes 1 --keep-dims'
+    'strategies --op batch_matmul --devices 4 --shapes 2x8x16,2x16x8'
+    'redistribute --mesh 2,4 --shape 8,16 --from [1,-1] --to [-1,0] --latency 0=1,1=2 --bandwidth 1'
+    'redistribute --mesh tp=4 --shape 2,8,32 --from [None,None,tp] --to [None,None,tp,None] --to-shape 2,8,4,8'
+)
+for c in "${commands[@]}"; do
+    read -r -a argv <<<"$c"
+    bad_runs=""
+    for ((i = 2; i < ${#argv[@]}; i++)); do
+        [[ "${argv[i - 1]}" == --* ]] || continue
+        for v in "${nasty[@]}"; do
+            mutated=("${argv[@]}")
+            mutated[i]=$v
+            run "${mutated[@]}"
+            if ! { [ "$RC" -eq 0 ] && [ -z "$ERR" ]; } &&
+                ! { [ "$RC" -eq 2 ] && [[ "$ERR" == error:\ ?* && "$ERR" != *$'\n'* ]]; }; then
+                bad_runs+=" [${mutated[*]}: exit $RC, stderr ${ERR:0:200}]"
+            fi
+        done
+    done
+    if [ -z "$bad_runs" ]; then pass; else fail "nasty values in '$c':$bad_runs"; fi
+done
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
