@@ -5,7 +5,7 @@
 #   make test SAN=address,undefined   the same with sanitizers (separate build dir)
 #   make bench                build (-O2 -DNDEBUG, never sanitized) and run bench/bench_*.c
 #   make demo                 the CLI's guided tour
-#   make test-cuda            build and run the CUDA smoke test (needs a GPU)
+#   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun)
 #   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
 #
 # Every program includes the implementation itself (single-header library), so
@@ -45,6 +45,7 @@ hash := \#
 probe_header = $(shell printf '$(hash)include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo yes || echo no)
 
 MPICC ?= mpicc
+MPIRUN ?= mpirun --allow-run-as-root --oversubscribe
 HAVE_MPI := $(if $(shell command -v $(MPICC) 2>/dev/null),yes,no)
 
 # nvcc from PATH, else from CUDA_HOME (a default CUDA install does not touch PATH).
@@ -78,13 +79,25 @@ BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
 BENCH_BINS := $(patsubst bench/%.c,build/%,$(BENCH_SRCS))
 EXPLAIN    := $(if $(wildcard examples/explain.c),$(B)/par-explain)
 # Always in build/: nvcc gets no sanitizer flags, so a SAN build reuses it.
-CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke)
+CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute)
+# The NCCL comm test is bootstrapped over MPI, so it also needs mpicc.
+CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm))
+# MPI tests (tests/mpi/test_*.c): built with mpicc and PARALLEL_WITH_MPI, run by
+# tests/run.sh under mpirun -np 4.
+MPI_SRCS   := $(if $(filter yes,$(HAVE_MPI)),$(sort $(wildcard tests/mpi/test_*.c)))
+# test_comm_mpi also runs chunked (tiny MPI count limit) to exercise the >INT_MAX path.
+MPI_BINS   := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(MPI_SRCS)) $(if $(MPI_SRCS),$(B)/mpi_test_comm_chunked)
+# bench_kernels compares the built-in GEMM with OpenBLAS in one binary.
+BENCH_CBLAS := $(if $(filter yes,$(HAVE_OPENBLAS)),-DBENCH_HAVE_CBLAS,)
+BENCH_CBLAS_LIBS := $(if $(filter yes,$(HAVE_OPENBLAS)),-lopenblas,)
+# bench_comm measures the MPI backend beside the threads one when mpicc exists.
+BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 
 .PHONY: all detect test test-programs bench demo cuda cuda-available test-cuda install clean
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
-all: detect $(EXPLAIN) $(TEST_BINS) $(BENCH_BINS) $(CUDA_SMOKE)
+all: detect $(EXPLAIN) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
 	@echo "detected: MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)"
@@ -101,25 +114,47 @@ $(B)/par-explain: examples/explain.c | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
 
+$(B)/mpi_test_%: tests/mpi/test_%.c | $(B)
+	@rm -f $@
+	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c | $(B)
+	@rm -f $@
+	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -DPAR__MPI_MAX_COUNT=1000 -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
+
 build/bench_%: bench/bench_%.c | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
 
+build/bench_kernels: bench/bench_kernels.c | build
+	@rm -f $@
+	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $(BENCH_CBLAS) $< -o $@ $(BENCH_CBLAS_LIBS) $(LDLIBS)
+
+build/bench_comm: bench/bench_comm.c | build
+	@rm -f $@
+	$(BENCH_COMM_CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
+
 # The .cu carries no copy of the implementation (it includes parallel.h plain);
 # the smoke test does. Linked here even without a GPU so CI proves it builds.
-build/test_cuda_smoke: parallel_cuda.cu tests/cuda/test_cuda_smoke.cu parallel.h tests/test.h | build
+build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/test.h | build
 	@rm -f $@
-	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_smoke.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_$*.cu -o $@ $(CUDA_LIBS)
+
+build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h | build
+	@rm -f $@
+	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
+	  tests/cuda/test_cuda_comm.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TEST_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE)
+test-programs: $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 test: detect
 	@$(MAKE) --no-print-directory -k test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' \
 	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CUDA_SKIP='$(CUDA_SKIP)' \
+	  MPI_BINS='$(MPI_BINS)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM)' \
 	  bash tests/run.sh
 
 bench: $(BENCH_BINS)
@@ -128,10 +163,15 @@ bench: $(BENCH_BINS)
 demo: $(B)/par-explain
 	./$(B)/par-explain tour
 
-cuda: cuda-available build/test_cuda_smoke
+cuda: cuda-available build/test_cuda_smoke build/test_cuda_compute $(CUDA_COMM)
 
+# One rank per GPU for the NCCL test (NCCL refuses two ranks on one device).
+GPUS = $(shell nvidia-smi -L 2>/dev/null | wc -l)
 test-cuda: cuda
-	./build/test_cuda_smoke
+	@set -e; ./build/test_cuda_smoke; ./build/test_cuda_compute; \
+	if [ -x build/test_cuda_comm ]; then \
+	  $(MPIRUN) -np $(GPUS) build/test_cuda_comm; \
+	else echo "cuda_comm: skipped (no mpicc)"; fi
 
 cuda-available:
 	@test -z "$(CUDA_SKIP)" || { echo "cannot build the CUDA code: $(CUDA_SKIP)" >&2; exit 1; }

@@ -12,8 +12,15 @@
      - an optimal redistribution planner (split / all_gather / all_to_all /
        all_reduce / reduce_scatter / local reshape) and a mesh simulator that runs
        a plan for every rank inside one process,
-     - (later sections) communication and compute hook tables and ready parallel
-       schedules.
+     - a communication hook table (collectives, p2p, async requests) with an
+       in-process threads backend (n ranks as threads: the default), an OpenMPI
+       backend and, in parallel_cuda.cu, NCCL; bounded waits, never a hang,
+     - a compute hook table (memory, GEMM, flash attention, RMSNorm, RoPE,
+       SwiGLU, embedding, cross-entropy incl. vocab-split pieces, AdamW) with
+       portable CPU kernels here and cuBLAS/CUDA kernels in parallel_cuda.cu,
+     - a context per rank (mesh, tables, cached groups) and an executor that
+       runs redistribution plans on real buffers through any comm table.
+     - (later sections) ready parallel schedules.
 
    HOW TO USE IT
    -------------
@@ -36,6 +43,13 @@
                                never used for user input
      PARALLEL_MAX_DIMS         max mesh dims and tensor dims (default 8, max 8);
                                must be set identically everywhere
+     PARALLEL_NO_THREADS       no pthreads: par_run_threads returns
+                               PAR_EUNSUPPORTED, CPU kernels use one thread
+     PARALLEL_WITH_MPI         compile the MPI backend (par_ctx_init_mpi); build
+                               with mpicc (implementation file only)
+     PARALLEL_WITH_CBLAS       CPU GEMM through cblas_sgemm (link OpenBLAS);
+                               default: the built-in kernel, which picks
+                               AVX-512 / AVX2 / portable code at run time
 
    TWENTY-LINE EXAMPLE
    -------------------
@@ -84,6 +98,17 @@
                       forward comm, mirror ops, cost, enumeration
      >>redistribute   optimal and greedy redistribution plans, plan cache
      >>simulate       mesh simulator: run a plan for all ranks in one process
+     >>comm           communication hook table (collectives, p2p, async)
+     >>compute        compute hook table (memory, GEMM, flash attention, kernels)
+     >>context        par_ctx: rank, mesh, tables, cached groups; launchers
+     >>executor       run a redistribution plan through the comm table
+   The implementation follows the same order; backends sit between the context
+   and the executor (implementation-only banners):
+     >>comm-threads   in-process threads backend: par_run_threads (the default)
+     >>comm-mpi       OpenMPI backend: par_ctx_init_mpi (PARALLEL_WITH_MPI)
+     >>compute-cpu    portable CPU kernels, flash attention, par_compute_cpu
+                      (GEMM through CBLAS with PARALLEL_WITH_CBLAS)
+   CUDA kernels and the NCCL backend live in parallel_cuda.cu.
 */
 #ifndef PARALLEL_H
 #define PARALLEL_H
@@ -151,6 +176,10 @@ PARALLEL_DEF const char *par_last_error(void);
 
 /* Forget the latest failure on the calling thread. */
 PARALLEL_DEF void par_clear_error(void);
+
+/* Set the calling thread's failure sentence (printf format) and return `status`:
+   for hook tables a host writes (`return par_set_error(PAR_ECOMM, "...")`). */
+PARALLEL_DEF par_status par_set_error(par_status status, const char *fmt, ...) PAR__PRINTF(2, 3);
 
 /* Element types. */
 typedef enum par_dtype { PAR_F32 = 0, PAR_BF16, PAR_F16, PAR_I32, PAR_I64, PAR_F64, PAR_DTYPE_COUNT } par_dtype;
@@ -568,6 +597,326 @@ PARALLEL_DEF par_status par_sim_run(const par_plan *plan, double *const *locals)
    par_last_error(). */
 PARALLEL_DEF int par_sim_matches(const par_layout *layout, const double *global, double *const *locals);
 
+/* ============================================================================
+   >>comm
+   The communication hook table. Backends (threads, MPI, NCCL, or the host's own
+   transport) fill one; everything above the transport calls only this table.
+   ========================================================================== */
+
+typedef enum par_reduce_op {
+    PAR_REDUCE_SUM = 0,
+    PAR_REDUCE_AVG, /* sum / group size; integer dtypes divide with truncation */
+    PAR_REDUCE_MAX
+} par_reduce_op;
+
+/* A backend's communicator over a list of world ranks, and a pending async op. */
+typedef struct par_comm_group par_comm_group;
+typedef struct par_request par_request;
+
+#define PAR_COMM_TABLE_VERSION 1
+
+/* Every op: counts are ELEMENTS of `dtype` (f32, bf16, f16, i32, i64, f64;
+   bf16/f16 reduce in f32 and round to nearest even); member indices (`root`,
+   `peer`) are positions in the group's rank list; buffers are the memory the
+   backend works on (host for threads and MPI, device for NCCL).
+   `req == NULL` runs the op to completion (blocking); otherwise the op is
+   started, *req receives a request and the buffers must stay untouched until
+   wait/test reports completion. Every member of a group issues the group's
+   collectives in the same order. Errors: PAR_EINVAL (bad argument),
+   PAR_ETIMEOUT (a member did not arrive within the context's timeout),
+   PAR_ECOMM (a member failed or the transport broke); the message names the op,
+   the group and the rank at fault. */
+typedef struct par_comm_table {
+    int version;      /* PAR_COMM_TABLE_VERSION */
+    const char *name; /* "threads", "mpi", "nccl", or the host's name */
+    void *user;       /* passed first to every call */
+    int rank, size;   /* this rank in the world, world size */
+
+    /* Create a group of `count` world ranks (no duplicates; member i is ranks[i]).
+       Collective over the members, who all pass the same list. */
+    par_status (*group_create)(void *user, const int *ranks, int count, par_comm_group **group);
+    void (*group_destroy)(void *user, par_comm_group *group);
+
+    /* recv[i] = op over members of send[i], count elements. send == recv is in place. */
+    par_status (*all_reduce)(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                             par_dtype dtype, par_reduce_op op, par_request **req);
+    /* recv = concatenation of every member's `count` elements in member order
+       (recv holds n*count). In place when send == recv + index*count. */
+    par_status (*all_gather)(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                             par_dtype dtype, par_request **req);
+    /* send holds n blocks of `count`; recv = op over members of block `index`. */
+    par_status (*reduce_scatter)(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                                 par_dtype dtype, par_reduce_op op, par_request **req);
+    /* send holds n blocks of `count`; block j goes to member j, and recv block j
+       comes from member j. send and recv must not overlap. */
+    par_status (*all_to_all)(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                             par_dtype dtype, par_request **req);
+    /* buf of member `root` is copied to every member's buf. */
+    par_status (*broadcast)(void *user, par_comm_group *group, void *buf, int64_t count, par_dtype dtype, int root,
+                            par_request **req);
+    /* Point to point within a group. Messages between two members arrive in the
+       order they were sent; the counts of a matching send and recv must agree. */
+    par_status (*send)(void *user, par_comm_group *group, const void *buf, int64_t count, par_dtype dtype, int peer,
+                       par_request **req);
+    par_status (*recv)(void *user, par_comm_group *group, void *buf, int64_t count, par_dtype dtype, int peer,
+                       par_request **req);
+    par_status (*barrier)(void *user, par_comm_group *group);
+
+    /* Complete a request and free it; returns the op's status. */
+    par_status (*wait)(void *user, par_request *req);
+    /* *done = 1 when the op has completed: the request is then freed and the
+       op's status returned. *done = 0: still pending, PAR_OK. */
+    par_status (*test)(void *user, par_request *req, int *done);
+    /* Device backends: the stream later ops are ordered on (NULL = default).
+       May be NULL in host backends. */
+    par_status (*set_stream)(void *user, void *stream);
+    /* Free everything the backend allocated for this rank (called by par_ctx_destroy). */
+    void (*destroy)(void *user);
+} par_comm_table;
+
+/* "sum", "avg", "max". */
+PARALLEL_DEF const char *par_reduce_op_name(par_reduce_op op);
+
+/* ============================================================================
+   >>compute
+   The compute hook table: memory and the kernels a transformer step needs.
+   ========================================================================== */
+
+/* What an allocation holds (memory reports are per category). */
+typedef enum par_mem_category {
+    PAR_MEM_PARAMS = 0,
+    PAR_MEM_GRADS,
+    PAR_MEM_OPTIMIZER,
+    PAR_MEM_ACTIVATIONS,
+    PAR_MEM_COMM,
+    PAR_MEM_WORKSPACE,
+    PAR_MEM_CATEGORY_COUNT
+} par_mem_category;
+
+/* "params", "grads", "optimizer", "activations", "comm", "workspace". */
+PARALLEL_DEF const char *par_mem_category_name(par_mem_category category);
+
+/* Current and peak bytes per category for one rank's compute table. */
+typedef struct par_mem_report {
+    int64_t current[PAR_MEM_CATEGORY_COUNT];
+    int64_t peak[PAR_MEM_CATEGORY_COUNT];
+    int64_t current_total, peak_total;
+} par_mem_report;
+
+typedef enum par_copy_kind { PAR_COPY_HOST_TO_HOST = 0, PAR_COPY_HOST_TO_DEVICE, PAR_COPY_DEVICE_TO_HOST, PAR_COPY_DEVICE_TO_DEVICE } par_copy_kind;
+
+/* C = alpha * op(A) op(B) + beta * C, row-major. op(A) is m x k: A is stored
+   m x k (transa = 0) or k x m (transa = 1); op(B) is k x n: B is k x n or n x k.
+   Element (i,j) of X is X[i*ldX + j]; a zero leading dim means tight (the stored
+   row length). beta = 0 means C is not read. batch > 1: problem b uses
+   A + b*stride_a, B + b*stride_b, C + b*stride_c (elements; a zero A or B stride
+   broadcasts). a_type is the type of A and B, c_type of C; accumulation is f32.
+   The CPU table supports f32 only. */
+typedef struct par_gemm_desc {
+    int transa, transb;
+    int64_t m, n, k;
+    float alpha, beta;
+    int64_t lda, ldb, ldc;
+    int64_t stride_a, stride_b, stride_c;
+    int64_t batch; /* 0 = 1 */
+    par_dtype a_type, c_type;
+} par_gemm_desc;
+
+/* One attention call in flash form. q [batch, q_len, q_heads, head_dim],
+   k and v [batch, k_len, kv_heads, head_dim], o like q, lse [batch, q_heads, q_len]
+   (f32, natural log of the sum of exp of the scaled, masked scores; -inf and o = 0
+   for a row that sees no key). q_heads must be a multiple of kv_heads (GQA; MQA
+   is kv_heads = 1): query head h reads kv head h / (q_heads / kv_heads).
+   causal: key j is visible to query i iff k_pos[j] <= q_pos[i] (global positions,
+   so ring steps and zigzag blocks need no mask tensor). Zero scale = 1/sqrt(head_dim);
+   NULL positions = 0..len-1. dtype: of q, k, v, o and their gradients (CPU: f32). */
+typedef struct par_attn_desc {
+    int batch, q_heads, kv_heads, head_dim;
+    int64_t q_len, k_len;
+    int causal;
+    float scale;
+    const int64_t *q_pos, *k_pos;
+    par_dtype dtype;
+} par_attn_desc;
+
+#define PAR_COMPUTE_TABLE_VERSION 1
+
+/* Every kernel is f32 row-major unless its comment says otherwise; sizes are
+   element counts. Pointers are memory of the table's device (host for the CPU
+   table). Kernels return PAR_EINVAL for bad sizes or NULL pointers with a
+   message naming the argument. A device table may run kernels asynchronously on
+   its stream; `synchronize` waits. */
+typedef struct par_compute_table {
+    int version;      /* PAR_COMPUTE_TABLE_VERSION */
+    const char *name; /* "cpu", "cuda", or the host's */
+    void *user;
+    int device_memory; /* 1 if pointers are device memory (host copies need memcpy) */
+    void *stream;      /* device stream kernels run on (cudaStream_t), NULL on CPU */
+
+    /* Memory: alloc returns zero-filled memory tagged with a category. */
+    par_status (*alloc)(void *user, size_t bytes, par_mem_category category, void **ptr);
+    void (*free)(void *user, void *ptr);
+    par_status (*memcpy)(void *user, void *dst, const void *src, size_t bytes, par_copy_kind kind);
+    par_status (*memset)(void *user, void *dst, int value, size_t bytes);
+    /* height rows of width bytes: dst + r*dst_pitch <- src + r*src_pitch (same device). */
+    par_status (*memcpy_2d)(void *user, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                            size_t width, size_t height);
+    par_status (*memory_report)(void *user, par_mem_report *report);
+    par_status (*synchronize)(void *user);
+
+    par_status (*gemm)(void *user, const par_gemm_desc *desc, const void *a, const void *b, void *c);
+
+    /* Attention forward: o and lse as par_attn_desc says. */
+    par_status (*attention_fwd)(void *user, const par_attn_desc *desc, const void *q, const void *k, const void *v,
+                                void *o, float *lse);
+    /* Backward from q, k, v, o, lse and do_ (recomputing the scores tile by tile).
+       For blocked/ring attention pass the fully merged o and lse: each key block's
+       gradients are then exact and add up. accumulate = 1 adds into dq, dk, dv. */
+    par_status (*attention_bwd)(void *user, const par_attn_desc *desc, const void *q, const void *k, const void *v,
+                                const void *o, const float *lse, const void *do_, void *dq, void *dk, void *dv,
+                                int accumulate);
+    /* Merge a key block's partial result (o_b, lse_b, shaped as o and lse of desc,
+       f32) into the running (o, lse) in place. */
+    par_status (*attention_merge)(void *user, const par_attn_desc *desc, float *o, float *lse, const float *o_b,
+                                  const float *lse_b);
+
+    /* y = x * rstd * w per row of x [rows, dim]; rstd [rows] saved (may be NULL). */
+    par_status (*rmsnorm_fwd)(void *user, int64_t rows, int64_t dim, const float *x, const float *w, float eps,
+                              float *y, float *rstd);
+    /* dx overwritten (may equal dy); dw [dim] accumulated into. */
+    par_status (*rmsnorm_bwd)(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
+                              const float *rstd, const float *dy, float *dx, float *dw);
+    /* Rotate-half RoPE on [tokens, heads, head_dim]; pos [tokens] global positions
+       (i64); theta the base. y may equal x. bwd applies the inverse rotation. */
+    par_status (*rope_fwd)(void *user, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                           float theta, const float *x, float *y);
+    par_status (*rope_bwd)(void *user, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                           float theta, const float *dy, float *dx);
+    /* h = silu(g) * u over n values; bwd gives dg, du. */
+    par_status (*swiglu_fwd)(void *user, int64_t n, const float *g, const float *u, float *h);
+    par_status (*swiglu_bwd)(void *user, int64_t n, const float *g, const float *u, const float *dh, float *dg,
+                             float *du);
+    /* out[t,:] = table[ids[t]-start,:] for a vocab shard of `rows` rows starting at
+       id `start` (zeros for ids outside it); bwd scatter-adds into dtable. */
+    par_status (*embedding_fwd)(void *user, int64_t n, const int32_t *ids, const float *table, int64_t rows,
+                                int64_t dim, int64_t start, float *out);
+    par_status (*embedding_bwd)(void *user, int64_t n, const int32_t *ids, const float *dout, int64_t rows,
+                                int64_t dim, int64_t start, float *dtable);
+    /* Full softmax cross-entropy: loss [rows]; dlogits = (softmax - onehot) * scale
+       when not NULL (may equal logits). Negative targets are ignored rows. */
+    par_status (*xent)(void *user, int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
+                       float *loss, float *dlogits, float scale);
+    /* Vocab-split pieces (shard of v_local ids from `start`): local max; local
+       sum of exp(x - gmax); target logit if in the shard else 0; loss from the
+       all-reduced pieces; this shard's gradient. */
+    par_status (*xent_local_max)(void *user, int64_t rows, int64_t v_local, const float *logits, float *max_out);
+    par_status (*xent_local_sumexp)(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                    const float *gmax, float *sum_out);
+    par_status (*xent_local_target)(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                    const int32_t *targets, int64_t start, float *tgt_out);
+    par_status (*xent_loss_from_pieces)(void *user, int64_t rows, const float *gmax, const float *gsum,
+                                        const float *tgt, const int32_t *targets, float *loss);
+    par_status (*xent_bwd_split)(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                 const int32_t *targets, int64_t start, const float *gmax, const float *gsum,
+                                 float scale, float *dlogits);
+    /* AdamW, PyTorch semantics (decoupled decay, bias correction, step from 1). */
+    par_status (*adamw)(void *user, int64_t n, float *p, const float *g, float *m, float *v, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int64_t step);
+    par_status (*scale)(void *user, int64_t n, float alpha, float *x);
+    par_status (*axpy)(void *user, int64_t n, float alpha, const float *x, float *y);
+    /* *out (host) = sum of x[i]^2, accumulated in double. */
+    par_status (*sumsq)(void *user, int64_t n, const float *x, double *out);
+
+    void (*destroy)(void *user);
+} par_compute_table;
+
+typedef struct par_cpu_desc {
+    int threads; /* kernel threads for this rank; 0 = 1 */
+} par_cpu_desc;
+
+/* Fill `table` with the portable CPU kernels (GEMM through CBLAS when built with
+   PARALLEL_WITH_CBLAS). Release with table->destroy(table->user). */
+PARALLEL_DEF par_status par_compute_cpu(const par_cpu_desc *desc, par_compute_table *table);
+
+/* ============================================================================
+   >>context
+   A rank's view of the job: rank, world, mesh, comm and compute tables, and the
+   communication groups along mesh dims, created on first use and cached.
+   ========================================================================== */
+
+typedef struct par_ctx par_ctx;
+
+typedef struct par_ctx_desc {
+    const char *mesh;  /* "dp=2,tp=4" (product = world size); NULL = 1-D "world=N" */
+    int timeout_ms;    /* bound on every blocking wait; 0 = $PARALLEL_TIMEOUT_MS or 600000 */
+    int kernel_threads; /* CPU kernel threads per rank; 0 = max(1, cores / ranks per host) */
+    const par_comm_table *comm;       /* host transport (par_ctx_init only), copied */
+    const par_compute_table *compute; /* copied; NULL = a CPU table the context owns */
+} par_ctx_desc;
+
+/* Body of one rank. Returning non-PAR_OK marks the rank failed: every other
+   rank blocked in (or later entering) a collective with it gets PAR_ECOMM. */
+typedef par_status (*par_rank_fn)(par_ctx *ctx, void *arg);
+
+/* Run fn on n ranks, one thread each, in this process (the threads backend) and
+   wait for all. Returns PAR_OK if every rank did; otherwise the first failing
+   rank's status, with "rank R: <its message>" in par_last_error(). */
+PARALLEL_DEF par_status par_run_threads(int n, par_rank_fn fn, void *arg);
+PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg);
+
+/* One context per process under mpirun (needs PARALLEL_WITH_MPI; otherwise
+   PAR_EUNSUPPORTED). Calls MPI_Init if MPI is not initialized yet. */
+PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx);
+
+/* A context over the host's own transport (desc->comm required and copied). */
+PARALLEL_DEF par_status par_ctx_init(const par_ctx_desc *desc, par_ctx **ctx);
+
+/* Destroy the groups, the tables the context created (calling their destroy
+   hooks; tables the host passed in stay the host's) and the context. */
+PARALLEL_DEF void par_ctx_destroy(par_ctx *ctx);
+
+PARALLEL_DEF int par_ctx_rank(const par_ctx *ctx);
+PARALLEL_DEF int par_ctx_size(const par_ctx *ctx);
+PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx);
+PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx);
+PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx);
+PARALLEL_DEF int par_ctx_timeout_ms(const par_ctx *ctx);
+PARALLEL_DEF int par_ctx_kernel_threads(const par_ctx *ctx);
+
+/* This rank's group along the device dims in dev_mask (bit v = device dim v,
+   counted from the right; 0 = just this rank; all bits = world), with this
+   rank's index in it and its size (either may be NULL). Created on first use,
+   which is collective over the group's members; cached on the context. */
+PARALLEL_DEF par_status par_ctx_group(par_ctx *ctx, uint32_t dev_mask, par_comm_group **group, int *index,
+                                      int *count);
+
+/* A group from an explicit rank list (cached by list, same rules). */
+PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int count, par_comm_group **group);
+
+/* Launcher environment: OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK, else RANK,
+   WORLD_SIZE, LOCAL_RANK (torchrun), else PMI_RANK/PMI_SIZE. PAR_EINVAL if none
+   is set or the values are inconsistent (named in the message). */
+PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank);
+
+/* ============================================================================
+   >>executor
+   Runs a redistribution plan on real buffers through a context's comm table.
+   ========================================================================== */
+
+typedef struct par_executor par_executor;
+
+/* A reusable workspace (grown on demand, tagged PAR_MEM_COMM) for one rank. */
+PARALLEL_DEF par_status par_executor_create(par_ctx *ctx, par_executor **exec);
+PARALLEL_DEF void par_executor_destroy(par_executor *exec);
+
+/* Run `plan` (made for a layout on the context's mesh) on this rank: `in` holds
+   this rank's slice of plan->from (row-major local shape), `out` receives its
+   slice of plan->to; both dtype elements in the compute table's memory. in may
+   equal out when it is large enough for every step (plan->max_local_numel).
+   Collective over the ranks of the mesh (each op over its device dim's group). */
+PARALLEL_DEF par_status par_execute_plan(par_executor *exec, const par_plan *plan, par_dtype dtype, const void *in,
+                                         void *out);
+
 #ifdef __cplusplus
 }
 #endif
@@ -633,6 +982,15 @@ PARALLEL_DEF const char *par_status_string(par_status status) {
 PARALLEL_DEF const char *par_last_error(void) { return par__error_text; }
 
 PARALLEL_DEF void par_clear_error(void) { par__error_text[0] = 0; }
+
+PARALLEL_DEF par_status par_set_error(par_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (fmt) vsnprintf(par__error_text, sizeof par__error_text, fmt, ap);
+    else par__error_text[0] = 0;
+    va_end(ap);
+    return status;
+}
 
 /* Record a failure sentence and return its status: `return par__fail(...)`. */
 static PAR__PRINTF(2, 3) par_status par__fail(par_status status, const char *fmt, ...) {
@@ -4037,6 +4395,4761 @@ PARALLEL_DEF int par_sim_matches(const par_layout *layout, const double *global,
 #ifdef __cplusplus
 }
 #endif
+
+/* The sections below include the system headers they need (pthread, MPI,
+   intrinsics) where they begin, outside the extern "C" block above. */
+
+// >>comm
+
+PARALLEL_DEF const char *par_reduce_op_name(par_reduce_op op) {
+    switch (op) {
+    case PAR_REDUCE_SUM: return "sum";
+    case PAR_REDUCE_AVG: return "avg";
+    case PAR_REDUCE_MAX: return "max";
+    }
+    return "?";
+}
+
+// >>compute
+
+PARALLEL_DEF const char *par_mem_category_name(par_mem_category category) {
+    static const char *const names[PAR_MEM_CATEGORY_COUNT] = {"params", "grads", "optimizer",
+                                                              "activations", "comm", "workspace"};
+    return (int)category >= 0 && category < PAR_MEM_CATEGORY_COUNT ? names[category] : "?";
+}
+
+// >>context
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+/* One cached communicator: the rank list it was made from and the backend's handle. */
+typedef struct par__group_entry {
+    int count;
+    int *ranks;
+    par_comm_group *group;
+} par__group_entry;
+
+struct par_ctx {
+    int rank, size;
+    par_mesh mesh;
+    int timeout_ms;
+    int kernel_threads;
+    par_comm_table comm;
+    par_compute_table compute;
+    int owns_comm, owns_compute;
+    par__group_entry *groups;
+    int num_groups, cap_groups;
+    int *scratch_ranks; /* size ints, for par_ctx_group */
+};
+
+#define PAR__DEFAULT_TIMEOUT_MS 600000
+
+/* Read a non-negative int from environment variable `name`: 1 if set and valid,
+   0 if unset, PAR_EINVAL (as a negative status) if set but not a number. */
+static int par__env_int(const char *name, int *value) {
+    const char *text = getenv(name);
+    char *end = NULL;
+    long v;
+    if (!text || !*text) return 0;
+    v = strtol(text, &end, 10);
+    if (*end != 0 || v < 0 || v > INT_MAX) {
+        par__fail(PAR_EINVAL, "environment variable %s=\"%s\" is not a non-negative integer", name, text);
+        return -1;
+    }
+    *value = (int)v;
+    return 1;
+}
+
+/* The timeout a context made from `desc` will use. */
+static PAR__MAYBE_UNUSED par_status par__ctx_timeout(const par_ctx_desc *desc, int *ms) {
+    int env = 0, got;
+    if (desc && desc->timeout_ms < 0)
+        return par__fail(PAR_EINVAL, "par_ctx_desc.timeout_ms %d must be >= 0 (0 = default)", desc->timeout_ms);
+    if (desc && desc->timeout_ms > 0) {
+        *ms = desc->timeout_ms;
+        return PAR_OK;
+    }
+    got = par__env_int("PARALLEL_TIMEOUT_MS", &env);
+    if (got < 0) return PAR_EINVAL;
+    *ms = got && env > 0 ? env : PAR__DEFAULT_TIMEOUT_MS;
+    return PAR_OK;
+}
+
+/* Online cores of this host (1 if unknown). */
+static int par__host_cores(void) {
+#if defined(_SC_NPROCESSORS_ONLN)
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 && n < INT_MAX ? (int)n : 1;
+#else
+    return 1;
+#endif
+}
+
+/* How many ranks share this host: all of them for in-process threads, else what
+   the launcher says. */
+static int par__ranks_on_host(const par_comm_table *comm) {
+    int local = 0;
+    if (comm->name && strcmp(comm->name, "threads") == 0) return comm->size;
+    if (par__env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &local) > 0 && local > 0) return local;
+    if (par__env_int("LOCAL_WORLD_SIZE", &local) > 0 && local > 0) return local;
+    par_clear_error();
+    return 1;
+}
+
+/* The mesh of a context: desc->mesh, or 1-D "world" over every rank. */
+static par_status par__ctx_mesh(const par_ctx_desc *desc, int size, par_mesh *mesh) {
+    static const char *const world_name[1] = {"world"};
+    char text[256];
+    par_status st;
+    if (!desc || !desc->mesh) return par_mesh_init(mesh, 1, &size, world_name);
+    if ((st = par_mesh_parse(desc->mesh, mesh)) != PAR_OK) return st;
+    if (par_mesh_size(mesh) != size) {
+        par_mesh_format(mesh, text, sizeof text);
+        return par__fail(PAR_EINVAL, "mesh %s has %d devices but the world has %d ranks", text, par_mesh_size(mesh),
+                         size);
+    }
+    return PAR_OK;
+}
+
+/* Which required comm hooks are missing (NULL if none). */
+static const char *par__comm_missing_hook(const par_comm_table *c) {
+    if (!c->group_create) return "group_create";
+    if (!c->group_destroy) return "group_destroy";
+    if (!c->all_reduce) return "all_reduce";
+    if (!c->all_gather) return "all_gather";
+    if (!c->reduce_scatter) return "reduce_scatter";
+    if (!c->all_to_all) return "all_to_all";
+    if (!c->broadcast) return "broadcast";
+    if (!c->send) return "send";
+    if (!c->recv) return "recv";
+    if (!c->barrier) return "barrier";
+    if (!c->wait) return "wait";
+    if (!c->test) return "test";
+    return NULL;
+}
+
+static par_status par__comm_table_check(const par_comm_table *c) {
+    const char *missing;
+    if (c->version != PAR_COMM_TABLE_VERSION)
+        return par__fail(PAR_EINVAL, "comm table version %d, this parallel.h speaks version %d", c->version,
+                         PAR_COMM_TABLE_VERSION);
+    if (c->size < 1 || c->rank < 0 || c->rank >= c->size)
+        return par__fail(PAR_EINVAL, "comm table rank %d / size %d: need 0 <= rank < size", c->rank, c->size);
+    if ((missing = par__comm_missing_hook(c)) != NULL)
+        return par__fail(PAR_EINVAL, "comm table \"%s\" has no %s hook", c->name ? c->name : "?", missing);
+    return PAR_OK;
+}
+
+static par_status par__compute_table_check(const par_compute_table *c) {
+    if (c->version != PAR_COMPUTE_TABLE_VERSION)
+        return par__fail(PAR_EINVAL, "compute table version %d, this parallel.h speaks version %d", c->version,
+                         PAR_COMPUTE_TABLE_VERSION);
+    if (!c->alloc || !c->free || !c->memcpy || !c->memset)
+        return par__fail(PAR_EINVAL, "compute table \"%s\" lacks one of alloc, free, memcpy, memset",
+                         c->name ? c->name : "?");
+    return PAR_OK;
+}
+
+/* The one constructor behind every launcher. `comm` is copied; with owns_comm the
+   context calls comm->destroy when destroyed (also when this fails). */
+static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, const par_comm_table *comm,
+                                                     int owns_comm, par_ctx **out) {
+    par_ctx *ctx;
+    par_status st;
+    int on_host;
+    if (!comm || !out) return par__fail(PAR_EINVAL, "par_ctx: NULL argument");
+    *out = NULL;
+    if ((st = par__comm_table_check(comm)) != PAR_OK) goto fail_comm;
+    if (desc && desc->kernel_threads < 0) {
+        st = par__fail(PAR_EINVAL, "par_ctx_desc.kernel_threads %d must be >= 0 (0 = automatic)", desc->kernel_threads);
+        goto fail_comm;
+    }
+    if (desc && desc->compute && (st = par__compute_table_check(desc->compute)) != PAR_OK) goto fail_comm;
+    ctx = (par_ctx *)PARALLEL_MALLOC(sizeof *ctx);
+    if (!ctx) {
+        st = par__fail(PAR_ENOMEM, "par_ctx: out of memory");
+        goto fail_comm;
+    }
+    memset(ctx, 0, sizeof *ctx);
+    ctx->comm = *comm;
+    ctx->owns_comm = owns_comm;
+    ctx->rank = comm->rank;
+    ctx->size = comm->size;
+    if ((st = par__ctx_mesh(desc, comm->size, &ctx->mesh)) != PAR_OK) goto fail;
+    if ((st = par__ctx_timeout(desc, &ctx->timeout_ms)) != PAR_OK) goto fail;
+    on_host = par__ranks_on_host(comm);
+    ctx->kernel_threads = desc && desc->kernel_threads > 0 ? desc->kernel_threads : par__host_cores() / on_host;
+    if (ctx->kernel_threads < 1) ctx->kernel_threads = 1;
+    ctx->scratch_ranks = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)comm->size);
+    if (!ctx->scratch_ranks) {
+        st = par__fail(PAR_ENOMEM, "par_ctx: out of memory");
+        goto fail;
+    }
+    if (desc && desc->compute) {
+        ctx->compute = *desc->compute;
+    } else {
+        par_cpu_desc cpu;
+        memset(&cpu, 0, sizeof cpu);
+        cpu.threads = ctx->kernel_threads;
+        if ((st = par_compute_cpu(&cpu, &ctx->compute)) != PAR_OK) goto fail;
+        ctx->owns_compute = 1;
+    }
+    *out = ctx;
+    return PAR_OK;
+fail:
+    par_ctx_destroy(ctx);
+    return st;
+fail_comm:
+    if (owns_comm && comm->destroy) comm->destroy(comm->user);
+    return st;
+}
+
+PARALLEL_DEF par_status par_ctx_init(const par_ctx_desc *desc, par_ctx **ctx) {
+    if (!ctx) return par__fail(PAR_EINVAL, "par_ctx_init: NULL ctx");
+    *ctx = NULL;
+    if (!desc || !desc->comm)
+        return par__fail(PAR_EINVAL, "par_ctx_init: desc->comm (the host's transport) is required; "
+                                     "use par_run_threads or par_ctx_init_mpi for the built-in backends");
+    return par__ctx_create(desc, desc->comm, 0, ctx);
+}
+
+#ifndef PARALLEL_WITH_MPI
+PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx) {
+    (void)desc;
+    if (ctx) *ctx = NULL;
+    return par__fail(PAR_EUNSUPPORTED, "par_ctx_init_mpi: this build has no MPI backend "
+                                       "(define PARALLEL_WITH_MPI and build with mpicc)");
+}
+#endif
+
+PARALLEL_DEF void par_ctx_destroy(par_ctx *ctx) {
+    int i;
+    if (!ctx) return;
+    for (i = 0; i < ctx->num_groups; i++) {
+        if (ctx->groups[i].group) ctx->comm.group_destroy(ctx->comm.user, ctx->groups[i].group);
+        PARALLEL_FREE(ctx->groups[i].ranks);
+    }
+    PARALLEL_FREE(ctx->groups);
+    PARALLEL_FREE(ctx->scratch_ranks);
+    if (ctx->owns_compute && ctx->compute.destroy) ctx->compute.destroy(ctx->compute.user);
+    if (ctx->owns_comm && ctx->comm.destroy) ctx->comm.destroy(ctx->comm.user);
+    PARALLEL_FREE(ctx);
+}
+
+PARALLEL_DEF int par_ctx_rank(const par_ctx *ctx) { return ctx ? ctx->rank : -1; }
+PARALLEL_DEF int par_ctx_size(const par_ctx *ctx) { return ctx ? ctx->size : 0; }
+PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx) { return ctx ? &ctx->mesh : NULL; }
+PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx) { return ctx ? &ctx->comm : NULL; }
+PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx) { return ctx ? &ctx->compute : NULL; }
+PARALLEL_DEF int par_ctx_timeout_ms(const par_ctx *ctx) { return ctx ? ctx->timeout_ms : 0; }
+PARALLEL_DEF int par_ctx_kernel_threads(const par_ctx *ctx) { return ctx ? ctx->kernel_threads : 0; }
+
+static par__group_entry *par__ctx_find_group(par_ctx *ctx, const int *ranks, int count) {
+    int i;
+    for (i = 0; i < ctx->num_groups; i++)
+        if (ctx->groups[i].count == count && memcmp(ctx->groups[i].ranks, ranks, sizeof(int) * (size_t)count) == 0)
+            return &ctx->groups[i];
+    return NULL;
+}
+
+static par_status par__check_rank_list(const par_ctx *ctx, const int *ranks, int count) {
+    int i, j, self = 0;
+    if (!ranks || count < 1 || count > ctx->size)
+        return par__fail(PAR_EINVAL, "group: %d ranks listed, need 1..%d", count, ctx->size);
+    for (i = 0; i < count; i++) {
+        if (ranks[i] < 0 || ranks[i] >= ctx->size)
+            return par__fail(PAR_EINVAL, "group: rank %d (entry %d) is outside the world of %d", ranks[i], i,
+                             ctx->size);
+        for (j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) return par__fail(PAR_EINVAL, "group: rank %d is listed twice", ranks[i]);
+        self |= ranks[i] == ctx->rank;
+    }
+    if (!self) return par__fail(PAR_EINVAL, "group: rank %d is not among the %d ranks listed", ctx->rank, count);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int count, par_comm_group **group) {
+    par__group_entry *e;
+    par_status st;
+    if (!ctx || !group) return par__fail(PAR_EINVAL, "par_ctx_group_ranks: NULL argument");
+    *group = NULL;
+    if ((st = par__check_rank_list(ctx, ranks, count)) != PAR_OK) return st;
+    if ((e = par__ctx_find_group(ctx, ranks, count)) != NULL) {
+        *group = e->group;
+        return PAR_OK;
+    }
+    if (ctx->num_groups == ctx->cap_groups) {
+        int cap = ctx->cap_groups ? 2 * ctx->cap_groups : 8;
+        par__group_entry *g = (par__group_entry *)PARALLEL_REALLOC(ctx->groups, sizeof *g * (size_t)cap);
+        if (!g) return par__fail(PAR_ENOMEM, "par_ctx_group: out of memory");
+        ctx->groups = g;
+        ctx->cap_groups = cap;
+    }
+    e = &ctx->groups[ctx->num_groups];
+    e->count = count;
+    e->group = NULL;
+    e->ranks = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)count);
+    if (!e->ranks) return par__fail(PAR_ENOMEM, "par_ctx_group: out of memory");
+    memcpy(e->ranks, ranks, sizeof(int) * (size_t)count);
+    if ((st = ctx->comm.group_create(ctx->comm.user, ranks, count, &e->group)) != PAR_OK) {
+        PARALLEL_FREE(e->ranks);
+        return st;
+    }
+    ctx->num_groups++;
+    *group = e->group;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_ctx_group(par_ctx *ctx, uint32_t dev_mask, par_comm_group **group, int *index,
+                                      int *count) {
+    int n = 0, i;
+    par_status st;
+    if (!ctx || !group) return par__fail(PAR_EINVAL, "par_ctx_group: NULL argument");
+    *group = NULL;
+    if (dev_mask >> ctx->mesh.ndim)
+        return par__fail(PAR_EINVAL, "par_ctx_group: dev_mask 0x%x names device dims beyond the mesh's %d",
+                         (unsigned)dev_mask, ctx->mesh.ndim);
+    if ((st = par_mesh_group(&ctx->mesh, ctx->rank, dev_mask, ctx->scratch_ranks, &n)) != PAR_OK) return st;
+    if ((st = par_ctx_group_ranks(ctx, ctx->scratch_ranks, n, group)) != PAR_OK) return st;
+    if (index)
+        for (i = 0; i < n; i++)
+            if (ctx->scratch_ranks[i] == ctx->rank) *index = i;
+    if (count) *count = n;
+    return PAR_OK;
+}
+
+/* Read one launcher variable pair; 1 if found, 0 if not, -1 on a bad value. */
+static int par__env_rank_size(const char *rank_var, const char *size_var, int *rank, int *size) {
+    int r = 0, s = 0, got_r = par__env_int(rank_var, &r), got_s = par__env_int(size_var, &s);
+    if (got_r < 0 || got_s < 0) return -1;
+    if (!got_r && !got_s) return 0;
+    if (got_r != got_s) {
+        par__fail(PAR_EINVAL, "launcher sets %s but not %s", got_r ? rank_var : size_var, got_r ? size_var : rank_var);
+        return -1;
+    }
+    if (s < 1 || r >= s) {
+        par__fail(PAR_EINVAL, "launcher says %s=%d, %s=%d: need 0 <= rank < size", rank_var, r, size_var, s);
+        return -1;
+    }
+    *rank = r;
+    *size = s;
+    return 1;
+}
+
+PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank) {
+    static const char *const vars[][3] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+                                          {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+                                          {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"}};
+    int i, r = 0, s = 0, local = 0, got, got_local;
+    if (!rank || !size) return par__fail(PAR_EINVAL, "par_launch_env: NULL argument");
+    for (i = 0; i < 3; i++) {
+        got = par__env_rank_size(vars[i][0], vars[i][1], &r, &s);
+        if (got < 0) return PAR_EINVAL;
+        if (got == 0) continue;
+        got_local = par__env_int(vars[i][2], &local);
+        if (got_local < 0) return PAR_EINVAL;
+        if (!got_local) local = 0;
+        if (local >= s) return par__fail(PAR_EINVAL, "launcher says %s=%d but the world has %d ranks", vars[i][2], local, s);
+        *rank = r;
+        *size = s;
+        if (local_rank) *local_rank = local;
+        return PAR_OK;
+    }
+    return par__fail(PAR_EINVAL, "no launcher environment: none of OMPI_COMM_WORLD_RANK/SIZE, RANK/WORLD_SIZE, "
+                                 "PMI_RANK/PMI_SIZE is set");
+}
+
+// >>comm-threads
+/* The in-process threads backend: par_run_threads starts one thread per rank,
+   all sharing one "world". Collectives work directly on the members' buffers
+   (each member publishes its pointers, the others read and write them), so a
+   collective moves every byte the minimum number of times:
+     all_reduce      member i reduces slice i of every member's send buffer into
+                     a small L1 block and writes it to every member's recv buffer
+                     (reads n*count, writes n*count over all members: the floor);
+     reduce_scatter  member i reduces block i of every send into its own recv;
+     all_gather, all_to_all, broadcast
+                     every member copies straight from its peers' buffers.
+   A collective is two rendezvous on the group: "arrive" (pointers published,
+   bounded by the context timeout, fails fast when a member failed or exited) and
+   "done" (everyone finished touching the others' buffers; never times out,
+   because a member past "arrive" only runs this file's copy loops).
+   Point to point is a matching queue per receiver: whichever of send and recv is
+   posted second does the copy, so neither side waits for the other to arrive
+   and nonblocking rings (isend next, irecv prev) cannot deadlock.
+   Async collectives run in issue order on a per-rank helper thread created on
+   first use; a blocking collective issued while async ones are pending is queued
+   behind them. Waits spin briefly (only when there are at least as many cores as
+   threads), yield a few times, then sleep on a condition variable in slices of
+   at most 50 ms, so oversubscribed ranks do not burn the cores their peers need.
+   Time is read with C11 timespec_get (CLOCK_MONOTONIC needs POSIX feature macros
+   that an -std=c11 user program does not set). */
+
+#ifdef PARALLEL_NO_THREADS
+
+PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg) {
+    (void)desc; (void)n; (void)fn; (void)arg;
+    return par__fail(PAR_EUNSUPPORTED, "par_run_threads: this build defines PARALLEL_NO_THREADS");
+}
+
+#else
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#define PAR__THR_MAX_RANKS 1024
+#define PAR__THR_SLICE_NS 50000000LL /* longest single sleep: a safety net for wake-ups */
+#define PAR__THR_BLOCK 2048          /* elements per all_reduce block (8 KiB of f32: stays in L1) */
+#define PAR__THR_GROUP_MAGIC 0x54475250u
+#define PAR__THR_REQ_MAGIC 0x54515250u
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PAR__THR_RESTRICT __restrict__
+#else
+#define PAR__THR_RESTRICT
+#endif
+
+/* Shared words between threads go through these (gcc/clang builtins work in C and C++). */
+#define PAR__THR_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define PAR__THR_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+enum { PAR__THR_RUNNING = 0, PAR__THR_FAILED = 1, PAR__THR_EXITED = 2 };
+enum { PAR__THR_ALL_REDUCE = 0, PAR__THR_ALL_GATHER, PAR__THR_REDUCE_SCATTER, PAR__THR_ALL_TO_ALL, PAR__THR_BROADCAST,
+       PAR__THR_BARRIER };
+static const char *const par__thr_op_names[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                "all_to_all", "broadcast",  "barrier"};
+
+static int64_t par__thr_now_ns(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Bounded string copy (snprintf("%s") makes gcc warn about truncation). */
+static void par__thr_copy(char *dst, size_t size, const char *src) {
+    size_t n = strlen(src);
+    if (n >= size) n = size - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+static void par__thr_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* ---- blocking waits ----------------------------------------------------- */
+
+/* A condition variable with a sleeper count, so notifiers skip the mutex when
+   nobody sleeps. The waiter raises `sleepers` then rechecks its condition, the
+   notifier publishes its state then reads `sleepers` (both sequentially
+   consistent), so at least one of them sees the other. */
+typedef struct par__thr_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int sleepers;
+    int spins, yields;
+} par__thr_sync;
+
+static int par__thr_sync_init(par__thr_sync *s, int spins, int yields) {
+    s->sleepers = 0;
+    s->spins = spins;
+    s->yields = yields;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) return 0;
+    if (pthread_cond_init(&s->cv, NULL) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        return 0;
+    }
+    return 1;
+}
+
+static void par__thr_sync_destroy(par__thr_sync *s) {
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+}
+
+static void par__thr_notify(par__thr_sync *s) {
+    /* A read-modify-write, not a fence + load: it reads the latest count and
+       orders like a full barrier (and ThreadSanitizer rejects fences). */
+    if (__atomic_fetch_add(&s->sleepers, 0, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+typedef int (*par__thr_ready_fn)(void *arg);
+
+/* Wait until ready(arg) or the deadline (ns, < 0 = none). 1 if ready. */
+static int par__thr_await(par__thr_sync *s, par__thr_ready_fn ready, void *arg, int64_t deadline) {
+    int i;
+    for (i = 0;; i++) {
+        int64_t now, slice;
+        struct timespec until;
+        if (ready(arg)) return 1;
+        if (i < s->spins) {
+            par__thr_relax();
+            continue;
+        }
+        if (i < s->spins + s->yields) {
+            sched_yield();
+            continue;
+        }
+        now = par__thr_now_ns();
+        if (deadline >= 0 && now >= deadline) return ready(arg);
+        slice = deadline >= 0 && deadline - now < PAR__THR_SLICE_NS ? deadline - now : PAR__THR_SLICE_NS;
+        until.tv_sec = (time_t)((now + slice) / 1000000000LL);
+        until.tv_nsec = (long)((now + slice) % 1000000000LL);
+        pthread_mutex_lock(&s->mu);
+        __atomic_fetch_add(&s->sleepers, 1, __ATOMIC_SEQ_CST);
+        if (!ready(arg)) pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        __atomic_fetch_sub(&s->sleepers, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* ---- shared state ------------------------------------------------------- */
+
+typedef struct par__thr_world par__thr_world;
+typedef struct par__thr_group par__thr_group;
+typedef struct par__thr_rank par__thr_rank;
+typedef struct par__thr_handle par__thr_handle;
+
+/* What member i published for its current collective; one cache line each. */
+typedef struct par__thr_slot {
+    int64_t arrive, done; /* atomic: sequence number + 1 of the last op reached / finished */
+    int op, dtype, rop, root;
+    int64_t count;
+    const void *send;
+    void *recv;
+    char pad_[64 - 4 * 8 - 4 * 4 - 2 * sizeof(void *) > 0 ? 64 - 4 * 8 - 4 * 4 - 2 * sizeof(void *) : 1];
+} par__thr_slot;
+
+/* One posted send or recv waiting for its partner (lives in the poster's frame
+   or request until `complete`). */
+typedef struct par__thr_msg {
+    struct par__thr_msg *next;
+    int src, dst; /* member indices */
+    int is_send;
+    const void *sbuf;
+    void *rbuf;
+    int64_t count;
+    par_dtype dtype;
+    int matched;  /* under the group mutex: taken by a partner, copy in progress */
+    int complete; /* atomic */
+    par_status status;
+    char msg[200];
+} par__thr_msg;
+
+struct par__thr_group {
+    par__thr_world *world;
+    int n;
+    int *ranks;
+    char name[96]; /* "[0,1,2,3]" for messages */
+    par__thr_sync sync;
+    par__thr_slot *slots;
+    void *slots_raw;
+    int broken; /* atomic: an op gave up half way; later collectives fail fast */
+    par_status broken_status;
+    char broken_msg[256];
+    int *joined; /* world mutex: member i has a handle on this instance */
+    int released;
+    par__thr_msg **sendq, **recvq; /* group mutex: per receiving member, unmatched sends / recvs */
+    par__thr_group *next;
+};
+
+struct par__thr_world {
+    int size, timeout_ms;
+    pthread_mutex_t mu; /* group registry, rank states */
+    int *state;         /* atomic per rank: RUNNING / FAILED / EXITED */
+    int failed_rank;    /* atomic: first failed rank + 1, 0 if none */
+    int fail_seq;
+    int spins, yields;
+    par__thr_group *groups;
+    par__thr_rank *ranks;
+};
+
+/* A rank's handle on a group (what par_comm_group * points to). */
+struct par__thr_handle {
+    uint32_t magic;
+    par__thr_rank *owner;
+    par__thr_group *g;
+    int index;
+    int64_t seq; /* collectives issued on the group by this member */
+    int refs;    /* the creator's + one per live request */
+    par__thr_handle *next_live;
+};
+
+typedef struct par__thr_coll {
+    int op;
+    par__thr_handle *h;
+    const void *send;
+    void *recv;
+    int64_t count;
+    par_dtype dtype;
+    par_reduce_op rop;
+    int root;
+} par__thr_coll;
+
+/* A request (what par_request * points to). */
+typedef struct par__thr_req {
+    uint32_t magic;
+    par__thr_rank *owner;
+    par__thr_handle *h;
+    int is_p2p;
+    par__thr_coll coll;
+    par__thr_msg node;
+    int done; /* atomic, collectives: executed by the helper */
+    par_status status;
+    char msg[256];
+    struct par__thr_req *qnext, *lprev, *lnext;
+} par__thr_req;
+
+struct par__thr_rank {
+    par__thr_world *world;
+    int rank;
+    par__thr_sync sync; /* helper queue and collective completion */
+    pthread_t helper;
+    int helper_started, quit;
+    par__thr_req *qhead, *qtail;
+    int queued; /* atomic: collectives handed to the helper and not finished */
+    par__thr_req *live;
+    par__thr_handle *handles;
+    /* par_run_threads bookkeeping */
+    pthread_t thread;
+    int started, sync_ok, fail_order;
+    par_status result;
+    char msg[512];
+    const par_ctx_desc *desc;
+    par_rank_fn fn;
+    void *arg;
+};
+
+static int par__thr_state(par__thr_world *w, int rank) { return PAR__THR_LOAD(&w->state[rank]); }
+
+/* Record that `rank` failed or exited and wake everyone waiting anywhere. */
+static void par__thr_mark(par__thr_world *w, int rank, int state) {
+    par__thr_group *g;
+    pthread_mutex_lock(&w->mu);
+    if (state == PAR__THR_FAILED && par__thr_state(w, rank) != PAR__THR_FAILED) {
+        PAR__THR_STORE(&w->state[rank], PAR__THR_FAILED);
+        w->ranks[rank].fail_order = ++w->fail_seq;
+        if (!PAR__THR_LOAD(&w->failed_rank)) PAR__THR_STORE(&w->failed_rank, rank + 1);
+    } else if (state == PAR__THR_EXITED && par__thr_state(w, rank) == PAR__THR_RUNNING) {
+        PAR__THR_STORE(&w->state[rank], PAR__THR_EXITED);
+    }
+    for (g = w->groups; g; g = g->next) {
+        pthread_mutex_lock(&g->sync.mu);
+        pthread_cond_broadcast(&g->sync.cv);
+        pthread_mutex_unlock(&g->sync.mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- groups ------------------------------------------------------------- */
+
+static void par__thr_group_free(par__thr_group *g) {
+    par__thr_sync_destroy(&g->sync);
+    PARALLEL_FREE(g->ranks);
+    PARALLEL_FREE(g->joined);
+    PARALLEL_FREE(g->slots_raw);
+    PARALLEL_FREE(g->sendq);
+    PARALLEL_FREE(g->recvq);
+    PARALLEL_FREE(g);
+}
+
+static par__thr_group *par__thr_group_new(par__thr_world *w, const int *ranks, int n) {
+    par__thr_group *g = (par__thr_group *)PARALLEL_MALLOC(sizeof *g);
+    par__buf b;
+    int i;
+    if (!g) return NULL;
+    memset(g, 0, sizeof *g);
+    g->world = w;
+    g->n = n;
+    g->ranks = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)n);
+    g->joined = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)n);
+    g->slots_raw = PARALLEL_MALLOC(sizeof(par__thr_slot) * (size_t)n + 64);
+    g->sendq = (par__thr_msg **)PARALLEL_MALLOC(sizeof(par__thr_msg *) * (size_t)n);
+    g->recvq = (par__thr_msg **)PARALLEL_MALLOC(sizeof(par__thr_msg *) * (size_t)n);
+    if (!g->ranks || !g->joined || !g->slots_raw || !g->sendq || !g->recvq ||
+        !par__thr_sync_init(&g->sync, w->spins, w->yields)) {
+        PARALLEL_FREE(g->ranks);
+        PARALLEL_FREE(g->joined);
+        PARALLEL_FREE(g->slots_raw);
+        PARALLEL_FREE(g->sendq);
+        PARALLEL_FREE(g->recvq);
+        PARALLEL_FREE(g);
+        return NULL;
+    }
+    memcpy(g->ranks, ranks, sizeof(int) * (size_t)n);
+    memset(g->joined, 0, sizeof(int) * (size_t)n);
+    g->slots = (par__thr_slot *)(void *)(((uintptr_t)g->slots_raw + 63) & ~(uintptr_t)63);
+    memset(g->slots, 0, sizeof(par__thr_slot) * (size_t)n);
+    for (i = 0; i < n; i++) g->sendq[i] = g->recvq[i] = NULL;
+    par__buf_init(&b, g->name, sizeof g->name);
+    par__bprintf(&b, "[");
+    for (i = 0; i < n; i++) {
+        if (b.len > sizeof g->name - 20 && i < n - 1) {
+            par__bprintf(&b, "...,%d", ranks[n - 1]);
+            break;
+        }
+        par__bprintf(&b, i ? ",%d" : "%d", ranks[i]);
+    }
+    par__bprintf(&b, "]");
+    return g;
+}
+
+/* Drop one member's hold on g; the last one out frees it. */
+static void par__thr_group_release(par__thr_group *g) {
+    par__thr_world *w = g->world;
+    par__thr_group **p;
+    pthread_mutex_lock(&w->mu);
+    if (++g->released == g->n) {
+        for (p = &w->groups; *p; p = &(*p)->next)
+            if (*p == g) {
+                *p = g->next;
+                break;
+            }
+        par__thr_group_free(g);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void par__thr_handle_unref(par__thr_handle *h) {
+    par__thr_handle **p;
+    if (--h->refs > 0) return;
+    for (p = &h->owner->handles; *p; p = &(*p)->next_live)
+        if (*p == h) {
+            *p = h->next_live;
+            break;
+        }
+    h->magic = 0;
+    par__thr_group_release(h->g);
+    PARALLEL_FREE(h);
+}
+
+static par_status par__thr_group_create(void *user, const int *ranks, int count, par_comm_group **out) {
+    par__thr_rank *r = (par__thr_rank *)user;
+    par__thr_world *w = r->world;
+    par__thr_handle *h;
+    par__thr_group *g;
+    int i, j, index = -1;
+    if (!out) return par__fail(PAR_EINVAL, "group_create: NULL group");
+    *out = NULL;
+    if (!ranks || count < 1 || count > w->size)
+        return par__fail(PAR_EINVAL, "group_create: %d ranks listed, need 1..%d", count, w->size);
+    for (i = 0; i < count; i++) {
+        if (ranks[i] < 0 || ranks[i] >= w->size)
+            return par__fail(PAR_EINVAL, "group_create: rank %d (entry %d) is outside the world of %d", ranks[i], i,
+                             w->size);
+        for (j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) return par__fail(PAR_EINVAL, "group_create: rank %d is listed twice", ranks[i]);
+        if (ranks[i] == r->rank) index = i;
+    }
+    if (index < 0) return par__fail(PAR_EINVAL, "group_create: rank %d is not among the %d ranks listed", r->rank, count);
+    h = (par__thr_handle *)PARALLEL_MALLOC(sizeof *h);
+    if (!h) return par__fail(PAR_ENOMEM, "group_create: out of memory");
+    /* The k-th creation of a rank list by each member meets the k-th instance. */
+    pthread_mutex_lock(&w->mu);
+    for (g = w->groups; g; g = g->next)
+        if (g->n == count && !g->joined[index] && memcmp(g->ranks, ranks, sizeof(int) * (size_t)count) == 0) break;
+    if (!g) {
+        if ((g = par__thr_group_new(w, ranks, count)) == NULL) {
+            pthread_mutex_unlock(&w->mu);
+            PARALLEL_FREE(h);
+            return par__fail(PAR_ENOMEM, "group_create: out of memory");
+        }
+        g->next = w->groups;
+        w->groups = g;
+    }
+    g->joined[index] = 1;
+    pthread_mutex_unlock(&w->mu);
+    h->magic = PAR__THR_GROUP_MAGIC;
+    h->owner = r;
+    h->g = g;
+    h->index = index;
+    h->seq = 0;
+    h->refs = 1;
+    h->next_live = r->handles;
+    r->handles = h;
+    *out = (par_comm_group *)(void *)h;
+    return PAR_OK;
+}
+
+static void par__thr_group_destroy(void *user, par_comm_group *group) {
+    par__thr_handle *h = (par__thr_handle *)(void *)group;
+    if (!h || h->magic != PAR__THR_GROUP_MAGIC || h->owner != (par__thr_rank *)user) return;
+    h->magic = 0; /* no new ops; live requests keep it until they are waited */
+    par__thr_handle_unref(h);
+}
+
+/* The handle behind `group`, or NULL with PAR_EINVAL set. */
+static par__thr_handle *par__thr_handle_of(par__thr_rank *r, par_comm_group *group, const char *op) {
+    par__thr_handle *h = (par__thr_handle *)(void *)group;
+    if (!h) {
+        par__fail(PAR_EINVAL, "%s: NULL group", op);
+        return NULL;
+    }
+    if (h->magic != PAR__THR_GROUP_MAGIC || h->owner != r) {
+        par__fail(PAR_EINVAL, "%s: the group was not created by rank %d of this par_run_threads world "
+                              "(another rank's or world's group, or destroyed)", op, r->rank);
+        return NULL;
+    }
+    return h;
+}
+
+/* ---- element kernels ---------------------------------------------------- */
+
+static float par__thr_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t par__thr_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                           /* nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+static float par__thr_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0) {
+        f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+        return sign ? -f : f;
+    }
+    u = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112u) << 23) | (m << 13);
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t par__thr_f32_to_f16(float f) {
+    uint32_t u, a, sign, e, m, h, rem, half;
+    memcpy(&u, &f, 4);
+    sign = (u >> 16) & 0x8000u;
+    a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    e = a >> 23;
+    if (e < 102) return (uint16_t)sign; /* below half the smallest subnormal */
+    if (e < 113) {                      /* subnormal: units of 2^-24 */
+        uint32_t s = 126 - e;
+        m = (a & 0x7fffffu) | 0x800000u;
+        h = m >> s;
+        rem = m & ((1u << s) - 1);
+        half = 1u << (s - 1);
+    } else {
+        m = a & 0x7fffffu;
+        h = ((e - 112) << 10) | (m >> 13);
+        rem = m & 0x1fffu;
+        half = 0x1000u;
+    }
+    if (rem > half || (rem == half && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+
+/* acc += x. Fixed 16-wide steps: -O2's cheap vectorizer only takes loops whose
+   trip count needs no scalar epilogue, and the sum is memory bound only when
+   vectorized. */
+static void par__thr_add_f32(float *PAR__THR_RESTRICT acc, const float *PAR__THR_RESTRICT x, int64_t len) {
+    int64_t k = 0;
+    int j;
+    for (; k + 16 <= len; k += 16)
+        for (j = 0; j < 16; j++) acc[k + j] += x[k + j];
+    for (; k < len; k++) acc[k] += x[k];
+}
+
+/* acc[0..len) = op over the n members' send + off (elements); f32 accumulators
+   for f32/bf16/f16, the type itself for f64, i32, i64 (integer sums wrap). */
+static void par__thr_reduce_block(const par__thr_slot *s, int n, int64_t off, int64_t len, par_dtype dt,
+                                  par_reduce_op op, void *acc_) {
+    int i;
+    int64_t k;
+    switch (dt) {
+    case PAR_F32:
+    case PAR_BF16:
+    case PAR_F16: {
+        float *PAR__THR_RESTRICT acc = (float *)acc_;
+        for (i = 0; i < n; i++) {
+            if (dt == PAR_F32) {
+                const float *PAR__THR_RESTRICT x = (const float *)s[i].send + off;
+                if (i == 0) memcpy(acc, x, (size_t)len * 4);
+                else if (op == PAR_REDUCE_MAX)
+                    for (k = 0; k < len; k++) acc[k] = x[k] > acc[k] ? x[k] : acc[k];
+                else
+                    par__thr_add_f32(acc, x, len);
+            } else {
+                const uint16_t *x = (const uint16_t *)s[i].send + off;
+                for (k = 0; k < len; k++) {
+                    float v = dt == PAR_BF16 ? par__thr_bf16_to_f32(x[k]) : par__thr_f16_to_f32(x[k]);
+                    acc[k] = i == 0 ? v : op == PAR_REDUCE_MAX ? (v > acc[k] ? v : acc[k]) : acc[k] + v;
+                }
+            }
+        }
+        if (op == PAR_REDUCE_AVG)
+            for (k = 0; k < len; k++) acc[k] /= (float)n;
+        if (dt != PAR_F32) { /* narrow in place: element k's 2 bytes never overtake float k */
+            uint16_t *out = (uint16_t *)acc_;
+            for (k = 0; k < len; k++) {
+                float v = acc[k];
+                out[k] = dt == PAR_BF16 ? par__thr_f32_to_bf16(v) : par__thr_f32_to_f16(v);
+            }
+        }
+        break;
+    }
+    case PAR_F64: {
+        double *PAR__THR_RESTRICT acc = (double *)acc_;
+        for (i = 0; i < n; i++) {
+            const double *PAR__THR_RESTRICT x = (const double *)s[i].send + off;
+            if (i == 0) memcpy(acc, x, (size_t)len * 8);
+            else if (op == PAR_REDUCE_MAX)
+                for (k = 0; k < len; k++) acc[k] = x[k] > acc[k] ? x[k] : acc[k];
+            else
+                for (k = 0; k < len; k++) acc[k] += x[k];
+        }
+        if (op == PAR_REDUCE_AVG)
+            for (k = 0; k < len; k++) acc[k] /= (double)n;
+        break;
+    }
+    case PAR_I32: {
+        int32_t *PAR__THR_RESTRICT acc = (int32_t *)acc_;
+        for (i = 0; i < n; i++) {
+            const int32_t *PAR__THR_RESTRICT x = (const int32_t *)s[i].send + off;
+            if (i == 0) memcpy(acc, x, (size_t)len * 4);
+            else if (op == PAR_REDUCE_MAX)
+                for (k = 0; k < len; k++) acc[k] = x[k] > acc[k] ? x[k] : acc[k];
+            else
+                for (k = 0; k < len; k++) acc[k] = (int32_t)((uint32_t)acc[k] + (uint32_t)x[k]);
+        }
+        if (op == PAR_REDUCE_AVG)
+            for (k = 0; k < len; k++) acc[k] /= n;
+        break;
+    }
+    default: { /* PAR_I64 */
+        int64_t *PAR__THR_RESTRICT acc = (int64_t *)acc_;
+        for (i = 0; i < n; i++) {
+            const int64_t *PAR__THR_RESTRICT x = (const int64_t *)s[i].send + off;
+            if (i == 0) memcpy(acc, x, (size_t)len * 8);
+            else if (op == PAR_REDUCE_MAX)
+                for (k = 0; k < len; k++) acc[k] = x[k] > acc[k] ? x[k] : acc[k];
+            else
+                for (k = 0; k < len; k++) acc[k] = (int64_t)((uint64_t)acc[k] + (uint64_t)x[k]);
+        }
+        if (op == PAR_REDUCE_AVG)
+            for (k = 0; k < len; k++) acc[k] /= n;
+        break;
+    }
+    }
+}
+
+/* Do member `me`'s share of an op whose n members all published their slots. */
+static void par__thr_work(const par__thr_slot *s, int n, int me) {
+    const par__thr_slot *mine = &s[me];
+    par_dtype dt = (par_dtype)mine->dtype;
+    par_reduce_op rop = (par_reduce_op)mine->rop;
+    size_t esz = par_dtype_size(dt);
+    int64_t count = mine->count, k, len;
+    size_t bytes = (size_t)count * esz;
+    union { float f[PAR__THR_BLOCK]; double d[PAR__THR_BLOCK / 2]; } acc;
+    int i;
+    if (count == 0) return;
+    switch (mine->op) {
+    case PAR__THR_ALL_REDUCE: {
+        /* Slices aligned to 64 bytes so no two members write one cache line. */
+        int64_t align = (int64_t)(64 / esz), per = (count + n - 1) / n, lo, hi;
+        int64_t block = esz == 8 ? PAR__THR_BLOCK / 2 : PAR__THR_BLOCK;
+        per = (per + align - 1) / align * align;
+        lo = (int64_t)me * per < count ? (int64_t)me * per : count;
+        hi = lo + per < count ? lo + per : count;
+        for (k = lo; k < hi; k += len) {
+            len = hi - k < block ? hi - k : block;
+            par__thr_reduce_block(s, n, k, len, dt, rop, &acc);
+            for (i = 0; i < n; i++) memcpy((char *)s[(me + i) % n].recv + (size_t)k * esz, &acc, (size_t)len * esz);
+        }
+        break;
+    }
+    case PAR__THR_REDUCE_SCATTER: {
+        int64_t block = esz == 8 ? PAR__THR_BLOCK / 2 : PAR__THR_BLOCK;
+        for (k = 0; k < count; k += len) {
+            len = count - k < block ? count - k : block;
+            par__thr_reduce_block(s, n, (int64_t)me * count + k, len, dt, rop, &acc);
+            memcpy((char *)mine->recv + (size_t)k * esz, &acc, (size_t)len * esz);
+        }
+        break;
+    }
+    case PAR__THR_ALL_GATHER:
+        for (i = 0; i < n; i++) {
+            char *dst = (char *)mine->recv + (size_t)i * bytes;
+            if (dst != s[i].send) memcpy(dst, s[i].send, bytes);
+        }
+        break;
+    case PAR__THR_ALL_TO_ALL:
+        for (i = 0; i < n; i++)
+            memcpy((char *)mine->recv + (size_t)i * bytes, (const char *)s[i].send + (size_t)me * bytes, bytes);
+        break;
+    case PAR__THR_BROADCAST:
+        if (me != mine->root) memcpy(mine->recv, s[mine->root].send, bytes);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- collectives -------------------------------------------------------- */
+
+typedef struct par__thr_wait_arg {
+    par__thr_group *g;
+    int64_t target;
+    int done_phase;
+} par__thr_wait_arg;
+
+static int par__thr_all_reached(par__thr_group *g, int64_t target, int done_phase) {
+    int i;
+    for (i = 0; i < g->n; i++)
+        if ((done_phase ? PAR__THR_LOAD(&g->slots[i].done) : PAR__THR_LOAD(&g->slots[i].arrive)) < target) return 0;
+    return 1;
+}
+
+/* Arrive phase: everyone arrived, or a reason to give up (broken, failure, a
+   missing member gone). */
+static int par__thr_arrive_ready(void *p) {
+    par__thr_wait_arg *a = (par__thr_wait_arg *)p;
+    par__thr_group *g = a->g;
+    int i;
+    if (par__thr_all_reached(g, a->target, 0)) return 1;
+    if (PAR__THR_LOAD(&g->broken) || PAR__THR_LOAD(&g->world->failed_rank)) return 1;
+    for (i = 0; i < g->n; i++)
+        if (PAR__THR_LOAD(&g->slots[i].arrive) < a->target && par__thr_state(g->world, g->ranks[i]) != PAR__THR_RUNNING)
+            return 1;
+    return 0;
+}
+
+static int par__thr_done_ready(void *p) {
+    par__thr_wait_arg *a = (par__thr_wait_arg *)p;
+    return par__thr_all_reached(a->g, a->target, 1);
+}
+
+/* Fails fast if the world or the group is already unusable. */
+static par_status par__thr_precheck(par__thr_rank *r, par__thr_group *g, const char *op) {
+    par__thr_world *w = r->world;
+    int f = PAR__THR_LOAD(&w->failed_rank);
+    if (f) return par__fail(PAR_ECOMM, "%s on group %s: rank %d failed", op, g->name, f - 1);
+    if (par__thr_state(w, r->rank) != PAR__THR_RUNNING)
+        return par__fail(PAR_ECOMM, "%s on group %s: rank %d (this rank) has already returned from its function", op,
+                         g->name, r->rank);
+    if (PAR__THR_LOAD(&g->broken))
+        return par__fail(g->broken_status, "%s on group %s: the group is unusable after an earlier failure: %s", op,
+                         g->name, g->broken_msg);
+    return PAR_OK;
+}
+
+/* Called with g->sync.mu held when not every member arrived for op `target`:
+   decide why, break the group so everybody gives up with the same message. */
+static par_status par__thr_give_up(par__thr_rank *r, par__thr_group *g, const char *op, int64_t target) {
+    par__thr_world *w = r->world;
+    par__buf b;
+    int i, f, missing = 0;
+    if (PAR__THR_LOAD(&g->broken)) return par__fail(g->broken_status, "%s", g->broken_msg);
+    par__buf_init(&b, g->broken_msg, sizeof g->broken_msg);
+    f = PAR__THR_LOAD(&w->failed_rank);
+    for (i = 0; i < g->n && !f; i++)
+        if (PAR__THR_LOAD(&g->slots[i].arrive) < target && par__thr_state(w, g->ranks[i]) != PAR__THR_RUNNING) {
+            g->broken_status = PAR_ECOMM;
+            par__bprintf(&b, "%s on group %s: rank %d %s", op, g->name, g->ranks[i],
+                         par__thr_state(w, g->ranks[i]) == PAR__THR_FAILED ? "failed"
+                                                                          : "returned from its function without joining");
+            break;
+        }
+    if (f) {
+        g->broken_status = PAR_ECOMM;
+        par__bprintf(&b, "%s on group %s: rank %d failed", op, g->name, f - 1);
+    } else if (!b.len) {
+        g->broken_status = PAR_ETIMEOUT;
+        par__bprintf(&b, "%s on group %s: rank", op, g->name);
+        for (i = 0; i < g->n; i++)
+            if (PAR__THR_LOAD(&g->slots[i].arrive) < target) par__bprintf(&b, "%s %d", missing++ ? "," : "", g->ranks[i]);
+        par__bprintf(&b, " did not arrive within %d ms", w->timeout_ms);
+    }
+    PAR__THR_STORE(&g->broken, 1);
+    pthread_cond_broadcast(&g->sync.cv);
+    return par__fail(g->broken_status, "%s", g->broken_msg);
+}
+
+/* Members must agree on the op and its arguments; every member finds the same
+   first mismatch, so they all fail alike. */
+static par_status par__thr_check_match(const par__thr_group *g, const char *op) {
+    const par__thr_slot *s = g->slots;
+    int i;
+    for (i = 1; i < g->n; i++) {
+        if (s[i].op != s[0].op)
+            return par__fail(PAR_EINVAL, "collective mismatch on group %s: rank %d called %s but rank %d called %s",
+                             g->name, g->ranks[0], par__thr_op_names[s[0].op], g->ranks[i], par__thr_op_names[s[i].op]);
+        if (s[i].count != s[0].count)
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed count %lld but rank %d passed count %lld", op,
+                             g->name, g->ranks[0], (long long)s[0].count, g->ranks[i], (long long)s[i].count);
+        if (s[i].dtype != s[0].dtype)
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed dtype %s but rank %d passed %s", op, g->name,
+                             g->ranks[0], par_dtype_name((par_dtype)s[0].dtype), g->ranks[i],
+                             par_dtype_name((par_dtype)s[i].dtype));
+        if (s[i].rop != s[0].rop)
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed op %s but rank %d passed %s", op, g->name,
+                             g->ranks[0], par_reduce_op_name((par_reduce_op)s[0].rop), g->ranks[i],
+                             par_reduce_op_name((par_reduce_op)s[i].rop));
+        if (s[i].root != s[0].root)
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed root %d but rank %d passed root %d", op,
+                             g->name, g->ranks[0], s[0].root, g->ranks[i], s[i].root);
+    }
+    return PAR_OK;
+}
+
+/* Run one collective on the calling thread (the rank's or its helper). */
+static par_status par__thr_run_coll(const par__thr_coll *c) {
+    par__thr_handle *h = c->h;
+    par__thr_rank *r = h->owner;
+    par__thr_group *g = h->g;
+    par__thr_slot *mine = &g->slots[h->index];
+    const char *op = par__thr_op_names[c->op];
+    par__thr_wait_arg a;
+    par_status st;
+    int64_t target = h->seq + 1;
+    if ((st = par__thr_precheck(r, g, op)) != PAR_OK) return st;
+    pthread_mutex_lock(&g->sync.mu);
+    if (PAR__THR_LOAD(&g->broken)) {
+        pthread_mutex_unlock(&g->sync.mu);
+        return par__thr_precheck(r, g, op);
+    }
+    mine->op = c->op;
+    mine->dtype = (int)c->dtype;
+    mine->rop = (int)c->rop;
+    mine->root = c->root;
+    mine->count = c->count;
+    mine->send = c->send;
+    mine->recv = c->recv;
+    h->seq = target;
+    PAR__THR_STORE(&mine->arrive, target);
+    if (__atomic_load_n(&g->sync.sleepers, __ATOMIC_SEQ_CST) > 0) pthread_cond_broadcast(&g->sync.cv);
+    pthread_mutex_unlock(&g->sync.mu);
+
+    a.g = g;
+    a.target = target;
+    a.done_phase = 0;
+    if (!par__thr_await(&g->sync, par__thr_arrive_ready, &a, par__thr_now_ns() + (int64_t)r->world->timeout_ms * 1000000LL) ||
+        !par__thr_all_reached(g, target, 0)) {
+        /* Giving up is decided under the mutex: once every member arrived the op
+           goes ahead for all of them, so nobody touches a buffer whose owner left. */
+        pthread_mutex_lock(&g->sync.mu);
+        if (!par__thr_all_reached(g, target, 0)) {
+            st = par__thr_give_up(r, g, op, target);
+            pthread_mutex_unlock(&g->sync.mu);
+            return st;
+        }
+        pthread_mutex_unlock(&g->sync.mu);
+    }
+    st = par__thr_check_match(g, op);
+    if (st == PAR_OK) par__thr_work(g->slots, g->n, h->index);
+    PAR__THR_STORE(&mine->done, target);
+    par__thr_notify(&g->sync);
+    a.done_phase = 1;
+    par__thr_await(&g->sync, par__thr_done_ready, &a, -1);
+    return st;
+}
+
+/* ---- the async helper --------------------------------------------------- */
+
+static int par__thr_queue_ready(void *p) {
+    par__thr_rank *r = (par__thr_rank *)p;
+    return PAR__THR_LOAD(&r->qhead) != NULL || PAR__THR_LOAD(&r->quit);
+}
+
+static void *par__thr_helper_main(void *p) {
+    par__thr_rank *r = (par__thr_rank *)p;
+    for (;;) {
+        par__thr_req *q;
+        par__thr_await(&r->sync, par__thr_queue_ready, r, -1);
+        pthread_mutex_lock(&r->sync.mu);
+        q = r->qhead;
+        if (q) {
+            PAR__THR_STORE(&r->qhead, q->qnext);
+            if (!q->qnext) r->qtail = NULL;
+        }
+        pthread_mutex_unlock(&r->sync.mu);
+        if (!q) {
+            if (PAR__THR_LOAD(&r->quit)) break;
+            continue;
+        }
+        q->status = par__thr_run_coll(&q->coll);
+        if (q->status != PAR_OK) par__thr_copy(q->msg, sizeof q->msg, par_last_error());
+        __atomic_fetch_sub(&r->queued, 1, __ATOMIC_ACQ_REL);
+        PAR__THR_STORE(&q->done, 1);
+        par__thr_notify(&r->sync);
+    }
+    return NULL;
+}
+
+static par_status par__thr_enqueue(par__thr_rank *r, par__thr_req *q) {
+    if (!r->helper_started) {
+        if (pthread_create(&r->helper, NULL, par__thr_helper_main, r) != 0)
+            return par__fail(PAR_ENOMEM, "rank %d: could not start the thread that runs async collectives", r->rank);
+        r->helper_started = 1;
+    }
+    q->qnext = NULL;
+    q->done = 0;
+    __atomic_fetch_add(&r->queued, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_lock(&r->sync.mu);
+    if (r->qtail) r->qtail->qnext = q;
+    else PAR__THR_STORE(&r->qhead, q);
+    r->qtail = q;
+    pthread_cond_broadcast(&r->sync.cv);
+    pthread_mutex_unlock(&r->sync.mu);
+    return PAR_OK;
+}
+
+static int par__thr_req_done_ready(void *p) { return PAR__THR_LOAD(&((par__thr_req *)p)->done); }
+
+static par__thr_req *par__thr_req_new(par__thr_rank *r, par__thr_handle *h) {
+    par__thr_req *q = (par__thr_req *)PARALLEL_MALLOC(sizeof *q);
+    if (!q) return NULL;
+    memset(q, 0, sizeof *q);
+    q->magic = PAR__THR_REQ_MAGIC;
+    q->owner = r;
+    q->h = h;
+    h->refs++;
+    q->lnext = r->live;
+    if (r->live) r->live->lprev = q;
+    r->live = q;
+    return q;
+}
+
+static void par__thr_req_free(par__thr_req *q) {
+    par__thr_rank *r = q->owner;
+    if (q->lprev) q->lprev->lnext = q->lnext;
+    else r->live = q->lnext;
+    if (q->lnext) q->lnext->lprev = q->lprev;
+    q->magic = 0;
+    par__thr_handle_unref(q->h);
+    PARALLEL_FREE(q);
+}
+
+/* Validated collective: inline, queued behind pending async ones, or async. */
+static par_status par__thr_submit(par__thr_rank *r, const par__thr_coll *c, par_request **req) {
+    par__thr_req *q, local;
+    par_status st;
+    if (req) {
+        if ((q = par__thr_req_new(r, c->h)) == NULL)
+            return par__fail(PAR_ENOMEM, "%s: out of memory for the request", par__thr_op_names[c->op]);
+        q->coll = *c;
+        if ((st = par__thr_enqueue(r, q)) != PAR_OK) {
+            par__thr_req_free(q);
+            return st;
+        }
+        *req = (par_request *)(void *)q;
+        return PAR_OK;
+    }
+    if (PAR__THR_LOAD(&r->queued) == 0) return par__thr_run_coll(c);
+    memset(&local, 0, sizeof local);
+    local.coll = *c;
+    if ((st = par__thr_enqueue(r, &local)) != PAR_OK) return st;
+    par__thr_await(&r->sync, par__thr_req_done_ready, &local, -1);
+    return local.status == PAR_OK ? PAR_OK : par__fail(local.status, "%s", local.msg);
+}
+
+static int par__thr_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
+/* Argument checks every member does alone, before arriving. */
+static par_status par__thr_prepare(par__thr_rank *r, par_comm_group *group, int op, const void *send, void *recv,
+                                   int64_t count, par_dtype dtype, par_reduce_op rop, int root, par__thr_coll *c) {
+    const char *name = par__thr_op_names[op];
+    par__thr_handle *h = par__thr_handle_of(r, group, name);
+    int n;
+    size_t esz, bytes;
+    if (!h) return PAR_EINVAL;
+    n = h->g->n;
+    if (count < 0) return par__fail(PAR_EINVAL, "%s on group %s: count %lld is negative", name, h->g->name, (long long)count);
+    if ((unsigned)dtype >= PAR_DTYPE_COUNT)
+        return par__fail(PAR_EINVAL, "%s on group %s: unknown dtype %d", name, h->g->name, (int)dtype);
+    if ((op == PAR__THR_ALL_REDUCE || op == PAR__THR_REDUCE_SCATTER) && (unsigned)rop > PAR_REDUCE_MAX)
+        return par__fail(PAR_EINVAL, "%s on group %s: unknown reduce op %d", name, h->g->name, (int)rop);
+    esz = par_dtype_size(dtype);
+    if (count > (int64_t)(INT64_MAX / 16) / (int64_t)esz / n)
+        return par__fail(PAR_EINVAL, "%s on group %s: count %lld is too large", name, h->g->name, (long long)count);
+    bytes = (size_t)count * esz;
+    if (count > 0 && op != PAR__THR_BARRIER && (!send || !recv))
+        return par__fail(PAR_EINVAL, "%s on group %s: NULL %s with count %lld", name, h->g->name,
+                         op == PAR__THR_BROADCAST ? "buf" : !send ? "send buffer" : "recv buffer", (long long)count);
+    switch (op) {
+    case PAR__THR_ALL_REDUCE:
+        if (send != recv && par__thr_overlap(send, bytes, recv, bytes))
+            return par__fail(PAR_EINVAL, "all_reduce on group %s: send and recv overlap without being equal",
+                             h->g->name);
+        break;
+    case PAR__THR_ALL_GATHER:
+        if (par__thr_overlap(send, bytes, recv, bytes * (size_t)n) &&
+            (const char *)send != (const char *)recv + bytes * (size_t)h->index)
+            return par__fail(PAR_EINVAL, "all_gather on group %s: send overlaps recv but is not recv + index*count "
+                                         "(in place)", h->g->name);
+        break;
+    case PAR__THR_REDUCE_SCATTER:
+        if (par__thr_overlap(send, bytes * (size_t)n, recv, bytes) &&
+            (const char *)recv != (const char *)send + bytes * (size_t)h->index)
+            return par__fail(PAR_EINVAL, "reduce_scatter on group %s: recv overlaps send but is not send + "
+                                         "index*count (in place)", h->g->name);
+        break;
+    case PAR__THR_ALL_TO_ALL:
+        if (par__thr_overlap(send, bytes * (size_t)n, recv, bytes * (size_t)n))
+            return par__fail(PAR_EINVAL, "all_to_all on group %s: send and recv overlap", h->g->name);
+        break;
+    case PAR__THR_BROADCAST:
+        if (root < 0 || root >= n)
+            return par__fail(PAR_EINVAL, "broadcast on group %s: root %d is outside the group's %d members", h->g->name,
+                             root, n);
+        break;
+    default:
+        break;
+    }
+    c->op = op;
+    c->h = h;
+    c->send = send;
+    c->recv = recv;
+    c->count = count;
+    c->dtype = dtype;
+    c->rop = op == PAR__THR_ALL_REDUCE || op == PAR__THR_REDUCE_SCATTER ? rop : PAR_REDUCE_SUM;
+    c->root = op == PAR__THR_BROADCAST ? root : 0;
+    return PAR_OK;
+}
+
+static par_status par__thr_coll_entry(void *user, par_comm_group *group, int op, const void *send, void *recv,
+                                      int64_t count, par_dtype dtype, par_reduce_op rop, int root, par_request **req) {
+    par__thr_rank *r = (par__thr_rank *)user;
+    par__thr_coll c;
+    par_status st;
+    if (req) *req = NULL;
+    if ((st = par__thr_prepare(r, group, op, send, recv, count, dtype, rop, root, &c)) != PAR_OK) return st;
+    return par__thr_submit(r, &c, req);
+}
+
+static par_status par__thr_all_reduce(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                                      par_dtype dtype, par_reduce_op op, par_request **req) {
+    return par__thr_coll_entry(user, group, PAR__THR_ALL_REDUCE, send, recv, count, dtype, op, 0, req);
+}
+static par_status par__thr_all_gather(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                                      par_dtype dtype, par_request **req) {
+    return par__thr_coll_entry(user, group, PAR__THR_ALL_GATHER, send, recv, count, dtype, PAR_REDUCE_SUM, 0, req);
+}
+static par_status par__thr_reduce_scatter(void *user, par_comm_group *group, const void *send, void *recv,
+                                          int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
+    return par__thr_coll_entry(user, group, PAR__THR_REDUCE_SCATTER, send, recv, count, dtype, op, 0, req);
+}
+static par_status par__thr_all_to_all(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                                      par_dtype dtype, par_request **req) {
+    return par__thr_coll_entry(user, group, PAR__THR_ALL_TO_ALL, send, recv, count, dtype, PAR_REDUCE_SUM, 0, req);
+}
+static par_status par__thr_broadcast(void *user, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                     int root, par_request **req) {
+    return par__thr_coll_entry(user, group, PAR__THR_BROADCAST, buf, buf, count, dtype, PAR_REDUCE_SUM, root, req);
+}
+static par_status par__thr_barrier(void *user, par_comm_group *group) {
+    return par__thr_coll_entry(user, group, PAR__THR_BARRIER, NULL, NULL, 0, PAR_F32, PAR_REDUCE_SUM, 0, NULL);
+}
+
+/* ---- point to point ----------------------------------------------------- */
+
+/* Copy a matched pair and complete both (the partner may free its node the
+   moment its `complete` is set, so it is the last write to it). */
+static void par__thr_deliver(par__thr_group *g, par__thr_msg *s, par__thr_msg *rv) {
+    if (s->count != rv->count || s->dtype != rv->dtype) {
+        snprintf(s->msg, sizeof s->msg, "send to rank %d on group %s: %lld %s elements sent, the matching recv "
+                 "expects %lld %s", g->ranks[s->dst], g->name, (long long)s->count, par_dtype_name(s->dtype),
+                 (long long)rv->count, par_dtype_name(rv->dtype));
+        snprintf(rv->msg, sizeof rv->msg, "recv from rank %d on group %s: expects %lld %s elements, the matching "
+                 "send has %lld %s", g->ranks[rv->src], g->name, (long long)rv->count, par_dtype_name(rv->dtype),
+                 (long long)s->count, par_dtype_name(s->dtype));
+        s->status = rv->status = PAR_EINVAL;
+    } else {
+        if (s->count) memcpy(rv->rbuf, s->sbuf, (size_t)s->count * par_dtype_size(s->dtype));
+        s->status = rv->status = PAR_OK;
+    }
+    PAR__THR_STORE(&s->complete, 1);
+    PAR__THR_STORE(&rv->complete, 1);
+    par__thr_notify(&g->sync);
+}
+
+static void par__thr_list_append(par__thr_msg **head, par__thr_msg *m) {
+    m->next = NULL;
+    while (*head) head = &(*head)->next;
+    *head = m;
+}
+
+static int par__thr_list_remove(par__thr_msg **head, par__thr_msg *m) {
+    for (; *head; head = &(*head)->next)
+        if (*head == m) {
+            *head = m->next;
+            return 1;
+        }
+    return 0;
+}
+
+static par_status par__thr_peer_gone(par__thr_world *w, par__thr_group *g, par__thr_msg *m, const char *what) {
+    int peer = g->ranks[m->is_send ? m->dst : m->src], f = PAR__THR_LOAD(&w->failed_rank);
+    const char *dir = m->is_send ? "send to" : "recv from";
+    if (f) return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d failed", dir, peer, g->name, f - 1);
+    if (par__thr_state(w, peer) != PAR__THR_RUNNING)
+        return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d returned from its function %s", dir, peer, g->name,
+                         peer, what);
+    return PAR_OK;
+}
+
+/* Post m: match it with the oldest compatible partner or queue it. */
+static par_status par__thr_post(par__thr_rank *r, par__thr_group *g, par__thr_msg *m) {
+    par__thr_msg **q, *p;
+    par_status st;
+    m->matched = 0;
+    m->complete = 0;
+    pthread_mutex_lock(&g->sync.mu);
+    if ((st = par__thr_peer_gone(r->world, g, m, "before matching it")) != PAR_OK) {
+        pthread_mutex_unlock(&g->sync.mu);
+        return st;
+    }
+    q = m->is_send ? &g->recvq[m->dst] : &g->sendq[m->dst];
+    for (p = *q; p && p->src != m->src; p = p->next) {
+    }
+    if (!p) {
+        par__thr_list_append(m->is_send ? &g->sendq[m->dst] : &g->recvq[m->dst], m);
+        pthread_mutex_unlock(&g->sync.mu);
+        return PAR_OK;
+    }
+    par__thr_list_remove(q, p);
+    p->matched = m->matched = 1;
+    pthread_mutex_unlock(&g->sync.mu);
+    if (m->is_send) par__thr_deliver(g, m, p);
+    else par__thr_deliver(g, p, m);
+    return PAR_OK;
+}
+
+typedef struct par__thr_msg_wait {
+    par__thr_world *w;
+    par__thr_group *g;
+    par__thr_msg *m;
+} par__thr_msg_wait;
+
+static int par__thr_msg_ready(void *p) {
+    par__thr_msg_wait *a = (par__thr_msg_wait *)p;
+    int peer = a->g->ranks[a->m->is_send ? a->m->dst : a->m->src];
+    return PAR__THR_LOAD(&a->m->complete) || PAR__THR_LOAD(&a->w->failed_rank) ||
+           par__thr_state(a->w, peer) != PAR__THR_RUNNING;
+}
+
+static int par__thr_msg_complete(void *p) { return PAR__THR_LOAD(&((par__thr_msg_wait *)p)->m->complete); }
+
+/* Finish m: wait for its partner until `deadline` (< 0: do not wait, just
+   withdraw an unmatched m); 1 with *st set when finished, 0 if still pending. */
+static int par__thr_finish(par__thr_rank *r, par__thr_group *g, par__thr_msg *m, int64_t deadline, int poll,
+                           par_status *st) {
+    par__thr_msg_wait a;
+    int ready;
+    a.w = r->world;
+    a.g = g;
+    a.m = m;
+    ready = poll ? par__thr_msg_ready(&a) : par__thr_await(&g->sync, par__thr_msg_ready, &a, deadline);
+    if (!PAR__THR_LOAD(&m->complete)) {
+        if (poll && !ready) return 0;
+        pthread_mutex_lock(&g->sync.mu);
+        if (!m->matched) {
+            par__thr_list_remove(m->is_send ? &g->sendq[m->dst] : &g->recvq[m->dst], m);
+            pthread_mutex_unlock(&g->sync.mu);
+            *st = par__thr_peer_gone(r->world, g, m, "without matching it");
+            if (*st == PAR_OK)
+                *st = par__fail(PAR_ETIMEOUT, "%s rank %d on group %s: no matching %s within %d ms",
+                                m->is_send ? "send to" : "recv from", g->ranks[m->is_send ? m->dst : m->src], g->name,
+                                m->is_send ? "recv" : "send", r->world->timeout_ms);
+            return 1;
+        }
+        pthread_mutex_unlock(&g->sync.mu);
+        par__thr_await(&g->sync, par__thr_msg_complete, &a, -1); /* the partner is copying now */
+    }
+    *st = m->status == PAR_OK ? PAR_OK : par__fail(m->status, "%s", m->msg);
+    return 1;
+}
+
+static par_status par__thr_p2p(void *user, par_comm_group *group, const void *sbuf, void *rbuf, int64_t count,
+                               par_dtype dtype, int peer, par_request **req, int is_send) {
+    par__thr_rank *r = (par__thr_rank *)user;
+    const char *name = is_send ? "send" : "recv";
+    par__thr_handle *h;
+    par__thr_msg local, *m = &local;
+    par__thr_req *q = NULL;
+    par_status st;
+    if (req) *req = NULL;
+    if ((h = par__thr_handle_of(r, group, name)) == NULL) return PAR_EINVAL;
+    if (count < 0) return par__fail(PAR_EINVAL, "%s on group %s: count %lld is negative", name, h->g->name, (long long)count);
+    if ((unsigned)dtype >= PAR_DTYPE_COUNT)
+        return par__fail(PAR_EINVAL, "%s on group %s: unknown dtype %d", name, h->g->name, (int)dtype);
+    if (count > (int64_t)(INT64_MAX / 16) / (int64_t)par_dtype_size(dtype))
+        return par__fail(PAR_EINVAL, "%s on group %s: count %lld is too large", name, h->g->name, (long long)count);
+    if (count > 0 && !(is_send ? sbuf : rbuf))
+        return par__fail(PAR_EINVAL, "%s on group %s: NULL buf with count %lld", name, h->g->name, (long long)count);
+    if (peer < 0 || peer >= h->g->n)
+        return par__fail(PAR_EINVAL, "%s on group %s: peer %d is outside the group's %d members", name, h->g->name,
+                         peer, h->g->n);
+    if (req) {
+        if ((q = par__thr_req_new(r, h)) == NULL) return par__fail(PAR_ENOMEM, "%s: out of memory for the request", name);
+        q->is_p2p = 1;
+        m = &q->node;
+    } else {
+        memset(&local, 0, sizeof local);
+    }
+    m->is_send = is_send;
+    m->src = is_send ? h->index : peer;
+    m->dst = is_send ? peer : h->index;
+    m->sbuf = sbuf;
+    m->rbuf = rbuf;
+    m->count = count;
+    m->dtype = dtype;
+    if ((st = par__thr_post(r, h->g, m)) != PAR_OK) {
+        if (q) par__thr_req_free(q);
+        return st;
+    }
+    if (q) {
+        *req = (par_request *)(void *)q;
+        return PAR_OK;
+    }
+    par__thr_finish(r, h->g, m, par__thr_now_ns() + (int64_t)r->world->timeout_ms * 1000000LL, 0, &st);
+    return st;
+}
+
+static par_status par__thr_send(void *user, par_comm_group *group, const void *buf, int64_t count, par_dtype dtype,
+                                int peer, par_request **req) {
+    return par__thr_p2p(user, group, buf, NULL, count, dtype, peer, req, 1);
+}
+static par_status par__thr_recv(void *user, par_comm_group *group, void *buf, int64_t count, par_dtype dtype, int peer,
+                                par_request **req) {
+    return par__thr_p2p(user, group, NULL, buf, count, dtype, peer, req, 0);
+}
+
+/* ---- wait / test / destroy ---------------------------------------------- */
+
+static par__thr_req *par__thr_req_of(par__thr_rank *r, par_request *req, const char *fn) {
+    par__thr_req *q = (par__thr_req *)(void *)req;
+    if (!q) {
+        par__fail(PAR_EINVAL, "%s: NULL request", fn);
+        return NULL;
+    }
+    if (q->magic != PAR__THR_REQ_MAGIC || q->owner != r) {
+        par__fail(PAR_EINVAL, "%s: not a pending request of rank %d (already completed, or another rank's)", fn, r->rank);
+        return NULL;
+    }
+    return q;
+}
+
+/* Complete q (blocking unless poll); frees it when finished. */
+static int par__thr_req_finish(par__thr_rank *r, par__thr_req *q, int poll, par_status *st) {
+    if (q->is_p2p) {
+        if (!par__thr_finish(r, q->h->g, &q->node, par__thr_now_ns() + (int64_t)r->world->timeout_ms * 1000000LL, poll,
+                             st))
+            return 0;
+    } else {
+        if (poll && !PAR__THR_LOAD(&q->done)) return 0;
+        par__thr_await(&r->sync, par__thr_req_done_ready, q, -1);
+        *st = q->status == PAR_OK ? PAR_OK : par__fail(q->status, "%s", q->msg);
+    }
+    par__thr_req_free(q);
+    return 1;
+}
+
+static par_status par__thr_wait(void *user, par_request *req) {
+    par__thr_rank *r = (par__thr_rank *)user;
+    par__thr_req *q = par__thr_req_of(r, req, "wait");
+    par_status st = PAR_OK;
+    if (!q) return PAR_EINVAL;
+    par__thr_req_finish(r, q, 0, &st);
+    return st;
+}
+
+static par_status par__thr_test(void *user, par_request *req, int *done) {
+    par__thr_rank *r = (par__thr_rank *)user;
+    par__thr_req *q;
+    par_status st = PAR_OK;
+    if (!done) return par__fail(PAR_EINVAL, "test: NULL done");
+    *done = 0;
+    if ((q = par__thr_req_of(r, req, "test")) == NULL) return PAR_EINVAL;
+    *done = par__thr_req_finish(r, q, 1, &st);
+    return st;
+}
+
+/* The rank is leaving: finish the helper's queue, withdraw unmatched messages,
+   free whatever the user left behind. The rank struct belongs to the world. */
+static void par__thr_rank_destroy(void *user) {
+    par__thr_rank *r = (par__thr_rank *)user;
+    par_status st;
+    par__thr_mark(r->world, r->rank, PAR__THR_EXITED);
+    if (r->helper_started) {
+        pthread_mutex_lock(&r->sync.mu);
+        PAR__THR_STORE(&r->quit, 1);
+        pthread_cond_broadcast(&r->sync.cv);
+        pthread_mutex_unlock(&r->sync.mu);
+        pthread_join(r->helper, NULL);
+        r->helper_started = 0;
+    }
+    while (r->live) par__thr_req_finish(r, r->live, 0, &st);
+    while (r->handles) {
+        r->handles->refs = 1;
+        par__thr_handle_unref(r->handles);
+    }
+    par_clear_error();
+}
+
+static void par__thr_fill_table(par__thr_rank *r, par_comm_table *t) {
+    memset(t, 0, sizeof *t);
+    t->version = PAR_COMM_TABLE_VERSION;
+    t->name = "threads";
+    t->user = r;
+    t->rank = r->rank;
+    t->size = r->world->size;
+    t->group_create = par__thr_group_create;
+    t->group_destroy = par__thr_group_destroy;
+    t->all_reduce = par__thr_all_reduce;
+    t->all_gather = par__thr_all_gather;
+    t->reduce_scatter = par__thr_reduce_scatter;
+    t->all_to_all = par__thr_all_to_all;
+    t->broadcast = par__thr_broadcast;
+    t->send = par__thr_send;
+    t->recv = par__thr_recv;
+    t->barrier = par__thr_barrier;
+    t->wait = par__thr_wait;
+    t->test = par__thr_test;
+    t->set_stream = NULL;
+    t->destroy = par__thr_rank_destroy;
+}
+
+/* ---- par_run_threads ---------------------------------------------------- */
+
+static void par__thr_keep_error(par__thr_rank *r, par_status st) {
+    const char *e = par_last_error();
+    r->result = st;
+    par__thr_copy(r->msg, sizeof r->msg, e && *e ? e : par_status_string(st));
+}
+
+static void *par__thr_rank_main(void *p) {
+    par__thr_rank *r = (par__thr_rank *)p;
+    par_comm_table t;
+    par_ctx *ctx = NULL;
+    par_status st;
+    par__thr_fill_table(r, &t);
+    par_clear_error();
+    st = par__ctx_create(r->desc, &t, 1, &ctx);
+    if (st != PAR_OK) {
+        par__thr_keep_error(r, st);
+        par__thr_mark(r->world, r->rank, PAR__THR_FAILED);
+        return NULL;
+    }
+    st = r->fn(ctx, r->arg);
+    if (st != PAR_OK) {
+        par__thr_keep_error(r, st);
+        par__thr_mark(r->world, r->rank, PAR__THR_FAILED); /* before destroy: peers stop waiting now */
+    }
+    par_ctx_destroy(ctx);
+    return NULL;
+}
+
+PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg) {
+    par__thr_world w;
+    par_mesh mesh;
+    par_status st = PAR_OK;
+    int i, timeout, cores, first = -1, ok = 1;
+    if (n < 1 || n > PAR__THR_MAX_RANKS)
+        return par__fail(PAR_EINVAL, "par_run_threads: %d ranks, need 1..%d", n, PAR__THR_MAX_RANKS);
+    if (!fn) return par__fail(PAR_EINVAL, "par_run_threads: NULL rank function");
+    if ((st = par__ctx_timeout(desc, &timeout)) != PAR_OK) return st;
+    if ((st = par__ctx_mesh(desc, n, &mesh)) != PAR_OK) return st;
+    memset(&w, 0, sizeof w);
+    w.size = n;
+    w.timeout_ms = timeout;
+    cores = par__host_cores();
+    w.spins = cores >= n ? 2000 : 0; /* spinning only pays when every rank has a core */
+    w.yields = cores >= n ? 4 : 2;
+    w.state = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)n);
+    w.ranks = (par__thr_rank *)PARALLEL_MALLOC(sizeof(par__thr_rank) * (size_t)n);
+    if (!w.state || !w.ranks || pthread_mutex_init(&w.mu, NULL) != 0) {
+        PARALLEL_FREE(w.state);
+        PARALLEL_FREE(w.ranks);
+        return par__fail(PAR_ENOMEM, "par_run_threads: out of memory for %d ranks", n);
+    }
+    memset(w.state, 0, sizeof(int) * (size_t)n);
+    memset(w.ranks, 0, sizeof(par__thr_rank) * (size_t)n);
+    for (i = 0; i < n; i++) {
+        par__thr_rank *r = &w.ranks[i];
+        r->world = &w;
+        r->rank = i;
+        r->desc = desc;
+        r->fn = fn;
+        r->arg = arg;
+        r->result = PAR_OK;
+        if (ok && !(r->sync_ok = par__thr_sync_init(&r->sync, w.spins, w.yields))) ok = 0;
+        if (!ok) {
+            r->result = PAR_ENOMEM;
+            snprintf(r->msg, sizeof r->msg, "out of memory for rank %d's state", i);
+            par__thr_mark(&w, i, PAR__THR_FAILED);
+        }
+    }
+    for (i = 0; i < n; i++) {
+        par__thr_rank *r = &w.ranks[i];
+        if (r->result != PAR_OK) continue;
+        if (pthread_create(&r->thread, NULL, par__thr_rank_main, r) != 0) {
+            r->result = PAR_ENOMEM;
+            snprintf(r->msg, sizeof r->msg, "could not start its thread");
+            par__thr_mark(&w, i, PAR__THR_FAILED);
+            continue;
+        }
+        r->started = 1;
+    }
+    for (i = 0; i < n; i++)
+        if (w.ranks[i].started) pthread_join(w.ranks[i].thread, NULL);
+    for (i = 0; i < n; i++)
+        if (w.ranks[i].result != PAR_OK && (first < 0 || w.ranks[i].fail_order < w.ranks[first].fail_order)) first = i;
+    for (i = 0; i < n; i++)
+        if (w.ranks[i].sync_ok) par__thr_sync_destroy(&w.ranks[i].sync);
+    while (w.groups) { /* instances some member never joined or released */
+        par__thr_group *g = w.groups;
+        w.groups = g->next;
+        par__thr_group_free(g);
+    }
+    pthread_mutex_destroy(&w.mu);
+    if (first >= 0) {
+        st = w.ranks[first].result;
+        par__fail(st, "rank %d: %s", first, w.ranks[first].msg);
+    } else {
+        st = PAR_OK;
+    }
+    PARALLEL_FREE(w.state);
+    PARALLEL_FREE(w.ranks);
+    return st;
+}
+
+#endif /* PARALLEL_NO_THREADS */
+
+PARALLEL_DEF par_status par_run_threads(int n, par_rank_fn fn, void *arg) { return par_run_threads_desc(NULL, n, fn, arg); }
+
+#ifdef PARALLEL_WITH_MPI
+// >>comm-mpi
+/* The OpenMPI backend (compiled with PARALLEL_WITH_MPI; build with mpicc).
+
+   One process per rank under mpirun. par_ctx_init_mpi initializes MPI if the
+   host has not (MPI_THREAD_SERIALIZED requested: the context's ops may come from
+   any thread, one at a time) and finalizes it when that context is destroyed -
+   only then, and MPI cannot be initialized twice in a process: after destroying
+   the context that initialized MPI no other MPI context can be made. Hosts that
+   need several contexts in a row call MPI_Init themselves and MPI_Finalize at the
+   end; a context then never finalizes.
+
+   Design choices, and why:
+     * Every op runs on a private duplicate of MPI_COMM_WORLD (or a communicator
+       made from it) with MPI_ERRORS_RETURN, so the host's own MPI traffic never
+       matches ours and an MPI failure becomes PAR_ECOMM with MPI's message.
+     * Every op is non-blocking MPI; blocking calls post the op and wait for it
+       with MPI_Testall polling against the context timeout. Nothing waits
+       forever: a peer that never arrives is PAR_ETIMEOUT naming the op and the
+       rank list (MPI cannot tell which member is missing). A collective cannot
+       be cancelled in MPI, so after a timeout the group is marked unusable and
+       the pending request (with its temporaries) is kept until the backend is
+       destroyed.
+     * bf16/f16 reductions convert to f32 buffers, reduce with MPI_FLOAT and round
+       to nearest even once at the end. A user-defined MPI_Op on 2-byte elements
+       would round after every pairwise step (a different, order-dependent
+       result from the threads backend's single rounding); the f32 detour costs
+       twice the bytes, which is fine for the CPU fallback transport. Moves
+       without arithmetic (gather, all-to-all, broadcast, p2p) ship the 2-byte
+       values unchanged.
+     * MPI counts are int: larger counts are split into chunks of at most
+       PAR__MPI_MAX_COUNT elements (block layouts of gather / all-to-all via
+       resized datatypes, reduce_scatter via one reduce per block), all posted
+       at once under one request. Tests lower the macro to exercise this.
+     * Groups: MPI_Comm_create_group over the list (member i = ranks[i]), only
+       the members take part. Its tag is a hash of the list: every member
+       computes the same one, and creations of different overlapping lists that
+       run concurrently do not cross-match.
+     * p2p uses one tag per group communicator, so MPI's non-overtaking rule gives
+       FIFO order per pair. A blocking send to oneself only completes when the
+       matching receive is already posted (use the async form). */
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* C++ builds: keep OpenMPI's deprecated C++ bindings out */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#include <sched.h>
+#include <poll.h>
+
+#ifndef PAR__MPI_MAX_COUNT
+#define PAR__MPI_MAX_COUNT INT_MAX /* elements per MPI call (MPI counts are int) */
+#endif
+
+#define PAR__MPI_P2P_TAG 7
+
+typedef struct par__mpi_req par__mpi_req;
+
+/* table->user: one per process. */
+typedef struct par__mpi {
+    MPI_Comm world;       /* duplicate of MPI_COMM_WORLD, errors returned */
+    int rank, size;
+    int timeout_ms;
+    int finalize;         /* we called MPI_Init, so we call MPI_Finalize */
+    par__mpi_req *orphans; /* requests abandoned by a timeout */
+} par__mpi;
+
+/* What par_comm_group points to in this backend. A private struct name (cast to
+   and from the opaque par_comm_group) so other backends in the same build keep
+   their own definitions. */
+typedef struct par__mpi_group {
+    MPI_Comm comm;
+    int n, index;
+    int broken; /* a collective timed out: MPI cannot cancel it */
+    char text[96]; /* "[0,1,2,3]" for messages */
+} par__mpi_group;
+
+/* Work to do after the MPI requests complete. */
+struct par__mpi_req {
+    par__mpi *mpi;
+    par__mpi_group *group;
+    const char *op;
+    int nreq, cap;
+    MPI_Request *reqs;
+    MPI_Status *stats;
+    MPI_Datatype *types; /* derived datatypes of pending chunks (OpenMPI 4's
+                            non-blocking collectives need them alive) */
+    int ntypes;
+    void *tmp;        /* owned temporary (f32 copy, or a private receive buffer) */
+    void *dst;        /* where the result finally goes (post-processing) */
+    int64_t count;    /* elements of dst */
+    par_dtype dtype;  /* dtype of dst */
+    int from_tmp;     /* 1: dst <- tmp (converted from f32 for bf16/f16) */
+    int divide;       /* avg: divide by this (0 = no) */
+    int64_t expect;   /* recv: elements that must arrive (-1 = no check) */
+    size_t esize;     /* recv: bytes per element in the MPI datatype */
+    par__mpi_req *next;
+};
+
+/* --- bf16 / f16 <-> f32, round to nearest even ---------------------------- */
+
+static float par__mpi_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t par__mpi_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float par__mpi_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    } else {
+        f = (float)m * 5.9604644775390625e-8f; /* subnormal: m * 2^-24, exact */
+        return sign ? -f : f;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t par__mpi_f32_to_f16(float f) {
+    uint32_t u, sign, a, e, m, shift, rem, half, r;
+    memcpy(&u, &f, 4);
+    sign = (u >> 16) & 0x8000u;
+    a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to infinity */
+    if (a >= 0x38800000u) {                                   /* normal f16 (>= 2^-14) */
+        a += 0xfffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((a - (112u << 23)) >> 13));
+    }
+    if (a <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25 (the tie goes to even 0) */
+    e = a >> 23;                                  /* 102..112 */
+    m = (a & 0x7fffffu) | 0x800000u;
+    shift = 126u - e; /* value in units of 2^-24 is m >> shift */
+    rem = m & ((1u << shift) - 1u);
+    half = 1u << (shift - 1u);
+    r = m >> shift;
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+}
+
+static int par__mpi_is_half(par_dtype d) { return d == PAR_BF16 || d == PAR_F16; }
+
+static void par__mpi_half_to_f32(par_dtype d, const void *src, float *dst, int64_t n) {
+    const uint16_t *s = (const uint16_t *)src;
+    int64_t i;
+    if (d == PAR_BF16)
+        for (i = 0; i < n; i++) dst[i] = par__mpi_bf16_to_f32(s[i]);
+    else
+        for (i = 0; i < n; i++) dst[i] = par__mpi_f16_to_f32(s[i]);
+}
+
+/* dst = round(src / divide) (divide 0 or 1: no division). */
+static void par__mpi_f32_to_half(par_dtype d, const float *src, void *dst, int64_t n, int divide) {
+    uint16_t *o = (uint16_t *)dst;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        float v = divide > 1 ? src[i] / (float)divide : src[i];
+        o[i] = d == PAR_BF16 ? par__mpi_f32_to_bf16(v) : par__mpi_f32_to_f16(v);
+    }
+}
+
+/* In-place avg of n elements; integers truncate like C division. */
+static void par__mpi_divide(void *buf, int64_t n, par_dtype d, int divide) {
+    int64_t i;
+    switch (d) {
+    case PAR_F32: for (i = 0; i < n; i++) ((float *)buf)[i] /= (float)divide; break;
+    case PAR_F64: for (i = 0; i < n; i++) ((double *)buf)[i] /= (double)divide; break;
+    case PAR_I32: for (i = 0; i < n; i++) ((int32_t *)buf)[i] /= divide; break;
+    case PAR_I64: for (i = 0; i < n; i++) ((int64_t *)buf)[i] /= divide; break;
+    default: break;
+    }
+}
+
+/* --- messages -------------------------------------------------------------- */
+
+static void par__mpi_group_text(par__mpi_group *g, const int *ranks, int n) {
+    par__buf b;
+    int i;
+    par__buf_init(&b, g->text, sizeof g->text);
+    par__bprintf(&b, "[");
+    for (i = 0; i < n; i++) par__bprintf(&b, "%s%d", i ? "," : "", ranks[i]);
+    par__bprintf(&b, "]");
+    if (b.len >= sizeof g->text) memcpy(g->text + sizeof g->text - 5, "...]", 5);
+}
+
+static par_status par__mpi_error(const par__mpi *mpi, const char *op, const par__mpi_group *g, int code) {
+    char text[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+    text[len] = 0;
+    return par__fail(PAR_ECOMM, "mpi %s on group %s (rank %d): MPI error %d: %s", op, g ? g->text : "world",
+                     mpi->rank, code, len ? text : "(no description)");
+}
+
+/* --- requests -------------------------------------------------------------- */
+
+/* mpi_alive = 0 after MPI_Finalize: then no MPI call is allowed. */
+static void par__mpi_req_free(par__mpi_req *r, int mpi_alive) {
+    int i;
+    if (!r) return;
+    for (i = 0; i < r->ntypes && mpi_alive; i++) MPI_Type_free(&r->types[i]);
+    PARALLEL_FREE(r->types);
+    PARALLEL_FREE(r->reqs);
+    PARALLEL_FREE(r->stats);
+    PARALLEL_FREE(r->tmp);
+    PARALLEL_FREE(r);
+}
+
+static par_status par__mpi_req_new(par__mpi *mpi, par__mpi_group *g, const char *op, par__mpi_req **out) {
+    par__mpi_req *r = (par__mpi_req *)PARALLEL_MALLOC(sizeof *r);
+    *out = NULL;
+    if (!r) return par__fail(PAR_ENOMEM, "mpi %s: out of memory", op);
+    memset(r, 0, sizeof *r);
+    r->mpi = mpi;
+    r->group = g;
+    r->op = op;
+    r->expect = -1;
+    *out = r;
+    return PAR_OK;
+}
+
+/* A slot for one more MPI request. */
+static MPI_Request *par__mpi_req_slot(par__mpi_req *r) {
+    if (r->nreq == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 1;
+        MPI_Request *q = (MPI_Request *)PARALLEL_REALLOC(r->reqs, sizeof *q * (size_t)cap);
+        MPI_Status *s;
+        if (!q) return NULL;
+        r->reqs = q;
+        s = (MPI_Status *)PARALLEL_REALLOC(r->stats, sizeof *s * (size_t)cap);
+        if (!s) return NULL;
+        r->stats = s;
+        r->cap = cap;
+    }
+    r->reqs[r->nreq] = MPI_REQUEST_NULL;
+    return &r->reqs[r->nreq++];
+}
+
+/* The MPI requests completed: check, post-process, report. Does not free r. */
+static par_status par__mpi_req_complete(par__mpi_req *r, int code) {
+    int i;
+    if (code == MPI_ERR_IN_STATUS) {
+        for (i = 0; i < r->nreq; i++)
+            if (r->stats[i].MPI_ERROR != MPI_SUCCESS && r->stats[i].MPI_ERROR != MPI_ERR_PENDING)
+                return par__mpi_error(r->mpi, r->op, r->group, r->stats[i].MPI_ERROR);
+    }
+    if (code != MPI_SUCCESS) return par__mpi_error(r->mpi, r->op, r->group, code);
+    if (r->expect >= 0) { /* a receive: the sender's count must match ours */
+        int64_t got = 0;
+        for (i = 0; i < r->nreq; i++) {
+            int c = 0;
+            MPI_Get_count(&r->stats[i], MPI_BYTE, &c);
+            got += c;
+        }
+        if (got != r->expect * (int64_t)r->esize)
+            return par__fail(PAR_ECOMM, "mpi recv on group %s (rank %d): received %lld bytes, expected %lld elements "
+                                        "of %s (%lld bytes): the sender's count differs",
+                             r->group->text, r->mpi->rank, (long long)got, (long long)r->expect,
+                             par_dtype_name(r->dtype), (long long)(r->expect * (int64_t)r->esize));
+    }
+    if (r->from_tmp && par__mpi_is_half(r->dtype))
+        par__mpi_f32_to_half(r->dtype, (const float *)r->tmp, r->dst, r->count, r->divide);
+    else if (r->from_tmp)
+        memcpy(r->dst, r->tmp, (size_t)r->count * par_dtype_size(r->dtype));
+    if (r->divide > 1 && !par__mpi_is_half(r->dtype)) par__mpi_divide(r->dst, r->count, r->dtype, r->divide);
+    return PAR_OK;
+}
+
+static double par__mpi_now(void) { return MPI_Wtime(); }
+
+/* Poll r to completion within the context timeout; frees r unless it timed out
+   (then it is parked on the orphan list: MPI may still write its buffers). */
+static par_status par__mpi_req_wait(par__mpi_req *r) {
+    double start = par__mpi_now(), deadline = start + r->mpi->timeout_ms / 1000.0, now;
+    int done = 0, code;
+    par_status st;
+    for (;;) {
+        code = MPI_Testall(r->nreq, r->reqs, &done, r->stats);
+        if (done || code != MPI_SUCCESS) break;
+        now = par__mpi_now();
+        if (now > deadline) {
+            r->group->broken = 1;
+            r->next = r->mpi->orphans;
+            r->mpi->orphans = r;
+            return par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d) timed out after %d ms: some members of the "
+                                           "group did not arrive (MPI cannot tell which); the group is unusable now",
+                             r->op, r->group->text, r->mpi->rank, r->mpi->timeout_ms);
+        }
+        /* OpenMPI progresses only inside MPI calls: spin politely (ranks often
+           outnumber cores), and only nap once the wait is clearly long. */
+        if (now - start > 0.05)
+            poll(NULL, 0, 1);
+        else
+            sched_yield();
+    }
+    st = par__mpi_req_complete(r, code);
+    par__mpi_req_free(r, 1);
+    return st;
+}
+
+/* Hand r to the caller (async) or wait for it (blocking). On a posting error
+   the posted part is drained first: MPI owns those buffers until done. */
+static par_status par__mpi_req_finish(par__mpi_req *r, int code, par_request **req) {
+    if (code != MPI_SUCCESS) {
+        par_status st;
+        int c = MPI_Waitall(r->nreq, r->reqs, MPI_STATUSES_IGNORE);
+        (void)c;
+        st = par__mpi_error(r->mpi, r->op, r->group, code);
+        par__mpi_req_free(r, 1);
+        return st;
+    }
+    if (req) {
+        *req = (par_request *)r;
+        return PAR_OK;
+    }
+    return par__mpi_req_wait(r);
+}
+
+static par_status par__mpi_wait(void *user, par_request *req) {
+    (void)user;
+    if (!req) return par__fail(PAR_EINVAL, "mpi wait: NULL request");
+    return par__mpi_req_wait((par__mpi_req *)req);
+}
+
+static par_status par__mpi_test(void *user, par_request *req, int *done) {
+    par__mpi_req *r = (par__mpi_req *)req;
+    int flag = 0, code;
+    par_status st;
+    (void)user;
+    if (!req || !done) return par__fail(PAR_EINVAL, "mpi test: NULL %s", req ? "done" : "request");
+    *done = 0;
+    code = MPI_Testall(r->nreq, r->reqs, &flag, r->stats);
+    if (!flag && code == MPI_SUCCESS) return PAR_OK;
+    *done = 1;
+    st = par__mpi_req_complete(r, code);
+    par__mpi_req_free(r, 1);
+    return st;
+}
+
+/* --- argument checks ------------------------------------------------------- */
+
+static MPI_Datatype par__mpi_type(par_dtype d) {
+    switch (d) {
+    case PAR_F32: return MPI_FLOAT;
+    case PAR_F64: return MPI_DOUBLE;
+    case PAR_I32: return MPI_INT32_T;
+    case PAR_I64: return MPI_INT64_T;
+    default: return MPI_UINT16_T; /* bf16/f16 moved as raw 2-byte values */
+    }
+}
+
+static par_status par__mpi_check(const char *op, par_comm_group *group, const void *a, const char *a_name,
+                                 const void *b, const char *b_name, int64_t count, par_dtype dtype) {
+    if (!group) return par__fail(PAR_EINVAL, "mpi %s: NULL group", op);
+    if (count < 0) return par__fail(PAR_EINVAL, "mpi %s: count %lld is negative", op, (long long)count);
+    if ((unsigned)dtype >= PAR_DTYPE_COUNT) return par__fail(PAR_EINVAL, "mpi %s: unknown dtype %d", op, (int)dtype);
+    if (count > 0 && a_name && !a) return par__fail(PAR_EINVAL, "mpi %s: NULL %s buffer", op, a_name);
+    if (count > 0 && b_name && !b) return par__fail(PAR_EINVAL, "mpi %s: NULL %s buffer", op, b_name);
+    if (((par__mpi_group *)group)->broken)
+        return par__fail(PAR_ECOMM, "mpi %s: group %s is unusable after an earlier timeout", op,
+                         ((par__mpi_group *)group)->text);
+    return PAR_OK;
+}
+
+static par_status par__mpi_check_op(const char *op, par_reduce_op rop) {
+    if (rop != PAR_REDUCE_SUM && rop != PAR_REDUCE_AVG && rop != PAR_REDUCE_MAX)
+        return par__fail(PAR_EINVAL, "mpi %s: unknown reduce op %d", op, (int)rop);
+    return PAR_OK;
+}
+
+static int par__mpi_overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const char *x = (const char *)a, *y = (const char *)b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
+/* --- collectives ----------------------------------------------------------- */
+
+/* count elements of `type` (esize bytes) as chunks of at most PAR__MPI_MAX_COUNT. */
+#define PAR__MPI_CHUNKS(count) ((count) == 0 ? 1 : ((count) + PAR__MPI_MAX_COUNT - 1) / PAR__MPI_MAX_COUNT)
+#define PAR__MPI_CHUNK(count, k) \
+    ((int)((count) - (int64_t)(k) * PAR__MPI_MAX_COUNT < PAR__MPI_MAX_COUNT ? (count) - (int64_t)(k) * PAR__MPI_MAX_COUNT : PAR__MPI_MAX_COUNT))
+
+static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                                      par_dtype dtype, par_reduce_op op, par_request **req) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_group *g = (par__mpi_group *)group;
+    size_t es = par_dtype_size(dtype), bytes;
+    par__mpi_req *r;
+    par_status st;
+    MPI_Datatype type;
+    MPI_Op mop = op == PAR_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    char *buf;
+    int64_t k, chunks;
+    int code = MPI_SUCCESS, in_place;
+    if (req) *req = NULL;
+    if ((st = par__mpi_check("all_reduce", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
+    if ((st = par__mpi_check_op("all_reduce", op)) != PAR_OK) return st;
+    bytes = (size_t)count * es;
+    if (send != recv && par__mpi_overlap(send, bytes, recv, bytes))
+        return par__fail(PAR_EINVAL, "mpi all_reduce: send and recv overlap without being equal (in place is send == recv)");
+    if ((st = par__mpi_req_new(mpi, g, "all_reduce", &r)) != PAR_OK) return st;
+    r->dst = recv;
+    r->count = count;
+    r->dtype = dtype;
+    r->divide = op == PAR_REDUCE_AVG ? g->n : 0;
+    if (par__mpi_is_half(dtype)) { /* reduce an f32 copy in place, round once at the end */
+        r->tmp = PARALLEL_MALLOC(count ? (size_t)count * 4 : 1);
+        if (!r->tmp) {
+            par__mpi_req_free(r, 1);
+            return par__fail(PAR_ENOMEM, "mpi all_reduce: out of memory for the f32 copy of %lld %s values",
+                             (long long)count, par_dtype_name(dtype));
+        }
+        par__mpi_half_to_f32(dtype, send, (float *)r->tmp, count);
+        r->from_tmp = 1;
+        buf = (char *)r->tmp;
+        type = MPI_FLOAT;
+        es = 4;
+        in_place = 1;
+    } else {
+        buf = (char *)recv;
+        type = par__mpi_type(dtype);
+        in_place = send == recv;
+    }
+    chunks = PAR__MPI_CHUNKS(count);
+    for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
+        size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
+        MPI_Request *slot = par__mpi_req_slot(r);
+        if (!slot) {
+            code = MPI_ERR_NO_MEM;
+            break;
+        }
+        code = MPI_Iallreduce(in_place ? MPI_IN_PLACE : (const char *)send + off, buf + off, PAR__MPI_CHUNK(count, k),
+                              type, mop, g->comm, slot);
+    }
+    return par__mpi_req_finish(r, code, req);
+}
+
+/* A datatype of c elements of `type` whose extent is `stride` elements: block
+   k of every member in a layout of member blocks `stride` long. */
+static int par__mpi_strided(par__mpi_req *r, MPI_Datatype type, int c, int64_t stride, size_t es, MPI_Datatype *out) {
+    MPI_Datatype contig, *types;
+    int code;
+    types = (MPI_Datatype *)PARALLEL_REALLOC(r->types, sizeof *types * (size_t)(r->ntypes + 1));
+    if (!types) return MPI_ERR_NO_MEM;
+    r->types = types;
+    if ((code = MPI_Type_contiguous(c, type, &contig)) != MPI_SUCCESS) return code;
+    code = MPI_Type_create_resized(contig, 0, (MPI_Aint)(stride * (int64_t)es), out);
+    MPI_Type_free(&contig);
+    if (code != MPI_SUCCESS) return code;
+    r->types[r->ntypes++] = *out; /* freed with the request */
+    return MPI_Type_commit(out);
+}
+
+static par_status par__mpi_all_gather(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                                      par_dtype dtype, par_request **req) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_group *g = (par__mpi_group *)group;
+    size_t es = par_dtype_size(dtype);
+    MPI_Datatype type = par__mpi_type(dtype);
+    par__mpi_req *r;
+    par_status st;
+    int64_t k, chunks;
+    int code = MPI_SUCCESS, in_place;
+    if (req) *req = NULL;
+    if ((st = par__mpi_check("all_gather", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
+    in_place = count > 0 && (const char *)send == (const char *)recv + (size_t)g->index * (size_t)count * es;
+    if (!in_place && par__mpi_overlap(send, (size_t)count * es, recv, (size_t)count * es * (size_t)g->n))
+        return par__fail(PAR_EINVAL, "mpi all_gather: send overlaps recv but is not recv + index*count (member %d)",
+                         g->index);
+    if ((st = par__mpi_req_new(mpi, g, "all_gather", &r)) != PAR_OK) return st;
+    chunks = PAR__MPI_CHUNKS(count);
+    for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
+        size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
+        int c = PAR__MPI_CHUNK(count, k);
+        MPI_Request *slot = par__mpi_req_slot(r);
+        const void *s = in_place ? MPI_IN_PLACE : (const char *)send + off;
+        if (!slot) {
+            code = MPI_ERR_NO_MEM;
+            break;
+        }
+        if (chunks == 1) {
+            code = MPI_Iallgather(s, c, type, recv, c, type, g->comm, slot);
+        } else { /* recv block of member j at j*count: one element of a resized type */
+            MPI_Datatype strided;
+            if ((code = par__mpi_strided(r, type, c, count, es, &strided)) != MPI_SUCCESS) break;
+            code = MPI_Iallgather(s, c, type, (char *)recv + off, 1, strided, g->comm, slot);
+        }
+    }
+    return par__mpi_req_finish(r, code, req);
+}
+
+static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, const void *send, void *recv,
+                                          int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_group *g = (par__mpi_group *)group;
+    size_t es = par_dtype_size(dtype);
+    MPI_Datatype type;
+    MPI_Op mop = op == PAR_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    par__mpi_req *r;
+    par_status st;
+    const char *sbuf;
+    char *rbuf;
+    int64_t k, chunks, total;
+    int code = MPI_SUCCESS, j;
+    if (req) *req = NULL;
+    if ((st = par__mpi_check("reduce_scatter", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
+    if ((st = par__mpi_check_op("reduce_scatter", op)) != PAR_OK) return st;
+    total = count * g->n;
+    if ((st = par__mpi_req_new(mpi, g, "reduce_scatter", &r)) != PAR_OK) return st;
+    r->dst = recv;
+    r->count = count;
+    r->dtype = dtype;
+    r->divide = op == PAR_REDUCE_AVG ? g->n : 0;
+    if (par__mpi_is_half(dtype)) { /* f32 result (read back by the completion), then an f32 copy of all n blocks */
+        r->tmp = PARALLEL_MALLOC((size_t)(total + count) * 4 + 1);
+        if (!r->tmp) {
+            par__mpi_req_free(r, 1);
+            return par__fail(PAR_ENOMEM, "mpi reduce_scatter: out of memory for the f32 copy of %lld %s values",
+                             (long long)total, par_dtype_name(dtype));
+        }
+        par__mpi_half_to_f32(dtype, send, (float *)r->tmp + count, total);
+        sbuf = (const char *)r->tmp + (size_t)count * 4;
+        rbuf = (char *)r->tmp;
+        type = MPI_FLOAT;
+        es = 4;
+        r->from_tmp = 1;
+    } else if (par__mpi_overlap(send, (size_t)total * es, recv, (size_t)count * es)) {
+        /* e.g. recv = send + index*count: MPI forbids aliasing, so receive privately */
+        r->tmp = PARALLEL_MALLOC((size_t)count * es);
+        if (!r->tmp) {
+            par__mpi_req_free(r, 1);
+            return par__fail(PAR_ENOMEM, "mpi reduce_scatter: out of memory");
+        }
+        sbuf = (const char *)send;
+        rbuf = (char *)r->tmp;
+        type = par__mpi_type(dtype);
+        r->from_tmp = 1;
+    } else {
+        sbuf = (const char *)send;
+        rbuf = (char *)recv;
+        type = par__mpi_type(dtype);
+    }
+    chunks = PAR__MPI_CHUNKS(count);
+    if (chunks == 1) {
+        MPI_Request *slot = par__mpi_req_slot(r);
+        code = slot ? MPI_Ireduce_scatter_block(sbuf, rbuf, (int)count, type, mop, g->comm, slot) : MPI_ERR_NO_MEM;
+    } else { /* one reduce per (block, chunk) to the block's member */
+        for (j = 0; j < g->n && code == MPI_SUCCESS; j++) {
+            for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
+                size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
+                MPI_Request *slot = par__mpi_req_slot(r);
+                if (!slot) {
+                    code = MPI_ERR_NO_MEM;
+                    break;
+                }
+                code = MPI_Ireduce(sbuf + (size_t)j * (size_t)count * es + off, j == g->index ? rbuf + off : NULL,
+                                   PAR__MPI_CHUNK(count, k), type, mop, j, g->comm, slot);
+            }
+        }
+    }
+    return par__mpi_req_finish(r, code, req);
+}
+
+static par_status par__mpi_all_to_all(void *user, par_comm_group *group, const void *send, void *recv, int64_t count,
+                                      par_dtype dtype, par_request **req) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_group *g = (par__mpi_group *)group;
+    size_t es = par_dtype_size(dtype), bytes;
+    MPI_Datatype type = par__mpi_type(dtype);
+    par__mpi_req *r;
+    par_status st;
+    int64_t k, chunks;
+    int code = MPI_SUCCESS;
+    if (req) *req = NULL;
+    if ((st = par__mpi_check("all_to_all", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
+    bytes = (size_t)count * es * (size_t)g->n;
+    if (par__mpi_overlap(send, bytes, recv, bytes))
+        return par__fail(PAR_EINVAL, "mpi all_to_all: send and recv overlap (they must be distinct buffers)");
+    if ((st = par__mpi_req_new(mpi, g, "all_to_all", &r)) != PAR_OK) return st;
+    chunks = PAR__MPI_CHUNKS(count);
+    for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
+        size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
+        int c = PAR__MPI_CHUNK(count, k);
+        MPI_Request *slot = par__mpi_req_slot(r);
+        if (!slot) {
+            code = MPI_ERR_NO_MEM;
+            break;
+        }
+        if (chunks == 1) {
+            code = MPI_Ialltoall(send, c, type, recv, c, type, g->comm, slot);
+        } else {
+            MPI_Datatype strided;
+            if ((code = par__mpi_strided(r, type, c, count, es, &strided)) != MPI_SUCCESS) break;
+            code = MPI_Ialltoall((const char *)send + off, 1, strided, (char *)recv + off, 1, strided, g->comm, slot);
+        }
+    }
+    return par__mpi_req_finish(r, code, req);
+}
+
+static par_status par__mpi_broadcast(void *user, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                     int root, par_request **req) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_group *g = (par__mpi_group *)group;
+    size_t es = par_dtype_size(dtype);
+    par__mpi_req *r;
+    par_status st;
+    int64_t k, chunks;
+    int code = MPI_SUCCESS;
+    if (req) *req = NULL;
+    if ((st = par__mpi_check("broadcast", group, buf, "buf", NULL, NULL, count, dtype)) != PAR_OK) return st;
+    if (root < 0 || root >= g->n)
+        return par__fail(PAR_EINVAL, "mpi broadcast: root %d is outside the group %s of %d members", root, g->text, g->n);
+    if ((st = par__mpi_req_new(mpi, g, "broadcast", &r)) != PAR_OK) return st;
+    chunks = PAR__MPI_CHUNKS(count);
+    for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
+        MPI_Request *slot = par__mpi_req_slot(r);
+        if (!slot) {
+            code = MPI_ERR_NO_MEM;
+            break;
+        }
+        code = MPI_Ibcast((char *)buf + (size_t)(k * PAR__MPI_MAX_COUNT) * es, PAR__MPI_CHUNK(count, k),
+                          par__mpi_type(dtype), root, g->comm, slot);
+    }
+    return par__mpi_req_finish(r, code, req);
+}
+
+static par_status par__mpi_p2p(par__mpi *mpi, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                               int peer, par_request **req, int is_send) {
+    par__mpi_group *g = (par__mpi_group *)group;
+    const char *op = is_send ? "send" : "recv";
+    size_t es = par_dtype_size(dtype);
+    par__mpi_req *r;
+    par_status st;
+    int64_t k, chunks;
+    int code = MPI_SUCCESS;
+    if (req) *req = NULL;
+    if ((st = par__mpi_check(op, group, buf, "buf", NULL, NULL, count, dtype)) != PAR_OK) return st;
+    if (peer < 0 || peer >= g->n)
+        return par__fail(PAR_EINVAL, "mpi %s: peer %d is outside the group %s of %d members", op, peer, g->text, g->n);
+    if ((st = par__mpi_req_new(mpi, g, op, &r)) != PAR_OK) return st;
+    if (!is_send) {
+        r->expect = count;
+        r->esize = es;
+        r->dtype = dtype;
+    }
+    chunks = PAR__MPI_CHUNKS(count);
+    for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
+        char *p = (char *)buf + (size_t)(k * PAR__MPI_MAX_COUNT) * es;
+        MPI_Request *slot = par__mpi_req_slot(r);
+        if (!slot) {
+            code = MPI_ERR_NO_MEM;
+            break;
+        }
+        if (is_send)
+            code = MPI_Isend(p, PAR__MPI_CHUNK(count, k), par__mpi_type(dtype), peer, PAR__MPI_P2P_TAG, g->comm, slot);
+        else
+            code = MPI_Irecv(p, PAR__MPI_CHUNK(count, k), par__mpi_type(dtype), peer, PAR__MPI_P2P_TAG, g->comm, slot);
+    }
+    return par__mpi_req_finish(r, code, req);
+}
+
+static par_status par__mpi_send(void *user, par_comm_group *group, const void *buf, int64_t count, par_dtype dtype,
+                                int peer, par_request **req) {
+    return par__mpi_p2p((par__mpi *)user, group, (void *)(uintptr_t)buf, count, dtype, peer, req, 1);
+}
+
+static par_status par__mpi_recv(void *user, par_comm_group *group, void *buf, int64_t count, par_dtype dtype, int peer,
+                                par_request **req) {
+    return par__mpi_p2p((par__mpi *)user, group, buf, count, dtype, peer, req, 0);
+}
+
+static par_status par__mpi_barrier(void *user, par_comm_group *group) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_req *r;
+    par_status st;
+    MPI_Request *slot;
+    if ((st = par__mpi_check("barrier", group, NULL, NULL, NULL, NULL, 0, PAR_F32)) != PAR_OK) return st;
+    if ((st = par__mpi_req_new(mpi, (par__mpi_group *)group, "barrier", &r)) != PAR_OK) return st;
+    slot = par__mpi_req_slot(r);
+    return par__mpi_req_finish(r, slot ? MPI_Ibarrier(((par__mpi_group *)group)->comm, slot) : MPI_ERR_NO_MEM, NULL);
+}
+
+/* --- groups and the table -------------------------------------------------- */
+
+static par_status par__mpi_group_create(void *user, const int *ranks, int count, par_comm_group **group) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_group *g;
+    MPI_Group world_group, sub;
+    unsigned hash = 2166136261u;
+    int i, j, index = -1, code;
+    if (!group) return par__fail(PAR_EINVAL, "mpi group_create: NULL group");
+    *group = NULL;
+    if (!ranks || count < 1 || count > mpi->size)
+        return par__fail(PAR_EINVAL, "mpi group_create: %d ranks listed, need 1..%d", count, mpi->size);
+    for (i = 0; i < count; i++) {
+        if (ranks[i] < 0 || ranks[i] >= mpi->size)
+            return par__fail(PAR_EINVAL, "mpi group_create: rank %d (entry %d) is outside the world of %d", ranks[i], i,
+                             mpi->size);
+        for (j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) return par__fail(PAR_EINVAL, "mpi group_create: rank %d is listed twice", ranks[i]);
+        if (ranks[i] == mpi->rank) index = i;
+        hash = (hash ^ (unsigned)ranks[i]) * 16777619u;
+    }
+    if (index < 0)
+        return par__fail(PAR_EINVAL, "mpi group_create: rank %d is not among the %d ranks listed", mpi->rank, count);
+    g = (par__mpi_group *)PARALLEL_MALLOC(sizeof *g);
+    if (!g) return par__fail(PAR_ENOMEM, "mpi group_create: out of memory");
+    memset(g, 0, sizeof *g);
+    g->n = count;
+    g->index = index;
+    par__mpi_group_text(g, ranks, count);
+    code = MPI_Comm_group(mpi->world, &world_group);
+    if (code == MPI_SUCCESS) {
+        code = MPI_Group_incl(world_group, count, ranks, &sub);
+        MPI_Group_free(&world_group);
+        if (code == MPI_SUCCESS) {
+            /* 32767 is the smallest MPI_TAG_UB the standard allows. */
+            code = MPI_Comm_create_group(mpi->world, sub, (int)(hash % 32768u), &g->comm);
+            MPI_Group_free(&sub);
+        }
+    }
+    if (code == MPI_SUCCESS) code = MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+    if (code != MPI_SUCCESS) {
+        par_status st = par__mpi_error(mpi, "group_create", g, code);
+        PARALLEL_FREE(g);
+        return st;
+    }
+    *group = (par_comm_group *)g;
+    return PAR_OK;
+}
+
+static void par__mpi_group_destroy(void *user, par_comm_group *group) {
+    par__mpi_group *g = (par__mpi_group *)group;
+    (void)user;
+    if (!g) return;
+    MPI_Comm_free(&g->comm); /* deferred by MPI while an abandoned op is pending */
+    PARALLEL_FREE(g);
+}
+
+static void par__mpi_destroy(void *user) {
+    par__mpi *mpi = (par__mpi *)user;
+    par__mpi_req *r, *next;
+    int done;
+    if (!mpi) return;
+    for (r = mpi->orphans, mpi->orphans = NULL; r; r = next) { /* free the ones that completed since */
+        next = r->next;
+        done = 0;
+        MPI_Testall(r->nreq, r->reqs, &done, MPI_STATUSES_IGNORE);
+        if (done) {
+            par__mpi_req_free(r, 1);
+        } else { /* MPI may still write these: leaked on purpose unless we finalize below */
+            r->next = mpi->orphans;
+            mpi->orphans = r;
+        }
+    }
+    MPI_Comm_free(&mpi->world);
+    if (mpi->finalize) {
+        MPI_Finalize(); /* all traffic has stopped: the rest can go */
+        for (r = mpi->orphans; r; r = next) {
+            next = r->next;
+            par__mpi_req_free(r, 0);
+        }
+    }
+    PARALLEL_FREE(mpi);
+}
+
+PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx) {
+    par_comm_table table;
+    par__mpi *mpi;
+    int initialized = 0, finalized = 0, provided = 0, code, env_rank = 0, env_size = 0, timeout_ms = 0;
+    int have_env;
+    if (!ctx) return par__fail(PAR_EINVAL, "par_ctx_init_mpi: NULL ctx");
+    *ctx = NULL;
+    if (par__ctx_timeout(desc, &timeout_ms) != PAR_OK) return PAR_EINVAL;
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return par__fail(PAR_EUNSUPPORTED, "par_ctx_init_mpi: MPI was already finalized in this process and cannot be "
+                                           "initialized again (call MPI_Init yourself to keep it across contexts)");
+    have_env = par_launch_env(&env_rank, &env_size, NULL) == PAR_OK;
+    par_clear_error();
+    mpi = (par__mpi *)PARALLEL_MALLOC(sizeof *mpi);
+    if (!mpi) return par__fail(PAR_ENOMEM, "par_ctx_init_mpi: out of memory");
+    memset(mpi, 0, sizeof *mpi);
+    mpi->timeout_ms = timeout_ms;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (code != MPI_SUCCESS) {
+            PARALLEL_FREE(mpi);
+            return par__fail(PAR_ECOMM, "par_ctx_init_mpi: MPI_Init_thread failed with MPI error %d", code);
+        }
+        mpi->finalize = 1;
+    }
+    code = MPI_Comm_dup(MPI_COMM_WORLD, &mpi->world);
+    if (code == MPI_SUCCESS) code = MPI_Comm_set_errhandler(mpi->world, MPI_ERRORS_RETURN);
+    if (code == MPI_SUCCESS) code = MPI_Comm_rank(mpi->world, &mpi->rank);
+    if (code == MPI_SUCCESS) code = MPI_Comm_size(mpi->world, &mpi->size);
+    if (code != MPI_SUCCESS) {
+        par_status st = par__mpi_error(mpi, "init", NULL, code);
+        if (mpi->finalize) MPI_Finalize();
+        PARALLEL_FREE(mpi);
+        return st;
+    }
+    if (have_env && (env_rank != mpi->rank || env_size != mpi->size)) {
+        par_status st = par__fail(PAR_EINVAL, "par_ctx_init_mpi: the launcher environment says rank %d of %d but MPI "
+                                              "says rank %d of %d (a stale RANK/WORLD_SIZE, or the wrong launcher?)",
+                                  env_rank, env_size, mpi->rank, mpi->size);
+        par__mpi_destroy(mpi);
+        return st;
+    }
+    memset(&table, 0, sizeof table);
+    table.version = PAR_COMM_TABLE_VERSION;
+    table.name = "mpi";
+    table.user = mpi;
+    table.rank = mpi->rank;
+    table.size = mpi->size;
+    table.group_create = par__mpi_group_create;
+    table.group_destroy = par__mpi_group_destroy;
+    table.all_reduce = par__mpi_all_reduce;
+    table.all_gather = par__mpi_all_gather;
+    table.reduce_scatter = par__mpi_reduce_scatter;
+    table.all_to_all = par__mpi_all_to_all;
+    table.broadcast = par__mpi_broadcast;
+    table.send = par__mpi_send;
+    table.recv = par__mpi_recv;
+    table.barrier = par__mpi_barrier;
+    table.wait = par__mpi_wait;
+    table.test = par__mpi_test;
+    table.destroy = par__mpi_destroy;
+    return par__ctx_create(desc, &table, 1, ctx);
+}
+#endif /* PARALLEL_WITH_MPI */
+
+// >>compute-cpu
+/* Portable float32 CPU kernels behind par_compute_cpu() (DESIGN.md 3.7).
+
+   Everything here is private (par__cpu_*); users reach it through the compute
+   table. Conventions of the kernels:
+   * float32 data, row-major, sizes and strides in ELEMENTS (int64_t).
+   * Every table kernel returns par_status: PAR_EINVAL with a sentence naming the
+     op and the argument ("rmsnorm_fwd: x is NULL"); nothing asserts on user input.
+   * Reductions over a row (rmsnorm, softmax, sum of squares) accumulate in
+     double, so results do not depend on blocking and stay accurate for long rows.
+
+   GEMM. par__cpu_sgemm is the single-threaded core (also used by the attention
+   kernels): the classic packed five-loop GEMM (jc/pc/ic over cache blocks, jr/ir
+   over an MR x NR register tile). The micro-kernel is picked at run time with
+   __builtin_cpu_supports, so a header compiled with plain -O2 still uses the
+   host's vector units: AVX-512 (8 x 32 tile, 16 zmm accumulators), AVX2+FMA
+   (6 x 16, 12 ymm) or the portable one (6 x 8 float arrays, which the compiler
+   vectorizes with its baseline ISA). The ISA kernels use the compiler's vector
+   types with target attributes (gcc/clang on x86-64 only) and the fmadd
+   intrinsic: the explicit FMA is needed because ISO C mode (-std=c11) turns off
+   floating-point contraction. With PARALLEL_WITH_CBLAS, cblas_sgemm is used
+   instead. The compute table adds a reusable packing workspace and a small
+   thread pool (par_cpu_desc.threads).
+
+   Checked: the k loop of each ISA kernel is register-resident (objdump of a
+   plain -O2 gcc 12 build: 16 vfmadd231ps zmm + 8 vbroadcastss + 2 loads per
+   step for AVX-512, 12 ymm FMAs for AVX2, no stack traffic; the portable kernel
+   gives 12 mulps/addps on xmm). Measured 1024^3, one core, plain -O2, same
+   binary (bench/bench_kernels.c): built-in ~118-186 GFLOP/s vs OpenBLAS
+   ~70-110 on the dev box (AVX-512 EPYC; numbers vary with machine load).
+   Not done: bf16/f16, threading of the non-GEMM kernels, tuning of MC/KC/NC,
+   RoPE angles computed in double (HF uses f32 pos*inv_freq). */
+
+#ifdef PARALLEL_WITH_CBLAS
+#include <cblas.h>
+#endif
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
+#define PAR__CPU_X86 1
+#include <immintrin.h>
+#endif
+#if !defined(PARALLEL_NO_THREADS) && !defined(_WIN32)
+#define PAR__CPU_THREADS 1
+#include <pthread.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
+#define PAR__RESTRICT __restrict
+#else
+#define PAR__RESTRICT
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) /* nvcc rejects the pragma (#1675-D) */
+#define PAR__CPU_UNROLL _Pragma("GCC unroll 16")
+#else
+#define PAR__CPU_UNROLL
+#endif
+
+/* ------------------------------------------------------------- gemm core */
+
+/* C[0:mr, 0:nr] = alpha * (a_panel * b_panel) + beta * C, over kc steps of the
+   packed panels (a: kc x MR, b: kc x NR). beta == 0 does not read C. */
+typedef void (*par__cpu_ukernel_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int mr,
+                                    int nr, float alpha, float beta);
+
+/* One micro-kernel and the cache blocks tuned for it: MC x KC of packed A stays
+   in L2 and one KC x NR micro-panel of B in L1 while the ir loop sweeps A. */
+typedef struct par__cpu_gemm_isa {
+    const char *name;
+    int mr, nr;
+    int64_t mc, kc, nc;
+    par__cpu_ukernel_fn kernel;
+} par__cpu_gemm_isa;
+
+/* Store an MR x NR accumulator tile (row i at tile + i*NR): the edge case of
+   every micro-kernel (only mr x nr of it is inside C). */
+static void par__cpu_store_edge(const float *tile, int NR, float *c, int64_t ldc, int mr, int nr, float alpha,
+                                float beta) {
+    int i, j;
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < nr; j++)
+            c[i * ldc + j] = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
+}
+
+/* Portable micro-kernel, 6 x 8. With gcc/clang it is written in the compiler's
+   generic 4-float vector type (SSE2 on x86-64, NEON on arm64, emulated
+   elsewhere) with the tile loops unrolled, so the 12 accumulators stay in
+   registers; other compilers get the plain-array form. */
+#define PAR__CPU_GMR 6
+#define PAR__CPU_GNR 8
+#if defined(__GNUC__) || defined(__clang__)
+typedef float par__cpu_v4 __attribute__((vector_size(16)));
+static void par__cpu_ukernel_generic(int64_t kc, const float *PAR__RESTRICT a, const float *PAR__RESTRICT b,
+                                     float *PAR__RESTRICT c, int64_t ldc, int mr, int nr, float alpha, float beta) {
+    par__cpu_v4 acc[PAR__CPU_GMR][2], b0, b1;
+    const par__cpu_v4 vzero = {0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t p;
+    int i;
+    PAR__CPU_UNROLL
+    for (i = 0; i < PAR__CPU_GMR; i++) acc[i][0] = acc[i][1] = vzero;
+    for (p = 0; p < kc; p++) {
+        const float *ap = a + p * PAR__CPU_GMR;
+        memcpy(&b0, b + p * PAR__CPU_GNR, sizeof b0);
+        memcpy(&b1, b + p * PAR__CPU_GNR + 4, sizeof b1);
+        PAR__CPU_UNROLL
+        for (i = 0; i < PAR__CPU_GMR; i++) {
+            const par__cpu_v4 ai = vzero + ap[i];
+            acc[i][0] += ai * b0;
+            acc[i][1] += ai * b1;
+        }
+    }
+    {
+        float tile[PAR__CPU_GMR * PAR__CPU_GNR];
+        PAR__CPU_UNROLL
+        for (i = 0; i < PAR__CPU_GMR; i++) {
+            memcpy(tile + i * PAR__CPU_GNR, &acc[i][0], sizeof b0);
+            memcpy(tile + i * PAR__CPU_GNR + 4, &acc[i][1], sizeof b0);
+        }
+        par__cpu_store_edge(tile, PAR__CPU_GNR, c, ldc, mr, nr, alpha, beta);
+    }
+}
+#else
+static void par__cpu_ukernel_generic(int64_t kc, const float *PAR__RESTRICT a, const float *PAR__RESTRICT b,
+                                     float *PAR__RESTRICT c, int64_t ldc, int mr, int nr, float alpha, float beta) {
+    float acc[PAR__CPU_GMR][PAR__CPU_GNR];
+    int64_t p;
+    int i, j;
+    for (i = 0; i < PAR__CPU_GMR; i++)
+        for (j = 0; j < PAR__CPU_GNR; j++) acc[i][j] = 0.0f;
+    for (p = 0; p < kc; p++) {
+        const float *PAR__RESTRICT bp = b + p * PAR__CPU_GNR;
+        const float *PAR__RESTRICT ap = a + p * PAR__CPU_GMR;
+        for (i = 0; i < PAR__CPU_GMR; i++) {
+            const float ai = ap[i];
+            for (j = 0; j < PAR__CPU_GNR; j++) acc[i][j] += ai * bp[j];
+        }
+    }
+    par__cpu_store_edge(&acc[0][0], PAR__CPU_GNR, c, ldc, mr, nr, alpha, beta);
+}
+#endif
+
+static const par__cpu_gemm_isa par__cpu_isa_generic = {"portable 6x8", PAR__CPU_GMR, PAR__CPU_GNR, 96, 256, 4096,
+                                                       par__cpu_ukernel_generic};
+
+#ifdef PAR__CPU_X86
+/* g++ 12 flags its own AVX-512 intrinsics (their "undefined" vectors) as used
+   uninitialized when inlined in C++ (gcc bug 105593); the warning is not ours. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+/* AVX-512: 8 rows x 2 zmm. 16 accumulators + 2 B vectors + 1 broadcast of the
+   32 zmm registers; per k step 16 FMAs against 2 loads and 8 broadcasts. The
+   tile loops are fully unrolled (the pragma) so acc never leaves registers. */
+#define PAR__CPU_Z_MR 8
+__attribute__((target("avx512f"))) static void par__cpu_ukernel_avx512(int64_t kc, const float *PAR__RESTRICT a,
+                                                                       const float *PAR__RESTRICT b,
+                                                                       float *PAR__RESTRICT c, int64_t ldc, int mr,
+                                                                       int nr, float alpha, float beta) {
+    __m512 c0[PAR__CPU_Z_MR], c1[PAR__CPU_Z_MR];
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    int64_t p;
+    int i;
+    PAR__CPU_UNROLL
+    for (i = 0; i < PAR__CPU_Z_MR; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    for (p = 0; p < kc; p++) {
+        const __m512 b0 = _mm512_load_ps(b + p * 32), b1 = _mm512_load_ps(b + p * 32 + 16);
+        const float *ap = a + p * PAR__CPU_Z_MR;
+        PAR__CPU_UNROLL
+        for (i = 0; i < PAR__CPU_Z_MR; i++) {
+            const __m512 ai = _mm512_set1_ps(ap[i]);
+            c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+    if (mr == PAR__CPU_Z_MR && nr == 32) {
+        PAR__CPU_UNROLL
+        for (i = 0; i < PAR__CPU_Z_MR; i++) {
+            float *ci = c + i * ldc;
+            if (beta == 0.0f) {
+                _mm512_storeu_ps(ci, va * c0[i]);
+                _mm512_storeu_ps(ci + 16, va * c1[i]);
+            } else {
+                _mm512_storeu_ps(ci, va * c0[i] + vb * _mm512_loadu_ps(ci));
+                _mm512_storeu_ps(ci + 16, va * c1[i] + vb * _mm512_loadu_ps(ci + 16));
+            }
+        }
+    } else {
+        float tile[PAR__CPU_Z_MR * 32];
+        for (i = 0; i < PAR__CPU_Z_MR; i++) {
+            _mm512_storeu_ps(tile + i * 32, c0[i]);
+            _mm512_storeu_ps(tile + i * 32 + 16, c1[i]);
+        }
+        /* gcc omits the vzeroupper before this call; without it the caller's
+           SSE code runs ~5x slower (dirty upper register state) */
+        _mm256_zeroupper();
+        par__cpu_store_edge(tile, 32, c, ldc, mr, nr, alpha, beta);
+    }
+}
+
+/* AVX2 + FMA: 6 rows x 2 ymm = 12 accumulators + 2 B + 1 broadcast of 16 ymm. */
+__attribute__((target("avx2,fma"))) static void par__cpu_ukernel_avx2(int64_t kc, const float *PAR__RESTRICT a,
+                                                                      const float *PAR__RESTRICT b,
+                                                                      float *PAR__RESTRICT c, int64_t ldc, int mr,
+                                                                      int nr, float alpha, float beta) {
+    __m256 c0[6], c1[6];
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    int64_t p;
+    int i;
+    PAR__CPU_UNROLL
+    for (i = 0; i < 6; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    for (p = 0; p < kc; p++) {
+        const __m256 b0 = _mm256_load_ps(b + p * 16), b1 = _mm256_load_ps(b + p * 16 + 8);
+        const float *ap = a + p * 6;
+        PAR__CPU_UNROLL
+        for (i = 0; i < 6; i++) {
+            const __m256 ai = _mm256_broadcast_ss(ap + i);
+            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+    if (mr == 6 && nr == 16) {
+        PAR__CPU_UNROLL
+        for (i = 0; i < 6; i++) {
+            float *ci = c + i * ldc;
+            if (beta == 0.0f) {
+                _mm256_storeu_ps(ci, va * c0[i]);
+                _mm256_storeu_ps(ci + 8, va * c1[i]);
+            } else {
+                _mm256_storeu_ps(ci, va * c0[i] + vb * _mm256_loadu_ps(ci));
+                _mm256_storeu_ps(ci + 8, va * c1[i] + vb * _mm256_loadu_ps(ci + 8));
+            }
+        }
+    } else {
+        float tile[6 * 16];
+        for (i = 0; i < 6; i++) {
+            _mm256_storeu_ps(tile + i * 16, c0[i]);
+            _mm256_storeu_ps(tile + i * 16 + 8, c1[i]);
+        }
+        /* gcc omits the vzeroupper before this call; without it the caller's
+           SSE code runs ~5x slower (dirty upper register state) */
+        _mm256_zeroupper();
+        par__cpu_store_edge(tile, 16, c, ldc, mr, nr, alpha, beta);
+    }
+}
+
+static const par__cpu_gemm_isa par__cpu_isa_avx512 = {"avx512 8x32", PAR__CPU_Z_MR, 32, 128, 256, 4096,
+                                                      par__cpu_ukernel_avx512};
+static const par__cpu_gemm_isa par__cpu_isa_avx2 = {"avx2 6x16", 6, 16, 96, 256, 4096, par__cpu_ukernel_avx2};
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif /* PAR__CPU_X86 */
+
+/* The kernels this CPU can run, best first (index 0 is what GEMM uses). Reads
+   the CPU model that the compiler runtime fills once at startup, so it is cheap
+   and race-free (no state of ours). */
+static int par__cpu_gemm_isas(const par__cpu_gemm_isa **out) {
+    int n = 0;
+#ifdef PAR__CPU_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) out[n++] = &par__cpu_isa_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) out[n++] = &par__cpu_isa_avx2;
+#endif
+    out[n++] = &par__cpu_isa_generic;
+    return n;
+}
+
+static const par__cpu_gemm_isa *par__cpu_gemm_best(void) {
+    const par__cpu_gemm_isa *list[4];
+    par__cpu_gemm_isas(list);
+    return list[0];
+}
+
+/* Pack rows [i0, i0+mc) x cols [p0, p0+kc) of op(A) into MR-row panels: panel q
+   holds, for each p, the MR values op(A)[i0+q*MR+i, p0+p], zero-padded. */
+static void par__cpu_pack_a(int MR, int transa, const float *A, int64_t lda, int64_t i0, int64_t mc, int64_t p0,
+                            int64_t kc, float *PAR__RESTRICT dst) {
+    int64_t ir, p;
+    int i;
+    for (ir = 0; ir < mc; ir += MR) {
+        int mr = (int)(mc - ir < MR ? mc - ir : MR);
+        if (transa) { /* op(A)[i,p] = A[p*lda + i]: MR contiguous values per p */
+            for (p = 0; p < kc; p++) {
+                const float *src = A + (p0 + p) * lda + i0 + ir;
+                float *d = dst + p * MR;
+                for (i = 0; i < mr; i++) d[i] = src[i];
+                for (; i < MR; i++) d[i] = 0.0f;
+            }
+        } else {
+            for (i = 0; i < mr; i++) {
+                const float *src = A + (i0 + ir + i) * lda + p0;
+                for (p = 0; p < kc; p++) dst[p * MR + i] = src[p];
+            }
+            for (; i < MR; i++)
+                for (p = 0; p < kc; p++) dst[p * MR + i] = 0.0f;
+        }
+        dst += kc * MR;
+    }
+}
+
+/* Pack rows [p0, p0+kc) x cols [j0, j0+nc) of op(B) into NR-column panels. */
+static void par__cpu_pack_b(int NR, int transb, const float *B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                            int64_t nc, float *PAR__RESTRICT dst) {
+    int64_t jr, p;
+    int j;
+    for (jr = 0; jr < nc; jr += NR) {
+        int nr = (int)(nc - jr < NR ? nc - jr : NR);
+        if (!transb) { /* op(B)[p,j] = B[p*ldb + j]: rows are contiguous */
+            for (p = 0; p < kc; p++) {
+                const float *src = B + (p0 + p) * ldb + j0 + jr;
+                float *d = dst + p * NR;
+                for (j = 0; j < nr; j++) d[j] = src[j];
+                for (; j < NR; j++) d[j] = 0.0f;
+            }
+        } else { /* op(B)[p,j] = B[j*ldb + p] */
+            for (j = 0; j < nr; j++) {
+                const float *src = B + (j0 + jr + j) * ldb + p0;
+                for (p = 0; p < kc; p++) dst[p * NR + j] = src[p];
+            }
+            for (; j < NR; j++)
+                for (p = 0; p < kc; p++) dst[p * NR + j] = 0.0f;
+        }
+        dst += kc * NR;
+    }
+}
+
+/* C = beta * C over an m x n block (beta == 0 writes zeros without reading C). */
+static void par__cpu_scale_c(int64_t m, int64_t n, float beta, float *C, int64_t ldc) {
+    int64_t i, j;
+    if (beta == 1.0f) return;
+    for (i = 0; i < m; i++) {
+        float *c = C + i * ldc;
+        if (beta == 0.0f)
+            for (j = 0; j < n; j++) c[j] = 0.0f;
+        else
+            for (j = 0; j < n; j++) c[j] *= beta;
+    }
+}
+
+/* Cache blocks for one problem: the isa's, shrunk to the problem, then (if
+   `cap` floats of packing space are not enough) shrunk to fit `cap`. */
+typedef struct par__cpu_blocks {
+    int64_t mc, kc, nc;
+} par__cpu_blocks;
+
+static int64_t par__cpu_round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+static par__cpu_blocks par__cpu_gemm_blocks(const par__cpu_gemm_isa *isa, int64_t m, int64_t n, int64_t k,
+                                            int64_t cap) {
+    par__cpu_blocks b;
+    b.kc = k < isa->kc ? (k > 0 ? k : 1) : isa->kc;
+    b.mc = par__cpu_round_up(m < isa->mc ? (m > 0 ? m : 1) : isa->mc, isa->mr);
+    b.nc = par__cpu_round_up(n < isa->nc ? (n > 0 ? n : 1) : isa->nc, isa->nr);
+    if (cap > 0) {
+        /* Fit: first the k block (never below 64: short k steps waste the tile
+           setup), then n, then m, down to one register tile each. */
+        while ((b.mc + b.nc) * b.kc > cap && b.kc > 64) b.kc = (b.kc + 1) / 2;
+        while ((b.mc + b.nc) * b.kc > cap && b.nc > isa->nr) b.nc = par__cpu_round_up(b.nc / 2, isa->nr);
+        while ((b.mc + b.nc) * b.kc > cap && b.mc > isa->mr) b.mc = par__cpu_round_up(b.mc / 2, isa->mr);
+        while ((b.mc + b.nc) * b.kc > cap && b.kc > 1) b.kc = (b.kc + 1) / 2;
+    }
+    return b;
+}
+
+/* Packing floats the blocks need (A block then B block; both 64-byte aligned
+   when the base is, since MR*4 and NR*4 multiply kc... A's size is rounded up). */
+static int64_t par__cpu_blocks_floats(par__cpu_blocks b) { return par__cpu_round_up(b.mc * b.kc, 16) + b.kc * b.nc; }
+
+/* The five-loop GEMM on caller-provided packing space `ws` (>= blocks_floats,
+   64-byte aligned). Arguments are trusted (checked by the callers). */
+static void par__cpu_gemm_blocked(const par__cpu_gemm_isa *isa, par__cpu_blocks bl, int transa, int transb,
+                                  int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *ws) {
+    const int MR = isa->mr, NR = isa->nr;
+    float *pa = ws, *pb = ws + par__cpu_round_up(bl.mc * bl.kc, 16);
+    int64_t jc, pc, ic, jr, ir;
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0 || alpha == 0.0f) {
+        par__cpu_scale_c(m, n, beta, C, ldc);
+        return;
+    }
+    for (jc = 0; jc < n; jc += bl.nc) {
+        const int64_t nc = n - jc < bl.nc ? n - jc : bl.nc;
+        for (pc = 0; pc < k; pc += bl.kc) {
+            const int64_t kc = k - pc < bl.kc ? k - pc : bl.kc;
+            const float beta_now = pc == 0 ? beta : 1.0f; /* later k blocks add to C */
+            par__cpu_pack_b(NR, transb, B, ldb, pc, kc, jc, nc, pb);
+            for (ic = 0; ic < m; ic += bl.mc) {
+                const int64_t mc = m - ic < bl.mc ? m - ic : bl.mc;
+                par__cpu_pack_a(MR, transa, A, lda, ic, mc, pc, kc, pa);
+                for (jr = 0; jr < nc; jr += NR) {
+                    const int nr = (int)(nc - jr < NR ? nc - jr : NR);
+                    for (ir = 0; ir < mc; ir += MR) {
+                        const int mr = (int)(mc - ir < MR ? mc - ir : MR);
+                        isa->kernel(kc, pa + ir * kc, pb + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, mr, nr,
+                                    alpha, beta_now);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Align a pointer up to 64 bytes. */
+static void *par__cpu_align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* Stack packing space for small GEMMs (16 KB: safe on small thread stacks). */
+#define PAR__CPU_STACK_FLOATS 4096
+
+/* C = alpha op(A) op(B) + beta C with a given micro-kernel, single-threaded.
+   Small problems pack into a stack buffer; large ones malloc their packing
+   space (negligible next to the arithmetic), falling back to the stack blocks if
+   that fails, so this never fails. */
+static void par__cpu_sgemm_isa(const par__cpu_gemm_isa *isa, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                               float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                               float *C, int64_t ldc) {
+    float stack[PAR__CPU_STACK_FLOATS + 16];
+    par__cpu_blocks bl = par__cpu_gemm_blocks(isa, m, n, k, 0);
+    int64_t need = par__cpu_blocks_floats(bl);
+    void *heap = NULL;
+    float *ws;
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0 || alpha == 0.0f) {
+        par__cpu_scale_c(m, n, beta, C, ldc);
+        return;
+    }
+    if (need > PAR__CPU_STACK_FLOATS) heap = PARALLEL_MALLOC((size_t)need * sizeof(float) + 64);
+    if (heap) {
+        ws = (float *)par__cpu_align64(heap);
+    } else {
+        bl = par__cpu_gemm_blocks(isa, m, n, k, PAR__CPU_STACK_FLOATS);
+        ws = (float *)par__cpu_align64(stack);
+    }
+    par__cpu_gemm_blocked(isa, bl, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+    if (heap) PARALLEL_FREE(heap);
+}
+
+/* The internal single-threaded SGEMM (row-major, C = alpha op(A) op(B) + beta C,
+   beta == 0 does not read C). Arguments are NOT checked: callers pass valid
+   sizes and leading dims. cblas_sgemm under PARALLEL_WITH_CBLAS. */
+static PAR__MAYBE_UNUSED void par__cpu_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
+                                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                                             float *C, int64_t ldc) {
+#ifdef PARALLEL_WITH_CBLAS
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0 || alpha == 0.0f) {
+        par__cpu_scale_c(m, n, beta, C, ldc);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
+                (int)k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+#else
+    par__cpu_sgemm_isa(par__cpu_gemm_best(), transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+/* ------------------------------------------------------- argument checks */
+
+#define PAR__CPU_NEED(cond, ...)                                \
+    do {                                                        \
+        if (!(cond)) return par__fail(PAR_EINVAL, __VA_ARGS__); \
+    } while (0)
+/* Argument checks that name the op and the argument: "rmsnorm_fwd: dim is 0 (must be > 0)". */
+#define PAR__CPU_NONNEG(fn, v) \
+    PAR__CPU_NEED((v) >= 0, "%s: %s is %lld (must be >= 0)", fn, #v, (long long)(v))
+#define PAR__CPU_POS(fn, v) PAR__CPU_NEED((v) > 0, "%s: %s is %lld (must be > 0)", fn, #v, (long long)(v))
+#define PAR__CPU_PTR(fn, p) PAR__CPU_NEED((p) != NULL, "%s: %s is NULL", fn, #p)
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd(int64_t rows, int64_t dim, const float *x, const float *w, float eps,
+                                            float *y, float *rstd) {
+    int64_t r, j;
+    PAR__CPU_NONNEG("rmsnorm_fwd", rows);
+    PAR__CPU_POS("rmsnorm_fwd", dim);
+    if (rows > 0) {
+        PAR__CPU_PTR("rmsnorm_fwd", x); PAR__CPU_PTR("rmsnorm_fwd", w); PAR__CPU_PTR("rmsnorm_fwd", y);
+    }
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
+        double ss = 0.0;
+        float s;
+        for (j = 0; j < dim; j++) ss += (double)xr[j] * xr[j];
+        s = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+        if (rstd) rstd[r] = s;
+        for (j = 0; j < dim; j++) yr[j] = w[j] * (xr[j] * s);
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd(int64_t rows, int64_t dim, const float *x, const float *w,
+                                            const float *rstd, const float *dy, float *dx, float *dw) {
+    int64_t r, j;
+    PAR__CPU_NONNEG("rmsnorm_bwd", rows);
+    PAR__CPU_POS("rmsnorm_bwd", dim);
+    if (rows > 0) {
+        PAR__CPU_PTR("rmsnorm_bwd", x); PAR__CPU_PTR("rmsnorm_bwd", w); PAR__CPU_PTR("rmsnorm_bwd", rstd); PAR__CPU_PTR("rmsnorm_bwd", dy); PAR__CPU_PTR("rmsnorm_bwd", dx); PAR__CPU_PTR("rmsnorm_bwd", dw);
+    }
+    for (r = 0; r < rows; r++) {
+        const float *xr = x + r * dim, *dyr = dy + r * dim;
+        float *dxr = dx + r * dim;
+        const float s = rstd[r];
+        double dot = 0.0; /* sum_j dy_j w_j x_j */
+        float c;
+        for (j = 0; j < dim; j++) dot += (double)dyr[j] * w[j] * xr[j];
+        /* dx_j = s w_j dy_j - x_j s^3 dot / dim */
+        c = (float)(dot * (double)s * s * s / (double)dim);
+        for (j = 0; j < dim; j++) {
+            const float g = dyr[j];
+            dw[j] += g * xr[j] * s;
+            dxr[j] = s * w[j] * g - xr[j] * c;
+        }
+    }
+    return PAR_OK;
+}
+
+/* ------------------------------------------------------------------- rope */
+
+static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                                float theta, const float *x, float *y, double sign) {
+    int64_t t, hh, i, half = head_dim / 2;
+    PAR__CPU_NONNEG(fn, tokens);
+    PAR__CPU_NONNEG(fn, heads);
+    PAR__CPU_NEED(head_dim > 0 && head_dim % 2 == 0, "%s: head_dim is %lld (must be even and > 0)", fn,
+                  (long long)head_dim);
+    PAR__CPU_NEED(theta > 0.0f, "%s: theta is %g (must be > 0)", fn, (double)theta);
+    if (tokens > 0 && heads > 0) {
+        PAR__CPU_PTR(fn, pos); PAR__CPU_PTR(fn, x); PAR__CPU_PTR(fn, y);
+    }
+    for (t = 0; t < tokens; t++) {
+        for (i = 0; i < half; i++) {
+            const double a = (double)pos[t] * pow((double)theta, -2.0 * (double)i / (double)head_dim);
+            const float c = (float)cos(a), s = (float)(sign * sin(a));
+            for (hh = 0; hh < heads; hh++) {
+                const float *xv = x + (t * heads + hh) * head_dim;
+                float *yv = y + (t * heads + hh) * head_dim;
+                const float x0 = xv[i], x1 = xv[i + half];
+                yv[i] = x0 * c - x1 * s;
+                yv[i + half] = x1 * c + x0 * s;
+            }
+        }
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_fwd(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                                         float theta, const float *x, float *y) {
+    return par__cpu_rope("rope_fwd", tokens, heads, head_dim, pos, theta, x, y, 1.0);
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_bwd(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                                         float theta, const float *dy, float *dx) {
+    if (tokens > 0 && heads > 0) { /* named here: the shared body calls them x and y */
+        PAR__CPU_PTR("rope_bwd", dy);
+        PAR__CPU_PTR("rope_bwd", dx);
+    }
+    return par__cpu_rope("rope_bwd", tokens, heads, head_dim, pos, theta, dy, dx, -1.0);
+}
+
+/* ----------------------------------------------------------------- swiglu */
+
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd(int64_t n, const float *g, const float *u, float *h) {
+    int64_t i;
+    PAR__CPU_NONNEG("swiglu_fwd", n);
+    if (n > 0) {
+        PAR__CPU_PTR("swiglu_fwd", g); PAR__CPU_PTR("swiglu_fwd", u); PAR__CPU_PTR("swiglu_fwd", h);
+    }
+    for (i = 0; i < n; i++) {
+        const float gi = g[i];
+        h[i] = gi / (1.0f + expf(-gi)) * u[i];
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd(int64_t n, const float *g, const float *u, const float *dh, float *dg,
+                                           float *du) {
+    int64_t i;
+    PAR__CPU_NONNEG("swiglu_bwd", n);
+    if (n > 0) {
+        PAR__CPU_PTR("swiglu_bwd", g); PAR__CPU_PTR("swiglu_bwd", u); PAR__CPU_PTR("swiglu_bwd", dh); PAR__CPU_PTR("swiglu_bwd", dg); PAR__CPU_PTR("swiglu_bwd", du);
+    }
+    for (i = 0; i < n; i++) {
+        const float gi = g[i], ui = u[i], d = dh[i];
+        const float s = 1.0f / (1.0f + expf(-gi));
+        dg[i] = d * ui * (s * (1.0f + gi * (1.0f - s)));
+        du[i] = d * gi * s;
+    }
+    return PAR_OK;
+}
+
+/* -------------------------------------------------------------- embedding */
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd(int64_t n, const int32_t *ids, const float *table, int64_t rows,
+                                              int64_t dim, int64_t start, float *out) {
+    int64_t t;
+    PAR__CPU_NONNEG("embedding_fwd", n);
+    PAR__CPU_NONNEG("embedding_fwd", rows);
+    PAR__CPU_POS("embedding_fwd", dim);
+    PAR__CPU_NONNEG("embedding_fwd", start);
+    if (n > 0) {
+        PAR__CPU_PTR("embedding_fwd", ids); PAR__CPU_PTR("embedding_fwd", out);
+        if (rows > 0) PAR__CPU_PTR("embedding_fwd", table);
+    }
+    for (t = 0; t < n; t++) {
+        const int64_t id = ids[t], r = id - start;
+        PAR__CPU_NEED(id >= 0, "embedding_fwd: token %lld has negative id %lld", (long long)t, (long long)id);
+        if (r >= 0 && r < rows)
+            memcpy(out + t * dim, table + r * dim, (size_t)dim * sizeof(float));
+        else
+            memset(out + t * dim, 0, (size_t)dim * sizeof(float));
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd(int64_t n, const int32_t *ids, const float *dout, int64_t rows,
+                                              int64_t dim, int64_t start, float *dtable) {
+    int64_t t, j;
+    PAR__CPU_NONNEG("embedding_bwd", n);
+    PAR__CPU_NONNEG("embedding_bwd", rows);
+    PAR__CPU_POS("embedding_bwd", dim);
+    PAR__CPU_NONNEG("embedding_bwd", start);
+    if (n > 0) {
+        PAR__CPU_PTR("embedding_bwd", ids); PAR__CPU_PTR("embedding_bwd", dout);
+        if (rows > 0) PAR__CPU_PTR("embedding_bwd", dtable);
+    }
+    for (t = 0; t < n; t++) {
+        const int64_t id = ids[t], r = id - start;
+        PAR__CPU_NEED(id >= 0, "embedding_bwd: token %lld has negative id %lld", (long long)t, (long long)id);
+        if (r >= 0 && r < rows) {
+            float *dst = dtable + r * dim;
+            const float *src = dout + t * dim;
+            for (j = 0; j < dim; j++) dst[j] += src[j];
+        }
+    }
+    return PAR_OK;
+}
+
+/* ---------------------------------------------------- softmax cross-entropy */
+
+static float par__cpu_row_max(const float *x, int64_t n) {
+    float mx = -INFINITY;
+    int64_t j;
+    for (j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+static double par__cpu_row_sumexp(const float *x, int64_t n, float mx) {
+    double s = 0.0;
+    int64_t j;
+    for (j = 0; j < n; j++) s += (double)expf(x[j] - mx);
+    return s;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
+                                     float *loss, float *dlogits, float scale) {
+    int64_t r, j;
+    PAR__CPU_NONNEG("xent", rows);
+    PAR__CPU_POS("xent", vocab);
+    if (rows > 0) {
+        PAR__CPU_PTR("xent", logits); PAR__CPU_PTR("xent", targets); PAR__CPU_PTR("xent", loss);
+    }
+    for (r = 0; r < rows; r++)
+        PAR__CPU_NEED(targets[r] < vocab, "xent: row %lld has target %d outside the vocab of %lld",
+                      (long long)r, (int)targets[r], (long long)vocab);
+    for (r = 0; r < rows; r++) {
+        const float *x = logits + r * vocab;
+        const int32_t tg = targets[r];
+        float mx, inv;
+        double s;
+        if (tg < 0) {
+            loss[r] = 0.0f;
+            if (dlogits) memset(dlogits + r * vocab, 0, (size_t)vocab * sizeof(float));
+            continue;
+        }
+        mx = par__cpu_row_max(x, vocab);
+        s = par__cpu_row_sumexp(x, vocab, mx);
+        loss[r] = (float)(log(s) + (double)mx - (double)x[tg]);
+        if (dlogits) {
+            float *d = dlogits + r * vocab;
+            const float xt = x[tg]; /* read before d (which may alias x) is written */
+            inv = (float)(1.0 / s);
+            for (j = 0; j < vocab; j++) d[j] = expf(x[j] - mx) * inv * scale;
+            d[tg] = (expf(xt - mx) * inv - 1.0f) * scale;
+        }
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_max(int64_t rows, int64_t v_local, const float *logits, float *max_out) {
+    int64_t r;
+    PAR__CPU_NONNEG("xent_local_max", rows);
+    PAR__CPU_NONNEG("xent_local_max", v_local);
+    if (rows > 0) {
+        PAR__CPU_PTR("xent_local_max", max_out);
+        if (v_local > 0) PAR__CPU_PTR("xent_local_max", logits);
+    }
+    for (r = 0; r < rows; r++) max_out[r] = par__cpu_row_max(logits + r * v_local, v_local);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_sumexp(int64_t rows, int64_t v_local, const float *logits,
+                                                  const float *gmax, float *sum_out) {
+    int64_t r;
+    PAR__CPU_NONNEG("xent_local_sumexp", rows);
+    PAR__CPU_NONNEG("xent_local_sumexp", v_local);
+    if (rows > 0) {
+        PAR__CPU_PTR("xent_local_sumexp", gmax); PAR__CPU_PTR("xent_local_sumexp", sum_out);
+        if (v_local > 0) PAR__CPU_PTR("xent_local_sumexp", logits);
+    }
+    for (r = 0; r < rows; r++) sum_out[r] = (float)par__cpu_row_sumexp(logits + r * v_local, v_local, gmax[r]);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target(int64_t rows, int64_t v_local, const float *logits,
+                                                  const int32_t *targets, int64_t start, float *tgt_out) {
+    int64_t r;
+    PAR__CPU_NONNEG("xent_local_target", rows);
+    PAR__CPU_NONNEG("xent_local_target", v_local);
+    PAR__CPU_NONNEG("xent_local_target", start);
+    if (rows > 0) {
+        PAR__CPU_PTR("xent_local_target", targets); PAR__CPU_PTR("xent_local_target", tgt_out);
+        if (v_local > 0) PAR__CPU_PTR("xent_local_target", logits);
+    }
+    for (r = 0; r < rows; r++) {
+        const int64_t j = (int64_t)targets[r] - start;
+        tgt_out[r] = (targets[r] >= 0 && j >= 0 && j < v_local) ? logits[r * v_local + j] : 0.0f;
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_loss_from_pieces(int64_t rows, const float *gmax, const float *gsum,
+                                                      const float *tgt, const int32_t *targets, float *loss) {
+    int64_t r;
+    PAR__CPU_NONNEG("xent_loss_from_pieces", rows);
+    if (rows > 0) {
+        PAR__CPU_PTR("xent_loss_from_pieces", gmax); PAR__CPU_PTR("xent_loss_from_pieces", gsum); PAR__CPU_PTR("xent_loss_from_pieces", tgt); PAR__CPU_PTR("xent_loss_from_pieces", targets); PAR__CPU_PTR("xent_loss_from_pieces", loss);
+    }
+    for (r = 0; r < rows; r++)
+        loss[r] = targets[r] < 0 ? 0.0f : (float)(log((double)gsum[r]) + (double)gmax[r] - (double)tgt[r]);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_bwd_split(int64_t rows, int64_t v_local, const float *logits,
+                                               const int32_t *targets, int64_t start, const float *gmax,
+                                               const float *gsum, float scale, float *dlogits) {
+    int64_t r, j;
+    PAR__CPU_NONNEG("xent_bwd_split", rows);
+    PAR__CPU_NONNEG("xent_bwd_split", v_local);
+    PAR__CPU_NONNEG("xent_bwd_split", start);
+    if (rows > 0 && v_local > 0) {
+        PAR__CPU_PTR("xent_bwd_split", logits); PAR__CPU_PTR("xent_bwd_split", targets); PAR__CPU_PTR("xent_bwd_split", gmax); PAR__CPU_PTR("xent_bwd_split", gsum); PAR__CPU_PTR("xent_bwd_split", dlogits);
+    }
+    for (r = 0; r < rows; r++) {
+        const float *x = logits + r * v_local;
+        float *d = dlogits + r * v_local;
+        const int64_t jt = (int64_t)targets[r] - start;
+        const float mx = gmax[r];
+        const float inv = (float)(1.0 / (double)gsum[r]);
+        if (targets[r] < 0) {
+            memset(d, 0, (size_t)v_local * sizeof(float));
+            continue;
+        }
+        for (j = 0; j < v_local; j++) d[j] = expf(x[j] - mx) * inv * scale;
+        if (jt >= 0 && jt < v_local) d[jt] -= scale;
+    }
+    return PAR_OK;
+}
+
+/* ------------------------------------------------------------------ adamw */
+
+static PAR__MAYBE_UNUSED par_status par__cpu_adamw(int64_t n, float *p, const float *g, float *m, float *v, float lr, float beta1,
+                                      float beta2, float eps, float weight_decay, int64_t step) {
+    int64_t i;
+    float bc1, bc2, step_size, decay, inv_sqrt_bc2;
+    PAR__CPU_NONNEG("adamw", n);
+    PAR__CPU_NEED(step >= 1, "adamw: step is %lld; steps count from 1", (long long)step);
+    PAR__CPU_NEED(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
+                  "adamw: betas (%g, %g) must be in [0, 1)", (double)beta1, (double)beta2);
+    if (n > 0) {
+        PAR__CPU_PTR("adamw", p); PAR__CPU_PTR("adamw", g); PAR__CPU_PTR("adamw", m); PAR__CPU_PTR("adamw", v);
+    }
+    /* bias corrections in double: beta^step underflows gracefully and 1 - beta^t
+       for small t is computed without f32 cancellation. */
+    bc1 = (float)(1.0 - pow((double)beta1, (double)step));
+    bc2 = (float)(1.0 - pow((double)beta2, (double)step));
+    step_size = lr / bc1;
+    inv_sqrt_bc2 = (float)(1.0 / sqrt((double)bc2));
+    decay = 1.0f - lr * weight_decay;
+    for (i = 0; i < n; i++) {
+        const float gi = g[i];
+        const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+    return PAR_OK;
+}
+
+/* ------------------------------------------------------------- reductions */
+
+static PAR__MAYBE_UNUSED par_status par__cpu_scale(int64_t n, float alpha, float *x) {
+    int64_t i;
+    PAR__CPU_NONNEG("scale", n);
+    if (n > 0) PAR__CPU_PTR("scale", x);
+    for (i = 0; i < n; i++) x[i] *= alpha;
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_axpy(int64_t n, float alpha, const float *x, float *y) {
+    int64_t i;
+    PAR__CPU_NONNEG("axpy", n);
+    if (n > 0) {
+        PAR__CPU_PTR("axpy", x); PAR__CPU_PTR("axpy", y);
+    }
+    for (i = 0; i < n; i++) y[i] += alpha * x[i];
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_sumsq(int64_t n, const float *x, double *out) {
+    int64_t i;
+    double s = 0.0;
+    PAR__CPU_NONNEG("sumsq", n);
+    PAR__CPU_PTR("sumsq", out);
+    if (n > 0) PAR__CPU_PTR("sumsq", x);
+    for (i = 0; i < n; i++) s += (double)x[i] * x[i];
+    *out = s;
+    return PAR_OK;
+}
+
+// >>compute-cpu (attention)
+/* Float32 flash attention for the CPU compute table (DESIGN.md 3.7): the
+   attention_fwd / attention_bwd / attention_merge entries of par_compute_table,
+   contract in >>compute (par_attn_desc). Included after the CPU GEMM
+   (par__cpu_sgemm) and before the table that wraps these three functions.
+
+   Forward, per (batch, q head, tile of BQ queries), over tiles of BK keys:
+     S = scale * Q_t K_t^T                       GEMM (q/k rows strided by heads*d)
+     mask (causal, global positions) only on tiles the causal boundary crosses;
+     tiles entirely above it are skipped, so causal costs about half;
+     online softmax: m' = max(m, rowmax S), P = exp(S - m'), l = l e^(m-m') + rowsum P,
+     acc = acc e^(m-m') + P V_t                  GEMM
+   then o = acc / l, lse = m + log l.
+   Backward (FlashAttention-2 form), per (batch, q head, q tile): D = rowsum(dO * O);
+   per key tile P = exp(scale Q K^T - lse) is recomputed from the GIVEN lse (so a key
+   block of a ring step with the globally merged o and lse gets exact, additive
+   gradients), then dV += P^T dO, dP = dO V^T, dS = P (dP - D), dQ += scale dS K,
+   dK += scale dS^T Q - five GEMMs, accumulated straight into dq, dk, dv.
+   Memory: one workspace of O(BQ*BK + BQ*d) floats per call; never S x S.
+
+   Speed. The O(BQ*BK*d) work is in par__cpu_sgemm (run-time ISA dispatch). The
+   per-score work (row max, exp + row sum, dS) runs over the FULL tile width BK (a
+   constant; padding columns hold -inf scores / zero probabilities) in row kernels
+   with our own exp (no libm call): AVX-512 intrinsics picked at run time like the
+   GEMM kernels, else portable C written so gcc vectorizes it at plain -O2 (see
+   par__attn_exp_sum_c). Without that, exp alone cost about as much as the GEMMs.
+   fwd+bwd = 7 GEMM passes over the (unmasked) score tiles against 6 for a naive
+   attention that keeps P, so without causality flash is at best ~7/6 of naive;
+   with causality it skips the hidden tiles. */
+
+/* Tile sizes (the AVX-512 row kernels need BK % 16 == 0, else the portable ones
+   run). Measured (S = 1024 and 2048, d = 64, CPU time, one core, AVX-512 GEMM):
+   128 x 256 was 5-15% faster than 64 x 128 or 64 x 256 (fewer, larger GEMM calls
+   amortize the packing); the two BQ x BK f32 tiles of the backward (256 KB) stay
+   in L2. */
+#ifndef PAR__ATTN_BQ
+#define PAR__ATTN_BQ 128
+#endif
+#ifndef PAR__ATTN_BK
+#define PAR__ATTN_BK 256
+#endif
+
+/* x[j] = exp(x[j] - sub) over the BK entries of a score row, returning their sum;
+   exp(-inf) = 0 and NaN stays NaN. exp(t) = 2^n e^r with n = round(t / ln2) and
+   r = t - n ln2 in [-ln2/2, ln2/2] (ln2 split in a short high part, so n*ln2_hi is
+   exact, and a low part). e^r is its degree-7 Taylor polynomial: truncation
+   r^8/8! < 5.3e-9 relative (0.1 ulp), so results are within ~2 ulp of expf. 2^n is
+   built in the exponent field. Arguments below -87 give 0 (e^-87 = 1.6e-38 is the
+   bottom of the normal range; a softmax never needs subnormals); above 88 clamp
+   (softmax arguments are <= 0).
+   Two versions: AVX-512 intrinsics (picked at run time, like the GEMM kernels, so a
+   plain -O2 build uses the host's full vector width), and portable C that the
+   compiler vectorizes with its baseline ISA (SSE2 at plain -O2). */
+#define PAR__ATTN_EXP_POLY(P, R)                                                                                \
+    P = 1.0f / 5040.0f;                                                                                         \
+    P = P * R + 1.0f / 720.0f;                                                                                  \
+    P = P * R + 1.0f / 120.0f;                                                                                  \
+    P = P * R + 1.0f / 24.0f;                                                                                   \
+    P = P * R + 1.0f / 6.0f;                                                                                    \
+    P = P * R + 0.5f;                                                                                           \
+    P = P * R + 1.0f;                                                                                           \
+    P = P * R + 1.0f
+
+/* Portable version, written as passes that gcc vectorizes at plain -O2 (checked
+   with -fopt-info-vec): under the default -ftrapping-math it will not if-convert
+   a select whose arms hold float arithmetic (the arithmetic could raise a flag
+   only on one path), so every select here picks between values already in
+   memory or registers, and the arithmetic runs unconditionally in its own pass.
+   The int -> float reinterpretation goes through a union of arrays (defined in C;
+   gcc and clang document it for C++ too). */
+static float par__attn_exp_sum_c(float *x, float sub) {
+    union {
+        int32_t i[PAR__ATTN_BK];
+        float f[PAR__ATTN_BK];
+    } two_n;
+    float c[PAR__ATTN_BK], p[PAR__ATTN_BK], lanes[16], sum = 0.0f;
+    int j, u;
+    for (j = 0; j < PAR__ATTN_BK; j++) { /* clamp: NaN -> -87 keeps the int conversion defined */
+        const float t = x[j] - sub;
+        const float lo = t > -87.0f ? t : -87.0f;
+        c[j] = lo < 88.0f ? lo : 88.0f;
+    }
+    for (j = 0; j < PAR__ATTN_BK; j++) {
+        const float n = (c[j] * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+        float r = c[j] - n * 0.693359375f, q;
+        r = r - n * -2.12194440054690583e-4f;
+        PAR__ATTN_EXP_POLY(q, r);
+        p[j] = q;
+        two_n.i[j] = ((int32_t)n + 127) * 8388608; /* exponent field; a multiply, not a shift of a signed value */
+    }
+    for (j = 0; j < PAR__ATTN_BK; j++) p[j] = p[j] * two_n.f[j];
+    for (j = 0; j < PAR__ATTN_BK; j++) { /* below -87: 0; NaN stays NaN */
+        const float t = x[j] - sub;
+        c[j] = t;
+        x[j] = t < -87.0f ? 0.0f : p[j];
+    }
+    for (j = 0; j < PAR__ATTN_BK; j++) x[j] = c[j] == c[j] ? x[j] : c[j];
+    for (u = 0; u < 16; u++) lanes[u] = 0.0f;
+    for (j = 0; j + 16 <= PAR__ATTN_BK; j += 16)
+        for (u = 0; u < 16; u++) lanes[u] += x[j + u];
+    for (; j < PAR__ATTN_BK; j++) lanes[0] += x[j];
+    for (u = 0; u < 16; u++) sum += lanes[u];
+    return sum;
+}
+
+/* Row max through 16 independent lanes (a fixed inner loop the vectorizer packs). */
+static float par__attn_max_c(const float *x) {
+    float lanes[16], m;
+    int j, u;
+    for (u = 0; u < 16; u++) lanes[u] = x[0];
+    for (j = 0; j + 16 <= PAR__ATTN_BK; j += 16)
+        for (u = 0; u < 16; u++) lanes[u] = x[j + u] > lanes[u] ? x[j + u] : lanes[u];
+    for (; j < PAR__ATTN_BK; j++) lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
+    m = lanes[0];
+    for (u = 1; u < 16; u++) m = lanes[u] > m ? lanes[u] : m;
+    return m;
+}
+
+/* ds[j] = p[j] * (ds[j] - dsum): dS = P (dP - D) in place over dP. */
+static void par__attn_ds_c(float *ds, const float *p, float dsum) {
+    int j;
+    for (j = 0; j < PAR__ATTN_BK; j++) ds[j] = p[j] * (ds[j] - dsum);
+}
+
+/* PAR__ATTN_NO_SIMD (private, for tests) keeps only the portable row kernels. */
+#if defined(PAR__CPU_X86) && PAR__ATTN_BK % 16 == 0 && !defined(PAR__ATTN_NO_SIMD)
+#define PAR__ATTN_AVX512 1
+/* Only intrinsics whose gcc definitions avoid _mm512_undefined_*: g++ 12 reports
+   those as -Wuninitialized (hence the mask_ forms with all lanes set and the
+   scalar final reductions). */
+__attribute__((target("avx512f"))) static float par__attn_exp_sum_avx512(float *x, float sub) {
+    const __m512 vsub = _mm512_set1_ps(sub), lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f), magic = _mm512_set1_ps(12582912.0f);
+    const __m512 ln2hi = _mm512_set1_ps(0.693359375f), ln2lo = _mm512_set1_ps(-2.12194440054690583e-4f);
+    const __m512i bias = _mm512_set1_epi32(127), two23 = _mm512_set1_epi32(8388608);
+    __m512 acc = _mm512_setzero_ps();
+    float lanes[16], sum = 0.0f;
+    int j;
+    for (j = 0; j < PAR__ATTN_BK; j += 16) {
+        const __m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + j), vsub);
+        /* max(t, lo) gives lo for NaN t (vmaxps returns the second operand) */
+        const __m512 c = _mm512_mask_min_ps(hi, 0xFFFF, _mm512_mask_max_ps(lo, 0xFFFF, t, lo), hi);
+        /* y + 1.5*2^23 rounds y to an integer held in the low mantissa bits */
+        const __m512 yb = _mm512_add_ps(_mm512_mul_ps(c, log2e), magic);
+        const __m512 n = _mm512_sub_ps(yb, magic);
+        const __m512 r = _mm512_fnmadd_ps(n, ln2lo, _mm512_fnmadd_ps(n, ln2hi, c));
+        const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(yb), _mm512_castps_si512(magic));
+        const __m512i e = _mm512_mullo_epi32(_mm512_add_epi32(ni, bias), two23);
+        __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+        p = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+        p = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ), p);   /* t < -87: 0 */
+        p = _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), t); /* NaN stays */
+        _mm512_storeu_ps(x + j, p);
+        acc = _mm512_add_ps(acc, p);
+    }
+    _mm512_storeu_ps(lanes, acc);
+    for (j = 0; j < 16; j++) sum += lanes[j];
+    return sum;
+}
+__attribute__((target("avx512f"))) static float par__attn_max_avx512(const float *x) {
+    __m512 m = _mm512_loadu_ps(x);
+    float lanes[16], r;
+    int j;
+    for (j = 16; j < PAR__ATTN_BK; j += 16) m = _mm512_mask_max_ps(m, 0xFFFF, _mm512_loadu_ps(x + j), m);
+    _mm512_storeu_ps(lanes, m);
+    r = lanes[0];
+    for (j = 1; j < 16; j++) r = lanes[j] > r ? lanes[j] : r;
+    return r;
+}
+__attribute__((target("avx512f"))) static void par__attn_ds_avx512(float *ds, const float *p, float dsum) {
+    const __m512 d = _mm512_set1_ps(dsum);
+    int j;
+    for (j = 0; j < PAR__ATTN_BK; j += 16)
+        _mm512_storeu_ps(ds + j, _mm512_mul_ps(_mm512_loadu_ps(p + j), _mm512_sub_ps(_mm512_loadu_ps(ds + j), d)));
+}
+#endif
+
+/* 1 when the AVX-512 row kernels can run here (read once per call). */
+static int par__attn_isa(void) {
+#ifdef PAR__ATTN_AVX512
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+static float par__attn_exp_sum(int isa, float *x, float sub) {
+#ifdef PAR__ATTN_AVX512
+    if (isa) return par__attn_exp_sum_avx512(x, sub);
+#endif
+    (void)isa;
+    return par__attn_exp_sum_c(x, sub);
+}
+static float par__attn_max(int isa, const float *x) {
+#ifdef PAR__ATTN_AVX512
+    if (isa) return par__attn_max_avx512(x);
+#endif
+    (void)isa;
+    return par__attn_max_c(x);
+}
+static void par__attn_ds(int isa, float *ds, const float *p, float dsum) {
+#ifdef PAR__ATTN_AVX512
+    if (isa) {
+        par__attn_ds_avx512(ds, p, dsum);
+        return;
+    }
+#endif
+    (void)isa;
+    par__attn_ds_c(ds, p, dsum);
+}
+
+/* Validation shared by the three entries; `fn` names the table entry. Pointers may
+   be NULL only for tensors with zero elements. */
+static PAR__MAYBE_UNUSED par_status par__attn_check(const char *fn, const par_attn_desc *d) {
+    int64_t limit;
+    if (!d) return par__fail(PAR_EINVAL, "%s: desc is NULL", fn);
+    if (d->dtype != PAR_F32)
+        return par__fail(PAR_EUNSUPPORTED, "%s: dtype %s is not supported by the CPU table (f32 only)", fn,
+                         par_dtype_name(d->dtype));
+    if (d->batch < 1 || d->q_heads < 1 || d->kv_heads < 1 || d->head_dim < 1)
+        return par__fail(PAR_EINVAL, "%s: batch %d, q_heads %d, kv_heads %d and head_dim %d must all be >= 1", fn,
+                         d->batch, d->q_heads, d->kv_heads, d->head_dim);
+    if (d->q_len < 0 || d->k_len < 0)
+        return par__fail(PAR_EINVAL, "%s: q_len %lld and k_len %lld must be >= 0", fn, (long long)d->q_len,
+                         (long long)d->k_len);
+    if (d->q_heads % d->kv_heads != 0)
+        return par__fail(PAR_EINVAL, "%s: q_heads %d is not a multiple of kv_heads %d (GQA needs whole groups)", fn,
+                         d->q_heads, d->kv_heads);
+    if (!(d->scale == d->scale) || d->scale - d->scale != 0.0f)
+        return par__fail(PAR_EINVAL, "%s: scale %g is not finite", fn, (double)d->scale);
+    /* element counts and offsets must fit int64 */
+    limit = INT64_MAX / d->batch / d->q_heads / d->head_dim;
+    if (d->q_len > limit || d->k_len > limit)
+        return par__fail(PAR_EINVAL, "%s: q_len %lld or k_len %lld is too large (tensor sizes overflow int64)", fn,
+                         (long long)d->q_len, (long long)d->k_len);
+    return PAR_OK;
+}
+
+#define PAR__ATTN_NEED(ptr, numel, fn, name)                                                              \
+    do {                                                                                                  \
+        if (!(ptr) && (numel) > 0) return par__fail(PAR_EINVAL, "%s: %s is NULL", fn, name);             \
+    } while (0)
+
+static PAR__MAYBE_UNUSED float par__attn_scale(const par_attn_desc *d) {
+    return d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
+}
+
+static PAR__MAYBE_UNUSED int64_t par__attn_pos(const int64_t *pos, int64_t i) { return pos ? pos[i] : i; }
+
+/* Min and max position over [i0, i0+n). */
+static PAR__MAYBE_UNUSED void par__attn_pos_range(const int64_t *pos, int64_t i0, int64_t n, int64_t *lo,
+                                                  int64_t *hi) {
+    int64_t i, a, b;
+    if (!pos) {
+        *lo = i0, *hi = i0 + n - 1;
+        return;
+    }
+    a = b = pos[i0];
+    for (i = 1; i < n; i++) {
+        a = pos[i0 + i] < a ? pos[i0 + i] : a;
+        b = pos[i0 + i] > b ? pos[i0 + i] : b;
+    }
+    *lo = a, *hi = b;
+}
+
+/* Score tile s [nq x BK] = scale * Q_t K_t^T, with -inf for padding columns (nk..BK)
+   and, when the causal boundary crosses the tile, for keys after the query. Returns 0
+   when the whole tile is masked (nothing computed), 1 otherwise. kp is BK int64 of
+   scratch. */
+static PAR__MAYBE_UNUSED int par__attn_score_tile(const par_attn_desc *d, float scale, const float *qt, int64_t ldq,
+                                                  const float *kt, int64_t ldk, int64_t i0, int64_t nq, int64_t j0,
+                                                  int64_t nk, float *s, int64_t *kp) {
+    int64_t i, j, qlo = 0, qhi = 0, klo = 0, khi = 0;
+    int mask = 0;
+    if (d->causal) {
+        par__attn_pos_range(d->q_pos, i0, nq, &qlo, &qhi);
+        par__attn_pos_range(d->k_pos, j0, nk, &klo, &khi);
+        if (klo > qhi) return 0; /* every key after every query */
+        mask = khi > qlo;        /* some key after some query */
+    }
+    par__cpu_sgemm(0, 1, nq, nk, d->head_dim, scale, qt, ldq, kt, ldk, 0.0f, s, PAR__ATTN_BK);
+    if (mask) {
+        for (j = 0; j < nk; j++) kp[j] = par__attn_pos(d->k_pos, j0 + j);
+        for (; j < PAR__ATTN_BK; j++) kp[j] = INT64_MAX;
+        for (i = 0; i < nq; i++) {
+            const int64_t qp = par__attn_pos(d->q_pos, i0 + i);
+            float *si = s + i * PAR__ATTN_BK;
+            for (j = 0; j < PAR__ATTN_BK; j++) si[j] = kp[j] > qp ? -INFINITY : si[j];
+        }
+    } else if (nk < PAR__ATTN_BK) {
+        for (i = 0; i < nq; i++)
+            for (j = nk; j < PAR__ATTN_BK; j++) s[i * PAR__ATTN_BK + j] = -INFINITY;
+    }
+    return 1;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_attn_desc *d, const float *q, const float *k,
+                                                           const float *v, float *o, float *lse) {
+    static const char fn[] = "attention_fwd";
+    par_status st = par__attn_check(fn, d);
+    int64_t nqe, nke, b, i0, j0, i;
+    int h, c, dim, group;
+    float scale, *work, *s, *acc, *m, *l;
+    int64_t *kp;
+    const int isa = par__attn_isa();
+    size_t bytes;
+    if (st != PAR_OK) return st;
+    dim = d->head_dim;
+    nqe = (int64_t)d->batch * d->q_len * d->q_heads * dim;
+    nke = (int64_t)d->batch * d->k_len * d->kv_heads * dim;
+    PAR__ATTN_NEED(q, nqe, fn, "q");
+    PAR__ATTN_NEED(k, nke, fn, "k");
+    PAR__ATTN_NEED(v, nke, fn, "v");
+    PAR__ATTN_NEED(o, nqe, fn, "o");
+    PAR__ATTN_NEED(lse, nqe, fn, "lse");
+    if (nqe == 0) return PAR_OK;
+    if (nke == 0) { /* no keys: every row sees nothing (k and v may be NULL) */
+        for (i = 0; i < nqe; i++) o[i] = 0.0f;
+        for (i = 0; i < (int64_t)d->batch * d->q_heads * d->q_len; i++) lse[i] = -INFINITY;
+        return PAR_OK;
+    }
+    group = d->q_heads / d->kv_heads;
+    scale = par__attn_scale(d);
+    bytes = sizeof(int64_t) * PAR__ATTN_BK +
+            sizeof(float) * ((size_t)PAR__ATTN_BQ * PAR__ATTN_BK + (size_t)PAR__ATTN_BQ * dim + 2 * PAR__ATTN_BQ);
+    work = (float *)PARALLEL_MALLOC(bytes);
+    if (!work) return par__fail(PAR_ENOMEM, "%s: cannot allocate %zu bytes of workspace", fn, bytes);
+    kp = (int64_t *)(void *)work; /* int64 first: malloc alignment holds for it */
+    s = work + 2 * PAR__ATTN_BK;
+    acc = s + (size_t)PAR__ATTN_BQ * PAR__ATTN_BK;
+    m = acc + (size_t)PAR__ATTN_BQ * dim;
+    l = m + PAR__ATTN_BQ;
+    {
+        const int64_t ldq = (int64_t)d->q_heads * dim, ldk = (int64_t)d->kv_heads * dim;
+        for (b = 0; b < d->batch; b++)
+            for (h = 0; h < d->q_heads; h++) {
+                const int g = h / group;
+                const float *qh = q + (b * d->q_len * d->q_heads + h) * (int64_t)dim;
+                const float *kh = k + (b * d->k_len * d->kv_heads + g) * (int64_t)dim;
+                const float *vh = v + (b * d->k_len * d->kv_heads + g) * (int64_t)dim;
+                float *oh = o + (b * d->q_len * d->q_heads + h) * (int64_t)dim;
+                float *lh = lse + (b * d->q_heads + h) * d->q_len;
+                for (i0 = 0; i0 < d->q_len; i0 += PAR__ATTN_BQ) {
+                    const int64_t nq = d->q_len - i0 < PAR__ATTN_BQ ? d->q_len - i0 : PAR__ATTN_BQ;
+                    for (i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
+                    for (i = 0; i < nq * dim; i++) acc[i] = 0.0f;
+                    for (j0 = 0; j0 < d->k_len; j0 += PAR__ATTN_BK) {
+                        const int64_t nk = d->k_len - j0 < PAR__ATTN_BK ? d->k_len - j0 : PAR__ATTN_BK;
+                        if (!par__attn_score_tile(d, scale, qh + i0 * ldq, ldq, kh + j0 * ldk, ldk, i0, nq, j0, nk,
+                                                  s, kp))
+                            continue;
+                        for (i = 0; i < nq; i++) {
+                            float *si = s + i * PAR__ATTN_BK, *ai = acc + i * dim;
+                            const float mt = par__attn_max(isa, si), mn = mt > m[i] ? mt : m[i];
+                            float alpha;
+                            if (mn == -INFINITY) { /* nothing visible to this row yet: P row = 0 */
+                                for (c = 0; c < PAR__ATTN_BK; c++) si[c] = 0.0f;
+                                continue;
+                            }
+                            alpha = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+                            l[i] = l[i] * alpha + par__attn_exp_sum(isa, si, mn);
+                            m[i] = mn;
+                            if (alpha != 1.0f)
+                                for (c = 0; c < dim; c++) ai[c] *= alpha;
+                        }
+                        par__cpu_sgemm(0, 0, nq, dim, nk, 1.0f, s, PAR__ATTN_BK, vh + j0 * ldk, ldk, 1.0f, acc, dim);
+                    }
+                    for (i = 0; i < nq; i++) {
+                        float *oi = oh + (i0 + i) * ldq;
+                        const float *ai = acc + i * dim;
+                        if (l[i] > 0.0f) {
+                            const float inv = 1.0f / l[i];
+                            for (c = 0; c < dim; c++) oi[c] = ai[c] * inv;
+                            lh[i0 + i] = m[i] + logf(l[i]);
+                        } else { /* no visible key */
+                            for (c = 0; c < dim; c++) oi[c] = 0.0f;
+                            lh[i0 + i] = -INFINITY;
+                        }
+                    }
+                }
+            }
+    }
+    PARALLEL_FREE(work);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_attn_desc *d, const float *q, const float *k,
+                                                           const float *v, const float *o, const float *lse,
+                                                           const float *do_, float *dq, float *dk, float *dv,
+                                                           int accumulate) {
+    static const char fn[] = "attention_bwd";
+    par_status st = par__attn_check(fn, d);
+    int64_t nqe, nke, b, i0, j0, i, j;
+    int h, c, dim, group;
+    float scale, *work, *p, *ds, *drow;
+    int64_t *kp;
+    const int isa = par__attn_isa();
+    size_t bytes;
+    if (st != PAR_OK) return st;
+    dim = d->head_dim;
+    nqe = (int64_t)d->batch * d->q_len * d->q_heads * dim;
+    nke = (int64_t)d->batch * d->k_len * d->kv_heads * dim;
+    PAR__ATTN_NEED(q, nqe, fn, "q");
+    PAR__ATTN_NEED(k, nke, fn, "k");
+    PAR__ATTN_NEED(v, nke, fn, "v");
+    PAR__ATTN_NEED(o, nqe, fn, "o");
+    PAR__ATTN_NEED(lse, nqe, fn, "lse");
+    PAR__ATTN_NEED(do_, nqe, fn, "do_");
+    PAR__ATTN_NEED(dq, nqe, fn, "dq");
+    PAR__ATTN_NEED(dk, nke, fn, "dk");
+    PAR__ATTN_NEED(dv, nke, fn, "dv");
+    if (!accumulate) {
+        for (i = 0; i < nqe; i++) dq[i] = 0.0f;
+        for (i = 0; i < nke; i++) dk[i] = 0.0f, dv[i] = 0.0f;
+    }
+    if (nqe == 0 || nke == 0) return PAR_OK;
+    group = d->q_heads / d->kv_heads;
+    scale = par__attn_scale(d);
+    bytes = sizeof(int64_t) * PAR__ATTN_BK + sizeof(float) * (2 * (size_t)PAR__ATTN_BQ * PAR__ATTN_BK + PAR__ATTN_BQ);
+    work = (float *)PARALLEL_MALLOC(bytes);
+    if (!work) return par__fail(PAR_ENOMEM, "%s: cannot allocate %zu bytes of workspace", fn, bytes);
+    kp = (int64_t *)(void *)work;
+    p = work + 2 * PAR__ATTN_BK;
+    ds = p + (size_t)PAR__ATTN_BQ * PAR__ATTN_BK;
+    drow = ds + (size_t)PAR__ATTN_BQ * PAR__ATTN_BK;
+    {
+        const int64_t ldq = (int64_t)d->q_heads * dim, ldk = (int64_t)d->kv_heads * dim;
+        for (b = 0; b < d->batch; b++)
+            for (h = 0; h < d->q_heads; h++) {
+                const int g = h / group;
+                const int64_t qoff = (b * d->q_len * d->q_heads + h) * (int64_t)dim;
+                const int64_t koff = (b * d->k_len * d->kv_heads + g) * (int64_t)dim;
+                const float *lh = lse + (b * d->q_heads + h) * d->q_len;
+                for (i0 = 0; i0 < d->q_len; i0 += PAR__ATTN_BQ) {
+                    const int64_t nq = d->q_len - i0 < PAR__ATTN_BQ ? d->q_len - i0 : PAR__ATTN_BQ;
+                    const float *qt = q + qoff + i0 * ldq, *dot = do_ + qoff + i0 * ldq;
+                    float *dqt = dq + qoff + i0 * ldq;
+                    for (i = 0; i < nq; i++) { /* D = rowsum(dO * O), in double: it is subtracted from dP */
+                        const float *oi = o + qoff + (i0 + i) * ldq, *doi = dot + i * ldq;
+                        double sum = 0.0;
+                        for (c = 0; c < dim; c++) sum += (double)doi[c] * oi[c];
+                        drow[i] = (float)sum;
+                    }
+                    for (j0 = 0; j0 < d->k_len; j0 += PAR__ATTN_BK) {
+                        const int64_t nk = d->k_len - j0 < PAR__ATTN_BK ? d->k_len - j0 : PAR__ATTN_BK;
+                        const float *kt = k + koff + j0 * ldk, *vt = v + koff + j0 * ldk;
+                        if (!par__attn_score_tile(d, scale, qt, ldq, kt, ldk, i0, nq, j0, nk, p, kp)) continue;
+                        for (i = 0; i < nq; i++) { /* P = exp(S - lse); a row with no visible key has P = 0 */
+                            float *pi = p + i * PAR__ATTN_BK;
+                            if (lh[i0 + i] == -INFINITY)
+                                for (j = 0; j < PAR__ATTN_BK; j++) pi[j] = 0.0f;
+                            else
+                                (void)par__attn_exp_sum(isa, pi, lh[i0 + i]);
+                        }
+                        /* dV_t += P^T dO_t */
+                        par__cpu_sgemm(1, 0, nk, dim, nq, 1.0f, p, PAR__ATTN_BK, dot, ldq, 1.0f, dv + koff + j0 * ldk,
+                                       ldk);
+                        /* dP = dO_t V_t^T, then dS = P (dP - D) in place (padding columns: P = 0) */
+                        par__cpu_sgemm(0, 1, nq, nk, dim, 1.0f, dot, ldq, vt, ldk, 0.0f, ds, PAR__ATTN_BK);
+                        for (i = 0; i < nq; i++) {
+                            const float *pi = p + i * PAR__ATTN_BK;
+                            float *dsi = ds + i * PAR__ATTN_BK;
+                            /* padding columns are never read by the GEMMs below; zeroed so
+                               the row kernel never computes on uninitialized memory */
+                            for (j = nk; j < PAR__ATTN_BK; j++) dsi[j] = 0.0f;
+                            par__attn_ds(isa, dsi, pi, drow[i]);
+                        }
+                        /* dQ_t += scale dS K_t;  dK_t += scale dS^T Q_t */
+                        par__cpu_sgemm(0, 0, nq, dim, nk, scale, ds, PAR__ATTN_BK, kt, ldk, 1.0f, dqt, ldq);
+                        par__cpu_sgemm(1, 0, nk, dim, nq, scale, ds, PAR__ATTN_BK, qt, ldq, 1.0f, dk + koff + j0 * ldk,
+                                       ldk);
+                    }
+                }
+            }
+    }
+    PARALLEL_FREE(work);
+    return PAR_OK;
+}
+
+/* (o, lse) <- merge of (o, lse) and (o_b, lse_b), both shaped as o and lse of desc:
+   L' = max(L, Lb) + log1p(exp(-|L - Lb|)), O' = e^(L-L') O + e^(Lb-L') Ob. A row
+   whose lse_b is -inf (the block saw no key) is left alone; a row whose lse is -inf
+   takes (o_b, lse_b). So starting from o = 0, lse = -inf and merging every block gives
+   attention over all keys. */
+static PAR__MAYBE_UNUSED par_status par__cpu_attention_merge(const par_attn_desc *d, float *o, float *lse,
+                                                             const float *o_b, const float *lse_b) {
+    static const char fn[] = "attention_merge";
+    par_status st = par__attn_check(fn, d);
+    int64_t nqe, b, i;
+    int h, c, dim;
+    if (st != PAR_OK) return st;
+    dim = d->head_dim;
+    nqe = (int64_t)d->batch * d->q_len * d->q_heads * dim;
+    PAR__ATTN_NEED(o, nqe, fn, "o");
+    PAR__ATTN_NEED(lse, nqe, fn, "lse");
+    PAR__ATTN_NEED(o_b, nqe, fn, "o_b");
+    PAR__ATTN_NEED(lse_b, nqe, fn, "lse_b");
+    for (b = 0; b < d->batch; b++)
+        for (h = 0; h < d->q_heads; h++)
+            for (i = 0; i < d->q_len; i++) {
+                const int64_t li = (b * d->q_heads + h) * d->q_len + i;
+                const int64_t oi = ((b * d->q_len + i) * d->q_heads + h) * (int64_t)dim;
+                const float la = lse[li], lb = lse_b[li];
+                float *oa = o + oi;
+                const float *ob = o_b + oi;
+                if (lb == -INFINITY) continue;
+                if (la == -INFINITY) {
+                    for (c = 0; c < dim; c++) oa[c] = ob[c];
+                    lse[li] = lb;
+                } else {
+                    const float mx = la > lb ? la : lb;
+                    const float ln = mx + log1pf(expf(-fabsf(la - lb)));
+                    const float wa = expf(la - ln), wb = expf(lb - ln);
+                    for (c = 0; c < dim; c++) oa[c] = wa * oa[c] + wb * ob[c];
+                    lse[li] = ln;
+                }
+            }
+    return PAR_OK;
+}
+
+#undef PAR__ATTN_NEED
+
+// >>compute-cpu (the table)
+/* par_compute_cpu: the kernels above behind a par_compute_table.
+
+   State per table (one rank): memory accounting, the GEMM micro-kernel chosen
+   for this CPU, one packing workspace per kernel thread, and, with threads > 1,
+   a pool of threads - 1 persistent pthreads (the calling thread is worker 0).
+   A table is used by one thread at a time (its rank), like a device stream;
+   its kernels may fan out over the pool internally.
+
+   Memory: every allocation carries a 64-byte header in front of the returned
+   (64-byte aligned, zero-filled) pointer with its size and category, so free
+   needs no lookup and the per-category current/peak counters stay exact. The
+   table's own GEMM packing space counts as PAR_MEM_WORKSPACE. */
+
+#define PAR__CPU_MAGIC 0x70617263707561ull /* "parcpua" */
+#define PAR__CPU_MAX_THREADS 256
+
+typedef struct par__cpu_hdr {
+    void *raw;      /* what PARALLEL_MALLOC returned */
+    uint64_t bytes; /* requested size */
+    uint64_t magic; /* PAR__CPU_MAGIC while live; 0 once freed */
+    int category;
+} par__cpu_hdr;
+
+typedef struct par__cpu_state par__cpu_state;
+typedef void (*par__cpu_task_fn)(void *arg, int worker);
+
+#ifdef PAR__CPU_THREADS
+typedef struct par__cpu_worker {
+    par__cpu_state *state;
+    int index; /* 1..threads-1 */
+} par__cpu_worker;
+#endif
+
+struct par__cpu_state {
+    int threads;
+    const par__cpu_gemm_isa *isa;
+    par_mem_report mem;
+    void *ws_raw[PAR__CPU_MAX_THREADS]; /* packing space per worker */
+    int64_t ws_floats[PAR__CPU_MAX_THREADS];
+#ifdef PAR__CPU_THREADS
+    pthread_t *tids;
+    par__cpu_worker *workers;
+    int started; /* pool threads running */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    uint64_t generation; /* bumped per job; workers run each generation once */
+    int pending, stop;
+    par__cpu_task_fn fn;
+    void *arg;
+#endif
+};
+
+static void par__cpu_mem_add(par__cpu_state *s, int category, int64_t bytes) {
+    s->mem.current[category] += bytes;
+    s->mem.current_total += bytes;
+    if (s->mem.current[category] > s->mem.peak[category]) s->mem.peak[category] = s->mem.current[category];
+    if (s->mem.current_total > s->mem.peak_total) s->mem.peak_total = s->mem.current_total;
+}
+
+/* ------------------------------------------------------------ thread pool */
+
+#ifdef PAR__CPU_THREADS
+static void *par__cpu_worker_main(void *p) {
+    par__cpu_worker *w = (par__cpu_worker *)p;
+    par__cpu_state *s = w->state;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        par__cpu_task_fn fn;
+        void *arg;
+        while (!s->stop && s->generation == seen) pthread_cond_wait(&s->go, &s->mu);
+        if (s->stop) break;
+        seen = s->generation;
+        fn = s->fn;
+        arg = s->arg;
+        pthread_mutex_unlock(&s->mu);
+        fn(arg, w->index);
+        pthread_mutex_lock(&s->mu);
+        if (--s->pending == 0) pthread_cond_signal(&s->done);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void par__cpu_pool_stop(par__cpu_state *s) {
+    int i;
+    if (!s->tids) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->go);
+    pthread_mutex_unlock(&s->mu);
+    for (i = 0; i < s->started; i++) pthread_join(s->tids[i], NULL);
+    pthread_cond_destroy(&s->go);
+    pthread_cond_destroy(&s->done);
+    pthread_mutex_destroy(&s->mu);
+    PARALLEL_FREE(s->tids);
+    PARALLEL_FREE(s->workers);
+    s->tids = NULL;
+    s->workers = NULL;
+    s->started = 0;
+}
+
+static par_status par__cpu_pool_start(par__cpu_state *s) {
+    int i, n = s->threads - 1;
+    s->tids = (pthread_t *)PARALLEL_MALLOC(sizeof(pthread_t) * (size_t)n);
+    s->workers = (par__cpu_worker *)PARALLEL_MALLOC(sizeof(par__cpu_worker) * (size_t)n);
+    if (!s->tids || !s->workers) {
+        PARALLEL_FREE(s->tids);
+        PARALLEL_FREE(s->workers);
+        s->tids = NULL;
+        s->workers = NULL;
+        return par__fail(PAR_ENOMEM, "par_compute_cpu: cannot allocate the pool of %d threads", s->threads);
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->go, NULL);
+    pthread_cond_init(&s->done, NULL);
+    for (i = 0; i < n; i++) {
+        s->workers[i].state = s;
+        s->workers[i].index = i + 1;
+        if (pthread_create(&s->tids[i], NULL, par__cpu_worker_main, &s->workers[i]) != 0) {
+            par__cpu_pool_stop(s);
+            return par__fail(PAR_ENOMEM, "par_compute_cpu: cannot start kernel thread %d of %d", i + 2, s->threads);
+        }
+        s->started = i + 1;
+    }
+    return PAR_OK;
+}
+#endif
+
+/* Run fn(arg, w) for every worker w in [0, threads) and wait for all; the
+   calling thread is worker 0. */
+static void par__cpu_parallel(par__cpu_state *s, par__cpu_task_fn fn, void *arg) {
+    (void)s;
+#ifdef PAR__CPU_THREADS
+    if (s->threads > 1) {
+        pthread_mutex_lock(&s->mu);
+        s->fn = fn;
+        s->arg = arg;
+        s->pending = s->threads - 1;
+        s->generation++;
+        pthread_cond_broadcast(&s->go);
+        pthread_mutex_unlock(&s->mu);
+        fn(arg, 0);
+        pthread_mutex_lock(&s->mu);
+        while (s->pending > 0) pthread_cond_wait(&s->done, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+#endif
+    fn(arg, 0);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static par_status par__cpu_t_alloc(void *user, size_t bytes, par_mem_category category, void **ptr) {
+    par__cpu_state *s = (par__cpu_state *)user;
+    par__cpu_hdr *h;
+    void *raw;
+    char *p;
+    if (!ptr) return par__fail(PAR_EINVAL, "alloc: ptr is NULL");
+    *ptr = NULL;
+    if ((unsigned)category >= PAR_MEM_CATEGORY_COUNT)
+        return par__fail(PAR_EINVAL, "alloc: category is %d (must be 0..%d)", (int)category,
+                         PAR_MEM_CATEGORY_COUNT - 1);
+    if (bytes > (size_t)INT64_MAX - 256 || bytes > SIZE_MAX - 256)
+        return par__fail(PAR_ENOMEM, "alloc: %zu bytes is too large", bytes);
+    raw = PARALLEL_MALLOC(bytes + 128);
+    if (!raw)
+        return par__fail(PAR_ENOMEM, "alloc: out of memory allocating %zu bytes of %s", bytes,
+                         par_mem_category_name(category));
+    p = (char *)par__cpu_align64((char *)raw + sizeof(par__cpu_hdr));
+    h = (par__cpu_hdr *)(p - sizeof(par__cpu_hdr));
+    h->raw = raw;
+    h->bytes = (uint64_t)bytes;
+    h->magic = PAR__CPU_MAGIC;
+    h->category = (int)category;
+    memset(p, 0, bytes);
+    par__cpu_mem_add(s, (int)category, (int64_t)bytes);
+    *ptr = p;
+    return PAR_OK;
+}
+
+static void par__cpu_t_free(void *user, void *ptr) {
+    par__cpu_state *s = (par__cpu_state *)user;
+    par__cpu_hdr *h;
+    if (!ptr) return;
+    h = (par__cpu_hdr *)((char *)ptr - sizeof(par__cpu_hdr));
+    if (h->magic != PAR__CPU_MAGIC || (unsigned)h->category >= PAR_MEM_CATEGORY_COUNT) {
+        /* Not ours or freed twice: leave it (freeing would corrupt the heap). */
+        par__fail(PAR_EINVAL, "free: %p was not allocated by this cpu table or was already freed", ptr);
+        return;
+    }
+    h->magic = 0;
+    par__cpu_mem_add(s, h->category, -(int64_t)h->bytes);
+    PARALLEL_FREE(h->raw);
+}
+
+static par_status par__cpu_t_memcpy(void *user, void *dst, const void *src, size_t bytes, par_copy_kind kind) {
+    (void)user;
+    if ((unsigned)kind > PAR_COPY_DEVICE_TO_DEVICE)
+        return par__fail(PAR_EINVAL, "memcpy: kind is %d (must be a par_copy_kind)", (int)kind);
+    if (bytes == 0) return PAR_OK;
+    PAR__CPU_PTR("memcpy", dst);
+    PAR__CPU_PTR("memcpy", src);
+    memmove(dst, src, bytes); /* every kind is host memory here; overlap is harmless */
+    return PAR_OK;
+}
+
+static par_status par__cpu_t_memset(void *user, void *dst, int value, size_t bytes) {
+    (void)user;
+    if (bytes == 0) return PAR_OK;
+    PAR__CPU_PTR("memset", dst);
+    memset(dst, value, bytes);
+    return PAR_OK;
+}
+
+static par_status par__cpu_t_memcpy_2d(void *user, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                       size_t width, size_t height) {
+    size_t r;
+    (void)user;
+    if (width == 0 || height == 0) return PAR_OK;
+    PAR__CPU_PTR("memcpy_2d", dst);
+    PAR__CPU_PTR("memcpy_2d", src);
+    if (height > 1 && dst_pitch < width)
+        return par__fail(PAR_EINVAL, "memcpy_2d: dst_pitch %zu is smaller than width %zu", dst_pitch, width);
+    if (height > 1 && src_pitch < width)
+        return par__fail(PAR_EINVAL, "memcpy_2d: src_pitch %zu is smaller than width %zu", src_pitch, width);
+    for (r = 0; r < height; r++) memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
+    return PAR_OK;
+}
+
+static par_status par__cpu_t_memory_report(void *user, par_mem_report *report) {
+    PAR__CPU_PTR("memory_report", report);
+    *report = ((par__cpu_state *)user)->mem;
+    return PAR_OK;
+}
+
+static par_status par__cpu_t_synchronize(void *user) {
+    (void)user; /* kernels run synchronously */
+    return PAR_OK;
+}
+
+/* -------------------------------------------------------------------- gemm */
+
+/* Grow worker w's packing space to `floats` (contents are scratch). */
+static par_status par__cpu_ws_reserve(par__cpu_state *s, int w, int64_t floats) {
+    void *raw;
+    if (s->ws_floats[w] >= floats) return PAR_OK;
+    raw = PARALLEL_MALLOC((size_t)floats * sizeof(float) + 64);
+    if (!raw)
+        return par__fail(PAR_ENOMEM, "gemm: out of memory allocating %lld bytes of packing space",
+                         (long long)floats * 4);
+    if (s->ws_raw[w]) {
+        PARALLEL_FREE(s->ws_raw[w]);
+        par__cpu_mem_add(s, PAR_MEM_WORKSPACE, -s->ws_floats[w] * (int64_t)sizeof(float));
+    }
+    s->ws_raw[w] = raw;
+    s->ws_floats[w] = floats;
+    par__cpu_mem_add(s, PAR_MEM_WORKSPACE, floats * (int64_t)sizeof(float));
+    return PAR_OK;
+}
+
+typedef struct par__cpu_gemm_job {
+    par__cpu_state *s;
+    par_gemm_desc d; /* normalized: tight lds filled in, batch >= 1 */
+    const float *a, *b;
+    float *c;
+    int workers;     /* workers taking part */
+    int parts;       /* slices per problem (1 = whole problems per worker) */
+    int split_m;     /* slices are row blocks (else column blocks) */
+    int64_t step;    /* rows or columns per slice (a multiple of MR or NR) */
+    par__cpu_blocks bl;
+} par__cpu_gemm_job;
+
+static void par__cpu_gemm_task(void *arg, int w) {
+    const par__cpu_gemm_job *j = (const par__cpu_gemm_job *)arg;
+    const par_gemm_desc *d = &j->d;
+    const int T = j->workers;
+    float *ws = (float *)par__cpu_align64(j->s->ws_raw[w]);
+    int64_t bi;
+    if (j->parts == 1) { /* whole problems, round robin */
+        for (bi = w; bi < d->batch; bi += T)
+            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, d->m, d->n, d->k, d->alpha,
+                                  j->a + bi * d->stride_a, d->lda, j->b + bi * d->stride_b, d->ldb, d->beta,
+                                  j->c + bi * d->stride_c, d->ldc, ws);
+        return;
+    }
+    for (bi = 0; bi < d->batch; bi++) {
+        const float *A = j->a + bi * d->stride_a, *B = j->b + bi * d->stride_b;
+        float *C = j->c + bi * d->stride_c;
+        const int64_t lo = (int64_t)w * j->step, total = j->split_m ? d->m : d->n;
+        const int64_t len = lo >= total ? 0 : (total - lo < j->step ? total - lo : j->step);
+        if (len <= 0) continue;
+        if (j->split_m) /* rows lo.. of op(A) and C */
+            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, len, d->n, d->k, d->alpha,
+                                  d->transa ? A + lo : A + lo * d->lda, d->lda, B, d->ldb, d->beta, C + lo * d->ldc,
+                                  d->ldc, ws);
+        else /* columns lo.. of op(B) and C */
+            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, d->m, len, d->k, d->alpha, A, d->lda,
+                                  d->transb ? B + lo * d->ldb : B + lo, d->ldb, d->beta, C + lo, d->ldc, ws);
+    }
+}
+
+/* Below this many multiply-adds a GEMM stays on the calling thread: waking the
+   pool costs tens of microseconds (more on a busy machine), ~2^23 flops here. */
+#define PAR__CPU_GEMM_MT_MIN ((int64_t)1 << 23)
+
+static par_status par__cpu_t_gemm(void *user, const par_gemm_desc *desc, const void *a, const void *b, void *c) {
+    par__cpu_state *s = (par__cpu_state *)user;
+    par__cpu_gemm_job job;
+    par_gemm_desc *d = &job.d;
+    int64_t need_a, need_b, work;
+    int w, T;
+    if (!desc) return par__fail(PAR_EINVAL, "gemm: desc is NULL");
+    *d = *desc;
+    if (d->a_type != PAR_F32)
+        return par__fail(PAR_EUNSUPPORTED, "gemm: a_type %s is not supported by the cpu table (f32 only)",
+                         par_dtype_name(d->a_type));
+    if (d->c_type != PAR_F32)
+        return par__fail(PAR_EUNSUPPORTED, "gemm: c_type %s is not supported by the cpu table (f32 only)",
+                         par_dtype_name(d->c_type));
+    PAR__CPU_NEED(d->transa == 0 || d->transa == 1, "gemm: transa is %d (must be 0 or 1)", d->transa);
+    PAR__CPU_NEED(d->transb == 0 || d->transb == 1, "gemm: transb is %d (must be 0 or 1)", d->transb);
+    PAR__CPU_NEED(d->m >= 0, "gemm: m is %lld (must be >= 0)", (long long)d->m);
+    PAR__CPU_NEED(d->n >= 0, "gemm: n is %lld (must be >= 0)", (long long)d->n);
+    PAR__CPU_NEED(d->k >= 0, "gemm: k is %lld (must be >= 0)", (long long)d->k);
+    PAR__CPU_NEED(d->batch >= 0, "gemm: batch is %lld (must be >= 0)", (long long)d->batch);
+    if (d->batch == 0) d->batch = 1;
+    /* stored row lengths: A is m x k or k x m, B is k x n or n x k */
+    need_a = d->transa ? d->m : d->k;
+    need_b = d->transb ? d->k : d->n;
+    if (d->lda == 0) d->lda = need_a;
+    if (d->ldb == 0) d->ldb = need_b;
+    if (d->ldc == 0) d->ldc = d->n;
+    PAR__CPU_NEED(d->lda >= need_a && d->lda >= 0, "gemm: lda is %lld, less than the %lld columns of A as stored "
+                  "(transa = %d)", (long long)d->lda, (long long)need_a, d->transa);
+    PAR__CPU_NEED(d->ldb >= need_b && d->ldb >= 0, "gemm: ldb is %lld, less than the %lld columns of B as stored "
+                  "(transb = %d)", (long long)d->ldb, (long long)need_b, d->transb);
+    PAR__CPU_NEED(d->ldc >= d->n && d->ldc >= 0, "gemm: ldc is %lld, less than n = %lld", (long long)d->ldc,
+                  (long long)d->n);
+    PAR__CPU_NEED(d->stride_a >= 0, "gemm: stride_a is %lld (must be >= 0)", (long long)d->stride_a);
+    PAR__CPU_NEED(d->stride_b >= 0, "gemm: stride_b is %lld (must be >= 0)", (long long)d->stride_b);
+    PAR__CPU_NEED(d->stride_c >= 0, "gemm: stride_c is %lld (must be >= 0)", (long long)d->stride_c);
+    if (d->m == 0 || d->n == 0) return PAR_OK;
+    if (d->batch > 1)
+        PAR__CPU_NEED(d->stride_c >= (d->m - 1) * d->ldc + d->n,
+                      "gemm: stride_c is %lld, so the C matrices of the batch overlap (need >= %lld)",
+                      (long long)d->stride_c, (long long)((d->m - 1) * d->ldc + d->n));
+    PAR__CPU_PTR("gemm", c);
+    if (d->k > 0 && d->alpha != 0.0f) {
+        PAR__CPU_PTR("gemm", a);
+        PAR__CPU_PTR("gemm", b);
+    }
+    job.s = s;
+    job.a = (const float *)a;
+    job.b = (const float *)b;
+    job.c = (float *)c;
+#ifdef PARALLEL_WITH_CBLAS
+    {
+        int64_t bi;
+        PAR__CPU_NEED(d->m <= INT_MAX && d->n <= INT_MAX && d->k <= INT_MAX && d->lda <= INT_MAX &&
+                          d->ldb <= INT_MAX && d->ldc <= INT_MAX,
+                      "gemm: a size or leading dim exceeds the int range of CBLAS");
+        for (bi = 0; bi < d->batch; bi++)
+            par__cpu_sgemm(d->transa, d->transb, d->m, d->n, d->k, d->alpha, job.a + bi * d->stride_a, d->lda,
+                           job.b + bi * d->stride_b, d->ldb, d->beta, job.c + bi * d->stride_c, d->ldc);
+        return PAR_OK;
+    }
+#endif
+    if (d->k == 0 || d->alpha == 0.0f) {
+        int64_t bi;
+        for (bi = 0; bi < d->batch; bi++) par__cpu_scale_c(d->m, d->n, d->beta, job.c + bi * d->stride_c, d->ldc);
+        return PAR_OK;
+    }
+    /* Work split: whole problems per worker when the batch covers the workers,
+       else every problem cut into T row (or column) slices of whole tiles; small
+       GEMMs stay on the calling thread. */
+    T = s->threads;
+    work = d->m * d->n * d->k; /* per problem; cannot overflow for buffers that exist */
+    job.parts = 1;
+    job.split_m = 1;
+    job.step = 0;
+    if (T > 1 && d->batch >= T && work * d->batch >= PAR__CPU_GEMM_MT_MIN) {
+        job.bl = par__cpu_gemm_blocks(s->isa, d->m, d->n, d->k, 0);
+    } else if (T > 1 && work >= PAR__CPU_GEMM_MT_MIN) {
+        job.split_m = d->m >= d->n;
+        job.step = job.split_m ? par__cpu_round_up((d->m + T - 1) / T, s->isa->mr)
+                               : par__cpu_round_up((d->n + T - 1) / T, s->isa->nr);
+        job.parts = T;
+        job.bl = par__cpu_gemm_blocks(s->isa, job.split_m ? job.step : d->m, job.split_m ? d->n : job.step, d->k,
+                                      0);
+    } else {
+        T = 1;
+        job.bl = par__cpu_gemm_blocks(s->isa, d->m, d->n, d->k, 0);
+    }
+    job.workers = T;
+    for (w = 0; w < T; w++) {
+        par_status st = par__cpu_ws_reserve(s, w, par__cpu_blocks_floats(job.bl));
+        if (st != PAR_OK) return st;
+    }
+    if (T == 1) {
+        par__cpu_gemm_task(&job, 0); /* with parts = 1 worker 0 takes every problem */
+        return PAR_OK;
+    }
+    par__cpu_parallel(s, par__cpu_gemm_task, &job);
+    return PAR_OK;
+}
+
+/* --------------------------------------------------------------- attention */
+
+static par_status par__cpu_attn_dtype(const char *fn, const par_attn_desc *d) {
+    if (!d) return par__fail(PAR_EINVAL, "%s: desc is NULL", fn);
+    if (d->dtype != PAR_F32)
+        return par__fail(PAR_EUNSUPPORTED, "%s: dtype %s is not supported by the cpu table (f32 only)", fn,
+                         par_dtype_name(d->dtype));
+    return PAR_OK;
+}
+
+static par_status par__cpu_t_attention_fwd(void *user, const par_attn_desc *desc, const void *q, const void *k,
+                                           const void *v, void *o, float *lse) {
+    par_status st = par__cpu_attn_dtype("attention_fwd", desc);
+    (void)user;
+    if (st != PAR_OK) return st;
+    return par__cpu_attention_fwd(desc, (const float *)q, (const float *)k, (const float *)v, (float *)o, lse);
+}
+
+static par_status par__cpu_t_attention_bwd(void *user, const par_attn_desc *desc, const void *q, const void *k,
+                                           const void *v, const void *o, const float *lse, const void *do_,
+                                           void *dq, void *dk, void *dv, int accumulate) {
+    par_status st = par__cpu_attn_dtype("attention_bwd", desc);
+    (void)user;
+    if (st != PAR_OK) return st;
+    return par__cpu_attention_bwd(desc, (const float *)q, (const float *)k, (const float *)v, (const float *)o, lse,
+                                  (const float *)do_, (float *)dq, (float *)dk, (float *)dv, accumulate);
+}
+
+static par_status par__cpu_t_attention_merge(void *user, const par_attn_desc *desc, float *o, float *lse,
+                                             const float *o_b, const float *lse_b) {
+    par_status st = par__cpu_attn_dtype("attention_merge", desc);
+    (void)user;
+    if (st != PAR_OK) return st;
+    return par__cpu_attention_merge(desc, o, lse, o_b, lse_b);
+}
+
+/* ------------------------------------------------------ other kernels */
+
+/* The table entry for kernel X is par__cpu_X without the user pointer. */
+static par_status par__cpu_t_rmsnorm_fwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
+                                         float eps, float *y, float *rstd) {
+    (void)user;
+    return par__cpu_rmsnorm_fwd(rows, dim, x, w, eps, y, rstd);
+}
+static par_status par__cpu_t_rmsnorm_bwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
+                                         const float *rstd, const float *dy, float *dx, float *dw) {
+    (void)user;
+    return par__cpu_rmsnorm_bwd(rows, dim, x, w, rstd, dy, dx, dw);
+}
+static par_status par__cpu_t_rope_fwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
+                                      const int64_t *pos, float theta, const float *x, float *y) {
+    (void)user;
+    return par__cpu_rope_fwd(tokens, heads, head_dim, pos, theta, x, y);
+}
+static par_status par__cpu_t_rope_bwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
+                                      const int64_t *pos, float theta, const float *dy, float *dx) {
+    (void)user;
+    return par__cpu_rope_bwd(tokens, heads, head_dim, pos, theta, dy, dx);
+}
+static par_status par__cpu_t_swiglu_fwd(void *user, int64_t n, const float *g, const float *u, float *h) {
+    (void)user;
+    return par__cpu_swiglu_fwd(n, g, u, h);
+}
+static par_status par__cpu_t_swiglu_bwd(void *user, int64_t n, const float *g, const float *u, const float *dh,
+                                        float *dg, float *du) {
+    (void)user;
+    return par__cpu_swiglu_bwd(n, g, u, dh, dg, du);
+}
+static par_status par__cpu_t_embedding_fwd(void *user, int64_t n, const int32_t *ids, const float *table,
+                                           int64_t rows, int64_t dim, int64_t start, float *out) {
+    (void)user;
+    return par__cpu_embedding_fwd(n, ids, table, rows, dim, start, out);
+}
+static par_status par__cpu_t_embedding_bwd(void *user, int64_t n, const int32_t *ids, const float *dout,
+                                           int64_t rows, int64_t dim, int64_t start, float *dtable) {
+    (void)user;
+    return par__cpu_embedding_bwd(n, ids, dout, rows, dim, start, dtable);
+}
+static par_status par__cpu_t_xent(void *user, int64_t rows, int64_t vocab, const float *logits,
+                                  const int32_t *targets, float *loss, float *dlogits, float scale) {
+    (void)user;
+    return par__cpu_xent(rows, vocab, logits, targets, loss, dlogits, scale);
+}
+static par_status par__cpu_t_xent_local_max(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                            float *max_out) {
+    (void)user;
+    return par__cpu_xent_local_max(rows, v_local, logits, max_out);
+}
+static par_status par__cpu_t_xent_local_sumexp(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                               const float *gmax, float *sum_out) {
+    (void)user;
+    return par__cpu_xent_local_sumexp(rows, v_local, logits, gmax, sum_out);
+}
+static par_status par__cpu_t_xent_local_target(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                               const int32_t *targets, int64_t start, float *tgt_out) {
+    (void)user;
+    return par__cpu_xent_local_target(rows, v_local, logits, targets, start, tgt_out);
+}
+static par_status par__cpu_t_xent_loss_from_pieces(void *user, int64_t rows, const float *gmax, const float *gsum,
+                                                   const float *tgt, const int32_t *targets, float *loss) {
+    (void)user;
+    return par__cpu_xent_loss_from_pieces(rows, gmax, gsum, tgt, targets, loss);
+}
+static par_status par__cpu_t_xent_bwd_split(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                            const int32_t *targets, int64_t start, const float *gmax,
+                                            const float *gsum, float scale, float *dlogits) {
+    (void)user;
+    return par__cpu_xent_bwd_split(rows, v_local, logits, targets, start, gmax, gsum, scale, dlogits);
+}
+static par_status par__cpu_t_adamw(void *user, int64_t n, float *p, const float *g, float *m, float *v, float lr,
+                                   float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+    (void)user;
+    return par__cpu_adamw(n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
+}
+static par_status par__cpu_t_scale(void *user, int64_t n, float alpha, float *x) {
+    (void)user;
+    return par__cpu_scale(n, alpha, x);
+}
+static par_status par__cpu_t_axpy(void *user, int64_t n, float alpha, const float *x, float *y) {
+    (void)user;
+    return par__cpu_axpy(n, alpha, x, y);
+}
+static par_status par__cpu_t_sumsq(void *user, int64_t n, const float *x, double *out) {
+    (void)user;
+    return par__cpu_sumsq(n, x, out);
+}
+
+/* ------------------------------------------------------------ the table */
+
+static void par__cpu_t_destroy(void *user) {
+    par__cpu_state *s = (par__cpu_state *)user;
+    int w;
+    if (!s) return;
+#ifdef PAR__CPU_THREADS
+    par__cpu_pool_stop(s);
+#endif
+    for (w = 0; w < PAR__CPU_MAX_THREADS; w++)
+        if (s->ws_raw[w]) PARALLEL_FREE(s->ws_raw[w]);
+    PARALLEL_FREE(s);
+}
+
+PARALLEL_DEF par_status par_compute_cpu(const par_cpu_desc *desc, par_compute_table *table) {
+    par__cpu_state *s;
+    int threads = desc ? desc->threads : 0;
+    if (!table) return par__fail(PAR_EINVAL, "par_compute_cpu: table is NULL");
+    memset(table, 0, sizeof *table);
+    if (threads < 0 || threads > PAR__CPU_MAX_THREADS)
+        return par__fail(PAR_EINVAL, "par_compute_cpu: threads is %d (must be 0..%d)", threads, PAR__CPU_MAX_THREADS);
+    if (threads == 0) threads = 1;
+#ifndef PAR__CPU_THREADS
+    threads = 1; /* PARALLEL_NO_THREADS: kernels run on the calling thread only */
+#endif
+    s = (par__cpu_state *)PARALLEL_MALLOC(sizeof *s);
+    if (!s) return par__fail(PAR_ENOMEM, "par_compute_cpu: out of memory");
+    memset(s, 0, sizeof *s);
+    s->threads = threads;
+    s->isa = par__cpu_gemm_best();
+#ifdef PAR__CPU_THREADS
+    if (threads > 1) {
+        par_status st = par__cpu_pool_start(s);
+        if (st != PAR_OK) {
+            PARALLEL_FREE(s);
+            return st;
+        }
+    }
+#endif
+    table->version = PAR_COMPUTE_TABLE_VERSION;
+    table->name = "cpu";
+    table->user = s;
+    table->device_memory = 0;
+    table->stream = NULL;
+    table->alloc = par__cpu_t_alloc;
+    table->free = par__cpu_t_free;
+    table->memcpy = par__cpu_t_memcpy;
+    table->memset = par__cpu_t_memset;
+    table->memcpy_2d = par__cpu_t_memcpy_2d;
+    table->memory_report = par__cpu_t_memory_report;
+    table->synchronize = par__cpu_t_synchronize;
+    table->gemm = par__cpu_t_gemm;
+    table->attention_fwd = par__cpu_t_attention_fwd;
+    table->attention_bwd = par__cpu_t_attention_bwd;
+    table->attention_merge = par__cpu_t_attention_merge;
+    table->rmsnorm_fwd = par__cpu_t_rmsnorm_fwd;
+    table->rmsnorm_bwd = par__cpu_t_rmsnorm_bwd;
+    table->rope_fwd = par__cpu_t_rope_fwd;
+    table->rope_bwd = par__cpu_t_rope_bwd;
+    table->swiglu_fwd = par__cpu_t_swiglu_fwd;
+    table->swiglu_bwd = par__cpu_t_swiglu_bwd;
+    table->embedding_fwd = par__cpu_t_embedding_fwd;
+    table->embedding_bwd = par__cpu_t_embedding_bwd;
+    table->xent = par__cpu_t_xent;
+    table->xent_local_max = par__cpu_t_xent_local_max;
+    table->xent_local_sumexp = par__cpu_t_xent_local_sumexp;
+    table->xent_local_target = par__cpu_t_xent_local_target;
+    table->xent_loss_from_pieces = par__cpu_t_xent_loss_from_pieces;
+    table->xent_bwd_split = par__cpu_t_xent_bwd_split;
+    table->adamw = par__cpu_t_adamw;
+    table->scale = par__cpu_t_scale;
+    table->axpy = par__cpu_t_axpy;
+    table->sumsq = par__cpu_t_sumsq;
+    table->destroy = par__cpu_t_destroy;
+    return PAR_OK;
+}
+
+// >>executor
+
+struct par_executor {
+    par_ctx *ctx;
+    void *buf[4];    /* two ping-pong slices, a pack buffer and a receive buffer */
+    size_t capacity; /* bytes of each */
+};
+
+PARALLEL_DEF par_status par_executor_create(par_ctx *ctx, par_executor **exec) {
+    par_executor *e;
+    if (!ctx || !exec) return par__fail(PAR_EINVAL, "par_executor_create: NULL argument");
+    e = (par_executor *)PARALLEL_MALLOC(sizeof *e);
+    if (!e) return par__fail(PAR_ENOMEM, "par_executor_create: out of memory");
+    memset(e, 0, sizeof *e);
+    e->ctx = ctx;
+    *exec = e;
+    return PAR_OK;
+}
+
+static void par__exec_release(par_executor *e) {
+    int i;
+    for (i = 0; i < 4; i++)
+        if (e->buf[i]) e->ctx->compute.free(e->ctx->compute.user, e->buf[i]);
+    memset(e->buf, 0, sizeof e->buf);
+    e->capacity = 0;
+}
+
+PARALLEL_DEF void par_executor_destroy(par_executor *exec) {
+    if (!exec) return;
+    par__exec_release(exec);
+    PARALLEL_FREE(exec);
+}
+
+/* Grow the workspace to `bytes` per buffer; kept for later plans. */
+static par_status par__exec_reserve(par_executor *e, size_t bytes) {
+    const par_compute_table *c = &e->ctx->compute;
+    par_status st;
+    int i;
+    if (bytes <= e->capacity) return PAR_OK;
+    par__exec_release(e);
+    for (i = 0; i < 4; i++)
+        if ((st = c->alloc(c->user, bytes, PAR_MEM_COMM, &e->buf[i])) != PAR_OK) {
+            par__exec_release(e);
+            return st;
+        }
+    e->capacity = bytes;
+    return PAR_OK;
+}
+
+/* height rows of width bytes, through the table (memcpy_2d if it has one). */
+static par_status par__exec_copy2d(par_executor *e, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                                   size_t width, size_t height) {
+    const par_compute_table *c = &e->ctx->compute;
+    par_copy_kind kind = c->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST;
+    par_status st = PAR_OK;
+    size_t r;
+    if (!width || !height) return PAR_OK;
+    if (c->memcpy_2d) return c->memcpy_2d(c->user, dst, dst_pitch, src, src_pitch, width, height);
+    if (dst_pitch == width && src_pitch == width) return c->memcpy(c->user, dst, src, width * height, kind);
+    for (r = 0; r < height && st == PAR_OK; r++)
+        st = c->memcpy(c->user, (char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width, kind);
+    return st;
+}
+
+/* A row-major local block seen as [outer, mid, inner] around tensor dim d, in bytes
+   for inner. */
+typedef struct par__exec_view {
+    size_t outer, mid, inner_bytes;
+} par__exec_view;
+
+static par__exec_view par__exec_around(const par_layout *l, int d, size_t elem) {
+    int64_t shape[PARALLEL_MAX_DIMS];
+    par__exec_view v;
+    int t;
+    par_layout_local_shape(l, shape);
+    v.outer = 1;
+    v.inner_bytes = elem;
+    for (t = 0; t < d; t++) v.outer *= (size_t)shape[t];
+    for (t = d + 1; t < l->ndim; t++) v.inner_bytes *= (size_t)shape[t];
+    v.mid = (size_t)shape[d];
+    return v;
+}
+
+/* dst (contiguous) = chunk c of n along dim d of src, whose view is v. */
+static par_status par__exec_take_chunk(par_executor *e, void *dst, const void *src, par__exec_view v, int n, int c) {
+    size_t piece = v.mid / (size_t)n * v.inner_bytes;
+    return par__exec_copy2d(e, dst, piece, (const char *)src + (size_t)c * piece, v.mid * v.inner_bytes, piece, v.outer);
+}
+
+/* Chunk j of n along dim d of dst (view v) = part (contiguous). */
+static par_status par__exec_put_chunk(par_executor *e, void *dst, par__exec_view v, int n, int j, const void *part) {
+    size_t piece = v.mid / (size_t)n * v.inner_bytes;
+    return par__exec_copy2d(e, (char *)dst + (size_t)j * piece, v.mid * v.inner_bytes, part, piece, piece, v.outer);
+}
+
+/* One op for this rank: src holds the slice before it, dst receives the slice after. */
+static par_status par__exec_op(par_executor *e, const par_redist_op *op, const par_layout *before,
+                               const par_layout *after, par_dtype dtype, const void *src, void *dst) {
+    const par_comm_table *comm = &e->ctx->comm;
+    size_t elem = par_dtype_size(dtype);
+    int64_t numel = par_layout_local_numel(before);
+    size_t bytes = (size_t)numel * elem;
+    par_comm_group *group = NULL;
+    int index = 0, n = 1, j;
+    par_status st;
+    if (op->kind != PAR_REDIST_RESHAPE) {
+        if ((st = par_ctx_group(e->ctx, 1u << op->device_dim, &group, &index, &n)) != PAR_OK) return st;
+        if (n != op->group)
+            return par__fail(PAR_EINVAL, "executor: plan op wants a group of %d on device dim %d, the mesh has %d",
+                             op->group, op->device_dim, n);
+    }
+    switch (op->kind) {
+    case PAR_REDIST_SPLIT:
+        return par__exec_take_chunk(e, dst, src, par__exec_around(before, op->tensor_dim, elem), n, index);
+    case PAR_REDIST_ALL_GATHER: {
+        par__exec_view v = par__exec_around(after, op->tensor_dim, elem);
+        if (v.outer == 1) return comm->all_gather(comm->user, group, src, dst, numel, dtype, NULL);
+        if ((st = comm->all_gather(comm->user, group, src, e->buf[2], numel, dtype, NULL)) != PAR_OK) return st;
+        for (j = 0; j < n && st == PAR_OK; j++) st = par__exec_put_chunk(e, dst, v, n, j, (char *)e->buf[2] + (size_t)j * bytes);
+        return st;
+    }
+    case PAR_REDIST_ALL_TO_ALL: {
+        /* block j of the send buffer = chunk j along to_dim (goes to member j); block j
+           received (member j's chunk `index`) lands as chunk j along tensor_dim */
+        par__exec_view from = par__exec_around(before, op->to_dim, elem), to = par__exec_around(after, op->tensor_dim, elem);
+        size_t block = bytes / (size_t)n;
+        void *packed = e->buf[2];
+        for (j = 0; j < n; j++)
+            if ((st = par__exec_take_chunk(e, (char *)packed + (size_t)j * block, src, from, n, j)) != PAR_OK) return st;
+        if (to.outer == 1) return comm->all_to_all(comm->user, group, packed, dst, numel / n, dtype, NULL);
+        if ((st = comm->all_to_all(comm->user, group, packed, e->buf[3], numel / n, dtype, NULL)) != PAR_OK) return st;
+        for (j = 0; j < n && st == PAR_OK; j++) st = par__exec_put_chunk(e, dst, to, n, j, (char *)e->buf[3] + (size_t)j * block);
+        return st;
+    }
+    case PAR_REDIST_ALL_REDUCE:
+        return comm->all_reduce(comm->user, group, src, dst, numel, dtype, PAR_REDUCE_SUM, NULL);
+    case PAR_REDIST_REDUCE_SCATTER: {
+        par__exec_view v = par__exec_around(before, op->tensor_dim, elem);
+        size_t block = bytes / (size_t)n;
+        if (v.outer == 1) return comm->reduce_scatter(comm->user, group, src, dst, numel / n, dtype, PAR_REDUCE_SUM, NULL);
+        for (j = 0; j < n; j++)
+            if ((st = par__exec_take_chunk(e, (char *)e->buf[2] + (size_t)j * block, src, v, n, j)) != PAR_OK) return st;
+        return comm->reduce_scatter(comm->user, group, e->buf[2], dst, numel / n, dtype, PAR_REDUCE_SUM, NULL);
+    }
+    case PAR_REDIST_RESHAPE:
+        return src == dst ? PAR_OK : par__exec_copy2d(e, dst, bytes, src, bytes, bytes, 1);
+    }
+    return par__fail(PAR_EINVAL, "executor: unknown op kind %d", (int)op->kind);
+}
+
+PARALLEL_DEF par_status par_execute_plan(par_executor *exec, const par_plan *plan, par_dtype dtype, const void *in,
+                                         void *out) {
+    size_t elem = par_dtype_size(dtype), final_bytes;
+    par_layout before, after;
+    const void *src = in;
+    void *dst;
+    char text[128];
+    par_status st;
+    int i;
+    if (!exec || !plan || !in || !out) return par__fail(PAR_EINVAL, "par_execute_plan: NULL argument");
+    if (elem == 0) return par__fail(PAR_EINVAL, "par_execute_plan: unknown dtype %d", (int)dtype);
+    if (!par__mesh_same_shape(&plan->from.mesh, &exec->ctx->mesh)) {
+        par_mesh_format(&plan->from.mesh, text, sizeof text);
+        return par__fail(PAR_EINVAL, "par_execute_plan: the plan's mesh %s is not the context's mesh", text);
+    }
+    if (plan->num_ops < 0 || plan->num_ops > PAR_MAX_PLAN_OPS || plan->max_local_numel < 0)
+        return par__fail(PAR_EINVAL, "par_execute_plan: the plan is corrupt (%d ops)", plan->num_ops);
+    final_bytes = (size_t)par_layout_local_numel(&plan->to) * elem;
+    if (plan->num_ops == 0)
+        return in == out ? PAR_OK : par__exec_copy2d(exec, out, final_bytes, in, final_bytes, final_bytes, 1);
+    if ((st = par__exec_reserve(exec, (size_t)plan->max_local_numel * elem)) != PAR_OK) return st;
+    for (i = 0; i < plan->num_ops; i++) {
+        int last = i == plan->num_ops - 1;
+        if ((st = par_plan_layout_after(plan, i - 1, &before)) != PAR_OK) return st;
+        if ((st = par_plan_layout_after(plan, i, &after)) != PAR_OK) return st;
+        /* the last op writes straight into out unless out is also the input */
+        dst = last && out != in ? out : exec->buf[i & 1];
+        if ((st = par__exec_op(exec, &plan->ops[i], &before, &after, dtype, src, dst)) != PAR_OK) {
+            char where[256];
+            size_t len = strlen(par_last_error());
+            if (len >= sizeof where) len = sizeof where - 1;
+            memcpy(where, par_last_error(), len);
+            where[len] = 0;
+            return par__fail(st, "par_execute_plan: op %d (%s): %s", i, par_redist_kind_name(plan->ops[i].kind), where);
+        }
+        src = dst;
+    }
+    return src == out ? PAR_OK : par__exec_copy2d(exec, out, final_bytes, src, final_bytes, final_bytes, 1);
+}
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */
 #endif /* PARALLEL_IMPLEMENTATION */

@@ -23,13 +23,7 @@ typedef struct bench_case {
     par_layout from, to;
 } bench_case;
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static int rnd_below(int n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (int)((rng_state >> 32) % (uint64_t)n);
-}
+#include "../tests/random_layout.h"
 
 static double now_us(void) {
     struct timespec ts;
@@ -47,37 +41,6 @@ static void random_mesh(par_mesh *m, int ndim) {
     par_mesh_init(m, ndim, dims, NULL);
 }
 
-/* Device dims in random order each join a random tensor dim when it divides,
-   stay free, or (where allowed) are partial; keep_partial dims stay partial. */
-static void random_layout(par_layout *l, const par_mesh *m, int ndim, const int64_t *shape, int allow_partial,
-                          uint32_t keep_partial) {
-    int order[PARALLEL_MAX_DIMS], i;
-    int64_t extent[PARALLEL_MAX_DIMS];
-    memset(l, 0, sizeof *l);
-    l->mesh = *m;
-    l->ndim = ndim;
-    for (i = 0; i < ndim; i++) extent[i] = l->shape[i] = shape[i];
-    for (i = 0; i < m->ndim; i++) order[i] = i;
-    for (i = m->ndim - 1; i > 0; i--) {
-        int j = rnd_below(i + 1), x = order[i];
-        order[i] = order[j];
-        order[j] = x;
-    }
-    for (i = 0; i < m->ndim; i++) {
-        int v = order[i], n = par_mesh_dev_size(m, v), t;
-        if ((keep_partial >> v & 1) || (allow_partial && rnd_below(4) == 0)) {
-            l->map.partial |= 1u << v;
-            continue;
-        }
-        t = rnd_below(ndim + 1) - 1;
-        if (t >= 0 && extent[t] % n == 0) {
-            extent[t] /= n;
-            l->map.dev[t][l->map.count[t]++] = (int8_t)v;
-        }
-    }
-}
-
-/* Activation-like tensors: 2..4 dims with sizes rich in small factors. */
 static void random_case(bench_case *c, int mesh_ndim) {
     static const int64_t sizes[] = {4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128};
     int64_t shape[PARALLEL_MAX_DIMS];
@@ -85,7 +48,7 @@ static void random_case(bench_case *c, int mesh_ndim) {
     int ndim = 2 + rnd_below(3), t;
     random_mesh(&m, mesh_ndim);
     for (t = 0; t < ndim; t++) shape[t] = sizes[rnd_below(11)];
-    random_layout(&c->from, &m, ndim, shape, 1, 0);
+    random_layout(&c->from, &m, ndim, shape, ~0u, 0);
     random_layout(&c->to, &m, ndim, shape, 0, rnd_below(2) ? c->from.map.partial : 0);
 }
 

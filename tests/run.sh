@@ -14,7 +14,10 @@
 #   B           build dir of the test programs (build, or build/san-... for SAN=)
 #   EXPLAIN     path of the par-explain binary ("" if examples/explain.c is absent)
 #   BENCH_BINS  bench binaries that must have compiled (they are not run here)
-#   CUDA_SKIP   why the CUDA smoke test was not built ("" = it should be linked)
+#   CUDA_SKIP   why the CUDA programs were not built ("" = they should be linked)
+#   CUDA_BINS   the CUDA test programs that must have linked (not run: CI has no GPU)
+#   MPI_BINS    MPI test programs, run under $MPIRUN -np 4
+#   MPIRUN      default "mpirun --allow-run-as-root --oversubscribe"
 #   TEST_TIMEOUT  seconds per program (default 600): a hang is a failure, not a stuck CI
 #   VERBOSE=1   show the full output of passing programs too
 set -uo pipefail
@@ -24,6 +27,9 @@ B=${B:-build}
 EXPLAIN=${EXPLAIN-$B/par-explain}
 BENCH_BINS=${BENCH_BINS-}
 CUDA_SKIP=${CUDA_SKIP-}
+CUDA_BINS=${CUDA_BINS-build/test_cuda_smoke}
+MPI_BINS=${MPI_BINS-}
+MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}
 TEST_TIMEOUT=${TEST_TIMEOUT:-600}
 LOGS=$B/logs
 mkdir -p "$LOGS"
@@ -129,14 +135,29 @@ if [ $((build_p + build_f)) -gt 0 ]; then
     record build "$build_p" "$build_f" "$detail"
 fi
 
-# 5. CUDA: parallel_cuda.cu + the smoke test must compile and link wherever nvcc
-#    exists (CI has no GPU, so it is not run here; `make test-cuda` runs it).
+# 5. MPI: every tests/mpi/test_*.c under mpirun -np 4 (its rank 0 prints the summary).
+for bin in $MPI_BINS; do
+    name=$(basename "$bin")
+    if [ -x "$bin" ]; then
+        # shellcheck disable=SC2086 # MPIRUN is a command line
+        run_program "$name" $MPIRUN -np 4 "$bin"
+    else
+        record "$name" 0 1 "did not build (see the compiler errors above)"
+    fi
+done
+
+# 6. CUDA: parallel_cuda.cu + the CUDA tests must compile and link wherever nvcc
+#    exists (CI has no GPU, so they are not run here; `make test-cuda` runs them).
 if [ -n "$CUDA_SKIP" ]; then
     printf 'skip  %-22s %s\n' cuda_link "cuda_link: skipped ($CUDA_SKIP)"
-elif [ -x build/test_cuda_smoke ]; then
-    record cuda_link 1 0 "cuda_link: 1 passed, 0 failed (build/test_cuda_smoke linked, not run: needs a GPU)"
 else
-    record cuda_link 0 1 "cuda_link: 0 passed, 1 failed (parallel_cuda.cu or tests/cuda/test_cuda_smoke.cu did not build)"
+    cuda_p=0 cuda_f=0 cuda_missing=()
+    for bin in $CUDA_BINS; do
+        if [ -x "$bin" ]; then cuda_p=$((cuda_p + 1)); else cuda_f=$((cuda_f + 1)); cuda_missing+=("$bin"); fi
+    done
+    detail="cuda_link: $cuda_p passed, $cuda_f failed (linked, not run: needs a GPU)"
+    [ $cuda_f -gt 0 ] && detail="$detail (missing: ${cuda_missing[*]})"
+    record cuda_link "$cuda_p" "$cuda_f" "$detail"
 fi
 
 echo

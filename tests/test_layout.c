@@ -212,5 +212,8 @@ int main(void) {
     test_slices();
     test_placements();
     test_reshape();
+    /* par_set_error: what host-written hook tables use to report failures */
+    CHECK(par_set_error(PAR_ECOMM, "rank %d gone", 3) == PAR_ECOMM);
+    CHECK_STR(par_last_error(), "rank 3 gone");
     return TEST_END("layout");
 }

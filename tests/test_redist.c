@@ -10,6 +10,7 @@ static void test_free(void *p) { free(p); }
 #define PARALLEL_REALLOC(p, sz) test_realloc(p, sz)
 #define PARALLEL_FREE(p) test_free(p)
 #include "test.h"
+#include "random_layout.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -23,15 +24,6 @@ static void test_free(void *p) { free(p); }
 #define MAXD PARALLEL_MAX_DIMS
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static int rnd_below(int n) { return (int)(rnd() % (uint32_t)n); }
 
 static par_mesh make_mesh(const char *text) {
     par_mesh m;
@@ -590,40 +582,6 @@ static void random_shape(int ndim, int64_t *shape, int64_t max_numel) {
         numel = 1;
         for (t = 0; t < ndim; t++) numel *= shape[t] = sizes[rnd_below(9)];
     } while (numel > max_numel);
-}
-
-/* A random valid layout: device dims in random order, each joining a random
-   tensor dim when it divides, staying free, or (if allowed) being partial.
-   keep_partial: dims that must stay partial (the target keeps some of the
-   source's partial dims); may_partial: dims that may be partial. */
-static void random_layout(par_layout *l, const par_mesh *m, int ndim, const int64_t *shape, uint32_t may_partial,
-                          uint32_t keep_partial) {
-    int order[MAXD], i, v;
-    int64_t extent[MAXD];
-    memset(l, 0, sizeof *l);
-    l->mesh = *m;
-    l->ndim = ndim;
-    for (i = 0; i < ndim; i++) extent[i] = l->shape[i] = shape[i];
-    for (i = 0; i < m->ndim; i++) order[i] = i;
-    for (i = m->ndim - 1; i > 0; i--) {
-        int j = rnd_below(i + 1), x = order[i];
-        order[i] = order[j];
-        order[j] = x;
-    }
-    for (i = 0; i < m->ndim; i++) {
-        int t, n;
-        v = order[i];
-        n = par_mesh_dev_size(m, v);
-        if ((keep_partial >> v & 1) || ((may_partial >> v & 1) && rnd_below(4) == 0)) {
-            l->map.partial |= 1u << v;
-            continue;
-        }
-        t = rnd_below(ndim + 1) - 1;
-        if (t >= 0 && extent[t] % n == 0) {
-            extent[t] /= n;
-            l->map.dev[t][l->map.count[t]++] = (int8_t)v;
-        }
-    }
 }
 
 /* A different shape with the same element count: merge two neighbours, or
