@@ -1,21 +1,50 @@
-/* parallel_cuda.cu - CUDA side of parallel.h: cuBLAS compute and NCCL comm.
+/* parallel_cuda.cu - CUDA side of parallel.h: the CUDA compute table (cuBLAS
+   GEMM, flash attention, fused kernels) and the NCCL comm table.
 
-   Build it as its own translation unit next to ONE file of yours that defines
-   PARALLEL_IMPLEMENTATION (this file only includes the declarations):
+   BUILD
+   Two ways, pick one per program:
 
-       nvcc -std=c++17 -c parallel_cuda.cu -I<dir of parallel.h>
-       ... link with -lcublas -lnccl -lcudart
+   (B) Its own translation unit next to ONE file of yours that defines
+       PARALLEL_IMPLEMENTATION (this file then only sees parallel.h's
+       declarations):
 
-   STATUS: so far only a smoke-test API that proves the toolchain, cuBLAS and
-   NCCL are usable; the compute and comm hook tables (DESIGN.md 3.6, 3.7) come
-   later. Errors are returned as par_status and described on stderr (the
-   library's par_last_error() text lives in the implementation TU, which this
-   file does not have):
-     PAR_EUNSUPPORTED  no usable CUDA device or driver
+           nvcc -std=c++17 -c parallel_cuda.cu -I<dir of parallel.h>
+           ... link with -lcublas -lnccl -lcudart
+
+       In that implementation file, also include this file's declarations
+       (after parallel.h):
+           #define PARALLEL_IMPLEMENTATION
+           #include "parallel.h"
+           #define PARALLEL_CUDA_DECLARATIONS_ONLY
+           #include "parallel_cuda.cu"
+       which adds two small pieces of glue that need the implementation's
+       private functions: the bridge that puts this file's error sentences into
+       par_last_error(), and par_ctx_init_nccl (with PARALLEL_WITH_MPI).
+       Without the glue everything still works; error sentences are then only
+       in par_cuda_last_error().
+
+   (A) As the implementation file itself: compile it with -DPARALLEL_IMPLEMENTATION
+       (and no other file defines it). The glue is then in this file.
+
+   The NCCL comm table and par_ctx_init_nccl need PARALLEL_WITH_MPI (bootstrap
+   over MPI): define it for this file and for the implementation file, add
+   `mpicc --showme:compile` flags and link `mpicc --showme:link` flags. The file
+   never calls MPI_Finalize (the host does, after destroying its contexts).
+
+   ERRORS
+   Every function returns par_status with a sentence (par_last_error() via the
+   glue, and always par_cuda_last_error()):
+     PAR_EUNSUPPORTED  no usable CUDA device or driver, or a size this code
+                       does not handle (named in the message)
      PAR_ENOMEM        device or host allocation failed
-     PAR_ECOMM         an NCCL call failed
+     PAR_ECOMM         an NCCL or MPI call failed
+     PAR_ETIMEOUT      an NCCL op did not finish within the timeout
      PAR_EIO           any other CUDA runtime or cuBLAS failure
      PAR_EINVAL        bad arguments
+   Kernels run asynchronously on the table's stream, so a few data errors that
+   only the device sees (a negative embedding id, a cross-entropy target >= vocab)
+   are reported by the next `synchronize` (or sumsq / a host copy), as
+   PAR_EINVAL naming the kernel.
 
    To get only the declarations below (e.g. in a test), define
    PARALLEL_CUDA_DECLARATIONS_ONLY before including this file. */
@@ -27,6 +56,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---------------------------------------------------------------- smoke API */
 
 /* Number of visible CUDA devices and the name of device 0 (written to `name`,
    NUL-terminated, truncated to name_size; name may be NULL). PAR_EUNSUPPORTED
@@ -43,29 +74,215 @@ par_status par_cuda_gemm_smoke(int n, double *max_err);
    Needs no GPU. */
 par_status par_cuda_nccl_version(int *version);
 
+/* The sentence of the latest failure of a function of this file on the calling
+   thread ("" if none). Same text as par_last_error() when the glue is linked. */
+const char *par_cuda_last_error(void);
+
+/* ---------------------------------------------------------- compute table */
+
+/* Zero-initialised = device 0, a new stream owned by the table, exact f32 GEMM. */
+typedef struct par_cuda_desc {
+    int device;     /* CUDA device ordinal */
+    void *stream;   /* cudaStream_t to run on (the host's, not destroyed); NULL = a new one */
+    int allow_tf32; /* nonzero: f32 GEMM may use TF32 tensor cores (about 10 mantissa bits) */
+} par_cuda_desc;
+
+/* Fill `table` with the CUDA kernels (DESIGN.md 3.7) on one device. Semantics
+   are those of the CPU table (parallel.h >>compute), with these CUDA specifics:
+   - every pointer, including par_attn_desc.q_pos / k_pos (int64, NULL = 0..len-1)
+     and the rope `pos`, ids and targets, is DEVICE memory; sumsq's `out` is host;
+   - kernels are asynchronous on table->stream; memcpy involving host memory and
+     sumsq return after the stream finished (so host buffers may be reused);
+     alloc returns zeroed memory and synchronizes;
+   - gemm: a_type f32, bf16 or f16; c_type f32 or a_type; f32 accumulation
+     (exact f32 unless allow_tf32). Sizes and leading dims must fit in int;
+   - attention: dtype f32, bf16 or f16 (o likewise; lse, merge in f32),
+     head_dim <= 256 (else PAR_EUNSUPPORTED); backward is deterministic (no atomics);
+   - embedding_bwd and rmsnorm_bwd's dw use float atomics (order of additions
+     varies run to run at the last bit);
+   - bf16/f16 all-reduce and xent are unaffected (those kernels are f32).
+   Release with table->destroy(table->user) after freeing what it allocated
+   (anything still allocated is freed by destroy). */
+par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_table *table);
+
+/* ------------------------------------------------------------- comm table */
+
+/* Zero-initialised = MPI_COMM_WORLD, device = local rank on its host modulo the
+   visible devices, $PARALLEL_TIMEOUT_MS or 600000 ms. */
+typedef struct par_nccl_desc {
+    const void *mpi_comm; /* pointer to an MPI_Comm to bootstrap over (duplicated); NULL = world */
+    int set_device;       /* nonzero: use `device` instead of the local rank */
+    int device;
+    int timeout_ms;       /* bound on every wait for an NCCL op; 0 = default */
+} par_nccl_desc;
+
+/* Fill `table` with an NCCL transport for this MPI process: one GPU per rank,
+   ranks = MPI ranks of the communicator. Collective over all its processes
+   (calls MPI_Init if needed). Buffers are device memory of that GPU; ops are
+   ordered on the table's stream (set_stream; default: its own stream). Specifics:
+   - group_create makes a new NCCL communicator per group (unique id broadcast
+     over an MPI sub-communicator of the members only);
+   - bf16/f16 reductions are NCCL's (pairwise in the type), not f32-accumulated;
+   - avg: ncclAvg for floating types, sum then truncating division for integers;
+   - a blocking send completes only when the peer posted its recv (use async
+     requests for exchanges); a send or recv to oneself is PAR_EINVAL;
+   - wait bounds the op by the timeout: on expiry the group's communicator is
+     aborted (later ops on the group fail with PAR_ECOMM) and PAR_ETIMEOUT returned.
+   Needs PARALLEL_WITH_MPI; otherwise PAR_EUNSUPPORTED. */
+par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *table);
+
+/* The CUDA device an NCCL table (from par_comm_nccl) runs on. */
+par_status par_comm_nccl_device(const par_comm_table *table, int *device);
+
+/* A context whose comm table is NCCL (par_comm_nccl with the context's timeout)
+   and, unless desc->compute is given, whose compute table is a CUDA table on
+   the same device sharing one stream with the comm table; the context owns and
+   destroys both. desc->comm must be NULL. Defined by the glue (see BUILD), so
+   only with PARALLEL_WITH_MPI. */
+PARALLEL_DEF par_status par_ctx_init_nccl(const par_ctx_desc *desc, par_ctx **ctx);
+
 #ifdef __cplusplus
 }
 #endif
 #endif /* PARALLEL_CUDA_API */
+
+/* ------------------------------------------------------------------ glue
+   Emitted once, in the translation unit that has parallel.h's implementation. */
+#if defined(PARALLEL_IMPLEMENTATION_DONE) && !defined(PARALLEL_CUDA_GLUE_DONE)
+#define PARALLEL_CUDA_GLUE_DONE
+#ifdef __cplusplus
+extern "C" {
+#endif
+void par_cuda__error_bridge(par_status status, const char *text);
+/* Called by parallel_cuda.cu's functions to set par_last_error() (per thread). */
+void par_cuda__error_bridge(par_status status, const char *text) { (void)par__fail(status, "%s", text); }
+
+#ifdef PARALLEL_WITH_MPI
+PARALLEL_DEF par_status par_ctx_init_nccl(const par_ctx_desc *desc, par_ctx **ctx) {
+    par_ctx_desc d;
+    par_nccl_desc nd;
+    par_cuda_desc cd;
+    par_comm_table comm;
+    par_compute_table compute;
+    int own_compute = 0, timeout = 0;
+    par_status st;
+    if (!ctx) return par__fail(PAR_EINVAL, "par_ctx_init_nccl: NULL ctx");
+    *ctx = NULL;
+    if (desc)
+        d = *desc;
+    else
+        memset(&d, 0, sizeof d);
+    if (d.comm)
+        return par__fail(PAR_EINVAL, "par_ctx_init_nccl: desc->comm must be NULL (this launcher makes the NCCL "
+                                     "transport; use par_ctx_init for your own)");
+    if ((st = par__ctx_timeout(&d, &timeout)) != PAR_OK) return st;
+    memset(&nd, 0, sizeof nd);
+    nd.timeout_ms = timeout;
+    if ((st = par_comm_nccl(&nd, &comm)) != PAR_OK) return st;
+    if (!d.compute) {
+        memset(&cd, 0, sizeof cd);
+        if ((st = par_comm_nccl_device(&comm, &cd.device)) != PAR_OK ||
+            (st = par_compute_cuda(&cd, &compute)) != PAR_OK) {
+            comm.destroy(comm.user);
+            return st;
+        }
+        own_compute = 1;
+        /* One stream: collectives then follow the kernels that produced their input. */
+        if ((st = comm.set_stream(comm.user, compute.stream)) != PAR_OK) {
+            compute.destroy(compute.user);
+            comm.destroy(comm.user);
+            return st;
+        }
+        d.compute = &compute;
+    }
+    st = par__ctx_create(&d, &comm, 1, ctx); /* destroys comm itself on failure */
+    if (st != PAR_OK) {
+        if (own_compute) compute.destroy(compute.user);
+        return st;
+    }
+    (*ctx)->owns_compute = own_compute;
+    return PAR_OK;
+}
+#endif /* PARALLEL_WITH_MPI */
+#ifdef __cplusplus
+}
+#endif
+#endif /* glue */
 
 #ifndef PARALLEL_CUDA_DECLARATIONS_ONLY
 #ifndef PARALLEL_CUDA_DEFINED
 #define PARALLEL_CUDA_DEFINED
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Map a CUDA runtime error to a status, after saying what failed. */
-static par_status par_cuda__runtime(cudaError_t err, const char *what) {
-    fprintf(stderr, "parallel_cuda: %s: %s\n", what, cudaGetErrorString(err));
+#include <chrono>
+#include <thread>
+
+#if defined(PARALLEL_WITH_MPI)
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* C bindings only */
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+#endif
+
+/* Host allocator: the implementation's macros when this is the implementation
+   file, else the C library (the macros only matter in the implementation file). */
+#ifndef PARALLEL_MALLOC
+#define PAR_CUDA__MALLOC(sz) malloc(sz)
+#define PAR_CUDA__REALLOC(p, sz) realloc(p, sz)
+#define PAR_CUDA__FREE(p) free(p)
+#else
+#define PAR_CUDA__MALLOC(sz) PARALLEL_MALLOC(sz)
+#define PAR_CUDA__REALLOC(p, sz) PARALLEL_REALLOC(p, sz)
+#define PAR_CUDA__FREE(p) PARALLEL_FREE(p)
+#endif
+
+/* ======================================================================
+   >>cuda-errors
+   ==================================================================== */
+
+static thread_local char par_cuda__error_text[512];
+
+#if !defined(PARALLEL_IMPLEMENTATION_DONE) && (defined(__GNUC__) || defined(__clang__))
+/* Defined by the glue in the implementation file when it includes our
+   declarations; weak so that a program without the glue still links. */
+extern "C" __attribute__((weak)) void par_cuda__error_bridge(par_status status, const char *text);
+#endif
+
+extern "C" const char *par_cuda_last_error(void) { return par_cuda__error_text; }
+
+/* Record a failure sentence (here and in par_last_error()) and return status. */
+static PAR__PRINTF(2, 3) par_status par_cuda__fail(par_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(par_cuda__error_text, sizeof par_cuda__error_text, fmt, ap);
+    va_end(ap);
+#if defined(PARALLEL_IMPLEMENTATION_DONE)
+    (void)par__fail(status, "%s", par_cuda__error_text);
+#elif defined(__GNUC__) || defined(__clang__)
+    if (par_cuda__error_bridge) par_cuda__error_bridge(status, par_cuda__error_text);
+#endif
+    return status;
+}
+
+static par_status par_cuda__status_of(cudaError_t err) {
     switch (err) {
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
         return PAR_EUNSUPPORTED;
     case cudaErrorMemoryAllocation:
         return PAR_ENOMEM;
@@ -74,10 +291,27 @@ static par_status par_cuda__runtime(cudaError_t err, const char *what) {
     }
 }
 
+/* Map a CUDA runtime error to a status, with "what: CUDA's text". */
+static par_status par_cuda__runtime(cudaError_t err, const char *what) {
+    return par_cuda__fail(par_cuda__status_of(err), "%s: %s", what, cudaGetErrorString(err));
+}
+
+static par_status par_cuda__blas(cublasStatus_t s, const char *what) {
+    return par_cuda__fail(s == CUBLAS_STATUS_ALLOC_FAILED ? PAR_ENOMEM
+                          : s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH
+                              ? PAR_EUNSUPPORTED
+                              : PAR_EIO,
+                          "%s: cuBLAS: %s", what, cublasGetStatusString(s));
+}
+
+/* ======================================================================
+   >>cuda-smoke
+   ==================================================================== */
+
 extern "C" par_status par_cuda_device_info(int *device_count, char *name, size_t name_size) {
     cudaDeviceProp prop;
     cudaError_t err;
-    if (!device_count) return PAR_EINVAL;
+    if (!device_count) return par_cuda__fail(PAR_EINVAL, "par_cuda_device_info: NULL device_count");
     *device_count = 0;
     if (name && name_size) name[0] = 0;
     err = cudaGetDeviceCount(device_count);
@@ -85,10 +319,7 @@ extern "C" par_status par_cuda_device_info(int *device_count, char *name, size_t
         *device_count = 0;
         return par_cuda__runtime(err, "cudaGetDeviceCount");
     }
-    if (*device_count == 0) {
-        fprintf(stderr, "parallel_cuda: no CUDA device\n");
-        return PAR_EUNSUPPORTED;
-    }
+    if (*device_count == 0) return par_cuda__fail(PAR_EUNSUPPORTED, "par_cuda_device_info: no CUDA device");
     err = cudaGetDeviceProperties(&prop, 0);
     if (err != cudaSuccess) return par_cuda__runtime(err, "cudaGetDeviceProperties");
     if (name && name_size) snprintf(name, name_size, "%s", prop.name);
@@ -107,7 +338,8 @@ extern "C" par_status par_cuda_gemm_smoke(int n, double *max_err) {
     int i, j, k;
     double worst = 0;
 
-    if (!max_err || n < 1 || n > 1024) return PAR_EINVAL;
+    if (!max_err || n < 1 || n > 1024)
+        return par_cuda__fail(PAR_EINVAL, "par_cuda_gemm_smoke: need n in 1..1024 and max_err (n = %d)", n);
     *max_err = INFINITY;
     count = (size_t)n * (size_t)n;
     bytes = count * sizeof(float);
@@ -115,7 +347,7 @@ extern "C" par_status par_cuda_gemm_smoke(int n, double *max_err) {
     b = (float *)malloc(bytes);
     c = (float *)malloc(bytes);
     if (!a || !b || !c) {
-        st = PAR_ENOMEM;
+        st = par_cuda__fail(PAR_ENOMEM, "par_cuda_gemm_smoke: out of host memory");
         goto done;
     }
     /* Integers in -2..2: products and sums of up to 1024 terms are exact in f32
@@ -144,8 +376,7 @@ extern "C" par_status par_cuda_gemm_smoke(int n, double *max_err) {
     if (bst == CUBLAS_STATUS_SUCCESS) /* column-major: C = A * B */
         bst = cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, da, n, db, n, &zero, dc, n);
     if (bst != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "parallel_cuda: cuBLAS: %s\n", cublasGetStatusString(bst));
-        st = bst == CUBLAS_STATUS_ALLOC_FAILED ? PAR_ENOMEM : PAR_EIO;
+        st = par_cuda__blas(bst, "par_cuda_gemm_smoke");
         goto done;
     }
     PAR_CUDA__TRY(cudaMemcpy(c, dc, bytes, cudaMemcpyDeviceToHost)); /* synchronizes */
@@ -173,14 +404,1981 @@ done:
 
 extern "C" par_status par_cuda_nccl_version(int *version) {
     ncclResult_t r;
-    if (!version) return PAR_EINVAL;
+    if (!version) return par_cuda__fail(PAR_EINVAL, "par_cuda_nccl_version: NULL version");
     r = ncclGetVersion(version);
-    if (r != ncclSuccess) {
-        fprintf(stderr, "parallel_cuda: ncclGetVersion: %s\n", ncclGetErrorString(r));
-        return PAR_ECOMM;
-    }
+    if (r != ncclSuccess) return par_cuda__fail(PAR_ECOMM, "ncclGetVersion: %s", ncclGetErrorString(r));
     return PAR_OK;
 }
+
+/* ======================================================================
+   >>cuda-kernels   device helpers and kernels (f32 unless templated)
+   ==================================================================== */
+
+#define PAR_CUDA__THREADS 256
+#define PAR_CUDA__FULL 0xffffffffu
+
+__device__ __forceinline__ float par_cuda__ld(float x) { return x; }
+__device__ __forceinline__ float par_cuda__ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float par_cuda__ld(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T par_cuda__st(float x);
+template <> __device__ __forceinline__ float par_cuda__st<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 par_cuda__st<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half par_cuda__st<__half>(float x) { return __float2half_rn(x); }
+
+template <typename T> __device__ __forceinline__ T par_cuda__warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(PAR_CUDA__FULL, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float par_cuda__warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(PAR_CUDA__FULL, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32), returned to every thread.
+   Must be reached by all threads of the block. */
+__device__ double par_cuda__block_sum(double v) {
+    __shared__ double part[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+    double t = 0;
+    v = par_cuda__warp_sum(v);
+    __syncthreads(); /* a previous call may still be reading part[] */
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    for (int i = 0; i < nw; i++) t += part[i];
+    return t;
+}
+
+__device__ float par_cuda__block_max(float v) {
+    __shared__ float part[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+    float t = -INFINITY;
+    v = par_cuda__warp_max(v);
+    __syncthreads();
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    for (int i = 0; i < nw; i++) t = fmaxf(t, part[i]);
+    return t;
+}
+
+/* Flags kernels raise for data errors only the device sees (see synchronize). */
+#define PAR_CUDA__FLAG_EMB_NEGATIVE 1
+#define PAR_CUDA__FLAG_XENT_TARGET 2
+
+#define PAR_CUDA__GRID_STRIDE(i, n)                                                        \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+         i += (int64_t)blockDim.x * gridDim.x)
+
+/* ------------------------------------------------------------ rmsnorm */
+
+__global__ void par_cuda__rmsnorm_fwd_k(int64_t rows, int64_t dim, const float *x, const float *w, float eps,
+                                        float *y, float *rstd) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
+        double ss = 0;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) ss += (double)xr[j] * xr[j];
+        ss = par_cuda__block_sum(ss); /* every x read before any y (may alias) is written */
+        const float s = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+        if (rstd && threadIdx.x == 0) rstd[r] = s;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) yr[j] = w[j] * (xr[j] * s);
+    }
+}
+
+/* dw[j] += sum over a chunk of rows of dy x rstd; grid.y splits the rows. */
+__global__ void par_cuda__rmsnorm_dw_k(int64_t rows, int64_t dim, const float *x, const float *rstd, const float *dy,
+                                       float *dw) {
+    const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t chunk = (rows + gridDim.y - 1) / gridDim.y;
+    const int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float acc = 0.0f;
+    if (j >= dim || r0 >= r1) return;
+    for (int64_t r = r0; r < r1; r++) acc += dy[r * dim + j] * x[r * dim + j] * rstd[r];
+    atomicAdd(dw + j, acc);
+}
+
+__global__ void par_cuda__rmsnorm_dx_k(int64_t rows, int64_t dim, const float *x, const float *w, const float *rstd,
+                                       const float *dy, float *dx) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * dim, *dyr = dy + r * dim;
+        float *dxr = dx + r * dim;
+        const float s = rstd[r];
+        double dot = 0;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) dot += (double)dyr[j] * w[j] * xr[j];
+        dot = par_cuda__block_sum(dot); /* dy read before dx (may alias) is written */
+        const float c = (float)(dot * (double)s * s * s / (double)dim);
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) dxr[j] = s * w[j] * dyr[j] - xr[j] * c;
+    }
+}
+
+/* --------------------------------------------------------------- rope */
+
+/* One thread per (token, pair index i); angle in double as on the CPU. */
+__global__ void par_cuda__rope_k(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos, float theta,
+                                 const float *x, float *y, double sign) {
+    const int64_t half = head_dim / 2;
+    PAR_CUDA__GRID_STRIDE(idx, tokens * half) {
+        const int64_t t = idx / half, i = idx % half;
+        const double a = (double)pos[t] * pow((double)theta, -2.0 * (double)i / (double)head_dim);
+        const float c = (float)cos(a), s = (float)(sign * sin(a));
+        for (int64_t hh = 0; hh < heads; hh++) {
+            const float *xv = x + (t * heads + hh) * head_dim;
+            float *yv = y + (t * heads + hh) * head_dim;
+            const float x0 = xv[i], x1 = xv[i + half];
+            yv[i] = x0 * c - x1 * s;
+            yv[i + half] = x1 * c + x0 * s;
+        }
+    }
+}
+
+/* ------------------------------------------------------------- swiglu */
+
+__global__ void par_cuda__swiglu_fwd_k(int64_t n, const float *g, const float *u, float *h) {
+    PAR_CUDA__GRID_STRIDE(i, n) {
+        const float gi = g[i];
+        h[i] = gi / (1.0f + expf(-gi)) * u[i];
+    }
+}
+
+__global__ void par_cuda__swiglu_bwd_k(int64_t n, const float *g, const float *u, const float *dh, float *dg,
+                                       float *du) {
+    PAR_CUDA__GRID_STRIDE(i, n) {
+        const float gi = g[i], ui = u[i], d = dh[i];
+        const float s = 1.0f / (1.0f + expf(-gi));
+        dg[i] = d * ui * (s * (1.0f + gi * (1.0f - s)));
+        du[i] = d * gi * s;
+    }
+}
+
+/* ---------------------------------------------------------- embedding */
+
+__global__ void par_cuda__embedding_fwd_k(int64_t n, const int32_t *ids, const float *table, int64_t rows,
+                                          int64_t dim, int64_t start, float *out, int *flags) {
+    PAR_CUDA__GRID_STRIDE(idx, n * dim) {
+        const int64_t t = idx / dim, j = idx % dim;
+        const int64_t id = ids[t], r = id - start;
+        if (id < 0 && j == 0) atomicOr(flags, PAR_CUDA__FLAG_EMB_NEGATIVE);
+        out[idx] = (id >= 0 && r >= 0 && r < rows) ? table[r * dim + j] : 0.0f;
+    }
+}
+
+__global__ void par_cuda__embedding_bwd_k(int64_t n, const int32_t *ids, const float *dout, int64_t rows,
+                                          int64_t dim, int64_t start, float *dtable, int *flags) {
+    PAR_CUDA__GRID_STRIDE(idx, n * dim) {
+        const int64_t t = idx / dim, j = idx % dim;
+        const int64_t id = ids[t], r = id - start;
+        if (id < 0) {
+            if (j == 0) atomicOr(flags, PAR_CUDA__FLAG_EMB_NEGATIVE);
+        } else if (r >= 0 && r < rows) {
+            atomicAdd(dtable + r * dim + j, dout[idx]);
+        }
+    }
+}
+
+/* ------------------------------------------------------ cross-entropy */
+
+/* One block per row. All reads of a row happen before the block_sum barrier,
+   so dlogits may alias logits. */
+__global__ void par_cuda__xent_k(int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
+                                 float *loss, float *dlogits, float scale, int *flags) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *x = logits + r * vocab;
+        float *d = dlogits ? dlogits + r * vocab : NULL;
+        const int32_t tg = targets[r];
+        if (tg < 0 || tg >= vocab) { /* the same branch for the whole block */
+            __syncthreads();         /* the previous row's reads of x are done */
+            if (threadIdx.x == 0) {
+                loss[r] = tg < 0 ? 0.0f : NAN;
+                if (tg >= vocab) atomicOr(flags, PAR_CUDA__FLAG_XENT_TARGET);
+            }
+            if (d)
+                for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) d[j] = 0.0f;
+            continue;
+        }
+        float mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, x[j]);
+        mx = par_cuda__block_max(mx);
+        const float xt = x[tg];
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += (double)expf(x[j] - mx);
+        s = par_cuda__block_sum(s);
+        if (threadIdx.x == 0) loss[r] = (float)(log(s) + (double)mx - (double)xt);
+        if (d) {
+            const float inv = (float)(1.0 / s);
+            for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+                const float v = expf(x[j] - mx) * inv * scale;
+                d[j] = j == tg ? (expf(xt - mx) * inv - 1.0f) * scale : v;
+            }
+        }
+    }
+}
+
+__global__ void par_cuda__xent_max_k(int64_t rows, int64_t v, const float *logits, float *out) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, logits[r * v + j]);
+        mx = par_cuda__block_max(mx);
+        if (threadIdx.x == 0) out[r] = mx;
+    }
+}
+
+__global__ void par_cuda__xent_sumexp_k(int64_t rows, int64_t v, const float *logits, const float *gmax,
+                                        float *out) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float mx = gmax[r];
+        double s = 0;
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += (double)expf(logits[r * v + j] - mx);
+        s = par_cuda__block_sum(s);
+        if (threadIdx.x == 0) out[r] = (float)s;
+    }
+}
+
+__global__ void par_cuda__xent_target_k(int64_t rows, int64_t v, const float *logits, const int32_t *targets,
+                                        int64_t start, float *out) {
+    PAR_CUDA__GRID_STRIDE(r, rows) {
+        const int64_t j = (int64_t)targets[r] - start;
+        out[r] = (targets[r] >= 0 && j >= 0 && j < v) ? logits[r * v + j] : 0.0f;
+    }
+}
+
+__global__ void par_cuda__xent_pieces_k(int64_t rows, const float *gmax, const float *gsum, const float *tgt,
+                                        const int32_t *targets, float *loss) {
+    PAR_CUDA__GRID_STRIDE(r, rows) {
+        loss[r] = targets[r] < 0 ? 0.0f : (float)(log((double)gsum[r]) + (double)gmax[r] - (double)tgt[r]);
+    }
+}
+
+__global__ void par_cuda__xent_bwd_split_k(int64_t rows, int64_t v, const float *logits, const int32_t *targets,
+                                           int64_t start, const float *gmax, const float *gsum, float scale,
+                                           float *d) {
+    PAR_CUDA__GRID_STRIDE(idx, rows * v) {
+        const int64_t r = idx / v, j = idx % v;
+        const int32_t tg = targets[r];
+        if (tg < 0) {
+            d[idx] = 0.0f;
+        } else {
+            const float inv = (float)(1.0 / (double)gsum[r]);
+            float val = expf(logits[idx] - gmax[r]) * inv * scale;
+            if ((int64_t)tg - start == j) val -= scale;
+            d[idx] = val;
+        }
+    }
+}
+
+/* ------------------------------------------------- optimizer, blas-1 */
+
+__global__ void par_cuda__adamw_k(int64_t n, float *p, const float *g, float *m, float *v, float beta1, float beta2,
+                                  float eps, float step_size, float inv_sqrt_bc2, float decay) {
+    PAR_CUDA__GRID_STRIDE(i, n) {
+        const float gi = g[i];
+        const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+}
+
+__global__ void par_cuda__scale_k(int64_t n, float alpha, float *x) {
+    PAR_CUDA__GRID_STRIDE(i, n) x[i] *= alpha;
+}
+
+__global__ void par_cuda__axpy_k(int64_t n, float alpha, const float *x, float *y) {
+    PAR_CUDA__GRID_STRIDE(i, n) y[i] += alpha * x[i];
+}
+
+/* Two passes (fixed grid, then one block) so the sum is deterministic. */
+__global__ void par_cuda__sumsq_part_k(int64_t n, const float *x, double *part) {
+    double s = 0;
+    PAR_CUDA__GRID_STRIDE(i, n) s += (double)x[i] * x[i];
+    s = par_cuda__block_sum(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void par_cuda__sum_parts_k(int parts, const double *part, double *out) {
+    double s = 0;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x) s += part[i];
+    s = par_cuda__block_sum(s);
+    if (threadIdx.x == 0) *out = s;
+}
+
+/* --------------------------------------------------------- attention
+
+   Layouts as par_attn_desc: q, o, do [b, q_len, q_heads, d], k, v [b, k_len,
+   kv_heads, d], lse and the backward's D [b, q_heads, q_len]. One warp owns one
+   row (a query in forward and dq, a key in dk/dv); a block of PAR_CUDA__AW warps
+   shares tiles of the other side in shared memory (converted to f32), and in
+   the tile each lane owns one key (or query) for the dot products, then the
+   lanes own channels c = lane + 32*cc (cc < NC, NC = ceil(d/32)) for the
+   accumulations. Tiles are BT rows; rows are padded to DP+1 floats so that
+   lanes reading different rows at the same channel hit different banks.
+   Causal tiles that no row of the block can see are skipped block-wide. */
+
+#define PAR_CUDA__AW 4 /* warps per attention block */
+
+struct par_cuda__attn_args {
+    int batch, q_heads, kv_heads, head_dim, group, causal;
+    int64_t q_len, k_len;
+    float scale;
+    const int64_t *q_pos, *k_pos;
+};
+
+__device__ __forceinline__ int64_t par_cuda__pos(const int64_t *pos, int64_t i) { return pos ? pos[i] : i; }
+
+template <typename T, int NC, int BT>
+__global__ void __launch_bounds__(PAR_CUDA__AW * 32)
+    par_cuda__attn_fwd_k(par_cuda__attn_args a, const T *q, const T *k, const T *v, T *o, float *lse) {
+    constexpr int DP = NC * 32;
+    __shared__ float ks[BT][DP + 1];
+    __shared__ float vs[BT][DP];
+    __shared__ float qs[PAR_CUDA__AW][DP];
+    __shared__ long long kp[BT];
+    __shared__ long long qp_w[PAR_CUDA__AW];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, D = a.head_dim;
+    const int b = blockIdx.z, h = blockIdx.y, g = h / a.group;
+    const int64_t i = (int64_t)blockIdx.x * PAR_CUDA__AW + w;
+    const bool active = i < a.q_len;
+    const int64_t qstride = (int64_t)a.q_heads * D, kstride = (int64_t)a.kv_heads * D;
+    const T *kb = k + (int64_t)b * a.k_len * kstride + (int64_t)g * D;
+    const T *vb = v + (int64_t)b * a.k_len * kstride + (int64_t)g * D;
+    const int64_t qrow = ((int64_t)b * a.q_len + i) * qstride + (int64_t)h * D;
+    const long long qp = active ? (long long)par_cuda__pos(a.q_pos, i) : LLONG_MIN;
+    float m = -INFINITY, l = 0.0f, acc[NC];
+    long long qmax = LLONG_MIN;
+
+    for (int c = lane; c < DP; c += 32) qs[w][c] = active && c < D ? par_cuda__ld(q[qrow + c]) : 0.0f;
+    for (int cc = 0; cc < NC; cc++) acc[cc] = 0.0f;
+    if (lane == 0) qp_w[w] = qp;
+    __syncthreads();
+    for (int ww = 0; ww < PAR_CUDA__AW; ww++) qmax = qp_w[ww] > qmax ? qp_w[ww] : qmax;
+
+    for (int64_t j0 = 0; j0 < a.k_len; j0 += BT) {
+        const int nk = (int)(a.k_len - j0 < BT ? a.k_len - j0 : BT);
+        const int t = threadIdx.x;
+        __syncthreads(); /* everyone is done with the previous tile */
+        if (a.causal) {
+            const int vis = t < nk && (long long)par_cuda__pos(a.k_pos, j0 + t) <= qmax;
+            if (!__syncthreads_or(vis)) continue;
+        }
+        for (int idx = t; idx < nk * D; idx += blockDim.x) {
+            const int jj = idx / D, c = idx % D;
+            ks[jj][c] = par_cuda__ld(kb[(j0 + jj) * kstride + c]);
+            vs[jj][c] = par_cuda__ld(vb[(j0 + jj) * kstride + c]);
+        }
+        if (t < BT) kp[t] = t < nk ? (long long)par_cuda__pos(a.k_pos, j0 + t) : 0;
+        __syncthreads();
+        if (active) { /* warp-uniform */
+            float s = -INFINITY;
+            if (lane < nk && (!a.causal || kp[lane] <= qp)) {
+                float dot = 0.0f;
+                for (int c = 0; c < D; c++) dot += qs[w][c] * ks[lane][c];
+                s = dot * a.scale;
+            }
+            const float mx = par_cuda__warp_max(s);
+            if (mx != -INFINITY) {
+                const float mn = fmaxf(m, mx);
+                const float alpha = expf(m - mn); /* 0 while m is -inf */
+                const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+                l = l * alpha + par_cuda__warp_sum(p);
+                m = mn;
+                for (int cc = 0; cc < NC; cc++) acc[cc] *= alpha;
+                for (int jj = 0; jj < nk; jj++) {
+                    const float pj = __shfl_sync(PAR_CUDA__FULL, p, jj);
+                    for (int cc = 0; cc < NC; cc++) {
+                        const int c = lane + 32 * cc;
+                        if (c < D) acc[cc] += pj * vs[jj][c];
+                    }
+                }
+            }
+        }
+    }
+    if (active) {
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int cc = 0; cc < NC; cc++) {
+            const int c = lane + 32 * cc;
+            if (c < D) o[qrow + c] = par_cuda__st<T>(l > 0.0f ? acc[cc] * inv : 0.0f);
+        }
+        if (lane == 0) lse[((int64_t)b * a.q_heads + h) * a.q_len + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+    }
+}
+
+/* D[b,h,i] = sum_c dO * O, one warp per (b, i, h) row. */
+template <typename T>
+__global__ void par_cuda__attn_dsum_k(par_cuda__attn_args a, const T *o, const T *dout, float *dsum) {
+    const int64_t rows = (int64_t)a.batch * a.q_len * a.q_heads;
+    const int lane = threadIdx.x & 31, D = a.head_dim;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const int64_t h = r % a.q_heads, i = (r / a.q_heads) % a.q_len, b = r / ((int64_t)a.q_heads * a.q_len);
+        float s = 0.0f;
+        for (int c = lane; c < D; c += 32) s += par_cuda__ld(dout[r * D + c]) * par_cuda__ld(o[r * D + c]);
+        s = par_cuda__warp_sum(s);
+        if (lane == 0) dsum[(b * a.q_heads + h) * a.q_len + i] = s;
+    }
+}
+
+/* dQ = scale * sum_j dS_ij k_j with dS = P (dP - D), P = exp(S - lse). */
+template <typename T, int NC, int BT>
+__global__ void __launch_bounds__(PAR_CUDA__AW * 32)
+    par_cuda__attn_dq_k(par_cuda__attn_args a, const T *q, const T *k, const T *v, const float *lse,
+                        const float *dsum, const T *dout, T *dq, int accumulate) {
+    constexpr int DP = NC * 32;
+    __shared__ float ks[BT][DP + 1];
+    __shared__ float vs[BT][DP + 1];
+    __shared__ float qs[PAR_CUDA__AW][DP];
+    __shared__ float dos[PAR_CUDA__AW][DP];
+    __shared__ long long kp[BT];
+    __shared__ long long qp_w[PAR_CUDA__AW];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, D = a.head_dim;
+    const int b = blockIdx.z, h = blockIdx.y, g = h / a.group;
+    const int64_t i = (int64_t)blockIdx.x * PAR_CUDA__AW + w;
+    const bool active = i < a.q_len;
+    const int64_t qstride = (int64_t)a.q_heads * D, kstride = (int64_t)a.kv_heads * D;
+    const T *kb = k + (int64_t)b * a.k_len * kstride + (int64_t)g * D;
+    const T *vb = v + (int64_t)b * a.k_len * kstride + (int64_t)g * D;
+    const int64_t qrow = ((int64_t)b * a.q_len + i) * qstride + (int64_t)h * D;
+    const int64_t lrow = ((int64_t)b * a.q_heads + h) * a.q_len + i;
+    const float L = active ? lse[lrow] : -INFINITY;
+    const float Di = active ? dsum[lrow] : 0.0f;
+    const bool live = active && L != -INFINITY; /* a row that saw no key has zero gradients */
+    const long long qp = live ? (long long)par_cuda__pos(a.q_pos, i) : LLONG_MIN;
+    float acc[NC];
+    long long qmax = LLONG_MIN;
+
+    for (int c = lane; c < DP; c += 32) {
+        qs[w][c] = active && c < D ? par_cuda__ld(q[qrow + c]) : 0.0f;
+        dos[w][c] = active && c < D ? par_cuda__ld(dout[qrow + c]) : 0.0f;
+    }
+    for (int cc = 0; cc < NC; cc++) acc[cc] = 0.0f;
+    if (lane == 0) qp_w[w] = qp;
+    __syncthreads();
+    for (int ww = 0; ww < PAR_CUDA__AW; ww++) qmax = qp_w[ww] > qmax ? qp_w[ww] : qmax;
+
+    for (int64_t j0 = 0; j0 < a.k_len; j0 += BT) {
+        const int nk = (int)(a.k_len - j0 < BT ? a.k_len - j0 : BT);
+        const int t = threadIdx.x;
+        __syncthreads();
+        {
+            /* Skip tiles no live row of the block can see (all rows dead: every tile). */
+            const int vis = t < nk && qmax != LLONG_MIN &&
+                            (!a.causal || (long long)par_cuda__pos(a.k_pos, j0 + t) <= qmax);
+            if (!__syncthreads_or(vis)) continue;
+        }
+        for (int idx = t; idx < nk * D; idx += blockDim.x) {
+            const int jj = idx / D, c = idx % D;
+            ks[jj][c] = par_cuda__ld(kb[(j0 + jj) * kstride + c]);
+            vs[jj][c] = par_cuda__ld(vb[(j0 + jj) * kstride + c]);
+        }
+        if (t < BT) kp[t] = t < nk ? (long long)par_cuda__pos(a.k_pos, j0 + t) : 0;
+        __syncthreads();
+        if (live) { /* warp-uniform */
+            float ds = 0.0f;
+            if (lane < nk && (!a.causal || kp[lane] <= qp)) {
+                float dot = 0.0f, dp = 0.0f;
+                for (int c = 0; c < D; c++) {
+                    dot += qs[w][c] * ks[lane][c];
+                    dp += dos[w][c] * vs[lane][c];
+                }
+                const float p = expf(dot * a.scale - L);
+                ds = p * (dp - Di);
+            }
+            for (int jj = 0; jj < nk; jj++) {
+                const float dsj = __shfl_sync(PAR_CUDA__FULL, ds, jj);
+                for (int cc = 0; cc < NC; cc++) {
+                    const int c = lane + 32 * cc;
+                    if (c < D) acc[cc] += dsj * ks[jj][c];
+                }
+            }
+        }
+    }
+    if (active) {
+        for (int cc = 0; cc < NC; cc++) {
+            const int c = lane + 32 * cc;
+            if (c < D) {
+                float val = acc[cc] * a.scale;
+                if (accumulate) val += par_cuda__ld(dq[qrow + c]);
+                dq[qrow + c] = par_cuda__st<T>(val);
+            }
+        }
+    }
+}
+
+/* dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i over every query i of
+   every q head of kv head g: one warp per key, so no two blocks write one row. */
+template <typename T, int NC, int BT>
+__global__ void __launch_bounds__(PAR_CUDA__AW * 32)
+    par_cuda__attn_dkdv_k(par_cuda__attn_args a, const T *q, const T *k, const T *v, const float *lse,
+                          const float *dsum, const T *dout, T *dk, T *dv, int accumulate) {
+    constexpr int DP = NC * 32;
+    __shared__ float qt[BT][DP + 1];
+    __shared__ float dot_t[BT][DP + 1];
+    __shared__ float kw[PAR_CUDA__AW][DP];
+    __shared__ float vw[PAR_CUDA__AW][DP];
+    __shared__ float lt[BT], dt[BT];
+    __shared__ long long qpt[BT];
+    __shared__ long long kp_w[PAR_CUDA__AW];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, D = a.head_dim;
+    const int b = blockIdx.z, g = blockIdx.y;
+    const int64_t j = (int64_t)blockIdx.x * PAR_CUDA__AW + w;
+    const bool active = j < a.k_len;
+    const int64_t qstride = (int64_t)a.q_heads * D, kstride = (int64_t)a.kv_heads * D;
+    const int64_t krow = ((int64_t)b * a.k_len + j) * kstride + (int64_t)g * D;
+    const long long kpj = active ? (long long)par_cuda__pos(a.k_pos, j) : LLONG_MAX;
+    float dka[NC], dva[NC];
+    long long kmin = LLONG_MAX;
+
+    for (int c = lane; c < DP; c += 32) {
+        kw[w][c] = active && c < D ? par_cuda__ld(k[krow + c]) : 0.0f;
+        vw[w][c] = active && c < D ? par_cuda__ld(v[krow + c]) : 0.0f;
+    }
+    for (int cc = 0; cc < NC; cc++) dka[cc] = dva[cc] = 0.0f;
+    if (lane == 0) kp_w[w] = kpj;
+    __syncthreads();
+    for (int ww = 0; ww < PAR_CUDA__AW; ww++) kmin = kp_w[ww] < kmin ? kp_w[ww] : kmin;
+
+    for (int hq = 0; hq < a.group; hq++) {
+        const int h = g * a.group + hq;
+        const T *qb = q + (int64_t)b * a.q_len * qstride + (int64_t)h * D;
+        const T *db = dout + (int64_t)b * a.q_len * qstride + (int64_t)h * D;
+        const float *lb = lse + ((int64_t)b * a.q_heads + h) * a.q_len;
+        const float *dsb = dsum + ((int64_t)b * a.q_heads + h) * a.q_len;
+        for (int64_t i0 = 0; i0 < a.q_len; i0 += BT) {
+            const int nq = (int)(a.q_len - i0 < BT ? a.q_len - i0 : BT);
+            const int t = threadIdx.x;
+            __syncthreads();
+            {
+                const int vis = t < nq && kmin != LLONG_MAX && lb[i0 + t] != -INFINITY &&
+                                (!a.causal || (long long)par_cuda__pos(a.q_pos, i0 + t) >= kmin);
+                if (!__syncthreads_or(vis)) continue;
+            }
+            for (int idx = t; idx < nq * D; idx += blockDim.x) {
+                const int ii = idx / D, c = idx % D;
+                qt[ii][c] = par_cuda__ld(qb[(i0 + ii) * qstride + c]);
+                dot_t[ii][c] = par_cuda__ld(db[(i0 + ii) * qstride + c]);
+            }
+            if (t < BT) {
+                lt[t] = t < nq ? lb[i0 + t] : -INFINITY;
+                dt[t] = t < nq ? dsb[i0 + t] : 0.0f;
+                qpt[t] = t < nq ? (long long)par_cuda__pos(a.q_pos, i0 + t) : LLONG_MIN;
+            }
+            __syncthreads();
+            if (active) { /* warp-uniform */
+                float p = 0.0f, ds = 0.0f;
+                if (lane < nq && lt[lane] != -INFINITY && (!a.causal || kpj <= qpt[lane])) {
+                    float dot = 0.0f, dp = 0.0f;
+                    for (int c = 0; c < D; c++) {
+                        dot += qt[lane][c] * kw[w][c];
+                        dp += dot_t[lane][c] * vw[w][c];
+                    }
+                    p = expf(dot * a.scale - lt[lane]);
+                    ds = p * (dp - dt[lane]);
+                }
+                for (int ii = 0; ii < nq; ii++) {
+                    const float pi = __shfl_sync(PAR_CUDA__FULL, p, ii);
+                    const float dsi = __shfl_sync(PAR_CUDA__FULL, ds, ii);
+                    for (int cc = 0; cc < NC; cc++) {
+                        const int c = lane + 32 * cc;
+                        if (c < D) {
+                            dva[cc] += pi * dot_t[ii][c];
+                            dka[cc] += dsi * qt[ii][c];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (active) {
+        for (int cc = 0; cc < NC; cc++) {
+            const int c = lane + 32 * cc;
+            if (c < D) {
+                float kval = dka[cc] * a.scale, vval = dva[cc];
+                if (accumulate) {
+                    kval += par_cuda__ld(dk[krow + c]);
+                    vval += par_cuda__ld(dv[krow + c]);
+                }
+                dk[krow + c] = par_cuda__st<T>(kval);
+                dv[krow + c] = par_cuda__st<T>(vval);
+            }
+        }
+    }
+}
+
+/* Merge one block's (o_b, lse_b) into (o, lse): one warp per (b, s, h) row. */
+__global__ void par_cuda__attn_merge_k(par_cuda__attn_args a, float *o, float *lse, const float *o_b,
+                                       const float *lse_b) {
+    const int64_t rows = (int64_t)a.batch * a.q_len * a.q_heads;
+    const int lane = threadIdx.x & 31, D = a.head_dim;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows; r += warps) {
+        const int64_t h = r % a.q_heads, i = (r / a.q_heads) % a.q_len, b = r / ((int64_t)a.q_heads * a.q_len);
+        const int64_t li = (b * a.q_heads + h) * a.q_len + i;
+        const float la = lse[li], lb = lse_b[li];
+        float *oa = o + r * D;
+        const float *ob = o_b + r * D;
+        if (lb == -INFINITY) continue; /* the block saw no key for this row */
+        if (la == -INFINITY) {
+            for (int c = lane; c < D; c += 32) oa[c] = ob[c];
+            if (lane == 0) lse[li] = lb;
+            continue;
+        }
+        const float mx = fmaxf(la, lb);
+        const float ln = mx + log1pf(expf(-fabsf(la - lb)));
+        const float wa = expf(la - ln), wb = expf(lb - ln);
+        for (int c = lane; c < D; c += 32) oa[c] = wa * oa[c] + wb * ob[c];
+        if (lane == 0) lse[li] = ln; /* every lane read la above */
+    }
+}
+
+/* Integer average after an NCCL sum: C division truncates toward zero. */
+template <typename I> __global__ void par_cuda__div_k(int64_t n, I *x, I d) {
+    PAR_CUDA__GRID_STRIDE(i, n) x[i] = x[i] / d;
+}
+
+/* ======================================================================
+   >>cuda-compute   the compute table
+   ==================================================================== */
+
+typedef struct par_cuda__alloc {
+    void *ptr;
+    size_t bytes;
+    int category;
+} par_cuda__alloc;
+
+typedef struct par_cuda__compute {
+    int device;
+    cudaStream_t stream;
+    int own_stream;
+    cublasHandle_t blas;
+    cublasComputeType_t f32_compute;
+    par_cuda__alloc *allocs; /* live allocations, unordered */
+    size_t num_allocs, cap_allocs;
+    par_mem_report report;
+    void *work; /* attention backward's D, grown on demand (counted as workspace) */
+    size_t work_bytes;
+    double *parts; /* sumsq partials [PAR_CUDA__PARTS + 1] */
+    int *flags;    /* device data-error flags */
+} par_cuda__compute;
+
+#define PAR_CUDA__PARTS 1024
+
+static void par_cuda__count(par_cuda__compute *cu, int category, int64_t delta) {
+    par_mem_report *r = &cu->report;
+    r->current[category] += delta;
+    r->current_total += delta;
+    if (r->current[category] > r->peak[category]) r->peak[category] = r->current[category];
+    if (r->current_total > r->peak_total) r->peak_total = r->current_total;
+}
+
+/* Every hook starts here: the calling thread may have another current device. */
+#define PAR_CUDA__ENTER(cu, fn)                                                   \
+    do {                                                                          \
+        cudaError_t e_ = cudaSetDevice((cu)->device);                             \
+        if (e_ != cudaSuccess) return par_cuda__runtime(e_, fn ": cudaSetDevice"); \
+    } while (0)
+
+#define PAR_CUDA__NEED(cond, ...)                                    \
+    do {                                                             \
+        if (!(cond)) return par_cuda__fail(PAR_EINVAL, __VA_ARGS__); \
+    } while (0)
+
+#define PAR_CUDA__CALL(call, what)                                \
+    do {                                                          \
+        cudaError_t e_ = (call);                                  \
+        if (e_ != cudaSuccess) return par_cuda__runtime(e_, what); \
+    } while (0)
+
+/* After a launch: configuration errors show up here, execution errors later. */
+static par_status par_cuda__launched(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? PAR_OK : par_cuda__runtime(e, what);
+}
+
+static unsigned par_cuda__blocks(int64_t n, int64_t per_block) {
+    int64_t b = (n + per_block - 1) / per_block;
+    if (b < 1) b = 1;
+    if (b > 65535 * 4) b = 65535 * 4; /* grid-stride loops cover the rest */
+    return (unsigned)b;
+}
+
+static unsigned par_cuda__row_blocks(int64_t rows) { return (unsigned)(rows < 65535 ? (rows < 1 ? 1 : rows) : 65535); }
+
+static par_status par_cuda__alloc_hook(void *user, size_t bytes, par_mem_category category, void **ptr) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    void *p = NULL;
+    cudaError_t e;
+    PAR_CUDA__NEED(ptr, "cuda alloc: NULL ptr");
+    *ptr = NULL;
+    PAR_CUDA__NEED((int)category >= 0 && category < PAR_MEM_CATEGORY_COUNT, "cuda alloc: unknown category %d",
+                   (int)category);
+    PAR_CUDA__ENTER(cu, "cuda alloc");
+    if (cu->num_allocs == cu->cap_allocs) {
+        size_t cap = cu->cap_allocs ? 2 * cu->cap_allocs : 64;
+        par_cuda__alloc *n = (par_cuda__alloc *)PAR_CUDA__REALLOC(cu->allocs, cap * sizeof *n);
+        if (!n) return par_cuda__fail(PAR_ENOMEM, "cuda alloc: out of host memory for the allocation list");
+        cu->allocs = n;
+        cu->cap_allocs = cap;
+    }
+    e = cudaMalloc(&p, bytes ? bytes : 1); /* a unique pointer even for 0 bytes */
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky; clear it */
+        return par_cuda__fail(par_cuda__status_of(e), "cuda alloc of %zu bytes (%s) on device %d: %s", bytes,
+                              par_mem_category_name(category), cu->device, cudaGetErrorString(e));
+    }
+    /* Zeroed and finished before returning, so any stream may use it next. */
+    e = cudaMemsetAsync(p, 0, bytes, cu->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cu->stream);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        return par_cuda__runtime(e, "cuda alloc: zero-fill");
+    }
+    cu->allocs[cu->num_allocs].ptr = p;
+    cu->allocs[cu->num_allocs].bytes = bytes;
+    cu->allocs[cu->num_allocs].category = (int)category;
+    cu->num_allocs++;
+    par_cuda__count(cu, (int)category, (int64_t)bytes);
+    *ptr = p;
+    return PAR_OK;
+}
+
+static void par_cuda__free_hook(void *user, void *ptr) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    size_t i;
+    if (!ptr) return;
+    /* Newest first: short-lived buffers are usually the latest. */
+    for (i = cu->num_allocs; i-- > 0;) {
+        if (cu->allocs[i].ptr == ptr) {
+            par_cuda__count(cu, cu->allocs[i].category, -(int64_t)cu->allocs[i].bytes);
+            cu->allocs[i] = cu->allocs[cu->num_allocs - 1];
+            cu->num_allocs--;
+            (void)cudaSetDevice(cu->device);
+            /* Kernels queued on the (non-blocking) stream may still use it. */
+            (void)cudaStreamSynchronize(cu->stream);
+            cudaFree(ptr);
+            return;
+        }
+    }
+    /* Not ours: leave it alone rather than free foreign memory. */
+}
+
+/* Raised data-error flags become PAR_EINVAL here (called after the stream finished). */
+static par_status par_cuda__check_flags(par_cuda__compute *cu) {
+    int flags = 0;
+    /* On the table's stream: the legacy stream does not order with a non-blocking one. */
+    PAR_CUDA__CALL(cudaMemcpyAsync(&flags, cu->flags, sizeof flags, cudaMemcpyDeviceToHost, cu->stream),
+                   "cuda: reading error flags");
+    PAR_CUDA__CALL(cudaStreamSynchronize(cu->stream), "cuda: reading error flags");
+    if (!flags) return PAR_OK;
+    PAR_CUDA__CALL(cudaMemsetAsync(cu->flags, 0, sizeof(int), cu->stream), "cuda: clearing error flags");
+    if (flags & PAR_CUDA__FLAG_EMB_NEGATIVE)
+        return par_cuda__fail(PAR_EINVAL, "cuda embedding_fwd/bwd: a token id was negative (its row was zeroed "
+                                          "or skipped)");
+    return par_cuda__fail(PAR_EINVAL, "cuda xent: a target was >= vocab (its loss is NaN)");
+}
+
+static par_status par_cuda__sync(par_cuda__compute *cu, const char *what) {
+    cudaError_t e = cudaStreamSynchronize(cu->stream);
+    if (e != cudaSuccess) return par_cuda__runtime(e, what);
+    return par_cuda__check_flags(cu);
+}
+
+static par_status par_cuda__memcpy_hook(void *user, void *dst, const void *src, size_t bytes, par_copy_kind kind) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    cudaMemcpyKind k;
+    if (!bytes) return PAR_OK;
+    PAR_CUDA__NEED(dst && src, "cuda memcpy: NULL dst or src");
+    switch (kind) {
+    case PAR_COPY_HOST_TO_HOST:
+        memmove(dst, src, bytes);
+        return PAR_OK;
+    case PAR_COPY_HOST_TO_DEVICE: k = cudaMemcpyHostToDevice; break;
+    case PAR_COPY_DEVICE_TO_HOST: k = cudaMemcpyDeviceToHost; break;
+    case PAR_COPY_DEVICE_TO_DEVICE: k = cudaMemcpyDeviceToDevice; break;
+    default: return par_cuda__fail(PAR_EINVAL, "cuda memcpy: unknown copy kind %d", (int)kind);
+    }
+    PAR_CUDA__ENTER(cu, "cuda memcpy");
+    PAR_CUDA__CALL(cudaMemcpyAsync(dst, src, bytes, k, cu->stream), "cuda memcpy");
+    /* Host memory involved: finish, so the host may read dst or reuse src. */
+    if (kind != PAR_COPY_DEVICE_TO_DEVICE) return par_cuda__sync(cu, "cuda memcpy");
+    return PAR_OK;
+}
+
+static par_status par_cuda__memset_hook(void *user, void *dst, int value, size_t bytes) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    if (!bytes) return PAR_OK;
+    PAR_CUDA__NEED(dst, "cuda memset: NULL dst");
+    PAR_CUDA__ENTER(cu, "cuda memset");
+    PAR_CUDA__CALL(cudaMemsetAsync(dst, value, bytes, cu->stream), "cuda memset");
+    return PAR_OK;
+}
+
+static par_status par_cuda__memcpy_2d_hook(void *user, void *dst, size_t dst_pitch, const void *src,
+                                           size_t src_pitch, size_t width, size_t height) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    if (!width || !height) return PAR_OK;
+    PAR_CUDA__NEED(dst && src, "cuda memcpy_2d: NULL dst or src");
+    PAR_CUDA__NEED(width <= dst_pitch && width <= src_pitch,
+                   "cuda memcpy_2d: width %zu exceeds a pitch (dst %zu, src %zu)", width, dst_pitch, src_pitch);
+    PAR_CUDA__ENTER(cu, "cuda memcpy_2d");
+    PAR_CUDA__CALL(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDeviceToDevice,
+                                     cu->stream),
+                   "cuda memcpy_2d");
+    return PAR_OK;
+}
+
+static par_status par_cuda__memory_report_hook(void *user, par_mem_report *report) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(report, "cuda memory_report: NULL report");
+    *report = cu->report;
+    return PAR_OK;
+}
+
+static par_status par_cuda__synchronize_hook(void *user) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ENTER(cu, "cuda synchronize");
+    return par_cuda__sync(cu, "cuda synchronize");
+}
+
+/* ---------------------------------------------------------------- gemm */
+
+static int par_cuda__gemm_type(par_dtype t, cudaDataType_t *out) {
+    switch (t) {
+    case PAR_F32: *out = CUDA_R_32F; return 1;
+    case PAR_BF16: *out = CUDA_R_16BF; return 1;
+    case PAR_F16: *out = CUDA_R_16F; return 1;
+    default: return 0;
+    }
+}
+
+static par_status par_cuda__gemm_hook(void *user, const par_gemm_desc *d, const void *a, const void *b, void *c) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    cudaDataType_t at, ct;
+    int64_t lda, ldb, ldc, batch;
+    cublasStatus_t s;
+    PAR_CUDA__NEED(d, "cuda gemm: NULL desc");
+    PAR_CUDA__NEED(d->m >= 0 && d->n >= 0 && d->k >= 0 && d->batch >= 0,
+                   "cuda gemm: m %lld, n %lld, k %lld, batch %lld must be >= 0", (long long)d->m, (long long)d->n,
+                   (long long)d->k, (long long)d->batch);
+    PAR_CUDA__NEED(par_cuda__gemm_type(d->a_type, &at), "cuda gemm: a_type %s (need f32, bf16 or f16)",
+                   par_dtype_name(d->a_type));
+    PAR_CUDA__NEED(d->c_type == PAR_F32 || d->c_type == d->a_type,
+                   "cuda gemm: c_type %s with a_type %s (c_type must be f32 or a_type)", par_dtype_name(d->c_type),
+                   par_dtype_name(d->a_type));
+    (void)par_cuda__gemm_type(d->c_type, &ct);
+    batch = d->batch ? d->batch : 1;
+    lda = d->lda ? d->lda : (d->transa ? d->m : d->k);
+    ldb = d->ldb ? d->ldb : (d->transb ? d->k : d->n);
+    ldc = d->ldc ? d->ldc : d->n;
+    PAR_CUDA__NEED(lda >= (d->transa ? d->m : d->k) && ldb >= (d->transb ? d->k : d->n) && ldc >= d->n,
+                   "cuda gemm: leading dims lda %lld, ldb %lld, ldc %lld are shorter than the stored rows",
+                   (long long)lda, (long long)ldb, (long long)ldc);
+    PAR_CUDA__NEED(d->stride_a >= 0 && d->stride_b >= 0 && d->stride_c >= 0, "cuda gemm: negative stride");
+    PAR_CUDA__NEED(batch == 1 || d->stride_c > 0, "cuda gemm: batch %lld needs a nonzero stride_c (C blocks must "
+                   "not overlap)", (long long)batch);
+    if (d->m == 0 || d->n == 0) return PAR_OK;
+    PAR_CUDA__NEED(c && (d->k == 0 || (a && b)), "cuda gemm: NULL a, b or c");
+    if (d->m > INT_MAX || d->n > INT_MAX || d->k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX ||
+        batch > INT_MAX)
+        return par_cuda__fail(PAR_EUNSUPPORTED, "cuda gemm: a size or leading dim exceeds INT_MAX");
+    if (lda < 1) lda = 1; /* k == 0 or m == 0 gives a tight 0; cuBLAS wants >= 1 */
+    if (ldb < 1) ldb = 1;
+    PAR_CUDA__ENTER(cu, "cuda gemm");
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the row-major
+       arrays are the transposes, so swap the operands and keep the flags. */
+    s = cublasGemmStridedBatchedEx(cu->blas, d->transb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   d->transa ? CUBLAS_OP_T : CUBLAS_OP_N, (int)d->n, (int)d->m, (int)d->k, &d->alpha,
+                                   b, at, (int)ldb, (long long)d->stride_b, a, at, (int)lda, (long long)d->stride_a,
+                                   &d->beta, c, ct, (int)ldc, (long long)d->stride_c, (int)batch,
+                                   d->a_type == PAR_F32 ? cu->f32_compute : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return par_cuda__blas(s, "cuda gemm");
+    return PAR_OK;
+}
+
+/* ----------------------------------------------------------- attention */
+
+static par_status par_cuda__attn_check(const char *fn, const par_attn_desc *d, const void *q, const void *k,
+                                       const void *v, par_cuda__attn_args *a) {
+    PAR_CUDA__NEED(d, "%s: NULL desc", fn);
+    PAR_CUDA__NEED(d->batch >= 1 && d->q_heads >= 1 && d->kv_heads >= 1 && d->head_dim >= 1,
+                   "%s: batch %d, q_heads %d, kv_heads %d, head_dim %d must all be >= 1", fn, d->batch, d->q_heads,
+                   d->kv_heads, d->head_dim);
+    PAR_CUDA__NEED(d->q_len >= 0 && d->k_len >= 0, "%s: q_len %lld and k_len %lld must be >= 0", fn,
+                   (long long)d->q_len, (long long)d->k_len);
+    PAR_CUDA__NEED(d->q_heads % d->kv_heads == 0, "%s: q_heads %d is not a multiple of kv_heads %d", fn,
+                   d->q_heads, d->kv_heads);
+    PAR_CUDA__NEED(isfinite(d->scale), "%s: scale is not finite", fn);
+    PAR_CUDA__NEED(d->dtype == PAR_F32 || d->dtype == PAR_BF16 || d->dtype == PAR_F16,
+                   "%s: dtype %s (need f32, bf16 or f16)", fn, par_dtype_name(d->dtype));
+    PAR_CUDA__NEED(q && k && v, "%s: NULL q, k or v", fn);
+    if (d->head_dim > 256)
+        return par_cuda__fail(PAR_EUNSUPPORTED, "%s: head_dim %d > 256 is not supported by the CUDA kernel", fn,
+                              d->head_dim);
+    if ((int64_t)d->batch > 65535 || d->q_heads > 65535)
+        return par_cuda__fail(PAR_EUNSUPPORTED, "%s: batch %d or q_heads %d exceeds 65535", fn, d->batch,
+                              d->q_heads);
+    a->batch = d->batch;
+    a->q_heads = d->q_heads;
+    a->kv_heads = d->kv_heads;
+    a->head_dim = d->head_dim;
+    a->group = d->q_heads / d->kv_heads;
+    a->causal = d->causal != 0;
+    a->q_len = d->q_len;
+    a->k_len = d->k_len;
+    a->scale = d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
+    a->q_pos = d->q_pos;
+    a->k_pos = d->k_pos;
+    return PAR_OK;
+}
+
+/* Tile rows: 32 (one per lane) up to head_dim 128, 16 above so that shared
+   memory stays under the 48 KiB static limit. */
+template <typename T, int NC>
+static void par_cuda__attn_fwd_launch(const par_cuda__attn_args &a, cudaStream_t s, const void *q, const void *k,
+                                      const void *v, void *o, float *lse) {
+    constexpr int BT = NC > 4 ? 16 : 32;
+    dim3 grid((unsigned)((a.q_len + PAR_CUDA__AW - 1) / PAR_CUDA__AW), (unsigned)a.q_heads, (unsigned)a.batch);
+    par_cuda__attn_fwd_k<T, NC, BT><<<grid, PAR_CUDA__AW * 32, 0, s>>>(a, (const T *)q, (const T *)k, (const T *)v,
+                                                                       (T *)o, lse);
+}
+
+template <typename T, int NC>
+static void par_cuda__attn_bwd_launch(const par_cuda__attn_args &a, cudaStream_t s, const void *q, const void *k,
+                                      const void *v, const float *lse, const float *dsum, const void *dout, void *dq,
+                                      void *dk, void *dv, int accumulate) {
+    constexpr int BT = NC > 4 ? 16 : 32;
+    if (a.q_len > 0) {
+        dim3 grid((unsigned)((a.q_len + PAR_CUDA__AW - 1) / PAR_CUDA__AW), (unsigned)a.q_heads, (unsigned)a.batch);
+        par_cuda__attn_dq_k<T, NC, BT><<<grid, PAR_CUDA__AW * 32, 0, s>>>(
+            a, (const T *)q, (const T *)k, (const T *)v, lse, dsum, (const T *)dout, (T *)dq, accumulate);
+    }
+    if (a.k_len > 0) {
+        dim3 grid((unsigned)((a.k_len + PAR_CUDA__AW - 1) / PAR_CUDA__AW), (unsigned)a.kv_heads, (unsigned)a.batch);
+        par_cuda__attn_dkdv_k<T, NC, BT><<<grid, PAR_CUDA__AW * 32, 0, s>>>(
+            a, (const T *)q, (const T *)k, (const T *)v, lse, dsum, (const T *)dout, (T *)dk, (T *)dv, accumulate);
+    }
+}
+
+template <typename T>
+static void par_cuda__attn_fwd_dispatch(const par_cuda__attn_args &a, cudaStream_t s, const void *q, const void *k,
+                                        const void *v, void *o, float *lse) {
+    if (a.head_dim <= 32)
+        par_cuda__attn_fwd_launch<T, 1>(a, s, q, k, v, o, lse);
+    else if (a.head_dim <= 64)
+        par_cuda__attn_fwd_launch<T, 2>(a, s, q, k, v, o, lse);
+    else if (a.head_dim <= 128)
+        par_cuda__attn_fwd_launch<T, 4>(a, s, q, k, v, o, lse);
+    else
+        par_cuda__attn_fwd_launch<T, 8>(a, s, q, k, v, o, lse);
+}
+
+template <typename T>
+static void par_cuda__attn_bwd_dispatch(const par_cuda__attn_args &a, cudaStream_t s, const void *q, const void *k,
+                                        const void *v, const void *o, const float *lse, float *dsum,
+                                        const void *dout, void *dq, void *dk, void *dv, int accumulate) {
+    const int64_t rows = (int64_t)a.batch * a.q_len * a.q_heads;
+    if (rows > 0)
+        par_cuda__attn_dsum_k<T><<<par_cuda__blocks(rows, PAR_CUDA__THREADS / 32), PAR_CUDA__THREADS, 0, s>>>(
+            a, (const T *)o, (const T *)dout, dsum);
+    if (a.head_dim <= 32)
+        par_cuda__attn_bwd_launch<T, 1>(a, s, q, k, v, lse, dsum, dout, dq, dk, dv, accumulate);
+    else if (a.head_dim <= 64)
+        par_cuda__attn_bwd_launch<T, 2>(a, s, q, k, v, lse, dsum, dout, dq, dk, dv, accumulate);
+    else if (a.head_dim <= 128)
+        par_cuda__attn_bwd_launch<T, 4>(a, s, q, k, v, lse, dsum, dout, dq, dk, dv, accumulate);
+    else
+        par_cuda__attn_bwd_launch<T, 8>(a, s, q, k, v, lse, dsum, dout, dq, dk, dv, accumulate);
+}
+
+static par_status par_cuda__attention_fwd_hook(void *user, const par_attn_desc *d, const void *q, const void *k,
+                                               const void *v, void *o, float *lse) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    par_cuda__attn_args a;
+    par_status st = par_cuda__attn_check("cuda attention_fwd", d, q, k, v, &a);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED(o && lse, "cuda attention_fwd: NULL o or lse");
+    if (a.q_len == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda attention_fwd");
+    if (d->dtype == PAR_F32)
+        par_cuda__attn_fwd_dispatch<float>(a, cu->stream, q, k, v, o, lse);
+    else if (d->dtype == PAR_BF16)
+        par_cuda__attn_fwd_dispatch<__nv_bfloat16>(a, cu->stream, q, k, v, o, lse);
+    else
+        par_cuda__attn_fwd_dispatch<__half>(a, cu->stream, q, k, v, o, lse);
+    return par_cuda__launched("cuda attention_fwd");
+}
+
+/* The workspace grows by reallocation. */
+static par_status par_cuda__workspace(par_cuda__compute *cu, size_t bytes, void **out) {
+    if (bytes > cu->work_bytes) {
+        void *p = NULL;
+        cudaError_t e;
+        if (cu->work) {
+            (void)cudaStreamSynchronize(cu->stream); /* an earlier backward may still read it */
+            cudaFree(cu->work);
+            par_cuda__count(cu, PAR_MEM_WORKSPACE, -(int64_t)cu->work_bytes);
+            cu->work = NULL;
+            cu->work_bytes = 0;
+        }
+        e = cudaMalloc(&p, bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return par_cuda__fail(par_cuda__status_of(e), "cuda workspace of %zu bytes: %s", bytes,
+                                  cudaGetErrorString(e));
+        }
+        cu->work = p;
+        cu->work_bytes = bytes;
+        par_cuda__count(cu, PAR_MEM_WORKSPACE, (int64_t)bytes);
+    }
+    *out = cu->work;
+    return PAR_OK;
+}
+
+static par_status par_cuda__attention_bwd_hook(void *user, const par_attn_desc *d, const void *q, const void *k,
+                                               const void *v, const void *o, const float *lse, const void *do_,
+                                               void *dq, void *dk, void *dv, int accumulate) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    par_cuda__attn_args a;
+    void *dsum = NULL;
+    par_status st = par_cuda__attn_check("cuda attention_bwd", d, q, k, v, &a);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED(o && lse && do_ && dq && dk && dv, "cuda attention_bwd: NULL o, lse, do_, dq, dk or dv");
+    if (a.q_len == 0 && a.k_len == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda attention_bwd");
+    if (a.q_len == 0) { /* no query: dk = dv = 0 (or unchanged) */
+        if (!accumulate) {
+            const size_t bytes = (size_t)a.batch * (size_t)a.k_len * (size_t)a.kv_heads * (size_t)a.head_dim *
+                                 par_dtype_size(d->dtype);
+            PAR_CUDA__CALL(cudaMemsetAsync(dk, 0, bytes, cu->stream), "cuda attention_bwd");
+            PAR_CUDA__CALL(cudaMemsetAsync(dv, 0, bytes, cu->stream), "cuda attention_bwd");
+        }
+        return PAR_OK;
+    }
+    st = par_cuda__workspace(cu, (size_t)a.batch * (size_t)a.q_heads * (size_t)a.q_len * sizeof(float), &dsum);
+    if (st != PAR_OK) return st;
+    if (d->dtype == PAR_F32)
+        par_cuda__attn_bwd_dispatch<float>(a, cu->stream, q, k, v, o, lse, (float *)dsum, do_, dq, dk, dv,
+                                           accumulate);
+    else if (d->dtype == PAR_BF16)
+        par_cuda__attn_bwd_dispatch<__nv_bfloat16>(a, cu->stream, q, k, v, o, lse, (float *)dsum, do_, dq, dk, dv,
+                                                   accumulate);
+    else
+        par_cuda__attn_bwd_dispatch<__half>(a, cu->stream, q, k, v, o, lse, (float *)dsum, do_, dq, dk, dv,
+                                            accumulate);
+    return par_cuda__launched("cuda attention_bwd");
+}
+
+static par_status par_cuda__attention_merge_hook(void *user, const par_attn_desc *d, float *o, float *lse,
+                                                 const float *o_b, const float *lse_b) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    par_cuda__attn_args a;
+    int64_t rows;
+    /* Only the shapes matter here; any non-NULL pointer satisfies the q/k/v check. */
+    par_status st = par_cuda__attn_check("cuda attention_merge", d, o, o, o, &a);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED(o && lse && o_b && lse_b, "cuda attention_merge: NULL o, lse, o_b or lse_b");
+    rows = (int64_t)a.batch * a.q_len * a.q_heads;
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda attention_merge");
+    par_cuda__attn_merge_k<<<par_cuda__blocks(rows, PAR_CUDA__THREADS / 32), PAR_CUDA__THREADS, 0, cu->stream>>>(
+        a, o, lse, o_b, lse_b);
+    return par_cuda__launched("cuda attention_merge");
+}
+
+/* ------------------------------------------------------- fused kernels */
+
+static par_status par_cuda__rmsnorm_fwd_hook(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
+                                             float eps, float *y, float *rstd) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0 && dim > 0, "cuda rmsnorm_fwd: bad shape [%lld, %lld]", (long long)rows,
+                   (long long)dim);
+    PAR_CUDA__NEED(rows == 0 || (x && w && y), "cuda rmsnorm_fwd: NULL argument");
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda rmsnorm_fwd");
+    par_cuda__rmsnorm_fwd_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, dim, x, w, eps, y,
+                                                                                             rstd);
+    return par_cuda__launched("cuda rmsnorm_fwd");
+}
+
+static par_status par_cuda__rmsnorm_bwd_hook(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
+                                             const float *rstd, const float *dy, float *dx, float *dw) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0 && dim > 0, "cuda rmsnorm_bwd: bad shape [%lld, %lld]", (long long)rows,
+                   (long long)dim);
+    PAR_CUDA__NEED(rows == 0 || (x && w && rstd && dy && dx && dw), "cuda rmsnorm_bwd: NULL argument");
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda rmsnorm_bwd");
+    {
+        /* dw first: it reads dy, which dx may overwrite. */
+        const int64_t cols = (dim + PAR_CUDA__THREADS - 1) / PAR_CUDA__THREADS;
+        int64_t ychunks = (rows + 63) / 64;
+        if (ychunks > 256) ychunks = 256;
+        if (cols > 65535 * 64) return par_cuda__fail(PAR_EUNSUPPORTED, "cuda rmsnorm_bwd: dim too large");
+        dim3 grid((unsigned)cols, (unsigned)ychunks);
+        par_cuda__rmsnorm_dw_k<<<grid, PAR_CUDA__THREADS, 0, cu->stream>>>(rows, dim, x, rstd, dy, dw);
+    }
+    par_cuda__rmsnorm_dx_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, dim, x, w, rstd,
+                                                                                            dy, dx);
+    return par_cuda__launched("cuda rmsnorm_bwd");
+}
+
+static par_status par_cuda__rope(void *user, const char *fn, int64_t tokens, int64_t heads, int64_t head_dim,
+                                 const int64_t *pos, float theta, const float *x, float *y, double sign) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(tokens >= 0 && heads >= 0 && head_dim > 0 && head_dim % 2 == 0,
+                   "%s: bad shape [%lld, %lld, %lld] (head_dim must be even and positive)", fn, (long long)tokens,
+                   (long long)heads, (long long)head_dim);
+    PAR_CUDA__NEED(theta > 0.0f, "%s: theta must be positive", fn);
+    PAR_CUDA__NEED(tokens == 0 || heads == 0 || (x && y && pos), "%s: NULL argument", fn);
+    if (tokens == 0 || heads == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda rope");
+    par_cuda__rope_k<<<par_cuda__blocks(tokens * (head_dim / 2), PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0,
+                       cu->stream>>>(tokens, heads, head_dim, pos, theta, x, y, sign);
+    return par_cuda__launched(fn);
+}
+
+static par_status par_cuda__rope_fwd_hook(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
+                                          const int64_t *pos, float theta, const float *x, float *y) {
+    return par_cuda__rope(user, "cuda rope_fwd", tokens, heads, head_dim, pos, theta, x, y, 1.0);
+}
+
+static par_status par_cuda__rope_bwd_hook(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
+                                          const int64_t *pos, float theta, const float *dy, float *dx) {
+    return par_cuda__rope(user, "cuda rope_bwd", tokens, heads, head_dim, pos, theta, dy, dx, -1.0);
+}
+
+static par_status par_cuda__swiglu_fwd_hook(void *user, int64_t n, const float *g, const float *u, float *h) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(n >= 0, "cuda swiglu_fwd: negative size");
+    PAR_CUDA__NEED(n == 0 || (g && u && h), "cuda swiglu_fwd: NULL argument");
+    if (n == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda swiglu_fwd");
+    par_cuda__swiglu_fwd_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(n, g, u, h);
+    return par_cuda__launched("cuda swiglu_fwd");
+}
+
+static par_status par_cuda__swiglu_bwd_hook(void *user, int64_t n, const float *g, const float *u, const float *dh,
+                                            float *dg, float *du) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(n >= 0, "cuda swiglu_bwd: negative size");
+    PAR_CUDA__NEED(n == 0 || (g && u && dh && dg && du), "cuda swiglu_bwd: NULL argument");
+    if (n == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda swiglu_bwd");
+    par_cuda__swiglu_bwd_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(n, g, u, dh,
+                                                                                                         dg, du);
+    return par_cuda__launched("cuda swiglu_bwd");
+}
+
+static par_status par_cuda__embedding_fwd_hook(void *user, int64_t n, const int32_t *ids, const float *table,
+                                               int64_t rows, int64_t dim, int64_t start, float *out) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(n >= 0 && rows >= 0 && dim > 0 && start >= 0, "cuda embedding_fwd: bad sizes");
+    PAR_CUDA__NEED(n == 0 || (ids && out && (rows == 0 || table)), "cuda embedding_fwd: NULL argument");
+    if (n == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda embedding_fwd");
+    par_cuda__embedding_fwd_k<<<par_cuda__blocks(n * dim, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
+        n, ids, table, rows, dim, start, out, cu->flags);
+    return par_cuda__launched("cuda embedding_fwd");
+}
+
+static par_status par_cuda__embedding_bwd_hook(void *user, int64_t n, const int32_t *ids, const float *dout,
+                                               int64_t rows, int64_t dim, int64_t start, float *dtable) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(n >= 0 && rows >= 0 && dim > 0 && start >= 0, "cuda embedding_bwd: bad sizes");
+    PAR_CUDA__NEED(n == 0 || (ids && dout && (rows == 0 || dtable)), "cuda embedding_bwd: NULL argument");
+    if (n == 0 || rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda embedding_bwd");
+    par_cuda__embedding_bwd_k<<<par_cuda__blocks(n * dim, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
+        n, ids, dout, rows, dim, start, dtable, cu->flags);
+    return par_cuda__launched("cuda embedding_bwd");
+}
+
+static par_status par_cuda__xent_hook(void *user, int64_t rows, int64_t vocab, const float *logits,
+                                      const int32_t *targets, float *loss, float *dlogits, float scale) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0 && vocab > 0, "cuda xent: bad shape [%lld, %lld]", (long long)rows, (long long)vocab);
+    PAR_CUDA__NEED(rows == 0 || (logits && targets && loss), "cuda xent: NULL argument");
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda xent");
+    par_cuda__xent_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, vocab, logits, targets,
+                                                                                      loss, dlogits, scale, cu->flags);
+    return par_cuda__launched("cuda xent");
+}
+
+static par_status par_cuda__xent_local_max_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                                float *max_out) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0 && v_local >= 0, "cuda xent_local_max: negative size");
+    PAR_CUDA__NEED(rows == 0 || (max_out && (v_local == 0 || logits)), "cuda xent_local_max: NULL argument");
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda xent_local_max");
+    par_cuda__xent_max_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, v_local, logits,
+                                                                                          max_out);
+    return par_cuda__launched("cuda xent_local_max");
+}
+
+static par_status par_cuda__xent_local_sumexp_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                                   const float *gmax, float *sum_out) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0 && v_local >= 0, "cuda xent_local_sumexp: negative size");
+    PAR_CUDA__NEED(rows == 0 || (gmax && sum_out && (v_local == 0 || logits)),
+                   "cuda xent_local_sumexp: NULL argument");
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda xent_local_sumexp");
+    par_cuda__xent_sumexp_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, v_local, logits,
+                                                                                             gmax, sum_out);
+    return par_cuda__launched("cuda xent_local_sumexp");
+}
+
+static par_status par_cuda__xent_local_target_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                                   const int32_t *targets, int64_t start, float *tgt_out) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0 && v_local >= 0 && start >= 0, "cuda xent_local_target: bad sizes");
+    PAR_CUDA__NEED(rows == 0 || (targets && tgt_out && (v_local == 0 || logits)),
+                   "cuda xent_local_target: NULL argument");
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda xent_local_target");
+    par_cuda__xent_target_k<<<par_cuda__blocks(rows, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
+        rows, v_local, logits, targets, start, tgt_out);
+    return par_cuda__launched("cuda xent_local_target");
+}
+
+static par_status par_cuda__xent_loss_from_pieces_hook(void *user, int64_t rows, const float *gmax,
+                                                       const float *gsum, const float *tgt, const int32_t *targets,
+                                                       float *loss) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0, "cuda xent_loss_from_pieces: negative size");
+    PAR_CUDA__NEED(rows == 0 || (gmax && gsum && tgt && targets && loss), "cuda xent_loss_from_pieces: NULL argument");
+    if (rows == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda xent_loss_from_pieces");
+    par_cuda__xent_pieces_k<<<par_cuda__blocks(rows, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
+        rows, gmax, gsum, tgt, targets, loss);
+    return par_cuda__launched("cuda xent_loss_from_pieces");
+}
+
+static par_status par_cuda__xent_bwd_split_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
+                                                const int32_t *targets, int64_t start, const float *gmax,
+                                                const float *gsum, float scale, float *dlogits) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(rows >= 0 && v_local >= 0 && start >= 0, "cuda xent_bwd_split: bad sizes");
+    PAR_CUDA__NEED(rows == 0 || v_local == 0 || (logits && targets && gmax && gsum && dlogits),
+                   "cuda xent_bwd_split: NULL argument");
+    if (rows == 0 || v_local == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda xent_bwd_split");
+    par_cuda__xent_bwd_split_k<<<par_cuda__blocks(rows * v_local, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0,
+                                 cu->stream>>>(rows, v_local, logits, targets, start, gmax, gsum, scale, dlogits);
+    return par_cuda__launched("cuda xent_bwd_split");
+}
+
+static par_status par_cuda__adamw_hook(void *user, int64_t n, float *p, const float *g, float *m, float *v, float lr,
+                                       float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    float bc1, bc2, step_size, inv_sqrt_bc2, decay;
+    PAR_CUDA__NEED(n >= 0, "cuda adamw: negative size");
+    PAR_CUDA__NEED(step >= 1, "cuda adamw: step is %lld; steps count from 1", (long long)step);
+    PAR_CUDA__NEED(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
+                   "cuda adamw: betas (%g, %g) must be in [0, 1)", (double)beta1, (double)beta2);
+    PAR_CUDA__NEED(n == 0 || (p && g && m && v), "cuda adamw: NULL argument");
+    if (n == 0) return PAR_OK;
+    /* The scalars exactly as the CPU table computes them. */
+    bc1 = (float)(1.0 - pow((double)beta1, (double)step));
+    bc2 = (float)(1.0 - pow((double)beta2, (double)step));
+    step_size = lr / bc1;
+    inv_sqrt_bc2 = (float)(1.0 / sqrt((double)bc2));
+    decay = 1.0f - lr * weight_decay;
+    PAR_CUDA__ENTER(cu, "cuda adamw");
+    par_cuda__adamw_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
+        n, p, g, m, v, beta1, beta2, eps, step_size, inv_sqrt_bc2, decay);
+    return par_cuda__launched("cuda adamw");
+}
+
+static par_status par_cuda__scale_hook(void *user, int64_t n, float alpha, float *x) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(n >= 0 && (n == 0 || x), "cuda scale: bad arguments");
+    if (n == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda scale");
+    par_cuda__scale_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(n, alpha, x);
+    return par_cuda__launched("cuda scale");
+}
+
+static par_status par_cuda__axpy_hook(void *user, int64_t n, float alpha, const float *x, float *y) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(n >= 0 && (n == 0 || (x && y)), "cuda axpy: bad arguments");
+    if (n == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda axpy");
+    par_cuda__axpy_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(n, alpha, x, y);
+    return par_cuda__launched("cuda axpy");
+}
+
+static par_status par_cuda__sumsq_hook(void *user, int64_t n, const float *x, double *out) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    unsigned blocks;
+    par_status st;
+    PAR_CUDA__NEED(n >= 0 && out && (n == 0 || x), "cuda sumsq: bad arguments");
+    *out = 0.0;
+    if (n == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda sumsq");
+    blocks = par_cuda__blocks(n, PAR_CUDA__THREADS);
+    if (blocks > PAR_CUDA__PARTS) blocks = PAR_CUDA__PARTS;
+    par_cuda__sumsq_part_k<<<blocks, PAR_CUDA__THREADS, 0, cu->stream>>>(n, x, cu->parts);
+    par_cuda__sum_parts_k<<<1, PAR_CUDA__THREADS, 0, cu->stream>>>((int)blocks, cu->parts,
+                                                                   cu->parts + PAR_CUDA__PARTS);
+    if ((st = par_cuda__launched("cuda sumsq")) != PAR_OK) return st;
+    PAR_CUDA__CALL(cudaMemcpyAsync(out, cu->parts + PAR_CUDA__PARTS, sizeof(double), cudaMemcpyDeviceToHost,
+                                   cu->stream),
+                   "cuda sumsq");
+    return par_cuda__sync(cu, "cuda sumsq");
+}
+
+static void par_cuda__compute_destroy(void *user) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    size_t i;
+    if (!cu) return;
+    (void)cudaSetDevice(cu->device);
+    if (cu->stream) (void)cudaStreamSynchronize(cu->stream);
+    for (i = 0; i < cu->num_allocs; i++) cudaFree(cu->allocs[i].ptr);
+    PAR_CUDA__FREE(cu->allocs);
+    cudaFree(cu->work);
+    cudaFree(cu->parts);
+    cudaFree(cu->flags);
+    if (cu->blas) cublasDestroy(cu->blas);
+    if (cu->own_stream && cu->stream) cudaStreamDestroy(cu->stream);
+    PAR_CUDA__FREE(cu);
+}
+
+extern "C" par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_table *table) {
+    par_cuda__compute *cu;
+    int count = 0, device = desc ? desc->device : 0;
+    cudaError_t e;
+    cublasStatus_t bs;
+    par_status st;
+    if (!table) return par_cuda__fail(PAR_EINVAL, "par_compute_cuda: NULL table");
+    memset(table, 0, sizeof *table);
+    e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return par_cuda__runtime(e, "par_compute_cuda: cudaGetDeviceCount");
+    if (device < 0 || device >= count)
+        return par_cuda__fail(count ? PAR_EINVAL : PAR_EUNSUPPORTED,
+                              "par_compute_cuda: device %d does not exist (%d visible)", device, count);
+    cu = (par_cuda__compute *)PAR_CUDA__MALLOC(sizeof *cu);
+    if (!cu) return par_cuda__fail(PAR_ENOMEM, "par_compute_cuda: out of host memory");
+    memset(cu, 0, sizeof *cu);
+    cu->device = device;
+    cu->f32_compute = desc && desc->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+#define PAR_CUDA__INIT(call, what)                     \
+    do {                                               \
+        e = (call);                                    \
+        if (e != cudaSuccess) {                        \
+            st = par_cuda__runtime(e, what);           \
+            goto fail;                                 \
+        }                                              \
+    } while (0)
+    PAR_CUDA__INIT(cudaSetDevice(device), "par_compute_cuda: cudaSetDevice");
+    if (desc && desc->stream) {
+        cu->stream = (cudaStream_t)desc->stream;
+    } else {
+        PAR_CUDA__INIT(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking), "par_compute_cuda: stream");
+        cu->own_stream = 1;
+    }
+    PAR_CUDA__INIT(cudaMalloc((void **)&cu->parts, (PAR_CUDA__PARTS + 1) * sizeof(double)), "par_compute_cuda");
+    PAR_CUDA__INIT(cudaMalloc((void **)&cu->flags, sizeof(int)), "par_compute_cuda");
+    PAR_CUDA__INIT(cudaMemset(cu->flags, 0, sizeof(int)), "par_compute_cuda");
+    PAR_CUDA__INIT(cudaDeviceSynchronize(), "par_compute_cuda"); /* the legacy-stream memset is done */
+#undef PAR_CUDA__INIT
+    bs = cublasCreate(&cu->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(cu->blas, cu->stream);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        st = par_cuda__blas(bs, "par_compute_cuda: cublasCreate");
+        goto fail;
+    }
+
+    table->version = PAR_COMPUTE_TABLE_VERSION;
+    table->name = "cuda";
+    table->user = cu;
+    table->device_memory = 1;
+    table->stream = (void *)cu->stream;
+    table->alloc = par_cuda__alloc_hook;
+    table->free = par_cuda__free_hook;
+    table->memcpy = par_cuda__memcpy_hook;
+    table->memset = par_cuda__memset_hook;
+    table->memcpy_2d = par_cuda__memcpy_2d_hook;
+    table->memory_report = par_cuda__memory_report_hook;
+    table->synchronize = par_cuda__synchronize_hook;
+    table->gemm = par_cuda__gemm_hook;
+    table->attention_fwd = par_cuda__attention_fwd_hook;
+    table->attention_bwd = par_cuda__attention_bwd_hook;
+    table->attention_merge = par_cuda__attention_merge_hook;
+    table->rmsnorm_fwd = par_cuda__rmsnorm_fwd_hook;
+    table->rmsnorm_bwd = par_cuda__rmsnorm_bwd_hook;
+    table->rope_fwd = par_cuda__rope_fwd_hook;
+    table->rope_bwd = par_cuda__rope_bwd_hook;
+    table->swiglu_fwd = par_cuda__swiglu_fwd_hook;
+    table->swiglu_bwd = par_cuda__swiglu_bwd_hook;
+    table->embedding_fwd = par_cuda__embedding_fwd_hook;
+    table->embedding_bwd = par_cuda__embedding_bwd_hook;
+    table->xent = par_cuda__xent_hook;
+    table->xent_local_max = par_cuda__xent_local_max_hook;
+    table->xent_local_sumexp = par_cuda__xent_local_sumexp_hook;
+    table->xent_local_target = par_cuda__xent_local_target_hook;
+    table->xent_loss_from_pieces = par_cuda__xent_loss_from_pieces_hook;
+    table->xent_bwd_split = par_cuda__xent_bwd_split_hook;
+    table->adamw = par_cuda__adamw_hook;
+    table->scale = par_cuda__scale_hook;
+    table->axpy = par_cuda__axpy_hook;
+    table->sumsq = par_cuda__sumsq_hook;
+    table->destroy = par_cuda__compute_destroy;
+    return PAR_OK;
+fail:
+    par_cuda__compute_destroy(cu);
+    memset(table, 0, sizeof *table);
+    return st;
+}
+
+/* ======================================================================
+   >>cuda-nccl   the NCCL comm table (PARALLEL_WITH_MPI)
+   ==================================================================== */
+
+#if defined(PARALLEL_WITH_MPI)
+
+struct par_comm_group {
+    ncclComm_t comm; /* NULL once aborted */
+    int count, index;
+    int *ranks;      /* world ranks, member order */
+    int *scratch;    /* one device int for barrier */
+    char name[96];   /* "group [0 1 2 3]" for messages */
+};
+
+struct par_request {
+    cudaEvent_t done;
+    par_comm_group *group;
+    const char *op;
+};
+
+typedef struct par_cuda__nccl {
+    int device, rank, size, timeout_ms;
+    cudaStream_t stream;     /* what ops are ordered on */
+    cudaStream_t own_stream;
+    MPI_Comm mpi;            /* duplicate of the bootstrap communicator */
+    par_comm_group *world;
+} par_cuda__nccl;
+
+static const char *par_cuda__nccl_magic = "nccl";
+
+static par_status par_cuda__mpi(int rc, const char *what) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (rc == MPI_SUCCESS) return PAR_OK;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error %d", rc);
+    return par_cuda__fail(PAR_ECOMM, "%s: %s", what, text);
+}
+
+static par_status par_cuda__nccl_err(par_cuda__nccl *nc, par_comm_group *g, const char *op, ncclResult_t r) {
+    const char *detail = g && g->comm ? ncclGetLastError(g->comm) : "";
+    return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): %s%s%s", op, g ? g->name : "?", nc->rank,
+                          ncclGetErrorString(r), detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+static void par_cuda__group_free(par_comm_group *g) {
+    if (!g) return;
+    cudaFree(g->scratch);
+    PAR_CUDA__FREE(g->ranks);
+    PAR_CUDA__FREE(g);
+}
+
+static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int count, par_comm_group **out) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    par_comm_group *g;
+    MPI_Group world_group = MPI_GROUP_NULL, sub_group = MPI_GROUP_NULL;
+    MPI_Comm sub = MPI_COMM_NULL;
+    ncclUniqueId id;
+    ncclResult_t r;
+    cudaError_t e;
+    par_status st = PAR_OK;
+    int i, j, index = -1, rc;
+    size_t len;
+    PAR_CUDA__NEED(out, "nccl group_create: NULL group");
+    *out = NULL;
+    PAR_CUDA__NEED(ranks && count >= 1 && count <= nc->size, "nccl group_create: %d ranks listed, need 1..%d", count,
+                   nc->size);
+    for (i = 0; i < count; i++) {
+        PAR_CUDA__NEED(ranks[i] >= 0 && ranks[i] < nc->size, "nccl group_create: rank %d is outside the world of %d",
+                       ranks[i], nc->size);
+        for (j = 0; j < i; j++)
+            PAR_CUDA__NEED(ranks[j] != ranks[i], "nccl group_create: rank %d is listed twice", ranks[i]);
+        if (ranks[i] == nc->rank) index = i;
+    }
+    PAR_CUDA__NEED(index >= 0, "nccl group_create: rank %d is not among the %d ranks listed", nc->rank, count);
+    g = (par_comm_group *)PAR_CUDA__MALLOC(sizeof *g);
+    if (!g) return par_cuda__fail(PAR_ENOMEM, "nccl group_create: out of host memory");
+    memset(g, 0, sizeof *g);
+    g->ranks = (int *)PAR_CUDA__MALLOC(sizeof(int) * (size_t)count);
+    if (!g->ranks) {
+        PAR_CUDA__FREE(g);
+        return par_cuda__fail(PAR_ENOMEM, "nccl group_create: out of host memory");
+    }
+    memcpy(g->ranks, ranks, sizeof(int) * (size_t)count);
+    g->count = count;
+    g->index = index;
+    len = (size_t)snprintf(g->name, sizeof g->name, "group [");
+    for (i = 0; i < count && len + 16 < sizeof g->name; i++)
+        len += (size_t)snprintf(g->name + len, sizeof g->name - len, i ? " %d" : "%d", ranks[i]);
+    snprintf(g->name + len, sizeof g->name - len, i < count ? " ...]" : "]");
+
+    if ((e = cudaSetDevice(nc->device)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&g->scratch, sizeof(int))) != cudaSuccess) {
+        par_cuda__group_free(g);
+        return par_cuda__runtime(e, "nccl group_create");
+    }
+    /* The unique id travels over an MPI communicator of the members only, so
+       that non-members need not take part (the table's contract). */
+    memset(&id, 0, sizeof id);
+    if (index == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess) {
+        /* The others would wait in the broadcast: send them an all-zero id, which
+           ncclCommInitRank rejects, rather than leave them hanging. */
+        st = par_cuda__nccl_err(nc, g, "ncclGetUniqueId", r);
+    }
+    rc = MPI_Comm_group(nc->mpi, &world_group);
+    if (rc == MPI_SUCCESS) rc = MPI_Group_incl(world_group, count, ranks, &sub_group);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(nc->mpi, sub_group, 0x7a11, &sub);
+    if (rc == MPI_SUCCESS) rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, sub);
+    if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
+    if (sub_group != MPI_GROUP_NULL) MPI_Group_free(&sub_group);
+    if (world_group != MPI_GROUP_NULL) MPI_Group_free(&world_group);
+    if (st == PAR_OK && rc != MPI_SUCCESS) st = par_cuda__mpi(rc, "nccl group_create: broadcasting the unique id");
+    if (st == PAR_OK && (r = ncclCommInitRank(&g->comm, count, id, index)) != ncclSuccess) {
+        g->comm = NULL;
+        st = par_cuda__nccl_err(nc, g, "ncclCommInitRank", r);
+    }
+    if (st != PAR_OK) {
+        par_cuda__group_free(g);
+        return st;
+    }
+    *out = g;
+    return PAR_OK;
+}
+
+static void par_cuda__nccl_group_destroy(void *user, par_comm_group *g) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    if (!g) return;
+    (void)cudaSetDevice(nc->device);
+    if (g->comm) {
+        /* Finalize flushes what is still queued; then destroy frees. */
+        (void)ncclCommFinalize(g->comm);
+        (void)ncclCommDestroy(g->comm);
+    }
+    par_cuda__group_free(g);
+}
+
+static int par_cuda__nccl_type(par_dtype t, ncclDataType_t *out) {
+    switch (t) {
+    case PAR_F32: *out = ncclFloat32; return 1;
+    case PAR_BF16: *out = ncclBfloat16; return 1;
+    case PAR_F16: *out = ncclFloat16; return 1;
+    case PAR_I32: *out = ncclInt32; return 1;
+    case PAR_I64: *out = ncclInt64; return 1;
+    case PAR_F64: *out = ncclFloat64; return 1;
+    default: return 0;
+    }
+}
+
+/* Common checks of every op; NULL group = the world. */
+static par_status par_cuda__nccl_begin(par_cuda__nccl *nc, par_comm_group **g, const char *op, int64_t count,
+                                       par_dtype dtype, ncclDataType_t *type, par_request **req) {
+    cudaError_t e;
+    if (req) *req = NULL;
+    if (!*g) *g = nc->world;
+    PAR_CUDA__NEED(count >= 0, "nccl %s: count %lld must be >= 0", op, (long long)count);
+    PAR_CUDA__NEED(par_cuda__nccl_type(dtype, type), "nccl %s: unknown dtype %d", op, (int)dtype);
+    if (!(*g)->comm)
+        return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted after an earlier "
+                                         "failure", op, (*g)->name, nc->rank);
+    e = cudaSetDevice(nc->device);
+    if (e != cudaSuccess) return par_cuda__runtime(e, "nccl: cudaSetDevice");
+    return PAR_OK;
+}
+
+static void par_cuda__nccl_abort(par_comm_group *g) {
+    if (g->comm) {
+        (void)ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
+}
+
+/* Wait for `done` with the timeout, watching the communicator for async errors. */
+static par_status par_cuda__nccl_wait_event(par_cuda__nccl *nc, par_comm_group *g, cudaEvent_t done, const char *op) {
+    const auto start = std::chrono::steady_clock::now();
+    long spins = 0;
+    for (;;) {
+        cudaError_t e = cudaEventQuery(done);
+        ncclResult_t ar = ncclSuccess;
+        if (e == cudaSuccess) return PAR_OK;
+        if (e != cudaErrorNotReady) return par_cuda__runtime(e, "nccl wait");
+        if (g->comm && ncclCommGetAsyncError(g->comm, &ar) == ncclSuccess && ar != ncclSuccess &&
+            ar != ncclInProgress) {
+            par_status st = par_cuda__nccl_err(nc, g, op, ar);
+            par_cuda__nccl_abort(g);
+            return st;
+        }
+        if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(nc->timeout_ms)) {
+            par_cuda__nccl_abort(g);
+            return par_cuda__fail(PAR_ETIMEOUT, "nccl %s on %s (rank %d) did not complete within %d ms (a member "
+                                                "did not arrive?); the communicator was aborted",
+                                  op, g->name, nc->rank, nc->timeout_ms);
+        }
+        if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+}
+
+/* After enqueueing: record completion, then hand out a request or wait here. */
+static par_status par_cuda__nccl_finish(par_cuda__nccl *nc, par_comm_group *g, const char *op, par_request **req) {
+    cudaEvent_t ev = NULL;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    par_status st;
+    if (e == cudaSuccess) e = cudaEventRecord(ev, nc->stream);
+    if (e != cudaSuccess) {
+        if (ev) cudaEventDestroy(ev);
+        return par_cuda__runtime(e, "nccl: recording the completion event");
+    }
+    if (req) {
+        par_request *r = (par_request *)PAR_CUDA__MALLOC(sizeof *r);
+        if (!r) {
+            /* Cannot hand out a request: complete it here instead. */
+            st = par_cuda__nccl_wait_event(nc, g, ev, op);
+            cudaEventDestroy(ev);
+            return st != PAR_OK ? st : par_cuda__fail(PAR_ENOMEM, "nccl %s: out of host memory for a request", op);
+        }
+        r->done = ev;
+        r->group = g;
+        r->op = op;
+        *req = r;
+        return PAR_OK;
+    }
+    st = par_cuda__nccl_wait_event(nc, g, ev, op);
+    cudaEventDestroy(ev);
+    return st;
+}
+
+static ncclRedOp_t par_cuda__nccl_op(par_reduce_op op, par_dtype t) {
+    if (op == PAR_REDUCE_MAX) return ncclMax;
+    if (op == PAR_REDUCE_AVG && (t == PAR_F32 || t == PAR_BF16 || t == PAR_F16 || t == PAR_F64)) return ncclAvg;
+    return ncclSum; /* integer avg: sum, then par_cuda__div_k */
+}
+
+static par_status par_cuda__nccl_int_avg(par_cuda__nccl *nc, par_comm_group *g, void *buf, int64_t count,
+                                         par_dtype t, par_reduce_op op) {
+    if (op != PAR_REDUCE_AVG || count == 0 || g->count == 1) return PAR_OK;
+    if (t == PAR_I32)
+        par_cuda__div_k<int32_t><<<par_cuda__blocks(count, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, nc->stream>>>(
+            count, (int32_t *)buf, (int32_t)g->count);
+    else if (t == PAR_I64)
+        par_cuda__div_k<int64_t><<<par_cuda__blocks(count, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, nc->stream>>>(
+            count, (int64_t *)buf, (int64_t)g->count);
+    else
+        return PAR_OK;
+    return par_cuda__launched("nccl avg: integer division");
+}
+
+static par_status par_cuda__nccl_all_reduce(void *user, par_comm_group *g, const void *send, void *recv,
+                                            int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    ncclDataType_t t;
+    par_status st = par_cuda__nccl_begin(nc, &g, "all_reduce", count, dtype, &t, req);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED((int)op >= 0 && op <= PAR_REDUCE_MAX, "nccl all_reduce: unknown reduce op %d", (int)op);
+    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl all_reduce: NULL buffer");
+    if (count > 0) {
+        ncclResult_t r = ncclAllReduce(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
+                                       nc->stream);
+        if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "all_reduce", r);
+        if ((st = par_cuda__nccl_int_avg(nc, g, recv, count, dtype, op)) != PAR_OK) return st;
+    }
+    return par_cuda__nccl_finish(nc, g, "all_reduce", req);
+}
+
+static par_status par_cuda__nccl_all_gather(void *user, par_comm_group *g, const void *send, void *recv,
+                                            int64_t count, par_dtype dtype, par_request **req) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    ncclDataType_t t;
+    par_status st = par_cuda__nccl_begin(nc, &g, "all_gather", count, dtype, &t, req);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl all_gather: NULL buffer");
+    if (count > 0) {
+        /* NCCL is in place exactly when send == recv + index*count, as the contract. */
+        ncclResult_t r = ncclAllGather(send, recv, (size_t)count, t, g->comm, nc->stream);
+        if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "all_gather", r);
+    }
+    return par_cuda__nccl_finish(nc, g, "all_gather", req);
+}
+
+static par_status par_cuda__nccl_reduce_scatter(void *user, par_comm_group *g, const void *send, void *recv,
+                                                int64_t count, par_dtype dtype, par_reduce_op op,
+                                                par_request **req) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    ncclDataType_t t;
+    par_status st = par_cuda__nccl_begin(nc, &g, "reduce_scatter", count, dtype, &t, req);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED((int)op >= 0 && op <= PAR_REDUCE_MAX, "nccl reduce_scatter: unknown reduce op %d", (int)op);
+    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl reduce_scatter: NULL buffer");
+    if (count > 0) {
+        ncclResult_t r = ncclReduceScatter(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
+                                           nc->stream);
+        if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "reduce_scatter", r);
+        if ((st = par_cuda__nccl_int_avg(nc, g, recv, count, dtype, op)) != PAR_OK) return st;
+    }
+    return par_cuda__nccl_finish(nc, g, "reduce_scatter", req);
+}
+
+static par_status par_cuda__nccl_all_to_all(void *user, par_comm_group *g, const void *send, void *recv,
+                                            int64_t count, par_dtype dtype, par_request **req) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    ncclDataType_t t;
+    size_t block;
+    int j;
+    par_status st = par_cuda__nccl_begin(nc, &g, "all_to_all", count, dtype, &t, req);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl all_to_all: NULL buffer");
+    block = (size_t)count * par_dtype_size(dtype);
+    if (count > 0) {
+        ncclResult_t r = ncclGroupStart(), r2;
+        for (j = 0; j < g->count && r == ncclSuccess; j++) {
+            r = ncclSend((const char *)send + (size_t)j * block, (size_t)count, t, j, g->comm, nc->stream);
+            if (r == ncclSuccess)
+                r = ncclRecv((char *)recv + (size_t)j * block, (size_t)count, t, j, g->comm, nc->stream);
+        }
+        r2 = ncclGroupEnd(); /* always close the group, even after a failed call */
+        if (r == ncclSuccess) r = r2;
+        if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "all_to_all", r);
+    }
+    return par_cuda__nccl_finish(nc, g, "all_to_all", req);
+}
+
+static par_status par_cuda__nccl_broadcast(void *user, par_comm_group *g, void *buf, int64_t count, par_dtype dtype,
+                                           int root, par_request **req) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    ncclDataType_t t;
+    par_status st = par_cuda__nccl_begin(nc, &g, "broadcast", count, dtype, &t, req);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED(root >= 0 && root < g->count, "nccl broadcast: root %d is not a member index of %s", root,
+                   g->name);
+    PAR_CUDA__NEED(count == 0 || buf, "nccl broadcast: NULL buffer");
+    if (count > 0) {
+        ncclResult_t r = ncclBroadcast(buf, buf, (size_t)count, t, root, g->comm, nc->stream);
+        if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "broadcast", r);
+    }
+    return par_cuda__nccl_finish(nc, g, "broadcast", req);
+}
+
+static par_status par_cuda__nccl_p2p(void *user, par_comm_group *g, void *buf, int64_t count, par_dtype dtype,
+                                     int peer, par_request **req, int is_send) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    const char *op = is_send ? "send" : "recv";
+    ncclDataType_t t;
+    par_status st = par_cuda__nccl_begin(nc, &g, op, count, dtype, &t, req);
+    if (st != PAR_OK) return st;
+    PAR_CUDA__NEED(peer >= 0 && peer < g->count, "nccl %s: peer %d is not a member index of %s", op, peer, g->name);
+    PAR_CUDA__NEED(peer != g->index, "nccl %s: peer %d is this rank itself (NCCL would wait forever)", op, peer);
+    PAR_CUDA__NEED(count == 0 || buf, "nccl %s: NULL buffer", op);
+    if (count > 0) {
+        ncclResult_t r = is_send ? ncclSend(buf, (size_t)count, t, peer, g->comm, nc->stream)
+                                 : ncclRecv(buf, (size_t)count, t, peer, g->comm, nc->stream);
+        if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, op, r);
+    }
+    return par_cuda__nccl_finish(nc, g, op, req);
+}
+
+static par_status par_cuda__nccl_send(void *user, par_comm_group *g, const void *buf, int64_t count, par_dtype dtype,
+                                      int peer, par_request **req) {
+    return par_cuda__nccl_p2p(user, g, (void *)buf, count, dtype, peer, req, 1);
+}
+
+static par_status par_cuda__nccl_recv(void *user, par_comm_group *g, void *buf, int64_t count, par_dtype dtype,
+                                      int peer, par_request **req) {
+    return par_cuda__nccl_p2p(user, g, buf, count, dtype, peer, req, 0);
+}
+
+static par_status par_cuda__nccl_barrier(void *user, par_comm_group *g) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    ncclDataType_t t;
+    ncclResult_t r;
+    par_status st = par_cuda__nccl_begin(nc, &g, "barrier", 1, PAR_I32, &t, NULL);
+    if (st != PAR_OK) return st;
+    r = ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm, nc->stream);
+    if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "barrier", r);
+    return par_cuda__nccl_finish(nc, g, "barrier", NULL);
+}
+
+static par_status par_cuda__nccl_wait(void *user, par_request *req) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    par_status st;
+    PAR_CUDA__NEED(req, "nccl wait: NULL request");
+    (void)cudaSetDevice(nc->device);
+    st = par_cuda__nccl_wait_event(nc, req->group, req->done, req->op);
+    cudaEventDestroy(req->done);
+    PAR_CUDA__FREE(req);
+    return st;
+}
+
+static par_status par_cuda__nccl_test(void *user, par_request *req, int *done) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    cudaError_t e;
+    PAR_CUDA__NEED(req && done, "nccl test: NULL request or done");
+    *done = 0;
+    (void)cudaSetDevice(nc->device);
+    e = cudaEventQuery(req->done);
+    if (e == cudaErrorNotReady) {
+        ncclResult_t ar = ncclSuccess;
+        par_comm_group *g = req->group;
+        if (g->comm && ncclCommGetAsyncError(g->comm, &ar) == ncclSuccess && ar != ncclSuccess &&
+            ar != ncclInProgress) {
+            par_status st = par_cuda__nccl_err(nc, g, req->op, ar);
+            par_cuda__nccl_abort(g);
+            *done = 1;
+            cudaEventDestroy(req->done);
+            PAR_CUDA__FREE(req);
+            return st;
+        }
+        return PAR_OK;
+    }
+    *done = 1;
+    cudaEventDestroy(req->done);
+    PAR_CUDA__FREE(req);
+    return e == cudaSuccess ? PAR_OK : par_cuda__runtime(e, "nccl test");
+}
+
+static par_status par_cuda__nccl_set_stream(void *user, void *stream) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    nc->stream = stream ? (cudaStream_t)stream : nc->own_stream;
+    return PAR_OK;
+}
+
+static void par_cuda__nccl_destroy(void *user) {
+    par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    int finalized = 0;
+    if (!nc) return;
+    if (nc->world) par_cuda__nccl_group_destroy(nc, nc->world);
+    (void)cudaSetDevice(nc->device);
+    if (nc->own_stream) cudaStreamDestroy(nc->own_stream);
+    MPI_Finalized(&finalized);
+    if (!finalized && nc->mpi != MPI_COMM_NULL) MPI_Comm_free(&nc->mpi);
+    PAR_CUDA__FREE(nc);
+}
+
+extern "C" par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *table) {
+    par_cuda__nccl *nc;
+    MPI_Comm base = MPI_COMM_WORLD, local = MPI_COMM_NULL;
+    int inited = 0, ndev = 0, local_rank = 0, rc, i, *all = NULL;
+    cudaError_t e;
+    par_status st;
+    if (!table) return par_cuda__fail(PAR_EINVAL, "par_comm_nccl: NULL table");
+    memset(table, 0, sizeof *table);
+    if (desc && desc->timeout_ms < 0)
+        return par_cuda__fail(PAR_EINVAL, "par_comm_nccl: timeout_ms %d must be >= 0", desc->timeout_ms);
+    MPI_Initialized(&inited);
+    if (!inited && (rc = MPI_Init(NULL, NULL)) != MPI_SUCCESS) return par_cuda__mpi(rc, "par_comm_nccl: MPI_Init");
+    if (desc && desc->mpi_comm) base = *(const MPI_Comm *)desc->mpi_comm;
+    nc = (par_cuda__nccl *)PAR_CUDA__MALLOC(sizeof *nc);
+    if (!nc) return par_cuda__fail(PAR_ENOMEM, "par_comm_nccl: out of host memory");
+    memset(nc, 0, sizeof *nc);
+    nc->mpi = MPI_COMM_NULL;
+    if ((rc = MPI_Comm_dup(base, &nc->mpi)) != MPI_SUCCESS) {
+        nc->mpi = MPI_COMM_NULL;
+        st = par_cuda__mpi(rc, "par_comm_nccl: MPI_Comm_dup");
+        goto fail;
+    }
+    MPI_Comm_rank(nc->mpi, &nc->rank);
+    MPI_Comm_size(nc->mpi, &nc->size);
+    nc->timeout_ms = desc && desc->timeout_ms > 0 ? desc->timeout_ms : 0;
+    if (!nc->timeout_ms) {
+        const char *env = getenv("PARALLEL_TIMEOUT_MS");
+        long v = env && *env ? strtol(env, NULL, 10) : 0;
+        nc->timeout_ms = v > 0 && v <= INT_MAX ? (int)v : 600000;
+    }
+    /* Local rank from MPI itself (ranks sharing a node), whatever the launcher. */
+    rc = MPI_Comm_split_type(nc->mpi, MPI_COMM_TYPE_SHARED, nc->rank, MPI_INFO_NULL, &local);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(local, &local_rank);
+    if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+    if (rc != MPI_SUCCESS) {
+        st = par_cuda__mpi(rc, "par_comm_nccl: finding the local rank");
+        goto fail;
+    }
+    e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        st = e != cudaSuccess ? par_cuda__runtime(e, "par_comm_nccl: cudaGetDeviceCount")
+                              : par_cuda__fail(PAR_EUNSUPPORTED, "par_comm_nccl: rank %d sees no CUDA device", nc->rank);
+        goto fail;
+    }
+    nc->device = desc && desc->set_device ? desc->device : local_rank % ndev;
+    if (nc->device < 0 || nc->device >= ndev) {
+        st = par_cuda__fail(PAR_EINVAL, "par_comm_nccl: device %d does not exist (%d visible)", nc->device, ndev);
+        goto fail;
+    }
+    if ((e = cudaSetDevice(nc->device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&nc->own_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        nc->own_stream = NULL;
+        st = par_cuda__runtime(e, "par_comm_nccl: device setup");
+        goto fail;
+    }
+    nc->stream = nc->own_stream;
+    all = (int *)PAR_CUDA__MALLOC(sizeof(int) * (size_t)nc->size);
+    if (!all) {
+        st = par_cuda__fail(PAR_ENOMEM, "par_comm_nccl: out of host memory");
+        goto fail;
+    }
+    for (i = 0; i < nc->size; i++) all[i] = i;
+    st = par_cuda__nccl_group_create(nc, all, nc->size, &nc->world);
+    PAR_CUDA__FREE(all);
+    if (st != PAR_OK) goto fail;
+
+    table->version = PAR_COMM_TABLE_VERSION;
+    table->name = par_cuda__nccl_magic;
+    table->user = nc;
+    table->rank = nc->rank;
+    table->size = nc->size;
+    table->group_create = par_cuda__nccl_group_create;
+    table->group_destroy = par_cuda__nccl_group_destroy;
+    table->all_reduce = par_cuda__nccl_all_reduce;
+    table->all_gather = par_cuda__nccl_all_gather;
+    table->reduce_scatter = par_cuda__nccl_reduce_scatter;
+    table->all_to_all = par_cuda__nccl_all_to_all;
+    table->broadcast = par_cuda__nccl_broadcast;
+    table->send = par_cuda__nccl_send;
+    table->recv = par_cuda__nccl_recv;
+    table->barrier = par_cuda__nccl_barrier;
+    table->wait = par_cuda__nccl_wait;
+    table->test = par_cuda__nccl_test;
+    table->set_stream = par_cuda__nccl_set_stream;
+    table->destroy = par_cuda__nccl_destroy;
+    return PAR_OK;
+fail:
+    par_cuda__nccl_destroy(nc);
+    return st;
+}
+
+extern "C" par_status par_comm_nccl_device(const par_comm_table *table, int *device) {
+    if (!table || !device || table->name != par_cuda__nccl_magic || !table->user)
+        return par_cuda__fail(PAR_EINVAL, "par_comm_nccl_device: not a table made by par_comm_nccl");
+    *device = ((const par_cuda__nccl *)table->user)->device;
+    return PAR_OK;
+}
+
+#else /* !PARALLEL_WITH_MPI */
+
+extern "C" par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *table) {
+    (void)desc;
+    if (table) memset(table, 0, sizeof *table);
+    return par_cuda__fail(PAR_EUNSUPPORTED, "par_comm_nccl: parallel_cuda.cu was built without PARALLEL_WITH_MPI "
+                                            "(NCCL is bootstrapped over MPI)");
+}
+
+extern "C" par_status par_comm_nccl_device(const par_comm_table *table, int *device) {
+    (void)table;
+    (void)device;
+    return par_cuda__fail(PAR_EUNSUPPORTED, "par_comm_nccl_device: built without PARALLEL_WITH_MPI");
+}
+
+#endif /* PARALLEL_WITH_MPI */
+
+#undef PAR_CUDA__ENTER
+#undef PAR_CUDA__NEED
+#undef PAR_CUDA__CALL
 
 #endif /* PARALLEL_CUDA_DEFINED */
 #endif /* PARALLEL_CUDA_DECLARATIONS_ONLY */

@@ -1,0 +1,857 @@
+/* tests/cuda/test_cuda_compute.cu - every hook of the CUDA compute table
+   (parallel_cuda.cu) against the CPU table (par_compute_cpu) or, for GEMM and
+   the memory hooks, against references computed here. Needs a GPU.
+
+   Tolerances, per element |got - want| <= atol + rtol |want|:
+     f32 kernels     atol 1e-5, rtol 1e-4 (summation order and FMA differ; the
+                     GPU attention accumulates in a different order than the CPU)
+     bf16 attention  atol 2e-2, rtol 2e-2 (inputs are rounded to bf16 for both
+                     sides; the GPU rounds o and the gradients to bf16: 2^-8 each)
+     f16 attention   atol 3e-3, rtol 3e-3 (2^-11 rounding of outputs)
+     bf16/f16 GEMM   f32 output: atol 1e-4 rel. to sqrt(k); bf16/f16 output: one
+                     rounding of the result (rtol 2^-7 / 2^-10)
+
+   Build (see the report / Makefile):
+     nvcc -std=c++17 -I. parallel_cuda.cu tests/cuda/test_cuda_compute.cu \
+          -lcublas -lnccl -lcudart -o build/test_cuda_compute */
+#define PARALLEL_IMPLEMENTATION
+#include "../test.h"
+#define PARALLEL_CUDA_DECLARATIONS_ONLY
+#include "../../parallel_cuda.cu"
+
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static par_compute_table G; /* CUDA */
+static par_compute_table C; /* CPU */
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static void fill(float *x, size_t n, float amp) {
+    for (size_t i = 0; i < n; i++) x[i] = amp * frand();
+}
+
+static float *falloc(size_t n) { return (float *)calloc(n ? n : 1, sizeof(float)); }
+
+/* bf16 round-to-nearest-even, written here independently of CUDA's headers. */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t to_f16(float f) {
+    __half_raw r = __float2half_rn(f);
+    return r.x;
+}
+static float from_f16(uint16_t u) {
+    __half_raw r;
+    r.x = u;
+    return __half2float(__half(r));
+}
+
+/* Round x in place to dtype (so both sides see the same inputs) and write the
+   dtype's bytes to out (n elements of par_dtype_size). */
+static void to_dtype(par_dtype t, float *x, size_t n, void *out) {
+    for (size_t i = 0; i < n; i++) {
+        if (t == PAR_F32) {
+            ((float *)out)[i] = x[i];
+        } else if (t == PAR_BF16) {
+            uint16_t h = to_bf16(x[i]);
+            ((uint16_t *)out)[i] = h;
+            x[i] = from_bf16(h);
+        } else {
+            uint16_t h = to_f16(x[i]);
+            ((uint16_t *)out)[i] = h;
+            x[i] = from_f16(h);
+        }
+    }
+}
+static void from_dtype(par_dtype t, const void *in, size_t n, float *x) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = t == PAR_F32 ? ((const float *)in)[i]
+               : t == PAR_BF16 ? from_bf16(((const uint16_t *)in)[i])
+                               : from_f16(((const uint16_t *)in)[i]);
+}
+
+static void *up(const void *host, size_t bytes) {
+    void *p = NULL;
+    if (G.alloc(G.user, bytes, PAR_MEM_ACTIVATIONS, &p) != PAR_OK) return NULL;
+    if (bytes && G.memcpy(G.user, p, host, bytes, PAR_COPY_HOST_TO_DEVICE) != PAR_OK) return NULL;
+    return p;
+}
+static void down(void *host, const void *dev, size_t bytes) {
+    if (G.synchronize(G.user) != PAR_OK) fprintf(stderr, "synchronize: %s\n", par_last_error());
+    if (bytes && G.memcpy(G.user, host, dev, bytes, PAR_COPY_DEVICE_TO_HOST) != PAR_OK)
+        fprintf(stderr, "download: %s\n", par_last_error());
+}
+static void gfree(void *p) { G.free(G.user, p); }
+
+/* 1 if every element is within atol + rtol |want| (infinities must match). */
+static int close_to(const char *what, const float *got, const float *want, size_t n, double atol, double rtol) {
+    double worst = 0;
+    size_t bad = n;
+    for (size_t i = 0; i < n; i++) {
+        const double g = got[i], w = want[i];
+        double err;
+        if (isinf(w) || isinf(g)) {
+            err = (g == w) ? 0 : INFINITY;
+        } else {
+            err = fabs(g - w) - (atol + rtol * fabs(w));
+            if (isnan(g) || isnan(w)) err = INFINITY;
+        }
+        if (err > 0 && bad == n) bad = i;
+        if (err > worst) worst = err;
+    }
+    if (bad != n)
+        fprintf(stderr, "  %s: element %zu: got %.9g want %.9g (worst excess %.3g over %zu)\n", what, bad,
+                (double)got[bad], (double)want[bad], worst, n);
+    return bad == n;
+}
+
+/* --------------------------------------------------------- memory hooks */
+
+static void test_memory(void) {
+    par_mem_report r;
+    unsigned char host[300], back[300];
+    void *a = NULL, *b = NULL, *c = NULL;
+    int zero = 1;
+    CHECK_OK(G.alloc(G.user, 300, PAR_MEM_PARAMS, &a));
+    CHECK_OK(G.alloc(G.user, 1000, PAR_MEM_GRADS, &b));
+    CHECK_OK(G.alloc(G.user, 0, PAR_MEM_COMM, &c));
+    CHECK(a && b && c && a != c);
+    CHECK_OK(G.memory_report(G.user, &r));
+    CHECK_INT(r.current[PAR_MEM_PARAMS], 300);
+    CHECK_INT(r.current[PAR_MEM_GRADS], 1000);
+    CHECK_INT(r.current_total, 1300);
+    /* zero-filled */
+    memset(back, 0xAB, sizeof back);
+    down(back, a, 300);
+    for (int i = 0; i < 300; i++) zero &= back[i] == 0;
+    CHECK_MSG(zero, "alloc is not zero-filled");
+    /* memset, memcpy both ways and device to device */
+    for (int i = 0; i < 300; i++) host[i] = (unsigned char)(i * 7 + 1);
+    CHECK_OK(G.memcpy(G.user, a, host, 300, PAR_COPY_HOST_TO_DEVICE));
+    CHECK_OK(G.memset(G.user, (char *)a + 10, 0x5c, 20));
+    CHECK_OK(G.memcpy(G.user, (char *)b + 100, a, 300, PAR_COPY_DEVICE_TO_DEVICE));
+    down(back, (char *)b + 100, 300);
+    {
+        int ok = 1;
+        for (int i = 0; i < 300; i++) ok &= back[i] == (i >= 10 && i < 30 ? 0x5c : (unsigned char)(i * 7 + 1));
+        CHECK_MSG(ok, "memcpy/memset round trip differs");
+    }
+    /* memcpy_2d: 5 rows of 12 bytes from pitch 40 to pitch 16 */
+    {
+        unsigned char want[80];
+        int ok = 1;
+        CHECK_OK(G.memset(G.user, b, 0, 1000));
+        CHECK_OK(G.memcpy_2d(G.user, b, 16, a, 40, 12, 5));
+        down(back, b, 80);
+        for (int rr = 0; rr < 5; rr++)
+            for (int x = 0; x < 16; x++) {
+                const int src = rr * 40 + x;
+                want[rr * 16 + x] = x < 12 ? (src >= 10 && src < 30 ? 0x5c : (unsigned char)(src * 7 + 1)) : 0;
+            }
+        for (int i = 0; i < 80; i++) ok &= back[i] == want[i];
+        CHECK_MSG(ok, "memcpy_2d result differs");
+        CHECK_ERR(G.memcpy_2d(G.user, b, 8, a, 40, 12, 5), PAR_EINVAL, "pitch");
+    }
+    /* host to host */
+    {
+        unsigned char h2[300];
+        CHECK_OK(G.memcpy(G.user, h2, host, 300, PAR_COPY_HOST_TO_HOST));
+        CHECK(memcmp(h2, host, 300) == 0);
+    }
+    G.free(G.user, b);
+    G.free(G.user, NULL);
+    CHECK_OK(G.memory_report(G.user, &r));
+    CHECK_INT(r.current[PAR_MEM_GRADS], 0);
+    CHECK_INT(r.peak[PAR_MEM_GRADS], 1000);
+    CHECK_INT(r.current_total, 300);
+    CHECK(r.peak_total >= 1300);
+    G.free(G.user, a);
+    G.free(G.user, c);
+    CHECK_ERR(G.alloc(G.user, 8, (par_mem_category)99, &a), PAR_EINVAL, "category");
+    CHECK_ERR(G.memcpy(G.user, NULL, host, 4, PAR_COPY_HOST_TO_DEVICE), PAR_EINVAL, "NULL");
+    CHECK_OK(G.synchronize(G.user));
+}
+
+/* ----------------------------------------------------------------- gemm */
+
+static void test_gemm_case(par_dtype at, par_dtype ct, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                           int64_t batch, int broadcast_a, int pad) {
+    par_gemm_desc d;
+    const int64_t ar = transa ? k : m, ac = transa ? m : k, br = transb ? n : k, bc = transb ? k : n;
+    const int64_t lda = ac + pad, ldb = bc + pad, ldc = n + pad;
+    const int64_t sa = broadcast_a ? 0 : ar * lda, sb = br * ldb, sc = m * ldc;
+    const size_t na = (size_t)(ar * lda * (broadcast_a ? 1 : batch)), nb = (size_t)(br * ldb * batch),
+                 nc = (size_t)(m * ldc * batch);
+    const size_t as = par_dtype_size(at), cs = par_dtype_size(ct);
+    float *a = falloc(na), *b = falloc(nb), *c0 = falloc(nc), *want = falloc(nc), *got = falloc(nc);
+    void *ab = malloc(na * as + 1), *bb = malloc(nb * as + 1), *cb = malloc(nc * cs + 1);
+    void *da, *db, *dc;
+    char what[160];
+    double atol, rtol;
+    fill(a, na, 1.0f);
+    fill(b, nb, 1.0f);
+    fill(c0, nc, 1.0f);
+    to_dtype(at, a, na, ab);
+    to_dtype(at, b, nb, bb);
+    to_dtype(ct, c0, nc, cb);
+    memset(&d, 0, sizeof d);
+    d.transa = transa;
+    d.transb = transb;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    d.alpha = 0.75f;
+    d.beta = -0.5f;
+    d.lda = pad ? lda : 0;
+    d.ldb = pad ? ldb : 0;
+    d.ldc = pad ? ldc : 0;
+    d.stride_a = sa;
+    d.stride_b = sb;
+    d.stride_c = sc;
+    d.batch = batch;
+    d.a_type = at;
+    d.c_type = ct;
+    /* Reference in double from the (rounded) inputs; padding of C is untouched. */
+    memcpy(want, c0, nc * sizeof(float));
+    for (int64_t p = 0; p < batch; p++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0;
+                for (int64_t q = 0; q < k; q++) {
+                    const double x = transa ? a[p * sa + q * lda + i] : a[p * sa + i * lda + q];
+                    const double y = transb ? b[p * sb + j * ldb + q] : b[p * sb + q * ldb + j];
+                    s += x * y;
+                }
+                want[p * sc + i * ldc + j] = (float)(0.75 * s - 0.5 * (double)c0[p * sc + i * ldc + j]);
+            }
+    da = up(ab, na * as);
+    db = up(bb, nb * as);
+    dc = up(cb, nc * cs);
+    snprintf(what, sizeof what, "gemm %s->%s ta=%d tb=%d m=%lld n=%lld k=%lld batch=%lld bcast=%d pad=%d",
+             par_dtype_name(at), par_dtype_name(ct), transa, transb, (long long)m, (long long)n, (long long)k,
+             (long long)batch, broadcast_a, pad);
+    CHECK_MSG(G.gemm(G.user, &d, da, db, dc) == PAR_OK, "%s", what);
+    down(cb, dc, nc * cs);
+    from_dtype(ct, cb, nc, got);
+    atol = (at == PAR_F32 ? 1e-5 : 1e-4) * sqrt((double)k + 1);
+    rtol = ct == PAR_F32 ? 1e-5 : ct == PAR_BF16 ? 1.0 / 128 : 1.0 / 1024;
+    if (ct != PAR_F32) atol += 2 * rtol; /* |C| is O(sqrt k) at most a few units here */
+    CHECK_MSG(close_to(what, got, want, nc, atol, rtol), "%s", what);
+    gfree(da);
+    gfree(db);
+    gfree(dc);
+    free(a);
+    free(b);
+    free(c0);
+    free(want);
+    free(got);
+    free(ab);
+    free(bb);
+    free(cb);
+}
+
+static void test_gemm(void) {
+    static const int64_t shapes[][3] = {{1, 1, 1}, {17, 33, 9}, {64, 48, 80}, {3, 130, 257}, {5, 7, 0}};
+    par_gemm_desc d;
+    for (unsigned s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                test_gemm_case(PAR_F32, PAR_F32, ta, tb, shapes[s][0], shapes[s][1], shapes[s][2], 1, 0, 0);
+    test_gemm_case(PAR_F32, PAR_F32, 0, 1, 19, 23, 31, 3, 0, 0);
+    test_gemm_case(PAR_F32, PAR_F32, 1, 0, 19, 23, 31, 3, 1, 0);
+    test_gemm_case(PAR_F32, PAR_F32, 1, 1, 19, 23, 31, 2, 0, 5);
+    for (int t = 0; t < 2; t++) {
+        const par_dtype at = t ? PAR_F16 : PAR_BF16;
+        test_gemm_case(at, PAR_F32, 0, 0, 33, 65, 70, 1, 0, 0);
+        test_gemm_case(at, PAR_F32, 1, 1, 33, 65, 70, 2, 0, 3);
+        test_gemm_case(at, at, 0, 1, 64, 64, 64, 3, 1, 0);
+        test_gemm_case(at, at, 1, 0, 7, 9, 200, 1, 0, 0);
+    }
+    memset(&d, 0, sizeof d);
+    d.m = d.n = d.k = 4;
+    d.a_type = PAR_F32;
+    d.c_type = PAR_BF16;
+    CHECK_ERR(G.gemm(G.user, &d, (void *)8, (void *)8, (void *)8), PAR_EINVAL, "c_type");
+    d.c_type = PAR_F32;
+    d.lda = 2;
+    CHECK_ERR(G.gemm(G.user, &d, (void *)8, (void *)8, (void *)8), PAR_EINVAL, "leading");
+    d.lda = 0;
+    d.a_type = PAR_I32;
+    CHECK_ERR(G.gemm(G.user, &d, (void *)8, (void *)8, (void *)8), PAR_EINVAL, "a_type");
+    CHECK_ERR(G.gemm(G.user, NULL, NULL, NULL, NULL), PAR_EINVAL, "NULL");
+}
+
+/* ------------------------------------------------------------ attention */
+
+static int have(const void *hook, const char *name) {
+    CHECK_MSG(hook != NULL, "the CPU table has no %s hook (reference missing)", name);
+    return hook != NULL;
+}
+
+/* pos_mode: 0 = NULL positions, 1 = queries at the end of the keys (offset
+   k_len - q_len), 2 = zigzag (two halves swapped), 3 = keys start after many
+   queries (fully masked rows). */
+static void make_pos(int64_t *qp, int64_t ql, int64_t *kp, int64_t kl, int mode) {
+    for (int64_t i = 0; i < ql; i++) qp[i] = mode == 1 ? kl - ql + i : mode == 2 ? (i + ql / 2) % ql : i;
+    for (int64_t j = 0; j < kl; j++) kp[j] = mode == 2 ? (j + kl / 2) % kl : mode == 3 ? j + 16 : j;
+}
+
+static void test_attention_case(par_dtype dt, int batch, int hq, int hkv, int dim, int64_t ql, int64_t kl,
+                                int causal, int pos_mode) {
+    const size_t nq = (size_t)batch * ql * hq * dim, nk = (size_t)batch * kl * hkv * dim,
+                 nl = (size_t)batch * hq * ql, es = par_dtype_size(dt);
+    float *q = falloc(nq), *k = falloc(nk), *v = falloc(nk), *dout = falloc(nq);
+    float *o_ref = falloc(nq), *lse_ref = falloc(nl), *dq_ref = falloc(nq), *dk_ref = falloc(nk), *dv_ref = falloc(nk);
+    float *o = falloc(nq), *lse = falloc(nl), *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk);
+    void *qb = malloc(nq * es + 1), *kb = malloc(nk * es + 1), *vb = malloc(nk * es + 1), *dob = malloc(nq * es + 1);
+    void *ob = malloc(nq * es + 1), *dqb = malloc(nq * es + 1), *dkb = malloc(nk * es + 1), *dvb = malloc(nk * es + 1);
+    int64_t *qp = (int64_t *)calloc((size_t)ql + 1, 8), *kp = (int64_t *)calloc((size_t)kl + 1, 8);
+    void *gq, *gk, *gv, *gdo, *go, *glse, *gdq, *gdk, *gdv, *gqp = NULL, *gkp = NULL;
+    par_attn_desc hd, gd;
+    char what[200];
+    const double atol = dt == PAR_F32 ? 1e-5 : dt == PAR_BF16 ? 2e-2 : 3e-3;
+    const double rtol = dt == PAR_F32 ? 1e-4 : dt == PAR_BF16 ? 2e-2 : 3e-3;
+    fill(q, nq, 1.0f);
+    fill(k, nk, 1.0f);
+    fill(v, nk, 1.0f);
+    fill(dout, nq, 1.0f);
+    to_dtype(dt, q, nq, qb);
+    to_dtype(dt, k, nk, kb);
+    to_dtype(dt, v, nk, vb);
+    to_dtype(dt, dout, nq, dob);
+    make_pos(qp, ql, kp, kl, pos_mode);
+    memset(&hd, 0, sizeof hd);
+    hd.batch = batch;
+    hd.q_heads = hq;
+    hd.kv_heads = hkv;
+    hd.head_dim = dim;
+    hd.q_len = ql;
+    hd.k_len = kl;
+    hd.causal = causal;
+    hd.dtype = PAR_F32;
+    hd.q_pos = pos_mode ? qp : NULL;
+    hd.k_pos = pos_mode ? kp : NULL;
+    snprintf(what, sizeof what, "attention %s b=%d hq=%d hkv=%d d=%d q=%lld k=%lld causal=%d pos=%d",
+             par_dtype_name(dt), batch, hq, hkv, dim, (long long)ql, (long long)kl, causal, pos_mode);
+    if (!have((const void *)C.attention_fwd, "attention_fwd") || !have((const void *)C.attention_bwd, "attention_bwd"))
+        goto done;
+    CHECK_MSG(C.attention_fwd(C.user, &hd, q, k, v, o_ref, lse_ref) == PAR_OK, "CPU fwd %s", what);
+    CHECK_MSG(C.attention_bwd(C.user, &hd, q, k, v, o_ref, lse_ref, dout, dq_ref, dk_ref, dv_ref, 0) == PAR_OK,
+              "CPU bwd %s", what);
+
+    gq = up(qb, nq * es);
+    gk = up(kb, nk * es);
+    gv = up(vb, nk * es);
+    gdo = up(dob, nq * es);
+    go = up(ob, nq * es);
+    glse = up(lse, nl * 4);
+    gdq = up(dqb, nq * es);
+    gdk = up(dkb, nk * es);
+    gdv = up(dvb, nk * es);
+    if (pos_mode) {
+        gqp = up(qp, (size_t)ql * 8);
+        gkp = up(kp, (size_t)kl * 8);
+    }
+    gd = hd;
+    gd.dtype = dt;
+    gd.q_pos = (const int64_t *)gqp;
+    gd.k_pos = (const int64_t *)gkp;
+    CHECK_MSG(G.attention_fwd(G.user, &gd, gq, gk, gv, go, (float *)glse) == PAR_OK, "fwd %s", what);
+    down(ob, go, nq * es);
+    down(lse, glse, nl * 4);
+    from_dtype(dt, ob, nq, o);
+    CHECK_MSG(close_to("o", o, o_ref, nq, atol, rtol), "o of %s", what);
+    CHECK_MSG(close_to("lse", lse, lse_ref, nl, 1e-5, 1e-5 + (dt == PAR_F32 ? 0 : 1e-3)), "lse of %s", what);
+
+    /* Backward from the GPU's own o and lse, overwriting garbage in dq/dk/dv. */
+    CHECK_OK(G.memset(G.user, gdq, 0x7f, nq * es));
+    CHECK_OK(G.memset(G.user, gdk, 0x7f, nk * es));
+    CHECK_OK(G.memset(G.user, gdv, 0x7f, nk * es));
+    CHECK_MSG(G.attention_bwd(G.user, &gd, gq, gk, gv, go, (const float *)glse, gdo, gdq, gdk, gdv, 0) == PAR_OK,
+              "bwd %s", what);
+    down(dqb, gdq, nq * es);
+    down(dkb, gdk, nk * es);
+    down(dvb, gdv, nk * es);
+    from_dtype(dt, dqb, nq, dq);
+    from_dtype(dt, dkb, nk, dk);
+    from_dtype(dt, dvb, nk, dv);
+    CHECK_MSG(close_to("dq", dq, dq_ref, nq, atol, rtol), "dq of %s", what);
+    CHECK_MSG(close_to("dk", dk, dk_ref, nk, atol, rtol), "dk of %s", what);
+    CHECK_MSG(close_to("dv", dv, dv_ref, nk, atol, rtol), "dv of %s", what);
+
+    /* accumulate = 1 adds a second copy. */
+    CHECK_MSG(G.attention_bwd(G.user, &gd, gq, gk, gv, go, (const float *)glse, gdo, gdq, gdk, gdv, 1) == PAR_OK,
+              "bwd accumulate %s", what);
+    down(dqb, gdq, nq * es);
+    down(dkb, gdk, nk * es);
+    from_dtype(dt, dqb, nq, dq);
+    from_dtype(dt, dkb, nk, dk);
+    for (size_t i = 0; i < nq; i++) dq_ref[i] *= 2;
+    for (size_t i = 0; i < nk; i++) dk_ref[i] *= 2;
+    CHECK_MSG(close_to("dq acc", dq, dq_ref, nq, 2 * atol, rtol), "accumulated dq of %s", what);
+    CHECK_MSG(close_to("dk acc", dk, dk_ref, nk, 2 * atol, rtol), "accumulated dk of %s", what);
+
+    gfree(gq);
+    gfree(gk);
+    gfree(gv);
+    gfree(gdo);
+    gfree(go);
+    gfree(glse);
+    gfree(gdq);
+    gfree(gdk);
+    gfree(gdv);
+    gfree(gqp);
+    gfree(gkp);
+done:
+    free(q), free(k), free(v), free(dout), free(o_ref), free(lse_ref), free(dq_ref), free(dk_ref), free(dv_ref);
+    free(o), free(lse), free(dq), free(dk), free(dv), free(qb), free(kb), free(vb), free(dob), free(ob), free(dqb);
+    free(dkb), free(dvb), free(qp), free(kp);
+}
+
+/* Keys in 3 blocks: forward per block + merge (starting from o = 0, lse = -inf)
+   must equal the CPU forward over all keys. f32 (merge is f32). */
+static void test_merge(int hq, int hkv, int dim, int64_t ql, int64_t kl, int causal) {
+    const int batch = 2;
+    const size_t nq = (size_t)batch * ql * hq * dim, nk = (size_t)batch * kl * hkv * dim, nl = (size_t)batch * hq * ql;
+    float *q = falloc(nq), *k = falloc(nk), *v = falloc(nk), *o_ref = falloc(nq), *lse_ref = falloc(nl);
+    float *o = falloc(nq), *lse = falloc(nl), *kb = NULL, *vb = NULL;
+    int64_t *qp = (int64_t *)calloc((size_t)ql, 8), *kp = (int64_t *)calloc((size_t)kl, 8);
+    const int64_t cut[4] = {0, kl / 3, kl / 3 + kl / 4, kl};
+    par_attn_desc hd, gd;
+    void *gq, *go, *glse, *gob, *glb, *gqp;
+    char what[160];
+    fill(q, nq, 1.0f);
+    fill(k, nk, 1.0f);
+    fill(v, nk, 1.0f);
+    make_pos(qp, ql, kp, kl, 1);
+    memset(&hd, 0, sizeof hd);
+    hd.batch = batch;
+    hd.q_heads = hq;
+    hd.kv_heads = hkv;
+    hd.head_dim = dim;
+    hd.q_len = ql;
+    hd.k_len = kl;
+    hd.causal = causal;
+    hd.q_pos = qp;
+    hd.k_pos = kp;
+    snprintf(what, sizeof what, "merge hq=%d hkv=%d d=%d q=%lld k=%lld causal=%d", hq, hkv, dim, (long long)ql,
+             (long long)kl, causal);
+    if (!have((const void *)C.attention_fwd, "attention_fwd")) goto done;
+    CHECK_MSG(C.attention_fwd(C.user, &hd, q, k, v, o_ref, lse_ref) == PAR_OK, "CPU fwd %s", what);
+    for (size_t i = 0; i < nl; i++) lse[i] = -INFINITY;
+    gq = up(q, nq * 4);
+    go = up(o, nq * 4); /* zeros */
+    glse = up(lse, nl * 4);
+    gob = up(o, nq * 4);
+    glb = up(lse, nl * 4);
+    gqp = up(qp, (size_t)ql * 8);
+    for (int blk = 0; blk < 3; blk++) {
+        const int64_t j0 = cut[blk], n = cut[blk + 1] - cut[blk];
+        const size_t nkb = (size_t)batch * n * hkv * dim;
+        void *gk, *gv, *gkp;
+        /* This block's keys, [batch, n, hkv, dim], and their global positions. */
+        kb = falloc(nkb);
+        vb = falloc(nkb);
+        for (int b = 0; b < batch; b++)
+            for (int64_t j = 0; j < n; j++)
+                for (int64_t c = 0; c < (int64_t)hkv * dim; c++) {
+                    kb[((size_t)b * n + j) * hkv * dim + c] = k[((size_t)b * kl + j0 + j) * hkv * dim + c];
+                    vb[((size_t)b * n + j) * hkv * dim + c] = v[((size_t)b * kl + j0 + j) * hkv * dim + c];
+                }
+        gk = up(kb, nkb * 4);
+        gv = up(vb, nkb * 4);
+        gkp = up(kp + j0, (size_t)n * 8);
+        gd = hd;
+        gd.k_len = n;
+        gd.q_pos = (const int64_t *)gqp;
+        gd.k_pos = (const int64_t *)gkp;
+        CHECK_MSG(G.attention_fwd(G.user, &gd, gq, gk, gv, gob, (float *)glb) == PAR_OK, "block fwd %s", what);
+        CHECK_MSG(G.attention_merge(G.user, &gd, (float *)go, (float *)glse, (const float *)gob, (const float *)glb) ==
+                      PAR_OK,
+                  "merge %s", what);
+        G.synchronize(G.user);
+        gfree(gk);
+        gfree(gv);
+        gfree(gkp);
+        free(kb);
+        free(vb);
+    }
+    down(o, go, nq * 4);
+    down(lse, glse, nl * 4);
+    CHECK_MSG(close_to("merged o", o, o_ref, nq, 1e-5, 1e-4), "%s", what);
+    CHECK_MSG(close_to("merged lse", lse, lse_ref, nl, 1e-5, 1e-5), "%s", what);
+    gfree(gq);
+    gfree(go);
+    gfree(glse);
+    gfree(gob);
+    gfree(glb);
+    gfree(gqp);
+done:
+    free(q), free(k), free(v), free(o_ref), free(lse_ref), free(o), free(lse), free(qp), free(kp);
+}
+
+static void test_attention(void) {
+    static const int groups[][2] = {{4, 4}, {4, 2}, {4, 1}, {8, 2}}; /* GQA 1, 2, 4 and MQA */
+    static const int dims[] = {16, 64, 80, 128, 256};
+    const par_dtype types[3] = {PAR_F32, PAR_BF16, PAR_F16};
+    par_attn_desc d;
+    for (unsigned g = 0; g < 4; g++)
+        for (int causal = 0; causal < 2; causal++) test_attention_case(PAR_F32, 2, groups[g][0], groups[g][1], 64, 37, 37, causal, 0);
+    for (unsigned i = 0; i < sizeof dims / sizeof dims[0]; i++) test_attention_case(PAR_F32, 1, 2, 1, dims[i], 65, 130, 1, 1);
+    test_attention_case(PAR_F32, 1, 3, 3, 7, 33, 1, 0, 0);   /* odd head_dim, one key */
+    test_attention_case(PAR_F32, 2, 2, 2, 32, 50, 100, 1, 2); /* zigzag positions */
+    test_attention_case(PAR_F32, 1, 2, 1, 64, 40, 70, 1, 3);  /* rows with no visible key */
+    test_attention_case(PAR_F32, 1, 2, 2, 64, 130, 17, 0, 1); /* q longer than k */
+    test_attention_case(PAR_F32, 1, 2, 2, 64, 5, 0, 0, 0);    /* no keys at all */
+    for (int t = 1; t < 3; t++) {
+        test_attention_case(types[t], 2, 4, 2, 64, 65, 65, 1, 0);
+        test_attention_case(types[t], 1, 8, 1, 128, 33, 97, 0, 1);
+        test_attention_case(types[t], 1, 2, 2, 256, 20, 40, 1, 1);
+    }
+    test_merge(4, 2, 64, 50, 90, 0);
+    test_merge(4, 1, 32, 64, 64, 1);
+    test_merge(2, 2, 128, 33, 100, 1);
+
+    memset(&d, 0, sizeof d);
+    d.batch = d.q_heads = d.head_dim = 1;
+    d.kv_heads = 1;
+    d.q_len = d.k_len = 4;
+    d.q_heads = 3;
+    d.kv_heads = 2;
+    CHECK_ERR(G.attention_fwd(G.user, &d, (void *)8, (void *)8, (void *)8, (void *)8, (float *)8), PAR_EINVAL,
+              "multiple");
+    d.q_heads = 2;
+    d.head_dim = 512;
+    CHECK_ERR(G.attention_fwd(G.user, &d, (void *)8, (void *)8, (void *)8, (void *)8, (float *)8), PAR_EUNSUPPORTED,
+              "head_dim");
+    d.head_dim = 8;
+    CHECK_ERR(G.attention_fwd(G.user, &d, NULL, (void *)8, (void *)8, (void *)8, (float *)8), PAR_EINVAL, "NULL");
+    d.dtype = PAR_I32;
+    CHECK_ERR(G.attention_bwd(G.user, &d, (void *)8, (void *)8, (void *)8, (void *)8, (float *)8, (void *)8, (void *)8,
+                              (void *)8, (void *)8, 0),
+              PAR_EINVAL, "dtype");
+}
+
+/* ------------------------------------------------------- fused kernels */
+
+/* Run `gpu` on device copies of the inputs and `cpu` on host copies; compare outputs. */
+static void test_rmsnorm(int64_t rows, int64_t dim) {
+    const size_t n = (size_t)(rows * dim);
+    float *x = falloc(n), *w = falloc((size_t)dim), *dy = falloc(n), *y = falloc(n), *ry = falloc(n);
+    float *rs = falloc((size_t)rows), *rrs = falloc((size_t)rows), *dx = falloc(n), *rdx = falloc(n);
+    float *dw = falloc((size_t)dim), *rdw = falloc((size_t)dim);
+    void *gx, *gw, *gdy, *gy, *grs, *gdx, *gdw;
+    char what[64];
+    snprintf(what, sizeof what, "rmsnorm [%lld, %lld]", (long long)rows, (long long)dim);
+    fill(x, n, 2.0f);
+    fill(w, (size_t)dim, 1.0f);
+    fill(dy, n, 1.0f);
+    fill(dw, (size_t)dim, 1.0f);
+    memcpy(rdw, dw, (size_t)dim * 4);
+    if (!have((const void *)C.rmsnorm_fwd, "rmsnorm_fwd") || !have((const void *)C.rmsnorm_bwd, "rmsnorm_bwd")) goto done;
+    gx = up(x, n * 4), gw = up(w, (size_t)dim * 4), gdy = up(dy, n * 4), gy = up(y, n * 4);
+    grs = up(rs, (size_t)rows * 4), gdx = up(dx, n * 4), gdw = up(dw, (size_t)dim * 4);
+    CHECK_OK(C.rmsnorm_fwd(C.user, rows, dim, x, w, 1e-6f, ry, rrs));
+    CHECK_OK(G.rmsnorm_fwd(G.user, rows, dim, (float *)gx, (float *)gw, 1e-6f, (float *)gy, (float *)grs));
+    down(y, gy, n * 4);
+    down(rs, grs, (size_t)rows * 4);
+    CHECK_MSG(close_to("y", y, ry, n, 1e-5, 1e-5), "%s", what);
+    CHECK_MSG(close_to("rstd", rs, rrs, (size_t)rows, 1e-6, 1e-5), "%s", what);
+    CHECK_OK(C.rmsnorm_bwd(C.user, rows, dim, x, w, rrs, dy, rdx, rdw));
+    /* dx aliasing dy on the GPU: dw must still see the original dy */
+    CHECK_OK(G.rmsnorm_bwd(G.user, rows, dim, (float *)gx, (float *)gw, (float *)grs, (float *)gdy, (float *)gdy,
+                           (float *)gdw));
+    down(dx, gdy, n * 4);
+    down(dw, gdw, (size_t)dim * 4);
+    CHECK_MSG(close_to("dx", dx, rdx, n, 1e-5, 1e-4), "%s", what);
+    CHECK_MSG(close_to("dw", dw, rdw, (size_t)dim, 1e-4, 1e-4), "%s", what);
+    gfree(gx), gfree(gw), gfree(gdy), gfree(gy), gfree(grs), gfree(gdx), gfree(gdw);
+done:
+    free(x), free(w), free(dy), free(y), free(ry), free(rs), free(rrs), free(dx), free(rdx), free(dw), free(rdw);
+}
+
+static void test_rope(int64_t tokens, int64_t heads, int64_t hd) {
+    const size_t n = (size_t)(tokens * heads * hd);
+    float *x = falloc(n), *y = falloc(n), *ry = falloc(n), *dx = falloc(n), *rdx = falloc(n);
+    int64_t *pos = (int64_t *)calloc((size_t)tokens, 8);
+    void *gx, *gy, *gp;
+    for (int64_t t = 0; t < tokens; t++) pos[t] = (t * 37 + 5) % 4099 + (t % 3) * 100000; /* large angles too */
+    fill(x, n, 1.0f);
+    if (!have((const void *)C.rope_fwd, "rope_fwd") || !have((const void *)C.rope_bwd, "rope_bwd")) goto done;
+    gx = up(x, n * 4), gy = up(y, n * 4), gp = up(pos, (size_t)tokens * 8);
+    CHECK_OK(C.rope_fwd(C.user, tokens, heads, hd, pos, 10000.0f, x, ry));
+    CHECK_OK(G.rope_fwd(G.user, tokens, heads, hd, (int64_t *)gp, 10000.0f, (float *)gx, (float *)gy));
+    down(y, gy, n * 4);
+    CHECK_MSG(close_to("rope y", y, ry, n, 1e-6, 1e-5), "rope fwd %lld %lld %lld", (long long)tokens,
+              (long long)heads, (long long)hd);
+    CHECK_OK(C.rope_bwd(C.user, tokens, heads, hd, pos, 500000.0f, x, rdx));
+    CHECK_OK(G.rope_bwd(G.user, tokens, heads, hd, (int64_t *)gp, 500000.0f, (float *)gx, (float *)gx)); /* in place */
+    down(dx, gx, n * 4);
+    CHECK_MSG(close_to("rope dx", dx, rdx, n, 1e-6, 1e-5), "rope bwd");
+    CHECK_ERR(G.rope_fwd(G.user, tokens, heads, 7, (int64_t *)gp, 1e4f, (float *)gx, (float *)gy), PAR_EINVAL, "even");
+    gfree(gx), gfree(gy), gfree(gp);
+done:
+    free(x), free(y), free(ry), free(dx), free(rdx), free(pos);
+}
+
+static void test_swiglu(int64_t n) {
+    float *g = falloc((size_t)n), *u = falloc((size_t)n), *dh = falloc((size_t)n), *h = falloc((size_t)n);
+    float *rh = falloc((size_t)n), *dg = falloc((size_t)n), *rdg = falloc((size_t)n), *du = falloc((size_t)n),
+          *rdu = falloc((size_t)n);
+    void *gg, *gu, *gdh, *gh, *gdu;
+    fill(g, (size_t)n, 6.0f);
+    fill(u, (size_t)n, 1.0f);
+    fill(dh, (size_t)n, 1.0f);
+    if (!have((const void *)C.swiglu_fwd, "swiglu_fwd") || !have((const void *)C.swiglu_bwd, "swiglu_bwd")) goto done;
+    gg = up(g, (size_t)n * 4), gu = up(u, (size_t)n * 4), gdh = up(dh, (size_t)n * 4), gh = up(h, (size_t)n * 4);
+    gdu = up(du, (size_t)n * 4);
+    CHECK_OK(C.swiglu_fwd(C.user, n, g, u, rh));
+    CHECK_OK(G.swiglu_fwd(G.user, n, (float *)gg, (float *)gu, (float *)gh));
+    down(h, gh, (size_t)n * 4);
+    CHECK_MSG(close_to("swiglu h", h, rh, (size_t)n, 1e-6, 1e-5), "n=%lld", (long long)n);
+    CHECK_OK(C.swiglu_bwd(C.user, n, g, u, dh, rdg, rdu));
+    CHECK_OK(G.swiglu_bwd(G.user, n, (float *)gg, (float *)gu, (float *)gdh, (float *)gdh, (float *)gdu)); /* dg = dh */
+    down(dg, gdh, (size_t)n * 4);
+    down(du, gdu, (size_t)n * 4);
+    CHECK_MSG(close_to("swiglu dg", dg, rdg, (size_t)n, 1e-6, 1e-5), "n=%lld", (long long)n);
+    CHECK_MSG(close_to("swiglu du", du, rdu, (size_t)n, 1e-6, 1e-5), "n=%lld", (long long)n);
+    gfree(gg), gfree(gu), gfree(gdh), gfree(gh), gfree(gdu);
+done:
+    free(g), free(u), free(dh), free(h), free(rh), free(dg), free(rdg), free(du), free(rdu);
+}
+
+static void test_embedding(void) {
+    const int64_t n = 37, dim = 19, rows = 11, start = 7;
+    int32_t ids[37];
+    float *table = falloc((size_t)(rows * dim)), *out = falloc((size_t)(n * dim)), *rout = falloc((size_t)(n * dim));
+    float *dout = falloc((size_t)(n * dim)), *dt = falloc((size_t)(rows * dim)), *rdt = falloc((size_t)(rows * dim));
+    void *gids, *gt, *go, *gdo, *gdt;
+    for (int64_t t = 0; t < n; t++) ids[t] = (int32_t)((t * 5) % 23); /* 0..22: below, inside, above the shard; repeats */
+    fill(table, (size_t)(rows * dim), 1.0f);
+    fill(dout, (size_t)(n * dim), 1.0f);
+    fill(dt, (size_t)(rows * dim), 1.0f);
+    memcpy(rdt, dt, (size_t)(rows * dim) * 4);
+    if (!have((const void *)C.embedding_fwd, "embedding_fwd") || !have((const void *)C.embedding_bwd, "embedding_bwd"))
+        goto done;
+    gids = up(ids, sizeof ids), gt = up(table, (size_t)(rows * dim) * 4), go = up(out, (size_t)(n * dim) * 4);
+    gdo = up(dout, (size_t)(n * dim) * 4), gdt = up(dt, (size_t)(rows * dim) * 4);
+    CHECK_OK(C.embedding_fwd(C.user, n, ids, table, rows, dim, start, rout));
+    CHECK_OK(G.embedding_fwd(G.user, n, (int32_t *)gids, (float *)gt, rows, dim, start, (float *)go));
+    down(out, go, (size_t)(n * dim) * 4);
+    CHECK_MSG(close_to("embedding out", out, rout, (size_t)(n * dim), 0, 0), "exact copy expected");
+    CHECK_OK(C.embedding_bwd(C.user, n, ids, dout, rows, dim, start, rdt));
+    CHECK_OK(G.embedding_bwd(G.user, n, (int32_t *)gids, (float *)gdo, rows, dim, start, (float *)gdt));
+    down(dt, gdt, (size_t)(rows * dim) * 4);
+    CHECK_MSG(close_to("embedding dtable", dt, rdt, (size_t)(rows * dim), 1e-6, 1e-6), "scatter-add");
+    /* A negative id is only seen by the device: the next synchronize reports it, once. */
+    ids[3] = -2;
+    CHECK_OK(G.memcpy(G.user, gids, ids, sizeof ids, PAR_COPY_HOST_TO_DEVICE));
+    CHECK_OK(G.embedding_fwd(G.user, n, (int32_t *)gids, (float *)gt, rows, dim, start, (float *)go));
+    CHECK_ERR(G.synchronize(G.user), PAR_EINVAL, "negative");
+    CHECK_OK(G.synchronize(G.user));
+    gfree(gids), gfree(gt), gfree(go), gfree(gdo), gfree(gdt);
+done:
+    free(table), free(out), free(rout), free(dout), free(dt), free(rdt);
+}
+
+static void test_xent(int64_t rows, int64_t vocab) {
+    const size_t n = (size_t)(rows * vocab);
+    const int64_t split = vocab / 3; /* shard 0: [0, split), shard 1: [split, vocab) */
+    float *x = falloc(n), *loss = falloc((size_t)rows), *rloss = falloc((size_t)rows), *d = falloc(n), *rd = falloc(n);
+    float *mx[2], *se[2], *tg[2], gmax_h[64], gsum_h[64], tgt_h[64], *loss2 = falloc((size_t)rows);
+    int32_t *t = (int32_t *)calloc((size_t)rows, 4);
+    void *gx, *gt, *gl, *gd, *gmax, *gsum, *gtgt;
+    const float scale = 1.0f / (float)rows;
+    if (rows > 64) return;
+    for (int64_t r = 0; r < rows; r++) t[r] = r % 5 == 3 ? -100 : (int32_t)((r * 13) % vocab);
+    fill(x, n, 8.0f);
+    if (!have((const void *)C.xent, "xent")) goto done;
+    gx = up(x, n * 4), gt = up(t, (size_t)rows * 4), gl = up(loss, (size_t)rows * 4), gd = up(d, n * 4);
+    CHECK_OK(C.xent(C.user, rows, vocab, x, t, rloss, rd, scale));
+    CHECK_OK(G.xent(G.user, rows, vocab, (float *)gx, (int32_t *)gt, (float *)gl, (float *)gd, scale));
+    down(loss, gl, (size_t)rows * 4);
+    down(d, gd, n * 4);
+    CHECK_MSG(close_to("xent loss", loss, rloss, (size_t)rows, 1e-5, 1e-5), "rows %lld vocab %lld", (long long)rows,
+              (long long)vocab);
+    CHECK_MSG(close_to("xent dlogits", d, rd, n, 1e-7, 1e-5), "rows %lld vocab %lld", (long long)rows,
+              (long long)vocab);
+
+    /* Vocab split in two shards, pieces combined here as the all-reduces would. */
+    for (int s = 0; s < 2; s++) {
+        mx[s] = falloc((size_t)rows);
+        se[s] = falloc((size_t)rows);
+        tg[s] = falloc((size_t)rows);
+    }
+    gmax = up(gmax_h, (size_t)rows * 4), gsum = up(gsum_h, (size_t)rows * 4), gtgt = up(tgt_h, (size_t)rows * 4);
+    for (int s = 0; s < 2; s++) {
+        const int64_t v0 = s ? split : 0, vl = s ? vocab - split : split;
+        float *shard = falloc((size_t)(rows * vl));
+        void *gs;
+        for (int64_t r = 0; r < rows; r++) memcpy(shard + r * vl, x + r * vocab + v0, (size_t)vl * 4);
+        gs = up(shard, (size_t)(rows * vl) * 4);
+        CHECK_OK(G.xent_local_max(G.user, rows, vl, (float *)gs, (float *)gmax));
+        down(mx[s], gmax, (size_t)rows * 4);
+        CHECK_OK(G.xent_local_target(G.user, rows, vl, (float *)gs, (int32_t *)gt, v0, (float *)gtgt));
+        down(tg[s], gtgt, (size_t)rows * 4);
+        gfree(gs);
+        free(shard);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        gmax_h[r] = mx[0][r] > mx[1][r] ? mx[0][r] : mx[1][r];
+        tgt_h[r] = tg[0][r] + tg[1][r];
+    }
+    CHECK_OK(G.memcpy(G.user, gmax, gmax_h, (size_t)rows * 4, PAR_COPY_HOST_TO_DEVICE));
+    for (int s = 0; s < 2; s++) {
+        const int64_t v0 = s ? split : 0, vl = s ? vocab - split : split;
+        float *shard = falloc((size_t)(rows * vl));
+        void *gs;
+        for (int64_t r = 0; r < rows; r++) memcpy(shard + r * vl, x + r * vocab + v0, (size_t)vl * 4);
+        gs = up(shard, (size_t)(rows * vl) * 4);
+        CHECK_OK(G.xent_local_sumexp(G.user, rows, vl, (float *)gs, (float *)gmax, (float *)gsum));
+        down(se[s], gsum, (size_t)rows * 4);
+        gfree(gs);
+        free(shard);
+    }
+    for (int64_t r = 0; r < rows; r++) gsum_h[r] = se[0][r] + se[1][r];
+    CHECK_OK(G.memcpy(G.user, gsum, gsum_h, (size_t)rows * 4, PAR_COPY_HOST_TO_DEVICE));
+    CHECK_OK(G.memcpy(G.user, gtgt, tgt_h, (size_t)rows * 4, PAR_COPY_HOST_TO_DEVICE));
+    CHECK_OK(G.xent_loss_from_pieces(G.user, rows, (float *)gmax, (float *)gsum, (float *)gtgt, (int32_t *)gt,
+                                     (float *)gl));
+    down(loss2, gl, (size_t)rows * 4);
+    CHECK_MSG(close_to("split loss", loss2, rloss, (size_t)rows, 1e-5, 1e-5), "vocab-split loss vs full");
+    for (int s = 0; s < 2; s++) {
+        const int64_t v0 = s ? split : 0, vl = s ? vocab - split : split;
+        float *shard = falloc((size_t)(rows * vl)), *want = falloc((size_t)(rows * vl));
+        void *gs;
+        for (int64_t r = 0; r < rows; r++) {
+            memcpy(shard + r * vl, x + r * vocab + v0, (size_t)vl * 4);
+            memcpy(want + r * vl, rd + r * vocab + v0, (size_t)vl * 4);
+        }
+        gs = up(shard, (size_t)(rows * vl) * 4);
+        CHECK_OK(G.xent_bwd_split(G.user, rows, vl, (float *)gs, (int32_t *)gt, v0, (float *)gmax, (float *)gsum,
+                                  scale, (float *)gs)); /* in place */
+        down(shard, gs, (size_t)(rows * vl) * 4);
+        CHECK_MSG(close_to("split dlogits", shard, want, (size_t)(rows * vl), 1e-7, 1e-4), "shard %d", s);
+        gfree(gs);
+        free(shard);
+        free(want);
+    }
+    /* dlogits aliasing logits */
+    CHECK_OK(G.xent(G.user, rows, vocab, (float *)gx, (int32_t *)gt, (float *)gl, (float *)gx, scale));
+    down(d, gx, n * 4);
+    CHECK_MSG(close_to("xent in place", d, rd, n, 1e-7, 1e-5), "dlogits == logits");
+    /* a target >= vocab is reported by the next synchronize */
+    t[0] = (int32_t)vocab;
+    CHECK_OK(G.memcpy(G.user, gt, t, (size_t)rows * 4, PAR_COPY_HOST_TO_DEVICE));
+    CHECK_OK(G.xent(G.user, rows, vocab, (float *)gd, (int32_t *)gt, (float *)gl, NULL, scale));
+    CHECK_ERR(G.synchronize(G.user), PAR_EINVAL, "vocab");
+    gfree(gx), gfree(gt), gfree(gl), gfree(gd), gfree(gmax), gfree(gsum), gfree(gtgt);
+    for (int s = 0; s < 2; s++) free(mx[s]), free(se[s]), free(tg[s]);
+done:
+    free(x), free(loss), free(rloss), free(d), free(rd), free(loss2), free(t);
+}
+
+static void test_optim(int64_t n) {
+    float *p = falloc((size_t)n), *g = falloc((size_t)n), *m = falloc((size_t)n), *v = falloc((size_t)n);
+    float *rp = falloc((size_t)n), *rm = falloc((size_t)n), *rv = falloc((size_t)n), *got = falloc((size_t)n);
+    void *gp, *gg, *gm, *gv;
+    double s_gpu = -1, s_cpu = -2;
+    fill(p, (size_t)n, 1.0f);
+    memcpy(rp, p, (size_t)n * 4);
+    if (!have((const void *)C.adamw, "adamw") || !have((const void *)C.sumsq, "sumsq") ||
+        !have((const void *)C.scale, "scale") || !have((const void *)C.axpy, "axpy"))
+        goto done;
+    gp = up(p, (size_t)n * 4), gg = up(g, (size_t)n * 4), gm = up(m, (size_t)n * 4), gv = up(v, (size_t)n * 4);
+    for (int64_t step = 1; step <= 3; step++) {
+        fill(g, (size_t)n, 0.1f);
+        CHECK_OK(G.memcpy(G.user, gg, g, (size_t)n * 4, PAR_COPY_HOST_TO_DEVICE));
+        CHECK_OK(C.adamw(C.user, n, rp, g, rm, rv, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step));
+        CHECK_OK(G.adamw(G.user, n, (float *)gp, (float *)gg, (float *)gm, (float *)gv, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                         0.1f, step));
+    }
+    down(got, gp, (size_t)n * 4);
+    CHECK_MSG(close_to("adamw p", got, rp, (size_t)n, 1e-6, 1e-5), "n=%lld", (long long)n);
+    down(got, gv, (size_t)n * 4);
+    CHECK_MSG(close_to("adamw v", got, rv, (size_t)n, 1e-9, 1e-5), "n=%lld", (long long)n);
+    CHECK_OK(C.scale(C.user, n, -1.5f, rp));
+    CHECK_OK(G.scale(G.user, n, -1.5f, (float *)gp));
+    CHECK_OK(C.axpy(C.user, n, 0.25f, g, rp));
+    CHECK_OK(G.axpy(G.user, n, 0.25f, (float *)gg, (float *)gp));
+    down(got, gp, (size_t)n * 4);
+    CHECK_MSG(close_to("scale+axpy", got, rp, (size_t)n, 1e-6, 1e-6), "n=%lld", (long long)n);
+    CHECK_OK(C.sumsq(C.user, n, rp, &s_cpu));
+    CHECK_OK(G.sumsq(G.user, n, (float *)gp, &s_gpu));
+    CHECK_MSG(fabs(s_gpu - s_cpu) <= 1e-6 * (1 + fabs(s_cpu)), "sumsq %.17g vs %.17g", s_gpu, s_cpu);
+    CHECK_ERR(G.sumsq(G.user, n, (float *)gp, NULL), PAR_EINVAL, "sumsq");
+    CHECK_ERR(G.adamw(G.user, n, (float *)gp, (float *)gg, (float *)gm, (float *)gv, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                      0),
+              PAR_EINVAL, "step");
+    gfree(gp), gfree(gg), gfree(gm), gfree(gv);
+done:
+    free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv), free(got);
+}
+
+int main(void) {
+    int count = 0;
+    par_cpu_desc cd;
+    if (par_cuda_device_info(&count, NULL, 0) != PAR_OK || count < 1) {
+        printf("cuda_compute: 0 passed, 1 failed (no CUDA device: %s)\n", par_cuda_last_error());
+        return 1;
+    }
+    memset(&cd, 0, sizeof cd);
+    CHECK_OK(par_compute_cuda(NULL, &G));
+    CHECK_OK(par_compute_cpu(&cd, &C));
+    CHECK_STR(G.name, "cuda");
+    CHECK_INT(G.device_memory, 1);
+    CHECK(G.stream != NULL);
+    CHECK_ERR(par_compute_cuda(NULL, NULL), PAR_EINVAL, "NULL");
+    {
+        par_cuda_desc bad;
+        par_compute_table t;
+        memset(&bad, 0, sizeof bad);
+        bad.device = 9999;
+        CHECK_ERR(par_compute_cuda(&bad, &t), PAR_EINVAL, "device");
+    }
+    test_memory();
+    test_gemm();
+    test_attention();
+    test_rmsnorm(1, 7);
+    test_rmsnorm(33, 4096);
+    test_rmsnorm(300, 130);
+    test_rope(5, 3, 64);
+    test_rope(70, 4, 128);
+    test_swiglu(1);
+    test_swiglu(100003);
+    test_embedding();
+    test_xent(7, 50);
+    test_xent(33, 32000);
+    test_optim(1);
+    test_optim(300001);
+    CHECK_OK(G.synchronize(G.user));
+    {
+        par_mem_report r;
+        CHECK_OK(G.memory_report(G.user, &r));
+        CHECK_MSG(r.current[PAR_MEM_ACTIVATIONS] == 0, "%lld bytes of test buffers still allocated",
+                  (long long)r.current[PAR_MEM_ACTIVATIONS]);
+    }
+    G.destroy(G.user);
+    if (C.destroy) C.destroy(C.user);
+    return TEST_END("cuda_compute");
+}
