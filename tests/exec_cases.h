@@ -116,7 +116,7 @@ static int exec_cases_check(par_ctx *ctx, const exec_case *cases, int n, par_dty
     for (k = 0; k < n; k++) {
         const exec_case *c = &cases[k];
         int64_t cap = c->plan.max_local_numel > c->in_numel ? c->plan.max_local_numel : c->in_numel, i, bad = -1;
-        void *in = NULL, *out = NULL;
+        void *in = NULL, *out = NULL, *result;
         par_status st;
         if (ct->alloc(ct->user, (size_t)cap * elem + 1, PAR_MEM_ACTIVATIONS, &in) != PAR_OK ||
             ct->alloc(ct->user, (size_t)cap * elem + 1, PAR_MEM_ACTIVATIONS, &out) != PAR_OK) {
@@ -124,10 +124,10 @@ static int exec_cases_check(par_ctx *ctx, const exec_case *cases, int n, par_dty
             break;
         }
         for (i = 0; i < c->in_numel; i++) exec_store(dtype, in, i, c->in[rank * c->in_numel + i]);
-        st = par_execute_plan(exec, &c->plan, dtype, in, in_place ? in : out);
-        if (in_place) out = in, in = NULL;
+        result = in_place ? in : out;
+        st = par_execute_plan(exec, &c->plan, dtype, in, result);
         for (i = 0; st == PAR_OK && i < c->out_numel && bad < 0; i++)
-            if (exec_load(dtype, out, i) != c->out[rank * c->out_numel + i]) bad = i;
+            if (exec_load(dtype, result, i) != c->out[rank * c->out_numel + i]) bad = i;
         if (st != PAR_OK || bad >= 0) {
             if (failed++ < 3) {
                 char text[8192];
@@ -136,7 +136,7 @@ static int exec_cases_check(par_ctx *ctx, const exec_case *cases, int n, par_dty
                         in_place ? " in place" : "",
                         st != PAR_OK ? par_last_error() : "wrong value", text);
                 if (st == PAR_OK)
-                    fprintf(stderr, "  element %lld: got %g want %g\n", (long long)bad, exec_load(dtype, out, bad),
+                    fprintf(stderr, "  element %lld: got %g want %g\n", (long long)bad, exec_load(dtype, result, bad),
                             c->out[rank * c->out_numel + bad]);
             }
         }

@@ -139,8 +139,11 @@ fi
 for bin in $MPI_BINS; do
     name=$(basename "$bin")
     if [ -x "$bin" ]; then
+        # OpenMPI leaks its own buffers at exit (LeakSanitizer flags frames in
+        # libmpi/libopen-pal), so sanitized MPI runs skip only the leak check;
+        # the non-MPI tests keep it, and the backend is the same code.
         # shellcheck disable=SC2086 # MPIRUN is a command line
-        run_program "$name" $MPIRUN -np 4 "$bin"
+        run_program "$name" env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" $MPIRUN -np 4 "$bin"
     else
         record "$name" 0 1 "did not build (see the compiler errors above)"
     fi
