@@ -1001,6 +1001,15 @@ static PAR__PRINTF(2, 3) par_status par__fail(par_status status, const char *fmt
     return status;
 }
 
+/* Bounded string copy (snprintf("%s") makes gcc warn about truncation); used to
+   keep an error sentence while later calls overwrite par_last_error(). */
+static PAR__MAYBE_UNUSED void par__copy_text(char *dst, size_t size, const char *src) {
+    size_t n = strlen(src);
+    if (n >= size) n = size - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 static const char *const par__dtype_names[PAR_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32", "i64", "f64"};
 static const size_t par__dtype_sizes[PAR_DTYPE_COUNT] = {4, 2, 2, 4, 8, 8};
 
@@ -1010,6 +1019,61 @@ PARALLEL_DEF size_t par_dtype_size(par_dtype dtype) {
 
 PARALLEL_DEF const char *par_dtype_name(par_dtype dtype) {
     return (unsigned)dtype < PAR_DTYPE_COUNT ? par__dtype_names[dtype] : "?";
+}
+
+/* bf16 / f16 <-> f32, rounding to nearest even: the backends reduce 16-bit
+   floats in f32 and round once, so every backend gives the same bits. */
+
+static PAR__MAYBE_UNUSED float par__bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static PAR__MAYBE_UNUSED uint16_t par__f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static PAR__MAYBE_UNUSED float par__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0x1f) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e) {
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    } else {
+        f = (float)m * 5.9604644775390625e-8f; /* subnormal: m * 2^-24, exact */
+        return sign ? -f : f;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static PAR__MAYBE_UNUSED uint16_t par__f32_to_f16(float f) {
+    uint32_t u, sign, a, e, m, shift, rem, half, r;
+    memcpy(&u, &f, 4);
+    sign = (u >> 16) & 0x8000u;
+    a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to infinity */
+    if (a >= 0x38800000u) {                                   /* normal f16 (>= 2^-14) */
+        a += 0xfffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((a - (112u << 23)) >> 13));
+    }
+    if (a <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25 (the tie goes to even 0) */
+    e = a >> 23;                                  /* 102..112 */
+    m = (a & 0x7fffffu) | 0x800000u;
+    shift = 126u - e; /* value in units of 2^-24 is m >> shift */
+    rem = m & ((1u << shift) - 1u);
+    half = 1u << (shift - 1u);
+    r = m >> shift;
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
 }
 
 PARALLEL_DEF par_status par_dtype_parse(const char *text, par_dtype *dtype) {
@@ -4552,6 +4616,29 @@ static par_status par__compute_table_check(const par_compute_table *c) {
     return PAR_OK;
 }
 
+/* Checks of a desc every launcher makes before it starts anything. */
+static par_status par__ctx_desc_check(const par_ctx_desc *desc) {
+    int ms;
+    par_status st;
+    if (!desc) return PAR_OK;
+    if ((st = par__ctx_timeout(desc, &ms)) != PAR_OK) return st;
+    if (desc->kernel_threads < 0)
+        return par__fail(PAR_EINVAL, "par_ctx_desc.kernel_threads %d must be >= 0 (0 = automatic)", desc->kernel_threads);
+    if (desc->compute) return par__compute_table_check(desc->compute);
+    return PAR_OK;
+}
+
+/* Run a cleanup (either signature) without losing the failure sentence it may
+   overwrite: the caller reports the original error. */
+static void par__keep_error_across(par_status st, void (*ctx_fn)(par_ctx *), par_ctx *ctx, void (*user_fn)(void *),
+                                   void *user) {
+    char saved[512];
+    par__copy_text(saved, sizeof saved, par_last_error());
+    if (ctx_fn) ctx_fn(ctx);
+    if (user_fn) user_fn(user);
+    par_set_error(st, "%s", saved);
+}
+
 /* The one constructor behind every launcher. `comm` is copied; with owns_comm the
    context calls comm->destroy when destroyed (also when this fails). */
 static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, const par_comm_table *comm,
@@ -4562,11 +4649,7 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     if (!comm || !out) return par__fail(PAR_EINVAL, "par_ctx: NULL argument");
     *out = NULL;
     if ((st = par__comm_table_check(comm)) != PAR_OK) goto fail_comm;
-    if (desc && desc->kernel_threads < 0) {
-        st = par__fail(PAR_EINVAL, "par_ctx_desc.kernel_threads %d must be >= 0 (0 = automatic)", desc->kernel_threads);
-        goto fail_comm;
-    }
-    if (desc && desc->compute && (st = par__compute_table_check(desc->compute)) != PAR_OK) goto fail_comm;
+    if ((st = par__ctx_desc_check(desc)) != PAR_OK) goto fail_comm;
     ctx = (par_ctx *)PARALLEL_MALLOC(sizeof *ctx);
     if (!ctx) {
         st = par__fail(PAR_ENOMEM, "par_ctx: out of memory");
@@ -4599,10 +4682,10 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     *out = ctx;
     return PAR_OK;
 fail:
-    par_ctx_destroy(ctx);
+    par__keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
     return st;
 fail_comm:
-    if (owns_comm && comm->destroy) comm->destroy(comm->user);
+    if (owns_comm && comm->destroy) par__keep_error_across(st, NULL, NULL, comm->destroy, comm->user);
     return st;
 }
 
@@ -4828,13 +4911,6 @@ static int64_t par__thr_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Bounded string copy (snprintf("%s") makes gcc warn about truncation). */
-static void par__thr_copy(char *dst, size_t size, const char *src) {
-    size_t n = strlen(src);
-    if (n >= size) n = size - 1;
-    memcpy(dst, src, n);
-    dst[n] = 0;
-}
 
 static void par__thr_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -5204,58 +5280,6 @@ static par__thr_handle *par__thr_handle_of(par__thr_rank *r, par_comm_group *gro
 
 /* ---- element kernels ---------------------------------------------------- */
 
-static float par__thr_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t par__thr_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                           /* nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-static float par__thr_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    float f;
-    if (e == 0) {
-        f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
-        return sign ? -f : f;
-    }
-    u = e == 31 ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112u) << 23) | (m << 13);
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t par__thr_f32_to_f16(float f) {
-    uint32_t u, a, sign, e, m, h, rem, half;
-    memcpy(&u, &f, 4);
-    sign = (u >> 16) & 0x8000u;
-    a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    e = a >> 23;
-    if (e < 102) return (uint16_t)sign; /* below half the smallest subnormal */
-    if (e < 113) {                      /* subnormal: units of 2^-24 */
-        uint32_t s = 126 - e;
-        m = (a & 0x7fffffu) | 0x800000u;
-        h = m >> s;
-        rem = m & ((1u << s) - 1);
-        half = 1u << (s - 1);
-    } else {
-        m = a & 0x7fffffu;
-        h = ((e - 112) << 10) | (m >> 13);
-        rem = m & 0x1fffu;
-        half = 0x1000u;
-    }
-    if (rem > half || (rem == half && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-}
-
 /* acc += x. Fixed 16-wide steps: -O2's cheap vectorizer only takes loops whose
    trip count needs no scalar epilogue, and the sum is memory bound only when
    vectorized. */
@@ -5289,7 +5313,7 @@ static void par__thr_reduce_block(const par__thr_slot *s, int n, int64_t off, in
             } else {
                 const uint16_t *x = (const uint16_t *)s[i].send + off;
                 for (k = 0; k < len; k++) {
-                    float v = dt == PAR_BF16 ? par__thr_bf16_to_f32(x[k]) : par__thr_f16_to_f32(x[k]);
+                    float v = dt == PAR_BF16 ? par__bf16_to_f32(x[k]) : par__f16_to_f32(x[k]);
                     acc[k] = i == 0 ? v : op == PAR_REDUCE_MAX ? (v > acc[k] ? v : acc[k]) : acc[k] + v;
                 }
             }
@@ -5300,7 +5324,7 @@ static void par__thr_reduce_block(const par__thr_slot *s, int n, int64_t off, in
             uint16_t *out = (uint16_t *)acc_;
             for (k = 0; k < len; k++) {
                 float v = acc[k];
-                out[k] = dt == PAR_BF16 ? par__thr_f32_to_bf16(v) : par__thr_f32_to_f16(v);
+                out[k] = dt == PAR_BF16 ? par__f32_to_bf16(v) : par__f32_to_f16(v);
             }
         }
         break;
@@ -5586,7 +5610,7 @@ static void *par__thr_helper_main(void *p) {
             continue;
         }
         q->status = par__thr_run_coll(&q->coll);
-        if (q->status != PAR_OK) par__thr_copy(q->msg, sizeof q->msg, par_last_error());
+        if (q->status != PAR_OK) par__copy_text(q->msg, sizeof q->msg, par_last_error());
         __atomic_fetch_sub(&r->queued, 1, __ATOMIC_ACQ_REL);
         PAR__THR_STORE(&q->done, 1);
         par__thr_notify(&r->sync);
@@ -6036,7 +6060,7 @@ static void par__thr_fill_table(par__thr_rank *r, par_comm_table *t) {
 static void par__thr_keep_error(par__thr_rank *r, par_status st) {
     const char *e = par_last_error();
     r->result = st;
-    par__thr_copy(r->msg, sizeof r->msg, e && *e ? e : par_status_string(st));
+    par__copy_text(r->msg, sizeof r->msg, e && *e ? e : par_status_string(st));
 }
 
 static void *par__thr_rank_main(void *p) {
@@ -6069,6 +6093,7 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
     if (n < 1 || n > PAR__THR_MAX_RANKS)
         return par__fail(PAR_EINVAL, "par_run_threads: %d ranks, need 1..%d", n, PAR__THR_MAX_RANKS);
     if (!fn) return par__fail(PAR_EINVAL, "par_run_threads: NULL rank function");
+    if ((st = par__ctx_desc_check(desc)) != PAR_OK) return st;
     if ((st = par__ctx_timeout(desc, &timeout)) != PAR_OK) return st;
     if ((st = par__ctx_mesh(desc, n, &mesh)) != PAR_OK) return st;
     memset(&w, 0, sizeof w);
@@ -6240,59 +6265,6 @@ struct par__mpi_req {
     par__mpi_req *next;
 };
 
-/* --- bf16 / f16 <-> f32, round to nearest even ---------------------------- */
-
-static float par__mpi_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t par__mpi_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a (quiet) NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float par__mpi_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    float f;
-    if (e == 0x1f) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else if (e) {
-        u = sign | ((e + 112u) << 23) | (m << 13);
-    } else {
-        f = (float)m * 5.9604644775390625e-8f; /* subnormal: m * 2^-24, exact */
-        return sign ? -f : f;
-    }
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t par__mpi_f32_to_f16(float f) {
-    uint32_t u, sign, a, e, m, shift, rem, half, r;
-    memcpy(&u, &f, 4);
-    sign = (u >> 16) & 0x8000u;
-    a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to infinity */
-    if (a >= 0x38800000u) {                                   /* normal f16 (>= 2^-14) */
-        a += 0xfffu + ((a >> 13) & 1u);
-        return (uint16_t)(sign | ((a - (112u << 23)) >> 13));
-    }
-    if (a <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25 (the tie goes to even 0) */
-    e = a >> 23;                                  /* 102..112 */
-    m = (a & 0x7fffffu) | 0x800000u;
-    shift = 126u - e; /* value in units of 2^-24 is m >> shift */
-    rem = m & ((1u << shift) - 1u);
-    half = 1u << (shift - 1u);
-    r = m >> shift;
-    if (rem > half || (rem == half && (r & 1u))) r++;
-    return (uint16_t)(sign | r);
-}
 
 static int par__mpi_is_half(par_dtype d) { return d == PAR_BF16 || d == PAR_F16; }
 
@@ -6300,9 +6272,9 @@ static void par__mpi_half_to_f32(par_dtype d, const void *src, float *dst, int64
     const uint16_t *s = (const uint16_t *)src;
     int64_t i;
     if (d == PAR_BF16)
-        for (i = 0; i < n; i++) dst[i] = par__mpi_bf16_to_f32(s[i]);
+        for (i = 0; i < n; i++) dst[i] = par__bf16_to_f32(s[i]);
     else
-        for (i = 0; i < n; i++) dst[i] = par__mpi_f16_to_f32(s[i]);
+        for (i = 0; i < n; i++) dst[i] = par__f16_to_f32(s[i]);
 }
 
 /* dst = round(src / divide) (divide 0 or 1: no division). */
@@ -6311,7 +6283,7 @@ static void par__mpi_f32_to_half(par_dtype d, const float *src, void *dst, int64
     int64_t i;
     for (i = 0; i < n; i++) {
         float v = divide > 1 ? src[i] / (float)divide : src[i];
-        o[i] = d == PAR_BF16 ? par__mpi_f32_to_bf16(v) : par__mpi_f32_to_f16(v);
+        o[i] = d == PAR_BF16 ? par__f32_to_bf16(v) : par__f32_to_f16(v);
     }
 }
 
@@ -9140,10 +9112,7 @@ PARALLEL_DEF par_status par_execute_plan(par_executor *exec, const par_plan *pla
         dst = last && out != in ? out : exec->buf[i & 1];
         if ((st = par__exec_op(exec, &plan->ops[i], &before, &after, dtype, src, dst)) != PAR_OK) {
             char where[256];
-            size_t len = strlen(par_last_error());
-            if (len >= sizeof where) len = sizeof where - 1;
-            memcpy(where, par_last_error(), len);
-            where[len] = 0;
+            par__copy_text(where, sizeof where, par_last_error());
             return par__fail(st, "par_execute_plan: op %d (%s): %s", i, par_redist_kind_name(plan->ops[i].kind), where);
         }
         src = dst;

@@ -227,6 +227,17 @@ int main(void) {
     d.timeout_ms = -5;
     CHECK_ERR(par_run_threads_desc(&d, 4, healthy, NULL), PAR_EINVAL, "timeout_ms -5");
     d.timeout_ms = TIMEOUT_MS;
+    d.kernel_threads = -2;
+    CHECK_ERR(par_run_threads_desc(&d, 2, healthy, NULL), PAR_EINVAL, "kernel_threads -2 must be >= 0");
+    d.kernel_threads = 0;
+    {
+        par_compute_table bad;
+        memset(&bad, 0, sizeof bad);
+        bad.version = PAR_COMPUTE_TABLE_VERSION + 1;
+        d.compute = &bad;
+        CHECK_ERR(par_run_threads_desc(&d, 2, healthy, NULL), PAR_EINVAL, "compute table version");
+        d.compute = NULL;
+    }
 
     /* 8. the process is still fine: fresh worlds work */
     CHECK_OK(par_run_threads_desc(&d, 8, healthy, NULL));

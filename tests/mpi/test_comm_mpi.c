@@ -65,10 +65,10 @@ static void test_conversions(void) {
         double v = ref_decode_f16(h), w = ref_decode_f16(h + 1), mid = (v + w) / 2;
         float fm = (float)mid;
         unsigned even = (h & 1) ? h + 1 : h;
-        if (par__mpi_f16_to_f32((uint16_t)h) != (float)v || par__mpi_f16_to_f32((uint16_t)(h | 0x8000)) != (float)-v ||
-            par__mpi_f32_to_f16((float)v) != h || par__mpi_f32_to_f16(fm) != even ||
-            par__mpi_f32_to_f16(-fm) != (even | 0x8000) || par__mpi_f32_to_f16(nextafterf(fm, 0)) != h ||
-            par__mpi_f32_to_f16(nextafterf(fm, INFINITY)) != h + 1)
+        if (par__f16_to_f32((uint16_t)h) != (float)v || par__f16_to_f32((uint16_t)(h | 0x8000)) != (float)-v ||
+            par__f32_to_f16((float)v) != h || par__f32_to_f16(fm) != even ||
+            par__f32_to_f16(-fm) != (even | 0x8000) || par__f32_to_f16(nextafterf(fm, 0)) != h ||
+            par__f32_to_f16(nextafterf(fm, INFINITY)) != h + 1)
             bad++, fprintf(stderr, "f16 0x%04x: conversion mismatch\n", h);
     }
     CHECK_INT(bad, 0);
@@ -76,16 +76,16 @@ static void test_conversions(void) {
         double v = ref_decode_bf16(h), w = ref_decode_bf16(h + 1), mid = (v + w) / 2;
         float fm = (float)mid;
         unsigned even = (h & 1) ? h + 1 : h;
-        if (par__mpi_bf16_to_f32((uint16_t)h) != (float)v || par__mpi_f32_to_bf16((float)v) != h ||
-            par__mpi_f32_to_bf16(fm) != even || par__mpi_f32_to_bf16(nextafterf(fm, 0)) != h ||
-            par__mpi_f32_to_bf16(nextafterf(fm, INFINITY)) != h + 1)
+        if (par__bf16_to_f32((uint16_t)h) != (float)v || par__f32_to_bf16((float)v) != h ||
+            par__f32_to_bf16(fm) != even || par__f32_to_bf16(nextafterf(fm, 0)) != h ||
+            par__f32_to_bf16(nextafterf(fm, INFINITY)) != h + 1)
             bad++, fprintf(stderr, "bf16 0x%04x: conversion mismatch\n", h);
     }
     CHECK_INT(bad, 0);
-    CHECK_INT(par__mpi_f32_to_f16(65519.0f), 0x7bff);
-    CHECK_INT(par__mpi_f32_to_f16(65520.0f), 0x7c00);
-    CHECK(isnan(par__mpi_bf16_to_f32(par__mpi_f32_to_bf16(NAN))));
-    CHECK(isnan(par__mpi_f16_to_f32(par__mpi_f32_to_f16(NAN))));
+    CHECK_INT(par__f32_to_f16(65519.0f), 0x7bff);
+    CHECK_INT(par__f32_to_f16(65520.0f), 0x7c00);
+    CHECK(isnan(par__bf16_to_f32(par__f32_to_bf16(NAN))));
+    CHECK(isnan(par__f16_to_f32(par__f32_to_f16(NAN))));
 }
 
 /* --- values ---------------------------------------------------------------- */
@@ -317,8 +317,8 @@ static void test_single_rounding(const par_comm_table *c, par_comm_group *world,
     float one = 1.0f, big = rank == 0 ? 256.0f : 1.0f, bigh = rank == 0 ? 2048.0f : 1.0f;
     (void)one;
     if (n != 4) return;
-    b = par__mpi_f32_to_bf16(big);
-    h = par__mpi_f32_to_f16(bigh); /* f16: 2048 + 3 = 2051 -> 2052 (spacing 2 above 2048) */
+    b = par__f32_to_bf16(big);
+    h = par__f32_to_f16(bigh); /* f16: 2048 + 3 = 2051 -> 2052 (spacing 2 above 2048) */
     CHECK_OK(c->all_reduce(c->user, world, &b, &b, 1, PAR_BF16, PAR_REDUCE_SUM, NULL));
     CHECK_OK(c->all_reduce(c->user, world, &h, &h, 1, PAR_F16, PAR_REDUCE_SUM, NULL));
     CHECK(ref_decode_bf16(b) == 260.0);
