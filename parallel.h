@@ -102,6 +102,8 @@
      >>compute        compute hook table (memory, GEMM, flash attention, kernels)
      >>context        par_ctx: rank, mesh, tables, cached groups; launchers
      >>executor       run a redistribution plan through the comm table
+     >>checkpoint     safetensors files: validated reader (slices, dtype
+                      conversion, CRC-32), atomic writer
    The implementation follows the same order; backends sit between the context
    and the executor (implementation-only banners):
      >>comm-threads   in-process threads backend: par_run_threads (the default)
@@ -916,6 +918,156 @@ PARALLEL_DEF void par_executor_destroy(par_executor *exec);
    Collective over the ranks of the mesh (each op over its device dim's group). */
 PARALLEL_DEF par_status par_execute_plan(par_executor *exec, const par_plan *plan, par_dtype dtype, const void *in,
                                          void *out);
+
+/* ============================================================================
+   >>checkpoint
+   Safetensors files (Hugging Face's format: 8-byte little-endian header length,
+   a JSON header, raw little-endian tensors), so weights move between this
+   library and the Python ecosystem (safetensors, transformers, PyTorch) as is.
+
+   Header: {"__metadata__": {"key": "value", ...},
+            "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
+   Offsets are bytes into the data section, which follows the header; the
+   tensors must cover it exactly (no gaps, no overlaps, no trailing bytes).
+   Supported dtypes: F32, BF16, F16, F64, I32, I64 (the par_dtype set).
+
+   Checksums: the writer stores the CRC-32 of each tensor's bytes (the IEEE
+   polynomial, as zlib.crc32 and Python's binascii.crc32 compute it) in the
+   metadata under "par.crc32.<tensor name>" as 8 lowercase hex digits. Readers
+   verify it where present (whole-tensor par_st_read, par_st_verify); files from
+   other writers simply carry no checksum and are not checked.
+
+   Writes are atomic: the writer fills "<path>.tmp.<pid>.<n>", fsyncs it and
+   renames it over `path`, so a failed or interrupted save never leaves a
+   half-written file at `path` and never destroys the previous one.
+
+   Errors name the function, the file and the tensor ("par_st_open: a.st: tensor
+   \"w\" has shape [2,3] of F32 (24 bytes) but data_offsets [0,20] span 20 bytes").
+   Objects are not thread-safe: use one from one thread at a time (each rank
+   of par_run_threads opens its own).
+   ========================================================================== */
+
+/* One tensor of an open file (read-only; owned by the file object). */
+typedef struct par_st_tensor {
+    const char *name;                 /* the tensor's name (JSON escapes decoded, UTF-8) */
+    par_dtype dtype;                  /* F32, BF16, F16, I32, I64 or F64 */
+    int ndim;                         /* 0..PARALLEL_MAX_DIMS; 0 is a scalar (numel 1) */
+    int64_t shape[PARALLEL_MAX_DIMS]; /* row-major; entries past ndim are 0 */
+    int64_t numel;                    /* product of shape (0 for a zero-size tensor) */
+    uint64_t offset, nbytes;          /* byte range [offset, offset + nbytes) of the data section */
+    int has_checksum;                 /* the file's metadata holds this tensor's CRC-32 */
+    uint32_t checksum;                /* that CRC-32, when has_checksum */
+} par_st_tensor;
+
+typedef struct par_st_file par_st_file;
+
+/* Open a safetensors file and validate all of it except the tensor bytes: the
+   length field (the header is at most 100,000,000 bytes and lies inside the
+   file), the JSON (an object of objects; "__metadata__" maps strings to
+   strings; escapes incl. \uXXXX and surrogate pairs; any whitespace), each
+   tensor (dtype, shape of non-negative integers, data_offsets of two integers
+   with begin <= end; no other number forms; numel * element size equals
+   end - begin without overflow), exact coverage of the data section, unique
+   names and metadata keys, and well-formed "par.crc32." checksum entries
+   (checksums of tensors the file lacks are ignored).
+   Errors: PAR_EIO (cannot open or read; the file is shorter than its header
+   says), PAR_EPARSE (malformed header), PAR_EUNSUPPORTED (a valid safetensors
+   dtype parallel.h lacks, such as U8, or more than PARALLEL_MAX_DIMS dims),
+   PAR_ENOMEM. Messages read "par_st_open: <path>: <what is wrong>", naming the
+   tensor. *file is NULL on failure. */
+PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file);
+
+/* Close the file and free everything (NULL is ignored). */
+PARALLEL_DEF void par_st_close(par_st_file *file);
+
+/* Number of tensors (0 for NULL). */
+PARALLEL_DEF int par_st_count(const par_st_file *file);
+
+/* Tensor `index` in name order (bytewise strcmp of the UTF-8 names, which is
+   the order the writer stores them in); NULL when out of range. */
+PARALLEL_DEF const par_st_tensor *par_st_tensor_at(const par_st_file *file, int index);
+
+/* The tensor called `name`, or NULL if the file has none (binary search). */
+PARALLEL_DEF const par_st_tensor *par_st_find(const par_st_file *file, const char *name);
+
+/* The "__metadata__" value for `key`, or NULL if absent. The checksum entries
+   ("par.crc32.<name>") are metadata like any other. */
+PARALLEL_DEF const char *par_st_metadata(const par_st_file *file, const char *key);
+
+/* Number of metadata entries, and entry `index` in key order (PAR_EINVAL when
+   out of range). */
+PARALLEL_DEF int par_st_metadata_count(const par_st_file *file);
+PARALLEL_DEF par_status par_st_metadata_at(const par_st_file *file, int index, const char **key, const char **value);
+
+/* Read elements [first, first + count) of tensor `name` (row-major flat index)
+   into dst, converted to `dtype`: the float types F32, BF16, F16 and F64
+   convert among themselves (to nearest even; F64 to BF16/F16 rounds through
+   F32), integer types read only as themselves. Only those bytes are read from
+   disk, so a rank can load its shard of a big tensor; a shard that is not one
+   flat range is read with one call per contiguous run.
+   `shape` (ndim dims), when not NULL, is the shape the caller expects: a
+   different shape is PAR_ESHAPE ("tensor X has shape [4,6], expected [6,4]");
+   pass NULL to skip the check (ndim is then ignored).
+   When the whole tensor is read and it has a checksum, the bytes are verified:
+   a mismatch is PAR_EIO "checksum mismatch in tensor X" (dst then holds the
+   bad data). Errors: PAR_EINVAL (no tensor `name`, range outside the tensor,
+   impossible conversion, NULL dst with count > 0), PAR_ESHAPE, PAR_EIO (read
+   failure, the file shrank since par_st_open), PAR_ENOMEM. */
+PARALLEL_DEF par_status par_st_read(par_st_file *file, const char *name, int ndim, const int64_t *shape, int64_t first,
+                                    int64_t count, par_dtype dtype, void *dst);
+
+/* Read every tensor that has a checksum and compare (16 MiB at a time).
+   *checked (may be NULL) receives the number of tensors verified, so a caller
+   can tell a file without checksums from a good one. PAR_EIO "checksum mismatch
+   in tensor X" names the first bad tensor in name order. */
+PARALLEL_DEF par_status par_st_verify(par_st_file *file, int *checked);
+
+/* Writer. Tensors are declared with par_st_writer_add, either with a pointer
+   to their bytes (not copied: it must stay valid and unchanged until finish)
+   or with data == NULL and their bytes streamed later with
+   par_st_writer_write. The file lists tensors sorted by name, their data in
+   that order, the header padded with spaces to a multiple of 8 bytes, and the
+   "par.crc32." checksum of every tensor in the metadata. */
+typedef struct par_st_writer par_st_writer;
+
+/* Start a file at `path`: creates the temporary file next to it at once, so
+   an unwritable directory fails here (PAR_EIO naming the temporary file).
+   Nothing is done to `path` itself before par_st_writer_finish. */
+PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **writer);
+
+/* Declare tensor `name` of `dtype` and shape[0..ndim) (ndim 0..PARALLEL_MAX_DIMS;
+   shape may be NULL when ndim is 0). The name is any UTF-8 string except
+   "__metadata__", unique (checked when the layout is fixed: by the first
+   par_st_writer_write or by finish). data: its numel * element size bytes, or
+   NULL to stream them with par_st_writer_write. PAR_EINVAL on a bad argument
+   or once streaming has begun. */
+PARALLEL_DEF par_status par_st_writer_add(par_st_writer *w, const char *name, par_dtype dtype, int ndim,
+                                          const int64_t *shape, const void *data);
+
+/* Set a metadata string (both are copied; setting a key again replaces its
+   value). Keys starting with "par.crc32." are reserved (PAR_EINVAL). */
+PARALLEL_DEF par_status par_st_writer_metadata(par_st_writer *w, const char *key, const char *value);
+
+/* Stream the next `count` elements of tensor `name`, which was added with
+   data == NULL. A tensor's pieces come in order; different tensors may come
+   in any order. The first call fixes the layout and writes the header: no
+   more add or metadata. PAR_EINVAL (unknown name, not a streamed tensor, more
+   elements than it has), PAR_EIO (write failure). A failure that loses the
+   save (write failure, duplicate names) is reported again by every later
+   write and by finish. */
+PARALLEL_DEF par_status par_st_writer_write(par_st_writer *w, const char *name, const void *data, int64_t count);
+
+/* Write the pointer tensors, check every streamed tensor is complete, write
+   the checksums, fsync, rename over `path` (and fsync its directory). Frees
+   the writer on success and on error; on error the temporary file is removed
+   and `path` is untouched. Errors: PAR_EINVAL (duplicate name, incomplete
+   streamed tensor), PAR_EIO (write, sync or rename failure: e.g. `path` is a
+   directory), PAR_ENOMEM. */
+PARALLEL_DEF par_status par_st_writer_finish(par_st_writer *w);
+
+/* Free the writer and remove its temporary file without touching `path`
+   (NULL is ignored). */
+PARALLEL_DEF void par_st_writer_abort(par_st_writer *w);
 
 #ifdef __cplusplus
 }
@@ -8771,20 +8923,78 @@ static par_status par__cpu_attn_dtype(const char *fn, const par_attn_desc *d) {
     return PAR_OK;
 }
 
+/* Attention over several sequences fans out over the pool by batch: each
+   worker runs the single-threaded kernel on its own sequences (in backward a
+   sequence's dK/dV are its own too, so workers never write the same rows). */
+typedef struct par__cpu_attn_job {
+    const par_attn_desc *d;
+    const float *q, *k, *v, *o, *do_;
+    float *out, *lse, *dq, *dk, *dv;
+    int backward, accumulate, parts;
+    par_status st[PAR__CPU_MAX_THREADS];
+} par__cpu_attn_job;
+
+static void par__cpu_attn_task(void *arg, int worker) {
+    par__cpu_attn_job *j = (par__cpu_attn_job *)arg;
+    const par_attn_desc *d = j->d;
+    const int64_t b0 = (int64_t)d->batch * worker / j->parts, b1 = (int64_t)d->batch * (worker + 1) / j->parts;
+    const int64_t qo = b0 * d->q_len * d->q_heads * d->head_dim, ko = b0 * d->k_len * d->kv_heads * d->head_dim;
+    const int64_t lo = b0 * d->q_heads * d->q_len;
+    par_attn_desc sub = *d;
+    j->st[worker] = PAR_OK;
+    if (worker >= j->parts || b0 == b1) return;
+    sub.batch = (int)(b1 - b0);
+    if (j->backward)
+        j->st[worker] = par__cpu_attention_bwd(&sub, j->q + qo, j->k + ko, j->v + ko, j->o + qo, j->lse + lo,
+                                               j->do_ + qo, j->dq + qo, j->dk + ko, j->dv + ko, j->accumulate);
+    else
+        j->st[worker] = par__cpu_attention_fwd(&sub, j->q + qo, j->k + ko, j->v + ko, j->out + qo, j->lse + lo);
+}
+
+/* 1 when the job can fan out (valid arguments, several sequences, threads). */
+static int par__cpu_attn_fan_out(const par__cpu_state *s, const par_attn_desc *d, int pointers_ok) {
+    return s->threads > 1 && pointers_ok && d->batch >= 2 && par__attn_check("attention", d) == PAR_OK &&
+           d->q_len > 0 && d->k_len > 0;
+}
+
+static par_status par__cpu_attn_run(par__cpu_state *s, par__cpu_attn_job *j, const char *fn) {
+    int w;
+    j->parts = s->threads < j->d->batch ? s->threads : j->d->batch;
+    par__cpu_parallel(s, par__cpu_attn_task, j);
+    for (w = 0; w < j->parts; w++)
+        if (j->st[w] != PAR_OK) return par__fail(j->st[w], "%s: a kernel thread failed (%s)", fn, par_status_string(j->st[w]));
+    return PAR_OK;
+}
+
 static par_status par__cpu_t_attention_fwd(void *user, const par_attn_desc *desc, const void *q, const void *k,
                                            const void *v, void *o, float *lse) {
+    par__cpu_state *s = (par__cpu_state *)user;
     par_status st = par__cpu_attn_dtype("attention_fwd", desc);
-    (void)user;
     if (st != PAR_OK) return st;
+    if (par__cpu_attn_fan_out(s, desc, q && k && v && o && lse)) {
+        par__cpu_attn_job j;
+        memset(&j, 0, sizeof j);
+        j.d = desc, j.q = (const float *)q, j.k = (const float *)k, j.v = (const float *)v;
+        j.out = (float *)o, j.lse = lse;
+        return par__cpu_attn_run(s, &j, "attention_fwd");
+    }
     return par__cpu_attention_fwd(desc, (const float *)q, (const float *)k, (const float *)v, (float *)o, lse);
 }
 
 static par_status par__cpu_t_attention_bwd(void *user, const par_attn_desc *desc, const void *q, const void *k,
                                            const void *v, const void *o, const float *lse, const void *do_,
                                            void *dq, void *dk, void *dv, int accumulate) {
+    par__cpu_state *s = (par__cpu_state *)user;
     par_status st = par__cpu_attn_dtype("attention_bwd", desc);
-    (void)user;
     if (st != PAR_OK) return st;
+    if (par__cpu_attn_fan_out(s, desc, q && k && v && o && lse && do_ && dq && dk && dv)) {
+        par__cpu_attn_job j;
+        memset(&j, 0, sizeof j);
+        j.d = desc, j.q = (const float *)q, j.k = (const float *)k, j.v = (const float *)v, j.o = (const float *)o;
+        j.lse = (float *)(uintptr_t)lse, j.do_ = (const float *)do_;
+        j.dq = (float *)dq, j.dk = (float *)dk, j.dv = (float *)dv, j.backward = 1, j.accumulate = accumulate;
+        return par__cpu_attn_run(s, &j, "attention_bwd");
+    }
     return par__cpu_attention_bwd(desc, (const float *)q, (const float *)k, (const float *)v, (const float *)o, lse,
                                   (const float *)do_, (float *)dq, (float *)dk, (float *)dv, accumulate);
 }
@@ -8800,34 +9010,131 @@ static par_status par__cpu_t_attention_merge(void *user, const par_attn_desc *de
 /* ------------------------------------------------------ other kernels */
 
 /* The table entry for kernel X is par__cpu_X without the user pointer. */
+/* ------------------------------------------- row-parallel kernels (the pool) */
+
+/* Kernels whose rows (or elements) are independent run as contiguous ranges,
+   one per kernel thread, each through the single-threaded kernel. A failing
+   range keeps its own sentence (the error text is per thread). Bad arguments
+   never get here: the wrappers fan out only with valid pointers and sizes, so
+   argument errors come from the direct call, on the caller's thread. */
+#define PAR__CPU_FAN_MAX 16
+typedef par_status (*par__cpu_range_fn)(const void *args, int64_t begin, int64_t end);
+
+typedef struct par__cpu_range_job {
+    par__cpu_range_fn fn;
+    const void *args;
+    int64_t n;
+    int parts;
+    par_status st[PAR__CPU_FAN_MAX];
+    char msg[PAR__CPU_FAN_MAX][160];
+} par__cpu_range_job;
+
+static void par__cpu_range_task(void *arg, int worker) {
+    par__cpu_range_job *j = (par__cpu_range_job *)arg;
+    if (worker >= j->parts) return;
+    j->st[worker] = j->fn(j->args, j->n * worker / j->parts, j->n * (worker + 1) / j->parts);
+    if (j->st[worker] != PAR_OK) par__copy_text(j->msg[worker], sizeof j->msg[worker], par_last_error());
+}
+
+/* Run fn over [0, n) in up to `threads` ranges of at least min_chunk. */
+static par_status par__cpu_fan_range(par__cpu_state *s, int64_t n, int64_t min_chunk, par__cpu_range_fn fn,
+                                     const void *args) {
+    par__cpu_range_job j;
+    int64_t parts = n / (min_chunk > 0 ? min_chunk : 1);
+    int w;
+    if (parts > s->threads) parts = s->threads;
+    if (parts > PAR__CPU_FAN_MAX) parts = PAR__CPU_FAN_MAX;
+    if (parts <= 1) return fn(args, 0, n);
+    j.fn = fn, j.args = args, j.n = n, j.parts = (int)parts;
+    par__cpu_parallel(s, par__cpu_range_task, &j);
+    for (w = 0; w < j.parts; w++)
+        if (j.st[w] != PAR_OK) return par__fail(j.st[w], "%s", j.msg[w]);
+    return PAR_OK;
+}
+
+typedef struct par__cpu_rows_args {
+    int64_t dim, heads, head_dim;
+    const float *a, *b, *c;
+    float *x, *y, *z;
+    const int32_t *ids;
+    const int64_t *pos;
+    float f0, f1, f2, f3, f4;
+    int64_t i0;
+} par__cpu_rows_args;
+
+static par_status par__cpu_rmsnorm_range(const void *p, int64_t b, int64_t e) {
+    const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
+    return par__cpu_rmsnorm_fwd(e - b, r->dim, r->a + b * r->dim, r->b, r->f0, r->x + b * r->dim, r->y ? r->y + b : NULL);
+}
+
 static par_status par__cpu_t_rmsnorm_fwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
                                          float eps, float *y, float *rstd) {
-    (void)user;
-    return par__cpu_rmsnorm_fwd(rows, dim, x, w, eps, y, rstd);
+    par__cpu_rows_args r;
+    if (!x || !w || !y || rows <= 0 || dim <= 0) return par__cpu_rmsnorm_fwd(rows, dim, x, w, eps, y, rstd);
+    memset(&r, 0, sizeof r);
+    r.dim = dim, r.a = x, r.b = w, r.f0 = eps, r.x = y, r.y = rstd;
+    return par__cpu_fan_range((par__cpu_state *)user, rows, 32768 / dim + 1, par__cpu_rmsnorm_range, &r);
 }
 static par_status par__cpu_t_rmsnorm_bwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
                                          const float *rstd, const float *dy, float *dx, float *dw) {
     (void)user;
     return par__cpu_rmsnorm_bwd(rows, dim, x, w, rstd, dy, dx, dw);
 }
+static par_status par__cpu_rope_range(const void *p, int64_t b, int64_t e) {
+    const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
+    const int64_t row = r->heads * r->head_dim;
+    return r->f1 > 0 ? par__cpu_rope_fwd(e - b, r->heads, r->head_dim, r->pos + b, r->f0, r->a + b * row, r->x + b * row)
+                     : par__cpu_rope_bwd(e - b, r->heads, r->head_dim, r->pos + b, r->f0, r->a + b * row, r->x + b * row);
+}
+
+static par_status par__cpu_rope_fan(par__cpu_state *s, int64_t tokens, int64_t heads, int64_t head_dim,
+                                    const int64_t *pos, float theta, const float *x, float *y, float direction) {
+    par__cpu_rows_args r;
+    memset(&r, 0, sizeof r);
+    r.heads = heads, r.head_dim = head_dim, r.pos = pos, r.f0 = theta, r.f1 = direction, r.a = x, r.x = y;
+    return par__cpu_fan_range(s, tokens, 32768 / (heads * head_dim) + 1, par__cpu_rope_range, &r);
+}
+
+static int par__cpu_rope_fan_ok(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos, float theta,
+                                const float *x, const float *y) {
+    return tokens > 0 && heads > 0 && head_dim > 0 && head_dim % 2 == 0 && theta > 0.0f && pos && x && y;
+}
+
 static par_status par__cpu_t_rope_fwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
                                       const int64_t *pos, float theta, const float *x, float *y) {
-    (void)user;
-    return par__cpu_rope_fwd(tokens, heads, head_dim, pos, theta, x, y);
+    if (!par__cpu_rope_fan_ok(tokens, heads, head_dim, pos, theta, x, y))
+        return par__cpu_rope_fwd(tokens, heads, head_dim, pos, theta, x, y);
+    return par__cpu_rope_fan((par__cpu_state *)user, tokens, heads, head_dim, pos, theta, x, y, 1.0f);
 }
 static par_status par__cpu_t_rope_bwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
                                       const int64_t *pos, float theta, const float *dy, float *dx) {
-    (void)user;
-    return par__cpu_rope_bwd(tokens, heads, head_dim, pos, theta, dy, dx);
+    if (!par__cpu_rope_fan_ok(tokens, heads, head_dim, pos, theta, dy, dx))
+        return par__cpu_rope_bwd(tokens, heads, head_dim, pos, theta, dy, dx);
+    return par__cpu_rope_fan((par__cpu_state *)user, tokens, heads, head_dim, pos, theta, dy, dx, -1.0f);
+}
+
+static par_status par__cpu_swiglu_fwd_range(const void *p, int64_t b, int64_t e) {
+    const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
+    return par__cpu_swiglu_fwd(e - b, r->a + b, r->b + b, r->x + b);
 }
 static par_status par__cpu_t_swiglu_fwd(void *user, int64_t n, const float *g, const float *u, float *h) {
-    (void)user;
-    return par__cpu_swiglu_fwd(n, g, u, h);
+    par__cpu_rows_args r;
+    if (!g || !u || !h || n <= 0) return par__cpu_swiglu_fwd(n, g, u, h);
+    memset(&r, 0, sizeof r);
+    r.a = g, r.b = u, r.x = h;
+    return par__cpu_fan_range((par__cpu_state *)user, n, 32768, par__cpu_swiglu_fwd_range, &r);
+}
+static par_status par__cpu_swiglu_bwd_range(const void *p, int64_t b, int64_t e) {
+    const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
+    return par__cpu_swiglu_bwd(e - b, r->a + b, r->b + b, r->c + b, r->x + b, r->y + b);
 }
 static par_status par__cpu_t_swiglu_bwd(void *user, int64_t n, const float *g, const float *u, const float *dh,
                                         float *dg, float *du) {
-    (void)user;
-    return par__cpu_swiglu_bwd(n, g, u, dh, dg, du);
+    par__cpu_rows_args r;
+    if (!g || !u || !dh || !dg || !du || n <= 0) return par__cpu_swiglu_bwd(n, g, u, dh, dg, du);
+    memset(&r, 0, sizeof r);
+    r.a = g, r.b = u, r.c = dh, r.x = dg, r.y = du;
+    return par__cpu_fan_range((par__cpu_state *)user, n, 32768, par__cpu_swiglu_bwd_range, &r);
 }
 static par_status par__cpu_t_embedding_fwd(void *user, int64_t n, const int32_t *ids, const float *table,
                                            int64_t rows, int64_t dim, int64_t start, float *out) {
@@ -8839,10 +9146,18 @@ static par_status par__cpu_t_embedding_bwd(void *user, int64_t n, const int32_t 
     (void)user;
     return par__cpu_embedding_bwd(n, ids, dout, rows, dim, start, dtable);
 }
+static par_status par__cpu_xent_range(const void *p, int64_t b, int64_t e) {
+    const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
+    return par__cpu_xent(e - b, r->dim, r->a + b * r->dim, r->ids + b, r->x + b, r->y ? r->y + b * r->dim : NULL, r->f0);
+}
 static par_status par__cpu_t_xent(void *user, int64_t rows, int64_t vocab, const float *logits,
                                   const int32_t *targets, float *loss, float *dlogits, float scale) {
-    (void)user;
-    return par__cpu_xent(rows, vocab, logits, targets, loss, dlogits, scale);
+    par__cpu_rows_args r;
+    if (!logits || !targets || !loss || rows <= 0 || vocab <= 0)
+        return par__cpu_xent(rows, vocab, logits, targets, loss, dlogits, scale);
+    memset(&r, 0, sizeof r);
+    r.dim = vocab, r.a = logits, r.ids = targets, r.x = loss, r.y = dlogits, r.f0 = scale;
+    return par__cpu_fan_range((par__cpu_state *)user, rows, 32768 / vocab + 1, par__cpu_xent_range, &r);
 }
 static par_status par__cpu_t_xent_local_max(void *user, int64_t rows, int64_t v_local, const float *logits,
                                             float *max_out) {
@@ -8870,10 +9185,19 @@ static par_status par__cpu_t_xent_bwd_split(void *user, int64_t rows, int64_t v_
     (void)user;
     return par__cpu_xent_bwd_split(rows, v_local, logits, targets, start, gmax, gsum, scale, dlogits);
 }
+static par_status par__cpu_adamw_range(const void *q, int64_t b, int64_t e) {
+    const par__cpu_rows_args *r = (const par__cpu_rows_args *)q;
+    return par__cpu_adamw(e - b, r->x + b, r->a + b, r->y + b, r->z + b, r->f0, r->f1, r->f2, r->f3, r->f4, r->i0);
+}
 static par_status par__cpu_t_adamw(void *user, int64_t n, float *p, const float *g, float *m, float *v, float lr,
                                    float beta1, float beta2, float eps, float weight_decay, int64_t step) {
-    (void)user;
-    return par__cpu_adamw(n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
+    par__cpu_rows_args r;
+    if (!p || !g || !m || !v || n <= 0 || step < 1)
+        return par__cpu_adamw(n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
+    memset(&r, 0, sizeof r);
+    r.x = p, r.a = g, r.y = m, r.z = v, r.f0 = lr, r.f1 = beta1, r.f2 = beta2, r.f3 = eps, r.f4 = weight_decay;
+    r.i0 = step;
+    return par__cpu_fan_range((par__cpu_state *)user, n, 32768, par__cpu_adamw_range, &r);
 }
 static par_status par__cpu_t_scale(void *user, int64_t n, float alpha, float *x) {
     (void)user;
@@ -9150,6 +9474,1607 @@ PARALLEL_DEF par_status par_execute_plan(par_executor *exec, const par_plan *pla
         src = dst;
     }
     return src == out ? PAR_OK : par__exec_copy2d(exec, out, final_bytes, src, final_bytes, final_bytes, 1);
+}
+
+// >>checkpoint
+
+/* Files go through POSIX descriptors where there are some: lseek/read take a
+   64-bit off_t on every LP64 system, open(O_EXCL) makes a private temporary
+   file, fsync makes the save durable. Elsewhere stdio does the same, except that
+   fseek limits offsets to LONG_MAX and rename cannot replace an existing file
+   atomically on every system. */
+#include <errno.h>
+#if defined(__unix__) || defined(__APPLE__)
+#define PAR__ST_POSIX 1
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#else
+#define PAR__ST_POSIX 0
+#endif
+
+#define PAR__ST_MAX_HEADER 100000000ull  /* the safetensors limit on the JSON header */
+#define PAR__ST_CHUNK ((size_t)16 << 20) /* bytes per read/convert/checksum step */
+#define PAR__ST_IO_MAX ((size_t)1 << 30) /* bytes per read()/write() call */
+#define PAR__ST_CRC_PREFIX "par.crc32."
+#define PAR__ST_CRC_PREFIX_LEN 10
+
+/* ---- CRC-32 (IEEE 802.3, reflected 0xEDB88320, zlib's crc32), 8 bytes a step ---- */
+
+typedef struct par__st_crc_table {
+    uint32_t t[8][256];
+} par__st_crc_table;
+
+static void par__st_crc_init(par__st_crc_table *c) {
+    uint32_t i, k, v;
+    for (i = 0; i < 256; i++) {
+        v = i;
+        for (k = 0; k < 8; k++) v = (v & 1u) ? 0xEDB88320u ^ (v >> 1) : v >> 1;
+        c->t[0][i] = v;
+    }
+    for (i = 0; i < 256; i++)
+        for (k = 1; k < 8; k++) c->t[k][i] = (c->t[k - 1][i] >> 8) ^ c->t[0][c->t[k - 1][i] & 0xffu];
+}
+
+/* `state` starts at 0xFFFFFFFF; the CRC is the final state ^ 0xFFFFFFFF. */
+static uint32_t par__st_crc_update(const par__st_crc_table *c, uint32_t state, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    while (n >= 8) {
+        uint32_t a = state ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t b = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        state = c->t[7][a & 0xffu] ^ c->t[6][(a >> 8) & 0xffu] ^ c->t[5][(a >> 16) & 0xffu] ^ c->t[4][a >> 24] ^
+                c->t[3][b & 0xffu] ^ c->t[2][(b >> 8) & 0xffu] ^ c->t[1][(b >> 16) & 0xffu] ^ c->t[0][b >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) state = c->t[0][(state ^ *p++) & 0xffu] ^ (state >> 8);
+    return state;
+}
+
+/* ---- small helpers ---- */
+
+/* The format stores little-endian bytes and every path here copies them as is. */
+static int par__st_host_is_little_endian(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static char *par__st_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = (char *)PARALLEL_MALLOC(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* "F32" ... as the safetensors header spells them, indexed by par_dtype. */
+static const char *const par__st_dtype_tags[PAR_DTYPE_COUNT] = {"F32", "BF16", "F16", "I32", "I64", "F64"};
+
+static int par__st_is_float(par_dtype d) { return d == PAR_F32 || d == PAR_BF16 || d == PAR_F16 || d == PAR_F64; }
+
+/* "[4,6]" for messages. */
+static void par__st_shape_text(char *buf, size_t size, int ndim, const int64_t *shape) {
+    par__buf b;
+    int i;
+    par__buf_init(&b, buf, size);
+    par__bprintf(&b, "[");
+    for (i = 0; i < ndim; i++) par__bprintf(&b, "%s%lld", i ? "," : "", (long long)shape[i]);
+    par__bprintf(&b, "]");
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), 0 if invalid (overlong forms,
+   surrogates and code points past U+10FFFF are invalid). */
+static int par__st_utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0], lo = 0x80, hi = 0xbf;
+    int n, i;
+    if (c < 0x80) return 1;
+    if (c < 0xc2 || c > 0xf4) return 0;
+    n = c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+    if (end - p < n) return 0;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+    return n;
+}
+
+static int par__st_valid_utf8(const char *s) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+    while (p < end) {
+        int n = par__st_utf8_len(p, end);
+        if (!n) return 0;
+        p += n;
+    }
+    return 1;
+}
+
+/* ---- file access: NULL on success, else a reason for the message ---- */
+
+typedef struct par__st_io {
+#if PAR__ST_POSIX
+    int fd;
+#else
+    FILE *fp;
+#endif
+} par__st_io;
+
+static const char *par__st_io_open_read(par__st_io *io, const char *path, uint64_t *size) {
+#if PAR__ST_POSIX
+    struct stat st;
+    const char *why;
+    io->fd = open(path, O_RDONLY);
+    if (io->fd < 0) return strerror(errno);
+    if (fstat(io->fd, &st) != 0) why = strerror(errno);
+    else if (S_ISDIR(st.st_mode)) why = "it is a directory";
+    else if (!S_ISREG(st.st_mode)) why = "it is not a regular file";
+    else why = NULL;
+    if (why) {
+        close(io->fd);
+        io->fd = -1;
+        return why;
+    }
+    *size = (uint64_t)st.st_size;
+    return NULL;
+#else
+    long n;
+    io->fp = fopen(path, "rb");
+    if (!io->fp) return strerror(errno);
+    if (fseek(io->fp, 0, SEEK_END) != 0 || (n = ftell(io->fp)) < 0) {
+        fclose(io->fp);
+        io->fp = NULL;
+        return "cannot determine its size";
+    }
+    *size = (uint64_t)n;
+    return NULL;
+#endif
+}
+
+/* Read n bytes at `offset`; *got = bytes read (less than n at the end of the file). */
+static const char *par__st_io_read_at(par__st_io *io, uint64_t offset, void *buf, size_t n, size_t *got) {
+    unsigned char *p = (unsigned char *)buf;
+    *got = 0;
+#if PAR__ST_POSIX
+    if (offset > (uint64_t)(sizeof(off_t) >= 8 ? INT64_MAX : INT32_MAX)) return "offset too large for this system";
+    if (lseek(io->fd, (off_t)offset, SEEK_SET) < 0) return strerror(errno);
+    while (*got < n) {
+        size_t want = n - *got < PAR__ST_IO_MAX ? n - *got : PAR__ST_IO_MAX;
+        ssize_t r = read(io->fd, p + *got, want);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return strerror(errno);
+        if (r == 0) break;
+        *got += (size_t)r;
+    }
+    return NULL;
+#else
+    if (offset > (uint64_t)LONG_MAX || fseek(io->fp, (long)offset, SEEK_SET) != 0) return "cannot seek";
+    *got = fread(p, 1, n, io->fp);
+    return ferror(io->fp) ? "read error" : NULL;
+#endif
+}
+
+static void par__st_io_close(par__st_io *io) {
+#if PAR__ST_POSIX
+    if (io->fd >= 0) close(io->fd);
+    io->fd = -1;
+#else
+    if (io->fp) fclose(io->fp);
+    io->fp = NULL;
+#endif
+}
+
+static int par__st_io_is_open(const par__st_io *io) {
+#if PAR__ST_POSIX
+    return io->fd >= 0;
+#else
+    return io->fp != NULL;
+#endif
+}
+
+static void par__st_io_init(par__st_io *io) {
+#if PAR__ST_POSIX
+    io->fd = -1;
+#else
+    io->fp = NULL;
+#endif
+}
+
+/* Create a file that must not exist yet. *exists = 1 when it did. */
+static const char *par__st_io_create(par__st_io *io, const char *path, int *exists) {
+    *exists = 0;
+#if PAR__ST_POSIX
+    io->fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (io->fd >= 0) return NULL;
+    *exists = errno == EEXIST;
+    return strerror(errno);
+#else
+    io->fp = fopen(path, "wbx");
+    if (io->fp) return NULL;
+    *exists = errno == EEXIST;
+    return strerror(errno);
+#endif
+}
+
+static const char *par__st_io_write_at(par__st_io *io, uint64_t offset, const void *buf, size_t n) {
+    const unsigned char *p = (const unsigned char *)buf;
+#if PAR__ST_POSIX
+    if (offset > (uint64_t)(sizeof(off_t) >= 8 ? INT64_MAX : INT32_MAX)) return "offset too large for this system";
+    if (lseek(io->fd, (off_t)offset, SEEK_SET) < 0) return strerror(errno);
+    while (n) {
+        ssize_t r = write(io->fd, p, n < PAR__ST_IO_MAX ? n : PAR__ST_IO_MAX);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r < 0 ? strerror(errno) : "nothing written";
+        p += r;
+        n -= (size_t)r;
+    }
+    return NULL;
+#else
+    if (offset > (uint64_t)LONG_MAX || fseek(io->fp, (long)offset, SEEK_SET) != 0) return "cannot seek";
+    return fwrite(p, 1, n, io->fp) == n ? NULL : "write error";
+#endif
+}
+
+/* Flush to the disk and close (the descriptor is closed even on failure). */
+static const char *par__st_io_sync_close(par__st_io *io) {
+    const char *why = NULL;
+#if PAR__ST_POSIX
+    if (fsync(io->fd) != 0) why = strerror(errno);
+    if (close(io->fd) != 0 && !why) why = strerror(errno);
+    io->fd = -1;
+#else
+    if (fflush(io->fp) != 0) why = "flush failed";
+    if (fclose(io->fp) != 0 && !why) why = "close failed";
+    io->fp = NULL;
+#endif
+    return why;
+}
+
+/* Put `tmp` in place of `path`. */
+static const char *par__st_replace(const char *tmp, const char *path) {
+    if (rename(tmp, path) == 0) return NULL;
+#if PAR__ST_POSIX
+    return strerror(errno);
+#else
+    {
+        /* rename does not replace an existing file everywhere (Windows): move the
+           old file aside, and back if the new one cannot take its place */
+        size_t n = strlen(path) + 5;
+        char *old = (char *)PARALLEL_MALLOC(n);
+        const char *why = NULL;
+        if (!old) return "out of memory";
+        snprintf(old, n, "%s.old", path);
+        remove(old);
+        if (rename(path, old) != 0) why = strerror(errno);
+        else if (rename(tmp, path) != 0) {
+            why = strerror(errno);
+            rename(old, path);
+        } else {
+            remove(old);
+        }
+        PARALLEL_FREE(old);
+        return why;
+    }
+#endif
+}
+
+/* Make the rename itself durable (best effort: not every file system allows it). */
+static void par__st_sync_dir(const char *path) {
+#if PAR__ST_POSIX
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    char *dir = (char *)PARALLEL_MALLOC(n + 2);
+    int fd;
+    if (!dir) return;
+    if (!slash) memcpy(dir, ".", 2);
+    else if (n == 0) memcpy(dir, "/", 2);
+    else {
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    }
+    fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    PARALLEL_FREE(dir);
+#else
+    (void)path;
+#endif
+}
+
+/* ---- the reader ---- */
+
+typedef struct par__st_meta {
+    const char *key, *value;
+} par__st_meta;
+
+struct par_st_file {
+    char *path;
+    par__st_io io;
+    uint64_t data_start, data_size; /* data section: file bytes [data_start, data_start + data_size) */
+    char *strings;                  /* decoded names, metadata keys and values */
+    par_st_tensor *tensors;         /* sorted by name */
+    int count, cap;
+    par__st_meta *meta; /* sorted by key */
+    int meta_count, meta_cap;
+    par__st_crc_table crc;
+};
+
+static PAR__PRINTF(3, 4) par_status par__st_open_fail(const char *path, par_status status, const char *fmt, ...) {
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return par__fail(status, "par_st_open: %.200s: %s", path, what);
+}
+
+/* Recursive-descent reader of the header JSON. Decoded strings go to `out`, which
+   holds as many bytes as the header (a decoded string plus its 0 is never longer
+   than its quoted JSON form). */
+typedef struct par__st_parser {
+    par_st_file *f;
+    const unsigned char *begin, *p, *end;
+    char *out;
+} par__st_parser;
+
+static PAR__PRINTF(2, 3) par_status par__st_syntax(par__st_parser *ps, const char *fmt, ...) {
+    char what[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return par__st_open_fail(ps->f->path, PAR_EPARSE, "header byte %lu: %s", (unsigned long)(ps->p - ps->begin), what);
+}
+
+/* What stands at the cursor, for messages: "'x'", "byte 0x07" or "the end of the header". */
+static const char *par__st_here(const par__st_parser *ps, char *buf, size_t size) {
+    if (ps->p >= ps->end) return "the end of the header";
+    if (*ps->p >= 0x20 && *ps->p < 0x7f) snprintf(buf, size, "'%c'", *ps->p);
+    else snprintf(buf, size, "byte 0x%02x", *ps->p);
+    return buf;
+}
+
+static void par__st_ws(par__st_parser *ps) {
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r')) ps->p++;
+}
+
+/* Skip whitespace, then require character c. */
+static par_status par__st_expect(par__st_parser *ps, char c, const char *context) {
+    char here[16];
+    par__st_ws(ps);
+    if (ps->p < ps->end && *ps->p == (unsigned char)c) {
+        ps->p++;
+        return PAR_OK;
+    }
+    return par__st_syntax(ps, "expected '%c' %s, found %s", c, context, par__st_here(ps, here, sizeof here));
+}
+
+/* After an element of an object or array: 1 if another follows (','), 0 at `close`. */
+static par_status par__st_next(par__st_parser *ps, char close, const char *context, int *more) {
+    char here[16];
+    par__st_ws(ps);
+    if (ps->p < ps->end && (*ps->p == ',' || *ps->p == (unsigned char)close)) {
+        *more = *ps->p++ == ',';
+        return PAR_OK;
+    }
+    return par__st_syntax(ps, "expected ',' or '%c' %s, found %s", close, context, par__st_here(ps, here, sizeof here));
+}
+
+static int par__st_hex4(const unsigned char *p, const unsigned char *end, unsigned *v) {
+    int i;
+    *v = 0;
+    if (end - p < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        unsigned c = p[i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return 0;
+        *v = *v * 16 + d;
+    }
+    return 1;
+}
+
+static char *par__st_put_utf8(char *o, unsigned cp) {
+    if (cp < 0x80) {
+        *o++ = (char)cp;
+    } else if (cp < 0x800) {
+        *o++ = (char)(0xc0 | (cp >> 6));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        *o++ = (char)(0xe0 | (cp >> 12));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else {
+        *o++ = (char)(0xf0 | (cp >> 18));
+        *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    }
+    return o;
+}
+
+/* A \u escape at p (just past the 'u'); a high surrogate takes its low half too. */
+static par_status par__st_unicode_escape(par__st_parser *ps, char **o) {
+    unsigned cp, lo;
+    if (!par__st_hex4(ps->p, ps->end, &cp)) return par__st_syntax(ps, "\\u must be followed by 4 hex digits");
+    ps->p += 4;
+    if (cp >= 0xdc00 && cp < 0xe000) return par__st_syntax(ps, "\\u%04x is a lone low surrogate", cp);
+    if (cp >= 0xd800 && cp < 0xdc00) {
+        if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u' || !par__st_hex4(ps->p + 2, ps->end, &lo) ||
+            lo < 0xdc00 || lo >= 0xe000)
+            return par__st_syntax(ps, "\\u%04x (a high surrogate) is not followed by a \\u low surrogate", cp);
+        ps->p += 6;
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+    }
+    if (cp == 0) return par__st_syntax(ps, "\\u0000 cannot be part of a name, key or value");
+    *o = par__st_put_utf8(*o, cp);
+    return PAR_OK;
+}
+
+/* A JSON string, decoded (UTF-8, 0-terminated) into the parser's output area. */
+static par_status par__st_string(par__st_parser *ps, const char **result, const char *context) {
+    char here[16], *o = ps->out;
+    par_status st;
+    par__st_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '"')
+        return par__st_syntax(ps, "expected a string %s, found %s", context, par__st_here(ps, here, sizeof here));
+    ps->p++;
+    for (;;) {
+        unsigned c;
+        int n;
+        if (ps->p >= ps->end) return par__st_syntax(ps, "unterminated string %s", context);
+        c = *ps->p;
+        if (c == '"') break;
+        if (c < 0x20) return par__st_syntax(ps, "raw control byte 0x%02x in a string %s (JSON escapes it)", c, context);
+        if (c != '\\') {
+            if (!(n = par__st_utf8_len(ps->p, ps->end)))
+                return par__st_syntax(ps, "invalid UTF-8 in a string %s", context);
+            memcpy(o, ps->p, (size_t)n);
+            o += n;
+            ps->p += n;
+            continue;
+        }
+        if (++ps->p >= ps->end) return par__st_syntax(ps, "unterminated string %s", context);
+        c = *ps->p++;
+        switch (c) {
+        case '"':
+        case '\\':
+        case '/': *o++ = (char)c; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u':
+            if ((st = par__st_unicode_escape(ps, &o)) != PAR_OK) return st;
+            break;
+        default:
+            ps->p--;
+            return par__st_syntax(ps, "unknown escape \\%s in a string %s", par__st_here(ps, here, sizeof here),
+                                  context);
+        }
+    }
+    ps->p++; /* the closing quote */
+    *o++ = 0;
+    *result = ps->out;
+    ps->out = o;
+    return PAR_OK;
+}
+
+/* A non-negative JSON integer up to INT64_MAX; NULL, or why it is not one. */
+static const char *par__st_uint(par__st_parser *ps, uint64_t *v) {
+    const unsigned char *p;
+    uint64_t x = 0;
+    par__st_ws(ps);
+    p = ps->p;
+    if (p < ps->end && *p == '-') return "is negative";
+    if (p >= ps->end || *p < '0' || *p > '9') return "is not a number";
+    if (*p == '0' && p + 1 < ps->end && p[1] >= '0' && p[1] <= '9') return "has a leading zero";
+    while (p < ps->end && *p >= '0' && *p <= '9') {
+        uint64_t d = (uint64_t)(*p++ - '0');
+        if (x > ((uint64_t)INT64_MAX - d) / 10) return "is larger than 2^63-1";
+        x = x * 10 + d;
+    }
+    if (p < ps->end && (*p == '.' || *p == 'e' || *p == 'E')) return "is not an integer";
+    ps->p = p;
+    *v = x;
+    return NULL;
+}
+
+/* Skip any JSON value (a tensor's fields this library does not use). */
+static par_status par__st_skip(par__st_parser *ps, int depth) {
+    char here[16];
+    const char *s;
+    int more;
+    par_status st;
+    par__st_ws(ps);
+    if (depth > 64) return par__st_syntax(ps, "values nested more than 64 deep");
+    if (ps->p >= ps->end) return par__st_syntax(ps, "expected a value, found the end of the header");
+    switch (*ps->p) {
+    case '"': return par__st_string(ps, &s, "in an ignored field");
+    case '{':
+        ps->p++;
+        par__st_ws(ps);
+        if (ps->p < ps->end && *ps->p == '}') return ps->p++, PAR_OK;
+        do {
+            if ((st = par__st_string(ps, &s, "as a key")) != PAR_OK ||
+                (st = par__st_expect(ps, ':', "after a key")) != PAR_OK ||
+                (st = par__st_skip(ps, depth + 1)) != PAR_OK ||
+                (st = par__st_next(ps, '}', "in an object", &more)) != PAR_OK)
+                return st;
+        } while (more);
+        return PAR_OK;
+    case '[':
+        ps->p++;
+        par__st_ws(ps);
+        if (ps->p < ps->end && *ps->p == ']') return ps->p++, PAR_OK;
+        do {
+            if ((st = par__st_skip(ps, depth + 1)) != PAR_OK ||
+                (st = par__st_next(ps, ']', "in an array", &more)) != PAR_OK)
+                return st;
+        } while (more);
+        return PAR_OK;
+    default: break;
+    }
+    if ((size_t)(ps->end - ps->p) >= 4 && (!memcmp(ps->p, "true", 4) || !memcmp(ps->p, "null", 4)))
+        return ps->p += 4, PAR_OK;
+    if ((size_t)(ps->end - ps->p) >= 5 && !memcmp(ps->p, "false", 5)) return ps->p += 5, PAR_OK;
+    if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9')) {
+        while (ps->p < ps->end && *ps->p && strchr("+-.eE0123456789", *ps->p)) ps->p++;
+        return PAR_OK;
+    }
+    return par__st_syntax(ps, "expected a value, found %s", par__st_here(ps, here, sizeof here));
+}
+
+/* [n, n, ...] of non-negative integers: at most `max` of them into v. */
+static par_status par__st_uint_array(par__st_parser *ps, const char *name, const char *field, int max, uint64_t *v,
+                                     int *n) {
+    const char *why;
+    int more;
+    par_status st;
+    char context[160];
+    snprintf(context, sizeof context, "for tensor \"%.100s\" %s", name, field);
+    if ((st = par__st_expect(ps, '[', context)) != PAR_OK) return st;
+    *n = 0;
+    par__st_ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') return ps->p++, PAR_OK;
+    do {
+        uint64_t x;
+        if ((why = par__st_uint(ps, &x)) != NULL)
+            return par__st_syntax(ps, "tensor \"%.100s\" %s entry %d %s", name, field, *n, why);
+        if (*n == max) {
+            if (max == PARALLEL_MAX_DIMS) /* a shape */
+                return par__st_open_fail(ps->f->path, PAR_EUNSUPPORTED,
+                                         "tensor \"%.100s\" has more than %d dims (PARALLEL_MAX_DIMS)", name, max);
+            return par__st_syntax(ps, "tensor \"%.100s\" %s has more than %d entries", name, field, max);
+        }
+        v[(*n)++] = x;
+        if ((st = par__st_next(ps, ']', context, &more)) != PAR_OK) return st;
+    } while (more);
+    return PAR_OK;
+}
+
+static par_status par__st_dtype(par__st_parser *ps, const char *name, const char *tag, par_dtype *dtype) {
+    static const char *const other[] = {"BOOL",    "U8",      "I8",      "U16", "I16",     "U32",     "U64",
+                                        "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+    size_t i;
+    for (i = 0; i < PAR_DTYPE_COUNT; i++) {
+        if (strcmp(tag, par__st_dtype_tags[i]) == 0) {
+            *dtype = (par_dtype)i;
+            return PAR_OK;
+        }
+    }
+    for (i = 0; i < sizeof other / sizeof other[0]; i++)
+        if (strcmp(tag, other[i]) == 0)
+            return par__st_open_fail(ps->f->path, PAR_EUNSUPPORTED,
+                                     "tensor \"%.100s\" has dtype %s, which parallel.h does not read "
+                                     "(F32, BF16, F16, F64, I32, I64)",
+                                     name, tag);
+    return par__st_open_fail(ps->f->path, PAR_EPARSE,
+                             "tensor \"%.100s\" has unknown dtype \"%.40s\" (expected F32, BF16, F16, F64, I32 or I64)",
+                             name, tag);
+}
+
+/* numel and bytes from the shape, and their agreement with data_offsets. */
+static par_status par__st_check_size(par__st_parser *ps, par_st_tensor *t, uint64_t begin, uint64_t end) {
+    uint64_t elem = par_dtype_size(t->dtype);
+    char shape[200];
+    int i;
+    t->numel = 1;
+    par__st_shape_text(shape, sizeof shape, t->ndim, t->shape);
+    for (i = 0; i < t->ndim; i++) {
+        if (t->shape[i] && t->numel > INT64_MAX / t->shape[i])
+            return par__st_open_fail(ps->f->path, PAR_EPARSE, "tensor \"%.100s\" shape %s has more than 2^63 elements",
+                                     t->name, shape);
+        t->numel *= t->shape[i];
+    }
+    if ((uint64_t)t->numel > (uint64_t)INT64_MAX / elem)
+        return par__st_open_fail(ps->f->path, PAR_EPARSE, "tensor \"%.100s\" shape %s has more than 2^63 bytes",
+                                 t->name, shape);
+    if (begin > end)
+        return par__st_open_fail(ps->f->path, PAR_EPARSE,
+                                 "tensor \"%.100s\" has data_offsets [%llu,%llu], which end before they begin", t->name,
+                                 (unsigned long long)begin, (unsigned long long)end);
+    t->offset = begin;
+    t->nbytes = (uint64_t)t->numel * elem;
+    if (end - begin != t->nbytes)
+        return par__st_open_fail(
+            ps->f->path, PAR_EPARSE,
+            "tensor \"%.100s\" has shape %s of %s (%llu bytes) but data_offsets [%llu,%llu] span %llu bytes", t->name,
+            shape, par__st_dtype_tags[t->dtype], (unsigned long long)t->nbytes, (unsigned long long)begin,
+            (unsigned long long)end, (unsigned long long)(end - begin));
+    return PAR_OK;
+}
+
+static par_status par__st_push_tensor(par_st_file *f, const par_st_tensor *t) {
+    if (f->count == f->cap) {
+        int cap = f->cap ? f->cap * 2 : 64;
+        par_st_tensor *p = (par_st_tensor *)PARALLEL_REALLOC(f->tensors, (size_t)cap * sizeof *p);
+        if (!p) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for %d tensors", cap);
+        f->tensors = p;
+        f->cap = cap;
+    }
+    f->tensors[f->count++] = *t;
+    return PAR_OK;
+}
+
+static par_status par__st_push_meta(par_st_file *f, const char *key, const char *value) {
+    if (f->meta_count == f->meta_cap) {
+        int cap = f->meta_cap ? f->meta_cap * 2 : 64;
+        par__st_meta *p = (par__st_meta *)PARALLEL_REALLOC(f->meta, (size_t)cap * sizeof *p);
+        if (!p) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for %d metadata entries", cap);
+        f->meta = p;
+        f->meta_cap = cap;
+    }
+    f->meta[f->meta_count].key = key;
+    f->meta[f->meta_count++].value = value;
+    return PAR_OK;
+}
+
+/* One tensor entry: {"dtype": ..., "shape": [...], "data_offsets": [b, e]} (other fields ignored). */
+static par_status par__st_tensor_entry(par__st_parser *ps, const char *name) {
+    par_st_tensor t;
+    uint64_t dims[PARALLEL_MAX_DIMS], offsets[2] = {0, 0};
+    int have_dtype = 0, have_shape = 0, have_offsets = 0, *have, n, i, more;
+    const char *key, *tag;
+    char context[160];
+    par_status st;
+    memset(&t, 0, sizeof t);
+    t.name = name;
+    snprintf(context, sizeof context, "for tensor \"%.100s\"", name);
+    par__st_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '{')
+        return par__st_syntax(ps, "tensor \"%.100s\" is not an object with dtype, shape and data_offsets", name);
+    ps->p++;
+    par__st_ws(ps);
+    more = !(ps->p < ps->end && *ps->p == '}');
+    if (!more) ps->p++;
+    while (more) {
+        if ((st = par__st_string(ps, &key, context)) != PAR_OK) return st;
+        if ((st = par__st_expect(ps, ':', context)) != PAR_OK) return st;
+        have = strcmp(key, "dtype") == 0          ? &have_dtype
+               : strcmp(key, "shape") == 0        ? &have_shape
+               : strcmp(key, "data_offsets") == 0 ? &have_offsets
+                                                  : NULL;
+        if (have && (*have)++) return par__st_syntax(ps, "tensor \"%.100s\" has \"%s\" twice", name, key);
+        if (have == &have_dtype) {
+            if ((st = par__st_string(ps, &tag, context)) != PAR_OK) return st;
+            if ((st = par__st_dtype(ps, name, tag, &t.dtype)) != PAR_OK) return st;
+        } else if (have == &have_shape) {
+            if ((st = par__st_uint_array(ps, name, "shape", PARALLEL_MAX_DIMS, dims, &t.ndim)) != PAR_OK) return st;
+            for (i = 0; i < t.ndim; i++) t.shape[i] = (int64_t)dims[i];
+        } else if (have == &have_offsets) {
+            if ((st = par__st_uint_array(ps, name, "data_offsets", 2, offsets, &n)) != PAR_OK) return st;
+            if (n != 2) return par__st_syntax(ps, "tensor \"%.100s\" data_offsets has %d entries, not 2", name, n);
+        } else if ((st = par__st_skip(ps, 1)) != PAR_OK) { /* a field this library does not use */
+            return st;
+        }
+        if ((st = par__st_next(ps, '}', context, &more)) != PAR_OK) return st;
+    }
+    if (!have_dtype || !have_shape || !have_offsets)
+        return par__st_open_fail(ps->f->path, PAR_EPARSE, "tensor \"%.100s\" has no \"%s\"", name,
+                                 !have_dtype   ? "dtype"
+                                 : !have_shape ? "shape"
+                                               : "data_offsets");
+    if ((st = par__st_check_size(ps, &t, offsets[0], offsets[1])) != PAR_OK) return st;
+    return par__st_push_tensor(ps->f, &t);
+}
+
+/* "__metadata__": {"key": "value", ...} or null. */
+static par_status par__st_metadata_entry(par__st_parser *ps) {
+    const char *key, *value;
+    char here[16];
+    int more;
+    par_status st;
+    par__st_ws(ps);
+    if ((size_t)(ps->end - ps->p) >= 4 && !memcmp(ps->p, "null", 4)) return ps->p += 4, PAR_OK;
+    if (ps->p >= ps->end || *ps->p != '{')
+        return par__st_syntax(ps, "__metadata__ must be an object of strings, found %s",
+                              par__st_here(ps, here, sizeof here));
+    ps->p++;
+    par__st_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') return ps->p++, PAR_OK;
+    do {
+        if ((st = par__st_string(ps, &key, "as a __metadata__ key")) != PAR_OK) return st;
+        if ((st = par__st_expect(ps, ':', "after a __metadata__ key")) != PAR_OK) return st;
+        par__st_ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"')
+            return par__st_syntax(
+                ps, "__metadata__ value of \"%.100s\" is %s, not a string (safetensors metadata values are strings)",
+                key, par__st_here(ps, here, sizeof here));
+        if ((st = par__st_string(ps, &value, "as a __metadata__ value")) != PAR_OK) return st;
+        if ((st = par__st_push_meta(ps->f, key, value)) != PAR_OK) return st;
+        if ((st = par__st_next(ps, '}', "in __metadata__", &more)) != PAR_OK) return st;
+    } while (more);
+    return PAR_OK;
+}
+
+static par_status par__st_parse_header(par__st_parser *ps) {
+    const char *key;
+    char here[16];
+    int more, seen_meta = 0;
+    par_status st;
+    par__st_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '{')
+        return par__st_syntax(ps, "expected '{' (the header is not a JSON object), found %s",
+                              par__st_here(ps, here, sizeof here));
+    ps->p++;
+    par__st_ws(ps);
+    more = !(ps->p < ps->end && *ps->p == '}');
+    if (!more) ps->p++;
+    while (more) {
+        if ((st = par__st_string(ps, &key, "as a tensor name")) != PAR_OK) return st;
+        if ((st = par__st_expect(ps, ':', "after a tensor name")) != PAR_OK) return st;
+        if (strcmp(key, "__metadata__") == 0) {
+            if (seen_meta++) return par__st_syntax(ps, "__metadata__ appears twice");
+            st = par__st_metadata_entry(ps);
+        } else {
+            st = par__st_tensor_entry(ps, key);
+        }
+        if (st != PAR_OK) return st;
+        if ((st = par__st_next(ps, '}', "in the header object", &more)) != PAR_OK) return st;
+    }
+    par__st_ws(ps);
+    if (ps->p < ps->end)
+        return par__st_syntax(ps, "%s after the header's JSON object (only space padding may follow)",
+                              par__st_here(ps, here, sizeof here));
+    return PAR_OK;
+}
+
+static int par__st_cmp_tensor_name(const void *a, const void *b) {
+    return strcmp(((const par_st_tensor *)a)->name, ((const par_st_tensor *)b)->name);
+}
+
+static int par__st_cmp_meta_key(const void *a, const void *b) {
+    return strcmp(((const par__st_meta *)a)->key, ((const par__st_meta *)b)->key);
+}
+
+static int par__st_cmp_tensor_offset(const void *a, const void *b) {
+    const par_st_tensor *x = *(const par_st_tensor *const *)a, *y = *(const par_st_tensor *const *)b;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The tensors must tile the data section: sorted by offset, each begins where the
+   previous ended, the last ends at its end. */
+static par_status par__st_check_coverage(par_st_file *f) {
+    const par_st_tensor **order, *prev = NULL;
+    uint64_t cursor = 0;
+    par_status st = PAR_OK;
+    int i;
+    if (!f->count) {
+        if (f->data_size)
+            return par__st_open_fail(f->path, PAR_EPARSE, "%llu bytes of data follow a header without tensors",
+                                     (unsigned long long)f->data_size);
+        return PAR_OK;
+    }
+    order = (const par_st_tensor **)PARALLEL_MALLOC((size_t)f->count * sizeof *order);
+    if (!order) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory");
+    for (i = 0; i < f->count; i++) order[i] = &f->tensors[i];
+    qsort((void *)order, (size_t)f->count, sizeof *order, par__st_cmp_tensor_offset);
+    for (i = 0; i < f->count && st == PAR_OK; i++) {
+        const par_st_tensor *t = order[i];
+        if (t->offset < cursor)
+            st = par__st_open_fail(
+                f->path, PAR_EPARSE,
+                "tensor \"%.100s\" (bytes [%llu,%llu)) overlaps tensor \"%.100s\" (bytes [%llu,%llu))", t->name,
+                (unsigned long long)t->offset, (unsigned long long)(t->offset + t->nbytes), prev->name,
+                (unsigned long long)prev->offset, (unsigned long long)(prev->offset + prev->nbytes));
+        else if (t->offset > cursor)
+            st = par__st_open_fail(f->path, PAR_EPARSE,
+                                   "%llu unused bytes before tensor \"%.100s\" at data offset %llu (tensors must cover "
+                                   "the data section without gaps)",
+                                   (unsigned long long)(t->offset - cursor), t->name, (unsigned long long)t->offset);
+        else if (t->offset + t->nbytes > f->data_size)
+            st = par__st_open_fail(
+                f->path, PAR_EIO,
+                "tensor \"%.100s\" ends at data byte %llu but the data section has only %llu bytes (truncated file?)",
+                t->name, (unsigned long long)(t->offset + t->nbytes), (unsigned long long)f->data_size);
+        cursor = t->offset + t->nbytes;
+        prev = t;
+    }
+    PARALLEL_FREE((void *)order);
+    if (st == PAR_OK && cursor < f->data_size)
+        st = par__st_open_fail(f->path, PAR_EPARSE,
+                               "%llu bytes of data after the last tensor (tensors must cover the data section exactly)",
+                               (unsigned long long)(f->data_size - cursor));
+    return st;
+}
+
+/* Sort, reject duplicates, attach "par.crc32.<name>" checksums to their tensors. */
+static par_status par__st_index(par_st_file *f) {
+    int i, k;
+    if (f->count) qsort(f->tensors, (size_t)f->count, sizeof *f->tensors, par__st_cmp_tensor_name);
+    if (f->meta_count) qsort(f->meta, (size_t)f->meta_count, sizeof *f->meta, par__st_cmp_meta_key);
+    for (i = 1; i < f->count; i++)
+        if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0)
+            return par__st_open_fail(f->path, PAR_EPARSE, "tensor \"%.100s\" appears twice", f->tensors[i].name);
+    for (i = 1; i < f->meta_count; i++)
+        if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0)
+            return par__st_open_fail(f->path, PAR_EPARSE, "__metadata__ key \"%.100s\" appears twice", f->meta[i].key);
+    for (i = 0; i < f->meta_count; i++) {
+        const char *key = f->meta[i].key, *v = f->meta[i].value;
+        par_st_tensor *t;
+        uint32_t crc = 0;
+        if (strncmp(key, PAR__ST_CRC_PREFIX, PAR__ST_CRC_PREFIX_LEN) != 0) continue;
+        for (k = 0; k < 8; k++) {
+            unsigned c = (unsigned char)v[k], d;
+            if (c >= '0' && c <= '9') d = c - '0';
+            else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+            else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+            else break;
+            crc = crc << 4 | d;
+        }
+        if (k < 8 || v[8])
+            return par__st_open_fail(f->path, PAR_EPARSE,
+                                     "__metadata__ \"%.100s\" is \"%.40s\", not 8 hex digits (a CRC-32)", key, v);
+        t = (par_st_tensor *)par_st_find(f, key + PAR__ST_CRC_PREFIX_LEN);
+        if (t) { /* a checksum for a tensor the file lacks is ignored */
+            t->has_checksum = 1;
+            t->checksum = crc;
+        }
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF void par_st_close(par_st_file *file) {
+    if (!file) return;
+    par__st_io_close(&file->io);
+    PARALLEL_FREE(file->path);
+    PARALLEL_FREE(file->strings);
+    PARALLEL_FREE(file->tensors);
+    PARALLEL_FREE(file->meta);
+    PARALLEL_FREE(file);
+}
+
+/* Read the length field and the header, parse and validate. */
+static par_status par__st_load(par_st_file *f, uint64_t size) {
+    unsigned char len8[8], *header;
+    uint64_t hlen = 0;
+    size_t got;
+    const char *why;
+    par__st_parser ps;
+    par_status st;
+    int i;
+    if (size == 0)
+        return par__st_open_fail(f->path, PAR_EIO,
+                                 "the file is empty (a safetensors file starts with an 8-byte header length)");
+    if (size < 8)
+        return par__st_open_fail(f->path, PAR_EIO, "the file has %llu bytes, fewer than the 8-byte header length",
+                                 (unsigned long long)size);
+    if ((why = par__st_io_read_at(&f->io, 0, len8, 8, &got)) != NULL || got != 8)
+        return par__st_open_fail(f->path, PAR_EIO, "cannot read the header length (%s)", why ? why : "short read");
+    for (i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+    if (hlen == 0)
+        return par__st_open_fail(f->path, PAR_EPARSE, "the header length is 0 (the header must be a JSON object)");
+    if (hlen > PAR__ST_MAX_HEADER)
+        return par__st_open_fail(f->path, PAR_EPARSE,
+                                 "the header length %llu exceeds the %llu-byte limit (not a safetensors file?)",
+                                 (unsigned long long)hlen, PAR__ST_MAX_HEADER);
+    if (hlen > size - 8)
+        return par__st_open_fail(f->path, PAR_EIO,
+                                 "the header length says %llu bytes but only %llu follow (truncated file?)",
+                                 (unsigned long long)hlen, (unsigned long long)(size - 8));
+    f->data_start = 8 + hlen;
+    f->data_size = size - f->data_start;
+    header = (unsigned char *)PARALLEL_MALLOC((size_t)hlen);
+    f->strings = (char *)PARALLEL_MALLOC((size_t)hlen + 1);
+    if (!header || !f->strings) {
+        PARALLEL_FREE(header);
+        return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)hlen);
+    }
+    if ((why = par__st_io_read_at(&f->io, 8, header, (size_t)hlen, &got)) != NULL || got != hlen) {
+        PARALLEL_FREE(header);
+        return par__st_open_fail(f->path, PAR_EIO, "cannot read the header (%s)", why ? why : "short read");
+    }
+    ps.f = f;
+    ps.begin = ps.p = header;
+    ps.end = header + hlen;
+    ps.out = f->strings;
+    st = par__st_parse_header(&ps);
+    PARALLEL_FREE(header);
+    if (st != PAR_OK) return st;
+    if ((st = par__st_index(f)) != PAR_OK) return st;
+    return par__st_check_coverage(f);
+}
+
+PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
+    par_st_file *f;
+    uint64_t size = 0;
+    const char *why;
+    par_status st;
+    if (file) *file = NULL;
+    if (!path || !file) return par__fail(PAR_EINVAL, "par_st_open: NULL argument");
+    if (!par__st_host_is_little_endian())
+        return par__fail(PAR_EUNSUPPORTED, "par_st_open: %.200s: big-endian hosts are not supported", path);
+    f = (par_st_file *)PARALLEL_MALLOC(sizeof *f);
+    if (!f) return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
+    memset(f, 0, sizeof *f);
+    par__st_io_init(&f->io);
+    if (!(f->path = par__st_strdup(path))) {
+        PARALLEL_FREE(f);
+        return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
+    }
+    par__st_crc_init(&f->crc);
+    if ((why = par__st_io_open_read(&f->io, path, &size)) != NULL) {
+        st = par__st_open_fail(path, PAR_EIO, "cannot open (%s)", why);
+    } else {
+        st = par__st_load(f, size);
+    }
+    if (st != PAR_OK) {
+        par_st_close(f);
+        return st;
+    }
+    *file = f;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_st_count(const par_st_file *file) { return file ? file->count : 0; }
+
+PARALLEL_DEF const par_st_tensor *par_st_tensor_at(const par_st_file *file, int index) {
+    return file && index >= 0 && index < file->count ? &file->tensors[index] : NULL;
+}
+
+PARALLEL_DEF const par_st_tensor *par_st_find(const par_st_file *file, const char *name) {
+    int lo = 0, hi;
+    if (!file || !name) return NULL;
+    hi = file->count;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(file->tensors[mid].name, name);
+        if (c == 0) return &file->tensors[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+PARALLEL_DEF const char *par_st_metadata(const par_st_file *file, const char *key) {
+    int lo = 0, hi;
+    if (!file || !key) return NULL;
+    hi = file->meta_count;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(file->meta[mid].key, key);
+        if (c == 0) return file->meta[mid].value;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+PARALLEL_DEF int par_st_metadata_count(const par_st_file *file) { return file ? file->meta_count : 0; }
+
+PARALLEL_DEF par_status par_st_metadata_at(const par_st_file *file, int index, const char **key, const char **value) {
+    if (!file || !key || !value) return par__fail(PAR_EINVAL, "par_st_metadata_at: NULL argument");
+    if (index < 0 || index >= file->meta_count)
+        return par__fail(PAR_EINVAL, "par_st_metadata_at: index %d is outside the %d metadata entries", index,
+                         file->meta_count);
+    *key = file->meta[index].key;
+    *value = file->meta[index].value;
+    return PAR_OK;
+}
+
+/* Convert n elements between float dtypes (to nearest even; via f32 for 16-bit targets). */
+static void par__st_convert(void *dst, par_dtype to, const void *src, par_dtype from, size_t n) {
+    const unsigned char *s = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)dst;
+    size_t i, se = par_dtype_size(from), de = par_dtype_size(to);
+    if (to == PAR_F32 && from == PAR_BF16) { /* the common load: 16-bit weights into f32 */
+        for (i = 0; i < n; i++) {
+            uint16_t h;
+            uint32_t u;
+            memcpy(&h, s + 2 * i, 2);
+            u = (uint32_t)h << 16;
+            memcpy(d + 4 * i, &u, 4);
+        }
+        return;
+    }
+    if (to == PAR_F32 && from == PAR_F16) {
+        for (i = 0; i < n; i++) {
+            uint16_t h;
+            float f;
+            memcpy(&h, s + 2 * i, 2);
+            f = par__f16_to_f32(h);
+            memcpy(d + 4 * i, &f, 4);
+        }
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        double v = 0;
+        float f;
+        uint16_t h;
+        switch (from) {
+        case PAR_F32:
+            memcpy(&f, s + i * se, 4);
+            v = f;
+            break;
+        case PAR_F64: memcpy(&v, s + i * se, 8); break;
+        case PAR_BF16:
+            memcpy(&h, s + i * se, 2);
+            v = par__bf16_to_f32(h);
+            break;
+        case PAR_F16:
+            memcpy(&h, s + i * se, 2);
+            v = par__f16_to_f32(h);
+            break;
+        default: break;
+        }
+        switch (to) {
+        case PAR_F32:
+            f = (float)v;
+            memcpy(d + i * de, &f, 4);
+            break;
+        case PAR_F64: memcpy(d + i * de, &v, 8); break;
+        case PAR_BF16:
+            h = par__f32_to_bf16((float)v);
+            memcpy(d + i * de, &h, 2);
+            break;
+        case PAR_F16:
+            h = par__f32_to_f16((float)v);
+            memcpy(d + i * de, &h, 2);
+            break;
+        default: break;
+        }
+    }
+}
+
+/* Read raw bytes at a data-section offset; a short read means the file shrank. */
+static par_status par__st_read_raw(par_st_file *f, const char *fn, const par_st_tensor *t, uint64_t offset, void *buf,
+                                   size_t n) {
+    size_t got;
+    const char *why = par__st_io_read_at(&f->io, f->data_start + offset, buf, n, &got);
+    if (why) return par__fail(PAR_EIO, "%s: %.200s: cannot read tensor \"%.100s\" (%s)", fn, f->path, t->name, why);
+    if (got != n)
+        return par__fail(PAR_EIO, "%s: %.200s: the file ends inside tensor \"%.100s\" (truncated after opening?)", fn,
+                         f->path, t->name);
+    return PAR_OK;
+}
+
+static par_status par__st_checksum_mismatch(const char *fn, const par_st_file *f, const par_st_tensor *t,
+                                            uint32_t got) {
+    return par__fail(PAR_EIO,
+                     "%s: %.200s: checksum mismatch in tensor \"%.100s\" (the file says %08lx, the data has %08lx)", fn,
+                     f->path, t->name, (unsigned long)t->checksum, (unsigned long)got);
+}
+
+PARALLEL_DEF par_status par_st_read(par_st_file *file, const char *name, int ndim, const int64_t *shape, int64_t first,
+                                    int64_t count, par_dtype dtype, void *dst) {
+    const par_st_tensor *t;
+    size_t se, de, bytes;
+    uint32_t crc = 0xffffffffu;
+    int whole, i;
+    par_status st;
+    if (!file || !name) return par__fail(PAR_EINVAL, "par_st_read: NULL argument");
+    if (!(t = par_st_find(file, name)))
+        return par__fail(PAR_EINVAL, "par_st_read: %.200s: no tensor \"%.100s\" in the file", file->path, name);
+    if (shape) {
+        int same = ndim == t->ndim;
+        for (i = 0; same && i < ndim; i++) same = shape[i] == t->shape[i];
+        if (!same) {
+            char have[200], want[200];
+            par__st_shape_text(have, sizeof have, t->ndim, t->shape);
+            if (ndim < 0 || ndim > PARALLEL_MAX_DIMS) snprintf(want, sizeof want, "%d dims", ndim);
+            else par__st_shape_text(want, sizeof want, ndim, shape);
+            return par__fail(PAR_ESHAPE, "par_st_read: %.200s: tensor \"%.100s\" has shape %s, expected %s", file->path,
+                             name, have, want);
+        }
+    }
+    if ((unsigned)dtype >= PAR_DTYPE_COUNT) return par__fail(PAR_EINVAL, "par_st_read: unknown dtype %d", (int)dtype);
+    if (dtype != t->dtype && !(par__st_is_float(dtype) && par__st_is_float(t->dtype)))
+        return par__fail(PAR_EINVAL,
+                         "par_st_read: %.200s: tensor \"%.100s\" is %s and cannot be read as %s (integer tensors read "
+                         "only as themselves)",
+                         file->path, name, par_dtype_name(t->dtype), par_dtype_name(dtype));
+    if (first < 0 || count < 0 || first > t->numel || count > t->numel - first)
+        return par__fail(
+            PAR_EINVAL,
+            "par_st_read: %.200s: elements [%lld, %lld + %lld) are outside tensor \"%.100s\" (%lld elements)",
+            file->path, (long long)first, (long long)first, (long long)count, name, (long long)t->numel);
+    if (count == 0) return PAR_OK;
+    if (!dst) return par__fail(PAR_EINVAL, "par_st_read: NULL dst");
+    se = par_dtype_size(t->dtype);
+    de = par_dtype_size(dtype);
+    if ((uint64_t)count > (uint64_t)SIZE_MAX / (se > de ? se : de))
+        return par__fail(PAR_EINVAL, "par_st_read: %.200s: %lld elements do not fit in memory on this system",
+                         file->path, (long long)count);
+    bytes = (size_t)count * se;
+    whole = t->has_checksum && first == 0 && count == t->numel;
+    if (dtype == t->dtype) {
+        if ((st = par__st_read_raw(file, "par_st_read", t, t->offset + (uint64_t)first * se, dst, bytes)) != PAR_OK)
+            return st;
+        if (whole) crc = par__st_crc_update(&file->crc, crc, dst, bytes);
+    } else {
+        size_t per = PAR__ST_CHUNK / se, done = 0, n;
+        unsigned char *tmp = (unsigned char *)PARALLEL_MALLOC((size_t)count < per ? bytes : per * se);
+        if (!tmp) return par__fail(PAR_ENOMEM, "par_st_read: out of memory for a conversion buffer");
+        for (done = 0; done < (size_t)count; done += n) {
+            n = (size_t)count - done < per ? (size_t)count - done : per;
+            st = par__st_read_raw(file, "par_st_read", t, t->offset + ((uint64_t)first + done) * se, tmp, n * se);
+            if (st != PAR_OK) {
+                PARALLEL_FREE(tmp);
+                return st;
+            }
+            if (whole) crc = par__st_crc_update(&file->crc, crc, tmp, n * se);
+            par__st_convert((unsigned char *)dst + done * de, dtype, tmp, t->dtype, n);
+        }
+        PARALLEL_FREE(tmp);
+    }
+    if (whole && (crc ^ 0xffffffffu) != t->checksum)
+        return par__st_checksum_mismatch("par_st_read", file, t, crc ^ 0xffffffffu);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_verify(par_st_file *file, int *checked) {
+    unsigned char *buf;
+    par_status st = PAR_OK;
+    int i, n = 0;
+    if (checked) *checked = 0;
+    if (!file) return par__fail(PAR_EINVAL, "par_st_verify: NULL argument");
+    buf = (unsigned char *)PARALLEL_MALLOC(PAR__ST_CHUNK);
+    if (!buf) return par__fail(PAR_ENOMEM, "par_st_verify: out of memory");
+    for (i = 0; i < file->count && st == PAR_OK; i++) {
+        const par_st_tensor *t = &file->tensors[i];
+        uint32_t crc = 0xffffffffu;
+        uint64_t done = 0;
+        if (!t->has_checksum) continue;
+        while (done < t->nbytes && st == PAR_OK) {
+            size_t step = t->nbytes - done < PAR__ST_CHUNK ? (size_t)(t->nbytes - done) : PAR__ST_CHUNK;
+            st = par__st_read_raw(file, "par_st_verify", t, t->offset + done, buf, step);
+            crc = par__st_crc_update(&file->crc, crc, buf, step);
+            done += step;
+        }
+        if (st == PAR_OK && (crc ^ 0xffffffffu) != t->checksum)
+            st = par__st_checksum_mismatch("par_st_verify", file, t, crc ^ 0xffffffffu);
+        n += st == PAR_OK;
+    }
+    PARALLEL_FREE(buf);
+    if (checked) *checked = n;
+    return st;
+}
+
+/* ---- the writer ---- */
+
+typedef struct par__st_wtensor {
+    char *name;
+    par_dtype dtype;
+    int ndim;
+    int64_t shape[PARALLEL_MAX_DIMS];
+    uint64_t nbytes, offset; /* offset: in the data section, set when the header is made */
+    const void *data;        /* NULL: streamed with par_st_writer_write */
+    uint64_t written;        /* bytes streamed so far */
+    uint32_t crc;            /* running CRC state */
+    size_t crc_at;           /* where its 8 hex digits sit in the header text */
+} par__st_wtensor;
+
+typedef struct par__st_kv {
+    char *key, *value;
+} par__st_kv;
+
+/* A growing text buffer; `failed` latches an allocation failure. */
+typedef struct par__st_text {
+    char *p;
+    size_t len, cap;
+    int failed;
+} par__st_text;
+
+struct par_st_writer {
+    char *path, *tmp;
+    par__st_io io;
+    par__st_wtensor *t;
+    int count, cap;
+    par__st_kv *meta;
+    int meta_count, meta_cap;
+    int begun;            /* layout fixed, header written: no more add/metadata */
+    par_status broken;    /* a failure that lost the save: every later call reports it */
+    char broken_why[300]; /* ...with this sentence */
+    par__st_text header;  /* JSON with padding (checksum digits patched at finish) */
+    uint64_t data_start;
+    par__st_crc_table crc;
+};
+
+static void par__st_text_add(par__st_text *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        char *p;
+        while (cap < b->len + n + 1) cap *= 2;
+        if (!(p = (char *)PARALLEL_REALLOC(b->p, cap))) {
+            b->failed = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void par__st_text_str(par__st_text *b, const char *s) { par__st_text_add(b, s, strlen(s)); }
+
+static void par__st_text_u64(par__st_text *b, uint64_t v) {
+    char s[24];
+    snprintf(s, sizeof s, "%llu", (unsigned long long)v);
+    par__st_text_str(b, s);
+}
+
+/* The JSON string of prefix (plain ASCII) + s: quotes, backslashes and control
+   bytes escaped; UTF-8 as is. */
+static void par__st_text_json(par__st_text *b, const char *prefix, const char *s) {
+    par__st_text_add(b, "\"", 1);
+    par__st_text_str(b, prefix);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            par__st_text_add(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            par__st_text_add(b, esc, 6);
+        } else {
+            par__st_text_add(b, s, 1);
+        }
+    }
+    par__st_text_add(b, "\"", 1);
+}
+
+/* Remember a failure that makes the save impossible, and return it. */
+static par_status par__st_writer_break(par_st_writer *w, par_status st) {
+    w->broken = st;
+    par__copy_text(w->broken_why, sizeof w->broken_why, par_last_error());
+    return st;
+}
+
+static par_status par__st_writer_broken(const par_st_writer *w, const char *fn) {
+    return par__fail(w->broken, "%s: %.200s: an earlier call failed: %s", fn, w->path, w->broken_why);
+}
+
+static void par__st_writer_free(par_st_writer *w) {
+    int i;
+    if (par__st_io_is_open(&w->io)) par__st_io_close(&w->io);
+    if (w->tmp) remove(w->tmp);
+    for (i = 0; i < w->count; i++) PARALLEL_FREE(w->t[i].name);
+    for (i = 0; i < w->meta_count; i++) {
+        PARALLEL_FREE(w->meta[i].key);
+        PARALLEL_FREE(w->meta[i].value);
+    }
+    PARALLEL_FREE(w->t);
+    PARALLEL_FREE(w->meta);
+    PARALLEL_FREE(w->header.p);
+    PARALLEL_FREE(w->tmp);
+    PARALLEL_FREE(w->path);
+    PARALLEL_FREE(w);
+}
+
+PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **writer) {
+    par_st_writer *w;
+    size_t n;
+    int attempt, exists = 1;
+    const char *why = NULL;
+    if (writer) *writer = NULL;
+    if (!path || !writer) return par__fail(PAR_EINVAL, "par_st_writer_create: NULL argument");
+    if (!path[0]) return par__fail(PAR_EINVAL, "par_st_writer_create: empty path");
+    if (!par__st_host_is_little_endian())
+        return par__fail(PAR_EUNSUPPORTED, "par_st_writer_create: %.200s: big-endian hosts are not supported", path);
+    w = (par_st_writer *)PARALLEL_MALLOC(sizeof *w);
+    if (!w) return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
+    memset(w, 0, sizeof *w);
+    par__st_io_init(&w->io);
+    n = strlen(path) + 64;
+    w->path = par__st_strdup(path);
+    w->tmp = (char *)PARALLEL_MALLOC(n);
+    if (!w->path || !w->tmp) {
+        par__st_writer_free(w);
+        return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
+    }
+    /* <path>.tmp.<pid>.<n>: private to this process; n separates writers of one
+       path in one process (rank threads) */
+    for (attempt = 0; attempt < 1000 && exists; attempt++) {
+#if PAR__ST_POSIX
+        snprintf(w->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
+#else
+        snprintf(w->tmp, n, "%s.tmp.%d", path, attempt);
+#endif
+        why = par__st_io_create(&w->io, w->tmp, &exists);
+    }
+    if (why) {
+        par_status st = par__fail(PAR_EIO, "par_st_writer_create: %.200s: cannot create the temporary file %.200s (%s)",
+                                  path, w->tmp, why);
+        PARALLEL_FREE(w->tmp);
+        w->tmp = NULL; /* nothing of ours to remove */
+        par__st_writer_free(w);
+        return st;
+    }
+    par__st_crc_init(&w->crc);
+    *writer = w;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_writer_add(par_st_writer *w, const char *name, par_dtype dtype, int ndim,
+                                          const int64_t *shape, const void *data) {
+    par__st_wtensor *t;
+    uint64_t numel = 1;
+    int i;
+    if (!w || !name || (ndim > 0 && !shape)) return par__fail(PAR_EINVAL, "par_st_writer_add: NULL argument");
+    if (w->begun)
+        return par__fail(PAR_EINVAL, "par_st_writer_add: %.200s: tensor \"%.100s\" added after streaming began",
+                         w->path, name);
+    if (strcmp(name, "__metadata__") == 0 || !par__st_valid_utf8(name))
+        return par__fail(PAR_EINVAL, "par_st_writer_add: %.200s: \"%.100s\" cannot be a tensor name (%s)", w->path,
+                         name, name[0] == '_' ? "reserved for the metadata" : "not valid UTF-8");
+    if ((unsigned)dtype >= PAR_DTYPE_COUNT)
+        return par__fail(PAR_EINVAL, "par_st_writer_add: %.200s: tensor \"%.100s\" has unknown dtype %d", w->path, name,
+                         (int)dtype);
+    if (ndim < 0 || ndim > PARALLEL_MAX_DIMS)
+        return par__fail(PAR_EINVAL, "par_st_writer_add: %.200s: tensor \"%.100s\" has %d dims (0..%d allowed)",
+                         w->path, name, ndim, PARALLEL_MAX_DIMS);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return par__fail(PAR_EINVAL, "par_st_writer_add: %.200s: tensor \"%.100s\" dim %d is negative (%lld)",
+                             w->path, name, i, (long long)shape[i]);
+        if (shape[i] && numel > (uint64_t)INT64_MAX / 8 / (uint64_t)shape[i])
+            return par__fail(PAR_EINVAL, "par_st_writer_add: %.200s: tensor \"%.100s\" is larger than 2^63 bytes",
+                             w->path, name);
+        numel *= (uint64_t)shape[i];
+    }
+    if (w->count == w->cap) {
+        int cap = w->cap ? w->cap * 2 : 64;
+        par__st_wtensor *p = (par__st_wtensor *)PARALLEL_REALLOC(w->t, (size_t)cap * sizeof *p);
+        if (!p) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
+        w->t = p;
+        w->cap = cap;
+    }
+    t = &w->t[w->count];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = par__st_strdup(name))) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->nbytes = numel * par_dtype_size(dtype);
+    t->data = data;
+    t->crc = 0xffffffffu;
+    w->count++;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_writer_metadata(par_st_writer *w, const char *key, const char *value) {
+    char *k, *v;
+    int i;
+    if (!w || !key || !value) return par__fail(PAR_EINVAL, "par_st_writer_metadata: NULL argument");
+    if (w->begun)
+        return par__fail(PAR_EINVAL, "par_st_writer_metadata: %.200s: key \"%.100s\" set after streaming began",
+                         w->path, key);
+    if (strncmp(key, PAR__ST_CRC_PREFIX, PAR__ST_CRC_PREFIX_LEN) == 0)
+        return par__fail(PAR_EINVAL,
+                         "par_st_writer_metadata: %.200s: keys starting with \"" PAR__ST_CRC_PREFIX
+                         "\" are reserved for checksums (\"%.100s\")",
+                         w->path, key);
+    if (!par__st_valid_utf8(key) || !par__st_valid_utf8(value))
+        return par__fail(PAR_EINVAL, "par_st_writer_metadata: %.200s: key \"%.100s\" or its value is not valid UTF-8",
+                         w->path, key);
+    if (!(v = par__st_strdup(value))) return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
+    for (i = 0; i < w->meta_count; i++) {
+        if (strcmp(w->meta[i].key, key) == 0) {
+            PARALLEL_FREE(w->meta[i].value);
+            w->meta[i].value = v;
+            return PAR_OK;
+        }
+    }
+    if (w->meta_count == w->meta_cap) {
+        int cap = w->meta_cap ? w->meta_cap * 2 : 16;
+        par__st_kv *p = (par__st_kv *)PARALLEL_REALLOC(w->meta, (size_t)cap * sizeof *p);
+        if (!p) {
+            PARALLEL_FREE(v);
+            return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
+        }
+        w->meta = p;
+        w->meta_cap = cap;
+    }
+    if (!(k = par__st_strdup(key))) {
+        PARALLEL_FREE(v);
+        return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
+    }
+    w->meta[w->meta_count].key = k;
+    w->meta[w->meta_count++].value = v;
+    return PAR_OK;
+}
+
+static int par__st_cmp_wtensor(const void *a, const void *b) {
+    return strcmp(((const par__st_wtensor *)a)->name, ((const par__st_wtensor *)b)->name);
+}
+
+static int par__st_cmp_kv(const void *a, const void *b) {
+    return strcmp(((const par__st_kv *)a)->key, ((const par__st_kv *)b)->key);
+}
+
+/* Fix the layout: sort, assign offsets, build the header (checksums as
+   placeholders) and write it. */
+static par_status par__st_writer_layout(par_st_writer *w, const char *fn) {
+    par__st_text *h = &w->header;
+    uint64_t offset = 0;
+    unsigned char len8[8];
+    const char *why;
+    int i, first = 1;
+    if (w->count) qsort(w->t, (size_t)w->count, sizeof *w->t, par__st_cmp_wtensor);
+    if (w->meta_count) qsort(w->meta, (size_t)w->meta_count, sizeof *w->meta, par__st_cmp_kv);
+    for (i = 0; i < w->count; i++) {
+        if (i && strcmp(w->t[i - 1].name, w->t[i].name) == 0)
+            return par__fail(PAR_EINVAL, "%s: %.200s: tensor \"%.100s\" was added twice", fn, w->path, w->t[i].name);
+        if (w->t[i].nbytes > (uint64_t)INT64_MAX - offset)
+            return par__fail(PAR_EINVAL, "%s: %.200s: the tensors add up to more than 2^63 bytes", fn, w->path);
+        w->t[i].offset = offset;
+        offset += w->t[i].nbytes;
+    }
+    /* __metadata__ first (user keys sorted, then the checksums in tensor order), then the tensors */
+    par__st_text_str(h, "{");
+    if (w->meta_count || w->count) {
+        par__st_text_str(h, "\"__metadata__\":{");
+        for (i = 0; i < w->meta_count; i++, first = 0) {
+            if (!first) par__st_text_str(h, ",");
+            par__st_text_json(h, "", w->meta[i].key);
+            par__st_text_str(h, ":");
+            par__st_text_json(h, "", w->meta[i].value);
+        }
+        for (i = 0; i < w->count; i++, first = 0) {
+            if (!first) par__st_text_str(h, ",");
+            par__st_text_json(h, PAR__ST_CRC_PREFIX, w->t[i].name);
+            par__st_text_str(h, ":\"");
+            w->t[i].crc_at = h->len;
+            par__st_text_str(h, "00000000\"");
+        }
+        par__st_text_str(h, "}");
+    }
+    for (i = 0; i < w->count; i++) {
+        const par__st_wtensor *t = &w->t[i];
+        int d;
+        par__st_text_str(h, ",");
+        par__st_text_json(h, "", t->name);
+        par__st_text_str(h, ":{\"dtype\":\"");
+        par__st_text_str(h, par__st_dtype_tags[t->dtype]);
+        par__st_text_str(h, "\",\"shape\":[");
+        for (d = 0; d < t->ndim; d++) {
+            if (d) par__st_text_str(h, ",");
+            par__st_text_u64(h, (uint64_t)t->shape[d]);
+        }
+        par__st_text_str(h, "],\"data_offsets\":[");
+        par__st_text_u64(h, t->offset);
+        par__st_text_str(h, ",");
+        par__st_text_u64(h, t->offset + t->nbytes);
+        par__st_text_str(h, "]}");
+    }
+    par__st_text_str(h, "}");
+    while (h->len % 8) par__st_text_str(h, " "); /* the data starts 8-byte aligned */
+    if (h->failed) return par__fail(PAR_ENOMEM, "%s: out of memory for the header", fn);
+    if (h->len > PAR__ST_MAX_HEADER)
+        return par__fail(PAR_EINVAL, "%s: %.200s: the header would be %llu bytes, over the safetensors limit of %llu",
+                         fn, w->path, (unsigned long long)h->len, PAR__ST_MAX_HEADER);
+    for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+    w->data_start = 8 + (uint64_t)h->len;
+    if ((why = par__st_io_write_at(&w->io, 0, len8, 8)) != NULL ||
+        (why = par__st_io_write_at(&w->io, 8, h->p, h->len)) != NULL)
+        return par__fail(PAR_EIO, "%s: %.200s: cannot write the header to %.200s (%s)", fn, w->path, w->tmp, why);
+    return PAR_OK;
+}
+
+/* By the first stream write or by finish; a failure here loses the save. */
+static par_status par__st_writer_begin(par_st_writer *w, const char *fn) {
+    par_status st;
+    w->begun = 1;
+    return (st = par__st_writer_layout(w, fn)) == PAR_OK ? PAR_OK : par__st_writer_break(w, st);
+}
+
+/* Append bytes to tensor t at its write position, updating its checksum. */
+static par_status par__st_writer_put(par_st_writer *w, const char *fn, par__st_wtensor *t, const void *data,
+                                     uint64_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    while (n) {
+        size_t step = n < PAR__ST_CHUNK ? (size_t)n : PAR__ST_CHUNK;
+        const char *why = par__st_io_write_at(&w->io, w->data_start + t->offset + t->written, p, step);
+        if (why)
+            return par__st_writer_break(w,
+                                        par__fail(PAR_EIO, "%s: %.200s: cannot write tensor \"%.100s\" to %.200s (%s)",
+                                                  fn, w->path, t->name, w->tmp, why));
+        t->crc = par__st_crc_update(&w->crc, t->crc, p, step);
+        t->written += step;
+        p += step;
+        n -= step;
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_writer_write(par_st_writer *w, const char *name, const void *data, int64_t count) {
+    par__st_wtensor key, *t;
+    uint64_t bytes;
+    par_status st;
+    if (!w || !name || (!data && count > 0)) return par__fail(PAR_EINVAL, "par_st_writer_write: NULL argument");
+    if (w->broken) return par__st_writer_broken(w, "par_st_writer_write");
+    if (!w->begun && (st = par__st_writer_begin(w, "par_st_writer_write")) != PAR_OK) return st;
+    key.name = (char *)name;
+    t = w->count ? (par__st_wtensor *)bsearch(&key, w->t, (size_t)w->count, sizeof *w->t, par__st_cmp_wtensor) : NULL;
+    if (!t) return par__fail(PAR_EINVAL, "par_st_writer_write: %.200s: no tensor \"%.100s\" was added", w->path, name);
+    if (t->data)
+        return par__fail(PAR_EINVAL,
+                         "par_st_writer_write: %.200s: tensor \"%.100s\" was added with its data, not for streaming",
+                         w->path, name);
+    bytes = (uint64_t)(count < 0 ? 0 : count) * par_dtype_size(t->dtype);
+    if (count < 0 || (uint64_t)count > t->nbytes / par_dtype_size(t->dtype) || bytes > t->nbytes - t->written)
+        return par__fail(PAR_EINVAL,
+                         "par_st_writer_write: %.200s: %lld more elements would overflow tensor \"%.100s\" "
+                         "(%llu of %llu bytes written)",
+                         w->path, (long long)count, name, (unsigned long long)t->written,
+                         (unsigned long long)t->nbytes);
+    return par__st_writer_put(w, "par_st_writer_write", t, data, bytes);
+}
+
+/* Everything finish does before freeing the writer. */
+static par_status par__st_writer_complete(par_st_writer *w) {
+    const char *fn = "par_st_writer_finish", *why;
+    par_status st;
+    int i;
+    if (w->broken) return par__st_writer_broken(w, fn);
+    if (!w->begun && (st = par__st_writer_begin(w, fn)) != PAR_OK) return st;
+    for (i = 0; i < w->count; i++) {
+        par__st_wtensor *t = &w->t[i];
+        char hex[9];
+        if (t->data && (st = par__st_writer_put(w, fn, t, t->data, t->nbytes)) != PAR_OK) return st;
+        if (t->written != t->nbytes)
+            return par__fail(PAR_EINVAL,
+                             "%s: %.200s: streamed tensor \"%.100s\" is incomplete (%llu of %llu bytes written)", fn,
+                             w->path, t->name, (unsigned long long)t->written, (unsigned long long)t->nbytes);
+        snprintf(hex, sizeof hex, "%08lx", (unsigned long)(t->crc ^ 0xffffffffu));
+        memcpy(w->header.p + t->crc_at, hex, 8);
+    }
+    if ((why = par__st_io_write_at(&w->io, 8, w->header.p, w->header.len)) != NULL)
+        return par__fail(PAR_EIO, "%s: %.200s: cannot write the header to %.200s (%s)", fn, w->path, w->tmp, why);
+    if ((why = par__st_io_sync_close(&w->io)) != NULL)
+        return par__fail(PAR_EIO, "%s: %.200s: cannot flush %.200s to disk (%s)", fn, w->path, w->tmp, why);
+    if ((why = par__st_replace(w->tmp, w->path)) != NULL)
+        return par__fail(PAR_EIO, "%s: %.200s: cannot rename %.200s over it (%s); the old file is unchanged", fn,
+                         w->path, w->tmp, why);
+    PARALLEL_FREE(w->tmp);
+    w->tmp = NULL; /* renamed: nothing to remove */
+    par__st_sync_dir(w->path);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_writer_finish(par_st_writer *w) {
+    par_status st;
+    if (!w) return par__fail(PAR_EINVAL, "par_st_writer_finish: NULL argument");
+    st = par__st_writer_complete(w);
+    par__st_writer_free(w);
+    return st;
+}
+
+PARALLEL_DEF void par_st_writer_abort(par_st_writer *w) {
+    if (w) par__st_writer_free(w);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

@@ -648,6 +648,38 @@ static void test_errors(void) {
     CHECK_OK(att_fwd(&d, NULL, x, x, NULL, NULL));
 }
 
+/* A table with 3 threads splits attention by sequence over its threads; every
+   sequence runs the same code, so the result must equal threads = 1 bitwise
+   (causal with GQA, 5 sequences of 70 queries and keys, accumulate on). */
+static void test_threads(void) {
+    par_compute_table t3;
+    par_cpu_desc cd;
+    par_attn_desc d;
+    const int64_t nq = 5 * 70 * 4 * 16, nk = 5 * 70 * 2 * 16, nl = 5 * 4 * 70;
+    float *q = frand(nq), *k = frand(nk), *v = frand(nk), *dout = frand(nq);
+    float *o1 = ffill(nq, 0), *o3 = ffill(nq, 0), *l1 = ffill(nl, 0), *l3 = ffill(nl, 0);
+    float *dq1 = ffill(nq, 1), *dq3 = ffill(nq, 1), *dk1 = ffill(nk, 1), *dk3 = ffill(nk, 1), *dv1 = ffill(nk, 1),
+          *dv3 = ffill(nk, 1);
+    memset(&cd, 0, sizeof cd);
+    memset(&d, 0, sizeof d);
+    cd.threads = 3;
+    CHECK_OK(par_compute_cpu(&cd, &t3));
+    d.batch = 5, d.q_heads = 4, d.kv_heads = 2, d.head_dim = 16, d.q_len = d.k_len = 70, d.causal = 1, d.dtype = PAR_F32;
+    CHECK_OK(tbl.attention_fwd(tbl.user, &d, q, k, v, o1, l1));
+    CHECK_OK(t3.attention_fwd(t3.user, &d, q, k, v, o3, l3));
+    CHECK_MSG(memcmp(o1, o3, (size_t)nq * 4) == 0 && memcmp(l1, l3, (size_t)nl * 4) == 0, "fwd threads 3 != 1");
+    CHECK_OK(tbl.attention_bwd(tbl.user, &d, q, k, v, o1, l1, dout, dq1, dk1, dv1, 1));
+    CHECK_OK(t3.attention_bwd(t3.user, &d, q, k, v, o1, l1, dout, dq3, dk3, dv3, 1));
+    CHECK_MSG(memcmp(dq1, dq3, (size_t)nq * 4) == 0 && memcmp(dk1, dk3, (size_t)nk * 4) == 0 &&
+                  memcmp(dv1, dv3, (size_t)nk * 4) == 0,
+              "bwd threads 3 != 1");
+    /* an argument error is reported by name, not lost in a kernel thread */
+    CHECK_ERR(t3.attention_fwd(t3.user, &d, q, NULL, v, o3, l3), PAR_EINVAL, "k");
+    t3.destroy(t3.user);
+    free(q), free(k), free(v), free(dout), free(o1), free(o3), free(l1), free(l3);
+    free(dq1), free(dq3), free(dk1), free(dk3), free(dv1), free(dv3);
+}
+
 int main(void) {
     static const cfg cases[] = {
         /* name                 b  hq hkv  D  sq   sk  causal scale qoff koff zig */
@@ -697,6 +729,7 @@ int main(void) {
     test_merge_layout();
     test_memory();
     test_errors();
+    test_threads();
     tbl.destroy(tbl.user);
     return TEST_END("test_attention");
 }

@@ -896,6 +896,54 @@ static void test_arg_errors(void) {
     CHECK(dd == 0.0);
 }
 
+/* ------------------------------------- row-parallel kernels: threads = 3 vs 1 */
+
+/* The table fans elementwise and row kernels (and attention, by sequence) out
+   over its threads in contiguous ranges; each range runs the same single-
+   threaded code, so threads = 3 must equal threads = 1 bitwise. Sizes are large
+   enough to fan out. */
+static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
+
+static void test_fan_out(par_compute_table *t1, par_compute_table *t3) {
+    const int64_t rows = 700, dim = 96, n = rows * dim, heads = 6, hd = 16, V = 300;
+    float *x = falloc(n), *w = falloc(dim), *y1 = falloc(n), *y3 = falloc(n), *r1 = falloc(rows), *r3 = falloc(rows);
+    float *u = falloc(n), *z1 = falloc(n), *z3 = falloc(n), *lg = falloc(rows * V), *d1 = falloc(rows * V), *d3 = falloc(rows * V);
+    float *p1 = falloc(n), *p3 = falloc(n), *m1 = falloc(n), *m3 = falloc(n), *v1 = falloc(n), *v3 = falloc(n);
+    int32_t *tg = (int32_t *)calloc((size_t)rows, sizeof(int32_t));
+    int64_t *pos = (int64_t *)calloc((size_t)rows, sizeof(int64_t)), i;
+    fill(x, n, 1.0f), fill(w, dim, 1.0f), fill(u, n, 1.0f), fill(lg, rows * V, 3.0f);
+    for (i = 0; i < rows; i++) tg[i] = (int32_t)((i * 37) % V), pos[i] = (i * 13) % 257;
+    CHECK_OK(t1->rmsnorm_fwd(t1->user, rows, dim, x, w, 1e-5f, y1, r1));
+    CHECK_OK(t3->rmsnorm_fwd(t3->user, rows, dim, x, w, 1e-5f, y3, r3));
+    CHECK_MSG(same_bits(y1, y3, n) && same_bits(r1, r3, rows), "rmsnorm_fwd threads 3 != threads 1");
+    CHECK_OK(t1->rope_fwd(t1->user, rows, heads, hd, pos, 10000.0f, x, y1));
+    CHECK_OK(t3->rope_fwd(t3->user, rows, heads, hd, pos, 10000.0f, x, y3));
+    CHECK_MSG(same_bits(y1, y3, rows * heads * hd), "rope_fwd threads 3 != threads 1");
+    CHECK_OK(t1->rope_bwd(t1->user, rows, heads, hd, pos, 10000.0f, x, y1));
+    CHECK_OK(t3->rope_bwd(t3->user, rows, heads, hd, pos, 10000.0f, x, y3));
+    CHECK_MSG(same_bits(y1, y3, rows * heads * hd), "rope_bwd threads 3 != threads 1");
+    CHECK_OK(t1->swiglu_fwd(t1->user, n, x, u, y1));
+    CHECK_OK(t3->swiglu_fwd(t3->user, n, x, u, y3));
+    CHECK_MSG(same_bits(y1, y3, n), "swiglu_fwd threads 3 != threads 1");
+    CHECK_OK(t1->swiglu_bwd(t1->user, n, x, u, w[0] > 2 ? x : u, y1, z1));
+    CHECK_OK(t3->swiglu_bwd(t3->user, n, x, u, w[0] > 2 ? x : u, y3, z3));
+    CHECK_MSG(same_bits(y1, y3, n) && same_bits(z1, z3, n), "swiglu_bwd threads 3 != threads 1");
+    CHECK_OK(t1->xent(t1->user, rows, V, lg, tg, r1, d1, 0.5f));
+    CHECK_OK(t3->xent(t3->user, rows, V, lg, tg, r3, d3, 0.5f));
+    CHECK_MSG(same_bits(r1, r3, rows) && same_bits(d1, d3, rows * V), "xent threads 3 != threads 1");
+    memcpy(p1, x, (size_t)n * 4), memcpy(p3, x, (size_t)n * 4);
+    for (i = 1; i <= 3; i++) {
+        CHECK_OK(t1->adamw(t1->user, n, p1, u, m1, v1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, i));
+        CHECK_OK(t3->adamw(t3->user, n, p3, u, m3, v3, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, i));
+    }
+    CHECK_MSG(same_bits(p1, p3, n) && same_bits(m1, m3, n) && same_bits(v1, v3, n), "adamw threads 3 != threads 1");
+    /* an error inside one kernel thread keeps its sentence */
+    tg[rows - 3] = (int32_t)V;
+    CHECK_ERR(t3->xent(t3->user, rows, V, lg, tg, r3, d3, 0.5f), PAR_EINVAL, "outside the vocab");
+    free(x), free(w), free(y1), free(y3), free(r1), free(r3), free(u), free(z1), free(z3), free(lg), free(d1), free(d3);
+    free(p1), free(p3), free(m1), free(m3), free(v1), free(v3), free(tg), free(pos);
+}
+
 int main(void) {
     par_compute_table t1, t3;
     par_cpu_desc d1, d3;
@@ -915,6 +963,7 @@ int main(void) {
     test_gemm_desc();
     T_ = &t1;
     test_gemm_threads(&t1, &t3);
+    test_fan_out(&t1, &t3);
     test_rmsnorm();
     test_rope();
     test_swiglu();
