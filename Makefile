@@ -4,7 +4,8 @@
 #   make test                 build and run every test; last line "N passed, N failed"
 #   make test SAN=address,undefined   the same with sanitizers (separate build dir)
 #   make bench                build (-O2 -DNDEBUG, never sanitized) and run bench/bench_*.c
-#   make demo                 the CLI's guided tour
+#   make demo                 train the Llama example on this repo's text (4 ranks), print a sample
+#   make tour                 the par-explain guided tour of layouts and plans
 #   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun)
 #   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
 #
@@ -87,17 +88,22 @@ CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_
 MPI_SRCS   := $(if $(filter yes,$(HAVE_MPI)),$(sort $(wildcard tests/mpi/test_*.c)))
 # test_comm_mpi also runs chunked (tiny MPI count limit) to exercise the >INT_MAX path.
 MPI_BINS   := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(MPI_SRCS)) $(if $(MPI_SRCS),$(B)/mpi_test_comm_chunked)
+# The Llama trainer (examples/llama/) reads YAML configs with libyaml; it is built
+# with mpicc when MPI exists so `--backend mpi` works under mpirun.
+TRAIN_CC   := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
+TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
+TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(B)/llama_test_config $(B)/llama_test_train)
 # bench_kernels compares the built-in GEMM with OpenBLAS in one binary.
 BENCH_CBLAS := $(if $(filter yes,$(HAVE_OPENBLAS)),-DBENCH_HAVE_CBLAS,)
 BENCH_CBLAS_LIBS := $(if $(filter yes,$(HAVE_OPENBLAS)),-lopenblas,)
 # bench_comm measures the MPI backend beside the threads one when mpicc exists.
 BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 
-.PHONY: all detect test test-programs bench demo cuda cuda-available test-cuda install clean
+.PHONY: all detect test test-programs bench demo tour cuda cuda-available test-cuda install clean
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
-all: detect $(EXPLAIN) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
 	@echo "detected: MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)"
@@ -113,6 +119,14 @@ $(B)/test_%: tests/test_%.c | $(B)
 $(B)/par-explain: examples/explain.c | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(B)/train: examples/llama/train.c | $(B)
+	@rm -f $@
+	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
+
+$(B)/llama_test_%: tests/llama/test_%.c | $(B)
+	@rm -f $@
+	$(CC) $(ALL_CFLAGS) -I. -Itests $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
 
 $(B)/mpi_test_%: tests/mpi/test_%.c | $(B)
 	@rm -f $@
@@ -147,20 +161,29 @@ build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h t
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+test-programs: $(TRAIN) $(TRAIN_TEST) $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 test: detect
 	@$(MAKE) --no-print-directory -k test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' \
 	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CUDA_SKIP='$(CUDA_SKIP)' \
-	  MPI_BINS='$(MPI_BINS)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM)' \
+	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM)' \
 	  bash tests/run.sh
 
-bench: $(BENCH_BINS)
+bench: $(BENCH_BINS) $(TRAIN)
 	@set -e; for b in $(BENCH_BINS); do echo "== $$b"; ./$$b; done
 
-demo: $(B)/par-explain
+# The main job on the embedded default: the Llama trainer on this repository's own
+# text, 4 ranks as threads (data parallel with the optimizer sharded), then a sample.
+DEMO_STEPS ?= 900
+demo: $(TRAIN)
+	@test -n "$(TRAIN)" || { echo "make demo needs libyaml (apt install libyaml-dev)" >&2; exit 1; }
+	@cat README.md parallel.h > build/demo_data.txt
+	./$(B)/train --config examples/configs/demo.yaml --data build/demo_data.txt --steps $(DEMO_STEPS) --sample 300
+
+# The par-explain guided tour: meshes, layouts, strategies, redistribution plans.
+tour: $(B)/par-explain
 	./$(B)/par-explain tour
 
 cuda: cuda-available build/test_cuda_smoke build/test_cuda_compute $(CUDA_COMM)

@@ -6,7 +6,7 @@
    par-explain strategy      --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --param 1
    par-explain strategies    --op matmul --devices 8 --shapes 16x32,32x64
    par-explain redistribute  --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]"
-   par-explain tour          a guided walk through the cases above (used by `make demo`)
+   par-explain tour          a guided walk through the cases above (used by `make tour`)
 
    Every invalid input gives one line "error: ..." on stderr and exit status 2. */
 #define PARALLEL_IMPLEMENTATION
@@ -58,7 +58,7 @@ static const char *const usage_text =
     "      [--latency d=x,...]      alpha per device dim (number or axis name), or one\n"
     "                               value for all dims\n"
     "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n"
-    "  tour          a guided tour with explanations (make demo)\n"
+    "  tour          a guided tour with explanations (make tour)\n"
     "\n"
     "Invalid input prints one line starting with \"error:\" and exits with status 2.\n";
 

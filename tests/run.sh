@@ -29,6 +29,8 @@ BENCH_BINS=${BENCH_BINS-}
 CUDA_SKIP=${CUDA_SKIP-}
 CUDA_BINS=${CUDA_BINS-build/test_cuda_smoke}
 MPI_BINS=${MPI_BINS-}
+TRAIN=${TRAIN-}
+TRAIN_TEST=${TRAIN_TEST-}
 MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}
 TEST_TIMEOUT=${TEST_TIMEOUT:-600}
 LOGS=$B/logs
@@ -149,7 +151,25 @@ for bin in $MPI_BINS; do
     fi
 done
 
-# 6. CUDA: parallel_cuda.cu + the CUDA tests must compile and link wherever nvcc
+# 6. The Llama trainer (built when libyaml exists): its config unit test and the
+#    end-to-end test, which runs $TRAIN (and, when MPI was built, $MPIRUN -np 2).
+if [ -n "$TRAIN_TEST" ]; then
+    trainer_mpirun=
+    [ -n "$MPI_BINS" ] && trainer_mpirun=$MPIRUN
+    for bin in $TRAIN_TEST; do
+        name=$(basename "$bin")
+        if [ -x "$bin" ] && { [ "$name" != llama_test_train ] || [ -x "$TRAIN" ]; }; then
+            # shellcheck disable=SC2086
+            run_program "$name" env TRAIN="$TRAIN" MPIRUN="$trainer_mpirun" "$bin"
+        else
+            record "$name" 0 1 "did not build (see the compiler errors above)"
+        fi
+    done
+else
+    printf 'skip  %-22s %s\n' trainer "trainer: skipped (no libyaml: install libyaml-dev)"
+fi
+
+# 7. CUDA: parallel_cuda.cu + the CUDA tests must compile and link wherever nvcc
 #    exists (CI has no GPU, so they are not run here; `make test-cuda` runs them).
 if [ -n "$CUDA_SKIP" ]; then
     printf 'skip  %-22s %s\n' cuda_link "cuda_link: skipped ($CUDA_SKIP)"

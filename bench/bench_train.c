@@ -1,0 +1,129 @@
+/* bench/bench_train.c - the trainer against PyTorch on the bench model, and the
+   cost of data parallelism, measured side by side in one run.
+
+   Model (examples/configs/bench.yaml): hidden 256, 4 layers, 8 heads, 4 kv heads,
+   intermediate 688, seq 256, global batch 8; data: parallel.h itself.
+     1. build/train on one rank (threads backend): median tokens/s over the steps
+        after the first, and the process's CPU time;
+     2. ../shared/bench/torch_llama.py time with the same shape and 2 threads (when
+        /usr/bin/python3 has torch; TORCH_LLAMA overrides the script's path);
+     3. build/train with data_parallel 4 on the same global batch: tokens/s and CPU
+        time against the one-rank run (the cost of splitting the batch four ways).
+   Prints a table and JSON lines {"bench":"train",...}. Usage: build/bench_train [steps] */
+#define _DEFAULT_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct run_result {
+    double tokens_per_s; /* median over steps 1.. */
+    double cpu_s, wall_s;
+    int ok;
+} run_result;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double children_cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Run a shell command, timing it and the CPU time of everything it ran. */
+static int timed_system(const char *cmd, double *cpu_s, double *wall_s) {
+    const double c0 = children_cpu_s(), t0 = now_s();
+    int rc = system(cmd);
+    *wall_s = now_s() - t0;
+    *cpu_s = children_cpu_s() - c0;
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static run_result run_trainer(int dp, int steps) {
+    run_result r = {0, 0, 0, 0};
+    char cmd[1024], line[1024];
+    double tps[256];
+    int n = 0;
+    FILE *f;
+    snprintf(cmd, sizeof cmd,
+             "build/train --config examples/configs/bench.yaml --data parallel.h --steps %d --quiet "
+             "--set parallel_config.data_parallel=%d --metrics build/bench_train.jsonl >/dev/null",
+             steps, dp);
+    if (timed_system(cmd, &r.cpu_s, &r.wall_s) != 0) return r;
+    if (!(f = fopen("build/bench_train.jsonl", "r"))) return r;
+    while (fgets(line, sizeof line, f) && n < 256) {
+        const char *p = strstr(line, "\"tokens_per_s\":");
+        if (p && strstr(line, "\"step\":")) tps[n++] = strtod(p + 15, NULL);
+    }
+    fclose(f);
+    if (n < 2) return r;
+    qsort(tps + 1, (size_t)(n - 1), sizeof(double), cmp_double); /* step 0 warms up */
+    r.tokens_per_s = tps[1 + (n - 1) / 2];
+    r.ok = 1;
+    return r;
+}
+
+static run_result run_torch(const char *script, int steps) {
+    run_result r = {0, 0, 0, 0};
+    char cmd[1024], line[512];
+    FILE *p;
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 %s time --dim 256 --layers 4 --heads 8 --kv 4 --hidden 688 --seq 256 --batch 8 "
+             "--threads 2 --steps %d 2>/dev/null",
+             script, steps);
+    if (!(p = popen(cmd, "r"))) return r;
+    while (fgets(line, sizeof line, p)) {
+        const char *t = strstr(line, "tokens_per_s ");
+        if (t) r.tokens_per_s = strtod(t + 13, NULL), r.ok = 1;
+    }
+    if (pclose(p) != 0) r.ok = 0;
+    return r;
+}
+
+int main(int argc, char **argv) {
+    const int steps = argc > 1 ? atoi(argv[1]) : 8;
+    const char *script = getenv("TORCH_LLAMA") ? getenv("TORCH_LLAMA") : "../shared/bench/torch_llama.py";
+    run_result one, four, torch = {0, 0, 0, 0};
+    int have_torch;
+    if (steps < 2) return fprintf(stderr, "bench_train: steps must be >= 2\n"), 2;
+    if (access("build/train", X_OK) != 0)
+        return fprintf(stderr, "bench_train: build/train is missing (make build/train; needs libyaml)\n"), 1;
+    have_torch = access(script, R_OK) == 0 && system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    one = run_trainer(1, steps);
+    if (have_torch) torch = run_torch(script, steps - 1);
+    four = run_trainer(4, steps);
+    if (!one.ok || !four.ok) return fprintf(stderr, "bench_train: a trainer run failed\n"), 1;
+
+    printf("bench model: hidden 256, 4 layers, 8 heads (4 kv), ffn 688, seq 256, global batch 8; %d steps\n", steps);
+    printf("%-34s %12s %10s %10s\n", "run", "tokens/s", "cpu s", "wall s");
+    printf("%-34s %12.0f %10.2f %10.2f\n", "parallel.h, 1 rank", one.tokens_per_s, one.cpu_s, one.wall_s);
+    if (torch.ok) printf("%-34s %12.0f %10s %10s\n", "PyTorch (torch_llama.py, 2 threads)", torch.tokens_per_s, "-", "-");
+    else printf("%-34s %12s\n", "PyTorch", "skipped (no /usr/bin/python3 with torch)");
+    printf("%-34s %12.0f %10.2f %10.2f\n", "parallel.h, dp 4 (4 ranks)", four.tokens_per_s, four.cpu_s, four.wall_s);
+    if (torch.ok) printf("speed vs PyTorch: %.2fx (target >= 3x)\n", one.tokens_per_s / torch.tokens_per_s);
+    printf("dp 4 CPU time vs 1 rank on the same global batch: %.2fx (target <= 1.25x)\n", four.cpu_s / one.cpu_s);
+
+    printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"tokens_per_s\":%.1f,\"cpu_s\":%.3f,\"wall_s\":%.3f}\n",
+           one.tokens_per_s, one.cpu_s, one.wall_s);
+    if (torch.ok)
+        printf("{\"bench\":\"train\",\"impl\":\"pytorch\",\"threads\":2,\"tokens_per_s\":%.1f,\"speedup\":%.3f}\n",
+               torch.tokens_per_s, one.tokens_per_s / torch.tokens_per_s);
+    printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":4,\"dp\":4,\"tokens_per_s\":%.1f,\"cpu_s\":%.3f,"
+           "\"wall_s\":%.3f,\"cpu_ratio\":%.3f}\n",
+           four.tokens_per_s, four.cpu_s, four.wall_s, four.cpu_s / one.cpu_s);
+    return 0;
+}

@@ -1,0 +1,1295 @@
+/* examples/llama/config.h - the trainer's configuration: MindFormers-style YAML
+   (read with libyaml), `--set key.path=value` overrides, and the command line.
+
+   Every key the trainer knows is in one table (LLAMA_KEYS below): its dotted
+   path, type, default, range and help text. Loading a file walks the YAML
+   mapping, flattens it to dotted paths, and looks each one up: unknown keys
+   are warned about (and ignored), known keys are parsed and range-checked, and
+   switches whose feature has not landed yet are rejected with an error naming
+   the key. Errors are one sentence naming the file, line (for YAML) and key. */
+#ifndef LLAMA_CONFIG_H
+#define LLAMA_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct llama_config {
+    /* model.model_config */
+    int vocab_size;        /* 256: byte-level tokens need >= 256 */
+    int hidden_size;       /* model width C */
+    int num_layers;        /* decoder blocks */
+    int num_heads;         /* query heads; hidden_size % num_heads == 0 */
+    int n_kv_heads;        /* key/value heads (GQA); 0 in YAML = num_heads; num_heads % n_kv_heads == 0 */
+    int intermediate_size; /* SwiGLU width */
+    int seq_length;        /* tokens per sample T */
+    float rms_norm_eps;    /* 1e-5 */
+    float theta;           /* RoPE base, 10000 */
+    float initializer_range; /* std of the normal init, 0.02 */
+
+    /* parallel_config */
+    int data_parallel;     /* dp degree */
+    int model_parallel;    /* tp degree (only 1 until tensor parallel lands) */
+    int pipeline_stage;    /* pp degree (only 1) */
+    int micro_batch_num;   /* micro-batches per step per rank: gradient accumulation */
+    int context_parallel;  /* cp degree (only 1) */
+    char context_parallel_algo[32]; /* "colossalai_cp" (ring), "ulysses_cp", "hybrid_cp" */
+    int ulysses_degree_in_cp;       /* 1 */
+    int use_seq_parallel;  /* bool (only false) */
+    int vocab_emb_dp;      /* bool, default true */
+
+    /* parallel */
+    int gradients_mean;            /* bool, default true: average gradients over dp */
+    int enable_parallel_optimizer; /* bool: ZeRO over the dp group */
+    int optimizer_level;           /* parallel_optimizer_config.optimizer_level: 1 or 2 ("level1"/"level2") */
+    int enable_alltoall;           /* bool, used by later modes */
+
+    /* optimizer (AdamW, PyTorch semantics) */
+    float learning_rate;   /* 1e-3 */
+    float beta1, beta2;    /* 0.9, 0.95 */
+    float eps;             /* 1e-8 */
+    float weight_decay;    /* 0.1, only on tensors of rank >= 2 */
+
+    /* lr_schedule */
+    char lr_schedule[16];  /* "constant" (default) or "cosine" (linear warmup + cosine decay) */
+    int warmup_steps;      /* 0 */
+    int total_steps;       /* cosine: decay length; 0 = the run's --steps */
+    float min_lr;          /* cosine floor, 0 */
+
+    /* runner_config */
+    int batch_size;        /* GLOBAL batch (samples per step over all dp ranks) */
+
+    /* top level */
+    float max_grad_norm;   /* 0 = no clipping */
+    uint64_t seed;         /* init and shuffle seed */
+} llama_config;
+
+/* Command line of build/train. */
+#define LLAMA_MAX_SETS 64
+typedef struct llama_options {
+    const char *config_path;          /* --config FILE.yaml (NULL: built-in defaults) */
+    const char *sets[LLAMA_MAX_SETS]; /* --set key.path=value, in order */
+    int num_sets;
+    int steps;                        /* --steps N (default 10) */
+    const char *data_path;            /* --data FILE (required unless --steps 0) */
+    const char *init_from;            /* --init-from FILE.safetensors */
+    const char *save_path;            /* --save FILE.safetensors */
+    const char *backend;              /* --backend threads|mpi|nccl (default threads) */
+    const char *metrics_path;         /* --metrics FILE.jsonl */
+    const char *trace_path;           /* reserved: --trace FILE.json (rejected until it lands) */
+    int64_t seed;                     /* --seed N (-1: the config's seed) */
+    int shuffle;                      /* --shuffle */
+    int sample_tokens;                /* --sample N: generate N bytes after training (0 = none) */
+    int quiet;                        /* --quiet: no per-step lines */
+    int help;                         /* --help was given */
+} llama_options;
+
+/* Defaults (a small model that trains in seconds). */
+void llama_config_defaults(llama_config *cfg);
+
+/* Parse argv into opts. 0 on success; otherwise -1 with a sentence in err
+   naming the argument. */
+int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size_t errsize);
+
+/* Print --help to f. */
+void llama_print_usage(FILE *f);
+
+/* Load: defaults, then the YAML file (if path != NULL), then the --set
+   overrides in order, then validation (llama_config_validate). Warnings for
+   unknown keys go to `warn` (may be NULL). 0 on success; -1 with one sentence
+   in err naming the file/line/key and the rule. */
+int llama_config_load(const char *path, const char *const *sets, int num_sets, llama_config *cfg, FILE *warn,
+                      char *err, size_t errsize);
+
+/* Cross-key rules: divisibility (hidden % heads, heads % kv heads, even head
+   dim, batch % (dp * micro_batch_num)), vocab >= 256, and features that have not
+   landed yet (model_parallel, pipeline_stage, context_parallel > 1,
+   use_seq_parallel) rejected by name. */
+int llama_config_validate(const llama_config *cfg, char *err, size_t errsize);
+
+/* Write the effective configuration as YAML (for the start-up summary). */
+void llama_config_print(const llama_config *cfg, FILE *f);
+
+/* The key table as a Markdown reference (README's config reference is this). */
+void llama_config_print_reference(FILE *f);
+
+#endif /* LLAMA_CONFIG_H */
+
+/* ------------------------------------------------------------------------- */
+#ifdef LLAMA_CONFIG_IMPLEMENTATION
+#include <yaml.h>
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Features whose switch exists in the YAML but whose code has not landed.
+   One place, so that the messages follow the issue tracker. */
+#define LLAMA__TODO_TP "tensor parallel is not implemented yet (issue 6); use 1"
+#define LLAMA__TODO_PP "pipeline parallel is not implemented yet; use 1"
+#define LLAMA__TODO_CP "context parallel is not implemented yet; use 1"
+#define LLAMA__TODO_SP "sequence parallel is not implemented yet (it splits activations over the tensor-parallel group); use false"
+#define LLAMA__TODO_ZERO3 "optimizer level3 (parameter sharding) is not implemented yet; use level1 or level2"
+
+#define LLAMA__MAX_PATH 128          /* longest dotted key path */
+#define LLAMA__MAX_FILE (1 << 20)    /* a config larger than 1 MiB is not a config */
+
+/* ---- the key table ------------------------------------------------------ */
+
+enum { LLAMA__T_INT, LLAMA__T_U64, LLAMA__T_FLOAT, LLAMA__T_BOOL, LLAMA__T_CHOICE, LLAMA__T_ALIAS };
+
+enum {
+    LLAMA__MIN_OPEN = 1,  /* value must be > min (not >=) */
+    LLAMA__MAX_OPEN = 2,  /* value must be < max (not <=) */
+    LLAMA__NEG1_ZERO = 4  /* MindFormers writes -1 for "the whole run": read it as 0 */
+};
+
+/* One accepted spelling of an enumerated value: `name` is what the YAML may
+   say, `canon` what is stored/printed, `value` what an int field stores. */
+typedef struct llama__choice {
+    const char *name;
+    const char *canon;
+    int value;
+} llama__choice;
+
+typedef struct llama__key {
+    const char *path;   /* dotted path, e.g. "model.model_config.hidden_size" */
+    int type;           /* LLAMA__T_* */
+    size_t offset;      /* offsetof in llama_config; LLAMA__NONE: accepted, checked, ignored */
+    size_t size;        /* CHOICE stored as text: the char array's size; 0: stored as int */
+    double min, max;    /* range of INT/FLOAT keys */
+    int flags;          /* LLAMA__MIN_OPEN | LLAMA__MAX_OPEN | LLAMA__NEG1_ZERO */
+    const llama__choice *choices; /* CHOICE: the accepted spellings, NULL-terminated */
+    const char *def;    /* default as YAML text (NULL for aliases) */
+    const char *target; /* ALIAS: the key it stands for */
+    const char *help;   /* one line for the reference */
+} llama__key;
+
+#define LLAMA__NONE ((size_t)-1)
+#define LLAMA__AT(field) offsetof(llama_config, field)
+#define LLAMA__NOMAX 1e300 /* "no upper bound" for FLOAT keys (finite and <= FLT_MAX is still checked) */
+#define LLAMA__DEG 65536.0 /* largest parallel degree */
+
+static const llama__choice llama__cp_algos[] = {{"colossalai_cp", "colossalai_cp", 0},
+                                                {"ulysses_cp", "ulysses_cp", 1},
+                                                {"hybrid_cp", "hybrid_cp", 2},
+                                                {NULL, NULL, 0}};
+static const llama__choice llama__levels[] = {{"level1", "level1", 1}, {"level2", "level2", 2}, {"level3", "level3", 3},
+                                              {"1", "level1", 1},      {"2", "level2", 2},      {"3", "level3", 3},
+                                              {NULL, NULL, 0}};
+static const llama__choice llama__schedules[] = {{"constant", "constant", 0},
+                                                 {"cosine", "cosine", 1},
+                                                 {"ConstantWarmUpLR", "constant", 0},
+                                                 {"CosineWithWarmUpLR", "cosine", 1},
+                                                 {NULL, NULL, 0}};
+static const llama__choice llama__optimizers[] = {{"AdamW", "AdamW", 0},
+                                                  {"adamw", "AdamW", 0},
+                                                  {"AdamWeightDecay", "AdamW", 0},
+                                                  {"FusedAdamWeightDecay", "AdamW", 0},
+                                                  {NULL, NULL, 0}};
+static const llama__choice llama__parallel_modes[] = {{"data_parallel", "data_parallel", 0},
+                                                      {"semi_auto_parallel", "semi_auto_parallel", 1},
+                                                      {"0", "data_parallel", 0},
+                                                      {"1", "semi_auto_parallel", 1},
+                                                      {NULL, NULL, 0}};
+static const llama__choice llama__run_modes[] = {{"train", "train", 0}, {"finetune", "finetune", 0}, {NULL, NULL, 0}};
+static const llama__choice llama__archs[] = {{"LlamaForCausalLM", "LlamaForCausalLM", 0}, {NULL, NULL, 0}};
+static const llama__choice llama__model_types[] = {{"LlamaConfig", "LlamaConfig", 0}, {NULL, NULL, 0}};
+
+/* Every key the trainer knows. Keys of one section are contiguous (the YAML
+   printer relies on it). Order: path, type, offset, size, min, max, flags,
+   choices, default, alias target, help. */
+static const llama__key llama__keys[] = {
+    /* model */
+    {"model.arch.type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__archs, "LlamaForCausalLM", NULL,
+     "MindFormers model class; accepted and ignored (the trainer is always Llama)"},
+    {"model.model_config.type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__model_types, "LlamaConfig", NULL,
+     "MindFormers config class; accepted and ignored"},
+    {"model.model_config.vocab_size", LLAMA__T_INT, LLAMA__AT(vocab_size), 0, 256, 16777216, 0, NULL, "256", NULL,
+     "vocabulary size; the byte-level data needs at least 256"},
+    {"model.model_config.hidden_size", LLAMA__T_INT, LLAMA__AT(hidden_size), 0, 1, 65536, 0, NULL, "64", NULL,
+     "model width; a multiple of num_heads with an even head dim (RoPE rotates halves)"},
+    {"model.model_config.num_layers", LLAMA__T_INT, LLAMA__AT(num_layers), 0, 1, 4096, 0, NULL, "2", NULL,
+     "decoder blocks"},
+    {"model.model_config.num_heads", LLAMA__T_INT, LLAMA__AT(num_heads), 0, 1, 4096, 0, NULL, "4", NULL,
+     "query heads; must divide hidden_size"},
+    {"model.model_config.n_kv_heads", LLAMA__T_INT, LLAMA__AT(n_kv_heads), 0, 0, 4096, 0, NULL, "2", NULL,
+     "key/value heads (grouped-query attention); must divide num_heads; 0 = num_heads (multi-head)"},
+    {"model.model_config.intermediate_size", LLAMA__T_INT, LLAMA__AT(intermediate_size), 0, 1, 1048576, 0, NULL,
+     "172", NULL, "SwiGLU MLP width"},
+    {"model.model_config.seq_length", LLAMA__T_INT, LLAMA__AT(seq_length), 0, 1, 1048576, 0, NULL, "64", NULL,
+     "tokens per sample"},
+    {"model.model_config.rms_norm_eps", LLAMA__T_FLOAT, LLAMA__AT(rms_norm_eps), 0, 0, LLAMA__NOMAX, LLAMA__MIN_OPEN,
+     NULL, "1e-5", NULL, "RMSNorm epsilon"},
+    {"model.model_config.theta", LLAMA__T_FLOAT, LLAMA__AT(theta), 0, 0, LLAMA__NOMAX, LLAMA__MIN_OPEN, NULL, "10000",
+     NULL, "RoPE base"},
+    {"model.model_config.initializer_range", LLAMA__T_FLOAT, LLAMA__AT(initializer_range), 0, 0, LLAMA__NOMAX, 0, NULL,
+     "0.02", NULL, "standard deviation of the normal weight init (norm weights start at 1)"},
+
+    /* parallel_config */
+    {"parallel_config.data_parallel", LLAMA__T_INT, LLAMA__AT(data_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
+     "data-parallel degree (ranks = data_parallel x model_parallel x pipeline_stage x context_parallel)"},
+    {"parallel_config.model_parallel", LLAMA__T_INT, LLAMA__AT(model_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
+     "tensor-parallel degree; only 1 until tensor parallel lands"},
+    {"parallel_config.pipeline_stage", LLAMA__T_INT, LLAMA__AT(pipeline_stage), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
+     "pipeline stages; only 1 until pipeline parallel lands"},
+    {"parallel_config.micro_batch_num", LLAMA__T_INT, LLAMA__AT(micro_batch_num), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
+     "micro-batches per step on each rank (gradient accumulation)"},
+    {"parallel_config.context_parallel", LLAMA__T_INT, LLAMA__AT(context_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1",
+     NULL, "context-parallel degree (sequence split over ranks); only 1 until context parallel lands"},
+    {"parallel_config.context_parallel_algo", LLAMA__T_CHOICE, LLAMA__AT(context_parallel_algo),
+     sizeof(((llama_config *)0)->context_parallel_algo), 0, 0, 0, llama__cp_algos, "colossalai_cp", NULL,
+     "context-parallel algorithm: colossalai_cp (ring attention), ulysses_cp (all-to-all over heads), hybrid_cp (both)"},
+    {"parallel_config.ulysses_degree_in_cp", LLAMA__T_INT, LLAMA__AT(ulysses_degree_in_cp), 0, 1, LLAMA__DEG, 0, NULL,
+     "1", NULL, "Ulysses part of context_parallel under hybrid_cp; must divide context_parallel"},
+    {"parallel_config.use_seq_parallel", LLAMA__T_BOOL, LLAMA__AT(use_seq_parallel), 0, 0, 0, 0, NULL, "false", NULL,
+     "sequence parallel (with tensor parallel); only false until it lands"},
+    {"parallel_config.vocab_emb_dp", LLAMA__T_BOOL, LLAMA__AT(vocab_emb_dp), 0, 0, 0, 0, NULL, "true", NULL,
+     "true: embedding replicated over model_parallel; false: split by vocabulary (no effect while model_parallel = 1)"},
+
+    /* parallel */
+    {"parallel.parallel_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__parallel_modes, "semi_auto_parallel",
+     NULL, "MindSpore parallel mode; accepted and ignored (the layouts come from parallel_config)"},
+    {"parallel.full_batch", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL,
+     "accepted and ignored: runner_config.batch_size is always the global batch, split over data_parallel"},
+    {"parallel.gradients_mean", LLAMA__T_BOOL, LLAMA__AT(gradients_mean), 0, 0, 0, 0, NULL, "true", NULL,
+     "true: average gradients over data-parallel ranks; false: sum them"},
+    {"parallel.enable_parallel_optimizer", LLAMA__T_BOOL, LLAMA__AT(enable_parallel_optimizer), 0, 0, 0, 0, NULL,
+     "false", NULL, "shard optimizer state over the data-parallel group (ZeRO)"},
+    {"parallel.enable_alltoall", LLAMA__T_BOOL, LLAMA__AT(enable_alltoall), 0, 0, 0, 0, NULL, "false", NULL,
+     "allow all-to-all in redistributions (used by later parallel modes)"},
+    {"parallel.parallel_optimizer_config.optimizer_level", LLAMA__T_CHOICE, LLAMA__AT(optimizer_level), 0, 0, 0, 0,
+     llama__levels, "level1", NULL,
+     "with enable_parallel_optimizer: level1 shards optimizer state, level2 also gradients; level3 not yet"},
+
+    /* optimizer */
+    {"optimizer.type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__optimizers, "AdamW", NULL,
+     "always AdamW with decoupled weight decay (PyTorch semantics); MindFormers names accepted"},
+    {"optimizer.learning_rate", LLAMA__T_FLOAT, LLAMA__AT(learning_rate), 0, 0, LLAMA__NOMAX, 0, NULL, "1e-3", NULL,
+     "peak learning rate"},
+    {"optimizer.beta1", LLAMA__T_FLOAT, LLAMA__AT(beta1), 0, 0, 1, LLAMA__MAX_OPEN, NULL, "0.9", NULL,
+     "AdamW first-moment decay"},
+    {"optimizer.beta2", LLAMA__T_FLOAT, LLAMA__AT(beta2), 0, 0, 1, LLAMA__MAX_OPEN, NULL, "0.95", NULL,
+     "AdamW second-moment decay"},
+    {"optimizer.eps", LLAMA__T_FLOAT, LLAMA__AT(eps), 0, 0, LLAMA__NOMAX, LLAMA__MIN_OPEN, NULL, "1e-8", NULL,
+     "AdamW epsilon"},
+    {"optimizer.weight_decay", LLAMA__T_FLOAT, LLAMA__AT(weight_decay), 0, 0, LLAMA__NOMAX, 0, NULL, "0.1", NULL,
+     "decoupled weight decay, applied to tensors of rank >= 2 only (not norms)"},
+
+    /* lr_schedule */
+    {"lr_schedule.type", LLAMA__T_CHOICE, LLAMA__AT(lr_schedule), sizeof(((llama_config *)0)->lr_schedule), 0, 0, 0,
+     llama__schedules, "constant", NULL,
+     "constant: linear warmup then flat; cosine: linear warmup then cosine decay to min_lr"},
+    {"lr_schedule.learning_rate", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL, "optimizer.learning_rate",
+     "MindFormers spelling"},
+    {"lr_schedule.warmup_steps", LLAMA__T_INT, LLAMA__AT(warmup_steps), 0, 0, INT_MAX, 0, NULL, "0", NULL,
+     "steps of linear warmup from 0 to the learning rate"},
+    {"lr_schedule.total_steps", LLAMA__T_INT, LLAMA__AT(total_steps), 0, 0, INT_MAX, LLAMA__NEG1_ZERO, NULL, "0", NULL,
+     "cosine: steps from start to min_lr (warmup included); 0 or -1 = the run's --steps"},
+    {"lr_schedule.min_lr", LLAMA__T_FLOAT, LLAMA__AT(min_lr), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
+     "cosine: final learning rate, at most the learning rate"},
+    {"lr_schedule.lr_end", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL, "lr_schedule.min_lr",
+     "MindFormers spelling"},
+
+    /* runner_config */
+    {"runner_config.batch_size", LLAMA__T_INT, LLAMA__AT(batch_size), 0, 1, 1048576, 0, NULL, "8", NULL,
+     "GLOBAL batch: samples per step over all data-parallel ranks and micro-batches"},
+    {"runner_config.epochs", LLAMA__T_INT, LLAMA__NONE, 0, 1, INT_MAX, 0, NULL, "1", NULL,
+     "accepted and ignored: the run length is --steps"},
+    {"runner_config.sink_mode", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL, "accepted and ignored"},
+    {"runner_config.sink_size", LLAMA__T_INT, LLAMA__NONE, 0, -1, INT_MAX, 0, NULL, "1", NULL, "accepted and ignored"},
+
+    /* top level */
+    {"max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(max_grad_norm), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
+     "clip the global gradient norm to this; 0 = no clipping"},
+    {"seed", LLAMA__T_U64, LLAMA__AT(seed), 0, 0, 0, 0, NULL, "1234", NULL, "seed of the weight init and the data shuffle"},
+    {"run_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__run_modes, "train", NULL, "accepted and ignored"},
+    {"use_parallel", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted and ignored: --backend and the launcher decide"},
+};
+#define LLAMA__NUM_KEYS ((int)(sizeof(llama__keys) / sizeof(llama__keys[0])))
+
+/* ---- small helpers ------------------------------------------------------ */
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int llama__fail(char *err, size_t errsize, const char *fmt, ...) {
+    if (err && errsize) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errsize, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static const llama__key *llama__find(const char *path, size_t len) {
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++)
+        if (strlen(llama__keys[i].path) == len && memcmp(llama__keys[i].path, path, len) == 0) return &llama__keys[i];
+    return NULL;
+}
+
+static const llama__key *llama__resolve_alias(const llama__key *k) {
+    if (k->type != LLAMA__T_ALIAS) return k;
+    return llama__find(k->target, strlen(k->target));
+}
+
+/* A section is a proper prefix of some key, ending at a dot ("model",
+   "model.model_config"). The first key under it is returned as an example. */
+static const llama__key *llama__section_example(const char *path, size_t len) {
+    const llama__key *any = NULL;
+    if (len == 0) return NULL;
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const char *p = llama__keys[i].path;
+        if (!(strlen(p) > len && memcmp(p, path, len) == 0 && p[len] == '.')) continue;
+        if (llama__keys[i].offset != LLAMA__NONE) return &llama__keys[i]; /* a key that does something */
+        if (!any) any = &llama__keys[i];
+    }
+    return any;
+}
+
+/* Levenshtein distance, capped inputs (paths are short). */
+static int llama__edit_distance(const char *a, const char *b) {
+    int row[LLAMA__MAX_PATH + 1];
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > LLAMA__MAX_PATH) la = LLAMA__MAX_PATH;
+    if (lb > LLAMA__MAX_PATH) lb = LLAMA__MAX_PATH;
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static const char *llama__last_component(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot ? dot + 1 : path;
+}
+
+/* The known key (or section) an unknown path was most likely meant to be:
+   the closest by edit distance when it is close, else the one key with the
+   same last name in another section ("batch_size" -> runner_config.batch_size).
+   Writes "" when nothing fits. */
+static void llama__suggest(const char *unknown, char *out, size_t outsize) {
+    int best = INT_MAX;
+    const char *best_path = NULL;
+    out[0] = 0;
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        /* candidates: the key and each of its sections */
+        char cand[LLAMA__MAX_PATH + 1];
+        snprintf(cand, sizeof cand, "%s", llama__keys[i].path);
+        for (;;) {
+            int d = llama__edit_distance(unknown, cand);
+            if (d < best) {
+                best = d;
+                best_path = llama__keys[i].path;
+                snprintf(out, outsize, "%s", cand);
+            }
+            char *dot = strrchr(cand, '.');
+            if (!dot) break;
+            *dot = 0;
+        }
+    }
+    int len = (int)strlen(unknown);
+    if (best_path && best <= 3 && best * 4 <= len) return;
+    out[0] = 0;
+    const char *last = llama__last_component(unknown);
+    const char *match = NULL;
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        if (llama__keys[i].type == LLAMA__T_ALIAS || llama__keys[i].offset == LLAMA__NONE) continue;
+        if (strcmp(llama__last_component(llama__keys[i].path), last) != 0) continue;
+        if (match) return; /* ambiguous: say nothing rather than guess */
+        match = llama__keys[i].path;
+    }
+    if (match) snprintf(out, outsize, "%s", match);
+}
+
+/* Shortest text that reads back as the same float; "1.0e-05" rather than
+   "1e-05" so that YAML 1.1 readers (PyYAML) see a number too. */
+static void llama__format_float(float v, char *buf, size_t size) {
+    if (v == floorf(v) && fabsf(v) < 1e9f) { /* 10000, not 1e+04 */
+        snprintf(buf, size, "%.0f", (double)v);
+        return;
+    }
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, size, "%.*g", prec, (double)v);
+        if ((float)strtod(buf, NULL) == v) break;
+    }
+    char *e = strchr(buf, 'e');
+    if (e && !memchr(buf, '.', (size_t)(e - buf)) && strlen(buf) + 3 <= size) {
+        memmove(e + 2, e, strlen(e) + 1);
+        e[0] = '.';
+        e[1] = '0';
+    }
+}
+
+/* The range of an INT/FLOAT key in words: "in [1, 65536]", ">= 0", "> 0",
+   "in [0, 1)". */
+static void llama__range_text(const llama__key *k, char *buf, size_t size) {
+    char lo[24], hi[24];
+    snprintf(lo, sizeof lo, "%.10g", k->min);
+    snprintf(hi, sizeof hi, "%.10g", k->max);
+    int unbounded = k->type == LLAMA__T_FLOAT ? k->max >= LLAMA__NOMAX : k->max >= (double)INT_MAX;
+    if (unbounded)
+        snprintf(buf, size, "%s %s%s", (k->flags & LLAMA__MIN_OPEN) ? ">" : ">=", lo,
+                 (k->flags & LLAMA__NEG1_ZERO) ? " (or -1, read as 0)" : "");
+    else
+        snprintf(buf, size, "in %c%s, %s%c", (k->flags & LLAMA__MIN_OPEN) ? '(' : '[', lo, hi,
+                 (k->flags & LLAMA__MAX_OPEN) ? ')' : ']');
+}
+
+static void llama__choice_list(const llama__choice *c, char *buf, size_t size) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; c[i].name && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", c[i].name);
+}
+
+/* ---- value parsing (shared by YAML and --set) ---------------------------- */
+
+/* Decimal digits only; -1 not a number, -2 overflow, -3 a leading zero. */
+static int llama__parse_u64(const char *s, uint64_t *out) {
+    if (!(*s >= '0' && *s <= '9')) return -1;
+    if (s[0] == '0' && s[1]) return (s[1] >= '0' && s[1] <= '9') ? -3 : -1;
+    uint64_t v = 0;
+    int overflow = 0;
+    for (; *s; s++) {
+        if (!(*s >= '0' && *s <= '9')) return -1;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10) overflow = 1;
+        else v = v * 10 + d;
+    }
+    if (overflow) return -2;
+    *out = v;
+    return 0;
+}
+
+static int llama__int_error(int rc, char *why, size_t whysize) {
+    if (rc == -3) return llama__fail(why, whysize, "not an integer (a leading zero means octal in YAML 1.1; drop it)");
+    if (rc == -2) return llama__fail(why, whysize, "integer too large");
+    return llama__fail(why, whysize, "not an integer");
+}
+
+static int llama__parse_ll(const char *s, long long *out, char *why, size_t whysize) {
+    int neg = 0;
+    if (*s == '+' || *s == '-') neg = *s++ == '-';
+    uint64_t u;
+    int rc = llama__parse_u64(s, &u);
+    if (rc) return llama__int_error(rc, why, whysize);
+    if (u > (uint64_t)LLONG_MAX) return llama__int_error(-2, why, whysize);
+    *out = neg ? -(long long)u : (long long)u;
+    return 0;
+}
+
+static int llama__check_int(const llama__key *k, long long v, char *why, size_t whysize) {
+    if ((double)v < k->min || (double)v > k->max) {
+        char range[64];
+        llama__range_text(k, range, sizeof range);
+        return llama__fail(why, whysize, "must be %s", range);
+    }
+    return 0;
+}
+
+static int llama__check_float(const llama__key *k, double v, char *why, size_t whysize) {
+    if (!isfinite(v)) return llama__fail(why, whysize, "must be a finite number");
+    if (fabs(v) > FLT_MAX) return llama__fail(why, whysize, "out of the float range");
+    int below = (k->flags & LLAMA__MIN_OPEN) ? v <= k->min : v < k->min;
+    int above = (k->flags & LLAMA__MAX_OPEN) ? v >= k->max : v > k->max;
+    if (below || above) {
+        char range[64];
+        llama__range_text(k, range, sizeof range);
+        return llama__fail(why, whysize, "must be %s", range);
+    }
+    return 0;
+}
+
+/* YAML 1.1 booleans as PyYAML (and so MindFormers) reads them, plus 1/0 for
+   the command line. y/n are not booleans there, so not here either. */
+static int llama__parse_bool(const char *s, int *out) {
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "1"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "0"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        if (strcmp(s, yes[i]) == 0 || strcmp(s, no[i]) == 0) {
+            *out = strcmp(s, yes[i]) == 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void *llama__field(llama_config *cfg, const llama__key *k) { return (char *)cfg + k->offset; }
+static const void *llama__cfield(const llama_config *cfg, const llama__key *k) {
+    return (const char *)cfg + k->offset;
+}
+
+/* Parse `s` as the value of key k (not an alias) and store it in cfg (keys
+   without storage are only checked). On failure, `why` gets the reason
+   ("not an integer", "must be >= 1") and cfg is unchanged. */
+static int llama__parse_value(const llama__key *k, const char *s, llama_config *cfg, char *why, size_t whysize) {
+    int store = k->offset != LLAMA__NONE;
+    if (!*s) return llama__fail(why, whysize, "has no value");
+    switch (k->type) {
+    case LLAMA__T_INT: {
+        long long v;
+        if (llama__parse_ll(s, &v, why, whysize)) return -1;
+        if ((k->flags & LLAMA__NEG1_ZERO) && v == -1) v = 0;
+        if (llama__check_int(k, v, why, whysize)) return -1;
+        if (store) *(int *)llama__field(cfg, k) = (int)v;
+        return 0;
+    }
+    case LLAMA__T_U64: {
+        uint64_t v = 0;
+        int rc = (*s == '-') ? -4 : llama__parse_u64(*s == '+' ? s + 1 : s, &v);
+        if (rc == -4) return llama__fail(why, whysize, "must be >= 0");
+        if (rc) return llama__int_error(rc, why, whysize);
+        if (store) *(uint64_t *)llama__field(cfg, k) = v;
+        return 0;
+    }
+    case LLAMA__T_FLOAT: {
+        /* strtod also reads hex floats, "inf" and "nan"; the first is not
+           YAML and the others are caught by the finiteness check */
+        if (strchr(s, 'x') || strchr(s, 'X') || *s == ' ' || *s == '\t') return llama__fail(why, whysize, "not a number");
+        char *end;
+        errno = 0;
+        double v = strtod(s, &end);
+        if (end == s || *end) return llama__fail(why, whysize, "not a number");
+        if (errno == ERANGE && fabs(v) > 1) return llama__fail(why, whysize, "out of the float range");
+        if (llama__check_float(k, v, why, whysize)) return -1;
+        if (v != 0 && (float)v == 0) return llama__fail(why, whysize, "too small for a float (use 0)");
+        if (store) *(float *)llama__field(cfg, k) = (float)v;
+        return 0;
+    }
+    case LLAMA__T_BOOL: {
+        int v;
+        if (llama__parse_bool(s, &v)) return llama__fail(why, whysize, "not a boolean (use true or false)");
+        if (store) *(int *)llama__field(cfg, k) = v;
+        return 0;
+    }
+    case LLAMA__T_CHOICE:
+        for (int i = 0; k->choices[i].name; i++) {
+            if (strcmp(s, k->choices[i].name) != 0) continue;
+            if (store && k->size) snprintf((char *)llama__field(cfg, k), k->size, "%s", k->choices[i].canon);
+            else if (store) *(int *)llama__field(cfg, k) = k->choices[i].value;
+            return 0;
+        }
+        {
+            char list[256];
+            llama__choice_list(k->choices, list, sizeof list);
+            return llama__fail(why, whysize, "not one of %s", list);
+        }
+    default:
+        return llama__fail(why, whysize, "internal error: bad key type");
+    }
+}
+
+/* Does the stored value of key k in cfg pass the key's own rules? Used by
+   validate, so that a config built in code gets the same checks. */
+static int llama__check_stored(const llama__key *k, const llama_config *cfg, char *why, size_t whysize) {
+    const void *p = llama__cfield(cfg, k);
+    switch (k->type) {
+    case LLAMA__T_INT: return llama__check_int(k, *(const int *)p, why, whysize);
+    case LLAMA__T_FLOAT: return llama__check_float(k, *(const float *)p, why, whysize);
+    case LLAMA__T_BOOL:
+        if (*(const int *)p != 0 && *(const int *)p != 1) return llama__fail(why, whysize, "must be 0 or 1 (a boolean)");
+        return 0;
+    case LLAMA__T_CHOICE: {
+        for (int i = 0; k->choices[i].name; i++) {
+            if (k->size && memchr(p, 0, k->size) && strcmp((const char *)p, k->choices[i].canon) == 0) return 0;
+            if (!k->size && *(const int *)p == k->choices[i].value) return 0;
+        }
+        char list[256];
+        llama__choice_list(k->choices, list, sizeof list);
+        return llama__fail(why, whysize, "must be one of %s", list);
+    }
+    default: return 0; /* U64: every value is valid */
+    }
+}
+
+/* The stored value of k as YAML text. */
+static void llama__value_text(const llama__key *k, const llama_config *cfg, char *buf, size_t size) {
+    const void *p = llama__cfield(cfg, k);
+    switch (k->type) {
+    case LLAMA__T_INT: snprintf(buf, size, "%d", *(const int *)p); break;
+    case LLAMA__T_U64: snprintf(buf, size, "%" PRIu64, *(const uint64_t *)p); break;
+    case LLAMA__T_FLOAT: llama__format_float(*(const float *)p, buf, size); break;
+    case LLAMA__T_BOOL: snprintf(buf, size, "%s", *(const int *)p ? "true" : "false"); break;
+    case LLAMA__T_CHOICE:
+        if (k->size) {
+            snprintf(buf, size, "%.*s", (int)k->size, (const char *)p);
+        } else {
+            snprintf(buf, size, "%d", *(const int *)p);
+            for (int i = 0; k->choices[i].name; i++)
+                if (k->choices[i].value == *(const int *)p) {
+                    snprintf(buf, size, "%s", k->choices[i].canon);
+                    break;
+                }
+        }
+        break;
+    default: snprintf(buf, size, "?"); break;
+    }
+}
+
+/* ---- defaults, validation ------------------------------------------------ */
+
+void llama_config_defaults(llama_config *cfg) {
+    char why[128];
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const llama__key *k = &llama__keys[i];
+        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE) continue;
+        /* defaults are table text read by the same parser (the tests check
+           that each one parses) */
+        (void)llama__parse_value(k, k->def, cfg, why, sizeof why);
+    }
+}
+
+#define LLAMA__K(name) "model.model_config." name
+#define LLAMA__P(name) "parallel_config." name
+
+int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
+    char why[256], val[64];
+    if (!c) return llama__fail(err, errsize, "llama_config_validate: config is NULL");
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const llama__key *k = &llama__keys[i];
+        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE) continue;
+        if (llama__check_stored(k, c, why, sizeof why)) {
+            llama__value_text(k, c, val, sizeof val);
+            return llama__fail(err, errsize, "%s = %s: %s", k->path, val, why);
+        }
+    }
+
+    /* switches whose feature has not landed */
+    if (c->model_parallel > 1)
+        return llama__fail(err, errsize, LLAMA__P("model_parallel") " = %d: " LLAMA__TODO_TP, c->model_parallel);
+    if (c->pipeline_stage > 1)
+        return llama__fail(err, errsize, LLAMA__P("pipeline_stage") " = %d: " LLAMA__TODO_PP, c->pipeline_stage);
+    if (c->context_parallel > 1)
+        return llama__fail(err, errsize, LLAMA__P("context_parallel") " = %d: " LLAMA__TODO_CP, c->context_parallel);
+    if (c->use_seq_parallel)
+        return llama__fail(err, errsize, LLAMA__P("use_seq_parallel") " = true: " LLAMA__TODO_SP);
+    if (c->optimizer_level == 3)
+        return llama__fail(err, errsize, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
+
+    /* cross-key rules */
+    if (c->hidden_size % c->num_heads != 0)
+        return llama__fail(err, errsize, LLAMA__K("hidden_size") " = %d is not divisible by " LLAMA__K("num_heads") " (%d)",
+                           c->hidden_size, c->num_heads);
+    if ((c->hidden_size / c->num_heads) % 2 != 0)
+        return llama__fail(err, errsize,
+                           "the head dim " LLAMA__K("hidden_size") " / " LLAMA__K("num_heads") " = %d / %d = %d is odd; "
+                           "RoPE rotates the two halves of each head, so it must be even",
+                           c->hidden_size, c->num_heads, c->hidden_size / c->num_heads);
+    int kv = c->n_kv_heads ? c->n_kv_heads : c->num_heads;
+    if (c->num_heads % kv != 0)
+        return llama__fail(err, errsize, LLAMA__K("num_heads") " = %d is not divisible by " LLAMA__K("n_kv_heads") " (%d)",
+                           c->num_heads, kv);
+    if (c->ulysses_degree_in_cp > 0 && c->context_parallel % c->ulysses_degree_in_cp != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
+                           c->context_parallel, c->ulysses_degree_in_cp);
+    long long split = (long long)c->data_parallel * c->micro_batch_num;
+    if (c->batch_size % split != 0)
+        return llama__fail(err, errsize,
+                           "runner_config.batch_size = %d is not divisible by " LLAMA__P("data_parallel") " (%d) x " LLAMA__P(
+                               "micro_batch_num") " (%d)",
+                           c->batch_size, c->data_parallel, c->micro_batch_num);
+    if (c->total_steps > 0 && c->warmup_steps > c->total_steps)
+        return llama__fail(err, errsize, "lr_schedule.warmup_steps = %d is larger than lr_schedule.total_steps (%d)",
+                           c->warmup_steps, c->total_steps);
+    if (strcmp(c->lr_schedule, "cosine") == 0 && c->min_lr > c->learning_rate) {
+        char lo[32], hi[32];
+        llama__format_float(c->min_lr, lo, sizeof lo);
+        llama__format_float(c->learning_rate, hi, sizeof hi);
+        return llama__fail(err, errsize, "lr_schedule.min_lr = %s is larger than optimizer.learning_rate (%s)", lo, hi);
+    }
+    return 0;
+}
+
+/* ---- YAML file ------------------------------------------------------------- */
+
+typedef struct llama__loader {
+    const char *file;
+    llama_config *cfg;
+    FILE *warn;
+    char *err;
+    size_t errsize;
+    yaml_parser_t parser;
+    char **seen;      /* every path met in the file, for duplicate keys */
+    int *seen_line;
+    int num_seen, cap_seen;
+    int set_by[sizeof(llama__keys) / sizeof(llama__keys[0])];   /* key index + 1 that set this field in the file */
+    int set_line[sizeof(llama__keys) / sizeof(llama__keys[0])];
+} llama__loader;
+
+static int llama__next(llama__loader *l, yaml_event_t *ev) {
+    if (yaml_parser_parse(&l->parser, ev)) return 0;
+    const yaml_parser_t *p = &l->parser;
+    const char *problem = p->problem ? p->problem : "unknown error";
+    if (p->error == YAML_READER_ERROR)
+        return llama__fail(l->err, l->errsize, "%s: malformed YAML: %s at byte %zu", l->file, problem, p->problem_offset);
+    if (p->context)
+        return llama__fail(l->err, l->errsize, "%s:%zu:%zu: malformed YAML: %s %s", l->file, p->problem_mark.line + 1,
+                           p->problem_mark.column + 1, p->context, problem);
+    return llama__fail(l->err, l->errsize, "%s:%zu:%zu: malformed YAML: %s", l->file, p->problem_mark.line + 1,
+                       p->problem_mark.column + 1, problem);
+}
+
+static int llama__line(const yaml_event_t *ev) { return (int)ev->start_mark.line + 1; }
+
+static const char *llama__node_kind(yaml_event_type_t t) {
+    return t == YAML_SEQUENCE_START_EVENT ? "a sequence" : t == YAML_MAPPING_START_EVENT ? "a mapping" : "an alias";
+}
+
+/* Skip the rest of a mapping or sequence whose start event was just read. */
+static int llama__skip(llama__loader *l) {
+    int depth = 1;
+    while (depth > 0) {
+        yaml_event_t ev;
+        if (llama__next(l, &ev)) return -1;
+        if (ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_SEQUENCE_START_EVENT) depth++;
+        if (ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT) depth--;
+        yaml_event_delete(&ev);
+    }
+    return 0;
+}
+
+/* Record a path; -1 with the error if the file already had it. */
+static int llama__note_path(llama__loader *l, const char *path, int line) {
+    for (int i = 0; i < l->num_seen; i++)
+        if (strcmp(l->seen[i], path) == 0)
+            return llama__fail(l->err, l->errsize, "%s:%d: duplicate key '%s' (first at line %d)", l->file, line, path,
+                               l->seen_line[i]);
+    if (l->num_seen == l->cap_seen) {
+        int cap = l->cap_seen ? 2 * l->cap_seen : 32;
+        char **s = (char **)realloc(l->seen, (size_t)cap * sizeof *s);
+        if (s) l->seen = s;
+        int *n = (int *)realloc(l->seen_line, (size_t)cap * sizeof *n);
+        if (n) l->seen_line = n;
+        if (!s || !n) return llama__fail(l->err, l->errsize, "%s: out of memory", l->file);
+        l->cap_seen = cap;
+    }
+    size_t len = strlen(path) + 1;
+    char *copy = (char *)malloc(len);
+    if (!copy) return llama__fail(l->err, l->errsize, "%s: out of memory", l->file);
+    memcpy(copy, path, len);
+    l->seen[l->num_seen] = copy;
+    l->seen_line[l->num_seen++] = line;
+    return 0;
+}
+
+static void llama__warn_unknown(llama__loader *l, const char *path, int line) {
+    if (!l->warn) return;
+    char hint[LLAMA__MAX_PATH + 1];
+    llama__suggest(path, hint, sizeof hint);
+    if (hint[0])
+        fprintf(l->warn, "warning: %s:%d: unknown key '%s' ignored (did you mean '%s'?)\n", l->file, line, path, hint);
+    else
+        fprintf(l->warn, "warning: %s:%d: unknown key '%s' ignored\n", l->file, line, path);
+}
+
+static int llama__is_null(const yaml_event_t *ev) {
+    const char *v = (const char *)ev->data.scalar.value;
+    if (ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
+}
+
+/* A scalar value at `path`. */
+static int llama__file_scalar(llama__loader *l, const char *path, const yaml_event_t *ev) {
+    int line = llama__line(ev);
+    const char *text = (const char *)ev->data.scalar.value;
+    const llama__key *k = llama__find(path, strlen(path));
+    if (!k) {
+        const llama__key *ex = llama__section_example(path, strlen(path));
+        if (ex && llama__is_null(ev)) return 0; /* "parallel:" with nothing under it */
+        if (ex)
+            return llama__fail(l->err, l->errsize, "%s:%d: '%s' is a section and needs keys under it (e.g. %s), not '%.40s'",
+                               l->file, line, path, ex->path, text);
+        llama__warn_unknown(l, path, line);
+        return 0;
+    }
+    const llama__key *t = llama__resolve_alias(k);
+    char why[320];
+    if (llama__is_null(ev)) return llama__fail(l->err, l->errsize, "%s:%d: %s has no value", l->file, line, path);
+    if (t->offset == LLAMA__NONE) {
+        if (llama__parse_value(t, text, l->cfg, why, sizeof why))
+            return llama__fail(l->err, l->errsize, "%s:%d: %s = %.40s: %s", l->file, line, path, text, why);
+        return 0;
+    }
+    /* Parse into a copy: an alias that contradicts its target (both spelled
+       out in the file with different values) is an error, not a silent win. */
+    llama_config before = *l->cfg;
+    if (llama__parse_value(t, text, l->cfg, why, sizeof why))
+        return llama__fail(l->err, l->errsize, "%s:%d: %s = %.40s: %s", l->file, line, path, text, why);
+    int ti = (int)(t - llama__keys), ki = (int)(k - llama__keys);
+    if (l->set_by[ti] && l->set_by[ti] != ki + 1) {
+        size_t n = t->size ? t->size : t->type == LLAMA__T_U64 ? sizeof(uint64_t) : sizeof(int);
+        if (memcmp(llama__cfield(&before, t), llama__cfield(l->cfg, t), n) != 0) {
+            char old[64];
+            llama__value_text(t, &before, old, sizeof old);
+            *l->cfg = before;
+            return llama__fail(l->err, l->errsize, "%s:%d: %s = %.40s contradicts %s = %s at line %d; keep one", l->file,
+                               line, path, text, llama__keys[l->set_by[ti] - 1].path, old, l->set_line[ti]);
+        }
+    }
+    l->set_by[ti] = ki + 1;
+    l->set_line[ti] = line;
+    return 0;
+}
+
+/* The body of a mapping whose start event was just read; `path` is its
+   dotted path ("" at the top). */
+static int llama__file_mapping(llama__loader *l, const char *path) {
+    for (;;) {
+        yaml_event_t key, val;
+        if (llama__next(l, &key)) return -1;
+        if (key.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&key);
+            return 0;
+        }
+        int line = llama__line(&key);
+        if (key.type != YAML_SCALAR_EVENT) {
+            const char *kind = llama__node_kind(key.type);
+            yaml_event_delete(&key);
+            return llama__fail(l->err, l->errsize, "%s:%d: a key must be a plain name, not %s", l->file, line, kind);
+        }
+        char child[LLAMA__MAX_PATH + 1];
+        int n = snprintf(child, sizeof child, "%s%s%s", path, *path ? "." : "", (const char *)key.data.scalar.value);
+        yaml_event_delete(&key);
+        if (n < 0 || n >= (int)sizeof child)
+            return llama__fail(l->err, l->errsize, "%s:%d: key path '%.60s...' is too long", l->file, line, child);
+        if (llama__note_path(l, child, line)) return -1;
+        if (llama__next(l, &val)) return -1;
+        int rc = 0;
+        const llama__key *k = llama__find(child, strlen(child));
+        const llama__key *section = k ? NULL : llama__section_example(child, strlen(child));
+        if (val.type == YAML_SCALAR_EVENT) {
+            rc = llama__file_scalar(l, child, &val);
+        } else if (val.type == YAML_ALIAS_EVENT) {
+            rc = llama__fail(l->err, l->errsize, "%s:%d: %s: YAML aliases (*name) are not supported; write the value out",
+                             l->file, line, child);
+        } else if (k) {
+            rc = llama__fail(l->err, l->errsize, "%s:%d: %s needs a single value, not %s", l->file, line, child,
+                             llama__node_kind(val.type));
+        } else if (section && val.type == YAML_MAPPING_START_EVENT) {
+            rc = llama__file_mapping(l, child);
+        } else if (section) {
+            rc = llama__fail(l->err, l->errsize, "%s:%d: '%s' is a section and needs a mapping of keys, not %s", l->file,
+                             line, child, llama__node_kind(val.type));
+        } else {
+            llama__warn_unknown(l, child, line);
+            rc = llama__skip(l);
+        }
+        yaml_event_delete(&val);
+        if (rc) return -1;
+    }
+}
+
+/* The whole stream: nothing (an empty file), or one document whose root is a
+   mapping (or null). */
+static int llama__file_stream(llama__loader *l) {
+    yaml_event_t ev;
+    int documents = 0;
+    if (llama__next(l, &ev)) return -1; /* STREAM-START */
+    yaml_event_delete(&ev);
+    for (;;) {
+        if (llama__next(l, &ev)) return -1;
+        if (ev.type == YAML_STREAM_END_EVENT) {
+            yaml_event_delete(&ev);
+            return 0;
+        }
+        int line = llama__line(&ev);
+        yaml_event_delete(&ev); /* DOCUMENT-START */
+        if (++documents > 1)
+            return llama__fail(l->err, l->errsize, "%s:%d: a config is one YAML document; found a second '---'", l->file,
+                               line);
+        if (llama__next(l, &ev)) return -1;
+        line = llama__line(&ev);
+        int rc = 0;
+        if (ev.type == YAML_MAPPING_START_EVENT)
+            rc = llama__file_mapping(l, "");
+        else if (!(ev.type == YAML_SCALAR_EVENT && llama__is_null(&ev)))
+            rc = llama__fail(l->err, l->errsize,
+                             "%s:%d: the top level must be a mapping of sections (model:, parallel_config:, ...), not %s",
+                             l->file, line, ev.type == YAML_SCALAR_EVENT ? "a scalar" : llama__node_kind(ev.type));
+        yaml_event_delete(&ev);
+        if (rc) return -1;
+        if (llama__next(l, &ev)) return -1; /* DOCUMENT-END */
+        yaml_event_delete(&ev);
+    }
+}
+
+/* The file's bytes, NUL-terminated; errors name the file and errno. */
+static char *llama__read_file(const char *path, size_t *size, char *err, size_t errsize) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        llama__fail(err, errsize, "%s: cannot open the config: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = (char *)malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+        if (len == cap) {
+            if (cap >= LLAMA__MAX_FILE) {
+                free(buf);
+                fclose(f);
+                llama__fail(err, errsize, "%s: larger than %d bytes; that is not a config", path, LLAMA__MAX_FILE);
+                return NULL;
+            }
+            char *bigger = (char *)realloc(buf, 2 * cap + 1);
+            if (!bigger) free(buf);
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    int failed = !buf || ferror(f);
+    int saved = errno;
+    fclose(f);
+    if (!buf) {
+        llama__fail(err, errsize, "%s: out of memory", path);
+        return NULL;
+    }
+    if (failed) {
+        free(buf);
+        llama__fail(err, errsize, "%s: cannot read the config: %s", path, strerror(saved));
+        return NULL;
+    }
+    buf[len] = 0;
+    *size = len;
+    return buf;
+}
+
+static int llama__load_file(const char *path, llama_config *cfg, FILE *warn, char *err, size_t errsize) {
+    size_t size = 0;
+    char *text = llama__read_file(path, &size, err, errsize);
+    if (!text) return -1;
+    llama__loader *l = (llama__loader *)calloc(1, sizeof *l);
+    if (!l) {
+        free(text);
+        return llama__fail(err, errsize, "%s: out of memory", path);
+    }
+    l->file = path;
+    l->cfg = cfg;
+    l->warn = warn;
+    l->err = err;
+    l->errsize = errsize;
+    int rc = -1;
+    if (!yaml_parser_initialize(&l->parser)) {
+        llama__fail(err, errsize, "%s: cannot initialize the YAML parser", path);
+    } else {
+        yaml_parser_set_input_string(&l->parser, (const unsigned char *)text, size);
+        rc = llama__file_stream(l);
+        yaml_parser_delete(&l->parser);
+    }
+    for (int i = 0; i < l->num_seen; i++) free(l->seen[i]);
+    free(l->seen);
+    free(l->seen_line);
+    free(l);
+    free(text);
+    return rc;
+}
+
+/* ---- --set ---------------------------------------------------------------- */
+
+static int llama__apply_set(const char *arg, llama_config *cfg, char *err, size_t errsize) {
+    const char *eq = strchr(arg, '=');
+    if (!eq) return llama__fail(err, errsize, "--set %s: expected key.path=value", arg);
+    size_t klen = (size_t)(eq - arg);
+    if (klen == 0) return llama__fail(err, errsize, "--set %s: the key before '=' is missing", arg);
+    const llama__key *k = llama__find(arg, klen);
+    if (!k) {
+        const llama__key *ex = llama__section_example(arg, klen);
+        if (ex)
+            return llama__fail(err, errsize, "--set %s: '%.*s' is a section, not a key; set one of its keys (e.g. %s)", arg,
+                               (int)klen, arg, ex->path);
+        char key[LLAMA__MAX_PATH + 1], hint[LLAMA__MAX_PATH + 1];
+        snprintf(key, sizeof key, "%.*s", (int)klen, arg);
+        llama__suggest(key, hint, sizeof hint);
+        if (hint[0]) return llama__fail(err, errsize, "--set %s: unknown key '%s' (did you mean '%s'?)", arg, key, hint);
+        return llama__fail(err, errsize, "--set %s: unknown key '%s'", arg, key);
+    }
+    char why[320];
+    if (llama__parse_value(llama__resolve_alias(k), eq + 1, cfg, why, sizeof why))
+        return llama__fail(err, errsize, "--set %s: %s", arg, why);
+    return 0;
+}
+
+int llama_config_load(const char *path, const char *const *sets, int num_sets, llama_config *cfg, FILE *warn, char *err,
+                      size_t errsize) {
+    if (!cfg) return llama__fail(err, errsize, "llama_config_load: cfg is NULL");
+    if (num_sets < 0 || (num_sets > 0 && !sets))
+        return llama__fail(err, errsize, "llama_config_load: %d --set overrides but no array", num_sets);
+    llama_config c;
+    llama_config_defaults(&c);
+    if (path && llama__load_file(path, &c, warn, err, errsize)) return -1;
+    for (int i = 0; i < num_sets; i++) {
+        if (!sets[i]) return llama__fail(err, errsize, "llama_config_load: --set override %d is NULL", i);
+        if (llama__apply_set(sets[i], &c, err, errsize)) return -1;
+    }
+    if (c.n_kv_heads == 0) c.n_kv_heads = c.num_heads;
+    if (llama_config_validate(&c, err, errsize)) return -1;
+    *cfg = c;
+    return 0;
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+/* Number of leading section names two paths share ("a.b.x" and "a.c.y": 1). */
+static int llama__common_sections(const char *a, const char *b) {
+    int common = 0;
+    for (;;) {
+        const char *da = strchr(a, '.'), *db = strchr(b, '.');
+        if (!da || !db || da - a != db - b || memcmp(a, b, (size_t)(da - a)) != 0) return common;
+        common++;
+        a = da + 1;
+        b = db + 1;
+    }
+}
+
+void llama_config_print(const llama_config *cfg, FILE *f) {
+    const char *prev = "";
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const llama__key *k = &llama__keys[i];
+        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE) continue;
+        int depth = llama__common_sections(prev, k->path);
+        const char *p = k->path;
+        for (int d = 0; d < depth; d++) p = strchr(p, '.') + 1;
+        for (const char *dot; (dot = strchr(p, '.')) != NULL; p = dot + 1, depth++)
+            fprintf(f, "%*s%.*s:\n", 2 * depth, "", (int)(dot - p), p);
+        char val[64];
+        llama__value_text(k, cfg, val, sizeof val);
+        fprintf(f, "%*s%s: %s\n", 2 * depth, "", p, val);
+        prev = k->path;
+    }
+}
+
+/* Markdown cell text: a '|' would end the cell. */
+static void llama__md(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+static void llama__type_text(const llama__key *k, char *buf, size_t size) {
+    char range[64];
+    switch (k->type) {
+    case LLAMA__T_INT: llama__range_text(k, range, sizeof range); snprintf(buf, size, "int %s", range); break;
+    case LLAMA__T_FLOAT: llama__range_text(k, range, sizeof range); snprintf(buf, size, "float %s", range); break;
+    case LLAMA__T_U64: snprintf(buf, size, "int >= 0 (64-bit)"); break;
+    case LLAMA__T_BOOL: snprintf(buf, size, "bool"); break;
+    case LLAMA__T_ALIAS: snprintf(buf, size, "alias"); break;
+    case LLAMA__T_CHOICE: {
+        size_t used = 0;
+        buf[0] = 0;
+        for (int i = 0; k->choices[i].name && used < size; i++) {
+            if (strcmp(k->choices[i].name, k->choices[i].canon) != 0) continue;
+            used += (size_t)snprintf(buf + used, size - used, "%s`%s`", used ? " | " : "", k->choices[i].name);
+        }
+        break;
+    }
+    default: snprintf(buf, size, "?"); break;
+    }
+}
+
+void llama_config_print_reference(FILE *f) {
+    fprintf(f, "| key | type | default | meaning |\n|---|---|---|---|\n");
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const llama__key *k = &llama__keys[i];
+        char type[256];
+        llama__type_text(k, type, sizeof type);
+        fprintf(f, "| `%s` | ", k->path);
+        llama__md(f, type);
+        fprintf(f, " | ");
+        if (k->def) fprintf(f, "`%s`", k->def);
+        else fprintf(f, "-");
+        fprintf(f, " | ");
+        if (k->type == LLAMA__T_ALIAS) fprintf(f, "same as `%s` (", k->target);
+        llama__md(f, k->help);
+        if (k->type == LLAMA__T_ALIAS) fprintf(f, ")");
+        if (k->type == LLAMA__T_CHOICE) {
+            int first = 1;
+            for (int c = 0; k->choices[c].name; c++) {
+                if (strcmp(k->choices[c].name, k->choices[c].canon) == 0) continue;
+                fprintf(f, "%s`%s` = `%s`", first ? "; also accepted: " : ", ", k->choices[c].name, k->choices[c].canon);
+                first = 0;
+            }
+        }
+        fprintf(f, " |\n");
+    }
+}
+
+/* ---- command line ---------------------------------------------------------- */
+
+void llama_print_usage(FILE *f) {
+    fprintf(f,
+            "usage: build/train [--config FILE.yaml] [--set key.path=value ...] [--data FILE] [--steps N] [options]\n"
+            "\n"
+            "Trains a Llama model on the bytes of a file, with the parallel layout given by the\n"
+            "MindFormers-style config. Every rank runs the same command.\n"
+            "\n"
+            "options (each also as --option=value):\n"
+            "  --config FILE.yaml     model / parallel / optimizer settings (default: built-in, = examples/configs/tiny.yaml)\n"
+            "  --set key.path=value   override one config key after the file, e.g. --set optimizer.learning_rate=3e-4\n"
+            "                         (repeatable, up to %d; an unknown key is an error)\n"
+            "  --steps N              optimizer steps to run (default 10; 0 = just load/save/sample)\n"
+            "  --data FILE            training text, read as bytes (required unless --steps 0)\n"
+            "  --init-from FILE       start from these weights (.safetensors, Hugging Face Llama names); if\n"
+            "                         FILE's .optimizer.safetensors sibling exists, resume AdamW and the step\n"
+            "  --save FILE            write the final weights (.safetensors) and the AdamW state beside them\n"
+            "                         (FILE with .optimizer.safetensors); each file written atomically\n"
+            "  --backend NAME         threads (default: one process, a thread per rank), mpi (under mpirun),\n"
+            "                         nccl (GPUs, under mpirun; needs the CUDA build, not this one)\n"
+            "  --metrics FILE         JSON lines: the memory plan, one line per step, the measured peaks\n"
+            "  --seed N               override the config's seed (N >= 0)\n"
+            "  --shuffle              visit the training samples in a seeded random order\n"
+            "  --sample N             after training, generate N bytes from the model\n"
+            "  --quiet                no per-step lines\n"
+            "  --trace FILE           Chrome trace of compute and comm events (not implemented yet)\n"
+            "  -h, --help             this text\n"
+            "\n"
+            "examples:\n"
+            "  build/train --config examples/configs/tiny.yaml --data README.md --steps 50\n"
+            "  build/train --config examples/configs/demo.yaml --data README.md --steps 200 --sample 200\n"
+            "  mpirun -np 2 build/train --backend mpi --set parallel_config.data_parallel=2 --data README.md\n"
+            "\n"
+            "Config keys (dotted paths of the YAML, the same for --set) are listed in README.md,\n"
+            "section 'Configuration reference'. Unknown keys in a file are warned about and ignored;\n"
+            "switches of parallel modes that have not landed yet are rejected by name.\n",
+            LLAMA_MAX_SETS);
+}
+
+/* A non-negative integer option value. */
+static int llama__arg_int(const char *opt, const char *v, long long max, long long *out, char *err, size_t errsize) {
+    char why[128];
+    long long n;
+    if (llama__parse_ll(v, &n, why, sizeof why)) return llama__fail(err, errsize, "%s %s: %s", opt, v, why);
+    if (n < 0 || n > max) return llama__fail(err, errsize, "%s %s: must be in [0, %lld]", opt, v, max);
+    *out = n;
+    return 0;
+}
+
+int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size_t errsize) {
+    enum { O_CONFIG, O_SET, O_STEPS, O_DATA, O_INIT, O_SAVE, O_BACKEND, O_METRICS, O_TRACE, O_SEED, O_SHUFFLE,
+           O_SAMPLE, O_QUIET, O_HELP, O_COUNT };
+    static const struct {
+        const char *name;
+        int takes_value;
+    } table[O_COUNT] = {{"--config", 1},  {"--set", 1},     {"--steps", 1},   {"--data", 1},    {"--init-from", 1},
+                        {"--save", 1},    {"--backend", 1}, {"--metrics", 1}, {"--trace", 1},   {"--seed", 1},
+                        {"--shuffle", 0}, {"--sample", 1},  {"--quiet", 0},   {"--help", 0}};
+    int given[O_COUNT] = {0};
+    llama_options o;
+    if (!opts) return llama__fail(err, errsize, "llama_parse_args: opts is NULL");
+    memset(&o, 0, sizeof o);
+    o.steps = 10;
+    o.backend = "threads";
+    o.seed = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!arg) return llama__fail(err, errsize, "argument %d is NULL", i);
+        if (strcmp(arg, "-h") == 0) arg = "--help";
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+        int id = -1;
+        for (int t = 0; t < O_COUNT; t++)
+            if (strlen(table[t].name) == nlen && strncmp(arg, table[t].name, nlen) == 0) id = t;
+        if (id < 0) {
+            char name[LLAMA__MAX_PATH + 1];
+            snprintf(name, sizeof name, "%.*s", (int)nlen, arg);
+            int best = 3, near = -1; /* the closest option within 2 edits */
+            for (int t = 0; t < O_COUNT && arg[0] == '-'; t++) {
+                int d = llama__edit_distance(name, table[t].name);
+                if (d < best) {
+                    best = d;
+                    near = t;
+                }
+            }
+            if (near >= 0)
+                return llama__fail(err, errsize, "unknown option '%s' (did you mean %s? see --help)", arg,
+                                   table[near].name);
+            if (arg[0] == '-') return llama__fail(err, errsize, "unknown option '%s' (see --help)", arg);
+            return llama__fail(err, errsize, "unexpected argument '%s' (options start with --; see --help)", arg);
+        }
+        const char *name = table[id].name, *v = NULL;
+        if (!table[id].takes_value) {
+            if (eq) return llama__fail(err, errsize, "%s takes no value (got '%s')", name, arg);
+        } else if (eq) {
+            v = eq + 1;
+        } else {
+            if (i + 1 >= argc || !argv[i + 1]) return llama__fail(err, errsize, "%s needs a value", name);
+            v = argv[++i];
+            if (strncmp(v, "--", 2) == 0)
+                return llama__fail(err, errsize, "%s needs a value (got the option '%s'; write %s=%s if you mean it)",
+                                   name, v, name, v);
+        }
+        if (v && !*v) return llama__fail(err, errsize, "%s needs a value (got an empty one)", name);
+        if (id != O_SET && id != O_HELP && given[id]++)
+            return llama__fail(err, errsize, "%s given twice", name);
+        long long n;
+        switch (id) {
+        case O_CONFIG: o.config_path = v; break;
+        case O_SET:
+            if (o.num_sets == LLAMA_MAX_SETS)
+                return llama__fail(err, errsize, "--set %s: too many --set options (at most %d)", v, LLAMA_MAX_SETS);
+            if (!strchr(v, '=')) return llama__fail(err, errsize, "--set %s: expected key.path=value", v);
+            o.sets[o.num_sets++] = v;
+            break;
+        case O_STEPS:
+            if (llama__arg_int(name, v, INT_MAX, &n, err, errsize)) return -1;
+            o.steps = (int)n;
+            break;
+        case O_DATA: o.data_path = v; break;
+        case O_INIT: o.init_from = v; break;
+        case O_SAVE: o.save_path = v; break;
+        case O_BACKEND:
+            if (strcmp(v, "threads") && strcmp(v, "mpi") && strcmp(v, "nccl"))
+                return llama__fail(err, errsize, "--backend %s: must be threads, mpi or nccl", v);
+            o.backend = v;
+            break;
+        case O_METRICS: o.metrics_path = v; break;
+        case O_TRACE: o.trace_path = v; break;
+        case O_SEED:
+            if (llama__arg_int(name, v, LLONG_MAX, &n, err, errsize)) return -1;
+            o.seed = (int64_t)n;
+            break;
+        case O_SHUFFLE: o.shuffle = 1; break;
+        case O_SAMPLE:
+            if (llama__arg_int(name, v, 1 << 24, &n, err, errsize)) return -1;
+            o.sample_tokens = (int)n;
+            break;
+        case O_QUIET: o.quiet = 1; break;
+        case O_HELP:
+            /* --help wins over everything else on the line */
+            *opts = o;
+            opts->help = 1;
+            return 0;
+        default: break;
+        }
+    }
+    if (o.steps > 0 && !o.data_path)
+        return llama__fail(err, errsize, "--data FILE is required to train (--steps %d); use --steps 0 to only load, save or sample",
+                           o.steps);
+    *opts = o;
+    return 0;
+}
+
+#undef LLAMA__K
+#undef LLAMA__P
+#endif /* LLAMA_CONFIG_IMPLEMENTATION */

@@ -1,0 +1,1300 @@
+/* examples/llama/train.c - a Llama trainer on parallel.h (build/train).
+
+   Reads like llm.c's train_gpt2.c, top to bottom:
+     1. data: byte tokens, deterministic sample order, data-parallel sharding
+     2. parameters: the table of Hugging Face tensors, gradient buckets, layouts
+     3. memory plan: every buffer sized from the dims before anything runs
+     4. init: counter-based normal(0, std) keyed by (seed, name, element)
+     5. checkpoints: safetensors in/out (weights + AdamW state)
+     6. the training step: micro-batches, bucketed gradient reduction
+        overlapped with backward, ZeRO-1/2, clipping, AdamW
+     7. reporting: start-up summary, per-step lines, JSON metrics
+     8. sampling, the rank body, main (input checks before any rank starts)
+
+   One device is the 1-rank mesh; data parallel is the mesh "dp=N". Every
+   parameter has a layout on the mesh (replicated over dp); the ZeRO shards are
+   the layouts of the flat buckets split over dp; groups come from layouts.
+   Exit status: 0 done, 2 bad input (nothing written), 1 failure while running. */
+#define _POSIX_C_SOURCE 200809L
+#define PARALLEL_IMPLEMENTATION
+#include "parallel.h"
+#define LLAMA_CONFIG_IMPLEMENTATION
+#include "examples/llama/config.h"
+#include "examples/llama/model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { EXIT_BAD_INPUT = 2, EXIT_RUN_FAILED = 1 };
+
+/* ============================================================================
+   1. data
+   ========================================================================== */
+
+typedef struct llama_data {
+    unsigned char *bytes;
+    int64_t len, num_samples; /* sample i: inputs [i*T, i*T+T), targets shifted by one */
+    int64_t *order;           /* --shuffle: a permutation of the samples; NULL = identity */
+} llama_data;
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Global sample used by slot j of step s: s*B + j modulo the sample count
+   (restarting from the beginning when the data runs short). */
+static int64_t data_sample(const llama_data *d, int64_t step, int64_t global_batch, int64_t j) {
+    int64_t i = (step * global_batch + j) % d->num_samples;
+    return d->order ? d->order[i] : i;
+}
+
+/* Fisher-Yates with the seed: the same permutation on every rank. */
+static int data_shuffle(llama_data *d, uint64_t seed) {
+    int64_t i;
+    uint64_t st = seed ^ 0x53485546464C45ull;
+    d->order = (int64_t *)malloc((size_t)d->num_samples * sizeof(int64_t));
+    if (!d->order) return -1;
+    for (i = 0; i < d->num_samples; i++) d->order[i] = i;
+    for (i = d->num_samples - 1; i > 0; i--) {
+        int64_t j = (int64_t)(splitmix64(&st) % (uint64_t)(i + 1)), t = d->order[i];
+        d->order[i] = d->order[j], d->order[j] = t;
+    }
+    return 0;
+}
+
+static int data_load(const char *path, int64_t seq, llama_data *d, char *err, size_t errsize) {
+    FILE *f = fopen(path, "rb");
+    long n;
+    memset(d, 0, sizeof *d);
+    if (!f) return snprintf(err, errsize, "--data %s: cannot open: %s", path, strerror(errno)), -1;
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        snprintf(err, errsize, "--data %s: cannot read its size (not a regular file?)", path);
+        return fclose(f), -1;
+    }
+    if (n < seq + 1) {
+        snprintf(err, errsize, "--data %s has %ld bytes; model.model_config.seq_length = %lld needs at least %lld",
+                 path, n, (long long)seq, (long long)seq + 1);
+        return fclose(f), -1;
+    }
+    d->bytes = (unsigned char *)malloc((size_t)n);
+    if (!d->bytes || fread(d->bytes, 1, (size_t)n, f) != (size_t)n) {
+        snprintf(err, errsize, "--data %s: read failed", path);
+        free(d->bytes), d->bytes = NULL;
+        return fclose(f), -1;
+    }
+    fclose(f);
+    d->len = n;
+    d->num_samples = (n - 1) / seq;
+    return 0;
+}
+
+/* ============================================================================
+   2. parameters
+   ========================================================================== */
+
+typedef struct llama_bucket {
+    int64_t start, count, padded; /* flat range (elements); padded to a multiple of dp */
+    par_layout shard;             /* [padded] split over dp: the ZeRO shard of this bucket */
+    int64_t chunk, chunk_begin;   /* this rank's shard: elements and offset inside the bucket */
+    int64_t shard_offset;         /* where this rank's chunk lives in the shard buffers */
+    int first_tensor, num_tensors;
+    par_request *req;             /* pending gradient reduction */
+} llama_bucket;
+
+typedef struct llama_params {
+    llama_dims dims;
+    int num_tensors, num_buckets;
+    llama_tensor *tensors;
+    llama_bucket *buckets;
+    int64_t total;        /* padded flat length */
+    int64_t shard_total;  /* sum of this rank's chunks */
+    int64_t max_padded, max_chunk;
+    int64_t num_params;   /* unpadded */
+} llama_params;
+
+static llama_dims dims_from_config(const llama_config *c) {
+    llama_dims d;
+    d.vocab = c->vocab_size, d.dim = c->hidden_size, d.layers = c->num_layers, d.heads = c->num_heads;
+    d.kv_heads = c->n_kv_heads ? c->n_kv_heads : c->num_heads, d.head_dim = c->hidden_size / c->num_heads;
+    d.ffn = c->intermediate_size, d.seq = c->seq_length, d.eps = c->rms_norm_eps, d.theta = c->theta;
+    return d;
+}
+
+static void tensor_set(llama_tensor *t, const char *name, int64_t rows, int64_t cols) {
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows, t->shape[1] = cols;
+    t->numel = cols ? rows * cols : rows;
+}
+
+/* Buckets: the embedding, each block, and the final norm + lm_head, i.e. the
+   units whose gradients are complete at one moment of backward. */
+static int params_build(llama_params *p, const llama_config *cfg, const par_mesh *mesh, int rank, int dp,
+                        char *err, size_t errsize) {
+    const llama_dims d = dims_from_config(cfg);
+    const int64_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
+    static const char *const block_names[LLAMA_PER_BLOCK] = {
+        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
+    const int64_t shapes[LLAMA_PER_BLOCK][2] = {{d.dim, 0}, {qd, d.dim},    {kvd, d.dim},  {kvd, d.dim}, {d.dim, qd},
+                                                {d.dim, 0}, {d.ffn, d.dim}, {d.ffn, d.dim}, {d.dim, d.ffn}};
+    const int dp_dim = par_mesh_dev_dim(mesh, "dp");
+    int i, b, l, k;
+    memset(p, 0, sizeof *p);
+    p->dims = d;
+    p->num_tensors = 3 + (int)d.layers * LLAMA_PER_BLOCK;
+    p->num_buckets = 2 + (int)d.layers;
+    p->tensors = (llama_tensor *)calloc((size_t)p->num_tensors, sizeof(llama_tensor));
+    p->buckets = (llama_bucket *)calloc((size_t)p->num_buckets, sizeof(llama_bucket));
+    if (!p->tensors || !p->buckets) return snprintf(err, errsize, "out of host memory"), -1;
+    tensor_set(&p->tensors[LLAMA_T_EMBED], "model.embed_tokens.weight", d.vocab, d.dim);
+    p->tensors[LLAMA_T_EMBED].bucket = 0;
+    for (l = 0; l < d.layers; l++)
+        for (k = 0; k < LLAMA_PER_BLOCK; k++) {
+            llama_tensor *t = &p->tensors[LLAMA_BLOCK_FIRST + l * LLAMA_PER_BLOCK + k];
+            char name[80];
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, block_names[k]);
+            tensor_set(t, name, shapes[k][0], shapes[k][1]);
+            t->bucket = 1 + l;
+        }
+    tensor_set(&p->tensors[p->num_tensors - 2], "model.norm.weight", d.dim, 0);
+    tensor_set(&p->tensors[p->num_tensors - 1], "lm_head.weight", d.vocab, d.dim);
+    p->tensors[p->num_tensors - 2].bucket = p->tensors[p->num_tensors - 1].bucket = p->num_buckets - 1;
+
+    /* flat offsets: tensors packed in order, each bucket padded to a multiple of dp */
+    for (i = 0, b = -1; i < p->num_tensors; i++) {
+        llama_tensor *t = &p->tensors[i];
+        int map[2] = {-1, -1};
+        if (t->bucket != b) {
+            if (b >= 0) p->total += p->buckets[b].padded;
+            b = t->bucket;
+            p->buckets[b].start = p->total, p->buckets[b].first_tensor = i;
+        }
+        t->offset = p->buckets[b].start + p->buckets[b].count;
+        p->buckets[b].count += t->numel, p->buckets[b].num_tensors++;
+        p->buckets[b].padded = (p->buckets[b].count + dp - 1) / dp * dp;
+        p->num_params += t->numel;
+        if (par_layout_init(&t->layout, mesh, t->ndim, t->shape, map, 0) != PAR_OK)
+            return snprintf(err, errsize, "layout of %s: %s", t->name, par_last_error()), -1;
+    }
+    p->total += p->buckets[b].padded;
+    for (b = 0; b < p->num_buckets; b++) {
+        llama_bucket *bk = &p->buckets[b];
+        int map[1];
+        int64_t off;
+        map[0] = dp_dim;
+        if (par_layout_init(&bk->shard, mesh, 1, &bk->padded, map, 0) != PAR_OK ||
+            par_layout_local_offset(&bk->shard, rank, &off) != PAR_OK)
+            return snprintf(err, errsize, "shard layout of bucket %d: %s", b, par_last_error()), -1;
+        bk->chunk = par_layout_local_numel(&bk->shard), bk->chunk_begin = off;
+        bk->shard_offset = p->shard_total;
+        p->shard_total += bk->chunk;
+        if (bk->padded > p->max_padded) p->max_padded = bk->padded;
+        if (bk->chunk > p->max_chunk) p->max_chunk = bk->chunk;
+    }
+    return 0;
+}
+
+static void params_free(llama_params *p) {
+    free(p->tensors);
+    free(p->buckets);
+}
+
+/* Bind block l's pointers into `base`, a buffer laid out like bucket 1+l
+   starting at that bucket's start (the flat buffer itself, or a ZeRO-2 slot). */
+static llama_block block_bind(const llama_params *p, int l, float *base, int64_t base_start) {
+    const llama_tensor *t = &p->tensors[LLAMA_BLOCK_FIRST + l * LLAMA_PER_BLOCK];
+    llama_block b;
+    float **f[LLAMA_PER_BLOCK];
+    int k;
+    f[0] = &b.ln1, f[1] = &b.wq, f[2] = &b.wk, f[3] = &b.wv, f[4] = &b.wo;
+    f[5] = &b.ln2, f[6] = &b.wg, f[7] = &b.wu, f[8] = &b.wd;
+    for (k = 0; k < LLAMA_PER_BLOCK; k++) *f[k] = base + (t[k].offset - base_start);
+    return b;
+}
+
+/* ============================================================================
+   3. memory plan
+   ========================================================================== */
+
+typedef enum { ZERO_OFF = 0, ZERO_1 = 1, ZERO_2 = 2 } zero_level;
+
+typedef struct mem_plan {
+    int64_t bytes[PAR_MEM_CATEGORY_COUNT];
+} mem_plan;
+
+typedef struct llama_sizes {
+    int64_t batch, seq, n; /* micro-batch samples, tokens per sample, rows */
+} llama_sizes;
+
+/* Floats of one activation slot (what a micro-batch keeps for backward). */
+static int64_t acts_floats(const llama_dims *d, int64_t n, int64_t batch) {
+    const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
+    const int64_t per_block = n * (4 * d->dim + 2 + 2 * qd + 2 * kvd + 3 * d->ffn) + batch * d->heads * d->seq;
+    return d->layers * per_block + n * (2 * d->dim + 2 + d->vocab);
+}
+
+static int64_t scratch_floats(const llama_dims *d, int64_t n) {
+    const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
+    return n * (2 * d->dim + 2 * qd + 2 * kvd + 3 * d->ffn);
+}
+
+static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_level zero, int dp) {
+    mem_plan m;
+    const int64_t f = (int64_t)sizeof(float);
+    memset(&m, 0, sizeof m);
+    m.bytes[PAR_MEM_PARAMS] = p->total * f;
+    if (zero == ZERO_OFF) {
+        m.bytes[PAR_MEM_GRADS] = p->total * f;
+        m.bytes[PAR_MEM_OPTIMIZER] = 2 * p->total * f;
+    } else {
+        /* level 1 keeps full gradients plus the reduced shard; level 2 only
+           two bucket slots (double buffering) plus the shard */
+        m.bytes[PAR_MEM_GRADS] = (zero == ZERO_1 ? p->total : 2 * p->max_padded) * f + p->shard_total * f;
+        m.bytes[PAR_MEM_OPTIMIZER] = 2 * p->shard_total * f;
+        if (zero == ZERO_2 && dp > 0) m.bytes[PAR_MEM_COMM] = 2 * p->max_chunk * f;
+    }
+    m.bytes[PAR_MEM_ACTIVATIONS] = acts_floats(&p->dims, s->n, s->batch) * f + s->n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
+    m.bytes[PAR_MEM_WORKSPACE] = scratch_floats(&p->dims, s->n) * f;
+    return m;
+}
+
+/* ============================================================================
+   the trainer state of one rank
+   ========================================================================== */
+
+typedef struct shared_run {
+    const llama_config *cfg;
+    const llama_options *opt;
+    const llama_data *data;
+    int world;
+    int backend_mpi;
+    int64_t init_step; /* --init-from: the step its optimizer file records (0 without one) */
+    int init_has_optimizer;
+} shared_run;
+
+typedef struct trainer {
+    par_ctx *ctx;
+    const par_compute_table *ct;
+    const par_comm_table *cm;
+    const llama_config *cfg;
+    const llama_options *opt;
+    const llama_data *data;
+    par_mesh mesh;
+    int rank, world, dp, dp_index;
+    par_comm_group *dp_group, *world_group;
+    par_layout tokens_layout; /* [global batch, seq] split over dp */
+    zero_level zero;
+    llama_params p;
+    llama_sizes sz;
+    int micro_batches;
+    mem_plan plan;
+
+    float *params, *grads, *m, *v; /* flat (m, v: full or the shard) */
+    float *gshard;                 /* ZeRO: this rank's reduced gradient chunks */
+    float *slot[2], *rs_tmp[2];    /* ZeRO-2: bucket gradient slots, reduce-scatter receive buffers */
+    llama_acts acts;
+    llama_scratch scratch;
+    float *acts_base, *scratch_base; /* the two allocations acts and scratch are carved from */
+    int32_t *host_ids, *host_tgt;
+    int64_t *host_pos;
+    float *host_losses;
+
+    int64_t step;         /* steps done (from a checkpoint: continues there) */
+    double gemm_gflops;   /* the machine's measured GEMM peak, summed over ranks */
+    FILE *metrics;
+} trainer;
+
+static par_status alloc_floats(trainer *t, int64_t n, par_mem_category cat, float **ptr) {
+    void *v = NULL;
+    par_status st;
+    *ptr = NULL;
+    if (n <= 0) return PAR_OK;
+    st = t->ct->alloc(t->ct->user, (size_t)n * sizeof(float), cat, &v);
+    *ptr = (float *)v;
+    return st;
+}
+
+static par_status alloc_bytes(trainer *t, int64_t bytes, par_mem_category cat, void **ptr) {
+    return t->ct->alloc(t->ct->user, (size_t)bytes, cat, ptr);
+}
+
+static par_status acts_alloc(trainer *t) {
+    const llama_dims *d = &t->p.dims;
+    const int64_t n = t->sz.n, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
+    llama_acts *a = &t->acts;
+    llama_scratch *s = &t->scratch;
+    float *base, *q;
+    int l;
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->ids));
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->targets));
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
+    LLAMA_CHECK(alloc_floats(t, acts_floats(d, n, t->sz.batch), PAR_MEM_ACTIVATIONS, &t->acts_base));
+    base = t->acts_base;
+    a->blocks = (llama_block_acts *)calloc((size_t)d->layers, sizeof(llama_block_acts));
+    if (!a->blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
+    q = base;
+#define TAKE(ptr, count) ((ptr) = q, q += (count))
+    for (l = 0; l < d->layers; l++) {
+        llama_block_acts *b = &a->blocks[l];
+        TAKE(b->x_in, n * d->dim), TAKE(b->rstd1, n), TAKE(b->h1, n * d->dim), TAKE(b->q, n * qd);
+        TAKE(b->k, n * kvd), TAKE(b->v, n * kvd), TAKE(b->o, n * qd), TAKE(b->lse, t->sz.batch * d->heads * d->seq);
+        TAKE(b->x_mid, n * d->dim), TAKE(b->rstd2, n), TAKE(b->h2, n * d->dim), TAKE(b->g, n * d->ffn);
+        TAKE(b->u, n * d->ffn), TAKE(b->m, n * d->ffn);
+    }
+    TAKE(a->x_final, n * d->dim), TAKE(a->rstdf, n), TAKE(a->hf, n * d->dim), TAKE(a->logits, n * d->vocab);
+    TAKE(a->losses, n);
+    LLAMA_CHECK(alloc_floats(t, scratch_floats(d, n), PAR_MEM_WORKSPACE, &t->scratch_base));
+    q = t->scratch_base;
+    TAKE(s->dx, n * d->dim), TAKE(s->dh, n * d->dim), TAKE(s->dattn, n * qd), TAKE(s->dq, n * qd);
+    TAKE(s->dk, n * kvd), TAKE(s->dv, n * kvd), TAKE(s->dg, n * d->ffn), TAKE(s->du, n * d->ffn);
+    TAKE(s->dm, n * d->ffn);
+#undef TAKE
+    t->host_ids = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    t->host_tgt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    t->host_pos = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    t->host_losses = (float *)malloc((size_t)n * sizeof(float));
+    if (!t->host_ids || !t->host_tgt || !t->host_pos || !t->host_losses) return par_set_error(PAR_ENOMEM, "out of host memory");
+    return PAR_OK;
+}
+
+static par_status state_alloc(trainer *t) {
+    const llama_params *p = &t->p;
+    LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_PARAMS, &t->params));
+    if (t->zero == ZERO_OFF) {
+        LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_GRADS, &t->grads));
+        LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_OPTIMIZER, &t->m));
+        LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_OPTIMIZER, &t->v));
+    } else {
+        if (t->zero == ZERO_1) LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_GRADS, &t->grads));
+        else {
+            LLAMA_CHECK(alloc_floats(t, p->max_padded, PAR_MEM_GRADS, &t->slot[0]));
+            LLAMA_CHECK(alloc_floats(t, p->max_padded, PAR_MEM_GRADS, &t->slot[1]));
+            LLAMA_CHECK(alloc_floats(t, p->max_chunk, PAR_MEM_COMM, &t->rs_tmp[0]));
+            LLAMA_CHECK(alloc_floats(t, p->max_chunk, PAR_MEM_COMM, &t->rs_tmp[1]));
+        }
+        LLAMA_CHECK(alloc_floats(t, p->shard_total, PAR_MEM_GRADS, &t->gshard));
+        LLAMA_CHECK(alloc_floats(t, p->shard_total, PAR_MEM_OPTIMIZER, &t->m));
+        LLAMA_CHECK(alloc_floats(t, p->shard_total, PAR_MEM_OPTIMIZER, &t->v));
+    }
+    return acts_alloc(t);
+}
+
+static void trainer_free(trainer *t) {
+    const par_compute_table *ct = t->ct;
+    void *ptrs[] = {t->params, t->grads, t->m, t->v, t->gshard, t->slot[0], t->slot[1], t->rs_tmp[0], t->rs_tmp[1],
+                    t->acts.ids, t->acts.targets, t->acts.pos, t->acts_base, t->scratch_base};
+    size_t i;
+    if (ct)
+        for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+            if (ptrs[i]) ct->free(ct->user, ptrs[i]);
+    free(t->acts.blocks);
+    free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
+    params_free(&t->p);
+}
+
+/* ============================================================================
+   4. init: normal(0, std) from a counter-based generator
+   ========================================================================== */
+
+static uint64_t name_key(uint64_t seed, const char *name) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the name, mixed with the seed */
+    for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ull;
+    return h ^ (seed * 0x9E3779B97F4A7C15ull);
+}
+
+/* Element i of a tensor: Box-Muller over two uniforms drawn at counters 2i, 2i+1
+   of the tensor's stream, so any rank can draw any slice on its own. */
+static float init_normal(uint64_t key, int64_t i, float std) {
+    uint64_t s1 = key + 2 * (uint64_t)i, s2 = key + 2 * (uint64_t)i + 1;
+    const double u1 = ((double)(splitmix64(&s1) >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+    const double u2 = (double)(splitmix64(&s2) >> 11) / 9007199254740992.0;
+    return (float)((double)std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static par_status init_params(trainer *t, uint64_t seed) {
+    const llama_params *p = &t->p;
+    float *host = (float *)calloc((size_t)p->total, sizeof(float));
+    int i;
+    int64_t e;
+    par_status st;
+    if (!host) return par_set_error(PAR_ENOMEM, "out of host memory for the initial weights");
+    for (i = 0; i < p->num_tensors; i++) {
+        const llama_tensor *tn = &p->tensors[i];
+        const uint64_t key = name_key(seed, tn->name);
+        float *w = host + tn->offset;
+        for (e = 0; e < tn->numel; e++) w[e] = tn->ndim == 1 ? 1.0f : init_normal(key, e, t->cfg->initializer_range);
+    }
+    st = t->ct->memcpy(t->ct->user, t->params, host, (size_t)p->total * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
+    free(host);
+    return st;
+}
+
+/* ============================================================================
+   5. checkpoints
+   ========================================================================== */
+
+/* "out.safetensors" -> "out.optimizer.safetensors" (AdamW state and step). */
+static void optimizer_path(const char *weights, char *out, size_t size) {
+    const char *ext = ".safetensors";
+    size_t n = strlen(weights), e = strlen(ext);
+    if (n > e && strcmp(weights + n - e, ext) == 0)
+        snprintf(out, size, "%.*s.optimizer%s", (int)(n - e), weights, ext);
+    else
+        snprintf(out, size, "%s.optimizer.safetensors", weights);
+}
+
+/* Check a file against the model before anything runs: for each prefix ("" for
+   weights; "exp_avg." and "exp_avg_sq." for the optimizer file) every tensor is
+   present with the right shape and a float dtype, and nothing else is there. */
+static int check_tensor_file(par_st_file *f, const llama_params *p, const char *path, const char *const *prefixes,
+                             int num_prefixes, char *err, size_t errsize) {
+    int i, k, n = par_st_count(f);
+    for (k = 0; k < num_prefixes; k++)
+        for (i = 0; i < p->num_tensors; i++) {
+            const llama_tensor *tn = &p->tensors[i];
+            const par_st_tensor *s;
+            char name[128], got[96] = "[", *w = got + 1;
+            int j;
+            snprintf(name, sizeof name, "%s%s", prefixes[k], tn->name);
+            if (!(s = par_st_find(f, name))) return snprintf(err, errsize, "%s: tensor %s is missing", path, name), -1;
+            if (s->dtype != PAR_F32 && s->dtype != PAR_BF16 && s->dtype != PAR_F16 && s->dtype != PAR_F64)
+                return snprintf(err, errsize, "%s: tensor %s has dtype %s, expected a float type", path, name,
+                                par_dtype_name(s->dtype)), -1;
+            if (s->ndim == tn->ndim && s->shape[0] == tn->shape[0] && (tn->ndim == 1 || s->shape[1] == tn->shape[1]))
+                continue;
+            for (j = 0; j < s->ndim && j < 4; j++) w += snprintf(w, 22, "%s%lld", j ? "," : "", (long long)s->shape[j]);
+            snprintf(w, 2, "]");
+            if (tn->ndim == 2)
+                snprintf(err, errsize, "%s: tensor %s has shape %s, the model needs [%lld,%lld]", path, name, got,
+                         (long long)tn->shape[0], (long long)tn->shape[1]);
+            else
+                snprintf(err, errsize, "%s: tensor %s has shape %s, the model needs [%lld]", path, name, got,
+                         (long long)tn->shape[0]);
+            return -1;
+        }
+    /* every prefix found all model tensors, so a count above that is an extra tensor */
+    if (n != num_prefixes * p->num_tensors)
+        for (i = 0; i < n; i++) {
+            const char *nm = par_st_tensor_at(f, i)->name;
+            int known = 0, j;
+            for (k = 0; k < num_prefixes && !known; k++) {
+                size_t pl = strlen(prefixes[k]);
+                for (j = 0; j < p->num_tensors && !known; j++)
+                    known = strncmp(nm, prefixes[k], pl) == 0 && strcmp(nm + pl, p->tensors[j].name) == 0;
+            }
+            if (!known) return snprintf(err, errsize, "%s: unexpected tensor %s (not part of this model)", path, nm), -1;
+        }
+    return 0;
+}
+
+static int check_one_file(const char *path, const llama_params *p, const char *const *prefixes, int num_prefixes,
+                          int64_t *step_out, char *err, size_t errsize) {
+    par_st_file *f = NULL;
+    int rc;
+    if (par_st_open(path, &f) != PAR_OK) return snprintf(err, errsize, "--init-from: %s", par_last_error()), -1;
+    rc = check_tensor_file(f, p, path, prefixes, num_prefixes, err, errsize);
+    if (rc == 0 && step_out) {
+        const char *step = par_st_metadata(f, "step");
+        char *end = NULL;
+        long long v = -1;
+        if (step) errno = 0, v = strtoll(step, &end, 10);
+        if (!step || v < 0 || *end || errno) {
+            snprintf(err, errsize, "%s: metadata \"step\" is missing or not a non-negative integer", path);
+            rc = -1;
+        } else {
+            *step_out = v;
+        }
+    }
+    par_st_close(f);
+    return rc;
+}
+
+/* Validate --init-from (and the optimizer file beside it, when present) up
+   front, so a bad file is a clean exit 2 before any rank starts. */
+static int check_init_files(const char *path, const llama_config *cfg, int64_t *step_out, int *has_opt, char *err,
+                            size_t errsize) {
+    static const char *const weights[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
+    llama_params p;
+    par_mesh mesh;
+    char opath[1024];
+    int rc;
+    *step_out = 0, *has_opt = 0;
+    if (par_mesh_parse("dp=1", &mesh) != PAR_OK || params_build(&p, cfg, &mesh, 0, 1, err, errsize) != 0) return -1;
+    rc = check_one_file(path, &p, weights, 1, NULL, err, errsize);
+    optimizer_path(path, opath, sizeof opath);
+    if (rc == 0 && access(opath, F_OK) == 0) {
+        rc = check_one_file(opath, &p, moments, 2, step_out, err, errsize);
+        *has_opt = rc == 0;
+    }
+    params_free(&p);
+    return rc;
+}
+
+/* Read elements [first, first+count) of every tensor overlapping a flat range. */
+static par_status load_range(trainer *t, par_st_file *f, const char *prefix, int64_t flat_begin, int64_t count,
+                             float *dst_host) {
+    int i;
+    for (i = 0; i < t->p.num_tensors; i++) {
+        const llama_tensor *tn = &t->p.tensors[i];
+        const int64_t b = tn->offset > flat_begin ? tn->offset : flat_begin;
+        const int64_t e = tn->offset + tn->numel < flat_begin + count ? tn->offset + tn->numel : flat_begin + count;
+        char name[128];
+        if (b >= e) continue;
+        snprintf(name, sizeof name, "%s%s", prefix, tn->name);
+        LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, b - tn->offset, e - b, PAR_F32, dst_host + (b - flat_begin)));
+    }
+    return PAR_OK;
+}
+
+static par_status upload(trainer *t, float *dst, const float *host, int64_t n) {
+    return t->ct->memcpy(t->ct->user, dst, host, (size_t)n * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
+}
+
+/* Weights into the full flat buffer; AdamW moments into the full buffers or,
+   under ZeRO, just this rank's chunks (read from disk slice by slice). */
+static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
+    const llama_params *p = &t->p;
+    int64_t n = p->total > 2 * p->shard_total ? p->total : 2 * p->shard_total;
+    float *host = (float *)calloc((size_t)n, sizeof(float));
+    par_st_file *f = NULL;
+    char opath[1024];
+    par_status st;
+    int b, k;
+    if (!host) return par_set_error(PAR_ENOMEM, "out of host memory loading %s", path);
+    if ((st = par_st_open(path, &f)) != PAR_OK) goto done;
+    st = load_range(t, f, "", 0, p->total, host);
+    par_st_close(f);
+    if (st != PAR_OK || (st = upload(t, t->params, host, p->total)) != PAR_OK || !has_opt) goto done;
+    optimizer_path(path, opath, sizeof opath);
+    if ((st = par_st_open(opath, &f)) != PAR_OK) goto done;
+    for (k = 0; k < 2 && st == PAR_OK; k++) {
+        const char *prefix = k ? "exp_avg_sq." : "exp_avg.";
+        float *dst = k ? t->v : t->m;
+        memset(host, 0, (size_t)n * sizeof(float));
+        if (t->zero == ZERO_OFF) {
+            if ((st = load_range(t, f, prefix, 0, p->total, host)) == PAR_OK) st = upload(t, dst, host, p->total);
+            continue;
+        }
+        for (b = 0; b < p->num_buckets && st == PAR_OK; b++) {
+            const llama_bucket *bk = &p->buckets[b];
+            int64_t cnt = bk->chunk;
+            if (bk->chunk_begin + cnt > bk->count) cnt = bk->count - bk->chunk_begin; /* padding stays zero */
+            if (cnt > 0) st = load_range(t, f, prefix, bk->start + bk->chunk_begin, cnt, host + bk->shard_offset);
+        }
+        if (st == PAR_OK) st = upload(t, dst, host, p->shard_total);
+    }
+    par_st_close(f);
+done:
+    free(host);
+    return st;
+}
+
+/* Gather a ZeRO-sharded moment buffer into a full flat buffer (collective). */
+static par_status gather_shards(trainer *t, const float *shard, float *full) {
+    int b;
+    for (b = 0; b < t->p.num_buckets; b++) {
+        const llama_bucket *bk = &t->p.buckets[b];
+        LLAMA_CHECK(t->ct->memcpy(t->ct->user, full + bk->start + bk->chunk_begin, shard + bk->shard_offset,
+                                  (size_t)bk->chunk * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
+        LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->dp_group, full + bk->start + bk->chunk_begin, full + bk->start,
+                                      bk->chunk, PAR_F32, NULL));
+    }
+    return PAR_OK;
+}
+
+static par_status write_tensors(trainer *t, const char *path, const char *prefix, const float *flat_host,
+                                const char *step_text) {
+    par_st_writer *w = NULL;
+    int i;
+    LLAMA_CHECK(par_st_writer_create(path, &w));
+    for (i = 0; i < t->p.num_tensors; i++) {
+        const llama_tensor *tn = &t->p.tensors[i];
+        char name[128];
+        par_status st;
+        snprintf(name, sizeof name, "%s%s", prefix, tn->name);
+        st = par_st_writer_add(w, name, PAR_F32, tn->ndim, tn->shape, flat_host + tn->offset);
+        if (st != PAR_OK) return par_st_writer_abort(w), st;
+    }
+    if (step_text) {
+        par_status st = par_st_writer_metadata(w, "step", step_text);
+        if (st != PAR_OK) return par_st_writer_abort(w), st;
+    }
+    return par_st_writer_finish(w);
+}
+
+/* --save: weights (Hugging Face names, loadable by torch) and, beside them,
+   the AdamW state with the step count. Rank 0 writes; each file is atomic. */
+static par_status save_checkpoint(trainer *t, const char *path) {
+    const llama_params *p = &t->p;
+    const int64_t n = p->total;
+    float *full_m = t->m, *full_v = t->v, *host = NULL;
+    char opath[1024], step[32];
+    par_status st = PAR_OK;
+    int32_t status = 0;
+    if (t->zero != ZERO_OFF) {
+        LLAMA_CHECK(alloc_floats(t, n, PAR_MEM_WORKSPACE, &full_m));
+        if ((st = alloc_floats(t, n, PAR_MEM_WORKSPACE, &full_v)) != PAR_OK) goto done;
+        if ((st = gather_shards(t, t->m, full_m)) != PAR_OK || (st = gather_shards(t, t->v, full_v)) != PAR_OK)
+            goto done;
+    }
+    if (t->rank == 0) {
+        host = (float *)malloc((size_t)n * 3 * sizeof(float));
+        if (!host) st = par_set_error(PAR_ENOMEM, "out of host memory saving %s", path);
+        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, host, t->params, (size_t)n * 4, PAR_COPY_DEVICE_TO_HOST);
+        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, host + n, full_m, (size_t)n * 4, PAR_COPY_DEVICE_TO_HOST);
+        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, host + 2 * n, full_v, (size_t)n * 4, PAR_COPY_DEVICE_TO_HOST);
+        snprintf(step, sizeof step, "%lld", (long long)t->step);
+        optimizer_path(path, opath, sizeof opath);
+        if (st == PAR_OK) st = write_tensors(t, path, "", host, NULL);
+        if (st == PAR_OK) {
+            par_st_writer *w = NULL;
+            int i;
+            /* one file with both moments: write it with two prefixes */
+            st = par_st_writer_create(opath, &w);
+            for (i = 0; i < p->num_tensors && st == PAR_OK; i++) {
+                const llama_tensor *tn = &p->tensors[i];
+                char a[128], b[128];
+                snprintf(a, sizeof a, "exp_avg.%s", tn->name);
+                snprintf(b, sizeof b, "exp_avg_sq.%s", tn->name);
+                st = par_st_writer_add(w, a, PAR_F32, tn->ndim, tn->shape, host + n + tn->offset);
+                if (st == PAR_OK) st = par_st_writer_add(w, b, PAR_F32, tn->ndim, tn->shape, host + 2 * n + tn->offset);
+            }
+            if (st == PAR_OK) st = par_st_writer_metadata(w, "step", step);
+            if (st == PAR_OK) st = par_st_writer_finish(w);
+            else if (w) par_st_writer_abort(w);
+        }
+        status = (int32_t)st;
+    }
+done:
+    if (t->zero != ZERO_OFF) {
+        if (full_m) t->ct->free(t->ct->user, full_m);
+        if (full_v) t->ct->free(t->ct->user, full_v);
+    }
+    free(host);
+    if (st != PAR_OK && t->rank != 0) return st;
+    /* every rank learns whether rank 0's write worked; only rank 0 reports it */
+    {
+        par_status bst = t->cm->broadcast(t->cm->user, t->world_group, &status, 1, PAR_I32, 0, NULL);
+        if (bst != PAR_OK) return bst;
+    }
+    return t->rank == 0 ? st : PAR_OK;
+}
+
+/* ============================================================================
+   6. the training step
+   ========================================================================== */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float lr_at(const llama_config *c, int64_t step, int64_t total_steps) {
+    const int64_t warm = c->warmup_steps;
+    if (warm > 0 && step < warm) return c->learning_rate * (float)(step + 1) / (float)warm;
+    if (strcmp(c->lr_schedule, "cosine") == 0) {
+        const int64_t total = c->total_steps > 0 ? c->total_steps : total_steps;
+        double progress = total > warm ? (double)(step - warm) / (double)(total - warm) : 1.0;
+        if (progress > 1.0) progress = 1.0;
+        return (float)(c->min_lr + 0.5 * (c->learning_rate - c->min_lr) * (1.0 + cos(3.141592653589793 * progress)));
+    }
+    return c->learning_rate;
+}
+
+/* Micro-batch `mb` of this rank at step `step`: rank r of d takes global slots
+   j = i*d + r (MindSpore's num_shards/shard_id: round-robin over the batch). */
+static par_status load_micro_batch(trainer *t, int64_t step, int mb) {
+    const int64_t T = t->sz.seq, B = t->cfg->batch_size;
+    int64_t i, k;
+    for (i = 0; i < t->sz.batch; i++) {
+        const int64_t local = (int64_t)mb * t->sz.batch + i, j = local * t->dp + t->dp_index;
+        const int64_t s = data_sample(t->data, step, B, j);
+        const unsigned char *src = t->data->bytes + s * T;
+        for (k = 0; k < T; k++) {
+            t->host_ids[i * T + k] = src[k], t->host_tgt[i * T + k] = src[k + 1];
+            t->host_pos[i * T + k] = k;
+        }
+    }
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.targets, t->host_tgt, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
+    return t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE);
+}
+
+static par_status forward(trainer *t, int64_t batch, int64_t seq) {
+    const llama_params *p = &t->p;
+    const llama_dims *d = &p->dims;
+    llama_acts *a = &t->acts;
+    const int64_t n = batch * seq;
+    int l;
+    LLAMA_CHECK(t->ct->embedding_fwd(t->ct->user, n, a->ids, t->params + p->tensors[LLAMA_T_EMBED].offset, d->vocab,
+                                     d->dim, 0, d->layers ? a->blocks[0].x_in : a->x_final));
+    for (l = 0; l < d->layers; l++) {
+        const llama_block w = block_bind(p, l, t->params, 0);
+        float *out = l + 1 < d->layers ? a->blocks[l + 1].x_in : a->x_final;
+        LLAMA_CHECK(llama_block_fwd(t->ct, d, &w, &a->blocks[l], a->pos, batch, seq, out));
+    }
+    return llama_head_fwd(t->ct, d, t->params + p->tensors[p->num_tensors - 2].offset,
+                          t->params + p->tensors[p->num_tensors - 1].offset, a, n);
+}
+
+/* Where bucket b's gradients are accumulated during backward. */
+static float *bucket_grads(trainer *t, int b) {
+    return t->zero == ZERO_2 ? t->slot[b & 1] : t->grads + t->p.buckets[b].start;
+}
+
+static par_reduce_op grad_op(const trainer *t) { return t->cfg->gradients_mean ? PAR_REDUCE_AVG : PAR_REDUCE_SUM; }
+
+/* ZeRO-2: finish bucket b's reduce-scatter and add it into the shard. */
+static par_status finish_rs(trainer *t, int b) {
+    llama_bucket *bk = &t->p.buckets[b];
+    if (!bk->req) return PAR_OK;
+    LLAMA_CHECK(t->cm->wait(t->cm->user, bk->req));
+    bk->req = NULL;
+    return t->ct->axpy(t->ct->user, bk->chunk, 1.0f, t->rs_tmp[b & 1], t->gshard + bk->shard_offset);
+}
+
+/* Bucket b's gradients are complete for this micro-batch: start its reduction
+   (async, so it overlaps the backward of the layers below). */
+static par_status bucket_ready(trainer *t, int b, int last_mb) {
+    llama_bucket *bk = &t->p.buckets[b];
+    const par_comm_table *cm = t->cm;
+    float *g = bucket_grads(t, b);
+    if (t->zero == ZERO_2)
+        return cm->reduce_scatter(cm->user, t->dp_group, g, t->rs_tmp[b & 1], bk->chunk, PAR_F32, grad_op(t), &bk->req);
+    if (!last_mb) return PAR_OK;
+    if (t->zero == ZERO_1)
+        return cm->reduce_scatter(cm->user, t->dp_group, g, t->gshard + bk->shard_offset, bk->chunk, PAR_F32,
+                                  grad_op(t), &bk->req);
+    if (t->dp == 1) return PAR_OK;
+    return cm->all_reduce(cm->user, t->dp_group, g, g, bk->padded, PAR_F32, grad_op(t), &bk->req);
+}
+
+/* Before bucket b's backward writes its gradients (ZeRO-2: its slot must be
+   free again, i.e. bucket b+2's reduce-scatter done; then cleared). */
+static par_status bucket_begin(trainer *t, int b) {
+    if (t->zero != ZERO_2) return PAR_OK;
+    if (b + 2 < t->p.num_buckets) LLAMA_CHECK(finish_rs(t, b + 2));
+    return t->ct->memset(t->ct->user, t->slot[b & 1], 0, (size_t)t->p.buckets[b].padded * sizeof(float));
+}
+
+static par_status backward(trainer *t, float scale, int last_mb) {
+    const llama_params *p = &t->p;
+    const llama_dims *d = &p->dims;
+    llama_acts *a = &t->acts;
+    const int nb = p->num_buckets, head = nb - 1;
+    const llama_tensor *tn = p->tensors;
+    const int tnorm = p->num_tensors - 2, tlm = p->num_tensors - 1;
+    float *g;
+    int l;
+    LLAMA_CHECK(bucket_begin(t, head));
+    g = bucket_grads(t, head);
+    LLAMA_CHECK(llama_head_bwd(t->ct, d, t->params + tn[tnorm].offset, t->params + tn[tlm].offset,
+                               g + (tn[tnorm].offset - p->buckets[head].start),
+                               g + (tn[tlm].offset - p->buckets[head].start), a, t->sz.n, scale, &t->scratch));
+    LLAMA_CHECK(bucket_ready(t, head, last_mb));
+    for (l = (int)d->layers - 1; l >= 0; l--) {
+        const llama_block w = block_bind(p, l, t->params, 0);
+        llama_block gb;
+        LLAMA_CHECK(bucket_begin(t, 1 + l));
+        gb = block_bind(p, l, bucket_grads(t, 1 + l), p->buckets[1 + l].start);
+        LLAMA_CHECK(llama_block_bwd(t->ct, d, &w, &gb, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
+        LLAMA_CHECK(bucket_ready(t, 1 + l, last_mb));
+    }
+    LLAMA_CHECK(bucket_begin(t, 0));
+    LLAMA_CHECK(t->ct->embedding_bwd(t->ct->user, t->sz.n, a->ids, t->scratch.dx, d->vocab, d->dim, 0,
+                                     bucket_grads(t, 0)));
+    return bucket_ready(t, 0, last_mb);
+}
+
+static par_status wait_reductions(trainer *t) {
+    int b;
+    for (b = t->p.num_buckets - 1; b >= 0; b--) {
+        llama_bucket *bk = &t->p.buckets[b];
+        if (t->zero == ZERO_2) LLAMA_CHECK(finish_rs(t, b));
+        else if (bk->req) {
+            par_request *r = bk->req;
+            bk->req = NULL;
+            LLAMA_CHECK(t->cm->wait(t->cm->user, r));
+        }
+    }
+    return PAR_OK;
+}
+
+/* Global gradient norm: every parameter counted once (the shards are disjoint;
+   without ZeRO every rank holds the same reduced gradients). */
+static par_status grad_norm(trainer *t, double *norm) {
+    double ss = 0.0;
+    if (t->zero == ZERO_OFF) {
+        LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.total, t->grads, &ss));
+    } else {
+        LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.shard_total, t->gshard, &ss));
+        LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->dp_group, &ss, &ss, 1, PAR_F64, PAR_REDUCE_SUM, NULL));
+    }
+    *norm = sqrt(ss);
+    return PAR_OK;
+}
+
+/* AdamW over [flat_begin, flat_begin+count) of the flat layout, tensor by
+   tensor (weight decay only on rank >= 2); p/g/m/v point at flat_begin. */
+static par_status adamw_range(trainer *t, int64_t flat_begin, int64_t count, float *p, const float *g, float *m,
+                              float *v, float lr, int64_t step) {
+    const llama_config *c = t->cfg;
+    int i;
+    for (i = 0; i < t->p.num_tensors; i++) {
+        const llama_tensor *tn = &t->p.tensors[i];
+        const int64_t b = tn->offset > flat_begin ? tn->offset : flat_begin;
+        const int64_t e = tn->offset + tn->numel < flat_begin + count ? tn->offset + tn->numel : flat_begin + count;
+        const int64_t o = b - flat_begin;
+        if (b >= e) continue;
+        LLAMA_CHECK(t->ct->adamw(t->ct->user, e - b, p + o, g + o, m + o, v + o, lr, c->beta1, c->beta2, c->eps,
+                                 tn->ndim >= 2 ? c->weight_decay : 0.0f, step));
+    }
+    return PAR_OK;
+}
+
+static par_status optimizer_step(trainer *t, float lr, float clip) {
+    const llama_params *p = &t->p;
+    const int64_t step = t->step + 1;
+    int b;
+    if (t->zero == ZERO_OFF) {
+        if (clip != 1.0f) LLAMA_CHECK(t->ct->scale(t->ct->user, p->total, clip, t->grads));
+        return adamw_range(t, 0, p->total, t->params, t->grads, t->m, t->v, lr, step);
+    }
+    if (clip != 1.0f) LLAMA_CHECK(t->ct->scale(t->ct->user, p->shard_total, clip, t->gshard));
+    for (b = 0; b < p->num_buckets; b++) {
+        const llama_bucket *bk = &p->buckets[b];
+        const int64_t begin = bk->start + bk->chunk_begin, so = bk->shard_offset;
+        LLAMA_CHECK(adamw_range(t, begin, bk->chunk, t->params + begin, t->gshard + so, t->m + so, t->v + so, lr, step));
+    }
+    /* every rank updated its chunk: gather the new parameters (async, all buckets) */
+    for (b = 0; b < p->num_buckets; b++) {
+        llama_bucket *bk = &t->p.buckets[b];
+        float *full = t->params + bk->start;
+        LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->dp_group, full + bk->chunk_begin, full, bk->chunk, PAR_F32,
+                                      &bk->req));
+    }
+    return wait_reductions(t);
+}
+
+typedef struct step_stats {
+    double loss, grad_norm, seconds;
+    float lr;
+} step_stats;
+
+static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
+    const llama_params *p = &t->p;
+    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
+    double loss = 0.0, norm = 0.0, t0 = now_s();
+    float clip = 1.0f, lr = lr_at(t->cfg, t->step, total_steps);
+    int mb;
+    int64_t i;
+    if (t->grads) LLAMA_CHECK(t->ct->memset(t->ct->user, t->grads, 0, (size_t)p->total * sizeof(float)));
+    if (t->gshard) LLAMA_CHECK(t->ct->memset(t->ct->user, t->gshard, 0, (size_t)p->shard_total * sizeof(float)));
+    for (mb = 0; mb < t->micro_batches; mb++) {
+        LLAMA_CHECK(load_micro_batch(t, t->step, mb));
+        LLAMA_CHECK(forward(t, t->sz.batch, t->sz.seq));
+        LLAMA_CHECK(backward(t, scale, mb == t->micro_batches - 1));
+        /* ZeRO-2 reuses the slots and receive buffers in the next micro-batch */
+        if (t->zero == ZERO_2 && mb + 1 < t->micro_batches) LLAMA_CHECK(wait_reductions(t));
+        LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, t->acts.losses, (size_t)t->sz.n * 4,
+                                  PAR_COPY_DEVICE_TO_HOST));
+        for (i = 0; i < t->sz.n; i++) loss += t->host_losses[i];
+    }
+    LLAMA_CHECK(wait_reductions(t));
+    loss /= (double)(t->sz.n * t->micro_batches);
+    if (t->dp > 1)
+        LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->dp_group, &loss, &loss, 1, PAR_F64, PAR_REDUCE_AVG, NULL));
+    LLAMA_CHECK(grad_norm(t, &norm));
+    if (t->cfg->max_grad_norm > 0.0f) {
+        /* PyTorch's clip_grad_norm_: coefficient max/(norm+1e-6), clamped to 1 */
+        const double c = (double)t->cfg->max_grad_norm / (norm + 1e-6);
+        if (c < 1.0) clip = (float)c;
+    }
+    LLAMA_CHECK(optimizer_step(t, lr, clip));
+    LLAMA_CHECK(t->ct->synchronize(t->ct->user));
+    t->step++;
+    out->loss = loss, out->grad_norm = norm, out->lr = lr, out->seconds = now_s() - t0;
+    return PAR_OK;
+}
+
+/* ============================================================================
+   7. reporting
+   ========================================================================== */
+
+/* Model FLOPs of one training step over the global batch (forward + backward
+   = 3x forward; causal attention counts the visible half of the scores). */
+static double step_flops(const llama_params *p, int64_t global_batch) {
+    const llama_dims *d = &p->dims;
+    const double tokens = (double)global_batch * (double)d->seq;
+    const double matmul_params = (double)(p->num_params - p->tensors[LLAMA_T_EMBED].numel) -
+                                 (double)d->dim * (double)(2 * d->layers + 1);
+    const double attn = (double)d->layers * 2.0 * (double)d->seq * (double)(d->heads * d->head_dim);
+    return 6.0 * tokens * matmul_params + 3.0 * tokens * attn;
+}
+
+/* The GEMM throughput of the whole machine, as the ranks share it: every rank
+   runs the same GEMMs at once between two barriers, and the total FLOPs over
+   the slowest rank's time is the peak MFU is measured against. Runs in the
+   backward scratch (free now): as large a square as fits, up to 384. */
+static par_status measure_gemm_peak(trainer *t, double *gflops) {
+    const int64_t room = scratch_floats(&t->p.dims, t->sz.n);
+    const int reps = 8;
+    int64_t n = 384;
+    float *a = t->scratch_base;
+    par_gemm_desc d = {0};
+    double t0, dt, flops;
+    int i;
+    while (n > 16 && 3 * n * n > room) n -= 16;
+    d.m = d.n = d.k = n, d.alpha = 1.0f;
+    LLAMA_CHECK(t->ct->memset(t->ct->user, a, 0, (size_t)(3 * n * n) * sizeof(float)));
+    LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + n * n, a + 2 * n * n)); /* warm up */
+    LLAMA_CHECK(t->ct->synchronize(t->ct->user));
+    LLAMA_CHECK(t->cm->barrier(t->cm->user, t->world_group));
+    t0 = now_s();
+    for (i = 0; i < reps; i++) LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + n * n, a + 2 * n * n));
+    LLAMA_CHECK(t->ct->synchronize(t->ct->user));
+    /* up to the moment the last rank is done: ranks sharing cores may not
+       really have run at the same time */
+    LLAMA_CHECK(t->cm->barrier(t->cm->user, t->world_group));
+    dt = now_s() - t0;
+    flops = 2.0 * (double)(n * n * n) * reps;
+    LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->world_group, &dt, &dt, 1, PAR_F64, PAR_REDUCE_MAX, NULL));
+    LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->world_group, &flops, &flops, 1, PAR_F64, PAR_REDUCE_SUM, NULL));
+    *gflops = dt > 0 ? flops / dt * 1e-9 : 0.0;
+    return PAR_OK;
+}
+
+static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+static void print_memory_row(const char *what, const int64_t *bytes, int64_t total) {
+    int c;
+    printf("  %-9s", what);
+    for (c = 0; c < PAR_MEM_CATEGORY_COUNT; c++) printf(" %11.2f", mib(bytes[c]));
+    printf(" %11.2f\n", mib(total));
+}
+
+static void print_memory_header(void) {
+    int c;
+    printf("  %-9s", "MiB/rank");
+    for (c = 0; c < PAR_MEM_CATEGORY_COUNT; c++) printf(" %11s", par_mem_category_name((par_mem_category)c));
+    printf(" %11s\n", "total");
+}
+
+/* {"event":"memory_plan"|"memory_peak","params":bytes,...,"total":bytes} */
+static void metrics_memory(FILE *f, const char *event, const int64_t *bytes, int64_t total) {
+    int c;
+    if (!f) return;
+    fprintf(f, "{\"event\":\"%s\"", event);
+    for (c = 0; c < PAR_MEM_CATEGORY_COUNT; c++)
+        fprintf(f, ",\"%s\":%lld", par_mem_category_name((par_mem_category)c), (long long)bytes[c]);
+    fprintf(f, ",\"total\":%lld}\n", (long long)total);
+    fflush(f);
+}
+
+static int64_t plan_total(const mem_plan *m) {
+    int64_t total = 0;
+    int c;
+    for (c = 0; c < PAR_MEM_CATEGORY_COUNT; c++) total += m->bytes[c];
+    return total;
+}
+
+static void print_summary(const trainer *t, const char *backend) {
+    const llama_dims *d = &t->p.dims;
+    const llama_tensor *e = &t->p.tensors[LLAMA_T_EMBED];
+    char mesh[128], lay[128], tok[128];
+    par_mesh_format(&t->mesh, mesh, sizeof mesh);
+    par_layout_format(&e->layout, lay, sizeof lay);
+    par_layout_format(&t->tokens_layout, tok, sizeof tok);
+    printf("parallel.h llama trainer\n");
+    printf("  model      vocab %lld, hidden %lld, layers %lld, heads %lld (kv %lld, head dim %lld), ffn %lld, seq %lld\n",
+           (long long)d->vocab, (long long)d->dim, (long long)d->layers, (long long)d->heads, (long long)d->kv_heads,
+           (long long)d->head_dim, (long long)d->ffn, (long long)d->seq);
+    printf("  parameters %lld in %d tensors, %d gradient buckets\n", (long long)t->p.num_params, t->p.num_tensors,
+           t->p.num_buckets);
+    printf("  ranks      %d (%s backend), mesh %s, %d kernel thread(s) per rank\n", t->world, backend, mesh,
+           par_ctx_kernel_threads(t->ctx));
+    printf("  layouts    weights %s (replicated over dp), tokens [batch,seq] %s\n", lay, tok);
+    printf("  batch      global %d = dp %d x micro_batch_num %d x %lld samples of %lld tokens\n", t->cfg->batch_size,
+           t->dp, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq);
+    if (t->zero != ZERO_OFF)
+        printf("  optimizer  AdamW, ZeRO level %d over dp %d: each rank updates %lld of %lld elements\n", (int)t->zero,
+               t->dp, (long long)t->p.shard_total, (long long)t->p.total);
+    else
+        printf("  optimizer  AdamW, replicated%s\n", t->dp > 1 ? " (gradients all-reduced in buckets)" : "");
+    printf("  memory plan per rank:\n");
+    print_memory_header();
+    print_memory_row("planned", t->plan.bytes, plan_total(&t->plan));
+    fflush(stdout);
+}
+
+static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
+    const double tokens = (double)t->cfg->batch_size * (double)t->sz.seq;
+    const double tps = s->seconds > 0 ? tokens / s->seconds : 0.0;
+    const double mfu = s->seconds > 0 && t->gemm_gflops > 0
+                           ? step_flops(&t->p, t->cfg->batch_size) / s->seconds / (t->gemm_gflops * 1e9)
+                           : 0.0;
+    if (!t->opt->quiet)
+        printf("step %5lld | loss %.6f | grad norm %.6f | lr %.3e | %8.0f tok/s | MFU %5.1f%% | peak %.1f MiB\n",
+               (long long)t->step - 1, s->loss, s->grad_norm, (double)s->lr, tps, 100.0 * mfu, mib(peak_bytes));
+    if (t->metrics) {
+        fprintf(t->metrics,
+                "{\"step\":%lld,\"loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,\"tokens_per_s\":%.1f,\"mfu\":%.5f,"
+                "\"peak_mem_bytes\":%lld,\"step_s\":%.6f}\n",
+                (long long)t->step - 1, s->loss, s->grad_norm, (double)s->lr, tps, mfu, (long long)peak_bytes,
+                s->seconds);
+        fflush(t->metrics);
+    }
+    fflush(stdout);
+}
+
+/* ============================================================================
+   8. sampling, the rank body, main
+   ========================================================================== */
+
+/* Rank 0 continues a prompt from the data, one byte at a time (temperature
+   0.8), re-running the forward over the last seq_length bytes. */
+static par_status generate(trainer *t, int count) {
+    const llama_dims *d = &t->p.dims;
+    const int64_t T = t->sz.seq < t->sz.n ? t->sz.seq : t->sz.n;
+    int64_t len = 16 < T ? 16 : T, i, k;
+    unsigned char *text = (unsigned char *)malloc((size_t)(len + count));
+    float *row = (float *)malloc((size_t)d->vocab * sizeof(float));
+    uint64_t rng = 0x53414D504C45ull ^ t->cfg->seed;
+    par_status st = PAR_OK;
+    if (!text || !row) return free(text), free(row), par_set_error(PAR_ENOMEM, "out of host memory");
+    memcpy(text, t->data->bytes, (size_t)len);
+    for (i = 0; i < count && st == PAR_OK; i++) {
+        const int64_t n = len < T ? len : T;
+        const unsigned char *ctx = text + len - n;
+        double mx = -1e30, sum = 0.0, r;
+        for (k = 0; k < n; k++) t->host_ids[k] = ctx[k], t->host_pos[k] = k;
+        st = t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n * 4, PAR_COPY_HOST_TO_DEVICE);
+        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n * 8, PAR_COPY_HOST_TO_DEVICE);
+        if (st == PAR_OK) st = forward(t, 1, n);
+        if (st == PAR_OK)
+            st = t->ct->memcpy(t->ct->user, row, t->acts.logits + (n - 1) * d->vocab, (size_t)d->vocab * 4,
+                               PAR_COPY_DEVICE_TO_HOST);
+        if (st != PAR_OK) break;
+        for (k = 0; k < d->vocab && k < 256; k++) mx = row[k] > mx ? row[k] : mx;
+        for (k = 0; k < d->vocab && k < 256; k++) sum += exp(((double)row[k] - mx) / 0.8);
+        r = (double)(splitmix64(&rng) >> 11) / 9007199254740992.0 * sum;
+        for (k = 0; k < 255 && k < d->vocab - 1; k++) {
+            r -= exp(((double)row[k] - mx) / 0.8);
+            if (r <= 0) break;
+        }
+        text[len++] = (unsigned char)k;
+    }
+    if (st == PAR_OK) {
+        printf("sample (prompt | generated):\n");
+        for (k = 0; k < len; k++) {
+            int ch = text[k];
+            if (k == 16) printf(" | ");
+            putchar(ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127) ? ch : '.');
+        }
+        printf("\n");
+    }
+    free(text), free(row);
+    return st;
+}
+
+static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) {
+    const llama_config *c = sh->cfg;
+    const int64_t shape[2] = {c->batch_size, c->seq_length};
+    int map[2];
+    char err[512];
+    t->ctx = ctx, t->ct = par_ctx_compute(ctx), t->cm = par_ctx_comm(ctx);
+    t->cfg = c, t->opt = sh->opt, t->data = sh->data;
+    t->mesh = *par_ctx_mesh(ctx);
+    t->rank = par_ctx_rank(ctx), t->world = par_ctx_size(ctx);
+    t->micro_batches = c->micro_batch_num;
+    t->zero = !c->enable_parallel_optimizer ? ZERO_OFF : c->optimizer_level >= 2 ? ZERO_2 : ZERO_1;
+    /* activations: [batch, seq] split over dp; the dp group is the layout's split dims */
+    map[0] = par_mesh_dev_dim(&t->mesh, "dp"), map[1] = -1;
+    LLAMA_CHECK(par_layout_init(&t->tokens_layout, &t->mesh, 2, shape, map, 0));
+    {
+        int64_t local[2] = {0, 0};
+        par_layout_local_shape(&t->tokens_layout, local);
+        t->dp = (int)par_layout_shards(&t->tokens_layout, 0);
+        t->sz.batch = local[0] / t->micro_batches, t->sz.seq = local[1], t->sz.n = t->sz.batch * t->sz.seq;
+    }
+    LLAMA_CHECK(par_ctx_group(ctx, par_layout_split_dims(&t->tokens_layout), &t->dp_group, &t->dp_index, NULL));
+    LLAMA_CHECK(par_ctx_group(ctx, (1u << t->mesh.ndim) - 1u, &t->world_group, NULL, NULL));
+    if (params_build(&t->p, c, &t->mesh, t->rank, t->dp, err, sizeof err) != 0) return par_set_error(PAR_EINVAL, "%s", err);
+    t->plan = plan_memory(&t->p, &t->sz, t->zero, t->dp);
+    return state_alloc(t);
+}
+
+static par_status rank_main(par_ctx *ctx, void *arg) {
+    const shared_run *sh = (const shared_run *)arg;
+    const llama_options *o = sh->opt;
+    trainer t;
+    par_status st;
+    int64_t i, peak = 0;
+    double t0;
+    memset(&t, 0, sizeof t);
+    st = trainer_setup(&t, ctx, sh);
+    if (st == PAR_OK && o->init_from) {
+        /* main checked the files; a rank only reads its part */
+        if ((st = load_checkpoint(&t, o->init_from, sh->init_has_optimizer)) == PAR_OK) t.step = sh->init_step;
+    } else if (st == PAR_OK && t.dp_index == 0) {
+        /* replicas get these weights from the broadcast below */
+        st = init_params(&t, sh->cfg->seed);
+    }
+    /* data parallel: every replica starts from rank 0's weights */
+    if (st == PAR_OK && t.dp > 1)
+        st = t.cm->broadcast(t.cm->user, t.dp_group, t.params, t.p.total, PAR_F32, 0, NULL);
+    if (st == PAR_OK) st = measure_gemm_peak(&t, &t.gemm_gflops);
+    if (st == PAR_OK && t.rank == 0) {
+        print_summary(&t, sh->backend_mpi ? "mpi" : "threads");
+        if (o->init_from)
+            printf("  init       %s, continuing at step %lld\n", o->init_from, (long long)t.step);
+        printf("  GEMM peak  %.1f GFLOP/s over all ranks (measured now; MFU is relative to it)\n", t.gemm_gflops);
+        if (o->metrics_path && !(t.metrics = fopen(o->metrics_path, "w")))
+            st = par_set_error(PAR_EIO, "--metrics %s: cannot open for writing: %s", o->metrics_path, strerror(errno));
+        metrics_memory(t.metrics, "memory_plan", t.plan.bytes, plan_total(&t.plan));
+    }
+    t0 = now_s();
+    for (i = 0; i < o->steps && st == PAR_OK; i++) {
+        step_stats s;
+        par_mem_report r;
+        int64_t pk;
+        st = train_step(&t, t.step - i + o->steps, &s);
+        if (st == PAR_OK) st = t.ct->memory_report(t.ct->user, &r);
+        if (st != PAR_OK) break;
+        pk = r.peak_total;
+        if (t.world > 1) st = t.cm->all_reduce(t.cm->user, t.world_group, &pk, &pk, 1, PAR_I64, PAR_REDUCE_MAX, NULL);
+        if (pk > peak) peak = pk;
+        if (st == PAR_OK && t.rank == 0) report_step(&t, &s, pk);
+    }
+    if (st == PAR_OK && t.rank == 0 && o->steps > 0) {
+        par_mem_report r;
+        if (t.ct->memory_report(t.ct->user, &r) == PAR_OK) {
+            printf("  memory, planned vs measured peak on rank 0:\n");
+            print_memory_header();
+            print_memory_row("planned", t.plan.bytes, plan_total(&t.plan));
+            print_memory_row("measured", r.peak, r.peak_total);
+            metrics_memory(t.metrics, "memory_peak", r.peak, r.peak_total);
+        }
+        printf("trained %d steps in %.2f s\n", o->steps, now_s() - t0);
+    }
+    if (st == PAR_OK && o->save_path) {
+        st = save_checkpoint(&t, o->save_path);
+        if (st == PAR_OK && t.rank == 0) printf("saved %s (+ optimizer state)\n", o->save_path);
+    }
+    if (st == PAR_OK && t.rank == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
+    if (t.metrics) fclose(t.metrics);
+    fflush(stdout);
+    trainer_free(&t);
+    return st;
+}
+
+/* ---- main: every input checked before any rank starts ----------------------- */
+
+static int dir_writable(const char *path) {
+    char dir[1024];
+    const char *slash = strrchr(path, '/');
+    if (!slash) return access(".", W_OK) == 0;
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path) ? (int)(slash - path) : 1, path);
+    return access(dir, W_OK) == 0;
+}
+
+static int bad_input(int quiet, const char *fmt, ...) PAR__PRINTF(2, 3);
+static int bad_input(int quiet, const char *fmt, ...) {
+    va_list ap;
+    if (!quiet) {
+        fprintf(stderr, "train: error: ");
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "\n");
+    }
+    return EXIT_BAD_INPUT;
+}
+
+int main(int argc, char **argv) {
+    llama_options opt;
+    llama_config cfg;
+    llama_data data;
+    shared_run sh;
+    par_ctx_desc desc = {0};
+    char err[1024], mesh[64];
+    int world, launch_rank = 0, launch_size = 1, mpi = 0, silent, has_opt = 0;
+    int64_t step0 = 0;
+    par_status st;
+    memset(&data, 0, sizeof data);
+    if (llama_parse_args(argc, argv, &opt, err, sizeof err) != 0) {
+        fprintf(stderr, "train: error: %s (see --help)\n", err);
+        return EXIT_BAD_INPUT;
+    }
+    if (opt.help) return llama_print_usage(stdout), 0;
+    mpi = strcmp(opt.backend, "mpi") == 0;
+    /* under mpirun only rank 0 reports input errors (all ranks find the same) */
+    if (mpi && par_launch_env(&launch_rank, &launch_size, NULL) != PAR_OK) launch_rank = 0, launch_size = 1;
+    silent = launch_rank != 0;
+    if (strcmp(opt.backend, "nccl") == 0)
+        return bad_input(silent, "--backend nccl needs the CUDA build of the trainer (parallel_cuda.cu); this "
+                                 "build has the threads and mpi backends");
+#ifndef PARALLEL_WITH_MPI
+    if (mpi) return bad_input(silent, "--backend mpi: this build has no MPI (rebuild with mpicc)");
+#endif
+    if (opt.trace_path) return bad_input(silent, "--trace is not implemented yet (issue 6)");
+    if (llama_config_load(opt.config_path, opt.sets, opt.num_sets, &cfg, silent ? NULL : stderr, err, sizeof err) != 0)
+        return bad_input(silent, "%s", err);
+    if (opt.seed >= 0) cfg.seed = (uint64_t)opt.seed;
+    world = cfg.data_parallel * cfg.model_parallel * cfg.pipeline_stage * cfg.context_parallel;
+    if (!mpi && world > 256)
+        return bad_input(silent, "the parallel degrees ask for %d ranks; the threads backend runs at most 256", world);
+    if (mpi && launch_size != world)
+        return bad_input(silent,
+                         "the MPI world has %d ranks but parallel_config asks for %d (data_parallel %d x "
+                         "model_parallel %d x pipeline_stage %d x context_parallel %d); run mpirun -np %d",
+                         launch_size, world, cfg.data_parallel, cfg.model_parallel, cfg.pipeline_stage,
+                         cfg.context_parallel, world);
+    if (opt.steps > 0 || opt.sample_tokens > 0) {
+        if (!opt.data_path) return bad_input(silent, "--data FILE is required to train or sample");
+        if (data_load(opt.data_path, cfg.seq_length, &data, err, sizeof err) != 0) return bad_input(silent, "%s", err);
+        if (opt.shuffle && data_shuffle(&data, cfg.seed) != 0) return bad_input(silent, "out of host memory");
+    }
+    if (opt.init_from) {
+        if (check_init_files(opt.init_from, &cfg, &step0, &has_opt, err, sizeof err) != 0)
+            return free(data.bytes), free(data.order), bad_input(silent, "%s", err);
+    }
+    if (opt.save_path && !dir_writable(opt.save_path))
+        return free(data.bytes), free(data.order), bad_input(silent, "--save %s: its directory is not writable", opt.save_path);
+    if (opt.metrics_path && !dir_writable(opt.metrics_path))
+        return free(data.bytes), free(data.order),
+               bad_input(silent, "--metrics %s: its directory is not writable", opt.metrics_path);
+
+    sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend_mpi = mpi;
+    sh.init_step = step0, sh.init_has_optimizer = has_opt;
+    snprintf(mesh, sizeof mesh, "dp=%d", cfg.data_parallel);
+    desc.mesh = mesh;
+    if (mpi) {
+        par_ctx *ctx = NULL;
+        st = par_ctx_init_mpi(&desc, &ctx);
+        if (st == PAR_OK) {
+            st = rank_main(ctx, &sh);
+            if (st != PAR_OK) fprintf(stderr, "train: rank %d: %s\n", par_ctx_rank(ctx), par_last_error());
+            par_ctx_destroy(ctx);
+        } else {
+            fprintf(stderr, "train: %s\n", par_last_error());
+        }
+    } else {
+        st = par_run_threads_desc(&desc, world, rank_main, &sh);
+        if (st != PAR_OK) fprintf(stderr, "train: %s\n", par_last_error());
+    }
+    free(data.bytes), free(data.order);
+    return st == PAR_OK ? 0 : EXIT_RUN_FAILED;
+}

@@ -1,0 +1,1066 @@
+/* tests/llama/test_config.c - the Llama trainer's configuration layer
+   (examples/llama/config.h): YAML loading, --set overrides, validation, the
+   command line, printing and the reference table.
+
+   Expected values are written out here, independently of the key table in
+   config.h; where the test loops over that table it only does so to prove
+   that its own lists cover every key. Runs from the repository root (it loads
+   every .yaml in examples/configs). Temporary files live in a mkdtemp directory that
+   is removed at the end. */
+#define _POSIX_C_SOURCE 200809L
+#define LLAMA_CONFIG_IMPLEMENTATION
+#include "examples/llama/config.h"
+
+#include <dirent.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- harness: tests/test.h (which needs the library linked in) plus two checks */
+
+#define PARALLEL_IMPLEMENTATION
+#include "test.h"
+
+#define CHECK_HAS(text, needle) \
+    CHECK_MSG(strstr((text), (needle)) != NULL, "\"%s\" does not contain \"%s\"", (text), (needle))
+#define CHECK_FLT(got, want)                                                   \
+    do {                                                                       \
+        float g_ = (got), w_ = (float)(want);                                  \
+        CHECK_MSG(g_ == w_, "got %.9g, want %.9g", (double)g_, (double)w_);    \
+    } while (0)
+/* ---- temp files ---------------------------------------------------------- */
+
+static char dir_[64];
+static char files_[64][128];
+static int num_files_;
+
+/* Write `text` to a file named `name` in the temp dir; returns its path. */
+static const char *write_file(const char *name, const char *text) {
+    int slot = -1;
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir_, name);
+    for (int i = 0; i < num_files_; i++)
+        if (strcmp(files_[i], path) == 0) slot = i;
+    if (slot < 0 && num_files_ < 64) {
+        slot = num_files_++;
+        snprintf(files_[slot], sizeof files_[slot], "%s", path);
+    }
+    if (slot < 0) return "/nonexistent/too-many-files";
+    FILE *f = fopen(files_[slot], "wb");
+    if (!f) return "/nonexistent/cannot-write";
+    fputs(text, f);
+    fclose(f);
+    return files_[slot];
+}
+
+static void remove_files(void) {
+    for (int i = 0; i < num_files_; i++) unlink(files_[i]);
+    rmdir(dir_);
+}
+
+/* Read everything written to a tmpfile() into buf. */
+static void slurp(FILE *f, char *buf, size_t size) {
+    size_t n = 0;
+    rewind(f);
+    if (size) n = fread(buf, 1, size - 1, f);
+    buf[n] = 0;
+}
+
+/* Load YAML text (through a file named cfg.yaml) with the given --set
+   overrides; warnings land in warn[], the error in err[]. */
+static char warn_[8192], err_[1024];
+static int load_text(const char *yaml, const char *const *sets, int num_sets, llama_config *cfg) {
+    const char *path = yaml ? write_file("cfg.yaml", yaml) : NULL;
+    FILE *w = tmpfile();
+    err_[0] = 0;
+    int rc = llama_config_load(path, sets, num_sets, cfg, w, err_, sizeof err_);
+    if (w) {
+        slurp(w, warn_, sizeof warn_);
+        fclose(w);
+    } else {
+        warn_[0] = 0;
+    }
+    return rc;
+}
+
+static int load_set(const char *set, llama_config *cfg) {
+    const char *sets[1] = {set};
+    return load_text(NULL, sets, 1, cfg);
+}
+
+/* A YAML document that sets one dotted key, written nested ("a.b.c" ->
+   "a:\n  b:\n    c: value\n"). */
+static void nested_yaml(const char *path, const char *value, char *out, size_t size) {
+    size_t used = 0;
+    int depth = 0;
+    const char *p = path;
+    for (const char *dot; (dot = strchr(p, '.')) != NULL; p = dot + 1, depth++)
+        used += (size_t)snprintf(out + used, size - used, "%*s%.*s:\n", 2 * depth, "", (int)(dot - p), p);
+    snprintf(out + used, size - used, "%*s%s: %s\n", 2 * depth, "", p, value);
+}
+
+static int same_config(const llama_config *a, const llama_config *b) {
+    return a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size && a->num_layers == b->num_layers &&
+           a->num_heads == b->num_heads && a->n_kv_heads == b->n_kv_heads &&
+           a->intermediate_size == b->intermediate_size && a->seq_length == b->seq_length &&
+           a->rms_norm_eps == b->rms_norm_eps && a->theta == b->theta && a->initializer_range == b->initializer_range &&
+           a->data_parallel == b->data_parallel && a->model_parallel == b->model_parallel &&
+           a->pipeline_stage == b->pipeline_stage && a->micro_batch_num == b->micro_batch_num &&
+           a->context_parallel == b->context_parallel &&
+           strcmp(a->context_parallel_algo, b->context_parallel_algo) == 0 &&
+           a->ulysses_degree_in_cp == b->ulysses_degree_in_cp && a->use_seq_parallel == b->use_seq_parallel &&
+           a->vocab_emb_dp == b->vocab_emb_dp && a->gradients_mean == b->gradients_mean &&
+           a->enable_parallel_optimizer == b->enable_parallel_optimizer && a->optimizer_level == b->optimizer_level &&
+           a->enable_alltoall == b->enable_alltoall && a->learning_rate == b->learning_rate && a->beta1 == b->beta1 &&
+           a->beta2 == b->beta2 && a->eps == b->eps && a->weight_decay == b->weight_decay &&
+           strcmp(a->lr_schedule, b->lr_schedule) == 0 && a->warmup_steps == b->warmup_steps &&
+           a->total_steps == b->total_steps && a->min_lr == b->min_lr && a->batch_size == b->batch_size &&
+           a->max_grad_norm == b->max_grad_norm && a->seed == b->seed;
+}
+
+/* ---- defaults -------------------------------------------------------------- */
+
+static void test_defaults(void) {
+    llama_config c;
+    char err[256];
+    llama_config_defaults(&c);
+    CHECK_INT(c.vocab_size, 256);
+    CHECK_INT(c.hidden_size, 64);
+    CHECK_INT(c.num_layers, 2);
+    CHECK_INT(c.num_heads, 4);
+    CHECK_INT(c.n_kv_heads, 2);
+    CHECK_INT(c.intermediate_size, 172);
+    CHECK_INT(c.seq_length, 64);
+    CHECK_FLT(c.rms_norm_eps, 1e-5f);
+    CHECK_FLT(c.theta, 10000.0f);
+    CHECK_FLT(c.initializer_range, 0.02f);
+    CHECK_INT(c.data_parallel, 1);
+    CHECK_INT(c.model_parallel, 1);
+    CHECK_INT(c.pipeline_stage, 1);
+    CHECK_INT(c.micro_batch_num, 1);
+    CHECK_INT(c.context_parallel, 1);
+    CHECK_STR(c.context_parallel_algo, "colossalai_cp");
+    CHECK_INT(c.ulysses_degree_in_cp, 1);
+    CHECK_INT(c.use_seq_parallel, 0);
+    CHECK_INT(c.vocab_emb_dp, 1);
+    CHECK_INT(c.gradients_mean, 1);
+    CHECK_INT(c.enable_parallel_optimizer, 0);
+    CHECK_INT(c.optimizer_level, 1);
+    CHECK_INT(c.enable_alltoall, 0);
+    CHECK_FLT(c.learning_rate, 1e-3f);
+    CHECK_FLT(c.beta1, 0.9f);
+    CHECK_FLT(c.beta2, 0.95f);
+    CHECK_FLT(c.eps, 1e-8f);
+    CHECK_FLT(c.weight_decay, 0.1f);
+    CHECK_STR(c.lr_schedule, "constant");
+    CHECK_INT(c.warmup_steps, 0);
+    CHECK_INT(c.total_steps, 0);
+    CHECK_FLT(c.min_lr, 0.0f);
+    CHECK_INT(c.batch_size, 8);
+    CHECK_FLT(c.max_grad_norm, 0.0f);
+    CHECK(c.seed == 1234);
+    CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
+
+    /* loading nothing is the defaults */
+    llama_config d;
+    CHECK_MSG(load_text(NULL, NULL, 0, &d) == 0, "%s", err_);
+    CHECK(same_config(&c, &d));
+
+    /* every default in the table (also those of ignored keys) parses with its own rules */
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const llama__key *k = &llama__keys[i];
+        if (k->type == LLAMA__T_ALIAS) {
+            CHECK_MSG(k->def == NULL && llama__find(k->target, strlen(k->target)) != NULL, "alias %s", k->path);
+            continue;
+        }
+        char why[256];
+        llama_config scratch;
+        llama_config_defaults(&scratch);
+        CHECK_MSG(k->def && llama__parse_value(k, k->def, &scratch, why, sizeof why) == 0, "default of %s", k->path);
+    }
+}
+
+/* ---- the ready configs ----------------------------------------------------- */
+
+static void test_ready_configs(void) {
+    DIR *d = opendir("examples/configs");
+    CHECK_MSG(d != NULL, "run from the repository root: examples/configs not found");
+    if (!d) return;
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
+        char path[512];
+        snprintf(path, sizeof path, "examples/configs/%s", e->d_name);
+        llama_config c;
+        FILE *w = tmpfile();
+        char err[512] = "";
+        int rc = llama_config_load(path, NULL, 0, &c, w, err, sizeof err);
+        char warn[2048] = "";
+        if (w) {
+            slurp(w, warn, sizeof warn);
+            fclose(w);
+        }
+        CHECK_MSG(rc == 0, "%s: %s", path, err);
+        CHECK_MSG(warn[0] == 0, "%s warns: %s", path, warn);
+        count++;
+    }
+    closedir(d);
+    CHECK_MSG(count >= 4, "only %d configs", count);
+
+    llama_config c, def;
+    char err[512];
+    llama_config_defaults(&def);
+    CHECK_MSG(llama_config_load("examples/configs/tiny.yaml", NULL, 0, &c, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(same_config(&c, &def), "tiny.yaml must be the defaults");
+
+    CHECK_MSG(llama_config_load("examples/configs/demo.yaml", NULL, 0, &c, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK_INT(c.hidden_size, 128);
+    CHECK_INT(c.num_layers, 4);
+    CHECK_INT(c.num_heads, 4);
+    CHECK_INT(c.n_kv_heads, 2);
+    CHECK_INT(c.intermediate_size, 344);
+    CHECK_INT(c.seq_length, 128);
+    CHECK_INT(c.batch_size, 16);
+    CHECK_FLT(c.learning_rate, 3e-3f);
+    CHECK_STR(c.lr_schedule, "cosine");
+    CHECK_INT(c.warmup_steps, 10);
+    CHECK_FLT(c.max_grad_norm, 1.0f);
+    CHECK_INT(c.data_parallel, 4);
+    CHECK_INT(c.enable_parallel_optimizer, 1);
+
+    CHECK_MSG(llama_config_load("examples/configs/bench.yaml", NULL, 0, &c, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK_INT(c.hidden_size, 256);
+    CHECK_INT(c.num_layers, 4);
+    CHECK_INT(c.num_heads, 8);
+    CHECK_INT(c.n_kv_heads, 4);
+    CHECK_INT(c.intermediate_size, 688);
+    CHECK_INT(c.seq_length, 256);
+    CHECK_INT(c.batch_size, 8);
+    CHECK_INT(c.data_parallel, 1);
+
+    CHECK_MSG(llama_config_load("examples/configs/gqa_ref.yaml", NULL, 0, &c, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK_INT(c.hidden_size, 32);
+    CHECK_INT(c.num_layers, 2);
+    CHECK_INT(c.num_heads, 4);
+    CHECK_INT(c.n_kv_heads, 2);
+    CHECK_INT(c.intermediate_size, 88);
+    CHECK_INT(c.seq_length, 16);
+    CHECK_INT(c.batch_size, 4);
+    CHECK_FLT(c.learning_rate, 1e-3f);
+    CHECK_FLT(c.beta1, 0.9f);
+    CHECK_FLT(c.beta2, 0.95f);
+    CHECK_FLT(c.eps, 1e-8f);
+    CHECK_FLT(c.weight_decay, 0.1f);
+    CHECK_FLT(c.max_grad_norm, 1.0f);
+}
+
+/* ---- every key, through --set and YAML ---------------------------------------- */
+
+enum { K_INT, K_FLT, K_BOOL, K_U64, K_STR, K_IGNORED };
+typedef struct {
+    const char *path;
+    const char *text;   /* a value other than the default */
+    int kind;
+    size_t offset;      /* written here, not taken from config.h's table */
+    double want;        /* numeric result */
+    const char *want_s; /* K_STR result */
+} key_case;
+
+#define AT(f) offsetof(llama_config, f)
+static const key_case key_cases[] = {
+    {"model.arch.type", "LlamaForCausalLM", K_IGNORED, 0, 0, NULL},
+    {"model.model_config.type", "LlamaConfig", K_IGNORED, 0, 0, NULL},
+    {"model.model_config.vocab_size", "300", K_INT, AT(vocab_size), 300, NULL},
+    {"model.model_config.hidden_size", "96", K_INT, AT(hidden_size), 96, NULL},
+    {"model.model_config.num_layers", "3", K_INT, AT(num_layers), 3, NULL},
+    {"model.model_config.num_heads", "8", K_INT, AT(num_heads), 8, NULL},
+    {"model.model_config.n_kv_heads", "4", K_INT, AT(n_kv_heads), 4, NULL},
+    {"model.model_config.intermediate_size", "100", K_INT, AT(intermediate_size), 100, NULL},
+    {"model.model_config.seq_length", "32", K_INT, AT(seq_length), 32, NULL},
+    {"model.model_config.rms_norm_eps", "1e-6", K_FLT, AT(rms_norm_eps), 1e-6, NULL},
+    {"model.model_config.theta", "500000.0", K_FLT, AT(theta), 500000.0, NULL},
+    {"model.model_config.initializer_range", "0.01", K_FLT, AT(initializer_range), 0.01, NULL},
+    {"parallel_config.data_parallel", "2", K_INT, AT(data_parallel), 2, NULL},
+    {"parallel_config.model_parallel", "2", K_INT, AT(model_parallel), 2, NULL},
+    {"parallel_config.pipeline_stage", "3", K_INT, AT(pipeline_stage), 3, NULL},
+    {"parallel_config.micro_batch_num", "4", K_INT, AT(micro_batch_num), 4, NULL},
+    {"parallel_config.context_parallel", "2", K_INT, AT(context_parallel), 2, NULL},
+    {"parallel_config.context_parallel_algo", "ulysses_cp", K_STR, AT(context_parallel_algo), 0, "ulysses_cp"},
+    {"parallel_config.ulysses_degree_in_cp", "2", K_INT, AT(ulysses_degree_in_cp), 2, NULL},
+    {"parallel_config.use_seq_parallel", "yes", K_BOOL, AT(use_seq_parallel), 1, NULL},
+    {"parallel_config.vocab_emb_dp", "False", K_BOOL, AT(vocab_emb_dp), 0, NULL},
+    {"parallel.parallel_mode", "data_parallel", K_IGNORED, 0, 0, NULL},
+    {"parallel.full_batch", "false", K_IGNORED, 0, 0, NULL},
+    {"parallel.gradients_mean", "off", K_BOOL, AT(gradients_mean), 0, NULL},
+    {"parallel.enable_parallel_optimizer", "true", K_BOOL, AT(enable_parallel_optimizer), 1, NULL},
+    {"parallel.enable_alltoall", "True", K_BOOL, AT(enable_alltoall), 1, NULL},
+    {"parallel.parallel_optimizer_config.optimizer_level", "level2", K_INT, AT(optimizer_level), 2, NULL},
+    {"optimizer.type", "FusedAdamWeightDecay", K_IGNORED, 0, 0, NULL},
+    {"optimizer.learning_rate", "3e-4", K_FLT, AT(learning_rate), 3e-4, NULL},
+    {"optimizer.beta1", "0.8", K_FLT, AT(beta1), 0.8, NULL},
+    {"optimizer.beta2", "0.999", K_FLT, AT(beta2), 0.999, NULL},
+    {"optimizer.eps", "1.e-6", K_FLT, AT(eps), 1e-6, NULL},
+    {"optimizer.weight_decay", "0", K_FLT, AT(weight_decay), 0, NULL},
+    {"lr_schedule.type", "CosineWithWarmUpLR", K_STR, AT(lr_schedule), 0, "cosine"},
+    {"lr_schedule.learning_rate", "2e-3", K_FLT, AT(learning_rate), 2e-3, NULL},
+    {"lr_schedule.warmup_steps", "7", K_INT, AT(warmup_steps), 7, NULL},
+    {"lr_schedule.total_steps", "100", K_INT, AT(total_steps), 100, NULL},
+    {"lr_schedule.min_lr", "1e-5", K_FLT, AT(min_lr), 1e-5, NULL},
+    {"lr_schedule.lr_end", "2e-5", K_FLT, AT(min_lr), 2e-5, NULL},
+    {"runner_config.batch_size", "32", K_INT, AT(batch_size), 32, NULL},
+    {"runner_config.epochs", "3", K_IGNORED, 0, 0, NULL},
+    {"runner_config.sink_mode", "True", K_IGNORED, 0, 0, NULL},
+    {"runner_config.sink_size", "2", K_IGNORED, 0, 0, NULL},
+    {"max_grad_norm", "1.0", K_FLT, AT(max_grad_norm), 1.0, NULL},
+    {"seed", "18446744073709551615", K_U64, AT(seed), 0, NULL},
+    {"run_mode", "finetune", K_IGNORED, 0, 0, NULL},
+    {"use_parallel", "True", K_IGNORED, 0, 0, NULL},
+};
+#define NUM_KEY_CASES ((int)(sizeof key_cases / sizeof key_cases[0]))
+
+/* Did key case kc land in c (and nothing else change)? */
+static void check_key_case(const key_case *kc, const llama_config *c, const char *how) {
+    llama_config def;
+    llama_config_defaults(&def);
+    if (kc->kind == K_IGNORED) {
+        CHECK_MSG(same_config(c, &def), "%s %s changed the config", how, kc->path);
+        return;
+    }
+    const char *p = (const char *)c + kc->offset;
+    llama_config expect = def; /* the default with only this field replaced */
+    char *q = (char *)&expect + kc->offset;
+    switch (kc->kind) {
+    case K_INT:
+    case K_BOOL:
+        CHECK_MSG(*(const int *)p == (int)kc->want, "%s %s: got %d want %g", how, kc->path, *(const int *)p, kc->want);
+        *(int *)q = (int)kc->want;
+        break;
+    case K_FLT:
+        CHECK_MSG(*(const float *)p == (float)kc->want, "%s %s: got %g want %g", how, kc->path,
+                  (double)*(const float *)p, kc->want);
+        *(float *)q = (float)kc->want;
+        break;
+    case K_U64:
+        CHECK_MSG(*(const uint64_t *)p == UINT64_MAX, "%s %s", how, kc->path);
+        *(uint64_t *)q = UINT64_MAX;
+        break;
+    case K_STR:
+        CHECK_MSG(strcmp(p, kc->want_s) == 0, "%s %s: got %s want %s", how, kc->path, p, kc->want_s);
+        strcpy(q, kc->want_s);
+        break;
+    }
+    CHECK_MSG(same_config(c, &expect), "%s %s changed other fields", how, kc->path);
+}
+
+static void test_every_key(void) {
+    /* the test's list and the table name the same keys */
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        int found = 0;
+        for (int j = 0; j < NUM_KEY_CASES; j++) found += strcmp(key_cases[j].path, llama__keys[i].path) == 0;
+        CHECK_MSG(found == 1, "table key %s is covered %d times by the test", llama__keys[i].path, found);
+    }
+    CHECK_INT(NUM_KEY_CASES, LLAMA__NUM_KEYS);
+
+    /* Each key through --set and through a nested YAML file. The loader's
+       inner functions are used so that one key can be set without the
+       cross-key validation (model_parallel = 2 is parsed fine, then rejected
+       by validate, which has its own tests below). */
+    for (int j = 0; j < NUM_KEY_CASES; j++) {
+        const key_case *kc = &key_cases[j];
+        char set[256], err[512] = "", yaml[512];
+        llama_config c;
+
+        llama_config_defaults(&c);
+        snprintf(set, sizeof set, "%s=%s", kc->path, kc->text);
+        CHECK_MSG(llama__apply_set(set, &c, err, sizeof err) == 0, "--set %s: %s", set, err);
+        check_key_case(kc, &c, "--set");
+
+        llama_config_defaults(&c);
+        nested_yaml(kc->path, kc->text, yaml, sizeof yaml);
+        const char *path = write_file("key.yaml", yaml);
+        FILE *w = tmpfile();
+        CHECK_MSG(llama__load_file(path, &c, w, err, sizeof err) == 0, "yaml %s: %s", kc->path, err);
+        char warn[1024] = "";
+        if (w) {
+            slurp(w, warn, sizeof warn);
+            fclose(w);
+        }
+        CHECK_MSG(warn[0] == 0, "yaml %s warns: %s", kc->path, warn);
+        check_key_case(kc, &c, "yaml");
+    }
+
+    /* the public path: all valid ones at once */
+    const char *sets[] = {"model.model_config.hidden_size=96", "model.model_config.num_heads=8",
+                          "model.model_config.n_kv_heads=0", "parallel_config.data_parallel=2",
+                          "parallel_config.micro_batch_num=2", "runner_config.batch_size=12",
+                          "lr_schedule.type=cosine", "lr_schedule.lr_end=1e-4", "seed=7"};
+    llama_config c;
+    CHECK_MSG(load_text(NULL, sets, 9, &c) == 0, "%s", err_);
+    CHECK_INT(c.hidden_size, 96);
+    CHECK_INT(c.n_kv_heads, 8); /* 0 = num_heads, resolved by load */
+    CHECK_INT(c.batch_size, 12);
+    CHECK_STR(c.lr_schedule, "cosine");
+    CHECK_FLT(c.min_lr, 1e-4f);
+    CHECK(c.seed == 7);
+
+    /* spellings */
+    static const char *const trues[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "1"};
+    static const char *const falses[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "0"};
+    for (int i = 0; i < 10; i++) {
+        char set[128];
+        snprintf(set, sizeof set, "parallel.enable_alltoall=%s", trues[i]);
+        CHECK_MSG(load_set(set, &c) == 0 && c.enable_alltoall == 1, "%s: %s", set, err_);
+        snprintf(set, sizeof set, "parallel_config.vocab_emb_dp=%s", falses[i]);
+        CHECK_MSG(load_set(set, &c) == 0 && c.vocab_emb_dp == 0, "%s: %s", set, err_);
+    }
+    CHECK(load_set("parallel.parallel_optimizer_config.optimizer_level=1", &c) == 0 && c.optimizer_level == 1);
+    CHECK(load_set("parallel.parallel_optimizer_config.optimizer_level=2", &c) == 0 && c.optimizer_level == 2);
+    CHECK(load_set("lr_schedule.type=ConstantWarmUpLR", &c) == 0 && strcmp(c.lr_schedule, "constant") == 0);
+    CHECK(load_set("parallel_config.context_parallel_algo=hybrid_cp", &c) == 0 &&
+          strcmp(c.context_parallel_algo, "hybrid_cp") == 0);
+    static const char *const adams[] = {"AdamW", "adamw", "AdamWeightDecay", "FusedAdamWeightDecay"};
+    for (int i = 0; i < 4; i++) {
+        char set[128];
+        snprintf(set, sizeof set, "optimizer.type=%s", adams[i]);
+        CHECK_MSG(load_set(set, &c) == 0, "%s: %s", set, err_);
+    }
+    CHECK(load_set("parallel.parallel_mode=1", &c) == 0);
+    CHECK(load_set("parallel.parallel_mode=semi_auto_parallel", &c) == 0);
+    /* MindFormers' total_steps: -1 means the whole run, stored as 0 */
+    const char *tot[] = {"lr_schedule.total_steps=50", "lr_schedule.total_steps=-1"};
+    CHECK(load_text(NULL, tot, 2, &c) == 0 && c.total_steps == 0);
+    /* a later --set wins over an earlier one and over the file */
+    const char *twice[] = {"seed=5", "seed=6"};
+    CHECK(load_text("seed: 4\n", twice, 2, &c) == 0 && c.seed == 6);
+    /* the value may contain '=' (and is then not a number) */
+    CHECK(load_set("seed=1=2", &c) == -1);
+    CHECK_HAS(err_, "seed");
+    /* flat dotted keys and quoted values in YAML */
+    CHECK_MSG(load_text("model.model_config.hidden_size: 32\nseed: \"42\"\noptimizer: {learning_rate: 2.5e-3}\n",
+                        NULL, 0, &c) == 0, "%s", err_);
+    CHECK_INT(c.hidden_size, 32);
+    CHECK(c.seed == 42);
+    CHECK_FLT(c.learning_rate, 2.5e-3f);
+}
+
+/* ---- YAML errors ---------------------------------------------------------------- */
+
+static void test_malformed(void) {
+    llama_config c;
+    static const char *const bad[] = {
+        "a: b: c\n",
+        "model:\n  model_config: {hidden_size: 32\n",
+        "seed: \"unterminated\n",
+        "model:\n\thidden_size: 3\n",
+        "{seed: 1\n",
+        "seed: 1\n- 2\n",
+        "seed: \xff\xfe bad utf8\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(load_text(bad[i], NULL, 0, &c) == -1, "case %zu loaded", i);
+        CHECK_HAS(err_, "malformed YAML");
+        CHECK_HAS(err_, "cfg.yaml");
+    }
+    /* the line of the problem is named */
+    CHECK(load_text("seed: 1\nmax_grad_norm: 1\nmodel: a: b\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:3:");
+
+    /* structural errors */
+    CHECK(load_text("- 1\n- 2\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "top level");
+    CHECK(load_text("just a scalar\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "top level");
+    CHECK(load_text("seed: 1\n---\nseed: 2\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "one YAML document");
+    CHECK(load_text("? [a, b]\n: 1\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "key");
+    CHECK(load_text("anchor: &x 5\nseed: *x\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "seed");
+    CHECK_HAS(err_, "alias");
+
+    /* empty files and empty documents are the defaults */
+    llama_config def;
+    llama_config_defaults(&def);
+    static const char *const empty[] = {"", "# only a comment\n", "---\n", "~\n", "\n\n"};
+    for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
+        CHECK_MSG(load_text(empty[i], NULL, 0, &c) == 0, "empty case %zu: %s", i, err_);
+        CHECK(same_config(&c, &def));
+        CHECK(warn_[0] == 0);
+    }
+    /* an empty section is fine too */
+    CHECK_MSG(load_text("parallel:\nseed: 3\n", NULL, 0, &c) == 0 && c.seed == 3, "%s", err_);
+
+    /* missing, unreadable, too large */
+    char err[512];
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/no-such.yaml", dir_);
+    CHECK(llama_config_load(missing, NULL, 0, &c, NULL, err, sizeof err) == -1);
+    CHECK_HAS(err, "no-such.yaml");
+    CHECK_HAS(err, "cannot open");
+    CHECK(llama_config_load(dir_, NULL, 0, &c, NULL, err, sizeof err) == -1);
+    CHECK_HAS(err, dir_);
+    size_t big = (1u << 20) + 100;
+    char *huge = (char *)malloc(big + 1);
+    if (huge) {
+        for (size_t i = 0; i < big; i++) huge[i] = (i % 64 == 63) ? '\n' : '#';
+        huge[big] = 0;
+        CHECK(load_text(huge, NULL, 0, &c) == -1);
+        CHECK_HAS(err_, "larger than");
+        free(huge);
+    }
+}
+
+/* ---- unknown keys --------------------------------------------------------------- */
+
+static void test_unknown_keys(void) {
+    llama_config c, def;
+    llama_config_defaults(&def);
+
+    CHECK_MSG(load_text("seed: 1234\nmodel:\n  model_config:\n    hiden_size: 32\n", NULL, 0, &c) == 0, "%s", err_);
+    CHECK(same_config(&c, &def));
+    CHECK_HAS(warn_, "warning: ");
+    CHECK_HAS(warn_, "cfg.yaml:4:");
+    CHECK_HAS(warn_, "'model.model_config.hiden_size'");
+    CHECK_HAS(warn_, "did you mean 'model.model_config.hidden_size'");
+
+    /* a key in the wrong section: suggested by its name */
+    CHECK(load_text("batch_size: 4\n", NULL, 0, &c) == 0);
+    CHECK_HAS(warn_, "'batch_size'");
+    CHECK_HAS(warn_, "runner_config.batch_size");
+    CHECK(c.batch_size == 8);
+
+    /* an unknown section (MindFormers has many) is one warning, its body skipped */
+    CHECK_MSG(load_text("context:\n  mode: 0\n  device_target: Ascend\n  list: [1, {a: b}]\nseed: 5\n", NULL, 0, &c) == 0,
+              "%s", err_);
+    CHECK(c.seed == 5);
+    CHECK_HAS(warn_, "'context'");
+    CHECK(strstr(warn_, "device_target") == NULL);
+    CHECK(load_text("callbacks:\n  - type: MFLossMonitor\n  - type: CheckpointMonitor\n", NULL, 0, &c) == 0);
+    CHECK_HAS(warn_, "'callbacks'");
+    /* nothing close: no suggestion */
+    CHECK(load_text("zzzzqqqq: 1\n", NULL, 0, &c) == 0);
+    CHECK_HAS(warn_, "'zzzzqqqq'");
+    CHECK(strstr(warn_, "did you mean") == NULL);
+
+    /* warn == NULL: still loads */
+    char err[256];
+    const char *path = write_file("unk.yaml", "foo: 1\n");
+    CHECK(llama_config_load(path, NULL, 0, &c, NULL, err, sizeof err) == 0);
+
+    /* on the command line it is an error */
+    CHECK(load_set("model.model_config.hiden_size=32", &c) == -1);
+    CHECK_HAS(err_, "model.model_config.hiden_size");
+    CHECK_HAS(err_, "did you mean 'model.model_config.hidden_size'");
+    CHECK(load_set("optimizer.lr=1", &c) == -1);
+    CHECK_HAS(err_, "optimizer.lr");
+    CHECK(load_set("model.model_config=3", &c) == -1);
+    CHECK_HAS(err_, "section");
+    CHECK(load_set("noequals", &c) == -1);
+    CHECK_HAS(err_, "noequals");
+    CHECK(load_set("=5", &c) == -1);
+    CHECK_HAS(err_, "key");
+}
+
+/* ---- wrong types and ranges ------------------------------------------------------ */
+
+typedef struct {
+    const char *path, *value, *reason;
+} bad_case;
+
+static const bad_case bad_values[] = {
+    {"model.model_config.num_layers", "abc", "not an integer"},
+    {"model.model_config.num_layers", "1.5", "not an integer"},
+    {"model.model_config.num_layers", "1e3", "not an integer"},
+    {"model.model_config.num_layers", "0x10", "not an integer"},
+    {"model.model_config.num_layers", "007", "leading zero"},
+    {"model.model_config.num_layers", "99999999999999999999", "too large"},
+    {"model.model_config.num_layers", "3000000000", "must be"},
+    {"model.model_config.num_layers", "", "no value"},
+    {"optimizer.learning_rate", "fast", "not a number"},
+    {"optimizer.learning_rate", "1e-3x", "not a number"},
+    {"optimizer.learning_rate", "nan", "finite"},
+    {"optimizer.learning_rate", "inf", "finite"},
+    {"optimizer.learning_rate", ".inf", "not a number"},
+    {"optimizer.learning_rate", "1e39", "float"},
+    {"optimizer.learning_rate", "1e-60", "too small"},
+    {"optimizer.learning_rate", "0x1p3", "not a number"},
+    {"parallel.enable_parallel_optimizer", "maybe", "not a boolean"},
+    {"parallel.enable_parallel_optimizer", "y", "not a boolean"},
+    {"parallel.enable_parallel_optimizer", "2", "not a boolean"},
+    {"optimizer.type", "SGD", "not one of"},
+    {"lr_schedule.type", "linear", "not one of"},
+    {"parallel_config.context_parallel_algo", "ring", "not one of"},
+    {"parallel.parallel_optimizer_config.optimizer_level", "level4", "not one of"},
+    {"parallel.parallel_mode", "auto_parallel", "not one of"},
+    {"model.arch.type", "GPT2", "not one of"},
+    {"run_mode", "predict", "not one of"},
+    {"seed", "-1", ">= 0"},
+    {"seed", "1.5", "not an integer"},
+    {"seed", "18446744073709551616", "too large"},
+    {"runner_config.sink_mode", "sometimes", "not a boolean"},
+};
+
+/* Below and above the range of every numeric key (NULL: no upper bound to cross). */
+static const bad_case range_cases[] = {
+    {"model.model_config.vocab_size", "255", "16777217"},
+    {"model.model_config.hidden_size", "0", "65537"},
+    {"model.model_config.num_layers", "0", "4097"},
+    {"model.model_config.num_heads", "0", "4097"},
+    {"model.model_config.n_kv_heads", "-1", "4097"},
+    {"model.model_config.intermediate_size", "0", "1048577"},
+    {"model.model_config.seq_length", "-4", "1048577"},
+    {"model.model_config.rms_norm_eps", "0", "1e39"},
+    {"model.model_config.theta", "-1", "1e39"},
+    {"model.model_config.initializer_range", "-0.01", "1e39"},
+    {"parallel_config.data_parallel", "0", "65537"},
+    {"parallel_config.model_parallel", "0", "65537"},
+    {"parallel_config.pipeline_stage", "0", "65537"},
+    {"parallel_config.micro_batch_num", "0", "65537"},
+    {"parallel_config.context_parallel", "0", "65537"},
+    {"parallel_config.ulysses_degree_in_cp", "0", "65537"},
+    {"optimizer.learning_rate", "-1e-3", "1e39"},
+    {"optimizer.beta1", "-0.1", "1"},
+    {"optimizer.beta2", "-1", "1.5"},
+    {"optimizer.eps", "0", "1e39"},
+    {"optimizer.weight_decay", "-0.1", "1e39"},
+    {"lr_schedule.learning_rate", "-1", "1e39"},
+    {"lr_schedule.warmup_steps", "-1", "2147483648"},
+    {"lr_schedule.total_steps", "-2", "2147483648"},
+    {"lr_schedule.min_lr", "-1e-5", "1e39"},
+    {"lr_schedule.lr_end", "-1", "1e39"},
+    {"runner_config.batch_size", "0", "1048577"},
+    {"runner_config.epochs", "0", "2147483648"},
+    {"runner_config.sink_size", "-2", "2147483648"},
+    {"max_grad_norm", "-1", "1e39"},
+    {"seed", "-5", "18446744073709551616"},
+};
+
+static void expect_bad(const char *path, const char *value, const char *reason) {
+    llama_config c;
+    memset(&c, 0x5a, sizeof c);
+    llama_config before = c;
+    char set[256], yaml[512];
+    snprintf(set, sizeof set, "%s=%s", path, value);
+    CHECK_MSG(load_set(set, &c) == -1, "--set %s loaded", set);
+    CHECK_HAS(err_, "--set");
+    CHECK_HAS(err_, path);
+    if (reason) CHECK_HAS(err_, reason);
+    CHECK_MSG(memcmp(&c, &before, sizeof c) == 0, "--set %s changed cfg on failure", set);
+
+    /* the same in a file; the empty value is a null there */
+    nested_yaml(path, *value ? value : "\"\"", yaml, sizeof yaml);
+    CHECK_MSG(load_text(yaml, NULL, 0, &c) == -1, "yaml %s: %s loaded", path, value);
+    CHECK_HAS(err_, "cfg.yaml:");
+    CHECK_HAS(err_, path);
+    if (reason) CHECK_HAS(err_, reason);
+    CHECK_MSG(memcmp(&c, &before, sizeof c) == 0, "yaml %s changed cfg on failure", path);
+}
+
+static void test_types_and_ranges(void) {
+    for (size_t i = 0; i < sizeof bad_values / sizeof bad_values[0]; i++)
+        expect_bad(bad_values[i].path, bad_values[i].value, bad_values[i].reason);
+    for (size_t i = 0; i < sizeof range_cases / sizeof range_cases[0]; i++) {
+        expect_bad(range_cases[i].path, range_cases[i].value, NULL);
+        if (range_cases[i].reason) expect_bad(range_cases[i].path, range_cases[i].reason, NULL);
+    }
+    /* every numeric key of the table has a range case */
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const llama__key *k = &llama__keys[i];
+        const llama__key *t = llama__resolve_alias(k);
+        if (t->type != LLAMA__T_INT && t->type != LLAMA__T_FLOAT && t->type != LLAMA__T_U64) continue;
+        int found = 0;
+        for (size_t j = 0; j < sizeof range_cases / sizeof range_cases[0]; j++)
+            found |= strcmp(range_cases[j].path, k->path) == 0;
+        CHECK_MSG(found, "no range case for %s", k->path);
+    }
+    /* YAML trims plain scalars; the command line does not */
+    llama_config c;
+    CHECK(load_set("model.model_config.num_layers=2 ", &c) == -1);
+    CHECK_HAS(err_, "not an integer");
+    CHECK(load_set("optimizer.eps= 1e-8", &c) == -1);
+    CHECK_HAS(err_, "optimizer.eps");
+
+    /* edges that are inside */
+    CHECK(load_set("optimizer.beta1=0", &c) == 0 && c.beta1 == 0.0f);
+    CHECK(load_set("optimizer.beta2=0.9999", &c) == 0);
+    CHECK(load_set("optimizer.learning_rate=0", &c) == 0 && c.learning_rate == 0.0f);
+    CHECK(load_set("model.model_config.vocab_size=256", &c) == 0);
+    CHECK(load_set("seed=0", &c) == 0 && c.seed == 0);
+    CHECK(load_set("seed=+9", &c) == 0 && c.seed == 9);
+    CHECK(load_set("model.model_config.num_layers=+3", &c) == 0 && c.num_layers == 3);
+
+    /* sequences and mappings where a value is expected, and the reverse */
+    CHECK(load_text("seed: [1, 2]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "seed");
+    CHECK_HAS(err_, "sequence");
+    CHECK(load_text("model:\n  model_config:\n    hidden_size:\n      value: 3\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "model.model_config.hidden_size");
+    CHECK_HAS(err_, "mapping");
+    CHECK_HAS(err_, "cfg.yaml:3:");
+    CHECK(load_text("model: 3\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "'model'");
+    CHECK_HAS(err_, "section");
+    CHECK(load_text("parallel_config: [1, 2]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "parallel_config");
+    CHECK(load_text("seed:\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "seed");
+    CHECK_HAS(err_, "no value");
+    CHECK(load_text("optimizer:\n  beta1: ~\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "optimizer.beta1");
+}
+
+/* ---- duplicates ------------------------------------------------------------------ */
+
+static void test_duplicates(void) {
+    llama_config c;
+    CHECK(load_text("seed: 1\nseed: 2\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "duplicate");
+    CHECK_HAS(err_, "'seed'");
+    CHECK_HAS(err_, "cfg.yaml:2:");
+    CHECK(load_text("model:\n  model_config:\n    num_layers: 2\n    num_layers: 2\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "model.model_config.num_layers");
+    CHECK(load_text("optimizer:\n  beta1: 0.9\noptimizer:\n  beta2: 0.9\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "'optimizer'");
+    CHECK(load_text("model.model_config.num_layers: 2\nmodel:\n  model_config:\n    num_layers: 3\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "model.model_config.num_layers");
+    /* duplicate unknown keys are still duplicates (a YAML error in any reader) */
+    CHECK(load_text("foo: 1\nfoo: 2\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "'foo'");
+
+    /* an alias and its key: the same value is fine, different ones are not */
+    CHECK_MSG(load_text("optimizer:\n  learning_rate: 2.0e-3\nlr_schedule:\n  learning_rate: 0.002\n", NULL, 0, &c) == 0,
+              "%s", err_);
+    CHECK_FLT(c.learning_rate, 2e-3f);
+    CHECK(load_text("optimizer:\n  learning_rate: 1.0e-3\nlr_schedule:\n  learning_rate: 2.0e-3\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "lr_schedule.learning_rate");
+    CHECK_HAS(err_, "optimizer.learning_rate");
+    CHECK_HAS(err_, "cfg.yaml:4:");
+    CHECK(load_text("lr_schedule:\n  lr_end: 0\n  min_lr: 1e-5\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "lr_schedule.min_lr");
+    CHECK_HAS(err_, "lr_schedule.lr_end");
+    /* on the command line a later --set simply wins */
+    const char *sets[] = {"optimizer.learning_rate=1e-3", "lr_schedule.learning_rate=5e-4"};
+    CHECK(load_text(NULL, sets, 2, &c) == 0 && c.learning_rate == 5e-4f);
+}
+
+/* ---- cross-key rules and unsupported switches --------------------------------------- */
+
+static void expect_rule(const char *const *sets, int n, const char *k1, const char *k2) {
+    llama_config c;
+    CHECK_MSG(load_text(NULL, sets, n, &c) == -1, "%s loaded", sets[0]);
+    if (k1) CHECK_HAS(err_, k1);
+    if (k2) CHECK_HAS(err_, k2);
+}
+
+static void test_cross_rules(void) {
+    const char *a[] = {"model.model_config.hidden_size=66"};
+    expect_rule(a, 1, "model.model_config.hidden_size = 66", "model.model_config.num_heads (4)");
+    const char *b[] = {"model.model_config.hidden_size=72", "model.model_config.num_heads=8"};
+    expect_rule(b, 2, "model.model_config.hidden_size", "odd");
+    const char *d[] = {"model.model_config.n_kv_heads=3"};
+    expect_rule(d, 1, "model.model_config.n_kv_heads", "model.model_config.num_heads");
+    const char *d2[] = {"model.model_config.n_kv_heads=8"}; /* more kv heads than heads */
+    expect_rule(d2, 1, "model.model_config.n_kv_heads", "model.model_config.num_heads");
+    const char *e[] = {"runner_config.batch_size=6", "parallel_config.data_parallel=4"};
+    expect_rule(e, 2, "runner_config.batch_size = 6", "parallel_config.data_parallel (4)");
+    CHECK_HAS(err_, "parallel_config.micro_batch_num (1)");
+    const char *f[] = {"parallel_config.data_parallel=2", "parallel_config.micro_batch_num=8"};
+    expect_rule(f, 2, "runner_config.batch_size = 8", "parallel_config.micro_batch_num (8)");
+    const char *g[] = {"parallel_config.ulysses_degree_in_cp=2"};
+    expect_rule(g, 1, "parallel_config.ulysses_degree_in_cp", "parallel_config.context_parallel");
+    const char *h[] = {"lr_schedule.warmup_steps=20", "lr_schedule.total_steps=10"};
+    expect_rule(h, 2, "lr_schedule.warmup_steps = 20", "lr_schedule.total_steps (10)");
+    const char *i[] = {"lr_schedule.type=cosine", "lr_schedule.min_lr=0.01"};
+    expect_rule(i, 2, "lr_schedule.min_lr", "optimizer.learning_rate");
+
+    /* the same values where the rule does not apply */
+    llama_config c;
+    const char *ok1[] = {"lr_schedule.min_lr=0.01"}; /* constant schedule: min_lr unused */
+    CHECK_MSG(load_text(NULL, ok1, 1, &c) == 0, "%s", err_);
+    const char *ok2[] = {"lr_schedule.warmup_steps=20"}; /* total 0 = the run */
+    CHECK_MSG(load_text(NULL, ok2, 1, &c) == 0, "%s", err_);
+    const char *ok3[] = {"runner_config.batch_size=16", "parallel_config.data_parallel=4",
+                         "parallel_config.micro_batch_num=2"};
+    CHECK_MSG(load_text(NULL, ok3, 3, &c) == 0, "%s", err_);
+    const char *ok4[] = {"model.model_config.n_kv_heads=0", "model.model_config.num_heads=2"};
+    CHECK_MSG(load_text(NULL, ok4, 2, &c) == 0 && c.n_kv_heads == 2, "%s", err_);
+    const char *ok5[] = {"parallel_config.vocab_emb_dp=false", "parallel.gradients_mean=false",
+                         "parallel.enable_alltoall=true", "parallel_config.context_parallel_algo=ulysses_cp"};
+    CHECK_MSG(load_text(NULL, ok5, 4, &c) == 0, "%s", err_);
+
+    /* features that have not landed: rejected by name */
+    const char *tp[] = {"parallel_config.model_parallel=2"};
+    expect_rule(tp, 1, "parallel_config.model_parallel = 2", "tensor parallel is not implemented");
+    const char *pp[] = {"parallel_config.pipeline_stage=2"};
+    expect_rule(pp, 1, "parallel_config.pipeline_stage = 2", "not implemented");
+    const char *cp[] = {"parallel_config.context_parallel=2"};
+    expect_rule(cp, 1, "parallel_config.context_parallel = 2", "not implemented");
+    const char *sp[] = {"parallel_config.use_seq_parallel=true"};
+    expect_rule(sp, 1, "parallel_config.use_seq_parallel", "not implemented");
+    const char *z3[] = {"parallel.parallel_optimizer_config.optimizer_level=level3"};
+    expect_rule(z3, 1, "parallel.parallel_optimizer_config.optimizer_level", "not implemented");
+    /* ... also from a file */
+    CHECK(load_text("parallel_config:\n  model_parallel: 4\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "parallel_config.model_parallel");
+
+    /* validate on configs built in code */
+    char err[256];
+    llama_config v;
+    llama_config_defaults(&v);
+    v.use_seq_parallel = 2;
+    CHECK(llama_config_validate(&v, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel_config.use_seq_parallel");
+    llama_config_defaults(&v);
+    strcpy(v.lr_schedule, "linear");
+    CHECK(llama_config_validate(&v, err, sizeof err) == -1);
+    CHECK_HAS(err, "lr_schedule.type");
+    llama_config_defaults(&v);
+    v.optimizer_level = 7;
+    CHECK(llama_config_validate(&v, err, sizeof err) == -1);
+    CHECK_HAS(err, "optimizer_level");
+    llama_config_defaults(&v);
+    v.beta2 = 1.0f;
+    CHECK(llama_config_validate(&v, err, sizeof err) == -1);
+    CHECK_HAS(err, "optimizer.beta2");
+    llama_config_defaults(&v);
+    v.num_heads = 0; /* no division by zero */
+    CHECK(llama_config_validate(&v, err, sizeof err) == -1);
+    CHECK_HAS(err, "model.model_config.num_heads");
+    llama_config_defaults(&v);
+    v.n_kv_heads = 0;
+    CHECK(llama_config_validate(&v, err, sizeof err) == 0);
+    CHECK(llama_config_validate(NULL, err, sizeof err) == -1);
+    CHECK(llama_config_validate(&v, NULL, 0) == 0);
+
+    /* load's other argument errors, and nothing overwritten on failure */
+    memset(&c, 0x33, sizeof c);
+    llama_config before = c;
+    CHECK(llama_config_load(NULL, NULL, 2, &c, NULL, err, sizeof err) == -1);
+    const char *null_set[] = {NULL};
+    CHECK(llama_config_load(NULL, null_set, 1, &c, NULL, err, sizeof err) == -1);
+    CHECK(load_text("seed: 3\n", tp, 1, &c) == -1);
+    CHECK(memcmp(&c, &before, sizeof c) == 0);
+    CHECK(llama_config_load(NULL, NULL, 0, NULL, NULL, err, sizeof err) == -1);
+    CHECK(llama_config_load(NULL, tp, 1, &c, NULL, NULL, 0) == -1);
+}
+
+/* ---- printing -------------------------------------------------------------------- */
+
+static void test_print(void) {
+    const char *sets[] = {"model.model_config.hidden_size=48", "model.model_config.rms_norm_eps=1e-6",
+                          "parallel_config.data_parallel=2", "parallel.enable_parallel_optimizer=true",
+                          "parallel.parallel_optimizer_config.optimizer_level=level2", "optimizer.learning_rate=3e-4",
+                          "optimizer.beta2=0.999", "lr_schedule.type=cosine", "lr_schedule.min_lr=1.5e-5",
+                          "runner_config.batch_size=4", "seed=18446744073709551615", "max_grad_norm=0.5",
+                          "parallel_config.context_parallel_algo=hybrid_cp", "model.model_config.theta=500000"};
+    int n = (int)(sizeof sets / sizeof sets[0]);
+    llama_config c, back;
+    CHECK_MSG(load_text(NULL, sets, n, &c) == 0, "%s", err_);
+    char text[8192];
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (!f) return;
+    llama_config_print(&c, f);
+    slurp(f, text, sizeof text);
+    fclose(f);
+    CHECK_HAS(text, "model:\n  model_config:\n    vocab_size: 256\n    hidden_size: 48\n");
+    CHECK_HAS(text, "parallel_config:\n  data_parallel: 2\n");
+    CHECK_HAS(text, "  parallel_optimizer_config:\n    optimizer_level: level2\n");
+    CHECK_HAS(text, "\nseed: 18446744073709551615\n");
+    CHECK_HAS(text, "    theta: 500000\n");
+    /* it reads back as the same config, without warnings */
+    CHECK_MSG(load_text(text, NULL, 0, &back) == 0, "%s", err_);
+    CHECK(warn_[0] == 0);
+    CHECK(same_config(&c, &back));
+    /* so do the defaults */
+    llama_config def;
+    llama_config_defaults(&def);
+    f = tmpfile();
+    if (!f) return;
+    llama_config_print(&def, f);
+    slurp(f, text, sizeof text);
+    fclose(f);
+    CHECK_MSG(load_text(text, NULL, 0, &back) == 0, "%s", err_);
+    CHECK(same_config(&def, &back));
+
+    /* the reference: one row per key, every key named */
+    static char ref[32768];
+    f = tmpfile();
+    if (!f) return;
+    llama_config_print_reference(f);
+    slurp(f, ref, sizeof ref);
+    fclose(f);
+    CHECK(strncmp(ref, "| key | type | default | meaning |\n|---|---|---|---|\n", 52) == 0);
+    int rows = 0;
+    for (const char *p = ref; (p = strstr(p, "\n| `")) != NULL; p++) rows++;
+    CHECK_INT(rows, NUM_KEY_CASES);
+    for (int j = 0; j < NUM_KEY_CASES; j++) {
+        char cell[160];
+        snprintf(cell, sizeof cell, "| `%s` |", key_cases[j].path);
+        CHECK_HAS(ref, cell);
+    }
+    CHECK_HAS(ref, "| `model.model_config.hidden_size` | int in [1, 65536] | `64` |");
+    CHECK_HAS(ref, "`CosineWithWarmUpLR` = `cosine`");
+    CHECK_HAS(ref, "same as `optimizer.learning_rate`");
+    CHECK_HAS(ref, "| `lr_schedule.total_steps` | int >= 0 (or -1, read as 0) | `0` |");
+    /* every line is a table row of 4 cells (pipes inside cells escaped) */
+    int lines = 0, bad_rows = 0;
+    for (const char *p = ref; *p; lines++) {
+        const char *nl = strchr(p, '\n');
+        if (!nl) break;
+        int pipes = 0;
+        for (const char *q = p; q < nl; q++) pipes += *q == '|' && (q == p || q[-1] != '\\');
+        bad_rows += pipes != 5;
+        p = nl + 1;
+    }
+    CHECK_INT(bad_rows, 0);
+    CHECK_INT(lines, NUM_KEY_CASES + 2);
+
+    /* usage */
+    static char usage[8192];
+    f = tmpfile();
+    if (!f) return;
+    llama_print_usage(f);
+    slurp(f, usage, sizeof usage);
+    fclose(f);
+    static const char *const opts[] = {"usage:", "--config", "--set", "--steps", "--data", "--init-from", "--save",
+                                       "--backend", "threads", "mpi", "nccl", "--metrics", "--seed", "--shuffle",
+                                       "--sample", "--quiet", "--help",
+                                       "build/train --config examples/configs/tiny.yaml --data README.md --steps 50",
+                                       "mpirun -np 2 build/train --backend mpi --set parallel_config.data_parallel=2"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) CHECK_HAS(usage, opts[i]);
+}
+
+/* ---- command line ----------------------------------------------------------------- */
+
+/* Parse a NULL-terminated argument list (argv[0] = "train"). */
+static int parse(llama_options *o, char *err, size_t errsize, ...) {
+    char *argv[80];
+    int argc = 1;
+    va_list ap;
+    va_start(ap, errsize);
+    argv[0] = (char *)"train";
+    for (char *a; argc < 79 && (a = va_arg(ap, char *)) != NULL;) argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    err[0] = 0;
+    return llama_parse_args(argc, argv, o, err, errsize);
+}
+
+static void expect_arg_error(int rc, const char *err, const char *needle) {
+    CHECK_MSG(rc == -1, "parsed, want error with %s", needle);
+    CHECK_HAS(err, needle);
+}
+
+static void test_args(void) {
+    llama_options o;
+    char err[512];
+
+    CHECK_MSG(parse(&o, err, sizeof err, "--data", "x.txt", NULL) == 0, "%s", err);
+    CHECK_INT(o.steps, 10);
+    CHECK_STR(o.backend, "threads");
+    CHECK_INT(o.seed, -1);
+    CHECK(o.config_path == NULL && o.num_sets == 0 && !o.shuffle && !o.quiet && !o.help && o.sample_tokens == 0);
+    CHECK_STR(o.data_path, "x.txt");
+
+    CHECK_MSG(parse(&o, err, sizeof err, "--config", "a.yaml", "--set", "seed=1", "--set=optimizer.beta1=0.8",
+                    "--steps", "50", "--data=d.txt", "--init-from", "i.safetensors", "--save=s.safetensors",
+                    "--backend", "mpi", "--metrics", "m.jsonl", "--seed=0", "--shuffle", "--sample", "100", "--quiet",
+                    "--trace", "t.json", "--steps-ignored-typo-check-not-here", NULL) == -1,
+              "an unknown option at the end must fail");
+    CHECK_HAS(err, "--steps-ignored-typo-check-not-here");
+
+    CHECK_MSG(parse(&o, err, sizeof err, "--config", "a.yaml", "--set", "seed=1", "--set=optimizer.beta1=0.8",
+                    "--steps", "50", "--data=d.txt", "--init-from", "i.safetensors", "--save=s.safetensors",
+                    "--backend", "mpi", "--metrics", "m.jsonl", "--seed=0", "--shuffle", "--sample", "100", "--quiet",
+                    "--trace", "t.json", NULL) == 0,
+              "%s", err);
+    CHECK_STR(o.config_path, "a.yaml");
+    CHECK_INT(o.num_sets, 2);
+    CHECK_STR(o.sets[0], "seed=1");
+    CHECK_STR(o.sets[1], "optimizer.beta1=0.8");
+    CHECK_INT(o.steps, 50);
+    CHECK_STR(o.data_path, "d.txt");
+    CHECK_STR(o.init_from, "i.safetensors");
+    CHECK_STR(o.save_path, "s.safetensors");
+    CHECK_STR(o.backend, "mpi");
+    CHECK_STR(o.metrics_path, "m.jsonl");
+    CHECK_STR(o.trace_path, "t.json");
+    CHECK_INT(o.seed, 0);
+    CHECK_INT(o.shuffle, 1);
+    CHECK_INT(o.sample_tokens, 100);
+    CHECK_INT(o.quiet, 1);
+    CHECK_INT(o.help, 0);
+
+    CHECK(parse(&o, err, sizeof err, "--steps", "0", NULL) == 0 && o.steps == 0 && o.data_path == NULL);
+    CHECK(parse(&o, err, sizeof err, "--backend", "nccl", NULL) == -1); /* no --data */
+    CHECK_HAS(err, "--data");
+    CHECK(parse(&o, err, sizeof err, "-h", NULL) == 0 && o.help == 1);
+    CHECK(parse(&o, err, sizeof err, "--steps", "5", "--help", NULL) == 0 && o.help == 1);
+    CHECK(parse(&o, err, sizeof err, "--help", "--bogus", NULL) == 0 && o.help == 1);
+
+    /* errors name the argument; opts untouched on failure */
+    memset(&o, 0x77, sizeof o);
+    llama_options before = o;
+    expect_arg_error(parse(&o, err, sizeof err, "--bogus", NULL), err, "--bogus");
+    CHECK(memcmp(&o, &before, sizeof o) == 0);
+    expect_arg_error(parse(&o, err, sizeof err, "--dat=x", NULL), err, "did you mean --data");
+    expect_arg_error(parse(&o, err, sizeof err, "-x", NULL), err, "-x");
+    expect_arg_error(parse(&o, err, sizeof err, "stray", NULL), err, "stray");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", NULL), err, "--data");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "--steps", NULL), err, "--data");
+    expect_arg_error(parse(&o, err, sizeof err, "--data=", NULL), err, "--data");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--steps", "abc", NULL), err, "--steps abc");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--steps", "-1", NULL), err, "--steps");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--steps", "1.5", NULL), err, "--steps");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--steps", "99999999999", NULL), err, "--steps");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--seed", "-1", NULL), err, "--seed");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--seed", "x", NULL), err, "--seed");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--sample", "many", NULL), err, "--sample");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--backend", "gloo", NULL), err, "--backend gloo");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--set", "noequals", NULL), err, "noequals");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--quiet=1", NULL), err, "--quiet");
+    expect_arg_error(parse(&o, err, sizeof err, "--data", "d", "--data", "e", NULL), err, "--data given twice");
+    expect_arg_error(parse(&o, err, sizeof err, "--steps", NULL), err, "--steps");
+
+    /* --set: up to LLAMA_MAX_SETS */
+    char *argv[2 * LLAMA_MAX_SETS + 6];
+    int argc = 0;
+    argv[argc++] = (char *)"train";
+    argv[argc++] = (char *)"--steps=0";
+    for (int i = 0; i < LLAMA_MAX_SETS; i++) {
+        argv[argc++] = (char *)"--set";
+        argv[argc++] = (char *)"seed=1";
+    }
+    CHECK(llama_parse_args(argc, argv, &o, err, sizeof err) == 0 && o.num_sets == LLAMA_MAX_SETS);
+    argv[argc++] = (char *)"--set";
+    argv[argc++] = (char *)"seed=2";
+    CHECK(llama_parse_args(argc, argv, &o, err, sizeof err) == -1);
+    CHECK_HAS(err, "--set");
+    CHECK(llama_parse_args(1, argv, NULL, err, sizeof err) == -1);
+}
+
+int main(void) {
+    snprintf(dir_, sizeof dir_, "/tmp/llama_test_config_XXXXXX");
+    if (!mkdtemp(dir_)) {
+        perror("mkdtemp");
+        printf("llama_config: 0 passed, 1 failed\n");
+        return 1;
+    }
+    test_defaults();
+    test_ready_configs();
+    test_every_key();
+    test_malformed();
+    test_unknown_keys();
+    test_types_and_ranges();
+    test_duplicates();
+    test_cross_rules();
+    test_print();
+    test_args();
+    remove_files();
+    return TEST_END("llama_config");
+}
