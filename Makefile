@@ -6,7 +6,8 @@
 #   make bench                build (-O2 -DNDEBUG, never sanitized) and run bench/bench_*.c
 #   make demo                 train the Llama example on this repo's text (4 ranks), print a sample
 #   make tour                 the par-explain guided tour of layouts and plans
-#   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun)
+#   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun;
+#                             the trainer's PyTorch reference test on one GPU)
 #   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
 #
 # Every program includes the implementation itself (single-header library), so
@@ -93,6 +94,9 @@ MPI_BINS   := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(MPI_SRCS)) $(if $(MPI_SRCS),
 TRAIN_CC   := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
 TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(B)/llama_test_config $(B)/llama_test_train)
+# The CUDA trainer (--backend nccl: CUDA compute table + NCCL, launched by mpirun):
+# linked in CI like the CUDA tests, run by `make test-cuda`.
+TRAIN_CUDA := $(if $(and $(filter yes,$(HAVE_YAML)),$(filter yes,$(HAVE_MPI)),$(if $(CUDA_SKIP),,yes)),build/train_cuda)
 # bench_kernels compares the built-in GEMM with OpenBLAS in one binary.
 BENCH_CBLAS := $(if $(filter yes,$(HAVE_OPENBLAS)),-DBENCH_HAVE_CBLAS,)
 BENCH_CBLAS_LIBS := $(if $(filter yes,$(HAVE_OPENBLAS)),-lopenblas,)
@@ -103,7 +107,7 @@ BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(C
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
-all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
 	@echo "detected: MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)"
@@ -123,6 +127,15 @@ $(B)/par-explain: examples/explain.c | $(B)
 $(B)/train: examples/llama/train.c | $(B)
 	@rm -f $@
 	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
+
+# parallel_cuda.cu as its own object (with MPI for NCCL), linked into the C trainer.
+build/parallel_cuda_mpi.o: parallel_cuda.cu parallel.h | build
+	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) -c parallel_cuda.cu -o $@
+
+build/train_cuda: examples/llama/train.c examples/llama/model.h examples/llama/config.h build/parallel_cuda_mpi.o | build
+	@rm -f $@
+	$(MPICC) $(CFLAGS) -DPARALLEL_WITH_MPI -DLLAMA_WITH_CUDA -I. -I$(CUDA_HOME)/include $< build/parallel_cuda_mpi.o \
+	  -o $@ -lyaml -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lstdc++ $(LDLIBS)
 
 $(B)/llama_test_%: tests/llama/test_%.c | $(B)
 	@rm -f $@
@@ -161,14 +174,14 @@ build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h t
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TRAIN) $(TRAIN_TEST) $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+test-programs: $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 test: detect
 	@$(MAKE) --no-print-directory -k test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' \
 	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CUDA_SKIP='$(CUDA_SKIP)' \
-	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM)' \
+	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
 	  bash tests/run.sh
 
 bench: $(BENCH_BINS) $(TRAIN)
@@ -190,11 +203,14 @@ cuda: cuda-available build/test_cuda_smoke build/test_cuda_compute $(CUDA_COMM)
 
 # One rank per GPU for the NCCL test (NCCL refuses two ranks on one device).
 GPUS = $(shell nvidia-smi -L 2>/dev/null | wc -l)
-test-cuda: cuda
+test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train)
 	@set -e; ./build/test_cuda_smoke; ./build/test_cuda_compute; \
 	if [ -x build/test_cuda_comm ]; then \
 	  $(MPIRUN) -np $(GPUS) build/test_cuda_comm; \
-	else echo "cuda_comm: skipped (no mpicc)"; fi
+	else echo "cuda_comm: skipped (no mpicc)"; fi; \
+	if [ -x build/train_cuda ]; then \
+	  LLAMA_TEST_ONLY=reference TRAIN="$(MPIRUN) -np 1 build/train_cuda --backend nccl" build/llama_test_train; \
+	else echo "llama on GPU: skipped (no libyaml or mpicc)"; fi
 
 cuda-available:
 	@test -z "$(CUDA_SKIP)" || { echo "cannot build the CUDA code: $(CUDA_SKIP)" >&2; exit 1; }

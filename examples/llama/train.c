@@ -18,6 +18,10 @@
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
 #include "parallel.h"
+#ifdef LLAMA_WITH_CUDA /* build/train_cuda: the CUDA compute table and NCCL (--backend nccl) */
+#define PARALLEL_CUDA_DECLARATIONS_ONLY
+#include "parallel_cuda.cu"
+#endif
 #define LLAMA_CONFIG_IMPLEMENTATION
 #include "examples/llama/config.h"
 #include "examples/llama/model.h"
@@ -278,7 +282,7 @@ typedef struct shared_run {
     const llama_options *opt;
     const llama_data *data;
     int world;
-    int backend_mpi;
+    const char *backend; /* "threads", "mpi" or "nccl" */
     int64_t init_step; /* --init-from: the step its optimizer file records (0 without one) */
     int init_has_optimizer;
 } shared_run;
@@ -306,6 +310,7 @@ typedef struct trainer {
     llama_acts acts;
     llama_scratch scratch;
     float *acts_base, *scratch_base; /* the two allocations acts and scratch are carved from */
+    void *scalar;                    /* 8 bytes of table memory for scalar collectives (device tables) */
     int32_t *host_ids, *host_tgt;
     int64_t *host_pos;
     float *host_losses;
@@ -329,6 +334,21 @@ static par_status alloc_bytes(trainer *t, int64_t bytes, par_mem_category cat, v
     return t->ct->alloc(t->ct->user, (size_t)bytes, cat, ptr);
 }
 
+/* All-reduce (or broadcast from rank 0) one host scalar over `group`. Device
+   transports (NCCL) need device memory, so it goes through t->scalar there. */
+static par_status scalar_collective(trainer *t, par_comm_group *group, void *value, par_dtype dtype, par_reduce_op op,
+                                    int broadcast) {
+    const par_compute_table *ct = t->ct;
+    const size_t n = par_dtype_size(dtype);
+    void *buf = ct->device_memory ? t->scalar : value;
+    par_status st;
+    if (ct->device_memory) LLAMA_CHECK(ct->memcpy(ct->user, buf, value, n, PAR_COPY_HOST_TO_DEVICE));
+    st = broadcast ? t->cm->broadcast(t->cm->user, group, buf, 1, dtype, 0, NULL)
+                   : t->cm->all_reduce(t->cm->user, group, buf, buf, 1, dtype, op, NULL);
+    if (st == PAR_OK && ct->device_memory) st = ct->memcpy(ct->user, value, buf, n, PAR_COPY_DEVICE_TO_HOST);
+    return st;
+}
+
 static par_status acts_alloc(trainer *t) {
     const llama_dims *d = &t->p.dims;
     const int64_t n = t->sz.n, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
@@ -339,6 +359,7 @@ static par_status acts_alloc(trainer *t) {
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->ids));
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->targets));
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
+    LLAMA_CHECK(alloc_bytes(t, 8, PAR_MEM_COMM, &t->scalar));
     LLAMA_CHECK(alloc_floats(t, acts_floats(d, n, t->sz.batch), PAR_MEM_ACTIVATIONS, &t->acts_base));
     base = t->acts_base;
     a->blocks = (llama_block_acts *)calloc((size_t)d->layers, sizeof(llama_block_acts));
@@ -393,7 +414,7 @@ static par_status state_alloc(trainer *t) {
 static void trainer_free(trainer *t) {
     const par_compute_table *ct = t->ct;
     void *ptrs[] = {t->params, t->grads, t->m, t->v, t->gshard, t->slot[0], t->slot[1], t->rs_tmp[0], t->rs_tmp[1],
-                    t->acts.ids, t->acts.targets, t->acts.pos, t->acts_base, t->scratch_base};
+                    t->acts.ids, t->acts.targets, t->acts.pos, t->acts_base, t->scratch_base, t->scalar};
     size_t i;
     if (ct)
         for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
@@ -685,7 +706,7 @@ done:
     if (st != PAR_OK && t->rank != 0) return st;
     /* every rank learns whether rank 0's write worked; only rank 0 reports it */
     {
-        par_status bst = t->cm->broadcast(t->cm->user, t->world_group, &status, 1, PAR_I32, 0, NULL);
+        par_status bst = scalar_collective(t, t->world_group, &status, PAR_I32, PAR_REDUCE_SUM, 1);
         if (bst != PAR_OK) return bst;
     }
     return t->rank == 0 ? st : PAR_OK;
@@ -840,7 +861,7 @@ static par_status grad_norm(trainer *t, double *norm) {
         LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.total, t->grads, &ss));
     } else {
         LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.shard_total, t->gshard, &ss));
-        LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->dp_group, &ss, &ss, 1, PAR_F64, PAR_REDUCE_SUM, NULL));
+        LLAMA_CHECK(scalar_collective(t, t->dp_group, &ss, PAR_F64, PAR_REDUCE_SUM, 0));
     }
     *norm = sqrt(ss);
     return PAR_OK;
@@ -915,7 +936,7 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     LLAMA_CHECK(wait_reductions(t));
     loss /= (double)(t->sz.n * t->micro_batches);
     if (t->dp > 1)
-        LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->dp_group, &loss, &loss, 1, PAR_F64, PAR_REDUCE_AVG, NULL));
+        LLAMA_CHECK(scalar_collective(t, t->dp_group, &loss, PAR_F64, PAR_REDUCE_AVG, 0));
     LLAMA_CHECK(grad_norm(t, &norm));
     if (t->cfg->max_grad_norm > 0.0f) {
         /* PyTorch's clip_grad_norm_: coefficient max/(norm+1e-6), clamped to 1 */
@@ -970,8 +991,8 @@ static par_status measure_gemm_peak(trainer *t, double *gflops) {
     LLAMA_CHECK(t->cm->barrier(t->cm->user, t->world_group));
     dt = now_s() - t0;
     flops = 2.0 * (double)(n * n * n) * reps;
-    LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->world_group, &dt, &dt, 1, PAR_F64, PAR_REDUCE_MAX, NULL));
-    LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->world_group, &flops, &flops, 1, PAR_F64, PAR_REDUCE_SUM, NULL));
+    LLAMA_CHECK(scalar_collective(t, t->world_group, &dt, PAR_F64, PAR_REDUCE_MAX, 0));
+    LLAMA_CHECK(scalar_collective(t, t->world_group, &flops, PAR_F64, PAR_REDUCE_SUM, 0));
     *gflops = dt > 0 ? flops / dt * 1e-9 : 0.0;
     return PAR_OK;
 }
@@ -1157,7 +1178,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         st = t.cm->broadcast(t.cm->user, t.dp_group, t.params, t.p.total, PAR_F32, 0, NULL);
     if (st == PAR_OK) st = measure_gemm_peak(&t, &t.gemm_gflops);
     if (st == PAR_OK && t.rank == 0) {
-        print_summary(&t, sh->backend_mpi ? "mpi" : "threads");
+        print_summary(&t, sh->backend);
         if (o->init_from)
             printf("  init       %s, continuing at step %lld\n", o->init_from, (long long)t.step);
         printf("  GEMM peak  %.1f GFLOP/s over all ranks (measured now; MFU is relative to it)\n", t.gemm_gflops);
@@ -1174,7 +1195,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         if (st == PAR_OK) st = t.ct->memory_report(t.ct->user, &r);
         if (st != PAR_OK) break;
         pk = r.peak_total;
-        if (t.world > 1) st = t.cm->all_reduce(t.cm->user, t.world_group, &pk, &pk, 1, PAR_I64, PAR_REDUCE_MAX, NULL);
+        if (t.world > 1) st = scalar_collective(&t, t.world_group, &pk, PAR_I64, PAR_REDUCE_MAX, 0);
         if (pk > peak) peak = pk;
         if (st == PAR_OK && t.rank == 0) report_step(&t, &s, pk);
     }
@@ -1230,7 +1251,7 @@ int main(int argc, char **argv) {
     shared_run sh;
     par_ctx_desc desc = {0};
     char err[1024], mesh[64];
-    int world, launch_rank = 0, launch_size = 1, mpi = 0, silent, has_opt = 0;
+    int world, launch_rank = 0, launch_size = 1, mpi = 0, nccl = 0, silent, has_opt = 0;
     int64_t step0 = 0;
     par_status st;
     memset(&data, 0, sizeof data);
@@ -1239,13 +1260,16 @@ int main(int argc, char **argv) {
         return EXIT_BAD_INPUT;
     }
     if (opt.help) return llama_print_usage(stdout), 0;
-    mpi = strcmp(opt.backend, "mpi") == 0;
+    nccl = strcmp(opt.backend, "nccl") == 0;
+    mpi = nccl || strcmp(opt.backend, "mpi") == 0; /* NCCL is launched by mpirun too */
     /* under mpirun only rank 0 reports input errors (all ranks find the same) */
     if (mpi && par_launch_env(&launch_rank, &launch_size, NULL) != PAR_OK) launch_rank = 0, launch_size = 1;
     silent = launch_rank != 0;
-    if (strcmp(opt.backend, "nccl") == 0)
-        return bad_input(silent, "--backend nccl needs the CUDA build of the trainer (parallel_cuda.cu); this "
-                                 "build has the threads and mpi backends");
+#if !defined(LLAMA_WITH_CUDA) || !defined(PARALLEL_WITH_MPI)
+    if (nccl)
+        return bad_input(silent, "--backend nccl needs the CUDA build of the trainer (build/train_cuda, made when "
+                                 "nvcc, NCCL and mpicc exist); this build has the threads and mpi backends");
+#endif
 #ifndef PARALLEL_WITH_MPI
     if (mpi) return bad_input(silent, "--backend mpi: this build has no MPI (rebuild with mpicc)");
 #endif
@@ -1277,13 +1301,17 @@ int main(int argc, char **argv) {
         return free(data.bytes), free(data.order),
                bad_input(silent, "--metrics %s: its directory is not writable", opt.metrics_path);
 
-    sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend_mpi = mpi;
+    sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
     sh.init_step = step0, sh.init_has_optimizer = has_opt;
     snprintf(mesh, sizeof mesh, "dp=%d", cfg.data_parallel);
     desc.mesh = mesh;
     if (mpi) {
         par_ctx *ctx = NULL;
+#if defined(LLAMA_WITH_CUDA) && defined(PARALLEL_WITH_MPI)
+        st = nccl ? par_ctx_init_nccl(&desc, &ctx) : par_ctx_init_mpi(&desc, &ctx);
+#else
         st = par_ctx_init_mpi(&desc, &ctx);
+#endif
         if (st == PAR_OK) {
             st = rank_main(ctx, &sh);
             if (st != PAR_OK) fprintf(stderr, "train: rank %d: %s\n", par_ctx_rank(ctx), par_last_error());
@@ -1291,6 +1319,13 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "train: %s\n", par_last_error());
         }
+#if defined(LLAMA_WITH_CUDA) && defined(PARALLEL_WITH_MPI)
+        { /* the NCCL context leaves MPI_Finalize to its host */
+            int finalized = 0;
+            MPI_Finalized(&finalized);
+            if (nccl && !finalized) MPI_Finalize();
+        }
+#endif
     } else {
         st = par_run_threads_desc(&desc, world, rank_main, &sh);
         if (st != PAR_OK) fprintf(stderr, "train: %s\n", par_last_error());
