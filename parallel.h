@@ -475,6 +475,20 @@ PARALLEL_DEF par_status par_op_infer(const par_op_desc *op, const par_strategy *
 PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, par_strategy *strategies,
                                           par_op_cost *costs, int capacity, int *count);
 
+/* Re-express an operator's info on a model's mesh (e.g. a trainer's "dp=2,tp=4"),
+   so its layouts, forward communication and mirror groups can be used with the
+   context's groups (par_ctx_group takes the dev_masks as they are).
+   axis_map[i] = the mesh axis (left to right) that device-matrix axis i (left to
+   right) becomes, or -1 for an axis of size 1; every mesh axis larger than 1 is
+   used once, with the same size. axis_map NULL = automatic: the device matrix's
+   axes larger than 1, in order, are the mesh's axes larger than 1, in order (what
+   a strategy written batch-first, e.g. MatMul ((dp,1),(tp,1)), gives on a
+   "dp=..,tp=.." mesh). A split over a size-1 device dim becomes no split; the
+   device counts must agree. `out` may be `info`. PAR_EINVAL names the axes that
+   do not match. */
+PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
+                                            par_op_info *out);
+
 /* ============================================================================
    >>redistribute
    ========================================================================== */
@@ -3126,6 +3140,114 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
                          "%s: %d valid strategies on %d devices; capacity is %d (the cheapest %d are kept)", spec.name,
                          e.count, devices, capacity, capacity);
     par_clear_error(); /* rejected candidates left their reasons behind */
+    return PAR_OK;
+}
+
+/* ---- an op's info on a model's mesh ------------------------------------------ */
+
+/* Device dims of `mask` on the device matrix -> on the mesh (size-1 dims drop). */
+static uint32_t par__st_mask_to_mesh(uint32_t mask, const int *dev_to_mesh, int n) {
+    uint32_t out = 0;
+    int v;
+    for (v = 0; v < n; v++)
+        if ((mask >> v & 1u) && dev_to_mesh[v] >= 0) out |= 1u << dev_to_mesh[v];
+    return out;
+}
+
+static par_status par__st_layout_to_mesh(par_layout *l, const par_mesh *mesh, const int *dev_to_mesh, int n) {
+    par_tensor_map map;
+    int t, k;
+    memset(&map, 0, sizeof map);
+    for (t = 0; t < l->ndim; t++)
+        for (k = 0; k < l->map.count[t]; k++) {
+            const int v = l->map.dev[t][k];
+            if (v >= 0 && v < n && dev_to_mesh[v] >= 0) map.dev[t][map.count[t]++] = (int8_t)dev_to_mesh[v];
+        }
+    map.partial = par__st_mask_to_mesh(l->map.partial, dev_to_mesh, n);
+    l->map = map;
+    l->mesh = *mesh;
+    return par_layout_check(l);
+}
+
+/* Matrix axis -> mesh axis, automatically: the non-trivial axes in order. */
+static par_status par__st_auto_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
+    int i, j = 0;
+    char a[128], b[128];
+    for (i = 0; i < dm->ndim; i++) {
+        axes[i] = -1;
+        if (dm->dims[i] == 1) continue;
+        while (j < mesh->ndim && mesh->dims[j] == 1) j++;
+        if (j == mesh->ndim || mesh->dims[j] != dm->dims[i]) break;
+        axes[i] = j++;
+    }
+    while (j < mesh->ndim && mesh->dims[j] == 1) j++;
+    if (i == dm->ndim && j == mesh->ndim) return PAR_OK;
+    par_mesh_format(dm, a, sizeof a), par_mesh_format(mesh, b, sizeof b);
+    return par__fail(PAR_EINVAL,
+                     "par_op_info_on_mesh: device matrix %s does not match mesh %s axis by axis (sizes above 1 in "
+                     "order); pass an axis_map",
+                     a, b);
+}
+
+static par_status par__st_check_axes(const par_mesh *dm, const par_mesh *mesh, const int *axes) {
+    uint32_t used = 0;
+    int i, j;
+    for (i = 0; i < dm->ndim; i++) {
+        const int a = axes[i];
+        if (a < 0) {
+            if (dm->dims[i] != 1)
+                return par__fail(PAR_EINVAL, "par_op_info_on_mesh: axis_map[%d] is %d but device-matrix axis %d has "
+                                             "size %d (only size-1 axes may map to -1)", i, a, i, dm->dims[i]);
+            continue;
+        }
+        if (a >= mesh->ndim)
+            return par__fail(PAR_EINVAL, "par_op_info_on_mesh: axis_map[%d] is %d; the mesh has %d axes", i, a,
+                             mesh->ndim);
+        if (used >> a & 1u)
+            return par__fail(PAR_EINVAL, "par_op_info_on_mesh: mesh axis %d is the target of two device-matrix axes",
+                             a);
+        if (mesh->dims[a] != dm->dims[i])
+            return par__fail(PAR_EINVAL, "par_op_info_on_mesh: device-matrix axis %d (size %d) cannot be mesh axis "
+                                         "%d (size %d)", i, dm->dims[i], a, mesh->dims[a]);
+        used |= 1u << a;
+    }
+    for (j = 0; j < mesh->ndim; j++)
+        if (mesh->dims[j] > 1 && !(used >> j & 1u))
+            return par__fail(PAR_EINVAL, "par_op_info_on_mesh: mesh axis %d (size %d) is not the image of any "
+                                         "device-matrix axis", j, mesh->dims[j]);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
+                                            par_op_info *out) {
+    int axes[PARALLEL_MAX_DIMS], dev_to_mesh[PARALLEL_MAX_DIMS], i, n;
+    par_op_info r;
+    par_status st;
+    if (!info || !mesh || !out) return par__fail(PAR_EINVAL, "par_op_info_on_mesh: NULL argument");
+    n = info->dev_matrix.ndim;
+    if (par_mesh_size(mesh) <= 0 || n < 1 || n > PARALLEL_MAX_DIMS)
+        return par__fail(PAR_EINVAL, "par_op_info_on_mesh: invalid mesh or device matrix");
+    if (par_mesh_size(mesh) != par_mesh_size(&info->dev_matrix))
+        return par__fail(PAR_EINVAL, "par_op_info_on_mesh: the device matrix has %d devices, the mesh %d",
+                         par_mesh_size(&info->dev_matrix), par_mesh_size(mesh));
+    if (axis_map) {
+        memcpy(axes, axis_map, sizeof(int) * (size_t)n);
+        st = par__st_check_axes(&info->dev_matrix, mesh, axes);
+    } else {
+        st = par__st_auto_axes(&info->dev_matrix, mesh, axes);
+    }
+    if (st != PAR_OK) return st;
+    for (i = 0; i < n; i++) /* device dim v = axis n-1-v, on both sides */
+        dev_to_mesh[n - 1 - i] = axes[i] < 0 ? -1 : mesh->ndim - 1 - axes[i];
+    r = *info;
+    r.dev_matrix = *mesh;
+    for (i = 0; i < r.num_inputs; i++)
+        if ((st = par__st_layout_to_mesh(&r.inputs[i], mesh, dev_to_mesh, n)) != PAR_OK) return st;
+    for (i = 0; i < r.num_outputs; i++)
+        if ((st = par__st_layout_to_mesh(&r.outputs[i], mesh, dev_to_mesh, n)) != PAR_OK) return st;
+    for (i = 0; i < r.num_forward && i < 2; i++) r.forward[i].dev_mask = par__st_mask_to_mesh(r.forward[i].dev_mask, dev_to_mesh, n);
+    for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__st_mask_to_mesh(r.mirror[i].dev_mask, dev_to_mesh, n);
+    *out = r;
     return PAR_OK;
 }
 

@@ -48,6 +48,8 @@ static const char *const usage_text =
     "      [--reduce-scatter]       forward all_reduce becomes reduce_scatter\n"
     "      [--dtype f32]            element type\n"
     "      [--device-flops F] [--link-bandwidth B]   cost model (flop/s, bytes/s)\n"
+    "      [--mesh dp=2,tp=4]       show layouts and groups on this mesh (its axes above 1\n"
+    "                               are the device matrix's, in order)\n"
     "  strategies    every valid strategy with its cost, cheapest first\n"
     "      the options of `strategy` without --strategy\n"
     "  redistribute  the cheapest plan turning one layout into another\n"
@@ -370,7 +372,8 @@ static const opt_spec op_specs[] = {
     {"op", 1, 0},          {"devices", 1, 0},     {"shapes", 1, 0},         {"strategy", 1, 0},
     {"param", 1, 1},       {"transpose-a", 0, 0}, {"transpose-b", 0, 0},    {"axes", 1, 0},
     {"perm", 1, 0},        {"out-shape", 1, 0},   {"keep-dims", 0, 0},      {"reduce-scatter", 0, 0},
-    {"dtype", 1, 0},       {"device-flops", 1, 0}, {"link-bandwidth", 1, 0}, {NULL, 0, 0}};
+    {"dtype", 1, 0},       {"device-flops", 1, 0}, {"link-bandwidth", 1, 0}, {"mesh", 1, 0},
+    {NULL, 0, 0}};
 
 /* Fill an operator desc from the options shared by `strategy` and `strategies`. */
 static void parse_op(const args *a, par_op_desc *op, int *devices) {
@@ -485,11 +488,17 @@ static void show_op_info(const par_op_desc *op, const par_op_info *info) {
     putchar('\n');
 }
 
-static void explain_strategy(const par_op_desc *op, const char *strategy_text, int devices) {
+/* mesh_text: NULL, or the model's mesh to show the layouts on (--mesh dp=2,tp=4). */
+static void explain_strategy(const par_op_desc *op, const char *strategy_text, int devices, const char *mesh_text_arg) {
     par_strategy s;
     par_op_info info;
     check(par_strategy_parse(strategy_text, &s), "--strategy");
     check(par_op_infer(op, &s, devices, &info), "strategy");
+    if (mesh_text_arg) {
+        par_mesh mesh;
+        parse_mesh(mesh_text_arg, &mesh);
+        check(par_op_info_on_mesh(&info, &mesh, NULL, &info), "--mesh");
+    }
     show_op_info(op, &info);
 }
 
@@ -499,7 +508,7 @@ static int cmd_strategy(int argc, char **argv) {
     int devices;
     parse_args(argc, argv, "strategy", op_specs, &a);
     parse_op(&a, &op, &devices);
-    explain_strategy(&op, arg_need(&a, "strategy"), devices);
+    explain_strategy(&op, arg_need(&a, "strategy"), devices, arg_get(&a, "mesh"));
     return 0;
 }
 
@@ -514,6 +523,7 @@ static int cmd_strategies(int argc, char **argv) {
 
     parse_args(argc, argv, "strategies", op_specs, &a);
     if (arg_get(&a, "strategy")) die("strategies: --strategy is for the `strategy` command");
+    if (arg_get(&a, "mesh")) die("strategies: --mesh is for the `strategy` command");
     parse_op(&a, &op, &devices);
     for (;;) {
         list = (par_strategy *)realloc(list, sizeof *list * (size_t)capacity);
@@ -701,7 +711,7 @@ static int cmd_tour(int argc, char **argv) {
     op.num_inputs = 2;
     op.ndim[0] = op.ndim[1] = 2;
     op.shape[0][0] = op.shape[0][1] = op.shape[1][0] = op.shape[1][1] = 16;
-    explain_strategy(&op, "((1,4),(4,1))", 4);
+    explain_strategy(&op, "((1,4),(4,1))", 4, NULL);
 
     say("3. parallel.h makes partial sums explicit (DTensor's Partial), so reductions are\n"
         "   redistributions too. Partial over device dim 0 to rows split: reduce_scatter.");

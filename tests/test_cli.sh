@@ -221,6 +221,18 @@ has_line "strategy param repeat" "mirror: input0 all_reduce group=4"
 has_line "strategy param repeat" "mirror: input1 all_reduce group=2"
 has_match "strategy bf16 cost" '^cost: compute_flops=8192 comm_bytes=1792 memory_bytes=1792 total='
 
+# --mesh: the same op on the model's mesh dp=2,tp=4 (dp = device dim 1, tp = 0). The
+# device matrix [2,1,4] drops its size-1 axis: A [M,K] -> [1,-1], B -> [-1,0], out [1,0].
+ok "strategy on mesh" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --param 1 --mesh dp=2,tp=4
+has_line "strategy on mesh" "device_matrix: [dp=2,tp=4]"
+has_line "strategy on mesh" "input0 tensor_map: [1,-1]"
+has_line "strategy on mesh" "input1 tensor_map: [-1,0]"
+has_line "strategy on mesh" "output tensor_map: [1,0]"
+has_line "strategy on mesh" "mirror: input1 all_reduce group=2"
+bad_says "strategy mesh order" "axis_map" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --mesh tp=4,dp=2
+bad_says "strategy mesh size" "mesh 4" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --mesh 2,2
+bad_says "strategies no mesh" "--mesh is for" strategies --op matmul --devices 8 --shapes 16x32,32x64 --mesh 2,4
+
 # The same without --param: no mirror.
 ok "strategy no param" strategy --op MatMul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))"
 has_line "strategy no param" "mirror: none"

@@ -811,6 +811,58 @@ static void test_enumerate_bounded(void) {
     CHECK_INT(n, ways[8][12]);
 }
 
+/* par_op_info_on_mesh: a Megatron layer's strategies on a "dp=2,tp=4" mesh
+   (dp = device dim 1, tp = device dim 0). Expected maps worked out by hand. */
+static void test_on_mesh(void) {
+    par_mesh mesh, swapped, small;
+    par_op_info info, m;
+    par_op_desc col = make_op(PAR_OP_MATMUL, "16x32,64x32"), row = make_op(PAR_OP_MATMUL, "16x64,32x64");
+    par_op_desc norm = make_op(PAR_OP_RMSNORM, "16x32,32");
+    const int swap_map[3] = {1, -1, 0}, bad_map[3] = {0, 1, -1}, drop_map[3] = {-1, -1, 1};
+    CHECK_OK(par_mesh_parse("dp=2,tp=4", &mesh));
+    CHECK_OK(par_mesh_parse("tp=4,dp=2", &swapped));
+    CHECK_OK(par_mesh_parse("dp=2,tp=2", &small));
+    /* column parallel y = x W^T, W [N,K] split on N: dev matrix [2,1,4] */
+    col.transpose_b = 1, col.params = 2;
+    CHECK_OK(infer(&col, "((2,1),(4,1))", 8, &info));
+    CHECK_OK(par_op_info_on_mesh(&info, &mesh, NULL, &m));
+    CHECK_STR(M(&m.dev_matrix), "[dp=2,tp=4]");
+    CHECK_STR(L(&m.inputs[0]), "[1,-1]");  /* x: rows over dp, K whole (its dev dim had size 1) */
+    CHECK_STR(L(&m.inputs[1]), "[0,-1]");  /* W: output features over tp */
+    CHECK_STR(L(&m.outputs[0]), "[1,0]");
+    CHECK_INT(m.num_forward, 0);
+    CHECK_INT(m.mirror[1].dev_mask, 0x2); /* W's gradient summed over dp */
+    /* row parallel, W [N,K] split on K: the output is partial over tp */
+    row.transpose_b = 1, row.params = 2;
+    CHECK_OK(infer(&row, "((2,4),(1,4))", 8, &info));
+    CHECK_OK(par_op_info_on_mesh(&info, &mesh, NULL, &info)); /* in place */
+    CHECK_STR(L(&info.inputs[0]), "[1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[-1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[1,-1] partial=0");
+    CHECK_INT(info.num_forward, 1);
+    CHECK_INT(info.forward[0].dev_mask, 0x1); /* all_reduce over tp */
+    CHECK_INT(info.mirror[1].dev_mask, 0x2);
+    /* a norm on dp only: tp is the repeated-calculation dim, gamma's mirror spans both */
+    norm.params = 2;
+    CHECK_OK(infer(&norm, "((2,1),(1,))", 8, &info));
+    CHECK_OK(par_op_info_on_mesh(&info, &mesh, NULL, &m));
+    CHECK_STR(L(&m.inputs[0]), "[1,-1]");
+    CHECK_STR(L(&m.inputs[1]), "[-1]");
+    CHECK_INT(m.mirror[1].dev_mask, 0x3);
+    /* a mesh listing tp first needs the axis map */
+    CHECK_OK(infer(&col, "((2,1),(4,1))", 8, &info));
+    CHECK_ERR(par_op_info_on_mesh(&info, &swapped, NULL, &m), PAR_EINVAL, "pass an axis_map");
+    CHECK_OK(par_op_info_on_mesh(&info, &swapped, swap_map, &m));
+    CHECK_STR(L(&m.inputs[0]), "[0,-1]");
+    CHECK_STR(L(&m.inputs[1]), "[1,-1]");
+    CHECK_INT(m.mirror[1].dev_mask, 0x1);
+    CHECK_ERR(par_op_info_on_mesh(&info, &mesh, bad_map, &m), PAR_EINVAL,
+              "device-matrix axis 1 (size 1) cannot be mesh axis 1 (size 4)");
+    CHECK_ERR(par_op_info_on_mesh(&info, &mesh, drop_map, &m), PAR_EINVAL, "only size-1 axes may map to -1");
+    CHECK_ERR(par_op_info_on_mesh(&info, &small, NULL, &m), PAR_EINVAL, "the device matrix has 8 devices, the mesh 4");
+    CHECK_ERR(par_op_info_on_mesh(NULL, &mesh, NULL, &m), PAR_EINVAL, "NULL argument");
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -829,5 +881,6 @@ int main(void) {
     test_enumerate_matmul();
     test_enumerate_others();
     test_enumerate_bounded();
+    test_on_mesh();
     return TEST_END("strategy");
 }
