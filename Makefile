@@ -93,7 +93,7 @@ MPI_BINS   := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(MPI_SRCS)) $(if $(MPI_SRCS),
 # with mpicc when MPI exists so `--backend mpi` works under mpirun.
 TRAIN_CC   := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
-TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(B)/llama_test_config $(B)/llama_test_train)
+TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp)
 # The CUDA trainer (--backend nccl: CUDA compute table + NCCL, launched by mpirun):
 # linked in CI like the CUDA tests, run by `make test-cuda`.
 TRAIN_CUDA := $(if $(and $(filter yes,$(HAVE_YAML)),$(filter yes,$(HAVE_MPI)),$(if $(CUDA_SKIP),,yes)),build/train_cuda)

@@ -1,0 +1,251 @@
+/* tests/llama/test_model_tp.c - the Llama layers under tensor and sequence
+   parallelism equal the single-device layers.
+
+   One embedding, one decoder block (GQA) and the head with the loss run once on
+   one device (the reference) and then on tp = 2 and 4 rank threads, with and
+   without sequence parallelism, with a replicated and a vocabulary-split
+   embedding. Each rank holds its shards (q/k/v, gate, up and lm_head rows; o
+   and down columns; its heads), and the collectives are the comm table's over
+   the tp group. Checked: every row's loss, every weight gradient shard (norm
+   weights and a replicated embedding summed over the group under sequence
+   parallelism, where they are partial), against the reference within f32
+   reduction-order tolerance. */
+#define PARALLEL_IMPLEMENTATION
+#include "test.h"
+#include "examples/llama/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+enum { B = 2, S = 8, N = B * S, C = 32, H = 8, KV = 4, HD = 4, F = 48, V = 64 };
+#define QD (H * HD)
+#define KVD (KV * HD)
+
+/* Global weights, ids and the reference results. */
+typedef struct model {
+    float *emb, *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd, *norm, *lm;
+} model;
+
+static model W, G; /* weights, reference gradients */
+static int32_t ids[N], tgt[N];
+static float ref_loss[N];
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *fa(int64_t n) { return (float *)calloc((size_t)n, sizeof(float)); }
+
+static void model_alloc(model *m, int random) {
+    float **f[12] = {&m->emb, &m->ln1, &m->wq, &m->wk, &m->wv, &m->wo, &m->ln2, &m->wg, &m->wu, &m->wd, &m->norm, &m->lm};
+    const int64_t sz[12] = {V * C, C, QD * C, KVD * C, KVD * C, C * QD, C, F * C, F * C, C * F, C, V * C};
+    int i;
+    int64_t k;
+    for (i = 0; i < 12; i++) {
+        *f[i] = fa(sz[i]);
+        if (random)
+            for (k = 0; k < sz[i]; k++) (*f[i])[k] = (sz[i] == C ? 1.0f + 0.1f * frand() : 0.2f * frand());
+    }
+}
+
+typedef struct buffers {
+    llama_block_acts ba;
+    llama_acts a;
+    llama_scratch s;
+} buffers;
+
+static void buffers_alloc(buffers *b) {
+    memset(b, 0, sizeof *b);
+    b->ba.x_in = fa(N * C), b->ba.rstd1 = fa(N), b->ba.h1 = fa(N * C), b->ba.q = fa(N * QD), b->ba.k = fa(N * KVD);
+    b->ba.v = fa(N * KVD), b->ba.o = fa(N * QD), b->ba.lse = fa(B * H * S), b->ba.x_mid = fa(N * C);
+    b->ba.rstd2 = fa(N), b->ba.h2 = fa(N * C), b->ba.g = fa(N * F), b->ba.u = fa(N * F), b->ba.m = fa(N * F);
+    b->a.ids = ids, b->a.targets = tgt, b->a.pos = (int64_t *)calloc(N, sizeof(int64_t));
+    b->a.blocks = &b->ba;
+    b->a.x_final = fa(N * C), b->a.rstdf = fa(N), b->a.hf = fa(N * C), b->a.logits = fa(N * V), b->a.losses = fa(N);
+    b->s.dx = fa(N * C), b->s.dh = fa(N * C), b->s.dl = fa(N * C), b->s.dattn = fa(N * QD), b->s.dq = fa(N * QD);
+    b->s.dk = fa(N * KVD), b->s.dv = fa(N * KVD), b->s.dg = fa(N * F), b->s.du = fa(N * F), b->s.dm = fa(N * F);
+    for (int i = 0; i < N; i++) b->a.pos[i] = i % S;
+}
+
+static void buffers_free(buffers *b) {
+    float *f[] = {b->ba.x_in, b->ba.rstd1, b->ba.h1, b->ba.q, b->ba.k, b->ba.v, b->ba.o, b->ba.lse, b->ba.x_mid,
+                  b->ba.rstd2, b->ba.h2, b->ba.g, b->ba.u, b->ba.m, b->a.x_final, b->a.rstdf, b->a.hf, b->a.logits,
+                  b->a.losses, b->s.dx, b->s.dh, b->s.dl, b->s.dattn, b->s.dq, b->s.dk, b->s.dv, b->s.dg, b->s.du,
+                  b->s.dm};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+    free(b->a.pos);
+}
+
+/* Forward, loss and backward of embedding -> block -> head on one rank. */
+static par_status run_model(const par_compute_table *ct, const llama_dims *d, const llama_tp *tp, const model *w,
+                            model *g, buffers *b) {
+    llama_block bw = {w->ln1, w->wq, w->wk, w->wv, w->wo, w->ln2, w->wg, w->wu, w->wd};
+    llama_block bg = {g->ln1, g->wq, g->wk, g->wv, g->wo, g->ln2, g->wg, g->wu, g->wd};
+    LLAMA_CHECK(llama_embed_fwd(ct, d, tp, w->emb, ids, N, b->ba.x_in, &b->s));
+    LLAMA_CHECK(llama_block_fwd_tp(ct, d, tp, &bw, &b->ba, b->a.pos, B, S, b->a.x_final, &b->s));
+    LLAMA_CHECK(llama_head_fwd_tp(ct, d, tp, w->norm, w->lm, &b->a, N, &b->s));
+    LLAMA_CHECK(llama_head_bwd_tp(ct, d, tp, w->norm, w->lm, g->norm, g->lm, &b->a, N, 1.0f / N, &b->s));
+    LLAMA_CHECK(llama_block_bwd_tp(ct, d, tp, &bw, &bg, &b->ba, b->a.pos, B, S, &b->s));
+    return llama_embed_bwd(ct, d, tp, ids, N, g->emb, &b->s);
+}
+
+static llama_dims global_dims(void) {
+    llama_dims d;
+    memset(&d, 0, sizeof d);
+    d.vocab = V, d.dim = C, d.layers = 1, d.heads = H, d.kv_heads = KV, d.head_dim = HD, d.ffn = F, d.seq = S;
+    d.eps = 1e-5f, d.theta = 10000.0f, d.emb_rows = V;
+    return d;
+}
+
+/* ---- one tp configuration ---------------------------------------------------- */
+
+typedef struct tp_case {
+    int degree, sp, emb_split;
+    double worst[4]; /* per rank */
+} tp_case;
+
+typedef struct hook_ctx {
+    const par_comm_table *c;
+    par_comm_group *g;
+} hook_ctx;
+
+static par_status h_sum(void *u, float *x, int64_t n) {
+    hook_ctx *h = (hook_ctx *)u;
+    return h->c->all_reduce(h->c->user, h->g, x, x, n, PAR_F32, PAR_REDUCE_SUM, NULL);
+}
+static par_status h_max(void *u, float *x, int64_t n) {
+    hook_ctx *h = (hook_ctx *)u;
+    return h->c->all_reduce(h->c->user, h->g, x, x, n, PAR_F32, PAR_REDUCE_MAX, NULL);
+}
+static par_status h_gather(void *u, const float *xl, float *x, int64_t nl) {
+    hook_ctx *h = (hook_ctx *)u;
+    return h->c->all_gather(h->c->user, h->g, xl, x, nl, PAR_F32, NULL);
+}
+static par_status h_rs(void *u, const float *x, float *xl, int64_t nl) {
+    hook_ctx *h = (hook_ctx *)u;
+    return h->c->reduce_scatter(h->c->user, h->g, x, xl, nl, PAR_F32, PAR_REDUCE_SUM, NULL);
+}
+
+/* rows [r0, r0+nr) of a [rows, cols] matrix; cols [c0, c0+nc) */
+static void take(const float *src, int64_t cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst) {
+    for (int64_t i = 0; i < nr; i++) memcpy(dst + i * nc, src + (r0 + i) * cols + c0, (size_t)nc * sizeof(float));
+}
+
+static double max_diff(const float *got, const float *want, int64_t n) {
+    double w = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - (double)want[i]) / (1e-3 + fabs((double)want[i]));
+        if (e > w) w = e;
+    }
+    return w;
+}
+
+static par_status tp_rank(par_ctx *ctx, void *arg) {
+    tp_case *tc = (tp_case *)arg;
+    const par_compute_table *ct = par_ctx_compute(ctx);
+    const int T = tc->degree, r = par_ctx_rank(ctx);
+    const int64_t Hl = H / T, KVl = KV / T, Fl = F / T, Vl = V / T;
+    hook_ctx hc;
+    llama_tp tp;
+    llama_dims d = global_dims();
+    model w, g, want;
+    buffers b;
+    double worst = 0.0;
+    par_status st;
+    hc.c = par_ctx_comm(ctx);
+    if ((st = par_ctx_group(ctx, 1u, &hc.g, NULL, NULL)) != PAR_OK) return st;
+    tp.degree = T, tp.index = r, tp.sp = tc->sp, tp.user = &hc;
+    tp.all_reduce = h_sum, tp.all_reduce_max = h_max, tp.all_gather = h_gather, tp.reduce_scatter = h_rs;
+    d.heads = Hl, d.kv_heads = KVl, d.ffn = Fl, d.vocab = Vl, d.vocab_start = r * Vl, d.emb_split = tc->emb_split;
+    d.emb_rows = tc->emb_split ? Vl : V, d.emb_start = tc->emb_split ? r * Vl : 0;
+    model_alloc(&w, 0), model_alloc(&g, 0), model_alloc(&want, 0);
+    /* this rank's shards of the weights and of the reference gradients */
+    {
+        const model *src[2] = {&W, &G};
+        model *dst[2] = {&w, &want};
+        for (int k = 0; k < 2; k++) {
+            const model *s = src[k];
+            model *t = dst[k];
+            take(s->emb, C, tc->emb_split ? r * Vl : 0, tc->emb_split ? Vl : V, 0, C, t->emb);
+            memcpy(t->ln1, s->ln1, C * sizeof(float)), memcpy(t->ln2, s->ln2, C * sizeof(float));
+            memcpy(t->norm, s->norm, C * sizeof(float));
+            take(s->wq, C, r * Hl * HD, Hl * HD, 0, C, t->wq);
+            take(s->wk, C, r * KVl * HD, KVl * HD, 0, C, t->wk);
+            take(s->wv, C, r * KVl * HD, KVl * HD, 0, C, t->wv);
+            take(s->wo, QD, 0, C, r * Hl * HD, Hl * HD, t->wo);
+            take(s->wg, C, r * Fl, Fl, 0, C, t->wg), take(s->wu, C, r * Fl, Fl, 0, C, t->wu);
+            take(s->wd, F, 0, C, r * Fl, Fl, t->wd);
+            take(s->lm, C, r * Vl, Vl, 0, C, t->lm);
+        }
+    }
+    buffers_alloc(&b);
+    st = run_model(ct, &d, &tp, &w, &g, &b);
+    /* partial gradients (sequence parallel: norms, replicated embedding) summed over tp */
+    if (st == PAR_OK && tc->sp) {
+        float *part[4] = {g.ln1, g.ln2, g.norm, g.emb};
+        const int64_t cnt[4] = {C, C, C, tc->emb_split ? 0 : V * C};
+        for (int k = 0; k < 4 && st == PAR_OK; k++)
+            if (cnt[k]) st = h_sum(&hc, part[k], cnt[k]);
+    }
+    if (st == PAR_OK) {
+        const float *gw[12] = {g.emb, g.ln1, g.wq, g.wk, g.wv, g.wo, g.ln2, g.wg, g.wu, g.wd, g.norm, g.lm};
+        const float *ww[12] = {want.emb, want.ln1, want.wq, want.wk, want.wv, want.wo, want.ln2, want.wg, want.wu,
+                               want.wd, want.norm, want.lm};
+        const int64_t sz[12] = {(tc->emb_split ? Vl : V) * C, C, Hl * HD * C, KVl * HD * C, KVl * HD * C,
+                                C * Hl * HD, C, Fl * C, Fl * C, C * Fl, C, Vl * C};
+        double e = max_diff(b.a.losses, ref_loss, N);
+        if (e > worst) worst = e;
+        for (int k = 0; k < 12; k++) {
+            e = max_diff(gw[k], ww[k], sz[k]);
+            if (e > worst) worst = e;
+        }
+    }
+    tc->worst[r] = worst;
+    buffers_free(&b);
+    {
+        model *ms[3] = {&w, &g, &want};
+        for (int k = 0; k < 3; k++) {
+            float *f[12] = {ms[k]->emb, ms[k]->ln1, ms[k]->wq, ms[k]->wk, ms[k]->wv, ms[k]->wo,
+                            ms[k]->ln2, ms[k]->wg, ms[k]->wu, ms[k]->wd, ms[k]->norm, ms[k]->lm};
+            for (int i = 0; i < 12; i++) free(f[i]);
+        }
+    }
+    return st;
+}
+
+int main(void) {
+    par_compute_table ct;
+    par_cpu_desc cd;
+    buffers b;
+    llama_dims d = global_dims();
+    static const int cases[][3] = {{2, 0, 0}, {2, 1, 0}, {2, 0, 1}, {2, 1, 1}, {4, 0, 0}, {4, 1, 0}, {4, 1, 1}};
+    memset(&cd, 0, sizeof cd);
+    cd.threads = 1;
+    if (par_compute_cpu(&cd, &ct) != PAR_OK) return printf("llama_model_tp: 0 passed, 1 failed\n"), 1;
+    model_alloc(&W, 1), model_alloc(&G, 0);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)((frand() + 1.0f) * 0.5f * V) % V, tgt[i] = (int32_t)((i * 7 + 3) % V);
+    buffers_alloc(&b);
+    CHECK_OK(run_model(&ct, &d, NULL, &W, &G, &b));
+    memcpy(ref_loss, b.a.losses, sizeof ref_loss);
+    buffers_free(&b);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tp_case tc = {cases[i][0], cases[i][1], cases[i][2], {1e30, 1e30, 1e30, 1e30}};
+        par_ctx_desc desc = {0};
+        char mesh[32];
+        double worst = 0.0;
+        snprintf(mesh, sizeof mesh, "tp=%d", tc.degree);
+        desc.mesh = mesh, desc.kernel_threads = 1;
+        CHECK_OK(par_run_threads_desc(&desc, tc.degree, tp_rank, &tc));
+        for (int r = 0; r < tc.degree; r++) worst = tc.worst[r] > worst ? tc.worst[r] : worst;
+        /* f32 sums in another order (split contractions, all-reduce): a few ulps,
+           relative to max(|value|, 1e-3) */
+        CHECK_MSG(worst <= 2e-4, "tp %d sp %d emb_split %d: worst relative difference %g", tc.degree, tc.sp,
+                  tc.emb_split, worst);
+        printf("  tp %d sp %d embedding %-10s worst relative difference %.2e\n", tc.degree, tc.sp,
+               tc.emb_split ? "split" : "replicated", worst);
+    }
+    ct.destroy(ct.user);
+    return TEST_END("llama_model_tp");
+}
