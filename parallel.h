@@ -104,6 +104,7 @@
      >>executor       run a redistribution plan through the comm table
      >>checkpoint     safetensors files: validated reader (slices, dtype
                       conversion, CRC-32), atomic writer
+     >>trace          per-rank compute/comm timelines as Chrome trace JSON
    The implementation follows the same order; backends sit between the context
    and the executor (implementation-only banners):
      >>comm-threads   in-process threads backend: par_run_threads (the default)
@@ -1082,6 +1083,115 @@ PARALLEL_DEF par_status par_st_writer_finish(par_st_writer *w);
 /* Free the writer and remove its temporary file without touching `path`
    (NULL is ignored). */
 PARALLEL_DEF void par_st_writer_abort(par_st_writer *w);
+
+
+/* ============================================================================
+   >>trace
+   Per-rank timelines of compute and communication as Chrome trace JSON
+   (the "Trace Event Format"), for Perfetto (ui.perfetto.dev) and
+   chrome://tracing: one process per rank (pid = rank, named "rank N"), one
+   track per category ("compute", "comm", "optimizer", "io", ...; thread ids
+   0, 8, 16, 24, ... in first-registered order, those four first) so a
+   collective in flight shows beside the compute it overlaps.
+
+   A span is a named interval of one rank's time: par_trace_begin/end nest on
+   the rank's thread (a stack), par_trace_span records one after the fact (an
+   async collective issued at t0 and waited for at t1). Spans of one category
+   that overlap without nesting (two buckets' collectives in flight at once)
+   are put on extra tracks of that category ("comm #2", thread id + 1, ...),
+   because the viewers draw a track as a stack of properly nested slices.
+
+   Memory is bounded: a trace keeps at most `capacity` spans (storage grows by
+   doubling up to it); later spans, and spans nested deeper than
+   PAR_TRACE_MAX_DEPTH, are counted as dropped (par_trace_dropped; the file
+   says so in a "process_labels" metadata event of that rank), never an error.
+
+   Time is par_trace_now_us(): CLOCK_MONOTONIC where <time.h> declares it
+   (define _POSIX_C_SOURCE 199309L or later before including it), else C11
+   timespec_get(TIME_UTC). Ranks on one host share that clock; ranks on
+   different hosts are not aligned (each host's clock is its own).
+   The file's timestamps count from the earliest span of all ranks.
+
+   Device compute tables run kernels asynchronously: a span around a kernel
+   launch measures the launch, not the kernel, unless the host synchronizes.
+
+   A trace is used by one thread at a time (each rank its own). Errors name
+   the function and the rank ("par_trace_end: rank 2: no span is open").
+   ========================================================================== */
+
+#define PAR_TRACE_NAME_MAX 48      /* bytes of a span name incl. the 0; longer names are cut (at a UTF-8 boundary) */
+#define PAR_TRACE_CATEGORY_MAX 16  /* bytes of a category incl. the 0; cut likewise */
+#define PAR_TRACE_MAX_DEPTH 64     /* open begin/end spans per trace; deeper ones are dropped */
+#define PAR_TRACE_MAX_CATEGORIES 8 /* distinct categories per trace (tracks 0, 8, ..., 56) */
+#define PAR_TRACE_DEFAULT_CAPACITY (1 << 16)
+
+typedef struct par_trace par_trace;
+
+typedef struct par_trace_desc {
+    int rank;                 /* the pid of this rank's events; >= 0 */
+    int capacity;             /* spans kept; 0 = PAR_TRACE_DEFAULT_CAPACITY */
+    const char *process_name; /* the viewer's name for the rank; NULL = "rank N" (copied) */
+} par_trace_desc;
+
+/* Create an empty trace. PAR_EINVAL for a NULL argument, a negative rank or
+   capacity; PAR_ENOMEM. *trace is NULL on failure. */
+PARALLEL_DEF par_status par_trace_create(const par_trace_desc *desc, par_trace **trace);
+
+/* Free the trace (NULL is ignored). */
+PARALLEL_DEF void par_trace_destroy(par_trace *trace);
+
+/* Microseconds on the trace clock (see above). */
+PARALLEL_DEF double par_trace_now_us(void);
+
+/* Open a span `name` of `category` now (both copied, cut to the sizes above;
+   invalid UTF-8 bytes become '?'). Categories beyond PAR_TRACE_MAX_CATEGORIES
+   distinct ones are PAR_ECAPACITY. PAR_EINVAL for NULL arguments. */
+PARALLEL_DEF par_status par_trace_begin(par_trace *trace, const char *name, const char *category);
+
+/* Close the innermost open span. PAR_EINVAL when none is open; that misuse is
+   also remembered and reported again by the writers. */
+PARALLEL_DEF par_status par_trace_end(par_trace *trace);
+
+/* Record a finished span [t0_us, t1_us] (par_trace_now_us times), e.g. an async
+   collective from its issue to the end of its wait. PAR_EINVAL for NULL
+   arguments, non-finite times or t1_us < t0_us. */
+PARALLEL_DEF par_status par_trace_span(par_trace *trace, const char *name, const char *category, double t0_us,
+                                       double t1_us);
+
+/* Spans recorded (closed) and spans dropped for lack of room; 0 for NULL. */
+PARALLEL_DEF int64_t par_trace_count(const par_trace *trace);
+PARALLEL_DEF int64_t par_trace_dropped(const par_trace *trace);
+
+/* How much of the window [t0_us, t1_us] spans of `category` cover (*busy_us:
+   their union, so nested or overlapping spans count once), and how much of
+   that no span of the categories hidden_by[0..num_hidden) covers (*exposed_us;
+   num_hidden 0 = every other category). For "comm" hidden by "compute" this is
+   the communication time not overlapped by computation. Closed spans only.
+   Either output may be NULL. PAR_EINVAL for NULL trace/category, a NULL
+   hidden_by with num_hidden > 0, or t1_us < t0_us; PAR_ENOMEM. */
+PARALLEL_DEF par_status par_trace_coverage(const par_trace *trace, const char *category, const char *const *hidden_by,
+                                           int num_hidden, double t0_us, double t1_us, double *busy_us,
+                                           double *exposed_us);
+
+/* Write traces[0..count) (ranks of one process, e.g. par_run_threads' after
+   they finished) as one Chrome trace JSON file:
+     {"traceEvents":[...],"displayTimeUnit":"ms"}
+   "X" events {"name","cat","ph":"X","ts","dur","pid","tid"} in microseconds
+   with nanosecond digits, "M" events naming each process and track. Written
+   atomically: a temporary file beside `path`, flushed to disk, renamed over it;
+   on failure `path` is untouched. Errors: PAR_EINVAL (NULL argument, two traces
+   with one rank, a trace with spans still open or a remembered misuse),
+   PAR_EIO (cannot create/write/rename; names the file), PAR_ENOMEM. */
+PARALLEL_DEF par_status par_trace_write(par_trace *const *traces, int count, const char *path);
+
+/* The same for one trace per rank across the context's world (threads, MPI or
+   NCCL): collective over all ranks of the mesh. Every rank sends its spans to
+   the group's first rank, which writes `path` (other ranks may pass NULL);
+   device comm tables get staged copies in the compute table's memory. Every
+   rank returns the same status; a rank's local problem (NULL trace, open spans,
+   misuse) fails everyone, with the reason on that rank and "rank R could not
+   contribute its events" elsewhere. Returns with nothing sent when ctx is NULL. */
+PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, const char *path);
 
 #ifdef __cplusplus
 }
@@ -11197,6 +11307,758 @@ PARALLEL_DEF par_status par_st_writer_finish(par_st_writer *w) {
 
 PARALLEL_DEF void par_st_writer_abort(par_st_writer *w) {
     if (w) par__st_writer_free(w);
+}
+
+
+// >>trace
+
+#include <time.h>
+
+/* A span as stored, sent between ranks and written: fixed size (a multiple
+   of 8 bytes, sent as i64 elements), names inline. Besides spans, the writers
+   describe a rank with one PROCESS record (name = process name, value =
+   dropped spans, aux = capacity) and one CATEGORY record per category
+   (name = category, tid = its track base). */
+enum { PAR__TRACE_SPAN = 0, PAR__TRACE_PROCESS = 1, PAR__TRACE_CATEGORY = 2 };
+#define PAR__TRACE_SUBTRACKS 8 /* tracks per category: tid = category * 8 + k */
+
+typedef struct par__trace_rec {
+    double t0, t1;    /* microseconds on the trace clock */
+    int64_t value;    /* PROCESS: dropped spans */
+    int64_t aux;      /* PROCESS: capacity */
+    int32_t pid, tid; /* tid: category index * PAR__TRACE_SUBTRACKS (track chosen at write time) */
+    int32_t kind, reserved;
+    char name[PAR_TRACE_NAME_MAX];
+    char cat[PAR_TRACE_CATEGORY_MAX];
+} par__trace_rec;
+
+/* compile-time check: records travel as whole i64 elements */
+typedef char par__trace_rec_size_check[(sizeof(par__trace_rec) % 8 == 0) ? 1 : -1];
+
+typedef struct par__trace_open {
+    double t0;
+    int category;
+    char name[PAR_TRACE_NAME_MAX];
+} par__trace_open;
+
+struct par_trace {
+    int rank, capacity;
+    char process_name[PAR_TRACE_NAME_MAX];
+    par__trace_rec *recs;
+    int64_t count, allocated, dropped;
+    par__trace_open stack[PAR_TRACE_MAX_DEPTH];
+    int depth, overflow_depth; /* overflow_depth: begins beyond the stack, dropped */
+    int num_categories;
+    char categories[PAR_TRACE_MAX_CATEGORIES][PAR_TRACE_CATEGORY_MAX];
+    char misuse[160]; /* the first misuse, reported again by the writers */
+};
+
+PARALLEL_DEF double par_trace_now_us(void) {
+    struct timespec ts;
+#ifdef CLOCK_MONOTONIC
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
+    timespec_get(&ts, TIME_UTC);
+#endif
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Copy whole UTF-8 characters of src that fit (invalid bytes become '?'), so
+   a cut name is still valid UTF-8 and the JSON stays valid. */
+static void par__trace_copy_name(char *dst, size_t size, const char *src) {
+    const unsigned char *p = (const unsigned char *)src, *end = p + strlen(src);
+    size_t n = 0;
+    while (p < end) {
+        int len = par__st_utf8_len(p, end);
+        if (!len) {
+            if (n + 1 >= size) break;
+            dst[n++] = '?', p++;
+            continue;
+        }
+        if (n + (size_t)len >= size) break;
+        memcpy(dst + n, p, (size_t)len);
+        n += (size_t)len, p += len;
+    }
+    dst[n] = 0;
+}
+
+PARALLEL_DEF par_status par_trace_create(const par_trace_desc *desc, par_trace **trace) {
+    static const char *const standard[4] = {"compute", "comm", "optimizer", "io"};
+    par_trace *t;
+    int i;
+    if (trace) *trace = NULL;
+    if (!desc || !trace) return par__fail(PAR_EINVAL, "par_trace_create: NULL argument");
+    if (desc->rank < 0) return par__fail(PAR_EINVAL, "par_trace_create: rank %d is negative", desc->rank);
+    if (desc->capacity < 0)
+        return par__fail(PAR_EINVAL, "par_trace_create: capacity %d is negative (0 means the default %d)",
+                         desc->capacity, PAR_TRACE_DEFAULT_CAPACITY);
+    t = (par_trace *)PARALLEL_MALLOC(sizeof *t);
+    if (!t) return par__fail(PAR_ENOMEM, "par_trace_create: out of memory");
+    memset(t, 0, sizeof *t);
+    t->rank = desc->rank;
+    t->capacity = desc->capacity ? desc->capacity : PAR_TRACE_DEFAULT_CAPACITY;
+    if (desc->process_name) par__trace_copy_name(t->process_name, sizeof t->process_name, desc->process_name);
+    else snprintf(t->process_name, sizeof t->process_name, "rank %d", desc->rank);
+    /* the usual categories get the same tracks on every rank */
+    for (i = 0; i < 4; i++) par__copy_text(t->categories[i], PAR_TRACE_CATEGORY_MAX, standard[i]);
+    t->num_categories = 4;
+    *trace = t;
+    return PAR_OK;
+}
+
+PARALLEL_DEF void par_trace_destroy(par_trace *trace) {
+    if (!trace) return;
+    PARALLEL_FREE(trace->recs);
+    PARALLEL_FREE(trace);
+}
+
+PARALLEL_DEF int64_t par_trace_count(const par_trace *trace) { return trace ? trace->count : 0; }
+
+PARALLEL_DEF int64_t par_trace_dropped(const par_trace *trace) { return trace ? trace->dropped : 0; }
+
+/* Index of `category` (registered on first use); -1 when the table is full. */
+static int par__trace_category(par_trace *t, const char *category) {
+    char cut[PAR_TRACE_CATEGORY_MAX];
+    int i;
+    par__trace_copy_name(cut, sizeof cut, category);
+    for (i = 0; i < t->num_categories; i++)
+        if (strcmp(t->categories[i], cut) == 0) return i;
+    if (t->num_categories == PAR_TRACE_MAX_CATEGORIES) return -1;
+    memcpy(t->categories[t->num_categories], cut, sizeof cut);
+    return t->num_categories++;
+}
+
+static par_status par__trace_category_full(const par_trace *t, const char *fn, const char *category) {
+    return par__fail(PAR_ECAPACITY, "%s: rank %d: category \"%.40s\" would be the %dth; a trace has at most %d", fn,
+                     t->rank, category, PAR_TRACE_MAX_CATEGORIES + 1, PAR_TRACE_MAX_CATEGORIES);
+}
+
+/* Append a closed span, or count it as dropped when there is no room. Storage
+   doubles up to the capacity (a failed growth also drops, it does not fail). */
+static void par__trace_push(par_trace *t, const char *name, int category, double t0, double t1) {
+    par__trace_rec *r;
+    if (t->count == t->allocated) {
+        int64_t n = t->allocated ? 2 * t->allocated : 1024;
+        par__trace_rec *grown;
+        if (n > t->capacity) n = t->capacity;
+        grown = n > t->allocated ? (par__trace_rec *)PARALLEL_REALLOC(t->recs, (size_t)n * sizeof *grown) : NULL;
+        if (!grown) {
+            t->dropped++;
+            return;
+        }
+        t->recs = grown, t->allocated = n;
+    }
+    r = &t->recs[t->count++];
+    memset(r, 0, sizeof *r);
+    r->t0 = t0, r->t1 = t1;
+    r->pid = t->rank, r->tid = category * PAR__TRACE_SUBTRACKS, r->kind = PAR__TRACE_SPAN;
+    par__copy_text(r->name, sizeof r->name, name); /* already cut to whole characters */
+    memcpy(r->cat, t->categories[category], sizeof r->cat);
+}
+
+static void par__trace_misuse(par_trace *t, const char *what) {
+    if (!t->misuse[0]) par__copy_text(t->misuse, sizeof t->misuse, what);
+}
+
+PARALLEL_DEF par_status par_trace_begin(par_trace *trace, const char *name, const char *category) {
+    par__trace_open *o;
+    int c;
+    if (!trace || !name || !category) return par__fail(PAR_EINVAL, "par_trace_begin: NULL argument");
+    if ((c = par__trace_category(trace, category)) < 0)
+        return par__trace_category_full(trace, "par_trace_begin", category);
+    if (trace->depth == PAR_TRACE_MAX_DEPTH) { /* too deep to keep: its end drops it */
+        trace->overflow_depth++;
+        return PAR_OK;
+    }
+    o = &trace->stack[trace->depth++];
+    par__trace_copy_name(o->name, sizeof o->name, name);
+    o->category = c;
+    o->t0 = par_trace_now_us();
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_trace_end(par_trace *trace) {
+    const double now = par_trace_now_us();
+    par__trace_open *o;
+    if (!trace) return par__fail(PAR_EINVAL, "par_trace_end: NULL argument");
+    if (trace->overflow_depth) {
+        trace->overflow_depth--;
+        trace->dropped++;
+        return PAR_OK;
+    }
+    if (!trace->depth) {
+        par__trace_misuse(trace, "par_trace_end was called with no span open (an end without its begin)");
+        return par__fail(PAR_EINVAL, "par_trace_end: rank %d: no span is open (an end without its begin)",
+                         trace->rank);
+    }
+    o = &trace->stack[--trace->depth];
+    par__trace_push(trace, o->name, o->category, o->t0, now < o->t0 ? o->t0 : now);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_trace_span(par_trace *trace, const char *name, const char *category, double t0_us,
+                                       double t1_us) {
+    char cut[PAR_TRACE_NAME_MAX];
+    int c;
+    if (!trace || !name || !category) return par__fail(PAR_EINVAL, "par_trace_span: NULL argument");
+    if (!isfinite(t0_us) || !isfinite(t1_us))
+        return par__fail(PAR_EINVAL, "par_trace_span: rank %d: span \"%.48s\" has a non-finite time", trace->rank,
+                         name);
+    if (t1_us < t0_us)
+        return par__fail(PAR_EINVAL, "par_trace_span: rank %d: span \"%.48s\" ends (%.3f us) before it starts (%.3f us)",
+                         trace->rank, name, t1_us, t0_us);
+    if ((c = par__trace_category(trace, category)) < 0)
+        return par__trace_category_full(trace, "par_trace_span", category);
+    par__trace_copy_name(cut, sizeof cut, name);
+    par__trace_push(trace, cut, c, t0_us, t1_us);
+    return PAR_OK;
+}
+
+/* ---- coverage: unions of intervals ---- */
+
+typedef struct par__trace_iv {
+    double a, b;
+} par__trace_iv;
+
+static int par__trace_iv_cmp(const void *x, const void *y) {
+    const par__trace_iv *p = (const par__trace_iv *)x, *q = (const par__trace_iv *)y;
+    return p->a < q->a ? -1 : p->a > q->a ? 1 : 0;
+}
+
+/* Sort and merge n intervals in place into disjoint ones; returns their count. */
+static int64_t par__trace_union(par__trace_iv *v, int64_t n) {
+    int64_t i, m = 0;
+    if (!n) return 0;
+    qsort(v, (size_t)n, sizeof *v, par__trace_iv_cmp);
+    for (i = 1; i < n; i++) {
+        if (v[i].a <= v[m].b) {
+            if (v[i].b > v[m].b) v[m].b = v[i].b;
+        } else {
+            v[++m] = v[i];
+        }
+    }
+    return m + 1;
+}
+
+PARALLEL_DEF par_status par_trace_coverage(const par_trace *trace, const char *category, const char *const *hidden_by,
+                                           int num_hidden, double t0_us, double t1_us, double *busy_us,
+                                           double *exposed_us) {
+    par__trace_iv *mine, *other;
+    int64_t nm = 0, no = 0, i, j;
+    double busy = 0.0, hidden = 0.0;
+    int k;
+    if (busy_us) *busy_us = 0.0;
+    if (exposed_us) *exposed_us = 0.0;
+    if (!trace || !category || (num_hidden > 0 && !hidden_by))
+        return par__fail(PAR_EINVAL, "par_trace_coverage: NULL argument");
+    if (num_hidden < 0 || !(t1_us >= t0_us))
+        return par__fail(PAR_EINVAL, "par_trace_coverage: rank %d: bad window [%.3f, %.3f] or num_hidden %d",
+                         trace->rank, t0_us, t1_us, num_hidden);
+    mine = (par__trace_iv *)PARALLEL_MALLOC((size_t)(2 * trace->count + 1) * sizeof *mine);
+    if (!mine) return par__fail(PAR_ENOMEM, "par_trace_coverage: out of memory");
+    other = mine + trace->count;
+    for (i = 0; i < trace->count; i++) {
+        const par__trace_rec *r = &trace->recs[i];
+        const double a = r->t0 > t0_us ? r->t0 : t0_us, b = r->t1 < t1_us ? r->t1 : t1_us;
+        int is_mine = strncmp(r->cat, category, PAR_TRACE_CATEGORY_MAX - 1) == 0, hides = 0;
+        if (b <= a) continue;
+        if (!is_mine) {
+            if (num_hidden == 0) hides = 1;
+            for (k = 0; k < num_hidden && !hides; k++)
+                hides = hidden_by[k] && strncmp(r->cat, hidden_by[k], PAR_TRACE_CATEGORY_MAX - 1) == 0;
+        }
+        if (is_mine) mine[nm].a = a, mine[nm++].b = b;
+        else if (hides) other[no].a = a, other[no++].b = b;
+    }
+    nm = par__trace_union(mine, nm);
+    no = par__trace_union(other, no);
+    for (i = 0; i < nm; i++) busy += mine[i].b - mine[i].a;
+    /* both lists are disjoint and sorted: sweep their intersection */
+    for (i = 0, j = 0; i < nm && j < no;) {
+        const double a = mine[i].a > other[j].a ? mine[i].a : other[j].a;
+        const double b = mine[i].b < other[j].b ? mine[i].b : other[j].b;
+        if (b > a) hidden += b - a;
+        if (mine[i].b < other[j].b) i++;
+        else j++;
+    }
+    PARALLEL_FREE(mine);
+    if (busy_us) *busy_us = busy;
+    if (exposed_us) *exposed_us = busy - hidden > 0 ? busy - hidden : 0.0;
+    return PAR_OK;
+}
+
+/* ---- serialising a rank: PROCESS, CATEGORY records, then its spans ---- */
+
+static int64_t par__trace_record_count(const par_trace *t) { return 1 + t->num_categories + t->count; }
+
+static void par__trace_serialise(const par_trace *t, par__trace_rec *out) {
+    int c;
+    memset(out, 0, (size_t)(1 + t->num_categories) * sizeof *out);
+    out[0].kind = PAR__TRACE_PROCESS, out[0].pid = t->rank;
+    out[0].value = t->dropped, out[0].aux = t->capacity;
+    memcpy(out[0].name, t->process_name, sizeof out[0].name);
+    for (c = 0; c < t->num_categories; c++) {
+        par__trace_rec *r = &out[1 + c];
+        r->kind = PAR__TRACE_CATEGORY, r->pid = t->rank, r->tid = c * PAR__TRACE_SUBTRACKS;
+        memcpy(r->cat, t->categories[c], sizeof r->cat);
+    }
+    if (t->count) memcpy(out + 1 + t->num_categories, t->recs, (size_t)t->count * sizeof *out);
+}
+
+/* A rank's trace can be written: no open spans, no remembered misuse. */
+static par_status par__trace_check(const par_trace *t, const char *fn) {
+    if (t->misuse[0]) return par__fail(PAR_EINVAL, "%s: rank %d: %s", fn, t->rank, t->misuse);
+    if (t->depth || t->overflow_depth)
+        return par__fail(PAR_EINVAL, "%s: rank %d: %d span(s) still open (innermost \"%s\"); end them before writing",
+                         fn, t->rank, t->depth + t->overflow_depth, t->depth ? t->stack[t->depth - 1].name : "?");
+    return PAR_OK;
+}
+
+static int64_t par__trace_min_ns(const par_trace *t) {
+    int64_t i, m = INT64_MAX;
+    for (i = 0; i < t->count; i++) {
+        const int64_t v = (int64_t)floor(t->recs[i].t0 * 1e3);
+        if (v < m) m = v;
+    }
+    return m;
+}
+
+/* ---- the JSON writer: a buffer flushed to the temporary file ---- */
+
+typedef struct par__trace_out {
+    par__st_io io;
+    char *tmp;
+    const char *path;
+    uint64_t offset;
+    char *buf;
+    size_t len, cap;
+    const char *why; /* first write failure */
+    int events;      /* events written so far (for the commas) */
+} par__trace_out;
+
+#define PAR__TRACE_FLUSH_AT ((size_t)1 << 20)
+
+static void par__trace_flush(par__trace_out *o) {
+    const char *why;
+    if (!o->why && o->len && (why = par__st_io_write_at(&o->io, o->offset, o->buf, o->len)) != NULL) o->why = why;
+    o->offset += o->len;
+    o->len = 0;
+}
+
+static void par__trace_put(par__trace_out *o, const char *s, size_t n) {
+    if (o->len + n > o->cap) par__trace_flush(o);
+    if (n > o->cap) { /* cannot happen with our short pieces; keep it correct anyway */
+        if (!o->why && par__st_io_write_at(&o->io, o->offset, s, n)) o->why = "write failed";
+        o->offset += n;
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+}
+
+static void par__trace_puts(par__trace_out *o, const char *s) { par__trace_put(o, s, strlen(s)); }
+
+/* A JSON string: quotes, backslashes and control characters escaped (names are
+   valid UTF-8 already, see par__trace_copy_name). */
+static void par__trace_put_string(par__trace_out *o, const char *s) {
+    char esc[8];
+    par__trace_put(o, "\"", 1);
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') esc[0] = '\\', esc[1] = (char)c, par__trace_put(o, esc, 2);
+        else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), par__trace_put(o, esc, 6);
+        else par__trace_put(o, (const char *)&c, 1);
+    }
+    par__trace_put(o, "\"", 1);
+}
+
+/* Nanoseconds since the origin as microseconds with three decimals: exact, so
+   a nested span's end never rounds past its parent's. */
+static void par__trace_put_us(par__trace_out *o, int64_t ns) {
+    char num[48];
+    snprintf(num, sizeof num, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+    par__trace_puts(o, num);
+}
+
+static void par__trace_event_start(par__trace_out *o) {
+    par__trace_puts(o, o->events++ ? ",\n" : "\n");
+}
+
+/* {"name":"thread_name"|"process_name"|...,"ph":"M","pid":P,"tid":T,"ts":0,"args":{"name":VALUE}} */
+static void par__trace_put_meta(par__trace_out *o, const char *what, int pid, int tid, const char *key,
+                                const char *text_value, long long int_value) {
+    char num[96];
+    par__trace_event_start(o);
+    par__trace_puts(o, "{\"name\":");
+    par__trace_put_string(o, what);
+    snprintf(num, sizeof num, ",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"ts\":0,\"args\":{\"", pid, tid);
+    par__trace_puts(o, num);
+    par__trace_puts(o, key);
+    par__trace_puts(o, "\":");
+    if (text_value) par__trace_put_string(o, text_value);
+    else snprintf(num, sizeof num, "%lld", int_value), par__trace_puts(o, num);
+    par__trace_puts(o, "}}");
+}
+
+static int par__trace_rec_cmp(const void *x, const void *y) {
+    const par__trace_rec *p = (const par__trace_rec *)x, *q = (const par__trace_rec *)y;
+    if (p->tid != q->tid) return p->tid < q->tid ? -1 : 1;
+    if (p->t0 != q->t0) return p->t0 < q->t0 ? -1 : 1;
+    if (p->t1 != q->t1) return p->t1 > q->t1 ? -1 : 1; /* the longer (outer) span first */
+    return 0;
+}
+
+static int64_t par__trace_ns(double us, int64_t origin_ns) { return (int64_t)llround(us * 1e3) - origin_ns; }
+
+/* Write one rank's serialised records (sorted here in place). Each span goes
+   on the first track of its category where it nests or follows; a span that
+   overlaps another without nesting takes the next track. */
+static void par__trace_emit_rank(par__trace_out *o, par__trace_rec *recs, int64_t n, int64_t origin_ns) {
+    int64_t ends[PAR__TRACE_SUBTRACKS][PAR_TRACE_MAX_DEPTH];
+    int depth[PAR__TRACE_SUBTRACKS], used[PAR_TRACE_MAX_CATEGORIES];
+    const par__trace_rec *proc = NULL, *cats[PAR_TRACE_MAX_CATEGORIES];
+    int64_t i, first_span = 0;
+    int c, k, cur = -1;
+    char num[160];
+    memset(cats, 0, sizeof cats);
+    memset(used, 0, sizeof used);
+    for (i = 0; i < n && recs[i].kind != PAR__TRACE_SPAN; i++) {
+        if (recs[i].kind == PAR__TRACE_PROCESS) proc = &recs[i];
+        else if (recs[i].tid / PAR__TRACE_SUBTRACKS < PAR_TRACE_MAX_CATEGORIES)
+            cats[recs[i].tid / PAR__TRACE_SUBTRACKS] = &recs[i];
+    }
+    first_span = i;
+    if (proc) {
+        par__trace_put_meta(o, "process_name", proc->pid, 0, "name", proc->name, 0);
+        par__trace_put_meta(o, "process_sort_index", proc->pid, 0, "sort_index", NULL, proc->pid);
+        if (proc->value > 0) {
+            snprintf(num, sizeof num, "dropped %lld spans (trace capacity %lld)", (long long)proc->value,
+                     (long long)proc->aux);
+            par__trace_put_meta(o, "process_labels", proc->pid, 0, "labels", num, 0);
+            par__trace_put_meta(o, "trace_dropped_spans", proc->pid, 0, "dropped", NULL, proc->value);
+        }
+    }
+    qsort(recs + first_span, (size_t)(n - first_span), sizeof *recs, par__trace_rec_cmp);
+    for (i = first_span; i < n; i++) {
+        par__trace_rec *r = &recs[i];
+        const int64_t a = par__trace_ns(r->t0, origin_ns), b = par__trace_ns(r->t1, origin_ns);
+        c = r->tid / PAR__TRACE_SUBTRACKS;
+        if (c != cur) memset(depth, 0, sizeof depth), cur = c;
+        for (k = 0; k < PAR__TRACE_SUBTRACKS; k++) {
+            while (depth[k] && ends[k][depth[k] - 1] <= a) depth[k]--;
+            if (depth[k] < PAR_TRACE_MAX_DEPTH && (!depth[k] || ends[k][depth[k] - 1] >= b)) break;
+        }
+        if (k == PAR__TRACE_SUBTRACKS) k = PAR__TRACE_SUBTRACKS - 1; /* out of tracks: drawn overlapping */
+        else ends[k][depth[k]++] = b;
+        if (c >= 0 && c < PAR_TRACE_MAX_CATEGORIES && k + 1 > used[c]) used[c] = k + 1;
+        par__trace_event_start(o);
+        par__trace_puts(o, "{\"name\":");
+        par__trace_put_string(o, r->name);
+        par__trace_puts(o, ",\"cat\":");
+        par__trace_put_string(o, r->cat);
+        par__trace_puts(o, ",\"ph\":\"X\",\"ts\":");
+        par__trace_put_us(o, a);
+        par__trace_puts(o, ",\"dur\":");
+        par__trace_put_us(o, b - a);
+        snprintf(num, sizeof num, ",\"pid\":%d,\"tid\":%d}", r->pid, r->tid + k);
+        par__trace_puts(o, num);
+    }
+    /* name the tracks: every category, and the extra tracks that were used */
+    for (c = 0; c < PAR_TRACE_MAX_CATEGORIES; c++) {
+        if (!cats[c]) continue;
+        for (k = 0; k < (used[c] ? used[c] : 1); k++) {
+            const int tid = c * PAR__TRACE_SUBTRACKS + k;
+            if (k) snprintf(num, sizeof num, "%s #%d", cats[c]->cat, k + 1);
+            else snprintf(num, sizeof num, "%s", cats[c]->cat);
+            par__trace_put_meta(o, "thread_name", cats[c]->pid, tid, "name", num, 0);
+            par__trace_put_meta(o, "thread_sort_index", cats[c]->pid, tid, "sort_index", NULL, tid);
+        }
+    }
+}
+
+/* Create "<path>.tmp.<pid>.<n>" and start the JSON. */
+static par_status par__trace_open_out(par__trace_out *o, const char *fn, const char *path) {
+    int attempt, exists = 1;
+    const char *why = NULL;
+    const size_t n = strlen(path) + 64;
+    memset(o, 0, sizeof *o);
+    par__st_io_init(&o->io);
+    o->path = path;
+    o->cap = PAR__TRACE_FLUSH_AT;
+    o->buf = (char *)PARALLEL_MALLOC(o->cap);
+    o->tmp = (char *)PARALLEL_MALLOC(n);
+    if (!o->buf || !o->tmp) {
+        PARALLEL_FREE(o->buf), PARALLEL_FREE(o->tmp);
+        o->buf = o->tmp = NULL;
+        return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    }
+    for (attempt = 0; attempt < 1000 && exists; attempt++) {
+#if PAR__ST_POSIX
+        snprintf(o->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
+#else
+        snprintf(o->tmp, n, "%s.tmp.%d", path, attempt);
+#endif
+        why = par__st_io_create(&o->io, o->tmp, &exists);
+    }
+    if (why) {
+        par_status st = par__fail(PAR_EIO, "%s: %.200s: cannot create the temporary file %.200s (%s)", fn, path,
+                                  o->tmp, why);
+        PARALLEL_FREE(o->buf), PARALLEL_FREE(o->tmp);
+        o->buf = o->tmp = NULL;
+        return st;
+    }
+    par__trace_puts(o, "{\"traceEvents\":[");
+    return PAR_OK;
+}
+
+/* Finish the JSON, sync, rename over the path (ok) or remove the temporary
+   file (on a failure before, or here); frees o's buffers either way. */
+static par_status par__trace_close_out(par__trace_out *o, const char *fn, int ok) {
+    par_status st = PAR_OK;
+    const char *why;
+    if (ok) {
+        par__trace_puts(o, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"parallel.h\"}}\n");
+        par__trace_flush(o);
+        if (o->why) {
+            st = par__fail(PAR_EIO, "%s: %.200s: cannot write %.200s (%s)", fn, o->path, o->tmp, o->why);
+            ok = 0;
+        }
+    }
+    if ((why = par__st_io_sync_close(&o->io)) != NULL && ok) {
+        st = par__fail(PAR_EIO, "%s: %.200s: cannot flush %.200s to disk (%s)", fn, o->path, o->tmp, why);
+        ok = 0;
+    }
+    if (ok && (why = par__st_replace(o->tmp, o->path)) != NULL) {
+        st = par__fail(PAR_EIO, "%s: %.200s: cannot rename %.200s over it (%s); the old file is unchanged", fn,
+                       o->path, o->tmp, why);
+        ok = 0;
+    }
+    if (ok) par__st_sync_dir(o->path);
+    else remove(o->tmp);
+    PARALLEL_FREE(o->buf), PARALLEL_FREE(o->tmp);
+    o->buf = o->tmp = NULL;
+    return st;
+}
+
+PARALLEL_DEF par_status par_trace_write(par_trace *const *traces, int count, const char *path) {
+    static const char fn[] = "par_trace_write";
+    par__trace_out o;
+    par__trace_rec *recs = NULL;
+    int64_t origin = INT64_MAX, most = 0;
+    par_status st;
+    int i, j;
+    if (!traces || !path) return par__fail(PAR_EINVAL, "%s: NULL argument", fn);
+    if (count < 1) return par__fail(PAR_EINVAL, "%s: count %d; give at least one trace", fn, count);
+    if (!path[0]) return par__fail(PAR_EINVAL, "%s: empty path", fn);
+    for (i = 0; i < count; i++) {
+        if (!traces[i]) return par__fail(PAR_EINVAL, "%s: traces[%d] is NULL", fn, i);
+        if ((st = par__trace_check(traces[i], fn)) != PAR_OK) return st;
+        for (j = 0; j < i; j++)
+            if (traces[j]->rank == traces[i]->rank)
+                return par__fail(PAR_EINVAL, "%s: traces[%d] and traces[%d] both have rank %d", fn, j, i,
+                                 traces[i]->rank);
+        if (par__trace_min_ns(traces[i]) < origin) origin = par__trace_min_ns(traces[i]);
+        if (par__trace_record_count(traces[i]) > most) most = par__trace_record_count(traces[i]);
+    }
+    if (origin == INT64_MAX) origin = 0;
+    recs = (par__trace_rec *)PARALLEL_MALLOC((size_t)most * sizeof *recs);
+    if (!recs) return par__fail(PAR_ENOMEM, "%s: out of memory for %lld records", fn, (long long)most);
+    if ((st = par__trace_open_out(&o, fn, path)) != PAR_OK) return PARALLEL_FREE(recs), st;
+    for (i = 0; i < count; i++) {
+        par__trace_serialise(traces[i], recs);
+        par__trace_emit_rank(&o, recs, par__trace_record_count(traces[i]), origin);
+    }
+    PARALLEL_FREE(recs);
+    return par__trace_close_out(&o, fn, 1);
+}
+
+/* ---- gathering over a context ---- */
+
+/* A comm call on host memory, staged through table memory on device tables. */
+typedef struct par__trace_comm {
+    const par_comm_table *cm;
+    const par_compute_table *ct;
+    par_comm_group *group;
+    void *dev;        /* staging buffer (device tables) */
+    size_t dev_bytes; /* its size */
+} par__trace_comm;
+
+static par_status par__trace_stage(par__trace_comm *c, size_t bytes) {
+    par_status st;
+    if (!c->ct->device_memory || bytes <= c->dev_bytes) return PAR_OK;
+    if (c->dev) c->ct->free(c->ct->user, c->dev);
+    c->dev = NULL, c->dev_bytes = 0;
+    if ((st = c->ct->alloc(c->ct->user, bytes, PAR_MEM_COMM, &c->dev)) != PAR_OK) return st;
+    c->dev_bytes = bytes;
+    return PAR_OK;
+}
+
+/* recv[0..n*count) = every member's send[0..count) (i64 elements). */
+static par_status par__trace_all_gather(par__trace_comm *c, const int64_t *send, int64_t *recv, int n, int count) {
+    const size_t one = (size_t)count * 8, all = one * (size_t)n;
+    par_status st;
+    if (!c->ct->device_memory) {
+        memcpy(recv, send, one); /* in place is not required: plain buffers */
+        return c->cm->all_gather(c->cm->user, c->group, send, recv, count, PAR_I64, NULL);
+    }
+    if ((st = par__trace_stage(c, all + one)) != PAR_OK) return st;
+    if ((st = c->ct->memcpy(c->ct->user, (char *)c->dev + all, send, one, PAR_COPY_HOST_TO_DEVICE)) != PAR_OK) return st;
+    if ((st = c->cm->all_gather(c->cm->user, c->group, (char *)c->dev + all, c->dev, count, PAR_I64, NULL)) != PAR_OK)
+        return st;
+    if ((st = c->ct->memcpy(c->ct->user, recv, c->dev, all, PAR_COPY_DEVICE_TO_HOST)) != PAR_OK) return st;
+    return c->ct->synchronize(c->ct->user);
+}
+
+/* Send (is_send) or receive `bytes` (a multiple of 8) to/from member `peer`. */
+static par_status par__trace_p2p(par__trace_comm *c, int is_send, void *buf, size_t bytes, int peer) {
+    const int64_t count = (int64_t)(bytes / 8);
+    void *b = buf;
+    par_status st;
+    if (c->ct->device_memory) {
+        if ((st = par__trace_stage(c, bytes)) != PAR_OK) return st;
+        b = c->dev;
+        if (is_send && (st = c->ct->memcpy(c->ct->user, b, buf, bytes, PAR_COPY_HOST_TO_DEVICE)) != PAR_OK) return st;
+    }
+    st = is_send ? c->cm->send(c->cm->user, c->group, b, count, PAR_I64, peer, NULL)
+                 : c->cm->recv(c->cm->user, c->group, b, count, PAR_I64, peer, NULL);
+    if (st != PAR_OK || !c->ct->device_memory) return st;
+    if (!is_send && (st = c->ct->memcpy(c->ct->user, buf, b, bytes, PAR_COPY_DEVICE_TO_HOST)) != PAR_OK) return st;
+    return c->ct->synchronize(c->ct->user);
+}
+
+/* Member 0's status to every member. */
+static par_status par__trace_share_status(par__trace_comm *c, int64_t *status) {
+    void *b = status;
+    par_status st;
+    if (c->ct->device_memory) {
+        if ((st = par__trace_stage(c, 8)) != PAR_OK) return st;
+        b = c->dev;
+        if ((st = c->ct->memcpy(c->ct->user, b, status, 8, PAR_COPY_HOST_TO_DEVICE)) != PAR_OK) return st;
+    }
+    if ((st = c->cm->broadcast(c->cm->user, c->group, b, 1, PAR_I64, 0, NULL)) != PAR_OK) return st;
+    if (!c->ct->device_memory) return PAR_OK;
+    if ((st = c->ct->memcpy(c->ct->user, status, b, 8, PAR_COPY_DEVICE_TO_HOST)) != PAR_OK) return st;
+    return c->ct->synchronize(c->ct->user);
+}
+
+enum { PAR__TRACE_X_RECORDS = 0, PAR__TRACE_X_OK, PAR__TRACE_X_ORIGIN, PAR__TRACE_X_RANK, PAR__TRACE_X_COUNT };
+
+/* Member 0: check the exchanged table (distinct ranks), size the receive
+   buffer. Sets *origin and returns the buffer through *theirs. */
+static par_status par__trace_gather_plan(const char *fn, const int64_t *info, int n, par__trace_rec **theirs) {
+    int64_t most = 0;
+    int i, j;
+    *theirs = NULL;
+    for (i = 0; i < n; i++) {
+        const int64_t *v = info + (size_t)i * PAR__TRACE_X_COUNT;
+        for (j = 0; j < i; j++)
+            if (info[(size_t)j * PAR__TRACE_X_COUNT + PAR__TRACE_X_RANK] == v[PAR__TRACE_X_RANK])
+                return par__fail(PAR_EINVAL, "%s: members %d and %d of the world both have trace rank %lld", fn, j, i,
+                                 (long long)v[PAR__TRACE_X_RANK]);
+        if (i && v[PAR__TRACE_X_RECORDS] > most) most = v[PAR__TRACE_X_RECORDS];
+    }
+    if (most && !(*theirs = (par__trace_rec *)PARALLEL_MALLOC((size_t)most * sizeof **theirs)))
+        return par__fail(PAR_ENOMEM, "%s: out of memory for %lld records", fn, (long long)most);
+    return PAR_OK;
+}
+
+/* Protocol (every member takes part in every step, so a failure anywhere
+   ends all members at the same step instead of leaving one waiting):
+     1. all_gather {records, ok, earliest ns, trace rank}: a member that is not
+        ok (bad trace, member 0 cannot create the file) fails everyone;
+     2. member 0 checks the table and allocates; broadcasts go / no-go;
+     3. every other member sends its records to member 0, which writes them;
+     4. member 0 broadcasts the result of finishing the file. */
+PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, const char *path) {
+    static const char fn[] = "par_trace_gather_write";
+    par__trace_comm c;
+    par__trace_out o;
+    par__trace_rec *mine = NULL, *theirs = NULL;
+    int64_t mine_n = 0, *info = NULL, origin = INT64_MAX, status = PAR_OK, x[PAR__TRACE_X_COUNT];
+    char why[512] = "";
+    par_status st = PAR_OK, local = PAR_OK;
+    int index = 0, n = 0, i, writer_open = 0;
+    if (!ctx) return par__fail(PAR_EINVAL, "%s: NULL context", fn);
+    memset(&c, 0, sizeof c);
+    memset(&o, 0, sizeof o);
+    c.cm = par_ctx_comm(ctx), c.ct = par_ctx_compute(ctx);
+    if ((st = par_ctx_group(ctx, (1u << par_ctx_mesh(ctx)->ndim) - 1u, &c.group, &index, &n)) != PAR_OK) return st;
+
+    /* local preparation: a failure is reported through the exchange */
+    info = (int64_t *)PARALLEL_MALLOC((size_t)n * PAR__TRACE_X_COUNT * sizeof *info);
+    if (!info) return par__fail(PAR_ENOMEM, "%s: rank %d: out of memory", fn, par_ctx_rank(ctx)); /* peers time out */
+    if (!trace) local = par__fail(PAR_EINVAL, "%s: rank %d: NULL trace", fn, par_ctx_rank(ctx));
+    else if (index == 0 && (!path || !path[0]))
+        local = par__fail(PAR_EINVAL, "%s: rank %d writes the file but its path is %s", fn, par_ctx_rank(ctx),
+                          path ? "empty" : "NULL");
+    else local = par__trace_check(trace, fn);
+    if (local == PAR_OK) {
+        mine_n = par__trace_record_count(trace);
+        if (!(mine = (par__trace_rec *)PARALLEL_MALLOC((size_t)mine_n * sizeof *mine)))
+            local = par__fail(PAR_ENOMEM, "%s: rank %d: out of memory", fn, par_ctx_rank(ctx));
+        else par__trace_serialise(trace, mine);
+    }
+    if (local == PAR_OK && index == 0) writer_open = (local = par__trace_open_out(&o, fn, path)) == PAR_OK;
+    if (local != PAR_OK) par__copy_text(why, sizeof why, par_last_error());
+
+    /* 1. the exchange */
+    x[PAR__TRACE_X_RECORDS] = local == PAR_OK ? mine_n : 0;
+    x[PAR__TRACE_X_OK] = local == PAR_OK;
+    x[PAR__TRACE_X_ORIGIN] = local == PAR_OK ? par__trace_min_ns(trace) : INT64_MAX;
+    x[PAR__TRACE_X_RANK] = trace ? trace->rank : -1 - par_ctx_rank(ctx);
+    if ((st = par__trace_all_gather(&c, x, info, n, PAR__TRACE_X_COUNT)) != PAR_OK) goto done;
+    for (i = 0; i < n; i++) {
+        const int64_t *v = info + (size_t)i * PAR__TRACE_X_COUNT;
+        if (!v[PAR__TRACE_X_OK] && st == PAR_OK && i != index)
+            st = par__fail(PAR_EINVAL, "%s: rank %lld could not contribute its events (see its error)", fn,
+                           (long long)(v[PAR__TRACE_X_RANK] >= 0 ? v[PAR__TRACE_X_RANK] : -1 - v[PAR__TRACE_X_RANK]));
+        if (v[PAR__TRACE_X_ORIGIN] < origin) origin = v[PAR__TRACE_X_ORIGIN];
+    }
+    if (local != PAR_OK) st = par__fail(local, "%s", why);
+    if (st != PAR_OK) goto done;
+    if (origin == INT64_MAX) origin = 0;
+
+    /* 2. go / no-go from member 0 */
+    if (index == 0 && (status = par__trace_gather_plan(fn, info, n, &theirs)) != PAR_OK)
+        par__copy_text(why, sizeof why, par_last_error());
+    if ((st = par__trace_share_status(&c, &status)) != PAR_OK) goto done;
+    if (status != PAR_OK) {
+        st = index == 0 ? par__fail((par_status)status, "%s", why)
+                        : par__fail((par_status)status, "%s: rank 0 cannot gather the traces (see its error)", fn);
+        goto done;
+    }
+
+    /* 3. the records */
+    if (index == 0) {
+        par__trace_emit_rank(&o, mine, mine_n, origin);
+        for (i = 1; i < n && st == PAR_OK; i++) {
+            const int64_t cnt = info[(size_t)i * PAR__TRACE_X_COUNT + PAR__TRACE_X_RECORDS];
+            st = par__trace_p2p(&c, 0, theirs, (size_t)cnt * sizeof *theirs, i);
+            if (st == PAR_OK) par__trace_emit_rank(&o, theirs, cnt, origin);
+        }
+    } else {
+        st = par__trace_p2p(&c, 1, mine, (size_t)mine_n * sizeof *mine, 0);
+    }
+    if (st != PAR_OK) goto done; /* the transport broke: the backend's message */
+
+    /* 4. the file's fate */
+    if (index == 0) {
+        writer_open = 0;
+        if ((status = par__trace_close_out(&o, fn, 1)) != PAR_OK) par__copy_text(why, sizeof why, par_last_error());
+    }
+    if ((st = par__trace_share_status(&c, &status)) != PAR_OK) goto done;
+    if (status != PAR_OK)
+        st = index == 0 ? par__fail((par_status)status, "%s", why)
+                        : par__fail((par_status)status, "%s: rank 0 failed to write the trace file (see its error)", fn);
+done:
+    if (writer_open) {
+        par__copy_text(why, sizeof why, par_last_error());
+        par__trace_close_out(&o, fn, 0); /* removes the temporary file */
+        par__fail(st, "%s", why);
+    }
+    if (c.dev) c.ct->free(c.ct->user, c.dev);
+    PARALLEL_FREE(mine), PARALLEL_FREE(info), PARALLEL_FREE(theirs);
+    return st;
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

@@ -75,7 +75,7 @@ typedef struct llama_options {
     const char *save_path;            /* --save FILE.safetensors */
     const char *backend;              /* --backend threads|mpi|nccl (default threads) */
     const char *metrics_path;         /* --metrics FILE.jsonl */
-    const char *trace_path;           /* reserved: --trace FILE.json (rejected until it lands) */
+    const char *trace_path;           /* --trace FILE.json: per-rank timeline (Chrome trace JSON) */
     int64_t seed;                     /* --seed N (-1: the config's seed) */
     int shuffle;                      /* --shuffle */
     int sample_tokens;                /* --sample N: generate N bytes after training (0 = none) */
@@ -1161,7 +1161,7 @@ void llama_print_usage(FILE *f) {
             "  --shuffle              visit the training samples in a seeded random order\n"
             "  --sample N             after training, generate N bytes from the model\n"
             "  --quiet                no per-step lines\n"
-            "  --trace FILE           Chrome trace of compute and comm events (not implemented yet)\n"
+            "  --trace FILE.json      Chrome trace of every rank's compute and comm spans (Perfetto)\n"
             "  -h, --help             this text\n"
             "\n"
             "examples:\n"

@@ -11,6 +11,12 @@
      7. reporting: start-up summary, per-step lines, JSON metrics
      8. sampling, the rank body, main (input checks before any rank starts)
 
+   --trace FILE.json records every rank's timeline (par_trace, Chrome trace
+   JSON for Perfetto): compute spans per layer and micro-batch, each gradient
+   bucket's collective from issue to the end of its wait, the optimizer, the
+   batch loading and the checkpoint save; with tracing off every hook is one
+   NULL test.
+
    One device is the 1-rank mesh; data parallel is the mesh "dp=N". Every
    parameter has a layout on the mesh (replicated over dp); the ZeRO shards are
    the layouts of the flat buckets split over dp; groups come from layouts.
@@ -112,6 +118,8 @@ typedef struct llama_bucket {
     int64_t shard_offset;         /* where this rank's chunk lives in the shard buffers */
     int first_tensor, num_tensors;
     par_request *req;             /* pending gradient reduction */
+    const char *req_op;           /* --trace: its collective ("all_reduce", ...) */
+    double req_issued_us;         /* --trace: when it was issued */
 } llama_bucket;
 
 typedef struct llama_params {
@@ -318,7 +326,38 @@ typedef struct trainer {
     int64_t step;         /* steps done (from a checkpoint: continues there) */
     double gemm_gflops;   /* the machine's measured GEMM peak, summed over ranks */
     FILE *metrics;
+    par_trace *trace;     /* --trace: this rank's timeline; NULL = tracing off */
 } trainer;
+
+/* ---- --trace hooks: with t->trace NULL each is a single test ---------------- */
+
+static double trace_now(const trainer *t) { return t->trace ? par_trace_now_us() : 0.0; }
+
+/* A span [t0_us, now] named by the format (only formatted when tracing). The
+   status is not checked: the categories are fixed, so the only failure would
+   be a programming error, which par_trace_gather_write reports at the end. */
+static void trace_span(trainer *t, const char *category, double t0_us, const char *fmt, ...) PAR__PRINTF(4, 5);
+static void trace_span(trainer *t, const char *category, double t0_us, const char *fmt, ...) {
+    char name[PAR_TRACE_NAME_MAX];
+    va_list ap;
+    if (!t->trace) return;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    (void)par_trace_span(t->trace, name, category, t0_us, par_trace_now_us());
+}
+
+/* A bucket's collective was just issued (async): remember what and when. */
+static void trace_issue(trainer *t, llama_bucket *bk, const char *op) {
+    if (!t->trace) return;
+    bk->req_op = op;
+    bk->req_issued_us = par_trace_now_us();
+}
+
+/* ... and its wait returned: one comm span from issue to completion. */
+static void trace_complete(trainer *t, const llama_bucket *bk) {
+    if (t->trace) trace_span(t, "comm", bk->req_issued_us, "%s bucket %d", bk->req_op, (int)(bk - t->p.buckets));
+}
 
 static par_status alloc_floats(trainer *t, int64_t n, par_mem_category cat, float **ptr) {
     void *v = NULL;
@@ -758,16 +797,23 @@ static par_status forward(trainer *t, int64_t batch, int64_t seq) {
     const llama_dims *d = &p->dims;
     llama_acts *a = &t->acts;
     const int64_t n = batch * seq;
+    double t0 = trace_now(t);
     int l;
     LLAMA_CHECK(t->ct->embedding_fwd(t->ct->user, n, a->ids, t->params + p->tensors[LLAMA_T_EMBED].offset, d->vocab,
                                      d->dim, 0, d->layers ? a->blocks[0].x_in : a->x_final));
+    trace_span(t, "compute", t0, "fwd embedding");
     for (l = 0; l < d->layers; l++) {
         const llama_block w = block_bind(p, l, t->params, 0);
         float *out = l + 1 < d->layers ? a->blocks[l + 1].x_in : a->x_final;
+        t0 = trace_now(t);
         LLAMA_CHECK(llama_block_fwd(t->ct, d, &w, &a->blocks[l], a->pos, batch, seq, out));
+        trace_span(t, "compute", t0, "fwd block %d", l);
     }
-    return llama_head_fwd(t->ct, d, t->params + p->tensors[p->num_tensors - 2].offset,
-                          t->params + p->tensors[p->num_tensors - 1].offset, a, n);
+    t0 = trace_now(t);
+    LLAMA_CHECK(llama_head_fwd(t->ct, d, t->params + p->tensors[p->num_tensors - 2].offset,
+                               t->params + p->tensors[p->num_tensors - 1].offset, a, n));
+    trace_span(t, "compute", t0, "fwd head+loss");
+    return PAR_OK;
 }
 
 /* Where bucket b's gradients are accumulated during backward. */
@@ -783,6 +829,7 @@ static par_status finish_rs(trainer *t, int b) {
     if (!bk->req) return PAR_OK;
     LLAMA_CHECK(t->cm->wait(t->cm->user, bk->req));
     bk->req = NULL;
+    trace_complete(t, bk);
     return t->ct->axpy(t->ct->user, bk->chunk, 1.0f, t->rs_tmp[b & 1], t->gshard + bk->shard_offset);
 }
 
@@ -792,13 +839,18 @@ static par_status bucket_ready(trainer *t, int b, int last_mb) {
     llama_bucket *bk = &t->p.buckets[b];
     const par_comm_table *cm = t->cm;
     float *g = bucket_grads(t, b);
-    if (t->zero == ZERO_2)
+    if (t->zero == ZERO_2) {
+        trace_issue(t, bk, "reduce_scatter");
         return cm->reduce_scatter(cm->user, t->dp_group, g, t->rs_tmp[b & 1], bk->chunk, PAR_F32, grad_op(t), &bk->req);
+    }
     if (!last_mb) return PAR_OK;
-    if (t->zero == ZERO_1)
+    if (t->zero == ZERO_1) {
+        trace_issue(t, bk, "reduce_scatter");
         return cm->reduce_scatter(cm->user, t->dp_group, g, t->gshard + bk->shard_offset, bk->chunk, PAR_F32,
                                   grad_op(t), &bk->req);
+    }
     if (t->dp == 1) return PAR_OK;
+    trace_issue(t, bk, "all_reduce");
     return cm->all_reduce(cm->user, t->dp_group, g, g, bk->padded, PAR_F32, grad_op(t), &bk->req);
 }
 
@@ -818,24 +870,31 @@ static par_status backward(trainer *t, float scale, int last_mb) {
     const llama_tensor *tn = p->tensors;
     const int tnorm = p->num_tensors - 2, tlm = p->num_tensors - 1;
     float *g;
+    double t0;
     int l;
     LLAMA_CHECK(bucket_begin(t, head));
     g = bucket_grads(t, head);
+    t0 = trace_now(t);
     LLAMA_CHECK(llama_head_bwd(t->ct, d, t->params + tn[tnorm].offset, t->params + tn[tlm].offset,
                                g + (tn[tnorm].offset - p->buckets[head].start),
                                g + (tn[tlm].offset - p->buckets[head].start), a, t->sz.n, scale, &t->scratch));
+    trace_span(t, "compute", t0, "bwd head+loss");
     LLAMA_CHECK(bucket_ready(t, head, last_mb));
     for (l = (int)d->layers - 1; l >= 0; l--) {
         const llama_block w = block_bind(p, l, t->params, 0);
         llama_block gb;
         LLAMA_CHECK(bucket_begin(t, 1 + l));
         gb = block_bind(p, l, bucket_grads(t, 1 + l), p->buckets[1 + l].start);
+        t0 = trace_now(t);
         LLAMA_CHECK(llama_block_bwd(t->ct, d, &w, &gb, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
+        trace_span(t, "compute", t0, "bwd block %d", l);
         LLAMA_CHECK(bucket_ready(t, 1 + l, last_mb));
     }
     LLAMA_CHECK(bucket_begin(t, 0));
+    t0 = trace_now(t);
     LLAMA_CHECK(t->ct->embedding_bwd(t->ct->user, t->sz.n, a->ids, t->scratch.dx, d->vocab, d->dim, 0,
                                      bucket_grads(t, 0)));
+    trace_span(t, "compute", t0, "bwd embedding");
     return bucket_ready(t, 0, last_mb);
 }
 
@@ -848,6 +907,7 @@ static par_status wait_reductions(trainer *t) {
             par_request *r = bk->req;
             bk->req = NULL;
             LLAMA_CHECK(t->cm->wait(t->cm->user, r));
+            trace_complete(t, bk);
         }
     }
     return PAR_OK;
@@ -856,12 +916,16 @@ static par_status wait_reductions(trainer *t) {
 /* Global gradient norm: every parameter counted once (the shards are disjoint;
    without ZeRO every rank holds the same reduced gradients). */
 static par_status grad_norm(trainer *t, double *norm) {
-    double ss = 0.0;
+    double ss = 0.0, t0 = trace_now(t);
     if (t->zero == ZERO_OFF) {
         LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.total, t->grads, &ss));
+        trace_span(t, "optimizer", t0, "grad norm");
     } else {
         LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.shard_total, t->gshard, &ss));
+        trace_span(t, "optimizer", t0, "grad norm");
+        t0 = trace_now(t);
         LLAMA_CHECK(scalar_collective(t, t->dp_group, &ss, PAR_F64, PAR_REDUCE_SUM, 0));
+        trace_span(t, "comm", t0, "all_reduce grad norm");
     }
     *norm = sqrt(ss);
     return PAR_OK;
@@ -888,10 +952,13 @@ static par_status adamw_range(trainer *t, int64_t flat_begin, int64_t count, flo
 static par_status optimizer_step(trainer *t, float lr, float clip) {
     const llama_params *p = &t->p;
     const int64_t step = t->step + 1;
+    const double t0 = trace_now(t);
     int b;
     if (t->zero == ZERO_OFF) {
         if (clip != 1.0f) LLAMA_CHECK(t->ct->scale(t->ct->user, p->total, clip, t->grads));
-        return adamw_range(t, 0, p->total, t->params, t->grads, t->m, t->v, lr, step);
+        LLAMA_CHECK(adamw_range(t, 0, p->total, t->params, t->grads, t->m, t->v, lr, step));
+        trace_span(t, "optimizer", t0, "adamw");
+        return PAR_OK;
     }
     if (clip != 1.0f) LLAMA_CHECK(t->ct->scale(t->ct->user, p->shard_total, clip, t->gshard));
     for (b = 0; b < p->num_buckets; b++) {
@@ -899,10 +966,12 @@ static par_status optimizer_step(trainer *t, float lr, float clip) {
         const int64_t begin = bk->start + bk->chunk_begin, so = bk->shard_offset;
         LLAMA_CHECK(adamw_range(t, begin, bk->chunk, t->params + begin, t->gshard + so, t->m + so, t->v + so, lr, step));
     }
+    trace_span(t, "optimizer", t0, "adamw (ZeRO shard)");
     /* every rank updated its chunk: gather the new parameters (async, all buckets) */
     for (b = 0; b < p->num_buckets; b++) {
         llama_bucket *bk = &t->p.buckets[b];
         float *full = t->params + bk->start;
+        trace_issue(t, bk, "all_gather");
         LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->dp_group, full + bk->chunk_begin, full, bk->chunk, PAR_F32,
                                       &bk->req));
     }
@@ -917,14 +986,16 @@ typedef struct step_stats {
 static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     const llama_params *p = &t->p;
     const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
-    double loss = 0.0, norm = 0.0, t0 = now_s();
+    double loss = 0.0, norm = 0.0, t0 = now_s(), step_us = trace_now(t), t1;
     float clip = 1.0f, lr = lr_at(t->cfg, t->step, total_steps);
     int mb;
     int64_t i;
     if (t->grads) LLAMA_CHECK(t->ct->memset(t->ct->user, t->grads, 0, (size_t)p->total * sizeof(float)));
     if (t->gshard) LLAMA_CHECK(t->ct->memset(t->ct->user, t->gshard, 0, (size_t)p->shard_total * sizeof(float)));
     for (mb = 0; mb < t->micro_batches; mb++) {
+        t1 = trace_now(t);
         LLAMA_CHECK(load_micro_batch(t, t->step, mb));
+        trace_span(t, "io", t1, "load micro-batch %d", mb);
         LLAMA_CHECK(forward(t, t->sz.batch, t->sz.seq));
         LLAMA_CHECK(backward(t, scale, mb == t->micro_batches - 1));
         /* ZeRO-2 reuses the slots and receive buffers in the next micro-batch */
@@ -935,8 +1006,11 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     }
     LLAMA_CHECK(wait_reductions(t));
     loss /= (double)(t->sz.n * t->micro_batches);
-    if (t->dp > 1)
+    if (t->dp > 1) {
+        t1 = trace_now(t);
         LLAMA_CHECK(scalar_collective(t, t->dp_group, &loss, PAR_F64, PAR_REDUCE_AVG, 0));
+        trace_span(t, "comm", t1, "all_reduce loss");
+    }
     LLAMA_CHECK(grad_norm(t, &norm));
     if (t->cfg->max_grad_norm > 0.0f) {
         /* PyTorch's clip_grad_norm_: coefficient max/(norm+1e-6), clamped to 1 */
@@ -945,6 +1019,7 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     }
     LLAMA_CHECK(optimizer_step(t, lr, clip));
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
+    trace_span(t, "step", step_us, "step %lld", (long long)t->step);
     t->step++;
     out->loss = loss, out->grad_norm = norm, out->lr = lr, out->seconds = now_s() - t0;
     return PAR_OK;
@@ -1157,14 +1232,45 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     return state_alloc(t);
 }
 
+/* --trace: rank 0's share of step time spent waiting in communication.
+   "Exposed" communication is the time a collective of this rank was in flight
+   (a comm span: from issue to the end of its wait, or a blocking scalar
+   collective) while the rank ran no compute, optimizer or io span, i.e. the
+   communication that backward did not hide; the share is that time summed
+   over the traced steps divided by the summed step time. Reported for rank 0
+   (one rank's view; in data parallel the ranks wait about equally). Spans
+   dropped for lack of capacity make it an underestimate; the line says so. */
+static void report_comm_share(trainer *t, double loop_t0_us, double loop_t1_us, double step_seconds) {
+    static const char *const hiding[3] = {"compute", "optimizer", "io"};
+    double busy = 0.0, exposed = 0.0, share;
+    if (par_trace_coverage(t->trace, "comm", hiding, 3, loop_t0_us, loop_t1_us, &busy, &exposed) != PAR_OK ||
+        step_seconds <= 0)
+        return;
+    share = exposed * 1e-6 / step_seconds;
+    printf("communication: %.1f%% of step time on rank 0 waiting for collectives (exposed %.3f s, in flight %.3f s, "
+           "steps %.3f s)%s\n",
+           100.0 * share, exposed * 1e-6, busy * 1e-6, step_seconds,
+           par_trace_dropped(t->trace) ? " -- trace full, spans were dropped: an underestimate" : "");
+    if (t->metrics)
+        fprintf(t->metrics,
+                "{\"event\":\"comm_share\",\"rank\":0,\"share\":%.6f,\"exposed_s\":%.6f,\"in_flight_s\":%.6f,"
+                "\"step_s\":%.6f,\"dropped_spans\":%lld}\n",
+                share, exposed * 1e-6, busy * 1e-6, step_seconds, (long long)par_trace_dropped(t->trace));
+}
+
 static par_status rank_main(par_ctx *ctx, void *arg) {
     const shared_run *sh = (const shared_run *)arg;
     const llama_options *o = sh->opt;
     trainer t;
     par_status st;
     int64_t i, peak = 0;
-    double t0;
+    double t0, loop_t0_us = 0.0, loop_t1_us = 0.0, step_seconds = 0.0;
     memset(&t, 0, sizeof t);
+    if (o->trace_path) {
+        par_trace_desc td = {0};
+        td.rank = par_ctx_rank(ctx);
+        if ((st = par_trace_create(&td, &t.trace)) != PAR_OK) return st;
+    }
     st = trainer_setup(&t, ctx, sh);
     if (st == PAR_OK && o->init_from) {
         /* main checked the files; a rank only reads its part */
@@ -1187,6 +1293,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         metrics_memory(t.metrics, "memory_plan", t.plan.bytes, plan_total(&t.plan));
     }
     t0 = now_s();
+    loop_t0_us = trace_now(&t);
     for (i = 0; i < o->steps && st == PAR_OK; i++) {
         step_stats s;
         par_mem_report r;
@@ -1194,11 +1301,13 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         st = train_step(&t, t.step - i + o->steps, &s);
         if (st == PAR_OK) st = t.ct->memory_report(t.ct->user, &r);
         if (st != PAR_OK) break;
+        step_seconds += s.seconds;
         pk = r.peak_total;
         if (t.world > 1) st = scalar_collective(&t, t.world_group, &pk, PAR_I64, PAR_REDUCE_MAX, 0);
         if (pk > peak) peak = pk;
         if (st == PAR_OK && t.rank == 0) report_step(&t, &s, pk);
     }
+    loop_t1_us = trace_now(&t);
     if (st == PAR_OK && t.rank == 0 && o->steps > 0) {
         par_mem_report r;
         if (t.ct->memory_report(t.ct->user, &r) == PAR_OK) {
@@ -1209,15 +1318,26 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
             metrics_memory(t.metrics, "memory_peak", r.peak, r.peak_total);
         }
         printf("trained %d steps in %.2f s\n", o->steps, now_s() - t0);
+        if (t.trace) report_comm_share(&t, loop_t0_us, loop_t1_us, step_seconds);
     }
     if (st == PAR_OK && o->save_path) {
+        const double s0 = trace_now(&t);
         st = save_checkpoint(&t, o->save_path);
+        trace_span(&t, "io", s0, "save checkpoint");
         if (st == PAR_OK && t.rank == 0) printf("saved %s (+ optimizer state)\n", o->save_path);
+    }
+    /* every rank's timeline to rank 0, which writes the file (threads and mpi alike) */
+    if (st == PAR_OK && t.trace) {
+        st = par_trace_gather_write(ctx, t.trace, o->trace_path);
+        if (st == PAR_OK && t.rank == 0)
+            printf("trace: wrote %s (%d rank%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
+                   o->trace_path, t.world, t.world == 1 ? "" : "s");
     }
     if (st == PAR_OK && t.rank == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
     if (t.metrics) fclose(t.metrics);
     fflush(stdout);
     trainer_free(&t);
+    par_trace_destroy(t.trace);
     return st;
 }
 
@@ -1273,7 +1393,6 @@ int main(int argc, char **argv) {
 #ifndef PARALLEL_WITH_MPI
     if (mpi) return bad_input(silent, "--backend mpi: this build has no MPI (rebuild with mpicc)");
 #endif
-    if (opt.trace_path) return bad_input(silent, "--trace is not implemented yet (issue 6)");
     if (llama_config_load(opt.config_path, opt.sets, opt.num_sets, &cfg, silent ? NULL : stderr, err, sizeof err) != 0)
         return bad_input(silent, "%s", err);
     if (opt.seed >= 0) cfg.seed = (uint64_t)opt.seed;
@@ -1300,6 +1419,9 @@ int main(int argc, char **argv) {
     if (opt.metrics_path && !dir_writable(opt.metrics_path))
         return free(data.bytes), free(data.order),
                bad_input(silent, "--metrics %s: its directory is not writable", opt.metrics_path);
+    if (opt.trace_path && !dir_writable(opt.trace_path))
+        return free(data.bytes), free(data.order),
+               bad_input(silent, "--trace %s: its directory is not writable", opt.trace_path);
 
     sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
     sh.init_step = step0, sh.init_has_optimizer = has_opt;

@@ -9,7 +9,10 @@
    - memory: optimizer bytes per rank about 1/dp under ZeRO, planned and measured;
    - round trip: --save then --init-from continues bit-identically under the same
      degree, and a checkpoint re-saved under another degree is byte-identical;
-   - bad input: exit status 2, a message naming the thing, nothing overwritten.
+   - bad input: exit status 2, a message naming the thing, nothing overwritten;
+   - trace: --trace under dp 2 + ZeRO (threads, and mpirun when MPIRUN is set)
+     writes valid Chrome trace JSON (tests/trace_json.h, an independent parser)
+     with each rank's compute and comm spans, one per layer/bucket and step.
 
    Environment: TRAIN (default build/train; may be a command line, e.g.
    "mpirun -np 1 build/train_cuda --backend nccl"), MPIRUN (empty = skip the MPI
@@ -18,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
+#include "trace_json.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -387,6 +391,8 @@ static void test_bad_input(void) {
     write_file(path_in("short.txt"), "0123456789", 10);
     bad("short data", "short.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", path_in("short.txt"));
     bad("no data", "--data", "--config examples/configs/gqa_ref.yaml --steps 1");
+    bad("unwritable --trace", "--trace /nonexistent_dir_par/t.json: its directory is not writable",
+        "%s --trace /nonexistent_dir_par/t.json", base);
     /* corrupt checkpoints */
     f = fopen(init, "rb");
     n = f ? fread(buf, 1, sizeof buf, f) : 0;
@@ -413,6 +419,57 @@ static void test_bad_input(void) {
     }
 }
 
+/* ---- trace ------------------------------------------------------------------------ */
+
+static int count_named(const tj_trace *tr, long long pid, const char *name) {
+    int i, n = 0;
+    for (i = 0; i < tr->count; i++)
+        if (!strcmp(tr->events[i].ph, "X") && tr->events[i].pid == pid && !strcmp(tr->events[i].name, name)) n++;
+    return n;
+}
+
+/* The file of a 3-step dp 2 ZeRO-1 run: both ranks, every kind of span, 3 of each per rank. */
+static void check_trace_file(const char *what, const char *path) {
+    static const char *const per_step[] = {"fwd embedding", "fwd block 0",   "fwd head+loss",
+                                           "bwd head+loss", "bwd block 0",   "bwd embedding",
+                                           "reduce_scatter bucket 0", "all_gather bucket 0", "adamw (ZeRO shard)",
+                                           "load micro-batch 0", "all_reduce loss"};
+    tj_trace tr;
+    long long pid;
+    size_t k;
+    int rc = tj_load(path, &tr);
+    CHECK_MSG(rc == 0, "%s: %s is not valid JSON: %s", what, path, tr.error);
+    if (rc != 0) return;
+    CHECK_MSG(tj_first_malformed(&tr) < 0, "%s: event %d lacks a field", what, tj_first_malformed(&tr));
+    for (pid = 0; pid < 2; pid++) {
+        CHECK_MSG(tj_count_spans(&tr, pid, "compute") > 0, "%s: no compute spans for pid %lld", what, pid);
+        CHECK_MSG(tj_count_spans(&tr, pid, "comm") > 0, "%s: no comm spans for pid %lld", what, pid);
+        for (k = 0; k < sizeof per_step / sizeof per_step[0]; k++)
+            CHECK_MSG(count_named(&tr, pid, per_step[k]) == 3, "%s: pid %lld has %d \"%s\" spans, want 3", what, pid,
+                      count_named(&tr, pid, per_step[k]), per_step[k]);
+        CHECK_MSG(count_named(&tr, pid, "step 2") == 1, "%s: pid %lld lacks \"step 2\"", what, pid);
+    }
+    CHECK_INT(tj_count_spans(&tr, 2, NULL), 0);
+    tj_free(&tr);
+}
+
+static void test_trace(void) {
+    const char *sets = "--set parallel_config.data_parallel=2 --set parallel.enable_parallel_optimizer=true";
+    int rc = run_cmd(0, "%s %s --steps 3 --trace %s", eq_base, sets, path_in("t.json"));
+    CHECK_MSG(rc == 0, "--trace run failed: %s", err_text);
+    CHECK_MSG(strstr(out_text, "communication: ") && strstr(out_text, "% of step time"),
+              "no communication share line: %s", out_text);
+    check_trace_file("threads", path_in("t.json"));
+    if (mpirun && *mpirun) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s %s --steps 3 --trace %s",
+                 mpirun, train_bin, eq_base, sets, path_in("tm.json"));
+        rc = run_cmd(1, "%s", cmd);
+        CHECK_MSG(rc == 0, "--trace under mpirun -np 2 failed: %s", err_text);
+        if (rc == 0) check_trace_file("mpirun", path_in("tm.json"));
+    }
+}
+
 int main(void) {
     char tmpl[] = "/tmp/par_train_test_XXXXXX";
     char cmd[600];
@@ -427,6 +484,7 @@ int main(void) {
         test_equivalence();
         test_memory();
         test_round_trip();
+        test_trace();
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
