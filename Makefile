@@ -188,7 +188,8 @@ bench: $(BENCH_BINS) $(TRAIN)
 	@set -e; for b in $(BENCH_BINS); do echo "== $$b"; ./$$b; done
 
 # The main job on the embedded default: the Llama trainer on this repository's own
-# text, 4 ranks as threads (data parallel with the optimizer sharded), then a sample.
+# text, 4 ranks as threads (dp 2 x tp 2 with sequence parallel and the optimizer
+# sharded), then a sample.
 DEMO_STEPS ?= 900
 demo: $(TRAIN)
 	@test -n "$(TRAIN)" || { echo "make demo needs libyaml (apt install libyaml-dev)" >&2; exit 1; }

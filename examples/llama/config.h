@@ -28,7 +28,7 @@ typedef struct llama_config {
 
     /* parallel_config */
     int data_parallel;     /* dp degree */
-    int model_parallel;    /* tp degree (only 1 until tensor parallel lands) */
+    int model_parallel;    /* tp degree */
     int pipeline_stage;    /* pp degree (only 1) */
     int micro_batch_num;   /* micro-batches per step per rank: gradient accumulation */
     int context_parallel;  /* cp degree (only 1) */
@@ -129,10 +129,8 @@ void llama_config_print_reference(FILE *f);
 
 /* Features whose switch exists in the YAML but whose code has not landed.
    One place, so that the messages follow the issue tracker. */
-#define LLAMA__TODO_TP "tensor parallel is not implemented yet (issue 6); use 1"
 #define LLAMA__TODO_PP "pipeline parallel is not implemented yet; use 1"
 #define LLAMA__TODO_CP "context parallel is not implemented yet; use 1"
-#define LLAMA__TODO_SP "sequence parallel is not implemented yet (it splits activations over the tensor-parallel group); use false"
 #define LLAMA__TODO_ZERO3 "optimizer level3 (parameter sharding) is not implemented yet; use level1 or level2"
 
 #define LLAMA__MAX_PATH 128          /* longest dotted key path */
@@ -234,7 +232,7 @@ static const llama__key llama__keys[] = {
     {"parallel_config.data_parallel", LLAMA__T_INT, LLAMA__AT(data_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
      "data-parallel degree (ranks = data_parallel x model_parallel x pipeline_stage x context_parallel)"},
     {"parallel_config.model_parallel", LLAMA__T_INT, LLAMA__AT(model_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
-     "tensor-parallel degree; only 1 until tensor parallel lands"},
+     "tensor-parallel degree (Megatron column/row parallel linears, heads and vocabulary split); must divide num_heads, n_kv_heads (kv heads are not replicated), intermediate_size and vocab_size"},
     {"parallel_config.pipeline_stage", LLAMA__T_INT, LLAMA__AT(pipeline_stage), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
      "pipeline stages; only 1 until pipeline parallel lands"},
     {"parallel_config.micro_batch_num", LLAMA__T_INT, LLAMA__AT(micro_batch_num), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
@@ -247,9 +245,9 @@ static const llama__key llama__keys[] = {
     {"parallel_config.ulysses_degree_in_cp", LLAMA__T_INT, LLAMA__AT(ulysses_degree_in_cp), 0, 1, LLAMA__DEG, 0, NULL,
      "1", NULL, "Ulysses part of context_parallel under hybrid_cp; must divide context_parallel"},
     {"parallel_config.use_seq_parallel", LLAMA__T_BOOL, LLAMA__AT(use_seq_parallel), 0, 0, 0, 0, NULL, "false", NULL,
-     "sequence parallel (with tensor parallel); only false until it lands"},
+     "sequence parallel: norms and residual split by tokens over the model_parallel group (all-gather before column-parallel linears, reduce-scatter after row-parallel ones); needs seq_length divisible by model_parallel"},
     {"parallel_config.vocab_emb_dp", LLAMA__T_BOOL, LLAMA__AT(vocab_emb_dp), 0, 0, 0, 0, NULL, "true", NULL,
-     "true: embedding replicated over model_parallel; false: split by vocabulary (no effect while model_parallel = 1)"},
+     "true: embedding replicated over model_parallel; false: split by vocabulary over it (lm_head and the loss are always vocabulary-parallel)"},
 
     /* parallel */
     {"parallel.parallel_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__parallel_modes, "semi_auto_parallel",
@@ -673,14 +671,10 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
     }
 
     /* switches whose feature has not landed */
-    if (c->model_parallel > 1)
-        return llama__fail(err, errsize, LLAMA__P("model_parallel") " = %d: " LLAMA__TODO_TP, c->model_parallel);
     if (c->pipeline_stage > 1)
         return llama__fail(err, errsize, LLAMA__P("pipeline_stage") " = %d: " LLAMA__TODO_PP, c->pipeline_stage);
     if (c->context_parallel > 1)
         return llama__fail(err, errsize, LLAMA__P("context_parallel") " = %d: " LLAMA__TODO_CP, c->context_parallel);
-    if (c->use_seq_parallel)
-        return llama__fail(err, errsize, LLAMA__P("use_seq_parallel") " = true: " LLAMA__TODO_SP);
     if (c->optimizer_level == 3)
         return llama__fail(err, errsize, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
 
@@ -707,6 +701,31 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
                            "runner_config.batch_size = %d is not divisible by " LLAMA__P("data_parallel") " (%d) x " LLAMA__P(
                                "micro_batch_num") " (%d)",
                            c->batch_size, c->data_parallel, c->micro_batch_num);
+    /* tensor parallel: every split dim divisible by model_parallel (checked here,
+       before anything is allocated); kv heads are not replicated across tp ranks */
+    if (c->model_parallel > 1) {
+        const int tp = c->model_parallel;
+        const struct { const char *key; int value; } dims[] = {
+            {LLAMA__K("num_heads"), c->num_heads},     {LLAMA__K("n_kv_heads"), kv},
+            {LLAMA__K("hidden_size"), c->hidden_size}, {LLAMA__K("intermediate_size"), c->intermediate_size},
+            {LLAMA__K("vocab_size"), c->vocab_size}};
+        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+            if (i == 1 && kv < tp)
+                return llama__fail(err, errsize,
+                                   LLAMA__K("n_kv_heads") " = %d is smaller than " LLAMA__P("model_parallel") " (%d): "
+                                   "each tensor-parallel rank needs its own kv heads (kv heads are not replicated); "
+                                   "use model_parallel <= %d",
+                                   kv, tp, kv);
+            if (dims[i].value % tp != 0)
+                return llama__fail(err, errsize, "%s = %d is not divisible by " LLAMA__P("model_parallel") " (%d)",
+                                   dims[i].key, dims[i].value, tp);
+        }
+        if (c->use_seq_parallel && c->seq_length % tp != 0)
+            return llama__fail(err, errsize,
+                               LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("model_parallel") " (%d), "
+                               "which " LLAMA__P("use_seq_parallel") " splits it over",
+                               c->seq_length, tp);
+    }
     if (c->total_steps > 0 && c->warmup_steps > c->total_steps)
         return llama__fail(err, errsize, "lr_schedule.warmup_steps = %d is larger than lr_schedule.total_steps (%d)",
                            c->warmup_steps, c->total_steps);

@@ -63,11 +63,16 @@ enum { LLAMA_T_EMBED = 0, LLAMA_BLOCK_FIRST = 1, LLAMA_PER_BLOCK = 9 };
 typedef struct llama_tensor {
     char name[80];        /* Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight */
     int ndim;
-    int64_t shape[2];
-    int64_t numel;
+    int64_t shape[2];     /* global shape */
+    int64_t local[2];     /* this rank's slice (the layout's local shape) */
+    int64_t start[2];     /* where the slice starts in the global tensor */
+    int64_t numel;        /* elements of the slice (what the flat buffer holds) */
     int64_t offset;       /* in the flat buffer (elements), padded per bucket */
     int bucket;           /* the gradient bucket it belongs to */
     par_layout layout;    /* its layout on the trainer's mesh */
+    int kind;             /* llama_tensor_kind (layouts.h) */
+    int tp_split;         /* the slice is a tensor-parallel shard (not a copy) */
+    int tp_partial;       /* its gradient is a partial sum over the tp group (sum it) */
 } llama_tensor;
 
 /* What one micro-batch keeps from forward for backward. */

@@ -31,6 +31,7 @@
 #define LLAMA_CONFIG_IMPLEMENTATION
 #include "examples/llama/config.h"
 #include "examples/llama/model.h"
+#include "examples/llama/layouts.h"
 
 #include <errno.h>
 #include <math.h>
@@ -123,34 +124,77 @@ typedef struct llama_bucket {
 } llama_bucket;
 
 typedef struct llama_params {
-    llama_dims dims;
+    llama_dims dims;      /* the model's */
+    llama_dims local;     /* what this rank holds (dims_local) */
+    int tp;               /* tensor-parallel degree */
     int num_tensors, num_buckets;
     llama_tensor *tensors;
     llama_bucket *buckets;
     int64_t total;        /* padded flat length */
     int64_t shard_total;  /* sum of this rank's chunks */
     int64_t max_padded, max_chunk;
-    int64_t num_params;   /* unpadded */
+    int64_t num_params;   /* unpadded, this rank's slices */
+    int64_t global_params; /* of the whole model */
 } llama_params;
 
+/* Global dimensions of the model. */
 static llama_dims dims_from_config(const llama_config *c) {
     llama_dims d;
+    memset(&d, 0, sizeof d);
     d.vocab = c->vocab_size, d.dim = c->hidden_size, d.layers = c->num_layers, d.heads = c->num_heads;
     d.kv_heads = c->n_kv_heads ? c->n_kv_heads : c->num_heads, d.head_dim = c->hidden_size / c->num_heads;
     d.ffn = c->intermediate_size, d.seq = c->seq_length, d.eps = c->rms_norm_eps, d.theta = c->theta;
+    d.emb_rows = d.vocab;
     return d;
 }
 
-static void tensor_set(llama_tensor *t, const char *name, int64_t rows, int64_t cols) {
+/* The dimensions one rank holds, read off the layouts of its tensors: the
+   q_proj slice gives its heads, k_proj its kv heads, gate_proj its ffn
+   columns, lm_head its vocabulary shard, the embedding its rows. */
+static llama_dims dims_local(const llama_params *p) {
+    llama_dims d = p->dims;
+    const llama_tensor *b0 = &p->tensors[LLAMA_BLOCK_FIRST], *emb = &p->tensors[LLAMA_T_EMBED];
+    const llama_tensor *head = &p->tensors[p->num_tensors - 1];
+    if (d.layers > 0) {
+        d.heads = b0[1].local[0] / d.head_dim, d.kv_heads = b0[2].local[0] / d.head_dim;
+        d.ffn = b0[6].local[0];
+    }
+    d.vocab = head->local[0], d.vocab_start = head->start[0];
+    d.emb_rows = emb->local[0], d.emb_start = emb->start[0], d.emb_split = emb->tp_split;
+    return d;
+}
+
+static void tensor_set(llama_tensor *t, const char *name, int64_t rows, int64_t cols, llama_tensor_kind kind) {
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = cols ? 2 : 1;
     t->shape[0] = rows, t->shape[1] = cols;
     t->numel = cols ? rows * cols : rows;
+    t->kind = (int)kind;
+}
+
+/* Place a tensor on the mesh from its operator's strategy (layouts.h): its
+   slice, where the slice starts, and how its gradient is reduced. */
+static int tensor_place(llama_tensor *t, const llama_mesh_info *mi, int rank, char *err, size_t errsize) {
+    llama_tensor_place pl;
+    int64_t off[PARALLEL_MAX_DIMS] = {0}, loc[PARALLEL_MAX_DIMS] = {0};
+    const int tp_dim = par_mesh_dev_dim(&mi->mesh, "tp");
+    const uint32_t tp_bit = tp_dim >= 0 && mi->tp > 1 ? 1u << tp_dim : 0u;
+    if (llama_place_tensor(mi, (llama_tensor_kind)t->kind, t->shape, &pl) != PAR_OK ||
+        par_layout_local_offset(&pl.layout, rank, off) != PAR_OK)
+        return snprintf(err, errsize, "layout of %s: %s", t->name, par_last_error()), -1;
+    t->layout = pl.layout;
+    par_layout_local_shape(&pl.layout, loc);
+    t->local[0] = loc[0], t->local[1] = t->ndim == 2 ? loc[1] : 0;
+    t->start[0] = off[0], t->start[1] = t->ndim == 2 ? off[1] : 0;
+    t->numel = par_layout_local_numel(&pl.layout);
+    t->tp_split = (par_layout_split_dims(&pl.layout) & tp_bit) != 0;
+    t->tp_partial = (pl.partial_mask & tp_bit) != 0;
+    return 0;
 }
 
 /* Buckets: the embedding, each block, and the final norm + lm_head, i.e. the
    units whose gradients are complete at one moment of backward. */
-static int params_build(llama_params *p, const llama_config *cfg, const par_mesh *mesh, int rank, int dp,
+static int params_build(llama_params *p, const llama_config *cfg, const llama_mesh_info *mi, int rank,
                         char *err, size_t errsize) {
     const llama_dims d = dims_from_config(cfg);
     const int64_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
@@ -160,7 +204,11 @@ static int params_build(llama_params *p, const llama_config *cfg, const par_mesh
         "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
     const int64_t shapes[LLAMA_PER_BLOCK][2] = {{d.dim, 0}, {qd, d.dim},    {kvd, d.dim},  {kvd, d.dim}, {d.dim, qd},
                                                 {d.dim, 0}, {d.ffn, d.dim}, {d.ffn, d.dim}, {d.dim, d.ffn}};
-    const int dp_dim = par_mesh_dev_dim(mesh, "dp");
+    static const llama_tensor_kind block_kinds[LLAMA_PER_BLOCK] = {
+        LLAMA_KIND_NORM,   LLAMA_KIND_COLUMN, LLAMA_KIND_COLUMN, LLAMA_KIND_COLUMN, LLAMA_KIND_ROW,
+        LLAMA_KIND_NORM,   LLAMA_KIND_COLUMN, LLAMA_KIND_COLUMN, LLAMA_KIND_ROW};
+    const par_mesh *mesh = &mi->mesh;
+    const int dp_dim = par_mesh_dev_dim(mesh, "dp"), dp = mi->dp;
     int i, b, l, k;
     memset(p, 0, sizeof *p);
     p->dims = d;
@@ -169,24 +217,25 @@ static int params_build(llama_params *p, const llama_config *cfg, const par_mesh
     p->tensors = (llama_tensor *)calloc((size_t)p->num_tensors, sizeof(llama_tensor));
     p->buckets = (llama_bucket *)calloc((size_t)p->num_buckets, sizeof(llama_bucket));
     if (!p->tensors || !p->buckets) return snprintf(err, errsize, "out of host memory"), -1;
-    tensor_set(&p->tensors[LLAMA_T_EMBED], "model.embed_tokens.weight", d.vocab, d.dim);
+    tensor_set(&p->tensors[LLAMA_T_EMBED], "model.embed_tokens.weight", d.vocab, d.dim, LLAMA_KIND_EMBED);
     p->tensors[LLAMA_T_EMBED].bucket = 0;
     for (l = 0; l < d.layers; l++)
         for (k = 0; k < LLAMA_PER_BLOCK; k++) {
             llama_tensor *t = &p->tensors[LLAMA_BLOCK_FIRST + l * LLAMA_PER_BLOCK + k];
             char name[80];
             snprintf(name, sizeof name, "model.layers.%d.%s", l, block_names[k]);
-            tensor_set(t, name, shapes[k][0], shapes[k][1]);
+            tensor_set(t, name, shapes[k][0], shapes[k][1], block_kinds[k]);
             t->bucket = 1 + l;
         }
-    tensor_set(&p->tensors[p->num_tensors - 2], "model.norm.weight", d.dim, 0);
-    tensor_set(&p->tensors[p->num_tensors - 1], "lm_head.weight", d.vocab, d.dim);
+    tensor_set(&p->tensors[p->num_tensors - 2], "model.norm.weight", d.dim, 0, LLAMA_KIND_NORM);
+    tensor_set(&p->tensors[p->num_tensors - 1], "lm_head.weight", d.vocab, d.dim, LLAMA_KIND_COLUMN);
     p->tensors[p->num_tensors - 2].bucket = p->tensors[p->num_tensors - 1].bucket = p->num_buckets - 1;
 
     /* flat offsets: tensors packed in order, each bucket padded to a multiple of dp */
     for (i = 0, b = -1; i < p->num_tensors; i++) {
         llama_tensor *t = &p->tensors[i];
-        int map[2] = {-1, -1};
+        p->global_params += t->numel;
+        if (tensor_place(t, mi, rank, err, errsize) != 0) return -1;
         if (t->bucket != b) {
             if (b >= 0) p->total += p->buckets[b].padded;
             b = t->bucket;
@@ -196,8 +245,6 @@ static int params_build(llama_params *p, const llama_config *cfg, const par_mesh
         p->buckets[b].count += t->numel, p->buckets[b].num_tensors++;
         p->buckets[b].padded = (p->buckets[b].count + dp - 1) / dp * dp;
         p->num_params += t->numel;
-        if (par_layout_init(&t->layout, mesh, t->ndim, t->shape, map, 0) != PAR_OK)
-            return snprintf(err, errsize, "layout of %s: %s", t->name, par_last_error()), -1;
     }
     p->total += p->buckets[b].padded;
     for (b = 0; b < p->num_buckets; b++) {
@@ -214,6 +261,8 @@ static int params_build(llama_params *p, const llama_config *cfg, const par_mesh
         if (bk->padded > p->max_padded) p->max_padded = bk->padded;
         if (bk->chunk > p->max_chunk) p->max_chunk = bk->chunk;
     }
+    p->local = dims_local(p);
+    p->tp = mi->tp;
     return 0;
 }
 
@@ -256,9 +305,10 @@ static int64_t acts_floats(const llama_dims *d, int64_t n, int64_t batch) {
     return d->layers * per_block + n * (2 * d->dim + 2 + d->vocab);
 }
 
-static int64_t scratch_floats(const llama_dims *d, int64_t n) {
+/* Backward scratch; tensor parallelism needs one more [n, dim] temporary. */
+static int64_t scratch_floats(const llama_dims *d, int64_t n, int tp) {
     const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
-    return n * (2 * d->dim + 2 * qd + 2 * kvd + 3 * d->ffn);
+    return n * (2 * d->dim + 2 * qd + 2 * kvd + 3 * d->ffn + (tp > 1 ? d->dim : 0));
 }
 
 static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_level zero, int dp) {
@@ -276,8 +326,8 @@ static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_le
         m.bytes[PAR_MEM_OPTIMIZER] = 2 * p->shard_total * f;
         if (zero == ZERO_2 && dp > 0) m.bytes[PAR_MEM_COMM] = 2 * p->max_chunk * f;
     }
-    m.bytes[PAR_MEM_ACTIVATIONS] = acts_floats(&p->dims, s->n, s->batch) * f + s->n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
-    m.bytes[PAR_MEM_WORKSPACE] = scratch_floats(&p->dims, s->n) * f;
+    m.bytes[PAR_MEM_ACTIVATIONS] = acts_floats(&p->local, s->n, s->batch) * f + s->n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
+    m.bytes[PAR_MEM_WORKSPACE] = scratch_floats(&p->local, s->n, p->tp) * f;
     return m;
 }
 
@@ -303,9 +353,12 @@ typedef struct trainer {
     const llama_options *opt;
     const llama_data *data;
     par_mesh mesh;
-    int rank, world, dp, dp_index;
-    par_comm_group *dp_group, *world_group;
+    int rank, world, dp, dp_index, tp_index;
+    par_comm_group *dp_group, *world_group, *tp_group;
     par_layout tokens_layout; /* [global batch, seq] split over dp */
+    llama_mesh_info mi;       /* the mesh and degrees the tensors are placed on */
+    llama_tp tp;              /* tensor-parallel plumbing for the layers */
+    int tp_on;                /* tp degree > 1 */
     zero_level zero;
     llama_params p;
     llama_sizes sz;
@@ -389,7 +442,7 @@ static par_status scalar_collective(trainer *t, par_comm_group *group, void *val
 }
 
 static par_status acts_alloc(trainer *t) {
-    const llama_dims *d = &t->p.dims;
+    const llama_dims *d = &t->p.local;
     const int64_t n = t->sz.n, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
     llama_acts *a = &t->acts;
     llama_scratch *s = &t->scratch;
@@ -414,11 +467,12 @@ static par_status acts_alloc(trainer *t) {
     }
     TAKE(a->x_final, n * d->dim), TAKE(a->rstdf, n), TAKE(a->hf, n * d->dim), TAKE(a->logits, n * d->vocab);
     TAKE(a->losses, n);
-    LLAMA_CHECK(alloc_floats(t, scratch_floats(d, n), PAR_MEM_WORKSPACE, &t->scratch_base));
+    LLAMA_CHECK(alloc_floats(t, scratch_floats(d, n, t->p.tp), PAR_MEM_WORKSPACE, &t->scratch_base));
     q = t->scratch_base;
     TAKE(s->dx, n * d->dim), TAKE(s->dh, n * d->dim), TAKE(s->dattn, n * qd), TAKE(s->dq, n * qd);
     TAKE(s->dk, n * kvd), TAKE(s->dv, n * kvd), TAKE(s->dg, n * d->ffn), TAKE(s->du, n * d->ffn);
     TAKE(s->dm, n * d->ffn);
+    if (t->p.tp > 1) TAKE(s->dl, n * d->dim);
 #undef TAKE
     t->host_ids = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     t->host_tgt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
@@ -493,7 +547,15 @@ static par_status init_params(trainer *t, uint64_t seed) {
         const llama_tensor *tn = &p->tensors[i];
         const uint64_t key = name_key(seed, tn->name);
         float *w = host + tn->offset;
-        for (e = 0; e < tn->numel; e++) w[e] = tn->ndim == 1 ? 1.0f : init_normal(key, e, t->cfg->initializer_range);
+        if (tn->ndim == 1) {
+            for (e = 0; e < tn->numel; e++) w[e] = 1.0f;
+            continue;
+        }
+        /* the slice's element (i, j) is element (start0 + i, start1 + j) of the tensor */
+        for (e = 0; e < tn->numel; e++) {
+            const int64_t i = tn->start[0] + e / tn->local[1], j = tn->start[1] + e % tn->local[1];
+            w[e] = init_normal(key, i * tn->shape[1] + j, t->cfg->initializer_range);
+        }
     }
     st = t->ct->memcpy(t->ct->user, t->params, host, (size_t)p->total * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
     free(host);
@@ -586,11 +648,13 @@ static int check_init_files(const char *path, const llama_config *cfg, int64_t *
                             size_t errsize) {
     static const char *const weights[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
     llama_params p;
-    par_mesh mesh;
+    llama_mesh_info mi; /* one device: every tensor whole */
     char opath[1024];
     int rc;
     *step_out = 0, *has_opt = 0;
-    if (par_mesh_parse("dp=1", &mesh) != PAR_OK || params_build(&p, cfg, &mesh, 0, 1, err, errsize) != 0) return -1;
+    memset(&mi, 0, sizeof mi);
+    mi.dp = mi.tp = 1, mi.vocab_emb_dp = 1, mi.tokens = (int64_t)cfg->batch_size * cfg->seq_length;
+    if (par_mesh_parse("dp=1,tp=1", &mi.mesh) != PAR_OK || params_build(&p, cfg, &mi, 0, err, errsize) != 0) return -1;
     rc = check_one_file(path, &p, weights, 1, NULL, err, errsize);
     optimizer_path(path, opath, sizeof opath);
     if (rc == 0 && access(opath, F_OK) == 0) {
@@ -601,62 +665,87 @@ static int check_init_files(const char *path, const llama_config *cfg, int64_t *
     return rc;
 }
 
-/* Read elements [first, first+count) of every tensor overlapping a flat range. */
-static par_status load_range(trainer *t, par_st_file *f, const char *prefix, int64_t flat_begin, int64_t count,
-                             float *dst_host) {
-    int i;
-    for (i = 0; i < t->p.num_tensors; i++) {
-        const llama_tensor *tn = &t->p.tensors[i];
-        const int64_t b = tn->offset > flat_begin ? tn->offset : flat_begin;
-        const int64_t e = tn->offset + tn->numel < flat_begin + count ? tn->offset + tn->numel : flat_begin + count;
-        char name[128];
-        if (b >= e) continue;
-        snprintf(name, sizeof name, "%s%s", prefix, tn->name);
-        LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, b - tn->offset, e - b, PAR_F32, dst_host + (b - flat_begin)));
-    }
-    return PAR_OK;
-}
-
 static par_status upload(trainer *t, float *dst, const float *host, int64_t n) {
     return t->ct->memcpy(t->ct->user, dst, host, (size_t)n * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
 }
 
-/* Weights into the full flat buffer; AdamW moments into the full buffers or,
-   under ZeRO, just this rank's chunks (read from disk slice by slice). */
+/* Copy this rank's slice of tensor tn out of (to_slice = 1) or into the whole
+   tensor `whole` (host, row-major). */
+static void slice_copy(const llama_tensor *tn, float *whole, float *slice, int to_slice) {
+    const int64_t rows = tn->ndim == 2 ? tn->local[0] : 1, cols = tn->ndim == 2 ? tn->local[1] : tn->local[0];
+    const int64_t ld = tn->ndim == 2 ? tn->shape[1] : tn->shape[0];
+    const int64_t r0 = tn->ndim == 2 ? tn->start[0] : 0, c0 = tn->ndim == 2 ? tn->start[1] : tn->start[0];
+    int64_t r;
+    for (r = 0; r < rows; r++) {
+        float *w = whole + (r0 + r) * ld + c0, *l = slice + r * cols;
+        if (to_slice) memcpy(l, w, (size_t)cols * sizeof(float));
+        else memcpy(w, l, (size_t)cols * sizeof(float));
+    }
+}
+
+static int64_t max_tensor_numel(const llama_params *p) {
+    int64_t m = 0;
+    int i;
+    for (i = 0; i < p->num_tensors; i++) {
+        const int64_t g = p->tensors[i].ndim == 2 ? p->tensors[i].shape[0] * p->tensors[i].shape[1] : p->tensors[i].shape[0];
+        if (g > m) m = g;
+    }
+    return m;
+}
+
+/* Every tensor of `prefix` from the file, this rank's slice of each, into a
+   host buffer laid out like the flat parameters. */
+static par_status load_slices(trainer *t, par_st_file *f, const char *prefix, float *flat_host, float *whole) {
+    int i;
+    for (i = 0; i < t->p.num_tensors; i++) {
+        const llama_tensor *tn = &t->p.tensors[i];
+        const int64_t g = tn->ndim == 2 ? tn->shape[0] * tn->shape[1] : tn->shape[0];
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, tn->name);
+        LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, 0, g, PAR_F32, whole));
+        slice_copy(tn, whole, flat_host + tn->offset, 1);
+    }
+    return PAR_OK;
+}
+
+/* Weights into the flat buffer (this rank's slices); AdamW moments into the
+   flat buffers or, under ZeRO, this rank's chunks of them. */
 static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
     const llama_params *p = &t->p;
-    int64_t n = p->total > 2 * p->shard_total ? p->total : 2 * p->shard_total;
-    float *host = (float *)calloc((size_t)n, sizeof(float));
+    float *host = (float *)calloc((size_t)p->total, sizeof(float));
+    float *chunks = (float *)calloc((size_t)(p->shard_total ? p->shard_total : 1), sizeof(float));
+    float *whole = (float *)malloc((size_t)max_tensor_numel(p) * sizeof(float));
     par_st_file *f = NULL;
     char opath[1024];
     par_status st;
     int b, k;
-    if (!host) return par_set_error(PAR_ENOMEM, "out of host memory loading %s", path);
+    if (!host || !chunks || !whole) {
+        st = par_set_error(PAR_ENOMEM, "out of host memory loading %s", path);
+        goto done;
+    }
     if ((st = par_st_open(path, &f)) != PAR_OK) goto done;
-    st = load_range(t, f, "", 0, p->total, host);
+    st = load_slices(t, f, "", host, whole);
     par_st_close(f);
     if (st != PAR_OK || (st = upload(t, t->params, host, p->total)) != PAR_OK || !has_opt) goto done;
     optimizer_path(path, opath, sizeof opath);
     if ((st = par_st_open(opath, &f)) != PAR_OK) goto done;
     for (k = 0; k < 2 && st == PAR_OK; k++) {
-        const char *prefix = k ? "exp_avg_sq." : "exp_avg.";
         float *dst = k ? t->v : t->m;
-        memset(host, 0, (size_t)n * sizeof(float));
+        memset(host, 0, (size_t)p->total * sizeof(float));
+        if ((st = load_slices(t, f, k ? "exp_avg_sq." : "exp_avg.", host, whole)) != PAR_OK) break;
         if (t->zero == ZERO_OFF) {
-            if ((st = load_range(t, f, prefix, 0, p->total, host)) == PAR_OK) st = upload(t, dst, host, p->total);
+            st = upload(t, dst, host, p->total);
             continue;
         }
-        for (b = 0; b < p->num_buckets && st == PAR_OK; b++) {
+        for (b = 0; b < p->num_buckets; b++) { /* this rank's chunk of each bucket (padding is zero) */
             const llama_bucket *bk = &p->buckets[b];
-            int64_t cnt = bk->chunk;
-            if (bk->chunk_begin + cnt > bk->count) cnt = bk->count - bk->chunk_begin; /* padding stays zero */
-            if (cnt > 0) st = load_range(t, f, prefix, bk->start + bk->chunk_begin, cnt, host + bk->shard_offset);
+            memcpy(chunks + bk->shard_offset, host + bk->start + bk->chunk_begin, (size_t)bk->chunk * sizeof(float));
         }
-        if (st == PAR_OK) st = upload(t, dst, host, p->shard_total);
+        st = upload(t, dst, chunks, p->shard_total);
     }
     par_st_close(f);
 done:
-    free(host);
+    free(host), free(chunks), free(whole);
     return st;
 }
 
@@ -673,75 +762,99 @@ static par_status gather_shards(trainer *t, const float *shard, float *full) {
     return PAR_OK;
 }
 
-static par_status write_tensors(trainer *t, const char *path, const char *prefix, const float *flat_host,
-                                const char *step_text) {
-    par_st_writer *w = NULL;
-    int i;
-    LLAMA_CHECK(par_st_writer_create(path, &w));
-    for (i = 0; i < t->p.num_tensors; i++) {
-        const llama_tensor *tn = &t->p.tensors[i];
-        char name[128];
-        par_status st;
-        snprintf(name, sizeof name, "%s%s", prefix, tn->name);
-        st = par_st_writer_add(w, name, PAR_F32, tn->ndim, tn->shape, flat_host + tn->offset);
-        if (st != PAR_OK) return par_st_writer_abort(w), st;
+/* The whole tensor tn of a flat device buffer on rank 0's host (`whole`):
+   tensor-parallel shards are all-gathered over the tp group (collective over
+   it) and put in place; `tmp` is device memory for tp x the slice. */
+static par_status gather_tensor(trainer *t, const llama_tensor *tn, const float *flat, float *tmp, float *staging,
+                                float *whole) {
+    int r;
+    if (!tn->tp_split) {
+        if (t->rank != 0) return PAR_OK;
+        return t->ct->memcpy(t->ct->user, whole, flat + tn->offset, (size_t)tn->numel * 4, PAR_COPY_DEVICE_TO_HOST);
     }
-    if (step_text) {
-        par_status st = par_st_writer_metadata(w, "step", step_text);
-        if (st != PAR_OK) return par_st_writer_abort(w), st;
+    LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->tp_group, flat + tn->offset, tmp, tn->numel, PAR_F32, NULL));
+    if (t->rank != 0) return PAR_OK;
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, staging, tmp, (size_t)(tn->numel * t->mi.tp) * 4, PAR_COPY_DEVICE_TO_HOST));
+    for (r = 0; r < t->mi.tp; r++) { /* member r holds the r-th block along the split dim */
+        llama_tensor at = *tn;
+        const int split_rows = tn->ndim == 1 || tn->local[0] < tn->shape[0];
+        if (split_rows) at.start[0] = r * tn->local[0], at.start[1] = 0;
+        else at.start[0] = 0, at.start[1] = r * tn->local[1];
+        slice_copy(&at, whole, staging + r * tn->numel, 0);
     }
-    return par_st_writer_finish(w);
+    return PAR_OK;
 }
 
 /* --save: weights (Hugging Face names, loadable by torch) and, beside them,
-   the AdamW state with the step count. Rank 0 writes; each file is atomic. */
+   the AdamW state with the step count. Shards are gathered (ZeRO over dp,
+   tensor parallel over tp); rank 0 writes; each file is atomic. */
 static par_status save_checkpoint(trainer *t, const char *path) {
     const llama_params *p = &t->p;
-    const int64_t n = p->total;
-    float *full_m = t->m, *full_v = t->v, *host = NULL;
+    const int64_t n = p->total, g = p->global_params;
+    float *full_m = t->m, *full_v = t->v, *host = NULL, *tmp = NULL, *staging = NULL;
+    const float *src[3];
+    int64_t *goff = (int64_t *)calloc((size_t)p->num_tensors, sizeof(int64_t)), acc = 0;
     char opath[1024], step[32];
     par_status st = PAR_OK;
     int32_t status = 0;
+    int i, k;
+    if (!goff) return par_set_error(PAR_ENOMEM, "out of host memory saving %s", path);
+    for (i = 0; i < p->num_tensors; i++) {
+        const llama_tensor *tn = &p->tensors[i];
+        goff[i] = acc;
+        acc += tn->ndim == 2 ? tn->shape[0] * tn->shape[1] : tn->shape[0];
+    }
     if (t->zero != ZERO_OFF) {
-        LLAMA_CHECK(alloc_floats(t, n, PAR_MEM_WORKSPACE, &full_m));
+        if ((st = alloc_floats(t, n, PAR_MEM_WORKSPACE, &full_m)) != PAR_OK) goto done;
         if ((st = alloc_floats(t, n, PAR_MEM_WORKSPACE, &full_v)) != PAR_OK) goto done;
         if ((st = gather_shards(t, t->m, full_m)) != PAR_OK || (st = gather_shards(t, t->v, full_v)) != PAR_OK)
             goto done;
     }
+    if (t->tp_on && (st = alloc_floats(t, max_tensor_numel(p), PAR_MEM_WORKSPACE, &tmp)) != PAR_OK) goto done;
     if (t->rank == 0) {
-        host = (float *)malloc((size_t)n * 3 * sizeof(float));
-        if (!host) st = par_set_error(PAR_ENOMEM, "out of host memory saving %s", path);
-        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, host, t->params, (size_t)n * 4, PAR_COPY_DEVICE_TO_HOST);
-        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, host + n, full_m, (size_t)n * 4, PAR_COPY_DEVICE_TO_HOST);
-        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, host + 2 * n, full_v, (size_t)n * 4, PAR_COPY_DEVICE_TO_HOST);
+        host = (float *)malloc((size_t)g * 3 * sizeof(float));
+        staging = (float *)malloc((size_t)max_tensor_numel(p) * sizeof(float));
+        if (!host || !staging) {
+            st = par_set_error(PAR_ENOMEM, "out of host memory saving %s", path);
+            goto done; /* the other ranks then fail in the gather below with a timeout, never hang */
+        }
+    }
+    src[0] = t->params, src[1] = full_m, src[2] = full_v;
+    for (k = 0; k < 3 && st == PAR_OK; k++)
+        for (i = 0; i < p->num_tensors && st == PAR_OK; i++)
+            st = gather_tensor(t, &p->tensors[i], src[k], tmp, staging, host ? host + k * g + goff[i] : NULL);
+    if (st == PAR_OK && t->rank == 0) {
+        par_st_writer *w = NULL;
         snprintf(step, sizeof step, "%lld", (long long)t->step);
         optimizer_path(path, opath, sizeof opath);
-        if (st == PAR_OK) st = write_tensors(t, path, "", host, NULL);
-        if (st == PAR_OK) {
-            par_st_writer *w = NULL;
-            int i;
-            /* one file with both moments: write it with two prefixes */
-            st = par_st_writer_create(opath, &w);
-            for (i = 0; i < p->num_tensors && st == PAR_OK; i++) {
-                const llama_tensor *tn = &p->tensors[i];
-                char a[128], b[128];
-                snprintf(a, sizeof a, "exp_avg.%s", tn->name);
-                snprintf(b, sizeof b, "exp_avg_sq.%s", tn->name);
-                st = par_st_writer_add(w, a, PAR_F32, tn->ndim, tn->shape, host + n + tn->offset);
-                if (st == PAR_OK) st = par_st_writer_add(w, b, PAR_F32, tn->ndim, tn->shape, host + 2 * n + tn->offset);
-            }
-            if (st == PAR_OK) st = par_st_writer_metadata(w, "step", step);
-            if (st == PAR_OK) st = par_st_writer_finish(w);
-            else if (w) par_st_writer_abort(w);
+        st = par_st_writer_create(path, &w);
+        for (i = 0; i < p->num_tensors && st == PAR_OK; i++)
+            st = par_st_writer_add(w, p->tensors[i].name, PAR_F32, p->tensors[i].ndim, p->tensors[i].shape, host + goff[i]);
+        if (st == PAR_OK) st = par_st_writer_finish(w);
+        else if (w) par_st_writer_abort(w);
+        w = NULL;
+        /* one file with both moments, under two prefixes */
+        if (st == PAR_OK) st = par_st_writer_create(opath, &w);
+        for (i = 0; i < p->num_tensors && st == PAR_OK; i++) {
+            const llama_tensor *tn = &p->tensors[i];
+            char a[128], b[128];
+            snprintf(a, sizeof a, "exp_avg.%s", tn->name);
+            snprintf(b, sizeof b, "exp_avg_sq.%s", tn->name);
+            st = par_st_writer_add(w, a, PAR_F32, tn->ndim, tn->shape, host + g + goff[i]);
+            if (st == PAR_OK) st = par_st_writer_add(w, b, PAR_F32, tn->ndim, tn->shape, host + 2 * g + goff[i]);
         }
-        status = (int32_t)st;
+        if (st == PAR_OK) st = par_st_writer_metadata(w, "step", step);
+        if (st == PAR_OK) st = par_st_writer_finish(w);
+        else if (w) par_st_writer_abort(w);
     }
+    status = (int32_t)st;
 done:
     if (t->zero != ZERO_OFF) {
-        if (full_m) t->ct->free(t->ct->user, full_m);
-        if (full_v) t->ct->free(t->ct->user, full_v);
+        if (full_m && full_m != t->m) t->ct->free(t->ct->user, full_m);
+        if (full_v && full_v != t->v) t->ct->free(t->ct->user, full_v);
     }
-    free(host);
+    if (tmp) t->ct->free(t->ct->user, tmp);
+    free(host), free(staging), free(goff);
     if (st != PAR_OK && t->rank != 0) return st;
     /* every rank learns whether rank 0's write worked; only rank 0 reports it */
     {
@@ -792,26 +905,27 @@ static par_status load_micro_batch(trainer *t, int64_t step, int mb) {
     return t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE);
 }
 
-static par_status forward(trainer *t, int64_t batch, int64_t seq) {
+/* `tp` is the tensor-parallel plumbing (NULL on one device of the tp dim). */
+static par_status forward(trainer *t, const llama_tp *tp, int64_t batch, int64_t seq) {
     const llama_params *p = &t->p;
-    const llama_dims *d = &p->dims;
+    const llama_dims *d = &p->local;
     llama_acts *a = &t->acts;
     const int64_t n = batch * seq;
     double t0 = trace_now(t);
     int l;
-    LLAMA_CHECK(t->ct->embedding_fwd(t->ct->user, n, a->ids, t->params + p->tensors[LLAMA_T_EMBED].offset, d->vocab,
-                                     d->dim, 0, d->layers ? a->blocks[0].x_in : a->x_final));
+    LLAMA_CHECK(llama_embed_fwd(t->ct, d, tp, t->params + p->tensors[LLAMA_T_EMBED].offset, a->ids, n,
+                                d->layers ? a->blocks[0].x_in : a->x_final, &t->scratch));
     trace_span(t, "compute", t0, "fwd embedding");
     for (l = 0; l < d->layers; l++) {
         const llama_block w = block_bind(p, l, t->params, 0);
         float *out = l + 1 < d->layers ? a->blocks[l + 1].x_in : a->x_final;
         t0 = trace_now(t);
-        LLAMA_CHECK(llama_block_fwd(t->ct, d, &w, &a->blocks[l], a->pos, batch, seq, out));
+        LLAMA_CHECK(llama_block_fwd_tp(t->ct, d, tp, &w, &a->blocks[l], a->pos, batch, seq, out, &t->scratch));
         trace_span(t, "compute", t0, "fwd block %d", l);
     }
     t0 = trace_now(t);
-    LLAMA_CHECK(llama_head_fwd(t->ct, d, t->params + p->tensors[p->num_tensors - 2].offset,
-                               t->params + p->tensors[p->num_tensors - 1].offset, a, n));
+    LLAMA_CHECK(llama_head_fwd_tp(t->ct, d, tp, t->params + p->tensors[p->num_tensors - 2].offset,
+                                  t->params + p->tensors[p->num_tensors - 1].offset, a, n, &t->scratch));
     trace_span(t, "compute", t0, "fwd head+loss");
     return PAR_OK;
 }
@@ -833,12 +947,28 @@ static par_status finish_rs(trainer *t, int b) {
     return t->ct->axpy(t->ct->user, bk->chunk, 1.0f, t->rs_tmp[b & 1], t->gshard + bk->shard_offset);
 }
 
+/* Gradients that are partial sums over the tp group (the norms', and a
+   replicated embedding's, under sequence parallelism: each rank saw its rows)
+   are summed over it before the data-parallel reduction. */
+static par_status sum_tp_partials(trainer *t, int b, float *g) {
+    const llama_bucket *bk = &t->p.buckets[b];
+    int i;
+    for (i = bk->first_tensor; i < bk->first_tensor + bk->num_tensors; i++) {
+        const llama_tensor *tn = &t->p.tensors[i];
+        if (!tn->tp_partial) continue;
+        LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->tp_group, g + (tn->offset - bk->start), g + (tn->offset - bk->start),
+                                      tn->numel, PAR_F32, PAR_REDUCE_SUM, NULL));
+    }
+    return PAR_OK;
+}
+
 /* Bucket b's gradients are complete for this micro-batch: start its reduction
    (async, so it overlaps the backward of the layers below). */
 static par_status bucket_ready(trainer *t, int b, int last_mb) {
     llama_bucket *bk = &t->p.buckets[b];
     const par_comm_table *cm = t->cm;
     float *g = bucket_grads(t, b);
+    if (t->zero == ZERO_2 || last_mb) LLAMA_CHECK(sum_tp_partials(t, b, g));
     if (t->zero == ZERO_2) {
         trace_issue(t, bk, "reduce_scatter");
         return cm->reduce_scatter(cm->user, t->dp_group, g, t->rs_tmp[b & 1], bk->chunk, PAR_F32, grad_op(t), &bk->req);
@@ -864,7 +994,8 @@ static par_status bucket_begin(trainer *t, int b) {
 
 static par_status backward(trainer *t, float scale, int last_mb) {
     const llama_params *p = &t->p;
-    const llama_dims *d = &p->dims;
+    const llama_dims *d = &p->local;
+    const llama_tp *tp = t->tp_on ? &t->tp : NULL;
     llama_acts *a = &t->acts;
     const int nb = p->num_buckets, head = nb - 1;
     const llama_tensor *tn = p->tensors;
@@ -875,9 +1006,9 @@ static par_status backward(trainer *t, float scale, int last_mb) {
     LLAMA_CHECK(bucket_begin(t, head));
     g = bucket_grads(t, head);
     t0 = trace_now(t);
-    LLAMA_CHECK(llama_head_bwd(t->ct, d, t->params + tn[tnorm].offset, t->params + tn[tlm].offset,
-                               g + (tn[tnorm].offset - p->buckets[head].start),
-                               g + (tn[tlm].offset - p->buckets[head].start), a, t->sz.n, scale, &t->scratch));
+    LLAMA_CHECK(llama_head_bwd_tp(t->ct, d, tp, t->params + tn[tnorm].offset, t->params + tn[tlm].offset,
+                                  g + (tn[tnorm].offset - p->buckets[head].start),
+                                  g + (tn[tlm].offset - p->buckets[head].start), a, t->sz.n, scale, &t->scratch));
     trace_span(t, "compute", t0, "bwd head+loss");
     LLAMA_CHECK(bucket_ready(t, head, last_mb));
     for (l = (int)d->layers - 1; l >= 0; l--) {
@@ -886,14 +1017,14 @@ static par_status backward(trainer *t, float scale, int last_mb) {
         LLAMA_CHECK(bucket_begin(t, 1 + l));
         gb = block_bind(p, l, bucket_grads(t, 1 + l), p->buckets[1 + l].start);
         t0 = trace_now(t);
-        LLAMA_CHECK(llama_block_bwd(t->ct, d, &w, &gb, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
+        LLAMA_CHECK(llama_block_bwd_tp(t->ct, d, tp, &w, &gb, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq,
+                                       &t->scratch));
         trace_span(t, "compute", t0, "bwd block %d", l);
         LLAMA_CHECK(bucket_ready(t, 1 + l, last_mb));
     }
     LLAMA_CHECK(bucket_begin(t, 0));
     t0 = trace_now(t);
-    LLAMA_CHECK(t->ct->embedding_bwd(t->ct->user, t->sz.n, a->ids, t->scratch.dx, d->vocab, d->dim, 0,
-                                     bucket_grads(t, 0)));
+    LLAMA_CHECK(llama_embed_bwd(t->ct, d, tp, a->ids, t->sz.n, bucket_grads(t, 0), &t->scratch));
     trace_span(t, "compute", t0, "bwd embedding");
     return bucket_ready(t, 0, last_mb);
 }
@@ -915,16 +1046,47 @@ static par_status wait_reductions(trainer *t) {
 
 /* Global gradient norm: every parameter counted once (the shards are disjoint;
    without ZeRO every rank holds the same reduced gradients). */
+/* Sum of squares of the gradients in [flat_begin, flat_begin+count) (g points
+   at flat_begin), counting a tensor's tp copies once: tensor-parallel shards
+   on every tp rank, replicated tensors on tp rank 0 only. */
+static par_status sumsq_range(trainer *t, int64_t flat_begin, int64_t count, const float *g, double *out) {
+    int i;
+    for (i = 0; i < t->p.num_tensors; i++) {
+        const llama_tensor *tn = &t->p.tensors[i];
+        const int64_t b = tn->offset > flat_begin ? tn->offset : flat_begin;
+        const int64_t e = tn->offset + tn->numel < flat_begin + count ? tn->offset + tn->numel : flat_begin + count;
+        double part = 0.0;
+        if (b >= e || (!tn->tp_split && t->tp_index != 0)) continue;
+        LLAMA_CHECK(t->ct->sumsq(t->ct->user, e - b, g + (b - flat_begin), &part));
+        *out += part;
+    }
+    return PAR_OK;
+}
+
 static par_status grad_norm(trainer *t, double *norm) {
     double ss = 0.0, t0 = trace_now(t);
-    if (t->zero == ZERO_OFF) {
+    int b;
+    if (t->zero == ZERO_OFF && !t->tp_on) {
         LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.total, t->grads, &ss));
         trace_span(t, "optimizer", t0, "grad norm");
-    } else {
-        LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.shard_total, t->gshard, &ss));
+    } else if (t->zero == ZERO_OFF) { /* dp replicas hold the same gradients: sum over tp only */
+        LLAMA_CHECK(sumsq_range(t, 0, t->p.total, t->grads, &ss));
         trace_span(t, "optimizer", t0, "grad norm");
         t0 = trace_now(t);
-        LLAMA_CHECK(scalar_collective(t, t->dp_group, &ss, PAR_F64, PAR_REDUCE_SUM, 0));
+        LLAMA_CHECK(scalar_collective(t, t->tp_group, &ss, PAR_F64, PAR_REDUCE_SUM, 0));
+        trace_span(t, "comm", t0, "all_reduce grad norm");
+    } else { /* ZeRO: the dp shards are disjoint too */
+        if (!t->tp_on) {
+            LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.shard_total, t->gshard, &ss));
+        } else {
+            for (b = 0; b < t->p.num_buckets; b++) {
+                const llama_bucket *bk = &t->p.buckets[b];
+                LLAMA_CHECK(sumsq_range(t, bk->start + bk->chunk_begin, bk->chunk, t->gshard + bk->shard_offset, &ss));
+            }
+        }
+        trace_span(t, "optimizer", t0, "grad norm");
+        t0 = trace_now(t);
+        LLAMA_CHECK(scalar_collective(t, t->tp_on ? t->world_group : t->dp_group, &ss, PAR_F64, PAR_REDUCE_SUM, 0));
         trace_span(t, "comm", t0, "all_reduce grad norm");
     }
     *norm = sqrt(ss);
@@ -996,7 +1158,7 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
         t1 = trace_now(t);
         LLAMA_CHECK(load_micro_batch(t, t->step, mb));
         trace_span(t, "io", t1, "load micro-batch %d", mb);
-        LLAMA_CHECK(forward(t, t->sz.batch, t->sz.seq));
+        LLAMA_CHECK(forward(t, t->tp_on ? &t->tp : NULL, t->sz.batch, t->sz.seq));
         LLAMA_CHECK(backward(t, scale, mb == t->micro_batches - 1));
         /* ZeRO-2 reuses the slots and receive buffers in the next micro-batch */
         if (t->zero == ZERO_2 && mb + 1 < t->micro_batches) LLAMA_CHECK(wait_reductions(t));
@@ -1034,7 +1196,7 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
 static double step_flops(const llama_params *p, int64_t global_batch) {
     const llama_dims *d = &p->dims;
     const double tokens = (double)global_batch * (double)d->seq;
-    const double matmul_params = (double)(p->num_params - p->tensors[LLAMA_T_EMBED].numel) -
+    const double matmul_params = (double)(p->global_params - d->vocab * d->dim) -
                                  (double)d->dim * (double)(2 * d->layers + 1);
     const double attn = (double)d->layers * 2.0 * (double)d->seq * (double)(d->heads * d->head_dim);
     return 6.0 * tokens * matmul_params + 3.0 * tokens * attn;
@@ -1045,7 +1207,7 @@ static double step_flops(const llama_params *p, int64_t global_batch) {
    the slowest rank's time is the peak MFU is measured against. Runs in the
    backward scratch (free now): as large a square as fits, up to 384. */
 static par_status measure_gemm_peak(trainer *t, double *gflops) {
-    const int64_t room = scratch_floats(&t->p.dims, t->sz.n);
+    const int64_t room = scratch_floats(&t->p.local, t->sz.n, t->p.tp);
     const int reps = 8;
     int64_t n = 384;
     float *a = t->scratch_base;
@@ -1108,20 +1270,27 @@ static int64_t plan_total(const mem_plan *m) {
 
 static void print_summary(const trainer *t, const char *backend) {
     const llama_dims *d = &t->p.dims;
-    const llama_tensor *e = &t->p.tensors[LLAMA_T_EMBED];
-    char mesh[128], lay[128], tok[128];
+    const llama_tensor *e = &t->p.tensors[LLAMA_T_EMBED], *b0 = &t->p.tensors[LLAMA_BLOCK_FIRST];
+    char mesh[128], lay[128], tok[128], col[128] = "-", row[128] = "-";
     par_mesh_format(&t->mesh, mesh, sizeof mesh);
     par_layout_format(&e->layout, lay, sizeof lay);
     par_layout_format(&t->tokens_layout, tok, sizeof tok);
+    if (d->layers) par_layout_format(&b0[1].layout, col, sizeof col), par_layout_format(&b0[4].layout, row, sizeof row);
     printf("parallel.h llama trainer\n");
     printf("  model      vocab %lld, hidden %lld, layers %lld, heads %lld (kv %lld, head dim %lld), ffn %lld, seq %lld\n",
            (long long)d->vocab, (long long)d->dim, (long long)d->layers, (long long)d->heads, (long long)d->kv_heads,
            (long long)d->head_dim, (long long)d->ffn, (long long)d->seq);
-    printf("  parameters %lld in %d tensors, %d gradient buckets\n", (long long)t->p.num_params, t->p.num_tensors,
-           t->p.num_buckets);
+    printf("  parameters %lld in %d tensors (%lld on this rank), %d gradient buckets\n", (long long)t->p.global_params,
+           t->p.num_tensors, (long long)t->p.num_params, t->p.num_buckets);
     printf("  ranks      %d (%s backend), mesh %s, %d kernel thread(s) per rank\n", t->world, backend, mesh,
            par_ctx_kernel_threads(t->ctx));
-    printf("  layouts    weights %s (replicated over dp), tokens [batch,seq] %s\n", lay, tok);
+    printf("  layouts    q/k/v/gate/up/lm_head %s, o/down %s, embedding %s, tokens [batch,seq] %s\n", col, row, lay,
+           tok);
+    if (t->tp_on)
+        printf("  tensor     tp %d: %lld of %lld heads, %lld kv heads, %lld ffn columns, vocab rows %lld.. per rank%s\n",
+               t->mi.tp, (long long)t->p.local.heads, (long long)d->heads, (long long)t->p.local.kv_heads,
+               (long long)t->p.local.ffn, (long long)t->p.local.vocab_start,
+               t->mi.sp ? "; sequence parallel (norms and residual split by tokens)" : "");
     printf("  batch      global %d = dp %d x micro_batch_num %d x %lld samples of %lld tokens\n", t->cfg->batch_size,
            t->dp, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq);
     if (t->zero != ZERO_OFF)
@@ -1159,12 +1328,30 @@ static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
    8. sampling, the rank body, main
    ========================================================================== */
 
-/* Rank 0 continues a prompt from the data, one byte at a time (temperature
-   0.8), re-running the forward over the last seq_length bytes. */
+/* The last row of the logits, whole, on the host: under tensor parallelism
+   each rank holds its vocabulary shard, gathered over the tp group (in place,
+   in the scratch). */
+static par_status last_logits_row(trainer *t, int64_t n, float *row) {
+    const int64_t vl = t->p.local.vocab;
+    const float *src = t->acts.logits + (n - 1) * vl;
+    float *buf = t->scratch.dh;
+    if (!t->tp_on) return t->ct->memcpy(t->ct->user, row, src, (size_t)vl * 4, PAR_COPY_DEVICE_TO_HOST);
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, buf + t->tp_index * vl, src, (size_t)vl * 4, PAR_COPY_DEVICE_TO_DEVICE));
+    LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->tp_group, buf + t->tp_index * vl, buf, vl, PAR_F32, NULL));
+    return t->ct->memcpy(t->ct->user, row, buf, (size_t)(vl * t->mi.tp) * 4, PAR_COPY_DEVICE_TO_HOST);
+}
+
+/* The ranks of the first data-parallel replica (one rank without tensor
+   parallelism) continue a prompt from the data, one byte at a time
+   (temperature 0.8, the same draws on every rank), re-running the forward over
+   the last seq_length bytes; rank 0 prints. Sequence parallelism is off here
+   (the context length varies). */
 static par_status generate(trainer *t, int count) {
     const llama_dims *d = &t->p.dims;
+    llama_tp tp = t->tp;
+    const int prompt = 16;
     const int64_t T = t->sz.seq < t->sz.n ? t->sz.seq : t->sz.n;
-    int64_t len = 16 < T ? 16 : T, i, k;
+    int64_t len = prompt < T ? prompt : T, i, k;
     unsigned char *text = (unsigned char *)malloc((size_t)(len + count));
     float *row = (float *)malloc((size_t)d->vocab * sizeof(float));
     uint64_t rng = 0x53414D504C45ull ^ t->cfg->seed;
@@ -1178,10 +1365,9 @@ static par_status generate(trainer *t, int count) {
         for (k = 0; k < n; k++) t->host_ids[k] = ctx[k], t->host_pos[k] = k;
         st = t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n * 4, PAR_COPY_HOST_TO_DEVICE);
         if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n * 8, PAR_COPY_HOST_TO_DEVICE);
-        if (st == PAR_OK) st = forward(t, 1, n);
-        if (st == PAR_OK)
-            st = t->ct->memcpy(t->ct->user, row, t->acts.logits + (n - 1) * d->vocab, (size_t)d->vocab * 4,
-                               PAR_COPY_DEVICE_TO_HOST);
+        tp.sp = 0;
+        if (st == PAR_OK) st = forward(t, t->tp_on ? &tp : NULL, 1, n);
+        if (st == PAR_OK) st = last_logits_row(t, n, row);
         if (st != PAR_OK) break;
         for (k = 0; k < d->vocab && k < 256; k++) mx = row[k] > mx ? row[k] : mx;
         for (k = 0; k < d->vocab && k < 256; k++) sum += exp(((double)row[k] - mx) / 0.8);
@@ -1192,11 +1378,12 @@ static par_status generate(trainer *t, int count) {
         }
         text[len++] = (unsigned char)k;
     }
-    if (st == PAR_OK) {
+    if (st == PAR_OK && t->rank == 0) {
+        const int64_t shown = prompt < T ? prompt : T;
         printf("sample (prompt | generated):\n");
         for (k = 0; k < len; k++) {
             int ch = text[k];
-            if (k == 16) printf(" | ");
+            if (k == shown) printf(" | ");
             putchar(ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127) ? ch : '.');
         }
         printf("\n");
@@ -1205,10 +1392,30 @@ static par_status generate(trainer *t, int count) {
     return st;
 }
 
+/* ---- tensor-parallel collectives: the comm table over the tp group ---------- */
+
+static par_status tp_sum(void *u, float *x, int64_t n) {
+    trainer *t = (trainer *)u;
+    return t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_SUM, NULL);
+}
+static par_status tp_max(void *u, float *x, int64_t n) {
+    trainer *t = (trainer *)u;
+    return t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_MAX, NULL);
+}
+static par_status tp_gather(void *u, const float *x_local, float *x, int64_t n_local) {
+    trainer *t = (trainer *)u;
+    return t->cm->all_gather(t->cm->user, t->tp_group, x_local, x, n_local, PAR_F32, NULL);
+}
+static par_status tp_reduce_scatter(void *u, const float *x, float *x_local, int64_t n_local) {
+    trainer *t = (trainer *)u;
+    return t->cm->reduce_scatter(t->cm->user, t->tp_group, x, x_local, n_local, PAR_F32, PAR_REDUCE_SUM, NULL);
+}
+
 static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) {
     const llama_config *c = sh->cfg;
     const int64_t shape[2] = {c->batch_size, c->seq_length};
     int map[2];
+    uint32_t tp_mask;
     char err[512];
     t->ctx = ctx, t->ct = par_ctx_compute(ctx), t->cm = par_ctx_comm(ctx);
     t->cfg = c, t->opt = sh->opt, t->data = sh->data;
@@ -1227,7 +1434,18 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     }
     LLAMA_CHECK(par_ctx_group(ctx, par_layout_split_dims(&t->tokens_layout), &t->dp_group, &t->dp_index, NULL));
     LLAMA_CHECK(par_ctx_group(ctx, (1u << t->mesh.ndim) - 1u, &t->world_group, NULL, NULL));
-    if (params_build(&t->p, c, &t->mesh, t->rank, t->dp, err, sizeof err) != 0) return par_set_error(PAR_EINVAL, "%s", err);
+    t->mi.mesh = t->mesh, t->mi.dp = t->dp, t->mi.tp = c->model_parallel, t->mi.sp = c->use_seq_parallel;
+    t->mi.vocab_emb_dp = c->vocab_emb_dp, t->mi.tokens = (int64_t)c->batch_size * c->seq_length;
+    if (params_build(&t->p, c, &t->mi, t->rank, err, sizeof err) != 0) return par_set_error(PAR_EINVAL, "%s", err);
+    /* the tp group: where the row-parallel projections' partial sums are reduced
+       (o_proj's forward collective, derived from its strategy) */
+    tp_mask = par_layout_split_dims(&t->p.tensors[LLAMA_BLOCK_FIRST + 4].layout);
+    if (!c->num_layers || t->mi.tp == 1) tp_mask = 0u;
+    LLAMA_CHECK(par_ctx_group(ctx, tp_mask, &t->tp_group, &t->tp_index, NULL));
+    t->tp_on = t->mi.tp > 1;
+    t->tp.degree = t->mi.tp, t->tp.index = t->tp_index, t->tp.sp = c->use_seq_parallel, t->tp.user = t;
+    t->tp.all_reduce = tp_sum, t->tp.all_reduce_max = tp_max, t->tp.all_gather = tp_gather;
+    t->tp.reduce_scatter = tp_reduce_scatter;
     t->plan = plan_memory(&t->p, &t->sz, t->zero, t->dp);
     return state_alloc(t);
 }
@@ -1333,7 +1551,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
             printf("trace: wrote %s (%d rank%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
                    o->trace_path, t.world, t.world == 1 ? "" : "s");
     }
-    if (st == PAR_OK && t.rank == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
+    if (st == PAR_OK && t.dp_index == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
     if (t.metrics) fclose(t.metrics);
     fflush(stdout);
     trainer_free(&t);
@@ -1425,7 +1643,7 @@ int main(int argc, char **argv) {
 
     sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
     sh.init_step = step0, sh.init_has_optimizer = has_opt;
-    snprintf(mesh, sizeof mesh, "dp=%d", cfg.data_parallel);
+    snprintf(mesh, sizeof mesh, "dp=%d,tp=%d", cfg.data_parallel, cfg.model_parallel);
     desc.mesh = mesh;
     if (mpi) {
         par_ctx *ctx = NULL;

@@ -792,15 +792,29 @@ static void test_cross_rules(void) {
                          "parallel.enable_alltoall=true", "parallel_config.context_parallel_algo=ulysses_cp"};
     CHECK_MSG(load_text(NULL, ok5, 4, &c) == 0, "%s", err_);
 
+    /* tensor parallel: every split dim divisible (defaults: 4 heads, 2 kv heads, hidden 64,
+       ffn 172, vocab 256, seq 64) */
+    const char *tp2[] = {"parallel_config.model_parallel=2", "parallel_config.use_seq_parallel=true"};
+    CHECK_MSG(load_text(NULL, tp2, 2, &c) == 0 && c.model_parallel == 2 && c.use_seq_parallel == 1, "%s", err_);
+    const char *sp1[] = {"parallel_config.use_seq_parallel=true"}; /* a no-op at tp 1, accepted */
+    CHECK_MSG(load_text(NULL, sp1, 1, &c) == 0, "%s", err_);
+    const char *tp3[] = {"parallel_config.model_parallel=3"};
+    expect_rule(tp3, 1, "model.model_config.num_heads = 4 is not divisible by parallel_config.model_parallel (3)", NULL);
+    const char *tp4[] = {"parallel_config.model_parallel=4"};
+    expect_rule(tp4, 1, "model.model_config.n_kv_heads = 2 is smaller than parallel_config.model_parallel (4)", NULL);
+    const char *tpf[] = {"parallel_config.model_parallel=2", "model.model_config.intermediate_size=171"};
+    expect_rule(tpf, 2, "model.model_config.intermediate_size = 171 is not divisible", NULL);
+    const char *tpv[] = {"parallel_config.model_parallel=2", "model.model_config.vocab_size=257"};
+    expect_rule(tpv, 2, "model.model_config.vocab_size = 257 is not divisible", NULL);
+    const char *tps[] = {"parallel_config.model_parallel=2", "parallel_config.use_seq_parallel=true",
+                         "model.model_config.seq_length=63"};
+    expect_rule(tps, 3, "model.model_config.seq_length = 63 is not divisible", "use_seq_parallel");
+
     /* features that have not landed: rejected by name */
-    const char *tp[] = {"parallel_config.model_parallel=2"};
-    expect_rule(tp, 1, "parallel_config.model_parallel = 2", "tensor parallel is not implemented");
     const char *pp[] = {"parallel_config.pipeline_stage=2"};
     expect_rule(pp, 1, "parallel_config.pipeline_stage = 2", "not implemented");
     const char *cp[] = {"parallel_config.context_parallel=2"};
     expect_rule(cp, 1, "parallel_config.context_parallel = 2", "not implemented");
-    const char *sp[] = {"parallel_config.use_seq_parallel=true"};
-    expect_rule(sp, 1, "parallel_config.use_seq_parallel", "not implemented");
     const char *z3[] = {"parallel.parallel_optimizer_config.optimizer_level=level3"};
     expect_rule(z3, 1, "parallel.parallel_optimizer_config.optimizer_level", "not implemented");
     /* ... also from a file */
@@ -842,10 +856,10 @@ static void test_cross_rules(void) {
     CHECK(llama_config_load(NULL, NULL, 2, &c, NULL, err, sizeof err) == -1);
     const char *null_set[] = {NULL};
     CHECK(llama_config_load(NULL, null_set, 1, &c, NULL, err, sizeof err) == -1);
-    CHECK(load_text("seed: 3\n", tp, 1, &c) == -1);
+    CHECK(load_text("seed: 3\n", tp3, 1, &c) == -1);
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK(llama_config_load(NULL, NULL, 0, NULL, NULL, err, sizeof err) == -1);
-    CHECK(llama_config_load(NULL, tp, 1, &c, NULL, NULL, 0) == -1);
+    CHECK(llama_config_load(NULL, tp3, 1, &c, NULL, NULL, 0) == -1);
 }
 
 /* ---- printing -------------------------------------------------------------------- */
