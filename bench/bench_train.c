@@ -8,7 +8,10 @@
      2. ../shared/bench/torch_llama.py time with the same shape and 2 threads (when
         /usr/bin/python3 has torch; TORCH_LLAMA overrides the script's path);
      3. build/train with data_parallel 4 on the same global batch: tokens/s and CPU
-        time against the one-rank run (the cost of splitting the batch four ways).
+        time against the one-rank run (the cost of splitting the batch four ways);
+     4. the other 4-rank layouts, dp 2 x tp 2 and tp 4 with and without sequence
+        parallel, each with --trace: tokens/s and the share of step time exposed to
+        communication that the trainer computes from its trace (rank 0).
    Prints a table and JSON lines {"bench":"train",...}. Usage: build/bench_train [steps] */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
@@ -23,6 +26,7 @@
 typedef struct run_result {
     double tokens_per_s; /* median over steps 1.. */
     double cpu_s, wall_s;
+    double comm_share;   /* from the trace; -1 when not traced */
     int ok;
 } run_result;
 
@@ -53,21 +57,23 @@ static int timed_system(const char *cmd, double *cpu_s, double *wall_s) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static run_result run_trainer(int dp, int steps) {
-    run_result r = {0, 0, 0, 0};
+static run_result run_trainer(int dp, int tp, int sp, int trace, int steps) {
+    run_result r = {0, 0, 0, -1, 0};
     char cmd[1024], line[1024];
     double tps[256];
     int n = 0;
     FILE *f;
     snprintf(cmd, sizeof cmd,
              "build/train --config examples/configs/bench.yaml --data parallel.h --steps %d --quiet "
-             "--set parallel_config.data_parallel=%d --metrics build/bench_train.jsonl >/dev/null",
-             steps, dp);
+             "--set parallel_config.data_parallel=%d --set parallel_config.model_parallel=%d "
+             "--set parallel_config.use_seq_parallel=%s %s --metrics build/bench_train.jsonl >/dev/null",
+             steps, dp, tp, sp ? "true" : "false", trace ? "--trace build/bench_train_trace.json" : "");
     if (timed_system(cmd, &r.cpu_s, &r.wall_s) != 0) return r;
     if (!(f = fopen("build/bench_train.jsonl", "r"))) return r;
     while (fgets(line, sizeof line, f) && n < 256) {
-        const char *p = strstr(line, "\"tokens_per_s\":");
+        const char *p = strstr(line, "\"tokens_per_s\":"), *c = strstr(line, "\"share\":");
         if (p && strstr(line, "\"step\":")) tps[n++] = strtod(p + 15, NULL);
+        if (c && strstr(line, "comm_share")) r.comm_share = strtod(c + 8, NULL);
     }
     fclose(f);
     if (n < 2) return r;
@@ -78,7 +84,7 @@ static run_result run_trainer(int dp, int steps) {
 }
 
 static run_result run_torch(const char *script, int steps) {
-    run_result r = {0, 0, 0, 0};
+    run_result r = {0, 0, 0, -1, 0};
     char cmd[1024], line[512];
     FILE *p;
     snprintf(cmd, sizeof cmd,
@@ -97,15 +103,20 @@ static run_result run_torch(const char *script, int steps) {
 int main(int argc, char **argv) {
     const int steps = argc > 1 ? atoi(argv[1]) : 8;
     const char *script = getenv("TORCH_LLAMA") ? getenv("TORCH_LLAMA") : "../shared/bench/torch_llama.py";
-    run_result one, four, torch = {0, 0, 0, 0};
+    static const struct { const char *name; int dp, tp, sp; } layouts[] = {
+        {"dp 4", 4, 1, 0}, {"dp 2 x tp 2", 2, 2, 0}, {"dp 2 x tp 2 + sp", 2, 2, 1}, {"tp 4", 1, 4, 0}, {"tp 4 + sp", 1, 4, 1}};
+    run_result one, four, torch = {0, 0, 0, -1, 0}, traced[5];
+    size_t i;
     int have_torch;
     if (steps < 2) return fprintf(stderr, "bench_train: steps must be >= 2\n"), 2;
     if (access("build/train", X_OK) != 0)
         return fprintf(stderr, "bench_train: build/train is missing (make build/train; needs libyaml)\n"), 1;
     have_torch = access(script, R_OK) == 0 && system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-    one = run_trainer(1, steps);
+    one = run_trainer(1, 1, 0, 0, steps);
     if (have_torch) torch = run_torch(script, steps - 1);
-    four = run_trainer(4, steps);
+    four = run_trainer(4, 1, 0, 0, steps);
+    for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        traced[i] = run_trainer(layouts[i].dp, layouts[i].tp, layouts[i].sp, 1, steps);
     if (!one.ok || !four.ok) return fprintf(stderr, "bench_train: a trainer run failed\n"), 1;
 
     printf("bench model: hidden 256, 4 layers, 8 heads (4 kv), ffn 688, seq 256, global batch 8; %d steps\n", steps);
@@ -116,6 +127,15 @@ int main(int argc, char **argv) {
     printf("%-34s %12.0f %10.2f %10.2f\n", "parallel.h, dp 4 (4 ranks)", four.tokens_per_s, four.cpu_s, four.wall_s);
     if (torch.ok) printf("speed vs PyTorch: %.2fx (target >= 3x)\n", one.tokens_per_s / torch.tokens_per_s);
     printf("dp 4 CPU time vs 1 rank on the same global batch: %.2fx (target <= 1.25x)\n", four.cpu_s / one.cpu_s);
+    printf("4 ranks, traced (--trace; comm = share of step time exposed to communication on rank 0):\n");
+    printf("%-34s %12s %10s\n", "layout", "tokens/s", "comm");
+    for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        if (!traced[i].ok) {
+            printf("%-34s %12s\n", layouts[i].name, "failed");
+            continue;
+        }
+        printf("%-34s %12.0f %9.1f%%\n", layouts[i].name, traced[i].tokens_per_s, 100.0 * traced[i].comm_share);
+    }
 
     printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"tokens_per_s\":%.1f,\"cpu_s\":%.3f,\"wall_s\":%.3f}\n",
            one.tokens_per_s, one.cpu_s, one.wall_s);
@@ -125,5 +145,11 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":4,\"dp\":4,\"tokens_per_s\":%.1f,\"cpu_s\":%.3f,"
            "\"wall_s\":%.3f,\"cpu_ratio\":%.3f}\n",
            four.tokens_per_s, four.cpu_s, four.wall_s, four.cpu_s / one.cpu_s);
+    for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        if (traced[i].ok)
+            printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":4,\"dp\":%d,\"tp\":%d,\"sp\":%s,"
+                   "\"tokens_per_s\":%.1f,\"comm_share\":%.4f}\n",
+                   layouts[i].dp, layouts[i].tp, layouts[i].sp ? "true" : "false", traced[i].tokens_per_s,
+                   traced[i].comm_share);
     return 0;
 }

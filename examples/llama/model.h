@@ -92,6 +92,7 @@ typedef struct llama_acts {
    dh and dl as temporaries too; dl ([n, dim]) is needed only then. */
 typedef struct llama_scratch {
     float *dx, *dh, *dattn, *dq, *dk, *dv, *dg, *du, *dm, *dl;
+    float *gath; /* [n, dim], sequence parallel only: a norm output all-gathered to full rows */
 } llama_scratch;
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -152,22 +153,23 @@ LLAMA_FN par_status llama_row_parallel_sum(const par_compute_table *ct, const ll
     return ct->axpy(ct->user, nl * C, 1.0f, sum, out);
 }
 
-/* RMSNorm of this rank's rows of x into the full-row input of the next
-   column-parallel projection (all-gathered under sequence parallel). */
-LLAMA_FN par_status llama_norm_gather(const par_compute_table *ct, const llama_tp *tp, const float *x, const float *w,
-                                    float eps, float *y_full, float *rstd, float *tmp, int64_t n, int64_t C) {
-    const int64_t nl = llama_rows_local(tp, n);
-    if (!llama_sp_on(tp)) return ct->rmsnorm_fwd(ct->user, n, C, x, w, eps, y_full, rstd);
-    LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, nl, C, x, w, eps, tmp, rstd));
-    return tp->all_gather(tp->user, tmp, y_full, nl * C);
+/* Rows of a [n, C] activation of which this rank holds its block `x`: x
+   itself, or, under sequence parallel, x all-gathered into `full`. */
+LLAMA_FN par_status llama_full_rows(const llama_tp *tp, const float *x, float *full, int64_t n, int64_t C,
+                                  const float **out) {
+    if (!llama_sp_on(tp)) return *out = x, PAR_OK;
+    *out = full;
+    return tp->all_gather(tp->user, x, full, llama_rows_local(tp, n) * C);
 }
 
-/* The gradient of a residual stream, full rows: dx itself, or all-gathered
-   from this rank's rows into `full` under sequence parallel. */
-LLAMA_FN par_status llama_grad_rows(const llama_tp *tp, float *dx, float *full, int64_t n, int64_t C, float **out) {
-    if (!llama_sp_on(tp)) return *out = dx, PAR_OK;
-    *out = full;
-    return tp->all_gather(tp->user, dx, full, llama_rows_local(tp, n) * C);
+/* RMSNorm of this rank's rows of x into y (kept for backward: under sequence
+   parallel only this rank's rows, as Megatron does, and backward gathers them
+   again); *full is the full-row input of the next column-parallel projection. */
+LLAMA_FN par_status llama_norm_rows(const par_compute_table *ct, const llama_tp *tp, const float *x, const float *w,
+                                  float eps, float *y, float *rstd, float *gath, int64_t n, int64_t C,
+                                  const float **full) {
+    LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, llama_rows_local(tp, n), C, x, w, eps, y, rstd));
+    return llama_full_rows(tp, y, gath, n, C, full);
 }
 
 /* A column-parallel input's gradient dh [n, C] is partial over the group: sum
@@ -200,14 +202,15 @@ LLAMA_FN par_status llama_block_fwd_tp(const par_compute_table *ct, const llama_
     const int64_t n = batch * seq, C = d->dim, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
     const par_attn_desc ad = llama_attn_desc(d, batch, seq);
     void *u = ct->user;
+    const float *h1 = a->h1, *h2 = a->h2;
     if (!llama_tp_on(tp)) {
         LLAMA_CHECK(ct->rmsnorm_fwd(u, n, C, a->x_in, w->ln1, d->eps, a->h1, a->rstd1));
     } else {
-        LLAMA_CHECK(llama_norm_gather(ct, tp, a->x_in, w->ln1, d->eps, a->h1, a->rstd1, s->dx, n, C));
+        LLAMA_CHECK(llama_norm_rows(ct, tp, a->x_in, w->ln1, d->eps, a->h1, a->rstd1, s->gath, n, C, &h1));
     }
-    LLAMA_CHECK(llama_linear_fwd(ct, a->h1, w->wq, a->q, n, C, qd, 0));
-    LLAMA_CHECK(llama_linear_fwd(ct, a->h1, w->wk, a->k, n, C, kvd, 0));
-    LLAMA_CHECK(llama_linear_fwd(ct, a->h1, w->wv, a->v, n, C, kvd, 0));
+    LLAMA_CHECK(llama_linear_fwd(ct, h1, w->wq, a->q, n, C, qd, 0));
+    LLAMA_CHECK(llama_linear_fwd(ct, h1, w->wk, a->k, n, C, kvd, 0));
+    LLAMA_CHECK(llama_linear_fwd(ct, h1, w->wv, a->v, n, C, kvd, 0));
     LLAMA_CHECK(ct->rope_fwd(u, n, d->heads, d->head_dim, pos, d->theta, a->q, a->q));
     LLAMA_CHECK(ct->rope_fwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, a->k, a->k));
     LLAMA_CHECK(ct->attention_fwd(u, &ad, a->q, a->k, a->v, a->o, a->lse));
@@ -219,10 +222,10 @@ LLAMA_FN par_status llama_block_fwd_tp(const par_compute_table *ct, const llama_
     } else {
         LLAMA_CHECK(llama_linear_fwd(ct, a->o, w->wo, s->dh, n, qd, C, 0));
         LLAMA_CHECK(llama_row_parallel_sum(ct, tp, s->dh, s->dl, a->x_in, a->x_mid, n, C));
-        LLAMA_CHECK(llama_norm_gather(ct, tp, a->x_mid, w->ln2, d->eps, a->h2, a->rstd2, s->dx, n, C));
+        LLAMA_CHECK(llama_norm_rows(ct, tp, a->x_mid, w->ln2, d->eps, a->h2, a->rstd2, s->gath, n, C, &h2));
     }
-    LLAMA_CHECK(llama_linear_fwd(ct, a->h2, w->wg, a->g, n, C, d->ffn, 0));
-    LLAMA_CHECK(llama_linear_fwd(ct, a->h2, w->wu, a->u, n, C, d->ffn, 0));
+    LLAMA_CHECK(llama_linear_fwd(ct, h2, w->wg, a->g, n, C, d->ffn, 0));
+    LLAMA_CHECK(llama_linear_fwd(ct, h2, w->wu, a->u, n, C, d->ffn, 0));
     LLAMA_CHECK(ct->swiglu_fwd(u, n * d->ffn, a->g, a->u, a->m));
     if (llama_tp_on(tp)) {
         LLAMA_CHECK(llama_linear_fwd(ct, a->m, w->wd, s->dh, n, d->ffn, C, 0));
@@ -242,9 +245,10 @@ LLAMA_FN par_status llama_block_fwd(const par_compute_table *ct, const llama_dim
 LLAMA_FN par_status llama_head_fwd_tp(const par_compute_table *ct, const llama_dims *d, const llama_tp *tp,
                                     const float *norm_w, const float *lm_head, llama_acts *a, int64_t n,
                                     llama_scratch *s) {
+    const float *hf = a->hf;
     if (!llama_tp_on(tp)) LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, n, d->dim, a->x_final, norm_w, d->eps, a->hf, a->rstdf));
-    else LLAMA_CHECK(llama_norm_gather(ct, tp, a->x_final, norm_w, d->eps, a->hf, a->rstdf, s->dx, n, d->dim));
-    return llama_linear_fwd(ct, a->hf, lm_head, a->logits, n, d->dim, d->vocab, 0);
+    else LLAMA_CHECK(llama_norm_rows(ct, tp, a->x_final, norm_w, d->eps, a->hf, a->rstdf, s->gath, n, d->dim, &hf));
+    return llama_linear_fwd(ct, hf, lm_head, a->logits, n, d->dim, d->vocab, 0);
 }
 
 LLAMA_FN par_status llama_head_fwd(const par_compute_table *ct, const llama_dims *d, const float *norm_w,
@@ -280,23 +284,25 @@ LLAMA_FN par_status llama_block_bwd_tp(const par_compute_table *ct, const llama_
     const int64_t n = batch * seq, C = d->dim, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
     const par_attn_desc ad = llama_attn_desc(d, batch, seq);
     void *u = ct->user;
-    float *dy;
+    const float *dy, *h;
     /* MLP: out = x_mid + down(silu(gate h2) * up h2) */
-    LLAMA_CHECK(llama_grad_rows(tp, s->dx, s->dh, n, C, &dy));
+    LLAMA_CHECK(llama_full_rows(tp, s->dx, s->dh, n, C, &dy));
     LLAMA_CHECK(llama_linear_bwd(ct, a->m, w->wd, dy, s->dm, g->wd, n, d->ffn, C, 0));
     LLAMA_CHECK(ct->swiglu_bwd(u, n * d->ffn, a->g, a->u, s->dm, s->dg, s->du));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->h2, w->wg, s->dg, s->dh, g->wg, n, C, d->ffn, 0));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->h2, w->wu, s->du, s->dh, g->wu, n, C, d->ffn, 1));
+    LLAMA_CHECK(llama_full_rows(tp, a->h2, s->gath, n, C, &h)); /* gathered again, not kept */
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wg, s->dg, s->dh, g->wg, n, C, d->ffn, 0));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wu, s->du, s->dh, g->wu, n, C, d->ffn, 1));
     LLAMA_CHECK(llama_norm_bwd_sum(ct, tp, a->x_mid, w->ln2, a->rstd2, s->dh, s->dl, g->ln2, s->dx, n, C));
     /* attention: x_mid = x_in + o_proj(attn(rope(q h1), rope(k h1), v h1)) */
-    LLAMA_CHECK(llama_grad_rows(tp, s->dx, s->dh, n, C, &dy));
+    LLAMA_CHECK(llama_full_rows(tp, s->dx, s->dh, n, C, &dy));
     LLAMA_CHECK(llama_linear_bwd(ct, a->o, w->wo, dy, s->dattn, g->wo, n, qd, C, 0));
     LLAMA_CHECK(ct->attention_bwd(u, &ad, a->q, a->k, a->v, a->o, a->lse, s->dattn, s->dq, s->dk, s->dv, 0));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->heads, d->head_dim, pos, d->theta, s->dq, s->dq));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, s->dk, s->dk));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->h1, w->wq, s->dq, s->dh, g->wq, n, C, qd, 0));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->h1, w->wk, s->dk, s->dh, g->wk, n, C, kvd, 1));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->h1, w->wv, s->dv, s->dh, g->wv, n, C, kvd, 1));
+    LLAMA_CHECK(llama_full_rows(tp, a->h1, s->gath, n, C, &h));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wq, s->dq, s->dh, g->wq, n, C, qd, 0));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wk, s->dk, s->dh, g->wk, n, C, kvd, 1));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wv, s->dv, s->dh, g->wv, n, C, kvd, 1));
     return llama_norm_bwd_sum(ct, tp, a->x_in, w->ln1, a->rstd1, s->dh, s->dl, g->ln1, s->dx, n, C);
 }
 
@@ -336,8 +342,10 @@ LLAMA_FN par_status llama_head_bwd_tp(const par_compute_table *ct, const llama_d
         LLAMA_CHECK(llama_linear_bwd(ct, a->hf, lm_head, a->logits, s->dx, g_lm_head, n, C, d->vocab, 0));
         return ct->rmsnorm_bwd(u, n, C, a->x_final, norm_w, a->rstdf, s->dx, s->dx, g_norm);
     }
+    const float *hf;
     LLAMA_CHECK(llama_xent_tp(ct, d, tp, a, n, scale, s->dl));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->hf, lm_head, a->logits, s->dh, g_lm_head, n, C, d->vocab, 0));
+    LLAMA_CHECK(llama_full_rows(tp, a->hf, s->gath, n, C, &hf));
+    LLAMA_CHECK(llama_linear_bwd(ct, hf, lm_head, a->logits, s->dh, g_lm_head, n, C, d->vocab, 0));
     LLAMA_CHECK(ct->memset(u, s->dx, 0, (size_t)(nl * C) * sizeof(float)));
     return llama_norm_bwd_sum(ct, tp, a->x_final, norm_w, a->rstdf, s->dh, s->dl, g_norm, s->dx, n, C);
 }
@@ -355,12 +363,12 @@ LLAMA_FN par_status llama_head_bwd(const par_compute_table *ct, const llama_dims
 LLAMA_FN par_status llama_embed_bwd(const par_compute_table *ct, const llama_dims *d, const llama_tp *tp,
                                   const int32_t *ids, int64_t n, float *dtable, llama_scratch *s) {
     const int64_t nl = llama_rows_local(tp, n), C = d->dim;
-    float *dy;
+    const float *dy;
     if (!llama_tp_on(tp)) return ct->embedding_bwd(ct->user, n, ids, s->dx, d->vocab, C, 0, dtable);
     if (!d->emb_split)
         return ct->embedding_bwd(ct->user, nl, ids + (llama_sp_on(tp) ? tp->index * nl : 0), s->dx, d->emb_rows, C,
                                  0, dtable);
-    LLAMA_CHECK(llama_grad_rows(tp, s->dx, s->dh, n, C, &dy));
+    LLAMA_CHECK(llama_full_rows(tp, s->dx, s->dh, n, C, &dy));
     return ct->embedding_bwd(ct->user, n, ids, dy, d->emb_rows, C, d->emb_start, dtable);
 }
 

@@ -127,6 +127,7 @@ typedef struct llama_params {
     llama_dims dims;      /* the model's */
     llama_dims local;     /* what this rank holds (dims_local) */
     int tp;               /* tensor-parallel degree */
+    int sp;               /* sequence parallel (with tp > 1) */
     int num_tensors, num_buckets;
     llama_tensor *tensors;
     llama_bucket *buckets;
@@ -263,6 +264,7 @@ static int params_build(llama_params *p, const llama_config *cfg, const llama_me
     }
     p->local = dims_local(p);
     p->tp = mi->tp;
+    p->sp = mi->tp > 1 && mi->sp;
     return 0;
 }
 
@@ -298,17 +300,22 @@ typedef struct llama_sizes {
     int64_t batch, seq, n; /* micro-batch samples, tokens per sample, rows */
 } llama_sizes;
 
-/* Floats of one activation slot (what a micro-batch keeps for backward). */
-static int64_t acts_floats(const llama_dims *d, int64_t n, int64_t batch) {
+/* Floats of one activation slot (what a micro-batch keeps for backward), with
+   n tokens of which this rank keeps `rows` rows of the residual stream and the
+   norm outputs (n/tp under sequence parallel, else n); the heads' and ffn's
+   activations are this rank's columns of all n rows. */
+static int64_t acts_floats(const llama_dims *d, int64_t n, int64_t rows, int64_t batch) {
     const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
-    const int64_t per_block = n * (4 * d->dim + 2 + 2 * qd + 2 * kvd + 3 * d->ffn) + batch * d->heads * d->seq;
-    return d->layers * per_block + n * (2 * d->dim + 2 + d->vocab);
+    const int64_t per_block =
+        rows * (4 * d->dim + 2) + n * (2 * qd + 2 * kvd + 3 * d->ffn) + batch * d->heads * d->seq;
+    return d->layers * per_block + rows * (2 * d->dim + 1) + n * (d->vocab + 1);
 }
 
-/* Backward scratch; tensor parallelism needs one more [n, dim] temporary. */
-static int64_t scratch_floats(const llama_dims *d, int64_t n, int tp) {
+/* Backward scratch; tensor parallelism needs one more [n, dim] temporary and
+   sequence parallel another (the norm outputs gathered to full rows). */
+static int64_t scratch_floats(const llama_dims *d, int64_t n, int tp, int sp) {
     const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
-    return n * (2 * d->dim + 2 * qd + 2 * kvd + 3 * d->ffn + (tp > 1 ? d->dim : 0));
+    return n * (2 * d->dim + 2 * qd + 2 * kvd + 3 * d->ffn + (tp > 1 ? d->dim : 0) + (tp > 1 && sp ? d->dim : 0));
 }
 
 static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_level zero, int dp) {
@@ -326,8 +333,9 @@ static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_le
         m.bytes[PAR_MEM_OPTIMIZER] = 2 * p->shard_total * f;
         if (zero == ZERO_2 && dp > 0) m.bytes[PAR_MEM_COMM] = 2 * p->max_chunk * f;
     }
-    m.bytes[PAR_MEM_ACTIVATIONS] = acts_floats(&p->local, s->n, s->batch) * f + s->n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
-    m.bytes[PAR_MEM_WORKSPACE] = scratch_floats(&p->local, s->n, p->tp) * f;
+    m.bytes[PAR_MEM_ACTIVATIONS] = acts_floats(&p->local, s->n, p->sp ? s->n / p->tp : s->n, s->batch) * f +
+                                   s->n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
+    m.bytes[PAR_MEM_WORKSPACE] = scratch_floats(&p->local, s->n, p->tp, p->sp) * f;
     return m;
 }
 
@@ -359,6 +367,7 @@ typedef struct trainer {
     llama_mesh_info mi;       /* the mesh and degrees the tensors are placed on */
     llama_tp tp;              /* tensor-parallel plumbing for the layers */
     int tp_on;                /* tp degree > 1 */
+    double tp_comm_us;        /* --trace: time in the layers' blocking tp collectives */
     zero_level zero;
     llama_params p;
     llama_sizes sz;
@@ -444,6 +453,7 @@ static par_status scalar_collective(trainer *t, par_comm_group *group, void *val
 static par_status acts_alloc(trainer *t) {
     const llama_dims *d = &t->p.local;
     const int64_t n = t->sz.n, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
+    const int64_t rows = t->p.sp ? n / t->p.tp : n; /* residual-stream rows this rank keeps */
     llama_acts *a = &t->acts;
     llama_scratch *s = &t->scratch;
     float *base, *q;
@@ -452,7 +462,7 @@ static par_status acts_alloc(trainer *t) {
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->targets));
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
     LLAMA_CHECK(alloc_bytes(t, 8, PAR_MEM_COMM, &t->scalar));
-    LLAMA_CHECK(alloc_floats(t, acts_floats(d, n, t->sz.batch), PAR_MEM_ACTIVATIONS, &t->acts_base));
+    LLAMA_CHECK(alloc_floats(t, acts_floats(d, n, rows, t->sz.batch), PAR_MEM_ACTIVATIONS, &t->acts_base));
     base = t->acts_base;
     a->blocks = (llama_block_acts *)calloc((size_t)d->layers, sizeof(llama_block_acts));
     if (!a->blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
@@ -460,19 +470,20 @@ static par_status acts_alloc(trainer *t) {
 #define TAKE(ptr, count) ((ptr) = q, q += (count))
     for (l = 0; l < d->layers; l++) {
         llama_block_acts *b = &a->blocks[l];
-        TAKE(b->x_in, n * d->dim), TAKE(b->rstd1, n), TAKE(b->h1, n * d->dim), TAKE(b->q, n * qd);
+        TAKE(b->x_in, rows * d->dim), TAKE(b->rstd1, rows), TAKE(b->h1, rows * d->dim), TAKE(b->q, n * qd);
         TAKE(b->k, n * kvd), TAKE(b->v, n * kvd), TAKE(b->o, n * qd), TAKE(b->lse, t->sz.batch * d->heads * d->seq);
-        TAKE(b->x_mid, n * d->dim), TAKE(b->rstd2, n), TAKE(b->h2, n * d->dim), TAKE(b->g, n * d->ffn);
+        TAKE(b->x_mid, rows * d->dim), TAKE(b->rstd2, rows), TAKE(b->h2, rows * d->dim), TAKE(b->g, n * d->ffn);
         TAKE(b->u, n * d->ffn), TAKE(b->m, n * d->ffn);
     }
-    TAKE(a->x_final, n * d->dim), TAKE(a->rstdf, n), TAKE(a->hf, n * d->dim), TAKE(a->logits, n * d->vocab);
+    TAKE(a->x_final, rows * d->dim), TAKE(a->rstdf, rows), TAKE(a->hf, rows * d->dim), TAKE(a->logits, n * d->vocab);
     TAKE(a->losses, n);
-    LLAMA_CHECK(alloc_floats(t, scratch_floats(d, n, t->p.tp), PAR_MEM_WORKSPACE, &t->scratch_base));
+    LLAMA_CHECK(alloc_floats(t, scratch_floats(d, n, t->p.tp, t->p.sp), PAR_MEM_WORKSPACE, &t->scratch_base));
     q = t->scratch_base;
     TAKE(s->dx, n * d->dim), TAKE(s->dh, n * d->dim), TAKE(s->dattn, n * qd), TAKE(s->dq, n * qd);
     TAKE(s->dk, n * kvd), TAKE(s->dv, n * kvd), TAKE(s->dg, n * d->ffn), TAKE(s->du, n * d->ffn);
     TAKE(s->dm, n * d->ffn);
     if (t->p.tp > 1) TAKE(s->dl, n * d->dim);
+    if (t->p.sp) TAKE(s->gath, n * d->dim);
 #undef TAKE
     t->host_ids = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     t->host_tgt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
@@ -1207,7 +1218,7 @@ static double step_flops(const llama_params *p, int64_t global_batch) {
    the slowest rank's time is the peak MFU is measured against. Runs in the
    backward scratch (free now): as large a square as fits, up to 384. */
 static par_status measure_gemm_peak(trainer *t, double *gflops) {
-    const int64_t room = scratch_floats(&t->p.local, t->sz.n, t->p.tp);
+    const int64_t room = scratch_floats(&t->p.local, t->sz.n, t->p.tp, t->p.sp);
     const int reps = 8;
     int64_t n = 384;
     float *a = t->scratch_base;
@@ -1344,12 +1355,12 @@ static par_status last_logits_row(trainer *t, int64_t n, float *row) {
 /* The ranks of the first data-parallel replica (one rank without tensor
    parallelism) continue a prompt from the data, one byte at a time
    (temperature 0.8, the same draws on every rank), re-running the forward over
-   the last seq_length bytes; rank 0 prints. Sequence parallelism is off here
-   (the context length varies). */
+   the last seq_length bytes; rank 0 prints. */
 static par_status generate(trainer *t, int count) {
     const llama_dims *d = &t->p.dims;
     llama_tp tp = t->tp;
     const int prompt = 16;
+    (void)tp;
     const int64_t T = t->sz.seq < t->sz.n ? t->sz.seq : t->sz.n;
     int64_t len = prompt < T ? prompt : T, i, k;
     unsigned char *text = (unsigned char *)malloc((size_t)(len + count));
@@ -1360,13 +1371,16 @@ static par_status generate(trainer *t, int count) {
     memcpy(text, t->data->bytes, (size_t)len);
     for (i = 0; i < count && st == PAR_OK; i++) {
         const int64_t n = len < T ? len : T;
+        /* sequence parallel splits the rows over tp: pad the context at the end to a
+           multiple of it (causal attention keeps the padding out of the real rows) */
+        const int64_t n_run = t->p.sp ? (n + t->p.tp - 1) / t->p.tp * t->p.tp : n;
         const unsigned char *ctx = text + len - n;
         double mx = -1e30, sum = 0.0, r;
-        for (k = 0; k < n; k++) t->host_ids[k] = ctx[k], t->host_pos[k] = k;
-        st = t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n * 4, PAR_COPY_HOST_TO_DEVICE);
-        if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n * 8, PAR_COPY_HOST_TO_DEVICE);
-        tp.sp = 0;
-        if (st == PAR_OK) st = forward(t, t->tp_on ? &tp : NULL, 1, n);
+        for (k = 0; k < n_run; k++) t->host_ids[k] = k < n ? ctx[k] : 0, t->host_pos[k] = k;
+        st = t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n_run * 4, PAR_COPY_HOST_TO_DEVICE);
+        if (st == PAR_OK)
+            st = t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n_run * 8, PAR_COPY_HOST_TO_DEVICE);
+        if (st == PAR_OK) st = forward(t, t->tp_on ? &tp : NULL, 1, n_run);
         if (st == PAR_OK) st = last_logits_row(t, n, row);
         if (st != PAR_OK) break;
         for (k = 0; k < d->vocab && k < 256; k++) mx = row[k] > mx ? row[k] : mx;
@@ -1394,21 +1408,35 @@ static par_status generate(trainer *t, int count) {
 
 /* ---- tensor-parallel collectives: the comm table over the tp group ---------- */
 
+/* Each one blocks the layer, so under --trace its time is a comm span (inside
+   the layer's compute span) and is counted as exposed communication. */
+static par_status tp_done(trainer *t, double t0, const char *what, par_status st) {
+    if (t->trace) {
+        trace_span(t, "comm", t0, "tp %s", what);
+        t->tp_comm_us += par_trace_now_us() - t0;
+    }
+    return st;
+}
 static par_status tp_sum(void *u, float *x, int64_t n) {
     trainer *t = (trainer *)u;
-    return t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_SUM, NULL);
+    const double t0 = trace_now(t);
+    return tp_done(t, t0, "all_reduce", t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_SUM, NULL));
 }
 static par_status tp_max(void *u, float *x, int64_t n) {
     trainer *t = (trainer *)u;
-    return t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_MAX, NULL);
+    const double t0 = trace_now(t);
+    return tp_done(t, t0, "all_reduce max", t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_MAX, NULL));
 }
 static par_status tp_gather(void *u, const float *x_local, float *x, int64_t n_local) {
     trainer *t = (trainer *)u;
-    return t->cm->all_gather(t->cm->user, t->tp_group, x_local, x, n_local, PAR_F32, NULL);
+    const double t0 = trace_now(t);
+    return tp_done(t, t0, "all_gather", t->cm->all_gather(t->cm->user, t->tp_group, x_local, x, n_local, PAR_F32, NULL));
 }
 static par_status tp_reduce_scatter(void *u, const float *x, float *x_local, int64_t n_local) {
     trainer *t = (trainer *)u;
-    return t->cm->reduce_scatter(t->cm->user, t->tp_group, x, x_local, n_local, PAR_F32, PAR_REDUCE_SUM, NULL);
+    const double t0 = trace_now(t);
+    return tp_done(t, t0, "reduce_scatter",
+                   t->cm->reduce_scatter(t->cm->user, t->tp_group, x, x_local, n_local, PAR_F32, PAR_REDUCE_SUM, NULL));
 }
 
 static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) {
@@ -1454,8 +1482,10 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
    "Exposed" communication is the time a collective of this rank was in flight
    (a comm span: from issue to the end of its wait, or a blocking scalar
    collective) while the rank ran no compute, optimizer or io span, i.e. the
-   communication that backward did not hide; the share is that time summed
-   over the traced steps divided by the summed step time. Reported for rank 0
+   communication that backward did not hide, plus the time in the layers'
+   blocking tensor-parallel collectives (inside compute spans, but stalling
+   them); the share is that time summed over the traced steps divided by the
+   summed step time. Reported for rank 0
    (one rank's view; in data parallel the ranks wait about equally). Spans
    dropped for lack of capacity make it an underestimate; the line says so. */
 static void report_comm_share(trainer *t, double loop_t0_us, double loop_t1_us, double step_seconds) {
@@ -1464,6 +1494,7 @@ static void report_comm_share(trainer *t, double loop_t0_us, double loop_t1_us, 
     if (par_trace_coverage(t->trace, "comm", hiding, 3, loop_t0_us, loop_t1_us, &busy, &exposed) != PAR_OK ||
         step_seconds <= 0)
         return;
+    exposed += t->tp_comm_us; /* the layers' tp collectives block them: never hidden */
     share = exposed * 1e-6 / step_seconds;
     printf("communication: %.1f%% of step time on rank 0 waiting for collectives (exposed %.3f s, in flight %.3f s, "
            "steps %.3f s)%s\n",

@@ -229,7 +229,9 @@ static void test_ready_configs(void) {
     CHECK_STR(c.lr_schedule, "cosine");
     CHECK_INT(c.warmup_steps, 10);
     CHECK_FLT(c.max_grad_norm, 1.0f);
-    CHECK_INT(c.data_parallel, 4);
+    CHECK_INT(c.data_parallel, 2);
+    CHECK_INT(c.model_parallel, 2);
+    CHECK_INT(c.use_seq_parallel, 1);
     CHECK_INT(c.enable_parallel_optimizer, 1);
 
     CHECK_MSG(llama_config_load("examples/configs/bench.yaml", NULL, 0, &c, NULL, err, sizeof err) == 0, "%s", err);

@@ -66,6 +66,7 @@ static void buffers_alloc(buffers *b) {
     b->a.x_final = fa(N * C), b->a.rstdf = fa(N), b->a.hf = fa(N * C), b->a.logits = fa(N * V), b->a.losses = fa(N);
     b->s.dx = fa(N * C), b->s.dh = fa(N * C), b->s.dl = fa(N * C), b->s.dattn = fa(N * QD), b->s.dq = fa(N * QD);
     b->s.dk = fa(N * KVD), b->s.dv = fa(N * KVD), b->s.dg = fa(N * F), b->s.du = fa(N * F), b->s.dm = fa(N * F);
+    b->s.gath = fa(N * C);
     for (int i = 0; i < N; i++) b->a.pos[i] = i % S;
 }
 
@@ -73,7 +74,7 @@ static void buffers_free(buffers *b) {
     float *f[] = {b->ba.x_in, b->ba.rstd1, b->ba.h1, b->ba.q, b->ba.k, b->ba.v, b->ba.o, b->ba.lse, b->ba.x_mid,
                   b->ba.rstd2, b->ba.h2, b->ba.g, b->ba.u, b->ba.m, b->a.x_final, b->a.rstdf, b->a.hf, b->a.logits,
                   b->a.losses, b->s.dx, b->s.dh, b->s.dl, b->s.dattn, b->s.dq, b->s.dk, b->s.dv, b->s.dg, b->s.du,
-                  b->s.dm};
+                  b->s.dm, b->s.gath};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
     free(b->a.pos);
 }

@@ -440,6 +440,34 @@ static void test_tensor_parallel(void) {
             check_equivalent("dp2 x tp2 sp mpirun -np 4", path_in("tpm.jsonl"), path_in("tpm.safetensors"), base_loss,
                              base_gnorm, path_in("tp1.safetensors"));
     }
+    /* memory: parameter bytes per rank fall as 1/tp except the replicated tensors
+       (embedding 256 x 64 and 5 norms of 64, f32), and with sequence parallel
+       the activations fall as 1/tp too (planned and measured) */
+    {
+        const int64_t replicated = (256 * 64 + 5 * 64) * 4;
+        int64_t p1 = -1, a1 = -1;
+        const int degrees[3] = {1, 4, 8};
+        for (i = 0; i < 3; i++) {
+            int64_t pp, ap, am;
+            rc = run_cmd(0, "%s --steps 1 --set parallel_config.model_parallel=%d --set parallel_config.use_seq_parallel=%s "
+                            "--metrics %s", tp_base, degrees[i], degrees[i] > 1 ? "true" : "false", path_in("tpmem.jsonl"));
+            CHECK_MSG(rc == 0, "tp %d memory run failed: %s", degrees[i], err_text);
+            pp = read_memory(path_in("tpmem.jsonl"), "memory_plan", "params");
+            ap = read_memory(path_in("tpmem.jsonl"), "memory_plan", "activations");
+            am = read_memory(path_in("tpmem.jsonl"), "memory_peak", "activations");
+            CHECK_MSG(ap == am && ap > 0, "tp %d activations planned %lld, measured %lld", degrees[i], (long long)ap,
+                      (long long)am);
+            if (i == 0) {
+                p1 = pp, a1 = ap;
+                continue;
+            }
+            CHECK_MSG(pp * degrees[i] - p1 == (degrees[i] - 1) * replicated,
+                      "tp %d: %lld parameter bytes per rank (tp 1: %lld)", degrees[i], (long long)pp, (long long)p1);
+            CHECK_MSG(fabs((double)(ap * degrees[i]) / (double)a1 - 1.0) < 0.05,
+                      "tp %d + sp: %lld activation bytes per rank, x%d = %.3f of tp 1's %lld", degrees[i],
+                      (long long)ap, degrees[i], (double)(ap * degrees[i]) / (double)a1, (long long)a1);
+        }
+    }
     /* a tp checkpoint resumes under another layout with the same state: re-saved
        through dp 1 x tp 4 (sp) it is byte-identical */
     rc = run_cmd(0, "%s --steps 0 --set parallel_config.model_parallel=4 --set parallel_config.use_seq_parallel=true "
