@@ -368,6 +368,13 @@ typedef struct trainer {
     llama_tp tp;              /* tensor-parallel plumbing for the layers */
     int tp_on;                /* tp degree > 1 */
     double tp_comm_us;        /* --trace: time in the layers' blocking tp collectives */
+    par_executor *exec;       /* runs the layers' redistributions (tensor parallel) */
+    struct {
+        int kind;             /* TP_REDUCE, TP_GATHER, TP_SCATTER */
+        int64_t count;        /* floats per rank before the redistribution */
+        par_plan plan;
+    } plans[16];
+    int num_plans;
     zero_level zero;
     llama_params p;
     llama_sizes sz;
@@ -525,6 +532,7 @@ static void trainer_free(trainer *t) {
             if (ptrs[i]) ct->free(ct->user, ptrs[i]);
     free(t->acts.blocks);
     free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
+    if (t->exec) par_executor_destroy(t->exec);
     params_free(&t->p);
 }
 
@@ -1408,6 +1416,46 @@ static par_status generate(trainer *t, int count) {
 
 /* ---- tensor-parallel collectives: the comm table over the tp group ---------- */
 
+/* The layers' tensor-parallel collectives are redistributions of a flat view
+   of the activation, [dp x tp x count] elements over the dp x tp mesh:
+     TP_REDUCE   partial over tp, split over dp   -> split over dp            (all-reduce)
+     TP_GATHER   split over (dp, tp)              -> split over dp            (all-gather)
+     TP_SCATTER  partial over tp, split over dp   -> split over (dp, tp)      (reduce-scatter)
+   planned by the library (cached per size) and run by the executor. */
+enum { TP_REDUCE = 0, TP_GATHER, TP_SCATTER };
+
+static par_status tp_flat_layout(const trainer *t, int64_t numel, int split_tp, int partial_tp, par_layout *l) {
+    const int dp_dim = par_mesh_dev_dim(&t->mesh, "dp"), tp_dim = par_mesh_dev_dim(&t->mesh, "tp");
+    int map[1];
+    map[0] = dp_dim;
+    LLAMA_CHECK(par_layout_init(l, &t->mesh, 1, &numel, map, partial_tp ? 1u << tp_dim : 0u));
+    if (split_tp) l->map.count[0] = 2, l->map.dev[0][0] = (int8_t)dp_dim, l->map.dev[0][1] = (int8_t)tp_dim;
+    return par_layout_check(l);
+}
+
+static par_status tp_plan(trainer *t, int kind, int64_t count, const par_plan **plan) {
+    /* count: floats of this rank's input; the flat tensor has dp x (full rows) elements */
+    const int64_t global = (kind == TP_GATHER ? count * t->mi.tp : count) * t->dp;
+    par_layout from, to;
+    int i;
+    for (i = 0; i < t->num_plans; i++)
+        if (t->plans[i].kind == kind && t->plans[i].count == count) return *plan = &t->plans[i].plan, PAR_OK;
+    if (t->num_plans == (int)(sizeof t->plans / sizeof t->plans[0]))
+        return par_set_error(PAR_ECAPACITY, "tensor parallel: more than %d redistribution sizes", t->num_plans);
+    LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_GATHER, kind != TP_GATHER, &from));
+    LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_SCATTER, 0, &to));
+    LLAMA_CHECK(par_plan_redistribution(&from, &to, NULL, &t->plans[t->num_plans].plan));
+    t->plans[t->num_plans].kind = kind, t->plans[t->num_plans].count = count;
+    *plan = &t->plans[t->num_plans++].plan;
+    return PAR_OK;
+}
+
+static par_status tp_redistribute(trainer *t, int kind, int64_t count, const float *in, float *out) {
+    const par_plan *plan;
+    LLAMA_CHECK(tp_plan(t, kind, count, &plan));
+    return par_execute_plan(t->exec, plan, PAR_F32, in, out);
+}
+
 /* Each one blocks the layer, so under --trace its time is a comm span (inside
    the layer's compute span) and is counted as exposed communication. */
 static par_status tp_done(trainer *t, double t0, const char *what, par_status st) {
@@ -1420,7 +1468,7 @@ static par_status tp_done(trainer *t, double t0, const char *what, par_status st
 static par_status tp_sum(void *u, float *x, int64_t n) {
     trainer *t = (trainer *)u;
     const double t0 = trace_now(t);
-    return tp_done(t, t0, "all_reduce", t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_SUM, NULL));
+    return tp_done(t, t0, "all_reduce", tp_redistribute(t, TP_REDUCE, n, x, x));
 }
 static par_status tp_max(void *u, float *x, int64_t n) {
     trainer *t = (trainer *)u;
@@ -1430,13 +1478,12 @@ static par_status tp_max(void *u, float *x, int64_t n) {
 static par_status tp_gather(void *u, const float *x_local, float *x, int64_t n_local) {
     trainer *t = (trainer *)u;
     const double t0 = trace_now(t);
-    return tp_done(t, t0, "all_gather", t->cm->all_gather(t->cm->user, t->tp_group, x_local, x, n_local, PAR_F32, NULL));
+    return tp_done(t, t0, "all_gather", tp_redistribute(t, TP_GATHER, n_local, x_local, x));
 }
 static par_status tp_reduce_scatter(void *u, const float *x, float *x_local, int64_t n_local) {
     trainer *t = (trainer *)u;
     const double t0 = trace_now(t);
-    return tp_done(t, t0, "reduce_scatter",
-                   t->cm->reduce_scatter(t->cm->user, t->tp_group, x, x_local, n_local, PAR_F32, PAR_REDUCE_SUM, NULL));
+    return tp_done(t, t0, "reduce_scatter", tp_redistribute(t, TP_SCATTER, n_local * t->mi.tp, x, x_local));
 }
 
 static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) {
@@ -1474,6 +1521,7 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     t->tp.degree = t->mi.tp, t->tp.index = t->tp_index, t->tp.sp = c->use_seq_parallel, t->tp.user = t;
     t->tp.all_reduce = tp_sum, t->tp.all_reduce_max = tp_max, t->tp.all_gather = tp_gather;
     t->tp.reduce_scatter = tp_reduce_scatter;
+    if (t->tp_on) LLAMA_CHECK(par_executor_create(ctx, &t->exec));
     t->plan = plan_memory(&t->p, &t->sz, t->zero, t->dp);
     return state_alloc(t);
 }
