@@ -336,6 +336,9 @@ static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_le
     m.bytes[PAR_MEM_ACTIVATIONS] = acts_floats(&p->local, s->n, p->sp ? s->n / p->tp : s->n, s->batch) * f +
                                    s->n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
     m.bytes[PAR_MEM_WORKSPACE] = scratch_floats(&p->local, s->n, p->tp, p->sp) * f;
+    /* the executor running the tp redistributions keeps 4 buffers of the largest
+       one's local size: full rows of the [tokens, hidden] activations */
+    if (p->tp > 1) m.bytes[PAR_MEM_COMM] += 4 * s->n * p->local.dim * f;
     return m;
 }
 
