@@ -377,7 +377,7 @@ typedef struct trainer {
         int64_t count;        /* floats per rank before the redistribution */
         par_plan plan;
     } plans[16];
-    int num_plans;
+    int num_plans, next_plan; /* a full cache replaces its entries in turn */
     zero_level zero;
     llama_params p;
     llama_sizes sz;
@@ -1439,17 +1439,19 @@ static par_status tp_flat_layout(const trainer *t, int64_t numel, int split_tp, 
 static par_status tp_plan(trainer *t, int kind, int64_t count, const par_plan **plan) {
     /* count: floats of this rank's input; the flat tensor has dp x (full rows) elements */
     const int64_t global = (kind == TP_GATHER ? count * t->mi.tp : count) * t->dp;
+    const int capacity = (int)(sizeof t->plans / sizeof t->plans[0]);
     par_layout from, to;
-    int i;
+    int i, slot;
     for (i = 0; i < t->num_plans; i++)
         if (t->plans[i].kind == kind && t->plans[i].count == count) return *plan = &t->plans[i].plan, PAR_OK;
-    if (t->num_plans == (int)(sizeof t->plans / sizeof t->plans[0]))
-        return par_set_error(PAR_ECAPACITY, "tensor parallel: more than %d redistribution sizes", t->num_plans);
+    /* training uses a handful of sizes; sampling's growing context many more */
+    slot = t->num_plans < capacity ? t->num_plans++ : t->next_plan++ % capacity;
+    t->plans[slot].count = -1; /* not valid until planned */
     LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_GATHER, kind != TP_GATHER, &from));
     LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_SCATTER, 0, &to));
-    LLAMA_CHECK(par_plan_redistribution(&from, &to, NULL, &t->plans[t->num_plans].plan));
-    t->plans[t->num_plans].kind = kind, t->plans[t->num_plans].count = count;
-    *plan = &t->plans[t->num_plans++].plan;
+    LLAMA_CHECK(par_plan_redistribution(&from, &to, NULL, &t->plans[slot].plan));
+    t->plans[slot].kind = kind, t->plans[slot].count = count;
+    *plan = &t->plans[slot].plan;
     return PAR_OK;
 }
 
