@@ -17,9 +17,12 @@
    batch loading and the checkpoint save; with tracing off every hook is one
    NULL test.
 
-   One device is the 1-rank mesh; data parallel is the mesh "dp=N". Every
-   parameter has a layout on the mesh (replicated over dp); the ZeRO shards are
-   the layouts of the flat buckets split over dp; groups come from layouts.
+   One device is the 1x1 mesh; the mesh is "dp=D,tp=T". Every parameter has a
+   layout derived from its operator's strategy (layouts.h): replicated over dp,
+   split over tp for the Megatron column/row-parallel linears and the
+   vocabulary-parallel head; the ZeRO shards are the layouts of the flat
+   buckets split over dp; groups come from layouts, and the layers' tensor-
+   parallel collectives are planned redistributions run by the executor.
    Exit status: 0 done, 2 bad input (nothing written), 1 failure while running. */
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
