@@ -5731,34 +5731,28 @@ static void par__thr_reduce_block(const par__thr_slot *s, int n, int64_t off, in
             for (k = 0; k < len; k++) acc[k] /= (double)n;
         break;
     }
-    case PAR_I32: {
-        int32_t *PAR__THR_RESTRICT acc = (int32_t *)acc_;
-        for (i = 0; i < n; i++) {
-            const int32_t *PAR__THR_RESTRICT x = (const int32_t *)s[i].send + off;
-            if (i == 0) memcpy(acc, x, (size_t)len * 4);
-            else if (op == PAR_REDUCE_MAX)
-                for (k = 0; k < len; k++) acc[k] = x[k] > acc[k] ? x[k] : acc[k];
-            else
-                for (k = 0; k < len; k++) acc[k] = (int32_t)((uint32_t)acc[k] + (uint32_t)x[k]);
-        }
-        if (op == PAR_REDUCE_AVG)
-            for (k = 0; k < len; k++) acc[k] /= n;
+/* The integer types: sums wrap (added as unsigned), avg truncates. */
+#define PAR__THR_REDUCE_INT(T, U)                                                    \
+    do {                                                                             \
+        T *PAR__THR_RESTRICT acc = (T *)acc_;                                        \
+        for (i = 0; i < n; i++) {                                                    \
+            const T *PAR__THR_RESTRICT x = (const T *)s[i].send + off;               \
+            if (i == 0) memcpy(acc, x, (size_t)len * sizeof(T));                     \
+            else if (op == PAR_REDUCE_MAX)                                           \
+                for (k = 0; k < len; k++) acc[k] = x[k] > acc[k] ? x[k] : acc[k];    \
+            else                                                                     \
+                for (k = 0; k < len; k++) acc[k] = (T)((U)acc[k] + (U)x[k]);         \
+        }                                                                            \
+        if (op == PAR_REDUCE_AVG)                                                    \
+            for (k = 0; k < len; k++) acc[k] /= n;                                   \
+    } while (0)
+    case PAR_I32:
+        PAR__THR_REDUCE_INT(int32_t, uint32_t);
         break;
-    }
-    default: { /* PAR_I64 */
-        int64_t *PAR__THR_RESTRICT acc = (int64_t *)acc_;
-        for (i = 0; i < n; i++) {
-            const int64_t *PAR__THR_RESTRICT x = (const int64_t *)s[i].send + off;
-            if (i == 0) memcpy(acc, x, (size_t)len * 8);
-            else if (op == PAR_REDUCE_MAX)
-                for (k = 0; k < len; k++) acc[k] = x[k] > acc[k] ? x[k] : acc[k];
-            else
-                for (k = 0; k < len; k++) acc[k] = (int64_t)((uint64_t)acc[k] + (uint64_t)x[k]);
-        }
-        if (op == PAR_REDUCE_AVG)
-            for (k = 0; k < len; k++) acc[k] /= n;
+    default: /* PAR_I64 */
+        PAR__THR_REDUCE_INT(int64_t, uint64_t);
         break;
-    }
+#undef PAR__THR_REDUCE_INT
     }
 }
 

@@ -11,19 +11,10 @@
    layout, and exactly representable numbers for the conversions. */
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
+#include "test_files.h"
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static char dir[256];
-
-static const char *path_of(const char *name) {
-    static char buf[4][512];
-    static int next;
-    char *p = buf[next++ & 3];
-    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
-    return p;
-}
 
 /* ---- independent references ---- */
 
@@ -39,33 +30,6 @@ static uint32_t ref_crc32(const void *data, size_t n) {
     return c ^ 0xffffffffu;
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf;
-    long len;
-    *n = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (unsigned char *)malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) *n = (size_t)len;
-    return buf;
-}
-
-static int write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    int ok;
-    if (!f) return 0;
-    ok = fwrite(data, 1, n, f) == n;
-    return fclose(f) == 0 && ok;
-}
-
 /* A safetensors file from header text and data bytes (no padding unless given). */
 static int write_raw(const char *path, const char *json, const void *data, size_t ndata) {
     size_t hl = strlen(json), i;
@@ -74,14 +38,9 @@ static int write_raw(const char *path, const char *json, const void *data, size_
     for (i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
     memcpy(buf + 8, json, hl);
     if (ndata) memcpy(buf + 8 + hl, data, ndata);
-    ok = write_bytes(path, buf, 8 + hl + ndata);
+    ok = test_write_file(path, buf, 8 + hl + ndata);
     free(buf);
     return ok;
-}
-
-static int file_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
 }
 
 /* ---- round trips ---- */
@@ -101,7 +60,7 @@ static void test_round_trip_all_dtypes(void) {
     static const char *const tags[PAR_DTYPE_COUNT] = {"F32", "BF16", "F16", "I32", "I64", "F64"};
     unsigned char *data[PAR_DTYPE_COUNT][5];
     size_t nbytes[PAR_DTYPE_COUNT][5];
-    const char *path = path_of("all.safetensors");
+    const char *path = test_path("all.safetensors");
     par_st_writer *w = NULL;
     par_st_file *f = NULL;
     int d, s;
@@ -124,7 +83,7 @@ static void test_round_trip_all_dtypes(void) {
     /* the layout, parsed here by hand: tensors in name order, data in that order */
     {
         size_t n = 0, hl = 0, off;
-        unsigned char *raw = read_all(path, &n);
+        unsigned char *raw = test_read_file(path, &n);
         char *hdr;
         int i;
         CHECK(raw != NULL && n >= 8);
@@ -202,7 +161,7 @@ static void test_round_trip_all_dtypes(void) {
 }
 
 static void test_names_and_metadata(void) {
-    const char *path = path_of("names.safetensors");
+    const char *path = test_path("names.safetensors");
     static const char *const names[] = {"q\"uote",
                                         "back\\slash",
                                         "new\nline\ttab\x01\x1f",
@@ -292,7 +251,7 @@ static uint16_t bf16_of(float x) { /* exact for the values used: low 16 bits zer
 }
 
 static void test_partial_reads(void) {
-    const char *path = path_of("partial.safetensors");
+    const char *path = test_path("partial.safetensors");
     enum { R = 4, C = 6 };
     uint16_t bf[R * C], hf[R * C];
     float f32[R * C], got[R * C];
@@ -375,7 +334,7 @@ static void test_partial_reads(void) {
 }
 
 static void test_streaming(void) {
-    const char *path = path_of("stream.safetensors");
+    const char *path = test_path("stream.safetensors");
     float a[10], b[3] = {7, 8, 9}, back[10];
     int64_t sa[1] = {10}, sb[1] = {3};
     par_st_writer *w = NULL;
@@ -403,20 +362,20 @@ static void test_streaming(void) {
     par_st_close(f);
 
     /* a layout error found by the first stream write sticks: finish reports it and writes nothing */
-    path = path_of("dup.safetensors");
+    path = test_path("dup.safetensors");
     CHECK_OK(par_st_writer_create(path, &w));
     CHECK_OK(par_st_writer_add(w, "x", PAR_F32, 1, sb, NULL));
     CHECK_OK(par_st_writer_add(w, "x", PAR_F32, 1, sb, NULL));
     CHECK_ERR(par_st_writer_write(w, "x", b, 1), PAR_EINVAL, "tensor \"x\" was added twice");
     CHECK_ERR(par_st_writer_write(w, "x", b, 1), PAR_EINVAL, "an earlier call failed");
     CHECK_ERR(par_st_writer_finish(w), PAR_EINVAL, "an earlier call failed: par_st_writer_write");
-    CHECK(!file_exists(path));
+    CHECK(!test_file_exists(path));
 }
 
 /* ---- atomic replacement ---- */
 
 static void test_atomic(void) {
-    const char *path = path_of("keep.safetensors");
+    const char *path = test_path("keep.safetensors");
     char tmp[600];
     unsigned char *before, *after;
     size_t nb = 0, na = 0;
@@ -428,17 +387,17 @@ static void test_atomic(void) {
     CHECK_OK(par_st_writer_create(path, &w));
     CHECK_OK(par_st_writer_add(w, "v", PAR_F32, 1, shape, v));
     CHECK_OK(par_st_writer_finish(w));
-    before = read_all(path, &nb);
+    before = test_read_file(path, &nb);
     CHECK(before != NULL);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", path, (long)getpid());
 
     /* aborted: the old file stays, the temporary file is gone */
     CHECK_OK(par_st_writer_create(path, &w));
-    CHECK(file_exists(tmp));
+    CHECK(test_file_exists(tmp));
     CHECK_OK(par_st_writer_add(w, "other", PAR_F32, 1, one, &other));
     par_st_writer_abort(w);
-    CHECK(!file_exists(tmp));
-    after = read_all(path, &na);
+    CHECK(!test_file_exists(tmp));
+    after = test_read_file(path, &na);
     CHECK(after && na == nb && memcmp(before, after, nb) == 0);
     free(after);
 
@@ -447,13 +406,13 @@ static void test_atomic(void) {
     CHECK_OK(par_st_writer_add(w, "s", PAR_F32, 1, shape, NULL));
     CHECK_OK(par_st_writer_write(w, "s", v, 2));
     CHECK_ERR(par_st_writer_finish(w), PAR_EINVAL, "streamed tensor \"s\" is incomplete (8 of 16 bytes written)");
-    CHECK(!file_exists(tmp));
+    CHECK(!test_file_exists(tmp));
     CHECK_OK(par_st_writer_create(path, &w));
     CHECK_OK(par_st_writer_add(w, "d", PAR_F32, 1, shape, v));
     CHECK_OK(par_st_writer_add(w, "d", PAR_F32, 1, one, v));
     CHECK_ERR(par_st_writer_finish(w), PAR_EINVAL, "tensor \"d\" was added twice");
-    CHECK(!file_exists(tmp));
-    after = read_all(path, &na);
+    CHECK(!test_file_exists(tmp));
+    after = test_read_file(path, &na);
     CHECK(after && na == nb && memcmp(before, after, nb) == 0);
     free(after);
 
@@ -468,7 +427,7 @@ static void test_atomic(void) {
 
     /* the target is a directory: rename fails, the directory and the old contents stay */
     {
-        const char *d = path_of("adir");
+        const char *d = test_path("adir");
         CHECK(mkdir(d, 0700) == 0);
         CHECK_OK(par_st_writer_create(d, &w));
         CHECK_OK(par_st_writer_add(w, "v", PAR_F32, 1, shape, v));
@@ -478,12 +437,12 @@ static void test_atomic(void) {
             CHECK(stat(d, &st) == 0 && S_ISDIR(st.st_mode));
         }
         snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", d, (long)getpid());
-        CHECK(!file_exists(tmp));
+        CHECK(!test_file_exists(tmp));
         CHECK_ERR(par_st_open(d, &f), PAR_EIO, "directory");
         rmdir(d);
     }
     /* the directory does not exist: create fails and says which file */
-    CHECK_ERR(par_st_writer_create(path_of("no/such/dir/x.safetensors"), &w), PAR_EIO,
+    CHECK_ERR(par_st_writer_create(test_path("no/such/dir/x.safetensors"), &w), PAR_EIO,
               "cannot create the temporary file");
     CHECK(w == NULL);
     CHECK_ERR(par_st_writer_create("", &w), PAR_EINVAL, "empty path");
@@ -501,7 +460,7 @@ static void test_writer_args(void) {
     par_st_writer *w = NULL;
     int64_t neg[2] = {2, -1}, big[3] = {INT64_MAX / 2, 4, 4}, s1[1] = {1};
     float x = 0;
-    CHECK_OK(par_st_writer_create(path_of("args.safetensors"), &w));
+    CHECK_OK(par_st_writer_create(test_path("args.safetensors"), &w));
     CHECK_ERR(par_st_writer_add(w, "n", PAR_F32, 2, neg, &x), PAR_EINVAL, "dim 1 is negative");
     CHECK_ERR(par_st_writer_add(w, "b", PAR_F32, 3, big, &x), PAR_EINVAL, "larger than 2^63 bytes");
     CHECK_ERR(par_st_writer_add(w, "d", (par_dtype)42, 1, s1, &x), PAR_EINVAL, "unknown dtype");
@@ -515,7 +474,7 @@ static void test_writer_args(void) {
 
 /* A small valid file with checksums, as bytes. */
 static unsigned char *valid_file(size_t *n) {
-    const char *path = path_of("valid.safetensors");
+    const char *path = test_path("valid.safetensors");
     float a[6] = {1, 2, 3, 4, 5, 6};
     uint16_t b[3] = {0x3f80, 0x4000, 0x4040};
     int64_t sa[2] = {2, 3}, sb[1] = {3};
@@ -525,11 +484,11 @@ static unsigned char *valid_file(size_t *n) {
     par_st_writer_add(w, "b", PAR_BF16, 1, sb, b);
     par_st_writer_metadata(w, "format", "pt");
     if (par_st_writer_finish(w) != PAR_OK) return NULL;
-    return read_all(path, n);
+    return test_read_file(path, n);
 }
 
 static void test_truncations(void) {
-    const char *path = path_of("trunc.safetensors");
+    const char *path = test_path("trunc.safetensors");
     size_t n = 0, len;
     unsigned char *good = valid_file(&n);
     int all_fail = 1;
@@ -538,7 +497,7 @@ static void test_truncations(void) {
     for (len = 0; len < n; len++) {
         par_st_file *f = NULL;
         par_status st;
-        CHECK(write_bytes(path, good, len));
+        CHECK(test_write_file(path, good, len));
         st = par_st_open(path, &f);
         if (st == PAR_OK || f != NULL) {
             all_fail = 0;
@@ -555,7 +514,7 @@ static void test_truncations(void) {
     /* and the full file is fine */
     {
         par_st_file *f = NULL;
-        CHECK(write_bytes(path, good, n));
+        CHECK(test_write_file(path, good, n));
         CHECK_OK(par_st_open(path, &f));
         par_st_close(f);
     }
@@ -564,7 +523,7 @@ static void test_truncations(void) {
 
 /* Bad length fields, then the header corpus. */
 static void test_corrupt_headers(void) {
-    const char *path = path_of("bad.safetensors");
+    const char *path = test_path("bad.safetensors");
     unsigned char data[64];
     par_st_file *f = NULL;
     memset(data, 0, sizeof data);
@@ -574,18 +533,18 @@ static void test_corrupt_headers(void) {
         memset(buf, ' ', sizeof buf);
         memset(buf, 0, 8);
         buf[5] = 1; /* 2^40 */
-        CHECK(write_bytes(path, buf, sizeof buf));
+        CHECK(test_write_file(path, buf, sizeof buf));
         CHECK_ERR(par_st_open(path, &f), PAR_EPARSE, "exceeds the 100000000-byte limit");
         memset(buf, 0, 8);
         buf[0] = 200;
-        CHECK(write_bytes(path, buf, sizeof buf));
+        CHECK(test_write_file(path, buf, sizeof buf));
         CHECK_ERR(par_st_open(path, &f), PAR_EIO, "header length says 200 bytes but only 24 follow");
         memset(buf, 0, 8);
-        CHECK(write_bytes(path, buf, sizeof buf));
+        CHECK(test_write_file(path, buf, sizeof buf));
         CHECK_ERR(par_st_open(path, &f), PAR_EPARSE, "header length is 0");
     }
     CHECK(f == NULL);
-    CHECK_ERR(par_st_open(path_of("does-not-exist"), &f), PAR_EIO, "cannot open");
+    CHECK_ERR(par_st_open(test_path("does-not-exist"), &f), PAR_EIO, "cannot open");
     CHECK_ERR(par_st_open(NULL, &f), PAR_EINVAL, "NULL");
 
     {
@@ -692,7 +651,7 @@ static void test_corrupt_headers(void) {
                 for (k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)jl >> (8 * k));
                 memcpy(buf + 8, json, jl);
                 memcpy(buf + 8 + jl, data, cases[i].ndata);
-                CHECK(write_bytes(path, buf, 8 + jl + cases[i].ndata));
+                CHECK(test_write_file(path, buf, 8 + jl + cases[i].ndata));
             }
             f = NULL;
             st = par_st_open(path, &f);
@@ -708,7 +667,7 @@ static void test_corrupt_headers(void) {
 /* A flipped data byte: the file opens (the header is fine), partial reads work,
    whole-tensor reads and verify report the checksum mismatch. */
 static void test_checksum_mismatch(void) {
-    const char *path = path_of("flip.safetensors");
+    const char *path = test_path("flip.safetensors");
     size_t n = 0;
     unsigned char *good = valid_file(&n);
     par_st_file *f = NULL;
@@ -718,7 +677,7 @@ static void test_checksum_mismatch(void) {
     CHECK(good != NULL);
     if (!good) return;
     good[n - 6 - 24 + 5] ^= 0x10; /* a byte of tensor "a" (24 bytes, before "b"'s 6) */
-    CHECK(write_bytes(path, good, n));
+    CHECK(test_write_file(path, good, n));
     CHECK_OK(par_st_open(path, &f));
     CHECK_OK(par_st_read(f, "b", 0, NULL, 0, 3, PAR_F32, a));
     CHECK_OK(par_st_read(f, "a", 0, NULL, 0, 1, PAR_F32, a)); /* partial: not checked */
@@ -738,7 +697,7 @@ static void test_checksum_mismatch(void) {
         CHECK(hit != NULL);
         if (hit) hit[0] = hit[0] == '0' ? '1' : '0';
     }
-    CHECK(write_bytes(path, good, n));
+    CHECK(test_write_file(path, good, n));
     CHECK_OK(par_st_open(path, &f));
     CHECK_ERR(par_st_read(f, "b", 0, NULL, 0, 3, PAR_BF16, a), PAR_EIO, "checksum mismatch in tensor \"b\"");
     CHECK_OK(par_st_read(f, "a", 0, NULL, 0, 6, PAR_F32, a));
@@ -752,13 +711,13 @@ static void test_checksum_mismatch(void) {
 static void test_byte_flips(void) {
     static const unsigned char values[] = {0,   ' ', '"', '\\', '{', '}', '[',  ']',
                                            ',', ':', '0', '9',  '-', 'e', 0x80, 0xff};
-    const char *path = path_of("fuzz.safetensors");
+    const char *path = test_path("fuzz.safetensors");
     size_t n = 0, i, v, opened = 0, runs = 0;
     unsigned char *good = valid_file(&n);
     FILE *io;
     CHECK(good != NULL);
     if (!good) return;
-    CHECK(write_bytes(path, good, n));
+    CHECK(test_write_file(path, good, n));
     io = fopen(path, "r+b"); /* one byte changed in place per run (rewriting the file is slow) */
     CHECK(io != NULL);
     for (i = 0; io && i < n - 30; i++) {
@@ -794,9 +753,9 @@ static void test_byte_flips(void) {
 
 int main(void) {
     const char *base = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/par_st_test_%ld", base && base[0] ? base : "/tmp", (long)getpid());
-    if (mkdir(dir, 0700) != 0) {
-        fprintf(stderr, "cannot create %s\n", dir);
+    snprintf(test_dir, sizeof test_dir, "%s/par_st_test_%ld", base && base[0] ? base : "/tmp", (long)getpid());
+    if (mkdir(test_dir, 0700) != 0) {
+        fprintf(stderr, "cannot create %s\n", test_dir);
         return 1;
     }
     test_crc_reference();
@@ -815,8 +774,8 @@ int main(void) {
             "all.safetensors",   "names.safetensors", "partial.safetensors", "stream.safetensors", "keep.safetensors",
             "valid.safetensors", "trunc.safetensors", "bad.safetensors",     "flip.safetensors",   "fuzz.safetensors"};
         size_t i;
-        for (i = 0; i < sizeof files / sizeof files[0]; i++) remove(path_of(files[i]));
-        CHECK_MSG(rmdir(dir) == 0, "%s is not empty: a temporary file was left behind", dir);
+        for (i = 0; i < sizeof files / sizeof files[0]; i++) remove(test_path(files[i]));
+        CHECK_MSG(rmdir(test_dir) == 0, "%s is not empty: a temporary file was left behind", test_dir);
     }
     return TEST_END("safetensors");
 }

@@ -12,20 +12,11 @@
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
+#include "test_files.h"
 #include "trace_json.h"
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-static char dir[256];
-
-static const char *path_of(const char *name) {
-    static char buf[4][512];
-    static int next;
-    char *p = buf[next++ & 3];
-    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
-    return p;
-}
 
 static par_trace *make(int rank, int capacity) {
     par_trace_desc d = {0};
@@ -76,21 +67,6 @@ static int load_ok(const char *path, tj_trace *tr) {
     return rc == 0;
 }
 
-static int file_exists(const char *path) { return access(path, F_OK) == 0; }
-
-static int files_identical(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb, ca, cb;
-    while (same) {
-        ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 /* ---- tests ---- */
 
 static void test_create_errors(void) {
@@ -130,8 +106,8 @@ static void test_nesting(void) {
     CHECK_INT(par_trace_count(t), 3);
     CHECK_INT(par_trace_dropped(t), 0);
     ts[0] = t;
-    CHECK_OK(par_trace_write(ts, 1, path_of("nest.json")));
-    if (load_ok(path_of("nest.json"), &tr)) {
+    CHECK_OK(par_trace_write(ts, 1, test_path("nest.json")));
+    if (load_ok(test_path("nest.json"), &tr)) {
         outer = find(&tr, "X", "step 0", 0), inner = find(&tr, "X", "fwd block 0", 0);
         second = find(&tr, "X", "fwd block 1", 0);
         CHECK(outer && inner && second);
@@ -164,8 +140,8 @@ static void test_after_the_fact(void) {
     CHECK_OK(par_trace_span(t, "zero", "io", base + 80.0, base + 80.0));
     CHECK_ERR(par_trace_span(t, "backwards", "comm", base + 2.0, base + 1.0), PAR_EINVAL, "ends (");
     CHECK_ERR(par_trace_span(t, "nan", "comm", NAN, base), PAR_EINVAL, "non-finite");
-    CHECK_OK(par_trace_write(&t, 1, path_of("after.json")));
-    if (load_ok(path_of("after.json"), &tr)) {
+    CHECK_OK(par_trace_write(&t, 1, test_path("after.json")));
+    if (load_ok(test_path("after.json"), &tr)) {
         const tj_event *c = find(&tr, "X", "bwd block 2", 3), *b2 = find(&tr, "X", "all_reduce bucket 2", 3);
         const tj_event *b1 = find(&tr, "X", "all_reduce bucket 1", 3), *b0 = find(&tr, "X", "all_reduce bucket 0", 3);
         const tj_event *z = find(&tr, "X", "zero", 3);
@@ -204,8 +180,8 @@ static void test_escapes(void) {
     CHECK_OK(par_trace_span(t, longname, "compute", 1.0, 2.0));
     CHECK_OK(par_trace_span(t, "bad \xff byte", "io", 1.0, 2.0));
     CHECK_OK(par_trace_span(t, "cat \"q\"", "my \"cat\"", 1.0, 2.0));
-    CHECK_OK(par_trace_write(&t, 1, path_of("esc.json")));
-    if (load_ok(path_of("esc.json"), &tr)) {
+    CHECK_OK(par_trace_write(&t, 1, test_path("esc.json")));
+    if (load_ok(test_path("esc.json"), &tr)) {
         CHECK(find(&tr, "X", weird, 1) != NULL);
         CHECK(find(&tr, "X", want, 1) != NULL);
         CHECK(find(&tr, "X", "bad ? byte", 1) != NULL);
@@ -236,15 +212,15 @@ static void test_capacity(void) {
     for (i = 0; i < PAR_TRACE_MAX_DEPTH + 6; i++) CHECK_OK(par_trace_end(t));
     CHECK_INT(par_trace_count(t), PAR_TRACE_MAX_DEPTH);
     CHECK_INT(par_trace_dropped(t), 6);
-    CHECK_OK(par_trace_write(&t, 1, path_of("deep.json")));
+    CHECK_OK(par_trace_write(&t, 1, test_path("deep.json")));
     par_trace_destroy(t);
     /* a big one grows in steps, and the file says what was dropped */
     t = make(0, 5000);
     for (i = 0; i < 6000; i++) par_trace_span(t, "s", "comm", i, i + 1);
     CHECK_INT(par_trace_count(t), 5000);
     CHECK_INT(par_trace_dropped(t), 1000);
-    CHECK_OK(par_trace_write(&t, 1, path_of("cap.json")));
-    if (load_ok(path_of("cap.json"), &tr)) {
+    CHECK_OK(par_trace_write(&t, 1, test_path("cap.json")));
+    if (load_ok(test_path("cap.json"), &tr)) {
         CHECK_INT(tj_count_spans(&tr, 0, "comm"), 5000);
         e = find(&tr, "M", "trace_dropped_spans", 0);
         CHECK(e && e->has_arg_dropped && e->arg_dropped == 1000);
@@ -265,7 +241,7 @@ static void test_categories(void) {
     CHECK_ERR(par_trace_span(t, "x", "one too many", 0, 1), PAR_ECAPACITY, "at most");
     CHECK_ERR(par_trace_begin(t, "x", "one too many"), PAR_ECAPACITY, "one too many");
     CHECK_OK(par_trace_span(t, "x", "extra0", 0, 1)); /* known ones still work */
-    CHECK_OK(par_trace_write(&t, 1, path_of("cats.json")));
+    CHECK_OK(par_trace_write(&t, 1, test_path("cats.json")));
     par_trace_destroy(t);
 }
 
@@ -296,19 +272,19 @@ static void test_write_errors(void) {
     FILE *f;
     char keep[16] = "";
     /* an existing file survives every failed write */
-    f = fopen(path_of("keep.json"), "wb");
+    f = fopen(test_path("keep.json"), "wb");
     if (f) fputs("KEEP", f), fclose(f);
     CHECK_OK(par_trace_begin(t, "open span", "compute"));
-    CHECK_ERR(par_trace_write(&t, 1, path_of("keep.json")), PAR_EINVAL, "still open (innermost \"open span\")");
+    CHECK_ERR(par_trace_write(&t, 1, test_path("keep.json")), PAR_EINVAL, "still open (innermost \"open span\")");
     CHECK_OK(par_trace_end(t));
     CHECK_ERR(par_trace_end(t), PAR_EINVAL, "rank 0: no span is open");
-    CHECK_ERR(par_trace_write(&t, 1, path_of("keep.json")), PAR_EINVAL, "without its begin");
+    CHECK_ERR(par_trace_write(&t, 1, test_path("keep.json")), PAR_EINVAL, "without its begin");
     two[0] = u, two[1] = u;
-    CHECK_ERR(par_trace_write(two, 2, path_of("keep.json")), PAR_EINVAL, "both have rank 0");
-    CHECK_ERR(par_trace_write(two, 0, path_of("keep.json")), PAR_EINVAL, "count 0");
+    CHECK_ERR(par_trace_write(two, 2, test_path("keep.json")), PAR_EINVAL, "both have rank 0");
+    CHECK_ERR(par_trace_write(two, 0, test_path("keep.json")), PAR_EINVAL, "count 0");
     CHECK_ERR(par_trace_write(&u, 1, "/nonexistent_dir_par/t.json"), PAR_EIO, "/nonexistent_dir_par/t.json");
-    CHECK_ERR(par_trace_write(&u, 1, dir), PAR_EIO, "cannot rename"); /* a directory */
-    f = fopen(path_of("keep.json"), "rb");
+    CHECK_ERR(par_trace_write(&u, 1, test_dir), PAR_EIO, "cannot rename"); /* a directory */
+    f = fopen(test_path("keep.json"), "rb");
     if (f) keep[fread(keep, 1, sizeof keep - 1, f)] = 0, fclose(f);
     CHECK_STR(keep, "KEEP");
     par_trace_destroy(t);
@@ -357,7 +333,7 @@ static void test_gather(void) {
     tj_trace tr;
     int r, mode;
     memset(&a, 0, sizeof a);
-    a.path = path_of("gather.json");
+    a.path = test_path("gather.json");
     CHECK_OK(par_run_threads(4, gather_rank, &a));
     for (r = 0; r < 4; r++) CHECK_MSG(a.result[r] == PAR_OK, "rank %d: %s", r, a.error[r]);
     if (load_ok(a.path, &tr)) {
@@ -374,8 +350,8 @@ static void test_gather(void) {
         tj_free(&tr);
     }
     /* the same traces through the in-process writer: the same bytes */
-    CHECK_OK(par_trace_write(a.traces, 4, path_of("direct.json")));
-    CHECK_MSG(files_identical(path_of("direct.json"), a.path), "gather_write and write differ");
+    CHECK_OK(par_trace_write(a.traces, 4, test_path("direct.json")));
+    CHECK_MSG(test_files_identical(test_path("direct.json"), a.path), "gather_write and write differ");
     for (r = 0; r < 4; r++) par_trace_destroy(a.traces[r]);
 
     /* failures end every rank with an error, and write nothing */
@@ -384,14 +360,14 @@ static void test_gather(void) {
                                              "rank 1 could not contribute"};
         memset(&a, 0, sizeof a);
         a.mode = mode;
-        a.path = path_of("failed.json");
+        a.path = test_path("failed.json");
         CHECK_OK(par_run_threads(4, gather_rank, &a));
         for (r = 0; r < 4; r++) CHECK_MSG(a.result[r] != PAR_OK, "mode %d rank %d succeeded", mode, r);
         CHECK_MSG(strstr(a.error[0], want0[mode]) != NULL, "mode %d rank 0: %s", mode, a.error[0]);
         if (mode == 1) CHECK_MSG(strstr(a.error[2], "still open") != NULL, "rank 2: %s", a.error[2]);
         if (mode == 3) CHECK_MSG(strstr(a.error[1], "NULL trace") != NULL, "rank 1: %s", a.error[1]);
         if (mode == 2) CHECK_MSG(strstr(a.error[3], "rank 0 could not contribute") != NULL, "rank 3: %s", a.error[3]);
-        CHECK(!file_exists(path_of("failed.json")));
+        CHECK(!test_file_exists(test_path("failed.json")));
         for (r = 0; r < 4; r++) par_trace_destroy(a.traces[r]);
     }
     CHECK_ERR(par_trace_gather_write(NULL, NULL, "x"), PAR_EINVAL, "NULL context");
@@ -400,7 +376,7 @@ static void test_gather(void) {
 int main(void) {
     char tmpl[] = "/tmp/par_trace_test_XXXXXX", cmd[600];
     if (!mkdtemp(tmpl)) return printf("trace: 0 passed, 1 failed\n"), 1;
-    snprintf(dir, sizeof dir, "%s", tmpl);
+    snprintf(test_dir, sizeof test_dir, "%s", tmpl);
     test_create_errors();
     test_clock();
     test_nesting();
@@ -411,10 +387,10 @@ int main(void) {
     test_coverage();
     test_write_errors();
     test_gather();
-    if (getenv("TRACE_TEST_KEEP")) printf("kept %s\n", dir);
+    if (getenv("TRACE_TEST_KEEP")) printf("kept %s\n", test_dir);
     else {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
     }
     return TEST_END("trace");
 }

@@ -374,13 +374,9 @@ typedef struct trainer {
     llama_tp tp;              /* tensor-parallel plumbing for the layers */
     int tp_on;                /* tp degree > 1 */
     double tp_comm_us;        /* --trace: time in the layers' blocking tp collectives */
-    par_executor *exec;       /* runs the layers' redistributions (tensor parallel) */
-    struct {
-        int kind;             /* TP_REDUCE, TP_GATHER, TP_SCATTER */
-        int64_t count;        /* floats per rank before the redistribution */
-        par_plan plan;
-    } plans[16];
-    int num_plans, next_plan; /* a full cache replaces its entries in turn */
+    par_planner *planner;     /* plans the layers' redistributions (tensor parallel; its cache) */
+    par_executor *exec;       /* and runs them */
+    par_plan tp_plan;         /* the redistribution being run */
     zero_level zero;
     llama_params p;
     llama_sizes sz;
@@ -539,6 +535,7 @@ static void trainer_free(trainer *t) {
     free(t->acts.blocks);
     free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
     if (t->exec) par_executor_destroy(t->exec);
+    if (t->planner) par_planner_destroy(t->planner);
     params_free(&t->p);
 }
 
@@ -1372,9 +1369,7 @@ static par_status last_logits_row(trainer *t, int64_t n, float *row) {
    the last seq_length bytes; rank 0 prints. */
 static par_status generate(trainer *t, int count) {
     const llama_dims *d = &t->p.dims;
-    llama_tp tp = t->tp;
     const int prompt = 16;
-    (void)tp;
     const int64_t T = t->sz.seq < t->sz.n ? t->sz.seq : t->sz.n;
     int64_t len = prompt < T ? prompt : T, i, k;
     unsigned char *text = (unsigned char *)malloc((size_t)(len + count));
@@ -1394,7 +1389,7 @@ static par_status generate(trainer *t, int count) {
         st = t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n_run * 4, PAR_COPY_HOST_TO_DEVICE);
         if (st == PAR_OK)
             st = t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n_run * 8, PAR_COPY_HOST_TO_DEVICE);
-        if (st == PAR_OK) st = forward(t, t->tp_on ? &tp : NULL, 1, n_run);
+        if (st == PAR_OK) st = forward(t, t->tp_on ? &t->tp : NULL, 1, n_run);
         if (st == PAR_OK) st = last_logits_row(t, n, row);
         if (st != PAR_OK) break;
         for (k = 0; k < d->vocab && k < 256; k++) mx = row[k] > mx ? row[k] : mx;
@@ -1427,7 +1422,7 @@ static par_status generate(trainer *t, int count) {
      TP_REDUCE   partial over tp, split over dp   -> split over dp            (all-reduce)
      TP_GATHER   split over (dp, tp)              -> split over dp            (all-gather)
      TP_SCATTER  partial over tp, split over dp   -> split over (dp, tp)      (reduce-scatter)
-   planned by the library (cached per size) and run by the executor. */
+   planned by the library's planner (its cache) and run by the executor. */
 enum { TP_REDUCE = 0, TP_GATHER, TP_SCATTER };
 
 static par_status tp_flat_layout(const trainer *t, int64_t numel, int split_tp, int partial_tp, par_layout *l) {
@@ -1439,29 +1434,15 @@ static par_status tp_flat_layout(const trainer *t, int64_t numel, int split_tp, 
     return par_layout_check(l);
 }
 
-static par_status tp_plan(trainer *t, int kind, int64_t count, const par_plan **plan) {
-    /* count: floats of this rank's input; the flat tensor has dp x (full rows) elements */
+/* count: floats of this rank's input; the flat tensor has dp x (full rows)
+   elements. The planner's cache makes a repeated size a lookup. */
+static par_status tp_redistribute(trainer *t, int kind, int64_t count, const float *in, float *out) {
     const int64_t global = (kind == TP_GATHER ? count * t->mi.tp : count) * t->dp;
-    const int capacity = (int)(sizeof t->plans / sizeof t->plans[0]);
     par_layout from, to;
-    int i, slot;
-    for (i = 0; i < t->num_plans; i++)
-        if (t->plans[i].kind == kind && t->plans[i].count == count) return *plan = &t->plans[i].plan, PAR_OK;
-    /* training uses a handful of sizes; sampling's growing context many more */
-    slot = t->num_plans < capacity ? t->num_plans++ : t->next_plan++ % capacity;
-    t->plans[slot].count = -1; /* not valid until planned */
     LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_GATHER, kind != TP_GATHER, &from));
     LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_SCATTER, 0, &to));
-    LLAMA_CHECK(par_plan_redistribution(&from, &to, NULL, &t->plans[slot].plan));
-    t->plans[slot].kind = kind, t->plans[slot].count = count;
-    *plan = &t->plans[slot].plan;
-    return PAR_OK;
-}
-
-static par_status tp_redistribute(trainer *t, int kind, int64_t count, const float *in, float *out) {
-    const par_plan *plan;
-    LLAMA_CHECK(tp_plan(t, kind, count, &plan));
-    return par_execute_plan(t->exec, plan, PAR_F32, in, out);
+    LLAMA_CHECK(par_planner_plan(t->planner, &from, &to, NULL, &t->tp_plan));
+    return par_execute_plan(t->exec, &t->tp_plan, PAR_F32, in, out);
 }
 
 /* Each one blocks the layer, so under --trace its time is a comm span (inside
@@ -1529,7 +1510,10 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     t->tp.degree = t->mi.tp, t->tp.index = t->tp_index, t->tp.sp = c->use_seq_parallel, t->tp.user = t;
     t->tp.all_reduce = tp_sum, t->tp.all_reduce_max = tp_max, t->tp.all_gather = tp_gather;
     t->tp.reduce_scatter = tp_reduce_scatter;
-    if (t->tp_on) LLAMA_CHECK(par_executor_create(ctx, &t->exec));
+    if (t->tp_on) {
+        LLAMA_CHECK(par_planner_create(NULL, &t->planner));
+        LLAMA_CHECK(par_executor_create(ctx, &t->exec));
+    }
     t->plan = plan_memory(&t->p, &t->sz, t->zero, t->dp);
     return state_alloc(t);
 }

@@ -21,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
+#include "test_files.h"
 #include "trace_json.h"
 
 #include <math.h>
@@ -37,7 +38,6 @@
 
 static const char *train_bin, *mpirun;
 static int only_reference; /* LLAMA_TEST_ONLY=reference: make test-cuda's GPU check */
-static char dir[256];
 static char out_text[1 << 16], err_text[1 << 16];
 
 static void read_file_text(const char *path, char *buf, size_t size) {
@@ -57,8 +57,8 @@ static int run_cmd(int raw, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(o, sizeof o, "%s/out.txt", dir);
-    snprintf(e, sizeof e, "%s/err.txt", dir);
+    snprintf(o, sizeof o, "%s/out.txt", test_dir);
+    snprintf(e, sizeof e, "%s/err.txt", test_dir);
     snprintf(cmd, sizeof cmd, "%s%s%s >%s 2>%s </dev/null", raw ? "" : train_bin, raw ? "" : " ", args, o, e);
     rc = system(cmd);
     read_file_text(o, out_text, sizeof out_text);
@@ -126,31 +126,6 @@ done:
     return worst;
 }
 
-static int files_identical(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb, ca, cb;
-    while (same) {
-        ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (f) fwrite(data, 1, n, f), fclose(f);
-}
-
-static const char *path_in(const char *name) {
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
 
 /* ---- reference ------------------------------------------------------------ */
 
@@ -165,9 +140,9 @@ static void test_reference(void) {
     CHECK_INT(n, 10);
     rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
                     "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s",
-                 path_in("ref.jsonl"), path_in("ref.safetensors"));
+                 test_path("ref.jsonl"), test_path("ref.safetensors"));
     CHECK_MSG(rc == 0, "reference run failed: %s", err_text);
-    got = read_metrics(path_in("ref.jsonl"), loss, gnorm, 16);
+    got = read_metrics(test_path("ref.jsonl"), loss, gnorm, 16);
     CHECK_INT(got, n);
     for (i = 0; i < n && i < got; i++) {
         CHECK_MSG(fabs(loss[i] - want_loss[i]) <= 1e-4 * fabs(want_loss[i]), "step %d loss %.7f, PyTorch %.6f", i,
@@ -178,16 +153,16 @@ static void test_reference(void) {
     /* weights after 10 AdamW steps of lr 1e-3 (each moves an element by about
        lr per step, so one step taken differently shows as ~1e-3): measured 4.2e-6
        from PyTorch's; 2e-5 leaves room for another CPU's GEMM kernel */
-    wdiff = weights_max_diff(path_in("ref.safetensors"), "tests/ref/gqa_final.safetensors");
+    wdiff = weights_max_diff(test_path("ref.safetensors"), "tests/ref/gqa_final.safetensors");
     CHECK_MSG(wdiff >= 0 && wdiff <= 2e-5, "final weights differ from PyTorch's by %g", wdiff);
     if (only_reference) return; /* one GPU: no dp 2 */
     /* the same with ZeRO-2 over 2 ranks */
     rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
                     "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --set parallel_config.data_parallel=2 "
                     "--set parallel.enable_parallel_optimizer=true --set parallel.parallel_optimizer_config.optimizer_level=level2",
-                 path_in("ref2.jsonl"));
+                 test_path("ref2.jsonl"));
     CHECK_MSG(rc == 0, "reference run dp 2 failed: %s", err_text);
-    got = read_metrics(path_in("ref2.jsonl"), loss, gnorm, 16);
+    got = read_metrics(test_path("ref2.jsonl"), loss, gnorm, 16);
     CHECK_INT(got, n);
     for (i = 0; i < n && i < got; i++)
         CHECK_MSG(fabs(loss[i] - want_loss[i]) <= 1e-4 * fabs(want_loss[i]), "dp2 step %d loss %.7f, PyTorch %.6f", i,
@@ -196,9 +171,9 @@ static void test_reference(void) {
     rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
                     "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s "
                     "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true",
-                 path_in("reftp.jsonl"), path_in("reftp.safetensors"));
+                 test_path("reftp.jsonl"), test_path("reftp.safetensors"));
     CHECK_MSG(rc == 0, "reference run tp 2 + sp failed: %s", err_text);
-    got = read_metrics(path_in("reftp.jsonl"), loss, gnorm, 16);
+    got = read_metrics(test_path("reftp.jsonl"), loss, gnorm, 16);
     CHECK_INT(got, n);
     for (i = 0; i < n && i < got; i++) {
         CHECK_MSG(fabs(loss[i] - want_loss[i]) <= 1e-4 * fabs(want_loss[i]), "tp2 step %d loss %.7f, PyTorch %.6f",
@@ -206,7 +181,7 @@ static void test_reference(void) {
         CHECK_MSG(fabs(gnorm[i] - want_gnorm[i]) <= 1e-4 * fabs(want_gnorm[i]),
                   "tp2 step %d grad norm %.7f, PyTorch %.6f", i, gnorm[i], want_gnorm[i]);
     }
-    wdiff = weights_max_diff(path_in("reftp.safetensors"), "tests/ref/gqa_final.safetensors");
+    wdiff = weights_max_diff(test_path("reftp.safetensors"), "tests/ref/gqa_final.safetensors");
     CHECK_MSG(wdiff >= 0 && wdiff <= 2e-5, "tp2 final weights differ from PyTorch's by %g", wdiff);
 }
 
@@ -261,40 +236,40 @@ static void test_equivalence(void) {
     };
     double base_loss[EQ_STEPS + 1], base_gnorm[EQ_STEPS + 1];
     size_t i;
-    int rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", eq_base, path_in("eq1.jsonl"), path_in("eq1.safetensors"));
+    int rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", eq_base, test_path("eq1.jsonl"), test_path("eq1.safetensors"));
     CHECK_MSG(rc == 0, "single-device run failed: %s", err_text);
-    CHECK_INT(read_metrics(path_in("eq1.jsonl"), base_loss, base_gnorm, EQ_STEPS + 1), EQ_STEPS);
+    CHECK_INT(read_metrics(test_path("eq1.jsonl"), base_loss, base_gnorm, EQ_STEPS + 1), EQ_STEPS);
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", eq_base, cases[i].sets, path_in("eq.jsonl"),
-                     path_in("eq.safetensors"));
+        rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", eq_base, cases[i].sets, test_path("eq.jsonl"),
+                     test_path("eq.safetensors"));
         CHECK_MSG(rc == 0, "%s failed: %s", cases[i].name, err_text);
-        if (rc == 0) check_equivalent(cases[i].name, path_in("eq.jsonl"), path_in("eq.safetensors"), base_loss,
-                                      base_gnorm, path_in("eq1.safetensors"));
+        if (rc == 0) check_equivalent(cases[i].name, test_path("eq.jsonl"), test_path("eq.safetensors"), base_loss,
+                                      base_gnorm, test_path("eq1.safetensors"));
     }
     /* --shuffle: the same permutation on every rank, so dp 4 still equals one device;
        and it is really on (the first batch differs) */
-    rc = run_cmd(0, "%s --steps 20 --shuffle --metrics %s --save %s", eq_base, path_in("sh1.jsonl"),
-                 path_in("sh1.safetensors"));
+    rc = run_cmd(0, "%s --steps 20 --shuffle --metrics %s --save %s", eq_base, test_path("sh1.jsonl"),
+                 test_path("sh1.safetensors"));
     CHECK_MSG(rc == 0, "shuffled run failed: %s", err_text);
     {
         double sl[EQ_STEPS + 1], sg[EQ_STEPS + 1];
-        CHECK_INT(read_metrics(path_in("sh1.jsonl"), sl, sg, EQ_STEPS + 1), EQ_STEPS);
+        CHECK_INT(read_metrics(test_path("sh1.jsonl"), sl, sg, EQ_STEPS + 1), EQ_STEPS);
         CHECK_MSG(sl[0] != base_loss[0], "--shuffle did not change the first batch (loss %.9g)", sl[0]);
         rc = run_cmd(0, "%s --steps 20 --shuffle --set parallel_config.data_parallel=4 --metrics %s --save %s", eq_base,
-                     path_in("sh4.jsonl"), path_in("sh4.safetensors"));
+                     test_path("sh4.jsonl"), test_path("sh4.safetensors"));
         CHECK_MSG(rc == 0, "shuffled dp 4 run failed: %s", err_text);
-        if (rc == 0) check_equivalent("dp4 shuffle", path_in("sh4.jsonl"), path_in("sh4.safetensors"), sl, sg,
-                                      path_in("sh1.safetensors"));
+        if (rc == 0) check_equivalent("dp4 shuffle", test_path("sh4.jsonl"), test_path("sh4.safetensors"), sl, sg,
+                                      test_path("sh1.safetensors"));
     }
     if (mpirun && *mpirun) {
         char cmd[2048];
         /* OpenMPI leaks at exit: a sanitized build checks leaks without MPI only */
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s --steps 20 --set parallel_config.data_parallel=2 --metrics %s --save %s",
-                 mpirun, train_bin, eq_base, path_in("eqm.jsonl"), path_in("eqm.safetensors"));
+                 mpirun, train_bin, eq_base, test_path("eqm.jsonl"), test_path("eqm.safetensors"));
         rc = run_cmd(1, "%s", cmd);
         CHECK_MSG(rc == 0, "mpirun -np 2 failed: %s", err_text);
-        if (rc == 0) check_equivalent("dp2 mpirun -np 2", path_in("eqm.jsonl"), path_in("eqm.safetensors"), base_loss,
-                                      base_gnorm, path_in("eq1.safetensors"));
+        if (rc == 0) check_equivalent("dp2 mpirun -np 2", test_path("eqm.jsonl"), test_path("eqm.safetensors"), base_loss,
+                                      base_gnorm, test_path("eq1.safetensors"));
     } else {
         printf("mpi equivalence: skipped (no MPIRUN)\n");
     }
@@ -305,14 +280,14 @@ static void test_equivalence(void) {
 static void test_memory(void) {
     const char *cats[2] = {"memory_plan", "memory_peak"};
     int k, rc;
-    rc = run_cmd(0, "%s --steps 2 --metrics %s", eq_base, path_in("m1.jsonl"));
+    rc = run_cmd(0, "%s --steps 2 --metrics %s", eq_base, test_path("m1.jsonl"));
     CHECK_MSG(rc == 0, "dp1 run failed: %s", err_text);
     rc = run_cmd(0, "%s --steps 2 --metrics %s --set parallel_config.data_parallel=4 "
-                    "--set parallel.enable_parallel_optimizer=true", eq_base, path_in("m4.jsonl"));
+                    "--set parallel.enable_parallel_optimizer=true", eq_base, test_path("m4.jsonl"));
     CHECK_MSG(rc == 0, "dp4 zero run failed: %s", err_text);
     for (k = 0; k < 2; k++) {
-        const int64_t one = read_memory(path_in("m1.jsonl"), cats[k], "optimizer");
-        const int64_t four = read_memory(path_in("m4.jsonl"), cats[k], "optimizer");
+        const int64_t one = read_memory(test_path("m1.jsonl"), cats[k], "optimizer");
+        const int64_t four = read_memory(test_path("m4.jsonl"), cats[k], "optimizer");
         /* padding: each of the (layers + 2) buckets pads to a multiple of 4, two moments */
         CHECK_MSG(one > 0 && four > 0 && 4 * four >= one && 4 * four <= one + 4 * 2 * 4 * 3 * 4,
                   "%s optimizer bytes: dp1 %lld, dp4 ZeRO %lld (want about a quarter)", cats[k], (long long)one,
@@ -329,33 +304,33 @@ static void test_round_trip(void) {
     double lu[EQ_STEPS + 1], lr_[EQ_STEPS + 1], g[EQ_STEPS + 1];
     char a[512], b[512];
     int rc, i, n;
-    rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", eq_base, sets2, path_in("u.jsonl"), path_in("u.safetensors"));
+    rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", eq_base, sets2, test_path("u.jsonl"), test_path("u.safetensors"));
     CHECK_MSG(rc == 0, "uninterrupted run failed: %s", err_text);
-    rc = run_cmd(0, "%s %s --steps 10 --save %s", eq_base, sets2, path_in("s.safetensors"));
+    rc = run_cmd(0, "%s %s --steps 10 --save %s", eq_base, sets2, test_path("s.safetensors"));
     CHECK_MSG(rc == 0, "first half failed: %s", err_text);
-    rc = run_cmd(0, "%s %s --steps 10 --init-from %s --metrics %s --save %s", eq_base, sets2, path_in("s.safetensors"),
-                 path_in("r.jsonl"), path_in("r.safetensors"));
+    rc = run_cmd(0, "%s %s --steps 10 --init-from %s --metrics %s --save %s", eq_base, sets2, test_path("s.safetensors"),
+                 test_path("r.jsonl"), test_path("r.safetensors"));
     CHECK_MSG(rc == 0, "resumed run failed: %s", err_text);
-    read_metrics(path_in("u.jsonl"), lu, g, EQ_STEPS + 1);
-    n = read_metrics(path_in("r.jsonl"), lr_, g, EQ_STEPS + 1);
+    read_metrics(test_path("u.jsonl"), lu, g, EQ_STEPS + 1);
+    n = read_metrics(test_path("r.jsonl"), lr_, g, EQ_STEPS + 1);
     CHECK_INT(n, 10);
     for (i = 0; i < n && i < 10; i++) CHECK_MSG(lr_[i] == lu[10 + i], "resumed step %d: %.9g vs %.9g", 10 + i, lr_[i], lu[10 + i]);
-    CHECK_MSG(files_identical(path_in("r.safetensors"), path_in("u.safetensors")), "resumed weights are not bit-identical");
-    snprintf(a, sizeof a, "%s", path_in("r.optimizer.safetensors"));
-    snprintf(b, sizeof b, "%s", path_in("u.optimizer.safetensors"));
-    CHECK_MSG(files_identical(a, b), "resumed optimizer state is not bit-identical");
+    CHECK_MSG(test_files_identical(test_path("r.safetensors"), test_path("u.safetensors")), "resumed weights are not bit-identical");
+    snprintf(a, sizeof a, "%s", test_path("r.optimizer.safetensors"));
+    snprintf(b, sizeof b, "%s", test_path("u.optimizer.safetensors"));
+    CHECK_MSG(test_files_identical(a, b), "resumed optimizer state is not bit-identical");
     /* another degree (dp 4, ZeRO-2: moments loaded as shards and gathered back) */
-    rc = run_cmd(0, "%s %s --steps 0 --init-from %s --save %s", eq_base, sets4, path_in("s.safetensors"),
-                 path_in("s4.safetensors"));
+    rc = run_cmd(0, "%s %s --steps 0 --init-from %s --save %s", eq_base, sets4, test_path("s.safetensors"),
+                 test_path("s4.safetensors"));
     CHECK_MSG(rc == 0, "re-save under dp 4 failed: %s", err_text);
-    CHECK_MSG(files_identical(path_in("s4.safetensors"), path_in("s.safetensors")), "weights changed through dp 4");
-    snprintf(a, sizeof a, "%s", path_in("s4.optimizer.safetensors"));
-    snprintf(b, sizeof b, "%s", path_in("s.optimizer.safetensors"));
-    CHECK_MSG(files_identical(a, b), "optimizer state changed through dp 4");
-    rc = run_cmd(0, "%s %s --steps 10 --init-from %s --metrics %s --save %s", eq_base, sets4, path_in("s.safetensors"),
-                 path_in("r4.jsonl"), path_in("r4.safetensors"));
+    CHECK_MSG(test_files_identical(test_path("s4.safetensors"), test_path("s.safetensors")), "weights changed through dp 4");
+    snprintf(a, sizeof a, "%s", test_path("s4.optimizer.safetensors"));
+    snprintf(b, sizeof b, "%s", test_path("s.optimizer.safetensors"));
+    CHECK_MSG(test_files_identical(a, b), "optimizer state changed through dp 4");
+    rc = run_cmd(0, "%s %s --steps 10 --init-from %s --metrics %s --save %s", eq_base, sets4, test_path("s.safetensors"),
+                 test_path("r4.jsonl"), test_path("r4.safetensors"));
     CHECK_MSG(rc == 0, "resumed run under dp 4 failed: %s", err_text);
-    n = read_metrics(path_in("r4.jsonl"), lr_, g, EQ_STEPS + 1);
+    n = read_metrics(test_path("r4.jsonl"), lr_, g, EQ_STEPS + 1);
     CHECK_INT(n, 10);
     for (i = 0; i < n && i < 10; i++)
         CHECK_MSG(fabs(lr_[i] - lu[10 + i]) <= EQ_LOSS_REL * fabs(lu[10 + i]), "dp4 resumed step %d: %.9g vs %.9g",
@@ -371,17 +346,17 @@ static void bad(const char *name, const char *needle, const char *fmt, ...) {
     char args[4096], keep[64];
     va_list ap;
     int rc;
-    write_file(path_in("keep.safetensors"), "KEEP", 4);
-    write_file(path_in("keep.jsonl"), "KEEP", 4);
+    test_write_file(test_path("keep.safetensors"), "KEEP", 4);
+    test_write_file(test_path("keep.jsonl"), "KEEP", 4);
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    rc = run_cmd(0, "%s --save %s --metrics %s", args, path_in("keep.safetensors"), path_in("keep.jsonl"));
+    rc = run_cmd(0, "%s --save %s --metrics %s", args, test_path("keep.safetensors"), test_path("keep.jsonl"));
     CHECK_MSG(rc == 2, "%s: exit status %d, want 2 (stderr: %s)", name, rc, err_text);
     CHECK_MSG(strstr(err_text, needle) != NULL, "%s: stderr lacks \"%s\": %s", name, needle, err_text);
-    read_file_text(path_in("keep.safetensors"), keep, sizeof keep);
+    read_file_text(test_path("keep.safetensors"), keep, sizeof keep);
     CHECK_MSG(strcmp(keep, "KEEP") == 0, "%s: --save file was overwritten", name);
-    read_file_text(path_in("keep.jsonl"), keep, sizeof keep);
+    read_file_text(test_path("keep.jsonl"), keep, sizeof keep);
     CHECK_MSG(strcmp(keep, "KEEP") == 0, "%s: --metrics file was overwritten", name);
 }
 
@@ -397,10 +372,10 @@ static void test_tensor_parallel(void) {
     static const int meshes[][2] = {{1, 2}, {1, 4}, {1, 8}, {2, 2}, {2, 4}};
     double base_loss[EQ_STEPS + 1], base_gnorm[EQ_STEPS + 1];
     size_t i;
-    int sp, zero, rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", tp_base, path_in("tp1.jsonl"),
-                               path_in("tp1.safetensors"));
+    int sp, zero, rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", tp_base, test_path("tp1.jsonl"),
+                               test_path("tp1.safetensors"));
     CHECK_MSG(rc == 0, "single-device run failed: %s", err_text);
-    CHECK_INT(read_metrics(path_in("tp1.jsonl"), base_loss, base_gnorm, EQ_STEPS + 1), EQ_STEPS);
+    CHECK_INT(read_metrics(test_path("tp1.jsonl"), base_loss, base_gnorm, EQ_STEPS + 1), EQ_STEPS);
     for (i = 0; i < sizeof meshes / sizeof meshes[0]; i++)
         for (sp = 0; sp < 2; sp++)
             for (zero = 0; zero < 2; zero++) {
@@ -412,33 +387,33 @@ static void test_tensor_parallel(void) {
                              "--set parallel_config.use_seq_parallel=%s --set parallel.enable_parallel_optimizer=%s "
                              "--metrics %s --save %s",
                              tp_base, meshes[i][0], meshes[i][1], sp ? "true" : "false", zero ? "true" : "false",
-                             path_in("tp.jsonl"), path_in("tp.safetensors"));
+                             test_path("tp.jsonl"), test_path("tp.safetensors"));
                 CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
                 if (rc == 0)
-                    check_equivalent(name, path_in("tp.jsonl"), path_in("tp.safetensors"), base_loss, base_gnorm,
-                                     path_in("tp1.safetensors"));
+                    check_equivalent(name, test_path("tp.jsonl"), test_path("tp.safetensors"), base_loss, base_gnorm,
+                                     test_path("tp1.safetensors"));
             }
     /* a replicated embedding vs a vocabulary-split one, ZeRO-2, micro-batches */
     rc = run_cmd(0, "%s --steps 20 --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
                     "--set parallel_config.use_seq_parallel=true --set parallel_config.vocab_emb_dp=false "
                     "--set parallel.enable_parallel_optimizer=true --set parallel.parallel_optimizer_config.optimizer_level=level2 "
                     "--set parallel_config.micro_batch_num=2 --metrics %s --save %s",
-                 tp_base, path_in("tp.jsonl"), path_in("tp.safetensors"));
+                 tp_base, test_path("tp.jsonl"), test_path("tp.safetensors"));
     CHECK_MSG(rc == 0, "dp2 x tp2 vocab-split failed: %s", err_text);
     if (rc == 0)
-        check_equivalent("dp2xtp2 sp vocab zero2 mb2", path_in("tp.jsonl"), path_in("tp.safetensors"), base_loss,
-                         base_gnorm, path_in("tp1.safetensors"));
+        check_equivalent("dp2xtp2 sp vocab zero2 mb2", test_path("tp.jsonl"), test_path("tp.safetensors"), base_loss,
+                         base_gnorm, test_path("tp1.safetensors"));
     if (mpirun && *mpirun) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd,
                  "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 --set parallel_config.data_parallel=2 "
                  "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true --metrics %s --save %s",
-                 mpirun, train_bin, tp_base, path_in("tpm.jsonl"), path_in("tpm.safetensors"));
+                 mpirun, train_bin, tp_base, test_path("tpm.jsonl"), test_path("tpm.safetensors"));
         rc = run_cmd(1, "%s", cmd);
         CHECK_MSG(rc == 0, "mpirun -np 4 dp2 x tp2 failed: %s", err_text);
         if (rc == 0)
-            check_equivalent("dp2 x tp2 sp mpirun -np 4", path_in("tpm.jsonl"), path_in("tpm.safetensors"), base_loss,
-                             base_gnorm, path_in("tp1.safetensors"));
+            check_equivalent("dp2 x tp2 sp mpirun -np 4", test_path("tpm.jsonl"), test_path("tpm.safetensors"), base_loss,
+                             base_gnorm, test_path("tp1.safetensors"));
     }
     /* sampling under tp + sp: every context length 16..56 is its own set of
        redistributions; the same bytes as one device's sample (same draws) */
@@ -465,11 +440,11 @@ static void test_tensor_parallel(void) {
         for (i = 0; i < 3; i++) {
             int64_t pp, ap, am;
             rc = run_cmd(0, "%s --steps 1 --set parallel_config.model_parallel=%d --set parallel_config.use_seq_parallel=%s "
-                            "--metrics %s", tp_base, degrees[i], degrees[i] > 1 ? "true" : "false", path_in("tpmem.jsonl"));
+                            "--metrics %s", tp_base, degrees[i], degrees[i] > 1 ? "true" : "false", test_path("tpmem.jsonl"));
             CHECK_MSG(rc == 0, "tp %d memory run failed: %s", degrees[i], err_text);
-            pp = read_memory(path_in("tpmem.jsonl"), "memory_plan", "params");
-            ap = read_memory(path_in("tpmem.jsonl"), "memory_plan", "activations");
-            am = read_memory(path_in("tpmem.jsonl"), "memory_peak", "activations");
+            pp = read_memory(test_path("tpmem.jsonl"), "memory_plan", "params");
+            ap = read_memory(test_path("tpmem.jsonl"), "memory_plan", "activations");
+            am = read_memory(test_path("tpmem.jsonl"), "memory_peak", "activations");
             CHECK_MSG(ap == am && ap > 0, "tp %d activations planned %lld, measured %lld", degrees[i], (long long)ap,
                       (long long)am);
             if (i == 0) {
@@ -487,14 +462,14 @@ static void test_tensor_parallel(void) {
        through dp 1 x tp 4 (sp) it is byte-identical */
     rc = run_cmd(0, "%s --steps 0 --set parallel_config.model_parallel=4 --set parallel_config.use_seq_parallel=true "
                     "--init-from %s --save %s",
-                 tp_base, path_in("tp.safetensors"), path_in("tp4.safetensors"));
+                 tp_base, test_path("tp.safetensors"), test_path("tp4.safetensors"));
     CHECK_MSG(rc == 0, "re-save under tp 4 failed: %s", err_text);
-    CHECK_MSG(files_identical(path_in("tp.safetensors"), path_in("tp4.safetensors")), "weights changed through tp 4");
+    CHECK_MSG(test_files_identical(test_path("tp.safetensors"), test_path("tp4.safetensors")), "weights changed through tp 4");
     {
         char a[512], b[512];
-        snprintf(a, sizeof a, "%s", path_in("tp.optimizer.safetensors"));
-        snprintf(b, sizeof b, "%s", path_in("tp4.optimizer.safetensors"));
-        CHECK_MSG(files_identical(a, b), "optimizer state changed through tp 4");
+        snprintf(a, sizeof a, "%s", test_path("tp.optimizer.safetensors"));
+        snprintf(b, sizeof b, "%s", test_path("tp4.optimizer.safetensors"));
+        CHECK_MSG(test_files_identical(a, b), "optimizer state changed through tp 4");
     }
 }
 
@@ -505,11 +480,11 @@ static void test_bad_input(void) {
     FILE *f;
     size_t n;
     int rc;
-    write_file(path_in("bad.yaml"), "model:\n  model_config: [1, 2\n", 30);
-    bad("malformed yaml", "bad.yaml", "--config %s --data tests/ref/gqa_data.txt", path_in("bad.yaml"));
-    write_file(path_in("badval.yaml"), "model:\n  model_config:\n    num_layers: two\n", 43);
-    bad("invalid yaml value", "num_layers", "--config %s --data tests/ref/gqa_data.txt", path_in("badval.yaml"));
-    bad("missing config", "nope.yaml", "--config %s --data tests/ref/gqa_data.txt", path_in("nope.yaml"));
+    test_write_file(test_path("bad.yaml"), "model:\n  model_config: [1, 2\n", 30);
+    bad("malformed yaml", "bad.yaml", "--config %s --data tests/ref/gqa_data.txt", test_path("bad.yaml"));
+    test_write_file(test_path("badval.yaml"), "model:\n  model_config:\n    num_layers: two\n", 43);
+    bad("invalid yaml value", "num_layers", "--config %s --data tests/ref/gqa_data.txt", test_path("badval.yaml"));
+    bad("missing config", "nope.yaml", "--config %s --data tests/ref/gqa_data.txt", test_path("nope.yaml"));
     bad("invalid --set", "num_layers", "%s --set model.model_config.num_layers=abc", base);
     bad("unknown --set key", "hiden_size", "%s --set model.model_config.hiden_size=8", base);
     bad("batch not divisible by dp", "batch_size", "%s --set parallel_config.data_parallel=3", base);
@@ -528,9 +503,9 @@ static void test_bad_input(void) {
         "--set parallel_config.use_seq_parallel=true", base);
     bad("unknown option", "--bogus", "%s --bogus", base);
     bad("nccl backend", "nccl", "%s --backend nccl", base);
-    bad("missing data", "nope.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", path_in("nope.txt"));
-    write_file(path_in("short.txt"), "0123456789", 10);
-    bad("short data", "short.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", path_in("short.txt"));
+    bad("missing data", "nope.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", test_path("nope.txt"));
+    test_write_file(test_path("short.txt"), "0123456789", 10);
+    bad("short data", "short.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", test_path("short.txt"));
     bad("no data", "--data", "--config examples/configs/gqa_ref.yaml --steps 1");
     bad("unwritable --trace", "--trace /nonexistent_dir_par/t.json: its directory is not writable",
         "%s --trace /nonexistent_dir_par/t.json", base);
@@ -539,17 +514,17 @@ static void test_bad_input(void) {
     n = f ? fread(buf, 1, sizeof buf, f) : 0;
     if (f) fclose(f);
     CHECK(n == sizeof buf);
-    write_file(path_in("trunc.safetensors"), buf, sizeof buf);
-    bad("truncated safetensors", "trunc.safetensors", "%s --init-from %s", base, path_in("trunc.safetensors"));
-    write_file(path_in("hdr.safetensors"), "\x10\0\0\0\0\0\0\0{not json at all", 24);
-    bad("bad header", "hdr.safetensors", "%s --init-from %s", base, path_in("hdr.safetensors"));
+    test_write_file(test_path("trunc.safetensors"), buf, sizeof buf);
+    bad("truncated safetensors", "trunc.safetensors", "%s --init-from %s", base, test_path("trunc.safetensors"));
+    test_write_file(test_path("hdr.safetensors"), "\x10\0\0\0\0\0\0\0{not json at all", 24);
+    bad("bad header", "hdr.safetensors", "%s --init-from %s", base, test_path("hdr.safetensors"));
     bad("wrong shapes", "shape", "%s --init-from %s --set model.model_config.intermediate_size=96", base, init);
     bad("missing tensor", "model.layers.2", "%s --init-from %s --set model.model_config.num_layers=3", base, init);
     bad("unexpected tensor", "unexpected tensor model.layers.1", "%s --init-from %s --set model.model_config.num_layers=1",
         base, init);
     /* unknown keys in a file are warnings: the run goes on */
-    write_file(path_in("warn.yaml"), "model:\n  model_config:\n    hiden_size: 32\n", 41);
-    rc = run_cmd(0, "--config %s --data tests/ref/gqa_data.txt --steps 1 --quiet", path_in("warn.yaml"));
+    test_write_file(test_path("warn.yaml"), "model:\n  model_config:\n    hiden_size: 32\n", 41);
+    rc = run_cmd(0, "--config %s --data tests/ref/gqa_data.txt --steps 1 --quiet", test_path("warn.yaml"));
     CHECK_MSG(rc == 0 && strstr(err_text, "hiden_size"), "unknown YAML key: exit %d, stderr %s", rc, err_text);
     if (mpirun && *mpirun) {
         char cmd[2048];
@@ -596,18 +571,18 @@ static void check_trace_file(const char *what, const char *path) {
 
 static void test_trace(void) {
     const char *sets = "--set parallel_config.data_parallel=2 --set parallel.enable_parallel_optimizer=true";
-    int rc = run_cmd(0, "%s %s --steps 3 --trace %s", eq_base, sets, path_in("t.json"));
+    int rc = run_cmd(0, "%s %s --steps 3 --trace %s", eq_base, sets, test_path("t.json"));
     CHECK_MSG(rc == 0, "--trace run failed: %s", err_text);
     CHECK_MSG(strstr(out_text, "communication: ") && strstr(out_text, "% of step time"),
               "no communication share line: %s", out_text);
-    check_trace_file("threads", path_in("t.json"));
+    check_trace_file("threads", test_path("t.json"));
     if (mpirun && *mpirun) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s %s --steps 3 --trace %s",
-                 mpirun, train_bin, eq_base, sets, path_in("tm.json"));
+                 mpirun, train_bin, eq_base, sets, test_path("tm.json"));
         rc = run_cmd(1, "%s", cmd);
         CHECK_MSG(rc == 0, "--trace under mpirun -np 2 failed: %s", err_text);
-        if (rc == 0) check_trace_file("mpirun", path_in("tm.json"));
+        if (rc == 0) check_trace_file("mpirun", test_path("tm.json"));
     }
 }
 
@@ -617,7 +592,7 @@ int main(void) {
     train_bin = getenv("TRAIN") && *getenv("TRAIN") ? getenv("TRAIN") : "build/train";
     mpirun = getenv("MPIRUN");
     if (!mkdtemp(tmpl)) return printf("llama_train: 0 passed, 1 failed\n"), 1;
-    snprintf(dir, sizeof dir, "%s", tmpl);
+    snprintf(test_dir, sizeof test_dir, "%s", tmpl);
     only_reference = getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "reference") == 0;
     if (!only_reference) test_bad_input();
     test_reference();
@@ -628,7 +603,7 @@ int main(void) {
         test_trace();
         test_tensor_parallel();
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
     return TEST_END("llama_train");
 }
