@@ -8451,6 +8451,23 @@ static PAR__MAYBE_UNUSED par_status par__attn_check(const char *fn, const par_at
         if (!(ptr) && (numel) > 0) return par__fail(PAR_EINVAL, "%s: %s is NULL", fn, name);             \
     } while (0)
 
+/* The checks forward and backward share: the desc, the element counts of q
+   (and o, do) and of k (and v), and the pointers both directions take. */
+static PAR__MAYBE_UNUSED par_status par__attn_inputs(const char *fn, const par_attn_desc *d, const float *q,
+                                                     const float *k, const float *v, const float *o,
+                                                     const float *lse, int64_t *nqe, int64_t *nke) {
+    par_status st = par__attn_check(fn, d);
+    if (st != PAR_OK) return st;
+    *nqe = (int64_t)d->batch * d->q_len * d->q_heads * d->head_dim;
+    *nke = (int64_t)d->batch * d->k_len * d->kv_heads * d->head_dim;
+    PAR__ATTN_NEED(q, *nqe, fn, "q");
+    PAR__ATTN_NEED(k, *nke, fn, "k");
+    PAR__ATTN_NEED(v, *nke, fn, "v");
+    PAR__ATTN_NEED(o, *nqe, fn, "o");
+    PAR__ATTN_NEED(lse, *nqe, fn, "lse");
+    return PAR_OK;
+}
+
 static PAR__MAYBE_UNUSED float par__attn_scale(const par_attn_desc *d) {
     return d->scale != 0.0f ? d->scale : (float)(1.0 / sqrt((double)d->head_dim));
 }
@@ -8507,22 +8524,15 @@ static PAR__MAYBE_UNUSED int par__attn_score_tile(const par_attn_desc *d, float 
 static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_attn_desc *d, const float *q, const float *k,
                                                            const float *v, float *o, float *lse) {
     static const char fn[] = "attention_fwd";
-    par_status st = par__attn_check(fn, d);
-    int64_t nqe, nke, b, i0, j0, i;
+    int64_t nqe = 0, nke = 0, b, i0, j0, i;
     int h, c, dim, group;
     float scale, *work, *s, *acc, *m, *l;
     int64_t *kp;
     const int isa = par__attn_isa();
     size_t bytes;
+    par_status st = par__attn_inputs(fn, d, q, k, v, o, lse, &nqe, &nke);
     if (st != PAR_OK) return st;
     dim = d->head_dim;
-    nqe = (int64_t)d->batch * d->q_len * d->q_heads * dim;
-    nke = (int64_t)d->batch * d->k_len * d->kv_heads * dim;
-    PAR__ATTN_NEED(q, nqe, fn, "q");
-    PAR__ATTN_NEED(k, nke, fn, "k");
-    PAR__ATTN_NEED(v, nke, fn, "v");
-    PAR__ATTN_NEED(o, nqe, fn, "o");
-    PAR__ATTN_NEED(lse, nqe, fn, "lse");
     if (nqe == 0) return PAR_OK;
     if (nke == 0) { /* no keys: every row sees nothing (k and v may be NULL) */
         for (i = 0; i < nqe; i++) o[i] = 0.0f;
@@ -8599,22 +8609,15 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_attn_desc *
                                                            const float *do_, float *dq, float *dk, float *dv,
                                                            int accumulate) {
     static const char fn[] = "attention_bwd";
-    par_status st = par__attn_check(fn, d);
-    int64_t nqe, nke, b, i0, j0, i, j;
+    int64_t nqe = 0, nke = 0, b, i0, j0, i, j;
     int h, c, dim, group;
     float scale, *work, *p, *ds, *drow;
     int64_t *kp;
     const int isa = par__attn_isa();
     size_t bytes;
+    par_status st = par__attn_inputs(fn, d, q, k, v, o, lse, &nqe, &nke);
     if (st != PAR_OK) return st;
     dim = d->head_dim;
-    nqe = (int64_t)d->batch * d->q_len * d->q_heads * dim;
-    nke = (int64_t)d->batch * d->k_len * d->kv_heads * dim;
-    PAR__ATTN_NEED(q, nqe, fn, "q");
-    PAR__ATTN_NEED(k, nke, fn, "k");
-    PAR__ATTN_NEED(v, nke, fn, "v");
-    PAR__ATTN_NEED(o, nqe, fn, "o");
-    PAR__ATTN_NEED(lse, nqe, fn, "lse");
     PAR__ATTN_NEED(do_, nqe, fn, "do_");
     PAR__ATTN_NEED(dq, nqe, fn, "dq");
     PAR__ATTN_NEED(dk, nke, fn, "dk");
