@@ -430,34 +430,6 @@ static void test_tensor_parallel(void) {
         if (rc == 0 && (p = strstr(out_text, "sample (prompt"))) snprintf(two, sizeof two, "%s", p);
         CHECK_MSG(one[0] && strcmp(one, two) == 0, "samples differ:\n%s\nvs\n%s", one, two);
     }
-    /* memory: parameter bytes per rank fall as 1/tp except the replicated tensors
-       (embedding 256 x 64 and 5 norms of 64, f32), and with sequence parallel
-       the activations fall as 1/tp too (planned and measured) */
-    {
-        const int64_t replicated = (256 * 64 + 5 * 64) * 4;
-        int64_t p1 = -1, a1 = -1;
-        const int degrees[3] = {1, 4, 8};
-        for (i = 0; i < 3; i++) {
-            int64_t pp, ap, am;
-            rc = run_cmd(0, "%s --steps 1 --set parallel_config.model_parallel=%d --set parallel_config.use_seq_parallel=%s "
-                            "--metrics %s", tp_base, degrees[i], degrees[i] > 1 ? "true" : "false", test_path("tpmem.jsonl"));
-            CHECK_MSG(rc == 0, "tp %d memory run failed: %s", degrees[i], err_text);
-            pp = read_memory(test_path("tpmem.jsonl"), "memory_plan", "params");
-            ap = read_memory(test_path("tpmem.jsonl"), "memory_plan", "activations");
-            am = read_memory(test_path("tpmem.jsonl"), "memory_peak", "activations");
-            CHECK_MSG(ap == am && ap > 0, "tp %d activations planned %lld, measured %lld", degrees[i], (long long)ap,
-                      (long long)am);
-            if (i == 0) {
-                p1 = pp, a1 = ap;
-                continue;
-            }
-            CHECK_MSG(pp * degrees[i] - p1 == (degrees[i] - 1) * replicated,
-                      "tp %d: %lld parameter bytes per rank (tp 1: %lld)", degrees[i], (long long)pp, (long long)p1);
-            CHECK_MSG(fabs((double)(ap * degrees[i]) / (double)a1 - 1.0) < 0.05,
-                      "tp %d + sp: %lld activation bytes per rank, x%d = %.3f of tp 1's %lld", degrees[i],
-                      (long long)ap, degrees[i], (double)(ap * degrees[i]) / (double)a1, (long long)a1);
-        }
-    }
     /* a tp checkpoint resumes under another layout with the same state: re-saved
        through dp 1 x tp 4 (sp) it is byte-identical */
     rc = run_cmd(0, "%s --steps 0 --set parallel_config.model_parallel=4 --set parallel_config.use_seq_parallel=true "
@@ -470,6 +442,102 @@ static void test_tensor_parallel(void) {
         snprintf(a, sizeof a, "%s", test_path("tp.optimizer.safetensors"));
         snprintf(b, sizeof b, "%s", test_path("tp4.optimizer.safetensors"));
         CHECK_MSG(test_files_identical(a, b), "optimizer state changed through tp 4");
+    }
+}
+
+/* Activation bytes per layer: the inventory behind Megatron's formulas in
+   REFERENCES.md (Korthikanti et al. 2022), each term a parameter, so one
+   derivation covers the 16-bit GPT it was written for and this f32 Llama.
+   Per token, a layer keeps
+   - whole on every tp rank, split over tp under sequence parallel: the two
+     norm inputs and the two norm outputs (the q/k/v and MLP inputs), 4 h
+     elements; dropout masks; the norms' statistics;
+   - split over tp: q and the attention output (h each), k and v (kv each), the
+     MLP's ffn-wide tensors; per head, the attention scores kept for backward
+     (per key) and the softmax statistics. */
+typedef struct act_terms {
+    double elem;        /* bytes per stored element: 2 (16-bit), 4 (f32) */
+    double kv;          /* width of k and of v: h, or kv heads x head dim (GQA) */
+    double mlp_tensors; /* ffn-wide tensors kept: 2 (GeLU in, out), 3 (SwiGLU gate, up, product) */
+    double ffn;         /* 4 h for GPT */
+    double mask_bytes;  /* dropout mask bytes per token per unit of h: 2 (after attention, after MLP) */
+    double score_bytes; /* per head, key and token: 5 (scores 2, softmax 2, dropout mask 1); 0 in flash form */
+    double norm_stats;  /* bytes per token (Megatron leaves them out) */
+    double head_stats;  /* bytes per token and head: the LSE a flash backward needs */
+} act_terms;
+
+static double layer_act_bytes(const act_terms *m, double s, double b, double h, double a, double t, int sp) {
+    const double whole = m->elem * 4 * h + m->mask_bytes * h + m->norm_stats;
+    const double split = m->elem * (2 * h + 2 * m->kv + m->mlp_tensors * m->ffn) + a * (m->score_bytes * s + m->head_stats);
+    return s * b * (sp ? whole / t : whole) + s * b * split / t;
+}
+
+/* GPT as REFERENCES.md's formulas count it */
+static const act_terms gpt16 = {2, -1 /* = h */, 2, -1 /* = 4 h */, 2, 5, 0, 0};
+
+static double gpt16_layer_bytes(double s, double b, double h, double a, double t, int sp) {
+    act_terms m = gpt16;
+    m.kv = h, m.ffn = 4 * h;
+    return layer_act_bytes(&m, s, b, h, a, t, sp);
+}
+
+/* Memory under tensor and sequence parallel, on the tp test model (hidden 64,
+   16 heads of 4, 8 kv heads, ffn 176, 8 x 64 tokens per micro-batch):
+   parameter bytes per rank fall as 1/tp except the replicated tensors; planned
+   activations equal the measured ones; with sequence parallel they fall as 1/tp;
+   per layer (the difference of 2-layer and 1-layer runs) they are what the
+   REFERENCES.md derivation gives with this model's terms. */
+static void test_tp_memory(void) {
+    static const int cases[][2] = {{1, 0}, {2, 0}, {2, 1}, {4, 0}, {4, 1}, {8, 0}, {8, 1}};
+    const double s = 64, b = 8, h = 64, a = 16;
+    const act_terms ours = {4, 8 * 4, 3, 176, 0, 0, 2 * 4, 4};
+    const int64_t replicated = (256 * 64 + 5 * 64) * 4; /* embedding (vocab_emb_dp) and the 5 norms */
+    int64_t p1 = -1, a1 = -1;
+    size_t i;
+    int k;
+    /* the derivation with GPT's terms is REFERENCES.md's formulas, term for term */
+    for (k = 0; k < 4; k++) {
+        const double ss = 512 << k, bb = 1 + k, hh = 1024 << k, aa = 8 << k, t = 1 << k;
+        const double tp_alone = ss * bb * hh * (10 + 24 / t + 5 * aa * ss / (hh * t));
+        const double tp_sp = ss * bb * hh / t * (34 + 5 * aa * ss / hh);
+        CHECK_MSG(fabs(gpt16_layer_bytes(ss, bb, hh, aa, t, 0) / tp_alone - 1) < 1e-12 &&
+                      fabs(gpt16_layer_bytes(ss, bb, hh, aa, t, 1) / tp_sp - 1) < 1e-12,
+                  "GPT terms give %.0f / %.0f, REFERENCES.md %.0f / %.0f", gpt16_layer_bytes(ss, bb, hh, aa, t, 0),
+                  gpt16_layer_bytes(ss, bb, hh, aa, t, 1), tp_alone, tp_sp);
+    }
+    printf("  %-9s %12s %12s %14s %14s %16s\n", "tp memory", "params", "activations", "per layer", "formula (ours)",
+           "formula (GPT16)");
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int tp = cases[i][0], sp = cases[i][1];
+        int64_t pp = 0, act[2] = {0, 0};
+        double per_layer, formula;
+        int layers;
+        for (layers = 1; layers <= 2; layers++) {
+            int64_t ap, am;
+            int rc = run_cmd(0, "%s --steps 1 --set model.model_config.num_layers=%d --set parallel_config.model_parallel=%d "
+                                "--set parallel_config.use_seq_parallel=%s --metrics %s",
+                             tp_base, layers, tp, sp ? "true" : "false", test_path("tpmem.jsonl"));
+            CHECK_MSG(rc == 0, "tp %d sp %d layers %d memory run failed: %s", tp, sp, layers, err_text);
+            pp = read_memory(test_path("tpmem.jsonl"), "memory_plan", "params");
+            ap = read_memory(test_path("tpmem.jsonl"), "memory_plan", "activations");
+            am = read_memory(test_path("tpmem.jsonl"), "memory_peak", "activations");
+            CHECK_MSG(ap == am && ap > 0, "tp %d sp %d layers %d: activations planned %lld, measured %lld", tp, sp,
+                      layers, (long long)ap, (long long)am);
+            act[layers - 1] = am;
+        }
+        if (tp == 1) p1 = pp, a1 = act[1];
+        CHECK_MSG(pp * tp - p1 == (tp - 1) * replicated, "tp %d: %lld parameter bytes per rank (tp 1: %lld)", tp,
+                  (long long)pp, (long long)p1);
+        if (sp)
+            CHECK_MSG(fabs((double)(act[1] * tp) / (double)a1 - 1.0) < 0.05,
+                      "tp %d + sp: %lld activation bytes per rank, x%d = %.3f of tp 1's %lld", tp, (long long)act[1], tp,
+                      (double)(act[1] * tp) / (double)a1, (long long)a1);
+        per_layer = (double)(act[1] - act[0]);
+        formula = layer_act_bytes(&ours, s, b, h, a, tp, sp);
+        CHECK_MSG(fabs(per_layer / formula - 1.0) < 0.10, "tp %d sp %d: %.0f activation bytes per layer, formula %.0f",
+                  tp, sp, per_layer, formula);
+        printf("  tp %d %-4s %12lld %12lld %14.0f %14.0f %16.0f\n", tp, sp ? "sp" : "", (long long)pp,
+               (long long)act[1], per_layer, formula, gpt16_layer_bytes(s, b, h, a, tp, sp));
     }
 }
 
@@ -602,6 +670,7 @@ int main(void) {
         test_round_trip();
         test_trace();
         test_tensor_parallel();
+        test_tp_memory();
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
