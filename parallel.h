@@ -694,6 +694,56 @@ typedef struct par_comm_table {
 /* "sum", "avg", "max". */
 PARALLEL_DEF const char *par_reduce_op_name(par_reduce_op op);
 
+/* The table's operations, for argument checks and messages. */
+typedef enum par_comm_call {
+    PAR_CALL_ALL_REDUCE = 0,
+    PAR_CALL_ALL_GATHER,
+    PAR_CALL_REDUCE_SCATTER,
+    PAR_CALL_ALL_TO_ALL,
+    PAR_CALL_BROADCAST,
+    PAR_CALL_SEND,
+    PAR_CALL_RECV,
+    PAR_CALL_BARRIER,
+    PAR_CALL_COUNT
+} par_comm_call;
+
+/* "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+   "send", "recv", "barrier". */
+PARALLEL_DEF const char *par_comm_call_name(par_comm_call call);
+
+/* One call's arguments as a transport receives them. broadcast and send pass
+   their buf as `send`, recv as `recv`; `peer` is broadcast's root or the
+   send/recv peer; `op` counts for all_reduce and reduce_scatter only. */
+typedef struct par_comm_args {
+    par_comm_call call;
+    const void *send;
+    const void *recv;
+    int64_t count;
+    par_dtype dtype;
+    par_reduce_op op;
+    int peer;
+} par_comm_args;
+
+/* The argument rules of the table above, checked where the call is made (no
+   communication), so every transport refuses the same calls with the same
+   words. The built-in backends call these first; a host transport can too.
+   `who` names the transport ("mpi"), `group` the group in messages; `size` and
+   `index` are the group's member count and the caller's position in it.
+   Rules: count >= 0 and small enough for byte offsets; a known dtype (and
+   reduce op); non-NULL buffers when count > 0; root and peer member indices;
+   buffers that overlap only in the in-place forms (all_reduce send == recv,
+   all_gather send == recv + index*count, reduce_scatter recv == send +
+   index*count; all_to_all never). PAR_EINVAL with
+   "<who> <op> on group <group>: <the rule broken>". */
+PARALLEL_DEF par_status par_comm_check_args(const char *who, const char *group, int size, int index,
+                                            const par_comm_args *args);
+
+/* group_create's rank list: 1..world ranks, each in [0, world), none twice,
+   `me` among them; *index (may be NULL) receives me's position. PAR_EINVAL
+   "<who> group_create: <the rule broken>". */
+PARALLEL_DEF par_status par_comm_check_ranks(const char *who, const int *ranks, int count, int world, int me,
+                                             int *index);
+
 /* ============================================================================
    >>compute
    The compute hook table: memory and the kernels a transformer step needs.
@@ -4858,6 +4908,110 @@ PARALLEL_DEF const char *par_reduce_op_name(par_reduce_op op) {
     return "?";
 }
 
+PARALLEL_DEF const char *par_comm_call_name(par_comm_call call) {
+    static const char *const names[PAR_CALL_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                      "broadcast",  "send",       "recv",           "barrier"};
+    return (unsigned)call < PAR_CALL_COUNT ? names[call] : "?";
+}
+
+/* Byte ranges compared as addresses (unrelated pointers cannot be compared in C). */
+static int par__bytes_overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
+/* "<who> <op> on group <group>: <rule>" */
+static PAR__PRINTF(4, 5) par_status par__comm_arg_fail(const char *who, const char *op, const char *group,
+                                                      const char *fmt, ...) {
+    char rule[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rule, sizeof rule, fmt, ap);
+    va_end(ap);
+    return par__fail(PAR_EINVAL, "%s%s%s on group %s: %s", who ? who : "", who && *who ? " " : "", op,
+                     group ? group : "?", rule);
+}
+
+PARALLEL_DEF par_status par_comm_check_args(const char *who, const char *group, int size, int index,
+                                            const par_comm_args *a) {
+    const char *op;
+    const int n = size, reduces = a && (a->call == PAR_CALL_ALL_REDUCE || a->call == PAR_CALL_REDUCE_SCATTER);
+    size_t bytes;
+    if (!a) return par__fail(PAR_EINVAL, "%s: NULL par_comm_args", who ? who : "par_comm_check_args");
+    op = par_comm_call_name(a->call);
+    if ((unsigned)a->call >= PAR_CALL_COUNT) return par__comm_arg_fail(who, op, group, "unknown op %d", (int)a->call);
+    if (n < 1 || index < 0 || index >= n)
+        return par__comm_arg_fail(who, op, group, "member %d of a group of %d", index, n);
+    if (a->call == PAR_CALL_BARRIER) return PAR_OK;
+    if (a->count < 0) return par__comm_arg_fail(who, op, group, "count %lld is negative", (long long)a->count);
+    if ((unsigned)a->dtype >= PAR_DTYPE_COUNT) return par__comm_arg_fail(who, op, group, "unknown dtype %d", (int)a->dtype);
+    if (reduces && (unsigned)a->op > PAR_REDUCE_MAX)
+        return par__comm_arg_fail(who, op, group, "unknown reduce op %d", (int)a->op);
+    if (a->count > (int64_t)(INT64_MAX / 16) / (int64_t)par_dtype_size(a->dtype) / n)
+        return par__comm_arg_fail(who, op, group, "count %lld is too large", (long long)a->count);
+    bytes = (size_t)a->count * par_dtype_size(a->dtype);
+    switch (a->call) {
+    case PAR_CALL_BROADCAST:
+    case PAR_CALL_SEND:
+    case PAR_CALL_RECV:
+        if (a->count > 0 && !(a->call == PAR_CALL_RECV ? a->recv : a->send))
+            return par__comm_arg_fail(who, op, group, "NULL buf with count %lld", (long long)a->count);
+        if (a->peer < 0 || a->peer >= n)
+            return par__comm_arg_fail(who, op, group, "%s %d is outside the group's %d members",
+                                      a->call == PAR_CALL_BROADCAST ? "root" : "peer", a->peer, n);
+        return PAR_OK;
+    default: break;
+    }
+    if (a->count > 0 && (!a->send || !a->recv))
+        return par__comm_arg_fail(who, op, group, "NULL %s buffer with count %lld", !a->send ? "send" : "recv",
+                                  (long long)a->count);
+    switch (a->call) {
+    case PAR_CALL_ALL_REDUCE:
+        if (a->send != a->recv && par__bytes_overlap(a->send, bytes, a->recv, bytes))
+            return par__comm_arg_fail(who, op, group, "send and recv overlap without being equal");
+        break;
+    case PAR_CALL_ALL_GATHER:
+        if (par__bytes_overlap(a->send, bytes, a->recv, bytes * (size_t)n) &&
+            (const char *)a->send != (const char *)a->recv + bytes * (size_t)index)
+            return par__comm_arg_fail(who, op, group, "send overlaps recv but is not recv + index*count (in place)");
+        break;
+    case PAR_CALL_REDUCE_SCATTER:
+        if (par__bytes_overlap(a->send, bytes * (size_t)n, a->recv, bytes) &&
+            (const char *)a->recv != (const char *)a->send + bytes * (size_t)index)
+            return par__comm_arg_fail(who, op, group, "recv overlaps send but is not send + index*count (in place)");
+        break;
+    case PAR_CALL_ALL_TO_ALL:
+        if (par__bytes_overlap(a->send, bytes * (size_t)n, a->recv, bytes * (size_t)n))
+            return par__comm_arg_fail(who, op, group, "send and recv overlap");
+        break;
+    default: break;
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_comm_check_ranks(const char *who, const int *ranks, int count, int world, int me,
+                                             int *index) {
+    const char *w = who ? who : "", *sp = who && *who ? " " : "";
+    int i, j, at = -1;
+    if (index) *index = -1;
+    if (!ranks) return par__fail(PAR_EINVAL, "%s%sgroup_create: NULL rank list", w, sp);
+    if (count < 1 || count > world)
+        return par__fail(PAR_EINVAL, "%s%sgroup_create: %d ranks listed, need 1..%d", w, sp, count, world);
+    for (i = 0; i < count; i++) {
+        if (ranks[i] < 0 || ranks[i] >= world)
+            return par__fail(PAR_EINVAL, "%s%sgroup_create: rank %d (entry %d) is outside the world of %d", w, sp,
+                             ranks[i], i, world);
+        for (j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return par__fail(PAR_EINVAL, "%s%sgroup_create: rank %d is listed twice", w, sp, ranks[i]);
+        if (ranks[i] == me) at = i;
+    }
+    if (at < 0)
+        return par__fail(PAR_EINVAL, "%s%sgroup_create: rank %d is not among the %d ranks listed", w, sp, me, count);
+    if (index) *index = at;
+    return PAR_OK;
+}
+
 // >>compute
 
 PARALLEL_DEF const char *par_mem_category_name(par_mem_category category) {
@@ -5288,10 +5442,15 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
 #define PAR__THR_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
 enum { PAR__THR_RUNNING = 0, PAR__THR_FAILED = 1, PAR__THR_EXITED = 2 };
-enum { PAR__THR_ALL_REDUCE = 0, PAR__THR_ALL_GATHER, PAR__THR_REDUCE_SCATTER, PAR__THR_ALL_TO_ALL, PAR__THR_BROADCAST,
-       PAR__THR_BARRIER };
-static const char *const par__thr_op_names[] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                "all_to_all", "broadcast",  "barrier"};
+enum {
+    PAR__THR_ALL_REDUCE = PAR_CALL_ALL_REDUCE,
+    PAR__THR_ALL_GATHER = PAR_CALL_ALL_GATHER,
+    PAR__THR_REDUCE_SCATTER = PAR_CALL_REDUCE_SCATTER,
+    PAR__THR_ALL_TO_ALL = PAR_CALL_ALL_TO_ALL,
+    PAR__THR_BROADCAST = PAR_CALL_BROADCAST,
+    PAR__THR_BARRIER = PAR_CALL_BARRIER
+};
+static const char *par__thr_op_name(int op) { return par_comm_call_name((par_comm_call)op); }
 
 static int64_t par__thr_now_ns(void) {
     struct timespec ts;
@@ -5601,20 +5760,11 @@ static par_status par__thr_group_create(void *user, const int *ranks, int count,
     par__thr_world *w = r->world;
     par__thr_handle *h;
     par__thr_group *g;
-    int i, j, index = -1;
-    if (!out) return par__fail(PAR_EINVAL, "group_create: NULL group");
+    int index;
+    par_status st;
+    if (!out) return par__fail(PAR_EINVAL, "threads group_create: NULL group");
     *out = NULL;
-    if (!ranks || count < 1 || count > w->size)
-        return par__fail(PAR_EINVAL, "group_create: %d ranks listed, need 1..%d", count, w->size);
-    for (i = 0; i < count; i++) {
-        if (ranks[i] < 0 || ranks[i] >= w->size)
-            return par__fail(PAR_EINVAL, "group_create: rank %d (entry %d) is outside the world of %d", ranks[i], i,
-                             w->size);
-        for (j = 0; j < i; j++)
-            if (ranks[j] == ranks[i]) return par__fail(PAR_EINVAL, "group_create: rank %d is listed twice", ranks[i]);
-        if (ranks[i] == r->rank) index = i;
-    }
-    if (index < 0) return par__fail(PAR_EINVAL, "group_create: rank %d is not among the %d ranks listed", r->rank, count);
+    if ((st = par_comm_check_ranks("threads", ranks, count, w->size, r->rank, &index)) != PAR_OK) return st;
     h = (par__thr_handle *)PARALLEL_MALLOC(sizeof *h);
     if (!h) return par__fail(PAR_ENOMEM, "group_create: out of memory");
     /* The k-th creation of a rank list by each member meets the k-th instance. */
@@ -5922,7 +6072,7 @@ static par_status par__thr_check_match(const par__thr_group *g, const char *op) 
     for (i = 1; i < g->n; i++) {
         if (s[i].op != s[0].op)
             return par__fail(PAR_EINVAL, "collective mismatch on group %s: rank %d called %s but rank %d called %s",
-                             g->name, g->ranks[0], par__thr_op_names[s[0].op], g->ranks[i], par__thr_op_names[s[i].op]);
+                             g->name, g->ranks[0], par__thr_op_name(s[0].op), g->ranks[i], par__thr_op_name(s[i].op));
         if (s[i].count != s[0].count)
             return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed count %lld but rank %d passed count %lld", op,
                              g->name, g->ranks[0], (long long)s[0].count, g->ranks[i], (long long)s[i].count);
@@ -5947,7 +6097,7 @@ static par_status par__thr_run_coll(const par__thr_coll *c) {
     par__thr_rank *r = h->owner;
     par__thr_group *g = h->g;
     par__thr_slot *mine = &g->slots[h->index];
-    const char *op = par__thr_op_names[c->op];
+    const char *op = par__thr_op_name(c->op);
     par__thr_wait_arg a;
     par_status st;
     int64_t target = h->seq + 1;
@@ -6078,7 +6228,7 @@ static par_status par__thr_submit(par__thr_rank *r, const par__thr_coll *c, par_
     par_status st;
     if (req) {
         if ((q = par__thr_req_new(r, c->h)) == NULL)
-            return par__fail(PAR_ENOMEM, "%s: out of memory for the request", par__thr_op_names[c->op]);
+            return par__fail(PAR_ENOMEM, "%s: out of memory for the request", par__thr_op_name(c->op));
         q->coll = *c;
         if ((st = par__thr_enqueue(r, q)) != PAR_OK) {
             par__thr_req_free(q);
@@ -6095,62 +6245,15 @@ static par_status par__thr_submit(par__thr_rank *r, const par__thr_coll *c, par_
     return local.status == PAR_OK ? PAR_OK : par__fail(local.status, "%s", local.msg);
 }
 
-static int par__thr_overlap(const void *a, size_t na, const void *b, size_t nb) {
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return na && nb && x < y + nb && y < x + na;
-}
-
 /* Argument checks every member does alone, before arriving. */
 static par_status par__thr_prepare(par__thr_rank *r, par_comm_group *group, int op, const void *send, void *recv,
                                    int64_t count, par_dtype dtype, par_reduce_op rop, int root, par__thr_coll *c) {
-    const char *name = par__thr_op_names[op];
-    par__thr_handle *h = par__thr_handle_of(r, group, name);
-    int n;
-    size_t esz, bytes;
+    par__thr_handle *h = par__thr_handle_of(r, group, par__thr_op_name(op));
+    par_comm_args a;
+    par_status st;
     if (!h) return PAR_EINVAL;
-    n = h->g->n;
-    if (count < 0) return par__fail(PAR_EINVAL, "%s on group %s: count %lld is negative", name, h->g->name, (long long)count);
-    if ((unsigned)dtype >= PAR_DTYPE_COUNT)
-        return par__fail(PAR_EINVAL, "%s on group %s: unknown dtype %d", name, h->g->name, (int)dtype);
-    if ((op == PAR__THR_ALL_REDUCE || op == PAR__THR_REDUCE_SCATTER) && (unsigned)rop > PAR_REDUCE_MAX)
-        return par__fail(PAR_EINVAL, "%s on group %s: unknown reduce op %d", name, h->g->name, (int)rop);
-    esz = par_dtype_size(dtype);
-    if (count > (int64_t)(INT64_MAX / 16) / (int64_t)esz / n)
-        return par__fail(PAR_EINVAL, "%s on group %s: count %lld is too large", name, h->g->name, (long long)count);
-    bytes = (size_t)count * esz;
-    if (count > 0 && op != PAR__THR_BARRIER && (!send || !recv))
-        return par__fail(PAR_EINVAL, "%s on group %s: NULL %s with count %lld", name, h->g->name,
-                         op == PAR__THR_BROADCAST ? "buf" : !send ? "send buffer" : "recv buffer", (long long)count);
-    switch (op) {
-    case PAR__THR_ALL_REDUCE:
-        if (send != recv && par__thr_overlap(send, bytes, recv, bytes))
-            return par__fail(PAR_EINVAL, "all_reduce on group %s: send and recv overlap without being equal",
-                             h->g->name);
-        break;
-    case PAR__THR_ALL_GATHER:
-        if (par__thr_overlap(send, bytes, recv, bytes * (size_t)n) &&
-            (const char *)send != (const char *)recv + bytes * (size_t)h->index)
-            return par__fail(PAR_EINVAL, "all_gather on group %s: send overlaps recv but is not recv + index*count "
-                                         "(in place)", h->g->name);
-        break;
-    case PAR__THR_REDUCE_SCATTER:
-        if (par__thr_overlap(send, bytes * (size_t)n, recv, bytes) &&
-            (const char *)recv != (const char *)send + bytes * (size_t)h->index)
-            return par__fail(PAR_EINVAL, "reduce_scatter on group %s: recv overlaps send but is not send + "
-                                         "index*count (in place)", h->g->name);
-        break;
-    case PAR__THR_ALL_TO_ALL:
-        if (par__thr_overlap(send, bytes * (size_t)n, recv, bytes * (size_t)n))
-            return par__fail(PAR_EINVAL, "all_to_all on group %s: send and recv overlap", h->g->name);
-        break;
-    case PAR__THR_BROADCAST:
-        if (root < 0 || root >= n)
-            return par__fail(PAR_EINVAL, "broadcast on group %s: root %d is outside the group's %d members", h->g->name,
-                             root, n);
-        break;
-    default:
-        break;
-    }
+    a.call = (par_comm_call)op, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = root;
+    if ((st = par_comm_check_args("threads", h->g->name, h->g->n, h->index, &a)) != PAR_OK) return st;
     c->op = op;
     c->h = h;
     c->send = send;
@@ -6322,19 +6425,13 @@ static par_status par__thr_p2p(void *user, par_comm_group *group, const void *sb
     par__thr_handle *h;
     par__thr_msg local, *m = &local;
     par__thr_req *q = NULL;
+    par_comm_args a;
     par_status st;
     if (req) *req = NULL;
     if ((h = par__thr_handle_of(r, group, name)) == NULL) return PAR_EINVAL;
-    if (count < 0) return par__fail(PAR_EINVAL, "%s on group %s: count %lld is negative", name, h->g->name, (long long)count);
-    if ((unsigned)dtype >= PAR_DTYPE_COUNT)
-        return par__fail(PAR_EINVAL, "%s on group %s: unknown dtype %d", name, h->g->name, (int)dtype);
-    if (count > (int64_t)(INT64_MAX / 16) / (int64_t)par_dtype_size(dtype))
-        return par__fail(PAR_EINVAL, "%s on group %s: count %lld is too large", name, h->g->name, (long long)count);
-    if (count > 0 && !(is_send ? sbuf : rbuf))
-        return par__fail(PAR_EINVAL, "%s on group %s: NULL buf with count %lld", name, h->g->name, (long long)count);
-    if (peer < 0 || peer >= h->g->n)
-        return par__fail(PAR_EINVAL, "%s on group %s: peer %d is outside the group's %d members", name, h->g->name,
-                         peer, h->g->n);
+    a.call = is_send ? PAR_CALL_SEND : PAR_CALL_RECV, a.send = sbuf, a.recv = rbuf, a.count = count, a.dtype = dtype;
+    a.op = PAR_REDUCE_SUM, a.peer = peer;
+    if ((st = par_comm_check_args("threads", h->g->name, h->g->n, h->index, &a)) != PAR_OK) return st;
     if (req) {
         if ((q = par__thr_req_new(r, h)) == NULL) return par__fail(PAR_ENOMEM, "%s: out of memory for the request", name);
         q->is_p2p = 1;
@@ -6887,28 +6984,20 @@ static MPI_Datatype par__mpi_type(par_dtype d) {
     }
 }
 
-static par_status par__mpi_check(const char *op, par_comm_group *group, const void *a, const char *a_name,
-                                 const void *b, const char *b_name, int64_t count, par_dtype dtype) {
-    if (!group) return par__fail(PAR_EINVAL, "mpi %s: NULL group", op);
-    if (count < 0) return par__fail(PAR_EINVAL, "mpi %s: count %lld is negative", op, (long long)count);
-    if ((unsigned)dtype >= PAR_DTYPE_COUNT) return par__fail(PAR_EINVAL, "mpi %s: unknown dtype %d", op, (int)dtype);
-    if (count > 0 && a_name && !a) return par__fail(PAR_EINVAL, "mpi %s: NULL %s buffer", op, a_name);
-    if (count > 0 && b_name && !b) return par__fail(PAR_EINVAL, "mpi %s: NULL %s buffer", op, b_name);
-    if (((par__mpi_group *)group)->broken)
-        return par__fail(PAR_ECOMM, "mpi %s: group %s is unusable after an earlier timeout", op,
-                         ((par__mpi_group *)group)->text);
+/* The shared argument rules (par_comm_check_args), then whether the group
+   still works. */
+static par_status par__mpi_check(par_comm_group *group, par_comm_call call, const void *send, const void *recv,
+                                 int64_t count, par_dtype dtype, par_reduce_op rop, int peer) {
+    const par__mpi_group *g = (const par__mpi_group *)group;
+    par_comm_args a;
+    par_status st;
+    if (!g) return par__fail(PAR_EINVAL, "mpi %s: NULL group", par_comm_call_name(call));
+    a.call = call, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = peer;
+    if ((st = par_comm_check_args("mpi", g->text, g->n, g->index, &a)) != PAR_OK) return st;
+    if (g->broken)
+        return par__fail(PAR_ECOMM, "mpi %s: group %s is unusable after an earlier timeout", par_comm_call_name(call),
+                         g->text);
     return PAR_OK;
-}
-
-static par_status par__mpi_check_op(const char *op, par_reduce_op rop) {
-    if (rop != PAR_REDUCE_SUM && rop != PAR_REDUCE_AVG && rop != PAR_REDUCE_MAX)
-        return par__fail(PAR_EINVAL, "mpi %s: unknown reduce op %d", op, (int)rop);
-    return PAR_OK;
-}
-
-static int par__mpi_overlap(const void *a, size_t an, const void *b, size_t bn) {
-    const char *x = (const char *)a, *y = (const char *)b;
-    return an && bn && x < y + bn && y < x + an;
 }
 
 /* --- collectives ----------------------------------------------------------- */
@@ -6922,7 +7011,7 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
                                       par_dtype dtype, par_reduce_op op, par_request **req) {
     par__mpi *mpi = (par__mpi *)user;
     par__mpi_group *g = (par__mpi_group *)group;
-    size_t es = par_dtype_size(dtype), bytes;
+    size_t es = par_dtype_size(dtype);
     par__mpi_req *r;
     par_status st;
     MPI_Datatype type;
@@ -6931,11 +7020,7 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
     int64_t k, chunks;
     int code = MPI_SUCCESS, in_place;
     if (req) *req = NULL;
-    if ((st = par__mpi_check("all_reduce", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
-    if ((st = par__mpi_check_op("all_reduce", op)) != PAR_OK) return st;
-    bytes = (size_t)count * es;
-    if (send != recv && par__mpi_overlap(send, bytes, recv, bytes))
-        return par__fail(PAR_EINVAL, "mpi all_reduce: send and recv overlap without being equal (in place is send == recv)");
+    if ((st = par__mpi_check(group, PAR_CALL_ALL_REDUCE, send, recv, count, dtype, op, 0)) != PAR_OK) return st;
     if ((st = par__mpi_req_new(mpi, g, "all_reduce", &r)) != PAR_OK) return st;
     r->dst = recv;
     r->count = count;
@@ -7000,11 +7085,9 @@ static par_status par__mpi_all_gather(void *user, par_comm_group *group, const v
     int64_t k, chunks;
     int code = MPI_SUCCESS, in_place;
     if (req) *req = NULL;
-    if ((st = par__mpi_check("all_gather", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
+    if ((st = par__mpi_check(group, PAR_CALL_ALL_GATHER, send, recv, count, dtype, PAR_REDUCE_SUM, 0)) != PAR_OK)
+        return st;
     in_place = count > 0 && (const char *)send == (const char *)recv + (size_t)g->index * (size_t)count * es;
-    if (!in_place && par__mpi_overlap(send, (size_t)count * es, recv, (size_t)count * es * (size_t)g->n))
-        return par__fail(PAR_EINVAL, "mpi all_gather: send overlaps recv but is not recv + index*count (member %d)",
-                         g->index);
     if ((st = par__mpi_req_new(mpi, g, "all_gather", &r)) != PAR_OK) return st;
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
@@ -7041,8 +7124,7 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
     int64_t k, chunks, total;
     int code = MPI_SUCCESS, j;
     if (req) *req = NULL;
-    if ((st = par__mpi_check("reduce_scatter", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
-    if ((st = par__mpi_check_op("reduce_scatter", op)) != PAR_OK) return st;
+    if ((st = par__mpi_check(group, PAR_CALL_REDUCE_SCATTER, send, recv, count, dtype, op, 0)) != PAR_OK) return st;
     total = count * g->n;
     if ((st = par__mpi_req_new(mpi, g, "reduce_scatter", &r)) != PAR_OK) return st;
     r->dst = recv;
@@ -7062,8 +7144,8 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
         type = MPI_FLOAT;
         es = 4;
         r->from_tmp = 1;
-    } else if (par__mpi_overlap(send, (size_t)total * es, recv, (size_t)count * es)) {
-        /* e.g. recv = send + index*count: MPI forbids aliasing, so receive privately */
+    } else if (count > 0 && (const char *)recv == (const char *)send + (size_t)g->index * (size_t)count * es) {
+        /* in place (recv = send + index*count): MPI forbids aliasing, so receive privately */
         r->tmp = PARALLEL_MALLOC((size_t)count * es);
         if (!r->tmp) {
             par__mpi_req_free(r, 1);
@@ -7103,17 +7185,15 @@ static par_status par__mpi_all_to_all(void *user, par_comm_group *group, const v
                                       par_dtype dtype, par_request **req) {
     par__mpi *mpi = (par__mpi *)user;
     par__mpi_group *g = (par__mpi_group *)group;
-    size_t es = par_dtype_size(dtype), bytes;
+    size_t es = par_dtype_size(dtype);
     MPI_Datatype type = par__mpi_type(dtype);
     par__mpi_req *r;
     par_status st;
     int64_t k, chunks;
     int code = MPI_SUCCESS;
     if (req) *req = NULL;
-    if ((st = par__mpi_check("all_to_all", group, send, "send", recv, "recv", count, dtype)) != PAR_OK) return st;
-    bytes = (size_t)count * es * (size_t)g->n;
-    if (par__mpi_overlap(send, bytes, recv, bytes))
-        return par__fail(PAR_EINVAL, "mpi all_to_all: send and recv overlap (they must be distinct buffers)");
+    if ((st = par__mpi_check(group, PAR_CALL_ALL_TO_ALL, send, recv, count, dtype, PAR_REDUCE_SUM, 0)) != PAR_OK)
+        return st;
     if ((st = par__mpi_req_new(mpi, g, "all_to_all", &r)) != PAR_OK) return st;
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
@@ -7145,9 +7225,8 @@ static par_status par__mpi_broadcast(void *user, par_comm_group *group, void *bu
     int64_t k, chunks;
     int code = MPI_SUCCESS;
     if (req) *req = NULL;
-    if ((st = par__mpi_check("broadcast", group, buf, "buf", NULL, NULL, count, dtype)) != PAR_OK) return st;
-    if (root < 0 || root >= g->n)
-        return par__fail(PAR_EINVAL, "mpi broadcast: root %d is outside the group %s of %d members", root, g->text, g->n);
+    if ((st = par__mpi_check(group, PAR_CALL_BROADCAST, buf, buf, count, dtype, PAR_REDUCE_SUM, root)) != PAR_OK)
+        return st;
     if ((st = par__mpi_req_new(mpi, g, "broadcast", &r)) != PAR_OK) return st;
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
@@ -7172,9 +7251,9 @@ static par_status par__mpi_p2p(par__mpi *mpi, par_comm_group *group, void *buf, 
     int64_t k, chunks;
     int code = MPI_SUCCESS;
     if (req) *req = NULL;
-    if ((st = par__mpi_check(op, group, buf, "buf", NULL, NULL, count, dtype)) != PAR_OK) return st;
-    if (peer < 0 || peer >= g->n)
-        return par__fail(PAR_EINVAL, "mpi %s: peer %d is outside the group %s of %d members", op, peer, g->text, g->n);
+    if ((st = par__mpi_check(group, is_send ? PAR_CALL_SEND : PAR_CALL_RECV, buf, buf, count, dtype, PAR_REDUCE_SUM,
+                             peer)) != PAR_OK)
+        return st;
     if ((st = par__mpi_req_new(mpi, g, op, &r)) != PAR_OK) return st;
     if (!is_send) {
         r->expect = count;
@@ -7212,7 +7291,7 @@ static par_status par__mpi_barrier(void *user, par_comm_group *group) {
     par__mpi_req *r;
     par_status st;
     MPI_Request *slot;
-    if ((st = par__mpi_check("barrier", group, NULL, NULL, NULL, NULL, 0, PAR_F32)) != PAR_OK) return st;
+    if ((st = par__mpi_check(group, PAR_CALL_BARRIER, NULL, NULL, 0, PAR_F32, PAR_REDUCE_SUM, 0)) != PAR_OK) return st;
     if ((st = par__mpi_req_new(mpi, (par__mpi_group *)group, "barrier", &r)) != PAR_OK) return st;
     slot = par__mpi_req_slot(r);
     return par__mpi_req_finish(r, slot ? MPI_Ibarrier(((par__mpi_group *)group)->comm, slot) : MPI_ERR_NO_MEM, NULL);
@@ -7225,22 +7304,12 @@ static par_status par__mpi_group_create(void *user, const int *ranks, int count,
     par__mpi_group *g;
     MPI_Group world_group, sub;
     unsigned hash = 2166136261u;
-    int i, j, index = -1, code;
+    int i, index, code;
+    par_status st;
     if (!group) return par__fail(PAR_EINVAL, "mpi group_create: NULL group");
     *group = NULL;
-    if (!ranks || count < 1 || count > mpi->size)
-        return par__fail(PAR_EINVAL, "mpi group_create: %d ranks listed, need 1..%d", count, mpi->size);
-    for (i = 0; i < count; i++) {
-        if (ranks[i] < 0 || ranks[i] >= mpi->size)
-            return par__fail(PAR_EINVAL, "mpi group_create: rank %d (entry %d) is outside the world of %d", ranks[i], i,
-                             mpi->size);
-        for (j = 0; j < i; j++)
-            if (ranks[j] == ranks[i]) return par__fail(PAR_EINVAL, "mpi group_create: rank %d is listed twice", ranks[i]);
-        if (ranks[i] == mpi->rank) index = i;
-        hash = (hash ^ (unsigned)ranks[i]) * 16777619u;
-    }
-    if (index < 0)
-        return par__fail(PAR_EINVAL, "mpi group_create: rank %d is not among the %d ranks listed", mpi->rank, count);
+    if ((st = par_comm_check_ranks("mpi", ranks, count, mpi->size, mpi->rank, &index)) != PAR_OK) return st;
+    for (i = 0; i < count; i++) hash = (hash ^ (unsigned)ranks[i]) * 16777619u;
     g = (par__mpi_group *)PARALLEL_MALLOC(sizeof *g);
     if (!g) return par__fail(PAR_ENOMEM, "mpi group_create: out of memory");
     memset(g, 0, sizeof *g);

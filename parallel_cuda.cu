@@ -1892,20 +1892,11 @@ static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int 
     ncclResult_t r;
     cudaError_t e;
     par_status st = PAR_OK;
-    int i, j, index = -1, rc;
+    int i, index = -1, rc;
     size_t len;
     PAR_CUDA__NEED(out, "nccl group_create: NULL group");
     *out = NULL;
-    PAR_CUDA__NEED(ranks && count >= 1 && count <= nc->size, "nccl group_create: %d ranks listed, need 1..%d", count,
-                   nc->size);
-    for (i = 0; i < count; i++) {
-        PAR_CUDA__NEED(ranks[i] >= 0 && ranks[i] < nc->size, "nccl group_create: rank %d is outside the world of %d",
-                       ranks[i], nc->size);
-        for (j = 0; j < i; j++)
-            PAR_CUDA__NEED(ranks[j] != ranks[i], "nccl group_create: rank %d is listed twice", ranks[i]);
-        if (ranks[i] == nc->rank) index = i;
-    }
-    PAR_CUDA__NEED(index >= 0, "nccl group_create: rank %d is not among the %d ranks listed", nc->rank, count);
+    if ((st = par_comm_check_ranks("nccl", ranks, count, nc->size, nc->rank, &index)) != PAR_OK) return st;
     g = (par_comm_group *)PAR_CUDA__MALLOC(sizeof *g);
     if (!g) return par_cuda__fail(PAR_ENOMEM, "nccl group_create: out of host memory");
     memset(g, 0, sizeof *g);
@@ -1979,17 +1970,23 @@ static int par_cuda__nccl_type(par_dtype t, ncclDataType_t *out) {
     }
 }
 
-/* Common checks of every op; NULL group = the world. */
-static par_status par_cuda__nccl_begin(par_cuda__nccl *nc, par_comm_group **g, const char *op, int64_t count,
-                                       par_dtype dtype, ncclDataType_t *type, par_request **req) {
+/* Common checks of every op: the argument rules every backend shares
+   (par_comm_check_args), then a live communicator. */
+static par_status par_cuda__nccl_begin(par_cuda__nccl *nc, par_comm_group *g, par_comm_call call, const void *send,
+                                       const void *recv, int64_t count, par_dtype dtype, par_reduce_op rop, int peer,
+                                       ncclDataType_t *type, par_request **req) {
+    const char *op = par_comm_call_name(call);
+    par_comm_args a;
+    par_status st;
     cudaError_t e;
     if (req) *req = NULL;
-    if (!*g) *g = nc->world;
-    PAR_CUDA__NEED(count >= 0, "nccl %s: count %lld must be >= 0", op, (long long)count);
+    PAR_CUDA__NEED(g, "nccl %s: NULL group", op);
+    a.call = call, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = peer;
+    if ((st = par_comm_check_args("nccl", g->name, g->count, g->index, &a)) != PAR_OK) return st;
     PAR_CUDA__NEED(par_cuda__nccl_type(dtype, type), "nccl %s: unknown dtype %d", op, (int)dtype);
-    if (!(*g)->comm)
+    if (!g->comm)
         return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted after an earlier "
-                                         "failure", op, (*g)->name, nc->rank);
+                                         "failure", op, g->name, nc->rank);
     e = cudaSetDevice(nc->device);
     if (e != cudaSuccess) return par_cuda__runtime(e, "nccl: cudaSetDevice");
     return PAR_OK;
@@ -2080,10 +2077,8 @@ static par_status par_cuda__nccl_all_reduce(void *user, par_comm_group *g, const
                                             int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     ncclDataType_t t;
-    par_status st = par_cuda__nccl_begin(nc, &g, "all_reduce", count, dtype, &t, req);
+    par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_ALL_REDUCE, send, recv, count, dtype, op, 0, &t, req);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED((int)op >= 0 && op <= PAR_REDUCE_MAX, "nccl all_reduce: unknown reduce op %d", (int)op);
-    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl all_reduce: NULL buffer");
     if (count > 0) {
         ncclResult_t r = ncclAllReduce(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
                                        nc->stream);
@@ -2097,9 +2092,9 @@ static par_status par_cuda__nccl_all_gather(void *user, par_comm_group *g, const
                                             int64_t count, par_dtype dtype, par_request **req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     ncclDataType_t t;
-    par_status st = par_cuda__nccl_begin(nc, &g, "all_gather", count, dtype, &t, req);
+    par_status st =
+        par_cuda__nccl_begin(nc, g, PAR_CALL_ALL_GATHER, send, recv, count, dtype, PAR_REDUCE_SUM, 0, &t, req);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl all_gather: NULL buffer");
     if (count > 0) {
         /* NCCL is in place exactly when send == recv + index*count, as the contract. */
         ncclResult_t r = ncclAllGather(send, recv, (size_t)count, t, g->comm, nc->stream);
@@ -2113,10 +2108,8 @@ static par_status par_cuda__nccl_reduce_scatter(void *user, par_comm_group *g, c
                                                 par_request **req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     ncclDataType_t t;
-    par_status st = par_cuda__nccl_begin(nc, &g, "reduce_scatter", count, dtype, &t, req);
+    par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_REDUCE_SCATTER, send, recv, count, dtype, op, 0, &t, req);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED((int)op >= 0 && op <= PAR_REDUCE_MAX, "nccl reduce_scatter: unknown reduce op %d", (int)op);
-    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl reduce_scatter: NULL buffer");
     if (count > 0) {
         ncclResult_t r = ncclReduceScatter(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
                                            nc->stream);
@@ -2132,9 +2125,9 @@ static par_status par_cuda__nccl_all_to_all(void *user, par_comm_group *g, const
     ncclDataType_t t;
     size_t block;
     int j;
-    par_status st = par_cuda__nccl_begin(nc, &g, "all_to_all", count, dtype, &t, req);
+    par_status st =
+        par_cuda__nccl_begin(nc, g, PAR_CALL_ALL_TO_ALL, send, recv, count, dtype, PAR_REDUCE_SUM, 0, &t, req);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED(count == 0 || (send && recv), "nccl all_to_all: NULL buffer");
     block = (size_t)count * par_dtype_size(dtype);
     if (count > 0) {
         ncclResult_t r = ncclGroupStart(), r2;
@@ -2154,11 +2147,8 @@ static par_status par_cuda__nccl_broadcast(void *user, par_comm_group *g, void *
                                            int root, par_request **req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     ncclDataType_t t;
-    par_status st = par_cuda__nccl_begin(nc, &g, "broadcast", count, dtype, &t, req);
+    par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_BROADCAST, buf, buf, count, dtype, PAR_REDUCE_SUM, root, &t, req);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED(root >= 0 && root < g->count, "nccl broadcast: root %d is not a member index of %s", root,
-                   g->name);
-    PAR_CUDA__NEED(count == 0 || buf, "nccl broadcast: NULL buffer");
     if (count > 0) {
         ncclResult_t r = ncclBroadcast(buf, buf, (size_t)count, t, root, g->comm, nc->stream);
         if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "broadcast", r);
@@ -2171,11 +2161,10 @@ static par_status par_cuda__nccl_p2p(void *user, par_comm_group *g, void *buf, i
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     const char *op = is_send ? "send" : "recv";
     ncclDataType_t t;
-    par_status st = par_cuda__nccl_begin(nc, &g, op, count, dtype, &t, req);
+    par_status st = par_cuda__nccl_begin(nc, g, is_send ? PAR_CALL_SEND : PAR_CALL_RECV, buf, buf, count, dtype,
+                                         PAR_REDUCE_SUM, peer, &t, req);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED(peer >= 0 && peer < g->count, "nccl %s: peer %d is not a member index of %s", op, peer, g->name);
     PAR_CUDA__NEED(peer != g->index, "nccl %s: peer %d is this rank itself (NCCL would wait forever)", op, peer);
-    PAR_CUDA__NEED(count == 0 || buf, "nccl %s: NULL buffer", op);
     if (count > 0) {
         ncclResult_t r = is_send ? ncclSend(buf, (size_t)count, t, peer, g->comm, nc->stream)
                                  : ncclRecv(buf, (size_t)count, t, peer, g->comm, nc->stream);
@@ -2198,7 +2187,7 @@ static par_status par_cuda__nccl_barrier(void *user, par_comm_group *g) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     ncclDataType_t t;
     ncclResult_t r;
-    par_status st = par_cuda__nccl_begin(nc, &g, "barrier", 1, PAR_I32, &t, NULL);
+    par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_BARRIER, NULL, NULL, 0, PAR_I32, PAR_REDUCE_SUM, 0, &t, NULL);
     if (st != PAR_OK) return st;
     r = ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm, nc->stream);
     if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "barrier", r);

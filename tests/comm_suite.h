@@ -488,6 +488,29 @@ static void cs_errors(cs_state *S, const cs_group *G) {
     CS_CHECK(S, c->recv(c->user, G->g, x, 4, PAR_F32, -1, NULL) == PAR_EINVAL, "negative peer");
     CS_CHECK(S, c->recv(c->user, G->g, NULL, 4, PAR_F32, 0, NULL) == PAR_EINVAL, "NULL recv buffer");
     CS_CHECK(S, c->all_reduce(c->user, NULL, x, x, 4, PAR_F32, PAR_REDUCE_SUM, NULL) == PAR_EINVAL, "NULL group");
+    /* Buffers may overlap only in the in-place forms (par_comm_check_args). */
+    {
+        float y[4 * 1024 + 8];
+        const int other = (G->idx + 1) % G->n; /* a block that is not this member's */
+        CS_CHECK(S, c->all_reduce(c->user, G->g, y, y + 1, 4, PAR_F32, PAR_REDUCE_SUM, NULL) == PAR_EINVAL,
+                 "all_reduce with send and recv overlapping but not equal");
+        CS_CHECK(S, strstr(par_last_error(), "all_reduce on group") && strstr(par_last_error(), "overlap"),
+                 "message names the op, the group and the rule: %s", par_last_error());
+        CS_CHECK(S, c->all_to_all(c->user, G->g, y, y + 1, 2, PAR_F32, NULL) == PAR_EINVAL, "all_to_all overlapping");
+        if (G->n > 1) {
+            CS_CHECK(S, c->all_gather(c->user, G->g, y + 4 * other, y, 4, PAR_F32, NULL) == PAR_EINVAL,
+                     "all_gather from another member's block of recv");
+            CS_CHECK(S, strstr(par_last_error(), "recv + index*count") != NULL, "all_gather rule: %s", par_last_error());
+            CS_CHECK(S, c->reduce_scatter(c->user, G->g, y, y + 4 * other, 4, PAR_F32, PAR_REDUCE_SUM, NULL) == PAR_EINVAL,
+                     "reduce_scatter into another member's block of send");
+        }
+    }
+    /* A rank list with this rank twice is refused before any communication. */
+    {
+        par_comm_group *bad = NULL;
+        const int twice[2] = {S->rank, S->rank};
+        CS_CHECK(S, c->group_create(c->user, twice, 2, &bad) == PAR_EINVAL && bad == NULL, "group_create with a rank twice");
+    }
     /* The group still works after the rejected calls. */
     x[0] = (float)S->rank;
     CS_OK(S, c->all_reduce(c->user, G->g, x, x, 1, PAR_F32, PAR_REDUCE_MAX, NULL));
