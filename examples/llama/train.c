@@ -648,6 +648,9 @@ static int check_one_file(const char *path, const llama_params *p, const char *c
     int rc;
     if (par_st_open(path, &f) != PAR_OK) return snprintf(err, errsize, "--init-from: %s", par_last_error()), -1;
     rc = check_tensor_file(f, p, path, prefixes, num_prefixes, err, errsize);
+    /* every checksum now, so a damaged file stops here (ranks read only slices) */
+    if (rc == 0 && par_st_verify(f, NULL) != PAR_OK)
+        rc = -1, snprintf(err, errsize, "--init-from: %s", par_last_error());
     if (rc == 0 && step_out) {
         const char *step = par_st_metadata(f, "step");
         char *end = NULL;
@@ -691,18 +694,26 @@ static par_status upload(trainer *t, float *dst, const float *host, int64_t n) {
     return t->ct->memcpy(t->ct->user, dst, host, (size_t)n * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
 }
 
-/* Copy this rank's slice of tensor tn out of (to_slice = 1) or into the whole
-   tensor `whole` (host, row-major). */
-static void slice_copy(const llama_tensor *tn, float *whole, float *slice, int to_slice) {
-    const int64_t rows = tn->ndim == 2 ? tn->local[0] : 1, cols = tn->ndim == 2 ? tn->local[1] : tn->local[0];
-    const int64_t ld = tn->ndim == 2 ? tn->shape[1] : tn->shape[0];
-    const int64_t r0 = tn->ndim == 2 ? tn->start[0] : 0, c0 = tn->ndim == 2 ? tn->start[1] : tn->start[0];
+/* Where a rank's slice of tensor tn lies in the whole (row-major) tensor:
+   `rows` runs of `cols` elements, run r starting at first + r * ld. */
+typedef struct slice_runs {
+    int64_t rows, cols, ld, first;
+} slice_runs;
+
+static slice_runs slice_of(const llama_tensor *tn) {
+    slice_runs s;
+    s.rows = tn->ndim == 2 ? tn->local[0] : 1;
+    s.cols = tn->ndim == 2 ? tn->local[1] : tn->local[0];
+    s.ld = tn->ndim == 2 ? tn->shape[1] : tn->shape[0];
+    s.first = tn->ndim == 2 ? tn->start[0] * s.ld + tn->start[1] : tn->start[0];
+    return s;
+}
+
+/* Put a rank's slice of tensor tn (packed) in its place in `whole`. */
+static void place_slice(const llama_tensor *tn, float *whole, const float *slice) {
+    const slice_runs s = slice_of(tn);
     int64_t r;
-    for (r = 0; r < rows; r++) {
-        float *w = whole + (r0 + r) * ld + c0, *l = slice + r * cols;
-        if (to_slice) memcpy(l, w, (size_t)cols * sizeof(float));
-        else memcpy(w, l, (size_t)cols * sizeof(float));
-    }
+    for (r = 0; r < s.rows; r++) memcpy(whole + s.first + r * s.ld, slice + r * s.cols, (size_t)s.cols * sizeof(float));
 }
 
 static int64_t max_tensor_numel(const llama_params *p) {
@@ -716,16 +727,24 @@ static int64_t max_tensor_numel(const llama_params *p) {
 }
 
 /* Every tensor of `prefix` from the file, this rank's slice of each, into a
-   host buffer laid out like the flat parameters. */
-static par_status load_slices(trainer *t, par_st_file *f, const char *prefix, float *flat_host, float *whole) {
+   host buffer laid out like the flat parameters. Only the slice is read from
+   disk: one read when its rows are whole, else one per row (main verified
+   the checksums of the whole file before any rank started). */
+static par_status load_slices(trainer *t, par_st_file *f, const char *prefix, float *flat_host) {
     int i;
     for (i = 0; i < t->p.num_tensors; i++) {
         const llama_tensor *tn = &t->p.tensors[i];
-        const int64_t g = tn->ndim == 2 ? tn->shape[0] * tn->shape[1] : tn->shape[0];
+        const slice_runs s = slice_of(tn);
+        float *dst = flat_host + tn->offset;
         char name[128];
+        int64_t r;
         snprintf(name, sizeof name, "%s%s", prefix, tn->name);
-        LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, 0, g, PAR_F32, whole));
-        slice_copy(tn, whole, flat_host + tn->offset, 1);
+        if (s.cols == s.ld) { /* whole rows: one contiguous range */
+            LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, s.first, s.rows * s.cols, PAR_F32, dst));
+            continue;
+        }
+        for (r = 0; r < s.rows; r++)
+            LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, s.first + r * s.ld, s.cols, PAR_F32, dst + r * s.cols));
     }
     return PAR_OK;
 }
@@ -736,17 +755,16 @@ static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
     const llama_params *p = &t->p;
     float *host = (float *)calloc((size_t)p->total, sizeof(float));
     float *chunks = (float *)calloc((size_t)(p->shard_total ? p->shard_total : 1), sizeof(float));
-    float *whole = (float *)malloc((size_t)max_tensor_numel(p) * sizeof(float));
     par_st_file *f = NULL;
     char opath[1024];
     par_status st;
     int b, k;
-    if (!host || !chunks || !whole) {
+    if (!host || !chunks) {
         st = par_set_error(PAR_ENOMEM, "out of host memory loading %s", path);
         goto done;
     }
     if ((st = par_st_open(path, &f)) != PAR_OK) goto done;
-    st = load_slices(t, f, "", host, whole);
+    st = load_slices(t, f, "", host);
     par_st_close(f);
     if (st != PAR_OK || (st = upload(t, t->params, host, p->total)) != PAR_OK || !has_opt) goto done;
     optimizer_path(path, opath, sizeof opath);
@@ -754,7 +772,7 @@ static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
     for (k = 0; k < 2 && st == PAR_OK; k++) {
         float *dst = k ? t->v : t->m;
         memset(host, 0, (size_t)p->total * sizeof(float));
-        if ((st = load_slices(t, f, k ? "exp_avg_sq." : "exp_avg.", host, whole)) != PAR_OK) break;
+        if ((st = load_slices(t, f, k ? "exp_avg_sq." : "exp_avg.", host)) != PAR_OK) break;
         if (t->zero == ZERO_OFF) {
             st = upload(t, dst, host, p->total);
             continue;
@@ -767,7 +785,7 @@ static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
     }
     par_st_close(f);
 done:
-    free(host), free(chunks), free(whole);
+    free(host), free(chunks);
     return st;
 }
 
@@ -802,7 +820,7 @@ static par_status gather_tensor(trainer *t, const llama_tensor *tn, const float 
         const int split_rows = tn->ndim == 1 || tn->local[0] < tn->shape[0];
         if (split_rows) at.start[0] = r * tn->local[0], at.start[1] = 0;
         else at.start[0] = 0, at.start[1] = r * tn->local[1];
-        slice_copy(&at, whole, staging + r * tn->numel, 0);
+        place_slice(&at, whole, staging + r * tn->numel);
     }
     return PAR_OK;
 }

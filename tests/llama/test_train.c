@@ -586,6 +586,22 @@ static void test_bad_input(void) {
     bad("truncated safetensors", "trunc.safetensors", "%s --init-from %s", base, test_path("trunc.safetensors"));
     test_write_file(test_path("hdr.safetensors"), "\x10\0\0\0\0\0\0\0{not json at all", 24);
     bad("bad header", "hdr.safetensors", "%s --init-from %s", base, test_path("hdr.safetensors"));
+    {   /* one flipped bit in the last tensor's data of a file we wrote (PyTorch's carry
+           no checksums): caught by its checksum before any rank starts */
+        size_t len = 0;
+        unsigned char *whole = NULL;
+        rc = run_cmd(0, "%s --save %s", base, test_path("flip.safetensors"));
+        CHECK_MSG(rc == 0, "saving the file to damage: %s", err_text);
+        whole = test_read_file(test_path("flip.safetensors"), &len);
+        CHECK(whole != NULL && len > 100);
+        if (whole && len > 100) {
+            whole[len - 3] ^= 0x10;
+            test_write_file(test_path("flip.safetensors"), whole, len);
+            bad("damaged tensor data", "checksum mismatch in tensor", "%s --init-from %s", base,
+                test_path("flip.safetensors"));
+        }
+        free(whole);
+    }
     bad("wrong shapes", "shape", "%s --init-from %s --set model.model_config.intermediate_size=96", base, init);
     bad("missing tensor", "model.layers.2", "%s --init-from %s --set model.model_config.num_layers=3", base, init);
     bad("unexpected tensor", "unexpected tensor model.layers.1", "%s --init-from %s --set model.model_config.num_layers=1",
