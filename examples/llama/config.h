@@ -101,9 +101,10 @@ int llama_config_load(const char *path, const char *const *sets, int num_sets, l
                       char *err, size_t errsize);
 
 /* Cross-key rules: divisibility (hidden % heads, heads % kv heads, even head
-   dim, batch % (dp * micro_batch_num)), vocab >= 256, and features that have not
-   landed yet (model_parallel, pipeline_stage, context_parallel > 1,
-   use_seq_parallel) rejected by name. */
+   dim, batch % (dp * micro_batch_num); heads, kv heads, ffn, vocab and, with
+   use_seq_parallel, seq_length by model_parallel), vocab >= 256, and features
+   that have not landed yet (pipeline_stage, context_parallel > 1, ZeRO level3)
+   rejected by name. */
 int llama_config_validate(const llama_config *cfg, char *err, size_t errsize);
 
 /* Write the effective configuration as YAML (for the start-up summary). */

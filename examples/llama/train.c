@@ -1327,9 +1327,10 @@ static void print_summary(const trainer *t, const char *backend) {
     printf("  layouts    q/k/v/gate/up/lm_head %s, o/down %s, embedding %s, tokens [batch,seq] %s\n", col, row, lay,
            tok);
     if (t->tp_on)
-        printf("  tensor     tp %d: %lld of %lld heads, %lld kv heads, %lld ffn columns, vocab rows %lld.. per rank%s\n",
+        printf("  tensor     tp %d: %lld of %lld heads, %lld kv heads, %lld ffn columns, vocab rows %lld..%lld on rank 0%s\n",
                t->mi.tp, (long long)t->p.local.heads, (long long)d->heads, (long long)t->p.local.kv_heads,
                (long long)t->p.local.ffn, (long long)t->p.local.vocab_start,
+               (long long)(t->p.local.vocab_start + t->p.local.vocab - 1),
                t->mi.sp ? "; sequence parallel (norms and residual split by tokens)" : "");
     printf("  batch      global %d = dp %d x micro_batch_num %d x %lld samples of %lld tokens\n", t->cfg->batch_size,
            t->dp, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq);
