@@ -167,7 +167,7 @@ build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/t
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_$*.cu -o $@ $(CUDA_LIBS)
 
-build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h | build
+build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h tests/comm_suite.h | build
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
 	  tests/cuda/test_cuda_comm.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)

@@ -633,12 +633,16 @@ typedef struct par_request par_request;
 #define PAR_COMM_TABLE_VERSION 1
 
 /* Every op: counts are ELEMENTS of `dtype` (f32, bf16, f16, i32, i64, f64;
-   bf16/f16 reduce in f32 and round to nearest even); member indices (`root`,
-   `peer`) are positions in the group's rank list; buffers are the memory the
-   backend works on (host for threads and MPI, device for NCCL).
+   bf16/f16 reduce in f32 and round to nearest even, unless a device backend
+   documents otherwise: NCCL reduces in the type and averages floats as a
+   premultiplied sum); member indices (`root`, `peer`) are positions in the
+   group's rank list; buffers are the memory the backend works on (host for
+   threads and MPI, device for NCCL).
    `req == NULL` runs the op to completion (blocking); otherwise the op is
-   started, *req receives a request and the buffers must stay untouched until
-   wait/test reports completion. Every member of a group issues the group's
+   started (a backend may defer the start to its next call on the table: NCCL
+   fuses consecutive async send/recv into one group launched then), *req
+   receives a request and the buffers must stay untouched until wait/test
+   reports completion. Every member of a group issues the group's
    collectives in the same order. Errors: PAR_EINVAL (bad argument),
    PAR_ETIMEOUT (a member did not arrive within the context's timeout),
    PAR_ECOMM (a member failed or the transport broke); the message names the op,

@@ -123,11 +123,32 @@ typedef struct par_nccl_desc {
    - group_create makes a new NCCL communicator per group (unique id broadcast
      over an MPI sub-communicator of the members only);
    - bf16/f16 reductions are NCCL's (pairwise in the type), not f32-accumulated;
-   - avg: ncclAvg for floating types, sum then truncating division for integers;
-   - a blocking send completes only when the peer posted its recv (use async
-     requests for exchanges); a send or recv to oneself is PAR_EINVAL;
+   - avg: ncclAvg for floating types (NCCL may compute it as the sum of
+     x * (1/n), so it can differ from sum / n in the last bits, and a sum that
+     cancels may give a tiny nonzero), sum then truncating division for integers;
+   - a blocking send completes only when the peer posted its recv;
+   - async send/recv posted one after another form a run that is fused into
+     one NCCL group (ncclGroupStart/ncclGroupEnd), where its ops progress
+     together: a rank may post recv(prev) then send(next) around a ring, or
+     every recv before every send. The table's next call other than an async
+     send/recv launches the run (any op, wait, test, set_stream, group_create,
+     group_destroy, destroy); a blocking send or recv joins it, is launched
+     with it and returns when all of it completed (so an async recv then a
+     blocking send is an exchange too). The requests complete only after the
+     launch: wait or test them (or make another call) before expecting
+     progress. A send to oneself must be async, with its matching recv from
+     oneself in the same run (NCCL pairs them only within a group), else both
+     fail with PAR_EINVAL at the launch; a blocking send or recv to oneself is
+     PAR_EINVAL. The run lives in the calling thread's NCCL group state: post
+     it and make the next call from that thread (a call from another thread is
+     PAR_EINVAL and changes nothing), and make no NCCL call of your own on that
+     thread in between (this file's other NCCL tables launch the run first).
+     If the launch fails, every request of the run reports PAR_ECOMM and the
+     communicators involved are aborted;
    - wait bounds the op by the timeout: on expiry the group's communicator is
-     aborted (later ops on the group fail with PAR_ECOMM) and PAR_ETIMEOUT returned.
+     aborted (later ops on the group fail with PAR_ECOMM, and so do its requests
+     that complete afterwards, their results being undefined) and PAR_ETIMEOUT
+     returned.
    Needs PARALLEL_WITH_MPI; otherwise PAR_EUNSUPPORTED. */
 par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *table);
 
@@ -137,7 +158,9 @@ par_status par_comm_nccl_device(const par_comm_table *table, int *device);
 /* A context whose comm table is NCCL (par_comm_nccl with the context's timeout)
    and, unless desc->compute is given, whose compute table is a CUDA table on
    the same device sharing one stream with the comm table; the context owns and
-   destroys both. desc->comm must be NULL. Defined by the glue (see BUILD), so
+   destroys both. A given desc->compute stays the caller's, and the comm table
+   runs on its stream (when it has one), so collectives follow its kernels.
+   desc->comm must be NULL. Defined by the glue (see BUILD), so
    only with PARALLEL_WITH_MPI. */
 PARALLEL_DEF par_status par_ctx_init_nccl(const par_ctx_desc *desc, par_ctx **ctx);
 
@@ -194,6 +217,11 @@ PARALLEL_DEF par_status par_ctx_init_nccl(const par_ctx_desc *desc, par_ctx **ct
             return st;
         }
         d.compute = &compute;
+    } else if (d.compute->stream &&
+               (st = comm.set_stream(comm.user, d.compute->stream)) != PAR_OK) {
+        /* The caller's table: its stream too, or collectives would race its kernels. */
+        comm.destroy(comm.user);
+        return st;
     }
     st = par__ctx_create(&d, &comm, 1, ctx); /* destroys comm itself on failure */
     if (st != PAR_OK) {
@@ -1030,6 +1058,19 @@ __global__ void par_cuda__attn_merge_k(par_cuda__attn_args a, float *o, float *l
     }
 }
 
+/* GEMM with nothing to multiply (k == 0 or alpha == 0): C = beta * C on each
+   m x n block of the batch; beta == 0 writes zeros without reading C. */
+template <typename T>
+__global__ void par_cuda__gemm_scale_c_k(int64_t batch, int64_t m, int64_t n, int64_t ldc, int64_t stride_c,
+                                         float beta, T *c) {
+    const int64_t per = m * n;
+    PAR_CUDA__GRID_STRIDE(idx, batch * per) {
+        const int64_t b = idx / per, r = idx % per;
+        T *p = c + b * stride_c + (r / n) * ldc + r % n;
+        *p = par_cuda__st<T>(beta == 0.0f ? 0.0f : beta * par_cuda__ld(*p));
+    }
+}
+
 /* Integer average after an NCCL sum: C division truncates toward zero. */
 template <typename I> __global__ void par_cuda__div_k(int64_t n, I *x, I d) {
     PAR_CUDA__GRID_STRIDE(i, n) x[i] = x[i] / d;
@@ -1250,38 +1291,65 @@ static int par_cuda__gemm_type(par_dtype t, cudaDataType_t *out) {
     }
 }
 
+/* The argument rules of the CPU table's gemm (parallel.h), plus the types. */
 static par_status par_cuda__gemm_hook(void *user, const par_gemm_desc *d, const void *a, const void *b, void *c) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
-    cudaDataType_t at, ct;
-    int64_t lda, ldb, ldc, batch;
+    cudaDataType_t at = CUDA_R_32F, ct = CUDA_R_32F; /* set below; initialized for -O1 -Wmaybe-uninitialized */
+    int64_t lda, ldb, ldc, batch, need_a, need_b;
     cublasStatus_t s;
     PAR_CUDA__NEED(d, "cuda gemm: NULL desc");
-    PAR_CUDA__NEED(d->m >= 0 && d->n >= 0 && d->k >= 0 && d->batch >= 0,
-                   "cuda gemm: m %lld, n %lld, k %lld, batch %lld must be >= 0", (long long)d->m, (long long)d->n,
-                   (long long)d->k, (long long)d->batch);
     PAR_CUDA__NEED(par_cuda__gemm_type(d->a_type, &at), "cuda gemm: a_type %s (need f32, bf16 or f16)",
                    par_dtype_name(d->a_type));
     PAR_CUDA__NEED(d->c_type == PAR_F32 || d->c_type == d->a_type,
                    "cuda gemm: c_type %s with a_type %s (c_type must be f32 or a_type)", par_dtype_name(d->c_type),
                    par_dtype_name(d->a_type));
     (void)par_cuda__gemm_type(d->c_type, &ct);
+    PAR_CUDA__NEED(d->transa == 0 || d->transa == 1, "cuda gemm: transa is %d (must be 0 or 1)", d->transa);
+    PAR_CUDA__NEED(d->transb == 0 || d->transb == 1, "cuda gemm: transb is %d (must be 0 or 1)", d->transb);
+    PAR_CUDA__NEED(d->m >= 0 && d->n >= 0 && d->k >= 0 && d->batch >= 0,
+                   "cuda gemm: m %lld, n %lld, k %lld, batch %lld must be >= 0", (long long)d->m, (long long)d->n,
+                   (long long)d->k, (long long)d->batch);
     batch = d->batch ? d->batch : 1;
-    lda = d->lda ? d->lda : (d->transa ? d->m : d->k);
-    ldb = d->ldb ? d->ldb : (d->transb ? d->k : d->n);
+    need_a = d->transa ? d->m : d->k; /* stored row lengths */
+    need_b = d->transb ? d->k : d->n;
+    lda = d->lda ? d->lda : need_a;
+    ldb = d->ldb ? d->ldb : need_b;
     ldc = d->ldc ? d->ldc : d->n;
-    PAR_CUDA__NEED(lda >= (d->transa ? d->m : d->k) && ldb >= (d->transb ? d->k : d->n) && ldc >= d->n,
-                   "cuda gemm: leading dims lda %lld, ldb %lld, ldc %lld are shorter than the stored rows",
-                   (long long)lda, (long long)ldb, (long long)ldc);
-    PAR_CUDA__NEED(d->stride_a >= 0 && d->stride_b >= 0 && d->stride_c >= 0, "cuda gemm: negative stride");
-    PAR_CUDA__NEED(batch == 1 || d->stride_c > 0, "cuda gemm: batch %lld needs a nonzero stride_c (C blocks must "
-                   "not overlap)", (long long)batch);
+    PAR_CUDA__NEED(lda >= need_a && ldb >= need_b && ldc >= d->n,
+                   "cuda gemm: leading dims lda %lld, ldb %lld, ldc %lld are shorter than the stored rows (%lld, "
+                   "%lld, %lld with transa = %d, transb = %d)",
+                   (long long)lda, (long long)ldb, (long long)ldc, (long long)need_a, (long long)need_b,
+                   (long long)d->n, d->transa, d->transb);
+    PAR_CUDA__NEED(d->stride_a >= 0, "cuda gemm: stride_a is %lld (must be >= 0)", (long long)d->stride_a);
+    PAR_CUDA__NEED(d->stride_b >= 0, "cuda gemm: stride_b is %lld (must be >= 0)", (long long)d->stride_b);
+    PAR_CUDA__NEED(d->stride_c >= 0, "cuda gemm: stride_c is %lld (must be >= 0)", (long long)d->stride_c);
     if (d->m == 0 || d->n == 0) return PAR_OK;
-    PAR_CUDA__NEED(c && (d->k == 0 || (a && b)), "cuda gemm: NULL a, b or c");
+    PAR_CUDA__NEED(batch == 1 || d->stride_c >= (d->m - 1) * ldc + d->n,
+                   "cuda gemm: stride_c is %lld, so the C matrices of the batch overlap (need >= %lld)",
+                   (long long)d->stride_c, (long long)((d->m - 1) * ldc + d->n));
+    PAR_CUDA__NEED(c, "cuda gemm: c is NULL");
+    if (d->k == 0 || d->alpha == 0.0f) { /* A and B are not read (they may be NULL) */
+        const int64_t total = batch * d->m * d->n;
+        if (d->beta == 1.0f) return PAR_OK;
+        PAR_CUDA__ENTER(cu, "cuda gemm");
+        if (d->c_type == PAR_F32)
+            par_cuda__gemm_scale_c_k<float><<<par_cuda__blocks(total, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0,
+                                              cu->stream>>>(batch, d->m, d->n, ldc, d->stride_c, d->beta, (float *)c);
+        else if (d->c_type == PAR_BF16)
+            par_cuda__gemm_scale_c_k<__nv_bfloat16><<<par_cuda__blocks(total, PAR_CUDA__THREADS), PAR_CUDA__THREADS,
+                                                      0, cu->stream>>>(batch, d->m, d->n, ldc, d->stride_c, d->beta,
+                                                                       (__nv_bfloat16 *)c);
+        else
+            par_cuda__gemm_scale_c_k<__half><<<par_cuda__blocks(total, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0,
+                                               cu->stream>>>(batch, d->m, d->n, ldc, d->stride_c, d->beta,
+                                                             (__half *)c);
+        return par_cuda__launched("cuda gemm: C = beta * C");
+    }
+    PAR_CUDA__NEED(a, "cuda gemm: a is NULL");
+    PAR_CUDA__NEED(b, "cuda gemm: b is NULL");
     if (d->m > INT_MAX || d->n > INT_MAX || d->k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX ||
         batch > INT_MAX)
         return par_cuda__fail(PAR_EUNSUPPORTED, "cuda gemm: a size or leading dim exceeds INT_MAX");
-    if (lda < 1) lda = 1; /* k == 0 or m == 0 gives a tight 0; cuBLAS wants >= 1 */
-    if (ldb < 1) ldb = 1;
     PAR_CUDA__ENTER(cu, "cuda gemm");
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the row-major
        arrays are the transposes, so swap the operands and keep the flags. */
@@ -1296,8 +1364,11 @@ static par_status par_cuda__gemm_hook(void *user, const par_gemm_desc *d, const 
 
 /* ----------------------------------------------------------- attention */
 
-static par_status par_cuda__attn_check(const char *fn, const par_attn_desc *d, const void *q, const void *k,
-                                       const void *v, par_cuda__attn_args *a) {
+/* A tensor's pointer may be NULL only when it has no elements (as on the CPU). */
+#define PAR_CUDA__ATTN_PTR(fn, p, rows) PAR_CUDA__NEED((p) || (rows) == 0, "%s: %s is NULL", fn, #p)
+
+/* The desc (pointers are checked by each entry). */
+static par_status par_cuda__attn_check(const char *fn, const par_attn_desc *d, par_cuda__attn_args *a) {
     PAR_CUDA__NEED(d, "%s: NULL desc", fn);
     PAR_CUDA__NEED(d->batch >= 1 && d->q_heads >= 1 && d->kv_heads >= 1 && d->head_dim >= 1,
                    "%s: batch %d, q_heads %d, kv_heads %d, head_dim %d must all be >= 1", fn, d->batch, d->q_heads,
@@ -1309,7 +1380,6 @@ static par_status par_cuda__attn_check(const char *fn, const par_attn_desc *d, c
     PAR_CUDA__NEED(isfinite(d->scale), "%s: scale is not finite", fn);
     PAR_CUDA__NEED(d->dtype == PAR_F32 || d->dtype == PAR_BF16 || d->dtype == PAR_F16,
                    "%s: dtype %s (need f32, bf16 or f16)", fn, par_dtype_name(d->dtype));
-    PAR_CUDA__NEED(q && k && v, "%s: NULL q, k or v", fn);
     if (d->head_dim > 256)
         return par_cuda__fail(PAR_EUNSUPPORTED, "%s: head_dim %d > 256 is not supported by the CUDA kernel", fn,
                               d->head_dim);
@@ -1393,10 +1463,15 @@ static par_status par_cuda__attention_fwd_hook(void *user, const par_attn_desc *
                                                const void *v, void *o, float *lse) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
     par_cuda__attn_args a;
-    par_status st = par_cuda__attn_check("cuda attention_fwd", d, q, k, v, &a);
+    static const char fn[] = "cuda attention_fwd";
+    par_status st = par_cuda__attn_check(fn, d, &a);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED(o && lse, "cuda attention_fwd: NULL o or lse");
-    if (a.q_len == 0) return PAR_OK;
+    PAR_CUDA__ATTN_PTR(fn, q, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, k, a.k_len);
+    PAR_CUDA__ATTN_PTR(fn, v, a.k_len);
+    PAR_CUDA__ATTN_PTR(fn, o, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, lse, a.q_len);
+    if (a.q_len == 0) return PAR_OK; /* k_len == 0: o = 0, lse = -inf, k and v unread */
     PAR_CUDA__ENTER(cu, "cuda attention_fwd");
     if (d->dtype == PAR_F32)
         par_cuda__attn_fwd_dispatch<float>(a, cu->stream, q, k, v, o, lse);
@@ -1439,9 +1514,18 @@ static par_status par_cuda__attention_bwd_hook(void *user, const par_attn_desc *
     par_cuda__compute *cu = (par_cuda__compute *)user;
     par_cuda__attn_args a;
     void *dsum = NULL;
-    par_status st = par_cuda__attn_check("cuda attention_bwd", d, q, k, v, &a);
+    static const char fn[] = "cuda attention_bwd";
+    par_status st = par_cuda__attn_check(fn, d, &a);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED(o && lse && do_ && dq && dk && dv, "cuda attention_bwd: NULL o, lse, do_, dq, dk or dv");
+    PAR_CUDA__ATTN_PTR(fn, q, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, k, a.k_len);
+    PAR_CUDA__ATTN_PTR(fn, v, a.k_len);
+    PAR_CUDA__ATTN_PTR(fn, o, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, lse, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, do_, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, dq, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, dk, a.k_len);
+    PAR_CUDA__ATTN_PTR(fn, dv, a.k_len);
     if (a.q_len == 0 && a.k_len == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda attention_bwd");
     if (a.q_len == 0) { /* no query: dk = dv = 0 (or unchanged) */
@@ -1472,10 +1556,13 @@ static par_status par_cuda__attention_merge_hook(void *user, const par_attn_desc
     par_cuda__compute *cu = (par_cuda__compute *)user;
     par_cuda__attn_args a;
     int64_t rows;
-    /* Only the shapes matter here; any non-NULL pointer satisfies the q/k/v check. */
-    par_status st = par_cuda__attn_check("cuda attention_merge", d, o, o, o, &a);
+    static const char fn[] = "cuda attention_merge";
+    par_status st = par_cuda__attn_check(fn, d, &a);
     if (st != PAR_OK) return st;
-    PAR_CUDA__NEED(o && lse && o_b && lse_b, "cuda attention_merge: NULL o, lse, o_b or lse_b");
+    PAR_CUDA__ATTN_PTR(fn, o, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, lse, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, o_b, a.q_len);
+    PAR_CUDA__ATTN_PTR(fn, lse_b, a.q_len);
     rows = (int64_t)a.batch * a.q_len * a.q_heads;
     if (rows == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda attention_merge");
@@ -1847,9 +1934,19 @@ struct par_comm_group {
 };
 
 struct par_request {
-    cudaEvent_t done;
+    cudaEvent_t done; /* recorded behind the op (for async send/recv: when their group is launched) */
     par_comm_group *group;
     const char *op;
+    /* Async send/recv only, while queued (see par_cuda__nccl_launch). */
+    par_request *next;    /* the table's queue, in posting order */
+    par_request *partner; /* a send to oneself and the recv from oneself it feeds */
+    void *buf;
+    int64_t count;
+    size_t bytes;
+    ncclDataType_t type;
+    int is_send, self;
+    par_status status; /* not PAR_OK: the op failed before it ran; wait/test report error[] */
+    char error[320];
 };
 
 typedef struct par_cuda__nccl {
@@ -1858,9 +1955,22 @@ typedef struct par_cuda__nccl {
     cudaStream_t own_stream;
     MPI_Comm mpi;            /* duplicate of the bootstrap communicator */
     par_comm_group *world;
+    /* Async send/recv queued in an open NCCL group (ncclGroupStart without its
+       ncclGroupEnd yet), oldest first, and the thread whose NCCL group state holds
+       them (NCCL groups are per thread); NULL when none is open. */
+    par_request *queue, *queue_tail;
+    const void *group_thread;
 } par_cuda__nccl;
 
 static const char *par_cuda__nccl_magic = "nccl";
+
+/* The table whose async send/recv sit in this thread's open NCCL group, if any.
+   Every other NCCL call made on this thread, by any table, launches that group
+   first: inside it, the call would only be queued, not enqueued on its stream. */
+static thread_local par_cuda__nccl *par_cuda__open_group;
+static thread_local char par_cuda__thread_mark; /* its address identifies the calling thread */
+
+static const void *par_cuda__this_thread(void) { return &par_cuda__thread_mark; }
 
 static par_status par_cuda__mpi(int rc, const char *what) {
     char text[MPI_MAX_ERROR_STRING];
@@ -1874,6 +1984,142 @@ static par_status par_cuda__nccl_err(par_cuda__nccl *nc, par_comm_group *g, cons
     const char *detail = g && g->comm ? ncclGetLastError(g->comm) : "";
     return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): %s%s%s", op, g ? g->name : "?", nc->rank,
                           ncclGetErrorString(r), detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+static void par_cuda__nccl_abort(par_comm_group *g) {
+    if (g->comm) {
+        (void)ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
+}
+
+/* An op whose completion was seen after its communicator had been aborted (by a
+   failure or timeout of another op): it may have been cut short. */
+static par_status par_cuda__nccl_aborted(par_cuda__nccl *nc, par_comm_group *g, const char *op) {
+    return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted after another op failed "
+                                     "or timed out, so this op may not have completed (its buffers are undefined)",
+                          op, g->name, nc->rank);
+}
+
+static void par_cuda__req_free(par_request *q) {
+    cudaEventDestroy(q->done); /* also for an event never recorded */
+    PAR_CUDA__FREE(q);
+}
+
+/* A queued request failed before it ran: wait/test report `status` and the
+   sentence. The first reason is kept. */
+static PAR__PRINTF(3, 4) void par_cuda__req_fail(par_request *q, par_status status, const char *fmt, ...) {
+    va_list ap;
+    if (q->status != PAR_OK) return;
+    q->status = status;
+    va_start(ap, fmt);
+    vsnprintf(q->error, sizeof q->error, fmt, ap);
+    va_end(ap);
+}
+
+/* Launch the async send/recv `nc` queued in this thread's open NCCL group.
+
+   Why a group: NCCL's send and recv each block on the GPU until the peer's
+   matching call runs, and calls that must progress together have to be fused
+   between ncclGroupStart and ncclGroupEnd, inside which they progress
+   independently (calls to the same peer still run in order) -- NCCL user guide,
+   "Point-to-point communication". As separate launches on one stream, a
+   recv(prev) posted before a send(next) would wait forever around a ring.
+
+   Sends to oneself are queued here, not in NCCL: NCCL pairs a send to oneself
+   with a recv from oneself only within one group, and an unmatched one makes
+   ncclGroupEnd fail the whole group ("Trying to send to self without a matching
+   recv", ncclInvalidUsage). So they are paired first, i-th send with i-th recv
+   of the same group in posting order, and only pairs of equal size reach NCCL;
+   the others fail alone (PAR_EINVAL).
+
+   ncclGroupEnd then enqueues every op on the table's stream, and each request's
+   event is recorded behind them; until then it was never recorded, and
+   cudaEventQuery reads an unrecorded event as complete, which is why wait and
+   test launch first. Failures are kept in the requests for wait/test. A failed
+   ncclGroupEnd has cancelled the whole group, so all its requests fail and the
+   communicators involved are aborted: their peers' matching ops cannot complete,
+   and later ops on them fail at once (PAR_ECOMM) instead of at the timeout. */
+static void par_cuda__nccl_launch(par_cuda__nccl *nc) {
+    par_request *q, *p;
+    ncclResult_t r = ncclSuccess, end;
+    int saved = -1;
+    if (!nc->group_thread) return;
+    if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+    (void)cudaSetDevice(nc->device);
+    for (q = nc->queue; q; q = q->next) {
+        if (!q->self || !q->is_send || q->partner) continue;
+        for (p = nc->queue; p; p = p->next)
+            if (p->self && !p->is_send && !p->partner && p->group == q->group) break;
+        if (p) q->partner = p, p->partner = q;
+    }
+    for (q = nc->queue; q; q = q->next) {
+        if (!q->self) continue;
+        if (!q->partner)
+            par_cuda__req_fail(q, PAR_EINVAL,
+                               "nccl %s on %s (rank %d): a %s this rank itself needs its matching %s posted before "
+                               "the table's next call (NCCL pairs them within one group)",
+                               q->op, q->group->name, nc->rank, q->is_send ? "send to" : "recv from",
+                               q->is_send ? "recv" : "send");
+        else if (q->bytes != q->partner->bytes)
+            par_cuda__req_fail(q, PAR_EINVAL,
+                               "nccl %s on %s (rank %d): this %s of %zu bytes with itself meets a %s of %zu bytes "
+                               "(the counts of a matching send and recv must agree)",
+                               q->op, q->group->name, nc->rank, q->op, q->bytes, q->partner->op, q->partner->bytes);
+        else if (!q->group->comm)
+            par_cuda__req_fail(q, PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted", q->op,
+                               q->group->name, nc->rank);
+        else if (q->count > 0 && r == ncclSuccess)
+            r = q->is_send ? ncclSend(q->buf, (size_t)q->count, q->type, q->group->index, q->group->comm, nc->stream)
+                           : ncclRecv(q->buf, (size_t)q->count, q->type, q->group->index, q->group->comm, nc->stream);
+    }
+    end = ncclGroupEnd(); /* always: the group must be closed on this thread */
+    if (r == ncclSuccess) r = end;
+    nc->group_thread = NULL;
+    if (par_cuda__open_group == nc) par_cuda__open_group = NULL;
+    for (q = nc->queue; q; q = q->next) {
+        if (r != ncclSuccess) {
+            const char *detail = q->group->comm ? ncclGetLastError(q->group->comm) : "";
+            par_cuda__req_fail(q, PAR_ECOMM,
+                               "nccl %s on %s (rank %d): launching the fused async send/recv failed: %s%s%s; the "
+                               "communicator was aborted",
+                               q->op, q->group->name, nc->rank, ncclGetErrorString(r), detail && *detail ? ": " : "",
+                               detail ? detail : "");
+        } else if (q->status == PAR_OK) {
+            cudaError_t e = cudaEventRecord(q->done, nc->stream);
+            if (e != cudaSuccess)
+                par_cuda__req_fail(q, par_cuda__status_of(e), "nccl %s on %s (rank %d): recording its completion: %s",
+                                   q->op, q->group->name, nc->rank, cudaGetErrorString(e));
+        }
+    }
+    if (r != ncclSuccess)
+        for (q = nc->queue; q; q = q->next) par_cuda__nccl_abort(q->group);
+    for (q = nc->queue; q; q = p) { /* the requests are the caller's now, for wait/test */
+        p = q->next;
+        q->next = q->partner = NULL;
+    }
+    nc->queue = nc->queue_tail = NULL;
+    if (saved >= 0) (void)cudaSetDevice(saved);
+}
+
+/* PAR_EINVAL when this table's async send/recv sit in another thread's open
+   NCCL group: only that thread can end it. */
+static par_status par_cuda__nccl_same_thread(par_cuda__nccl *nc, const char *what) {
+    if (nc->group_thread && nc->group_thread != par_cuda__this_thread())
+        return par_cuda__fail(PAR_EINVAL, "nccl %s (rank %d): this table's async send/recv were posted on another "
+                                          "thread and are not launched yet (NCCL groups are per thread): make the "
+                                          "table's calls from that thread", what, nc->rank);
+    return PAR_OK;
+}
+
+/* First step of every call except a send/recv (which joins the group): launch
+   the open group of this thread, whichever table queued it. Nothing is done on
+   PAR_EINVAL. */
+static par_status par_cuda__nccl_flush(par_cuda__nccl *nc, const char *what) {
+    par_status st = par_cuda__nccl_same_thread(nc, what);
+    if (st != PAR_OK) return st;
+    if (par_cuda__open_group) par_cuda__nccl_launch(par_cuda__open_group);
+    return PAR_OK;
 }
 
 static void par_cuda__group_free(par_comm_group *g) {
@@ -1897,6 +2143,8 @@ static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int 
     PAR_CUDA__NEED(out, "nccl group_create: NULL group");
     *out = NULL;
     if ((st = par_comm_check_ranks("nccl", ranks, count, nc->size, nc->rank, &index)) != PAR_OK) return st;
+    /* ncclCommInitRank cannot be part of a group with other calls. */
+    if ((st = par_cuda__nccl_flush(nc, "group_create")) != PAR_OK) return st;
     g = (par_comm_group *)PAR_CUDA__MALLOC(sizeof *g);
     if (!g) return par_cuda__fail(PAR_ENOMEM, "nccl group_create: out of host memory");
     memset(g, 0, sizeof *g);
@@ -1949,6 +2197,9 @@ static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int 
 static void par_cuda__nccl_group_destroy(void *user, par_comm_group *g) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     if (!g) return;
+    /* Queued send/recv may use g: launch them first (finalize then waits for them).
+       From a thread that cannot launch them, g is left alone (the error says why). */
+    if (par_cuda__nccl_flush(nc, "group_destroy") != PAR_OK) return;
     (void)cudaSetDevice(nc->device);
     if (g->comm) {
         /* Finalize flushes what is still queued; then destroy frees. */
@@ -1970,8 +2221,10 @@ static int par_cuda__nccl_type(par_dtype t, ncclDataType_t *out) {
     }
 }
 
-/* Common checks of every op: the argument rules every backend shares
-   (par_comm_check_args), then a live communicator. */
+/* Common steps of every op: the argument rules every backend shares
+   (par_comm_check_args); launching this thread's open group of queued async
+   send/recv, which a send/recv joins instead (par_cuda__nccl_post); a live
+   communicator. */
 static par_status par_cuda__nccl_begin(par_cuda__nccl *nc, par_comm_group *g, par_comm_call call, const void *send,
                                        const void *recv, int64_t count, par_dtype dtype, par_reduce_op rop, int peer,
                                        ncclDataType_t *type, par_request **req) {
@@ -1984,19 +2237,17 @@ static par_status par_cuda__nccl_begin(par_cuda__nccl *nc, par_comm_group *g, pa
     a.call = call, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = peer;
     if ((st = par_comm_check_args("nccl", g->name, g->count, g->index, &a)) != PAR_OK) return st;
     PAR_CUDA__NEED(par_cuda__nccl_type(dtype, type), "nccl %s: unknown dtype %d", op, (int)dtype);
+    if (call == PAR_CALL_SEND || call == PAR_CALL_RECV)
+        st = par_cuda__nccl_same_thread(nc, op);
+    else
+        st = par_cuda__nccl_flush(nc, op); /* so that this op runs after them, and not inside their group */
+    if (st != PAR_OK) return st;
     if (!g->comm)
         return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted after an earlier "
                                          "failure", op, g->name, nc->rank);
     e = cudaSetDevice(nc->device);
     if (e != cudaSuccess) return par_cuda__runtime(e, "nccl: cudaSetDevice");
     return PAR_OK;
-}
-
-static void par_cuda__nccl_abort(par_comm_group *g) {
-    if (g->comm) {
-        (void)ncclCommAbort(g->comm);
-        g->comm = NULL;
-    }
 }
 
 /* Wait for `done` with the timeout, watching the communicator for async errors. */
@@ -2006,7 +2257,9 @@ static par_status par_cuda__nccl_wait_event(par_cuda__nccl *nc, par_comm_group *
     for (;;) {
         cudaError_t e = cudaEventQuery(done);
         ncclResult_t ar = ncclSuccess;
-        if (e == cudaSuccess) return PAR_OK;
+        /* After an abort (another op's failure or timeout) the event completes
+           whether or not the op did. */
+        if (e == cudaSuccess) return g->comm ? PAR_OK : par_cuda__nccl_aborted(nc, g, op);
         if (e != cudaErrorNotReady) return par_cuda__runtime(e, "nccl wait");
         if (g->comm && ncclCommGetAsyncError(g->comm, &ar) == ncclSuccess && ar != ncclSuccess &&
             ar != ncclInProgress) {
@@ -2042,6 +2295,7 @@ static par_status par_cuda__nccl_finish(par_cuda__nccl *nc, par_comm_group *g, c
             cudaEventDestroy(ev);
             return st != PAR_OK ? st : par_cuda__fail(PAR_ENOMEM, "nccl %s: out of host memory for a request", op);
         }
+        memset(r, 0, sizeof *r); /* status PAR_OK, not queued */
         r->done = ev;
         r->group = g;
         r->op = op;
@@ -2050,6 +2304,19 @@ static par_status par_cuda__nccl_finish(par_cuda__nccl *nc, par_comm_group *g, c
     }
     st = par_cuda__nccl_wait_event(nc, g, ev, op);
     cudaEventDestroy(ev);
+    return st;
+}
+
+/* Complete a launched request and free it: the failure recorded in it, or its
+   event waited for. */
+static par_status par_cuda__nccl_complete(par_cuda__nccl *nc, par_request *q) {
+    par_status st;
+    (void)cudaSetDevice(nc->device);
+    if (q->status != PAR_OK)
+        st = par_cuda__fail(q->status, "%s", q->error);
+    else
+        st = par_cuda__nccl_wait_event(nc, q->group, q->done, q->op);
+    par_cuda__req_free(q);
     return st;
 }
 
@@ -2156,6 +2423,64 @@ static par_status par_cuda__nccl_broadcast(void *user, par_comm_group *g, void *
     return par_cuda__nccl_finish(nc, g, "broadcast", req);
 }
 
+/* A send/recv joins this thread's open NCCL group (opening it if needed);
+   par_cuda__nccl_launch starts the group at once for a blocking one, else at the
+   table's next call other than an async send/recv. The request's event is
+   created now and recorded then. */
+static par_status par_cuda__nccl_post(par_cuda__nccl *nc, par_comm_group *g, void *buf, int64_t count,
+                                      par_dtype dtype, ncclDataType_t t, int peer, int is_send, const char *op,
+                                      par_request **req) {
+    par_request *q;
+    ncclResult_t r;
+    cudaError_t e;
+    if (par_cuda__open_group && par_cuda__open_group != nc) par_cuda__nccl_launch(par_cuda__open_group);
+    q = (par_request *)PAR_CUDA__MALLOC(sizeof *q);
+    if (!q) return par_cuda__fail(PAR_ENOMEM, "nccl %s: out of host memory for a request", op);
+    memset(q, 0, sizeof *q);
+    e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        PAR_CUDA__FREE(q);
+        return par_cuda__runtime(e, "nccl: creating the completion event");
+    }
+    q->group = g;
+    q->op = op;
+    q->buf = buf;
+    q->count = count;
+    q->bytes = (size_t)count * par_dtype_size(dtype);
+    q->type = t;
+    q->is_send = is_send;
+    q->self = peer == g->index;
+    q->status = PAR_OK;
+    if (!nc->group_thread) {
+        r = ncclGroupStart();
+        if (r != ncclSuccess) {
+            par_cuda__req_free(q);
+            return par_cuda__nccl_err(nc, g, "ncclGroupStart", r);
+        }
+        nc->group_thread = par_cuda__this_thread();
+        par_cuda__open_group = nc;
+    }
+    if (!q->self && count > 0) { /* to oneself: paired at the launch */
+        r = is_send ? ncclSend(buf, (size_t)count, t, peer, g->comm, nc->stream)
+                    : ncclRecv(buf, (size_t)count, t, peer, g->comm, nc->stream);
+        if (r != ncclSuccess) {
+            /* NCCL cancels the whole group at its end after a failed call in it:
+               end it now, so that the requests queued before report it too. */
+            par_status st = par_cuda__nccl_err(nc, g, op, r);
+            par_cuda__req_free(q);
+            par_cuda__nccl_launch(nc);
+            return st;
+        }
+    }
+    if (nc->queue_tail)
+        nc->queue_tail->next = q;
+    else
+        nc->queue = q;
+    nc->queue_tail = q;
+    *req = q;
+    return PAR_OK;
+}
+
 static par_status par_cuda__nccl_p2p(void *user, par_comm_group *g, void *buf, int64_t count, par_dtype dtype,
                                      int peer, par_request **req, int is_send) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
@@ -2164,13 +2489,18 @@ static par_status par_cuda__nccl_p2p(void *user, par_comm_group *g, void *buf, i
     par_status st = par_cuda__nccl_begin(nc, g, is_send ? PAR_CALL_SEND : PAR_CALL_RECV, buf, buf, count, dtype,
                                          PAR_REDUCE_SUM, peer, &t, req);
     if (st != PAR_OK) return st;
+    if (req) return par_cuda__nccl_post(nc, g, buf, count, dtype, t, peer, is_send, op, req);
     PAR_CUDA__NEED(peer != g->index, "nccl %s: peer %d is this rank itself (NCCL would wait forever)", op, peer);
-    if (count > 0) {
-        ncclResult_t r = is_send ? ncclSend(buf, (size_t)count, t, peer, g->comm, nc->stream)
-                                 : ncclRecv(buf, (size_t)count, t, peer, g->comm, nc->stream);
-        if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, op, r);
+    /* Blocking: it joins the async send/recv queued before it, all are launched
+       together, then it waits. Launching those first would queue this op behind
+       them on the stream, where a recv(prev) posted async and a blocking
+       send(next) around a ring would wait for each other forever. */
+    {
+        par_request *q = NULL;
+        if ((st = par_cuda__nccl_post(nc, g, buf, count, dtype, t, peer, is_send, op, &q)) != PAR_OK) return st;
+        par_cuda__nccl_launch(nc);
+        return par_cuda__nccl_complete(nc, q);
     }
-    return par_cuda__nccl_finish(nc, g, op, req);
 }
 
 static par_status par_cuda__nccl_send(void *user, par_comm_group *g, const void *buf, int64_t count, par_dtype dtype,
@@ -2194,46 +2524,54 @@ static par_status par_cuda__nccl_barrier(void *user, par_comm_group *g) {
     return par_cuda__nccl_finish(nc, g, "barrier", NULL);
 }
 
+/* wait and test launch the open group first: a queued request's event is not
+   recorded before, and an unrecorded event reads as complete. On PAR_EINVAL from
+   that step (wrong thread) the request is left as it was. */
 static par_status par_cuda__nccl_wait(void *user, par_request *req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     par_status st;
     PAR_CUDA__NEED(req, "nccl wait: NULL request");
-    (void)cudaSetDevice(nc->device);
-    st = par_cuda__nccl_wait_event(nc, req->group, req->done, req->op);
-    cudaEventDestroy(req->done);
-    PAR_CUDA__FREE(req);
-    return st;
+    if ((st = par_cuda__nccl_flush(nc, "wait")) != PAR_OK) return st;
+    return par_cuda__nccl_complete(nc, req);
 }
 
 static par_status par_cuda__nccl_test(void *user, par_request *req, int *done) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    par_comm_group *g;
     cudaError_t e;
+    par_status st;
     PAR_CUDA__NEED(req && done, "nccl test: NULL request or done");
     *done = 0;
+    if ((st = par_cuda__nccl_flush(nc, "test")) != PAR_OK) return st;
     (void)cudaSetDevice(nc->device);
-    e = cudaEventQuery(req->done);
-    if (e == cudaErrorNotReady) {
-        ncclResult_t ar = ncclSuccess;
-        par_comm_group *g = req->group;
-        if (g->comm && ncclCommGetAsyncError(g->comm, &ar) == ncclSuccess && ar != ncclSuccess &&
-            ar != ncclInProgress) {
-            par_status st = par_cuda__nccl_err(nc, g, req->op, ar);
+    g = req->group;
+    if (req->status != PAR_OK) {
+        st = par_cuda__fail(req->status, "%s", req->error);
+    } else {
+        e = cudaEventQuery(req->done);
+        if (e == cudaErrorNotReady) {
+            ncclResult_t ar = ncclSuccess;
+            if (!(g->comm && ncclCommGetAsyncError(g->comm, &ar) == ncclSuccess && ar != ncclSuccess &&
+                  ar != ncclInProgress))
+                return PAR_OK; /* still running */
+            st = par_cuda__nccl_err(nc, g, req->op, ar);
             par_cuda__nccl_abort(g);
-            *done = 1;
-            cudaEventDestroy(req->done);
-            PAR_CUDA__FREE(req);
-            return st;
+        } else if (e != cudaSuccess) {
+            st = par_cuda__runtime(e, "nccl test");
+        } else {
+            st = g->comm ? PAR_OK : par_cuda__nccl_aborted(nc, g, req->op);
         }
-        return PAR_OK;
     }
     *done = 1;
-    cudaEventDestroy(req->done);
-    PAR_CUDA__FREE(req);
-    return e == cudaSuccess ? PAR_OK : par_cuda__runtime(e, "nccl test");
+    par_cuda__req_free(req);
+    return st;
 }
 
 static par_status par_cuda__nccl_set_stream(void *user, void *stream) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
+    /* Queued send/recv were given the current stream: launch them on it. */
+    par_status st = par_cuda__nccl_flush(nc, "set_stream");
+    if (st != PAR_OK) return st;
     nc->stream = stream ? (cudaStream_t)stream : nc->own_stream;
     return PAR_OK;
 }
@@ -2242,6 +2580,10 @@ static void par_cuda__nccl_destroy(void *user) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     int finalized = 0;
     if (!nc) return;
+    /* Queued send/recv are launched (their peers wait for them). If they sit in
+       another thread's NCCL group, nothing can be freed safely here: that group
+       still points at this table and its communicators. */
+    if (par_cuda__nccl_flush(nc, "destroy") != PAR_OK) return;
     if (nc->world) par_cuda__nccl_group_destroy(nc, nc->world);
     (void)cudaSetDevice(nc->device);
     if (nc->own_stream) cudaStreamDestroy(nc->own_stream);
@@ -2365,6 +2707,7 @@ extern "C" par_status par_comm_nccl_device(const par_comm_table *table, int *dev
 
 #endif /* PARALLEL_WITH_MPI */
 
+#undef PAR_CUDA__ATTN_PTR
 #undef PAR_CUDA__ENTER
 #undef PAR_CUDA__NEED
 #undef PAR_CUDA__CALL

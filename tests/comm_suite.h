@@ -3,9 +3,12 @@
    USAGE (stable signature):
 
        static int comm_suite_run(par_ctx *ctx, int quick, int *passed);
+       static int comm_suite_run_opts(par_ctx *ctx, const comm_suite_options *opts, int *passed);
 
    Call it on EVERY rank of a context (threads, MPI, NCCL or a host table), each
-   rank with the same `quick`; it is collective. It returns the number of failed
+   rank with the same `quick` (and options); it is collective. comm_suite_run is
+   comm_suite_run_opts with only `quick` set: the exact checks below, which the
+   threads and MPI backends meet. It returns the number of failed
    checks on this rank and adds the passed ones to *passed (may be NULL). Failures
    print "rank R: file:line: ..." to stderr. It keeps its own counters (test.h's
    globals are not thread-safe, and in the threads backend every rank is a thread
@@ -26,7 +29,23 @@
    power of two is compared within one unit in the last place of the dtype
    (backends may divide or multiply by 1/n). Buffers are allocated through the
    context's compute table, so device backends work (host shadows are copied).
-   Uses only par_ctx_* and par_comm_table. */
+   Uses only par_ctx_* and par_comm_table.
+
+   Options (comm_suite_options) for a backend whose documented float reductions
+   differ from the table's "bf16/f16 reduce in f32 and round to nearest even":
+   reduce_in_dtype = 1 says floating sums and averages are computed in the dtype
+   itself, a rounding per step in an unspecified order, and avg as the
+   premultiplied sum sum_m(x_m * (1/n)) -- NCCL (parallel_cuda.cu). Then those
+   results (the bf16/f16 rounding sums and every float avg) are compared within
+       tol = (n + 1) * eps * s * sum_m |x_m|
+   with n the members, s = 1/n for avg and 1 for sum, eps the dtype's machine
+   epsilon (2^-7 bf16, 2^-10 f16, 2^-23 f32, 2^-52 f64). To first order, in
+   units of eps/2 * s * sum|x|: the n products x_m * (1/n) err by 1 together,
+   the rounding of 1/n by 1, each of the n - 1 additions by 1 (its partial sum
+   is at most s * sum|x|), the once-rounded expectation by 1: n + 2 units;
+   (n + 1) eps = 2n + 2 units leaves room for second-order terms. Max, integer
+   results and the suite's float sums of small integers (exact in every dtype)
+   stay compared exactly. */
 #ifndef PAR_COMM_SUITE_H
 #define PAR_COMM_SUITE_H
 #include <math.h>
@@ -36,11 +55,16 @@
 #include <string.h>
 #include "../parallel.h"
 
+typedef struct comm_suite_options {
+    int quick;           /* skip the 1M-element sizes */
+    int reduce_in_dtype; /* floating sums/avg round in the dtype, avg premultiplied (above) */
+} comm_suite_options;
+
 typedef struct cs_state {
     par_ctx *ctx;
     const par_comm_table *c;
     const par_compute_table *m;
-    int rank, passed, failed, quick;
+    int rank, passed, failed, quick, reduce_in_dtype;
 } cs_state;
 
 #define CS_CHECK(S, cond, ...)                                                            \
@@ -184,11 +208,13 @@ static int cs_group_get(cs_state *S, uint32_t mask, cs_group *G) {
 static int cs_pow2(int n) { return (n & (n - 1)) == 0; }
 
 /* Compare one received element with its expectation; 1 if equal (avg over a
-   non-power-of-two group: within one unit in the last place). */
-static int cs_close(par_dtype t, double got, double want, int loose) {
+   non-power-of-two group: within one unit in the last place; with a tolerance
+   tol > 0, see comm_suite_options: within tol). */
+static int cs_close(par_dtype t, double got, double want, int loose, double tol) {
     double ulp;
     int e;
     if (got == want) return 1;
+    if (tol > 0 && fabs(got - want) <= tol) return 1;
     if (!loose || t == PAR_I32 || t == PAR_I64) return 0;
     frexp(want, &e);
     ulp = ldexp(1.0, e - (t == PAR_BF16 ? 8 : t == PAR_F16 ? 11 : t == PAR_F32 ? 24 : 53));
@@ -211,14 +237,37 @@ static double cs_expect_reduce(const cs_group *G, par_dtype t, par_reduce_op op,
     return cs_round_to(t, acc);
 }
 
-/* Count of mismatches, reporting the first. */
-#define CS_EXPECT_ALL(S, what, count, GOT, WANT, loose)                                                         \
+/* Machine epsilon of a floating dtype (0 for integers). */
+static double cs_eps(par_dtype t) {
+    return t == PAR_BF16 ? ldexp(1.0, -7) : t == PAR_F16 ? ldexp(1.0, -10) : t == PAR_F32 ? ldexp(1.0, -23)
+           : t == PAR_F64 ? ldexp(1.0, -52) : 0.0;
+}
+
+/* The tolerance of comm_suite_options.reduce_in_dtype for a float sum or avg
+   over the group of the members' inputs x_m (abs_sum = sum_m |x_m|); 0 (exact
+   checks) without the option, for max and for integers. */
+static double cs_reduce_tol(const cs_state *S, const cs_group *G, par_dtype t, par_reduce_op op, double abs_sum) {
+    if (!S->reduce_in_dtype || op == PAR_REDUCE_MAX) return 0.0;
+    return (G->n + 1) * cs_eps(t) * (op == PAR_REDUCE_AVG ? abs_sum / G->n : abs_sum);
+}
+
+/* sum over the group of |input| at element i (salt selects the data). */
+static double cs_abs_sum(const cs_group *G, int64_t i, int salt) {
+    double s = 0;
+    int m;
+    for (m = 0; m < G->n; m++) s += fabs(cs_val(G->ranks[m], i, salt));
+    return s;
+}
+
+/* Count of mismatches, reporting the first; TOL is each element's tolerance
+   (0: exact, or 1 ulp when loose). */
+#define CS_EXPECT_ALL(S, what, count, GOT, WANT, loose, TOL)                                                    \
     do {                                                                                                        \
         int64_t k_, bad_ = 0, first_ = -1;                                                                      \
         double g_ = 0, w_ = 0;                                                                                  \
         for (k_ = 0; k_ < (count); k_++) {                                                                      \
             double gk_ = (GOT), wk_ = (WANT);                                                                   \
-            if (!cs_close(t, gk_, wk_, loose)) {                                                                \
+            if (!cs_close(t, gk_, wk_, loose, (TOL))) {                                                         \
                 if (!bad_++) first_ = k_, g_ = gk_, w_ = wk_;                                                    \
             }                                                                                                   \
         }                                                                                                       \
@@ -248,6 +297,8 @@ static void cs_collectives(cs_state *S, const cs_group *G, par_dtype t, int64_t 
         for (inplace = 0; inplace < 2; inplace++) {
             par_reduce_op op = ops[oi];
             int loose = op == PAR_REDUCE_AVG && !cs_pow2(n);
+            /* avg under reduce_in_dtype: premultiplied, rounded in the dtype (sums stay exact here) */
+            int in_dtype = S->reduce_in_dtype && op == PAR_REDUCE_AVG;
             /* all_reduce */
             for (i = 0; i < count; i++) cs_set(t, a.host, i, cs_val(r, i, salt + oi));
             cs_put(S, &a);
@@ -256,7 +307,8 @@ static void cs_collectives(cs_state *S, const cs_group *G, par_dtype t, int64_t 
             CS_OK(S, c->all_reduce(c->user, G->g, a.dev, inplace ? a.dev : b.dev, count, t, op, NULL));
             cs_fetch(S, inplace ? &a : &b);
             CS_EXPECT_ALL(S, what, count, cs_get(t, (inplace ? a : b).host, k_),
-                          cs_expect_reduce(G, t, op, k_, salt + oi), loose);
+                          cs_expect_reduce(G, t, op, k_, salt + oi), loose,
+                          in_dtype ? cs_reduce_tol(S, G, t, op, cs_abs_sum(G, k_, salt + oi)) : 0.0);
             /* reduce_scatter: block j of member m's send is element j*count+k of its data */
             for (i = 0; i < count * n; i++) cs_set(t, a.host, i, cs_val(r, i, salt + oi));
             cs_put(S, &a);
@@ -266,7 +318,9 @@ static void cs_collectives(cs_state *S, const cs_group *G, par_dtype t, int64_t 
                                        op, NULL));
             cs_fetch(S, inplace ? &a : &b);
             CS_EXPECT_ALL(S, what, count, cs_get(t, inplace ? a.host + bytes * (size_t)me : b.host, k_),
-                          cs_expect_reduce(G, t, op, (int64_t)me * count + k_, salt + oi), loose);
+                          cs_expect_reduce(G, t, op, (int64_t)me * count + k_, salt + oi), loose,
+                          in_dtype ? cs_reduce_tol(S, G, t, op, cs_abs_sum(G, (int64_t)me * count + k_, salt + oi))
+                                   : 0.0);
         }
     for (inplace = 0; inplace < 2; inplace++) {
         /* all_gather: recv block m = member m's data */
@@ -280,7 +334,7 @@ static void cs_collectives(cs_state *S, const cs_group *G, par_dtype t, int64_t 
         CS_OK(S, c->all_gather(c->user, G->g, inplace ? cs_at(&b, bytes * (size_t)me) : a.dev, b.dev, count, t, NULL));
         cs_fetch(S, &b);
         CS_EXPECT_ALL(S, what, count * n, cs_get(t, b.host, k_), cs_val(G->ranks[k_ / (count ? count : 1)],
-                                                                     k_ % (count ? count : 1), salt + 5), 0);
+                                                                     k_ % (count ? count : 1), salt + 5), 0, 0.0);
     }
     /* all_to_all: member m's block j holds cs_val(m, j*count + k) */
     for (i = 0; i < count * n; i++) cs_set(t, a.host, i, cs_val(r, i, salt + 6));
@@ -289,7 +343,7 @@ static void cs_collectives(cs_state *S, const cs_group *G, par_dtype t, int64_t 
     CS_OK(S, c->all_to_all(c->user, G->g, a.dev, b.dev, count, t, NULL));
     cs_fetch(S, &b);
     CS_EXPECT_ALL(S, what, count * n, cs_get(t, b.host, k_),
-                  cs_val(G->ranks[k_ / (count ? count : 1)], (int64_t)me * count + k_ % (count ? count : 1), salt + 6), 0);
+                  cs_val(G->ranks[k_ / (count ? count : 1)], (int64_t)me * count + k_ % (count ? count : 1), salt + 6), 0, 0.0);
     /* broadcast from every root */
     for (root = 0; root < n; root++) {
         for (i = 0; i < count; i++) cs_set(t, a.host, i, me == root ? cs_val(r, i, salt + 7 + root) : -99);
@@ -298,7 +352,7 @@ static void cs_collectives(cs_state *S, const cs_group *G, par_dtype t, int64_t 
                  G->name);
         CS_OK(S, c->broadcast(c->user, G->g, a.dev, count, t, root, NULL));
         cs_fetch(S, &a);
-        CS_EXPECT_ALL(S, what, count, cs_get(t, a.host, k_), cs_val(G->ranks[root], k_, salt + 7 + root), 0);
+        CS_EXPECT_ALL(S, what, count, cs_get(t, a.host, k_), cs_val(G->ranks[root], k_, salt + 7 + root), 0, 0.0);
     }
     CS_OK(S, c->barrier(c->user, G->g));
     cs_free(S, &a);
@@ -307,11 +361,14 @@ static void cs_collectives(cs_state *S, const cs_group *G, par_dtype t, int64_t 
 
 /* bf16/f16 sums that need rounding: member 0 holds base + 2*(k % 64), the others
    1 or 0, so the exact f32 sum often lies halfway between two neighbours. */
-static double cs_rounding_expect(const cs_group *G, par_dtype t, double base, int64_t k) {
+static double cs_rounding_sum(const cs_group *G, double base, int64_t k) { /* exact; every input >= 0 */
     double s = base + 2 * (double)(k % 64);
     int m;
     for (m = 1; m < G->n; m++) s += (double)((k + m) % 2);
-    return cs_round_to(t, s);
+    return s;
+}
+static double cs_rounding_expect(const cs_group *G, par_dtype t, double base, int64_t k) {
+    return cs_round_to(t, cs_rounding_sum(G, base, k));
 }
 
 static void cs_rounding(cs_state *S, const cs_group *G) {
@@ -331,7 +388,10 @@ static void cs_rounding(cs_state *S, const cs_group *G) {
         CS_OK(S, c->all_reduce(c->user, G->g, a.dev, a.dev, count, t, PAR_REDUCE_SUM, NULL));
         cs_fetch(S, &a);
         snprintf(what, sizeof what, "%s sum rounding on group %s", par_dtype_name(t), G->name);
-        CS_EXPECT_ALL(S, what, count, cs_get(t, a.host, k_), cs_rounding_expect(G, t, base, k_), 0);
+        /* Rounded once from the exact sum, as an f32 accumulation does; under
+           reduce_in_dtype every step rounds, so only the tolerance holds. */
+        CS_EXPECT_ALL(S, what, count, cs_get(t, a.host, k_), cs_rounding_expect(G, t, base, k_), 0,
+                      cs_reduce_tol(S, G, t, PAR_REDUCE_SUM, cs_rounding_sum(G, base, k_)));
         cs_free(S, &a);
     }
 }
@@ -365,7 +425,7 @@ static void cs_async(cs_state *S, const cs_group *G, const cs_group *H) {
              par_status_string(st));
     cs_fetch(S, &b);
     CS_EXPECT_ALL(S, "async all_reduce after test()", count, cs_get(t, b.host, k_),
-                  cs_expect_reduce(G, t, PAR_REDUCE_SUM, k_, 40), 0);
+                  cs_expect_reduce(G, t, PAR_REDUCE_SUM, k_, 40), 0, 0.0);
     /* Two groups at once (G and H, e.g. a tp and a dp group), then a blocking op
        issued while both are pending. */
     for (i = 0; i < count; i++) cs_set(t, a.host, i, cs_val(S->rank, i, 41));
@@ -379,9 +439,9 @@ static void cs_async(cs_state *S, const cs_group *G, const cs_group *H) {
     cs_fetch(S, &b);
     cs_fetch(S, &d);
     CS_EXPECT_ALL(S, "async all_reduce max beside another group", count, cs_get(t, b.host, k_),
-                  cs_expect_reduce(G, t, PAR_REDUCE_MAX, k_, 41), 0);
+                  cs_expect_reduce(G, t, PAR_REDUCE_MAX, k_, 41), 0, 0.0);
     CS_EXPECT_ALL(S, "async all_gather beside another group", count * H->n, cs_get(t, d.host, k_),
-                  cs_val(H->ranks[k_ / count], k_ % count, 41), 0);
+                  cs_val(H->ranks[k_ / count], k_ % count, 41), 0, 0.0);
     cs_free(S, &a);
     cs_free(S, &b);
     cs_free(S, &d);
@@ -410,7 +470,7 @@ static void cs_p2p(cs_state *S, const cs_group *G) {
     if (rs) CS_OK(S, c->wait(c->user, rs));
     cs_fetch(S, &b);
     snprintf(what, sizeof what, "ring recv from member %d on group %s", prev, G->name);
-    CS_EXPECT_ALL(S, what, count, cs_get(t, b.host, k_), cs_val(G->ranks[prev], k_, 50), 0);
+    CS_EXPECT_ALL(S, what, count, cs_get(t, b.host, k_), cs_val(G->ranks[prev], k_, 50), 0, 0.0);
     /* Blocking ring shift with an even/odd order (no deadlock when n is even). */
     if (n % 2 == 0) {
         for (i = 0; i < count; i++) cs_set(t, a.host, i, cs_val(S->rank, i, 51));
@@ -423,7 +483,7 @@ static void cs_p2p(cs_state *S, const cs_group *G) {
             CS_OK(S, c->send(c->user, G->g, a.dev, count, t, next, NULL));
         }
         cs_fetch(S, &b);
-        CS_EXPECT_ALL(S, "blocking ring", count, cs_get(t, b.host, k_), cs_val(G->ranks[prev], k_, 51), 0);
+        CS_EXPECT_ALL(S, "blocking ring", count, cs_get(t, b.host, k_), cs_val(G->ranks[prev], k_, 51), 0, 0.0);
     }
     /* Ordering: member 0 sends three messages of different lengths to member
        n-1, which receives them in order. */
@@ -442,7 +502,7 @@ static void cs_p2p(cs_state *S, const cs_group *G) {
             cs_fetch(S, &b);
             for (j = 0; j < 3; j++) {
                 int64_t len = count - 100 * j, off = (int64_t)j * count;
-                CS_EXPECT_ALL(S, "ordered messages", len, cs_get(t, b.host, off + k_), cs_val(G->ranks[0], off + k_, 52), 0);
+                CS_EXPECT_ALL(S, "ordered messages", len, cs_get(t, b.host, off + k_), cs_val(G->ranks[0], off + k_, 52), 0, 0.0);
             }
         }
     }
@@ -462,7 +522,7 @@ static void cs_p2p(cs_state *S, const cs_group *G) {
         cs_fetch(S, &all);
         for (m = 0; m < n; m++) {
             snprintf(what, sizeof what, "all-pairs block from member %d on group %s", m, G->name);
-            CS_EXPECT_ALL(S, what, count, cs_get(t, all.host, (int64_t)m * count + k_), cs_val(G->ranks[m], k_, 53 + m), 0);
+            CS_EXPECT_ALL(S, what, count, cs_get(t, all.host, (int64_t)m * count + k_), cs_val(G->ranks[m], k_, 53 + m), 0, 0.0);
         }
         free(reqs);
     }
@@ -511,14 +571,35 @@ static void cs_errors(cs_state *S, const cs_group *G) {
         const int twice[2] = {S->rank, S->rank};
         CS_CHECK(S, c->group_create(c->user, twice, 2, &bad) == PAR_EINVAL && bad == NULL, "group_create with a rank twice");
     }
-    /* The group still works after the rejected calls. */
-    x[0] = (float)S->rank;
-    CS_OK(S, c->all_reduce(c->user, G->g, x, x, 1, PAR_F32, PAR_REDUCE_MAX, NULL));
-    CS_CHECK(S, x[0] == (float)G->ranks[G->n - 1] || G->n == 0, "max of ranks after errors: %g", x[0]);
+    /* The group still works after the rejected calls (in the compute table's
+       memory: device memory for NCCL; the calls above fail before any access). */
+    {
+        cs_buf xb;
+        if (cs_alloc(S, &xb, sizeof(float))) {
+            cs_set(PAR_F32, xb.host, 0, (double)S->rank);
+            cs_put(S, &xb);
+            CS_OK(S, c->all_reduce(c->user, G->g, xb.dev, xb.dev, 1, PAR_F32, PAR_REDUCE_MAX, NULL));
+            cs_fetch(S, &xb);
+            CS_CHECK(S, cs_get(PAR_F32, xb.host, 0) == (double)G->ranks[G->n - 1] || G->n == 0,
+                     "max of ranks after errors: %g", cs_get(PAR_F32, xb.host, 0));
+            cs_free(S, &xb);
+        }
+    }
 }
 
-static int comm_suite_run(par_ctx *ctx, int quick, int *passed) {
+static int comm_suite_run_opts(par_ctx *ctx, const comm_suite_options *opts, int *passed);
+
+/* Unused where a runner calls only comm_suite_run_opts. */
+static PAR__MAYBE_UNUSED int comm_suite_run(par_ctx *ctx, int quick, int *passed) {
+    comm_suite_options o;
+    memset(&o, 0, sizeof o);
+    o.quick = quick;
+    return comm_suite_run_opts(ctx, &o, passed);
+}
+
+static int comm_suite_run_opts(par_ctx *ctx, const comm_suite_options *opts, int *passed) {
     cs_state S;
+    const int quick = opts ? opts->quick : 0;
     const par_mesh *mesh = par_ctx_mesh(ctx);
     uint32_t mask, all = (1u << mesh->ndim) - 1;
     int ti, si;
@@ -530,6 +611,7 @@ static int comm_suite_run(par_ctx *ctx, int quick, int *passed) {
     S.m = par_ctx_compute(ctx);
     S.rank = par_ctx_rank(ctx);
     S.quick = quick;
+    S.reduce_in_dtype = opts ? opts->reduce_in_dtype : 0;
     if (!G || !W || !H) {
         free(G), free(W), free(H);
         return 1;

@@ -3,10 +3,12 @@
    runs with -np 1). Every op x dtype (f32, bf16, f16, i32, i64, f64) on the
    world, the world in reverse order, a singleton, the ranks of this rank's
    parity, and {0, 1} (created by its members only), blocking and async,
-   against expectations computed here on the host; argument errors; and
-   par_ctx_init_nccl. Values are small integers, exact in every dtype, so sums
-   and maxima compare exactly; averages of float types compare within the
-   dtype's rounding (bf16 2^-8, f16 2^-11 relative).
+   against expectations computed here on the host; argument errors;
+   par_ctx_init_nccl; and the backend-generic suite (tests/comm_suite.h) on an
+   NCCL context, 1-D and, on an even world of 4 or more, dp=2 x tp=N/2. Values
+   are small integers, exact in every dtype, so sums and maxima compare exactly;
+   averages of float types compare within the dtype's rounding (bf16 2^-8, f16
+   2^-11 relative) plus an absolute term for NCCL's premultiplied average.
 
    Build (PARALLEL_WITH_MPI for both files, MPI flags from mpicc):
      nvcc -std=c++17 -I. -DPARALLEL_WITH_MPI $(mpicc --showme:compile) \
@@ -21,6 +23,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #include "../test.h"
+#include "../comm_suite.h"
 #define PARALLEL_CUDA_DECLARATIONS_ONLY
 #include "../../parallel_cuda.cu"
 
@@ -96,9 +99,9 @@ static void *dev_fill(par_dtype t, size_t n, double (*f)(size_t, void *), void *
     return d;
 }
 
-/* Compare device buffer against want(i). */
+/* Compare device buffer against want(i): |got - want| <= atol + rtol |want|. */
 static int dev_check(const char *what, par_dtype t, const void *d, size_t n, double (*want)(size_t, void *), void *arg,
-                     double rtol) {
+                     double rtol, double atol) {
     const size_t es = par_dtype_size(t);
     unsigned char *h = (unsigned char *)calloc(n ? n : 1, es);
     int ok = 1;
@@ -106,7 +109,7 @@ static int dev_check(const char *what, par_dtype t, const void *d, size_t n, dou
     if (n) G.memcpy(G.user, h, d, n * es, PAR_COPY_DEVICE_TO_HOST);
     for (size_t i = 0; i < n && ok; i++) {
         const double g = get(t, h, i), w = want(i, arg);
-        if (!(fabs(g - w) <= rtol * fabs(w))) {
+        if (!(fabs(g - w) <= atol + rtol * fabs(w))) {
             fprintf(stderr, "rank %d: %s (%s): element %zu: got %.9g want %.9g\n", R, what, par_dtype_name(t), i, g, w);
             ok = 0;
         }
@@ -174,6 +177,11 @@ static double f_garbage(size_t i, void *a) {
 static void test_group_dtype(const grp *gr, par_dtype t, int64_t count) {
     const double exact = 0.0, avg_tol = t == PAR_BF16 ? 1.0 / 128 : t == PAR_F16 ? 1.0 / 1024 : 1e-6;
     const int c = gr->count;
+    /* NCCL's float avg is a premultiplied sum, sum_m(x_m * (1/c)) in the dtype:
+       when 1/c is inexact (c not a power of two) a sum that cancels to 0 comes out
+       as a tiny nonzero, which no relative bound admits. So avg also gets an
+       absolute term of avg_tol per unit of the inputs' magnitude per member. */
+    double maxabs = 0, avg_atol;
     ctx_ar a;
     char what[160];
     void *s, *r;
@@ -181,6 +189,9 @@ static void test_group_dtype(const grp *gr, par_dtype t, int64_t count) {
     a.gr = gr;
     a.t = t;
     a.count = count;
+    for (int m = 0; m < c; m++)
+        for (int64_t e = 0; e < count; e++) maxabs = fabs(val(m, e)) > maxabs ? fabs(val(m, e)) : maxabs;
+    avg_atol = avg_tol * maxabs * c;
     /* all_reduce: sum, avg, max, blocking; sum in place */
     for (int op = 0; op < 3; op++) {
         a.op = (par_reduce_op)op;
@@ -188,28 +199,30 @@ static void test_group_dtype(const grp *gr, par_dtype t, int64_t count) {
         r = dev_fill(t, (size_t)count, NULL, NULL);
         snprintf(what, sizeof what, "all_reduce %s on %s", par_reduce_op_name(a.op), gr->name);
         CHECK_MSG(T.all_reduce(T.user, gr->g, s, r, count, t, a.op, NULL) == PAR_OK, "%s %s", what, par_dtype_name(t));
-        CHECK_MSG(dev_check(what, t, r, (size_t)count, f_reduced, &a, op == PAR_REDUCE_AVG ? avg_tol : exact), "%s", what);
+        CHECK_MSG(dev_check(what, t, r, (size_t)count, f_reduced, &a, op == PAR_REDUCE_AVG ? avg_tol : exact,
+                            op == PAR_REDUCE_AVG ? avg_atol : exact),
+                  "%s", what);
         G.free(G.user, s);
         G.free(G.user, r);
     }
     a.op = PAR_REDUCE_SUM;
     s = dev_fill(t, (size_t)count, f_own, &a);
     CHECK_OK(T.all_reduce(T.user, gr->g, s, s, count, t, PAR_REDUCE_SUM, NULL));
-    CHECK_MSG(dev_check("all_reduce in place", t, s, (size_t)count, f_reduced, &a, exact), "%s", gr->name);
+    CHECK_MSG(dev_check("all_reduce in place", t, s, (size_t)count, f_reduced, &a, exact, exact), "%s", gr->name);
     G.free(G.user, s);
 
     /* all_gather, separate and in place */
     s = dev_fill(t, (size_t)count, f_own, &a);
     r = dev_fill(t, (size_t)(count * c), f_garbage, NULL);
     CHECK_OK(T.all_gather(T.user, gr->g, s, r, count, t, NULL));
-    CHECK_MSG(dev_check("all_gather", t, r, (size_t)(count * c), f_gathered, &a, exact), "%s", gr->name);
+    CHECK_MSG(dev_check("all_gather", t, r, (size_t)(count * c), f_gathered, &a, exact, exact), "%s", gr->name);
     G.free(G.user, r);
     r = dev_fill(t, (size_t)(count * c), f_garbage, NULL);
     CHECK_OK(G.memcpy(G.user, (char *)r + (size_t)(gr->index * count) * par_dtype_size(t), s,
                       (size_t)count * par_dtype_size(t), PAR_COPY_DEVICE_TO_DEVICE));
     CHECK_OK(T.all_gather(T.user, gr->g, (char *)r + (size_t)(gr->index * count) * par_dtype_size(t), r, count, t,
                           NULL));
-    CHECK_MSG(dev_check("all_gather in place", t, r, (size_t)(count * c), f_gathered, &a, exact), "%s", gr->name);
+    CHECK_MSG(dev_check("all_gather in place", t, r, (size_t)(count * c), f_gathered, &a, exact, exact), "%s", gr->name);
     G.free(G.user, s);
     G.free(G.user, r);
 
@@ -217,11 +230,11 @@ static void test_group_dtype(const grp *gr, par_dtype t, int64_t count) {
     s = dev_fill(t, (size_t)(count * c), f_blocks, &a);
     r = dev_fill(t, (size_t)count, f_garbage, NULL);
     CHECK_OK(T.reduce_scatter(T.user, gr->g, s, r, count, t, PAR_REDUCE_SUM, NULL));
-    CHECK_MSG(dev_check("reduce_scatter", t, r, (size_t)count, f_rs, &a, exact), "%s", gr->name);
+    CHECK_MSG(dev_check("reduce_scatter", t, r, (size_t)count, f_rs, &a, exact, exact), "%s", gr->name);
     G.free(G.user, r);
     r = dev_fill(t, (size_t)(count * c), f_garbage, NULL);
     CHECK_OK(T.all_to_all(T.user, gr->g, s, r, count, t, NULL));
-    CHECK_MSG(dev_check("all_to_all", t, r, (size_t)(count * c), f_a2a, &a, exact), "%s", gr->name);
+    CHECK_MSG(dev_check("all_to_all", t, r, (size_t)(count * c), f_a2a, &a, exact, exact), "%s", gr->name);
     G.free(G.user, s);
     G.free(G.user, r);
 
@@ -229,7 +242,7 @@ static void test_group_dtype(const grp *gr, par_dtype t, int64_t count) {
     for (a.root = 0; a.root < c; a.root++) {
         s = a.root == gr->index ? dev_fill(t, (size_t)count, f_root, &a) : dev_fill(t, (size_t)count, f_garbage, NULL);
         CHECK_OK(T.broadcast(T.user, gr->g, s, count, t, a.root, NULL));
-        CHECK_MSG(dev_check("broadcast", t, s, (size_t)count, f_root, &a, exact), "%s root %d", gr->name, a.root);
+        CHECK_MSG(dev_check("broadcast", t, s, (size_t)count, f_root, &a, exact, exact), "%s root %d", gr->name, a.root);
         G.free(G.user, s);
     }
 
@@ -245,7 +258,7 @@ static void test_group_dtype(const grp *gr, par_dtype t, int64_t count) {
         if (sq) CHECK_OK(T.wait(T.user, sq));
         if (rq) CHECK_OK(T.wait(T.user, rq));
         a.member = prev;
-        CHECK_MSG(dev_check("send/recv ring", t, r, (size_t)count, f_member, &a, exact), "%s", gr->name);
+        CHECK_MSG(dev_check("send/recv ring", t, r, (size_t)count, f_member, &a, exact, exact), "%s", gr->name);
         G.free(G.user, s);
         G.free(G.user, r);
     }
@@ -266,8 +279,8 @@ static void test_group_dtype(const grp *gr, par_dtype t, int64_t count) {
         if (q2) CHECK_OK(T.wait(T.user, q2));
         while (q1 && !done && polls++ < 100000000L) CHECK_OK(T.test(T.user, q1, &done));
         CHECK_MSG(done, "test() never reported completion");
-        CHECK_MSG(dev_check("async all_reduce", t, r, (size_t)count, f_reduced, &a, exact), "%s", gr->name);
-        CHECK_MSG(dev_check("async all_reduce 2", t, r2, (size_t)count, f_reduced, &a, exact), "%s", gr->name);
+        CHECK_MSG(dev_check("async all_reduce", t, r, (size_t)count, f_reduced, &a, exact, exact), "%s", gr->name);
+        CHECK_MSG(dev_check("async all_reduce 2", t, r2, (size_t)count, f_reduced, &a, exact, exact), "%s", gr->name);
         G.free(G.user, s);
         G.free(G.user, r);
         G.free(G.user, s2);
@@ -339,6 +352,70 @@ static void test_ctx(void) {
         bad.comm = par_ctx_comm(ctx);
         CHECK_ERR(par_ctx_init_nccl(&bad, &c2), PAR_EINVAL, "desc->comm");
     }
+    /* The caller's own compute table: the collectives must run on its stream,
+       after its kernels. A kernel is queued there and the all_reduce issued right
+       behind it, without a synchronize between them. */
+    {
+        par_cuda_desc cd;
+        par_compute_table mine;
+        par_ctx_desc d2;
+        par_ctx *c3 = NULL;
+        const int64_t n = 1 << 22;
+        float *h = (float *)malloc(sizeof(float) * (size_t)n);
+        void *buf = NULL;
+        memset(&cd, 0, sizeof cd);
+        memset(&mine, 0, sizeof mine);
+        CHECK_OK(par_comm_nccl_device(par_ctx_comm(ctx), &cd.device));
+        CHECK_OK(par_compute_cuda(&cd, &mine));
+        memset(&d2, 0, sizeof d2);
+        d2.compute = &mine;
+        if (mine.user) CHECK_OK(par_ctx_init_nccl(&d2, &c3));
+        if (c3 && h) {
+            const par_comm_table *cm = par_ctx_comm(c3);
+            par_comm_group *w = NULL;
+            int64_t bad = 0;
+            CHECK(par_ctx_compute(c3)->stream == mine.stream);
+            CHECK_OK(par_ctx_group(c3, 1u, &w, NULL, NULL));
+            for (int64_t i = 0; i < n; i++) h[i] = 1.0f;
+            CHECK_OK(mine.alloc(mine.user, sizeof(float) * (size_t)n, PAR_MEM_COMM, &buf));
+            CHECK_OK(mine.memcpy(mine.user, buf, h, sizeof(float) * (size_t)n, PAR_COPY_HOST_TO_DEVICE));
+            for (int rep = 0; rep < 4; rep++) /* x = (R + 1) * 1, long enough to race */
+                CHECK_OK(mine.scale(mine.user, n, rep == 0 ? (float)(R + 1) : 1.0f, (float *)buf));
+            if (w) CHECK_OK(cm->all_reduce(cm->user, w, buf, buf, n, PAR_F32, PAR_REDUCE_SUM, NULL));
+            CHECK_OK(mine.memcpy(mine.user, h, buf, sizeof(float) * (size_t)n, PAR_COPY_DEVICE_TO_HOST));
+            for (int64_t i = 0; i < n; i++) bad += h[i] != (float)(N * (N + 1) / 2);
+            CHECK_MSG(bad == 0, "all_reduce behind a kernel of the caller's compute table: %lld of %lld wrong "
+                                "(collectives not on its stream?)", (long long)bad, (long long)n);
+            mine.free(mine.user, buf);
+        }
+        if (c3) par_ctx_destroy(c3); /* leaves `mine` alone: the caller's */
+        if (mine.user) mine.destroy(mine.user);
+        free(h);
+    }
+    par_ctx_destroy(ctx);
+}
+
+/* The suite every comm backend runs (threads and MPI run it exactly), here with
+   the option for NCCL's documented float reductions: bf16/f16 reduced in the
+   type itself and avg as a premultiplied sum (see comm_suite_options). */
+static void test_suite(const char *mesh, int quick) {
+    par_ctx_desc desc;
+    par_ctx *ctx = NULL;
+    comm_suite_options opts;
+    int passed = 0, failed;
+    memset(&desc, 0, sizeof desc);
+    desc.mesh = mesh;
+    desc.timeout_ms = 120000; /* a hang fails the op instead of stalling the job */
+    CHECK_OK(par_ctx_init_nccl(&desc, &ctx));
+    if (!ctx) return;
+    memset(&opts, 0, sizeof opts);
+    opts.quick = quick;
+    opts.reduce_in_dtype = 1;
+    failed = comm_suite_run_opts(ctx, &opts, &passed);
+    CHECK_MSG(failed == 0 && passed > 0, "rank %d: comm suite on mesh %s: %d checks failed, %d passed", R,
+              mesh ? mesh : "(1-D)", failed, passed);
+    test_passed_ += passed;
+    test_failed_ += failed;
     par_ctx_destroy(ctx);
 }
 
@@ -386,6 +463,12 @@ int main(int argc, char **argv) {
         T.destroy(T.user);
     }
     test_ctx();
+    test_suite(NULL, 0);
+    if (N >= 4 && N % 2 == 0) {
+        char mesh[32];
+        snprintf(mesh, sizeof mesh, "dp=2,tp=%d", N / 2);
+        test_suite(mesh, 1);
+    }
     /* One summary line for the whole job. */
     totals[0] = test_passed_;
     totals[1] = test_failed_;

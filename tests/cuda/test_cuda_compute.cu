@@ -267,6 +267,48 @@ static void test_gemm_case(par_dtype at, par_dtype ct, int transa, int transb, i
     free(cb);
 }
 
+/* Nothing to multiply (k == 0 or alpha == 0): C = beta * C over a strided,
+   padded batch (padding untouched), A and B unread and may be NULL; beta == 0
+   writes zeros without reading C (NaN there must not survive). */
+static void test_gemm_scale_only(par_dtype ct, int64_t k, float alpha, float beta) {
+    const int64_t m = 6, n = 5, ldc = 7, batch = 3, sc = m * ldc + 3, nc = sc * batch;
+    const size_t cs = par_dtype_size(ct);
+    float *c0 = falloc((size_t)nc), *want = falloc((size_t)nc), *got = falloc((size_t)nc);
+    void *cb = malloc((size_t)nc * cs), *dc;
+    par_gemm_desc d;
+    char what[120];
+    fill(c0, (size_t)nc, 2.0f);
+    if (beta == 0.0f)
+        for (int64_t p = 0; p < batch; p++) c0[p * sc + ldc + 1] = NAN; /* inside C: must become 0 */
+    to_dtype(ct, c0, (size_t)nc, cb);
+    memcpy(want, c0, (size_t)nc * sizeof(float));
+    for (int64_t p = 0; p < batch; p++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                const float x = c0[p * sc + i * ldc + j];
+                float w = beta == 0.0f ? 0.0f : beta * x;
+                if (ct != PAR_F32) { /* the kernel rounds its f32 product to the dtype */
+                    uint16_t h = ct == PAR_BF16 ? to_bf16(w) : to_f16(w);
+                    w = ct == PAR_BF16 ? from_bf16(h) : from_f16(h);
+                }
+                want[p * sc + i * ldc + j] = w;
+            }
+    dc = up(cb, (size_t)nc * cs);
+    memset(&d, 0, sizeof d);
+    d.m = m, d.n = n, d.k = k, d.alpha = alpha, d.beta = beta;
+    d.ldc = ldc, d.stride_c = sc, d.stride_a = 1000, d.stride_b = 1000, d.batch = batch;
+    d.a_type = ct; /* c_type must be f32 or a_type */
+    d.c_type = ct;
+    snprintf(what, sizeof what, "gemm C = beta C: %s k=%lld alpha=%g beta=%g", par_dtype_name(ct), (long long)k,
+             (double)alpha, (double)beta);
+    CHECK_MSG(G.gemm(G.user, &d, NULL, NULL, dc) == PAR_OK, "%s", what);
+    down(cb, dc, (size_t)nc * cs);
+    from_dtype(ct, cb, (size_t)nc, got);
+    CHECK_MSG(close_to(what, got, want, (size_t)nc, 0, 0), "%s", what);
+    gfree(dc);
+    free(c0), free(want), free(got), free(cb);
+}
+
 static void test_gemm(void) {
     static const int64_t shapes[][3] = {{1, 1, 1}, {17, 33, 9}, {64, 48, 80}, {3, 130, 257}, {5, 7, 0}};
     par_gemm_desc d;
@@ -296,6 +338,26 @@ static void test_gemm(void) {
     d.a_type = PAR_I32;
     CHECK_ERR(G.gemm(G.user, &d, (void *)8, (void *)8, (void *)8), PAR_EINVAL, "a_type");
     CHECK_ERR(G.gemm(G.user, NULL, NULL, NULL, NULL), PAR_EINVAL, "NULL");
+    /* The CPU table's rules: trans flags 0 or 1, C blocks of a batch apart, A and
+       B needed only when there is something to multiply. */
+    for (int t = 0; t < 3; t++) {
+        const par_dtype ct = t == 0 ? PAR_F32 : t == 1 ? PAR_BF16 : PAR_F16;
+        test_gemm_scale_only(ct, 4, 0.0f, -0.5f);
+        test_gemm_scale_only(ct, 0, 0.75f, 2.0f);
+        test_gemm_scale_only(ct, 0, 1.0f, 0.0f);
+        test_gemm_scale_only(ct, 3, 0.0f, 1.0f);
+    }
+    d.a_type = PAR_F32;
+    d.alpha = 1.0f;
+    d.transa = 2;
+    CHECK_ERR(G.gemm(G.user, &d, (void *)8, (void *)8, (void *)8), PAR_EINVAL, "transa is 2");
+    d.transa = 0;
+    d.batch = 2;
+    d.stride_c = 3 * 4 + 3; /* (m - 1) * ldc + n - 1 */
+    CHECK_ERR(G.gemm(G.user, &d, (void *)8, (void *)8, (void *)8), PAR_EINVAL, "overlap");
+    d.stride_c = 16;
+    CHECK_ERR(G.gemm(G.user, &d, NULL, (void *)8, (void *)8), PAR_EINVAL, "a is NULL");
+    CHECK_ERR(G.gemm(G.user, &d, (void *)8, (void *)8, NULL), PAR_EINVAL, "c is NULL");
 }
 
 /* ------------------------------------------------------------ attention */
@@ -507,6 +569,49 @@ done:
     free(q), free(k), free(v), free(o_ref), free(lse_ref), free(o), free(lse), free(qp), free(kp);
 }
 
+/* Pointers of tensors without elements may be NULL (as on the CPU): no keys
+   gives o = 0 and lse = -inf (and dq = 0), no queries gives dk = dv = 0. */
+static void test_attention_empty(void) {
+    par_attn_desc d;
+    const int64_t len = 5, dim = 8, nq = 2 * len * dim, nl = 2 * len;
+    float *h = falloc((size_t)nq), *zero = falloc((size_t)nq), *neg = falloc((size_t)nl), *back = falloc((size_t)nq);
+    void *x, *y, *z, *w, *l;
+    fill(h, (size_t)nq, 1.0f);
+    for (int64_t i = 0; i < nl; i++) neg[i] = -INFINITY;
+    x = up(h, (size_t)nq * 4), y = up(h, (size_t)nq * 4), z = up(h, (size_t)nq * 4), w = up(h, (size_t)nq * 4);
+    l = up(h, (size_t)nl * 4);
+    memset(&d, 0, sizeof d);
+    d.batch = 1, d.q_heads = 2, d.kv_heads = 2, d.head_dim = (int)dim, d.dtype = PAR_F32;
+    /* no keys: k, v (and dk, dv) NULL */
+    d.q_len = len, d.k_len = 0;
+    CHECK_OK(G.attention_fwd(G.user, &d, x, NULL, NULL, y, (float *)l));
+    down(back, y, (size_t)nq * 4);
+    CHECK_MSG(close_to("attention_fwd without keys: o", back, zero, (size_t)nq, 0, 0), "o");
+    down(back, l, (size_t)nl * 4);
+    CHECK_MSG(close_to("attention_fwd without keys: lse", back, neg, (size_t)nl, 0, 0), "lse");
+    CHECK_OK(G.attention_bwd(G.user, &d, x, NULL, NULL, y, (const float *)l, w, z, NULL, NULL, 0));
+    down(back, z, (size_t)nq * 4);
+    CHECK_MSG(close_to("attention_bwd without keys: dq", back, zero, (size_t)nq, 0, 0), "dq");
+    CHECK_ERR(G.attention_bwd(G.user, &d, x, NULL, NULL, y, (const float *)l, NULL, z, NULL, NULL, 0), PAR_EINVAL,
+              "do_ is NULL");
+    /* no queries: q, o, lse, do_, dq NULL */
+    d.q_len = 0, d.k_len = len;
+    CHECK_OK(G.attention_fwd(G.user, &d, NULL, x, y, NULL, NULL));
+    CHECK_OK(G.attention_bwd(G.user, &d, NULL, x, y, NULL, NULL, NULL, NULL, z, w, 0));
+    down(back, z, (size_t)nq * 4);
+    CHECK_MSG(close_to("attention_bwd without queries: dk", back, zero, (size_t)nq, 0, 0), "dk");
+    down(back, w, (size_t)nq * 4);
+    CHECK_MSG(close_to("attention_bwd without queries: dv", back, zero, (size_t)nq, 0, 0), "dv");
+    CHECK_ERR(G.attention_fwd(G.user, &d, NULL, NULL, y, NULL, NULL), PAR_EINVAL, "k is NULL");
+    CHECK_ERR(G.attention_bwd(G.user, &d, NULL, x, y, NULL, NULL, NULL, NULL, z, NULL, 0), PAR_EINVAL, "dv is NULL");
+    CHECK_OK(G.attention_merge(G.user, &d, NULL, NULL, NULL, NULL));
+    d.q_len = len;
+    CHECK_ERR(G.attention_merge(G.user, &d, (float *)x, (float *)l, NULL, (const float *)l), PAR_EINVAL,
+              "o_b is NULL");
+    gfree(x), gfree(y), gfree(z), gfree(w), gfree(l);
+    free(h), free(zero), free(neg), free(back);
+}
+
 static void test_attention(void) {
     static const int groups[][2] = {{4, 4}, {4, 2}, {4, 1}, {8, 2}}; /* GQA 1, 2, 4 and MQA */
     static const int dims[] = {16, 64, 80, 128, 256};
@@ -543,6 +648,7 @@ static void test_attention(void) {
               "head_dim");
     d.head_dim = 8;
     CHECK_ERR(G.attention_fwd(G.user, &d, NULL, (void *)8, (void *)8, (void *)8, (float *)8), PAR_EINVAL, "NULL");
+    test_attention_empty();
     d.dtype = PAR_I32;
     CHECK_ERR(G.attention_bwd(G.user, &d, (void *)8, (void *)8, (void *)8, (void *)8, (float *)8, (void *)8, (void *)8,
                               (void *)8, (void *)8, 0),
