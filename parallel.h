@@ -810,13 +810,21 @@ typedef struct par_attn_desc {
     par_dtype dtype;
 } par_attn_desc;
 
-#define PAR_COMPUTE_TABLE_VERSION 1
+#define PAR_COMPUTE_TABLE_VERSION 2 /* 2: scratch_bound */
 
 /* Every kernel is f32 row-major unless its comment says otherwise; sizes are
    element counts. Pointers are memory of the table's device (host for the CPU
    table). Kernels return PAR_EINVAL for bad sizes or NULL pointers with a
    message naming the argument. A device table may run kernels asynchronously on
    its stream; `synchronize` waits. */
+/* The largest work a host will give a table, so it can plan the scratch the
+   table keeps for itself (par_compute_table.scratch_bound). The three GEMM
+   bounds may come from different calls. */
+typedef struct par_scratch_query {
+    int64_t gemm_m, gemm_n, gemm_k; /* largest m, n and k of any GEMM */
+    int64_t attn_rows;              /* largest batch x q_heads x q_len of an attention */
+} par_scratch_query;
+
 typedef struct par_compute_table {
     int version;      /* PAR_COMPUTE_TABLE_VERSION */
     const char *name; /* "cpu", "cuda", or the host's */
@@ -833,6 +841,11 @@ typedef struct par_compute_table {
     par_status (*memcpy_2d)(void *user, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                             size_t width, size_t height);
     par_status (*memory_report)(void *user, par_mem_report *report);
+    /* *bytes = an upper bound of the scratch the table allocates for itself
+       (reported as PAR_MEM_WORKSPACE by memory_report) once it has run work no
+       larger than *q: what a host adds to its own memory plan. NULL: the table
+       keeps none. */
+    par_status (*scratch_bound)(void *user, const par_scratch_query *q, size_t *bytes);
     par_status (*synchronize)(void *user);
 
     par_status (*gemm)(void *user, const par_gemm_desc *desc, const void *a, const void *b, void *c);
@@ -9044,6 +9057,28 @@ static par_status par__cpu_t_memory_report(void *user, par_mem_report *report) {
     return PAR_OK;
 }
 
+/* GEMM packing space is the CPU table's only kept scratch: per worker thread,
+   the blocks of the largest problem, which only grow with m, n and k (attention
+   tiles are allocated and freed within each call). CBLAS packs in its own memory. */
+static par_status par__cpu_t_scratch_bound(void *user, const par_scratch_query *q, size_t *bytes) {
+    par__cpu_state *s = (par__cpu_state *)user;
+    PAR__CPU_PTR("scratch_bound", q);
+    PAR__CPU_PTR("scratch_bound", bytes);
+    *bytes = 0;
+    PAR__CPU_NEED(q->gemm_m >= 0 && q->gemm_n >= 0 && q->gemm_k >= 0 && q->attn_rows >= 0,
+                  "scratch_bound: gemm m %lld, n %lld, k %lld and attn_rows %lld must be >= 0", (long long)q->gemm_m,
+                  (long long)q->gemm_n, (long long)q->gemm_k, (long long)q->attn_rows);
+#ifndef PARALLEL_WITH_CBLAS
+    if (q->gemm_m > 0 && q->gemm_n > 0 && q->gemm_k > 0)
+        *bytes = (size_t)s->threads *
+                 (size_t)par__cpu_blocks_floats(par__cpu_gemm_blocks(s->isa, q->gemm_m, q->gemm_n, q->gemm_k, 0)) *
+                 sizeof(float);
+#else
+    (void)s;
+#endif
+    return PAR_OK;
+}
+
 static par_status par__cpu_t_synchronize(void *user) {
     (void)user; /* kernels run synchronously */
     return PAR_OK;
@@ -9587,6 +9622,7 @@ PARALLEL_DEF par_status par_compute_cpu(const par_cpu_desc *desc, par_compute_ta
     table->scale = par__cpu_t_scale;
     table->axpy = par__cpu_t_axpy;
     table->sumsq = par__cpu_t_sumsq;
+    table->scratch_bound = par__cpu_t_scratch_bound;
     table->destroy = par__cpu_t_destroy;
     return PAR_OK;
 }

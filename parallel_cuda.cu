@@ -1274,6 +1274,19 @@ static par_status par_cuda__memory_report_hook(void *user, par_mem_report *repor
     return PAR_OK;
 }
 
+/* The table's one kept scratch is attention backward's row sums (one float per
+   query row, par_cuda__workspace); cuBLAS's own workspace is cuBLAS's. */
+static par_status par_cuda__scratch_bound_hook(void *user, const par_scratch_query *q, size_t *bytes) {
+    (void)user;
+    PAR_CUDA__NEED(q && bytes, "cuda scratch_bound: NULL query or bytes");
+    *bytes = 0;
+    PAR_CUDA__NEED(q->gemm_m >= 0 && q->gemm_n >= 0 && q->gemm_k >= 0 && q->attn_rows >= 0,
+                   "cuda scratch_bound: gemm m %lld, n %lld, k %lld and attn_rows %lld must be >= 0",
+                   (long long)q->gemm_m, (long long)q->gemm_n, (long long)q->gemm_k, (long long)q->attn_rows);
+    *bytes = (size_t)q->attn_rows * sizeof(float);
+    return PAR_OK;
+}
+
 static par_status par_cuda__synchronize_hook(void *user) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
     PAR_CUDA__ENTER(cu, "cuda synchronize");
@@ -1888,6 +1901,7 @@ extern "C" par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_ta
     table->memset = par_cuda__memset_hook;
     table->memcpy_2d = par_cuda__memcpy_2d_hook;
     table->memory_report = par_cuda__memory_report_hook;
+    table->scratch_bound = par_cuda__scratch_bound_hook;
     table->synchronize = par_cuda__synchronize_hook;
     table->gemm = par_cuda__gemm_hook;
     table->attention_fwd = par_cuda__attention_fwd_hook;

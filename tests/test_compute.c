@@ -841,7 +841,7 @@ static void test_table(void) {
           t.attention_fwd && t.attention_bwd && t.attention_merge && t.rmsnorm_fwd && t.rmsnorm_bwd && t.rope_fwd &&
           t.rope_bwd && t.swiglu_fwd && t.swiglu_bwd && t.embedding_fwd && t.embedding_bwd && t.xent &&
           t.xent_local_max && t.xent_local_sumexp && t.xent_local_target && t.xent_loss_from_pieces &&
-          t.xent_bwd_split && t.adamw && t.scale && t.axpy && t.sumsq && t.destroy);
+          t.xent_bwd_split && t.adamw && t.scale && t.axpy && t.sumsq && t.scratch_bound && t.destroy);
     /* attention wrappers: dtype and desc are the table's to check */
     memset(&ad, 0, sizeof ad);
     ad.batch = 1, ad.q_heads = 1, ad.kv_heads = 1, ad.head_dim = 4, ad.q_len = 1, ad.k_len = 1, ad.dtype = PAR_BF16;
@@ -944,6 +944,61 @@ static void test_fan_out(par_compute_table *t1, par_compute_table *t3) {
     free(p1), free(p3), free(m1), free(m3), free(v1), free(v3), free(tg), free(pos);
 }
 
+/* scratch_bound: after GEMMs with m, n, k each at most the query's, the packing
+   space a fresh table reports is within the bound, for 1 and 3 threads; one
+   single-threaded GEMM of exactly the bound's shape reaches it (tight). */
+static void test_scratch_bound(void) {
+    static const int64_t shapes[][3] = {{301, 203, 150}, {45, 1401, 140}, {130, 129, 131}, {96, 100, 900}};
+    const par_scratch_query q = {301, 1401, 900, 0};
+    int threads;
+    for (threads = 1; threads <= 3; threads += 2) {
+        par_compute_table t;
+        par_cpu_desc d;
+        par_mem_report r;
+        size_t bound = 0;
+        size_t i;
+        memset(&d, 0, sizeof d);
+        d.threads = threads;
+        CHECK_OK(par_compute_cpu(&d, &t));
+        CHECK(t.scratch_bound != NULL);
+        CHECK_OK(t.scratch_bound(t.user, &q, &bound));
+#ifdef PARALLEL_WITH_CBLAS
+        CHECK(bound == 0); /* CBLAS packs in its own memory */
+        t.destroy(t.user);
+        continue;
+#endif
+        CHECK(bound > 0);
+        T_ = &t;
+        for (i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const int64_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2];
+            float *A = falloc(m * k), *B = falloc(k * n), *C = falloc(m * n);
+            fill_big(A, m * k), fill_big(B, k * n);
+            CHECK_OK(gemm_sb(0, 0, m, n, k, 1.0f, A, k, 0, B, n, 0, 0.0f, C, n, 0, 1));
+            free(A), free(B), free(C);
+        }
+        CHECK_OK(t.memory_report(t.user, &r));
+        CHECK_MSG(r.peak[PAR_MEM_WORKSPACE] > 0 && (size_t)r.peak[PAR_MEM_WORKSPACE] <= bound,
+                  "%d thread(s): workspace peak %lld, bound %zu", threads, (long long)r.peak[PAR_MEM_WORKSPACE], bound);
+        if (threads == 1) {
+            float *A = falloc(q.gemm_m * q.gemm_k), *B = falloc(q.gemm_k * q.gemm_n), *C = falloc(q.gemm_m * q.gemm_n);
+            CHECK_OK(gemm_sb(0, 0, q.gemm_m, q.gemm_n, q.gemm_k, 1.0f, A, q.gemm_k, 0, B, q.gemm_n, 0, 0.0f, C,
+                             q.gemm_n, 0, 1));
+            CHECK_OK(t.memory_report(t.user, &r));
+            CHECK_MSG((size_t)r.peak[PAR_MEM_WORKSPACE] == bound, "the bound's own shape: peak %lld, bound %zu",
+                      (long long)r.peak[PAR_MEM_WORKSPACE], bound);
+            free(A), free(B), free(C);
+        }
+        {
+            const par_scratch_query none = {0, 0, 0, 0}, bad = {4, -1, 4, 0};
+            CHECK_OK(t.scratch_bound(t.user, &none, &bound));
+            CHECK(bound == 0);
+            CHECK_ERR(t.scratch_bound(t.user, &bad, &bound), PAR_EINVAL, "must be >= 0");
+            CHECK_ERR(t.scratch_bound(t.user, NULL, &bound), PAR_EINVAL, "q is NULL");
+        }
+        t.destroy(t.user);
+    }
+}
+
 int main(void) {
     par_compute_table t1, t3;
     par_cpu_desc d1, d3;
@@ -963,6 +1018,8 @@ int main(void) {
     test_gemm_desc();
     T_ = &t1;
     test_gemm_threads(&t1, &t3);
+    test_scratch_bound();
+    T_ = &t1;
     test_fan_out(&t1, &t3);
     test_rmsnorm();
     test_rope();

@@ -342,7 +342,44 @@ static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_le
     /* the executor running the tp redistributions keeps 4 buffers of the largest
        one's local size: full rows of the [tokens, hidden] activations */
     if (p->tp > 1) m.bytes[PAR_MEM_COMM] += 4 * s->n * p->local.dim * f;
+    m.bytes[PAR_MEM_COMM] += 8; /* the scalar staged for loss, norm and status collectives */
     return m;
+}
+
+/* Side of the square GEMM that measures the machine's peak at start-up: 384,
+   or less while its three matrices do not fit in the backward scratch. */
+static int64_t gemm_probe_side(const llama_params *p, const llama_sizes *s) {
+    const int64_t room = scratch_floats(&p->local, s->n, p->tp, p->sp);
+    int64_t n = 384;
+    while (n > 16 && 3 * n * n > room) n -= 16;
+    return n;
+}
+
+/* The scratch the compute table keeps for itself (the CPU table's GEMM packing,
+   the CUDA table's attention row sums) for this rank's work, from the table's
+   own bound: the model's GEMMs are [rows, in] x [out, in]^T and its two
+   backward products (model.h), so m is a row count or a feature count, n a
+   feature count and k any of them; plus the peak probe. */
+static par_status plan_table_scratch(const par_compute_table *ct, const llama_params *p, const llama_sizes *s,
+                                     int64_t *bytes) {
+    const llama_dims *d = &p->local;
+    const int64_t probe = gemm_probe_side(p, s);
+    int64_t feat = d->dim;
+    par_scratch_query q;
+    size_t b = 0;
+    *bytes = 0;
+    if (!ct->scratch_bound) return PAR_OK;
+    if (d->heads * d->head_dim > feat) feat = d->heads * d->head_dim;
+    if (d->kv_heads * d->head_dim > feat) feat = d->kv_heads * d->head_dim;
+    if (d->ffn > feat) feat = d->ffn;
+    if (d->vocab > feat) feat = d->vocab;
+    if (probe > feat) feat = probe;
+    q.gemm_m = q.gemm_k = s->n > feat ? s->n : feat;
+    q.gemm_n = feat;
+    q.attn_rows = s->batch * d->heads * d->seq;
+    LLAMA_CHECK(ct->scratch_bound(ct->user, &q, &b));
+    *bytes = (int64_t)b;
+    return PAR_OK;
 }
 
 /* ============================================================================
@@ -1247,14 +1284,12 @@ static double step_flops(const llama_params *p, int64_t global_batch) {
    the slowest rank's time is the peak MFU is measured against. Runs in the
    backward scratch (free now): as large a square as fits, up to 384. */
 static par_status measure_gemm_peak(trainer *t, double *gflops) {
-    const int64_t room = scratch_floats(&t->p.local, t->sz.n, t->p.tp, t->p.sp);
     const int reps = 8;
-    int64_t n = 384;
+    const int64_t n = gemm_probe_side(&t->p, &t->sz);
     float *a = t->scratch_base;
     par_gemm_desc d = {0};
     double t0, dt, flops;
     int i;
-    while (n > 16 && 3 * n * n > room) n -= 16;
     d.m = d.n = d.k = n, d.alpha = 1.0f;
     LLAMA_CHECK(t->ct->memset(t->ct->user, a, 0, (size_t)(3 * n * n) * sizeof(float)));
     LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + n * n, a + 2 * n * n)); /* warm up */
@@ -1500,6 +1535,7 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     int map[2];
     uint32_t tp_mask;
     char err[512];
+    int64_t table_scratch = 0;
     t->ctx = ctx, t->ct = par_ctx_compute(ctx), t->cm = par_ctx_comm(ctx);
     t->cfg = c, t->opt = sh->opt, t->data = sh->data;
     t->mesh = *par_ctx_mesh(ctx);
@@ -1534,6 +1570,8 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
         LLAMA_CHECK(par_executor_create(ctx, &t->exec));
     }
     t->plan = plan_memory(&t->p, &t->sz, t->zero, t->dp);
+    LLAMA_CHECK(plan_table_scratch(t->ct, &t->p, &t->sz, &table_scratch));
+    t->plan.bytes[PAR_MEM_WORKSPACE] += table_scratch;
     return state_alloc(t);
 }
 

@@ -96,6 +96,20 @@ static int64_t read_memory(const char *path, const char *event, const char *cate
     return v;
 }
 
+/* The start-up plan holds what the run used: every category equal to the
+   measured peak, except the workspace, where the compute table's own scratch
+   is planned from its upper bound (scratch_bound), so the plan may be larger. */
+static void check_plan_holds(const char *what, const char *metrics) {
+    static const char *const cats[] = {"params", "grads", "optimizer", "activations", "comm", "workspace"};
+    size_t c;
+    for (c = 0; c < sizeof cats / sizeof cats[0]; c++) {
+        const int64_t plan = read_memory(metrics, "memory_plan", cats[c]), peak = read_memory(metrics, "memory_peak", cats[c]);
+        const int bound_only = strcmp(cats[c], "workspace") == 0;
+        CHECK_MSG(plan >= 0 && peak >= 0 && (bound_only ? peak <= plan : peak == plan),
+                  "%s: %s planned %lld bytes, measured peak %lld", what, cats[c], (long long)plan, (long long)peak);
+    }
+}
+
 /* Largest |a - b| over every tensor of two weight files with the same names. */
 static double weights_max_diff(const char *a, const char *b) {
     par_st_file *fa = NULL, *fb = NULL;
@@ -285,6 +299,13 @@ static void test_memory(void) {
     rc = run_cmd(0, "%s --steps 2 --metrics %s --set parallel_config.data_parallel=4 "
                     "--set parallel.enable_parallel_optimizer=true", eq_base, test_path("m4.jsonl"));
     CHECK_MSG(rc == 0, "dp4 zero run failed: %s", err_text);
+    check_plan_holds("dp1", test_path("m1.jsonl"));
+    check_plan_holds("dp4 ZeRO-1", test_path("m4.jsonl"));
+    rc = run_cmd(0, "%s --steps 2 --metrics %s --set parallel_config.data_parallel=2 --set parallel_config.micro_batch_num=2 "
+                    "--set parallel.enable_parallel_optimizer=true --set parallel.parallel_optimizer_config.optimizer_level=level2",
+                 eq_base, test_path("m2.jsonl"));
+    CHECK_MSG(rc == 0, "dp2 ZeRO-2 micro-batch run failed: %s", err_text);
+    check_plan_holds("dp2 ZeRO-2 micro 2", test_path("m2.jsonl"));
     for (k = 0; k < 2; k++) {
         const int64_t one = read_memory(test_path("m1.jsonl"), cats[k], "optimizer");
         const int64_t four = read_memory(test_path("m4.jsonl"), cats[k], "optimizer");
@@ -524,6 +545,11 @@ static void test_tp_memory(void) {
             CHECK_MSG(ap == am && ap > 0, "tp %d sp %d layers %d: activations planned %lld, measured %lld", tp, sp,
                       layers, (long long)ap, (long long)am);
             act[layers - 1] = am;
+            {
+                char what[64];
+                snprintf(what, sizeof what, "tp %d sp %d layers %d", tp, sp, layers);
+                check_plan_holds(what, test_path("tpmem.jsonl"));
+            }
         }
         if (tp == 1) p1 = pp, a1 = act[1];
         CHECK_MSG(pp * tp - p1 == (tp - 1) * replicated, "tp %d: %lld parameter bytes per rank (tp 1: %lld)", tp,
