@@ -49,13 +49,15 @@ enum {
     CAT_OP_STRATEGIES,
     CAT_PLAN,
     CAT_RESHAPE,
+    CAT_COMM_ARGS,
     CAT_PROPERTY,
     CAT_COUNT
 };
 
 static const char *const cat_names[CAT_COUNT] = {
     "mesh_parse", "layout_parse", "strategy_parse", "dtype/op name parse", "layout_init", "layout_init raw mesh",
-    "op_infer", "op_strategies", "plan_redistribution", "layout_reshape", "properties of successful calls"};
+    "op_infer", "op_strategies", "plan_redistribution", "layout_reshape", "comm_check_args/ranks",
+    "properties of successful calls"};
 
 typedef struct cat_stats {
     long calls, bad, block_calls, block_bad, ok;
@@ -889,6 +891,86 @@ static void fuzz_reshape(int n) {
    NULL and degenerate arguments to the text entry points
    ------------------------------------------------------------------------- */
 
+/* ---------------------------------------------------------------------------
+   comm argument rules: random calls, buffers at random offsets of one arena
+   (so they overlap in every way), counts, dtypes, ops, peers and rank lists.
+   Property: the verdict equals an independent reading of the table's rules.
+   ------------------------------------------------------------------------- */
+
+static int span_overlap(size_t a, size_t an, size_t b, size_t bn) { return an && bn && a < b + bn && b < a + an; }
+
+/* The rules of par_comm_table's comment, written again from it (offsets in one arena). */
+static int comm_args_valid(const par_comm_args *a, int size, int index, int send_null, int recv_null, size_t so,
+                           size_t ro) {
+    const int reduces = a->call == PAR_CALL_ALL_REDUCE || a->call == PAR_CALL_REDUCE_SCATTER;
+    size_t b;
+    if ((unsigned)a->call >= PAR_CALL_COUNT || size < 1 || index < 0 || index >= size) return 0;
+    if (a->call == PAR_CALL_BARRIER) return 1;
+    if (a->count < 0 || (unsigned)a->dtype >= PAR_DTYPE_COUNT) return 0;
+    if (reduces && (unsigned)a->op > PAR_REDUCE_MAX) return 0;
+    if (a->count > (int64_t)(INT64_MAX / 16) / (int64_t)par_dtype_size(a->dtype) / size) return 0;
+    b = (size_t)a->count * par_dtype_size(a->dtype);
+    if (a->call == PAR_CALL_BROADCAST || a->call == PAR_CALL_SEND || a->call == PAR_CALL_RECV)
+        return !(a->count > 0 && (a->call == PAR_CALL_RECV ? recv_null : send_null)) && a->peer >= 0 && a->peer < size;
+    if (a->count > 0 && (send_null || recv_null)) return 0;
+    if (send_null || recv_null) return 1; /* count 0: nothing overlaps */
+    switch (a->call) {
+    case PAR_CALL_ALL_REDUCE: return so == ro || !span_overlap(so, b, ro, b);
+    case PAR_CALL_ALL_GATHER: return !span_overlap(so, b, ro, b * (size_t)size) || so == ro + b * (size_t)index;
+    case PAR_CALL_REDUCE_SCATTER: return !span_overlap(so, b * (size_t)size, ro, b) || ro == so + b * (size_t)index;
+    default: return !span_overlap(so, b * (size_t)size, ro, b * (size_t)size); /* all_to_all */
+    }
+}
+
+static void fuzz_comm_args(int n) {
+    static char arena[1 << 12];
+    int i;
+    for (i = 0; i < n; i++) {
+        par_comm_args a;
+        const int size = chance(5) ? rint_(-1, 0) : rint_(1, 8), index = chance(5) ? rint_(-1, 9) : rint_(0, size > 0 ? size - 1 : 0);
+        const int send_null = chance(5), recv_null = chance(5);
+        const size_t so = (size_t)rint_(0, 2047), ro = chance(30) ? so : (size_t)rint_(0, 2047);
+        char what[200];
+        par_status st;
+        int valid;
+        memset(&a, 0, sizeof a);
+        a.call = (par_comm_call)(chance(3) ? rint_(-2, 12) : rint_(0, PAR_CALL_COUNT - 1));
+        a.count = chance(3) ? (int64_t)(rnd() >> rint_(0, 63)) * (chance(50) ? 1 : -1) : rint_(0, 64);
+        a.dtype = (par_dtype)(chance(3) ? rint_(-1, 9) : rint_(0, PAR_DTYPE_COUNT - 1));
+        a.op = (par_reduce_op)(chance(3) ? rint_(-1, 5) : rint_(0, 2));
+        a.peer = chance(10) ? rint_(-2, 10) : rint_(0, size > 0 ? size - 1 : 0);
+        a.send = send_null ? NULL : arena + so;
+        a.recv = recv_null ? NULL : arena + ro;
+        snprintf(what, sizeof what, "%s count %lld dtype %d op %d peer %d size %d index %d send %s+%zu recv %s+%zu",
+                 par_comm_call_name(a.call), (long long)a.count, (int)a.dtype, (int)a.op, a.peer, size, index,
+                 send_null ? "NULL" : "arena", so, recv_null ? "NULL" : "arena", ro);
+        par_clear_error();
+        st = par_comm_check_args(chance(2) ? NULL : "fuzz", chance(2) ? NULL : "g", size, index, &a);
+        outcome(CAT_COMM_ARGS, st, what);
+        valid = comm_args_valid(&a, size, index, send_null, recv_null, so, ro);
+        property((st == PAR_OK) == valid && (st == PAR_OK || st == PAR_EINVAL), what);
+    }
+    for (i = 0; i < n / 4; i++) { /* rank lists */
+        int ranks[10], count = rint_(-1, 10), world = rint_(0, 9), me = rint_(-1, 9), j, k, index = -2, valid;
+        char what[120];
+        par_status st;
+        for (j = 0; j < 10; j++) ranks[j] = chance(80) ? rint_(0, world > 0 ? world - 1 : 0) : rint_(-3, 12);
+        valid = count >= 1 && count <= world;
+        for (j = 0; valid && j < count; j++) {
+            valid = ranks[j] >= 0 && ranks[j] < world;
+            for (k = 0; valid && k < j; k++) valid = ranks[k] != ranks[j];
+        }
+        for (j = 0, k = 0; valid && j < count; j++) k |= ranks[j] == me;
+        valid = valid && k;
+        snprintf(what, sizeof what, "group_create count %d world %d me %d", count, world, me);
+        par_clear_error();
+        st = par_comm_check_ranks(chance(2) ? NULL : "fuzz", chance(5) ? NULL : ranks, count, world, me, &index);
+        outcome(CAT_COMM_ARGS, st, what);
+        property(st != PAR_OK || (valid && index >= 0 && ranks[index] == me), what);
+        property(st == PAR_OK || st == PAR_EINVAL, what);
+    }
+}
+
 static void fuzz_nulls(void) {
     par_mesh m;
     par_layout l;
@@ -928,6 +1010,7 @@ int main(void) {
     fuzz_op_strategies(3000);
     fuzz_plan(10000);
     fuzz_reshape(6000);
+    fuzz_comm_args(8000);
     for (c = 0; c < CAT_COUNT; c++) {
         if (stats[c].block_calls) close_block(c);
         CHECK_MSG(stats[c].calls > 0 && stats[c].bad == 0, "%s: %ld of %ld calls not clean", cat_names[c],
@@ -940,7 +1023,7 @@ int main(void) {
         CHECK_MSG(total >= 10000, "only %ld fuzzed calls", total);
         /* the fuzz must reach the success paths too, not only errors */
         CHECK_MSG(stats[CAT_LAYOUT_PARSE].ok > 100 && stats[CAT_OP_INFER].ok > 100 && stats[CAT_PLAN].ok > 100 &&
-                      stats[CAT_RESHAPE].ok > 10,
+                      stats[CAT_RESHAPE].ok > 10 && stats[CAT_COMM_ARGS].ok > 100,
                   "too few accepted inputs: layout %ld infer %ld plan %ld reshape %ld", stats[CAT_LAYOUT_PARSE].ok,
                   stats[CAT_OP_INFER].ok, stats[CAT_PLAN].ok, stats[CAT_RESHAPE].ok);
         printf("fuzzed %ld calls (", total);
