@@ -11112,11 +11112,28 @@ static void par__st_writer_free(par_st_writer *w) {
     PARALLEL_FREE(w);
 }
 
+/* Create a private temporary file beside `path` for an atomic write: tmp (n
+   bytes) receives "<path>.tmp.<pid>.<k>" (pid private to this process, k
+   separating writers of one path in one process, e.g. rank threads). NULL on
+   success, else why the last attempt failed (tmp then names it). */
+static const char *par__st_create_temp(par__st_io *io, const char *path, char *tmp, size_t n) {
+    const char *why = NULL;
+    int attempt, exists = 1;
+    for (attempt = 0; attempt < 1000 && exists; attempt++) {
+#if PAR__ST_POSIX
+        snprintf(tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
+#else
+        snprintf(tmp, n, "%s.tmp.%d", path, attempt);
+#endif
+        why = par__st_io_create(io, tmp, &exists);
+    }
+    return why;
+}
+
 PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **writer) {
     par_st_writer *w;
     size_t n;
-    int attempt, exists = 1;
-    const char *why = NULL;
+    const char *why;
     if (writer) *writer = NULL;
     if (!path || !writer) return par__fail(PAR_EINVAL, "par_st_writer_create: NULL argument");
     if (!path[0]) return par__fail(PAR_EINVAL, "par_st_writer_create: empty path");
@@ -11133,17 +11150,7 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
         par__st_writer_free(w);
         return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
     }
-    /* <path>.tmp.<pid>.<n>: private to this process; n separates writers of one
-       path in one process (rank threads) */
-    for (attempt = 0; attempt < 1000 && exists; attempt++) {
-#if PAR__ST_POSIX
-        snprintf(w->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
-#else
-        snprintf(w->tmp, n, "%s.tmp.%d", path, attempt);
-#endif
-        why = par__st_io_create(&w->io, w->tmp, &exists);
-    }
-    if (why) {
+    if ((why = par__st_create_temp(&w->io, path, w->tmp, n)) != NULL) {
         par_status st = par__fail(PAR_EIO, "par_st_writer_create: %.200s: cannot create the temporary file %.200s (%s)",
                                   path, w->tmp, why);
         PARALLEL_FREE(w->tmp);
@@ -11884,8 +11891,7 @@ static void par__trace_emit_rank(par__trace_out *o, par__trace_rec *recs, int64_
 
 /* Create "<path>.tmp.<pid>.<n>" and start the JSON. */
 static par_status par__trace_open_out(par__trace_out *o, const char *fn, const char *path) {
-    int attempt, exists = 1;
-    const char *why = NULL;
+    const char *why;
     const size_t n = strlen(path) + 64;
     memset(o, 0, sizeof *o);
     par__st_io_init(&o->io);
@@ -11898,15 +11904,7 @@ static par_status par__trace_open_out(par__trace_out *o, const char *fn, const c
         o->buf = o->tmp = NULL;
         return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
     }
-    for (attempt = 0; attempt < 1000 && exists; attempt++) {
-#if PAR__ST_POSIX
-        snprintf(o->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
-#else
-        snprintf(o->tmp, n, "%s.tmp.%d", path, attempt);
-#endif
-        why = par__st_io_create(&o->io, o->tmp, &exists);
-    }
-    if (why) {
+    if ((why = par__st_create_temp(&o->io, path, o->tmp, n)) != NULL) {
         par_status st = par__fail(PAR_EIO, "%s: %.200s: cannot create the temporary file %.200s (%s)", fn, path,
                                   o->tmp, why);
         PARALLEL_FREE(o->buf), PARALLEL_FREE(o->tmp);
