@@ -143,10 +143,35 @@ done:
 
 /* ---- reference ------------------------------------------------------------ */
 
+/* A run's per-step losses (and grad norms when with_gnorm) against PyTorch's,
+   within 1e-4 relative (about one unit of the 6th decimal PyTorch prints). */
+static void check_against_pytorch(const char *tag, const char *metrics, const double *want_loss,
+                                  const double *want_gnorm, int n, int with_gnorm) {
+    double loss[16], gnorm[16];
+    const int got = read_metrics(metrics, loss, gnorm, 16);
+    int i;
+    CHECK_INT(got, n);
+    for (i = 0; i < n && i < got; i++) {
+        CHECK_MSG(fabs(loss[i] - want_loss[i]) <= 1e-4 * fabs(want_loss[i]), "%s step %d loss %.7f, PyTorch %.6f", tag,
+                  i, loss[i], want_loss[i]);
+        if (with_gnorm)
+            CHECK_MSG(fabs(gnorm[i] - want_gnorm[i]) <= 1e-4 * fabs(want_gnorm[i]),
+                      "%s step %d grad norm %.7f, PyTorch %.6f", tag, i, gnorm[i], want_gnorm[i]);
+    }
+}
+
+/* Final weights after 10 AdamW steps of lr 1e-3 (each moves an element by about
+   lr per step, so one step taken differently shows as ~1e-3): measured 4.2e-6
+   from PyTorch's; 2e-5 leaves room for another CPU's GEMM kernel. */
+static void check_weights_against_pytorch(const char *tag, const char *weights) {
+    const double wdiff = weights_max_diff(weights, "tests/ref/gqa_final.safetensors");
+    CHECK_MSG(wdiff >= 0 && wdiff <= 2e-5, "%s final weights differ from PyTorch's by %g", tag, wdiff);
+}
+
 static void test_reference(void) {
-    double want_loss[16], want_gnorm[16], loss[16], gnorm[16], wdiff;
+    double want_loss[16], want_gnorm[16];
     FILE *f = fopen("tests/ref/gqa_expected.txt", "r");
-    int n = 0, got, rc, i;
+    int n = 0, rc;
     CHECK_MSG(f != NULL, "tests/ref/gqa_expected.txt missing");
     if (!f) return;
     while (n < 16 && fscanf(f, " step %*d loss %lf gnorm %lf", &want_loss[n], &want_gnorm[n]) == 2) n++;
@@ -156,19 +181,8 @@ static void test_reference(void) {
                     "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s",
                  test_path("ref.jsonl"), test_path("ref.safetensors"));
     CHECK_MSG(rc == 0, "reference run failed: %s", err_text);
-    got = read_metrics(test_path("ref.jsonl"), loss, gnorm, 16);
-    CHECK_INT(got, n);
-    for (i = 0; i < n && i < got; i++) {
-        CHECK_MSG(fabs(loss[i] - want_loss[i]) <= 1e-4 * fabs(want_loss[i]), "step %d loss %.7f, PyTorch %.6f", i,
-                  loss[i], want_loss[i]);
-        CHECK_MSG(fabs(gnorm[i] - want_gnorm[i]) <= 1e-4 * fabs(want_gnorm[i]), "step %d grad norm %.7f, PyTorch %.6f",
-                  i, gnorm[i], want_gnorm[i]);
-    }
-    /* weights after 10 AdamW steps of lr 1e-3 (each moves an element by about
-       lr per step, so one step taken differently shows as ~1e-3): measured 4.2e-6
-       from PyTorch's; 2e-5 leaves room for another CPU's GEMM kernel */
-    wdiff = weights_max_diff(test_path("ref.safetensors"), "tests/ref/gqa_final.safetensors");
-    CHECK_MSG(wdiff >= 0 && wdiff <= 2e-5, "final weights differ from PyTorch's by %g", wdiff);
+    check_against_pytorch("dp1", test_path("ref.jsonl"), want_loss, want_gnorm, n, 1);
+    check_weights_against_pytorch("dp1", test_path("ref.safetensors"));
     if (only_reference) return; /* one GPU: no dp 2 */
     /* the same with ZeRO-2 over 2 ranks */
     rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
@@ -176,27 +190,15 @@ static void test_reference(void) {
                     "--set parallel.enable_parallel_optimizer=true --set parallel.parallel_optimizer_config.optimizer_level=level2",
                  test_path("ref2.jsonl"));
     CHECK_MSG(rc == 0, "reference run dp 2 failed: %s", err_text);
-    got = read_metrics(test_path("ref2.jsonl"), loss, gnorm, 16);
-    CHECK_INT(got, n);
-    for (i = 0; i < n && i < got; i++)
-        CHECK_MSG(fabs(loss[i] - want_loss[i]) <= 1e-4 * fabs(want_loss[i]), "dp2 step %d loss %.7f, PyTorch %.6f", i,
-                  loss[i], want_loss[i]);
+    check_against_pytorch("dp2", test_path("ref2.jsonl"), want_loss, want_gnorm, n, 0);
     /* and with tensor parallel 2 + sequence parallel (vocabulary-split loss), saved and compared whole */
     rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
                     "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s "
                     "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true",
                  test_path("reftp.jsonl"), test_path("reftp.safetensors"));
     CHECK_MSG(rc == 0, "reference run tp 2 + sp failed: %s", err_text);
-    got = read_metrics(test_path("reftp.jsonl"), loss, gnorm, 16);
-    CHECK_INT(got, n);
-    for (i = 0; i < n && i < got; i++) {
-        CHECK_MSG(fabs(loss[i] - want_loss[i]) <= 1e-4 * fabs(want_loss[i]), "tp2 step %d loss %.7f, PyTorch %.6f",
-                  i, loss[i], want_loss[i]);
-        CHECK_MSG(fabs(gnorm[i] - want_gnorm[i]) <= 1e-4 * fabs(want_gnorm[i]),
-                  "tp2 step %d grad norm %.7f, PyTorch %.6f", i, gnorm[i], want_gnorm[i]);
-    }
-    wdiff = weights_max_diff(test_path("reftp.safetensors"), "tests/ref/gqa_final.safetensors");
-    CHECK_MSG(wdiff >= 0 && wdiff <= 2e-5, "tp2 final weights differ from PyTorch's by %g", wdiff);
+    check_against_pytorch("tp2", test_path("reftp.jsonl"), want_loss, want_gnorm, n, 1);
+    check_weights_against_pytorch("tp2", test_path("reftp.safetensors"));
 }
 
 /* ---- equivalence -------------------------------------------------------------- */
