@@ -1457,6 +1457,16 @@ static void par__buf_init(par__buf *b, char *p, size_t size) {
     if (p && size) p[0] = 0;
 }
 
+/* "[4,6]": a shape for messages. */
+static PAR__MAYBE_UNUSED void par__shape_text(char *buf, size_t size, int ndim, const int64_t *shape) {
+    par__buf b;
+    int i;
+    par__buf_init(&b, buf, size);
+    par__bprintf(&b, "[");
+    for (i = 0; i < ndim; i++) par__bprintf(&b, "%s%lld", i ? "," : "", (long long)shape[i]);
+    par__bprintf(&b, "]");
+}
+
 // >>mesh
 
 /* True for identifiers usable as axis names in layout text. */
@@ -3895,15 +3905,6 @@ static double par__rd_heuristic(const par__rd_problem *pb, uint64_t key) {
 
 /* ---- validation and problem setup --------------------------------------- */
 
-static void par__rd_shape_text(char *buf, size_t size, int ndim, const int64_t *shape) {
-    par__buf b;
-    int t;
-    par__buf_init(&b, buf, size);
-    par__bprintf(&b, "[");
-    for (t = 0; t < ndim; t++) par__bprintf(&b, "%s%lld", t ? "," : "", (long long)shape[t]);
-    par__bprintf(&b, "]");
-}
-
 static par_status par__rd_check_layout(const par_layout *layout, const char *which) {
     char msg[512];
     par_status st;
@@ -3940,8 +3941,8 @@ static par_status par__rd_validate(const par_layout *from, const par_layout *to,
             return par__fail(PAR_EINVAL, "redistribution: mesh axis %d is '%s' in the source but '%s' in the target", i,
                              from->mesh.names[i], to->mesh.names[i]);
     if (par__rd_numel(from->ndim, from->shape) != par__rd_numel(to->ndim, to->shape)) {
-        par__rd_shape_text(a, sizeof a, from->ndim, from->shape);
-        par__rd_shape_text(b, sizeof b, to->ndim, to->shape);
+        par__shape_text(a, sizeof a, from->ndim, from->shape);
+        par__shape_text(b, sizeof b, to->ndim, to->shape);
         return par__fail(PAR_ESHAPE,
                          "redistribution: source shape %s has %lld elements but target shape %s has %lld; "
                          "shapes may differ only by a reshape that keeps the element count",
@@ -9892,15 +9893,6 @@ static const char *const par__st_dtype_tags[PAR_DTYPE_COUNT] = {"F32", "BF16", "
 
 static int par__st_is_float(par_dtype d) { return d == PAR_F32 || d == PAR_BF16 || d == PAR_F16 || d == PAR_F64; }
 
-/* "[4,6]" for messages. */
-static void par__st_shape_text(char *buf, size_t size, int ndim, const int64_t *shape) {
-    par__buf b;
-    int i;
-    par__buf_init(&b, buf, size);
-    par__bprintf(&b, "[");
-    for (i = 0; i < ndim; i++) par__bprintf(&b, "%s%lld", i ? "," : "", (long long)shape[i]);
-    par__bprintf(&b, "]");
-}
 
 /* Length of the valid UTF-8 sequence at p (1..4), 0 if invalid (overlong forms,
    surrogates and code points past U+10FFFF are invalid). */
@@ -10425,7 +10417,7 @@ static par_status par__st_check_size(par__st_parser *ps, par_st_tensor *t, uint6
     char shape[200];
     int i;
     t->numel = 1;
-    par__st_shape_text(shape, sizeof shape, t->ndim, t->shape);
+    par__shape_text(shape, sizeof shape, t->ndim, t->shape);
     for (i = 0; i < t->ndim; i++) {
         if (t->shape[i] && t->numel > INT64_MAX / t->shape[i])
             return par__st_open_fail(ps->f->path, PAR_EPARSE, "tensor \"%.100s\" shape %s has more than 2^63 elements",
@@ -10916,9 +10908,9 @@ PARALLEL_DEF par_status par_st_read(par_st_file *file, const char *name, int ndi
         for (i = 0; same && i < ndim; i++) same = shape[i] == t->shape[i];
         if (!same) {
             char have[200], want[200];
-            par__st_shape_text(have, sizeof have, t->ndim, t->shape);
+            par__shape_text(have, sizeof have, t->ndim, t->shape);
             if (ndim < 0 || ndim > PARALLEL_MAX_DIMS) snprintf(want, sizeof want, "%d dims", ndim);
-            else par__st_shape_text(want, sizeof want, ndim, shape);
+            else par__shape_text(want, sizeof want, ndim, shape);
             return par__fail(PAR_ESHAPE, "par_st_read: %.200s: tensor \"%.100s\" has shape %s, expected %s", file->path,
                              name, have, want);
         }
