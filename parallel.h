@@ -1260,6 +1260,334 @@ PARALLEL_DEF par_status par_trace_write(par_trace *const *traces, int count, con
    contribute its events" elsewhere. Returns with nothing sent when ctx is NULL. */
 PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, const char *path);
 
+/* ============================================================================
+   >>params
+   Data and optimizer parallelism for any model. The host describes its
+   parameters by layout (or by an operator strategy, through >>tensor-parallel);
+   the set owns this rank's flat parameter, gradient and AdamW buffers (in the
+   compute table's memory), reduces gradients in buckets as soon as they are
+   ready so the reduction overlaps the host's backward, averages or sums them
+   over the data-parallel ranks, accumulates over micro-batches, shards the
+   optimizer state (ZeRO-1) and the gradients (ZeRO-2) over the data-parallel
+   group, clips by a global norm that counts every parameter exactly once, and
+   gathers whole tensors for checkpoints.
+
+   The data-parallel ranks are the device dims that split the global batch
+   (par_params_desc.batch): gradients are partial sums over them and the
+   buckets are reduced over them. A parameter may not be split over them.
+
+   A step, with M micro-batches:
+
+       for (mb = 0; mb < M; mb++) {
+           par_params_grads_begin(ps, mb, M);
+           ... forward; backward: for each parameter i, accumulate into
+               par_params_grad(ps, i, &g) and then par_params_grad_ready(ps, i) ...
+           par_params_grads_wait(ps);
+       }
+       par_params_step(ps, &adamw, &stats);
+
+   Buckets are consecutive parameters in declaration order up to bucket_bytes
+   (a parameter with new_bucket = 1 starts a new one), each padded to a
+   multiple of the data-parallel degree. They are reduced last bucket first
+   (backward order), each as soon as all its parameters are ready and every
+   later bucket has been launched: ranks may mark parameters ready in any
+   order and still issue the same collectives in the same order.
+   Every call is made by all ranks of the context (collective), unless its
+   comment says otherwise.
+   ========================================================================== */
+
+/* Which parameters get AdamW's decoupled weight decay. */
+typedef enum par_decay {
+    PAR_DECAY_AUTO = 0, /* tensors of rank >= 2 (matrices, embeddings), not norms and biases */
+    PAR_DECAY_ON,
+    PAR_DECAY_OFF
+} par_decay;
+
+typedef struct par_param_desc {
+    const char *name;      /* unique, non-empty; copied; used in messages and checkpoints */
+    par_layout layout;     /* global shape and tensor map on the context's mesh; no partial dims */
+    uint32_t grad_partial; /* device dims, besides the data-parallel ones, over which this rank's
+                              gradient is a partial sum (e.g. a norm weight under sequence
+                              parallelism: the tensor-parallel dims); they must hold copies
+                              of the parameter (not split it). Summed before the bucket reduction */
+    par_decay decay;
+    int new_bucket;        /* 1: this parameter starts a new gradient bucket */
+} par_param_desc;
+
+typedef struct par_params_desc {
+    const par_param_desc *params;
+    int num_params;
+    const par_layout *batch; /* the global batch (e.g. tokens [batch, seq]); its split device
+                                dims are the data-parallel dims. NULL: no data parallelism */
+    int zero_level;          /* 0: replicated optimizer; 1: AdamW state sharded (ZeRO-1);
+                                2: gradients sharded too (ZeRO-2); 3 is refused */
+    int64_t bucket_bytes;    /* gradient bucket capacity; 0 = 25 MiB (PyTorch DDP's default),
+                                < 0 = unbounded (only new_bucket starts buckets) */
+    int grad_slots;          /* ZeRO-2: bucket gradient buffers kept (0 = 2, double buffering);
+                                more are added only if the host keeps more buckets open */
+    int sum_gradients;       /* 1: sum gradients over the data-parallel ranks (MindSpore
+                                gradients_mean: false); 0: average them */
+    struct par_trace *trace; /* optional: bucket collectives as "comm" spans, the optimizer
+                                as "optimizer" spans */
+} par_params_desc;
+
+typedef struct par_params par_params;
+
+/* Create the set: check every parameter (layout on the context's mesh, not split
+   over a data-parallel dim, unique name, grad_partial dims that hold copies),
+   form the buckets, allocate this rank's buffers (values zero; see
+   par_params_broadcast and par_params_set_local to fill them). Errors:
+   PAR_EINVAL / PAR_ELAYOUT naming the parameter and the rule, PAR_EUNSUPPORTED
+   for zero_level 3, PAR_ENOMEM. Collective (it creates communication groups). */
+PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **ps);
+PARALLEL_DEF void par_params_destroy(par_params *ps);
+
+/* Number of parameters; index of the one called `name` (-1 if none). Local. */
+PARALLEL_DEF int par_params_count(const par_params *ps);
+PARALLEL_DEF int par_params_find(const par_params *ps, const char *name);
+
+/* What this rank holds of parameter i. */
+typedef struct par_param_info {
+    const char *name;
+    par_layout layout;
+    int64_t numel;                             /* elements of this rank's slice */
+    int64_t local_shape[PARALLEL_MAX_DIMS];    /* the slice's shape (row-major in memory) */
+    int64_t start[PARALLEL_MAX_DIMS];          /* where it starts in the global tensor */
+    int bucket;
+    int decay;                                 /* 1: weight decay applies */
+    uint32_t replica_dims;                     /* device dims holding copies of this slice */
+    uint32_t grad_partial;                     /* device dims its local gradient is partial over
+                                                  (the data-parallel ones included) */
+} par_param_info;
+PARALLEL_DEF par_status par_params_info(const par_params *ps, int i, par_param_info *info);
+
+/* This rank's slice of parameter i (compute-table memory, row-major). Local. */
+PARALLEL_DEF float *par_params_value(par_params *ps, int i);
+
+/* Memory the set holds per category (bytes): what it allocated at creation,
+   i.e. what a host puts in its memory plan. Local. */
+PARALLEL_DEF par_status par_params_memory(const par_params *ps, int64_t bytes[PAR_MEM_CATEGORY_COUNT]);
+
+/* Start micro-batch mb of num (0 <= mb < num): gradients start at zero with
+   mb 0 and accumulate over the micro-batches. Local. */
+PARALLEL_DEF par_status par_params_grads_begin(par_params *ps, int micro_batch, int num_micro_batches);
+
+/* Where the host accumulates (+=) parameter i's gradient during this
+   micro-batch, shaped like its slice; valid until par_params_grad_ready(ps, i).
+   Under ZeRO-2 the bucket gets a zeroed buffer when first asked for (waiting
+   for an earlier bucket's reduction to free one if needed). Local, except
+   that it may wait for this rank's earlier collectives. */
+PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad);
+
+/* Parameter i's gradient is complete for this micro-batch. Launches (async)
+   the reductions of the buckets that are now complete, in bucket order. */
+PARALLEL_DEF par_status par_params_grad_ready(par_params *ps, int i);
+
+/* End of the micro-batch: every parameter must have been marked ready (else
+   PAR_EINVAL naming one that was not); waits for the reductions in flight. */
+PARALLEL_DEF par_status par_params_grads_wait(par_params *ps);
+
+/* AdamW with PyTorch semantics (decoupled weight decay, bias correction). */
+typedef struct par_adamw {
+    float lr, beta1, beta2, eps, weight_decay;
+    float max_grad_norm; /* clip the global norm to this (PyTorch clip_grad_norm_); 0 = no clipping */
+} par_adamw;
+
+typedef struct par_step_stats {
+    double grad_norm; /* global L2 norm of the reduced gradients, before clipping */
+    float clip;       /* factor the gradients were scaled by (1 = none) */
+    int64_t step;     /* AdamW steps taken so far, this one included */
+} par_step_stats;
+
+/* The optimizer step after the last micro-batch's par_params_grads_wait:
+   global gradient norm (each parameter counted once: a rank counts the
+   elements it holds of a parameter only where its index is 0 on the
+   parameter's copy dims; the sums are all-reduced over the mesh), optional
+   clipping, AdamW on this rank's slice or ZeRO shard, and under ZeRO the
+   all-gather of the updated parameters. stats may be NULL. */
+PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *opt, par_step_stats *stats);
+
+/* AdamW steps taken (bias correction); set it when resuming. Local. */
+PARALLEL_DEF int64_t par_params_step_count(const par_params *ps);
+PARALLEL_DEF par_status par_params_set_step(par_params *ps, int64_t step);
+
+/* Every rank's parameter slices := those of the first rank of its copy group
+   (all copies start equal). */
+PARALLEL_DEF par_status par_params_broadcast(par_params *ps);
+
+/* The mean loss over the whole global batch: *sum and *count (this rank's
+   summed per-token losses and token count) are summed over the data-parallel
+   ranks in place; the mean is *sum / *count. Not a mean of per-rank means. */
+PARALLEL_DEF par_status par_params_reduce_loss(par_params *ps, double *sum, double *count);
+
+/* What par_params_gather / par_params_set_local move. */
+typedef enum par_param_field {
+    PAR_PARAM_VALUE = 0,
+    PAR_PARAM_EXP_AVG,    /* AdamW first moment */
+    PAR_PARAM_EXP_AVG_SQ  /* AdamW second moment */
+} par_param_field;
+
+/* The whole tensor i (global shape, row-major f32) into host memory `whole` on
+   every rank that passes one (NULL elsewhere): ZeRO shards and tensor-parallel
+   slices are gathered (planned redistributions). Collective over the mesh:
+   every rank calls it for the same i in the same order. Uses workspace memory
+   of the tensor's size (and of its bucket under ZeRO), kept until destroy. */
+PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field, int i, float *whole);
+
+/* Set this rank's slice of tensor i (host memory, its local shape, row-major),
+   e.g. read from a checkpoint with par_st_read_slice; under ZeRO the moments
+   keep only the part in this rank's shard. Local. */
+PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field field, int i, const float *local);
+
+/* A per-rank sum of a host double over the device dims in dev_mask (e.g. for
+   metrics), through device memory when the compute table needs it. Collective
+   over the group. */
+PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask, par_reduce_op op, par_dtype dtype,
+                                                void *values, int count);
+
+/* ============================================================================
+   >>tensor-parallel
+   Megatron's tensor parallelism for the host's layers, every collective
+   derived from MindSpore operator strategies and run as a planned
+   redistribution: column-parallel linears (W [out, in] split on out) and
+   row-parallel ones (split on in), sequence parallelism (the residual stream
+   split by rows over the tensor-parallel ranks too: all-gather before a
+   column-parallel linear, reduce-scatter after a row-parallel one), the
+   vocabulary-parallel embedding and cross-entropy (the full logits never
+   exist on one rank) and the attention-head split.
+
+   Activations are [rows, features], row-major. `n` is the rows of this
+   data-parallel rank's micro-batch (global rows / data-parallel degree); under
+   sequence parallelism a rank holds par_tp_rows(tp, n) = n / degree of them
+   (its block of the n rows), otherwise all n. Degree 1 needs no special case:
+   every call then moves no data.
+
+   The conjugate pairs (Megatron's f and g):
+     par_tp_gather_rows   column-parallel input (forward), row-parallel output (backward)
+     par_tp_reduce_rows   row-parallel output (forward), column-parallel input (backward)
+   ========================================================================== */
+
+typedef struct par_tp par_tp;
+
+typedef struct par_tp_desc {
+    int64_t rows;           /* global rows of one micro-batch (all data-parallel ranks' tokens) */
+    int64_t hidden;         /* features of the residual stream */
+    const char *column;     /* MindSpore MatMul strategy of the column-parallel linears, x [rows, in]
+                               . W^T with W [out, in]: ((x rows, x in), (W out, W in)), e.g.
+                               "((2,1),(4,1))": rows over 2 data-parallel ranks, out over 4 */
+    const char *row;        /* ... of the row-parallel linears, e.g. "((2,4),(1,4))": in split over 4 */
+    int sequence_parallel;  /* Megatron sequence parallelism */
+    int no_all_to_all;      /* plans never use all_to_all (MindSpore enable_alltoall: false) */
+    struct par_trace *trace;/* optional: each blocking collective as a "comm" span */
+} par_tp_desc;
+
+/* Check the strategies against each other and the mesh (the row strategy's
+   split contraction dims must be the column strategy's split output dims:
+   the tensor-parallel dims; both split the rows over the same data-parallel
+   dims) and make the group, planner and executor. Collective. */
+PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par_tp **tp);
+PARALLEL_DEF void par_tp_destroy(par_tp *tp);
+
+typedef struct par_tp_info {
+    int degree, index;       /* tensor-parallel group size, this rank's index in it */
+    int data_degree;         /* data-parallel ranks the rows are split over */
+    int sequence_parallel;
+    uint32_t tp_dims, data_dims;
+    par_layout residual;     /* the residual stream [rows, hidden] */
+    double comm_us;          /* time spent in blocking collectives (with a trace) */
+} par_tp_info;
+PARALLEL_DEF par_status par_tp_get_info(const par_tp *tp, par_tp_info *info);
+
+/* Rows of the residual stream this rank holds of n (n / degree under sequence
+   parallelism, else n). */
+PARALLEL_DEF int64_t par_tp_rows(const par_tp *tp, int64_t n);
+
+/* Host memory each call may use is the caller's; the executor's own
+   workspace for activations of n rows and up to `cols` features (bytes). */
+PARALLEL_DEF int64_t par_tp_workspace_bytes(const par_tp *tp, int64_t n, int64_t cols);
+
+typedef enum par_linear_kind { PAR_LINEAR_COLUMN = 0, PAR_LINEAR_ROW } par_linear_kind;
+
+/* One linear y = x W^T placed by its strategy. */
+typedef struct par_linear {
+    par_linear_kind kind;
+    int64_t in, out;            /* global */
+    int64_t in_local, out_local;/* this rank's W is [out_local, in_local] */
+    int64_t in_start, out_start;/* first global in / out index of the slice */
+    par_layout weight;          /* W [out, in] on the mesh */
+    uint32_t grad_partial;      /* device dims its gradient is partial over (the data-parallel dims) */
+} par_linear;
+
+/* Place W [out, in] of a column- or row-parallel linear: par_op_infer on the
+   kind's strategy with x [rows, in]; errors name `name`, the dim and sizes. Local. */
+PARALLEL_DEF par_status par_tp_linear(const par_tp *tp, const char *name, par_linear_kind kind, int64_t in,
+                                      int64_t out, par_linear *lin);
+
+/* A norm weight [dim] (RMSNorm / LayerNorm gamma, replicated): its layout, and
+   gradient partial over the dims that split its activation rows (the
+   tensor-parallel dims under sequence parallelism). Local. */
+PARALLEL_DEF par_status par_tp_norm_param(const par_tp *tp, const char *name, int64_t dim, par_param_desc *pd);
+
+/* The parameter description of a linear's weight (name copied by the set). Local. */
+PARALLEL_DEF par_status par_tp_linear_param(const par_linear *lin, const char *name, par_param_desc *pd);
+
+/* Heads this rank computes: q heads split over the tensor-parallel ranks, kv
+   heads too; kv heads are never replicated, so both must be divisible by
+   the degree (GQA groups stay whole on a rank). PAR_ESHAPE naming the count. Local. */
+PARALLEL_DEF par_status par_tp_heads(const par_tp *tp, int64_t heads, int64_t kv_heads, int64_t *heads_local,
+                                     int64_t *kv_heads_local);
+
+/* Column-parallel input / row-parallel output gradient: this rank's residual
+   rows x [par_tp_rows(n), cols] -> all n rows. *full = x when no data moves,
+   else `work` [n, cols] receives them. */
+PARALLEL_DEF par_status par_tp_gather_rows(par_tp *tp, int64_t n, int64_t cols, const float *x, float *work,
+                                           const float **full);
+
+/* Row-parallel output / column-parallel input gradient: partial sums over the
+   tensor-parallel ranks p [n, cols] -> their sum on this rank's residual rows:
+   *out = p (all-reduced in place) or, under sequence parallelism, `work`
+   [par_tp_rows(n), cols] (reduce-scatter). */
+PARALLEL_DEF par_status par_tp_reduce_rows(par_tp *tp, int64_t n, int64_t cols, float *p, float *work, float **out);
+
+/* All columns of a column-parallel linear's output y [nrows, out_local] ->
+   full [nrows, out] (e.g. the vocabulary of one row of logits for sampling).
+   Collective over the tensor-parallel group only. */
+PARALLEL_DEF par_status par_tp_gather_columns(par_tp *tp, const par_linear *lin, int64_t nrows, const float *y,
+                                              float *full);
+
+/* The token embedding [vocab, dim]: replicated (MindSpore vocab_emb_dp) or
+   split by vocabulary rows over the tensor-parallel ranks (partial lookups
+   summed over them). */
+typedef struct par_embedding {
+    int vocab_parallel;
+    int64_t vocab, dim;
+    int64_t rows_local, row_start; /* this rank's table rows */
+    par_layout table;
+    uint32_t grad_partial;
+} par_embedding;
+
+/* Place the table (Gather strategy ((1,1),(data,)) or ((tp,1),(data,))). Local. */
+PARALLEL_DEF par_status par_tp_embedding(const par_tp *tp, const char *name, int64_t vocab, int64_t dim,
+                                         int vocab_parallel, par_embedding *emb);
+PARALLEL_DEF par_status par_tp_embedding_param(const par_embedding *emb, const char *name, par_param_desc *pd);
+
+/* out [par_tp_rows(n), dim] = the embeddings of this rank's rows of ids [n]
+   (all n ids of the micro-batch); work [n, dim] when vocab-parallel. */
+PARALLEL_DEF par_status par_tp_embedding_fwd(par_tp *tp, const par_embedding *emb, int64_t n, const int32_t *ids,
+                                             const float *table, float *out, float *work);
+/* dtable += the gradient from dout [par_tp_rows(n), dim]; work [n, dim] when
+   vocab-parallel under sequence parallelism. */
+PARALLEL_DEF par_status par_tp_embedding_bwd(par_tp *tp, const par_embedding *emb, int64_t n, const int32_t *ids,
+                                             const float *dout, float *dtable, float *work);
+
+/* Softmax cross-entropy over the vocabulary of a column-parallel head
+   (logits [n, head->out_local], this rank's vocabulary shard): per-row losses
+   [n] (every rank gets all n) and, in place of the logits, this shard's
+   dlogits = (softmax - onehot) * scale. Negative targets are ignored rows.
+   work holds 3n floats. The full logits never exist on one rank. */
+PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, float *logits,
+                                             const int32_t *targets, float *losses, float scale, float *work);
+
 #ifdef __cplusplus
 }
 #endif
@@ -12155,6 +12483,1176 @@ done:
     if (c.dev) c.ct->free(c.ct->user, c.dev);
     PARALLEL_FREE(mine), PARALLEL_FREE(info), PARALLEL_FREE(theirs);
     return st;
+}
+
+/* Return a failing status of `call` to the caller (the sections below use it). */
+#define PAR__CHECK(call)                          \
+    do {                                          \
+        par_status par__check_ = (call);          \
+        if (par__check_ != PAR_OK) return par__check_; \
+    } while (0)
+
+// >>params
+
+#define PAR__DEFAULT_BUCKET_BYTES (25 * 1024 * 1024)
+
+typedef struct par__param {
+    char *name;
+    par_layout layout;
+    int64_t numel, offset;   /* this rank's slice; its place in the flat buffers */
+    int bucket, decay;
+    uint32_t replica_dims;   /* dims holding copies of the slice */
+    uint32_t extra_partial;  /* grad partial dims other than the data-parallel ones */
+    uint32_t count_dims;     /* the norm counts the slice where this rank's index on these is 0 */
+    int counts;              /* ... which it is */
+    int ready;
+} par__param;
+
+typedef struct par__bucket {
+    int64_t start, count, padded; /* flat range (elements), padded to a multiple of the data degree */
+    int64_t chunk, chunk_begin;   /* this rank's ZeRO shard of it */
+    int64_t shard_offset;         /* where the shard lives in the shard buffers */
+    int first, num, pending;
+    int slot;                     /* ZeRO-2: the gradient buffer it holds, -1 none */
+    par_request *req;             /* reduction in flight */
+    const char *req_op;
+    double req_t0;
+} par__bucket;
+
+struct par_params {
+    par_ctx *ctx;
+    const par_compute_table *ct;
+    const par_comm_table *cm;
+    int n, nb, zero;
+    par_reduce_op reduce;
+    par__param *p;
+    par__bucket *b;
+    uint32_t data_dims;
+    par_comm_group *data_group, *world_group;
+    int data_size, data_index;
+    int64_t total, shard_total, max_padded, max_chunk;
+    float *value, *grad, *m, *v, *gshard;
+    float **slots, **rs_tmp;  /* ZeRO-2 */
+    int *slot_bucket;         /* bucket holding each slot, -1 free */
+    int num_slots, cap_slots;
+    int next_launch;          /* the next bucket to launch (they go last to first) */
+    int micro, num_micro, in_micro;
+    int64_t step;
+    par_trace *trace;
+    int64_t planned[PAR_MEM_CATEGORY_COUNT];
+    /* par_params_gather's workspace */
+    float *tmp_whole, *tmp_bucket;
+    int64_t tmp_whole_n, tmp_bucket_n;
+    int tmp_bucket_of, tmp_bucket_field;
+    par_planner *planner;
+    par_executor *exec;
+};
+
+static double par__params_now(const par_params *ps) {
+#ifndef PARALLEL_NO_TRACE
+    return ps->trace ? par_trace_now_us() : 0.0;
+#else
+    (void)ps;
+    return 0.0;
+#endif
+}
+
+static void par__params_span(par_params *ps, const char *cat, double t0, const char *what, int bucket) {
+#ifndef PARALLEL_NO_TRACE
+    char name[PAR_TRACE_NAME_MAX];
+    if (!ps->trace) return;
+    if (bucket >= 0) snprintf(name, sizeof name, "%s bucket %d", what, bucket);
+    else snprintf(name, sizeof name, "%s", what);
+    (void)par_trace_span(ps->trace, name, cat, t0, par_trace_now_us());
+#else
+    (void)ps, (void)cat, (void)t0, (void)what, (void)bucket;
+#endif
+}
+
+/* Device dims of size > 1 of the mesh. */
+static uint32_t par__mesh_dims_mask(const par_mesh *mesh) {
+    uint32_t m = 0;
+    int v;
+    for (v = 0; v < mesh->ndim; v++)
+        if (par_mesh_dev_size(mesh, v) > 1) m |= 1u << v;
+    return m;
+}
+
+/* 1 if `rank` has index 0 on every device dim of mask. */
+static int par__first_on(const par_mesh *mesh, int rank, uint32_t mask) {
+    int coords[PARALLEL_MAX_DIMS], v;
+    if (par_mesh_coords(mesh, rank, coords) != PAR_OK) return 0;
+    for (v = 0; v < mesh->ndim; v++)
+        if ((mask >> v & 1u) && coords[mesh->ndim - 1 - v] != 0) return 0;
+    return 1;
+}
+
+static par_status par__params_alloc(par_params *ps, int64_t n, par_mem_category cat, float **ptr) {
+    void *q = NULL;
+    par_status st;
+    *ptr = NULL;
+    if (n <= 0) return PAR_OK;
+    st = ps->ct->alloc(ps->ct->user, (size_t)n * sizeof(float), cat, &q);
+    if (st != PAR_OK) return st;
+    *ptr = (float *)q;
+    ps->planned[cat] += n * (int64_t)sizeof(float);
+    return PAR_OK;
+}
+
+static void par__params_free_ptr(par_params *ps, void *q) {
+    if (q) ps->ct->free(ps->ct->user, q);
+}
+
+PARALLEL_DEF void par_params_destroy(par_params *ps) {
+    int i;
+    if (!ps) return;
+    if (ps->p)
+        for (i = 0; i < ps->n; i++) PARALLEL_FREE(ps->p[i].name);
+    if (ps->ct) {
+        par__params_free_ptr(ps, ps->value), par__params_free_ptr(ps, ps->grad), par__params_free_ptr(ps, ps->m);
+        par__params_free_ptr(ps, ps->v), par__params_free_ptr(ps, ps->gshard);
+        par__params_free_ptr(ps, ps->tmp_whole), par__params_free_ptr(ps, ps->tmp_bucket);
+        for (i = 0; i < ps->num_slots; i++) par__params_free_ptr(ps, ps->slots[i]), par__params_free_ptr(ps, ps->rs_tmp[i]);
+    }
+    if (ps->b) /* requests still in flight are completed, never leaked */
+        for (i = 0; i < ps->nb; i++)
+            if (ps->b[i].req) (void)ps->cm->wait(ps->cm->user, ps->b[i].req);
+    PARALLEL_FREE(ps->slots), PARALLEL_FREE(ps->rs_tmp), PARALLEL_FREE(ps->slot_bucket);
+    PARALLEL_FREE(ps->p), PARALLEL_FREE(ps->b);
+    if (ps->exec) par_executor_destroy(ps->exec);
+    if (ps->planner) par_planner_destroy(ps->planner);
+    PARALLEL_FREE(ps);
+}
+
+/* Check parameter i of the desc and fill its entry (not its offset). */
+static par_status par__params_check_one(par_params *ps, const par_param_desc *d, int i) {
+    const par_mesh *mesh = par_ctx_mesh(ps->ctx);
+    const uint32_t all = par__mesh_dims_mask(mesh);
+    par__param *p = &ps->p[i];
+    uint32_t split;
+    size_t len;
+    int j;
+    char lay[160];
+    if (!d->name || !*d->name) return par__fail(PAR_EINVAL, "par_params_create: parameter %d has no name", i);
+    for (j = 0; j < i; j++)
+        if (strcmp(ps->p[j].name, d->name) == 0)
+            return par__fail(PAR_EINVAL, "par_params_create: parameters %d and %d are both called \"%s\"", j, i, d->name);
+    if (par_layout_check(&d->layout) != PAR_OK) {
+        par__copy_text(lay, sizeof lay, par_last_error());
+        return par__fail(PAR_ELAYOUT, "par_params_create: parameter \"%s\": %s", d->name, lay);
+    }
+    if (!par__mesh_same_shape(&d->layout.mesh, mesh))
+        return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\" has a layout on another mesh than the context's",
+                         d->name);
+    if (d->layout.map.partial)
+        return par__fail(PAR_ELAYOUT, "par_params_create: parameter \"%s\" has partial dims (a parameter holds values, "
+                                      "not partial sums)", d->name);
+    if ((unsigned)d->decay > (unsigned)PAR_DECAY_OFF)
+        return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\": unknown decay %d", d->name, (int)d->decay);
+    split = par_layout_split_dims(&d->layout) & all;
+    if (split & ps->data_dims) {
+        par_layout_format(&d->layout, lay, sizeof lay);
+        return par__fail(PAR_ELAYOUT, "par_params_create: parameter \"%s\" (layout %s) is split over a device dim that "
+                                      "splits the batch (data-parallel ranks hold whole copies; ZeRO shards the "
+                                      "optimizer instead)", d->name, lay);
+    }
+    if (d->grad_partial & ~(uint32_t)((1u << mesh->ndim) - 1u))
+        return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\": grad_partial 0x%x names device dims the "
+                                     "mesh does not have", d->name, (unsigned)d->grad_partial);
+    if (d->grad_partial & split)
+        return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\": grad_partial names device dims that split "
+                                     "the parameter (its gradient there is a slice, not a partial sum)", d->name);
+    len = strlen(d->name);
+    if (!(p->name = (char *)PARALLEL_MALLOC(len + 1))) return par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    memcpy(p->name, d->name, len + 1);
+    p->layout = d->layout;
+    p->numel = par_layout_local_numel(&d->layout);
+    p->decay = d->decay == PAR_DECAY_ON || (d->decay == PAR_DECAY_AUTO && d->layout.ndim >= 2);
+    p->replica_dims = all & ~split;
+    p->extra_partial = d->grad_partial & all & ~ps->data_dims;
+    /* after the reductions every copy holds the same gradient: count one. Under
+       ZeRO the data-parallel ranks hold disjoint shards of it: all count. */
+    p->count_dims = ps->zero ? p->replica_dims & ~ps->data_dims : p->replica_dims;
+    p->counts = par__first_on(mesh, par_ctx_rank(ps->ctx), p->count_dims);
+    return PAR_OK;
+}
+
+/* Buckets and flat offsets: parameters packed in order, each bucket padded. */
+static par_status par__params_buckets(par_params *ps, const par_params_desc *desc) {
+    const int64_t cap = desc->bucket_bytes == 0 ? PAR__DEFAULT_BUCKET_BYTES : desc->bucket_bytes;
+    const int64_t g = ps->data_size;
+    int i, nb = 0;
+    int64_t bytes = 0;
+    for (i = 0; i < ps->n; i++) { /* count first */
+        const int64_t pb = ps->p[i].numel * (int64_t)sizeof(float);
+        if (i == 0 || desc->params[i].new_bucket || (cap > 0 && bytes > 0 && bytes + pb > cap)) nb++, bytes = 0;
+        bytes += pb;
+    }
+    ps->nb = nb;
+    ps->b = (par__bucket *)PARALLEL_MALLOC((size_t)(nb ? nb : 1) * sizeof(par__bucket));
+    if (!ps->b) return par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    memset(ps->b, 0, (size_t)(nb ? nb : 1) * sizeof(par__bucket));
+    for (i = 0, nb = -1, bytes = 0; i < ps->n; i++) {
+        const int64_t pb = ps->p[i].numel * (int64_t)sizeof(float);
+        par__bucket *b;
+        if (i == 0 || desc->params[i].new_bucket || (cap > 0 && bytes > 0 && bytes + pb > cap)) {
+            if (nb >= 0) ps->total += ps->b[nb].padded;
+            nb++, bytes = 0;
+            ps->b[nb].start = ps->total, ps->b[nb].first = i, ps->b[nb].slot = -1;
+        }
+        b = &ps->b[nb];
+        bytes += pb;
+        ps->p[i].bucket = nb, ps->p[i].offset = b->start + b->count;
+        b->count += ps->p[i].numel, b->num++;
+        b->padded = (b->count + g - 1) / g * g;
+    }
+    if (nb >= 0) ps->total += ps->b[nb].padded;
+    for (i = 0; i < ps->nb; i++) {
+        par__bucket *b = &ps->b[i];
+        b->chunk = b->padded / g, b->chunk_begin = (int64_t)ps->data_index * b->chunk;
+        b->shard_offset = ps->shard_total, ps->shard_total += b->chunk;
+        if (b->padded > ps->max_padded) ps->max_padded = b->padded;
+        if (b->chunk > ps->max_chunk) ps->max_chunk = b->chunk;
+    }
+    return PAR_OK;
+}
+
+static par_status par__params_add_slot(par_params *ps) {
+    if (ps->num_slots == ps->cap_slots) {
+        const int cap = ps->cap_slots ? 2 * ps->cap_slots : 4;
+        float **s = (float **)PARALLEL_REALLOC(ps->slots, (size_t)cap * sizeof(float *));
+        float **r;
+        int *sb;
+        if (!s) return par__fail(PAR_ENOMEM, "par_params: out of memory");
+        ps->slots = s;
+        if (!(r = (float **)PARALLEL_REALLOC(ps->rs_tmp, (size_t)cap * sizeof(float *))))
+            return par__fail(PAR_ENOMEM, "par_params: out of memory");
+        ps->rs_tmp = r;
+        if (!(sb = (int *)PARALLEL_REALLOC(ps->slot_bucket, (size_t)cap * sizeof(int))))
+            return par__fail(PAR_ENOMEM, "par_params: out of memory");
+        ps->slot_bucket = sb;
+        ps->cap_slots = cap;
+    }
+    ps->slots[ps->num_slots] = ps->rs_tmp[ps->num_slots] = NULL;
+    ps->slot_bucket[ps->num_slots] = -1;
+    ps->num_slots++;
+    PAR__CHECK(par__params_alloc(ps, ps->max_padded, PAR_MEM_GRADS, &ps->slots[ps->num_slots - 1]));
+    return par__params_alloc(ps, ps->max_chunk, PAR_MEM_COMM, &ps->rs_tmp[ps->num_slots - 1]);
+}
+
+PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
+    par_params *ps;
+    par_status st;
+    const par_mesh *mesh;
+    par_comm_group *g;
+    int i;
+    if (out) *out = NULL;
+    if (!ctx || !desc || !out) return par__fail(PAR_EINVAL, "par_params_create: NULL argument");
+    if (desc->num_params < 0 || (desc->num_params > 0 && !desc->params))
+        return par__fail(PAR_EINVAL, "par_params_create: %d parameters but no array", desc->num_params);
+    if (desc->zero_level == 3)
+        return par__fail(PAR_EUNSUPPORTED, "par_params_create: zero_level 3 (parameter sharding) is not supported: the "
+                                           "host's layers read whole parameters; use 1 (optimizer state) or 2 (and "
+                                           "gradients)");
+    if (desc->zero_level < 0 || desc->zero_level > 3)
+        return par__fail(PAR_EINVAL, "par_params_create: zero_level %d is not 0, 1 or 2", desc->zero_level);
+    if (desc->grad_slots < 0) return par__fail(PAR_EINVAL, "par_params_create: grad_slots %d < 0", desc->grad_slots);
+    mesh = par_ctx_mesh(ctx);
+    if (desc->batch) {
+        if (par_layout_check(desc->batch) != PAR_OK) {
+            char why[200];
+            par__copy_text(why, sizeof why, par_last_error());
+            return par__fail(PAR_ELAYOUT, "par_params_create: batch layout: %s", why);
+        }
+        if (!par__mesh_same_shape(&desc->batch->mesh, mesh))
+            return par__fail(PAR_EINVAL, "par_params_create: the batch layout is on another mesh than the context's");
+        if (desc->batch->map.partial)
+            return par__fail(PAR_ELAYOUT, "par_params_create: the batch layout has partial dims");
+    }
+    ps = (par_params *)PARALLEL_MALLOC(sizeof *ps);
+    if (!ps) return par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    memset(ps, 0, sizeof *ps);
+    ps->ctx = ctx, ps->ct = par_ctx_compute(ctx), ps->cm = par_ctx_comm(ctx);
+    ps->zero = desc->zero_level, ps->reduce = desc->sum_gradients ? PAR_REDUCE_SUM : PAR_REDUCE_AVG;
+    ps->trace = desc->trace;
+    ps->tmp_bucket_of = -1;
+    ps->data_dims = desc->batch ? par_layout_split_dims(desc->batch) & par__mesh_dims_mask(mesh) : 0u;
+    ps->p = (par__param *)PARALLEL_MALLOC((size_t)(desc->num_params ? desc->num_params : 1) * sizeof(par__param));
+    if (!ps->p) return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    memset(ps->p, 0, (size_t)(desc->num_params ? desc->num_params : 1) * sizeof(par__param));
+    if ((st = par_ctx_group(ctx, ps->data_dims, &ps->data_group, &ps->data_index, &ps->data_size)) != PAR_OK ||
+        (st = par_ctx_group(ctx, (1u << mesh->ndim) - 1u, &ps->world_group, NULL, NULL)) != PAR_OK)
+        return par_params_destroy(ps), st;
+    for (i = 0; i < desc->num_params; i++, ps->n++)
+        if ((st = par__params_check_one(ps, &desc->params[i], i)) != PAR_OK) return par_params_destroy(ps), st;
+    for (i = 0; i < ps->n; i++) /* groups for the extra partial sums, made now (collective) */
+        if (ps->p[i].extra_partial && (st = par_ctx_group(ctx, ps->p[i].extra_partial, &g, NULL, NULL)) != PAR_OK)
+            return par_params_destroy(ps), st;
+    if ((st = par__params_buckets(ps, desc)) != PAR_OK) return par_params_destroy(ps), st;
+    ps->next_launch = ps->nb - 1;
+    st = par__params_alloc(ps, ps->total, PAR_MEM_PARAMS, &ps->value);
+    if (st == PAR_OK && ps->zero == 0) {
+        st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
+        if (st == PAR_OK) st = par__params_alloc(ps, ps->total, PAR_MEM_OPTIMIZER, &ps->m);
+        if (st == PAR_OK) st = par__params_alloc(ps, ps->total, PAR_MEM_OPTIMIZER, &ps->v);
+    } else if (st == PAR_OK) {
+        if (ps->zero == 1) st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
+        for (i = 0; st == PAR_OK && ps->zero == 2 && i < (desc->grad_slots ? desc->grad_slots : 2); i++)
+            st = par__params_add_slot(ps);
+        if (st == PAR_OK) st = par__params_alloc(ps, ps->shard_total, PAR_MEM_GRADS, &ps->gshard);
+        if (st == PAR_OK) st = par__params_alloc(ps, ps->shard_total, PAR_MEM_OPTIMIZER, &ps->m);
+        if (st == PAR_OK) st = par__params_alloc(ps, ps->shard_total, PAR_MEM_OPTIMIZER, &ps->v);
+    }
+    if (st != PAR_OK) return par_params_destroy(ps), st;
+    *out = ps;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_params_count(const par_params *ps) { return ps ? ps->n : 0; }
+
+PARALLEL_DEF int par_params_find(const par_params *ps, const char *name) {
+    int i;
+    if (!ps || !name) return -1;
+    for (i = 0; i < ps->n; i++)
+        if (strcmp(ps->p[i].name, name) == 0) return i;
+    return -1;
+}
+
+static par_status par__params_index(const par_params *ps, int i, const char *fn) {
+    if (!ps) return par__fail(PAR_EINVAL, "%s: NULL parameter set", fn);
+    if (i < 0 || i >= ps->n) return par__fail(PAR_EINVAL, "%s: parameter index %d is not in [0, %d)", fn, i, ps->n);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_info(const par_params *ps, int i, par_param_info *info) {
+    const par__param *p;
+    PAR__CHECK(par__params_index(ps, i, "par_params_info"));
+    if (!info) return par__fail(PAR_EINVAL, "par_params_info: NULL info");
+    p = &ps->p[i];
+    memset(info, 0, sizeof *info);
+    info->name = p->name, info->layout = p->layout, info->numel = p->numel, info->bucket = p->bucket;
+    info->decay = p->decay, info->replica_dims = p->replica_dims;
+    info->grad_partial = p->extra_partial | (ps->data_dims & p->replica_dims);
+    par_layout_local_shape(&p->layout, info->local_shape);
+    return par_layout_local_offset(&p->layout, par_ctx_rank(ps->ctx), info->start);
+}
+
+PARALLEL_DEF float *par_params_value(par_params *ps, int i) {
+    if (par__params_index(ps, i, "par_params_value") != PAR_OK) return NULL;
+    return ps->value + ps->p[i].offset;
+}
+
+PARALLEL_DEF par_status par_params_memory(const par_params *ps, int64_t bytes[PAR_MEM_CATEGORY_COUNT]) {
+    if (!ps || !bytes) return par__fail(PAR_EINVAL, "par_params_memory: NULL argument");
+    memcpy(bytes, ps->planned, sizeof ps->planned);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_grads_begin(par_params *ps, int mb, int num) {
+    int i;
+    if (!ps) return par__fail(PAR_EINVAL, "par_params_grads_begin: NULL parameter set");
+    if (num < 1 || mb < 0 || mb >= num)
+        return par__fail(PAR_EINVAL, "par_params_grads_begin: micro-batch %d of %d (want 0 <= micro_batch < num >= 1)", mb,
+                         num);
+    if (ps->in_micro) return par__fail(PAR_EINVAL, "par_params_grads_begin: micro-batch %d was not ended with "
+                                                   "par_params_grads_wait", ps->micro);
+    if (mb > 0 && (mb != ps->micro + 1 || num != ps->num_micro))
+        return par__fail(PAR_EINVAL, "par_params_grads_begin: micro-batch %d of %d after %d of %d (they go in order)", mb,
+                         num, ps->micro, ps->num_micro);
+    if (mb == 0) {
+        if (ps->grad) PAR__CHECK(ps->ct->memset(ps->ct->user, ps->grad, 0, (size_t)ps->total * sizeof(float)));
+        if (ps->gshard) PAR__CHECK(ps->ct->memset(ps->ct->user, ps->gshard, 0, (size_t)ps->shard_total * sizeof(float)));
+    }
+    for (i = 0; i < ps->n; i++) ps->p[i].ready = 0;
+    for (i = 0; i < ps->nb; i++) ps->b[i].pending = ps->b[i].num;
+    ps->micro = mb, ps->num_micro = num, ps->in_micro = 1;
+    ps->next_launch = ps->nb - 1;
+    return PAR_OK;
+}
+
+/* ZeRO-2: bucket b's reduce-scatter is done: add it into the shard, free its slot. */
+static par_status par__params_finish_rs(par_params *ps, int b) {
+    par__bucket *bk = &ps->b[b];
+    par_request *r = bk->req;
+    const int s = bk->slot;
+    if (!r) return PAR_OK;
+    bk->req = NULL;
+    PAR__CHECK(ps->cm->wait(ps->cm->user, r));
+    par__params_span(ps, "comm", bk->req_t0, bk->req_op, b);
+    PAR__CHECK(ps->ct->axpy(ps->ct->user, bk->chunk, 1.0f, ps->rs_tmp[s], ps->gshard + bk->shard_offset));
+    ps->slot_bucket[s] = -1, bk->slot = -1;
+    return PAR_OK;
+}
+
+/* A free ZeRO-2 slot for bucket b: a free one, else the one freed by the oldest
+   reduction in flight (buckets go last to first), else a new one. */
+static par_status par__params_take_slot(par_params *ps, int b) {
+    int s, oldest = -1;
+    for (s = 0; s < ps->num_slots; s++)
+        if (ps->slot_bucket[s] < 0) break;
+    if (s == ps->num_slots) {
+        for (s = 0; s < ps->num_slots; s++) {
+            const int ob = ps->slot_bucket[s];
+            if (ps->b[ob].req && (oldest < 0 || ob > ps->slot_bucket[oldest])) oldest = s;
+        }
+        if (oldest >= 0) {
+            PAR__CHECK(par__params_finish_rs(ps, ps->slot_bucket[oldest]));
+            s = oldest;
+        } else {
+            PAR__CHECK(par__params_add_slot(ps));
+            s = ps->num_slots - 1;
+        }
+    }
+    ps->slot_bucket[s] = b, ps->b[b].slot = s;
+    return ps->ct->memset(ps->ct->user, ps->slots[s], 0, (size_t)ps->b[b].padded * sizeof(float));
+}
+
+PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad) {
+    par__bucket *bk;
+    PAR__CHECK(par__params_index(ps, i, "par_params_grad"));
+    if (!grad) return par__fail(PAR_EINVAL, "par_params_grad: NULL grad");
+    *grad = NULL;
+    if (!ps->in_micro) return par__fail(PAR_EINVAL, "par_params_grad: no micro-batch begun (par_params_grads_begin)");
+    if (ps->p[i].ready)
+        return par__fail(PAR_EINVAL, "par_params_grad: parameter \"%s\" was already marked ready in this micro-batch",
+                         ps->p[i].name);
+    bk = &ps->b[ps->p[i].bucket];
+    if (ps->zero != 2) return *grad = ps->grad + ps->p[i].offset, PAR_OK;
+    if (bk->slot < 0) PAR__CHECK(par__params_take_slot(ps, ps->p[i].bucket));
+    *grad = ps->slots[bk->slot] + (ps->p[i].offset - bk->start);
+    return PAR_OK;
+}
+
+/* The buffer bucket b's gradients accumulate in. */
+static float *par__params_bucket_grad(par_params *ps, int b) {
+    return ps->zero == 2 ? ps->slots[ps->b[b].slot] : ps->grad + ps->b[b].start;
+}
+
+/* Launch bucket b's reduction (async): extra partial sums first (blocking:
+   they are small, e.g. norm weights under sequence parallelism). */
+static par_status par__params_launch(par_params *ps, int b) {
+    par__bucket *bk = &ps->b[b];
+    const int last = ps->micro == ps->num_micro - 1;
+    float *g;
+    int i;
+    if (ps->zero != 2 && !last) return PAR_OK; /* accumulate; reduce once after the last micro-batch */
+    if (ps->zero == 2 && bk->slot < 0) PAR__CHECK(par__params_take_slot(ps, b)); /* no gradient was asked for */
+    g = par__params_bucket_grad(ps, b);
+    for (i = bk->first; i < bk->first + bk->num; i++) {
+        const par__param *p = &ps->p[i];
+        par_comm_group *grp;
+        if (!p->extra_partial) continue;
+        PAR__CHECK(par_ctx_group(ps->ctx, p->extra_partial, &grp, NULL, NULL));
+        PAR__CHECK(ps->cm->all_reduce(ps->cm->user, grp, g + (p->offset - bk->start), g + (p->offset - bk->start),
+                                      p->numel, PAR_F32, PAR_REDUCE_SUM, NULL));
+    }
+    bk->req_t0 = par__params_now(ps);
+    if (ps->zero == 2) {
+        bk->req_op = "reduce_scatter";
+        return ps->cm->reduce_scatter(ps->cm->user, ps->data_group, g, ps->rs_tmp[bk->slot], bk->chunk, PAR_F32,
+                                      ps->reduce, &bk->req);
+    }
+    if (ps->zero == 1) {
+        bk->req_op = "reduce_scatter";
+        return ps->cm->reduce_scatter(ps->cm->user, ps->data_group, g, ps->gshard + bk->shard_offset, bk->chunk, PAR_F32,
+                                      ps->reduce, &bk->req);
+    }
+    if (ps->data_size == 1) return PAR_OK;
+    bk->req_op = "all_reduce";
+    return ps->cm->all_reduce(ps->cm->user, ps->data_group, g, g, bk->padded, PAR_F32, ps->reduce, &bk->req);
+}
+
+PARALLEL_DEF par_status par_params_grad_ready(par_params *ps, int i) {
+    par__bucket *bk;
+    PAR__CHECK(par__params_index(ps, i, "par_params_grad_ready"));
+    if (!ps->in_micro) return par__fail(PAR_EINVAL, "par_params_grad_ready: no micro-batch begun (par_params_grads_begin)");
+    if (ps->p[i].ready)
+        return par__fail(PAR_EINVAL, "par_params_grad_ready: parameter \"%s\" is marked ready twice in micro-batch %d",
+                         ps->p[i].name, ps->micro);
+    ps->p[i].ready = 1;
+    bk = &ps->b[ps->p[i].bucket];
+    bk->pending--;
+    while (ps->next_launch >= 0 && ps->b[ps->next_launch].pending == 0) {
+        PAR__CHECK(par__params_launch(ps, ps->next_launch));
+        ps->next_launch--;
+    }
+    return PAR_OK;
+}
+
+/* Wait for every reduction in flight (ZeRO-2: and fold it into the shard). */
+static par_status par__params_wait_all(par_params *ps) {
+    par_status st = PAR_OK, s;
+    int b;
+    for (b = ps->nb - 1; b >= 0; b--) {
+        par__bucket *bk = &ps->b[b];
+        if (!bk->req) continue;
+        if (ps->zero == 2) s = par__params_finish_rs(ps, b);
+        else {
+            par_request *r = bk->req;
+            bk->req = NULL;
+            s = ps->cm->wait(ps->cm->user, r);
+            par__params_span(ps, "comm", bk->req_t0, bk->req_op, b);
+        }
+        if (st == PAR_OK) st = s;
+    }
+    return st;
+}
+
+PARALLEL_DEF par_status par_params_grads_wait(par_params *ps) {
+    int i;
+    if (!ps) return par__fail(PAR_EINVAL, "par_params_grads_wait: NULL parameter set");
+    if (!ps->in_micro) return par__fail(PAR_EINVAL, "par_params_grads_wait: no micro-batch begun (par_params_grads_begin)");
+    for (i = 0; i < ps->n; i++)
+        if (!ps->p[i].ready) {
+            par__params_wait_all(ps); /* what was launched still completes */
+            ps->in_micro = 0;
+            return par__fail(PAR_EINVAL, "par_params_grads_wait: parameter \"%s\" was never marked ready in micro-batch "
+                                         "%d (par_params_grad_ready)", ps->p[i].name, ps->micro);
+        }
+    ps->in_micro = 0;
+    return par__params_wait_all(ps);
+}
+
+/* Sum of squares of the reduced gradient elements this rank counts. */
+static par_status par__params_sumsq(par_params *ps, double *ss) {
+    int i;
+    *ss = 0.0;
+    for (i = 0; i < ps->n; i++) {
+        const par__param *p = &ps->p[i];
+        int64_t lo = p->offset, hi = p->offset + p->numel;
+        const float *g;
+        double part = 0.0;
+        if (!p->counts || !p->numel) continue;
+        if (ps->zero) { /* the part inside this rank's shard of the bucket */
+            const par__bucket *bk = &ps->b[p->bucket];
+            const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
+            if (lo < c0) lo = c0;
+            if (hi > c1) hi = c1;
+            if (lo >= hi) continue;
+            g = ps->gshard + bk->shard_offset + (lo - c0);
+        } else {
+            g = ps->grad + lo;
+        }
+        PAR__CHECK(ps->ct->sumsq(ps->ct->user, hi - lo, g, &part));
+        *ss += part;
+    }
+    return PAR_OK;
+}
+
+/* AdamW on [lo, hi) of the flat layout, parameter by parameter (decay per
+   parameter; padding untouched): p/g/m/v point at flat index `base`. */
+static par_status par__params_adamw(par_params *ps, const par_adamw *o, int64_t base, int64_t lo, int64_t hi, float *p,
+                                    const float *g, float *m, float *v) {
+    int i;
+    for (i = 0; i < ps->n; i++) {
+        const par__param *q = &ps->p[i];
+        const int64_t a = q->offset > lo ? q->offset : lo, e = q->offset + q->numel < hi ? q->offset + q->numel : hi;
+        const int64_t at = a - base;
+        if (a >= e) continue;
+        PAR__CHECK(ps->ct->adamw(ps->ct->user, e - a, p + at, g + at, m + at, v + at, o->lr, o->beta1, o->beta2, o->eps,
+                                 q->decay ? o->weight_decay : 0.0f, ps->step));
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *o, par_step_stats *stats) {
+    double ss = 0.0, norm, t0;
+    float clip = 1.0f;
+    int b;
+    if (!ps || !o) return par__fail(PAR_EINVAL, "par_params_step: NULL argument");
+    if (ps->in_micro) return par__fail(PAR_EINVAL, "par_params_step: micro-batch %d is still open (par_params_grads_wait)",
+                                       ps->micro);
+    if (!(o->lr >= 0.0f) || !(o->beta1 >= 0.0f && o->beta1 < 1.0f) || !(o->beta2 >= 0.0f && o->beta2 < 1.0f) ||
+        !(o->eps > 0.0f) || !(o->weight_decay >= 0.0f) || !(o->max_grad_norm >= 0.0f))
+        return par__fail(PAR_EINVAL, "par_params_step: AdamW settings out of range (lr %g >= 0, beta1 %g and beta2 %g in "
+                                     "[0, 1), eps %g > 0, weight_decay %g >= 0, max_grad_norm %g >= 0)",
+                         (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay,
+                         (double)o->max_grad_norm);
+    t0 = par__params_now(ps);
+    PAR__CHECK(par__params_sumsq(ps, &ss));
+    par__params_span(ps, "optimizer", t0, "grad norm", -1);
+    t0 = par__params_now(ps);
+    PAR__CHECK(par_ctx_all_reduce_host(ps->ctx, (1u << par_ctx_mesh(ps->ctx)->ndim) - 1u, PAR_REDUCE_SUM, PAR_F64, &ss, 1));
+    par__params_span(ps, "comm", t0, "all_reduce grad norm", -1);
+    norm = sqrt(ss);
+    if (o->max_grad_norm > 0.0f) { /* PyTorch's clip_grad_norm_: max / (norm + 1e-6), clamped to 1 */
+        const double c = (double)o->max_grad_norm / (norm + 1e-6);
+        if (c < 1.0) clip = (float)c;
+    }
+    ps->step++;
+    t0 = par__params_now(ps);
+    if (!ps->zero) {
+        if (clip != 1.0f) PAR__CHECK(ps->ct->scale(ps->ct->user, ps->total, clip, ps->grad));
+        PAR__CHECK(par__params_adamw(ps, o, 0, 0, ps->total, ps->value, ps->grad, ps->m, ps->v));
+        par__params_span(ps, "optimizer", t0, "adamw", -1);
+    } else {
+        if (clip != 1.0f) PAR__CHECK(ps->ct->scale(ps->ct->user, ps->shard_total, clip, ps->gshard));
+        for (b = 0; b < ps->nb; b++) {
+            const par__bucket *bk = &ps->b[b];
+            const int64_t c0 = bk->start + bk->chunk_begin, so = bk->shard_offset;
+            PAR__CHECK(par__params_adamw(ps, o, c0, c0, c0 + bk->chunk, ps->value + c0, ps->gshard + so, ps->m + so,
+                                         ps->v + so));
+        }
+        par__params_span(ps, "optimizer", t0, "adamw (ZeRO shard)", -1);
+        for (b = 0; b < ps->nb; b++) { /* every rank updated its shard: gather the parameters */
+            par__bucket *bk = &ps->b[b];
+            float *full = ps->value + bk->start;
+            bk->req_t0 = par__params_now(ps), bk->req_op = "all_gather";
+            PAR__CHECK(ps->cm->all_gather(ps->cm->user, ps->data_group, full + bk->chunk_begin, full, bk->chunk, PAR_F32,
+                                          &bk->req));
+        }
+        for (b = 0; b < ps->nb; b++) { /* plain waits (not the ZeRO-2 fold) */
+            par__bucket *bk = &ps->b[b];
+            par_request *r = bk->req;
+            bk->req = NULL;
+            PAR__CHECK(ps->cm->wait(ps->cm->user, r));
+            par__params_span(ps, "comm", bk->req_t0, bk->req_op, b);
+        }
+    }
+    if (stats) stats->grad_norm = norm, stats->clip = clip, stats->step = ps->step;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int64_t par_params_step_count(const par_params *ps) { return ps ? ps->step : 0; }
+
+PARALLEL_DEF par_status par_params_set_step(par_params *ps, int64_t step) {
+    if (!ps) return par__fail(PAR_EINVAL, "par_params_set_step: NULL parameter set");
+    if (step < 0) return par__fail(PAR_EINVAL, "par_params_set_step: step %lld < 0", (long long)step);
+    ps->step = step;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_broadcast(par_params *ps) {
+    int i;
+    if (!ps) return par__fail(PAR_EINVAL, "par_params_broadcast: NULL parameter set");
+    for (i = 0; i < ps->n; i++) {
+        const par__param *p = &ps->p[i];
+        par_comm_group *g;
+        int count = 1;
+        if (!p->replica_dims || !p->numel) continue;
+        PAR__CHECK(par_ctx_group(ps->ctx, p->replica_dims, &g, NULL, &count));
+        if (count > 1)
+            PAR__CHECK(ps->cm->broadcast(ps->cm->user, g, ps->value + p->offset, p->numel, PAR_F32, 0, NULL));
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_reduce_loss(par_params *ps, double *sum, double *count) {
+    double v[2];
+    if (!ps || !sum || !count) return par__fail(PAR_EINVAL, "par_params_reduce_loss: NULL argument");
+    if (ps->data_size == 1) return PAR_OK;
+    v[0] = *sum, v[1] = *count;
+    PAR__CHECK(par_ctx_all_reduce_host(ps->ctx, ps->data_dims, PAR_REDUCE_SUM, PAR_F64, v, 2));
+    *sum = v[0], *count = v[1];
+    return PAR_OK;
+}
+
+/* Device buffer of at least n floats in *buf (workspace, kept). */
+static par_status par__params_tmp(par_params *ps, float **buf, int64_t *have, int64_t n) {
+    if (*buf && *have >= n) return PAR_OK;
+    if (*buf) ps->ct->free(ps->ct->user, *buf), *buf = NULL, *have = 0;
+    {
+        void *q = NULL;
+        PAR__CHECK(ps->ct->alloc(ps->ct->user, (size_t)n * sizeof(float), PAR_MEM_WORKSPACE, &q));
+        *buf = (float *)q, *have = n;
+    }
+    return PAR_OK;
+}
+
+/* This rank's slice of `field` of parameter i, in device memory: the flat
+   buffer itself, or (ZeRO moments) the bucket gathered from the shards. */
+static par_status par__params_local_of(par_params *ps, par_param_field field, int i, const float **out) {
+    const par__param *p = &ps->p[i];
+    const par__bucket *bk = &ps->b[p->bucket];
+    const float *shard = field == PAR_PARAM_EXP_AVG ? ps->m : ps->v;
+    if (field == PAR_PARAM_VALUE || !ps->zero) {
+        *out = (field == PAR_PARAM_VALUE ? ps->value : shard) + p->offset;
+        return PAR_OK;
+    }
+    if (ps->tmp_bucket_of != p->bucket || ps->tmp_bucket_field != (int)field) {
+        PAR__CHECK(par__params_tmp(ps, &ps->tmp_bucket, &ps->tmp_bucket_n, ps->max_padded));
+        PAR__CHECK(ps->cm->all_gather(ps->cm->user, ps->data_group, shard + bk->shard_offset, ps->tmp_bucket, bk->chunk,
+                                      PAR_F32, NULL));
+        ps->tmp_bucket_of = p->bucket, ps->tmp_bucket_field = (int)field;
+    }
+    *out = ps->tmp_bucket + (p->offset - bk->start);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field, int i, float *whole) {
+    const par__param *p;
+    const float *local = NULL;
+    const float *src;
+    par_layout rep;
+    par_plan plan;
+    int64_t global = 1;
+    int d;
+    PAR__CHECK(par__params_index(ps, i, "par_params_gather"));
+    if ((unsigned)field > (unsigned)PAR_PARAM_EXP_AVG_SQ)
+        return par__fail(PAR_EINVAL, "par_params_gather: unknown field %d", (int)field);
+    p = &ps->p[i];
+    for (d = 0; d < p->layout.ndim; d++) global *= p->layout.shape[d];
+    PAR__CHECK(par__params_local_of(ps, field, i, &local));
+    src = local;
+    if (par_layout_split_dims(&p->layout) & par__mesh_dims_mask(&p->layout.mesh)) {
+        if (!ps->planner) PAR__CHECK(par_planner_create(NULL, &ps->planner));
+        if (!ps->exec) PAR__CHECK(par_executor_create(ps->ctx, &ps->exec));
+        PAR__CHECK(par_layout_init(&rep, &p->layout.mesh, p->layout.ndim, p->layout.shape, NULL, 0));
+        PAR__CHECK(par_planner_plan(ps->planner, &p->layout, &rep, NULL, &plan));
+        PAR__CHECK(par__params_tmp(ps, &ps->tmp_whole, &ps->tmp_whole_n, plan.max_local_numel > global ? plan.max_local_numel : global));
+        PAR__CHECK(par_execute_plan(ps->exec, &plan, PAR_F32, local, ps->tmp_whole));
+        src = ps->tmp_whole;
+    }
+    if (!whole) return PAR_OK;
+    return ps->ct->memcpy(ps->ct->user, whole, src, (size_t)global * sizeof(float),
+                          ps->ct->device_memory ? PAR_COPY_DEVICE_TO_HOST : PAR_COPY_HOST_TO_HOST);
+}
+
+PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field field, int i, const float *local) {
+    const par_copy_kind up = ps && ps->ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST;
+    const par__param *p;
+    float *dst;
+    PAR__CHECK(par__params_index(ps, i, "par_params_set_local"));
+    if ((unsigned)field > (unsigned)PAR_PARAM_EXP_AVG_SQ)
+        return par__fail(PAR_EINVAL, "par_params_set_local: unknown field %d", (int)field);
+    if (!local && ps->p[i].numel) return par__fail(PAR_EINVAL, "par_params_set_local: NULL data");
+    p = &ps->p[i];
+    ps->tmp_bucket_of = -1; /* the gather cache may be stale now */
+    if (field == PAR_PARAM_VALUE || !ps->zero) {
+        dst = (field == PAR_PARAM_VALUE ? ps->value : field == PAR_PARAM_EXP_AVG ? ps->m : ps->v) + p->offset;
+        return ps->ct->memcpy(ps->ct->user, dst, local, (size_t)p->numel * sizeof(float), up);
+    }
+    {   /* ZeRO: the part of the parameter inside this rank's shard of its bucket */
+        const par__bucket *bk = &ps->b[p->bucket];
+        const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
+        const int64_t lo = p->offset > c0 ? p->offset : c0, hi = p->offset + p->numel < c1 ? p->offset + p->numel : c1;
+        if (lo >= hi) return PAR_OK;
+        dst = (field == PAR_PARAM_EXP_AVG ? ps->m : ps->v) + bk->shard_offset + (lo - c0);
+        return ps->ct->memcpy(ps->ct->user, dst, local + (lo - p->offset), (size_t)(hi - lo) * sizeof(float), up);
+    }
+}
+
+PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask, par_reduce_op op, par_dtype dtype,
+                                                void *values, int count) {
+    const par_compute_table *ct;
+    const par_comm_table *cm;
+    const size_t bytes = (size_t)count * par_dtype_size(dtype);
+    par_comm_group *g;
+    void *buf = NULL;
+    par_status st;
+    int n = 1;
+    if (!ctx || (!values && count > 0)) return par__fail(PAR_EINVAL, "par_ctx_all_reduce_host: NULL argument");
+    if (count < 0 || !par_dtype_size(dtype))
+        return par__fail(PAR_EINVAL, "par_ctx_all_reduce_host: count %d, dtype %d", count, (int)dtype);
+    PAR__CHECK(par_ctx_group(ctx, dev_mask, &g, NULL, &n));
+    if (n == 1 || count == 0) return PAR_OK;
+    ct = par_ctx_compute(ctx), cm = par_ctx_comm(ctx);
+    if (!ct->device_memory) return cm->all_reduce(cm->user, g, values, values, count, dtype, op, NULL);
+    /* device transports (NCCL) reduce device memory: stage through it */
+    PAR__CHECK(ct->alloc(ct->user, bytes, PAR_MEM_COMM, &buf));
+    st = ct->memcpy(ct->user, buf, values, bytes, PAR_COPY_HOST_TO_DEVICE);
+    if (st == PAR_OK) st = cm->all_reduce(cm->user, g, buf, buf, count, dtype, op, NULL);
+    if (st == PAR_OK) st = ct->memcpy(ct->user, values, buf, bytes, PAR_COPY_DEVICE_TO_HOST);
+    ct->free(ct->user, buf);
+    return st;
+}
+
+// >>tensor-parallel
+
+struct par_tp {
+    par_ctx *ctx;
+    const par_compute_table *ct;
+    const par_comm_table *cm;
+    int64_t rows, hidden;
+    par_strategy column, row;
+    int degree, index, data_degree, sp, no_a2a;
+    uint32_t tp_dims, data_dims;
+    int data_order[PARALLEL_MAX_DIMS], n_data; /* device dims splitting the rows, major first */
+    int tp_order[PARALLEL_MAX_DIMS], n_tp;     /* tensor-parallel dims, major first */
+    par_comm_group *group;
+    par_planner *planner;
+    par_executor *exec;
+    par_plan plan;
+    par_trace *trace;
+    double comm_us;
+};
+
+PARALLEL_DEF void par_tp_destroy(par_tp *tp) {
+    if (!tp) return;
+    if (tp->exec) par_executor_destroy(tp->exec);
+    if (tp->planner) par_planner_destroy(tp->planner);
+    PARALLEL_FREE(tp);
+}
+
+/* par_op_infer of x [rows, in] . W^T (W [out, in]) under `st`, on the context's mesh. */
+static par_status par__tp_matmul(const par_tp *tp, const char *name, const par_strategy *st, int64_t in, int64_t out,
+                                 par_op_info *info) {
+    par_op_desc op;
+    memset(&op, 0, sizeof op);
+    op.kind = PAR_OP_MATMUL, op.name = name, op.transpose_b = 1, op.params = 2;
+    op.ndim[0] = op.ndim[1] = 2;
+    op.shape[0][0] = tp->rows, op.shape[0][1] = in, op.shape[1][0] = out, op.shape[1][1] = in;
+    PAR__CHECK(par_op_infer(&op, st, par_mesh_size(par_ctx_mesh(tp->ctx)), info));
+    return par_op_info_on_mesh(info, par_ctx_mesh(tp->ctx), NULL, info);
+}
+
+static uint32_t par__tp_dim_mask(const par_layout *l, int d, int *order, int *count) {
+    uint32_t m = 0;
+    int k, c = 0;
+    for (k = 0; k < l->map.count[d]; k++) {
+        const int v = l->map.dev[d][k];
+        if (par_mesh_dev_size(&l->mesh, v) <= 1) continue;
+        m |= 1u << v;
+        if (order) order[c] = v;
+        c++;
+    }
+    if (count) *count = c;
+    return m;
+}
+
+static par_status par__tp_parse(par_tp *tp, const char *text, const char *which, par_strategy *st) {
+    char why[200];
+    (void)tp;
+    if (!text) return par__fail(PAR_EINVAL, "par_tp_create: no %s strategy", which);
+    if (par_strategy_parse(text, st) == PAR_OK) return PAR_OK;
+    par__copy_text(why, sizeof why, par_last_error());
+    return par__fail(PAR_ESTRATEGY, "par_tp_create: %s strategy \"%s\": %s", which, text, why);
+}
+
+PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par_tp **out) {
+    par_op_info col, row;
+    par_comm_group *data_group;
+    par_tp *tp;
+    par_status st;
+    int order[PARALLEL_MAX_DIMS], n;
+    if (out) *out = NULL;
+    if (!ctx || !desc || !out) return par__fail(PAR_EINVAL, "par_tp_create: NULL argument");
+    if (desc->rows < 1 || desc->hidden < 1)
+        return par__fail(PAR_EINVAL, "par_tp_create: rows %lld and hidden %lld must be >= 1", (long long)desc->rows,
+                         (long long)desc->hidden);
+    tp = (par_tp *)PARALLEL_MALLOC(sizeof *tp);
+    if (!tp) return par__fail(PAR_ENOMEM, "par_tp_create: out of memory");
+    memset(tp, 0, sizeof *tp);
+    tp->ctx = ctx, tp->ct = par_ctx_compute(ctx), tp->cm = par_ctx_comm(ctx);
+    tp->rows = desc->rows, tp->hidden = desc->hidden, tp->sp = desc->sequence_parallel != 0;
+    tp->no_a2a = desc->no_all_to_all != 0, tp->trace = desc->trace;
+    if ((st = par__tp_parse(tp, desc->column, "column", &tp->column)) != PAR_OK ||
+        (st = par__tp_parse(tp, desc->row, "row", &tp->row)) != PAR_OK)
+        return par_tp_destroy(tp), st;
+    /* probe shapes: W's split dim as large as its shard count, so only the
+       strategies' own rules can fail here; real linears are checked by par_tp_linear */
+    if (tp->column.num_inputs != 2 || tp->row.num_inputs != 2 || tp->column.ndim[1] != 2 || tp->row.ndim[1] != 2)
+        return par_tp_destroy(tp), par__fail(PAR_ESTRATEGY, "par_tp_create: MatMul strategies have two 2-D inputs");
+    if ((st = par__tp_matmul(tp, "column-parallel linear", &tp->column, tp->hidden, tp->column.shard[1][0], &col)) !=
+            PAR_OK ||
+        (st = par__tp_matmul(tp, "row-parallel linear", &tp->row, tp->row.shard[1][1], tp->hidden, &row)) != PAR_OK)
+        return par_tp_destroy(tp), st;
+    tp->data_dims = par__tp_dim_mask(&col.inputs[0], 0, tp->data_order, &tp->n_data);
+    tp->tp_dims = par__tp_dim_mask(&col.inputs[1], 0, tp->tp_order, &tp->n_tp);
+    if (par__tp_dim_mask(&col.inputs[0], 1, NULL, NULL))
+        return par_tp_destroy(tp), par__fail(PAR_ESTRATEGY, "par_tp_create: the column strategy %s splits the input "
+                                                             "features (a column-parallel linear reads whole rows)",
+                                             desc->column);
+    if (par__tp_dim_mask(&row.inputs[0], 0, order, &n) != tp->data_dims ||
+        par__tp_dim_mask(&row.inputs[1], 1, NULL, NULL) != tp->tp_dims ||
+        par__tp_dim_mask(&row.inputs[1], 0, NULL, NULL) != 0)
+        return par_tp_destroy(tp), par__fail(PAR_ESTRATEGY, "par_tp_create: the row strategy %s must split the rows "
+                                                             "like the column strategy %s does and the contraction "
+                                                             "(W's in) over the dims that split the column W's out",
+                                             desc->row, desc->column);
+    if ((st = par_ctx_group(ctx, tp->tp_dims, &tp->group, &tp->index, &tp->degree)) != PAR_OK ||
+        (st = par_ctx_group(ctx, tp->data_dims, &data_group, NULL, &tp->data_degree)) != PAR_OK)
+        return par_tp_destroy(tp), st;
+    if (tp->rows % ((int64_t)tp->data_degree * (tp->sp ? tp->degree : 1)) != 0)
+        return par_tp_destroy(tp), par__fail(PAR_ESHAPE, "par_tp_create: %lld rows do not split over %d data-parallel "
+                                                          "ranks%s", (long long)tp->rows, tp->data_degree,
+                                             tp->sp ? " times the tensor-parallel degree (sequence parallelism)" : "");
+    if (tp->degree > 1 && ((st = par_planner_create(NULL, &tp->planner)) != PAR_OK ||
+                           (st = par_executor_create(ctx, &tp->exec)) != PAR_OK))
+        return par_tp_destroy(tp), st;
+    *out = tp;
+    return PAR_OK;
+}
+
+/* [G, cols] with the rows split over the data dims (and the tp dims when
+   with_tp), partial over the tp dims when partial. */
+static par_status par__tp_rows_layout(const par_tp *tp, int64_t global, int64_t cols, int with_tp, int partial,
+                                      par_layout *l) {
+    const int64_t shape[2] = {global, cols};
+    int k;
+    PAR__CHECK(par_layout_init(l, par_ctx_mesh(tp->ctx), 2, shape, NULL, 0));
+    for (k = 0; k < tp->n_data; k++) l->map.dev[0][l->map.count[0]++] = (int8_t)tp->data_order[k];
+    for (k = 0; with_tp && k < tp->n_tp; k++) l->map.dev[0][l->map.count[0]++] = (int8_t)tp->tp_order[k];
+    if (partial) l->map.partial = tp->tp_dims;
+    return par_layout_check(l);
+}
+
+static void par__tp_done(par_tp *tp, double t0, const char *what) {
+#ifndef PARALLEL_NO_TRACE
+    char name[PAR_TRACE_NAME_MAX];
+    double t1;
+    if (!tp->trace) return;
+    t1 = par_trace_now_us();
+    snprintf(name, sizeof name, "tp %s", what);
+    (void)par_trace_span(tp->trace, name, "comm", t0, t1);
+    tp->comm_us += t1 - t0;
+#else
+    (void)tp, (void)t0, (void)what;
+#endif
+}
+
+static double par__tp_now(const par_tp *tp) {
+#ifndef PARALLEL_NO_TRACE
+    return tp->trace ? par_trace_now_us() : 0.0;
+#else
+    (void)tp;
+    return 0.0;
+#endif
+}
+
+static par_status par__tp_redistribute(par_tp *tp, const par_layout *from, const par_layout *to, const void *in,
+                                       void *out, const char *what) {
+    const double t0 = par__tp_now(tp);
+    PAR__CHECK(par_planner_plan(tp->planner, from, to, NULL, &tp->plan));
+    PAR__CHECK(par_execute_plan(tp->exec, &tp->plan, PAR_F32, in, out));
+    par__tp_done(tp, t0, what);
+    return PAR_OK;
+}
+
+static par_status par__tp_check_n(const par_tp *tp, const char *fn, int64_t n, int64_t cols, const void *a) {
+    if (n < 0 || cols < 0) return par__fail(PAR_EINVAL, "%s: n %lld and cols %lld must be >= 0", fn, (long long)n, (long long)cols);
+    if (!a && n * cols > 0) return par__fail(PAR_EINVAL, "%s: NULL buffer", fn);
+    if (tp->sp && n % tp->degree)
+        return par__fail(PAR_ESHAPE, "%s: n = %lld rows are not divisible by the tensor-parallel degree %d (sequence "
+                                     "parallelism splits them)", fn, (long long)n, tp->degree);
+    return PAR_OK;
+}
+
+PARALLEL_DEF int64_t par_tp_rows(const par_tp *tp, int64_t n) { return tp && tp->sp ? n / tp->degree : n; }
+
+PARALLEL_DEF int64_t par_tp_workspace_bytes(const par_tp *tp, int64_t n, int64_t cols) {
+    /* the executor keeps 4 buffers of the largest slice a plan holds: all n rows */
+    return tp && tp->degree > 1 ? 4 * n * cols * (int64_t)sizeof(float) : 0;
+}
+
+PARALLEL_DEF par_status par_tp_get_info(const par_tp *tp, par_tp_info *info) {
+    if (!tp || !info) return par__fail(PAR_EINVAL, "par_tp_get_info: NULL argument");
+    memset(info, 0, sizeof *info);
+    info->degree = tp->degree, info->index = tp->index, info->data_degree = tp->data_degree;
+    info->sequence_parallel = tp->sp, info->tp_dims = tp->tp_dims, info->data_dims = tp->data_dims;
+    info->comm_us = tp->comm_us;
+    return par__tp_rows_layout(tp, tp->rows, tp->hidden, tp->sp, 0, &info->residual);
+}
+
+PARALLEL_DEF par_status par_tp_gather_rows(par_tp *tp, int64_t n, int64_t cols, const float *x, float *work,
+                                           const float **full) {
+    par_layout from, to;
+    if (!tp || !full) return par__fail(PAR_EINVAL, "par_tp_gather_rows: NULL argument");
+    PAR__CHECK(par__tp_check_n(tp, "par_tp_gather_rows", n, cols, x));
+    *full = x;
+    if (!tp->sp || tp->degree == 1 || n * cols == 0) return PAR_OK;
+    if (!work) return par__fail(PAR_EINVAL, "par_tp_gather_rows: NULL work");
+    PAR__CHECK(par__tp_rows_layout(tp, n * tp->data_degree, cols, 1, 0, &from));
+    PAR__CHECK(par__tp_rows_layout(tp, n * tp->data_degree, cols, 0, 0, &to));
+    *full = work;
+    return par__tp_redistribute(tp, &from, &to, x, work, "all_gather");
+}
+
+/* Partial [n, cols] -> summed on this rank's residual rows, into dst (may be p when not sequence parallel). */
+static par_status par__tp_reduce(par_tp *tp, int64_t n, int64_t cols, float *p, float *dst) {
+    par_layout from, to;
+    PAR__CHECK(par__tp_rows_layout(tp, n * tp->data_degree, cols, 0, 1, &from));
+    PAR__CHECK(par__tp_rows_layout(tp, n * tp->data_degree, cols, tp->sp, 0, &to));
+    return par__tp_redistribute(tp, &from, &to, p, dst, tp->sp ? "reduce_scatter" : "all_reduce");
+}
+
+PARALLEL_DEF par_status par_tp_reduce_rows(par_tp *tp, int64_t n, int64_t cols, float *p, float *work, float **out) {
+    if (!tp || !out) return par__fail(PAR_EINVAL, "par_tp_reduce_rows: NULL argument");
+    PAR__CHECK(par__tp_check_n(tp, "par_tp_reduce_rows", n, cols, p));
+    *out = p;
+    if (tp->degree == 1 || n * cols == 0) return PAR_OK;
+    if (tp->sp && !work) return par__fail(PAR_EINVAL, "par_tp_reduce_rows: NULL work");
+    if (tp->sp) *out = work;
+    return par__tp_reduce(tp, n, cols, p, *out);
+}
+
+PARALLEL_DEF par_status par_tp_linear(const par_tp *tp, const char *name, par_linear_kind kind, int64_t in, int64_t out,
+                                      par_linear *lin) {
+    par_op_info info;
+    int64_t shape[PARALLEL_MAX_DIMS], start[PARALLEL_MAX_DIMS];
+    if (!tp || !lin) return par__fail(PAR_EINVAL, "par_tp_linear: NULL argument");
+    if ((unsigned)kind > (unsigned)PAR_LINEAR_ROW) return par__fail(PAR_EINVAL, "par_tp_linear: unknown kind %d", (int)kind);
+    if (in < 1 || out < 1)
+        return par__fail(PAR_EINVAL, "par_tp_linear: %s: in %lld and out %lld must be >= 1", name ? name : "linear",
+                         (long long)in, (long long)out);
+    memset(lin, 0, sizeof *lin);
+    PAR__CHECK(par__tp_matmul(tp, name, kind == PAR_LINEAR_COLUMN ? &tp->column : &tp->row, in, out, &info));
+    lin->kind = kind, lin->in = in, lin->out = out, lin->weight = info.inputs[1];
+    par_layout_local_shape(&lin->weight, shape);
+    PAR__CHECK(par_layout_local_offset(&lin->weight, par_ctx_rank(tp->ctx), start));
+    lin->out_local = shape[0], lin->in_local = shape[1], lin->out_start = start[0], lin->in_start = start[1];
+    lin->grad_partial = tp->data_dims;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_linear_param(const par_linear *lin, const char *name, par_param_desc *pd) {
+    if (!lin || !pd) return par__fail(PAR_EINVAL, "par_tp_linear_param: NULL argument");
+    memset(pd, 0, sizeof *pd);
+    pd->name = name, pd->layout = lin->weight, pd->grad_partial = lin->grad_partial;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_norm_param(const par_tp *tp, const char *name, int64_t dim, par_param_desc *pd) {
+    par_layout resid;
+    if (!tp || !pd) return par__fail(PAR_EINVAL, "par_tp_norm_param: NULL argument");
+    if (dim < 1) return par__fail(PAR_EINVAL, "par_tp_norm_param: %s: dim %lld < 1", name ? name : "norm", (long long)dim);
+    memset(pd, 0, sizeof *pd);
+    PAR__CHECK(par_layout_init(&pd->layout, par_ctx_mesh(tp->ctx), 1, &dim, NULL, 0));
+    /* each rank's gradient sums over the rows it normalized: partial over the
+       dims that split the residual stream's rows */
+    PAR__CHECK(par__tp_rows_layout(tp, tp->rows, tp->hidden, tp->sp, 0, &resid));
+    pd->name = name, pd->grad_partial = par_layout_split_dims(&resid);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_heads(const par_tp *tp, int64_t heads, int64_t kv_heads, int64_t *hl, int64_t *kvl) {
+    if (!tp || !hl || !kvl) return par__fail(PAR_EINVAL, "par_tp_heads: NULL argument");
+    if (heads < 1 || kv_heads < 1 || heads % kv_heads)
+        return par__fail(PAR_EINVAL, "par_tp_heads: %lld heads and %lld kv heads (kv heads must divide heads)",
+                         (long long)heads, (long long)kv_heads);
+    if (heads % tp->degree)
+        return par__fail(PAR_ESHAPE, "par_tp_heads: %lld heads are not divisible by the tensor-parallel degree %d",
+                         (long long)heads, tp->degree);
+    if (kv_heads % tp->degree)
+        return par__fail(PAR_ESHAPE, "par_tp_heads: %lld kv heads are not divisible by the tensor-parallel degree %d "
+                                     "(kv heads are split, never replicated: each rank keeps whole GQA groups)",
+                         (long long)kv_heads, tp->degree);
+    *hl = heads / tp->degree, *kvl = kv_heads / tp->degree;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_gather_columns(par_tp *tp, const par_linear *lin, int64_t nrows, const float *y,
+                                              float *full) {
+    const int64_t shape[2] = {nrows, lin ? lin->out : 0};
+    par_layout from, to;
+    int k, order[PARALLEL_MAX_DIMS], n;
+    if (!tp || !lin || (!y && nrows) || (!full && nrows)) return par__fail(PAR_EINVAL, "par_tp_gather_columns: NULL argument");
+    if (lin->kind != PAR_LINEAR_COLUMN)
+        return par__fail(PAR_EINVAL, "par_tp_gather_columns: the linear is not column-parallel");
+    if (nrows < 0) return par__fail(PAR_EINVAL, "par_tp_gather_columns: nrows %lld < 0", (long long)nrows);
+    if (tp->degree == 1 || nrows == 0)
+        return y == full ? PAR_OK : tp->ct->memcpy(tp->ct->user, full, y, (size_t)(nrows * lin->out) * sizeof(float),
+                                                   tp->ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+    par__tp_dim_mask(&lin->weight, 0, order, &n);
+    PAR__CHECK(par_layout_init(&from, par_ctx_mesh(tp->ctx), 2, shape, NULL, 0));
+    for (k = 0; k < n; k++) from.map.dev[1][from.map.count[1]++] = (int8_t)order[k];
+    PAR__CHECK(par_layout_check(&from));
+    PAR__CHECK(par_layout_init(&to, par_ctx_mesh(tp->ctx), 2, shape, NULL, 0));
+    return par__tp_redistribute(tp, &from, &to, y, full, "all_gather columns");
+}
+
+PARALLEL_DEF par_status par_tp_embedding(const par_tp *tp, const char *name, int64_t vocab, int64_t dim,
+                                         int vocab_parallel, par_embedding *emb) {
+    par_op_desc op;
+    par_op_info info;
+    par_strategy st;
+    par_layout resid;
+    int64_t shape[PARALLEL_MAX_DIMS], start[PARALLEL_MAX_DIMS];
+    int k;
+    if (!tp || !emb) return par__fail(PAR_EINVAL, "par_tp_embedding: NULL argument");
+    if (vocab < 1 || dim < 1)
+        return par__fail(PAR_EINVAL, "par_tp_embedding: %s: vocab %lld and dim %lld must be >= 1", name ? name : "embedding",
+                         (long long)vocab, (long long)dim);
+    memset(emb, 0, sizeof *emb);
+    memset(&op, 0, sizeof op);
+    memset(&st, 0, sizeof st);
+    /* MindSpore Gather: table [V, H], indices [rows]; ((tp,1),(data,)) splits
+       the vocabulary, ((1,1),(data,)) replicates the table */
+    op.kind = PAR_OP_GATHER, op.name = name, op.params = 1;
+    op.ndim[0] = 2, op.shape[0][0] = vocab, op.shape[0][1] = dim, op.ndim[1] = 1, op.shape[1][0] = tp->rows;
+    st.num_inputs = 2, st.ndim[0] = 2, st.ndim[1] = 1;
+    st.shard[0][0] = vocab_parallel ? tp->degree : 1, st.shard[0][1] = 1, st.shard[1][0] = tp->data_degree;
+    if (vocab_parallel && tp->degree > 1) {
+        PAR__CHECK(par_op_infer(&op, &st, par_mesh_size(par_ctx_mesh(tp->ctx)), &info));
+        PAR__CHECK(par_op_info_on_mesh(&info, par_ctx_mesh(tp->ctx), NULL, &info));
+        emb->table = info.inputs[0];
+        emb->grad_partial = tp->data_dims;
+    } else {
+        PAR__CHECK(par_layout_init(&emb->table, par_ctx_mesh(tp->ctx), 2, op.shape[0], NULL, 0));
+        PAR__CHECK(par__tp_rows_layout(tp, tp->rows, tp->hidden, tp->sp, 0, &resid));
+        emb->grad_partial = par_layout_split_dims(&resid); /* it sums over the rows this rank embedded */
+    }
+    (void)k;
+    emb->vocab_parallel = vocab_parallel && tp->degree > 1, emb->vocab = vocab, emb->dim = dim;
+    par_layout_local_shape(&emb->table, shape);
+    PAR__CHECK(par_layout_local_offset(&emb->table, par_ctx_rank(tp->ctx), start));
+    emb->rows_local = shape[0], emb->row_start = start[0];
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_embedding_param(const par_embedding *emb, const char *name, par_param_desc *pd) {
+    if (!emb || !pd) return par__fail(PAR_EINVAL, "par_tp_embedding_param: NULL argument");
+    memset(pd, 0, sizeof *pd);
+    pd->name = name, pd->layout = emb->table, pd->grad_partial = emb->grad_partial;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_embedding_fwd(par_tp *tp, const par_embedding *e, int64_t n, const int32_t *ids,
+                                             const float *table, float *out, float *work) {
+    const int64_t held = par_tp_rows(tp, n);
+    if (!tp || !e || !ids || !table || !out) return par__fail(PAR_EINVAL, "par_tp_embedding_fwd: NULL argument");
+    PAR__CHECK(par__tp_check_n(tp, "par_tp_embedding_fwd", n, e->dim, out));
+    if (!e->vocab_parallel) /* a rank looks up the rows it holds */
+        return tp->ct->embedding_fwd(tp->ct->user, held, ids + (n - held ? tp->index * held : 0), table, e->rows_local,
+                                     e->dim, 0, out);
+    if (!work) return par__fail(PAR_EINVAL, "par_tp_embedding_fwd: NULL work (vocabulary-parallel)");
+    /* zeros for ids outside this shard: partial over the tp ranks */
+    PAR__CHECK(tp->ct->embedding_fwd(tp->ct->user, n, ids, table, e->rows_local, e->dim, e->row_start, work));
+    return par__tp_reduce(tp, n, e->dim, work, out);
+}
+
+PARALLEL_DEF par_status par_tp_embedding_bwd(par_tp *tp, const par_embedding *e, int64_t n, const int32_t *ids,
+                                             const float *dout, float *dtable, float *work) {
+    const int64_t held = par_tp_rows(tp, n);
+    const float *full = dout;
+    if (!tp || !e || !ids || !dout || !dtable) return par__fail(PAR_EINVAL, "par_tp_embedding_bwd: NULL argument");
+    PAR__CHECK(par__tp_check_n(tp, "par_tp_embedding_bwd", n, e->dim, dout));
+    if (!e->vocab_parallel)
+        return tp->ct->embedding_bwd(tp->ct->user, held, ids + (n - held ? tp->index * held : 0), dout, e->rows_local,
+                                     e->dim, 0, dtable);
+    PAR__CHECK(par_tp_gather_rows(tp, n, e->dim, dout, work, &full));
+    return tp->ct->embedding_bwd(tp->ct->user, n, ids, full, e->rows_local, e->dim, e->row_start, dtable);
+}
+
+static par_status par__tp_all_reduce(par_tp *tp, float *x, int64_t n, par_reduce_op op, const char *what) {
+    const double t0 = par__tp_now(tp);
+    PAR__CHECK(tp->cm->all_reduce(tp->cm->user, tp->group, x, x, n, PAR_F32, op, NULL));
+    par__tp_done(tp, t0, what);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, float *logits,
+                                             const int32_t *targets, float *losses, float scale, float *work) {
+    const par_compute_table *ct;
+    float *gmax, *gsum, *tgt;
+    void *u;
+    int64_t v;
+    if (!tp || !head || (n > 0 && (!logits || !targets || !losses)))
+        return par__fail(PAR_EINVAL, "par_tp_cross_entropy: NULL argument");
+    if (n < 0) return par__fail(PAR_EINVAL, "par_tp_cross_entropy: n %lld < 0", (long long)n);
+    ct = tp->ct, u = ct->user, v = head->out_local;
+    if (tp->degree == 1 || head->out_local == head->out)
+        return ct->xent(u, n, v, logits, targets, losses, logits, scale);
+    if (!work) return par__fail(PAR_EINVAL, "par_tp_cross_entropy: NULL work");
+    gmax = work, gsum = work + n, tgt = work + 2 * n;
+    PAR__CHECK(ct->xent_local_max(u, n, v, logits, gmax));
+    PAR__CHECK(par__tp_all_reduce(tp, gmax, n, PAR_REDUCE_MAX, "all_reduce max"));
+    PAR__CHECK(ct->xent_local_sumexp(u, n, v, logits, gmax, gsum));
+    PAR__CHECK(par__tp_all_reduce(tp, gsum, n, PAR_REDUCE_SUM, "all_reduce"));
+    PAR__CHECK(ct->xent_local_target(u, n, v, logits, targets, head->out_start, tgt));
+    PAR__CHECK(par__tp_all_reduce(tp, tgt, n, PAR_REDUCE_SUM, "all_reduce"));
+    PAR__CHECK(ct->xent_loss_from_pieces(u, n, gmax, gsum, tgt, targets, losses));
+    return ct->xent_bwd_split(u, n, v, logits, targets, head->out_start, gmax, gsum, scale, logits);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

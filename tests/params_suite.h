@@ -1,0 +1,676 @@
+/* tests/params_suite.h - the >>params and >>tensor-parallel building blocks
+   checked against an independent model of what they must compute, run on
+   any backend (tests/test_params.c: threads on several meshes;
+   tests/mpi/test_params_mpi.c: mpirun -np 4).
+
+   params: a set of parameters with various layouts on the mesh; every rank
+   writes a deterministic gradient h(param, element, step, micro-batch, data
+   rank, partial index) for its slice, marking parameters ready in a random
+   order of its own. The oracle (plain double loops, no library call) sums
+   those over the data-parallel ranks (mean or sum) and the partial groups
+   and the micro-batches, takes the global norm with every element once,
+   clips, and runs PyTorch's AdamW formula. After each step every rank's
+   slice, the whole gathered tensors, the AdamW moments and the norm must
+   match it, for ZeRO 0/1/2, any bucket size, sizes not divisible by the
+   data-parallel degree, and micro-batches.
+
+   tensor-parallel: a column -> row parallel MLP, the embedding (replicated
+   and vocabulary-parallel) and the vocabulary-parallel cross-entropy, with
+   and without sequence parallelism, against one-device loops.
+
+   Each rank counts its own checks (test.h's counters are not thread-safe). */
+#ifndef PARAMS_SUITE_H
+#define PARAMS_SUITE_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ps_counts {
+    int passed, failed, rank;
+} ps_counts;
+
+#define PS_CHECK(c, cond, ...)                                                          \
+    do {                                                                                \
+        if (cond) (c)->passed++;                                                        \
+        else {                                                                          \
+            (c)->failed++;                                                              \
+            fprintf(stderr, "%s:%d: rank %d: FAILED: %s -- ", __FILE__, __LINE__, (c)->rank, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                               \
+            fprintf(stderr, " (last error: %s)\n", par_last_error());                   \
+        }                                                                               \
+    } while (0)
+#define PS_OK(c, expr) do { par_status s_ = (expr); PS_CHECK(c, s_ == PAR_OK, "%s: %s", #expr, par_status_string(s_)); } while (0)
+#define PS_ERR(c, expr, status, needle)                                                  \
+    do {                                                                                \
+        par_status s_ = (expr);                                                         \
+        PS_CHECK(c, s_ == (status) && strstr(par_last_error(), (needle)) != NULL,       \
+                 "%s: got %s, want %s with \"%s\"", #expr, par_status_string(s_), par_status_string(status), (needle)); \
+    } while (0)
+
+/* ---- the mesh, by hand (the oracle does not ask the library) -------------- */
+
+static int ps_coord(const par_mesh *m, int rank, int dev_dim) {
+    int axis = m->ndim - 1 - dev_dim, a, stride = 1;
+    for (a = m->ndim - 1; a > axis; a--) stride *= m->dims[a];
+    return rank / stride % m->dims[axis];
+}
+
+/* index of `rank` among the ranks differing only in the dims of mask (leftmost axis major), and the group size */
+static int ps_index(const par_mesh *m, int rank, uint32_t mask, int *size) {
+    int v, idx = 0, n = 1;
+    for (v = m->ndim - 1; v >= 0; v--)
+        if (mask >> v & 1u) idx = idx * m->dims[m->ndim - 1 - v] + ps_coord(m, rank, v), n *= m->dims[m->ndim - 1 - v];
+    if (size) *size = n;
+    return idx;
+}
+
+static double ps_hash(uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c * 0x94D049BB133111EBull;
+    z ^= z >> 31, z *= 0xD6E8FEB86659FD93ull, z ^= z >> 29;
+    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0; /* [-1, 1) */
+}
+
+/* ---- params ------------------------------------------------------------------ */
+
+#define PS_MAX_P 6
+
+typedef struct ps_param {
+    int ndim;
+    int64_t shape[3];
+    const char *map;        /* layout text on the mesh */
+    uint32_t partial;       /* grad_partial (device dims) */
+    int new_bucket;
+} ps_param;
+
+typedef struct ps_case {
+    const char *name;
+    const char *batch_map;  /* layout text of a [8, 4] batch (NULL: no batch) */
+    int np;
+    ps_param p[PS_MAX_P];
+    int zero, micro, sum, clip, slots;
+    int64_t bucket_bytes;
+} ps_case;
+
+static int64_t ps_numel(const ps_param *p) {
+    int64_t n = 1;
+    int d;
+    for (d = 0; d < p->ndim; d++) n *= p->shape[d];
+    return n;
+}
+
+/* The oracle's state of one parameter: whole tensors in double. */
+typedef struct ps_oracle {
+    double *p, *m, *v;
+} ps_oracle;
+
+static double ps_grad_part(int i, int64_t e, int step, int mb, int dr, int pr) {
+    return 0.5 * ps_hash((uint64_t)(i * 1000 + step * 37 + mb), (uint64_t)e, (uint64_t)(dr * 64 + pr));
+}
+
+/* One step of the oracle: reduced gradients, norm, clip, AdamW. */
+static double ps_oracle_step(const ps_case *k, const par_mesh *mesh, uint32_t data_dims, ps_oracle *o, int step,
+                             const par_adamw *opt) {
+    double ss = 0.0, clip = 1.0, norm;
+    double **g = (double **)calloc((size_t)k->np, sizeof(double *));
+    int D = 1, i;
+    int64_t e;
+    ps_index(mesh, 0, data_dims, &D);
+    for (i = 0; i < k->np; i++) {
+        const int64_t n = ps_numel(&k->p[i]);
+        int P = 1, dr, pr, mb;
+        ps_index(mesh, 0, k->p[i].partial & ~data_dims, &P);
+        g[i] = (double *)calloc((size_t)n, sizeof(double));
+        for (e = 0; e < n; e++) {
+            double s = 0.0;
+            for (dr = 0; dr < D; dr++)
+                for (pr = 0; pr < P; pr++)
+                    for (mb = 0; mb < k->micro; mb++) s += ps_grad_part(i, e, step, mb, dr, pr);
+            g[i][e] = k->sum ? s : s / D;
+            ss += g[i][e] * g[i][e];
+        }
+    }
+    norm = sqrt(ss);
+    if (opt->max_grad_norm > 0 && opt->max_grad_norm / (norm + 1e-6) < 1.0) clip = opt->max_grad_norm / (norm + 1e-6);
+    for (i = 0; i < k->np; i++) {
+        const int64_t n = ps_numel(&k->p[i]);
+        const double wd = k->p[i].ndim >= 2 ? opt->weight_decay : 0.0;
+        const double bc1 = 1.0 - pow(opt->beta1, step + 1), bc2 = 1.0 - pow(opt->beta2, step + 1);
+        for (e = 0; e < n; e++) {
+            const double gr = (double)(float)(g[i][e] * clip);
+            o[i].m[e] = opt->beta1 * o[i].m[e] + (1 - opt->beta1) * gr;
+            o[i].v[e] = opt->beta2 * o[i].v[e] + (1 - opt->beta2) * gr * gr;
+            o[i].p[e] *= 1.0 - opt->lr * wd;
+            o[i].p[e] -= opt->lr / bc1 * o[i].m[e] / (sqrt(o[i].v[e]) / sqrt(bc2) + opt->eps);
+        }
+        free(g[i]);
+    }
+    free(g);
+    return norm;
+}
+
+/* Global flat index of local element j of a slice. */
+static int64_t ps_global_index(const par_param_info *in, int64_t j) {
+    int64_t e = 0, stride = 1, idx[PARALLEL_MAX_DIMS];
+    int d;
+    for (d = in->layout.ndim - 1; d >= 0; d--) idx[d] = j % in->local_shape[d], j /= in->local_shape[d];
+    for (d = in->layout.ndim - 1; d >= 0; d--) e += (in->start[d] + idx[d]) * stride, stride *= in->layout.shape[d];
+    return e;
+}
+
+static void ps_shuffle(int *a, int n, uint64_t seed) {
+    int i;
+    for (i = n - 1; i > 0; i--) {
+        int j = (int)((ps_hash(seed, (uint64_t)i, 7) + 1.0) * 0.5 * (i + 1)), t;
+        if (j > i) j = i;
+        t = a[i], a[i] = a[j], a[j] = t;
+    }
+}
+
+static void ps_run_case(par_ctx *ctx, const ps_case *k, ps_counts *c) {
+    const par_mesh *mesh = par_ctx_mesh(ctx);
+    const int rank = par_ctx_rank(ctx), steps = 2;
+    const int64_t bshape[2] = {24, 4};
+    par_param_desc pd[PS_MAX_P];
+    par_params_desc d;
+    par_params *ps = NULL;
+    par_layout batch;
+    ps_oracle o[PS_MAX_P];
+    par_adamw opt = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f};
+    char names[PS_MAX_P][16];
+    uint32_t data_dims = 0;
+    int i, s, mb, order[PS_MAX_P];
+    memset(&d, 0, sizeof d);
+    memset(pd, 0, sizeof pd);
+    opt.max_grad_norm = k->clip ? 0.05f : 0.0f;
+    if (k->batch_map) {
+        if (par_layout_parse(&batch, mesh, 2, bshape, k->batch_map) != PAR_OK) {
+            PS_CHECK(c, 0, "%s: batch layout %s", k->name, k->batch_map);
+            return;
+        }
+        data_dims = par_layout_split_dims(&batch);
+        d.batch = &batch;
+    }
+    for (i = 0; i < k->np; i++) {
+        snprintf(names[i], sizeof names[i], "p%d", i);
+        pd[i].name = names[i];
+        pd[i].grad_partial = k->p[i].partial, pd[i].new_bucket = k->p[i].new_bucket;
+        if (par_layout_parse(&pd[i].layout, mesh, k->p[i].ndim, k->p[i].shape, k->p[i].map) != PAR_OK) {
+            PS_CHECK(c, 0, "%s: layout %s", k->name, k->p[i].map);
+            return;
+        }
+        o[i].p = (double *)calloc((size_t)ps_numel(&k->p[i]), sizeof(double));
+        o[i].m = (double *)calloc((size_t)ps_numel(&k->p[i]), sizeof(double));
+        o[i].v = (double *)calloc((size_t)ps_numel(&k->p[i]), sizeof(double));
+    }
+    d.params = pd, d.num_params = k->np, d.zero_level = k->zero, d.sum_gradients = k->sum;
+    d.bucket_bytes = k->bucket_bytes, d.grad_slots = k->slots;
+    PS_OK(c, par_params_create(ctx, &d, &ps));
+    if (!ps) goto done;
+    PS_CHECK(c, par_params_count(ps) == k->np, "%s: count %d", k->name, par_params_count(ps));
+    /* initial values: every rank sets its own slice from the same function */
+    for (i = 0; i < k->np; i++) {
+        par_param_info in;
+        float *buf;
+        int64_t j, e;
+        for (e = 0; e < ps_numel(&k->p[i]); e++) o[i].p[e] = (double)(float)(0.3 * ps_hash(99, (uint64_t)i, (uint64_t)e));
+        if (par_params_info(ps, i, &in) != PAR_OK) { PS_CHECK(c, 0, "info"); continue; }
+        buf = (float *)malloc((size_t)(in.numel + 1) * sizeof(float));
+        for (j = 0; j < in.numel; j++) buf[j] = (float)o[i].p[ps_global_index(&in, j)];
+        PS_OK(c, par_params_set_local(ps, PAR_PARAM_VALUE, i, buf));
+        free(buf);
+    }
+    for (s = 0; s < steps; s++) {
+        par_step_stats st;
+        double norm;
+        memset(&st, 0, sizeof st);
+        for (mb = 0; mb < k->micro; mb++) {
+            PS_OK(c, par_params_grads_begin(ps, mb, k->micro));
+            for (i = 0; i < k->np; i++) order[i] = i;
+            ps_shuffle(order, k->np, (uint64_t)(rank * 131 + s * 7 + mb)); /* each rank its own order */
+            for (i = 0; i < k->np; i++) {
+                const int q = order[i];
+                par_param_info in;
+                float *g = NULL;
+                int dr, pr;
+                int64_t j;
+                if (par_params_info(ps, q, &in) != PAR_OK || par_params_grad(ps, q, &g) != PAR_OK || !g) {
+                    PS_CHECK(c, 0, "%s: grad of p%d", k->name, q);
+                    continue;
+                }
+                dr = ps_index(mesh, rank, data_dims, NULL);
+                pr = ps_index(mesh, rank, k->p[q].partial & ~data_dims, NULL);
+                for (j = 0; j < in.numel; j++) g[j] += (float)ps_grad_part(q, ps_global_index(&in, j), s, mb, dr, pr);
+                PS_OK(c, par_params_grad_ready(ps, q));
+            }
+            PS_OK(c, par_params_grads_wait(ps));
+        }
+        PS_OK(c, par_params_step(ps, &opt, &st));
+        norm = ps_oracle_step(k, mesh, data_dims, o, s, &opt);
+        PS_CHECK(c, fabs(st.grad_norm - norm) <= 1e-5 * norm, "%s step %d: norm %.9g, oracle %.9g", k->name, s,
+                 st.grad_norm, norm);
+        PS_CHECK(c, st.step == s + 1, "%s: step count %lld", k->name, (long long)st.step);
+    }
+    /* this rank's slices, then the whole tensors and the moments gathered */
+    for (i = 0; i < k->np; i++) {
+        const int64_t n = ps_numel(&k->p[i]);
+        par_param_info in;
+        float *whole = (float *)malloc((size_t)n * sizeof(float));
+        const float *mine = par_params_value(ps, i);
+        double worst = 0.0;
+        int f;
+        int64_t j;
+        if (par_params_info(ps, i, &in) == PAR_OK && mine)
+            for (j = 0; j < in.numel; j++) {
+                const double dlt = fabs(mine[j] - o[i].p[ps_global_index(&in, j)]);
+                if (dlt > worst) worst = dlt;
+            }
+        PS_CHECK(c, worst <= 2e-6, "%s: p%d slice differs from the oracle by %g", k->name, i, worst);
+        for (f = 0; f < 3; f++) {
+            const double *want = f == 0 ? o[i].p : f == 1 ? o[i].m : o[i].v;
+            double w2 = 0.0, scale = 0.0;
+            PS_OK(c, par_params_gather(ps, (par_param_field)f, i, whole));
+            for (j = 0; j < n; j++) {
+                if (fabs(whole[j] - want[j]) > w2) w2 = fabs(whole[j] - want[j]);
+                if (fabs(want[j]) > scale) scale = fabs(want[j]);
+            }
+            PS_CHECK(c, w2 <= 2e-6 + 1e-5 * scale, "%s: gathered field %d of p%d differs by %g (scale %g)", k->name, f, i,
+                     w2, scale);
+        }
+        free(whole);
+    }
+done:
+    par_params_destroy(ps);
+    for (i = 0; i < k->np; i++) free(o[i].p), free(o[i].m), free(o[i].v);
+}
+
+/* Cases for a mesh: data-parallel dims and copies on the other dims. */
+static void ps_params_cases(par_ctx *ctx, ps_counts *c) {
+    const par_mesh *m = par_ctx_mesh(ctx);
+    int z, mb, k;
+    if (m->ndim == 1) {
+        /* "dp=N": sizes not divisible by the degree, several buckets */
+        for (z = 0; z <= 2; z++)
+            for (mb = 1; mb <= 3; mb += 2)
+                for (k = 0; k < 3; k++) {
+                    ps_case pc;
+                    memset(&pc, 0, sizeof pc);
+                    pc.name = "dp";
+                    pc.batch_map = "[0,-1]";
+                    pc.np = 4;
+                    pc.p[0].ndim = 1, pc.p[0].shape[0] = 7, pc.p[0].map = "[-1]";
+                    pc.p[1].ndim = 2, pc.p[1].shape[0] = 3, pc.p[1].shape[1] = 5, pc.p[1].map = "[-1,-1]";
+                    pc.p[2].ndim = 1, pc.p[2].shape[0] = 13, pc.p[2].map = "[-1]", pc.p[2].new_bucket = 1;
+                    pc.p[3].ndim = 3, pc.p[3].shape[0] = 2, pc.p[3].shape[1] = 3, pc.p[3].shape[2] = 3, pc.p[3].map = "[-1,-1,-1]";
+                    pc.zero = z, pc.micro = mb, pc.sum = k == 1, pc.clip = k != 0;
+                    pc.bucket_bytes = k == 2 ? 40 : k == 1 ? -1 : 0;
+                    pc.slots = k == 2 ? 1 : 0; /* ZeRO-2 with one slot and out-of-order readiness: slots grow */
+                    ps_run_case(ctx, &pc, c);
+                }
+        return;
+    }
+    if (m->ndim == 3) {
+        /* a=2,b=2,c=2: batch over a; copies over b and c in different ways */
+        for (z = 0; z <= 2; z++)
+            for (mb = 1; mb <= 2; mb++) {
+                ps_case pc;
+                memset(&pc, 0, sizeof pc);
+                pc.name = "3-D";
+                pc.batch_map = "[2,-1]";
+                pc.np = 5;
+                pc.p[0].ndim = 1, pc.p[0].shape[0] = 5, pc.p[0].map = "[-1]";                  /* copies on b, c */
+                pc.p[1].ndim = 2, pc.p[1].shape[0] = 4, pc.p[1].shape[1] = 3, pc.p[1].map = "[1,-1]"; /* split b, copies c */
+                pc.p[2].ndim = 2, pc.p[2].shape[0] = 4, pc.p[2].shape[1] = 6, pc.p[2].map = "[(1,0),-1]"; /* split b,c */
+                pc.p[3].ndim = 1, pc.p[3].shape[0] = 9, pc.p[3].map = "[-1]", pc.p[3].partial = 2u; /* partial on b */
+                pc.p[4].ndim = 2, pc.p[4].shape[0] = 3, pc.p[4].shape[1] = 4, pc.p[4].map = "[-1,0]", pc.p[4].partial = 2u;
+                pc.p[3].new_bucket = 1;
+                pc.zero = z, pc.micro = mb, pc.clip = 1, pc.bucket_bytes = mb == 2 ? 24 : 0;
+                ps_run_case(ctx, &pc, c);
+            }
+        return;
+    }
+    /* 2-D "dp x tp": the Llama-like set */
+    for (z = 0; z <= 2; z++) {
+        ps_case pc;
+        memset(&pc, 0, sizeof pc);
+        pc.name = "2-D";
+        pc.batch_map = "[1,-1]";
+        pc.np = 4;
+        pc.p[0].ndim = 2, pc.p[0].shape[0] = 8, pc.p[0].shape[1] = 3, pc.p[0].map = "[0,-1]";  /* column */
+        pc.p[1].ndim = 2, pc.p[1].shape[0] = 3, pc.p[1].shape[1] = 8, pc.p[1].map = "[-1,0]";  /* row */
+        pc.p[2].ndim = 1, pc.p[2].shape[0] = 4, pc.p[2].map = "[-1]", pc.p[2].partial = 1u;     /* sp norm */
+        pc.p[3].ndim = 1, pc.p[3].shape[0] = 3, pc.p[3].map = "[-1]";                           /* copies over tp */
+        pc.zero = z, pc.micro = 2, pc.clip = 1;
+        ps_run_case(ctx, &pc, c);
+    }
+}
+
+/* Bad input: one check per rule. */
+static void ps_params_bad(par_ctx *ctx, ps_counts *c) {
+    const par_mesh *m = par_ctx_mesh(ctx);
+    const int64_t shape[2] = {4, 4}, bshape[2] = {24, 4};
+    par_param_desc pd[2];
+    par_params_desc d;
+    par_params *ps = NULL;
+    par_layout batch, other;
+    par_mesh om;
+    par_adamw opt = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 0.0f};
+    float *g = NULL, buf[16];
+    double sum = 1, cnt = 1;
+    memset(&d, 0, sizeof d);
+    memset(pd, 0, sizeof pd);
+    if (m->ndim != 1) return;
+    par_layout_parse(&batch, m, 2, bshape, "[0,-1]");
+    pd[0].name = "w", pd[1].name = "b";
+    par_layout_parse(&pd[0].layout, m, 2, shape, "[-1,-1]");
+    par_layout_parse(&pd[1].layout, m, 1, shape, "[-1]");
+    d.params = pd, d.num_params = 2, d.batch = &batch;
+    PS_ERR(c, par_params_create(NULL, &d, &ps), PAR_EINVAL, "NULL argument");
+    d.zero_level = 3;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EUNSUPPORTED, "zero_level 3 (parameter sharding) is not supported");
+    d.zero_level = 7;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "zero_level 7 is not 0, 1 or 2");
+    d.zero_level = 0, d.grad_slots = -1;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "grad_slots -1 < 0");
+    d.grad_slots = 0, d.num_params = -2;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "-2 parameters");
+    d.num_params = 2, pd[1].name = "w";
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "parameters 0 and 1 are both called \"w\"");
+    pd[1].name = "";
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "parameter 1 has no name");
+    pd[1].name = "b";
+    if (m->dims[0] > 1) {
+        const int64_t twelve = 12;
+        par_layout_parse(&pd[1].layout, m, 1, &twelve, "[0]");
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_ELAYOUT, "splits the batch");
+        par_layout_parse(&pd[1].layout, m, 1, shape, "[-1] partial=0");
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_ELAYOUT, "has partial dims");
+        pd[1].layout = pd[0].layout, pd[1].layout.shape[0] = 5, pd[1].layout.map.count[0] = 1, pd[1].layout.map.dev[0][0] = 0;
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_ELAYOUT, "parameter \"b\"");
+    }
+    par_layout_parse(&pd[1].layout, m, 1, shape, "[-1]");
+    pd[1].grad_partial = 1u << 5;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "grad_partial 0x20 names device dims the mesh does not have");
+    pd[1].grad_partial = 0, pd[1].decay = (par_decay)9;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "unknown decay 9");
+    pd[1].decay = PAR_DECAY_AUTO;
+    par_mesh_parse("3", &om);
+    par_layout_init(&other, &om, 2, bshape, NULL, 0);
+    d.batch = &other;
+    if (m->dims[0] != 3) PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "batch layout is on another mesh");
+    d.batch = &batch;
+    PS_OK(c, par_params_create(ctx, &d, &ps));
+    if (!ps) return;
+    PS_CHECK(c, par_params_find(ps, "b") == 1 && par_params_find(ps, "zz") == -1, "find");
+    PS_ERR(c, par_params_grad(ps, 0, &g), PAR_EINVAL, "no micro-batch begun");
+    PS_ERR(c, par_params_grad_ready(ps, 0), PAR_EINVAL, "no micro-batch begun");
+    PS_ERR(c, par_params_grads_wait(ps), PAR_EINVAL, "no micro-batch begun");
+    PS_ERR(c, par_params_grads_begin(ps, 2, 2), PAR_EINVAL, "micro-batch 2 of 2");
+    PS_ERR(c, par_params_grads_begin(ps, 1, 2), PAR_EINVAL, "(they go in order)");
+    PS_OK(c, par_params_grads_begin(ps, 0, 2));
+    PS_ERR(c, par_params_grads_begin(ps, 1, 2), PAR_EINVAL, "was not ended with par_params_grads_wait");
+    PS_ERR(c, par_params_grad(ps, 5, &g), PAR_EINVAL, "parameter index 5 is not in [0, 2)");
+    PS_OK(c, par_params_grad(ps, 0, &g));
+    PS_OK(c, par_params_grad_ready(ps, 0));
+    PS_ERR(c, par_params_grad_ready(ps, 0), PAR_EINVAL, "parameter \"w\" is marked ready twice in micro-batch 0");
+    PS_ERR(c, par_params_grad(ps, 0, &g), PAR_EINVAL, "was already marked ready");
+    PS_ERR(c, par_params_step(ps, &opt, NULL), PAR_EINVAL, "micro-batch 0 is still open");
+    PS_ERR(c, par_params_grads_wait(ps), PAR_EINVAL, "parameter \"b\" was never marked ready in micro-batch 0");
+    opt.beta1 = 1.0f;
+    PS_ERR(c, par_params_step(ps, &opt, NULL), PAR_EINVAL, "AdamW settings out of range");
+    PS_ERR(c, par_params_set_step(ps, -1), PAR_EINVAL, "step -1 < 0");
+    PS_ERR(c, par_params_gather(ps, (par_param_field)5, 0, NULL), PAR_EINVAL, "unknown field 5");
+    PS_ERR(c, par_params_gather(ps, PAR_PARAM_VALUE, -1, NULL), PAR_EINVAL, "parameter index -1");
+    PS_ERR(c, par_params_set_local(ps, PAR_PARAM_VALUE, 0, NULL), PAR_EINVAL, "NULL data");
+    PS_ERR(c, par_params_reduce_loss(ps, NULL, &cnt), PAR_EINVAL, "NULL argument");
+    PS_ERR(c, par_ctx_all_reduce_host(ctx, 1u, PAR_REDUCE_SUM, (par_dtype)99, buf, 1), PAR_EINVAL, "dtype 99");
+    /* the loss: sums over the data-parallel ranks */
+    sum = 1.5 * (par_ctx_rank(ctx) + 1), cnt = 10;
+    PS_OK(c, par_params_reduce_loss(ps, &sum, &cnt));
+    PS_CHECK(c, cnt == 10.0 * m->dims[0] && sum == 1.5 * m->dims[0] * (m->dims[0] + 1) / 2, "loss %g / %g", sum, cnt);
+    /* broadcast: copies take their group's first rank's values */
+    buf[0] = (float)par_ctx_rank(ctx);
+    PS_OK(c, par_params_set_local(ps, PAR_PARAM_VALUE, 1, buf));
+    PS_OK(c, par_params_broadcast(ps));
+    PS_CHECK(c, par_params_value(ps, 1)[0] == 0.0f, "broadcast gave %g", (double)par_params_value(ps, 1)[0]);
+    par_params_destroy(ps);
+}
+
+/* ---- tensor parallel ---------------------------------------------------------- */
+
+enum { TS_N = 8, TS_C = 4, TS_F = 8, TS_V = 16 }; /* rows per data rank, hidden, ffn, vocab */
+
+static double ts_x(int64_t r, int64_t j) { return 0.5 * ps_hash(1, (uint64_t)r, (uint64_t)j); }
+static double ts_w1(int64_t f, int64_t j) { return 0.5 * ps_hash(2, (uint64_t)f, (uint64_t)j); }
+static double ts_w2(int64_t j, int64_t f) { return 0.5 * ps_hash(3, (uint64_t)j, (uint64_t)f); }
+static double ts_dy(int64_t r, int64_t j) { return 0.5 * ps_hash(4, (uint64_t)r, (uint64_t)j); }
+static double ts_emb(int64_t v, int64_t j) { return 0.5 * ps_hash(5, (uint64_t)v, (uint64_t)j); }
+static int32_t ts_id(int64_t r) { return (int32_t)((r * 7 + 3) % TS_V); }
+
+static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
+    const par_mesh *m = par_ctx_mesh(ctx);
+    const int rank = par_ctx_rank(ctx);
+    int D = m->ndim == 2 ? m->dims[0] : 1, T = m->dims[m->ndim - 1];
+    char col[64], row[64];
+    par_tp_desc d;
+    par_tp *tp = NULL;
+    par_tp_info info;
+    par_linear l1, l2, head;
+    par_embedding emb;
+    int64_t held, r0, j, f, r, hl = 0, kvl = 0;
+    float x[TS_N * TS_C], work[TS_N * TS_V * 2], a[TS_N * TS_F], yp[TS_N * TS_C], dy[TS_N * TS_C], da[TS_N * TS_F];
+    float dh[TS_N * TS_C], w1[TS_F * TS_C], w2[TS_C * TS_F], dw1[TS_F * TS_C], dw2[TS_C * TS_F], tab[TS_V * TS_C];
+    float dtab[TS_V * TS_C], logits[TS_N * TS_V], losses[TS_N];
+    int32_t ids[TS_N];
+    const float *full = NULL;
+    float *out = NULL;
+    double worst;
+    int dr, ti;
+    if (m->ndim == 1) D = 1;
+    memset(&d, 0, sizeof d);
+    snprintf(col, sizeof col, "((%d,1),(%d,1))", D, T);
+    snprintf(row, sizeof row, "((%d,%d),(1,%d))", D, T, T);
+    d.rows = (int64_t)TS_N * D, d.hidden = TS_C, d.column = col, d.row = row, d.sequence_parallel = sp;
+    PS_OK(c, par_tp_create(ctx, &d, &tp));
+    if (!tp) return;
+    PS_OK(c, par_tp_get_info(tp, &info));
+    PS_CHECK(c, info.degree == T && info.data_degree == D, "degree %d data %d", info.degree, info.data_degree);
+    ti = info.index;
+    dr = ps_index(m, rank, info.data_dims, NULL);
+    PS_CHECK(c, ti == ps_index(m, rank, info.tp_dims, NULL), "tp index %d", ti);
+    held = par_tp_rows(tp, TS_N);
+    PS_CHECK(c, held == (sp ? TS_N / T : TS_N), "rows held %lld", (long long)held);
+    r0 = (int64_t)dr * TS_N + (sp ? ti * held : 0); /* global row of this rank's first residual row */
+    PS_OK(c, par_tp_linear(tp, "w1", PAR_LINEAR_COLUMN, TS_C, TS_F, &l1));
+    PS_OK(c, par_tp_linear(tp, "w2", PAR_LINEAR_ROW, TS_F, TS_C, &l2));
+    PS_CHECK(c, l1.out_local == TS_F / T && l1.out_start == ti * (TS_F / T) && l1.in_local == TS_C, "column slice");
+    PS_CHECK(c, l2.in_local == TS_F / T && l2.in_start == ti * (TS_F / T) && l2.out_local == TS_C, "row slice");
+    for (f = 0; f < l1.out_local; f++)
+        for (j = 0; j < TS_C; j++) w1[f * TS_C + j] = (float)ts_w1(l1.out_start + f, j);
+    for (j = 0; j < TS_C; j++)
+        for (f = 0; f < l2.in_local; f++) w2[j * l2.in_local + f] = (float)ts_w2(j, l2.in_start + f);
+    for (r = 0; r < held; r++)
+        for (j = 0; j < TS_C; j++) x[r * TS_C + j] = (float)ts_x(r0 + r, j), dy[r * TS_C + j] = (float)ts_dy(r0 + r, j);
+    /* forward: h = gather(x); a = h W1^T; y = reduce(a W2^T) */
+    PS_OK(c, par_tp_gather_rows(tp, TS_N, TS_C, x, work, &full));
+    for (r = 0; r < TS_N; r++)
+        for (f = 0; f < l1.out_local; f++) {
+            double s = 0;
+            for (j = 0; j < TS_C; j++) s += full[r * TS_C + j] * w1[f * TS_C + j];
+            a[r * l1.out_local + f] = (float)s;
+        }
+    for (r = 0; r < TS_N; r++)
+        for (j = 0; j < TS_C; j++) {
+            double s = 0;
+            for (f = 0; f < l2.in_local; f++) s += a[r * l2.in_local + f] * w2[j * l2.in_local + f];
+            yp[r * TS_C + j] = (float)s;
+        }
+    PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, work + TS_N * TS_C, &out));
+    worst = 0;
+    for (r = 0; r < held && out; r++)
+        for (j = 0; j < TS_C; j++) {
+            double s = 0;
+            for (f = 0; f < TS_F; f++) {
+                double h = 0;
+                int64_t k;
+                for (k = 0; k < TS_C; k++) h += (double)(float)ts_x(r0 + r, k) * (double)(float)ts_w1(f, k);
+                s += h * (double)(float)ts_w2(j, f);
+            }
+            if (fabs(out[r * TS_C + j] - s) > worst) worst = fabs(out[r * TS_C + j] - s);
+        }
+    PS_CHECK(c, worst < 1e-5, "sp %d: MLP output differs from one device by %g", sp, worst);
+    /* backward: dyf = gather(dy); dA = dyf W2; dW2 = dyf^T a; dH = reduce(dA W1); dW1 = dA^T h */
+    PS_OK(c, par_tp_gather_rows(tp, TS_N, TS_C, dy, work, &full));
+    memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2);
+    for (r = 0; r < TS_N; r++)
+        for (f = 0; f < l2.in_local; f++) {
+            double s = 0;
+            for (j = 0; j < TS_C; j++) s += full[r * TS_C + j] * w2[j * l2.in_local + f];
+            da[r * l2.in_local + f] = (float)s;
+            for (j = 0; j < TS_C; j++) dw2[j * l2.in_local + f] += full[r * TS_C + j] * a[r * l2.in_local + f];
+        }
+    for (r = 0; r < TS_N; r++)
+        for (j = 0; j < TS_C; j++) {
+            double s = 0;
+            for (f = 0; f < l1.out_local; f++) s += da[r * l1.out_local + f] * w1[f * TS_C + j];
+            dh[r * TS_C + j] = (float)s;
+        }
+    PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, dh, work + TS_N * TS_C, &out));
+    worst = 0;
+    for (r = 0; r < held && out; r++)
+        for (j = 0; j < TS_C; j++) {
+            double s = 0;
+            for (f = 0; f < TS_F; f++) {
+                double g = 0;
+                int64_t k;
+                for (k = 0; k < TS_C; k++) g += (double)(float)ts_dy(r0 + r, k) * (double)(float)ts_w2(k, f);
+                s += g * (double)(float)ts_w1(f, j);
+            }
+            if (fabs(out[r * TS_C + j] - s) > worst) worst = fabs(out[r * TS_C + j] - s);
+        }
+    PS_CHECK(c, worst < 1e-5, "sp %d: input gradient differs from one device by %g", sp, worst);
+    /* dW2 of this data rank's rows (identical on its tp ranks' shards) */
+    worst = 0;
+    for (j = 0; j < TS_C; j++)
+        for (f = 0; f < l2.in_local; f++) {
+            double s = 0;
+            for (r = 0; r < TS_N; r++) {
+                double h = 0;
+                int64_t k, gr = (int64_t)dr * TS_N + r;
+                for (k = 0; k < TS_C; k++) h += (double)(float)ts_x(gr, k) * (double)(float)ts_w1(l2.in_start + f, k);
+                s += (double)(float)ts_dy(gr, j) * h;
+            }
+            if (fabs(dw2[j * l2.in_local + f] - s) > worst) worst = fabs(dw2[j * l2.in_local + f] - s);
+        }
+    PS_CHECK(c, worst < 1e-5, "sp %d: dW2 shard differs by %g", sp, worst);
+    (void)dw1;
+    /* heads */
+    PS_OK(c, par_tp_heads(tp, 4 * T, 2 * T, &hl, &kvl));
+    PS_CHECK(c, hl == 4 && kvl == 2, "heads %lld %lld", (long long)hl, (long long)kvl);
+    if (T > 1) {
+        PS_ERR(c, par_tp_heads(tp, 4 * T + 1, 1, &hl, &kvl), PAR_ESHAPE, "heads are not divisible by the tensor-parallel degree");
+        PS_ERR(c, par_tp_heads(tp, 4 * T, 1, &hl, &kvl), PAR_ESHAPE, "kv heads are not divisible");
+    }
+    /* embedding: out rows = table rows of this rank's ids */
+    PS_OK(c, par_tp_embedding(tp, "emb", TS_V, TS_C, vocab_par, &emb));
+    for (r = 0; r < emb.rows_local; r++)
+        for (j = 0; j < TS_C; j++) tab[r * TS_C + j] = (float)ts_emb(emb.row_start + r, j);
+    for (r = 0; r < TS_N; r++) ids[r] = ts_id((int64_t)dr * TS_N + r);
+    PS_OK(c, par_tp_embedding_fwd(tp, &emb, TS_N, ids, tab, x, work));
+    worst = 0;
+    for (r = 0; r < held; r++)
+        for (j = 0; j < TS_C; j++)
+            if (fabs(x[r * TS_C + j] - (float)ts_emb(ts_id(r0 + r), j)) > worst) worst = fabs(x[r * TS_C + j] - (float)ts_emb(ts_id(r0 + r), j));
+    PS_CHECK(c, worst < 1e-6, "embedding sp %d vocab %d differs by %g", sp, vocab_par, worst);
+    memset(dtab, 0, sizeof dtab);
+    PS_OK(c, par_tp_embedding_bwd(tp, &emb, TS_N, ids, dy, dtab, work));
+    { /* the table gradient: summed over ranks sharing a data rank (partial where rows are split) */
+        double want, got;
+        int64_t v;
+        worst = 0;
+        for (v = 0; v < emb.rows_local; v++)
+            for (j = 0; j < TS_C; j++) {
+                want = 0;
+                for (r = 0; r < (emb.vocab_parallel ? TS_N : held); r++) {
+                    const int64_t gr = emb.vocab_parallel ? (int64_t)dr * TS_N + r : r0 + r;
+                    if (ts_id(gr) == emb.row_start + v) want += (double)(float)ts_dy(gr, j);
+                }
+                got = dtab[v * TS_C + j];
+                if (fabs(got - want) > worst) worst = fabs(got - want);
+            }
+        PS_CHECK(c, worst < 1e-5, "embedding grad sp %d vocab %d differs by %g", sp, vocab_par, worst);
+    }
+    /* vocabulary-parallel cross-entropy of logits z[r, v] = ts_x(r, v) */
+    PS_OK(c, par_tp_linear(tp, "lm_head", PAR_LINEAR_COLUMN, TS_C, TS_V, &head));
+    for (r = 0; r < TS_N; r++)
+        for (j = 0; j < head.out_local; j++) logits[r * head.out_local + j] = (float)ts_x(dr * TS_N + r, head.out_start + j);
+    PS_OK(c, par_tp_cross_entropy(tp, &head, TS_N, logits, ids, losses, 0.5f, work));
+    worst = 0;
+    for (r = 0; r < TS_N; r++) {
+        double mx = -1e30, se = 0, want;
+        int64_t v, gr = (int64_t)dr * TS_N + r;
+        for (v = 0; v < TS_V; v++) mx = fmax(mx, (double)(float)ts_x(gr, v));
+        for (v = 0; v < TS_V; v++) se += exp((double)(float)ts_x(gr, v) - mx);
+        want = log(se) + mx - (double)(float)ts_x(gr, ids[r]);
+        if (fabs(losses[r] - want) > worst) worst = fabs(losses[r] - want);
+        for (j = 0; j < head.out_local; j++) {
+            const int64_t vv = head.out_start + j;
+            const double p = exp((double)(float)ts_x(gr, vv) - mx) / se, g = 0.5 * (p - (vv == ids[r]));
+            if (fabs(logits[r * head.out_local + j] - g) > worst) worst = fabs(logits[r * head.out_local + j] - g);
+        }
+    }
+    PS_CHECK(c, worst < 1e-5, "cross-entropy differs by %g", worst);
+    /* gather the columns of one row of logits */
+    {
+        float row1[TS_V];
+        for (j = 0; j < head.out_local; j++) logits[j] = (float)(head.out_start + j);
+        PS_OK(c, par_tp_gather_columns(tp, &head, 1, logits, row1));
+        worst = 0;
+        for (j = 0; j < TS_V; j++) worst = fmax(worst, fabs(row1[j] - (float)j));
+        PS_CHECK(c, worst == 0, "gathered columns differ by %g", worst);
+    }
+    /* parameter descriptions: norms partial over the rows' split dims */
+    {
+        par_param_desc pd;
+        PS_OK(c, par_tp_norm_param(tp, "ln", TS_C, &pd));
+        PS_CHECK(c, pd.grad_partial == (info.data_dims | (sp ? info.tp_dims : 0u)), "norm grad_partial 0x%x", (unsigned)pd.grad_partial);
+        PS_OK(c, par_tp_linear_param(&l1, "w1", &pd));
+        PS_CHECK(c, par_layout_equal(&pd.layout, &l1.weight) && pd.grad_partial == info.data_dims, "linear param");
+    }
+    /* bad input */
+    PS_ERR(c, par_tp_linear(tp, "w3", PAR_LINEAR_COLUMN, TS_C, 0, &l1), PAR_EINVAL, "w3: in 4 and out 0 must be >= 1");
+    if (T > 1) {
+        PS_ERR(c, par_tp_linear(tp, "w3", PAR_LINEAR_COLUMN, TS_C, T * 2 + 1, &l1), PAR_ESTRATEGY, "w3");
+        PS_ERR(c, par_tp_gather_columns(tp, &l2, 1, yp, work), PAR_EINVAL, "is not column-parallel");
+        if (sp) PS_ERR(c, par_tp_gather_rows(tp, T + 1, 2, x, work, &full), PAR_ESHAPE, "not divisible by the tensor-parallel degree");
+    }
+    PS_ERR(c, par_tp_gather_rows(tp, -1, 2, x, work, &full), PAR_EINVAL, "n -1 and cols 2 must be >= 0");
+    PS_ERR(c, par_tp_norm_param(tp, "ln", 0, NULL), PAR_EINVAL, "NULL argument");
+    par_tp_destroy(tp);
+    /* strategies that do not fit together */
+    snprintf(row, sizeof row, "((%d,1),(%d,1))", D, T);
+    if (T > 1) PS_ERR(c, par_tp_create(ctx, &d, &tp), PAR_ESTRATEGY, "the row strategy");
+    d.row = "((2,";
+    PS_ERR(c, par_tp_create(ctx, &d, &tp), PAR_ESTRATEGY, "row strategy \"((2,\"");
+    d.row = row, d.rows = 0;
+    PS_ERR(c, par_tp_create(ctx, &d, &tp), PAR_EINVAL, "rows 0 and hidden 4 must be >= 1");
+}
+
+/* Everything for this rank's mesh; returns the failures (and *passed). */
+static int params_suite_run(par_ctx *ctx, int *passed) {
+    ps_counts c;
+    const par_mesh *m = par_ctx_mesh(ctx);
+    memset(&c, 0, sizeof c);
+    c.rank = par_ctx_rank(ctx);
+    ps_params_cases(ctx, &c);
+    ps_params_bad(ctx, &c);
+    if (m->ndim == 2 || (m->ndim == 1 && strcmp(m->names[0], "tp") == 0)) {
+        int sp, vp;
+        for (sp = 0; sp < 2; sp++)
+            for (vp = 0; vp < 2; vp++) ts_case(ctx, sp, vp, &c);
+    }
+    *passed = c.passed;
+    return c.failed;
+}
+
+#endif
