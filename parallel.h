@@ -1098,6 +1098,13 @@ PARALLEL_DEF par_status par_st_metadata_at(const par_st_file *file, int index, c
 PARALLEL_DEF par_status par_st_read(par_st_file *file, const char *name, int ndim, const int64_t *shape, int64_t first,
                                     int64_t count, par_dtype dtype, void *dst);
 
+/* Read `rank`'s slice of tensor `name` under `layout` (whose global shape
+   must be the tensor's: PAR_ESHAPE otherwise) into dst (the slice's local
+   shape, row-major, converted to dtype as par_st_read does): only the slice's
+   bytes are read from disk, one read per contiguous run. */
+PARALLEL_DEF par_status par_st_read_slice(par_st_file *file, const char *name, const par_layout *layout, int rank,
+                                          par_dtype dtype, void *dst);
+
 /* Read every tensor that has a checksum and compare (16 MiB at a time).
    *checked (may be NULL) receives the number of tensors verified, so a caller
    can tell a file without checksums from a good one. PAR_EIO "checksum mismatch
@@ -1415,6 +1422,11 @@ PARALLEL_DEF par_status par_params_set_step(par_params *ps, int64_t step);
    (all copies start equal). */
 PARALLEL_DEF par_status par_params_broadcast(par_params *ps);
 
+/* This rank's slice of the batch's first dim (the samples) as a data loader
+   shards a dataset (MindSpore's num_shards / shard_id): *shard_id in
+   [0, *num_shards). 0 of 1 without a batch layout. Local. */
+PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_id, int *num_shards);
+
 /* The mean loss over the whole global batch: *sum and *count (this rank's
    summed per-token losses and token count) are summed over the data-parallel
    ranks in place; the mean is *sum / *count. Not a mean of per-rank means. */
@@ -1664,6 +1676,13 @@ PARALLEL_DEF par_status par_set_error(par_status status, const char *fmt, ...) {
 }
 
 /* Record a failure sentence and return its status: `return par__fail(...)`. */
+/* Return a failing status of `call` to the caller (everywhere below). */
+#define PAR__CHECK(call)                          \
+    do {                                          \
+        par_status par__check_ = (call);          \
+        if (par__check_ != PAR_OK) return par__check_; \
+    } while (0)
+
 static PAR__PRINTF(2, 3) par_status par__fail(par_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -11288,6 +11307,46 @@ PARALLEL_DEF par_status par_st_read(par_st_file *file, const char *name, int ndi
     return PAR_OK;
 }
 
+PARALLEL_DEF par_status par_st_read_slice(par_st_file *file, const char *name, const par_layout *layout, int rank,
+                                          par_dtype dtype, void *dst) {
+    const par_st_tensor *t;
+    int64_t shape[PARALLEL_MAX_DIMS], off[PARALLEL_MAX_DIMS], idx[PARALLEL_MAX_DIMS] = {0}, run, runs = 1, r, first;
+    char want[96], got[96];
+    size_t elem = par_dtype_size(dtype);
+    int d, inner, status;
+    if (!file || !name || !layout || (!dst && par_layout_local_numel(layout) > 0))
+        return par__fail(PAR_EINVAL, "par_st_read_slice: NULL argument");
+    if (!elem) return par__fail(PAR_EINVAL, "par_st_read_slice: unknown dtype %d", (int)dtype);
+    if ((status = par_layout_check(layout)) != PAR_OK) return (par_status)status;
+    if (!(t = par_st_find(file, name))) return par__fail(PAR_EINVAL, "par_st_read_slice: no tensor \"%s\"", name);
+    if (t->ndim != layout->ndim || memcmp(t->shape, layout->shape, (size_t)layout->ndim * sizeof(int64_t)) != 0) {
+        par__shape_text(want, sizeof want, layout->ndim, layout->shape);
+        par__shape_text(got, sizeof got, t->ndim, t->shape);
+        return par__fail(PAR_ESHAPE, "par_st_read_slice: tensor \"%s\" has shape %s, the layout %s", name, got, want);
+    }
+    par_layout_local_shape(layout, shape);
+    PAR__CHECK(par_layout_local_offset(layout, rank, off));
+    /* runs: the innermost dims the slice covers whole merge into one */
+    inner = layout->ndim - 1;
+    run = layout->ndim ? shape[inner] : 1;
+    while (inner > 0 && shape[inner] == layout->shape[inner]) inner--, run *= shape[inner];
+    for (d = 0; d < inner; d++) runs *= shape[d];
+    for (r = 0; r < runs; r++) {
+        int64_t stride = 1;
+        first = 0;
+        for (d = layout->ndim - 1; d >= 0; d--) {
+            first += (off[d] + (d < inner ? idx[d] : 0)) * stride;
+            stride *= layout->shape[d];
+        }
+        PAR__CHECK(par_st_read(file, name, 0, NULL, first, run, dtype, (char *)dst + (size_t)(r * run) * elem));
+        for (d = inner - 1; d >= 0; d--) { /* next run: odometer over the outer dims */
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return PAR_OK;
+}
+
 PARALLEL_DEF par_status par_st_verify(par_st_file *file, int *checked) {
     unsigned char *buf;
     par_status st = PAR_OK;
@@ -12485,12 +12544,6 @@ done:
     return st;
 }
 
-/* Return a failing status of `call` to the caller (the sections below use it). */
-#define PAR__CHECK(call)                          \
-    do {                                          \
-        par_status par__check_ = (call);          \
-        if (par__check_ != PAR_OK) return par__check_; \
-    } while (0)
 
 // >>params
 
@@ -12539,6 +12592,8 @@ struct par_params {
     int micro, num_micro, in_micro;
     int64_t step;
     par_trace *trace;
+    par_layout batch;
+    int has_batch;
     int64_t planned[PAR_MEM_CATEGORY_COUNT];
     /* par_params_gather's workspace */
     float *tmp_whole, *tmp_bucket;
@@ -12777,6 +12832,7 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     ps->trace = desc->trace;
     ps->tmp_bucket_of = -1;
     ps->data_dims = desc->batch ? par_layout_split_dims(desc->batch) & par__mesh_dims_mask(mesh) : 0u;
+    if (desc->batch) ps->batch = *desc->batch, ps->has_batch = 1;
     ps->p = (par__param *)PARALLEL_MALLOC((size_t)(desc->num_params ? desc->num_params : 1) * sizeof(par__param));
     if (!ps->p) return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
     memset(ps->p, 0, (size_t)(desc->num_params ? desc->num_params : 1) * sizeof(par__param));
@@ -13134,6 +13190,17 @@ PARALLEL_DEF par_status par_params_broadcast(par_params *ps) {
         if (count > 1)
             PAR__CHECK(ps->cm->broadcast(ps->cm->user, g, ps->value + p->offset, p->numel, PAR_F32, 0, NULL));
     }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_id, int *num_shards) {
+    int64_t off[PARALLEL_MAX_DIMS], shape[PARALLEL_MAX_DIMS];
+    if (!ps || !shard_id || !num_shards) return par__fail(PAR_EINVAL, "par_params_data_shard: NULL argument");
+    *shard_id = 0, *num_shards = 1;
+    if (!ps->has_batch || ps->batch.ndim < 1) return PAR_OK;
+    par_layout_local_shape(&ps->batch, shape);
+    PAR__CHECK(par_layout_local_offset(&ps->batch, par_ctx_rank(ps->ctx), off));
+    *num_shards = (int)par_layout_shards(&ps->batch, 0), *shard_id = (int)(off[0] / shape[0]);
     return PAR_OK;
 }
 
