@@ -118,7 +118,8 @@ static int same_config(const llama_config *a, const llama_config *b) {
            a->beta2 == b->beta2 && a->eps == b->eps && a->weight_decay == b->weight_decay &&
            strcmp(a->lr_schedule, b->lr_schedule) == 0 && a->warmup_steps == b->warmup_steps &&
            a->total_steps == b->total_steps && a->min_lr == b->min_lr && a->batch_size == b->batch_size &&
-           a->max_grad_norm == b->max_grad_norm && a->seed == b->seed;
+           a->max_grad_norm == b->max_grad_norm && a->seed == b->seed && a->parallel_mode == b->parallel_mode &&
+           a->full_batch == b->full_batch && a->parameter_broadcast == b->parameter_broadcast;
 }
 
 /* ---- defaults -------------------------------------------------------------- */
@@ -162,6 +163,11 @@ static void test_defaults(void) {
     CHECK_INT(c.batch_size, 8);
     CHECK_FLT(c.max_grad_norm, 0.0f);
     CHECK(c.seed == 1234);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_SEMI_AUTO);
+    CHECK_INT(c.parallel_mode, 1); /* MindFormers' integer for semi_auto_parallel */
+    CHECK_INT(c.full_batch, 1);
+    CHECK_INT(c.parameter_broadcast, 0);
+    CHECK_INT(llama_config_global_batch(&c), 8);
     CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
 
     /* loading nothing is the defaults */
@@ -295,8 +301,9 @@ static const key_case key_cases[] = {
     {"parallel_config.ulysses_degree_in_cp", "2", K_INT, AT(ulysses_degree_in_cp), 2, NULL},
     {"parallel_config.use_seq_parallel", "yes", K_BOOL, AT(use_seq_parallel), 1, NULL},
     {"parallel_config.vocab_emb_dp", "False", K_BOOL, AT(vocab_emb_dp), 0, NULL},
-    {"parallel.parallel_mode", "data_parallel", K_IGNORED, 0, 0, NULL},
-    {"parallel.full_batch", "false", K_IGNORED, 0, 0, NULL},
+    {"parallel.parallel_mode", "data_parallel", K_INT, AT(parallel_mode), 0, NULL},
+    {"parallel.full_batch", "false", K_BOOL, AT(full_batch), 0, NULL},
+    {"parallel.parameter_broadcast", "True", K_BOOL, AT(parameter_broadcast), 1, NULL},
     {"parallel.gradients_mean", "off", K_BOOL, AT(gradients_mean), 0, NULL},
     {"parallel.enable_parallel_optimizer", "true", K_BOOL, AT(enable_parallel_optimizer), 1, NULL},
     {"parallel.enable_alltoall", "True", K_BOOL, AT(enable_alltoall), 1, NULL},
@@ -424,6 +431,11 @@ static void test_every_key(void) {
     CHECK(load_set("lr_schedule.type=ConstantWarmUpLR", &c) == 0 && strcmp(c.lr_schedule, "constant") == 0);
     CHECK(load_set("parallel_config.context_parallel_algo=hybrid_cp", &c) == 0 &&
           strcmp(c.context_parallel_algo, "hybrid_cp") == 0);
+    /* MindFormers' documented spelling hybird_cp is hybrid_cp */
+    CHECK_MSG(load_set("parallel_config.context_parallel_algo=hybird_cp", &c) == 0, "%s", err_);
+    CHECK_STR(c.context_parallel_algo, "hybrid_cp");
+    CHECK_MSG(load_text("parallel_config:\n  context_parallel_algo: hybird_cp\n", NULL, 0, &c) == 0, "%s", err_);
+    CHECK_STR(c.context_parallel_algo, "hybrid_cp");
     static const char *const adams[] = {"AdamW", "adamw", "AdamWeightDecay", "FusedAdamWeightDecay"};
     for (int i = 0; i < 4; i++) {
         char set[128];
@@ -597,7 +609,12 @@ static const bad_case bad_values[] = {
     {"lr_schedule.type", "linear", "not one of"},
     {"parallel_config.context_parallel_algo", "ring", "not one of"},
     {"parallel.parallel_optimizer_config.optimizer_level", "level4", "not one of"},
-    {"parallel.parallel_mode", "auto_parallel", "not one of"},
+    {"parallel.parallel_mode", "manual_parallel", "not one of"},
+    {"parallel.parallel_mode", "4", "not one of"},
+    {"parallel.full_batch", "sometimes", "not a boolean"},
+    {"parallel.parameter_broadcast", "2", "not a boolean"},
+    {"parallel_config.context_parallel_algo", "hybird", "not one of"},
+
     {"model.arch.type", "GPT2", "not one of"},
     {"run_mode", "predict", "not one of"},
     {"seed", "-1", ">= 0"},
@@ -812,7 +829,7 @@ static void test_cross_rules(void) {
                          "model.model_config.seq_length=63"};
     expect_rule(tps, 3, "model.model_config.seq_length = 63 is not divisible", "use_seq_parallel");
 
-    /* features that have not landed: rejected by name */
+    /* features that have not landed: rejected by name (MindFormers' switches: test_not_landed) */
     const char *pp[] = {"parallel_config.pipeline_stage=2"};
     expect_rule(pp, 1, "parallel_config.pipeline_stage = 2", "not implemented");
     const char *cp[] = {"parallel_config.context_parallel=2"};
@@ -862,6 +879,155 @@ static void test_cross_rules(void) {
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK(llama_config_load(NULL, NULL, 0, NULL, NULL, err, sizeof err) == -1);
     CHECK(llama_config_load(NULL, tp3, 1, &c, NULL, NULL, 0) == -1);
+}
+
+/* ---- MindFormers' parallel modes, batch meaning and switches of features to come ---- */
+
+static void test_parallel_mode(void) {
+    llama_config c;
+    /* semi_auto_parallel (default) and its integer */
+    CHECK(load_set("parallel.parallel_mode=1", &c) == 0 && c.parallel_mode == LLAMA_PARALLEL_MODE_SEMI_AUTO);
+    CHECK(load_set("parallel.parallel_mode=semi_auto_parallel", &c) == 0 && c.parallel_mode == 1);
+
+    /* auto_parallel and hybrid_parallel: parsed (a later --set may undo them), then refused by name */
+    static const char *const autos[] = {"parallel.parallel_mode=auto_parallel", "parallel.parallel_mode=2"};
+    for (int i = 0; i < 2; i++)
+        expect_rule(&autos[i], 1, "parallel.parallel_mode = auto_parallel: ",
+                    "auto_parallel (strategy search) is not implemented yet; use semi_auto_parallel");
+    static const char *const hybrids[] = {"parallel.parallel_mode=hybrid_parallel", "parallel.parallel_mode=3"};
+    for (int i = 0; i < 2; i++) {
+        expect_rule(&hybrids[i], 1, "parallel.parallel_mode = hybrid_parallel: ", "is not supported");
+        CHECK_HAS(err_, "use semi_auto_parallel");
+    }
+    const char *undo[] = {"parallel.parallel_mode=semi_auto_parallel"};
+    CHECK_MSG(load_text("parallel:\n  parallel_mode: 2\n", undo, 1, &c) == 0 && c.parallel_mode == 1, "%s", err_);
+    CHECK(load_text("parallel:\n  parallel_mode: auto_parallel\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "parallel.parallel_mode = auto_parallel: auto_parallel (strategy search)");
+
+    /* data_parallel: pure data parallel, batch per rank */
+    const char *dp_ok[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.data_parallel=4", "runner_config.batch_size=3"};
+    CHECK_MSG(load_text(NULL, dp_ok, 4, &c) == 0, "%s", err_);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_DATA);
+    CHECK_INT(c.full_batch, 0);
+    CHECK_INT(llama_config_global_batch(&c), 12);
+    const char *dp_int[] = {"parallel.parallel_mode=0", "parallel.full_batch=false"};
+    CHECK_MSG(load_text(NULL, dp_int, 2, &c) == 0 && c.parallel_mode == LLAMA_PARALLEL_MODE_DATA, "%s", err_);
+    const char *dp_full[] = {"parallel.parallel_mode=data_parallel"}; /* full_batch true (the default) */
+    expect_rule(dp_full, 1, "parallel.parallel_mode = data_parallel needs parallel.full_batch = false",
+                "each rank reads its own runner_config.batch_size samples");
+    const char *dp_tp[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.model_parallel=2"};
+    expect_rule(dp_tp, 3, "parallel.parallel_mode = data_parallel is pure data parallel",
+                "parallel_config.model_parallel (2), parallel_config.context_parallel (1) and "
+                "parallel_config.pipeline_stage (1) must be 1");
+    /* named before the "not implemented" of context and pipeline parallel */
+    const char *dp_cp[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.context_parallel=2"};
+    expect_rule(dp_cp, 3, "pure data parallel", "parallel_config.context_parallel (2)");
+    const char *dp_pp[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.pipeline_stage=3"};
+    expect_rule(dp_pp, 3, "pure data parallel", "parallel_config.pipeline_stage (3) must be 1");
+    /* the same degrees are fine in semi_auto_parallel */
+    const char *semi_tp[] = {"parallel_config.model_parallel=2"};
+    CHECK_MSG(load_text(NULL, semi_tp, 1, &c) == 0, "%s", err_);
+
+    /* stand_alone: one device */
+    CHECK_MSG(load_set("parallel.parallel_mode=stand_alone", &c) == 0, "%s", err_);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_STAND_ALONE);
+    const char *sa_dp[] = {"parallel.parallel_mode=stand_alone", "parallel_config.data_parallel=2"};
+    expect_rule(sa_dp, 2, "parallel.parallel_mode = stand_alone runs on one device",
+                "parallel_config.data_parallel x model_parallel x pipeline_stage x context_parallel = 2 x 1 x 1 x 1 ranks");
+    const char *sa_tp[] = {"parallel.parallel_mode=stand_alone", "parallel_config.model_parallel=2"};
+    expect_rule(sa_tp, 2, "stand_alone", "= 1 x 2 x 1 x 1 ranks");
+
+    /* the mode prints by name and reads back */
+    llama_config_defaults(&c);
+    c.parallel_mode = LLAMA_PARALLEL_MODE_STAND_ALONE;
+    char text[8192];
+    FILE *f = tmpfile();
+    if (!f) return;
+    llama_config_print(&c, f);
+    slurp(f, text, sizeof text);
+    fclose(f);
+    CHECK_HAS(text, "parallel:\n  parallel_mode: stand_alone\n  full_batch: true\n  parameter_broadcast: false\n");
+
+    /* validate on a config built in code */
+    char err[512];
+    llama_config_defaults(&c);
+    c.parallel_mode = 9;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.parallel_mode = 9: must be one of");
+    llama_config_defaults(&c);
+    c.parallel_mode = LLAMA_PARALLEL_MODE_AUTO;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.parallel_mode = auto_parallel");
+}
+
+static void test_full_batch(void) {
+    llama_config c;
+    /* true (default): batch_size is the global batch */
+    const char *g[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=6"};
+    CHECK_MSG(load_text(NULL, g, 2, &c) == 0, "%s", err_);
+    CHECK_INT(llama_config_global_batch(&c), 6);
+    /* false: per data-parallel rank, global = batch_size x data_parallel */
+    const char *r[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3"};
+    CHECK_MSG(load_text(NULL, r, 3, &c) == 0, "%s", err_);
+    CHECK_INT(c.batch_size, 3);
+    CHECK_INT(llama_config_global_batch(&c), 6);
+    /* the same batch_size as a global batch does not split over 2 ranks */
+    const char *r2[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=3"};
+    expect_rule(r2, 2, "runner_config.batch_size = 3 is not divisible by parallel_config.data_parallel (2)", NULL);
+    /* divisibility uses the effective global batch: 3 per rank x 2 ranks = 6 splits into 2 x 3 micro-batches
+       only if each rank's 3 samples split into micro_batch_num parts */
+    const char *m[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3",
+                       "parallel_config.micro_batch_num=3"};
+    CHECK_MSG(load_text(NULL, m, 4, &c) == 0, "%s", err_);
+    CHECK_INT(llama_config_global_batch(&c), 6);
+    const char *m2[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3",
+                        "parallel_config.micro_batch_num=2"};
+    expect_rule(m2, 4,
+                "runner_config.batch_size = 3 (per data-parallel rank: parallel.full_batch is false) is not divisible "
+                "by parallel_config.micro_batch_num (2)",
+                NULL);
+    /* with full_batch true the same micro_batch_num needs batch_size % (dp x mbn) */
+    const char *m3[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=6",
+                        "parallel_config.micro_batch_num=2"};
+    expect_rule(m3, 3, "runner_config.batch_size = 6 is not divisible", "parallel_config.micro_batch_num (2)");
+    /* the global batch has the batch_size bound too */
+    const char *big[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2",
+                         "runner_config.batch_size=1048576"};
+    expect_rule(big, 3, "the global batch runner_config.batch_size x parallel_config.data_parallel = 1048576 x 2 = 2097152",
+                "larger than 1048576");
+    const char *edge[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2",
+                          "runner_config.batch_size=524288"};
+    CHECK_MSG(load_text(NULL, edge, 3, &c) == 0 && llama_config_global_batch(&c) == 1048576, "%s", err_);
+
+    /* the helper on its own */
+    CHECK_INT(llama_config_global_batch(NULL), -1);
+    llama_config_defaults(&c);
+    c.full_batch = 0;
+    c.batch_size = 5;
+    c.data_parallel = 7;
+    CHECK_INT(llama_config_global_batch(&c), 35);
+    c.full_batch = 1;
+    CHECK_INT(llama_config_global_batch(&c), 5);
+    c.full_batch = 0;
+    c.batch_size = 1 << 20;
+    c.data_parallel = 1 << 12;
+    CHECK_INT(llama_config_global_batch(&c), -1); /* past INT_MAX */
+
+    /* parameter_broadcast: stored, no rule */
+    CHECK(load_set("parallel.parameter_broadcast=true", &c) == 0 && c.parameter_broadcast == 1);
+    char err[256];
+    llama_config_defaults(&c);
+    c.full_batch = 2;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.full_batch");
+    llama_config_defaults(&c);
+    c.parameter_broadcast = -1;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.parameter_broadcast");
 }
 
 /* ---- printing -------------------------------------------------------------------- */
@@ -923,6 +1089,11 @@ static void test_print(void) {
     CHECK_HAS(ref, "`CosineWithWarmUpLR` = `cosine`");
     CHECK_HAS(ref, "same as `optimizer.learning_rate`");
     CHECK_HAS(ref, "| `lr_schedule.total_steps` | int >= 0 (or -1, read as 0) | `0` |");
+    CHECK_HAS(ref, "`hybird_cp` = `hybrid_cp`");
+    CHECK_HAS(ref, "| `parallel.parallel_mode` | `semi_auto_parallel` \\| `data_parallel` \\| `stand_alone` \\| "
+                   "`auto_parallel` \\| `hybrid_parallel` | `semi_auto_parallel` |");
+    CHECK_HAS(ref, "`0` = `data_parallel`, `1` = `semi_auto_parallel`, `2` = `auto_parallel`, `3` = `hybrid_parallel`");
+
     /* every line is a table row of 4 cells (pipes inside cells escaped) */
     int lines = 0, bad_rows = 0;
     for (const char *p = ref; *p; lines++) {
@@ -1075,6 +1246,8 @@ int main(void) {
     test_types_and_ranges();
     test_duplicates();
     test_cross_rules();
+    test_parallel_mode();
+    test_full_batch();
     test_print();
     test_args();
     remove_files();
