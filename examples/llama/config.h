@@ -72,6 +72,19 @@ typedef struct llama_config {
     /* top level */
     float max_grad_norm;   /* 0 = no clipping */
     uint64_t seed;         /* init and shuffle seed */
+
+    /* MindFormers switches of features that have not landed. Stored (rather than
+       refused while parsing) so that a --set can undo a file's value;
+       llama_config_validate refuses anything but the default, naming the key. */
+    int use_ring_attention;          /* model_config (or parallel_config): bool, false */
+    int fine_grain_interleave;       /* model_config (or parallel_config): 1 */
+    int pp_interleave_num;           /* model_config: 1 (virtual pipeline stages) */
+    int offset;                      /* model_config: 0 (layers moved between pipeline stages) */
+    int pipeline_interleave;         /* parallel.pipeline_config: bool, false */
+    int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
+    int recompute;                   /* recompute_config: bool, false */
+    int select_recompute;            /* recompute_config: bool, false */
+    int gradient_accumulation_steps; /* runner_config: 1 (here micro_batch_num accumulates) */
 } llama_config;
 
 /* parallel.parallel_mode; 0..3 are MindFormers' integer spellings. */
@@ -126,8 +139,9 @@ int llama_config_load(const char *path, const char *const *sets, int num_sets, l
    divisibility (hidden % heads, heads % kv heads, even head dim, the global
    batch (llama_config_global_batch) % (dp * micro_batch_num); heads, kv heads,
    ffn, vocab and, with use_seq_parallel, seq_length by model_parallel); and
-   features that have not landed (pipeline_stage, context_parallel > 1, ZeRO
-   level3) refused by name. */
+   switches of features that have not landed (pipeline_stage, context_parallel
+   > 1, ZeRO level3, ring attention, interleaves, pipeline offsets,
+   recomputation, gradient_accumulation_steps) refused by name with the reason. */
 int llama_config_validate(const llama_config *cfg, char *err, size_t errsize);
 
 /* Samples per optimizer step over all ranks: runner_config.batch_size with
@@ -166,13 +180,26 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
+#define LLAMA__TODO_RING "context parallel (ring attention) is not implemented yet; use false"
+#define LLAMA__TODO_MULTICOPY "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"
+#define LLAMA__TODO_FINE_GRAIN                                                                        \
+    "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it " \
+    "also requires parallel_config.use_seq_parallel)"
+#define LLAMA__TODO_VPP "interleaved pipeline (virtual stages) is not implemented yet"
+#define LLAMA__TODO_OFFSET "per-stage layer offsets (pipeline parallel) are not implemented yet; use 0"
+#define LLAMA__NO_RECOMPUTE "activation recomputation is not implemented; use false"
+#define LLAMA__NO_GRAD_ACCUM                                                                             \
+    "not supported: gradient accumulation here is parallel_config.micro_batch_num, which splits each "  \
+    "rank's share of the batch into micro-batches (MindFormers' gradient_accumulation_steps multiplies " \
+    "the batch instead); use 1"
 
 #define LLAMA__MAX_PATH 128          /* longest dotted key path */
 #define LLAMA__MAX_FILE (1 << 20)    /* a config larger than 1 MiB is not a config */
 
 /* ---- the key table ------------------------------------------------------ */
 
-enum { LLAMA__T_INT, LLAMA__T_U64, LLAMA__T_FLOAT, LLAMA__T_BOOL, LLAMA__T_CHOICE, LLAMA__T_ALIAS };
+/* TEXT: any scalar, for keys accepted and ignored (never stored). */
+enum { LLAMA__T_INT, LLAMA__T_U64, LLAMA__T_FLOAT, LLAMA__T_BOOL, LLAMA__T_CHOICE, LLAMA__T_TEXT, LLAMA__T_ALIAS };
 
 enum {
     LLAMA__MIN_OPEN = 1,  /* value must be > min (not >=) */
@@ -236,6 +263,10 @@ static const llama__choice llama__parallel_modes[] = {
     {"2", "auto_parallel", LLAMA_PARALLEL_MODE_AUTO},
     {"3", "hybrid_parallel", LLAMA_PARALLEL_MODE_HYBRID},
     {NULL, NULL, 0}};
+static const llama__choice llama__search_modes[] = {{"recursive_programming", "recursive_programming", 0},
+                                                    {"dynamic_programming", "dynamic_programming", 1},
+                                                    {"sharding_propagation", "sharding_propagation", 2},
+                                                    {NULL, NULL, 0}};
 static const llama__choice llama__run_modes[] = {{"train", "train", 0}, {"finetune", "finetune", 0}, {NULL, NULL, 0}};
 static const llama__choice llama__archs[] = {{"LlamaForCausalLM", "LlamaForCausalLM", 0}, {NULL, NULL, 0}};
 static const llama__choice llama__model_types[] = {{"LlamaConfig", "LlamaConfig", 0}, {NULL, NULL, 0}};
@@ -269,6 +300,18 @@ static const llama__key llama__keys[] = {
      NULL, "RoPE base"},
     {"model.model_config.initializer_range", LLAMA__T_FLOAT, LLAMA__AT(initializer_range), 0, 0, LLAMA__NOMAX, 0, NULL,
      "0.02", NULL, "standard deviation of the normal weight init (norm weights start at 1)"},
+    {"model.model_config.use_attn_mask_compression", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted either way: attention never builds an S x S mask (causal masking comes from the token positions, which is what true asks for), so false changes nothing"},
+    {"model.model_config.use_ring_attention", LLAMA__T_BOOL, LLAMA__AT(use_ring_attention), 0, 0, 0, 0, NULL, "false",
+     NULL, "ring attention over a context-parallel group; only false until context parallel lands"},
+    {"model.model_config.fine_grain_interleave", LLAMA__T_INT, LLAMA__AT(fine_grain_interleave), 0, 1, LLAMA__DEG, 0,
+     NULL, "1", NULL,
+     "fine-grained interleave: each layer's tokens in slices whose communication overlaps the other slices' compute (MindFormers requires use_seq_parallel for it); only 1 until it lands"},
+    {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
+     NULL,
+     "virtual pipeline stages per rank (interleaved schedule, with parallel.pipeline_config.pipeline_interleave); only 1 until pipeline parallel lands"},
+    {"model.model_config.offset", LLAMA__T_INT, LLAMA__AT(offset), 0, -4096, 4096, 0, NULL, "0", NULL,
+     "layers moved between pipeline stages (MindFormers also takes a per-stage list); only 0 until pipeline parallel lands"},
 
     /* parallel_config */
     {"parallel_config.data_parallel", LLAMA__T_INT, LLAMA__AT(data_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
@@ -290,6 +333,14 @@ static const llama__key llama__keys[] = {
      "sequence parallel: norms and residual split by tokens over the model_parallel group (all-gather before column-parallel linears, reduce-scatter after row-parallel ones); needs seq_length divisible by model_parallel"},
     {"parallel_config.vocab_emb_dp", LLAMA__T_BOOL, LLAMA__AT(vocab_emb_dp), 0, 0, 0, 0, NULL, "true", NULL,
      "true: embedding replicated over model_parallel; false: split by vocabulary over it (lm_head and the loss are always vocabulary-parallel)"},
+    {"parallel_config.use_ring_attention", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "model.model_config.use_ring_attention", "MindFormers keeps it in model_config"},
+    {"parallel_config.use_attn_mask_compression", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "model.model_config.use_attn_mask_compression", "MindFormers keeps it in model_config"},
+    {"parallel_config.fine_grain_interleave", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "model.model_config.fine_grain_interleave", "MindFormers keeps it in model_config"},
+    {"parallel_config.micro_batch_interleave_num", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "micro_batch_interleave_num", "MindFormers keeps it at the top level"},
 
     /* parallel */
     {"parallel.parallel_mode", LLAMA__T_CHOICE, LLAMA__AT(parallel_mode), 0, 0, 0, 0, llama__parallel_modes,
@@ -308,6 +359,25 @@ static const llama__key llama__keys[] = {
     {"parallel.parallel_optimizer_config.optimizer_level", LLAMA__T_CHOICE, LLAMA__AT(optimizer_level), 0, 0, 0, 0,
      llama__levels, "level1", NULL,
      "with enable_parallel_optimizer: level1 shards optimizer state, level2 also gradients; level3 not yet"},
+    {"parallel.pipeline_config.pipeline_interleave", LLAMA__T_BOOL, LLAMA__AT(pipeline_interleave), 0, 0, 0, 0, NULL,
+     "false", NULL,
+     "interleaved pipeline schedule (with model_config.pp_interleave_num); only false until pipeline parallel lands"},
+    {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__search_modes, "recursive_programming",
+     NULL, "auto_parallel's strategy search; accepted and ignored (auto_parallel is not implemented yet)"},
+    {"parallel.strategy_ckpt_save_file", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "./ckpt_strategy.ckpt", NULL,
+     "accepted and ignored: no strategy file is written; checkpoints are saved whole, so they load into any layout without one"},
+
+    /* recompute_config */
+    {"recompute_config.recompute", LLAMA__T_BOOL, LLAMA__AT(recompute), 0, 0, 0, 0, NULL, "false", NULL,
+     "recompute each layer's activations in the backward pass; only false (activation recomputation is not implemented)"},
+    {"recompute_config.select_recompute", LLAMA__T_BOOL, LLAMA__AT(select_recompute), 0, 0, 0, 0, NULL, "false", NULL,
+     "recompute selected operators (MindFormers also takes a list); only false (activation recomputation is not implemented)"},
+    {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
+    {"recompute_config.mp_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL,
+     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
+    {"recompute_config.recompute_slice_activation", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
 
     /* optimizer */
     {"optimizer.type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__optimizers, "AdamW", NULL,
@@ -341,6 +411,9 @@ static const llama__key llama__keys[] = {
     /* runner_config */
     {"runner_config.batch_size", LLAMA__T_INT, LLAMA__AT(batch_size), 0, 1, LLAMA__MAX_BATCH, 0, NULL, "8", NULL,
      "with parallel.full_batch true (the default): the GLOBAL batch, samples per step over all data-parallel ranks and micro-batches; with full_batch false: samples per step on each data-parallel rank. MindFormers reads it per card (its global batch is batch_size x data_parallel x gradient_accumulation_steps), so a MindFormers config means the same here with full_batch false"},
+    {"runner_config.gradient_accumulation_steps", LLAMA__T_INT, LLAMA__AT(gradient_accumulation_steps), 0, 1, 1048576, 0,
+     NULL, "1", NULL,
+     "MindFormers' gradient accumulation, which multiplies the batch; only 1: here parallel_config.micro_batch_num accumulates, splitting the batch"},
     {"runner_config.epochs", LLAMA__T_INT, LLAMA__NONE, 0, 1, INT_MAX, 0, NULL, "1", NULL,
      "accepted and ignored: the run length is --steps"},
     {"runner_config.sink_mode", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL, "accepted and ignored"},
@@ -350,6 +423,9 @@ static const llama__key llama__keys[] = {
     {"max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(max_grad_norm), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
      "clip the global gradient norm to this; 0 = no clipping"},
     {"seed", LLAMA__T_U64, LLAMA__AT(seed), 0, 0, 0, 0, NULL, "1234", NULL, "seed of the weight init and the data shuffle"},
+    {"micro_batch_interleave_num", LLAMA__T_INT, LLAMA__AT(micro_batch_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
+     NULL,
+     "multi-copy interleave: each micro-batch split into copies whose communication overlaps the other copies' compute; only 1 until it lands"},
     {"run_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__run_modes, "train", NULL, "accepted and ignored"},
     {"use_parallel", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted and ignored: --backend and the launcher decide"},
@@ -634,6 +710,9 @@ static int llama__parse_value(const llama__key *k, const char *s, llama_config *
             llama__choice_list(k->choices, list, sizeof list);
             return llama__fail(why, whysize, "not one of %s", list);
         }
+    case LLAMA__T_TEXT:
+        if (store) return llama__fail(why, whysize, "internal error: a text key cannot be stored");
+        return 0;
     default:
         return llama__fail(why, whysize, "internal error: bad key type");
     }
@@ -706,6 +785,19 @@ int llama_config_global_batch(const llama_config *c) {
     return b > INT_MAX ? -1 : (int)b;
 }
 
+/* "path" or, with its alias spellings, "path (or alias, ...)": refusals name
+   every spelling the user may have written. */
+static void llama__key_names(const llama__key *k, char *buf, size_t size) {
+    size_t used = (size_t)snprintf(buf, size, "%s", k->path);
+    int n = 0;
+    for (int i = 0; i < LLAMA__NUM_KEYS && used < size; i++) {
+        const llama__key *a = &llama__keys[i];
+        if (a->type != LLAMA__T_ALIAS || strcmp(a->target, k->path) != 0) continue;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", n++ ? ", " : " (or ", a->path);
+    }
+    if (n && used < size) snprintf(buf + used, size - used, ")");
+}
+
 #define LLAMA__K(name) "model.model_config." name
 #define LLAMA__P(name) "parallel_config." name
 
@@ -752,6 +844,31 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         return llama__fail(err, errsize, LLAMA__P("context_parallel") " = %d: " LLAMA__TODO_CP, c->context_parallel);
     if (c->optimizer_level == 3)
         return llama__fail(err, errsize, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
+    {
+        const struct {
+            const char *key;
+            int value, def;
+            const char *reason;
+        } todo[] = {
+            {LLAMA__K("use_ring_attention"), c->use_ring_attention, 0, LLAMA__TODO_RING},
+            {"micro_batch_interleave_num", c->micro_batch_interleave_num, 1, LLAMA__TODO_MULTICOPY},
+            {LLAMA__K("fine_grain_interleave"), c->fine_grain_interleave, 1, LLAMA__TODO_FINE_GRAIN},
+            {LLAMA__K("pp_interleave_num"), c->pp_interleave_num, 1, LLAMA__TODO_VPP "; use 1"},
+            {"parallel.pipeline_config.pipeline_interleave", c->pipeline_interleave, 0, LLAMA__TODO_VPP "; use false"},
+            {LLAMA__K("offset"), c->offset, 0, LLAMA__TODO_OFFSET},
+            {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
+            {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
+            {"runner_config.gradient_accumulation_steps", c->gradient_accumulation_steps, 1, LLAMA__NO_GRAD_ACCUM},
+        };
+        for (size_t i = 0; i < sizeof todo / sizeof todo[0]; i++) {
+            if (todo[i].value == todo[i].def) continue;
+            const llama__key *k = llama__find(todo[i].key, strlen(todo[i].key));
+            char names[2 * LLAMA__MAX_PATH + 16];
+            llama__key_names(k, names, sizeof names);
+            llama__value_text(k, c, val, sizeof val);
+            return llama__fail(err, errsize, "%s = %s: %s", names, val, todo[i].reason);
+        }
+    }
 
     /* cross-key rules */
     if (c->hidden_size % c->num_heads != 0)
@@ -955,6 +1072,23 @@ static int llama__file_scalar(llama__loader *l, const char *path, const yaml_eve
     return 0;
 }
 
+/* MindFormers also takes a list for a few keys: per-stage or per-operator
+   forms of features that have not landed. Such a list is refused with the
+   feature's reason rather than as a shape error. NULL for other keys. */
+static const char *llama__list_refusal(const llama__key *k) {
+    static const struct {
+        const char *path, *reason;
+    } lists[] = {
+        {"recompute_config.recompute", LLAMA__NO_RECOMPUTE},
+        {"recompute_config.select_recompute", LLAMA__NO_RECOMPUTE},
+        {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__NO_RECOMPUTE},
+        {"model.model_config.offset", LLAMA__TODO_OFFSET},
+    };
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        if (strcmp(lists[i].path, k->path) == 0) return lists[i].reason;
+    return NULL;
+}
+
 /* The body of a mapping whose start event was just read; `path` is its
    dotted path ("" at the top). */
 static int llama__file_mapping(llama__loader *l, const char *path) {
@@ -986,6 +1120,9 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
         } else if (val.type == YAML_ALIAS_EVENT) {
             rc = llama__fail(l->err, l->errsize, "%s:%d: %s: YAML aliases (*name) are not supported; write the value out",
                              l->file, line, child);
+        } else if (k && val.type == YAML_SEQUENCE_START_EVENT && llama__list_refusal(llama__resolve_alias(k))) {
+            rc = llama__fail(l->err, l->errsize, "%s:%d: %s = [a list]: %s", l->file, line, child,
+                             llama__list_refusal(llama__resolve_alias(k)));
         } else if (k) {
             rc = llama__fail(l->err, l->errsize, "%s:%d: %s needs a single value, not %s", l->file, line, child,
                              llama__node_kind(val.type));
@@ -1199,6 +1336,7 @@ static void llama__type_text(const llama__key *k, char *buf, size_t size) {
     case LLAMA__T_FLOAT: llama__range_text(k, range, sizeof range); snprintf(buf, size, "float %s", range); break;
     case LLAMA__T_U64: snprintf(buf, size, "int >= 0 (64-bit)"); break;
     case LLAMA__T_BOOL: snprintf(buf, size, "bool"); break;
+    case LLAMA__T_TEXT: snprintf(buf, size, "text"); break;
     case LLAMA__T_ALIAS: snprintf(buf, size, "alias"); break;
     case LLAMA__T_CHOICE: {
         size_t used = 0;

@@ -119,7 +119,13 @@ static int same_config(const llama_config *a, const llama_config *b) {
            strcmp(a->lr_schedule, b->lr_schedule) == 0 && a->warmup_steps == b->warmup_steps &&
            a->total_steps == b->total_steps && a->min_lr == b->min_lr && a->batch_size == b->batch_size &&
            a->max_grad_norm == b->max_grad_norm && a->seed == b->seed && a->parallel_mode == b->parallel_mode &&
-           a->full_batch == b->full_batch && a->parameter_broadcast == b->parameter_broadcast;
+           a->full_batch == b->full_batch && a->parameter_broadcast == b->parameter_broadcast &&
+           a->use_ring_attention == b->use_ring_attention && a->fine_grain_interleave == b->fine_grain_interleave &&
+           a->pp_interleave_num == b->pp_interleave_num && a->offset == b->offset &&
+           a->pipeline_interleave == b->pipeline_interleave &&
+           a->micro_batch_interleave_num == b->micro_batch_interleave_num && a->recompute == b->recompute &&
+           a->select_recompute == b->select_recompute &&
+           a->gradient_accumulation_steps == b->gradient_accumulation_steps;
 }
 
 /* ---- defaults -------------------------------------------------------------- */
@@ -167,6 +173,15 @@ static void test_defaults(void) {
     CHECK_INT(c.parallel_mode, 1); /* MindFormers' integer for semi_auto_parallel */
     CHECK_INT(c.full_batch, 1);
     CHECK_INT(c.parameter_broadcast, 0);
+    CHECK_INT(c.use_ring_attention, 0);
+    CHECK_INT(c.fine_grain_interleave, 1);
+    CHECK_INT(c.pp_interleave_num, 1);
+    CHECK_INT(c.offset, 0);
+    CHECK_INT(c.pipeline_interleave, 0);
+    CHECK_INT(c.micro_batch_interleave_num, 1);
+    CHECK_INT(c.recompute, 0);
+    CHECK_INT(c.select_recompute, 0);
+    CHECK_INT(c.gradient_accumulation_steps, 1);
     CHECK_INT(llama_config_global_batch(&c), 8);
     CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
 
@@ -292,6 +307,11 @@ static const key_case key_cases[] = {
     {"model.model_config.rms_norm_eps", "1e-6", K_FLT, AT(rms_norm_eps), 1e-6, NULL},
     {"model.model_config.theta", "500000.0", K_FLT, AT(theta), 500000.0, NULL},
     {"model.model_config.initializer_range", "0.01", K_FLT, AT(initializer_range), 0.01, NULL},
+    {"model.model_config.use_attn_mask_compression", "True", K_IGNORED, 0, 0, NULL},
+    {"model.model_config.use_ring_attention", "true", K_BOOL, AT(use_ring_attention), 1, NULL},
+    {"model.model_config.fine_grain_interleave", "2", K_INT, AT(fine_grain_interleave), 2, NULL},
+    {"model.model_config.pp_interleave_num", "2", K_INT, AT(pp_interleave_num), 2, NULL},
+    {"model.model_config.offset", "-1", K_INT, AT(offset), -1, NULL},
     {"parallel_config.data_parallel", "2", K_INT, AT(data_parallel), 2, NULL},
     {"parallel_config.model_parallel", "2", K_INT, AT(model_parallel), 2, NULL},
     {"parallel_config.pipeline_stage", "3", K_INT, AT(pipeline_stage), 3, NULL},
@@ -301,6 +321,10 @@ static const key_case key_cases[] = {
     {"parallel_config.ulysses_degree_in_cp", "2", K_INT, AT(ulysses_degree_in_cp), 2, NULL},
     {"parallel_config.use_seq_parallel", "yes", K_BOOL, AT(use_seq_parallel), 1, NULL},
     {"parallel_config.vocab_emb_dp", "False", K_BOOL, AT(vocab_emb_dp), 0, NULL},
+    {"parallel_config.use_ring_attention", "on", K_BOOL, AT(use_ring_attention), 1, NULL},
+    {"parallel_config.use_attn_mask_compression", "False", K_IGNORED, 0, 0, NULL},
+    {"parallel_config.fine_grain_interleave", "4", K_INT, AT(fine_grain_interleave), 4, NULL},
+    {"parallel_config.micro_batch_interleave_num", "3", K_INT, AT(micro_batch_interleave_num), 3, NULL},
     {"parallel.parallel_mode", "data_parallel", K_INT, AT(parallel_mode), 0, NULL},
     {"parallel.full_batch", "false", K_BOOL, AT(full_batch), 0, NULL},
     {"parallel.parameter_broadcast", "True", K_BOOL, AT(parameter_broadcast), 1, NULL},
@@ -308,6 +332,14 @@ static const key_case key_cases[] = {
     {"parallel.enable_parallel_optimizer", "true", K_BOOL, AT(enable_parallel_optimizer), 1, NULL},
     {"parallel.enable_alltoall", "True", K_BOOL, AT(enable_alltoall), 1, NULL},
     {"parallel.parallel_optimizer_config.optimizer_level", "level2", K_INT, AT(optimizer_level), 2, NULL},
+    {"parallel.pipeline_config.pipeline_interleave", "true", K_BOOL, AT(pipeline_interleave), 1, NULL},
+    {"parallel.search_mode", "sharding_propagation", K_IGNORED, 0, 0, NULL},
+    {"parallel.strategy_ckpt_save_file", "./strategy/ckpt_strategy.ckpt", K_IGNORED, 0, 0, NULL},
+    {"recompute_config.recompute", "True", K_BOOL, AT(recompute), 1, NULL},
+    {"recompute_config.select_recompute", "yes", K_BOOL, AT(select_recompute), 1, NULL},
+    {"recompute_config.parallel_optimizer_comm_recompute", "True", K_IGNORED, 0, 0, NULL},
+    {"recompute_config.mp_comm_recompute", "False", K_IGNORED, 0, 0, NULL},
+    {"recompute_config.recompute_slice_activation", "True", K_IGNORED, 0, 0, NULL},
     {"optimizer.type", "FusedAdamWeightDecay", K_IGNORED, 0, 0, NULL},
     {"optimizer.learning_rate", "3e-4", K_FLT, AT(learning_rate), 3e-4, NULL},
     {"optimizer.beta1", "0.8", K_FLT, AT(beta1), 0.8, NULL},
@@ -321,11 +353,13 @@ static const key_case key_cases[] = {
     {"lr_schedule.min_lr", "1e-5", K_FLT, AT(min_lr), 1e-5, NULL},
     {"lr_schedule.lr_end", "2e-5", K_FLT, AT(min_lr), 2e-5, NULL},
     {"runner_config.batch_size", "32", K_INT, AT(batch_size), 32, NULL},
+    {"runner_config.gradient_accumulation_steps", "8", K_INT, AT(gradient_accumulation_steps), 8, NULL},
     {"runner_config.epochs", "3", K_IGNORED, 0, 0, NULL},
     {"runner_config.sink_mode", "True", K_IGNORED, 0, 0, NULL},
     {"runner_config.sink_size", "2", K_IGNORED, 0, 0, NULL},
     {"max_grad_norm", "1.0", K_FLT, AT(max_grad_norm), 1.0, NULL},
     {"seed", "18446744073709551615", K_U64, AT(seed), 0, NULL},
+    {"micro_batch_interleave_num", "2", K_INT, AT(micro_batch_interleave_num), 2, NULL},
     {"run_mode", "finetune", K_IGNORED, 0, 0, NULL},
     {"use_parallel", "True", K_IGNORED, 0, 0, NULL},
 };
@@ -613,8 +647,15 @@ static const bad_case bad_values[] = {
     {"parallel.parallel_mode", "4", "not one of"},
     {"parallel.full_batch", "sometimes", "not a boolean"},
     {"parallel.parameter_broadcast", "2", "not a boolean"},
+    {"parallel.search_mode", "greedy", "not one of"},
+    {"parallel.strategy_ckpt_save_file", "", "no value"},
     {"parallel_config.context_parallel_algo", "hybird", "not one of"},
-
+    {"recompute_config.recompute", "full", "not a boolean"},
+    {"recompute_config.mp_comm_recompute", "maybe", "not a boolean"},
+    {"model.model_config.use_attn_mask_compression", "1.0", "not a boolean"},
+    {"parallel_config.use_attn_mask_compression", "yesno", "not a boolean"},
+    {"parallel_config.use_ring_attention", "2", "not a boolean"},
+    {"model.model_config.offset", "0.5", "not an integer"},
     {"model.arch.type", "GPT2", "not one of"},
     {"run_mode", "predict", "not one of"},
     {"seed", "-1", ">= 0"},
@@ -641,6 +682,13 @@ static const bad_case range_cases[] = {
     {"parallel_config.micro_batch_num", "0", "65537"},
     {"parallel_config.context_parallel", "0", "65537"},
     {"parallel_config.ulysses_degree_in_cp", "0", "65537"},
+    {"model.model_config.fine_grain_interleave", "0", "65537"},
+    {"parallel_config.fine_grain_interleave", "-1", "65537"},
+    {"model.model_config.pp_interleave_num", "0", "65537"},
+    {"model.model_config.offset", "-4097", "4097"},
+    {"micro_batch_interleave_num", "0", "65537"},
+    {"parallel_config.micro_batch_interleave_num", "0", "65537"},
+    {"runner_config.gradient_accumulation_steps", "0", "1048577"},
     {"optimizer.learning_rate", "-1e-3", "1e39"},
     {"optimizer.beta1", "-0.1", "1"},
     {"optimizer.beta2", "-1", "1.5"},
@@ -1030,6 +1078,186 @@ static void test_full_batch(void) {
     CHECK_HAS(err, "parallel.parameter_broadcast");
 }
 
+/* One switch of a feature that has not landed: its default loads, `value`
+   is refused naming every spelling of the key and the reason, and a later
+   --set of the default undoes a file's value. */
+typedef struct {
+    const char *path;     /* as written */
+    const char *value;    /* a refused value */
+    const char *names;    /* the key as the error names it */
+    const char *reason;
+} todo_case;
+
+static const todo_case todo_cases[] = {
+    {"model.model_config.use_ring_attention", "true",
+     "model.model_config.use_ring_attention (or parallel_config.use_ring_attention) = true",
+     "context parallel (ring attention) is not implemented yet; use false"},
+    {"parallel_config.use_ring_attention", "True",
+     "model.model_config.use_ring_attention (or parallel_config.use_ring_attention) = true",
+     "context parallel (ring attention) is not implemented yet"},
+    {"micro_batch_interleave_num", "2", "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2",
+     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"},
+    {"parallel_config.micro_batch_interleave_num", "4",
+     "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 4",
+     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet"},
+    {"model.model_config.fine_grain_interleave", "2",
+     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 2",
+     "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it also requires "
+     "parallel_config.use_seq_parallel)"},
+    {"parallel_config.fine_grain_interleave", "3",
+     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 3",
+     "fine-grained interleave (fine_grain_interleave) is not implemented yet"},
+    {"model.model_config.pp_interleave_num", "2", "model.model_config.pp_interleave_num = 2",
+     "interleaved pipeline (virtual stages) is not implemented yet; use 1"},
+    {"parallel.pipeline_config.pipeline_interleave", "true", "parallel.pipeline_config.pipeline_interleave = true",
+     "interleaved pipeline (virtual stages) is not implemented yet; use false"},
+    {"model.model_config.offset", "1", "model.model_config.offset = 1",
+     "per-stage layer offsets (pipeline parallel) are not implemented yet; use 0"},
+    {"model.model_config.offset", "-2", "model.model_config.offset = -2", "are not implemented yet"},
+    {"recompute_config.recompute", "True", "recompute_config.recompute = true",
+     "activation recomputation is not implemented; use false"},
+    {"recompute_config.select_recompute", "on", "recompute_config.select_recompute = true",
+     "activation recomputation is not implemented; use false"},
+    {"runner_config.gradient_accumulation_steps", "8", "runner_config.gradient_accumulation_steps = 8",
+     "not supported: gradient accumulation here is parallel_config.micro_batch_num"},
+};
+
+/* The value a todo case's key accepts. */
+static const char *todo_default(const char *path) {
+    if (strstr(path, "interleave_num") || strstr(path, "fine_grain") || strstr(path, "accumulation")) return "1";
+    if (strstr(path, "offset")) return "0";
+    return "false";
+}
+
+static void test_not_landed(void) {
+    llama_config c;
+    for (size_t i = 0; i < sizeof todo_cases / sizeof todo_cases[0]; i++) {
+        const todo_case *t = &todo_cases[i];
+        char set[256], yaml[512], def[256];
+        /* --set */
+        snprintf(set, sizeof set, "%s=%s", t->path, t->value);
+        const char *sets[] = {set};
+        CHECK_MSG(load_text(NULL, sets, 1, &c) == -1, "--set %s loaded", set);
+        CHECK_HAS(err_, t->names);
+        CHECK_HAS(err_, t->reason);
+        /* file */
+        nested_yaml(t->path, t->value, yaml, sizeof yaml);
+        CHECK_MSG(load_text(yaml, NULL, 0, &c) == -1, "yaml %s: %s loaded", t->path, t->value);
+        CHECK_HAS(err_, t->names);
+        CHECK_HAS(err_, t->reason);
+        CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
+        /* the default is accepted silently, and a --set of it undoes the file's value */
+        snprintf(def, sizeof def, "%s=%s", t->path, todo_default(t->path));
+        const char *undo[] = {def};
+        CHECK_MSG(load_text(NULL, undo, 1, &c) == 0, "--set %s: %s", def, err_);
+        CHECK_MSG(load_text(yaml, undo, 1, &c) == 0, "yaml %s then --set %s: %s", t->path, def, err_);
+        CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
+    }
+    /* every stored switch of the kind has a case */
+    static const char *const stored[] = {"model.model_config.use_ring_attention", "micro_batch_interleave_num",
+                                         "model.model_config.fine_grain_interleave",
+                                         "model.model_config.pp_interleave_num",
+                                         "parallel.pipeline_config.pipeline_interleave", "model.model_config.offset",
+                                         "recompute_config.recompute", "recompute_config.select_recompute",
+                                         "runner_config.gradient_accumulation_steps"};
+    for (size_t j = 0; j < sizeof stored / sizeof stored[0]; j++) {
+        int found = 0;
+        for (size_t i = 0; i < sizeof todo_cases / sizeof todo_cases[0]; i++) found |= !strcmp(todo_cases[i].path, stored[j]);
+        CHECK_MSG(found, "no refusal case for %s", stored[j]);
+    }
+
+    /* validate on a config built in code */
+    char err[512];
+    llama_config_defaults(&c);
+    c.offset = 3;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "model.model_config.offset = 3: per-stage layer offsets");
+    llama_config_defaults(&c);
+    c.recompute = 1;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "recompute_config.recompute = true: activation recomputation is not implemented");
+    llama_config_defaults(&c);
+    c.fine_grain_interleave = 0;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "model.model_config.fine_grain_interleave = 0: must be in [1, 65536]");
+
+    /* MindFormers' list forms: refused with the feature's reason, not as a shape error */
+    CHECK(load_text("recompute_config:\n  recompute: [2, 1]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:2: recompute_config.recompute = [a list]: activation recomputation is not implemented");
+    CHECK(load_text("recompute_config:\n  select_recompute: ['feed_forward\\.mul']\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.select_recompute = [a list]: activation recomputation");
+    CHECK(load_text("recompute_config:\n  parallel_optimizer_comm_recompute: [true]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.parallel_optimizer_comm_recompute = [a list]: activation recomputation");
+    CHECK(load_text("model:\n  model_config:\n    offset: [1, -1]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:3: model.model_config.offset = [a list]: per-stage layer offsets");
+    /* other keys keep the shape error, also for a mapping under a list-taking key */
+    CHECK(load_text("recompute_config:\n  recompute: {a: 1}\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.recompute needs a single value, not a mapping");
+    CHECK(load_text("recompute_config:\n  mp_comm_recompute: [true]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.mp_comm_recompute needs a single value, not a sequence");
+
+    /* qualifiers of recomputation: either value, no effect (recomputation is off) */
+    const char *quals[] = {"recompute_config.mp_comm_recompute=true", "recompute_config.recompute_slice_activation=true",
+                           "recompute_config.parallel_optimizer_comm_recompute=true"};
+    CHECK_MSG(load_text(NULL, quals, 3, &c) == 0, "%s", err_);
+    /* mask compression: either value, either spelling */
+    const char *masks[] = {"model.model_config.use_attn_mask_compression=true",
+                           "parallel_config.use_attn_mask_compression=false"};
+    CHECK_MSG(load_text(NULL, masks, 2, &c) == 0, "%s", err_);
+    /* an alias and its key disagreeing in one file */
+    CHECK(load_text("model:\n  model_config:\n    fine_grain_interleave: 1\nparallel_config:\n  fine_grain_interleave: 2\n",
+                    NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "parallel_config.fine_grain_interleave = 2 contradicts model.model_config.fine_grain_interleave");
+
+    /* a MindFormers-style parallel section with every key of this kind loads without a warning */
+    static const char seed[] =
+        "parallel:\n"
+        "  parallel_mode: 0\n"
+        "  gradients_mean: False\n"
+        "  enable_alltoall: False\n"
+        "  full_batch: False\n"
+        "  search_mode: \"sharding_propagation\"\n"
+        "  enable_parallel_optimizer: False\n"
+        "  strategy_ckpt_save_file: \"./ckpt_strategy.ckpt\"\n"
+        "  parameter_broadcast: True\n"
+        "  pipeline_config:\n"
+        "    pipeline_interleave: False\n"
+        "parallel_config:\n"
+        "  data_parallel: 2\n"
+        "  model_parallel: 1\n"
+        "  pipeline_stage: 1\n"
+        "  context_parallel: 1\n"
+        "  context_parallel_algo: hybird_cp\n"
+        "  use_seq_parallel: False\n"
+        "  micro_batch_num: 1\n"
+        "  vocab_emb_dp: True\n"
+        "micro_batch_interleave_num: 1\n"
+        "recompute_config:\n"
+        "  recompute: False\n"
+        "  select_recompute: False\n"
+        "  parallel_optimizer_comm_recompute: False\n"
+        "  mp_comm_recompute: True\n"
+        "  recompute_slice_activation: True\n"
+        "runner_config:\n"
+        "  batch_size: 2\n"
+        "  gradient_accumulation_steps: 1\n"
+        "model:\n"
+        "  model_config:\n"
+        "    use_attn_mask_compression: True\n"
+        "    use_ring_attention: False\n"
+        "    fine_grain_interleave: 1\n"
+        "    pp_interleave_num: 1\n"
+        "    offset: 0\n";
+    CHECK_MSG(load_text(seed, NULL, 0, &c) == 0, "%s", err_);
+    CHECK_MSG(warn_[0] == 0, "warns: %s", warn_);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_DATA);
+    CHECK_INT(c.full_batch, 0);
+    CHECK_INT(c.parameter_broadcast, 1);
+    CHECK_INT(c.gradients_mean, 0);
+    CHECK_STR(c.context_parallel_algo, "hybrid_cp");
+    CHECK_INT(llama_config_global_batch(&c), 4);
+}
+
 /* ---- printing -------------------------------------------------------------------- */
 
 static void test_print(void) {
@@ -1093,7 +1321,8 @@ static void test_print(void) {
     CHECK_HAS(ref, "| `parallel.parallel_mode` | `semi_auto_parallel` \\| `data_parallel` \\| `stand_alone` \\| "
                    "`auto_parallel` \\| `hybrid_parallel` | `semi_auto_parallel` |");
     CHECK_HAS(ref, "`0` = `data_parallel`, `1` = `semi_auto_parallel`, `2` = `auto_parallel`, `3` = `hybrid_parallel`");
-
+    CHECK_HAS(ref, "| `parallel.strategy_ckpt_save_file` | text | `./ckpt_strategy.ckpt` |");
+    CHECK_HAS(ref, "| `parallel_config.fine_grain_interleave` | alias | - | same as `model.model_config.fine_grain_interleave`");
     /* every line is a table row of 4 cells (pipes inside cells escaped) */
     int lines = 0, bad_rows = 0;
     for (const char *p = ref; *p; lines++) {
@@ -1248,6 +1477,7 @@ int main(void) {
     test_cross_rules();
     test_parallel_mode();
     test_full_batch();
+    test_not_landed();
     test_print();
     test_args();
     remove_files();
