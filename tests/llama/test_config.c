@@ -1351,6 +1351,41 @@ static void test_print(void) {
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) CHECK_HAS(usage, opts[i]);
 }
 
+/* README's Configuration reference is the printed table, byte for byte
+   (regenerate it with `build/llama_test_config --reference`). */
+static void test_readme_reference(void) {
+    static char ref[65536];
+    FILE *f = tmpfile();
+    if (!f) return;
+    llama_config_print_reference(f);
+    slurp(f, ref, sizeof ref);
+    fclose(f);
+    FILE *r = fopen("README.md", "rb");
+    CHECK_MSG(r != NULL, "run from the repository root: README.md not found");
+    if (!r) return;
+    size_t cap = 1 << 20, n = 0;
+    char *readme = (char *)malloc(cap + 1);
+    if (readme) n = fread(readme, 1, cap, r);
+    fclose(r);
+    if (!readme) return;
+    readme[n] = 0;
+    CHECK_MSG(n < cap, "README.md larger than %zu bytes", cap);
+    const char *at = strstr(readme, "\n| key | type | default | meaning |\n");
+    CHECK_MSG(at != NULL, "README.md has no configuration reference table");
+    if (at) {
+        at++;
+        size_t same = 0;
+        while (ref[same] && ref[same] == at[same]) same++;
+        const char *line = ref + same; /* the first line that differs */
+        while (line > ref && line[-1] != '\n') line--;
+        CHECK_MSG(ref[same] == 0 && at[same] == '\n',
+                  "README.md's reference differs from llama_config_print_reference() from: %.200s"
+                  " (regenerate it with build/llama_test_config --reference)",
+                  line);
+    }
+    free(readme);
+}
+
 /* ---- command line ----------------------------------------------------------------- */
 
 /* Parse a NULL-terminated argument list (argv[0] = "train"). */
@@ -1460,7 +1495,12 @@ static void test_args(void) {
     CHECK(llama_parse_args(1, argv, NULL, err, sizeof err) == -1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* the reference table that README.md's Configuration reference holds */
+    if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
+        llama_config_print_reference(stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     snprintf(dir_, sizeof dir_, "/tmp/llama_test_config_XXXXXX");
     if (!mkdtemp(dir_)) {
         perror("mkdtemp");
@@ -1479,6 +1519,7 @@ int main(void) {
     test_full_batch();
     test_not_landed();
     test_print();
+    test_readme_reference();
     test_args();
     remove_files();
     return TEST_END("llama_config");
