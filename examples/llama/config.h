@@ -1,12 +1,15 @@
 /* examples/llama/config.h - the trainer's configuration: MindFormers-style YAML
    (read with libyaml), `--set key.path=value` overrides, and the command line.
 
-   Every key the trainer knows is in one table (LLAMA_KEYS below): its dotted
+   Every key the trainer knows is in one table (llama__keys below): its dotted
    path, type, default, range and help text. Loading a file walks the YAML
    mapping, flattens it to dotted paths, and looks each one up: unknown keys
-   are warned about (and ignored), known keys are parsed and range-checked, and
-   switches whose feature has not landed yet are rejected with an error naming
-   the key. Errors are one sentence naming the file, line (for YAML) and key. */
+   are warned about (and ignored), known keys are parsed and range-checked.
+   Each MindFormers key in the table is honoured, or accepted and ignored where
+   it means nothing here (the help text says why), or, for a feature that has
+   not landed, accepted at its default and refused otherwise by
+   llama_config_validate with the key's name and the reason. Errors are one
+   sentence naming the file, line (for YAML) and key. */
 #ifndef LLAMA_CONFIG_H
 #define LLAMA_CONFIG_H
 
@@ -29,19 +32,25 @@ typedef struct llama_config {
     /* parallel_config */
     int data_parallel;     /* dp degree */
     int model_parallel;    /* tp degree */
-    int pipeline_stage;    /* pp degree (only 1) */
-    int micro_batch_num;   /* micro-batches per step per rank: gradient accumulation */
-    int context_parallel;  /* cp degree (only 1) */
-    char context_parallel_algo[32]; /* "colossalai_cp" (ring), "ulysses_cp", "hybrid_cp" */
+    int pipeline_stage;    /* pp degree (only 1 until pipeline parallel lands) */
+    int micro_batch_num;   /* micro-batches per step per rank: gradient accumulation while pipeline_stage is 1 */
+    int context_parallel;  /* cp degree (only 1 until context parallel lands) */
+    char context_parallel_algo[32]; /* "colossalai_cp" (ring), "ulysses_cp", "hybrid_cp" ("hybird_cp" read as hybrid_cp) */
     int ulysses_degree_in_cp;       /* 1 */
-    int use_seq_parallel;  /* bool (only false) */
+    int use_seq_parallel;  /* bool: sequence parallel over the model_parallel group */
     int vocab_emb_dp;      /* bool, default true */
 
     /* parallel */
+    int parallel_mode;             /* LLAMA_PARALLEL_MODE_*: semi_auto_parallel (default), data_parallel, stand_alone */
+    int full_batch;                /* bool, default true: runner_config.batch_size is the global batch (see
+                                      llama_config_global_batch); false: it is per data-parallel rank */
+    int parameter_broadcast;       /* bool, default false: true = broadcast the initial weights from the first
+                                      rank of each replica group; false = each rank draws its own (identical) */
     int gradients_mean;            /* bool, default true: average gradients over dp */
     int enable_parallel_optimizer; /* bool: ZeRO over the dp group */
     int optimizer_level;           /* parallel_optimizer_config.optimizer_level: 1 or 2 ("level1"/"level2") */
-    int enable_alltoall;           /* bool, used by later modes */
+    int enable_alltoall;           /* bool, default false: the redistribution planner may use all_to_all (false:
+                                      all-gather + local split instead) */
 
     /* optimizer (AdamW, PyTorch semantics) */
     float learning_rate;   /* 1e-3 */
@@ -56,12 +65,36 @@ typedef struct llama_config {
     float min_lr;          /* cosine floor, 0 */
 
     /* runner_config */
-    int batch_size;        /* GLOBAL batch (samples per step over all dp ranks) */
+    int batch_size;        /* full_batch true: the GLOBAL batch (samples per step over all dp ranks and
+                              micro-batches); false: samples per step per dp rank. Read the global batch
+                              with llama_config_global_batch() */
 
     /* top level */
     float max_grad_norm;   /* 0 = no clipping */
     uint64_t seed;         /* init and shuffle seed */
+
+    /* MindFormers switches of features that have not landed. Stored (rather than
+       refused while parsing) so that a --set can undo a file's value;
+       llama_config_validate refuses anything but the default, naming the key. */
+    int use_ring_attention;          /* model_config (or parallel_config): bool, false */
+    int fine_grain_interleave;       /* model_config (or parallel_config): 1 */
+    int pp_interleave_num;           /* model_config: 1 (virtual pipeline stages) */
+    int offset;                      /* model_config: 0 (layers moved between pipeline stages) */
+    int pipeline_interleave;         /* parallel.pipeline_config: bool, false */
+    int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
+    int recompute;                   /* recompute_config: bool, false */
+    int select_recompute;            /* recompute_config: bool, false */
+    int gradient_accumulation_steps; /* runner_config: 1 (here micro_batch_num accumulates) */
 } llama_config;
+
+/* parallel.parallel_mode; 0..3 are MindFormers' integer spellings. */
+enum {
+    LLAMA_PARALLEL_MODE_DATA = 0,      /* data_parallel: pure data parallel (other degrees 1), batch per rank */
+    LLAMA_PARALLEL_MODE_SEMI_AUTO = 1, /* semi_auto_parallel: the layouts of parallel_config (default) */
+    LLAMA_PARALLEL_MODE_AUTO = 2,      /* auto_parallel: refused (strategy search not implemented yet) */
+    LLAMA_PARALLEL_MODE_HYBRID = 3,    /* hybrid_parallel: refused */
+    LLAMA_PARALLEL_MODE_STAND_ALONE = 4 /* stand_alone: one device */
+};
 
 /* Command line of build/train. */
 #define LLAMA_MAX_SETS 64
@@ -100,12 +133,22 @@ void llama_print_usage(FILE *f);
 int llama_config_load(const char *path, const char *const *sets, int num_sets, llama_config *cfg, FILE *warn,
                       char *err, size_t errsize);
 
-/* Cross-key rules: divisibility (hidden % heads, heads % kv heads, even head
-   dim, batch % (dp * micro_batch_num); heads, kv heads, ffn, vocab and, with
-   use_seq_parallel, seq_length by model_parallel), vocab >= 256, and features
-   that have not landed yet (pipeline_stage, context_parallel > 1, ZeRO level3)
-   rejected by name. */
+/* Every stored key's own range, then the cross-key rules: the parallel mode
+   (data_parallel: model/context/pipeline degrees 1 and full_batch false;
+   stand_alone: one rank; auto_parallel and hybrid_parallel refused);
+   divisibility (hidden % heads, heads % kv heads, even head dim, the global
+   batch (llama_config_global_batch) % (dp * micro_batch_num); heads, kv heads,
+   ffn, vocab and, with use_seq_parallel, seq_length by model_parallel); and
+   switches of features that have not landed (pipeline_stage, context_parallel
+   > 1, ZeRO level3, ring attention, interleaves, pipeline offsets,
+   recomputation, gradient_accumulation_steps) refused by name with the reason. */
 int llama_config_validate(const llama_config *cfg, char *err, size_t errsize);
+
+/* Samples per optimizer step over all ranks: runner_config.batch_size with
+   parallel.full_batch true, batch_size x data_parallel with full_batch false.
+   For a config that passed llama_config_validate (which bounds it by 1048576);
+   -1 for NULL or a product past INT_MAX. */
+int llama_config_global_batch(const llama_config *c);
 
 /* Write the effective configuration as YAML (for the start-up summary). */
 void llama_config_print(const llama_config *cfg, FILE *f);
@@ -133,13 +176,30 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__TODO_PP "pipeline parallel is not implemented yet; use 1"
 #define LLAMA__TODO_CP "context parallel is not implemented yet; use 1"
 #define LLAMA__TODO_ZERO3 "optimizer level3 (parameter sharding) is not implemented yet; use level1 or level2"
+#define LLAMA__TODO_AUTO "auto_parallel (strategy search) is not implemented yet; use semi_auto_parallel"
+#define LLAMA__NO_HYBRID                                                                                    \
+    "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
+    "its communication from parallel_config's layouts; use semi_auto_parallel"
+#define LLAMA__TODO_RING "context parallel (ring attention) is not implemented yet; use false"
+#define LLAMA__TODO_MULTICOPY "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"
+#define LLAMA__TODO_FINE_GRAIN                                                                        \
+    "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it " \
+    "also requires parallel_config.use_seq_parallel)"
+#define LLAMA__TODO_VPP "interleaved pipeline (virtual stages) is not implemented yet"
+#define LLAMA__TODO_OFFSET "per-stage layer offsets (pipeline parallel) are not implemented yet; use 0"
+#define LLAMA__NO_RECOMPUTE "activation recomputation is not implemented; use false"
+#define LLAMA__NO_GRAD_ACCUM                                                                             \
+    "not supported: gradient accumulation here is parallel_config.micro_batch_num, which splits each "  \
+    "rank's share of the batch into micro-batches (MindFormers' gradient_accumulation_steps multiplies " \
+    "the batch instead); use 1"
 
 #define LLAMA__MAX_PATH 128          /* longest dotted key path */
 #define LLAMA__MAX_FILE (1 << 20)    /* a config larger than 1 MiB is not a config */
 
 /* ---- the key table ------------------------------------------------------ */
 
-enum { LLAMA__T_INT, LLAMA__T_U64, LLAMA__T_FLOAT, LLAMA__T_BOOL, LLAMA__T_CHOICE, LLAMA__T_ALIAS };
+/* TEXT: any scalar, for keys accepted and ignored (never stored). */
+enum { LLAMA__T_INT, LLAMA__T_U64, LLAMA__T_FLOAT, LLAMA__T_BOOL, LLAMA__T_CHOICE, LLAMA__T_TEXT, LLAMA__T_ALIAS };
 
 enum {
     LLAMA__MIN_OPEN = 1,  /* value must be > min (not >=) */
@@ -172,10 +232,12 @@ typedef struct llama__key {
 #define LLAMA__AT(field) offsetof(llama_config, field)
 #define LLAMA__NOMAX 1e300 /* "no upper bound" for FLOAT keys (finite and <= FLT_MAX is still checked) */
 #define LLAMA__DEG 65536.0 /* largest parallel degree */
+#define LLAMA__MAX_BATCH 1048576 /* largest batch_size, and largest global batch */
 
 static const llama__choice llama__cp_algos[] = {{"colossalai_cp", "colossalai_cp", 0},
                                                 {"ulysses_cp", "ulysses_cp", 1},
                                                 {"hybrid_cp", "hybrid_cp", 2},
+                                                {"hybird_cp", "hybrid_cp", 2}, /* MindFormers' documented spelling */
                                                 {NULL, NULL, 0}};
 static const llama__choice llama__levels[] = {{"level1", "level1", 1}, {"level2", "level2", 2}, {"level3", "level3", 3},
                                               {"1", "level1", 1},      {"2", "level2", 2},      {"3", "level3", 3},
@@ -190,11 +252,21 @@ static const llama__choice llama__optimizers[] = {{"AdamW", "AdamW", 0},
                                                   {"AdamWeightDecay", "AdamW", 0},
                                                   {"FusedAdamWeightDecay", "AdamW", 0},
                                                   {NULL, NULL, 0}};
-static const llama__choice llama__parallel_modes[] = {{"data_parallel", "data_parallel", 0},
-                                                      {"semi_auto_parallel", "semi_auto_parallel", 1},
-                                                      {"0", "data_parallel", 0},
-                                                      {"1", "semi_auto_parallel", 1},
-                                                      {NULL, NULL, 0}};
+static const llama__choice llama__parallel_modes[] = {
+    {"semi_auto_parallel", "semi_auto_parallel", LLAMA_PARALLEL_MODE_SEMI_AUTO},
+    {"data_parallel", "data_parallel", LLAMA_PARALLEL_MODE_DATA},
+    {"stand_alone", "stand_alone", LLAMA_PARALLEL_MODE_STAND_ALONE},
+    {"auto_parallel", "auto_parallel", LLAMA_PARALLEL_MODE_AUTO},
+    {"hybrid_parallel", "hybrid_parallel", LLAMA_PARALLEL_MODE_HYBRID},
+    {"0", "data_parallel", LLAMA_PARALLEL_MODE_DATA}, /* MindFormers' integers */
+    {"1", "semi_auto_parallel", LLAMA_PARALLEL_MODE_SEMI_AUTO},
+    {"2", "auto_parallel", LLAMA_PARALLEL_MODE_AUTO},
+    {"3", "hybrid_parallel", LLAMA_PARALLEL_MODE_HYBRID},
+    {NULL, NULL, 0}};
+static const llama__choice llama__search_modes[] = {{"recursive_programming", "recursive_programming", 0},
+                                                    {"dynamic_programming", "dynamic_programming", 1},
+                                                    {"sharding_propagation", "sharding_propagation", 2},
+                                                    {NULL, NULL, 0}};
 static const llama__choice llama__run_modes[] = {{"train", "train", 0}, {"finetune", "finetune", 0}, {NULL, NULL, 0}};
 static const llama__choice llama__archs[] = {{"LlamaForCausalLM", "LlamaForCausalLM", 0}, {NULL, NULL, 0}};
 static const llama__choice llama__model_types[] = {{"LlamaConfig", "LlamaConfig", 0}, {NULL, NULL, 0}};
@@ -228,6 +300,18 @@ static const llama__key llama__keys[] = {
      NULL, "RoPE base"},
     {"model.model_config.initializer_range", LLAMA__T_FLOAT, LLAMA__AT(initializer_range), 0, 0, LLAMA__NOMAX, 0, NULL,
      "0.02", NULL, "standard deviation of the normal weight init (norm weights start at 1)"},
+    {"model.model_config.use_attn_mask_compression", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted either way: attention never builds an S x S mask (causal masking comes from the token positions, which is what true asks for), so false changes nothing"},
+    {"model.model_config.use_ring_attention", LLAMA__T_BOOL, LLAMA__AT(use_ring_attention), 0, 0, 0, 0, NULL, "false",
+     NULL, "ring attention over a context-parallel group; only false until context parallel lands"},
+    {"model.model_config.fine_grain_interleave", LLAMA__T_INT, LLAMA__AT(fine_grain_interleave), 0, 1, LLAMA__DEG, 0,
+     NULL, "1", NULL,
+     "fine-grained interleave: each layer's tokens in slices whose communication overlaps the other slices' compute (MindFormers requires use_seq_parallel for it); only 1 until it lands"},
+    {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
+     NULL,
+     "virtual pipeline stages per rank (interleaved schedule, with parallel.pipeline_config.pipeline_interleave); only 1 until pipeline parallel lands"},
+    {"model.model_config.offset", LLAMA__T_INT, LLAMA__AT(offset), 0, -4096, 4096, 0, NULL, "0", NULL,
+     "layers moved between pipeline stages (MindFormers also takes a per-stage list); only 0 until pipeline parallel lands"},
 
     /* parallel_config */
     {"parallel_config.data_parallel", LLAMA__T_INT, LLAMA__AT(data_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
@@ -237,33 +321,63 @@ static const llama__key llama__keys[] = {
     {"parallel_config.pipeline_stage", LLAMA__T_INT, LLAMA__AT(pipeline_stage), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
      "pipeline stages; only 1 until pipeline parallel lands"},
     {"parallel_config.micro_batch_num", LLAMA__T_INT, LLAMA__AT(micro_batch_num), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
-     "micro-batches per step on each rank (gradient accumulation)"},
+     "micro-batches per step on each rank; with pipeline_stage 1 this is gradient accumulation, each rank's share of the batch split into micro_batch_num parts (MindFormers uses it only for pipeline micro-batches and accumulates with runner_config.gradient_accumulation_steps, which multiplies the batch)"},
     {"parallel_config.context_parallel", LLAMA__T_INT, LLAMA__AT(context_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL, "context-parallel degree (sequence split over ranks); only 1 until context parallel lands"},
     {"parallel_config.context_parallel_algo", LLAMA__T_CHOICE, LLAMA__AT(context_parallel_algo),
      sizeof(((llama_config *)0)->context_parallel_algo), 0, 0, 0, llama__cp_algos, "colossalai_cp", NULL,
-     "context-parallel algorithm: colossalai_cp (ring attention), ulysses_cp (all-to-all over heads), hybrid_cp (both)"},
+     "context-parallel algorithm: colossalai_cp (ring attention), ulysses_cp (all-to-all over heads), hybrid_cp (both); no effect while context_parallel is 1"},
     {"parallel_config.ulysses_degree_in_cp", LLAMA__T_INT, LLAMA__AT(ulysses_degree_in_cp), 0, 1, LLAMA__DEG, 0, NULL,
      "1", NULL, "Ulysses part of context_parallel under hybrid_cp; must divide context_parallel"},
     {"parallel_config.use_seq_parallel", LLAMA__T_BOOL, LLAMA__AT(use_seq_parallel), 0, 0, 0, 0, NULL, "false", NULL,
      "sequence parallel: norms and residual split by tokens over the model_parallel group (all-gather before column-parallel linears, reduce-scatter after row-parallel ones); needs seq_length divisible by model_parallel"},
     {"parallel_config.vocab_emb_dp", LLAMA__T_BOOL, LLAMA__AT(vocab_emb_dp), 0, 0, 0, 0, NULL, "true", NULL,
      "true: embedding replicated over model_parallel; false: split by vocabulary over it (lm_head and the loss are always vocabulary-parallel)"},
+    {"parallel_config.use_ring_attention", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "model.model_config.use_ring_attention", "MindFormers keeps it in model_config"},
+    {"parallel_config.use_attn_mask_compression", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "model.model_config.use_attn_mask_compression", "MindFormers keeps it in model_config"},
+    {"parallel_config.fine_grain_interleave", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "model.model_config.fine_grain_interleave", "MindFormers keeps it in model_config"},
+    {"parallel_config.micro_batch_interleave_num", LLAMA__T_ALIAS, LLAMA__NONE, 0, 0, 0, 0, NULL, NULL,
+     "micro_batch_interleave_num", "MindFormers keeps it at the top level"},
 
     /* parallel */
-    {"parallel.parallel_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__parallel_modes, "semi_auto_parallel",
-     NULL, "MindSpore parallel mode; accepted and ignored (the layouts come from parallel_config)"},
-    {"parallel.full_batch", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL,
-     "accepted and ignored: runner_config.batch_size is always the global batch, split over data_parallel"},
+    {"parallel.parallel_mode", LLAMA__T_CHOICE, LLAMA__AT(parallel_mode), 0, 0, 0, 0, llama__parallel_modes,
+     "semi_auto_parallel", NULL,
+     "semi_auto_parallel: the layouts of parallel_config; data_parallel: pure data parallel (model_parallel, context_parallel and pipeline_stage 1, and full_batch false: each rank reads its own batch_size samples, as in MindSpore); stand_alone: one device (every degree 1); auto_parallel (strategy search) is not implemented yet; hybrid_parallel is not supported"},
+    {"parallel.full_batch", LLAMA__T_BOOL, LLAMA__AT(full_batch), 0, 0, 0, 0, NULL, "true", NULL,
+     "true: runner_config.batch_size is the global batch, split over data_parallel; false: batch_size samples per data-parallel rank (global batch = batch_size x data_parallel), as MindFormers reads batch_size"},
+    {"parallel.parameter_broadcast", LLAMA__T_BOOL, LLAMA__AT(parameter_broadcast), 0, 0, 0, 0, NULL, "false", NULL,
+     "true: the initial weights are broadcast from the first rank of each replica group; false: every rank draws its own, identical by construction (counter-based init from the seed)"},
     {"parallel.gradients_mean", LLAMA__T_BOOL, LLAMA__AT(gradients_mean), 0, 0, 0, 0, NULL, "true", NULL,
      "true: average gradients over data-parallel ranks; false: sum them"},
     {"parallel.enable_parallel_optimizer", LLAMA__T_BOOL, LLAMA__AT(enable_parallel_optimizer), 0, 0, 0, 0, NULL,
      "false", NULL, "shard optimizer state over the data-parallel group (ZeRO)"},
     {"parallel.enable_alltoall", LLAMA__T_BOOL, LLAMA__AT(enable_alltoall), 0, 0, 0, 0, NULL, "false", NULL,
-     "allow all-to-all in redistributions (used by later parallel modes)"},
+     "passed to the redistribution planner: false = plans never use all_to_all (all-gather + local split instead); true = all_to_all where it is cheaper"},
     {"parallel.parallel_optimizer_config.optimizer_level", LLAMA__T_CHOICE, LLAMA__AT(optimizer_level), 0, 0, 0, 0,
      llama__levels, "level1", NULL,
      "with enable_parallel_optimizer: level1 shards optimizer state, level2 also gradients; level3 not yet"},
+    {"parallel.pipeline_config.pipeline_interleave", LLAMA__T_BOOL, LLAMA__AT(pipeline_interleave), 0, 0, 0, 0, NULL,
+     "false", NULL,
+     "interleaved pipeline schedule (with model_config.pp_interleave_num); only false until pipeline parallel lands"},
+    {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__search_modes, "recursive_programming",
+     NULL, "auto_parallel's strategy search; accepted and ignored (auto_parallel is not implemented yet)"},
+    {"parallel.strategy_ckpt_save_file", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "./ckpt_strategy.ckpt", NULL,
+     "accepted and ignored: no strategy file is written; checkpoints are saved whole, so they load into any layout without one"},
+
+    /* recompute_config */
+    {"recompute_config.recompute", LLAMA__T_BOOL, LLAMA__AT(recompute), 0, 0, 0, 0, NULL, "false", NULL,
+     "recompute each layer's activations in the backward pass; only false (activation recomputation is not implemented)"},
+    {"recompute_config.select_recompute", LLAMA__T_BOOL, LLAMA__AT(select_recompute), 0, 0, 0, 0, NULL, "false", NULL,
+     "recompute selected operators (MindFormers also takes a list); only false (activation recomputation is not implemented)"},
+    {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
+    {"recompute_config.mp_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL,
+     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
+    {"recompute_config.recompute_slice_activation", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
 
     /* optimizer */
     {"optimizer.type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__optimizers, "AdamW", NULL,
@@ -295,8 +409,11 @@ static const llama__key llama__keys[] = {
      "MindFormers spelling"},
 
     /* runner_config */
-    {"runner_config.batch_size", LLAMA__T_INT, LLAMA__AT(batch_size), 0, 1, 1048576, 0, NULL, "8", NULL,
-     "GLOBAL batch: samples per step over all data-parallel ranks and micro-batches"},
+    {"runner_config.batch_size", LLAMA__T_INT, LLAMA__AT(batch_size), 0, 1, LLAMA__MAX_BATCH, 0, NULL, "8", NULL,
+     "with parallel.full_batch true (the default): the GLOBAL batch, samples per step over all data-parallel ranks and micro-batches; with full_batch false: samples per step on each data-parallel rank. MindFormers reads it per card (its global batch is batch_size x data_parallel x gradient_accumulation_steps), so a MindFormers config means the same here with full_batch false"},
+    {"runner_config.gradient_accumulation_steps", LLAMA__T_INT, LLAMA__AT(gradient_accumulation_steps), 0, 1, 1048576, 0,
+     NULL, "1", NULL,
+     "MindFormers' gradient accumulation, which multiplies the batch; only 1: here parallel_config.micro_batch_num accumulates, splitting the batch"},
     {"runner_config.epochs", LLAMA__T_INT, LLAMA__NONE, 0, 1, INT_MAX, 0, NULL, "1", NULL,
      "accepted and ignored: the run length is --steps"},
     {"runner_config.sink_mode", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL, "accepted and ignored"},
@@ -306,6 +423,9 @@ static const llama__key llama__keys[] = {
     {"max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(max_grad_norm), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
      "clip the global gradient norm to this; 0 = no clipping"},
     {"seed", LLAMA__T_U64, LLAMA__AT(seed), 0, 0, 0, 0, NULL, "1234", NULL, "seed of the weight init and the data shuffle"},
+    {"micro_batch_interleave_num", LLAMA__T_INT, LLAMA__AT(micro_batch_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
+     NULL,
+     "multi-copy interleave: each micro-batch split into copies whose communication overlaps the other copies' compute; only 1 until it lands"},
     {"run_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__run_modes, "train", NULL, "accepted and ignored"},
     {"use_parallel", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted and ignored: --backend and the launcher decide"},
@@ -590,6 +710,9 @@ static int llama__parse_value(const llama__key *k, const char *s, llama_config *
             llama__choice_list(k->choices, list, sizeof list);
             return llama__fail(why, whysize, "not one of %s", list);
         }
+    case LLAMA__T_TEXT:
+        if (store) return llama__fail(why, whysize, "internal error: a text key cannot be stored");
+        return 0;
     default:
         return llama__fail(why, whysize, "internal error: bad key type");
     }
@@ -656,6 +779,25 @@ void llama_config_defaults(llama_config *cfg) {
     }
 }
 
+int llama_config_global_batch(const llama_config *c) {
+    if (!c) return -1;
+    long long b = c->full_batch ? (long long)c->batch_size : (long long)c->batch_size * c->data_parallel;
+    return b > INT_MAX ? -1 : (int)b;
+}
+
+/* "path" or, with its alias spellings, "path (or alias, ...)": refusals name
+   every spelling the user may have written. */
+static void llama__key_names(const llama__key *k, char *buf, size_t size) {
+    size_t used = (size_t)snprintf(buf, size, "%s", k->path);
+    int n = 0;
+    for (int i = 0; i < LLAMA__NUM_KEYS && used < size; i++) {
+        const llama__key *a = &llama__keys[i];
+        if (a->type != LLAMA__T_ALIAS || strcmp(a->target, k->path) != 0) continue;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", n++ ? ", " : " (or ", a->path);
+    }
+    if (n && used < size) snprintf(buf + used, size - used, ")");
+}
+
 #define LLAMA__K(name) "model.model_config." name
 #define LLAMA__P(name) "parallel_config." name
 
@@ -671,6 +813,30 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         }
     }
 
+    /* the parallel mode */
+    if (c->parallel_mode == LLAMA_PARALLEL_MODE_AUTO)
+        return llama__fail(err, errsize, "parallel.parallel_mode = auto_parallel: " LLAMA__TODO_AUTO);
+    if (c->parallel_mode == LLAMA_PARALLEL_MODE_HYBRID)
+        return llama__fail(err, errsize, "parallel.parallel_mode = hybrid_parallel: " LLAMA__NO_HYBRID);
+    if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA &&
+        (c->model_parallel > 1 || c->context_parallel > 1 || c->pipeline_stage > 1))
+        return llama__fail(err, errsize,
+                           "parallel.parallel_mode = data_parallel is pure data parallel: " LLAMA__P("model_parallel")
+                           " (%d), " LLAMA__P("context_parallel") " (%d) and " LLAMA__P("pipeline_stage")
+                           " (%d) must be 1; use semi_auto_parallel to combine data parallel with other splits",
+                           c->model_parallel, c->context_parallel, c->pipeline_stage);
+    if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA && c->full_batch)
+        return llama__fail(err, errsize,
+                           "parallel.parallel_mode = data_parallel needs parallel.full_batch = false: in data_parallel "
+                           "mode each rank reads its own runner_config.batch_size samples (as in MindSpore); use "
+                           "semi_auto_parallel for a global batch_size");
+    if (c->parallel_mode == LLAMA_PARALLEL_MODE_STAND_ALONE &&
+        (c->data_parallel > 1 || c->model_parallel > 1 || c->pipeline_stage > 1 || c->context_parallel > 1))
+        return llama__fail(err, errsize,
+                           "parallel.parallel_mode = stand_alone runs on one device, but " LLAMA__P("data_parallel")
+                           " x model_parallel x pipeline_stage x context_parallel = %d x %d x %d x %d ranks",
+                           c->data_parallel, c->model_parallel, c->pipeline_stage, c->context_parallel);
+
     /* switches whose feature has not landed */
     if (c->pipeline_stage > 1)
         return llama__fail(err, errsize, LLAMA__P("pipeline_stage") " = %d: " LLAMA__TODO_PP, c->pipeline_stage);
@@ -678,6 +844,31 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         return llama__fail(err, errsize, LLAMA__P("context_parallel") " = %d: " LLAMA__TODO_CP, c->context_parallel);
     if (c->optimizer_level == 3)
         return llama__fail(err, errsize, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
+    {
+        const struct {
+            const char *key;
+            int value, def;
+            const char *reason;
+        } todo[] = {
+            {LLAMA__K("use_ring_attention"), c->use_ring_attention, 0, LLAMA__TODO_RING},
+            {"micro_batch_interleave_num", c->micro_batch_interleave_num, 1, LLAMA__TODO_MULTICOPY},
+            {LLAMA__K("fine_grain_interleave"), c->fine_grain_interleave, 1, LLAMA__TODO_FINE_GRAIN},
+            {LLAMA__K("pp_interleave_num"), c->pp_interleave_num, 1, LLAMA__TODO_VPP "; use 1"},
+            {"parallel.pipeline_config.pipeline_interleave", c->pipeline_interleave, 0, LLAMA__TODO_VPP "; use false"},
+            {LLAMA__K("offset"), c->offset, 0, LLAMA__TODO_OFFSET},
+            {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
+            {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
+            {"runner_config.gradient_accumulation_steps", c->gradient_accumulation_steps, 1, LLAMA__NO_GRAD_ACCUM},
+        };
+        for (size_t i = 0; i < sizeof todo / sizeof todo[0]; i++) {
+            if (todo[i].value == todo[i].def) continue;
+            const llama__key *k = llama__find(todo[i].key, strlen(todo[i].key));
+            char names[2 * LLAMA__MAX_PATH + 16];
+            llama__key_names(k, names, sizeof names);
+            llama__value_text(k, c, val, sizeof val);
+            return llama__fail(err, errsize, "%s = %s: %s", names, val, todo[i].reason);
+        }
+    }
 
     /* cross-key rules */
     if (c->hidden_size % c->num_heads != 0)
@@ -696,12 +887,23 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         return llama__fail(err, errsize,
                            LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
                            c->context_parallel, c->ulysses_degree_in_cp);
+    /* the batch: global (full_batch) or per data-parallel rank */
     long long split = (long long)c->data_parallel * c->micro_batch_num;
-    if (c->batch_size % split != 0)
+    if (c->full_batch && c->batch_size % split != 0)
         return llama__fail(err, errsize,
                            "runner_config.batch_size = %d is not divisible by " LLAMA__P("data_parallel") " (%d) x " LLAMA__P(
                                "micro_batch_num") " (%d)",
                            c->batch_size, c->data_parallel, c->micro_batch_num);
+    if (!c->full_batch && c->batch_size % c->micro_batch_num != 0)
+        return llama__fail(err, errsize,
+                           "runner_config.batch_size = %d (per data-parallel rank: parallel.full_batch is false) is not "
+                           "divisible by " LLAMA__P("micro_batch_num") " (%d)",
+                           c->batch_size, c->micro_batch_num);
+    if (!c->full_batch && (long long)c->batch_size * c->data_parallel > LLAMA__MAX_BATCH)
+        return llama__fail(err, errsize,
+                           "the global batch runner_config.batch_size x " LLAMA__P("data_parallel") " = %d x %d = %lld "
+                           "(parallel.full_batch is false) is larger than %d",
+                           c->batch_size, c->data_parallel, (long long)c->batch_size * c->data_parallel, LLAMA__MAX_BATCH);
     /* tensor parallel: every split dim divisible by model_parallel (checked here,
        before anything is allocated); kv heads are not replicated across tp ranks */
     if (c->model_parallel > 1) {
@@ -870,6 +1072,23 @@ static int llama__file_scalar(llama__loader *l, const char *path, const yaml_eve
     return 0;
 }
 
+/* MindFormers also takes a list for a few keys: per-stage or per-operator
+   forms of features that have not landed. Such a list is refused with the
+   feature's reason rather than as a shape error. NULL for other keys. */
+static const char *llama__list_refusal(const llama__key *k) {
+    static const struct {
+        const char *path, *reason;
+    } lists[] = {
+        {"recompute_config.recompute", LLAMA__NO_RECOMPUTE},
+        {"recompute_config.select_recompute", LLAMA__NO_RECOMPUTE},
+        {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__NO_RECOMPUTE},
+        {"model.model_config.offset", LLAMA__TODO_OFFSET},
+    };
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        if (strcmp(lists[i].path, k->path) == 0) return lists[i].reason;
+    return NULL;
+}
+
 /* The body of a mapping whose start event was just read; `path` is its
    dotted path ("" at the top). */
 static int llama__file_mapping(llama__loader *l, const char *path) {
@@ -901,6 +1120,9 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
         } else if (val.type == YAML_ALIAS_EVENT) {
             rc = llama__fail(l->err, l->errsize, "%s:%d: %s: YAML aliases (*name) are not supported; write the value out",
                              l->file, line, child);
+        } else if (k && val.type == YAML_SEQUENCE_START_EVENT && llama__list_refusal(llama__resolve_alias(k))) {
+            rc = llama__fail(l->err, l->errsize, "%s:%d: %s = [a list]: %s", l->file, line, child,
+                             llama__list_refusal(llama__resolve_alias(k)));
         } else if (k) {
             rc = llama__fail(l->err, l->errsize, "%s:%d: %s needs a single value, not %s", l->file, line, child,
                              llama__node_kind(val.type));
@@ -1114,6 +1336,7 @@ static void llama__type_text(const llama__key *k, char *buf, size_t size) {
     case LLAMA__T_FLOAT: llama__range_text(k, range, sizeof range); snprintf(buf, size, "float %s", range); break;
     case LLAMA__T_U64: snprintf(buf, size, "int >= 0 (64-bit)"); break;
     case LLAMA__T_BOOL: snprintf(buf, size, "bool"); break;
+    case LLAMA__T_TEXT: snprintf(buf, size, "text"); break;
     case LLAMA__T_ALIAS: snprintf(buf, size, "alias"); break;
     case LLAMA__T_CHOICE: {
         size_t used = 0;

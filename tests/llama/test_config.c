@@ -118,7 +118,14 @@ static int same_config(const llama_config *a, const llama_config *b) {
            a->beta2 == b->beta2 && a->eps == b->eps && a->weight_decay == b->weight_decay &&
            strcmp(a->lr_schedule, b->lr_schedule) == 0 && a->warmup_steps == b->warmup_steps &&
            a->total_steps == b->total_steps && a->min_lr == b->min_lr && a->batch_size == b->batch_size &&
-           a->max_grad_norm == b->max_grad_norm && a->seed == b->seed;
+           a->max_grad_norm == b->max_grad_norm && a->seed == b->seed && a->parallel_mode == b->parallel_mode &&
+           a->full_batch == b->full_batch && a->parameter_broadcast == b->parameter_broadcast &&
+           a->use_ring_attention == b->use_ring_attention && a->fine_grain_interleave == b->fine_grain_interleave &&
+           a->pp_interleave_num == b->pp_interleave_num && a->offset == b->offset &&
+           a->pipeline_interleave == b->pipeline_interleave &&
+           a->micro_batch_interleave_num == b->micro_batch_interleave_num && a->recompute == b->recompute &&
+           a->select_recompute == b->select_recompute &&
+           a->gradient_accumulation_steps == b->gradient_accumulation_steps;
 }
 
 /* ---- defaults -------------------------------------------------------------- */
@@ -162,6 +169,20 @@ static void test_defaults(void) {
     CHECK_INT(c.batch_size, 8);
     CHECK_FLT(c.max_grad_norm, 0.0f);
     CHECK(c.seed == 1234);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_SEMI_AUTO);
+    CHECK_INT(c.parallel_mode, 1); /* MindFormers' integer for semi_auto_parallel */
+    CHECK_INT(c.full_batch, 1);
+    CHECK_INT(c.parameter_broadcast, 0);
+    CHECK_INT(c.use_ring_attention, 0);
+    CHECK_INT(c.fine_grain_interleave, 1);
+    CHECK_INT(c.pp_interleave_num, 1);
+    CHECK_INT(c.offset, 0);
+    CHECK_INT(c.pipeline_interleave, 0);
+    CHECK_INT(c.micro_batch_interleave_num, 1);
+    CHECK_INT(c.recompute, 0);
+    CHECK_INT(c.select_recompute, 0);
+    CHECK_INT(c.gradient_accumulation_steps, 1);
+    CHECK_INT(llama_config_global_batch(&c), 8);
     CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
 
     /* loading nothing is the defaults */
@@ -286,6 +307,11 @@ static const key_case key_cases[] = {
     {"model.model_config.rms_norm_eps", "1e-6", K_FLT, AT(rms_norm_eps), 1e-6, NULL},
     {"model.model_config.theta", "500000.0", K_FLT, AT(theta), 500000.0, NULL},
     {"model.model_config.initializer_range", "0.01", K_FLT, AT(initializer_range), 0.01, NULL},
+    {"model.model_config.use_attn_mask_compression", "True", K_IGNORED, 0, 0, NULL},
+    {"model.model_config.use_ring_attention", "true", K_BOOL, AT(use_ring_attention), 1, NULL},
+    {"model.model_config.fine_grain_interleave", "2", K_INT, AT(fine_grain_interleave), 2, NULL},
+    {"model.model_config.pp_interleave_num", "2", K_INT, AT(pp_interleave_num), 2, NULL},
+    {"model.model_config.offset", "-1", K_INT, AT(offset), -1, NULL},
     {"parallel_config.data_parallel", "2", K_INT, AT(data_parallel), 2, NULL},
     {"parallel_config.model_parallel", "2", K_INT, AT(model_parallel), 2, NULL},
     {"parallel_config.pipeline_stage", "3", K_INT, AT(pipeline_stage), 3, NULL},
@@ -295,12 +321,25 @@ static const key_case key_cases[] = {
     {"parallel_config.ulysses_degree_in_cp", "2", K_INT, AT(ulysses_degree_in_cp), 2, NULL},
     {"parallel_config.use_seq_parallel", "yes", K_BOOL, AT(use_seq_parallel), 1, NULL},
     {"parallel_config.vocab_emb_dp", "False", K_BOOL, AT(vocab_emb_dp), 0, NULL},
-    {"parallel.parallel_mode", "data_parallel", K_IGNORED, 0, 0, NULL},
-    {"parallel.full_batch", "false", K_IGNORED, 0, 0, NULL},
+    {"parallel_config.use_ring_attention", "on", K_BOOL, AT(use_ring_attention), 1, NULL},
+    {"parallel_config.use_attn_mask_compression", "False", K_IGNORED, 0, 0, NULL},
+    {"parallel_config.fine_grain_interleave", "4", K_INT, AT(fine_grain_interleave), 4, NULL},
+    {"parallel_config.micro_batch_interleave_num", "3", K_INT, AT(micro_batch_interleave_num), 3, NULL},
+    {"parallel.parallel_mode", "data_parallel", K_INT, AT(parallel_mode), 0, NULL},
+    {"parallel.full_batch", "false", K_BOOL, AT(full_batch), 0, NULL},
+    {"parallel.parameter_broadcast", "True", K_BOOL, AT(parameter_broadcast), 1, NULL},
     {"parallel.gradients_mean", "off", K_BOOL, AT(gradients_mean), 0, NULL},
     {"parallel.enable_parallel_optimizer", "true", K_BOOL, AT(enable_parallel_optimizer), 1, NULL},
     {"parallel.enable_alltoall", "True", K_BOOL, AT(enable_alltoall), 1, NULL},
     {"parallel.parallel_optimizer_config.optimizer_level", "level2", K_INT, AT(optimizer_level), 2, NULL},
+    {"parallel.pipeline_config.pipeline_interleave", "true", K_BOOL, AT(pipeline_interleave), 1, NULL},
+    {"parallel.search_mode", "sharding_propagation", K_IGNORED, 0, 0, NULL},
+    {"parallel.strategy_ckpt_save_file", "./strategy/ckpt_strategy.ckpt", K_IGNORED, 0, 0, NULL},
+    {"recompute_config.recompute", "True", K_BOOL, AT(recompute), 1, NULL},
+    {"recompute_config.select_recompute", "yes", K_BOOL, AT(select_recompute), 1, NULL},
+    {"recompute_config.parallel_optimizer_comm_recompute", "True", K_IGNORED, 0, 0, NULL},
+    {"recompute_config.mp_comm_recompute", "False", K_IGNORED, 0, 0, NULL},
+    {"recompute_config.recompute_slice_activation", "True", K_IGNORED, 0, 0, NULL},
     {"optimizer.type", "FusedAdamWeightDecay", K_IGNORED, 0, 0, NULL},
     {"optimizer.learning_rate", "3e-4", K_FLT, AT(learning_rate), 3e-4, NULL},
     {"optimizer.beta1", "0.8", K_FLT, AT(beta1), 0.8, NULL},
@@ -314,11 +353,13 @@ static const key_case key_cases[] = {
     {"lr_schedule.min_lr", "1e-5", K_FLT, AT(min_lr), 1e-5, NULL},
     {"lr_schedule.lr_end", "2e-5", K_FLT, AT(min_lr), 2e-5, NULL},
     {"runner_config.batch_size", "32", K_INT, AT(batch_size), 32, NULL},
+    {"runner_config.gradient_accumulation_steps", "8", K_INT, AT(gradient_accumulation_steps), 8, NULL},
     {"runner_config.epochs", "3", K_IGNORED, 0, 0, NULL},
     {"runner_config.sink_mode", "True", K_IGNORED, 0, 0, NULL},
     {"runner_config.sink_size", "2", K_IGNORED, 0, 0, NULL},
     {"max_grad_norm", "1.0", K_FLT, AT(max_grad_norm), 1.0, NULL},
     {"seed", "18446744073709551615", K_U64, AT(seed), 0, NULL},
+    {"micro_batch_interleave_num", "2", K_INT, AT(micro_batch_interleave_num), 2, NULL},
     {"run_mode", "finetune", K_IGNORED, 0, 0, NULL},
     {"use_parallel", "True", K_IGNORED, 0, 0, NULL},
 };
@@ -424,6 +465,11 @@ static void test_every_key(void) {
     CHECK(load_set("lr_schedule.type=ConstantWarmUpLR", &c) == 0 && strcmp(c.lr_schedule, "constant") == 0);
     CHECK(load_set("parallel_config.context_parallel_algo=hybrid_cp", &c) == 0 &&
           strcmp(c.context_parallel_algo, "hybrid_cp") == 0);
+    /* MindFormers' documented spelling hybird_cp is hybrid_cp */
+    CHECK_MSG(load_set("parallel_config.context_parallel_algo=hybird_cp", &c) == 0, "%s", err_);
+    CHECK_STR(c.context_parallel_algo, "hybrid_cp");
+    CHECK_MSG(load_text("parallel_config:\n  context_parallel_algo: hybird_cp\n", NULL, 0, &c) == 0, "%s", err_);
+    CHECK_STR(c.context_parallel_algo, "hybrid_cp");
     static const char *const adams[] = {"AdamW", "adamw", "AdamWeightDecay", "FusedAdamWeightDecay"};
     for (int i = 0; i < 4; i++) {
         char set[128];
@@ -597,7 +643,19 @@ static const bad_case bad_values[] = {
     {"lr_schedule.type", "linear", "not one of"},
     {"parallel_config.context_parallel_algo", "ring", "not one of"},
     {"parallel.parallel_optimizer_config.optimizer_level", "level4", "not one of"},
-    {"parallel.parallel_mode", "auto_parallel", "not one of"},
+    {"parallel.parallel_mode", "manual_parallel", "not one of"},
+    {"parallel.parallel_mode", "4", "not one of"},
+    {"parallel.full_batch", "sometimes", "not a boolean"},
+    {"parallel.parameter_broadcast", "2", "not a boolean"},
+    {"parallel.search_mode", "greedy", "not one of"},
+    {"parallel.strategy_ckpt_save_file", "", "no value"},
+    {"parallel_config.context_parallel_algo", "hybird", "not one of"},
+    {"recompute_config.recompute", "full", "not a boolean"},
+    {"recompute_config.mp_comm_recompute", "maybe", "not a boolean"},
+    {"model.model_config.use_attn_mask_compression", "1.0", "not a boolean"},
+    {"parallel_config.use_attn_mask_compression", "yesno", "not a boolean"},
+    {"parallel_config.use_ring_attention", "2", "not a boolean"},
+    {"model.model_config.offset", "0.5", "not an integer"},
     {"model.arch.type", "GPT2", "not one of"},
     {"run_mode", "predict", "not one of"},
     {"seed", "-1", ">= 0"},
@@ -624,6 +682,13 @@ static const bad_case range_cases[] = {
     {"parallel_config.micro_batch_num", "0", "65537"},
     {"parallel_config.context_parallel", "0", "65537"},
     {"parallel_config.ulysses_degree_in_cp", "0", "65537"},
+    {"model.model_config.fine_grain_interleave", "0", "65537"},
+    {"parallel_config.fine_grain_interleave", "-1", "65537"},
+    {"model.model_config.pp_interleave_num", "0", "65537"},
+    {"model.model_config.offset", "-4097", "4097"},
+    {"micro_batch_interleave_num", "0", "65537"},
+    {"parallel_config.micro_batch_interleave_num", "0", "65537"},
+    {"runner_config.gradient_accumulation_steps", "0", "1048577"},
     {"optimizer.learning_rate", "-1e-3", "1e39"},
     {"optimizer.beta1", "-0.1", "1"},
     {"optimizer.beta2", "-1", "1.5"},
@@ -812,7 +877,7 @@ static void test_cross_rules(void) {
                          "model.model_config.seq_length=63"};
     expect_rule(tps, 3, "model.model_config.seq_length = 63 is not divisible", "use_seq_parallel");
 
-    /* features that have not landed: rejected by name */
+    /* features that have not landed: rejected by name (MindFormers' switches: test_not_landed) */
     const char *pp[] = {"parallel_config.pipeline_stage=2"};
     expect_rule(pp, 1, "parallel_config.pipeline_stage = 2", "not implemented");
     const char *cp[] = {"parallel_config.context_parallel=2"};
@@ -862,6 +927,335 @@ static void test_cross_rules(void) {
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK(llama_config_load(NULL, NULL, 0, NULL, NULL, err, sizeof err) == -1);
     CHECK(llama_config_load(NULL, tp3, 1, &c, NULL, NULL, 0) == -1);
+}
+
+/* ---- MindFormers' parallel modes, batch meaning and switches of features to come ---- */
+
+static void test_parallel_mode(void) {
+    llama_config c;
+    /* semi_auto_parallel (default) and its integer */
+    CHECK(load_set("parallel.parallel_mode=1", &c) == 0 && c.parallel_mode == LLAMA_PARALLEL_MODE_SEMI_AUTO);
+    CHECK(load_set("parallel.parallel_mode=semi_auto_parallel", &c) == 0 && c.parallel_mode == 1);
+
+    /* auto_parallel and hybrid_parallel: parsed (a later --set may undo them), then refused by name */
+    static const char *const autos[] = {"parallel.parallel_mode=auto_parallel", "parallel.parallel_mode=2"};
+    for (int i = 0; i < 2; i++)
+        expect_rule(&autos[i], 1, "parallel.parallel_mode = auto_parallel: ",
+                    "auto_parallel (strategy search) is not implemented yet; use semi_auto_parallel");
+    static const char *const hybrids[] = {"parallel.parallel_mode=hybrid_parallel", "parallel.parallel_mode=3"};
+    for (int i = 0; i < 2; i++) {
+        expect_rule(&hybrids[i], 1, "parallel.parallel_mode = hybrid_parallel: ", "is not supported");
+        CHECK_HAS(err_, "use semi_auto_parallel");
+    }
+    const char *undo[] = {"parallel.parallel_mode=semi_auto_parallel"};
+    CHECK_MSG(load_text("parallel:\n  parallel_mode: 2\n", undo, 1, &c) == 0 && c.parallel_mode == 1, "%s", err_);
+    CHECK(load_text("parallel:\n  parallel_mode: auto_parallel\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "parallel.parallel_mode = auto_parallel: auto_parallel (strategy search)");
+
+    /* data_parallel: pure data parallel, batch per rank */
+    const char *dp_ok[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.data_parallel=4", "runner_config.batch_size=3"};
+    CHECK_MSG(load_text(NULL, dp_ok, 4, &c) == 0, "%s", err_);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_DATA);
+    CHECK_INT(c.full_batch, 0);
+    CHECK_INT(llama_config_global_batch(&c), 12);
+    const char *dp_int[] = {"parallel.parallel_mode=0", "parallel.full_batch=false"};
+    CHECK_MSG(load_text(NULL, dp_int, 2, &c) == 0 && c.parallel_mode == LLAMA_PARALLEL_MODE_DATA, "%s", err_);
+    const char *dp_full[] = {"parallel.parallel_mode=data_parallel"}; /* full_batch true (the default) */
+    expect_rule(dp_full, 1, "parallel.parallel_mode = data_parallel needs parallel.full_batch = false",
+                "each rank reads its own runner_config.batch_size samples");
+    const char *dp_tp[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.model_parallel=2"};
+    expect_rule(dp_tp, 3, "parallel.parallel_mode = data_parallel is pure data parallel",
+                "parallel_config.model_parallel (2), parallel_config.context_parallel (1) and "
+                "parallel_config.pipeline_stage (1) must be 1");
+    /* named before the "not implemented" of context and pipeline parallel */
+    const char *dp_cp[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.context_parallel=2"};
+    expect_rule(dp_cp, 3, "pure data parallel", "parallel_config.context_parallel (2)");
+    const char *dp_pp[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                           "parallel_config.pipeline_stage=3"};
+    expect_rule(dp_pp, 3, "pure data parallel", "parallel_config.pipeline_stage (3) must be 1");
+    /* the same degrees are fine in semi_auto_parallel */
+    const char *semi_tp[] = {"parallel_config.model_parallel=2"};
+    CHECK_MSG(load_text(NULL, semi_tp, 1, &c) == 0, "%s", err_);
+
+    /* stand_alone: one device */
+    CHECK_MSG(load_set("parallel.parallel_mode=stand_alone", &c) == 0, "%s", err_);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_STAND_ALONE);
+    const char *sa_dp[] = {"parallel.parallel_mode=stand_alone", "parallel_config.data_parallel=2"};
+    expect_rule(sa_dp, 2, "parallel.parallel_mode = stand_alone runs on one device",
+                "parallel_config.data_parallel x model_parallel x pipeline_stage x context_parallel = 2 x 1 x 1 x 1 ranks");
+    const char *sa_tp[] = {"parallel.parallel_mode=stand_alone", "parallel_config.model_parallel=2"};
+    expect_rule(sa_tp, 2, "stand_alone", "= 1 x 2 x 1 x 1 ranks");
+
+    /* the mode prints by name and reads back */
+    llama_config_defaults(&c);
+    c.parallel_mode = LLAMA_PARALLEL_MODE_STAND_ALONE;
+    char text[8192];
+    FILE *f = tmpfile();
+    if (!f) return;
+    llama_config_print(&c, f);
+    slurp(f, text, sizeof text);
+    fclose(f);
+    CHECK_HAS(text, "parallel:\n  parallel_mode: stand_alone\n  full_batch: true\n  parameter_broadcast: false\n");
+
+    /* validate on a config built in code */
+    char err[512];
+    llama_config_defaults(&c);
+    c.parallel_mode = 9;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.parallel_mode = 9: must be one of");
+    llama_config_defaults(&c);
+    c.parallel_mode = LLAMA_PARALLEL_MODE_AUTO;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.parallel_mode = auto_parallel");
+}
+
+static void test_full_batch(void) {
+    llama_config c;
+    /* true (default): batch_size is the global batch */
+    const char *g[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=6"};
+    CHECK_MSG(load_text(NULL, g, 2, &c) == 0, "%s", err_);
+    CHECK_INT(llama_config_global_batch(&c), 6);
+    /* false: per data-parallel rank, global = batch_size x data_parallel */
+    const char *r[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3"};
+    CHECK_MSG(load_text(NULL, r, 3, &c) == 0, "%s", err_);
+    CHECK_INT(c.batch_size, 3);
+    CHECK_INT(llama_config_global_batch(&c), 6);
+    /* the same batch_size as a global batch does not split over 2 ranks */
+    const char *r2[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=3"};
+    expect_rule(r2, 2, "runner_config.batch_size = 3 is not divisible by parallel_config.data_parallel (2)", NULL);
+    /* divisibility uses the effective global batch: 3 per rank x 2 ranks = 6 splits into 2 x 3 micro-batches
+       only if each rank's 3 samples split into micro_batch_num parts */
+    const char *m[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3",
+                       "parallel_config.micro_batch_num=3"};
+    CHECK_MSG(load_text(NULL, m, 4, &c) == 0, "%s", err_);
+    CHECK_INT(llama_config_global_batch(&c), 6);
+    const char *m2[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3",
+                        "parallel_config.micro_batch_num=2"};
+    expect_rule(m2, 4,
+                "runner_config.batch_size = 3 (per data-parallel rank: parallel.full_batch is false) is not divisible "
+                "by parallel_config.micro_batch_num (2)",
+                NULL);
+    /* with full_batch true the same micro_batch_num needs batch_size % (dp x mbn) */
+    const char *m3[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=6",
+                        "parallel_config.micro_batch_num=2"};
+    expect_rule(m3, 3, "runner_config.batch_size = 6 is not divisible", "parallel_config.micro_batch_num (2)");
+    /* the global batch has the batch_size bound too */
+    const char *big[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2",
+                         "runner_config.batch_size=1048576"};
+    expect_rule(big, 3, "the global batch runner_config.batch_size x parallel_config.data_parallel = 1048576 x 2 = 2097152",
+                "larger than 1048576");
+    const char *edge[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2",
+                          "runner_config.batch_size=524288"};
+    CHECK_MSG(load_text(NULL, edge, 3, &c) == 0 && llama_config_global_batch(&c) == 1048576, "%s", err_);
+
+    /* the helper on its own */
+    CHECK_INT(llama_config_global_batch(NULL), -1);
+    llama_config_defaults(&c);
+    c.full_batch = 0;
+    c.batch_size = 5;
+    c.data_parallel = 7;
+    CHECK_INT(llama_config_global_batch(&c), 35);
+    c.full_batch = 1;
+    CHECK_INT(llama_config_global_batch(&c), 5);
+    c.full_batch = 0;
+    c.batch_size = 1 << 20;
+    c.data_parallel = 1 << 12;
+    CHECK_INT(llama_config_global_batch(&c), -1); /* past INT_MAX */
+
+    /* parameter_broadcast: stored, no rule */
+    CHECK(load_set("parallel.parameter_broadcast=true", &c) == 0 && c.parameter_broadcast == 1);
+    char err[256];
+    llama_config_defaults(&c);
+    c.full_batch = 2;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.full_batch");
+    llama_config_defaults(&c);
+    c.parameter_broadcast = -1;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "parallel.parameter_broadcast");
+}
+
+/* One switch of a feature that has not landed: its default loads, `value`
+   is refused naming every spelling of the key and the reason, and a later
+   --set of the default undoes a file's value. */
+typedef struct {
+    const char *path;     /* as written */
+    const char *value;    /* a refused value */
+    const char *names;    /* the key as the error names it */
+    const char *reason;
+} todo_case;
+
+static const todo_case todo_cases[] = {
+    {"model.model_config.use_ring_attention", "true",
+     "model.model_config.use_ring_attention (or parallel_config.use_ring_attention) = true",
+     "context parallel (ring attention) is not implemented yet; use false"},
+    {"parallel_config.use_ring_attention", "True",
+     "model.model_config.use_ring_attention (or parallel_config.use_ring_attention) = true",
+     "context parallel (ring attention) is not implemented yet"},
+    {"micro_batch_interleave_num", "2", "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2",
+     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"},
+    {"parallel_config.micro_batch_interleave_num", "4",
+     "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 4",
+     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet"},
+    {"model.model_config.fine_grain_interleave", "2",
+     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 2",
+     "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it also requires "
+     "parallel_config.use_seq_parallel)"},
+    {"parallel_config.fine_grain_interleave", "3",
+     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 3",
+     "fine-grained interleave (fine_grain_interleave) is not implemented yet"},
+    {"model.model_config.pp_interleave_num", "2", "model.model_config.pp_interleave_num = 2",
+     "interleaved pipeline (virtual stages) is not implemented yet; use 1"},
+    {"parallel.pipeline_config.pipeline_interleave", "true", "parallel.pipeline_config.pipeline_interleave = true",
+     "interleaved pipeline (virtual stages) is not implemented yet; use false"},
+    {"model.model_config.offset", "1", "model.model_config.offset = 1",
+     "per-stage layer offsets (pipeline parallel) are not implemented yet; use 0"},
+    {"model.model_config.offset", "-2", "model.model_config.offset = -2", "are not implemented yet"},
+    {"recompute_config.recompute", "True", "recompute_config.recompute = true",
+     "activation recomputation is not implemented; use false"},
+    {"recompute_config.select_recompute", "on", "recompute_config.select_recompute = true",
+     "activation recomputation is not implemented; use false"},
+    {"runner_config.gradient_accumulation_steps", "8", "runner_config.gradient_accumulation_steps = 8",
+     "not supported: gradient accumulation here is parallel_config.micro_batch_num"},
+};
+
+/* The value a todo case's key accepts. */
+static const char *todo_default(const char *path) {
+    if (strstr(path, "interleave_num") || strstr(path, "fine_grain") || strstr(path, "accumulation")) return "1";
+    if (strstr(path, "offset")) return "0";
+    return "false";
+}
+
+static void test_not_landed(void) {
+    llama_config c;
+    for (size_t i = 0; i < sizeof todo_cases / sizeof todo_cases[0]; i++) {
+        const todo_case *t = &todo_cases[i];
+        char set[256], yaml[512], def[256];
+        /* --set */
+        snprintf(set, sizeof set, "%s=%s", t->path, t->value);
+        const char *sets[] = {set};
+        CHECK_MSG(load_text(NULL, sets, 1, &c) == -1, "--set %s loaded", set);
+        CHECK_HAS(err_, t->names);
+        CHECK_HAS(err_, t->reason);
+        /* file */
+        nested_yaml(t->path, t->value, yaml, sizeof yaml);
+        CHECK_MSG(load_text(yaml, NULL, 0, &c) == -1, "yaml %s: %s loaded", t->path, t->value);
+        CHECK_HAS(err_, t->names);
+        CHECK_HAS(err_, t->reason);
+        CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
+        /* the default is accepted silently, and a --set of it undoes the file's value */
+        snprintf(def, sizeof def, "%s=%s", t->path, todo_default(t->path));
+        const char *undo[] = {def};
+        CHECK_MSG(load_text(NULL, undo, 1, &c) == 0, "--set %s: %s", def, err_);
+        CHECK_MSG(load_text(yaml, undo, 1, &c) == 0, "yaml %s then --set %s: %s", t->path, def, err_);
+        CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
+    }
+    /* every stored switch of the kind has a case */
+    static const char *const stored[] = {"model.model_config.use_ring_attention", "micro_batch_interleave_num",
+                                         "model.model_config.fine_grain_interleave",
+                                         "model.model_config.pp_interleave_num",
+                                         "parallel.pipeline_config.pipeline_interleave", "model.model_config.offset",
+                                         "recompute_config.recompute", "recompute_config.select_recompute",
+                                         "runner_config.gradient_accumulation_steps"};
+    for (size_t j = 0; j < sizeof stored / sizeof stored[0]; j++) {
+        int found = 0;
+        for (size_t i = 0; i < sizeof todo_cases / sizeof todo_cases[0]; i++) found |= !strcmp(todo_cases[i].path, stored[j]);
+        CHECK_MSG(found, "no refusal case for %s", stored[j]);
+    }
+
+    /* validate on a config built in code */
+    char err[512];
+    llama_config_defaults(&c);
+    c.offset = 3;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "model.model_config.offset = 3: per-stage layer offsets");
+    llama_config_defaults(&c);
+    c.recompute = 1;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "recompute_config.recompute = true: activation recomputation is not implemented");
+    llama_config_defaults(&c);
+    c.fine_grain_interleave = 0;
+    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
+    CHECK_HAS(err, "model.model_config.fine_grain_interleave = 0: must be in [1, 65536]");
+
+    /* MindFormers' list forms: refused with the feature's reason, not as a shape error */
+    CHECK(load_text("recompute_config:\n  recompute: [2, 1]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:2: recompute_config.recompute = [a list]: activation recomputation is not implemented");
+    CHECK(load_text("recompute_config:\n  select_recompute: ['feed_forward\\.mul']\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.select_recompute = [a list]: activation recomputation");
+    CHECK(load_text("recompute_config:\n  parallel_optimizer_comm_recompute: [true]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.parallel_optimizer_comm_recompute = [a list]: activation recomputation");
+    CHECK(load_text("model:\n  model_config:\n    offset: [1, -1]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:3: model.model_config.offset = [a list]: per-stage layer offsets");
+    /* other keys keep the shape error, also for a mapping under a list-taking key */
+    CHECK(load_text("recompute_config:\n  recompute: {a: 1}\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.recompute needs a single value, not a mapping");
+    CHECK(load_text("recompute_config:\n  mp_comm_recompute: [true]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.mp_comm_recompute needs a single value, not a sequence");
+
+    /* qualifiers of recomputation: either value, no effect (recomputation is off) */
+    const char *quals[] = {"recompute_config.mp_comm_recompute=true", "recompute_config.recompute_slice_activation=true",
+                           "recompute_config.parallel_optimizer_comm_recompute=true"};
+    CHECK_MSG(load_text(NULL, quals, 3, &c) == 0, "%s", err_);
+    /* mask compression: either value, either spelling */
+    const char *masks[] = {"model.model_config.use_attn_mask_compression=true",
+                           "parallel_config.use_attn_mask_compression=false"};
+    CHECK_MSG(load_text(NULL, masks, 2, &c) == 0, "%s", err_);
+    /* an alias and its key disagreeing in one file */
+    CHECK(load_text("model:\n  model_config:\n    fine_grain_interleave: 1\nparallel_config:\n  fine_grain_interleave: 2\n",
+                    NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "parallel_config.fine_grain_interleave = 2 contradicts model.model_config.fine_grain_interleave");
+
+    /* a MindFormers-style parallel section with every key of this kind loads without a warning */
+    static const char seed[] =
+        "parallel:\n"
+        "  parallel_mode: 0\n"
+        "  gradients_mean: False\n"
+        "  enable_alltoall: False\n"
+        "  full_batch: False\n"
+        "  search_mode: \"sharding_propagation\"\n"
+        "  enable_parallel_optimizer: False\n"
+        "  strategy_ckpt_save_file: \"./ckpt_strategy.ckpt\"\n"
+        "  parameter_broadcast: True\n"
+        "  pipeline_config:\n"
+        "    pipeline_interleave: False\n"
+        "parallel_config:\n"
+        "  data_parallel: 2\n"
+        "  model_parallel: 1\n"
+        "  pipeline_stage: 1\n"
+        "  context_parallel: 1\n"
+        "  context_parallel_algo: hybird_cp\n"
+        "  use_seq_parallel: False\n"
+        "  micro_batch_num: 1\n"
+        "  vocab_emb_dp: True\n"
+        "micro_batch_interleave_num: 1\n"
+        "recompute_config:\n"
+        "  recompute: False\n"
+        "  select_recompute: False\n"
+        "  parallel_optimizer_comm_recompute: False\n"
+        "  mp_comm_recompute: True\n"
+        "  recompute_slice_activation: True\n"
+        "runner_config:\n"
+        "  batch_size: 2\n"
+        "  gradient_accumulation_steps: 1\n"
+        "model:\n"
+        "  model_config:\n"
+        "    use_attn_mask_compression: True\n"
+        "    use_ring_attention: False\n"
+        "    fine_grain_interleave: 1\n"
+        "    pp_interleave_num: 1\n"
+        "    offset: 0\n";
+    CHECK_MSG(load_text(seed, NULL, 0, &c) == 0, "%s", err_);
+    CHECK_MSG(warn_[0] == 0, "warns: %s", warn_);
+    CHECK_INT(c.parallel_mode, LLAMA_PARALLEL_MODE_DATA);
+    CHECK_INT(c.full_batch, 0);
+    CHECK_INT(c.parameter_broadcast, 1);
+    CHECK_INT(c.gradients_mean, 0);
+    CHECK_STR(c.context_parallel_algo, "hybrid_cp");
+    CHECK_INT(llama_config_global_batch(&c), 4);
 }
 
 /* ---- printing -------------------------------------------------------------------- */
@@ -923,6 +1317,12 @@ static void test_print(void) {
     CHECK_HAS(ref, "`CosineWithWarmUpLR` = `cosine`");
     CHECK_HAS(ref, "same as `optimizer.learning_rate`");
     CHECK_HAS(ref, "| `lr_schedule.total_steps` | int >= 0 (or -1, read as 0) | `0` |");
+    CHECK_HAS(ref, "`hybird_cp` = `hybrid_cp`");
+    CHECK_HAS(ref, "| `parallel.parallel_mode` | `semi_auto_parallel` \\| `data_parallel` \\| `stand_alone` \\| "
+                   "`auto_parallel` \\| `hybrid_parallel` | `semi_auto_parallel` |");
+    CHECK_HAS(ref, "`0` = `data_parallel`, `1` = `semi_auto_parallel`, `2` = `auto_parallel`, `3` = `hybrid_parallel`");
+    CHECK_HAS(ref, "| `parallel.strategy_ckpt_save_file` | text | `./ckpt_strategy.ckpt` |");
+    CHECK_HAS(ref, "| `parallel_config.fine_grain_interleave` | alias | - | same as `model.model_config.fine_grain_interleave`");
     /* every line is a table row of 4 cells (pipes inside cells escaped) */
     int lines = 0, bad_rows = 0;
     for (const char *p = ref; *p; lines++) {
@@ -949,6 +1349,41 @@ static void test_print(void) {
                                        "build/train --config examples/configs/tiny.yaml --data README.md --steps 50",
                                        "mpirun -np 2 build/train --backend mpi --set parallel_config.data_parallel=2"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) CHECK_HAS(usage, opts[i]);
+}
+
+/* README's Configuration reference is the printed table, byte for byte
+   (regenerate it with `build/llama_test_config --reference`). */
+static void test_readme_reference(void) {
+    static char ref[65536];
+    FILE *f = tmpfile();
+    if (!f) return;
+    llama_config_print_reference(f);
+    slurp(f, ref, sizeof ref);
+    fclose(f);
+    FILE *r = fopen("README.md", "rb");
+    CHECK_MSG(r != NULL, "run from the repository root: README.md not found");
+    if (!r) return;
+    size_t cap = 1 << 20, n = 0;
+    char *readme = (char *)malloc(cap + 1);
+    if (readme) n = fread(readme, 1, cap, r);
+    fclose(r);
+    if (!readme) return;
+    readme[n] = 0;
+    CHECK_MSG(n < cap, "README.md larger than %zu bytes", cap);
+    const char *at = strstr(readme, "\n| key | type | default | meaning |\n");
+    CHECK_MSG(at != NULL, "README.md has no configuration reference table");
+    if (at) {
+        at++;
+        size_t same = 0;
+        while (ref[same] && ref[same] == at[same]) same++;
+        const char *line = ref + same; /* the first line that differs */
+        while (line > ref && line[-1] != '\n') line--;
+        CHECK_MSG(ref[same] == 0 && at[same] == '\n',
+                  "README.md's reference differs from llama_config_print_reference() from: %.200s"
+                  " (regenerate it with build/llama_test_config --reference)",
+                  line);
+    }
+    free(readme);
 }
 
 /* ---- command line ----------------------------------------------------------------- */
@@ -1060,7 +1495,12 @@ static void test_args(void) {
     CHECK(llama_parse_args(1, argv, NULL, err, sizeof err) == -1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* the reference table that README.md's Configuration reference holds */
+    if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
+        llama_config_print_reference(stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
     snprintf(dir_, sizeof dir_, "/tmp/llama_test_config_XXXXXX");
     if (!mkdtemp(dir_)) {
         perror("mkdtemp");
@@ -1075,7 +1515,11 @@ int main(void) {
     test_types_and_ranges();
     test_duplicates();
     test_cross_rules();
+    test_parallel_mode();
+    test_full_batch();
+    test_not_landed();
     test_print();
+    test_readme_reference();
     test_args();
     remove_files();
     return TEST_END("llama_config");
