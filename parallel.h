@@ -1514,8 +1514,12 @@ PARALLEL_DEF par_status par_tp_get_info(const par_tp *tp, par_tp_info *info);
    parallelism, else n). */
 PARALLEL_DEF int64_t par_tp_rows(const par_tp *tp, int64_t n);
 
-/* Host memory each call may use is the caller's; the executor's own
-   workspace for activations of n rows and up to `cols` features (bytes). */
+/* The smallest row count >= n the region can split (a multiple of the degree
+   under sequence parallelism), e.g. to pad a prompt. */
+PARALLEL_DEF int64_t par_tp_pad_rows(const par_tp *tp, int64_t n);
+
+/* Bytes of the region's own executor workspace (PAR_MEM_COMM) for
+   activations of n rows and up to `cols` features: what a host plans. */
 PARALLEL_DEF int64_t par_tp_workspace_bytes(const par_tp *tp, int64_t n, int64_t cols);
 
 typedef enum par_linear_kind { PAR_LINEAR_COLUMN = 0, PAR_LINEAR_ROW } par_linear_kind;
@@ -13496,6 +13500,10 @@ static par_status par__tp_check_n(const par_tp *tp, const char *fn, int64_t n, i
 }
 
 PARALLEL_DEF int64_t par_tp_rows(const par_tp *tp, int64_t n) { return tp && tp->sp ? n / tp->degree : n; }
+
+PARALLEL_DEF int64_t par_tp_pad_rows(const par_tp *tp, int64_t n) {
+    return tp && tp->sp && tp->degree > 1 ? (n + tp->degree - 1) / tp->degree * tp->degree : n;
+}
 
 PARALLEL_DEF int64_t par_tp_workspace_bytes(const par_tp *tp, int64_t n, int64_t cols) {
     /* the executor keeps 4 buffers of the largest slice a plan holds: all n rows */

@@ -150,6 +150,12 @@ int llama_config_validate(const llama_config *cfg, char *err, size_t errsize);
    -1 for NULL or a product past INT_MAX. */
 int llama_config_global_batch(const llama_config *c);
 
+/* The device mesh the parallel_config degrees describe, as par_mesh_parse
+   reads it: one named axis per degree, outermost first ("dp=2,tp=4"; the
+   data-parallel axis "dp" and the tensor-parallel axis "tp" are always there,
+   size 1 when unused, since the trainer's layouts and strategies name them). */
+void llama_config_mesh(const llama_config *c, char *buf, size_t size);
+
 /* Write the effective configuration as YAML (for the start-up summary). */
 void llama_config_print(const llama_config *cfg, FILE *f);
 
@@ -1535,4 +1541,19 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
 
 #undef LLAMA__K
 #undef LLAMA__P
+
+void llama_config_mesh(const llama_config *c, char *buf, size_t size) {
+    const struct {
+        const char *name;
+        int degree, always;
+    } axes[] = {{"dp", c->data_parallel, 1}, {"pp", c->pipeline_stage, 0}, {"cp", c->context_parallel, 0},
+                {"tp", c->model_parallel, 1}};
+    size_t used = 0, k;
+    if (!size) return;
+    buf[0] = 0;
+    for (k = 0; k < sizeof axes / sizeof axes[0] && used < size; k++)
+        if (axes[k].always || axes[k].degree > 1)
+            used += (size_t)snprintf(buf + used, size - used, "%s%s=%d", used ? "," : "", axes[k].name, axes[k].degree);
+}
+
 #endif /* LLAMA_CONFIG_IMPLEMENTATION */

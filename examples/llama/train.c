@@ -2,27 +2,27 @@
 
    Reads like llm.c's train_gpt2.c, top to bottom:
      1. data: byte tokens, deterministic sample order, data-parallel sharding
-     2. parameters: the table of Hugging Face tensors, gradient buckets, layouts
+     2. the model's tensors: Hugging Face names and shapes, placed on the mesh
      3. memory plan: every buffer sized from the dims before anything runs
      4. init: counter-based normal(0, std) keyed by (seed, name, element)
      5. checkpoints: safetensors in/out (weights + AdamW state)
-     6. the training step: micro-batches, bucketed gradient reduction
-        overlapped with backward, ZeRO-1/2, clipping, AdamW
+     6. the training step: micro-batches, forward, backward, optimizer
      7. reporting: start-up summary, per-step lines, JSON metrics
      8. sampling, the rank body, main (input checks before any rank starts)
+
+   The trainer holds the model math (model.h) and the configuration
+   (config.h); the parallelism is parallel.h's: the parameters are a
+   par_params set (buffers, bucketed gradient reduction overlapped with
+   backward, ZeRO-1/2, the global norm, AdamW, gather for checkpoints) and the
+   layers run in a par_tp region (column/row-parallel linears from MindSpore
+   strategies, sequence parallelism, the vocabulary-parallel loss). The
+   trainer never computes a group, a shard size or a bucket.
 
    --trace FILE.json records every rank's timeline (par_trace, Chrome trace
    JSON for Perfetto): compute spans per layer and micro-batch, each gradient
    bucket's collective from issue to the end of its wait, the optimizer, the
    batch loading and the checkpoint save; with tracing off every hook is one
    NULL test.
-
-   One device is the 1x1 mesh; the mesh is "dp=D,tp=T". Every parameter has a
-   layout derived from its operator's strategy (layouts.h): replicated over dp,
-   split over tp for the Megatron column/row-parallel linears and the
-   vocabulary-parallel head; the ZeRO shards are the layouts of the flat
-   buckets split over dp; groups come from layouts, and the layers' tensor-
-   parallel collectives are planned redistributions run by the executor.
    Exit status: 0 done, 2 bad input (nothing written), 1 failure while running. */
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
@@ -34,7 +34,6 @@
 #define LLAMA_CONFIG_IMPLEMENTATION
 #include "examples/llama/config.h"
 #include "examples/llama/model.h"
-#include "examples/llama/layouts.h"
 
 #include <errno.h>
 #include <math.h>
@@ -112,244 +111,79 @@ static int data_load(const char *path, int64_t seq, llama_data *d, char *err, si
 }
 
 /* ============================================================================
-   2. parameters
+   2. the model's tensors
    ========================================================================== */
 
-typedef struct llama_bucket {
-    int64_t start, count, padded; /* flat range (elements); padded to a multiple of dp */
-    par_layout shard;             /* [padded] split over dp: the ZeRO shard of this bucket */
-    int64_t chunk, chunk_begin;   /* this rank's shard: elements and offset inside the bucket */
-    int64_t shard_offset;         /* where this rank's chunk lives in the shard buffers */
-    int first_tensor, num_tensors;
-    par_request *req;             /* pending gradient reduction */
-    const char *req_op;           /* --trace: its collective ("all_reduce", ...) */
-    double req_issued_us;         /* --trace: when it was issued */
-} llama_bucket;
+/* Tensor i: 0 the embedding, 1 + 9 l + k block l's k-th, then the final norm
+   and lm_head (Hugging Face order and names). */
+enum { LLAMA_PER_BLOCK = 9 };
 
-typedef struct llama_params {
-    llama_dims dims;      /* the model's */
-    llama_dims local;     /* what this rank holds (dims_local) */
-    int tp;               /* tensor-parallel degree */
-    int sp;               /* sequence parallel (with tp > 1) */
-    int num_tensors, num_buckets;
-    llama_tensor *tensors;
-    llama_bucket *buckets;
-    int64_t total;        /* padded flat length */
-    int64_t shard_total;  /* sum of this rank's chunks */
-    int64_t max_padded, max_chunk;
-    int64_t num_params;   /* unpadded, this rank's slices */
-    int64_t global_params; /* of the whole model */
-} llama_params;
+typedef struct tensor_spec {
+    char name[80];
+    int ndim;
+    int64_t shape[2];
+} tensor_spec;
 
-/* Global dimensions of the model. */
 static llama_dims dims_from_config(const llama_config *c) {
     llama_dims d;
     memset(&d, 0, sizeof d);
     d.vocab = c->vocab_size, d.dim = c->hidden_size, d.layers = c->num_layers, d.heads = c->num_heads;
     d.kv_heads = c->n_kv_heads ? c->n_kv_heads : c->num_heads, d.head_dim = c->hidden_size / c->num_heads;
     d.ffn = c->intermediate_size, d.seq = c->seq_length, d.eps = c->rms_norm_eps, d.theta = c->theta;
-    d.emb_rows = d.vocab;
     return d;
 }
 
-/* The dimensions one rank holds, read off the layouts of its tensors: the
-   q_proj slice gives its heads, k_proj its kv heads, gate_proj its ffn
-   columns, lm_head its vocabulary shard, the embedding its rows. */
-static llama_dims dims_local(const llama_params *p) {
-    llama_dims d = p->dims;
-    const llama_tensor *b0 = &p->tensors[LLAMA_BLOCK_FIRST], *emb = &p->tensors[LLAMA_T_EMBED];
-    const llama_tensor *head = &p->tensors[p->num_tensors - 1];
-    if (d.layers > 0) {
-        d.heads = b0[1].local[0] / d.head_dim, d.kv_heads = b0[2].local[0] / d.head_dim;
-        d.ffn = b0[6].local[0];
-    }
-    d.vocab = head->local[0], d.vocab_start = head->start[0];
-    d.emb_rows = emb->local[0], d.emb_start = emb->start[0], d.emb_split = emb->tp_split;
-    return d;
-}
+static int num_tensors(const llama_dims *d) { return 3 + (int)d->layers * LLAMA_PER_BLOCK; }
+static int t_block(int l, int k) { return 1 + l * LLAMA_PER_BLOCK + k; }
 
-static void tensor_set(llama_tensor *t, const char *name, int64_t rows, int64_t cols, llama_tensor_kind kind) {
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = cols ? 2 : 1;
-    t->shape[0] = rows, t->shape[1] = cols;
-    t->numel = cols ? rows * cols : rows;
-    t->kind = (int)kind;
-}
+static const char *const block_names[LLAMA_PER_BLOCK] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight",   "mlp.up_proj.weight",      "mlp.down_proj.weight"};
 
-/* Place a tensor on the mesh from its operator's strategy (layouts.h): its
-   slice, where the slice starts, and how its gradient is reduced. */
-static int tensor_place(llama_tensor *t, const llama_mesh_info *mi, int rank, char *err, size_t errsize) {
-    llama_tensor_place pl;
-    int64_t off[PARALLEL_MAX_DIMS] = {0}, loc[PARALLEL_MAX_DIMS] = {0};
-    const int tp_dim = par_mesh_dev_dim(&mi->mesh, "tp");
-    const uint32_t tp_bit = tp_dim >= 0 && mi->tp > 1 ? 1u << tp_dim : 0u;
-    if (llama_place_tensor(mi, (llama_tensor_kind)t->kind, t->shape, &pl) != PAR_OK ||
-        par_layout_local_offset(&pl.layout, rank, off) != PAR_OK)
-        return snprintf(err, errsize, "layout of %s: %s", t->name, par_last_error()), -1;
-    t->layout = pl.layout;
-    par_layout_local_shape(&pl.layout, loc);
-    t->local[0] = loc[0], t->local[1] = t->ndim == 2 ? loc[1] : 0;
-    t->start[0] = off[0], t->start[1] = t->ndim == 2 ? off[1] : 0;
-    t->numel = par_layout_local_numel(&pl.layout);
-    t->tp_split = (par_layout_split_dims(&pl.layout) & tp_bit) != 0;
-    t->tp_partial = (pl.partial_mask & tp_bit) != 0;
-    return 0;
-}
-
-/* Buckets: the embedding, each block, and the final norm + lm_head, i.e. the
-   units whose gradients are complete at one moment of backward. */
-static int params_build(llama_params *p, const llama_config *cfg, const llama_mesh_info *mi, int rank,
-                        char *err, size_t errsize) {
-    const llama_dims d = dims_from_config(cfg);
-    const int64_t qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
-    static const char *const block_names[LLAMA_PER_BLOCK] = {
-        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"};
-    const int64_t shapes[LLAMA_PER_BLOCK][2] = {{d.dim, 0}, {qd, d.dim},    {kvd, d.dim},  {kvd, d.dim}, {d.dim, qd},
-                                                {d.dim, 0}, {d.ffn, d.dim}, {d.ffn, d.dim}, {d.dim, d.ffn}};
-    static const llama_tensor_kind block_kinds[LLAMA_PER_BLOCK] = {
-        LLAMA_KIND_NORM,   LLAMA_KIND_COLUMN, LLAMA_KIND_COLUMN, LLAMA_KIND_COLUMN, LLAMA_KIND_ROW,
-        LLAMA_KIND_NORM,   LLAMA_KIND_COLUMN, LLAMA_KIND_COLUMN, LLAMA_KIND_ROW};
-    const par_mesh *mesh = &mi->mesh;
-    const int dp_dim = par_mesh_dev_dim(mesh, "dp"), dp = mi->dp;
-    int i, b, l, k;
-    memset(p, 0, sizeof *p);
-    p->dims = d;
-    p->num_tensors = 3 + (int)d.layers * LLAMA_PER_BLOCK;
-    p->num_buckets = 2 + (int)d.layers;
-    p->tensors = (llama_tensor *)calloc((size_t)p->num_tensors, sizeof(llama_tensor));
-    p->buckets = (llama_bucket *)calloc((size_t)p->num_buckets, sizeof(llama_bucket));
-    if (!p->tensors || !p->buckets) return snprintf(err, errsize, "out of host memory"), -1;
-    tensor_set(&p->tensors[LLAMA_T_EMBED], "model.embed_tokens.weight", d.vocab, d.dim, LLAMA_KIND_EMBED);
-    p->tensors[LLAMA_T_EMBED].bucket = 0;
-    for (l = 0; l < d.layers; l++)
+/* Every tensor's name and global shape; returns their count (specs holds num_tensors). */
+static int tensor_specs(const llama_dims *d, tensor_spec *specs) {
+    const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim, n = num_tensors(d);
+    const int64_t shapes[LLAMA_PER_BLOCK][2] = {{d->dim, 0}, {qd, d->dim},     {kvd, d->dim},    {kvd, d->dim}, {d->dim, qd},
+                                                {d->dim, 0}, {d->ffn, d->dim}, {d->ffn, d->dim}, {d->dim, d->ffn}};
+    int l, k;
+    tensor_spec *s;
+    memset(specs, 0, (size_t)n * sizeof *specs);
+    snprintf(specs[0].name, sizeof specs[0].name, "model.embed_tokens.weight");
+    specs[0].ndim = 2, specs[0].shape[0] = d->vocab, specs[0].shape[1] = d->dim;
+    for (l = 0; l < d->layers; l++)
         for (k = 0; k < LLAMA_PER_BLOCK; k++) {
-            llama_tensor *t = &p->tensors[LLAMA_BLOCK_FIRST + l * LLAMA_PER_BLOCK + k];
-            char name[80];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, block_names[k]);
-            tensor_set(t, name, shapes[k][0], shapes[k][1], block_kinds[k]);
-            t->bucket = 1 + l;
+            s = &specs[t_block(l, k)];
+            snprintf(s->name, sizeof s->name, "model.layers.%d.%s", l, block_names[k]);
+            s->ndim = shapes[k][1] ? 2 : 1, s->shape[0] = shapes[k][0], s->shape[1] = shapes[k][1];
         }
-    tensor_set(&p->tensors[p->num_tensors - 2], "model.norm.weight", d.dim, 0, LLAMA_KIND_NORM);
-    tensor_set(&p->tensors[p->num_tensors - 1], "lm_head.weight", d.vocab, d.dim, LLAMA_KIND_COLUMN);
-    p->tensors[p->num_tensors - 2].bucket = p->tensors[p->num_tensors - 1].bucket = p->num_buckets - 1;
-
-    /* flat offsets: tensors packed in order, each bucket padded to a multiple of dp */
-    for (i = 0, b = -1; i < p->num_tensors; i++) {
-        llama_tensor *t = &p->tensors[i];
-        p->global_params += t->numel;
-        if (tensor_place(t, mi, rank, err, errsize) != 0) return -1;
-        if (t->bucket != b) {
-            if (b >= 0) p->total += p->buckets[b].padded;
-            b = t->bucket;
-            p->buckets[b].start = p->total, p->buckets[b].first_tensor = i;
-        }
-        t->offset = p->buckets[b].start + p->buckets[b].count;
-        p->buckets[b].count += t->numel, p->buckets[b].num_tensors++;
-        p->buckets[b].padded = (p->buckets[b].count + dp - 1) / dp * dp;
-        p->num_params += t->numel;
-    }
-    p->total += p->buckets[b].padded;
-    for (b = 0; b < p->num_buckets; b++) {
-        llama_bucket *bk = &p->buckets[b];
-        int map[1];
-        int64_t off;
-        map[0] = dp_dim;
-        if (par_layout_init(&bk->shard, mesh, 1, &bk->padded, map, 0) != PAR_OK ||
-            par_layout_local_offset(&bk->shard, rank, &off) != PAR_OK)
-            return snprintf(err, errsize, "shard layout of bucket %d: %s", b, par_last_error()), -1;
-        bk->chunk = par_layout_local_numel(&bk->shard), bk->chunk_begin = off;
-        bk->shard_offset = p->shard_total;
-        p->shard_total += bk->chunk;
-        if (bk->padded > p->max_padded) p->max_padded = bk->padded;
-        if (bk->chunk > p->max_chunk) p->max_chunk = bk->chunk;
-    }
-    p->local = dims_local(p);
-    p->tp = mi->tp;
-    p->sp = mi->tp > 1 && mi->sp;
-    return 0;
+    s = &specs[n - 2];
+    snprintf(s->name, sizeof s->name, "model.norm.weight");
+    s->ndim = 1, s->shape[0] = d->dim;
+    s = &specs[n - 1];
+    snprintf(s->name, sizeof s->name, "lm_head.weight");
+    s->ndim = 2, s->shape[0] = d->vocab, s->shape[1] = d->dim;
+    return (int)n;
 }
 
-static void params_free(llama_params *p) {
-    free(p->tensors);
-    free(p->buckets);
-}
-
-/* Bind block l's pointers into `base`, a buffer laid out like bucket 1+l
-   starting at that bucket's start (the flat buffer itself, or a ZeRO-2 slot). */
-static llama_block block_bind(const llama_params *p, int l, float *base, int64_t base_start) {
-    const llama_tensor *t = &p->tensors[LLAMA_BLOCK_FIRST + l * LLAMA_PER_BLOCK];
-    llama_block b;
-    float **f[LLAMA_PER_BLOCK];
-    int k;
-    f[0] = &b.ln1, f[1] = &b.wq, f[2] = &b.wk, f[3] = &b.wv, f[4] = &b.wo;
-    f[5] = &b.ln2, f[6] = &b.wg, f[7] = &b.wu, f[8] = &b.wd;
-    for (k = 0; k < LLAMA_PER_BLOCK; k++) *f[k] = base + (t[k].offset - base_start);
-    return b;
-}
+static int64_t spec_numel(const tensor_spec *s) { return s->ndim == 2 ? s->shape[0] * s->shape[1] : s->shape[0]; }
 
 /* ============================================================================
    3. memory plan
    ========================================================================== */
-
-typedef enum { ZERO_OFF = 0, ZERO_1 = 1, ZERO_2 = 2 } zero_level;
 
 typedef struct mem_plan {
     int64_t bytes[PAR_MEM_CATEGORY_COUNT];
 } mem_plan;
 
 typedef struct llama_sizes {
-    int64_t batch, seq, n; /* micro-batch samples, tokens per sample, rows */
+    int64_t batch, seq, n; /* micro-batch samples on this rank, tokens per sample, rows */
 } llama_sizes;
-
-/* Floats of one activation slot (what a micro-batch keeps for backward), with
-   n tokens of which this rank keeps `rows` rows of the residual stream and the
-   norm outputs (n/tp under sequence parallel, else n); the heads' and ffn's
-   activations are this rank's columns of all n rows. */
-static int64_t acts_floats(const llama_dims *d, int64_t n, int64_t rows, int64_t batch) {
-    const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
-    const int64_t per_block =
-        rows * (4 * d->dim + 2) + n * (2 * qd + 2 * kvd + 3 * d->ffn) + batch * d->heads * d->seq;
-    return d->layers * per_block + rows * (2 * d->dim + 1) + n * (d->vocab + 1);
-}
-
-/* Backward scratch; tensor parallelism needs one more [n, dim] temporary and
-   sequence parallel another (the norm outputs gathered to full rows). */
-static int64_t scratch_floats(const llama_dims *d, int64_t n, int tp, int sp) {
-    const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
-    return n * (2 * d->dim + 2 * qd + 2 * kvd + 3 * d->ffn + (tp > 1 ? d->dim : 0) + (tp > 1 && sp ? d->dim : 0));
-}
-
-static mem_plan plan_memory(const llama_params *p, const llama_sizes *s, zero_level zero, int dp) {
-    mem_plan m;
-    const int64_t f = (int64_t)sizeof(float);
-    memset(&m, 0, sizeof m);
-    m.bytes[PAR_MEM_PARAMS] = p->total * f;
-    if (zero == ZERO_OFF) {
-        m.bytes[PAR_MEM_GRADS] = p->total * f;
-        m.bytes[PAR_MEM_OPTIMIZER] = 2 * p->total * f;
-    } else {
-        /* level 1 keeps full gradients plus the reduced shard; level 2 only
-           two bucket slots (double buffering) plus the shard */
-        m.bytes[PAR_MEM_GRADS] = (zero == ZERO_1 ? p->total : 2 * p->max_padded) * f + p->shard_total * f;
-        m.bytes[PAR_MEM_OPTIMIZER] = 2 * p->shard_total * f;
-        if (zero == ZERO_2 && dp > 0) m.bytes[PAR_MEM_COMM] = 2 * p->max_chunk * f;
-    }
-    m.bytes[PAR_MEM_ACTIVATIONS] = acts_floats(&p->local, s->n, p->sp ? s->n / p->tp : s->n, s->batch) * f +
-                                   s->n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
-    m.bytes[PAR_MEM_WORKSPACE] = scratch_floats(&p->local, s->n, p->tp, p->sp) * f;
-    /* the executor running the tp redistributions keeps 4 buffers of the largest
-       one's local size: full rows of the [tokens, hidden] activations */
-    if (p->tp > 1) m.bytes[PAR_MEM_COMM] += 4 * s->n * p->local.dim * f;
-    m.bytes[PAR_MEM_COMM] += 8; /* the scalar staged for loss, norm and status collectives */
-    return m;
-}
 
 /* Side of the square GEMM that measures the machine's peak at start-up: 384,
    or less while its three matrices do not fit in the backward scratch. */
-static int64_t gemm_probe_side(const llama_params *p, const llama_sizes *s) {
-    const int64_t room = scratch_floats(&p->local, s->n, p->tp, p->sp);
+static int64_t gemm_probe_side(const llama_model *m, const llama_sizes *s) {
+    const int64_t room = llama_scratch_carve(m, s->n, NULL, NULL);
     int64_t n = 384;
     while (n > 16 && 3 * n * n > room) n -= 16;
     return n;
@@ -360,10 +194,10 @@ static int64_t gemm_probe_side(const llama_params *p, const llama_sizes *s) {
    own bound: the model's GEMMs are [rows, in] x [out, in]^T and its two
    backward products (model.h), so m is a row count or a feature count, n a
    feature count and k any of them; plus the peak probe. */
-static par_status plan_table_scratch(const par_compute_table *ct, const llama_params *p, const llama_sizes *s,
-                                     int64_t *bytes) {
-    const llama_dims *d = &p->local;
-    const int64_t probe = gemm_probe_side(p, s);
+static par_status plan_table_scratch(const llama_model *m, const llama_sizes *s, int64_t *bytes) {
+    const par_compute_table *ct = m->ct;
+    const llama_dims *d = &m->local;
+    const int64_t probe = gemm_probe_side(m, s);
     int64_t feat = d->dim;
     par_scratch_query q;
     size_t b = 0;
@@ -399,34 +233,26 @@ typedef struct shared_run {
 typedef struct trainer {
     par_ctx *ctx;
     const par_compute_table *ct;
-    const par_comm_table *cm;
     const llama_config *cfg;
     const llama_options *opt;
     const llama_data *data;
-    par_mesh mesh;
-    int rank, world, dp, dp_index, tp_index;
-    par_comm_group *dp_group, *world_group, *tp_group;
-    par_layout tokens_layout; /* [global batch, seq] split over dp */
-    llama_mesh_info mi;       /* the mesh and degrees the tensors are placed on */
-    llama_tp tp;              /* tensor-parallel plumbing for the layers */
-    int tp_on;                /* tp degree > 1 */
-    double tp_comm_us;        /* --trace: time in the layers' blocking tp collectives */
-    par_planner *planner;     /* plans the layers' redistributions (tensor parallel; its cache) */
-    par_executor *exec;       /* and runs them */
-    par_plan tp_plan;         /* the redistribution being run */
-    zero_level zero;
-    llama_params p;
+    int rank, world;
+    uint32_t all_dims;        /* every device dim of the mesh (metrics over all ranks) */
+    par_layout tokens_layout; /* [global batch, seq] split over the data-parallel ranks */
+    int shard_id, num_shards; /* this rank's shard of the batch (MindSpore shard_id / num_shards) */
+    int global_batch;
+    par_tp *tp;               /* the tensor-parallel region the layers run in */
+    llama_model model;
+    par_params *ps;           /* the parameters, their gradients and AdamW state */
+    int ntensors;
+    tensor_spec *specs;
     llama_sizes sz;
     int micro_batches;
     mem_plan plan;
 
-    float *params, *grads, *m, *v; /* flat (m, v: full or the shard) */
-    float *gshard;                 /* ZeRO: this rank's reduced gradient chunks */
-    float *slot[2], *rs_tmp[2];    /* ZeRO-2: bucket gradient slots, reduce-scatter receive buffers */
     llama_acts acts;
     llama_scratch scratch;
     float *acts_base, *scratch_base; /* the two allocations acts and scratch are carved from */
-    void *scalar;                    /* 8 bytes of table memory for scalar collectives (device tables) */
     int32_t *host_ids, *host_tgt;
     int64_t *host_pos;
     float *host_losses;
@@ -444,7 +270,7 @@ static double trace_now(const trainer *t) { return t->trace ? par_trace_now_us()
 /* A span [t0_us, now] named by the format (only formatted when tracing). The
    status is not checked: the categories are fixed, so the only failure would
    be a programming error, which par_trace_gather_write reports at the end. */
-static void trace_span(trainer *t, const char *category, double t0_us, const char *fmt, ...) PAR__PRINTF(4, 5);
+static void trace_span(trainer *t, const char *category, double t0_us, const char *fmt, ...) LLAMA_PRINTF(4, 5);
 static void trace_span(trainer *t, const char *category, double t0_us, const char *fmt, ...) {
     char name[PAR_TRACE_NAME_MAX];
     va_list ap;
@@ -455,82 +281,77 @@ static void trace_span(trainer *t, const char *category, double t0_us, const cha
     (void)par_trace_span(t->trace, name, category, t0_us, par_trace_now_us());
 }
 
-/* A bucket's collective was just issued (async): remember what and when. */
-static void trace_issue(trainer *t, llama_bucket *bk, const char *op) {
-    if (!t->trace) return;
-    bk->req_op = op;
-    bk->req_issued_us = par_trace_now_us();
-}
-
-/* ... and its wait returned: one comm span from issue to completion. */
-static void trace_complete(trainer *t, const llama_bucket *bk) {
-    if (t->trace) trace_span(t, "comm", bk->req_issued_us, "%s bucket %d", bk->req_op, (int)(bk - t->p.buckets));
-}
-
-static par_status alloc_floats(trainer *t, int64_t n, par_mem_category cat, float **ptr) {
-    void *v = NULL;
-    par_status st;
-    *ptr = NULL;
-    if (n <= 0) return PAR_OK;
-    st = t->ct->alloc(t->ct->user, (size_t)n * sizeof(float), cat, &v);
-    *ptr = (float *)v;
-    return st;
-}
-
 static par_status alloc_bytes(trainer *t, int64_t bytes, par_mem_category cat, void **ptr) {
-    return t->ct->alloc(t->ct->user, (size_t)bytes, cat, ptr);
+    *ptr = NULL;
+    return bytes > 0 ? t->ct->alloc(t->ct->user, (size_t)bytes, cat, ptr) : PAR_OK;
 }
 
-/* All-reduce (or broadcast from rank 0) one host scalar over `group`. Device
-   transports (NCCL) need device memory, so it goes through t->scalar there. */
-static par_status scalar_collective(trainer *t, par_comm_group *group, void *value, par_dtype dtype, par_reduce_op op,
-                                    int broadcast) {
-    const par_compute_table *ct = t->ct;
-    const size_t n = par_dtype_size(dtype);
-    void *buf = ct->device_memory ? t->scalar : value;
-    par_status st;
-    if (ct->device_memory) LLAMA_CHECK(ct->memcpy(ct->user, buf, value, n, PAR_COPY_HOST_TO_DEVICE));
-    st = broadcast ? t->cm->broadcast(t->cm->user, group, buf, 1, dtype, 0, NULL)
-                   : t->cm->all_reduce(t->cm->user, group, buf, buf, 1, dtype, op, NULL);
-    if (st == PAR_OK && ct->device_memory) st = ct->memcpy(ct->user, value, buf, n, PAR_COPY_DEVICE_TO_HOST);
+/* The strategies of the model's operators, MindSpore style: the
+   column-parallel MatMuls (q/k/v, gate, up, lm_head) split the rows of x over
+   dp and W's output over tp; the row-parallel ones (o, down) split the
+   contraction over tp. Placing every tensor from them is par_tp's job. */
+static par_status place_model(trainer *t) {
+    const llama_config *c = t->cfg;
+    const llama_dims d = dims_from_config(c);
+    char column[64], row[64];
+    par_tp_desc td;
+    memset(&td, 0, sizeof td);
+    snprintf(column, sizeof column, "((%d,1),(%d,1))", c->data_parallel, c->model_parallel);
+    snprintf(row, sizeof row, "((%d,%d),(1,%d))", c->data_parallel, c->model_parallel, c->model_parallel);
+    td.rows = (int64_t)t->global_batch / c->micro_batch_num * c->seq_length, td.hidden = d.dim;
+    td.column = column, td.row = row, td.sequence_parallel = c->use_seq_parallel && c->model_parallel > 1;
+    td.no_all_to_all = !c->enable_alltoall, td.trace = t->trace;
+    LLAMA_CHECK(par_tp_create(t->ctx, &td, &t->tp));
+    return llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp);
+}
+
+/* The parameter set: every tensor's layout from its operator's placement,
+   a gradient bucket per layer (the embedding, each block, the head), ZeRO
+   from the config. */
+static par_status make_params(trainer *t) {
+    const llama_config *c = t->cfg;
+    const llama_model *m = &t->model;
+    par_param_desc *pd = (par_param_desc *)calloc((size_t)t->ntensors, sizeof *pd);
+    par_params_desc desc;
+    par_status st = PAR_OK;
+    int l;
+    if (!pd) return par_set_error(PAR_ENOMEM, "out of host memory");
+    st = par_tp_embedding_param(&m->emb, t->specs[0].name, &pd[0]);
+    for (l = 0; l < m->dims.layers && st == PAR_OK; l++) {
+        const par_linear *lin[LLAMA_PER_BLOCK] = {NULL, &m->q, &m->k, &m->v, &m->o, NULL, &m->gate, &m->up, &m->down};
+        int k;
+        for (k = 0; k < LLAMA_PER_BLOCK && st == PAR_OK; k++) {
+            const tensor_spec *s = &t->specs[t_block(l, k)];
+            st = lin[k] ? par_tp_linear_param(lin[k], s->name, &pd[t_block(l, k)])
+                        : par_tp_norm_param(t->tp, s->name, s->shape[0], &pd[t_block(l, k)]);
+        }
+        pd[t_block(l, 0)].new_bucket = 1;
+    }
+    if (st == PAR_OK) st = par_tp_norm_param(t->tp, t->specs[t->ntensors - 2].name, m->dims.dim, &pd[t->ntensors - 2]);
+    if (st == PAR_OK) st = par_tp_linear_param(&m->head, t->specs[t->ntensors - 1].name, &pd[t->ntensors - 1]);
+    pd[t->ntensors - 2].new_bucket = 1;
+    memset(&desc, 0, sizeof desc);
+    desc.params = pd, desc.num_params = t->ntensors, desc.batch = &t->tokens_layout;
+    desc.zero_level = !c->enable_parallel_optimizer ? 0 : c->optimizer_level >= 2 ? 2 : 1;
+    desc.bucket_bytes = -1, desc.sum_gradients = !c->gradients_mean, desc.trace = t->trace;
+    if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
+    free(pd);
     return st;
 }
 
 static par_status acts_alloc(trainer *t) {
-    const llama_dims *d = &t->p.local;
-    const int64_t n = t->sz.n, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
-    const int64_t rows = t->p.sp ? n / t->p.tp : n; /* residual-stream rows this rank keeps */
-    llama_acts *a = &t->acts;
-    llama_scratch *s = &t->scratch;
-    float *base, *q;
-    int l;
-    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->ids));
-    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->targets));
-    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
-    LLAMA_CHECK(alloc_bytes(t, 8, PAR_MEM_COMM, &t->scalar));
-    LLAMA_CHECK(alloc_floats(t, acts_floats(d, n, rows, t->sz.batch), PAR_MEM_ACTIVATIONS, &t->acts_base));
-    base = t->acts_base;
-    a->blocks = (llama_block_acts *)calloc((size_t)d->layers, sizeof(llama_block_acts));
-    if (!a->blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
-    q = base;
-#define TAKE(ptr, count) ((ptr) = q, q += (count))
-    for (l = 0; l < d->layers; l++) {
-        llama_block_acts *b = &a->blocks[l];
-        TAKE(b->x_in, rows * d->dim), TAKE(b->rstd1, rows), TAKE(b->h1, rows * d->dim), TAKE(b->q, n * qd);
-        TAKE(b->k, n * kvd), TAKE(b->v, n * kvd), TAKE(b->o, n * qd), TAKE(b->lse, t->sz.batch * d->heads * d->seq);
-        TAKE(b->x_mid, rows * d->dim), TAKE(b->rstd2, rows), TAKE(b->h2, rows * d->dim), TAKE(b->g, n * d->ffn);
-        TAKE(b->u, n * d->ffn), TAKE(b->m, n * d->ffn);
-    }
-    TAKE(a->x_final, rows * d->dim), TAKE(a->rstdf, rows), TAKE(a->hf, rows * d->dim), TAKE(a->logits, n * d->vocab);
-    TAKE(a->losses, n);
-    LLAMA_CHECK(alloc_floats(t, scratch_floats(d, n, t->p.tp, t->p.sp), PAR_MEM_WORKSPACE, &t->scratch_base));
-    q = t->scratch_base;
-    TAKE(s->dx, n * d->dim), TAKE(s->dh, n * d->dim), TAKE(s->dattn, n * qd), TAKE(s->dq, n * qd);
-    TAKE(s->dk, n * kvd), TAKE(s->dv, n * kvd), TAKE(s->dg, n * d->ffn), TAKE(s->du, n * d->ffn);
-    TAKE(s->dm, n * d->ffn);
-    if (t->p.tp > 1) TAKE(s->dl, n * d->dim);
-    if (t->p.sp) TAKE(s->gath, n * d->dim);
-#undef TAKE
+    const llama_model *m = &t->model;
+    const int64_t n = t->sz.n;
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&t->acts.ids));
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&t->acts.targets));
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&t->acts.pos));
+    t->acts.blocks = (llama_block_acts *)calloc((size_t)(m->local.layers ? m->local.layers : 1), sizeof(llama_block_acts));
+    if (!t->acts.blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
+    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * 4, PAR_MEM_ACTIVATIONS,
+                            (void **)&t->acts_base));
+    llama_acts_carve(m, n, t->sz.batch, t->acts_base, &t->acts);
+    LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&t->scratch_base));
+    llama_scratch_carve(m, n, t->scratch_base, &t->scratch);
     t->host_ids = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     t->host_tgt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     t->host_pos = (int64_t *)malloc((size_t)n * sizeof(int64_t));
@@ -539,41 +360,36 @@ static par_status acts_alloc(trainer *t) {
     return PAR_OK;
 }
 
-static par_status state_alloc(trainer *t) {
-    const llama_params *p = &t->p;
-    LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_PARAMS, &t->params));
-    if (t->zero == ZERO_OFF) {
-        LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_GRADS, &t->grads));
-        LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_OPTIMIZER, &t->m));
-        LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_OPTIMIZER, &t->v));
-    } else {
-        if (t->zero == ZERO_1) LLAMA_CHECK(alloc_floats(t, p->total, PAR_MEM_GRADS, &t->grads));
-        else {
-            LLAMA_CHECK(alloc_floats(t, p->max_padded, PAR_MEM_GRADS, &t->slot[0]));
-            LLAMA_CHECK(alloc_floats(t, p->max_padded, PAR_MEM_GRADS, &t->slot[1]));
-            LLAMA_CHECK(alloc_floats(t, p->max_chunk, PAR_MEM_COMM, &t->rs_tmp[0]));
-            LLAMA_CHECK(alloc_floats(t, p->max_chunk, PAR_MEM_COMM, &t->rs_tmp[1]));
-        }
-        LLAMA_CHECK(alloc_floats(t, p->shard_total, PAR_MEM_GRADS, &t->gshard));
-        LLAMA_CHECK(alloc_floats(t, p->shard_total, PAR_MEM_OPTIMIZER, &t->m));
-        LLAMA_CHECK(alloc_floats(t, p->shard_total, PAR_MEM_OPTIMIZER, &t->v));
-    }
-    return acts_alloc(t);
+/* What this rank holds, per category, before anything is allocated past the
+   parameter set: its own count plus the activations and scratch (the same
+   carve functions that lay them out), the tp region's executor and the
+   compute table's scratch. */
+static par_status plan_memory(trainer *t) {
+    const llama_model *m = &t->model;
+    const int64_t n = t->sz.n, f = (int64_t)sizeof(float);
+    int64_t table = 0;
+    LLAMA_CHECK(par_params_memory(t->ps, t->plan.bytes));
+    t->plan.bytes[PAR_MEM_ACTIVATIONS] += llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * f +
+                                          n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
+    t->plan.bytes[PAR_MEM_WORKSPACE] += llama_scratch_carve(m, n, NULL, NULL) * f;
+    t->plan.bytes[PAR_MEM_COMM] += par_tp_workspace_bytes(t->tp, n, m->local.dim);
+    LLAMA_CHECK(plan_table_scratch(m, &t->sz, &table));
+    t->plan.bytes[PAR_MEM_WORKSPACE] += table;
+    return PAR_OK;
 }
 
 static void trainer_free(trainer *t) {
     const par_compute_table *ct = t->ct;
-    void *ptrs[] = {t->params, t->grads, t->m, t->v, t->gshard, t->slot[0], t->slot[1], t->rs_tmp[0], t->rs_tmp[1],
-                    t->acts.ids, t->acts.targets, t->acts.pos, t->acts_base, t->scratch_base, t->scalar};
+    void *ptrs[] = {t->acts.ids, t->acts.targets, t->acts.pos, t->acts_base, t->scratch_base};
     size_t i;
     if (ct)
         for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             if (ptrs[i]) ct->free(ct->user, ptrs[i]);
     free(t->acts.blocks);
     free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
-    if (t->exec) par_executor_destroy(t->exec);
-    if (t->planner) par_planner_destroy(t->planner);
-    params_free(&t->p);
+    par_params_destroy(t->ps);
+    par_tp_destroy(t->tp);
+    free(t->specs);
 }
 
 /* ============================================================================
@@ -595,29 +411,32 @@ static float init_normal(uint64_t key, int64_t i, float std) {
     return (float)((double)std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
+/* Every rank draws its own slice of every tensor (norms start at 1): the same
+   weights in any configuration. */
 static par_status init_params(trainer *t, uint64_t seed) {
-    const llama_params *p = &t->p;
-    float *host = (float *)calloc((size_t)p->total, sizeof(float));
     int i;
-    int64_t e;
-    par_status st;
-    if (!host) return par_set_error(PAR_ENOMEM, "out of host memory for the initial weights");
-    for (i = 0; i < p->num_tensors; i++) {
-        const llama_tensor *tn = &p->tensors[i];
-        const uint64_t key = name_key(seed, tn->name);
-        float *w = host + tn->offset;
-        if (tn->ndim == 1) {
-            for (e = 0; e < tn->numel; e++) w[e] = 1.0f;
-            continue;
+    par_status st = PAR_OK;
+    for (i = 0; i < t->ntensors && st == PAR_OK; i++) {
+        const tensor_spec *s = &t->specs[i];
+        const uint64_t key = name_key(seed, s->name);
+        par_param_info in;
+        float *w;
+        int64_t e;
+        if ((st = par_params_info(t->ps, i, &in)) != PAR_OK) break;
+        if (!(w = (float *)malloc((size_t)(in.numel ? in.numel : 1) * sizeof(float))))
+            return par_set_error(PAR_ENOMEM, "out of host memory for the initial weights");
+        for (e = 0; e < in.numel; e++) {
+            /* the slice's element (r, c) is element (start0 + r, start1 + c) of the tensor */
+            const int64_t r = s->ndim == 2 ? in.start[0] + e / in.local_shape[1] : 0;
+            const int64_t c = s->ndim == 2 ? in.start[1] + e % in.local_shape[1] : 0;
+            w[e] = s->ndim == 1 ? 1.0f : init_normal(key, r * s->shape[1] + c, t->cfg->initializer_range);
         }
-        /* the slice's element (i, j) is element (start0 + i, start1 + j) of the tensor */
-        for (e = 0; e < tn->numel; e++) {
-            const int64_t i = tn->start[0] + e / tn->local[1], j = tn->start[1] + e % tn->local[1];
-            w[e] = init_normal(key, i * tn->shape[1] + j, t->cfg->initializer_range);
-        }
+        st = par_params_set_local(t->ps, PAR_PARAM_VALUE, i, w);
+        free(w);
     }
-    st = t->ct->memcpy(t->ct->user, t->params, host, (size_t)p->total * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
-    free(host);
+    /* parallel.parameter_broadcast: copies take their group's first rank's
+       weights (they are equal already: the draw is counter-based) */
+    if (st == PAR_OK && t->cfg->parameter_broadcast) st = par_params_broadcast(t->ps);
     return st;
 }
 
@@ -638,15 +457,14 @@ static void optimizer_path(const char *weights, char *out, size_t size) {
 /* Check a file against the model before anything runs: for each prefix ("" for
    weights; "exp_avg." and "exp_avg_sq." for the optimizer file) every tensor is
    present with the right shape and a float dtype, and nothing else is there. */
-static int check_tensor_file(par_st_file *f, const llama_params *p, const char *path, const char *const *prefixes,
-                             int num_prefixes, char *err, size_t errsize) {
+static int check_tensor_file(par_st_file *f, const tensor_spec *specs, int count, const char *path,
+                             const char *const *prefixes, int num_prefixes, char *err, size_t errsize) {
     int i, k, n = par_st_count(f);
     for (k = 0; k < num_prefixes; k++)
-        for (i = 0; i < p->num_tensors; i++) {
-            const llama_tensor *tn = &p->tensors[i];
+        for (i = 0; i < count; i++) {
+            const tensor_spec *tn = &specs[i];
             const par_st_tensor *s;
-            char name[128], got[96] = "[", *w = got + 1;
-            int j;
+            char name[128], got[96], want[96];
             snprintf(name, sizeof name, "%s%s", prefixes[k], tn->name);
             if (!(s = par_st_find(f, name))) return snprintf(err, errsize, "%s: tensor %s is missing", path, name), -1;
             if (s->dtype != PAR_F32 && s->dtype != PAR_BF16 && s->dtype != PAR_F16 && s->dtype != PAR_F64)
@@ -654,37 +472,35 @@ static int check_tensor_file(par_st_file *f, const llama_params *p, const char *
                                 par_dtype_name(s->dtype)), -1;
             if (s->ndim == tn->ndim && s->shape[0] == tn->shape[0] && (tn->ndim == 1 || s->shape[1] == tn->shape[1]))
                 continue;
-            for (j = 0; j < s->ndim && j < 4; j++) w += snprintf(w, 22, "%s%lld", j ? "," : "", (long long)s->shape[j]);
-            snprintf(w, 2, "]");
-            if (tn->ndim == 2)
-                snprintf(err, errsize, "%s: tensor %s has shape %s, the model needs [%lld,%lld]", path, name, got,
-                         (long long)tn->shape[0], (long long)tn->shape[1]);
-            else
-                snprintf(err, errsize, "%s: tensor %s has shape %s, the model needs [%lld]", path, name, got,
-                         (long long)tn->shape[0]);
-            return -1;
+            snprintf(got, sizeof got, "[");
+            for (int j = 0; j < s->ndim && j < 4; j++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", j ? "," : "", (long long)s->shape[j]);
+            snprintf(got + strlen(got), sizeof got - strlen(got), "]");
+            if (tn->ndim == 2) snprintf(want, sizeof want, "[%lld,%lld]", (long long)tn->shape[0], (long long)tn->shape[1]);
+            else snprintf(want, sizeof want, "[%lld]", (long long)tn->shape[0]);
+            return snprintf(err, errsize, "%s: tensor %s has shape %s, the model needs %s", path, name, got, want), -1;
         }
     /* every prefix found all model tensors, so a count above that is an extra tensor */
-    if (n != num_prefixes * p->num_tensors)
+    if (n != num_prefixes * count)
         for (i = 0; i < n; i++) {
             const char *nm = par_st_tensor_at(f, i)->name;
             int known = 0, j;
             for (k = 0; k < num_prefixes && !known; k++) {
                 size_t pl = strlen(prefixes[k]);
-                for (j = 0; j < p->num_tensors && !known; j++)
-                    known = strncmp(nm, prefixes[k], pl) == 0 && strcmp(nm + pl, p->tensors[j].name) == 0;
+                for (j = 0; j < count && !known; j++)
+                    known = strncmp(nm, prefixes[k], pl) == 0 && strcmp(nm + pl, specs[j].name) == 0;
             }
             if (!known) return snprintf(err, errsize, "%s: unexpected tensor %s (not part of this model)", path, nm), -1;
         }
     return 0;
 }
 
-static int check_one_file(const char *path, const llama_params *p, const char *const *prefixes, int num_prefixes,
-                          int64_t *step_out, char *err, size_t errsize) {
+static int check_one_file(const char *path, const tensor_spec *specs, int count, const char *const *prefixes,
+                          int num_prefixes, int64_t *step_out, char *err, size_t errsize) {
     par_st_file *f = NULL;
     int rc;
     if (par_st_open(path, &f) != PAR_OK) return snprintf(err, errsize, "--init-from: %s", par_last_error()), -1;
-    rc = check_tensor_file(f, p, path, prefixes, num_prefixes, err, errsize);
+    rc = check_tensor_file(f, specs, count, path, prefixes, num_prefixes, err, errsize);
     /* every checksum now, so a damaged file stops here (ranks read only slices) */
     if (rc == 0 && par_st_verify(f, NULL) != PAR_OK)
         rc = -1, snprintf(err, errsize, "--init-from: %s", par_last_error());
@@ -709,211 +525,85 @@ static int check_one_file(const char *path, const llama_params *p, const char *c
 static int check_init_files(const char *path, const llama_config *cfg, int64_t *step_out, int *has_opt, char *err,
                             size_t errsize) {
     static const char *const weights[1] = {""}, *const moments[2] = {"exp_avg.", "exp_avg_sq."};
-    llama_params p;
-    llama_mesh_info mi; /* one device: every tensor whole */
+    const llama_dims d = dims_from_config(cfg);
+    tensor_spec *specs = (tensor_spec *)calloc((size_t)num_tensors(&d), sizeof *specs);
     char opath[1024];
-    int rc;
+    int rc, n;
     *step_out = 0, *has_opt = 0;
-    memset(&mi, 0, sizeof mi);
-    mi.dp = mi.tp = 1, mi.vocab_emb_dp = 1, mi.tokens = (int64_t)cfg->batch_size * cfg->seq_length;
-    if (par_mesh_parse("dp=1,tp=1", &mi.mesh) != PAR_OK || params_build(&p, cfg, &mi, 0, err, errsize) != 0) return -1;
-    rc = check_one_file(path, &p, weights, 1, NULL, err, errsize);
+    if (!specs) return snprintf(err, errsize, "out of host memory"), -1;
+    n = tensor_specs(&d, specs);
+    rc = check_one_file(path, specs, n, weights, 1, NULL, err, errsize);
     optimizer_path(path, opath, sizeof opath);
     if (rc == 0 && access(opath, F_OK) == 0) {
-        rc = check_one_file(opath, &p, moments, 2, step_out, err, errsize);
+        rc = check_one_file(opath, specs, n, moments, 2, step_out, err, errsize);
         *has_opt = rc == 0;
     }
-    params_free(&p);
+    free(specs);
     return rc;
 }
 
-static par_status upload(trainer *t, float *dst, const float *host, int64_t n) {
-    return t->ct->memcpy(t->ct->user, dst, host, (size_t)n * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
-}
-
-/* Where a rank's slice of tensor tn lies in the whole (row-major) tensor:
-   `rows` runs of `cols` elements, run r starting at first + r * ld. */
-typedef struct slice_runs {
-    int64_t rows, cols, ld, first;
-} slice_runs;
-
-static slice_runs slice_of(const llama_tensor *tn) {
-    slice_runs s;
-    s.rows = tn->ndim == 2 ? tn->local[0] : 1;
-    s.cols = tn->ndim == 2 ? tn->local[1] : tn->local[0];
-    s.ld = tn->ndim == 2 ? tn->shape[1] : tn->shape[0];
-    s.first = tn->ndim == 2 ? tn->start[0] * s.ld + tn->start[1] : tn->start[0];
-    return s;
-}
-
-/* Put a rank's slice of tensor tn (packed) in its place in `whole`. */
-static void place_slice(const llama_tensor *tn, float *whole, const float *slice) {
-    const slice_runs s = slice_of(tn);
-    int64_t r;
-    for (r = 0; r < s.rows; r++) memcpy(whole + s.first + r * s.ld, slice + r * s.cols, (size_t)s.cols * sizeof(float));
-}
-
-static int64_t max_tensor_numel(const llama_params *p) {
-    int64_t m = 0;
-    int i;
-    for (i = 0; i < p->num_tensors; i++) {
-        const int64_t g = p->tensors[i].ndim == 2 ? p->tensors[i].shape[0] * p->tensors[i].shape[1] : p->tensors[i].shape[0];
-        if (g > m) m = g;
-    }
-    return m;
-}
-
-/* Every tensor of `prefix` from the file, this rank's slice of each, into a
-   host buffer laid out like the flat parameters. Only the slice is read from
-   disk: one read when its rows are whole, else one per row (main verified
-   the checksums of the whole file before any rank started). */
-static par_status load_slices(trainer *t, par_st_file *f, const char *prefix, float *flat_host) {
-    int i;
-    for (i = 0; i < t->p.num_tensors; i++) {
-        const llama_tensor *tn = &t->p.tensors[i];
-        const slice_runs s = slice_of(tn);
-        float *dst = flat_host + tn->offset;
-        char name[128];
-        int64_t r;
-        snprintf(name, sizeof name, "%s%s", prefix, tn->name);
-        if (s.cols == s.ld) { /* whole rows: one contiguous range */
-            LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, s.first, s.rows * s.cols, PAR_F32, dst));
-            continue;
-        }
-        for (r = 0; r < s.rows; r++)
-            LLAMA_CHECK(par_st_read(f, name, tn->ndim, tn->shape, s.first + r * s.ld, s.cols, PAR_F32, dst + r * s.cols));
-    }
-    return PAR_OK;
-}
-
-/* Weights into the flat buffer (this rank's slices); AdamW moments into the
-   flat buffers or, under ZeRO, this rank's chunks of them. */
+/* Every tensor's slice for this rank from the file (only its bytes are read;
+   main verified the checksums), weights and, when present, the moments. */
 static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
-    const llama_params *p = &t->p;
-    float *host = (float *)calloc((size_t)p->total, sizeof(float));
-    float *chunks = (float *)calloc((size_t)(p->shard_total ? p->shard_total : 1), sizeof(float));
+    static const char *const prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
+    char opath[1024], name[128];
     par_st_file *f = NULL;
-    char opath[1024];
-    par_status st;
-    int b, k;
-    if (!host || !chunks) {
-        st = par_set_error(PAR_ENOMEM, "out of host memory loading %s", path);
-        goto done;
-    }
-    if ((st = par_st_open(path, &f)) != PAR_OK) goto done;
-    st = load_slices(t, f, "", host);
-    par_st_close(f);
-    if (st != PAR_OK || (st = upload(t, t->params, host, p->total)) != PAR_OK || !has_opt) goto done;
+    par_status st = PAR_OK;
+    int k, i;
     optimizer_path(path, opath, sizeof opath);
-    if ((st = par_st_open(opath, &f)) != PAR_OK) goto done;
-    for (k = 0; k < 2 && st == PAR_OK; k++) {
-        float *dst = k ? t->v : t->m;
-        memset(host, 0, (size_t)p->total * sizeof(float));
-        if ((st = load_slices(t, f, k ? "exp_avg_sq." : "exp_avg.", host)) != PAR_OK) break;
-        if (t->zero == ZERO_OFF) {
-            st = upload(t, dst, host, p->total);
-            continue;
+    for (k = 0; k < (has_opt ? 3 : 1) && st == PAR_OK; k++) {
+        if ((k == 0 || k == 1) && (st = par_st_open(k ? opath : path, &f)) != PAR_OK) break;
+        for (i = 0; i < t->ntensors && st == PAR_OK; i++) {
+            par_param_info in;
+            float *buf;
+            if ((st = par_params_info(t->ps, i, &in)) != PAR_OK) break;
+            if (!(buf = (float *)malloc((size_t)(in.numel ? in.numel : 1) * sizeof(float)))) {
+                st = par_set_error(PAR_ENOMEM, "out of host memory loading %s", path);
+                break;
+            }
+            snprintf(name, sizeof name, "%s%s", prefix[k], t->specs[i].name);
+            st = par_st_read_slice(f, name, &in.layout, t->rank, PAR_F32, buf);
+            if (st == PAR_OK) st = par_params_set_local(t->ps, (par_param_field)k, i, buf);
+            free(buf);
         }
-        for (b = 0; b < p->num_buckets; b++) { /* this rank's chunk of each bucket (padding is zero) */
-            const llama_bucket *bk = &p->buckets[b];
-            memcpy(chunks + bk->shard_offset, host + bk->start + bk->chunk_begin, (size_t)bk->chunk * sizeof(float));
-        }
-        st = upload(t, dst, chunks, p->shard_total);
+        if (k != 1) par_st_close(f), f = NULL;
     }
-    par_st_close(f);
-done:
-    free(host), free(chunks);
+    if (f) par_st_close(f);
     return st;
 }
 
-/* Gather a ZeRO-sharded moment buffer into a full flat buffer (collective). */
-static par_status gather_shards(trainer *t, const float *shard, float *full) {
-    int b;
-    for (b = 0; b < t->p.num_buckets; b++) {
-        const llama_bucket *bk = &t->p.buckets[b];
-        LLAMA_CHECK(t->ct->memcpy(t->ct->user, full + bk->start + bk->chunk_begin, shard + bk->shard_offset,
-                                  (size_t)bk->chunk * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
-        LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->dp_group, full + bk->start + bk->chunk_begin, full + bk->start,
-                                      bk->chunk, PAR_F32, NULL));
-    }
-    return PAR_OK;
-}
-
-/* The whole tensor tn of a flat device buffer on rank 0's host (`whole`):
-   tensor-parallel shards are all-gathered over the tp group (collective over
-   it) and put in place; `tmp` is device memory for tp x the slice. */
-static par_status gather_tensor(trainer *t, const llama_tensor *tn, const float *flat, float *tmp, float *staging,
-                                float *whole) {
-    int r;
-    if (!tn->tp_split) {
-        if (t->rank != 0) return PAR_OK;
-        return t->ct->memcpy(t->ct->user, whole, flat + tn->offset, (size_t)tn->numel * 4, PAR_COPY_DEVICE_TO_HOST);
-    }
-    LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->tp_group, flat + tn->offset, tmp, tn->numel, PAR_F32, NULL));
-    if (t->rank != 0) return PAR_OK;
-    LLAMA_CHECK(t->ct->memcpy(t->ct->user, staging, tmp, (size_t)(tn->numel * t->mi.tp) * 4, PAR_COPY_DEVICE_TO_HOST));
-    for (r = 0; r < t->mi.tp; r++) { /* member r holds the r-th block along the split dim */
-        llama_tensor at = *tn;
-        const int split_rows = tn->ndim == 1 || tn->local[0] < tn->shape[0];
-        if (split_rows) at.start[0] = r * tn->local[0], at.start[1] = 0;
-        else at.start[0] = 0, at.start[1] = r * tn->local[1];
-        place_slice(&at, whole, staging + r * tn->numel);
-    }
-    return PAR_OK;
-}
-
 /* --save: weights (Hugging Face names, loadable by torch) and, beside them,
-   the AdamW state with the step count. Shards are gathered (ZeRO over dp,
-   tensor parallel over tp); rank 0 writes; each file is atomic. */
+   the AdamW state with the step count. The parameter set gathers each tensor
+   whole (ZeRO shards and tensor-parallel slices); rank 0 writes; each file is
+   atomic. */
 static par_status save_checkpoint(trainer *t, const char *path) {
-    const llama_params *p = &t->p;
-    const int64_t n = p->total, g = p->global_params;
-    float *full_m = t->m, *full_v = t->v, *host = NULL, *tmp = NULL, *staging = NULL;
-    const float *src[3];
-    int64_t *goff = (int64_t *)calloc((size_t)p->num_tensors, sizeof(int64_t)), acc = 0;
+    int64_t g = 0, *goff = (int64_t *)calloc((size_t)t->ntensors, sizeof(int64_t));
+    float *host = NULL;
     char opath[1024], step[32];
     par_status st = PAR_OK;
     int32_t status = 0;
     int i, k;
     if (!goff) return par_set_error(PAR_ENOMEM, "out of host memory saving %s", path);
-    for (i = 0; i < p->num_tensors; i++) {
-        const llama_tensor *tn = &p->tensors[i];
-        goff[i] = acc;
-        acc += tn->ndim == 2 ? tn->shape[0] * tn->shape[1] : tn->shape[0];
-    }
-    if (t->zero != ZERO_OFF) {
-        if ((st = alloc_floats(t, n, PAR_MEM_WORKSPACE, &full_m)) != PAR_OK) goto done;
-        if ((st = alloc_floats(t, n, PAR_MEM_WORKSPACE, &full_v)) != PAR_OK) goto done;
-        if ((st = gather_shards(t, t->m, full_m)) != PAR_OK || (st = gather_shards(t, t->v, full_v)) != PAR_OK)
-            goto done;
-    }
-    if (t->tp_on && (st = alloc_floats(t, max_tensor_numel(p), PAR_MEM_WORKSPACE, &tmp)) != PAR_OK) goto done;
-    if (t->rank == 0) {
-        host = (float *)malloc((size_t)g * 3 * sizeof(float));
-        staging = (float *)malloc((size_t)max_tensor_numel(p) * sizeof(float));
-        if (!host || !staging) {
-            st = par_set_error(PAR_ENOMEM, "out of host memory saving %s", path);
-            goto done; /* the other ranks then fail in the gather below with a timeout, never hang */
-        }
-    }
-    src[0] = t->params, src[1] = full_m, src[2] = full_v;
+    for (i = 0; i < t->ntensors; i++) goff[i] = g, g += spec_numel(&t->specs[i]);
+    if (t->rank == 0 && !(host = (float *)malloc((size_t)g * 3 * sizeof(float))))
+        st = par_set_error(PAR_ENOMEM, "out of host memory saving %s", path); /* the others then time out, never hang */
     for (k = 0; k < 3 && st == PAR_OK; k++)
-        for (i = 0; i < p->num_tensors && st == PAR_OK; i++)
-            st = gather_tensor(t, &p->tensors[i], src[k], tmp, staging, host ? host + k * g + goff[i] : NULL);
+        for (i = 0; i < t->ntensors && st == PAR_OK; i++)
+            st = par_params_gather(t->ps, (par_param_field)k, i, host ? host + k * g + goff[i] : NULL);
     if (st == PAR_OK && t->rank == 0) {
         par_st_writer *w = NULL;
         snprintf(step, sizeof step, "%lld", (long long)t->step);
         optimizer_path(path, opath, sizeof opath);
         st = par_st_writer_create(path, &w);
-        for (i = 0; i < p->num_tensors && st == PAR_OK; i++)
-            st = par_st_writer_add(w, p->tensors[i].name, PAR_F32, p->tensors[i].ndim, p->tensors[i].shape, host + goff[i]);
+        for (i = 0; i < t->ntensors && st == PAR_OK; i++)
+            st = par_st_writer_add(w, t->specs[i].name, PAR_F32, t->specs[i].ndim, t->specs[i].shape, host + goff[i]);
         if (st == PAR_OK) st = par_st_writer_finish(w);
         else if (w) par_st_writer_abort(w);
         w = NULL;
         /* one file with both moments, under two prefixes */
         if (st == PAR_OK) st = par_st_writer_create(opath, &w);
-        for (i = 0; i < p->num_tensors && st == PAR_OK; i++) {
-            const llama_tensor *tn = &p->tensors[i];
+        for (i = 0; i < t->ntensors && st == PAR_OK; i++) {
+            const tensor_spec *tn = &t->specs[i];
             char a[128], b[128];
             snprintf(a, sizeof a, "exp_avg.%s", tn->name);
             snprintf(b, sizeof b, "exp_avg_sq.%s", tn->name);
@@ -925,19 +615,11 @@ static par_status save_checkpoint(trainer *t, const char *path) {
         else if (w) par_st_writer_abort(w);
     }
     status = (int32_t)st;
-done:
-    if (t->zero != ZERO_OFF) {
-        if (full_m && full_m != t->m) t->ct->free(t->ct->user, full_m);
-        if (full_v && full_v != t->v) t->ct->free(t->ct->user, full_v);
-    }
-    if (tmp) t->ct->free(t->ct->user, tmp);
-    free(host), free(staging), free(goff);
+    free(host), free(goff);
     if (st != PAR_OK && t->rank != 0) return st;
-    /* every rank learns whether rank 0's write worked; only rank 0 reports it */
-    {
-        par_status bst = scalar_collective(t, t->world_group, &status, PAR_I32, PAR_REDUCE_SUM, 1);
-        if (bst != PAR_OK) return bst;
-    }
+    /* every rank learns whether rank 0's write worked (the others add 0); only rank 0 reports it */
+    if (t->rank != 0) status = 0;
+    LLAMA_CHECK(par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_SUM, PAR_I32, &status, 1));
     return t->rank == 0 ? st : PAR_OK;
 }
 
@@ -963,14 +645,14 @@ static float lr_at(const llama_config *c, int64_t step, int64_t total_steps) {
     return c->learning_rate;
 }
 
-/* Micro-batch `mb` of this rank at step `step`: rank r of d takes global slots
-   j = i*d + r (MindSpore's num_shards/shard_id: round-robin over the batch). */
+/* Micro-batch `mb` of this rank at step `step`: shard s of S takes global slots
+   j = i*S + s (MindSpore's num_shards/shard_id: round-robin over the batch). */
 static par_status load_micro_batch(trainer *t, int64_t step, int mb) {
-    const int64_t T = t->sz.seq, B = t->cfg->batch_size;
+    const int64_t T = t->sz.seq;
     int64_t i, k;
     for (i = 0; i < t->sz.batch; i++) {
-        const int64_t local = (int64_t)mb * t->sz.batch + i, j = local * t->dp + t->dp_index;
-        const int64_t s = data_sample(t->data, step, B, j);
+        const int64_t local = (int64_t)mb * t->sz.batch + i, j = local * t->num_shards + t->shard_id;
+        const int64_t s = data_sample(t->data, step, t->global_batch, j);
         const unsigned char *src = t->data->bytes + s * T;
         for (k = 0; k < T; k++) {
             t->host_ids[i * T + k] = src[k], t->host_tgt[i * T + k] = src[k + 1];
@@ -982,239 +664,77 @@ static par_status load_micro_batch(trainer *t, int64_t step, int mb) {
     return t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE);
 }
 
-/* `tp` is the tensor-parallel plumbing (NULL on one device of the tp dim). */
-static par_status forward(trainer *t, const llama_tp *tp, int64_t batch, int64_t seq) {
-    const llama_params *p = &t->p;
-    const llama_dims *d = &p->local;
+/* Block l's tensors: the weights, or (grads) where its gradients accumulate. */
+static par_status bind_block(trainer *t, int l, int grads, llama_block *b) {
+    float **f[LLAMA_PER_BLOCK] = {&b->ln1, &b->wq, &b->wk, &b->wv, &b->wo, &b->ln2, &b->wg, &b->wu, &b->wd};
+    int k;
+    for (k = 0; k < LLAMA_PER_BLOCK; k++) {
+        if (grads) LLAMA_CHECK(par_params_grad(t->ps, t_block(l, k), f[k]));
+        else if (!(*f[k] = par_params_value(t->ps, t_block(l, k)))) return PAR_EINVAL;
+    }
+    return PAR_OK;
+}
+
+/* The gradients of tensors [first, first+count) are complete: the parameter
+   set starts their bucket's reduction (async: it overlaps the layers below). */
+static par_status grads_ready(trainer *t, int first, int count) {
+    int i;
+    for (i = first; i < first + count; i++) LLAMA_CHECK(par_params_grad_ready(t->ps, i));
+    return PAR_OK;
+}
+
+static par_status forward(trainer *t, int64_t batch, int64_t seq) {
+    const llama_model *m = &t->model;
     llama_acts *a = &t->acts;
     const int64_t n = batch * seq;
     double t0 = trace_now(t);
     int l;
-    LLAMA_CHECK(llama_embed_fwd(t->ct, d, tp, t->params + p->tensors[LLAMA_T_EMBED].offset, a->ids, n,
-                                d->layers ? a->blocks[0].x_in : a->x_final, &t->scratch));
+    LLAMA_CHECK(par_tp_embedding_fwd(t->tp, &m->emb, n, a->ids, par_params_value(t->ps, 0),
+                                     m->local.layers ? a->blocks[0].x_in : a->x_final, t->scratch.dh));
     trace_span(t, "compute", t0, "fwd embedding");
-    for (l = 0; l < d->layers; l++) {
-        const llama_block w = block_bind(p, l, t->params, 0);
-        float *out = l + 1 < d->layers ? a->blocks[l + 1].x_in : a->x_final;
+    for (l = 0; l < m->local.layers; l++) {
+        float *out = l + 1 < m->local.layers ? a->blocks[l + 1].x_in : a->x_final;
+        llama_block w;
+        LLAMA_CHECK(bind_block(t, l, 0, &w));
         t0 = trace_now(t);
-        LLAMA_CHECK(llama_block_fwd_tp(t->ct, d, tp, &w, &a->blocks[l], a->pos, batch, seq, out, &t->scratch));
+        LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[l], a->pos, batch, seq, out, &t->scratch));
         trace_span(t, "compute", t0, "fwd block %d", l);
     }
     t0 = trace_now(t);
-    LLAMA_CHECK(llama_head_fwd_tp(t->ct, d, tp, t->params + p->tensors[p->num_tensors - 2].offset,
-                                  t->params + p->tensors[p->num_tensors - 1].offset, a, n, &t->scratch));
+    LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, t->ntensors - 2), par_params_value(t->ps, t->ntensors - 1),
+                               a, n, &t->scratch));
     trace_span(t, "compute", t0, "fwd head+loss");
     return PAR_OK;
 }
 
-/* Where bucket b's gradients are accumulated during backward. */
-static float *bucket_grads(trainer *t, int b) {
-    return t->zero == ZERO_2 ? t->slot[b & 1] : t->grads + t->p.buckets[b].start;
-}
-
-static par_reduce_op grad_op(const trainer *t) { return t->cfg->gradients_mean ? PAR_REDUCE_AVG : PAR_REDUCE_SUM; }
-
-/* ZeRO-2: finish bucket b's reduce-scatter and add it into the shard. */
-static par_status finish_rs(trainer *t, int b) {
-    llama_bucket *bk = &t->p.buckets[b];
-    if (!bk->req) return PAR_OK;
-    LLAMA_CHECK(t->cm->wait(t->cm->user, bk->req));
-    bk->req = NULL;
-    trace_complete(t, bk);
-    return t->ct->axpy(t->ct->user, bk->chunk, 1.0f, t->rs_tmp[b & 1], t->gshard + bk->shard_offset);
-}
-
-/* Gradients that are partial sums over the tp group (the norms', and a
-   replicated embedding's, under sequence parallelism: each rank saw its rows)
-   are summed over it before the data-parallel reduction. */
-static par_status sum_tp_partials(trainer *t, int b, float *g) {
-    const llama_bucket *bk = &t->p.buckets[b];
-    int i;
-    for (i = bk->first_tensor; i < bk->first_tensor + bk->num_tensors; i++) {
-        const llama_tensor *tn = &t->p.tensors[i];
-        if (!tn->tp_partial) continue;
-        LLAMA_CHECK(t->cm->all_reduce(t->cm->user, t->tp_group, g + (tn->offset - bk->start), g + (tn->offset - bk->start),
-                                      tn->numel, PAR_F32, PAR_REDUCE_SUM, NULL));
-    }
-    return PAR_OK;
-}
-
-/* Bucket b's gradients are complete for this micro-batch: start its reduction
-   (async, so it overlaps the backward of the layers below). */
-static par_status bucket_ready(trainer *t, int b, int last_mb) {
-    llama_bucket *bk = &t->p.buckets[b];
-    const par_comm_table *cm = t->cm;
-    float *g = bucket_grads(t, b);
-    if (t->zero == ZERO_2 || last_mb) LLAMA_CHECK(sum_tp_partials(t, b, g));
-    if (t->zero == ZERO_2) {
-        trace_issue(t, bk, "reduce_scatter");
-        return cm->reduce_scatter(cm->user, t->dp_group, g, t->rs_tmp[b & 1], bk->chunk, PAR_F32, grad_op(t), &bk->req);
-    }
-    if (!last_mb) return PAR_OK;
-    if (t->zero == ZERO_1) {
-        trace_issue(t, bk, "reduce_scatter");
-        return cm->reduce_scatter(cm->user, t->dp_group, g, t->gshard + bk->shard_offset, bk->chunk, PAR_F32,
-                                  grad_op(t), &bk->req);
-    }
-    if (t->dp == 1) return PAR_OK;
-    trace_issue(t, bk, "all_reduce");
-    return cm->all_reduce(cm->user, t->dp_group, g, g, bk->padded, PAR_F32, grad_op(t), &bk->req);
-}
-
-/* Before bucket b's backward writes its gradients (ZeRO-2: its slot must be
-   free again, i.e. bucket b+2's reduce-scatter done; then cleared). */
-static par_status bucket_begin(trainer *t, int b) {
-    if (t->zero != ZERO_2) return PAR_OK;
-    if (b + 2 < t->p.num_buckets) LLAMA_CHECK(finish_rs(t, b + 2));
-    return t->ct->memset(t->ct->user, t->slot[b & 1], 0, (size_t)t->p.buckets[b].padded * sizeof(float));
-}
-
-static par_status backward(trainer *t, float scale, int last_mb) {
-    const llama_params *p = &t->p;
-    const llama_dims *d = &p->local;
-    const llama_tp *tp = t->tp_on ? &t->tp : NULL;
+static par_status backward(trainer *t, float scale) {
+    const llama_model *m = &t->model;
     llama_acts *a = &t->acts;
-    const int nb = p->num_buckets, head = nb - 1;
-    const llama_tensor *tn = p->tensors;
-    const int tnorm = p->num_tensors - 2, tlm = p->num_tensors - 1;
-    float *g;
+    const int tn = t->ntensors - 2, th = t->ntensors - 1;
+    float *g_norm, *g_head, *g_emb;
     double t0;
     int l;
-    LLAMA_CHECK(bucket_begin(t, head));
-    g = bucket_grads(t, head);
+    LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
+    LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
     t0 = trace_now(t);
-    LLAMA_CHECK(llama_head_bwd_tp(t->ct, d, tp, t->params + tn[tnorm].offset, t->params + tn[tlm].offset,
-                                  g + (tn[tnorm].offset - p->buckets[head].start),
-                                  g + (tn[tlm].offset - p->buckets[head].start), a, t->sz.n, scale, &t->scratch));
+    LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, t->sz.n,
+                               scale, &t->scratch));
     trace_span(t, "compute", t0, "bwd head+loss");
-    LLAMA_CHECK(bucket_ready(t, head, last_mb));
-    for (l = (int)d->layers - 1; l >= 0; l--) {
-        const llama_block w = block_bind(p, l, t->params, 0);
-        llama_block gb;
-        LLAMA_CHECK(bucket_begin(t, 1 + l));
-        gb = block_bind(p, l, bucket_grads(t, 1 + l), p->buckets[1 + l].start);
+    LLAMA_CHECK(grads_ready(t, tn, 2));
+    for (l = (int)m->local.layers - 1; l >= 0; l--) {
+        llama_block w, g;
+        LLAMA_CHECK(bind_block(t, l, 0, &w));
+        LLAMA_CHECK(bind_block(t, l, 1, &g));
         t0 = trace_now(t);
-        LLAMA_CHECK(llama_block_bwd_tp(t->ct, d, tp, &w, &gb, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq,
-                                       &t->scratch));
+        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
         trace_span(t, "compute", t0, "bwd block %d", l);
-        LLAMA_CHECK(bucket_ready(t, 1 + l, last_mb));
+        LLAMA_CHECK(grads_ready(t, t_block(l, 0), LLAMA_PER_BLOCK));
     }
-    LLAMA_CHECK(bucket_begin(t, 0));
+    LLAMA_CHECK(par_params_grad(t->ps, 0, &g_emb));
     t0 = trace_now(t);
-    LLAMA_CHECK(llama_embed_bwd(t->ct, d, tp, a->ids, t->sz.n, bucket_grads(t, 0), &t->scratch));
+    LLAMA_CHECK(par_tp_embedding_bwd(t->tp, &m->emb, t->sz.n, a->ids, t->scratch.dx, g_emb, t->scratch.dh));
     trace_span(t, "compute", t0, "bwd embedding");
-    return bucket_ready(t, 0, last_mb);
-}
-
-static par_status wait_reductions(trainer *t) {
-    int b;
-    for (b = t->p.num_buckets - 1; b >= 0; b--) {
-        llama_bucket *bk = &t->p.buckets[b];
-        if (t->zero == ZERO_2) LLAMA_CHECK(finish_rs(t, b));
-        else if (bk->req) {
-            par_request *r = bk->req;
-            bk->req = NULL;
-            LLAMA_CHECK(t->cm->wait(t->cm->user, r));
-            trace_complete(t, bk);
-        }
-    }
-    return PAR_OK;
-}
-
-/* Global gradient norm: every parameter counted once (the shards are disjoint;
-   without ZeRO every rank holds the same reduced gradients). */
-/* Sum of squares of the gradients in [flat_begin, flat_begin+count) (g points
-   at flat_begin), counting a tensor's tp copies once: tensor-parallel shards
-   on every tp rank, replicated tensors on tp rank 0 only. */
-static par_status sumsq_range(trainer *t, int64_t flat_begin, int64_t count, const float *g, double *out) {
-    int i;
-    for (i = 0; i < t->p.num_tensors; i++) {
-        const llama_tensor *tn = &t->p.tensors[i];
-        const int64_t b = tn->offset > flat_begin ? tn->offset : flat_begin;
-        const int64_t e = tn->offset + tn->numel < flat_begin + count ? tn->offset + tn->numel : flat_begin + count;
-        double part = 0.0;
-        if (b >= e || (!tn->tp_split && t->tp_index != 0)) continue;
-        LLAMA_CHECK(t->ct->sumsq(t->ct->user, e - b, g + (b - flat_begin), &part));
-        *out += part;
-    }
-    return PAR_OK;
-}
-
-static par_status grad_norm(trainer *t, double *norm) {
-    double ss = 0.0, t0 = trace_now(t);
-    int b;
-    if (t->zero == ZERO_OFF && !t->tp_on) {
-        LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.total, t->grads, &ss));
-        trace_span(t, "optimizer", t0, "grad norm");
-    } else if (t->zero == ZERO_OFF) { /* dp replicas hold the same gradients: sum over tp only */
-        LLAMA_CHECK(sumsq_range(t, 0, t->p.total, t->grads, &ss));
-        trace_span(t, "optimizer", t0, "grad norm");
-        t0 = trace_now(t);
-        LLAMA_CHECK(scalar_collective(t, t->tp_group, &ss, PAR_F64, PAR_REDUCE_SUM, 0));
-        trace_span(t, "comm", t0, "all_reduce grad norm");
-    } else { /* ZeRO: the dp shards are disjoint too */
-        if (!t->tp_on) {
-            LLAMA_CHECK(t->ct->sumsq(t->ct->user, t->p.shard_total, t->gshard, &ss));
-        } else {
-            for (b = 0; b < t->p.num_buckets; b++) {
-                const llama_bucket *bk = &t->p.buckets[b];
-                LLAMA_CHECK(sumsq_range(t, bk->start + bk->chunk_begin, bk->chunk, t->gshard + bk->shard_offset, &ss));
-            }
-        }
-        trace_span(t, "optimizer", t0, "grad norm");
-        t0 = trace_now(t);
-        LLAMA_CHECK(scalar_collective(t, t->tp_on ? t->world_group : t->dp_group, &ss, PAR_F64, PAR_REDUCE_SUM, 0));
-        trace_span(t, "comm", t0, "all_reduce grad norm");
-    }
-    *norm = sqrt(ss);
-    return PAR_OK;
-}
-
-/* AdamW over [flat_begin, flat_begin+count) of the flat layout, tensor by
-   tensor (weight decay only on rank >= 2); p/g/m/v point at flat_begin. */
-static par_status adamw_range(trainer *t, int64_t flat_begin, int64_t count, float *p, const float *g, float *m,
-                              float *v, float lr, int64_t step) {
-    const llama_config *c = t->cfg;
-    int i;
-    for (i = 0; i < t->p.num_tensors; i++) {
-        const llama_tensor *tn = &t->p.tensors[i];
-        const int64_t b = tn->offset > flat_begin ? tn->offset : flat_begin;
-        const int64_t e = tn->offset + tn->numel < flat_begin + count ? tn->offset + tn->numel : flat_begin + count;
-        const int64_t o = b - flat_begin;
-        if (b >= e) continue;
-        LLAMA_CHECK(t->ct->adamw(t->ct->user, e - b, p + o, g + o, m + o, v + o, lr, c->beta1, c->beta2, c->eps,
-                                 tn->ndim >= 2 ? c->weight_decay : 0.0f, step));
-    }
-    return PAR_OK;
-}
-
-static par_status optimizer_step(trainer *t, float lr, float clip) {
-    const llama_params *p = &t->p;
-    const int64_t step = t->step + 1;
-    const double t0 = trace_now(t);
-    int b;
-    if (t->zero == ZERO_OFF) {
-        if (clip != 1.0f) LLAMA_CHECK(t->ct->scale(t->ct->user, p->total, clip, t->grads));
-        LLAMA_CHECK(adamw_range(t, 0, p->total, t->params, t->grads, t->m, t->v, lr, step));
-        trace_span(t, "optimizer", t0, "adamw");
-        return PAR_OK;
-    }
-    if (clip != 1.0f) LLAMA_CHECK(t->ct->scale(t->ct->user, p->shard_total, clip, t->gshard));
-    for (b = 0; b < p->num_buckets; b++) {
-        const llama_bucket *bk = &p->buckets[b];
-        const int64_t begin = bk->start + bk->chunk_begin, so = bk->shard_offset;
-        LLAMA_CHECK(adamw_range(t, begin, bk->chunk, t->params + begin, t->gshard + so, t->m + so, t->v + so, lr, step));
-    }
-    trace_span(t, "optimizer", t0, "adamw (ZeRO shard)");
-    /* every rank updated its chunk: gather the new parameters (async, all buckets) */
-    for (b = 0; b < p->num_buckets; b++) {
-        llama_bucket *bk = &t->p.buckets[b];
-        float *full = t->params + bk->start;
-        trace_issue(t, bk, "all_gather");
-        LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->dp_group, full + bk->chunk_begin, full, bk->chunk, PAR_F32,
-                                      &bk->req));
-    }
-    return wait_reductions(t);
+    return grads_ready(t, 0, 1);
 }
 
 typedef struct step_stats {
@@ -1223,44 +743,37 @@ typedef struct step_stats {
 } step_stats;
 
 static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
-    const llama_params *p = &t->p;
+    const llama_config *c = t->cfg;
     const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
-    double loss = 0.0, norm = 0.0, t0 = now_s(), step_us = trace_now(t), t1;
-    float clip = 1.0f, lr = lr_at(t->cfg, t->step, total_steps);
+    double loss = 0.0, count = 0.0, t0 = now_s(), step_us = trace_now(t), t1;
+    const float lr = lr_at(c, t->step, total_steps);
+    par_adamw opt;
+    par_step_stats st;
     int mb;
     int64_t i;
-    if (t->grads) LLAMA_CHECK(t->ct->memset(t->ct->user, t->grads, 0, (size_t)p->total * sizeof(float)));
-    if (t->gshard) LLAMA_CHECK(t->ct->memset(t->ct->user, t->gshard, 0, (size_t)p->shard_total * sizeof(float)));
     for (mb = 0; mb < t->micro_batches; mb++) {
         t1 = trace_now(t);
         LLAMA_CHECK(load_micro_batch(t, t->step, mb));
         trace_span(t, "io", t1, "load micro-batch %d", mb);
-        LLAMA_CHECK(forward(t, t->tp_on ? &t->tp : NULL, t->sz.batch, t->sz.seq));
-        LLAMA_CHECK(backward(t, scale, mb == t->micro_batches - 1));
-        /* ZeRO-2 reuses the slots and receive buffers in the next micro-batch */
-        if (t->zero == ZERO_2 && mb + 1 < t->micro_batches) LLAMA_CHECK(wait_reductions(t));
+        LLAMA_CHECK(par_params_grads_begin(t->ps, mb, t->micro_batches));
+        LLAMA_CHECK(forward(t, t->sz.batch, t->sz.seq));
+        LLAMA_CHECK(backward(t, scale));
+        LLAMA_CHECK(par_params_grads_wait(t->ps));
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, t->acts.losses, (size_t)t->sz.n * 4,
                                   PAR_COPY_DEVICE_TO_HOST));
         for (i = 0; i < t->sz.n; i++) loss += t->host_losses[i];
+        count += (double)t->sz.n;
     }
-    LLAMA_CHECK(wait_reductions(t));
-    loss /= (double)(t->sz.n * t->micro_batches);
-    if (t->dp > 1) {
-        t1 = trace_now(t);
-        LLAMA_CHECK(scalar_collective(t, t->dp_group, &loss, PAR_F64, PAR_REDUCE_AVG, 0));
-        trace_span(t, "comm", t1, "all_reduce loss");
-    }
-    LLAMA_CHECK(grad_norm(t, &norm));
-    if (t->cfg->max_grad_norm > 0.0f) {
-        /* PyTorch's clip_grad_norm_: coefficient max/(norm+1e-6), clamped to 1 */
-        const double c = (double)t->cfg->max_grad_norm / (norm + 1e-6);
-        if (c < 1.0) clip = (float)c;
-    }
-    LLAMA_CHECK(optimizer_step(t, lr, clip));
+    t1 = trace_now(t);
+    LLAMA_CHECK(par_params_reduce_loss(t->ps, &loss, &count)); /* over the whole global batch */
+    trace_span(t, "comm", t1, "all_reduce loss");
+    opt.lr = lr, opt.beta1 = c->beta1, opt.beta2 = c->beta2, opt.eps = c->eps, opt.weight_decay = c->weight_decay;
+    opt.max_grad_norm = c->max_grad_norm;
+    LLAMA_CHECK(par_params_step(t->ps, &opt, &st));
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
     trace_span(t, "step", step_us, "step %lld", (long long)t->step);
     t->step++;
-    out->loss = loss, out->grad_norm = norm, out->lr = lr, out->seconds = now_s() - t0;
+    out->loss = loss / count, out->grad_norm = st.grad_norm, out->lr = lr, out->seconds = now_s() - t0;
     return PAR_OK;
 }
 
@@ -1270,41 +783,51 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
 
 /* Model FLOPs of one training step over the global batch (forward + backward
    = 3x forward; causal attention counts the visible half of the scores). */
-static double step_flops(const llama_params *p, int64_t global_batch) {
-    const llama_dims *d = &p->dims;
-    const double tokens = (double)global_batch * (double)d->seq;
-    const double matmul_params = (double)(p->global_params - d->vocab * d->dim) -
-                                 (double)d->dim * (double)(2 * d->layers + 1);
-    const double attn = (double)d->layers * 2.0 * (double)d->seq * (double)(d->heads * d->head_dim);
+static double step_flops(const trainer *t) {
+    const llama_dims *d = &t->model.dims;
+    const double tokens = (double)t->global_batch * (double)d->seq;
+    double matmul_params = 0.0, attn;
+    int i;
+    for (i = 1; i < t->ntensors; i++) /* every matrix but the embedding (a lookup) */
+        if (t->specs[i].ndim == 2) matmul_params += (double)spec_numel(&t->specs[i]);
+    attn = (double)d->layers * 2.0 * (double)d->seq * (double)(d->heads * d->head_dim);
     return 6.0 * tokens * matmul_params + 3.0 * tokens * attn;
 }
 
+static int64_t global_params(const trainer *t) {
+    int64_t n = 0;
+    int i;
+    for (i = 0; i < t->ntensors; i++) n += spec_numel(&t->specs[i]);
+    return n;
+}
+
 /* The GEMM throughput of the whole machine, as the ranks share it: every rank
-   runs the same GEMMs at once between two barriers, and the total FLOPs over
-   the slowest rank's time is the peak MFU is measured against. Runs in the
-   backward scratch (free now): as large a square as fits, up to 384. */
+   runs the same GEMMs at once between two synchronizing reductions, and the
+   total FLOPs over the slowest rank's time is the peak MFU is measured
+   against. Runs in the backward scratch (free now): as large a square as
+   fits, up to 384. */
 static par_status measure_gemm_peak(trainer *t, double *gflops) {
     const int reps = 8;
-    const int64_t n = gemm_probe_side(&t->p, &t->sz);
+    const int64_t n = gemm_probe_side(&t->model, &t->sz);
     float *a = t->scratch_base;
     par_gemm_desc d = {0};
-    double t0, dt, flops;
+    double t0, dt, flops, sync = 0.0;
     int i;
     d.m = d.n = d.k = n, d.alpha = 1.0f;
     LLAMA_CHECK(t->ct->memset(t->ct->user, a, 0, (size_t)(3 * n * n) * sizeof(float)));
     LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + n * n, a + 2 * n * n)); /* warm up */
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
-    LLAMA_CHECK(t->cm->barrier(t->cm->user, t->world_group));
+    LLAMA_CHECK(par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_MAX, PAR_F64, &sync, 1));
     t0 = now_s();
     for (i = 0; i < reps; i++) LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + n * n, a + 2 * n * n));
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
     /* up to the moment the last rank is done: ranks sharing cores may not
        really have run at the same time */
-    LLAMA_CHECK(t->cm->barrier(t->cm->user, t->world_group));
+    LLAMA_CHECK(par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_MAX, PAR_F64, &sync, 1));
     dt = now_s() - t0;
     flops = 2.0 * (double)(n * n * n) * reps;
-    LLAMA_CHECK(scalar_collective(t, t->world_group, &dt, PAR_F64, PAR_REDUCE_MAX, 0));
-    LLAMA_CHECK(scalar_collective(t, t->world_group, &flops, PAR_F64, PAR_REDUCE_SUM, 0));
+    LLAMA_CHECK(par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_MAX, PAR_F64, &dt, 1));
+    LLAMA_CHECK(par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_SUM, PAR_F64, &flops, 1));
     *gflops = dt > 0 ? flops / dt * 1e-9 : 0.0;
     return PAR_OK;
 }
@@ -1344,36 +867,42 @@ static int64_t plan_total(const mem_plan *m) {
 }
 
 static void print_summary(const trainer *t, const char *backend) {
-    const llama_dims *d = &t->p.dims;
-    const llama_tensor *e = &t->p.tensors[LLAMA_T_EMBED], *b0 = &t->p.tensors[LLAMA_BLOCK_FIRST];
-    char mesh[128], lay[128], tok[128], col[128] = "-", row[128] = "-";
-    par_mesh_format(&t->mesh, mesh, sizeof mesh);
-    par_layout_format(&e->layout, lay, sizeof lay);
+    const llama_model *m = &t->model;
+    const llama_dims *d = &m->dims;
+    char mesh[128], lay[128], tok[128], col[128], row[128];
+    int64_t mine = 0;
+    int i, buckets = 0;
+    par_tp_info ti;
+    par_param_info in;
+    for (i = 0; i < t->ntensors; i++)
+        if (par_params_info(t->ps, i, &in) == PAR_OK) mine += in.numel, buckets = in.bucket + 1;
+    par_tp_get_info(t->tp, &ti);
+    par_mesh_format(par_ctx_mesh(t->ctx), mesh, sizeof mesh);
+    par_layout_format(&m->emb.table, lay, sizeof lay);
     par_layout_format(&t->tokens_layout, tok, sizeof tok);
-    if (d->layers) par_layout_format(&b0[1].layout, col, sizeof col), par_layout_format(&b0[4].layout, row, sizeof row);
+    par_layout_format(&m->q.weight, col, sizeof col), par_layout_format(&m->o.weight, row, sizeof row);
     printf("parallel.h llama trainer\n");
     printf("  model      vocab %lld, hidden %lld, layers %lld, heads %lld (kv %lld, head dim %lld), ffn %lld, seq %lld\n",
            (long long)d->vocab, (long long)d->dim, (long long)d->layers, (long long)d->heads, (long long)d->kv_heads,
            (long long)d->head_dim, (long long)d->ffn, (long long)d->seq);
-    printf("  parameters %lld in %d tensors (%lld on this rank), %d gradient buckets\n", (long long)t->p.global_params,
-           t->p.num_tensors, (long long)t->p.num_params, t->p.num_buckets);
+    printf("  parameters %lld in %d tensors (%lld on this rank), %d gradient buckets\n", (long long)global_params(t),
+           t->ntensors, (long long)mine, buckets);
     printf("  ranks      %d (%s backend), mesh %s, %d kernel thread(s) per rank\n", t->world, backend, mesh,
            par_ctx_kernel_threads(t->ctx));
     printf("  layouts    q/k/v/gate/up/lm_head %s, o/down %s, embedding %s, tokens [batch,seq] %s\n", col, row, lay,
            tok);
-    if (t->tp_on)
+    if (ti.degree > 1)
         printf("  tensor     tp %d: %lld of %lld heads, %lld kv heads, %lld ffn columns, vocab rows %lld..%lld on rank 0%s\n",
-               t->mi.tp, (long long)t->p.local.heads, (long long)d->heads, (long long)t->p.local.kv_heads,
-               (long long)t->p.local.ffn, (long long)t->p.local.vocab_start,
-               (long long)(t->p.local.vocab_start + t->p.local.vocab - 1),
-               t->mi.sp ? "; sequence parallel (norms and residual split by tokens)" : "");
-    printf("  batch      global %d = dp %d x micro_batch_num %d x %lld samples of %lld tokens\n", t->cfg->batch_size,
-           t->dp, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq);
-    if (t->zero != ZERO_OFF)
-        printf("  optimizer  AdamW, ZeRO level %d over dp %d: each rank updates %lld of %lld elements\n", (int)t->zero,
-               t->dp, (long long)t->p.shard_total, (long long)t->p.total);
+               ti.degree, (long long)m->local.heads, (long long)d->heads, (long long)m->local.kv_heads,
+               (long long)m->local.ffn, (long long)m->head.out_start, (long long)(m->head.out_start + m->local.vocab - 1),
+               ti.sequence_parallel ? "; sequence parallel (norms and residual split by tokens)" : "");
+    printf("  batch      global %d = %d data-parallel shard(s) x micro_batch_num %d x %lld samples of %lld tokens\n",
+           t->global_batch, t->num_shards, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq);
+    if (t->cfg->enable_parallel_optimizer)
+        printf("  optimizer  AdamW, ZeRO level %d over the %d data-parallel ranks: %.2f MiB of AdamW state per rank\n",
+               t->cfg->optimizer_level >= 2 ? 2 : 1, t->num_shards, mib(t->plan.bytes[PAR_MEM_OPTIMIZER]));
     else
-        printf("  optimizer  AdamW, replicated%s\n", t->dp > 1 ? " (gradients all-reduced in buckets)" : "");
+        printf("  optimizer  AdamW, replicated%s\n", t->num_shards > 1 ? " (gradients all-reduced in buckets)" : "");
     printf("  memory plan per rank:\n");
     print_memory_header();
     print_memory_row("planned", t->plan.bytes, plan_total(&t->plan));
@@ -1381,11 +910,9 @@ static void print_summary(const trainer *t, const char *backend) {
 }
 
 static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
-    const double tokens = (double)t->cfg->batch_size * (double)t->sz.seq;
+    const double tokens = (double)t->global_batch * (double)t->sz.seq;
     const double tps = s->seconds > 0 ? tokens / s->seconds : 0.0;
-    const double mfu = s->seconds > 0 && t->gemm_gflops > 0
-                           ? step_flops(&t->p, t->cfg->batch_size) / s->seconds / (t->gemm_gflops * 1e9)
-                           : 0.0;
+    const double mfu = s->seconds > 0 && t->gemm_gflops > 0 ? step_flops(t) / s->seconds / (t->gemm_gflops * 1e9) : 0.0;
     if (!t->opt->quiet)
         printf("step %5lld | loss %.6f | grad norm %.6f | lr %.3e | %8.0f tok/s | MFU %5.1f%% | peak %.1f MiB\n",
                (long long)t->step - 1, s->loss, s->grad_norm, (double)s->lr, tps, 100.0 * mfu, mib(peak_bytes));
@@ -1404,27 +931,13 @@ static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
    8. sampling, the rank body, main
    ========================================================================== */
 
-/* The last row of the logits, whole, on the host: under tensor parallelism
-   each rank holds its vocabulary shard, gathered over the tp group (in place,
-   in the scratch). */
-static par_status last_logits_row(trainer *t, int64_t n, float *row) {
-    const int64_t vl = t->p.local.vocab;
-    const float *src = t->acts.logits + (n - 1) * vl;
-    float *buf = t->scratch.dh;
-    if (!t->tp_on) return t->ct->memcpy(t->ct->user, row, src, (size_t)vl * 4, PAR_COPY_DEVICE_TO_HOST);
-    LLAMA_CHECK(t->ct->memcpy(t->ct->user, buf + t->tp_index * vl, src, (size_t)vl * 4, PAR_COPY_DEVICE_TO_DEVICE));
-    LLAMA_CHECK(t->cm->all_gather(t->cm->user, t->tp_group, buf + t->tp_index * vl, buf, vl, PAR_F32, NULL));
-    return t->ct->memcpy(t->ct->user, row, buf, (size_t)(vl * t->mi.tp) * 4, PAR_COPY_DEVICE_TO_HOST);
-}
-
-/* The ranks of the first data-parallel replica (one rank without tensor
-   parallelism) continue a prompt from the data, one byte at a time
-   (temperature 0.8, the same draws on every rank), re-running the forward over
-   the last seq_length bytes; rank 0 prints. */
+/* The ranks of the first data-parallel shard continue a prompt from the data,
+   one byte at a time (temperature 0.8, the same draws on every rank),
+   re-running the forward over the last seq_length bytes; rank 0 prints. */
 static par_status generate(trainer *t, int count) {
-    const llama_dims *d = &t->p.dims;
+    const llama_dims *d = &t->model.dims;
     const int prompt = 16;
-    const int64_t T = t->sz.seq < t->sz.n ? t->sz.seq : t->sz.n;
+    const int64_t T = t->sz.seq < t->sz.n ? t->sz.seq : t->sz.n, vl = t->model.local.vocab;
     int64_t len = prompt < T ? prompt : T, i, k;
     unsigned char *text = (unsigned char *)malloc((size_t)(len + count));
     float *row = (float *)malloc((size_t)d->vocab * sizeof(float));
@@ -1434,17 +947,21 @@ static par_status generate(trainer *t, int count) {
     memcpy(text, t->data->bytes, (size_t)len);
     for (i = 0; i < count && st == PAR_OK; i++) {
         const int64_t n = len < T ? len : T;
-        /* sequence parallel splits the rows over tp: pad the context at the end to a
-           multiple of it (causal attention keeps the padding out of the real rows) */
-        const int64_t n_run = t->p.sp ? (n + t->p.tp - 1) / t->p.tp * t->p.tp : n;
+        /* sequence parallel splits the rows over tp: pad the context at the end
+           to a multiple of it (causal attention keeps the padding out of the
+           real rows) */
+        const int64_t n_run = par_tp_pad_rows(t->tp, n);
         const unsigned char *ctx = text + len - n;
         double mx = -1e30, sum = 0.0, r;
         for (k = 0; k < n_run; k++) t->host_ids[k] = k < n ? ctx[k] : 0, t->host_pos[k] = k;
         st = t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n_run * 4, PAR_COPY_HOST_TO_DEVICE);
         if (st == PAR_OK)
             st = t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n_run * 8, PAR_COPY_HOST_TO_DEVICE);
-        if (st == PAR_OK) st = forward(t, t->tp_on ? &t->tp : NULL, 1, n_run);
-        if (st == PAR_OK) st = last_logits_row(t, n, row);
+        if (st == PAR_OK) st = forward(t, 1, n_run);
+        if (st == PAR_OK)
+            st = par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + (n - 1) * vl, t->scratch.dh);
+        if (st == PAR_OK)
+            st = t->ct->memcpy(t->ct->user, row, t->scratch.dh, (size_t)d->vocab * 4, PAR_COPY_DEVICE_TO_HOST);
         if (st != PAR_OK) break;
         for (k = 0; k < d->vocab && k < 256; k++) mx = row[k] > mx ? row[k] : mx;
         for (k = 0; k < d->vocab && k < 256; k++) sum += exp(((double)row[k] - mx) / 0.8);
@@ -1469,110 +986,30 @@ static par_status generate(trainer *t, int count) {
     return st;
 }
 
-/* ---- tensor-parallel collectives: the comm table over the tp group ---------- */
-
-/* The layers' tensor-parallel collectives are redistributions of a flat view
-   of the activation, [dp x tp x count] elements over the dp x tp mesh:
-     TP_REDUCE   partial over tp, split over dp   -> split over dp            (all-reduce)
-     TP_GATHER   split over (dp, tp)              -> split over dp            (all-gather)
-     TP_SCATTER  partial over tp, split over dp   -> split over (dp, tp)      (reduce-scatter)
-   planned by the library's planner (its cache) and run by the executor. */
-enum { TP_REDUCE = 0, TP_GATHER, TP_SCATTER };
-
-static par_status tp_flat_layout(const trainer *t, int64_t numel, int split_tp, int partial_tp, par_layout *l) {
-    const int dp_dim = par_mesh_dev_dim(&t->mesh, "dp"), tp_dim = par_mesh_dev_dim(&t->mesh, "tp");
-    int map[1];
-    map[0] = dp_dim;
-    LLAMA_CHECK(par_layout_init(l, &t->mesh, 1, &numel, map, partial_tp ? 1u << tp_dim : 0u));
-    if (split_tp) l->map.count[0] = 2, l->map.dev[0][0] = (int8_t)dp_dim, l->map.dev[0][1] = (int8_t)tp_dim;
-    return par_layout_check(l);
-}
-
-/* count: floats of this rank's input; the flat tensor has dp x (full rows)
-   elements. The planner's cache makes a repeated size a lookup. */
-static par_status tp_redistribute(trainer *t, int kind, int64_t count, const float *in, float *out) {
-    const int64_t global = (kind == TP_GATHER ? count * t->mi.tp : count) * t->dp;
-    par_layout from, to;
-    LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_GATHER, kind != TP_GATHER, &from));
-    LLAMA_CHECK(tp_flat_layout(t, global, kind == TP_SCATTER, 0, &to));
-    LLAMA_CHECK(par_planner_plan(t->planner, &from, &to, NULL, &t->tp_plan));
-    return par_execute_plan(t->exec, &t->tp_plan, PAR_F32, in, out);
-}
-
-/* Each one blocks the layer, so under --trace its time is a comm span (inside
-   the layer's compute span) and is counted as exposed communication. */
-static par_status tp_done(trainer *t, double t0, const char *what, par_status st) {
-    if (t->trace) {
-        trace_span(t, "comm", t0, "tp %s", what);
-        t->tp_comm_us += par_trace_now_us() - t0;
-    }
-    return st;
-}
-static par_status tp_sum(void *u, float *x, int64_t n) {
-    trainer *t = (trainer *)u;
-    const double t0 = trace_now(t);
-    return tp_done(t, t0, "all_reduce", tp_redistribute(t, TP_REDUCE, n, x, x));
-}
-static par_status tp_max(void *u, float *x, int64_t n) {
-    trainer *t = (trainer *)u;
-    const double t0 = trace_now(t);
-    return tp_done(t, t0, "all_reduce max", t->cm->all_reduce(t->cm->user, t->tp_group, x, x, n, PAR_F32, PAR_REDUCE_MAX, NULL));
-}
-static par_status tp_gather(void *u, const float *x_local, float *x, int64_t n_local) {
-    trainer *t = (trainer *)u;
-    const double t0 = trace_now(t);
-    return tp_done(t, t0, "all_gather", tp_redistribute(t, TP_GATHER, n_local, x_local, x));
-}
-static par_status tp_reduce_scatter(void *u, const float *x, float *x_local, int64_t n_local) {
-    trainer *t = (trainer *)u;
-    const double t0 = trace_now(t);
-    return tp_done(t, t0, "reduce_scatter", tp_redistribute(t, TP_SCATTER, n_local * t->mi.tp, x, x_local));
-}
-
 static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) {
     const llama_config *c = sh->cfg;
-    const int64_t shape[2] = {c->batch_size, c->seq_length};
-    int map[2];
-    uint32_t tp_mask;
-    char err[512];
-    int64_t table_scratch = 0;
-    t->ctx = ctx, t->ct = par_ctx_compute(ctx), t->cm = par_ctx_comm(ctx);
+    const llama_dims d = dims_from_config(c);
+    int64_t shape[2], local[2] = {0, 0};
+    t->ctx = ctx, t->ct = par_ctx_compute(ctx);
     t->cfg = c, t->opt = sh->opt, t->data = sh->data;
-    t->mesh = *par_ctx_mesh(ctx);
     t->rank = par_ctx_rank(ctx), t->world = par_ctx_size(ctx);
+    t->all_dims = (1u << par_ctx_mesh(ctx)->ndim) - 1u;
     t->micro_batches = c->micro_batch_num;
-    t->zero = !c->enable_parallel_optimizer ? ZERO_OFF : c->optimizer_level >= 2 ? ZERO_2 : ZERO_1;
-    /* activations: [batch, seq] split over dp; the dp group is the layout's split dims */
-    map[0] = par_mesh_dev_dim(&t->mesh, "dp"), map[1] = -1;
-    LLAMA_CHECK(par_layout_init(&t->tokens_layout, &t->mesh, 2, shape, map, 0));
-    {
-        int64_t local[2] = {0, 0};
-        par_layout_local_shape(&t->tokens_layout, local);
-        t->dp = (int)par_layout_shards(&t->tokens_layout, 0);
-        t->sz.batch = local[0] / t->micro_batches, t->sz.seq = local[1], t->sz.n = t->sz.batch * t->sz.seq;
-    }
-    LLAMA_CHECK(par_ctx_group(ctx, par_layout_split_dims(&t->tokens_layout), &t->dp_group, &t->dp_index, NULL));
-    LLAMA_CHECK(par_ctx_group(ctx, (1u << t->mesh.ndim) - 1u, &t->world_group, NULL, NULL));
-    t->mi.mesh = t->mesh, t->mi.dp = t->dp, t->mi.tp = c->model_parallel, t->mi.sp = c->use_seq_parallel;
-    t->mi.vocab_emb_dp = c->vocab_emb_dp, t->mi.tokens = (int64_t)c->batch_size * c->seq_length;
-    if (params_build(&t->p, c, &t->mi, t->rank, err, sizeof err) != 0) return par_set_error(PAR_EINVAL, "%s", err);
-    /* the tp group: where the row-parallel projections' partial sums are reduced
-       (o_proj's forward collective, derived from its strategy) */
-    tp_mask = par_layout_split_dims(&t->p.tensors[LLAMA_BLOCK_FIRST + 4].layout);
-    if (!c->num_layers || t->mi.tp == 1) tp_mask = 0u;
-    LLAMA_CHECK(par_ctx_group(ctx, tp_mask, &t->tp_group, &t->tp_index, NULL));
-    t->tp_on = t->mi.tp > 1;
-    t->tp.degree = t->mi.tp, t->tp.index = t->tp_index, t->tp.sp = c->use_seq_parallel, t->tp.user = t;
-    t->tp.all_reduce = tp_sum, t->tp.all_reduce_max = tp_max, t->tp.all_gather = tp_gather;
-    t->tp.reduce_scatter = tp_reduce_scatter;
-    if (t->tp_on) {
-        LLAMA_CHECK(par_planner_create(NULL, &t->planner));
-        LLAMA_CHECK(par_executor_create(ctx, &t->exec));
-    }
-    t->plan = plan_memory(&t->p, &t->sz, t->zero, t->dp);
-    LLAMA_CHECK(plan_table_scratch(t->ct, &t->p, &t->sz, &table_scratch));
-    t->plan.bytes[PAR_MEM_WORKSPACE] += table_scratch;
-    return state_alloc(t);
+    t->global_batch = llama_config_global_batch(c);
+    /* the tokens [global batch, seq], split over dp: the data-parallel ranks */
+    shape[0] = t->global_batch, shape[1] = c->seq_length;
+    LLAMA_CHECK(par_layout_parse(&t->tokens_layout, par_ctx_mesh(ctx), 2, shape, "[dp,None]"));
+    par_layout_local_shape(&t->tokens_layout, local);
+    t->sz.batch = local[0] / t->micro_batches, t->sz.seq = local[1], t->sz.n = t->sz.batch * t->sz.seq;
+    t->ntensors = num_tensors(&d);
+    if (!(t->specs = (tensor_spec *)calloc((size_t)t->ntensors, sizeof *t->specs)))
+        return par_set_error(PAR_ENOMEM, "out of host memory");
+    tensor_specs(&d, t->specs);
+    LLAMA_CHECK(place_model(t));
+    LLAMA_CHECK(make_params(t));
+    LLAMA_CHECK(par_params_data_shard(t->ps, &t->shard_id, &t->num_shards));
+    LLAMA_CHECK(plan_memory(t));
+    return acts_alloc(t);
 }
 
 /* --trace: rank 0's share of step time spent waiting in communication.
@@ -1582,16 +1019,17 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
    communication that backward did not hide, plus the time in the layers'
    blocking tensor-parallel collectives (inside compute spans, but stalling
    them); the share is that time summed over the traced steps divided by the
-   summed step time. Reported for rank 0
-   (one rank's view; in data parallel the ranks wait about equally). Spans
-   dropped for lack of capacity make it an underestimate; the line says so. */
+   summed step time. Reported for rank 0 (one rank's view; in data parallel
+   the ranks wait about equally). Spans dropped for lack of capacity make it
+   an underestimate; the line says so. */
 static void report_comm_share(trainer *t, double loop_t0_us, double loop_t1_us, double step_seconds) {
     static const char *const hiding[3] = {"compute", "optimizer", "io"};
     double busy = 0.0, exposed = 0.0, share;
+    par_tp_info ti;
     if (par_trace_coverage(t->trace, "comm", hiding, 3, loop_t0_us, loop_t1_us, &busy, &exposed) != PAR_OK ||
-        step_seconds <= 0)
+        step_seconds <= 0 || par_tp_get_info(t->tp, &ti) != PAR_OK)
         return;
-    exposed += t->tp_comm_us; /* the layers' tp collectives block them: never hidden */
+    exposed += ti.comm_us; /* the layers' tp collectives block them: never hidden */
     share = exposed * 1e-6 / step_seconds;
     printf("communication: %.1f%% of step time on rank 0 waiting for collectives (exposed %.3f s, in flight %.3f s, "
            "steps %.3f s)%s\n",
@@ -1621,13 +1059,10 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     if (st == PAR_OK && o->init_from) {
         /* main checked the files; a rank only reads its part */
         if ((st = load_checkpoint(&t, o->init_from, sh->init_has_optimizer)) == PAR_OK) t.step = sh->init_step;
-    } else if (st == PAR_OK && t.dp_index == 0) {
-        /* replicas get these weights from the broadcast below */
+        if (st == PAR_OK) st = par_params_set_step(t.ps, t.step);
+    } else if (st == PAR_OK) {
         st = init_params(&t, sh->cfg->seed);
     }
-    /* data parallel: every replica starts from rank 0's weights */
-    if (st == PAR_OK && t.dp > 1)
-        st = t.cm->broadcast(t.cm->user, t.dp_group, t.params, t.p.total, PAR_F32, 0, NULL);
     if (st == PAR_OK) st = measure_gemm_peak(&t, &t.gemm_gflops);
     if (st == PAR_OK && t.rank == 0) {
         print_summary(&t, sh->backend);
@@ -1649,7 +1084,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         if (st != PAR_OK) break;
         step_seconds += s.seconds;
         pk = r.peak_total;
-        if (t.world > 1) st = scalar_collective(&t, t.world_group, &pk, PAR_I64, PAR_REDUCE_MAX, 0);
+        st = par_ctx_all_reduce_host(ctx, t.all_dims, PAR_REDUCE_MAX, PAR_I64, &pk, 1);
         if (pk > peak) peak = pk;
         if (st == PAR_OK && t.rank == 0) report_step(&t, &s, pk);
     }
@@ -1679,7 +1114,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
             printf("trace: wrote %s (%d rank%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
                    o->trace_path, t.world, t.world == 1 ? "" : "s");
     }
-    if (st == PAR_OK && t.dp_index == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
+    if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
     if (t.metrics) fclose(t.metrics);
     fflush(stdout);
     trainer_free(&t);
@@ -1697,7 +1132,7 @@ static int dir_writable(const char *path) {
     return access(dir, W_OK) == 0;
 }
 
-static int bad_input(int quiet, const char *fmt, ...) PAR__PRINTF(2, 3);
+static int bad_input(int quiet, const char *fmt, ...) LLAMA_PRINTF(2, 3);
 static int bad_input(int quiet, const char *fmt, ...) {
     va_list ap;
     if (!quiet) {
@@ -1771,7 +1206,7 @@ int main(int argc, char **argv) {
 
     sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
     sh.init_step = step0, sh.init_has_optimizer = has_opt;
-    snprintf(mesh, sizeof mesh, "dp=%d,tp=%d", cfg.data_parallel, cfg.model_parallel);
+    llama_config_mesh(&cfg, mesh, sizeof mesh);
     desc.mesh = mesh;
     if (mpi) {
         par_ctx *ctx = NULL;

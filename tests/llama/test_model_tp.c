@@ -9,7 +9,9 @@
    the tp group. Checked: every row's loss, every weight gradient shard (norm
    weights and a replicated embedding summed over the group under sequence
    parallelism, where they are partial), against the reference within f32
-   reduction-order tolerance. */
+   reduction-order tolerance. The layers run in a par_tp region (parallel.h
+   >>tensor-parallel) made from the trainer's strategies on a "dp=1,tp=T"
+   mesh; the one-device reference is the same code on "dp=1,tp=1". */
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "examples/llama/model.h"
@@ -80,24 +82,34 @@ static void buffers_free(buffers *b) {
 }
 
 /* Forward, loss and backward of embedding -> block -> head on one rank. */
-static par_status run_model(const par_compute_table *ct, const llama_dims *d, const llama_tp *tp, const model *w,
-                            model *g, buffers *b) {
+static par_status run_model(const llama_model *m, const model *w, model *g, buffers *b) {
     llama_block bw = {w->ln1, w->wq, w->wk, w->wv, w->wo, w->ln2, w->wg, w->wu, w->wd};
     llama_block bg = {g->ln1, g->wq, g->wk, g->wv, g->wo, g->ln2, g->wg, g->wu, g->wd};
-    LLAMA_CHECK(llama_embed_fwd(ct, d, tp, w->emb, ids, N, b->ba.x_in, &b->s));
-    LLAMA_CHECK(llama_block_fwd_tp(ct, d, tp, &bw, &b->ba, b->a.pos, B, S, b->a.x_final, &b->s));
-    LLAMA_CHECK(llama_head_fwd_tp(ct, d, tp, w->norm, w->lm, &b->a, N, &b->s));
-    LLAMA_CHECK(llama_head_bwd_tp(ct, d, tp, w->norm, w->lm, g->norm, g->lm, &b->a, N, 1.0f / N, &b->s));
-    LLAMA_CHECK(llama_block_bwd_tp(ct, d, tp, &bw, &bg, &b->ba, b->a.pos, B, S, &b->s));
-    return llama_embed_bwd(ct, d, tp, ids, N, g->emb, &b->s);
+    LLAMA_CHECK(par_tp_embedding_fwd(m->tp, &m->emb, N, ids, w->emb, b->ba.x_in, b->s.dh));
+    LLAMA_CHECK(llama_block_fwd(m, &bw, &b->ba, b->a.pos, B, S, b->a.x_final, &b->s));
+    LLAMA_CHECK(llama_head_fwd(m, w->norm, w->lm, &b->a, N, &b->s));
+    LLAMA_CHECK(llama_head_bwd(m, w->norm, w->lm, g->norm, g->lm, &b->a, N, 1.0f / N, &b->s));
+    LLAMA_CHECK(llama_block_bwd(m, &bw, &bg, &b->ba, b->a.pos, B, S, &b->s));
+    return par_tp_embedding_bwd(m->tp, &m->emb, N, ids, b->s.dx, g->emb, b->s.dh);
 }
 
 static llama_dims global_dims(void) {
     llama_dims d;
     memset(&d, 0, sizeof d);
     d.vocab = V, d.dim = C, d.layers = 1, d.heads = H, d.kv_heads = KV, d.head_dim = HD, d.ffn = F, d.seq = S;
-    d.eps = 1e-5f, d.theta = 10000.0f, d.emb_rows = V;
+    d.eps = 1e-5f, d.theta = 10000.0f;
     return d;
+}
+
+/* The region of a "dp=1,tp=T" mesh with the trainer's column/row strategies. */
+static par_status make_region(par_ctx *ctx, int T, int sp, par_tp **tp) {
+    char col[32], row[32];
+    par_tp_desc d;
+    memset(&d, 0, sizeof d);
+    snprintf(col, sizeof col, "((1,1),(%d,1))", T);
+    snprintf(row, sizeof row, "((1,%d),(1,%d))", T, T);
+    d.rows = N, d.hidden = C, d.column = col, d.row = row, d.sequence_parallel = sp;
+    return par_tp_create(ctx, &d, tp);
 }
 
 /* ---- one tp configuration ---------------------------------------------------- */
@@ -106,28 +118,6 @@ typedef struct tp_case {
     int degree, sp, emb_split;
     double worst[4]; /* per rank */
 } tp_case;
-
-typedef struct hook_ctx {
-    const par_comm_table *c;
-    par_comm_group *g;
-} hook_ctx;
-
-static par_status h_sum(void *u, float *x, int64_t n) {
-    hook_ctx *h = (hook_ctx *)u;
-    return h->c->all_reduce(h->c->user, h->g, x, x, n, PAR_F32, PAR_REDUCE_SUM, NULL);
-}
-static par_status h_max(void *u, float *x, int64_t n) {
-    hook_ctx *h = (hook_ctx *)u;
-    return h->c->all_reduce(h->c->user, h->g, x, x, n, PAR_F32, PAR_REDUCE_MAX, NULL);
-}
-static par_status h_gather(void *u, const float *xl, float *x, int64_t nl) {
-    hook_ctx *h = (hook_ctx *)u;
-    return h->c->all_gather(h->c->user, h->g, xl, x, nl, PAR_F32, NULL);
-}
-static par_status h_rs(void *u, const float *x, float *xl, int64_t nl) {
-    hook_ctx *h = (hook_ctx *)u;
-    return h->c->reduce_scatter(h->c->user, h->g, x, xl, nl, PAR_F32, PAR_REDUCE_SUM, NULL);
-}
 
 /* rows [r0, r0+nr) of a [rows, cols] matrix; cols [c0, c0+nc) */
 static void take(const float *src, int64_t cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float *dst) {
@@ -143,24 +133,50 @@ static double max_diff(const float *got, const float *want, int64_t n) {
     return w;
 }
 
+static void model_free(model *m) {
+    float *f[12] = {m->emb, m->ln1, m->wq, m->wk, m->wv, m->wo, m->ln2, m->wg, m->wu, m->wd, m->norm, m->lm};
+    for (int i = 0; i < 12; i++) free(f[i]);
+}
+
+/* The one-device reference: weights W, gradients G, losses. */
+static par_status ref_rank(par_ctx *ctx, void *arg) {
+    const llama_dims d = global_dims();
+    llama_model m;
+    buffers b;
+    par_tp *tp = NULL;
+    par_status st;
+    (void)arg;
+    if ((st = make_region(ctx, 1, 0, &tp)) != PAR_OK) return st;
+    if ((st = llama_model_place(&m, par_ctx_compute(ctx), tp, &d, 0)) == PAR_OK) {
+        buffers_alloc(&b);
+        st = run_model(&m, &W, &G, &b);
+        memcpy(ref_loss, b.a.losses, sizeof ref_loss);
+        buffers_free(&b);
+    }
+    par_tp_destroy(tp);
+    return st;
+}
+
 static par_status tp_rank(par_ctx *ctx, void *arg) {
     tp_case *tc = (tp_case *)arg;
-    const par_compute_table *ct = par_ctx_compute(ctx);
     const int T = tc->degree, r = par_ctx_rank(ctx);
     const int64_t Hl = H / T, KVl = KV / T, Fl = F / T, Vl = V / T;
-    hook_ctx hc;
-    llama_tp tp;
-    llama_dims d = global_dims();
+    const par_comm_table *cm = par_ctx_comm(ctx);
+    const llama_dims d = global_dims();
+    par_comm_group *grp = NULL;
+    par_tp *tp = NULL;
+    llama_model m;
     model w, g, want;
     buffers b;
     double worst = 0.0;
     par_status st;
-    hc.c = par_ctx_comm(ctx);
-    if ((st = par_ctx_group(ctx, 1u, &hc.g, NULL, NULL)) != PAR_OK) return st;
-    tp.degree = T, tp.index = r, tp.sp = tc->sp, tp.user = &hc;
-    tp.all_reduce = h_sum, tp.all_reduce_max = h_max, tp.all_gather = h_gather, tp.reduce_scatter = h_rs;
-    d.heads = Hl, d.kv_heads = KVl, d.ffn = Fl, d.vocab = Vl, d.vocab_start = r * Vl, d.emb_split = tc->emb_split;
-    d.emb_rows = tc->emb_split ? Vl : V, d.emb_start = tc->emb_split ? r * Vl : 0;
+    if ((st = par_ctx_group(ctx, 1u, &grp, NULL, NULL)) != PAR_OK || (st = make_region(ctx, T, tc->sp, &tp)) != PAR_OK)
+        return st;
+    if ((st = llama_model_place(&m, par_ctx_compute(ctx), tp, &d, tc->emb_split)) != PAR_OK) return par_tp_destroy(tp), st;
+    /* the placement the region derived is the one this test takes by hand */
+    if (m.local.heads != Hl || m.local.kv_heads != KVl || m.local.ffn != Fl || m.local.vocab != Vl ||
+        m.head.out_start != r * Vl || m.emb.rows_local != (tc->emb_split ? Vl : V))
+        worst = 1e30;
     model_alloc(&w, 0), model_alloc(&g, 0), model_alloc(&want, 0);
     /* this rank's shards of the weights and of the reference gradients */
     {
@@ -182,13 +198,13 @@ static par_status tp_rank(par_ctx *ctx, void *arg) {
         }
     }
     buffers_alloc(&b);
-    st = run_model(ct, &d, &tp, &w, &g, &b);
+    st = run_model(&m, &w, &g, &b);
     /* partial gradients (sequence parallel: norms, replicated embedding) summed over tp */
     if (st == PAR_OK && tc->sp) {
         float *part[4] = {g.ln1, g.ln2, g.norm, g.emb};
         const int64_t cnt[4] = {C, C, C, tc->emb_split ? 0 : V * C};
         for (int k = 0; k < 4 && st == PAR_OK; k++)
-            if (cnt[k]) st = h_sum(&hc, part[k], cnt[k]);
+            if (cnt[k]) st = cm->all_reduce(cm->user, grp, part[k], part[k], cnt[k], PAR_F32, PAR_REDUCE_SUM, NULL);
     }
     if (st == PAR_OK) {
         const float *gw[12] = {g.emb, g.ln1, g.wq, g.wk, g.wv, g.wo, g.ln2, g.wg, g.wu, g.wd, g.norm, g.lm};
@@ -205,38 +221,24 @@ static par_status tp_rank(par_ctx *ctx, void *arg) {
     }
     tc->worst[r] = worst;
     buffers_free(&b);
-    {
-        model *ms[3] = {&w, &g, &want};
-        for (int k = 0; k < 3; k++) {
-            float *f[12] = {ms[k]->emb, ms[k]->ln1, ms[k]->wq, ms[k]->wk, ms[k]->wv, ms[k]->wo,
-                            ms[k]->ln2, ms[k]->wg, ms[k]->wu, ms[k]->wd, ms[k]->norm, ms[k]->lm};
-            for (int i = 0; i < 12; i++) free(f[i]);
-        }
-    }
+    model_free(&w), model_free(&g), model_free(&want);
+    par_tp_destroy(tp);
     return st;
 }
 
 int main(void) {
-    par_compute_table ct;
-    par_cpu_desc cd;
-    buffers b;
-    llama_dims d = global_dims();
     static const int cases[][3] = {{2, 0, 0}, {2, 1, 0}, {2, 0, 1}, {2, 1, 1}, {4, 0, 0}, {4, 1, 0}, {4, 1, 1}};
-    memset(&cd, 0, sizeof cd);
-    cd.threads = 1;
-    if (par_compute_cpu(&cd, &ct) != PAR_OK) return printf("llama_model_tp: 0 passed, 1 failed\n"), 1;
+    par_ctx_desc one = {0};
     model_alloc(&W, 1), model_alloc(&G, 0);
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((frand() + 1.0f) * 0.5f * V) % V, tgt[i] = (int32_t)((i * 7 + 3) % V);
-    buffers_alloc(&b);
-    CHECK_OK(run_model(&ct, &d, NULL, &W, &G, &b));
-    memcpy(ref_loss, b.a.losses, sizeof ref_loss);
-    buffers_free(&b);
+    one.mesh = "dp=1,tp=1", one.kernel_threads = 1;
+    CHECK_OK(par_run_threads_desc(&one, 1, ref_rank, NULL));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tp_case tc = {cases[i][0], cases[i][1], cases[i][2], {1e30, 1e30, 1e30, 1e30}};
         par_ctx_desc desc = {0};
         char mesh[32];
         double worst = 0.0;
-        snprintf(mesh, sizeof mesh, "tp=%d", tc.degree);
+        snprintf(mesh, sizeof mesh, "dp=1,tp=%d", tc.degree);
         desc.mesh = mesh, desc.kernel_threads = 1;
         CHECK_OK(par_run_threads_desc(&desc, tc.degree, tp_rank, &tc));
         for (int r = 0; r < tc.degree; r++) worst = tc.worst[r] > worst ? tc.worst[r] : worst;
@@ -247,6 +249,6 @@ int main(void) {
         printf("  tp %d sp %d embedding %-10s worst relative difference %.2e\n", tc.degree, tc.sp,
                tc.emb_split ? "split" : "replicated", worst);
     }
-    ct.destroy(ct.user);
+    model_free(&W), model_free(&G);
     return TEST_END("llama_model_tp");
 }
