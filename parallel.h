@@ -534,6 +534,8 @@ typedef struct par_link {
 typedef struct par_cost_model {
     par_link link[PARALLEL_MAX_DIMS];
     int elem_size;     /* bytes per element; 0 = default 4 (f32) */
+    int no_all_to_all; /* 1: plans never use all_to_all (MindSpore's enable_alltoall: false);
+                          a dim moves by all_gather + local split instead (optimal among the rest) */
 } par_cost_model;
 
 #define PAR_MAX_PLAN_OPS 48
@@ -3828,6 +3830,7 @@ typedef struct par__rd_costs {
     double latency[PARALLEL_MAX_DIMS];
     double bandwidth[PARALLEL_MAX_DIMS];
     int elem_size;
+    int no_all_to_all;
 } par__rd_costs;
 
 /* Everything one query needs, computed once before the search. Shape index 0 is
@@ -3952,6 +3955,7 @@ static par_status par__rd_costs_init(const par_cost_model *model, const par_mesh
     if (model->elem_size < 0)
         return par__fail(PAR_EINVAL, "cost model elem_size %d must be >= 0 (0 = 4 bytes, f32)", model->elem_size);
     if (model->elem_size > 0) c->elem_size = model->elem_size;
+    c->no_all_to_all = model->no_all_to_all != 0;
     return PAR_OK;
 }
 
@@ -4633,7 +4637,7 @@ static par_status par__rd_expand(par__rd_search *s) {
         if ((st = par__rd_relax(s, par__rd_with_field(key, v, PAR__RD_FREE), ag,
                                 par__rd_pack_op(PAR_REDIST_ALL_GATHER, t, -1, v))) != PAR_OK)
             return st;
-        for (t2 = 0; t2 < ndim; t2++)
+        for (t2 = 0; t2 < ndim && !pb->costs.no_all_to_all; t2++)
             if (t2 != t && w.extent[t2] % n == 0 &&
                 (st = par__rd_relax(s, par__rd_with_field(key, v, par__rd_split_field(t2, w.count[t2])), a2a,
                                     par__rd_pack_op(PAR_REDIST_ALL_TO_ALL, t, t2, v))) != PAR_OK)
@@ -4732,7 +4736,7 @@ static uint64_t par__rd_hash_query(const par_layout *from, const par_layout *to,
         h = par__rd_mix_double(h, c->latency[v]);
         h = par__rd_mix_double(h, c->bandwidth[v]);
     }
-    return par__rd_mix(h, (uint64_t)c->elem_size);
+    return par__rd_mix(h, (uint64_t)c->elem_size * 2u + (uint64_t)c->no_all_to_all);
 }
 
 /* Exact equality of what a layout says, names included (plans copy them). */
@@ -4751,7 +4755,7 @@ static int par__rd_layout_identical(const par_layout *a, const par_layout *b) {
 
 static int par__rd_costs_equal(const par__rd_costs *a, const par__rd_costs *b, int mesh_ndim) {
     int v;
-    if (a->elem_size != b->elem_size) return 0;
+    if (a->elem_size != b->elem_size || a->no_all_to_all != b->no_all_to_all) return 0;
     for (v = 0; v < mesh_ndim; v++)
         if (a->latency[v] != b->latency[v] || a->bandwidth[v] != b->bandwidth[v]) return 0;
     return 1;
@@ -13484,7 +13488,10 @@ static double par__tp_now(const par_tp *tp) {
 static par_status par__tp_redistribute(par_tp *tp, const par_layout *from, const par_layout *to, const void *in,
                                        void *out, const char *what) {
     const double t0 = par__tp_now(tp);
-    PAR__CHECK(par_planner_plan(tp->planner, from, to, NULL, &tp->plan));
+    par_cost_model cost;
+    memset(&cost, 0, sizeof cost);
+    cost.no_all_to_all = tp->no_a2a;
+    PAR__CHECK(par_planner_plan(tp->planner, from, to, &cost, &tp->plan));
     PAR__CHECK(par_execute_plan(tp->exec, &tp->plan, PAR_F32, in, out));
     par__tp_done(tp, t0, what);
     return PAR_OK;

@@ -891,10 +891,48 @@ static void test_cache_and_allocation(void) {
     par_planner_destroy(pl);
 }
 
+/* MindSpore's enable_alltoall: false: the same transitions without all_to_all
+   (an all_gather then a local split), still correct, never cheaper, and
+   identical when the optimal plan had no all_to_all. */
+static void test_no_all_to_all(void) {
+    static const char *const cases[][3] = {{"4", "[0,-1]", "[-1,0]"},
+                                           {"2,4", "[1,0]", "[0,1]"},
+                                           {"2,4", "[(1,0),-1]", "[-1,(1,0)]"},
+                                           {"2,4", "[1,-1] partial=0", "[-1,0]"},
+                                           {"2,4", "[1,-1]", "[-1,-1]"}};
+    const int64_t shape[2] = {16, 24};
+    size_t i;
+    int k, any_a2a = 0;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        par_mesh mesh;
+        par_layout from, to;
+        par_plan with, without;
+        par_cost_model cost;
+        int has = 0;
+        memset(&cost, 0, sizeof cost);
+        cost.no_all_to_all = 1;
+        CHECK_OK(par_mesh_parse(cases[i][0], &mesh));
+        CHECK_OK(par_layout_parse(&from, &mesh, 2, shape, cases[i][1]));
+        CHECK_OK(par_layout_parse(&to, &mesh, 2, shape, cases[i][2]));
+        CHECK_OK(par_plan_redistribution(&from, &to, NULL, &with));
+        CHECK_OK(par_plan_redistribution(&from, &to, &cost, &without));
+        for (k = 0; k < with.num_ops; k++) has |= with.ops[k].kind == PAR_REDIST_ALL_TO_ALL;
+        any_a2a |= has;
+        for (k = 0; k < without.num_ops; k++)
+            CHECK_MSG(without.ops[k].kind != PAR_REDIST_ALL_TO_ALL, "%s -> %s: op %d is an all_to_all", cases[i][1],
+                      cases[i][2], k);
+        CHECK_MSG(without.cost >= with.cost && (has || without.cost == with.cost), "%s -> %s: cost %g without, %g with",
+                  cases[i][1], cases[i][2], without.cost, with.cost);
+        CHECK(simulate_ok(&without));
+    }
+    CHECK_MSG(any_a2a, "no case used all_to_all by default: the test would prove nothing");
+}
+
 int main(void) {
     test_seed_cases();
     test_framework_cases();
     test_greedy_cycle();
+    test_no_all_to_all();
     test_errors();
     test_simulator_detects();
     test_cache_and_allocation();
