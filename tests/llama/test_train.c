@@ -647,6 +647,47 @@ static void test_bad_input(void) {
     }
 }
 
+/* ---- MindSpore keys that change what a run computes -------------------------------- */
+
+/* gradients_mean: false sums the data-parallel gradients (dp x the mean: the
+   grad norm doubles under dp 2, is unchanged on one rank); full_batch: false
+   makes batch_size per data-parallel rank (dp 2 x 4 = the global 8 of the
+   default); parameter_broadcast and enable_alltoall change nothing here. */
+static void test_config_semantics(void) {
+    double l1[8], g1[8], l2[8], g2[8], ls[8], gs[8];
+    int rc, i;
+    rc = run_cmd(0, "%s --steps 3 --set parallel_config.data_parallel=2 --metrics %s", eq_base, test_path("gm1.jsonl"));
+    CHECK_MSG(rc == 0, "dp2 run failed: %s", err_text);
+    rc = run_cmd(0, "%s --steps 3 --set parallel_config.data_parallel=2 --set parallel.gradients_mean=false --metrics %s",
+                 eq_base, test_path("gm2.jsonl"));
+    CHECK_MSG(rc == 0, "dp2 gradients_mean=false failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("gm1.jsonl"), l1, g1, 8), 3);
+    CHECK_INT(read_metrics(test_path("gm2.jsonl"), l2, g2, 8), 3);
+    CHECK_MSG(fabs(g2[0] / g1[0] - 2.0) < 1e-6, "gradients_mean=false under dp 2: step-0 grad norm %.9g vs %.9g (want 2x)",
+              g2[0], g1[0]);
+    CHECK_MSG(l2[0] == l1[0], "the first loss does not depend on gradients_mean: %.9g vs %.9g", l2[0], l1[0]);
+    rc = run_cmd(0, "%s --steps 3 --set parallel.gradients_mean=false --metrics %s", eq_base, test_path("gm3.jsonl"));
+    CHECK_MSG(rc == 0, "dp1 gradients_mean=false failed: %s", err_text);
+    rc = run_cmd(0, "%s --steps 3 --metrics %s", eq_base, test_path("gm4.jsonl"));
+    CHECK_MSG(rc == 0, "dp1 run failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("gm3.jsonl"), l2, g2, 8), 3);
+    CHECK_INT(read_metrics(test_path("gm4.jsonl"), ls, gs, 8), 3);
+    for (i = 0; i < 3; i++) CHECK_MSG(l2[i] == ls[i] && g2[i] == gs[i], "one rank: gradients_mean must not matter (step %d)", i);
+    /* full_batch: false, batch_size per rank */
+    rc = run_cmd(0, "%s --steps 3 --set parallel_config.data_parallel=2 --set parallel.full_batch=false "
+                    "--set runner_config.batch_size=4 --metrics %s", eq_base, test_path("fb.jsonl"));
+    CHECK_MSG(rc == 0, "full_batch=false failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("fb.jsonl"), ls, gs, 8), 3);
+    for (i = 0; i < 3; i++)
+        CHECK_MSG(ls[i] == l1[i] && gs[i] == g1[i], "full_batch=false, 2 x 4 samples, step %d: %.9g vs %.9g", i, ls[i], l1[i]);
+    /* parameter_broadcast and enable_alltoall: the same numbers */
+    rc = run_cmd(0, "%s --steps 3 --set parallel_config.data_parallel=2 --set parallel.parameter_broadcast=true "
+                    "--set parallel.enable_alltoall=true --metrics %s", eq_base, test_path("pb.jsonl"));
+    CHECK_MSG(rc == 0, "parameter_broadcast=true failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("pb.jsonl"), ls, gs, 8), 3);
+    for (i = 0; i < 3; i++) CHECK_MSG(ls[i] == l1[i], "parameter_broadcast changed step %d: %.9g vs %.9g", i, ls[i], l1[i]);
+}
+
 /* ---- trace ------------------------------------------------------------------------ */
 
 static int count_named(const tj_trace *tr, long long pid, const char *name) {
@@ -710,6 +751,7 @@ int main(void) {
     test_reference();
     if (!only_reference) {
         test_equivalence();
+        test_config_semantics();
         test_memory();
         test_round_trip();
         test_trace();
