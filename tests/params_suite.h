@@ -424,6 +424,18 @@ static void ps_params_bad(par_ctx *ctx, ps_counts *c) {
     PS_ERR(c, par_params_set_local(ps, PAR_PARAM_VALUE, 0, NULL), PAR_EINVAL, "NULL data");
     PS_ERR(c, par_params_reduce_loss(ps, NULL, &cnt), PAR_EINVAL, "NULL argument");
     PS_ERR(c, par_ctx_all_reduce_host(ctx, 1u, PAR_REDUCE_SUM, (par_dtype)99, buf, 1), PAR_EINVAL, "dtype 99");
+    PS_ERR(c, par_ctx_all_reduce_host(ctx, 1u, PAR_REDUCE_SUM, PAR_F32, buf, -1), PAR_EINVAL, "count -1");
+    PS_ERR(c, par_ctx_all_reduce_host(NULL, 1u, PAR_REDUCE_SUM, PAR_F32, buf, 1), PAR_EINVAL, "NULL argument");
+    PS_ERR(c, par_params_data_shard(ps, NULL, NULL), PAR_EINVAL, "NULL argument");
+    {
+        int sid = -1, ns = -1;
+        PS_OK(c, par_params_data_shard(ps, &sid, &ns));
+        PS_CHECK(c, ns == m->dims[0] && sid == par_ctx_rank(ctx), "data shard %d of %d", sid, ns);
+    }
+    PS_ERR(c, par_params_info(ps, 2, NULL), PAR_EINVAL, "parameter index 2 is not in [0, 2)");
+    PS_ERR(c, par_params_info(ps, 0, NULL), PAR_EINVAL, "NULL info");
+    PS_ERR(c, par_params_memory(ps, NULL), PAR_EINVAL, "NULL argument");
+    PS_CHECK(c, par_params_value(ps, 9) == NULL, "value of a bad index");
     /* the loss: sums over the data-parallel ranks */
     sum = 1.5 * (par_ctx_rank(ctx) + 1), cnt = 10;
     PS_OK(c, par_params_reduce_loss(ps, &sum, &cnt));
@@ -646,6 +658,23 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
     }
     PS_ERR(c, par_tp_gather_rows(tp, -1, 2, x, work, &full), PAR_EINVAL, "n -1 and cols 2 must be >= 0");
     PS_ERR(c, par_tp_norm_param(tp, "ln", 0, NULL), PAR_EINVAL, "NULL argument");
+    {
+        par_param_desc pd;
+        PS_ERR(c, par_tp_norm_param(tp, "ln", 0, &pd), PAR_EINVAL, "ln: dim 0 < 1");
+    }
+    PS_ERR(c, par_tp_embedding(tp, "emb", 0, TS_C, 0, &emb), PAR_EINVAL, "emb: vocab 0 and dim 4 must be >= 1");
+    PS_ERR(c, par_tp_embedding_fwd(tp, &emb, TS_N, NULL, tab, x, work), PAR_EINVAL, "NULL argument");
+    PS_ERR(c, par_tp_embedding_bwd(tp, &emb, TS_N, ids, NULL, dtab, work), PAR_EINVAL, "NULL argument");
+    PS_ERR(c, par_tp_cross_entropy(tp, &head, -1, logits, ids, losses, 1.0f, work), PAR_EINVAL, "n -1 < 0");
+    PS_ERR(c, par_tp_cross_entropy(tp, &head, TS_N, NULL, ids, losses, 1.0f, work), PAR_EINVAL, "NULL argument");
+    if (T > 1) PS_ERR(c, par_tp_cross_entropy(tp, &head, TS_N, logits, ids, losses, 1.0f, NULL), PAR_EINVAL, "NULL work");
+    PS_ERR(c, par_tp_heads(tp, 4, 3, &hl, &kvl), PAR_EINVAL, "kv heads must divide heads");
+    PS_ERR(c, par_tp_get_info(tp, NULL), PAR_EINVAL, "NULL argument");
+    PS_ERR(c, par_tp_linear(tp, "w", (par_linear_kind)7, 4, 4, &l1), PAR_EINVAL, "unknown kind 7");
+    PS_ERR(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, work, NULL), PAR_EINVAL, "NULL argument");
+    if (sp && T > 1) PS_ERR(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, NULL, &out), PAR_EINVAL, "NULL work");
+    PS_CHECK(c, par_tp_pad_rows(tp, 5) == (sp && T > 1 ? (5 + T - 1) / T * T : 5), "pad rows %lld", (long long)par_tp_pad_rows(tp, 5));
+    PS_CHECK(c, par_tp_workspace_bytes(tp, 8, 4) == (T > 1 ? 4 * 8 * 4 * 4 : 0), "workspace bytes");
     par_tp_destroy(tp);
     /* strategies that do not fit together */
     snprintf(row, sizeof row, "((%d,1),(%d,1))", D, T);

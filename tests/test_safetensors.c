@@ -751,6 +751,53 @@ static void test_byte_flips(void) {
     free(good);
 }
 
+/* par_st_read_slice: every rank's slice of a 3-D tensor under tuple and
+   plain maps equals the elements at its offsets (computed here by hand), read
+   as f32 and converted to f64; wrong shapes and names are refused. */
+static void test_read_slice(void) {
+    static const char *const maps[] = {"[1,0,-1]", "[(1,0),-1,-1]", "[-1,-1,(0,1)]", "[-1,1,-1]", "[-1,-1,-1]"};
+    const char *path = test_path("slice.safetensors");
+    const int64_t shape[3] = {8, 4, 8}, bad[3] = {8, 4, 4};
+    float data[256];
+    double got[256];
+    par_st_writer *w = NULL;
+    par_st_file *f = NULL;
+    par_mesh mesh;
+    size_t m;
+    int i, r;
+    for (i = 0; i < 256; i++) data[i] = (float)i;
+    CHECK_OK(par_st_writer_create(path, &w));
+    CHECK_OK(par_st_writer_add(w, "t", PAR_F32, 3, shape, data));
+    CHECK_OK(par_st_writer_finish(w));
+    CHECK_OK(par_st_open(path, &f));
+    CHECK_OK(par_mesh_parse("2,4", &mesh));
+    for (m = 0; m < sizeof maps / sizeof maps[0]; m++) {
+        par_layout l;
+        CHECK_OK(par_layout_parse(&l, &mesh, 3, shape, maps[m]));
+        for (r = 0; r < 8; r++) {
+            int64_t off[3], ls[3], a, b, c, k = 0;
+            int bad_count = 0;
+            CHECK_OK(par_layout_local_offset(&l, r, off));
+            par_layout_local_shape(&l, ls);
+            CHECK_OK(par_st_read_slice(f, "t", &l, r, PAR_F64, got));
+            for (a = 0; a < ls[0]; a++)
+                for (b = 0; b < ls[1]; b++)
+                    for (c = 0; c < ls[2]; c++, k++)
+                        bad_count += got[k] != (double)(((off[0] + a) * 4 + off[1] + b) * 8 + off[2] + c);
+            CHECK_MSG(bad_count == 0, "map %s rank %d: %d elements wrong", maps[m], r, bad_count);
+        }
+        if (m == 0) {
+            par_layout lb;
+            CHECK_OK(par_layout_parse(&lb, &mesh, 3, bad, maps[m]));
+            CHECK_ERR(par_st_read_slice(f, "t", &lb, 0, PAR_F32, got), PAR_ESHAPE, "tensor \"t\" has shape [8,4,8], the layout [8,4,4]");
+            CHECK_ERR(par_st_read_slice(f, "nope", &l, 0, PAR_F32, got), PAR_EINVAL, "no tensor \"nope\"");
+            CHECK_ERR(par_st_read_slice(f, "t", &l, 0, (par_dtype)42, got), PAR_EINVAL, "unknown dtype 42");
+            CHECK_ERR(par_st_read_slice(NULL, "t", &l, 0, PAR_F32, got), PAR_EINVAL, "NULL argument");
+        }
+    }
+    par_st_close(f);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR");
     snprintf(test_dir, sizeof test_dir, "%s/par_st_test_%ld", base && base[0] ? base : "/tmp", (long)getpid());
@@ -769,10 +816,12 @@ int main(void) {
     test_corrupt_headers();
     test_checksum_mismatch();
     test_byte_flips();
+    test_read_slice();
     {
         static const char *const files[] = {
             "all.safetensors",   "names.safetensors", "partial.safetensors", "stream.safetensors", "keep.safetensors",
-            "valid.safetensors", "trunc.safetensors", "bad.safetensors",     "flip.safetensors",   "fuzz.safetensors"};
+            "valid.safetensors", "trunc.safetensors", "bad.safetensors",     "flip.safetensors",   "fuzz.safetensors",
+            "slice.safetensors"};
         size_t i;
         for (i = 0; i < sizeof files / sizeof files[0]; i++) remove(test_path(files[i]));
         CHECK_MSG(rmdir(test_dir) == 0, "%s is not empty: a temporary file was left behind", test_dir);
