@@ -214,7 +214,9 @@ typedef struct par_mesh {
    other than "None". Errors: PAR_EINVAL naming the bad axis. */
 PARALLEL_DEF par_status par_mesh_init(par_mesh *mesh, int ndim, const int *dims, const char *const *names);
 
-/* Parse "2,4", "2x4" or "dp=2,tp=4" (all named or none). PAR_EPARSE on bad text. */
+/* Parse "2,4", "2x4" or "dp=2,tp=4" (all named or none). PAR_EPARSE for any text
+   that is no valid mesh, including one par_mesh_init would refuse (a name used
+   twice, "None", more than 2^24 devices). */
 PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh);
 
 /* Write "[2,4]" or "[dp=2,tp=4]"; returns the length snprintf would (buf may be NULL). */
@@ -289,10 +291,13 @@ PARALLEL_DEF par_status par_layout_check(const par_layout *layout);
 /* Number of shards of tensor dim t (product of its device dims' sizes). */
 PARALLEL_DEF int64_t par_layout_shards(const par_layout *layout, int tensor_dim);
 
-/* Shape of every rank's slice. */
+/* Shape of every rank's slice (local_shape[0..ndim)). For a layout that fails
+   par_layout_check it writes zeros there (nothing if ndim is out of range or an
+   argument is NULL), with the reason in par_last_error(). */
 PARALLEL_DEF void par_layout_local_shape(const par_layout *layout, int64_t *local_shape);
 
-/* Elements in one rank's slice. */
+/* Elements in one rank's slice (1 for a 0-D tensor); 0 for a NULL layout or one
+   that fails par_layout_check (reason in par_last_error()). */
 PARALLEL_DEF int64_t par_layout_local_numel(const par_layout *layout);
 
 /* Start of `rank`'s slice in every tensor dim (global index). */
@@ -1569,8 +1574,9 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
     par__scan s;
     int dims[PARALLEL_MAX_DIMS];
     char names[PARALLEL_MAX_DIMS][PAR_NAME_MAX];
-    const char *name_ptrs[PARALLEL_MAX_DIMS];
+    const char *name_ptrs[PARALLEL_MAX_DIMS], *start;
     int n = 0, named = -1, bracket;
+    par_status st;
     if (!text || !mesh) return par__fail(PAR_EINVAL, "par_mesh_parse: NULL argument");
     s.text = s.p = text;
     bracket = par__accept(&s, '[');
@@ -1579,14 +1585,21 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
         int has_name;
         if (n == PARALLEL_MAX_DIMS)
             return par__fail(PAR_EPARSE, "mesh '%.64s': more than %d axes", text, PARALLEL_MAX_DIMS);
+        par__skip_space(&s);
+        start = s.p;
         has_name = par__scan_ident(&s, names[n], PAR_NAME_MAX);
+        if (has_name && !par__accept(&s, '=')) {
+            if (named == 1)
+                return par__fail(PAR_EPARSE, "mesh '%.64s': expected '=' after axis name at position %d", text,
+                                 par__scan_pos(&s));
+            /* a word where a size belongs ("2,x"), or a first word without "=size" */
+            return par__fail(PAR_EPARSE, "mesh '%.64s': axis %d size '%s' at position %d is not an integer%s", text,
+                             n, names[n], (int)(start - text), named < 0 ? " (nor name=size)" : "");
+        }
         if (named >= 0 && has_name != named)
             return par__fail(PAR_EPARSE, "mesh '%.64s': name every axis or none (position %d)", text,
-                             par__scan_pos(&s));
+                             (int)(start - text));
         named = has_name;
-        if (has_name && !par__accept(&s, '='))
-            return par__fail(PAR_EPARSE, "mesh '%.64s': expected '=' after axis name at position %d", text,
-                             par__scan_pos(&s));
         if (!par__scan_int(&s, &v))
             return par__fail(PAR_EPARSE, "mesh '%.64s': expected an axis size at position %d", text,
                              par__scan_pos(&s));
@@ -1603,7 +1616,13 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
     if (*s.p)
         return par__fail(PAR_EPARSE, "mesh '%.64s': unexpected '%c' at position %d", text, *s.p,
                          par__scan_pos(&s));
-    return par_mesh_init(mesh, n, dims, name_ptrs);
+    /* What the text says is no mesh (a name twice, "None", too many devices): still bad text. */
+    if ((st = par_mesh_init(mesh, n, dims, name_ptrs)) != PAR_OK) {
+        char why[sizeof par__error_text];
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail(PAR_EPARSE, "mesh '%.64s': %s", text, why);
+    }
+    return PAR_OK;
 }
 
 PARALLEL_DEF int par_mesh_format(const par_mesh *mesh, char *buf, size_t size) {
@@ -1960,13 +1979,18 @@ PARALLEL_DEF int64_t par_layout_shards(const par_layout *layout, int tensor_dim)
 }
 
 PARALLEL_DEF void par_layout_local_shape(const par_layout *layout, int64_t *local_shape) {
-    int t;
-    for (t = 0; t < layout->ndim; t++) local_shape[t] = layout->shape[t] / par_layout_shards(layout, t);
+    int t, valid;
+    if (!layout || !local_shape) return;
+    valid = par_layout_check(layout) == PAR_OK;
+    if (layout->ndim < 0 || layout->ndim > PARALLEL_MAX_DIMS) return; /* the caller's array size is unknown */
+    for (t = 0; t < layout->ndim; t++)
+        local_shape[t] = valid ? layout->shape[t] / par_layout_shards(layout, t) : 0;
 }
 
 PARALLEL_DEF int64_t par_layout_local_numel(const par_layout *layout) {
     int64_t n = 1;
     int t;
+    if (!layout || par_layout_check(layout) != PAR_OK) return 0;
     for (t = 0; t < layout->ndim; t++) n *= layout->shape[t] / par_layout_shards(layout, t);
     return n;
 }

@@ -52,12 +52,20 @@ static void test_mesh(void) {
     }
     CHECK_ERR(par_mesh_parse("2,0", &m), PAR_EPARSE, "axis 1 has size 0");
     CHECK_ERR(par_mesh_parse("dp=2,4", &m), PAR_EPARSE, "name every axis or none");
-    CHECK_ERR(par_mesh_parse("dp=2,dp=4", &m), PAR_EINVAL, "both named 'dp'");
+    CHECK_ERR(par_mesh_parse("2,dp=4", &m), PAR_EPARSE, "name every axis or none (position 2)");
+    /* a text naming no valid mesh is a parse error, whatever is wrong with it */
+    CHECK_ERR(par_mesh_parse("dp=2,dp=4", &m), PAR_EPARSE, "mesh 'dp=2,dp=4': mesh axes 0 and 1 are both named 'dp'");
     CHECK_ERR(par_mesh_parse("2,4]", &m), PAR_EPARSE, "unexpected ']'");
     CHECK_ERR(par_mesh_parse("", &m), PAR_EPARSE, "expected an axis size");
-    CHECK_ERR(par_mesh_parse("None=2", &m), PAR_EINVAL, "not an identifier");
+    CHECK_ERR(par_mesh_parse("None=2", &m), PAR_EPARSE, "not an identifier");
     CHECK_ERR(par_mesh_parse("1,2,1,2,1,2,1,2,1", &m), PAR_EPARSE, "more than 8 axes");
-    CHECK_ERR(par_mesh_parse("65536,65536", &m), PAR_EINVAL, "more than");
+    CHECK_ERR(par_mesh_parse("65536,65536", &m), PAR_EPARSE, "more than");
+    /* a word where a size belongs is no integer, not a naming problem */
+    CHECK_ERR(par_mesh_parse("2,x", &m), PAR_EPARSE, "mesh '2,x': axis 1 size 'x' at position 2 is not an integer");
+    CHECK(strstr(par_last_error(), "name every") == NULL);
+    CHECK_ERR(par_mesh_parse("2x4,tp", &m), PAR_EPARSE, "axis 2 size 'tp' at position 4 is not an integer");
+    CHECK_ERR(par_mesh_parse("x", &m), PAR_EPARSE, "axis 0 size 'x' at position 0 is not an integer (nor name=size)");
+    CHECK_ERR(par_mesh_parse("dp=2,tp", &m), PAR_EPARSE, "expected '=' after axis name at position 7");
 }
 
 static void test_parse_format(void) {
@@ -147,6 +155,32 @@ static void test_slices(void) {
         CHECK_OK(par_layout_parse(&b, &m3, 2, shape, "[0,2]"));
         CHECK(!par_layout_equal(&a, &b));
     }
+    /* An invalid layout has no slice: zeros and 0 elements, never a division by a
+       zero shard (device dim 5 of a 2-D mesh has size 0). */
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[1,0]"));
+    l.map.dev[1][0] = 5;
+    local[0] = local[1] = 77;
+    par_clear_error();
+    par_layout_local_shape(&l, local);
+    CHECK(local[0] == 0 && local[1] == 0);
+    CHECK(strstr(par_last_error(), "device dim 5 is out of range") != NULL);
+    CHECK_INT(par_layout_local_numel(&l), 0);
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[1,0]"));
+    l.shape[1] = 6; /* not divisible by its shard 4 */
+    local[0] = local[1] = 77;
+    par_layout_local_shape(&l, local);
+    CHECK(local[0] == 0 && local[1] == 0);
+    CHECK_INT(par_layout_local_numel(&l), 0);
+    l.ndim = 9; /* beyond PARALLEL_MAX_DIMS: the caller's array size is unknown, nothing written */
+    local[0] = 77;
+    par_layout_local_shape(&l, local);
+    CHECK_INT(local[0], 77);
+    CHECK_INT(par_layout_local_numel(&l), 0);
+    CHECK_INT(par_layout_local_numel(NULL), 0);
+    par_layout_local_shape(NULL, local); /* ignored */
+    /* a 0-D tensor is one element */
+    CHECK_OK(par_layout_init(&l, &m, 0, NULL, NULL, 0));
+    CHECK_INT(par_layout_local_numel(&l), 1);
 }
 
 static void test_placements(void) {
