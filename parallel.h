@@ -303,6 +303,22 @@ PARALLEL_DEF int64_t par_layout_local_numel(const par_layout *layout);
 /* Start of `rank`'s slice in every tensor dim (global index). */
 PARALLEL_DEF par_status par_layout_local_offset(const par_layout *layout, int rank, int64_t *offset);
 
+/* Copy `rank`'s slice out of a real tensor: `global` holds the whole tensor
+   (row-major, the layout's global shape), `local` receives the slice
+   (row-major, par_layout_local_shape). Elements are `elem_size` bytes of any
+   type, copied as bytes in contiguous runs. A partial layout's slice is copied
+   as is: every rank along a partial dim gets the full values (split them
+   yourself if the parts must sum to the global value). Errors: PAR_EINVAL
+   (NULL pointer, elem_size 0, rank outside the mesh, a tensor too large to
+   address), PAR_ELAYOUT (invalid layout). Buffers must not overlap. */
+PARALLEL_DEF par_status par_layout_copy_slice(const par_layout *layout, int rank, size_t elem_size, const void *global,
+                                              void *local);
+
+/* The inverse: write `rank`'s slice `local` into its place in `global`,
+   leaving the rest of `global` untouched. Same rules and errors. */
+PARALLEL_DEF par_status par_layout_place_slice(const par_layout *layout, int rank, size_t elem_size, const void *local,
+                                               void *global);
+
 /* Bit mask of the device dims that split some tensor dim. */
 PARALLEL_DEF uint32_t par_layout_split_dims(const par_layout *layout);
 
@@ -2010,6 +2026,65 @@ PARALLEL_DEF par_status par_layout_local_offset(const par_layout *layout, int ra
         offset[t] = index * (layout->shape[t] / par_layout_shards(layout, t));
     }
     return PAR_OK;
+}
+
+/* Copy a slice between a global tensor and its row-major local buffer, one
+   contiguous run at a time: the run covers the innermost dim and every dim
+   inside the outermost one the slice leaves whole. */
+static par_status par__layout_slice_io(const char *who, const par_layout *l, int rank, size_t elem_size,
+                                       const void *src, void *dst, int place) {
+    int64_t local[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], index[PARALLEL_MAX_DIMS];
+    size_t stride[PARALLEL_MAX_DIMS], run, numel = 1, runs, r, g;
+    int t, k, nd;
+    par_status st;
+    if (!l || !src || !dst) return par__fail(PAR_EINVAL, "%s: NULL argument", who);
+    if (elem_size == 0) return par__fail(PAR_EINVAL, "%s: elem_size is 0; it must be the bytes of one element", who);
+    if ((st = par_layout_check(l)) != PAR_OK) return st;
+    if (rank < 0 || rank >= par_mesh_size(&l->mesh))
+        return par__fail(PAR_EINVAL, "%s: rank %d is outside the layout's mesh of %d devices", who, rank,
+                         par_mesh_size(&l->mesh));
+    nd = l->ndim;
+    for (t = 0; t < nd; t++) numel *= (size_t)l->shape[t]; /* <= 2^62 by par_layout_check */
+    if (numel > SIZE_MAX / elem_size)
+        return par__fail(PAR_EINVAL, "%s: %llu elements of %llu bytes do not fit in memory addresses", who,
+                         (unsigned long long)numel, (unsigned long long)elem_size);
+    par_layout_local_shape(l, local);
+    par_layout_local_offset(l, rank, offset);
+    run = elem_size;
+    for (t = nd - 1; t >= 0; t--) {
+        stride[t] = run; /* bytes between neighbours along dim t of the global tensor */
+        run *= (size_t)l->shape[t];
+    }
+    /* dims k..nd-1 form one run: all but dim k are whole */
+    k = nd - 1;
+    while (k > 0 && local[k] == l->shape[k]) k--;
+    run = elem_size;
+    for (t = nd - 1; t >= k && t >= 0; t--) run *= (size_t)local[t];
+    runs = 1;
+    for (t = 0; t < k; t++) {
+        runs *= (size_t)local[t];
+        index[t] = 0;
+    }
+    for (r = 0; r < runs; r++) {
+        g = 0;
+        for (t = 0; t < nd; t++) g += (size_t)(offset[t] + (t < k ? index[t] : 0)) * stride[t];
+        if (place)
+            memcpy((char *)dst + g, (const char *)src + r * run, run);
+        else
+            memcpy((char *)dst + r * run, (const char *)src + g, run);
+        for (t = k - 1; t >= 0 && ++index[t] == local[t]; t--) index[t] = 0;
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_layout_copy_slice(const par_layout *layout, int rank, size_t elem_size, const void *global,
+                                              void *local) {
+    return par__layout_slice_io("par_layout_copy_slice", layout, rank, elem_size, global, local, 0);
+}
+
+PARALLEL_DEF par_status par_layout_place_slice(const par_layout *layout, int rank, size_t elem_size, const void *local,
+                                               void *global) {
+    return par__layout_slice_io("par_layout_place_slice", layout, rank, elem_size, local, global, 1);
 }
 
 PARALLEL_DEF uint32_t par_layout_split_dims(const par_layout *layout) {

@@ -5,6 +5,9 @@
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
+#include <stdint.h>
+#include <stdlib.h>
+
 static par_mesh mesh_of(const char *text) {
     par_mesh m;
     par_status st = par_mesh_parse(text, &m);
@@ -240,12 +243,129 @@ static void test_reshape(void) {
     }
 }
 
+/* par_layout_copy_slice / place_slice on real element types, checked against the
+   mesh simulator: par_sim_scatter of a tensor whose value is its flat index says
+   which global element every local element must be. The element types: f32,
+   i64 and a 3-byte struct-like element (bytes derived from the index). */
+static void elem_bytes(size_t size, int64_t index, unsigned char *out) {
+    if (size == 4) {
+        float f = (float)index + 0.5f;
+        memcpy(out, &f, 4);
+    } else if (size == 8) {
+        int64_t v = index * 1000003 + 7;
+        memcpy(out, &v, 8);
+    } else {
+        out[0] = (unsigned char)(index & 0xff), out[1] = (unsigned char)(index >> 8), out[2] = (unsigned char)(index * 7 + 1);
+    }
+}
+
+static void check_slices_of(const char *mesh_text, int ndim, const int64_t *shape, const char *map) {
+    static const size_t sizes[3] = {4, 8, 3};
+    par_mesh m = mesh_of(mesh_text);
+    par_layout l;
+    int64_t numel = 1, local_numel, i;
+    int ranks = par_mesh_size(&m), r, z;
+    double *global, *locals[64];
+    unsigned char *g, *back, *loc, *want, *fill;
+    for (i = 0; i < ndim; i++) numel *= shape[i];
+    CHECK_OK(par_layout_parse(&l, &m, ndim, shape, map));
+    local_numel = par_layout_local_numel(&l);
+    global = (double *)malloc(sizeof(double) * (size_t)numel);
+    for (i = 0; i < numel; i++) global[i] = (double)i;
+    for (r = 0; r < ranks; r++) locals[r] = (double *)malloc(sizeof(double) * (size_t)local_numel);
+    CHECK_OK(par_sim_scatter(&l, global, locals));
+    g = (unsigned char *)malloc(8 * (size_t)numel);
+    back = (unsigned char *)malloc(8 * (size_t)numel);
+    fill = (unsigned char *)malloc(8 * (size_t)numel);
+    loc = (unsigned char *)malloc(8 * (size_t)local_numel);
+    want = (unsigned char *)malloc(8 * (size_t)local_numel);
+    for (z = 0; z < 3; z++) {
+        size_t es = sizes[z];
+        for (i = 0; i < numel; i++) elem_bytes(es, i, g + (size_t)i * es);
+        memset(back, 0xEE, es * (size_t)numel);
+        for (r = 0; r < ranks; r++) {
+            int64_t changed = 0, expect_changed = 0;
+            /* the slice: element j is global element locals[r][j] */
+            for (i = 0; i < local_numel; i++) elem_bytes(es, (int64_t)locals[r][i], want + (size_t)i * es);
+            memset(loc, 0xCD, es * (size_t)local_numel);
+            CHECK_OK(par_layout_copy_slice(&l, r, es, g, loc));
+            CHECK_MSG(memcmp(loc, want, es * (size_t)local_numel) == 0, "copy_slice %s %s elem %zu rank %d", mesh_text,
+                      map, es, r);
+            /* placing it alone touches exactly its elements */
+            memset(fill, 0xEE, es * (size_t)numel);
+            CHECK_OK(par_layout_place_slice(&l, r, es, loc, fill));
+            for (i = 0; i < numel; i++) {
+                int differs = memcmp(fill + (size_t)i * es, g + (size_t)i * es, es) != 0;
+                int untouched = fill[(size_t)i * es] == 0xEE && fill[(size_t)i * es + es - 1] == 0xEE;
+                if (!differs) changed++;
+                else if (!untouched) expect_changed = -1000000; /* wrote a wrong value */
+            }
+            for (i = 0; i < local_numel; i++) expect_changed += 1;
+            CHECK_MSG(changed == expect_changed, "place_slice %s %s elem %zu rank %d: %lld elements right, want %lld",
+                      mesh_text, map, es, r, (long long)changed, (long long)expect_changed);
+            CHECK_OK(par_layout_place_slice(&l, r, es, loc, back));
+        }
+        /* every rank's slice placed: the whole tensor is back */
+        CHECK_MSG(memcmp(back, g, es * (size_t)numel) == 0, "place_slice %s %s elem %zu: all ranks", mesh_text, map, es);
+    }
+    for (r = 0; r < ranks; r++) free(locals[r]);
+    free(global), free(g), free(back), free(fill), free(loc), free(want);
+}
+
+static void test_copy_slice(void) {
+    static const int64_t s1[1] = {24}, s2[2] = {8, 16}, s3[3] = {4, 8, 4}, s4[4] = {2, 6, 4, 3};
+    par_mesh m = mesh_of("2,4");
+    par_layout l;
+    int64_t shape[2] = {4, 8}, i;
+    float g[32], loc[16];
+    int r;
+    check_slices_of("2,4", 1, s1, "[(1,0)]");
+    check_slices_of("2,4", 1, s1, "[(0,1)]");
+    check_slices_of("2,4", 1, s1, "[0]");
+    check_slices_of("2,4", 1, s1, "[-1]");
+    check_slices_of("2,4", 2, s2, "[1,0]");
+    check_slices_of("2,4", 2, s2, "[(0,1),-1]");
+    check_slices_of("2,4", 2, s2, "[-1,(1,0)]");
+    check_slices_of("2,4", 2, s2, "[0,-1]");
+    check_slices_of("2,2,2", 3, s3, "[2,-1,(1,0)]");
+    check_slices_of("2,2,2", 3, s3, "[(0,2),1,-1]");
+    check_slices_of("2,2,2", 3, s3, "[-1,(2,1,0),-1]");
+    check_slices_of("2,3,2", 4, s4, "[-1,1,(2,0),-1]");
+    check_slices_of("2,3,2", 4, s4, "[2,(1,0),-1,-1]");
+    check_slices_of("2,3,2", 4, s4, "[-1,-1,0,1]");
+    check_slices_of("2,3,2", 4, s4, "[-1,-1,-1,-1]");
+    check_slices_of("4", 0, NULL, "[]");
+
+    /* partial: copied as is, every rank of the partial group gets the full values */
+    for (i = 0; i < 32; i++) g[i] = (float)i;
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[1,-1] partial=0"));
+    for (r = 0; r < 8; r++) {
+        CHECK_OK(par_layout_copy_slice(&l, r, sizeof(float), g, loc));
+        /* rank r = (a, b): rows 2a and 2a+1 (elements 16a..16a+15) whatever b is */
+        CHECK_MSG(loc[0] == (float)(r / 4 * 16) && loc[9] == (float)(r / 4 * 16 + 9) && loc[15] == (float)(r / 4 * 16 + 15),
+                  "partial rank %d", r);
+    }
+
+    /* errors */
+    CHECK_ERR(par_layout_copy_slice(&l, 8, 4, g, loc), PAR_EINVAL,
+              "par_layout_copy_slice: rank 8 is outside the layout's mesh of 8 devices");
+    CHECK_ERR(par_layout_place_slice(&l, -1, 4, loc, g), PAR_EINVAL, "par_layout_place_slice: rank -1 is outside");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 0, g, loc), PAR_EINVAL, "elem_size is 0");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, NULL, loc), PAR_EINVAL, "par_layout_copy_slice: NULL argument");
+    CHECK_ERR(par_layout_place_slice(&l, 0, 4, loc, NULL), PAR_EINVAL, "par_layout_place_slice: NULL argument");
+    CHECK_ERR(par_layout_copy_slice(NULL, 0, 4, g, loc), PAR_EINVAL, "NULL argument");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, SIZE_MAX / 2, g, loc), PAR_EINVAL, "do not fit in memory addresses");
+    l.shape[0] = 3; /* not divisible by 2 */
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, g, loc), PAR_ELAYOUT, "tensor dim 0 (size 3) is not divisible by its shard 2");
+}
+
 int main(void) {
     test_mesh();
     test_parse_format();
     test_slices();
     test_placements();
     test_reshape();
+    test_copy_slice();
     /* par_set_error: what host-written hook tables use to report failures */
     CHECK(par_set_error(PAR_ECOMM, "rank %d gone", 3) == PAR_ECOMM);
     CHECK_STR(par_last_error(), "rank 3 gone");
