@@ -407,16 +407,30 @@ PARALLEL_DEF const char *par_op_kind_name(par_op_kind kind);
    case-insensitive). */
 PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind);
 
-/* A strategy: one shard tuple per input, "((2,1),(1,4))". */
+/* A strategy: one shard tuple per input, "((2,1),(1,4))". A strategy written
+   with mesh axis names, "((dp,1),(tp,1))", also remembers which axis each
+   named entry came from: par_op_infer then names the device matrix's dims and
+   par_op_info_on_mesh maps them to a model's mesh by name. A zeroed struct
+   (and every numeric strategy) has no names. */
 typedef struct par_strategy {
     int num_inputs;
     int ndim[PAR_MAX_INPUTS];
     int64_t shard[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS];
+    uint8_t axis[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS]; /* named entry: 1 + its index in `names`; 0 = a number */
+    char names[PARALLEL_MAX_DIMS][PAR_NAME_MAX];     /* the parse mesh's axis names (left to right) */
 } par_strategy;
 
-/* Parse MindSpore's tuple form "((2,1),(1,4))"; "((8,),)" for one 1-D input. */
+/* Parse MindSpore's tuple form "((2,1),(1,4))"; "((8,),)" for one 1-D input.
+   Numbers only: an axis name is PAR_EPARSE saying to use par_strategy_parse_mesh.
+   Shards < 1 are PAR_ESTRATEGY. */
 PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy);
-/* Write the tuple form; returns the length snprintf would. */
+/* Parse a strategy whose entries may also be axis names of `mesh`:
+   "((dp,1),(tp,1))" on "dp=2,tp=4" is ((2,1),(4,1)) with the names recorded;
+   "None" means 1. An unknown name is PAR_EPARSE naming it and the mesh's axes;
+   a NULL or invalid mesh is PAR_EINVAL. Otherwise as par_strategy_parse. */
+PARALLEL_DEF par_status par_strategy_parse_mesh(const char *text, const par_mesh *mesh, par_strategy *strategy);
+/* Write the tuple form with numbers (names are not written); returns the length
+   snprintf would. */
 PARALLEL_DEF int par_strategy_format(const par_strategy *strategy, char *buf, size_t size);
 
 /* An operator instance. Zero fields take defaults. */
@@ -486,7 +500,10 @@ typedef struct par_op_info {
 /* Check `strategy` for `op` on a stage of `devices` devices and infer its device
    matrix, tensor maps, forward communication, mirror ops and cost. Errors
    (PAR_ESTRATEGY, PAR_ESHAPE, PAR_EINVAL) name the operator, input, dim, sizes and
-   the rule broken. */
+   the rule broken. A named strategy (par_strategy_parse_mesh) names the device
+   matrix's dims after its axes (dev_matrix.names; the repeated dim stays
+   unnamed): entries of one dim naming different axes, or one axis naming two
+   dims, are PAR_ESTRATEGY. */
 PARALLEL_DEF par_status par_op_infer(const par_op_desc *op, const par_strategy *strategy, int devices,
                                      par_op_info *info);
 
@@ -502,12 +519,16 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
    context's groups (par_ctx_group takes the dev_masks as they are).
    axis_map[i] = the mesh axis (left to right) that device-matrix axis i (left to
    right) becomes, or -1 for an axis of size 1; every mesh axis larger than 1 is
-   used once, with the same size. axis_map NULL = automatic: the device matrix's
-   axes larger than 1, in order, are the mesh's axes larger than 1, in order (what
-   a strategy written batch-first, e.g. MatMul ((dp,1),(tp,1)), gives on a
-   "dp=..,tp=.." mesh). A split over a size-1 device dim becomes no split; the
-   device counts must agree. `out` may be `info`. PAR_EINVAL names the axes that
-   do not match. */
+   used once, with the same size. axis_map NULL = automatic. When the strategy
+   named its axes (par_strategy_parse_mesh: MatMul ((dp,1),(tp,1))) and the mesh
+   has names, each named device-matrix axis becomes the mesh axis of that name
+   (same size), and the unnamed ones larger than 1 (the repeated-calculation
+   dim, numeric entries) take the remaining mesh axes larger than 1, in order.
+   Otherwise the device matrix's axes larger than 1, in order, are the mesh's
+   axes larger than 1, in order (what a numeric strategy written batch-first,
+   e.g. ((2,1),(4,1)), gives on a "dp=2,tp=4" mesh). A split over a size-1
+   device dim becomes no split; the device counts must agree. `out` may be
+   `info`. PAR_EINVAL names the axes that do not match. */
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out);
 
@@ -2373,11 +2394,57 @@ static int par__st_peek(par__scan *s, char c) {
     return *s->p == c;
 }
 
-/* One shard: an integer; non-positive values parse but are not shards. */
-static par_status par__st_parse_shard(par__scan *s, int input, int dim, int64_t *shard) {
+/* ", dp=2, tp=4" style list of a mesh's axes (for messages). */
+static const char *par__st_axes_text(const par_mesh *mesh, char *buf, size_t size) {
+    par__buf b;
+    int i, named = 0;
+    par__buf_init(&b, buf, size);
+    for (i = 0; i < mesh->ndim; i++)
+        if (mesh->names[i][0]) par__bprintf(&b, "%s%s", named++ ? ", " : "", mesh->names[i]);
+    if (!named) par__bprintf(&b, "none: the mesh is unnamed");
+    return buf;
+}
+
+/* An axis name as a shard: "None" is 1, a mesh axis its size (recorded in st). */
+static par_status par__st_parse_name(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
+    char name[64], axes[160];
+    const char *start = s->p;
+    size_t n = 0;
+    int i;
+    while (*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z') ||
+           (*s->p >= '0' && *s->p <= '9')) {
+        if (n + 1 < sizeof name) name[n++] = *s->p;
+        s->p++;
+    }
+    name[n] = 0;
+    if (strcmp(name, "None") == 0) {
+        st->shard[input][dim] = 1;
+        return PAR_OK;
+    }
+    if (!mesh)
+        return par__fail(PAR_EPARSE,
+                         "strategy '%.64s': '%s' at position %d is an axis name; par_strategy_parse takes numbers "
+                         "only (use par_strategy_parse_mesh with the mesh that names the axes)",
+                         s->text, name, (int)(start - s->text));
+    for (i = 0; i < mesh->ndim; i++)
+        if (mesh->names[i][0] && strcmp(mesh->names[i], name) == 0) {
+            st->shard[input][dim] = mesh->dims[i];
+            st->axis[input][dim] = (uint8_t)(i + 1);
+            return PAR_OK;
+        }
+    return par__fail(PAR_EPARSE, "strategy '%.64s': '%s' at position %d is not an axis of the mesh (its axes: %s)",
+                     s->text, name, (int)(start - s->text), par__st_axes_text(mesh, axes, sizeof axes));
+}
+
+/* One shard: an integer, or with a mesh an axis name; non-positive values
+   parse but are not shards. */
+static par_status par__st_parse_shard(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
     const char *start;
+    int64_t *shard = &st->shard[input][dim];
     par__skip_space(s);
     start = s->p;
+    if (*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z'))
+        return par__st_parse_name(s, mesh, st, input, dim);
     if (!par__scan_int(s, shard)) {
         if (*start == '-') start++;
         if (*start >= '0' && *start <= '9')
@@ -2394,7 +2461,7 @@ static par_status par__st_parse_shard(par__scan *s, int input, int dim, int64_t 
 }
 
 /* "(2,1)", "(8,)" or "()" for one input; Python's trailing comma is optional. */
-static par_status par__st_parse_tuple(par__scan *s, int input, par_strategy *st) {
+static par_status par__st_parse_tuple(par__scan *s, const par_mesh *mesh, int input, par_strategy *st) {
     par_status status;
     if (!par__accept(s, '(')) return par__st_expected(s, "'(' opening the shard tuple of input");
     st->ndim[input] = 0;
@@ -2402,7 +2469,7 @@ static par_status par__st_parse_tuple(par__scan *s, int input, par_strategy *st)
         if (st->ndim[input] == PARALLEL_MAX_DIMS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': input %d has more than %d shards (position %d)", s->text,
                              input, PARALLEL_MAX_DIMS, par__scan_pos(s));
-        status = par__st_parse_shard(s, input, st->ndim[input], &st->shard[input][st->ndim[input]]);
+        status = par__st_parse_shard(s, mesh, st, input, st->ndim[input]);
         if (status != PAR_OK) return status;
         st->ndim[input]++;
         if (!par__accept(s, ',') && !par__st_peek(s, ')')) return par__st_expected(s, "',' or ')'");
@@ -2410,11 +2477,11 @@ static par_status par__st_parse_tuple(par__scan *s, int input, par_strategy *st)
     return PAR_OK;
 }
 
-PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy) {
+static par_status par__st_parse(const char *text, const par_mesh *mesh, par_strategy *strategy) {
     par_strategy st;
     par__scan s;
     par_status status;
-    if (!text || !strategy) return par__fail(PAR_EINVAL, "par_strategy_parse: NULL argument");
+    int i, d, named = 0;
     memset(&st, 0, sizeof st);
     s.text = s.p = text;
     if (!par__accept(&s, '(')) return par__st_expected(&s, "'(' opening the strategy");
@@ -2422,14 +2489,38 @@ PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strat
         if (st.num_inputs == PAR_MAX_INPUTS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': more than %d input tuples (position %d)", text,
                              PAR_MAX_INPUTS, par__scan_pos(&s));
-        if ((status = par__st_parse_tuple(&s, st.num_inputs, &st)) != PAR_OK) return status;
+        if ((status = par__st_parse_tuple(&s, mesh, st.num_inputs, &st)) != PAR_OK) return status;
         st.num_inputs++;
         if (!par__accept(&s, ',') && !par__st_peek(&s, ')')) return par__st_expected(&s, "',' or ')'");
     }
     par__skip_space(&s);
     if (*s.p) return par__st_expected(&s, "the end of the text");
+    for (i = 0; i < st.num_inputs; i++)
+        for (d = 0; d < st.ndim[i]; d++) named |= st.axis[i][d] != 0;
+    if (named) memcpy(st.names, mesh->names, sizeof(char) * PAR_NAME_MAX * (size_t)mesh->ndim);
     *strategy = st;
     return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy) {
+    if (!text || !strategy) return par__fail(PAR_EINVAL, "par_strategy_parse: NULL argument");
+    return par__st_parse(text, NULL, strategy);
+}
+
+PARALLEL_DEF par_status par_strategy_parse_mesh(const char *text, const par_mesh *mesh, par_strategy *strategy) {
+    par_status status;
+    char why[sizeof par__error_text];
+    int i;
+    if (!text || !mesh || !strategy) return par__fail(PAR_EINVAL, "par_strategy_parse_mesh: NULL argument");
+    if ((status = par__mesh_check(mesh)) != PAR_OK) {
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail(status, "par_strategy_parse_mesh: invalid mesh: %s", why);
+    }
+    for (i = 0; i < mesh->ndim; i++)
+        if (!memchr(mesh->names[i], 0, PAR_NAME_MAX))
+            return par__fail(PAR_EINVAL, "par_strategy_parse_mesh: mesh axis %d name is not terminated within %d bytes",
+                             i, PAR_NAME_MAX);
+    return par__st_parse(text, mesh, strategy);
 }
 
 PARALLEL_DEF int par_strategy_format(const par_strategy *strategy, char *buf, size_t size) {
@@ -3039,11 +3130,56 @@ static uint32_t par__st_split_devs(const par_op_info *info, const int64_t *shard
     return mask;
 }
 
-/* MindSpore device matrix: the iteration shards, then the repeated dim if any. */
-static par_status par__st_dev_matrix(const par__st_spec *s, const int64_t *shards, int devices, par_op_info *info) {
+/* The mesh axis name each iteration dim gets from a named strategy (NULL: none).
+   Every named entry walking one dim must name the same axis, and one axis may
+   name one dim only. */
+static par_status par__st_matrix_names(const par__st_spec *s, const par_strategy *st, const char **names) {
+    int from_in[PARALLEL_MAX_DIMS], from_dim[PARALLEL_MAX_DIMS];
+    int i, d, j, k;
+    for (j = 0; j < PARALLEL_MAX_DIMS; j++) names[j] = NULL, from_in[j] = from_dim[j] = 0;
+    for (i = 0; i < s->num_inputs; i++)
+        for (d = 0; d < st->ndim[i]; d++) {
+            const int a = st->axis[i][d];
+            const char *name;
+            if (!a) continue;
+            if (a > PARALLEL_MAX_DIMS || !memchr(st->names[a - 1], 0, PAR_NAME_MAX) ||
+                !par__is_ident(st->names[a - 1]) || strcmp(st->names[a - 1], "None") == 0)
+                return par__fail(PAR_EINVAL,
+                                 "%s: strategy input %d dim %d refers to axis name %d, which is not an axis name "
+                                 "(strategy.axis is 1 + an index of a name in strategy.names)",
+                                 s->name, i, d, a - 1);
+            j = s->in_iter[i][d];
+            if (j < 0 || (s->in_bcast[i] & (1u << d))) continue;
+            name = st->names[a - 1];
+            if (!names[j]) {
+                names[j] = name, from_in[j] = i, from_dim[j] = d;
+            } else if (strcmp(names[j], name) != 0) {
+                return par__fail(PAR_ESTRATEGY,
+                                 "%s: the %s is named '%s' in input %d dim %d but '%s' in input %d dim %d (one "
+                                 "device-matrix dim is one mesh axis)",
+                                 s->name, s->iter_role[j], names[j], from_in[j], from_dim[j], name, i, d);
+            }
+        }
+    for (j = 0; j < s->num_iter; j++)
+        for (k = 0; k < j; k++)
+            if (names[j] && names[k] && strcmp(names[j], names[k]) == 0)
+                return par__fail(PAR_ESTRATEGY,
+                                 "%s: mesh axis '%s' splits both the %s and the %s; an axis can split one "
+                                 "device-matrix dim",
+                                 s->name, names[j], s->iter_role[k], s->iter_role[j]);
+    return PAR_OK;
+}
+
+/* MindSpore device matrix: the iteration shards, then the repeated dim if any;
+   dims named by the strategy carry those names. */
+static par_status par__st_dev_matrix(const par__st_spec *s, const par_strategy *st, const int64_t *shards,
+                                     int devices, par_op_info *info) {
     int dims[PARALLEL_MAX_DIMS];
+    const char *names[PARALLEL_MAX_DIMS];
     int64_t product = 1;
     int j, n;
+    par_status status;
+    if ((status = par__st_matrix_names(s, st, names)) != PAR_OK) return status;
     for (j = 0; j < s->num_iter; j++) product *= shards[j];
     info->repeated = (int)(devices / product);
     n = s->num_iter + (info->repeated > 1 ? 1 : 0);
@@ -3053,8 +3189,8 @@ static par_status par__st_dev_matrix(const par__st_spec *s, const int64_t *shard
                          "supported",
                          s->name, n, s->num_iter, PARALLEL_MAX_DIMS);
     for (j = 0; j < s->num_iter; j++) dims[j] = (int)shards[j];
-    if (info->repeated > 1) dims[n - 1] = info->repeated;
-    return par_mesh_init(&info->dev_matrix, n, dims, NULL);
+    if (info->repeated > 1) dims[n - 1] = info->repeated, names[n - 1] = NULL;
+    return par_mesh_init(&info->dev_matrix, n, dims, names);
 }
 
 static par_status par__st_input_layouts(const par__st_spec *s, par_op_info *info) {
@@ -3210,7 +3346,7 @@ static par_status par__st_infer(const par__st_spec *s, const par_strategy *st, i
     memset(info, 0, sizeof *info);
     for (i = 0; i < 2; i++) info->forward[i] = par__st_no_comm();
     for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = par__st_no_comm();
-    if ((status = par__st_dev_matrix(s, shards, devices, info)) != PAR_OK) return status;
+    if ((status = par__st_dev_matrix(s, st, shards, devices, info)) != PAR_OK) return status;
     if ((status = par__st_input_layouts(s, info)) != PAR_OK) return status;
     if ((status = par__st_output(s, st, shards, info)) != PAR_OK) return status;
     par__st_mirrors(s, info);
@@ -3504,6 +3640,53 @@ static par_status par__st_check_axes(const par_mesh *dm, const par_mesh *mesh, c
     return PAR_OK;
 }
 
+/* Matrix axis -> mesh axis by the names a named strategy gave the matrix: a
+   named axis goes to the mesh axis of that name, size-1 axes drop, and the
+   unnamed ones (the repeated dim, numeric entries) take the mesh axes larger
+   than 1 that are left, in order. */
+static par_status par__st_named_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
+    char text[128];
+    uint32_t used = 0;
+    int i, j, v;
+    for (i = 0; i < dm->ndim; i++) {
+        axes[i] = -1;
+        if (!dm->names[i][0]) continue;
+        v = par_mesh_dev_dim(mesh, dm->names[i]);
+        j = mesh->ndim - 1 - v;
+        if (v < 0) {
+            par_mesh_format(mesh, text, sizeof text);
+            return par__fail(PAR_EINVAL,
+                             "par_op_info_on_mesh: the strategy names device-matrix axis %d '%s', which mesh %s "
+                             "lacks; pass an axis_map",
+                             i, dm->names[i], text);
+        }
+        if (mesh->dims[j] != dm->dims[i])
+            return par__fail(PAR_EINVAL,
+                             "par_op_info_on_mesh: device-matrix axis %d '%s' has size %d but mesh axis %d '%s' has "
+                             "size %d (was the strategy parsed with another mesh?)",
+                             i, dm->names[i], dm->dims[i], j, mesh->names[j], mesh->dims[j]);
+        if (dm->dims[i] > 1) axes[i] = j, used |= 1u << j;
+    }
+    for (i = 0, j = 0; i < dm->ndim; i++) {
+        if (dm->names[i][0] || dm->dims[i] == 1) continue;
+        while (j < mesh->ndim && (mesh->dims[j] == 1 || (used >> j & 1u))) j++;
+        if (j == mesh->ndim)
+            return par__fail(PAR_EINVAL,
+                             "par_op_info_on_mesh: device-matrix axis %d (size %d, unnamed) has no mesh axis left "
+                             "to map to",
+                             i, dm->dims[i]);
+        axes[i] = j, used |= 1u << j;
+    }
+    return par__st_check_axes(dm, mesh, axes);
+}
+
+static int par__mesh_has_names(const par_mesh *m) {
+    int i;
+    for (i = 0; i < m->ndim; i++)
+        if (m->names[i][0]) return 1;
+    return 0;
+}
+
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out) {
     int axes[PARALLEL_MAX_DIMS], dev_to_mesh[PARALLEL_MAX_DIMS], i, n;
@@ -3519,6 +3702,8 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
     if (axis_map) {
         memcpy(axes, axis_map, sizeof(int) * (size_t)n);
         st = par__st_check_axes(&info->dev_matrix, mesh, axes);
+    } else if (par__mesh_has_names(&info->dev_matrix) && par__mesh_has_names(mesh)) {
+        st = par__st_named_axes(&info->dev_matrix, mesh, axes);
     } else {
         st = par__st_auto_axes(&info->dev_matrix, mesh, axes);
     }
