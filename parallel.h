@@ -484,7 +484,16 @@ typedef struct par_op_cost {
     double total;          /* seconds under the desc's cost model; the sort key */
 } par_op_cost;
 
-/* Everything a strategy implies. Layouts live on the device matrix. */
+/* Everything a strategy implies. Layouts live on the device matrix.
+   backward[i]: what the gradient of activation input i (not a parameter, a
+   float tensor: not Gather's indices nor CrossEntropy's labels) needs after
+   the local backward. The local gradient is a partial sum over the device dims
+   that split some iteration dim of the operator (size > 1, the repeated dim
+   excluded) but that input i's tensor map does not use: an ALL_REDUCE over
+   them, NONE when there are none. Megatron's column-parallel x.W^T
+   ((dp,1),(tp,1)) gives all_reduce over tp (its "f"), row-parallel
+   ((dp,tp),(1,tp)) none (its "g"); b in x[N,C] + b[C] ((2,4),(4,)) is summed
+   over the 2-way dim. Parameters' gradients are mirror[i]'s business. */
 typedef struct par_op_info {
     par_mesh dev_matrix;  /* device matrix, repeated-calculation dim on the right */
     int repeated;         /* size of the repeated-calculation dim (1: none) */
@@ -494,11 +503,14 @@ typedef struct par_op_info {
     int num_forward;
     par_comm_op forward[2];               /* forward communication */
     par_comm_op mirror[PAR_MAX_INPUTS];   /* gradient AllReduce for parameter inputs */
+    par_comm_op backward[PAR_MAX_INPUTS]; /* gradient AllReduce for activation inputs (above);
+                                             not counted in cost.comm_bytes */
     par_op_cost cost;
 } par_op_info;
 
 /* Check `strategy` for `op` on a stage of `devices` devices and infer its device
-   matrix, tensor maps, forward communication, mirror ops and cost. Errors
+   matrix, tensor maps, forward communication, mirror ops, the activation
+   gradients' backward communication and cost. Errors
    (PAR_ESTRATEGY, PAR_ESHAPE, PAR_EINVAL) name the operator, input, dim, sizes and
    the rule broken. A named strategy (par_strategy_parse_mesh) names the device
    matrix's dims after its axes (dev_matrix.names; the repeated dim stays
@@ -3292,6 +3304,23 @@ static void par__st_mirrors(const par__st_spec *s, par_op_info *info) {
     }
 }
 
+/* An activation input's gradient is summed over the split iteration dims its
+   map does not use (e.g. the column dim of a column-parallel matmul's x). */
+static void par__st_backward(const par__st_spec *s, const int64_t *shards, par_op_info *info) {
+    int i, v, group;
+    const uint32_t split = par__st_split_devs(info, shards, (1u << s->num_iter) - 1, &group);
+    for (i = 0; i < s->num_inputs; i++) {
+        const uint32_t mask = split & ~par_layout_split_dims(&info->inputs[i]);
+        /* integer inputs (indices, labels) have no gradient */
+        if ((s->op->params & (1u << i)) || s->in_dtype[i] == PAR_I32 || s->in_dtype[i] == PAR_I64 || !mask) continue;
+        for (group = 1, v = 0; v < info->dev_matrix.ndim; v++)
+            if (mask >> v & 1u) group *= par_mesh_dev_size(&info->dev_matrix, v);
+        info->backward[i] =
+            par__st_comm(PAR_COMM_ALL_REDUCE, mask, group,
+                         par__st_all_reduce_bytes(group, par__st_local_bytes(&info->inputs[i], s->in_dtype[i])));
+    }
+}
+
 /* Per-device flops, rough by design: matmul 2 per multiply-add, norms and softmax
    5 per element, cross-entropy 4, elementwise/gather/reduce 1, data movement 0. */
 static double par__st_flops(const par__st_spec *s, const int64_t *shards, const par_op_info *info) {
@@ -3345,11 +3374,12 @@ static par_status par__st_infer(const par__st_spec *s, const par_strategy *st, i
     if ((status = par__st_check(s, st, devices, shards)) != PAR_OK) return status;
     memset(info, 0, sizeof *info);
     for (i = 0; i < 2; i++) info->forward[i] = par__st_no_comm();
-    for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = par__st_no_comm();
+    for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = info->backward[i] = par__st_no_comm();
     if ((status = par__st_dev_matrix(s, st, shards, devices, info)) != PAR_OK) return status;
     if ((status = par__st_input_layouts(s, info)) != PAR_OK) return status;
     if ((status = par__st_output(s, st, shards, info)) != PAR_OK) return status;
     par__st_mirrors(s, info);
+    par__st_backward(s, shards, info);
     par__st_cost(s, shards, info);
     return PAR_OK;
 }
@@ -3718,6 +3748,8 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
         if ((st = par__st_layout_to_mesh(&r.outputs[i], mesh, dev_to_mesh, n)) != PAR_OK) return st;
     for (i = 0; i < r.num_forward && i < 2; i++) r.forward[i].dev_mask = par__st_mask_to_mesh(r.forward[i].dev_mask, dev_to_mesh, n);
     for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__st_mask_to_mesh(r.mirror[i].dev_mask, dev_to_mesh, n);
+    for (i = 0; i < PAR_MAX_INPUTS; i++)
+        r.backward[i].dev_mask = par__st_mask_to_mesh(r.backward[i].dev_mask, dev_to_mesh, n);
     *out = r;
     return PAR_OK;
 }

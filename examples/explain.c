@@ -484,6 +484,15 @@ static void show_op_info(const par_op_desc *op, const par_op_info *info) {
         mirrors++;
     }
     if (!mirrors) printf("mirror: none\n");
+    /* the activation gradients' all-reduce (Megatron's "f" of a column-parallel linear) */
+    for (i = 0, mirrors = 0; i < info->num_inputs; i++) {
+        char prefix[32];
+        if (info->backward[i].kind == PAR_COMM_NONE) continue;
+        snprintf(prefix, sizeof prefix, "backward: input%d ", i);
+        print_comm(prefix, &info->backward[i]);
+        mirrors++;
+    }
+    if (!mirrors) printf("backward: none\n");
     printf("cost: ");
     print_cost_fields(&info->cost);
     putchar('\n');

@@ -986,6 +986,98 @@ static void test_named(void) {
     CHECK_INT(m.forward[0].dev_mask, 0x2);
 }
 
+/* Activation-gradient communication: the local dx is partial over the split
+   iteration dims x does not use. Hand-derived, plus Megatron-LM's f/g operators
+   (column-parallel input: identity forward, all-reduce backward over tp;
+   row-parallel: all-reduce forward, identity backward). */
+static void test_backward(void) {
+    par_op_desc op;
+    par_op_info info, m;
+    par_mesh mesh;
+    int i;
+    CHECK_OK(par_mesh_parse("dp=2,tp=4", &mesh));
+
+    /* column parallel x[16,32] . W[64,32]^T ((2,1),(4,1)): dev [M=2,K=1,N=4] (N = dev 0).
+       dx = dy . W with dy split over N: partial over the 4-way dim. x local [8,32] = 1024 B,
+       2*(3/4)*1024 = 1536 */
+    op = make_op(PAR_OP_MATMUL, "16x32,64x32");
+    op.transpose_b = 1, op.params = 2;
+    CHECK_OK(infer(&op, "((2,1),(4,1))", 8, &info));
+    check_comm(&info.backward[0], PAR_COMM_ALL_REDUCE, 4, 0x1, 1536);
+    CHECK_INT(info.backward[0].count, 1);
+    CHECK_INT(info.backward[0].tensor_dim, -1);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE); /* W is a parameter: its mirror says it */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 2048);
+    /* on the model's mesh: over tp (device dim 0) */
+    CHECK_OK(par_op_info_on_mesh(&info, &mesh, NULL, &m));
+    CHECK_INT(m.backward[0].dev_mask, 0x1);
+    CHECK_INT(m.backward[0].group, 4);
+    /* W not a parameter: dW = dy^T . x is partial over the M dim W does not use (dev 2):
+       W local [16,32] = 2048 B, 2*(1/2)*2048 */
+    op.params = 0;
+    CHECK_OK(infer(&op, "((2,1),(4,1))", 8, &info));
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 2048);
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_NONE);
+    /* the cost is forward + mirror, as before */
+    CHECK_NEAR(info.cost.comm_bytes, 0);
+
+    /* row parallel x[16,64] . W[32,64]^T ((2,4),(1,4)): x uses M and K, nothing else splits */
+    op = make_op(PAR_OP_MATMUL, "16x64,32x64");
+    op.transpose_b = 1, op.params = 2;
+    CHECK_OK(infer(&op, "((2,4),(1,4))", 8, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[0].group, 1);
+    CHECK_INT(info.backward[0].dev_mask, 0);
+
+    /* RMSNorm ((2,1),(1,)) on 8: the 4-way dim is the repeated one, not a split */
+    op = make_op(PAR_OP_RMSNORM, "16x32,32");
+    op.params = 2;
+    CHECK_OK(infer(&op, "((2,1),(1,))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,4]");
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 8, 0x5, 224); /* dev 2 and 0; gamma 128 B, 2*(7/8)*128 */
+
+    /* x[8,16] + b[16], b an activation ((2,4),(4,)): dev [2,4]; db sums over the 2-way
+       dim (dev 1). b local [4] = 16 B, 2*(1/2)*16 = 16. x uses both: none. */
+    op = make_op(PAR_OP_ELEMENTWISE, "8x16,16");
+    CHECK_OK(infer(&op, "((2,4),(4,))", 8, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x2, 16);
+    /* a broadcast size-1 dim counts as unused: y[1,16] against x[8,16] ((2,4),(1,4)) */
+    op = make_op(PAR_OP_ELEMENTWISE, "8x16,1x16");
+    CHECK_OK(infer(&op, "((2,4),(1,4))", 8, &info));
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x2, 16);
+
+    /* integer inputs have no gradient: Gather's indices, CrossEntropy's labels */
+    op = make_op(PAR_OP_GATHER, "1000x64,8x128");
+    CHECK_OK(infer(&op, "((4,2),(1,1))", 8, &info));
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    /* a non-parameter table: dtable sums over the indices' split dims (dev 3, 2 ways):
+       table local [250,32] = 32000 B, 2*(1/2)*32000 */
+    CHECK_OK(infer(&op, "((4,2),(2,1))", 16, &info));
+    check_comm(&info.backward[0], PAR_COMM_ALL_REDUCE, 2, 0x8, 32000);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    op = make_op(PAR_OP_CROSS_ENTROPY, "8x100,8");
+    CHECK_OK(infer(&op, "((2,4),(2,))", 8, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE); /* the vocab-split gradient is local */
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+
+    /* batch matmul a[4,16,32] . b[4,32,64] ((2,1,2),(2,2,1)): dev [B=2,M=1,K=2,N=1]; a uses all
+       split dims: none. b uses B,K,N: M is size 1: none. */
+    op = make_op(PAR_OP_BATCH_MATMUL, "4x16x32,4x32x64");
+    CHECK_OK(infer(&op, "((2,1,2),(2,2,1))", 4, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    /* ... ((2,2,1),(2,1,2)): dev [2,2,1,2]; da partial over N (dev 0): a local [2,8,32]
+       = 2048 B, 2*(1/2)*2048; db over M (dev 2): b local [2,32,32] = 8192 B */
+    CHECK_OK(infer(&op, "((2,2,1),(2,1,2))", 8, &info));
+    check_comm(&info.backward[0], PAR_COMM_ALL_REDUCE, 2, 0x1, 2048);
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 8192);
+
+    /* inputs past num_inputs stay NONE */
+    for (i = 2; i < PAR_MAX_INPUTS; i++) CHECK_INT(info.backward[i].kind, PAR_COMM_NONE);
+}
+
 /* Every strategy README.md shows (a quoted or backquoted "((...))") must parse:
    numeric ones with par_strategy_parse, named ones with par_strategy_parse_mesh
    on a mesh with those axes (dp=2, tp=4, any other name 2). */
@@ -1088,5 +1180,6 @@ int main(void) {
     test_on_mesh();
     test_named();
     test_readme_strategies();
+    test_backward();
     return TEST_END("strategy");
 }
