@@ -1036,6 +1036,54 @@ PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int 
    is set or the values are inconsistent (named in the message). */
 PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank);
 
+/* One entry point for both launch modes, so the same program runs as
+   `./prog` (threads) and `mpirun -np N ./prog` (processes).
+   When the launcher's environment says this process is one rank of a
+   multi-process job (par_launch_env succeeds with size > 1, or
+   OMPI_COMM_WORLD_SIZE is set):
+     - built with PARALLEL_WITH_MPI: make an MPI context (par_ctx_init_mpi),
+       run fn(ctx, arg) once on this rank, destroy the context (which finalizes
+       MPI if it initialized it) and return fn's status. The mesh must have as
+       many devices as the job has ranks, and `threads`, if not 0, must equal
+       that count (PAR_EINVAL naming both);
+     - otherwise PAR_EUNSUPPORTED: rebuild with mpicc -DPARALLEL_WITH_MPI.
+   Otherwise: par_run_threads_desc(desc, threads, fn, arg), `threads` rank
+   threads in this process; threads = 0 means the size of desc->mesh
+   (PAR_EINVAL when desc or desc->mesh is NULL too).
+   Errors: PAR_EINVAL (NULL fn, negative threads, the counts above), those of
+   the launcher, and fn's own status (threads: the first failing rank's). */
+PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_rank_fn fn, void *arg);
+
+/* Collectives on a context, so a host need not write
+   `par_ctx_comm(ctx)->all_reduce(par_ctx_comm(ctx)->user, ...)`: each calls the
+   context's comm table with the same arguments and rules (see par_comm_table:
+   counts in elements, `req` NULL = blocking, else async with *req to wait on).
+   `group` NULL means the whole world (par_ctx_group over every mesh dim; made
+   on first use, collectively). PAR_EINVAL for a NULL ctx; otherwise the
+   backend's status and message. */
+PARALLEL_DEF par_status par_all_reduce(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_reduce_op op, par_request **req);
+PARALLEL_DEF par_status par_all_gather(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req);
+PARALLEL_DEF par_status par_reduce_scatter(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                           int64_t count, par_dtype dtype, par_reduce_op op, par_request **req);
+PARALLEL_DEF par_status par_all_to_all(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req);
+PARALLEL_DEF par_status par_broadcast(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                      int root, par_request **req);
+PARALLEL_DEF par_status par_send(par_ctx *ctx, par_comm_group *group, const void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req);
+PARALLEL_DEF par_status par_recv(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req);
+PARALLEL_DEF par_status par_barrier(par_ctx *ctx, par_comm_group *group);
+/* Complete an async op's request and free it; returns the op's status. A NULL
+   request is complete: PAR_OK. */
+PARALLEL_DEF par_status par_wait(par_ctx *ctx, par_request *req);
+/* *done = 1 and the op's status when it has completed (the request is then
+   freed), else *done = 0 and PAR_OK. A NULL request is complete. PAR_EINVAL for
+   a NULL ctx or done. */
+PARALLEL_DEF par_status par_test(par_ctx *ctx, par_request *req, int *done);
+
 /* ============================================================================
    >>executor
    Runs a redistribution plan on real buffers through a context's comm table.
@@ -5714,6 +5762,129 @@ PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank) {
     }
     return par__fail(PAR_EINVAL, "no launcher environment: none of OMPI_COMM_WORLD_RANK/SIZE, RANK/WORLD_SIZE, "
                                  "PMI_RANK/PMI_SIZE is set");
+}
+
+/* The world size when a launcher started this process as one of several (0 if
+   not): OMPI_COMM_WORLD_SIZE alone counts, since mpirun sets it even where the
+   rest of par_launch_env's variables look odd. */
+static int par__launched_size(void) {
+    int rank = 0, size = 0;
+    const char *ompi = getenv("OMPI_COMM_WORLD_SIZE");
+    long n;
+    if (par_launch_env(&rank, &size, NULL) == PAR_OK && size > 1) return size;
+    par_clear_error();
+    if (!ompi || !*ompi) return 0;
+    n = strtol(ompi, NULL, 10);
+    return n > 1 && n <= INT_MAX ? (int)n : 1;
+}
+
+PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_rank_fn fn, void *arg) {
+    par_mesh mesh;
+    par_status st;
+    int world;
+    if (!fn) return par__fail(PAR_EINVAL, "par_launch: NULL rank function");
+    if (threads < 0) return par__fail(PAR_EINVAL, "par_launch: threads is %d; it must be >= 0 (0 = the mesh's size)", threads);
+    world = par__launched_size();
+    if (world > 0) {
+#ifdef PARALLEL_WITH_MPI
+        par_ctx *ctx = NULL;
+        if (threads > 0 && threads != world)
+            return par__fail(PAR_EINVAL,
+                             "par_launch: threads is %d but the launcher started %d processes (pass 0 to use the "
+                             "launcher's count)",
+                             threads, world);
+        if ((st = par_ctx_init_mpi(desc, &ctx)) != PAR_OK) return st;
+        st = fn(ctx, arg);
+        if (st != PAR_OK)
+            par__keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
+        else
+            par_ctx_destroy(ctx);
+        return st;
+#else
+        return par__fail(PAR_EUNSUPPORTED,
+                         "par_launch: the launcher started this process as one of %d (mpirun?), but this build has no "
+                         "MPI backend: build with mpicc -DPARALLEL_WITH_MPI",
+                         world);
+#endif
+    }
+    if (threads == 0) {
+        if (!desc || !desc->mesh)
+            return par__fail(PAR_EINVAL, "par_launch: threads is 0 and there is no desc->mesh to take the rank count "
+                                         "from");
+        if ((st = par_mesh_parse(desc->mesh, &mesh)) != PAR_OK) return st;
+        threads = par_mesh_size(&mesh);
+    }
+    return par_run_threads_desc(desc, threads, fn, arg);
+}
+
+/* ---- collectives on a context ---------------------------------------------- */
+
+/* The table and group of a call: NULL group = the world. */
+static par_status par__ctx_call(const char *who, par_ctx *ctx, par_comm_group **group) {
+    if (!ctx) return par__fail(PAR_EINVAL, "%s: NULL ctx", who);
+    if (group && !*group) return par_ctx_group(ctx, (1u << ctx->mesh.ndim) - 1, group, NULL, NULL);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_all_reduce(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
+    par_status st = par__ctx_call("par_all_reduce", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.all_reduce(ctx->comm.user, group, send, recv, count, dtype, op, req);
+}
+
+PARALLEL_DEF par_status par_all_gather(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req) {
+    par_status st = par__ctx_call("par_all_gather", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.all_gather(ctx->comm.user, group, send, recv, count, dtype, req);
+}
+
+PARALLEL_DEF par_status par_reduce_scatter(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                           int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
+    par_status st = par__ctx_call("par_reduce_scatter", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.reduce_scatter(ctx->comm.user, group, send, recv, count, dtype, op, req);
+}
+
+PARALLEL_DEF par_status par_all_to_all(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req) {
+    par_status st = par__ctx_call("par_all_to_all", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.all_to_all(ctx->comm.user, group, send, recv, count, dtype, req);
+}
+
+PARALLEL_DEF par_status par_broadcast(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                      int root, par_request **req) {
+    par_status st = par__ctx_call("par_broadcast", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.broadcast(ctx->comm.user, group, buf, count, dtype, root, req);
+}
+
+PARALLEL_DEF par_status par_send(par_ctx *ctx, par_comm_group *group, const void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req) {
+    par_status st = par__ctx_call("par_send", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.send(ctx->comm.user, group, buf, count, dtype, peer, req);
+}
+
+PARALLEL_DEF par_status par_recv(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req) {
+    par_status st = par__ctx_call("par_recv", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.recv(ctx->comm.user, group, buf, count, dtype, peer, req);
+}
+
+PARALLEL_DEF par_status par_barrier(par_ctx *ctx, par_comm_group *group) {
+    par_status st = par__ctx_call("par_barrier", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.barrier(ctx->comm.user, group);
+}
+
+PARALLEL_DEF par_status par_wait(par_ctx *ctx, par_request *req) {
+    par_status st = par__ctx_call("par_wait", ctx, NULL);
+    if (st != PAR_OK || !req) return st;
+    return ctx->comm.wait(ctx->comm.user, req);
+}
+
+PARALLEL_DEF par_status par_test(par_ctx *ctx, par_request *req, int *done) {
+    par_status st = par__ctx_call("par_test", ctx, NULL);
+    if (st != PAR_OK) return st;
+    if (!done) return par__fail(PAR_EINVAL, "par_test: NULL done");
+    if (!req) return (*done = 1, PAR_OK);
+    return ctx->comm.test(ctx->comm.user, req, done);
 }
 
 // >>comm-threads
