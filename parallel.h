@@ -421,8 +421,8 @@ typedef struct par_strategy {
 } par_strategy;
 
 /* Parse MindSpore's tuple form "((2,1),(1,4))"; "((8,),)" for one 1-D input.
-   Numbers only: an axis name is PAR_EPARSE saying to use par_strategy_parse_mesh.
-   Shards < 1 are PAR_ESTRATEGY. */
+   Numbers only ("None" is also read as 1): an axis name is PAR_EPARSE saying to
+   use par_strategy_parse_mesh. Shards < 1 are PAR_ESTRATEGY. */
 PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy);
 /* Parse a strategy whose entries may also be axis names of `mesh`:
    "((dp,1),(tp,1))" on "dp=2,tp=4" is ((2,1),(4,1)) with the names recorded;
@@ -2118,7 +2118,9 @@ static par_status par__layout_slice_io(const char *who, const par_layout *l, int
     size_t stride[PARALLEL_MAX_DIMS], run, numel = 1, runs, r, g;
     int t, k, nd;
     par_status st;
-    if (!l || !src || !dst) return par__fail(PAR_EINVAL, "%s: NULL argument", who);
+    if (!l || !src || !dst)
+        return par__fail(PAR_EINVAL, "%s: NULL %s", who,
+                         !l ? "layout" : (!src) == !place ? "global" : "local"); /* place reads local */
     if (elem_size == 0) return par__fail(PAR_EINVAL, "%s: elem_size is 0; it must be the bytes of one element", who);
     if ((st = par_layout_check(l)) != PAR_OK) return st;
     if (rank < 0 || rank >= par_mesh_size(&l->mesh))

@@ -351,9 +351,11 @@ static void test_copy_slice(void) {
               "par_layout_copy_slice: rank 8 is outside the layout's mesh of 8 devices");
     CHECK_ERR(par_layout_place_slice(&l, -1, 4, loc, g), PAR_EINVAL, "par_layout_place_slice: rank -1 is outside");
     CHECK_ERR(par_layout_copy_slice(&l, 0, 0, g, loc), PAR_EINVAL, "elem_size is 0");
-    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, NULL, loc), PAR_EINVAL, "par_layout_copy_slice: NULL argument");
-    CHECK_ERR(par_layout_place_slice(&l, 0, 4, loc, NULL), PAR_EINVAL, "par_layout_place_slice: NULL argument");
-    CHECK_ERR(par_layout_copy_slice(NULL, 0, 4, g, loc), PAR_EINVAL, "NULL argument");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, NULL, loc), PAR_EINVAL, "par_layout_copy_slice: NULL global");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, g, NULL), PAR_EINVAL, "par_layout_copy_slice: NULL local");
+    CHECK_ERR(par_layout_place_slice(&l, 0, 4, loc, NULL), PAR_EINVAL, "par_layout_place_slice: NULL global");
+    CHECK_ERR(par_layout_place_slice(&l, 0, 4, NULL, g), PAR_EINVAL, "par_layout_place_slice: NULL local");
+    CHECK_ERR(par_layout_copy_slice(NULL, 0, 4, g, loc), PAR_EINVAL, "par_layout_copy_slice: NULL layout");
     CHECK_ERR(par_layout_copy_slice(&l, 0, SIZE_MAX / 2, g, loc), PAR_EINVAL, "do not fit in memory addresses");
     l.shape[0] = 3; /* not divisible by 2 */
     CHECK_ERR(par_layout_copy_slice(&l, 0, 4, g, loc), PAR_ELAYOUT, "tensor dim 0 (size 3) is not divisible by its shard 2");
