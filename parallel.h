@@ -214,7 +214,9 @@ typedef struct par_mesh {
    other than "None". Errors: PAR_EINVAL naming the bad axis. */
 PARALLEL_DEF par_status par_mesh_init(par_mesh *mesh, int ndim, const int *dims, const char *const *names);
 
-/* Parse "2,4", "2x4" or "dp=2,tp=4" (all named or none). PAR_EPARSE on bad text. */
+/* Parse "2,4", "2x4" or "dp=2,tp=4" (all named or none). PAR_EPARSE for any text
+   that is no valid mesh, including one par_mesh_init would refuse (a name used
+   twice, "None", more than 2^24 devices). */
 PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh);
 
 /* Write "[2,4]" or "[dp=2,tp=4]"; returns the length snprintf would (buf may be NULL). */
@@ -289,14 +291,33 @@ PARALLEL_DEF par_status par_layout_check(const par_layout *layout);
 /* Number of shards of tensor dim t (product of its device dims' sizes). */
 PARALLEL_DEF int64_t par_layout_shards(const par_layout *layout, int tensor_dim);
 
-/* Shape of every rank's slice. */
+/* Shape of every rank's slice (local_shape[0..ndim)). For a layout that fails
+   par_layout_check it writes zeros there (nothing if ndim is out of range or an
+   argument is NULL), with the reason in par_last_error(). */
 PARALLEL_DEF void par_layout_local_shape(const par_layout *layout, int64_t *local_shape);
 
-/* Elements in one rank's slice. */
+/* Elements in one rank's slice (1 for a 0-D tensor); 0 for a NULL layout or one
+   that fails par_layout_check (reason in par_last_error()). */
 PARALLEL_DEF int64_t par_layout_local_numel(const par_layout *layout);
 
 /* Start of `rank`'s slice in every tensor dim (global index). */
 PARALLEL_DEF par_status par_layout_local_offset(const par_layout *layout, int rank, int64_t *offset);
+
+/* Copy `rank`'s slice out of a real tensor: `global` holds the whole tensor
+   (row-major, the layout's global shape), `local` receives the slice
+   (row-major, par_layout_local_shape). Elements are `elem_size` bytes of any
+   type, copied as bytes in contiguous runs. A partial layout's slice is copied
+   as is: every rank along a partial dim gets the full values (split them
+   yourself if the parts must sum to the global value). Errors: PAR_EINVAL
+   (NULL pointer, elem_size 0, rank outside the mesh, a tensor too large to
+   address), PAR_ELAYOUT (invalid layout). Buffers must not overlap. */
+PARALLEL_DEF par_status par_layout_copy_slice(const par_layout *layout, int rank, size_t elem_size, const void *global,
+                                              void *local);
+
+/* The inverse: write `rank`'s slice `local` into its place in `global`,
+   leaving the rest of `global` untouched. Same rules and errors. */
+PARALLEL_DEF par_status par_layout_place_slice(const par_layout *layout, int rank, size_t elem_size, const void *local,
+                                               void *global);
 
 /* Bit mask of the device dims that split some tensor dim. */
 PARALLEL_DEF uint32_t par_layout_split_dims(const par_layout *layout);
@@ -386,16 +407,30 @@ PARALLEL_DEF const char *par_op_kind_name(par_op_kind kind);
    case-insensitive). */
 PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind);
 
-/* A strategy: one shard tuple per input, "((2,1),(1,4))". */
+/* A strategy: one shard tuple per input, "((2,1),(1,4))". A strategy written
+   with mesh axis names, "((dp,1),(tp,1))", also remembers which axis each
+   named entry came from: par_op_infer then names the device matrix's dims and
+   par_op_info_on_mesh maps them to a model's mesh by name. A zeroed struct
+   (and every numeric strategy) has no names. */
 typedef struct par_strategy {
     int num_inputs;
     int ndim[PAR_MAX_INPUTS];
     int64_t shard[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS];
+    uint8_t axis[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS]; /* named entry: 1 + its index in `names`; 0 = a number */
+    char names[PARALLEL_MAX_DIMS][PAR_NAME_MAX];     /* the parse mesh's axis names (left to right) */
 } par_strategy;
 
-/* Parse MindSpore's tuple form "((2,1),(1,4))"; "((8,),)" for one 1-D input. */
+/* Parse MindSpore's tuple form "((2,1),(1,4))"; "((8,),)" for one 1-D input.
+   Numbers only ("None" is also read as 1): an axis name is PAR_EPARSE saying to
+   use par_strategy_parse_mesh. Shards < 1 are PAR_ESTRATEGY. */
 PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy);
-/* Write the tuple form; returns the length snprintf would. */
+/* Parse a strategy whose entries may also be axis names of `mesh`:
+   "((dp,1),(tp,1))" on "dp=2,tp=4" is ((2,1),(4,1)) with the names recorded;
+   "None" means 1. An unknown name is PAR_EPARSE naming it and the mesh's axes;
+   a NULL or invalid mesh is PAR_EINVAL. Otherwise as par_strategy_parse. */
+PARALLEL_DEF par_status par_strategy_parse_mesh(const char *text, const par_mesh *mesh, par_strategy *strategy);
+/* Write the tuple form with numbers (names are not written); returns the length
+   snprintf would. */
 PARALLEL_DEF int par_strategy_format(const par_strategy *strategy, char *buf, size_t size);
 
 /* An operator instance. Zero fields take defaults. */
@@ -449,7 +484,16 @@ typedef struct par_op_cost {
     double total;          /* seconds under the desc's cost model; the sort key */
 } par_op_cost;
 
-/* Everything a strategy implies. Layouts live on the device matrix. */
+/* Everything a strategy implies. Layouts live on the device matrix.
+   backward[i]: what the gradient of activation input i (not a parameter, a
+   float tensor: not Gather's indices nor CrossEntropy's labels) needs after
+   the local backward. The local gradient is a partial sum over the device dims
+   that split some iteration dim of the operator (size > 1, the repeated dim
+   excluded) but that input i's tensor map does not use: an ALL_REDUCE over
+   them, NONE when there are none. Megatron's column-parallel x.W^T
+   ((dp,1),(tp,1)) gives all_reduce over tp (its "f"), row-parallel
+   ((dp,tp),(1,tp)) none (its "g"); b in x[N,C] + b[C] ((2,4),(4,)) is summed
+   over the 2-way dim. Parameters' gradients are mirror[i]'s business. */
 typedef struct par_op_info {
     par_mesh dev_matrix;  /* device matrix, repeated-calculation dim on the right */
     int repeated;         /* size of the repeated-calculation dim (1: none) */
@@ -459,13 +503,19 @@ typedef struct par_op_info {
     int num_forward;
     par_comm_op forward[2];               /* forward communication */
     par_comm_op mirror[PAR_MAX_INPUTS];   /* gradient AllReduce for parameter inputs */
+    par_comm_op backward[PAR_MAX_INPUTS]; /* gradient AllReduce for activation inputs (above);
+                                             not counted in cost.comm_bytes */
     par_op_cost cost;
 } par_op_info;
 
 /* Check `strategy` for `op` on a stage of `devices` devices and infer its device
-   matrix, tensor maps, forward communication, mirror ops and cost. Errors
+   matrix, tensor maps, forward communication, mirror ops, the activation
+   gradients' backward communication and cost. Errors
    (PAR_ESTRATEGY, PAR_ESHAPE, PAR_EINVAL) name the operator, input, dim, sizes and
-   the rule broken. */
+   the rule broken. A named strategy (par_strategy_parse_mesh) names the device
+   matrix's dims after its axes (dev_matrix.names; the repeated dim stays
+   unnamed): entries of one dim naming different axes, or one axis naming two
+   dims, are PAR_ESTRATEGY. */
 PARALLEL_DEF par_status par_op_infer(const par_op_desc *op, const par_strategy *strategy, int devices,
                                      par_op_info *info);
 
@@ -481,12 +531,16 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
    context's groups (par_ctx_group takes the dev_masks as they are).
    axis_map[i] = the mesh axis (left to right) that device-matrix axis i (left to
    right) becomes, or -1 for an axis of size 1; every mesh axis larger than 1 is
-   used once, with the same size. axis_map NULL = automatic: the device matrix's
-   axes larger than 1, in order, are the mesh's axes larger than 1, in order (what
-   a strategy written batch-first, e.g. MatMul ((dp,1),(tp,1)), gives on a
-   "dp=..,tp=.." mesh). A split over a size-1 device dim becomes no split; the
-   device counts must agree. `out` may be `info`. PAR_EINVAL names the axes that
-   do not match. */
+   used once, with the same size. axis_map NULL = automatic. When the strategy
+   named its axes (par_strategy_parse_mesh: MatMul ((dp,1),(tp,1))) and the mesh
+   has names, each named device-matrix axis becomes the mesh axis of that name
+   (same size), and the unnamed ones larger than 1 (the repeated-calculation
+   dim, numeric entries) take the remaining mesh axes larger than 1, in order.
+   Otherwise the device matrix's axes larger than 1, in order, are the mesh's
+   axes larger than 1, in order (what a numeric strategy written batch-first,
+   e.g. ((2,1),(4,1)), gives on a "dp=2,tp=4" mesh). A split over a size-1
+   device dim becomes no split; the device counts must agree. `out` may be
+   `info`. PAR_EINVAL names the axes that do not match. */
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out);
 
@@ -983,6 +1037,54 @@ PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int 
    WORLD_SIZE, LOCAL_RANK (torchrun), else PMI_RANK/PMI_SIZE. PAR_EINVAL if none
    is set or the values are inconsistent (named in the message). */
 PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank);
+
+/* One entry point for both launch modes, so the same program runs as
+   `./prog` (threads) and `mpirun -np N ./prog` (processes).
+   When the launcher's environment says this process is one rank of a
+   multi-process job (par_launch_env succeeds with size > 1, or
+   OMPI_COMM_WORLD_SIZE is set):
+     - built with PARALLEL_WITH_MPI: make an MPI context (par_ctx_init_mpi),
+       run fn(ctx, arg) once on this rank, destroy the context (which finalizes
+       MPI if it initialized it) and return fn's status. The mesh must have as
+       many devices as the job has ranks, and `threads`, if not 0, must equal
+       that count (PAR_EINVAL naming both);
+     - otherwise PAR_EUNSUPPORTED: rebuild with mpicc -DPARALLEL_WITH_MPI.
+   Otherwise: par_run_threads_desc(desc, threads, fn, arg), `threads` rank
+   threads in this process; threads = 0 means the size of desc->mesh
+   (PAR_EINVAL when desc or desc->mesh is NULL too).
+   Errors: PAR_EINVAL (NULL fn, negative threads, the counts above), those of
+   the launcher, and fn's own status (threads: the first failing rank's). */
+PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_rank_fn fn, void *arg);
+
+/* Collectives on a context, so a host need not write
+   `par_ctx_comm(ctx)->all_reduce(par_ctx_comm(ctx)->user, ...)`: each calls the
+   context's comm table with the same arguments and rules (see par_comm_table:
+   counts in elements, `req` NULL = blocking, else async with *req to wait on).
+   `group` NULL means the whole world (par_ctx_group over every mesh dim; made
+   on first use, collectively). PAR_EINVAL for a NULL ctx; otherwise the
+   backend's status and message. */
+PARALLEL_DEF par_status par_all_reduce(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_reduce_op op, par_request **req);
+PARALLEL_DEF par_status par_all_gather(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req);
+PARALLEL_DEF par_status par_reduce_scatter(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                           int64_t count, par_dtype dtype, par_reduce_op op, par_request **req);
+PARALLEL_DEF par_status par_all_to_all(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req);
+PARALLEL_DEF par_status par_broadcast(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                      int root, par_request **req);
+PARALLEL_DEF par_status par_send(par_ctx *ctx, par_comm_group *group, const void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req);
+PARALLEL_DEF par_status par_recv(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req);
+PARALLEL_DEF par_status par_barrier(par_ctx *ctx, par_comm_group *group);
+/* Complete an async op's request and free it; returns the op's status. A NULL
+   request is complete: PAR_OK. */
+PARALLEL_DEF par_status par_wait(par_ctx *ctx, par_request *req);
+/* *done = 1 and the op's status when it has completed (the request is then
+   freed), else *done = 0 and PAR_OK. A NULL request is complete. PAR_EINVAL for
+   a NULL ctx or done. */
+PARALLEL_DEF par_status par_test(par_ctx *ctx, par_request *req, int *done);
 
 /* ============================================================================
    >>executor
@@ -1922,8 +2024,9 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
     par__scan s;
     int dims[PARALLEL_MAX_DIMS];
     char names[PARALLEL_MAX_DIMS][PAR_NAME_MAX];
-    const char *name_ptrs[PARALLEL_MAX_DIMS];
+    const char *name_ptrs[PARALLEL_MAX_DIMS], *start;
     int n = 0, named = -1, bracket;
+    par_status st;
     if (!text || !mesh) return par__fail(PAR_EINVAL, "par_mesh_parse: NULL argument");
     s.text = s.p = text;
     bracket = par__accept(&s, '[');
@@ -1932,14 +2035,21 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
         int has_name;
         if (n == PARALLEL_MAX_DIMS)
             return par__fail(PAR_EPARSE, "mesh '%.64s': more than %d axes", text, PARALLEL_MAX_DIMS);
+        par__skip_space(&s);
+        start = s.p;
         has_name = par__scan_ident(&s, names[n], PAR_NAME_MAX);
+        if (has_name && !par__accept(&s, '=')) {
+            if (named == 1)
+                return par__fail(PAR_EPARSE, "mesh '%.64s': expected '=' after axis name at position %d", text,
+                                 par__scan_pos(&s));
+            /* a word where a size belongs ("2,x"), or a first word without "=size" */
+            return par__fail(PAR_EPARSE, "mesh '%.64s': axis %d size '%s' at position %d is not an integer%s", text,
+                             n, names[n], (int)(start - text), named < 0 ? " (nor name=size)" : "");
+        }
         if (named >= 0 && has_name != named)
             return par__fail(PAR_EPARSE, "mesh '%.64s': name every axis or none (position %d)", text,
-                             par__scan_pos(&s));
+                             (int)(start - text));
         named = has_name;
-        if (has_name && !par__accept(&s, '='))
-            return par__fail(PAR_EPARSE, "mesh '%.64s': expected '=' after axis name at position %d", text,
-                             par__scan_pos(&s));
         if (!par__scan_int(&s, &v))
             return par__fail(PAR_EPARSE, "mesh '%.64s': expected an axis size at position %d", text,
                              par__scan_pos(&s));
@@ -1956,7 +2066,13 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
     if (*s.p)
         return par__fail(PAR_EPARSE, "mesh '%.64s': unexpected '%c' at position %d", text, *s.p,
                          par__scan_pos(&s));
-    return par_mesh_init(mesh, n, dims, name_ptrs);
+    /* What the text says is no mesh (a name twice, "None", too many devices): still bad text. */
+    if ((st = par_mesh_init(mesh, n, dims, name_ptrs)) != PAR_OK) {
+        char why[sizeof par__error_text];
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail(PAR_EPARSE, "mesh '%.64s': %s", text, why);
+    }
+    return PAR_OK;
 }
 
 PARALLEL_DEF int par_mesh_format(const par_mesh *mesh, char *buf, size_t size) {
@@ -2313,13 +2429,18 @@ PARALLEL_DEF int64_t par_layout_shards(const par_layout *layout, int tensor_dim)
 }
 
 PARALLEL_DEF void par_layout_local_shape(const par_layout *layout, int64_t *local_shape) {
-    int t;
-    for (t = 0; t < layout->ndim; t++) local_shape[t] = layout->shape[t] / par_layout_shards(layout, t);
+    int t, valid;
+    if (!layout || !local_shape) return;
+    valid = par_layout_check(layout) == PAR_OK;
+    if (layout->ndim < 0 || layout->ndim > PARALLEL_MAX_DIMS) return; /* the caller's array size is unknown */
+    for (t = 0; t < layout->ndim; t++)
+        local_shape[t] = valid ? layout->shape[t] / par_layout_shards(layout, t) : 0;
 }
 
 PARALLEL_DEF int64_t par_layout_local_numel(const par_layout *layout) {
     int64_t n = 1;
     int t;
+    if (!layout || par_layout_check(layout) != PAR_OK) return 0;
     for (t = 0; t < layout->ndim; t++) n *= layout->shape[t] / par_layout_shards(layout, t);
     return n;
 }
@@ -2339,6 +2460,67 @@ PARALLEL_DEF par_status par_layout_local_offset(const par_layout *layout, int ra
         offset[t] = index * (layout->shape[t] / par_layout_shards(layout, t));
     }
     return PAR_OK;
+}
+
+/* Copy a slice between a global tensor and its row-major local buffer, one
+   contiguous run at a time: the run covers the innermost dim and every dim
+   inside the outermost one the slice leaves whole. */
+static par_status par__layout_slice_io(const char *who, const par_layout *l, int rank, size_t elem_size,
+                                       const void *src, void *dst, int place) {
+    int64_t local[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], index[PARALLEL_MAX_DIMS];
+    size_t stride[PARALLEL_MAX_DIMS], run, numel = 1, runs, r, g;
+    int t, k, nd;
+    par_status st;
+    if (!l || !src || !dst)
+        return par__fail(PAR_EINVAL, "%s: NULL %s", who,
+                         !l ? "layout" : (!src) == !place ? "global" : "local"); /* place reads local */
+    if (elem_size == 0) return par__fail(PAR_EINVAL, "%s: elem_size is 0; it must be the bytes of one element", who);
+    if ((st = par_layout_check(l)) != PAR_OK) return st;
+    if (rank < 0 || rank >= par_mesh_size(&l->mesh))
+        return par__fail(PAR_EINVAL, "%s: rank %d is outside the layout's mesh of %d devices", who, rank,
+                         par_mesh_size(&l->mesh));
+    nd = l->ndim;
+    for (t = 0; t < nd; t++) numel *= (size_t)l->shape[t]; /* <= 2^62 by par_layout_check */
+    if (numel > SIZE_MAX / elem_size)
+        return par__fail(PAR_EINVAL, "%s: %llu elements of %llu bytes do not fit in memory addresses", who,
+                         (unsigned long long)numel, (unsigned long long)elem_size);
+    par_layout_local_shape(l, local);
+    par_layout_local_offset(l, rank, offset);
+    run = elem_size;
+    for (t = nd - 1; t >= 0; t--) {
+        stride[t] = run; /* bytes between neighbours along dim t of the global tensor */
+        run *= (size_t)l->shape[t];
+    }
+    /* dims k..nd-1 form one run: all but dim k are whole */
+    k = nd - 1;
+    while (k > 0 && local[k] == l->shape[k]) k--;
+    run = elem_size;
+    for (t = nd - 1; t >= k && t >= 0; t--) run *= (size_t)local[t];
+    runs = 1;
+    for (t = 0; t < k; t++) {
+        runs *= (size_t)local[t];
+        index[t] = 0;
+    }
+    for (r = 0; r < runs; r++) {
+        g = 0;
+        for (t = 0; t < nd; t++) g += (size_t)(offset[t] + (t < k ? index[t] : 0)) * stride[t];
+        if (place)
+            memcpy((char *)dst + g, (const char *)src + r * run, run);
+        else
+            memcpy((char *)dst + r * run, (const char *)src + g, run);
+        for (t = k - 1; t >= 0 && ++index[t] == local[t]; t--) index[t] = 0;
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_layout_copy_slice(const par_layout *layout, int rank, size_t elem_size, const void *global,
+                                              void *local) {
+    return par__layout_slice_io("par_layout_copy_slice", layout, rank, elem_size, global, local, 0);
+}
+
+PARALLEL_DEF par_status par_layout_place_slice(const par_layout *layout, int rank, size_t elem_size, const void *local,
+                                               void *global) {
+    return par__layout_slice_io("par_layout_place_slice", layout, rank, elem_size, local, global, 1);
 }
 
 PARALLEL_DEF uint32_t par_layout_split_dims(const par_layout *layout) {
@@ -2627,11 +2809,57 @@ static int par__st_peek(par__scan *s, char c) {
     return *s->p == c;
 }
 
-/* One shard: an integer; non-positive values parse but are not shards. */
-static par_status par__st_parse_shard(par__scan *s, int input, int dim, int64_t *shard) {
+/* ", dp=2, tp=4" style list of a mesh's axes (for messages). */
+static const char *par__st_axes_text(const par_mesh *mesh, char *buf, size_t size) {
+    par__buf b;
+    int i, named = 0;
+    par__buf_init(&b, buf, size);
+    for (i = 0; i < mesh->ndim; i++)
+        if (mesh->names[i][0]) par__bprintf(&b, "%s%s", named++ ? ", " : "", mesh->names[i]);
+    if (!named) par__bprintf(&b, "none: the mesh is unnamed");
+    return buf;
+}
+
+/* An axis name as a shard: "None" is 1, a mesh axis its size (recorded in st). */
+static par_status par__st_parse_name(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
+    char name[64], axes[160];
+    const char *start = s->p;
+    size_t n = 0;
+    int i;
+    while (*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z') ||
+           (*s->p >= '0' && *s->p <= '9')) {
+        if (n + 1 < sizeof name) name[n++] = *s->p;
+        s->p++;
+    }
+    name[n] = 0;
+    if (strcmp(name, "None") == 0) {
+        st->shard[input][dim] = 1;
+        return PAR_OK;
+    }
+    if (!mesh)
+        return par__fail(PAR_EPARSE,
+                         "strategy '%.64s': '%s' at position %d is an axis name; par_strategy_parse takes numbers "
+                         "only (use par_strategy_parse_mesh with the mesh that names the axes)",
+                         s->text, name, (int)(start - s->text));
+    for (i = 0; i < mesh->ndim; i++)
+        if (mesh->names[i][0] && strcmp(mesh->names[i], name) == 0) {
+            st->shard[input][dim] = mesh->dims[i];
+            st->axis[input][dim] = (uint8_t)(i + 1);
+            return PAR_OK;
+        }
+    return par__fail(PAR_EPARSE, "strategy '%.64s': '%s' at position %d is not an axis of the mesh (its axes: %s)",
+                     s->text, name, (int)(start - s->text), par__st_axes_text(mesh, axes, sizeof axes));
+}
+
+/* One shard: an integer, or with a mesh an axis name; non-positive values
+   parse but are not shards. */
+static par_status par__st_parse_shard(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
     const char *start;
+    int64_t *shard = &st->shard[input][dim];
     par__skip_space(s);
     start = s->p;
+    if (*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z'))
+        return par__st_parse_name(s, mesh, st, input, dim);
     if (!par__scan_int(s, shard)) {
         if (*start == '-') start++;
         if (*start >= '0' && *start <= '9')
@@ -2648,7 +2876,7 @@ static par_status par__st_parse_shard(par__scan *s, int input, int dim, int64_t 
 }
 
 /* "(2,1)", "(8,)" or "()" for one input; Python's trailing comma is optional. */
-static par_status par__st_parse_tuple(par__scan *s, int input, par_strategy *st) {
+static par_status par__st_parse_tuple(par__scan *s, const par_mesh *mesh, int input, par_strategy *st) {
     par_status status;
     if (!par__accept(s, '(')) return par__st_expected(s, "'(' opening the shard tuple of input");
     st->ndim[input] = 0;
@@ -2656,7 +2884,7 @@ static par_status par__st_parse_tuple(par__scan *s, int input, par_strategy *st)
         if (st->ndim[input] == PARALLEL_MAX_DIMS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': input %d has more than %d shards (position %d)", s->text,
                              input, PARALLEL_MAX_DIMS, par__scan_pos(s));
-        status = par__st_parse_shard(s, input, st->ndim[input], &st->shard[input][st->ndim[input]]);
+        status = par__st_parse_shard(s, mesh, st, input, st->ndim[input]);
         if (status != PAR_OK) return status;
         st->ndim[input]++;
         if (!par__accept(s, ',') && !par__st_peek(s, ')')) return par__st_expected(s, "',' or ')'");
@@ -2664,11 +2892,11 @@ static par_status par__st_parse_tuple(par__scan *s, int input, par_strategy *st)
     return PAR_OK;
 }
 
-PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy) {
+static par_status par__st_parse(const char *text, const par_mesh *mesh, par_strategy *strategy) {
     par_strategy st;
     par__scan s;
     par_status status;
-    if (!text || !strategy) return par__fail(PAR_EINVAL, "par_strategy_parse: NULL argument");
+    int i, d, named = 0;
     memset(&st, 0, sizeof st);
     s.text = s.p = text;
     if (!par__accept(&s, '(')) return par__st_expected(&s, "'(' opening the strategy");
@@ -2676,14 +2904,38 @@ PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strat
         if (st.num_inputs == PAR_MAX_INPUTS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': more than %d input tuples (position %d)", text,
                              PAR_MAX_INPUTS, par__scan_pos(&s));
-        if ((status = par__st_parse_tuple(&s, st.num_inputs, &st)) != PAR_OK) return status;
+        if ((status = par__st_parse_tuple(&s, mesh, st.num_inputs, &st)) != PAR_OK) return status;
         st.num_inputs++;
         if (!par__accept(&s, ',') && !par__st_peek(&s, ')')) return par__st_expected(&s, "',' or ')'");
     }
     par__skip_space(&s);
     if (*s.p) return par__st_expected(&s, "the end of the text");
+    for (i = 0; i < st.num_inputs; i++)
+        for (d = 0; d < st.ndim[i]; d++) named |= st.axis[i][d] != 0;
+    if (named) memcpy(st.names, mesh->names, sizeof(char) * PAR_NAME_MAX * (size_t)mesh->ndim);
     *strategy = st;
     return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy) {
+    if (!text || !strategy) return par__fail(PAR_EINVAL, "par_strategy_parse: NULL argument");
+    return par__st_parse(text, NULL, strategy);
+}
+
+PARALLEL_DEF par_status par_strategy_parse_mesh(const char *text, const par_mesh *mesh, par_strategy *strategy) {
+    par_status status;
+    char why[sizeof par__error_text];
+    int i;
+    if (!text || !mesh || !strategy) return par__fail(PAR_EINVAL, "par_strategy_parse_mesh: NULL argument");
+    if ((status = par__mesh_check(mesh)) != PAR_OK) {
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail(status, "par_strategy_parse_mesh: invalid mesh: %s", why);
+    }
+    for (i = 0; i < mesh->ndim; i++)
+        if (!memchr(mesh->names[i], 0, PAR_NAME_MAX))
+            return par__fail(PAR_EINVAL, "par_strategy_parse_mesh: mesh axis %d name is not terminated within %d bytes",
+                             i, PAR_NAME_MAX);
+    return par__st_parse(text, mesh, strategy);
 }
 
 PARALLEL_DEF int par_strategy_format(const par_strategy *strategy, char *buf, size_t size) {
@@ -3293,11 +3545,56 @@ static uint32_t par__st_split_devs(const par_op_info *info, const int64_t *shard
     return mask;
 }
 
-/* MindSpore device matrix: the iteration shards, then the repeated dim if any. */
-static par_status par__st_dev_matrix(const par__st_spec *s, const int64_t *shards, int devices, par_op_info *info) {
+/* The mesh axis name each iteration dim gets from a named strategy (NULL: none).
+   Every named entry walking one dim must name the same axis, and one axis may
+   name one dim only. */
+static par_status par__st_matrix_names(const par__st_spec *s, const par_strategy *st, const char **names) {
+    int from_in[PARALLEL_MAX_DIMS], from_dim[PARALLEL_MAX_DIMS];
+    int i, d, j, k;
+    for (j = 0; j < PARALLEL_MAX_DIMS; j++) names[j] = NULL, from_in[j] = from_dim[j] = 0;
+    for (i = 0; i < s->num_inputs; i++)
+        for (d = 0; d < st->ndim[i]; d++) {
+            const int a = st->axis[i][d];
+            const char *name;
+            if (!a) continue;
+            if (a > PARALLEL_MAX_DIMS || !memchr(st->names[a - 1], 0, PAR_NAME_MAX) ||
+                !par__is_ident(st->names[a - 1]) || strcmp(st->names[a - 1], "None") == 0)
+                return par__fail(PAR_EINVAL,
+                                 "%s: strategy input %d dim %d refers to axis name %d, which is not an axis name "
+                                 "(strategy.axis is 1 + an index of a name in strategy.names)",
+                                 s->name, i, d, a - 1);
+            j = s->in_iter[i][d];
+            if (j < 0 || (s->in_bcast[i] & (1u << d))) continue;
+            name = st->names[a - 1];
+            if (!names[j]) {
+                names[j] = name, from_in[j] = i, from_dim[j] = d;
+            } else if (strcmp(names[j], name) != 0) {
+                return par__fail(PAR_ESTRATEGY,
+                                 "%s: the %s is named '%s' in input %d dim %d but '%s' in input %d dim %d (one "
+                                 "device-matrix dim is one mesh axis)",
+                                 s->name, s->iter_role[j], names[j], from_in[j], from_dim[j], name, i, d);
+            }
+        }
+    for (j = 0; j < s->num_iter; j++)
+        for (k = 0; k < j; k++)
+            if (names[j] && names[k] && strcmp(names[j], names[k]) == 0)
+                return par__fail(PAR_ESTRATEGY,
+                                 "%s: mesh axis '%s' splits both the %s and the %s; an axis can split one "
+                                 "device-matrix dim",
+                                 s->name, names[j], s->iter_role[k], s->iter_role[j]);
+    return PAR_OK;
+}
+
+/* MindSpore device matrix: the iteration shards, then the repeated dim if any;
+   dims named by the strategy carry those names. */
+static par_status par__st_dev_matrix(const par__st_spec *s, const par_strategy *st, const int64_t *shards,
+                                     int devices, par_op_info *info) {
     int dims[PARALLEL_MAX_DIMS];
+    const char *names[PARALLEL_MAX_DIMS];
     int64_t product = 1;
     int j, n;
+    par_status status;
+    if ((status = par__st_matrix_names(s, st, names)) != PAR_OK) return status;
     for (j = 0; j < s->num_iter; j++) product *= shards[j];
     info->repeated = (int)(devices / product);
     n = s->num_iter + (info->repeated > 1 ? 1 : 0);
@@ -3307,8 +3604,8 @@ static par_status par__st_dev_matrix(const par__st_spec *s, const int64_t *shard
                          "supported",
                          s->name, n, s->num_iter, PARALLEL_MAX_DIMS);
     for (j = 0; j < s->num_iter; j++) dims[j] = (int)shards[j];
-    if (info->repeated > 1) dims[n - 1] = info->repeated;
-    return par_mesh_init(&info->dev_matrix, n, dims, NULL);
+    if (info->repeated > 1) dims[n - 1] = info->repeated, names[n - 1] = NULL;
+    return par_mesh_init(&info->dev_matrix, n, dims, names);
 }
 
 static par_status par__st_input_layouts(const par__st_spec *s, par_op_info *info) {
@@ -3410,6 +3707,23 @@ static void par__st_mirrors(const par__st_spec *s, par_op_info *info) {
     }
 }
 
+/* An activation input's gradient is summed over the split iteration dims its
+   map does not use (e.g. the column dim of a column-parallel matmul's x). */
+static void par__st_backward(const par__st_spec *s, const int64_t *shards, par_op_info *info) {
+    int i, v, group;
+    const uint32_t split = par__st_split_devs(info, shards, (1u << s->num_iter) - 1, &group);
+    for (i = 0; i < s->num_inputs; i++) {
+        const uint32_t mask = split & ~par_layout_split_dims(&info->inputs[i]);
+        /* integer inputs (indices, labels) have no gradient */
+        if ((s->op->params & (1u << i)) || s->in_dtype[i] == PAR_I32 || s->in_dtype[i] == PAR_I64 || !mask) continue;
+        for (group = 1, v = 0; v < info->dev_matrix.ndim; v++)
+            if (mask >> v & 1u) group *= par_mesh_dev_size(&info->dev_matrix, v);
+        info->backward[i] =
+            par__st_comm(PAR_COMM_ALL_REDUCE, mask, group,
+                         par__st_all_reduce_bytes(group, par__st_local_bytes(&info->inputs[i], s->in_dtype[i])));
+    }
+}
+
 /* Per-device flops, rough by design: matmul 2 per multiply-add, norms and softmax
    5 per element, cross-entropy 4, elementwise/gather/reduce 1, data movement 0. */
 static double par__st_flops(const par__st_spec *s, const int64_t *shards, const par_op_info *info) {
@@ -3463,11 +3777,12 @@ static par_status par__st_infer(const par__st_spec *s, const par_strategy *st, i
     if ((status = par__st_check(s, st, devices, shards)) != PAR_OK) return status;
     memset(info, 0, sizeof *info);
     for (i = 0; i < 2; i++) info->forward[i] = par__st_no_comm();
-    for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = par__st_no_comm();
-    if ((status = par__st_dev_matrix(s, shards, devices, info)) != PAR_OK) return status;
+    for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = info->backward[i] = par__st_no_comm();
+    if ((status = par__st_dev_matrix(s, st, shards, devices, info)) != PAR_OK) return status;
     if ((status = par__st_input_layouts(s, info)) != PAR_OK) return status;
     if ((status = par__st_output(s, st, shards, info)) != PAR_OK) return status;
     par__st_mirrors(s, info);
+    par__st_backward(s, shards, info);
     par__st_cost(s, shards, info);
     return PAR_OK;
 }
@@ -3758,6 +4073,53 @@ static par_status par__st_check_axes(const par_mesh *dm, const par_mesh *mesh, c
     return PAR_OK;
 }
 
+/* Matrix axis -> mesh axis by the names a named strategy gave the matrix: a
+   named axis goes to the mesh axis of that name, size-1 axes drop, and the
+   unnamed ones (the repeated dim, numeric entries) take the mesh axes larger
+   than 1 that are left, in order. */
+static par_status par__st_named_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
+    char text[128];
+    uint32_t used = 0;
+    int i, j, v;
+    for (i = 0; i < dm->ndim; i++) {
+        axes[i] = -1;
+        if (!dm->names[i][0]) continue;
+        v = par_mesh_dev_dim(mesh, dm->names[i]);
+        j = mesh->ndim - 1 - v;
+        if (v < 0) {
+            par_mesh_format(mesh, text, sizeof text);
+            return par__fail(PAR_EINVAL,
+                             "par_op_info_on_mesh: the strategy names device-matrix axis %d '%s', which mesh %s "
+                             "lacks; pass an axis_map",
+                             i, dm->names[i], text);
+        }
+        if (mesh->dims[j] != dm->dims[i])
+            return par__fail(PAR_EINVAL,
+                             "par_op_info_on_mesh: device-matrix axis %d '%s' has size %d but mesh axis %d '%s' has "
+                             "size %d (was the strategy parsed with another mesh?)",
+                             i, dm->names[i], dm->dims[i], j, mesh->names[j], mesh->dims[j]);
+        if (dm->dims[i] > 1) axes[i] = j, used |= 1u << j;
+    }
+    for (i = 0, j = 0; i < dm->ndim; i++) {
+        if (dm->names[i][0] || dm->dims[i] == 1) continue;
+        while (j < mesh->ndim && (mesh->dims[j] == 1 || (used >> j & 1u))) j++;
+        if (j == mesh->ndim)
+            return par__fail(PAR_EINVAL,
+                             "par_op_info_on_mesh: device-matrix axis %d (size %d, unnamed) has no mesh axis left "
+                             "to map to",
+                             i, dm->dims[i]);
+        axes[i] = j, used |= 1u << j;
+    }
+    return par__st_check_axes(dm, mesh, axes);
+}
+
+static int par__mesh_has_names(const par_mesh *m) {
+    int i;
+    for (i = 0; i < m->ndim; i++)
+        if (m->names[i][0]) return 1;
+    return 0;
+}
+
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out) {
     int axes[PARALLEL_MAX_DIMS], dev_to_mesh[PARALLEL_MAX_DIMS], i, n;
@@ -3773,6 +4135,8 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
     if (axis_map) {
         memcpy(axes, axis_map, sizeof(int) * (size_t)n);
         st = par__st_check_axes(&info->dev_matrix, mesh, axes);
+    } else if (par__mesh_has_names(&info->dev_matrix) && par__mesh_has_names(mesh)) {
+        st = par__st_named_axes(&info->dev_matrix, mesh, axes);
     } else {
         st = par__st_auto_axes(&info->dev_matrix, mesh, axes);
     }
@@ -3787,6 +4151,8 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
         if ((st = par__st_layout_to_mesh(&r.outputs[i], mesh, dev_to_mesh, n)) != PAR_OK) return st;
     for (i = 0; i < r.num_forward && i < 2; i++) r.forward[i].dev_mask = par__st_mask_to_mesh(r.forward[i].dev_mask, dev_to_mesh, n);
     for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__st_mask_to_mesh(r.mirror[i].dev_mask, dev_to_mesh, n);
+    for (i = 0; i < PAR_MAX_INPUTS; i++)
+        r.backward[i].dev_mask = par__st_mask_to_mesh(r.backward[i].dev_mask, dev_to_mesh, n);
     *out = r;
     return PAR_OK;
 }
@@ -5753,6 +6119,129 @@ PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank) {
     }
     return par__fail(PAR_EINVAL, "no launcher environment: none of OMPI_COMM_WORLD_RANK/SIZE, RANK/WORLD_SIZE, "
                                  "PMI_RANK/PMI_SIZE is set");
+}
+
+/* The world size when a launcher started this process as one of several (0 if
+   not): OMPI_COMM_WORLD_SIZE alone counts, since mpirun sets it even where the
+   rest of par_launch_env's variables look odd. */
+static int par__launched_size(void) {
+    int rank = 0, size = 0;
+    const char *ompi = getenv("OMPI_COMM_WORLD_SIZE");
+    long n;
+    if (par_launch_env(&rank, &size, NULL) == PAR_OK && size > 1) return size;
+    par_clear_error();
+    if (!ompi || !*ompi) return 0;
+    n = strtol(ompi, NULL, 10);
+    return n > 1 && n <= INT_MAX ? (int)n : 1;
+}
+
+PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_rank_fn fn, void *arg) {
+    par_mesh mesh;
+    par_status st;
+    int world;
+    if (!fn) return par__fail(PAR_EINVAL, "par_launch: NULL rank function");
+    if (threads < 0) return par__fail(PAR_EINVAL, "par_launch: threads is %d; it must be >= 0 (0 = the mesh's size)", threads);
+    world = par__launched_size();
+    if (world > 0) {
+#ifdef PARALLEL_WITH_MPI
+        par_ctx *ctx = NULL;
+        if (threads > 0 && threads != world)
+            return par__fail(PAR_EINVAL,
+                             "par_launch: threads is %d but the launcher started %d processes (pass 0 to use the "
+                             "launcher's count)",
+                             threads, world);
+        if ((st = par_ctx_init_mpi(desc, &ctx)) != PAR_OK) return st;
+        st = fn(ctx, arg);
+        if (st != PAR_OK)
+            par__keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
+        else
+            par_ctx_destroy(ctx);
+        return st;
+#else
+        return par__fail(PAR_EUNSUPPORTED,
+                         "par_launch: the launcher started this process as one of %d (mpirun?), but this build has no "
+                         "MPI backend: build with mpicc -DPARALLEL_WITH_MPI",
+                         world);
+#endif
+    }
+    if (threads == 0) {
+        if (!desc || !desc->mesh)
+            return par__fail(PAR_EINVAL, "par_launch: threads is 0 and there is no desc->mesh to take the rank count "
+                                         "from");
+        if ((st = par_mesh_parse(desc->mesh, &mesh)) != PAR_OK) return st;
+        threads = par_mesh_size(&mesh);
+    }
+    return par_run_threads_desc(desc, threads, fn, arg);
+}
+
+/* ---- collectives on a context ---------------------------------------------- */
+
+/* The table and group of a call: NULL group = the world. */
+static par_status par__ctx_call(const char *who, par_ctx *ctx, par_comm_group **group) {
+    if (!ctx) return par__fail(PAR_EINVAL, "%s: NULL ctx", who);
+    if (group && !*group) return par_ctx_group(ctx, (1u << ctx->mesh.ndim) - 1, group, NULL, NULL);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_all_reduce(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
+    par_status st = par__ctx_call("par_all_reduce", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.all_reduce(ctx->comm.user, group, send, recv, count, dtype, op, req);
+}
+
+PARALLEL_DEF par_status par_all_gather(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req) {
+    par_status st = par__ctx_call("par_all_gather", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.all_gather(ctx->comm.user, group, send, recv, count, dtype, req);
+}
+
+PARALLEL_DEF par_status par_reduce_scatter(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                           int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
+    par_status st = par__ctx_call("par_reduce_scatter", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.reduce_scatter(ctx->comm.user, group, send, recv, count, dtype, op, req);
+}
+
+PARALLEL_DEF par_status par_all_to_all(par_ctx *ctx, par_comm_group *group, const void *send, void *recv,
+                                       int64_t count, par_dtype dtype, par_request **req) {
+    par_status st = par__ctx_call("par_all_to_all", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.all_to_all(ctx->comm.user, group, send, recv, count, dtype, req);
+}
+
+PARALLEL_DEF par_status par_broadcast(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                      int root, par_request **req) {
+    par_status st = par__ctx_call("par_broadcast", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.broadcast(ctx->comm.user, group, buf, count, dtype, root, req);
+}
+
+PARALLEL_DEF par_status par_send(par_ctx *ctx, par_comm_group *group, const void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req) {
+    par_status st = par__ctx_call("par_send", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.send(ctx->comm.user, group, buf, count, dtype, peer, req);
+}
+
+PARALLEL_DEF par_status par_recv(par_ctx *ctx, par_comm_group *group, void *buf, int64_t count, par_dtype dtype,
+                                 int peer, par_request **req) {
+    par_status st = par__ctx_call("par_recv", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.recv(ctx->comm.user, group, buf, count, dtype, peer, req);
+}
+
+PARALLEL_DEF par_status par_barrier(par_ctx *ctx, par_comm_group *group) {
+    par_status st = par__ctx_call("par_barrier", ctx, &group);
+    return st != PAR_OK ? st : ctx->comm.barrier(ctx->comm.user, group);
+}
+
+PARALLEL_DEF par_status par_wait(par_ctx *ctx, par_request *req) {
+    par_status st = par__ctx_call("par_wait", ctx, NULL);
+    if (st != PAR_OK || !req) return st;
+    return ctx->comm.wait(ctx->comm.user, req);
+}
+
+PARALLEL_DEF par_status par_test(par_ctx *ctx, par_request *req, int *done) {
+    par_status st = par__ctx_call("par_test", ctx, NULL);
+    if (st != PAR_OK) return st;
+    if (!done) return par__fail(PAR_EINVAL, "par_test: NULL done");
+    if (!req) return (*done = 1, PAR_OK);
+    return ctx->comm.test(ctx->comm.user, req, done);
 }
 
 // >>comm-threads

@@ -37,7 +37,8 @@ static const char *const usage_text =
     "                               transpose, flash_attention, reduce_sum, reduce_mean)\n"
     "      --devices 8              devices of the stage\n"
     "      --shapes 16x32,32x64     input shapes, comma between inputs, x between dims\n"
-    "      --strategy \"((2,1),(1,4))\" one shard tuple per input (MindSpore form)\n"
+    "      --strategy \"((2,1),(1,4))\" one shard tuple per input (MindSpore form); with\n"
+    "                               --mesh entries may be axis names: \"((dp,1),(tp,1))\"\n"
     "      [--param 1]              input index that is a trainable parameter\n"
     "                               (repeat the flag or give a list: --param 0,1)\n"
     "      [--transpose-a] [--transpose-b]   matmul / batch_matmul\n"
@@ -48,8 +49,8 @@ static const char *const usage_text =
     "      [--reduce-scatter]       forward all_reduce becomes reduce_scatter\n"
     "      [--dtype f32]            element type\n"
     "      [--device-flops F] [--link-bandwidth B]   cost model (flop/s, bytes/s)\n"
-    "      [--mesh dp=2,tp=4]       show layouts and groups on this mesh (its axes above 1\n"
-    "                               are the device matrix's, in order)\n"
+    "      [--mesh dp=2,tp=4]       show layouts and groups on this mesh (axes named by the\n"
+    "                               strategy by name, else its axes above 1 in order)\n"
     "  strategies    every valid strategy with its cost, cheapest first\n"
     "      the options of `strategy` without --strategy\n"
     "  redistribute  the cheapest plan turning one layout into another\n"
@@ -483,6 +484,15 @@ static void show_op_info(const par_op_desc *op, const par_op_info *info) {
         mirrors++;
     }
     if (!mirrors) printf("mirror: none\n");
+    /* the activation gradients' all-reduce (Megatron's "f" of a column-parallel linear) */
+    for (i = 0, mirrors = 0; i < info->num_inputs; i++) {
+        char prefix[32];
+        if (info->backward[i].kind == PAR_COMM_NONE) continue;
+        snprintf(prefix, sizeof prefix, "backward: input%d ", i);
+        print_comm(prefix, &info->backward[i]);
+        mirrors++;
+    }
+    if (!mirrors) printf("backward: none\n");
     printf("cost: ");
     print_cost_fields(&info->cost);
     putchar('\n');
@@ -492,13 +502,13 @@ static void show_op_info(const par_op_desc *op, const par_op_info *info) {
 static void explain_strategy(const par_op_desc *op, const char *strategy_text, int devices, const char *mesh_text_arg) {
     par_strategy s;
     par_op_info info;
-    check(par_strategy_parse(strategy_text, &s), "--strategy");
+    par_mesh mesh;
+    /* with a mesh, the strategy may name its axes: ((dp,1),(tp,1)) */
+    if (mesh_text_arg) parse_mesh(mesh_text_arg, &mesh);
+    check(mesh_text_arg ? par_strategy_parse_mesh(strategy_text, &mesh, &s) : par_strategy_parse(strategy_text, &s),
+          "--strategy");
     check(par_op_infer(op, &s, devices, &info), "strategy");
-    if (mesh_text_arg) {
-        par_mesh mesh;
-        parse_mesh(mesh_text_arg, &mesh);
-        check(par_op_info_on_mesh(&info, &mesh, NULL, &info), "--mesh");
-    }
+    if (mesh_text_arg) check(par_op_info_on_mesh(&info, &mesh, NULL, &info), "--mesh");
     show_op_info(op, &info);
 }
 

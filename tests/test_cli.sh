@@ -211,6 +211,8 @@ has_line "strategy" "output tensor_map: [2,0]"
 has_line "strategy" "output slice: [8,16]"
 has_line "strategy" "forward_comm: none"
 has_line "strategy" "mirror: input1 all_reduce group=2"
+# A [M,K] uses M and K; the output's N split (4 ways) makes dA = dY B^T partial over it.
+has_line "strategy" "backward: input0 all_reduce group=4"
 # 2*8*32*16 flops; slices (256+512+128)*4 bytes; mirror 2(n-1)/n * 2048 bytes.
 has_match "strategy cost" '^cost: compute_flops=8192 comm_bytes=2048 memory_bytes=3584 total=[0-9.e+-]+$'
 
@@ -231,6 +233,25 @@ has_line "strategy on mesh" "output tensor_map: [1,0]"
 has_line "strategy on mesh" "mirror: input1 all_reduce group=2"
 bad_says "strategy mesh order" "axis_map" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --mesh tp=4,dp=2
 bad_says "strategy mesh size" "mesh 4" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --mesh 2,2
+# With --mesh the strategy may name its axes (README's form): the names map the
+# device matrix onto the mesh whatever the mesh's axis order. Column-parallel
+# x W^T: on tp=4,dp=2 dp is device dim 0, tp device dim 1.
+ok "strategy named" strategy --op matmul --devices 8 --shapes 16x32,64x32 --transpose-b --strategy "((dp,1),(tp,1))" --param 1 --mesh tp=4,dp=2
+has_line "strategy named" "device_matrix: [tp=4,dp=2]"
+has_line "strategy named" "input0 tensor_map: [0,-1]"
+has_line "strategy named" "input1 tensor_map: [1,-1]"
+has_line "strategy named" "output tensor_map: [0,1]"
+has_line "strategy named" "mirror: input1 all_reduce group=2"
+has_line "strategy named" "backward: input0 all_reduce group=4"
+# Row parallel ((dp,tp),(1,tp)): x uses both split dims, its gradient needs nothing.
+ok "strategy row backward" strategy --op matmul --devices 8 --shapes 16x64,32x64 --transpose-b --strategy "((dp,tp),(1,tp))" --param 1 --mesh dp=2,tp=4
+has_line "strategy row backward" "backward: none"
+has_line "strategy row backward" "forward_comm: all_reduce group=4"
+# x[8,16] + b[16], b no parameter: db sums over the 2-way dim b does not use.
+ok "strategy bias backward" strategy --op add --devices 8 --shapes 8x16,16 --strategy "((2,4),(4,))"
+has_line "strategy bias backward" "backward: input1 all_reduce group=2"
+bad_says "strategy unknown name" "'sp' at position 9 is not an axis of the mesh (its axes: dp, tp)" strategy --op matmul --devices 8 --shapes 16x32,64x32 --transpose-b --strategy "((dp,1),(sp,1))" --mesh dp=2,tp=4
+bad_says "strategy name without mesh" "par_strategy_parse_mesh" strategy --op matmul --devices 8 --shapes 16x32,64x32 --strategy "((dp,1),(tp,1))"
 bad_says "strategies no mesh" "--mesh is for" strategies --op matmul --devices 8 --shapes 16x32,32x64 --mesh 2,4
 
 # The same without --param: no mirror.

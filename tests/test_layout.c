@@ -5,6 +5,9 @@
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
+#include <stdint.h>
+#include <stdlib.h>
+
 static par_mesh mesh_of(const char *text) {
     par_mesh m;
     par_status st = par_mesh_parse(text, &m);
@@ -52,12 +55,20 @@ static void test_mesh(void) {
     }
     CHECK_ERR(par_mesh_parse("2,0", &m), PAR_EPARSE, "axis 1 has size 0");
     CHECK_ERR(par_mesh_parse("dp=2,4", &m), PAR_EPARSE, "name every axis or none");
-    CHECK_ERR(par_mesh_parse("dp=2,dp=4", &m), PAR_EINVAL, "both named 'dp'");
+    CHECK_ERR(par_mesh_parse("2,dp=4", &m), PAR_EPARSE, "name every axis or none (position 2)");
+    /* a text naming no valid mesh is a parse error, whatever is wrong with it */
+    CHECK_ERR(par_mesh_parse("dp=2,dp=4", &m), PAR_EPARSE, "mesh 'dp=2,dp=4': mesh axes 0 and 1 are both named 'dp'");
     CHECK_ERR(par_mesh_parse("2,4]", &m), PAR_EPARSE, "unexpected ']'");
     CHECK_ERR(par_mesh_parse("", &m), PAR_EPARSE, "expected an axis size");
-    CHECK_ERR(par_mesh_parse("None=2", &m), PAR_EINVAL, "not an identifier");
+    CHECK_ERR(par_mesh_parse("None=2", &m), PAR_EPARSE, "not an identifier");
     CHECK_ERR(par_mesh_parse("1,2,1,2,1,2,1,2,1", &m), PAR_EPARSE, "more than 8 axes");
-    CHECK_ERR(par_mesh_parse("65536,65536", &m), PAR_EINVAL, "more than");
+    CHECK_ERR(par_mesh_parse("65536,65536", &m), PAR_EPARSE, "more than");
+    /* a word where a size belongs is no integer, not a naming problem */
+    CHECK_ERR(par_mesh_parse("2,x", &m), PAR_EPARSE, "mesh '2,x': axis 1 size 'x' at position 2 is not an integer");
+    CHECK(strstr(par_last_error(), "name every") == NULL);
+    CHECK_ERR(par_mesh_parse("2x4,tp", &m), PAR_EPARSE, "axis 2 size 'tp' at position 4 is not an integer");
+    CHECK_ERR(par_mesh_parse("x", &m), PAR_EPARSE, "axis 0 size 'x' at position 0 is not an integer (nor name=size)");
+    CHECK_ERR(par_mesh_parse("dp=2,tp", &m), PAR_EPARSE, "expected '=' after axis name at position 7");
 }
 
 static void test_parse_format(void) {
@@ -147,6 +158,32 @@ static void test_slices(void) {
         CHECK_OK(par_layout_parse(&b, &m3, 2, shape, "[0,2]"));
         CHECK(!par_layout_equal(&a, &b));
     }
+    /* An invalid layout has no slice: zeros and 0 elements, never a division by a
+       zero shard (device dim 5 of a 2-D mesh has size 0). */
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[1,0]"));
+    l.map.dev[1][0] = 5;
+    local[0] = local[1] = 77;
+    par_clear_error();
+    par_layout_local_shape(&l, local);
+    CHECK(local[0] == 0 && local[1] == 0);
+    CHECK(strstr(par_last_error(), "device dim 5 is out of range") != NULL);
+    CHECK_INT(par_layout_local_numel(&l), 0);
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[1,0]"));
+    l.shape[1] = 6; /* not divisible by its shard 4 */
+    local[0] = local[1] = 77;
+    par_layout_local_shape(&l, local);
+    CHECK(local[0] == 0 && local[1] == 0);
+    CHECK_INT(par_layout_local_numel(&l), 0);
+    l.ndim = 9; /* beyond PARALLEL_MAX_DIMS: the caller's array size is unknown, nothing written */
+    local[0] = 77;
+    par_layout_local_shape(&l, local);
+    CHECK_INT(local[0], 77);
+    CHECK_INT(par_layout_local_numel(&l), 0);
+    CHECK_INT(par_layout_local_numel(NULL), 0);
+    par_layout_local_shape(NULL, local); /* ignored */
+    /* a 0-D tensor is one element */
+    CHECK_OK(par_layout_init(&l, &m, 0, NULL, NULL, 0));
+    CHECK_INT(par_layout_local_numel(&l), 1);
 }
 
 static void test_placements(void) {
@@ -206,12 +243,131 @@ static void test_reshape(void) {
     }
 }
 
+/* par_layout_copy_slice / place_slice on real element types, checked against the
+   mesh simulator: par_sim_scatter of a tensor whose value is its flat index says
+   which global element every local element must be. The element types: f32,
+   i64 and a 3-byte struct-like element (bytes derived from the index). */
+static void elem_bytes(size_t size, int64_t index, unsigned char *out) {
+    if (size == 4) {
+        float f = (float)index + 0.5f;
+        memcpy(out, &f, 4);
+    } else if (size == 8) {
+        int64_t v = index * 1000003 + 7;
+        memcpy(out, &v, 8);
+    } else {
+        out[0] = (unsigned char)(index & 0xff), out[1] = (unsigned char)(index >> 8), out[2] = (unsigned char)(index * 7 + 1);
+    }
+}
+
+static void check_slices_of(const char *mesh_text, int ndim, const int64_t *shape, const char *map) {
+    static const size_t sizes[3] = {4, 8, 3};
+    par_mesh m = mesh_of(mesh_text);
+    par_layout l;
+    int64_t numel = 1, local_numel, i;
+    int ranks = par_mesh_size(&m), r, z;
+    double *global, *locals[64];
+    unsigned char *g, *back, *loc, *want, *fill;
+    for (i = 0; i < ndim; i++) numel *= shape[i];
+    CHECK_OK(par_layout_parse(&l, &m, ndim, shape, map));
+    local_numel = par_layout_local_numel(&l);
+    global = (double *)malloc(sizeof(double) * (size_t)numel);
+    for (i = 0; i < numel; i++) global[i] = (double)i;
+    for (r = 0; r < ranks; r++) locals[r] = (double *)malloc(sizeof(double) * (size_t)local_numel);
+    CHECK_OK(par_sim_scatter(&l, global, locals));
+    g = (unsigned char *)malloc(8 * (size_t)numel);
+    back = (unsigned char *)malloc(8 * (size_t)numel);
+    fill = (unsigned char *)malloc(8 * (size_t)numel);
+    loc = (unsigned char *)malloc(8 * (size_t)local_numel);
+    want = (unsigned char *)malloc(8 * (size_t)local_numel);
+    for (z = 0; z < 3; z++) {
+        size_t es = sizes[z];
+        for (i = 0; i < numel; i++) elem_bytes(es, i, g + (size_t)i * es);
+        memset(back, 0xEE, es * (size_t)numel);
+        for (r = 0; r < ranks; r++) {
+            int64_t changed = 0, expect_changed = 0;
+            /* the slice: element j is global element locals[r][j] */
+            for (i = 0; i < local_numel; i++) elem_bytes(es, (int64_t)locals[r][i], want + (size_t)i * es);
+            memset(loc, 0xCD, es * (size_t)local_numel);
+            CHECK_OK(par_layout_copy_slice(&l, r, es, g, loc));
+            CHECK_MSG(memcmp(loc, want, es * (size_t)local_numel) == 0, "copy_slice %s %s elem %zu rank %d", mesh_text,
+                      map, es, r);
+            /* placing it alone touches exactly its elements */
+            memset(fill, 0xEE, es * (size_t)numel);
+            CHECK_OK(par_layout_place_slice(&l, r, es, loc, fill));
+            for (i = 0; i < numel; i++) {
+                int differs = memcmp(fill + (size_t)i * es, g + (size_t)i * es, es) != 0;
+                int untouched = fill[(size_t)i * es] == 0xEE && fill[(size_t)i * es + es - 1] == 0xEE;
+                if (!differs) changed++;
+                else if (!untouched) expect_changed = -1000000; /* wrote a wrong value */
+            }
+            for (i = 0; i < local_numel; i++) expect_changed += 1;
+            CHECK_MSG(changed == expect_changed, "place_slice %s %s elem %zu rank %d: %lld elements right, want %lld",
+                      mesh_text, map, es, r, (long long)changed, (long long)expect_changed);
+            CHECK_OK(par_layout_place_slice(&l, r, es, loc, back));
+        }
+        /* every rank's slice placed: the whole tensor is back */
+        CHECK_MSG(memcmp(back, g, es * (size_t)numel) == 0, "place_slice %s %s elem %zu: all ranks", mesh_text, map, es);
+    }
+    for (r = 0; r < ranks; r++) free(locals[r]);
+    free(global), free(g), free(back), free(fill), free(loc), free(want);
+}
+
+static void test_copy_slice(void) {
+    static const int64_t s1[1] = {24}, s2[2] = {8, 16}, s3[3] = {4, 8, 4}, s4[4] = {2, 6, 4, 3};
+    par_mesh m = mesh_of("2,4");
+    par_layout l;
+    int64_t shape[2] = {4, 8}, i;
+    float g[32], loc[16];
+    int r;
+    check_slices_of("2,4", 1, s1, "[(1,0)]");
+    check_slices_of("2,4", 1, s1, "[(0,1)]");
+    check_slices_of("2,4", 1, s1, "[0]");
+    check_slices_of("2,4", 1, s1, "[-1]");
+    check_slices_of("2,4", 2, s2, "[1,0]");
+    check_slices_of("2,4", 2, s2, "[(0,1),-1]");
+    check_slices_of("2,4", 2, s2, "[-1,(1,0)]");
+    check_slices_of("2,4", 2, s2, "[0,-1]");
+    check_slices_of("2,2,2", 3, s3, "[2,-1,(1,0)]");
+    check_slices_of("2,2,2", 3, s3, "[(0,2),1,-1]");
+    check_slices_of("2,2,2", 3, s3, "[-1,(2,1,0),-1]");
+    check_slices_of("2,3,2", 4, s4, "[-1,1,(2,0),-1]");
+    check_slices_of("2,3,2", 4, s4, "[2,(1,0),-1,-1]");
+    check_slices_of("2,3,2", 4, s4, "[-1,-1,0,1]");
+    check_slices_of("2,3,2", 4, s4, "[-1,-1,-1,-1]");
+    check_slices_of("4", 0, NULL, "[]");
+
+    /* partial: copied as is, every rank of the partial group gets the full values */
+    for (i = 0; i < 32; i++) g[i] = (float)i;
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[1,-1] partial=0"));
+    for (r = 0; r < 8; r++) {
+        CHECK_OK(par_layout_copy_slice(&l, r, sizeof(float), g, loc));
+        /* rank r = (a, b): rows 2a and 2a+1 (elements 16a..16a+15) whatever b is */
+        CHECK_MSG(loc[0] == (float)(r / 4 * 16) && loc[9] == (float)(r / 4 * 16 + 9) && loc[15] == (float)(r / 4 * 16 + 15),
+                  "partial rank %d", r);
+    }
+
+    /* errors */
+    CHECK_ERR(par_layout_copy_slice(&l, 8, 4, g, loc), PAR_EINVAL,
+              "par_layout_copy_slice: rank 8 is outside the layout's mesh of 8 devices");
+    CHECK_ERR(par_layout_place_slice(&l, -1, 4, loc, g), PAR_EINVAL, "par_layout_place_slice: rank -1 is outside");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 0, g, loc), PAR_EINVAL, "elem_size is 0");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, NULL, loc), PAR_EINVAL, "par_layout_copy_slice: NULL global");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, g, NULL), PAR_EINVAL, "par_layout_copy_slice: NULL local");
+    CHECK_ERR(par_layout_place_slice(&l, 0, 4, loc, NULL), PAR_EINVAL, "par_layout_place_slice: NULL global");
+    CHECK_ERR(par_layout_place_slice(&l, 0, 4, NULL, g), PAR_EINVAL, "par_layout_place_slice: NULL local");
+    CHECK_ERR(par_layout_copy_slice(NULL, 0, 4, g, loc), PAR_EINVAL, "par_layout_copy_slice: NULL layout");
+    CHECK_ERR(par_layout_copy_slice(&l, 0, SIZE_MAX / 2, g, loc), PAR_EINVAL, "do not fit in memory addresses");
+    l.shape[0] = 3; /* not divisible by 2 */
+    CHECK_ERR(par_layout_copy_slice(&l, 0, 4, g, loc), PAR_ELAYOUT, "tensor dim 0 (size 3) is not divisible by its shard 2");
+}
+
 int main(void) {
     test_mesh();
     test_parse_format();
     test_slices();
     test_placements();
     test_reshape();
+    test_copy_slice();
     /* par_set_error: what host-written hook tables use to report failures */
     CHECK(par_set_error(PAR_ECOMM, "rank %d gone", 3) == PAR_ECOMM);
     CHECK_STR(par_last_error(), "rank 3 gone");

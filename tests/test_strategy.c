@@ -141,8 +141,9 @@ static void test_parse_format(void) {
     CHECK_ERR(par_strategy_parse("2,1", &s), PAR_EPARSE, "expected '(' opening the strategy at position 0");
     CHECK_ERR(par_strategy_parse("(2,1)", &s), PAR_EPARSE,
               "expected '(' opening the shard tuple of input at position 1");
-    CHECK_ERR(par_strategy_parse("((2,x))", &s), PAR_EPARSE,
-              "expected a shard (a positive integer) at position 4, found 'x'");
+    CHECK_ERR(par_strategy_parse("((2,x))", &s), PAR_EPARSE, "'x' at position 4 is an axis name");
+    CHECK_ERR(par_strategy_parse("((2,+))", &s), PAR_EPARSE,
+              "expected a shard (a positive integer) at position 4, found '+'");
     CHECK_ERR(par_strategy_parse("((2,,1))", &s), PAR_EPARSE, "at position 4, found ','");
     CHECK_ERR(par_strategy_parse("((99999999999999999999,1))", &s), PAR_EPARSE, "position 2 is too large");
     CHECK_ERR(par_strategy_parse("((1,),(1,),(1,),(1,),(1,))", &s), PAR_EPARSE, "more than 4 input tuples");
@@ -863,6 +864,301 @@ static void test_on_mesh(void) {
     CHECK_ERR(par_op_info_on_mesh(NULL, &mesh, NULL, &m), PAR_EINVAL, "NULL argument");
 }
 
+/* Strategies written with mesh axis names (the README's and the trainer's form). */
+static void test_named(void) {
+    par_mesh mesh, unnamed, swapped, other, cp;
+    par_strategy s;
+    par_op_info info, m;
+    par_op_desc col = make_op(PAR_OP_MATMUL, "16x32,64x32"), row = make_op(PAR_OP_MATMUL, "16x64,32x64");
+    par_op_desc norm = make_op(PAR_OP_RMSNORM, "16x32,32");
+    CHECK_OK(par_mesh_parse("dp=2,tp=4", &mesh));
+    CHECK_OK(par_mesh_parse("2,4", &unnamed));
+    CHECK_OK(par_mesh_parse("tp=4,dp=2", &swapped));
+    CHECK_OK(par_mesh_parse("dp=4,tp=2", &other));
+    CHECK_OK(par_mesh_parse("dp=2,cp=2,tp=2", &cp));
+
+    /* parse: names are sizes, "None" is 1, the axis each came from is kept */
+    CHECK_OK(par_strategy_parse_mesh("((dp,1),(tp,None))", &mesh, &s));
+    CHECK_STR(S(&s), "((2,1),(4,1))");
+    CHECK_INT(s.axis[0][0], 1); /* dp = axis 0 */
+    CHECK_INT(s.axis[0][1], 0);
+    CHECK_INT(s.axis[1][0], 2); /* tp = axis 1 */
+    CHECK_INT(s.axis[1][1], 0); /* None is a number */
+    CHECK_STR(s.names[0], "dp");
+    CHECK_STR(s.names[1], "tp");
+    CHECK_OK(par_strategy_parse_mesh(" ( ( dp , tp ) , ( 1 , tp , ) ) ", &mesh, &s));
+    CHECK_STR(S(&s), "((2,4),(1,4))");
+    CHECK_OK(par_strategy_parse_mesh("((2,1),(4,1))", &mesh, &s)); /* numbers: no names recorded */
+    CHECK_INT(s.axis[0][0], 0);
+    CHECK_STR(s.names[0], "");
+    CHECK_ERR(par_strategy_parse_mesh("((dp,1),(xp,1))", &mesh, &s), PAR_EPARSE,
+              "strategy '((dp,1),(xp,1))': 'xp' at position 9 is not an axis of the mesh (its axes: dp, tp)");
+    CHECK_ERR(par_strategy_parse_mesh("((dp,1),)", &unnamed, &s), PAR_EPARSE, "its axes: none: the mesh is unnamed");
+    CHECK_ERR(par_strategy_parse_mesh("((dp,0),)", &mesh, &s), PAR_ESTRATEGY, "input 0 dim 1 has shard 0");
+    CHECK_ERR(par_strategy_parse_mesh("((dp,1),", &mesh, &s), PAR_EPARSE, "found the end of the text");
+    CHECK_ERR(par_strategy_parse_mesh(NULL, &mesh, &s), PAR_EINVAL, "par_strategy_parse_mesh: NULL argument");
+    CHECK_ERR(par_strategy_parse_mesh("((1,),)", NULL, &s), PAR_EINVAL, "par_strategy_parse_mesh: NULL argument");
+    {
+        par_mesh bad = mesh;
+        bad.ndim = 0;
+        CHECK_ERR(par_strategy_parse_mesh("((1,),)", &bad, &s), PAR_EINVAL,
+                  "par_strategy_parse_mesh: invalid mesh: mesh has 0 axes");
+    }
+    /* numbers only without a mesh, and the error says where names go */
+    CHECK_ERR(par_strategy_parse("((dp,1),(tp,1))", &s), PAR_EPARSE,
+              "'dp' at position 2 is an axis name; par_strategy_parse takes numbers only (use "
+              "par_strategy_parse_mesh");
+    CHECK_OK(par_strategy_parse("((None,2),)", &s)); /* None needs no mesh */
+    CHECK_STR(S(&s), "((1,2),)");
+
+    /* infer names the device matrix; the repeated dim stays unnamed */
+    col.transpose_b = 1, col.params = 2;
+    CHECK_OK(par_strategy_parse_mesh("((dp,1),(tp,1))", &mesh, &s));
+    CHECK_OK(par_op_infer(&col, &s, 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[dp=2,1,tp=4]");
+    norm.params = 2;
+    CHECK_OK(par_strategy_parse_mesh("((dp,1),(1,))", &mesh, &s));
+    CHECK_OK(par_op_infer(&norm, &s, 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[dp=2,1,4]");
+    /* numeric entries beside named ones of the same dim agree; the name sticks */
+    row.transpose_b = 1, row.params = 2;
+    CHECK_OK(par_strategy_parse_mesh("((dp,4),(1,tp))", &mesh, &s));
+    CHECK_OK(par_op_infer(&row, &s, 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[dp=2,tp=4,1]");
+    /* one dim named two ways; one axis naming two dims */
+    CHECK_OK(par_strategy_parse_mesh("((dp,cp),(1,tp))", &cp, &s));
+    CHECK_ERR(par_op_infer(&row, &s, 8, &info), PAR_ESTRATEGY,
+              "matmul: the contraction dim is named 'cp' in input 0 dim 1 but 'tp' in input 1 dim 1");
+    CHECK_OK(par_strategy_parse_mesh("((dp,dp),(1,dp))", &mesh, &s));
+    CHECK_ERR(par_op_infer(&row, &s, 4, &info), PAR_ESTRATEGY,
+              "matmul: mesh axis 'dp' splits both the row dim and the contraction dim");
+    /* a hand-filled axis index pointing at no name */
+    CHECK_OK(par_strategy_parse_mesh("((dp,1),(tp,1))", &mesh, &s));
+    s.axis[1][0] = 5;
+    CHECK_ERR(par_op_infer(&col, &s, 8, &info), PAR_EINVAL, "strategy input 1 dim 0 refers to axis name 4");
+    /* enumerated strategies carry no names */
+    {
+        par_strategy list[64];
+        int n = 0, i, named = 0, d;
+        CHECK_OK(par_op_strategies(&col, 8, list, NULL, 64, &n));
+        for (i = 0; i < n && i < 64; i++)
+            for (d = 0; d < 2; d++) named |= list[i].axis[0][d] | list[i].axis[1][d] | list[i].names[0][0];
+        CHECK(n > 0 && !named);
+    }
+
+    /* on a mesh by name: the order of the mesh's axes no longer matters */
+    CHECK_OK(par_strategy_parse_mesh("((dp,1),(tp,1))", &mesh, &s));
+    CHECK_OK(par_op_infer(&col, &s, 8, &info));
+    CHECK_OK(par_op_info_on_mesh(&info, &mesh, NULL, &m));
+    CHECK_STR(L(&m.inputs[0]), "[1,-1]");
+    CHECK_STR(L(&m.inputs[1]), "[0,-1]");
+    CHECK_INT(m.mirror[1].dev_mask, 0x2);
+    CHECK_OK(par_op_info_on_mesh(&info, &swapped, NULL, &m)); /* tp=4,dp=2: dp is device dim 0 now */
+    CHECK_STR(L(&m.inputs[0]), "[0,-1]");
+    CHECK_STR(L(&m.inputs[1]), "[1,-1]");
+    CHECK_STR(L(&m.outputs[0]), "[0,1]");
+    CHECK_INT(m.mirror[1].dev_mask, 0x1);
+    CHECK_OK(par_op_info_on_mesh(&info, &unnamed, NULL, &m)); /* no names to match: by order */
+    CHECK_STR(L(&m.inputs[1]), "[0,-1]");
+    CHECK_ERR(par_op_info_on_mesh(&info, &cp, NULL, &m), PAR_EINVAL,
+              "device-matrix axis 2 'tp' has size 4 but mesh axis 2 'tp' has size 2 (was the strategy parsed with "
+              "another mesh?)");
+    CHECK_ERR(par_op_info_on_mesh(&info, &other, NULL, &m), PAR_EINVAL,
+              "device-matrix axis 0 'dp' has size 2 but mesh axis 0 'dp' has size 4");
+    {
+        par_mesh xy;
+        CHECK_OK(par_mesh_parse("x=2,y=4", &xy));
+        CHECK_ERR(par_op_info_on_mesh(&info, &xy, NULL, &m), PAR_EINVAL,
+                  "the strategy names device-matrix axis 0 'dp', which mesh [x=2,y=4] lacks; pass an axis_map");
+    }
+    /* the repeated dim takes the mesh axis no name claimed */
+    CHECK_OK(par_strategy_parse_mesh("((dp,1),(1,))", &mesh, &s));
+    CHECK_OK(par_op_infer(&norm, &s, 8, &info));
+    CHECK_OK(par_op_info_on_mesh(&info, &swapped, NULL, &m));
+    CHECK_STR(L(&m.inputs[0]), "[0,-1]");
+    CHECK_INT(m.mirror[1].dev_mask, 0x3);
+    /* row parallel on tp=4,dp=2 */
+    CHECK_OK(par_strategy_parse_mesh("((dp,tp),(1,tp))", &swapped, &s));
+    CHECK_OK(par_op_infer(&row, &s, 8, &info));
+    CHECK_OK(par_op_info_on_mesh(&info, &swapped, NULL, &m));
+    CHECK_STR(L(&m.inputs[0]), "[0,1]");
+    CHECK_STR(L(&m.outputs[0]), "[0,-1] partial=1");
+    CHECK_INT(m.forward[0].dev_mask, 0x2);
+}
+
+/* Activation-gradient communication: the local dx is partial over the split
+   iteration dims x does not use. Hand-derived, plus Megatron-LM's f/g operators
+   (column-parallel input: identity forward, all-reduce backward over tp;
+   row-parallel: all-reduce forward, identity backward). */
+static void test_backward(void) {
+    par_op_desc op;
+    par_op_info info, m;
+    par_mesh mesh;
+    int i;
+    CHECK_OK(par_mesh_parse("dp=2,tp=4", &mesh));
+
+    /* column parallel x[16,32] . W[64,32]^T ((2,1),(4,1)): dev [M=2,K=1,N=4] (N = dev 0).
+       dx = dy . W with dy split over N: partial over the 4-way dim. x local [8,32] = 1024 B,
+       2*(3/4)*1024 = 1536 */
+    op = make_op(PAR_OP_MATMUL, "16x32,64x32");
+    op.transpose_b = 1, op.params = 2;
+    CHECK_OK(infer(&op, "((2,1),(4,1))", 8, &info));
+    check_comm(&info.backward[0], PAR_COMM_ALL_REDUCE, 4, 0x1, 1536);
+    CHECK_INT(info.backward[0].count, 1);
+    CHECK_INT(info.backward[0].tensor_dim, -1);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE); /* W is a parameter: its mirror says it */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 2048);
+    /* on the model's mesh: over tp (device dim 0) */
+    CHECK_OK(par_op_info_on_mesh(&info, &mesh, NULL, &m));
+    CHECK_INT(m.backward[0].dev_mask, 0x1);
+    CHECK_INT(m.backward[0].group, 4);
+    /* W not a parameter: dW = dy^T . x is partial over the M dim W does not use (dev 2):
+       W local [16,32] = 2048 B, 2*(1/2)*2048 */
+    op.params = 0;
+    CHECK_OK(infer(&op, "((2,1),(4,1))", 8, &info));
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 2048);
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_NONE);
+    /* the cost is forward + mirror, as before */
+    CHECK_NEAR(info.cost.comm_bytes, 0);
+
+    /* row parallel x[16,64] . W[32,64]^T ((2,4),(1,4)): x uses M and K, nothing else splits */
+    op = make_op(PAR_OP_MATMUL, "16x64,32x64");
+    op.transpose_b = 1, op.params = 2;
+    CHECK_OK(infer(&op, "((2,4),(1,4))", 8, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[0].group, 1);
+    CHECK_INT(info.backward[0].dev_mask, 0);
+
+    /* RMSNorm ((2,1),(1,)) on 8: the 4-way dim is the repeated one, not a split */
+    op = make_op(PAR_OP_RMSNORM, "16x32,32");
+    op.params = 2;
+    CHECK_OK(infer(&op, "((2,1),(1,))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,4]");
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 8, 0x5, 224); /* dev 2 and 0; gamma 128 B, 2*(7/8)*128 */
+
+    /* x[8,16] + b[16], b an activation ((2,4),(4,)): dev [2,4]; db sums over the 2-way
+       dim (dev 1). b local [4] = 16 B, 2*(1/2)*16 = 16. x uses both: none. */
+    op = make_op(PAR_OP_ELEMENTWISE, "8x16,16");
+    CHECK_OK(infer(&op, "((2,4),(4,))", 8, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x2, 16);
+    /* a broadcast size-1 dim counts as unused: y[1,16] against x[8,16] ((2,4),(1,4)) */
+    op = make_op(PAR_OP_ELEMENTWISE, "8x16,1x16");
+    CHECK_OK(infer(&op, "((2,4),(1,4))", 8, &info));
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x2, 16);
+
+    /* integer inputs have no gradient: Gather's indices, CrossEntropy's labels */
+    op = make_op(PAR_OP_GATHER, "1000x64,8x128");
+    CHECK_OK(infer(&op, "((4,2),(1,1))", 8, &info));
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    /* a non-parameter table: dtable sums over the indices' split dims (dev 3, 2 ways):
+       table local [250,32] = 32000 B, 2*(1/2)*32000 */
+    CHECK_OK(infer(&op, "((4,2),(2,1))", 16, &info));
+    check_comm(&info.backward[0], PAR_COMM_ALL_REDUCE, 2, 0x8, 32000);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    op = make_op(PAR_OP_CROSS_ENTROPY, "8x100,8");
+    CHECK_OK(infer(&op, "((2,4),(2,))", 8, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE); /* the vocab-split gradient is local */
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+
+    /* batch matmul a[4,16,32] . b[4,32,64] ((2,1,2),(2,2,1)): dev [B=2,M=1,K=2,N=1]; a uses all
+       split dims: none. b uses B,K,N: M is size 1: none. */
+    op = make_op(PAR_OP_BATCH_MATMUL, "4x16x32,4x32x64");
+    CHECK_OK(infer(&op, "((2,1,2),(2,2,1))", 4, &info));
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    /* ... ((2,2,1),(2,1,2)): dev [2,2,1,2]; da partial over N (dev 0): a local [2,8,32]
+       = 2048 B, 2*(1/2)*2048; db over M (dev 2): b local [2,32,32] = 8192 B */
+    CHECK_OK(infer(&op, "((2,2,1),(2,1,2))", 8, &info));
+    check_comm(&info.backward[0], PAR_COMM_ALL_REDUCE, 2, 0x1, 2048);
+    check_comm(&info.backward[1], PAR_COMM_ALL_REDUCE, 2, 0x4, 8192);
+
+    /* inputs past num_inputs stay NONE */
+    for (i = 2; i < PAR_MAX_INPUTS; i++) CHECK_INT(info.backward[i].kind, PAR_COMM_NONE);
+}
+
+/* Every strategy README.md shows (a quoted or backquoted "((...))") must parse:
+   numeric ones with par_strategy_parse, named ones with par_strategy_parse_mesh
+   on a mesh with those axes (dp=2, tp=4, any other name 2). */
+static char *read_readme(void) {
+    char path[512];
+    const char *slash = strrchr(__FILE__, '/');
+    FILE *f = fopen("README.md", "rb");
+    char *text;
+    long n;
+    if (!f && slash) { /* run from elsewhere: README.md beside the tests/ dir this file is in */
+        snprintf(path, sizeof path, "%.*s/../README.md", (int)(slash - __FILE__), __FILE__);
+        f = fopen(path, "rb");
+    }
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = (char *)malloc((size_t)n + 1);
+    if (text && fread(text, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (text) text[n] = 0;
+    fclose(f);
+    return text;
+}
+
+static void test_readme_strategies(void) {
+    char *readme = read_readme(), *p;
+    int numeric = 0, named = 0;
+    CHECK_MSG(readme != NULL, "cannot read README.md (run from the repository root)");
+    if (!readme) return;
+    for (p = strstr(readme, "(("); p; p = strstr(p + 2, "((")) {
+        char text[128], mesh_text[128], word[32];
+        const char *q = p;
+        int depth = 0, has_name = 0;
+        size_t len, m = 0;
+        par_strategy st;
+        par_mesh mesh;
+        if (p == readme || (p[-1] != '`' && p[-1] != '"')) continue;
+        do depth += *q == '(' ? 1 : *q == ')' ? -1 : 0;
+        while (*++q && depth > 0 && *q != '\n');
+        len = (size_t)(q - p);
+        if (depth != 0 || *q != p[-1] || len >= sizeof text) continue; /* not a quoted strategy */
+        memcpy(text, p, len);
+        text[len] = 0;
+        mesh_text[0] = 0;
+        for (q = text; *q;) { /* the axis names used, each once */
+            size_t w = 0;
+            if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_')) {
+                q++;
+                continue;
+            }
+            while (((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_' || (*q >= '0' && *q <= '9')) &&
+                   w + 1 < sizeof word)
+                word[w++] = *q++;
+            word[w] = 0;
+            if (strcmp(word, "None") == 0) continue;
+            has_name = 1;
+            {
+                char key[40];
+                snprintf(key, sizeof key, "%s=", word);
+                if (strstr(mesh_text, key) == mesh_text ||
+                    (strstr(mesh_text, key) && strstr(mesh_text, key)[-1] == ','))
+                    continue;
+            }
+            m += (size_t)snprintf(mesh_text + m, sizeof mesh_text - m, "%s%s=%d", m ? "," : "", word,
+                                  strcmp(word, "tp") == 0 ? 4 : 2);
+        }
+        if (has_name) {
+            CHECK_MSG(par_mesh_parse(mesh_text, &mesh) == PAR_OK, "README strategy %s: mesh %s", text, mesh_text);
+            CHECK_MSG(par_strategy_parse_mesh(text, &mesh, &st) == PAR_OK, "README strategy %s on mesh %s", text,
+                      mesh_text);
+            named++;
+        } else {
+            CHECK_MSG(par_strategy_parse(text, &st) == PAR_OK, "README strategy %s", text);
+            numeric++;
+        }
+    }
+    /* README shows both kinds (the quick tour's numbers, the trainer's names) */
+    CHECK_MSG(numeric >= 2 && named >= 2, "README strategies found: %d numeric, %d named", numeric, named);
+    free(readme);
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -882,5 +1178,8 @@ int main(void) {
     test_enumerate_others();
     test_enumerate_bounded();
     test_on_mesh();
+    test_named();
+    test_readme_strategies();
+    test_backward();
     return TEST_END("strategy");
 }
