@@ -1590,8 +1590,9 @@ typedef struct par_tp_desc {
     int64_t hidden;         /* features of the residual stream */
     const char *column;     /* MindSpore MatMul strategy of the column-parallel linears, x [rows, in]
                                . W^T with W [out, in]: ((x rows, x in), (W out, W in)), e.g.
-                               "((2,1),(4,1))": rows over 2 data-parallel ranks, out over 4 */
-    const char *row;        /* ... of the row-parallel linears, e.g. "((2,4),(1,4))": in split over 4 */
+                               "((dp,1),(tp,1))" (axis names of the mesh, or numbers: "((2,1),(4,1))"):
+                               rows over the data-parallel ranks, out over the tensor-parallel ones */
+    const char *row;        /* ... of the row-parallel linears, e.g. "((dp,tp),(1,tp))": in split over tp */
     int sequence_parallel;  /* Megatron sequence parallelism */
     int no_all_to_all;      /* plans never use all_to_all (MindSpore enable_alltoall: false) */
     struct par_trace *trace;/* optional: each blocking collective as a "comm" span */
@@ -13876,9 +13877,8 @@ static uint32_t par__tp_dim_mask(const par_layout *l, int d, int *order, int *co
 
 static par_status par__tp_parse(par_tp *tp, const char *text, const char *which, par_strategy *st) {
     char why[200];
-    (void)tp;
     if (!text) return par__fail(PAR_EINVAL, "par_tp_create: no %s strategy", which);
-    if (par_strategy_parse(text, st) == PAR_OK) return PAR_OK;
+    if (par_strategy_parse_mesh(text, par_ctx_mesh(tp->ctx), st) == PAR_OK) return PAR_OK;
     par__copy_text(why, sizeof why, par_last_error());
     return par__fail(PAR_ESTRATEGY, "par_tp_create: %s strategy \"%s\": %s", which, text, why);
 }

@@ -293,13 +293,10 @@ static par_status alloc_bytes(trainer *t, int64_t bytes, par_mem_category cat, v
 static par_status place_model(trainer *t) {
     const llama_config *c = t->cfg;
     const llama_dims d = dims_from_config(c);
-    char column[64], row[64];
     par_tp_desc td;
     memset(&td, 0, sizeof td);
-    snprintf(column, sizeof column, "((%d,1),(%d,1))", c->data_parallel, c->model_parallel);
-    snprintf(row, sizeof row, "((%d,%d),(1,%d))", c->data_parallel, c->model_parallel, c->model_parallel);
     td.rows = (int64_t)t->global_batch / c->micro_batch_num * c->seq_length, td.hidden = d.dim;
-    td.column = column, td.row = row, td.sequence_parallel = c->use_seq_parallel && c->model_parallel > 1;
+    td.column = "((dp,1),(tp,1))", td.row = "((dp,tp),(1,tp))", td.sequence_parallel = c->use_seq_parallel && c->model_parallel > 1;
     td.no_all_to_all = !c->enable_alltoall, td.trace = t->trace;
     LLAMA_CHECK(par_tp_create(t->ctx, &td, &t->tp));
     return llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp);

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { IN = 8, HIDDEN = 16, OUT = 4, BATCH = 16 }; /* BATCH: global samples per step */
+enum { IN = 8, HIDDEN = 16, OUT = 4, BATCH = 16, DATA = 64 }; /* BATCH: global samples per step, of DATA */
 
 typedef struct config {
     int dp, tp, zero, steps, micro;
@@ -35,7 +35,7 @@ static double hash01(uint64_t a, uint64_t b) { /* a fixed pseudo-random value in
     z ^= z >> 31, z *= 0xD6E8FEB86659FD93ull, z ^= z >> 29;
     return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
-static float input(int64_t sample, int64_t j) { return (float)hash01(1000 + (uint64_t)sample, (uint64_t)j); }
+static float input(int64_t sample, int64_t j) { return (float)hash01(1000 + (uint64_t)(sample % DATA), (uint64_t)j); }
 static float target(int64_t sample, int64_t k) { /* the teacher: tanh of a fixed projection */
     double s = 0.0;
     for (int j = 0; j < IN; j++) s += hash01(7, (uint64_t)(k * IN + j)) * input(sample, j);
@@ -56,7 +56,6 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     const config *c = (const config *)arg;
     const par_compute_table *ct = par_ctx_compute(ctx);
     const int64_t batch_shape[2] = {BATCH, IN};
-    char column[32], row[32];
     par_tp_desc td = {0};
     par_params_desc pd = {0};
     par_param_desc w[2];
@@ -69,10 +68,9 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     int shard = 0, shards = 1, step, mb, i;
     int64_t n, r, j;
     par_status st = PAR_OK;
-    /* strategies, MindSpore style: rows over dp; W1's out and W2's in over tp */
-    snprintf(column, sizeof column, "((%d,1),(%d,1))", c->dp, c->tp);
-    snprintf(row, sizeof row, "((%d,%d),(1,%d))", c->dp, c->tp, c->tp);
-    td.rows = BATCH / c->micro, td.hidden = IN, td.column = column, td.row = row;
+    /* strategies, MindSpore style, on the mesh "dp=..,tp=..": rows over dp;
+       W1's out (column-parallel) and W2's in (row-parallel) over tp */
+    td.rows = BATCH / c->micro, td.hidden = IN, td.column = "((dp,1),(tp,1))", td.row = "((dp,tp),(1,tp))";
     TRY(par_tp_create(ctx, &td, &tp));
     TRY(par_tp_linear(tp, "w1", PAR_LINEAR_COLUMN, IN, HIDDEN, &l1));
     TRY(par_tp_linear(tp, "w2", PAR_LINEAR_ROW, HIDDEN, OUT, &l2));
