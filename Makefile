@@ -63,6 +63,13 @@ HAVE_OPENBLAS := $(if $(shell pkg-config --exists openblas 2>/dev/null && echo y
 HAVE_CBLAS  := $(call probe_header,cblas.h)
 HAVE_YAML   := $(if $(shell pkg-config --exists yaml-0.1 2>/dev/null && echo y),yes,$(call probe_header,yaml.h))
 
+FEATURES := MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)
+# Rewritten only when the detected set changes; every program whose flags, compiler
+# or libraries follow detection depends on it, so installing (or removing) MPI,
+# OpenBLAS, CUDA or libyaml rebuilds those programs (their sources did not change,
+# so make would otherwise keep binaries built without the new piece).
+STAMP := build/features.stamp
+
 # The CUDA smoke test needs all three; why it is skipped is reported by `make test`.
 CUDA_SKIP := $(if $(filter no,$(HAVE_CUDA)),no nvcc on PATH or in $(CUDA_HOME)/bin: install the CUDA toolkit,$(if \
   $(filter no,$(HAVE_NCCL)),no nccl.h: install NCCL (libnccl-dev),$(if \
@@ -122,14 +129,23 @@ SKIPS := $(strip \
     $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
 
-.PHONY: all detect test test-programs bench demo tour cuda cuda-available test-cuda install clean
+.PHONY: all detect test test-programs bench demo tour cuda cuda-available test-cuda install clean FORCE
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
 all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
-	@echo "detected: MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)"
+	@echo "detected: $(FEATURES)"
+
+# Touched only when the content changes (make compares the stamp's time after
+# the recipe, so an unchanged stamp rebuilds nothing).
+$(STAMP): FORCE | build
+	@if [ "$$(cat $@ 2>/dev/null)" != '$(FEATURES)' ]; then \
+	  if [ -e $@ ]; then echo "detected features changed: rebuilding the programs that depend on them"; fi; \
+	  echo '$(FEATURES)' >$@; \
+	fi
+FORCE:
 
 $(sort $(B) build):
 	@mkdir -p $@
@@ -143,28 +159,28 @@ $(B)/par-explain: examples/explain.c | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
 
-$(B)/train: examples/llama/train.c | $(B)
+$(B)/train: examples/llama/train.c $(STAMP) | $(B)
 	@rm -f $@
 	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
 
 # parallel_cuda.cu as its own object (with MPI for NCCL), linked into the C trainer.
-build/parallel_cuda_mpi.o: parallel_cuda.cu parallel.h | build
+build/parallel_cuda_mpi.o: parallel_cuda.cu parallel.h $(STAMP) | build
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) -c parallel_cuda.cu -o $@
 
-build/train_cuda: examples/llama/train.c examples/llama/model.h examples/llama/config.h build/parallel_cuda_mpi.o | build
+build/train_cuda: examples/llama/train.c examples/llama/model.h examples/llama/config.h build/parallel_cuda_mpi.o $(STAMP) | build
 	@rm -f $@
 	$(MPICC) $(CFLAGS) -DPARALLEL_WITH_MPI -DLLAMA_WITH_CUDA -I. -I$(CUDA_HOME)/include $< build/parallel_cuda_mpi.o \
 	  -o $@ -lyaml -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lstdc++ $(LDLIBS)
 
-$(B)/llama_test_%: tests/llama/test_%.c | $(B)
+$(B)/llama_test_%: tests/llama/test_%.c $(STAMP) | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -I. -Itests $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
 
-$(B)/mpi_test_%: tests/mpi/test_%.c | $(B)
+$(B)/mpi_test_%: tests/mpi/test_%.c $(STAMP) | $(B)
 	@rm -f $@
 	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
-$(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c | $(B)
+$(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c $(STAMP) | $(B)
 	@rm -f $@
 	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -DPAR__MPI_MAX_COUNT=1000 -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
@@ -172,21 +188,21 @@ build/bench_%: bench/bench_%.c | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
 
-build/bench_kernels: bench/bench_kernels.c | build
+build/bench_kernels: bench/bench_kernels.c $(STAMP) | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $(BENCH_CBLAS) $< -o $@ $(BENCH_CBLAS_LIBS) $(LDLIBS)
 
-build/bench_comm: bench/bench_comm.c | build
+build/bench_comm: bench/bench_comm.c $(STAMP) | build
 	@rm -f $@
 	$(BENCH_COMM_CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
 
 # The .cu carries no copy of the implementation (it includes parallel.h plain);
 # the smoke test does. Linked here even without a GPU so CI proves it builds.
-build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/test.h | build
+build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/test.h $(STAMP) | build
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_$*.cu -o $@ $(CUDA_LIBS)
 
-build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h tests/comm_suite.h | build
+build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h tests/comm_suite.h $(STAMP) | build
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
 	  tests/cuda/test_cuda_comm.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
