@@ -1,10 +1,14 @@
 # parallel.h - build, test, bench and demo entry points.
 #
 #   make                      build the CLI, tests, benches (+ link the CUDA smoke test if nvcc)
-#   make test                 build and run every test; last line "N passed, N failed, N skipped"
+#   make test                 install missing Debian packages (.ci/deps), then build and run
+#                             every test; last line "N passed, N failed, N skipped"
 #   make test SAN=address,undefined   the same with sanitizers (separate build dir)
 #   make bench                build (-O2 -DNDEBUG, never sanitized) and run bench/bench_*.c
-#   make demo                 train the Llama example on this repo's text (4 ranks), print a sample
+#   make demo                 install libyaml if missing, then train the Llama example on this
+#                             repo's text (4 ranks) and print a sample
+#   make deps                 only install the missing packages of .ci/packages (what make test does
+#                             first; PARALLEL_NO_INSTALL=1 turns installing off, see .ci/deps)
 #   make tour                 the par-explain guided tour of layouts and plans
 #   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun;
 #                             the trainer's PyTorch reference test on one GPU)
@@ -48,6 +52,10 @@ probe_header = $(shell printf '$(hash)include <$(1)>\n' | $(CC) $(2) -E -x c - >
 
 MPICC ?= mpicc
 MPIRUN ?= mpirun --allow-run-as-root --oversubscribe
+# OpenMPI refuses to run as root (CI, containers) without these; also for an
+# MPIRUN given without --allow-run-as-root. No effect for other users.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 HAVE_MPI := $(if $(shell command -v $(MPICC) 2>/dev/null),yes,no)
 
 # nvcc from PATH, else from CUDA_HOME (a default CUDA install does not touch PATH).
@@ -129,7 +137,7 @@ SKIPS := $(strip \
     $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
 
-.PHONY: all detect test test-programs bench demo tour cuda cuda-available test-cuda install clean FORCE
+.PHONY: all detect deps test run-tests test-programs bench demo run-demo tour cuda cuda-available test-cuda install clean FORCE
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
@@ -146,6 +154,9 @@ $(STAMP): FORCE | build
 	  echo '$(FEATURES)' >$@; \
 	fi
 FORCE:
+
+deps:
+	@sh .ci/deps test
 
 $(sort $(B) build):
 	@mkdir -p $@
@@ -211,7 +222,14 @@ build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h t
 # reported as that program's failure by tests/run.sh instead of stopping the run.
 test-programs: $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
-test: detect
+# README's `make test` on a fresh machine: install what is missing (.ci/deps says
+# what it did or why it could not), then a new make, which detects afresh what
+# is now there, builds what it can and runs everything (run-tests).
+test:
+	@sh .ci/deps test
+	@$(MAKE) --no-print-directory run-tests
+
+run-tests: detect
 	@$(MAKE) --no-print-directory -k test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' MPIRUN='$(MPIRUN)' \
@@ -226,8 +244,12 @@ bench: $(BENCH_BINS) $(TRAIN)
 # text, 4 ranks as threads (dp 2 x tp 2 with sequence parallel and the optimizer
 # sharded), then a sample.
 DEMO_STEPS ?= 900
-demo: $(TRAIN)
-	@test -n "$(TRAIN)" || { echo "make demo needs libyaml (apt install libyaml-dev)" >&2; exit 1; }
+demo:
+	@sh .ci/deps demo
+	@$(MAKE) --no-print-directory run-demo
+
+run-demo: $(TRAIN)
+	@test -n "$(TRAIN)" || { echo "make demo: cannot run: the trainer needs libyaml (yaml.h not found), and it could not be installed (see the deps: lines above); install libyaml-dev, then make demo again" >&2; exit 1; }
 	@cat README.md parallel.h > build/demo_data.txt
 	./$(B)/train --config examples/configs/demo.yaml --data build/demo_data.txt --steps $(DEMO_STEPS) --sample 300
 
