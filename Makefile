@@ -107,6 +107,9 @@ CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_
 MPI_ALL    := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(sort $(wildcard tests/mpi/test_*.c))) \
               $(if $(wildcard tests/mpi/test_comm_mpi.c),$(B)/mpi_test_comm_chunked)
 MPI_BINS   := $(if $(filter yes,$(HAVE_MPI)),$(MPI_ALL))
+# test_compute again with PARALLEL_WITH_CBLAS: the library's GEMM through OpenBLAS.
+CBLAS_TEST := $(if $(filter yes,$(HAVE_OPENBLAS)),$(B)/cblas_test_compute)
+OPENBLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 # The Llama trainer (examples/llama/) reads YAML configs with libyaml; it is built
 # with mpicc when MPI exists so `--backend mpi` works under mpirun.
 TRAIN_CC   := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
@@ -132,7 +135,7 @@ skip_all = $(foreach p,$(1),$(notdir $(p)): $(2)|)
 SKIPS := $(strip \
   $(if $(filter no,$(HAVE_MPI)),$(call skip_all,$(MPI_ALL) bench_comm_mpi,$(WHY_MPI))) \
   $(if $(filter no,$(HAVE_YAML)),$(call skip_all,$(TRAIN_TEST_ALL),$(WHY_YAML))) \
-  $(if $(filter no,$(HAVE_OPENBLAS)),$(call skip_all,bench_kernels_openblas,$(WHY_OPENBLAS))) \
+  $(if $(filter no,$(HAVE_OPENBLAS)),$(call skip_all,cblas_test_compute bench_kernels_openblas,$(WHY_OPENBLAS))) \
   $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_comm train_cuda,$(CUDA_SKIP)), \
     $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
@@ -141,7 +144,7 @@ SKIPS := $(strip \
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
-all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
 	@echo "detected: $(FEATURES)"
@@ -165,6 +168,10 @@ $(sort $(B) build):
 $(B)/test_%: tests/test_%.c | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(B)/cblas_test_compute: tests/test_compute.c $(STAMP) | $(B)
+	@rm -f $@
+	$(CC) $(ALL_CFLAGS) -DPARALLEL_WITH_CBLAS -Itests $< -o $@ $(SANFLAGS) $(OPENBLAS_LIBS) $(LDLIBS)
 
 $(B)/par-explain: examples/explain.c | $(B)
 	@rm -f $@
@@ -220,7 +227,7 @@ build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h t
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+test-programs: $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 # README's `make test` on a fresh machine: install what is missing (.ci/deps says
 # what it did or why it could not), then a new make, which detects afresh what
@@ -233,7 +240,7 @@ run-tests: detect
 	@$(MAKE) --no-print-directory -k test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' MPIRUN='$(MPIRUN)' \
-	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' \
+	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CBLAS_TEST='$(CBLAS_TEST)' \
 	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
 	  SKIPS='$(SKIPS)' bash tests/run.sh
 

@@ -26,6 +26,7 @@
 #   B           build dir of the test programs (build, or build/san-... for SAN=)
 #   EXPLAIN     path of the par-explain binary ("" if examples/explain.c is absent)
 #   BENCH_BINS  bench binaries that must have compiled (they are not run here)
+#   CBLAS_TEST  test_compute built with PARALLEL_WITH_CBLAS ("" without OpenBLAS)
 #   CUDA_BINS   the CUDA programs that must have linked (not run: CI has no GPU)
 #   MPI_BINS    MPI test programs, run under $MPIRUN -np 4
 #   MPIRUN      default "mpirun --allow-run-as-root --oversubscribe"
@@ -38,6 +39,7 @@ cd "$(dirname "$0")/.."
 B=${B:-build}
 EXPLAIN=${EXPLAIN-$B/par-explain}
 BENCH_BINS=${BENCH_BINS-}
+CBLAS_TEST=${CBLAS_TEST-}
 CUDA_BINS=${CUDA_BINS-}
 MPI_BINS=${MPI_BINS-}
 SKIPS=${SKIPS-}
@@ -125,6 +127,16 @@ for src in tests/test_*.c; do
     name=$(basename "$src" .c)
     if [ -x "$B/$name" ]; then
         run_program "$name" "$B/$name"
+    else
+        record "$name" 0 1 "did not build (see the compiler errors above)"
+    fi
+done
+
+# 1b. test_compute again with the library's GEMM through OpenBLAS (when found).
+for bin in $CBLAS_TEST; do
+    name=$(basename "$bin")
+    if [ -x "$bin" ]; then
+        run_program "$name" "$bin"
     else
         record "$name" 0 1 "did not build (see the compiler errors above)"
     fi
