@@ -34,7 +34,7 @@
 #   TEST_TIMEOUT  seconds per program (default 600): a hang is a failure, not a stuck CI
 #   VERBOSE=1   show the full output of passing programs too
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 B=${B:-build}
 EXPLAIN=${EXPLAIN-$B/par-explain}
@@ -93,7 +93,7 @@ run_program() {
     if [ -n "$skips" ]; then
         n_skips=$(wc -l <<<"$skips")
         total_skipped=$((total_skipped + n_skips))
-        sed 's/^/      skip: /' <<<"$skips"
+        while IFS= read -r line; do echo "      skip: $line"; done <<<"$skips"
     fi
 
     summary=$(grep -E '^.+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
@@ -198,7 +198,7 @@ done
 #    end-to-end test, which runs $TRAIN and, when the trainer was built with MPI
 #    and mpirun exists, $MPIRUN -np 2/3/4 (otherwise it reports those runs as
 #    skipped, with MPIRUN_SKIP as the reason).
-trainer_mpirun= trainer_why=
+trainer_mpirun='' trainer_why=''
 if [ -z "$MPI_BINS" ]; then
     trainer_why="build/train was built without mpicc: install libopenmpi-dev openmpi-bin"
 elif [ -n "$no_mpirun" ]; then
