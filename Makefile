@@ -1,10 +1,14 @@
 # parallel.h - build, test, bench and demo entry points.
 #
 #   make                      build the CLI, tests, benches (+ link the CUDA smoke test if nvcc)
-#   make test                 build and run every test; last line "N passed, N failed"
+#   make test                 install missing Debian packages (.ci/deps), then build and run
+#                             every test; last line "N passed, N failed, N skipped"
 #   make test SAN=address,undefined   the same with sanitizers (separate build dir)
 #   make bench                build (-O2 -DNDEBUG, never sanitized) and run bench/bench_*.c
-#   make demo                 train the Llama example on this repo's text (4 ranks), print a sample
+#   make demo                 install libyaml if missing, then train the Llama example on this
+#                             repo's text (4 ranks) and print a sample
+#   make deps                 only install the missing packages of .ci/packages (what make test does
+#                             first; PARALLEL_NO_INSTALL=1 turns installing off, see .ci/deps)
 #   make tour                 the par-explain guided tour of layouts and plans
 #   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun;
 #                             the trainer's PyTorch reference test on one GPU)
@@ -39,8 +43,8 @@ ALL_CFLAGS := $(CFLAGS) $(SANFLAGS) -MMD -MP
 BENCH_CFLAGS ?= -std=c11 -O2 -g -DNDEBUG -Wall -Wextra -Wpedantic -Werror
 
 # ---------------------------------------------------------------------------
-# Detection of optional dependencies. Only reported for now; later features
-# (MPI comm backend, CBLAS GEMM, YAML configs, CUDA/NCCL hooks) switch on them.
+# Detection of optional dependencies: what is missing is left out of the build
+# and its tests are reported as skipped, with the reason (SKIPS below).
 # Header probes go through the compiler so multiarch include dirs count.
 # ---------------------------------------------------------------------------
 hash := \#
@@ -48,6 +52,10 @@ probe_header = $(shell printf '$(hash)include <$(1)>\n' | $(CC) $(2) -E -x c - >
 
 MPICC ?= mpicc
 MPIRUN ?= mpirun --allow-run-as-root --oversubscribe
+# OpenMPI refuses to run as root (CI, containers) without these; also for an
+# MPIRUN given without --allow-run-as-root. No effect for other users.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 HAVE_MPI := $(if $(shell command -v $(MPICC) 2>/dev/null),yes,no)
 
 # nvcc from PATH, else from CUDA_HOME (a default CUDA install does not touch PATH).
@@ -63,8 +71,17 @@ HAVE_OPENBLAS := $(if $(shell pkg-config --exists openblas 2>/dev/null && echo y
 HAVE_CBLAS  := $(call probe_header,cblas.h)
 HAVE_YAML   := $(if $(shell pkg-config --exists yaml-0.1 2>/dev/null && echo y),yes,$(call probe_header,yaml.h))
 
+FEATURES := MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)
+# Rewritten only when the detected set changes; every program whose flags, compiler
+# or libraries follow detection depends on it, so installing (or removing) MPI,
+# OpenBLAS, CUDA or libyaml rebuilds those programs (their sources did not change,
+# so make would otherwise keep binaries built without the new piece).
+STAMP := build/features.stamp
+
 # The CUDA smoke test needs all three; why it is skipped is reported by `make test`.
-CUDA_SKIP := $(if $(filter no,$(HAVE_CUDA)),no nvcc,$(if $(filter no,$(HAVE_NCCL)),no nccl.h,$(if $(filter no,$(HAVE_CUBLAS)),no cublas_v2.h)))
+CUDA_SKIP := $(if $(filter no,$(HAVE_CUDA)),no nvcc on PATH or in $(CUDA_HOME)/bin: install the CUDA toolkit,$(if \
+  $(filter no,$(HAVE_NCCL)),no nccl.h: install NCCL (libnccl-dev),$(if \
+  $(filter no,$(HAVE_CUBLAS)),no cublas_v2.h in $(CUDA_HOME)/include)))
 
 # nvcc compiles .cu as C++; the host compiler gets the same warning bar as the C code.
 # NVCC_ARCH is empty (nvcc's default target, JIT-able on newer GPUs); e.g. -arch=native.
@@ -86,14 +103,19 @@ CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute)
 CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm))
 # MPI tests (tests/mpi/test_*.c): built with mpicc and PARALLEL_WITH_MPI, run by
 # tests/run.sh under mpirun -np 4.
-MPI_SRCS   := $(if $(filter yes,$(HAVE_MPI)),$(sort $(wildcard tests/mpi/test_*.c)))
 # test_comm_mpi also runs chunked (tiny MPI count limit) to exercise the >INT_MAX path.
-MPI_BINS   := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(MPI_SRCS)) $(if $(MPI_SRCS),$(B)/mpi_test_comm_chunked)
+MPI_ALL    := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(sort $(wildcard tests/mpi/test_*.c))) \
+              $(if $(wildcard tests/mpi/test_comm_mpi.c),$(B)/mpi_test_comm_chunked)
+MPI_BINS   := $(if $(filter yes,$(HAVE_MPI)),$(MPI_ALL))
+# test_compute again with PARALLEL_WITH_CBLAS: the library's GEMM through OpenBLAS.
+CBLAS_TEST := $(if $(filter yes,$(HAVE_OPENBLAS)),$(B)/cblas_test_compute)
+OPENBLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 # The Llama trainer (examples/llama/) reads YAML configs with libyaml; it is built
 # with mpicc when MPI exists so `--backend mpi` works under mpirun.
 TRAIN_CC   := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
-TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp)
+TRAIN_TEST_ALL := $(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp
+TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(TRAIN_TEST_ALL))
 # The CUDA trainer (--backend nccl: CUDA compute table + NCCL, launched by mpirun):
 # linked in CI like the CUDA tests, run by `make test-cuda`.
 TRAIN_CUDA := $(if $(and $(filter yes,$(HAVE_YAML)),$(filter yes,$(HAVE_MPI)),$(if $(CUDA_SKIP),,yes)),build/train_cuda)
@@ -103,14 +125,41 @@ BENCH_CBLAS_LIBS := $(if $(filter yes,$(HAVE_OPENBLAS)),-lopenblas,)
 # bench_comm measures the MPI backend beside the threads one when mpicc exists.
 BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 
-.PHONY: all detect test test-programs bench demo tour cuda cuda-available test-cuda install clean
+# What `make test` leaves out for a missing piece: "name: why" items, each ended
+# by '|' (so no '|' or single quote in a reason); tests/run.sh reports and
+# counts every one as skipped.
+WHY_MPI      := no mpicc: install libopenmpi-dev openmpi-bin
+WHY_YAML     := no libyaml: install libyaml-dev
+WHY_OPENBLAS := no OpenBLAS: install libopenblas-dev
+skip_all = $(foreach p,$(1),$(notdir $(p)): $(2)|)
+SKIPS := $(strip \
+  $(if $(filter no,$(HAVE_MPI)),$(call skip_all,$(MPI_ALL) bench_comm_mpi,$(WHY_MPI))) \
+  $(if $(filter no,$(HAVE_YAML)),$(call skip_all,$(TRAIN_TEST_ALL),$(WHY_YAML))) \
+  $(if $(filter no,$(HAVE_OPENBLAS)),$(call skip_all,cblas_test_compute bench_kernels_openblas,$(WHY_OPENBLAS))) \
+  $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_comm train_cuda,$(CUDA_SKIP)), \
+    $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm train_cuda,$(WHY_MPI)), \
+      $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
+
+.PHONY: all detect deps test run-tests test-programs bench demo run-demo tour cuda cuda-available test-cuda install clean FORCE
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
-all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
-	@echo "detected: MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)"
+	@echo "detected: $(FEATURES)"
+
+# Touched only when the content changes (make compares the stamp's time after
+# the recipe, so an unchanged stamp rebuilds nothing).
+$(STAMP): FORCE | build
+	@if [ "$$(cat $@ 2>/dev/null)" != '$(FEATURES)' ]; then \
+	  if [ -e $@ ]; then echo "detected features changed: rebuilding the programs that depend on them"; fi; \
+	  echo '$(FEATURES)' >$@; \
+	fi
+FORCE:
+
+deps:
+	@sh .ci/deps test
 
 $(sort $(B) build):
 	@mkdir -p $@
@@ -120,32 +169,36 @@ $(B)/test_%: tests/test_%.c | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
+$(B)/cblas_test_compute: tests/test_compute.c $(STAMP) | $(B)
+	@rm -f $@
+	$(CC) $(ALL_CFLAGS) -DPARALLEL_WITH_CBLAS -Itests $< -o $@ $(SANFLAGS) $(OPENBLAS_LIBS) $(LDLIBS)
+
 $(B)/par-explain: examples/explain.c | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
 
-$(B)/train: examples/llama/train.c | $(B)
+$(B)/train: examples/llama/train.c $(STAMP) | $(B)
 	@rm -f $@
 	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
 
 # parallel_cuda.cu as its own object (with MPI for NCCL), linked into the C trainer.
-build/parallel_cuda_mpi.o: parallel_cuda.cu parallel.h | build
+build/parallel_cuda_mpi.o: parallel_cuda.cu parallel.h $(STAMP) | build
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) -c parallel_cuda.cu -o $@
 
-build/train_cuda: examples/llama/train.c examples/llama/model.h examples/llama/config.h build/parallel_cuda_mpi.o | build
+build/train_cuda: examples/llama/train.c examples/llama/model.h examples/llama/config.h build/parallel_cuda_mpi.o $(STAMP) | build
 	@rm -f $@
 	$(MPICC) $(CFLAGS) -DPARALLEL_WITH_MPI -DLLAMA_WITH_CUDA -I. -I$(CUDA_HOME)/include $< build/parallel_cuda_mpi.o \
 	  -o $@ -lyaml -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lstdc++ $(LDLIBS)
 
-$(B)/llama_test_%: tests/llama/test_%.c | $(B)
+$(B)/llama_test_%: tests/llama/test_%.c $(STAMP) | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -I. -Itests $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
 
-$(B)/mpi_test_%: tests/mpi/test_%.c | $(B)
+$(B)/mpi_test_%: tests/mpi/test_%.c $(STAMP) | $(B)
 	@rm -f $@
 	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
-$(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c | $(B)
+$(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c $(STAMP) | $(B)
 	@rm -f $@
 	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -DPAR__MPI_MAX_COUNT=1000 -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
@@ -153,36 +206,43 @@ build/bench_%: bench/bench_%.c | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
 
-build/bench_kernels: bench/bench_kernels.c | build
+build/bench_kernels: bench/bench_kernels.c $(STAMP) | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $(BENCH_CBLAS) $< -o $@ $(BENCH_CBLAS_LIBS) $(LDLIBS)
 
-build/bench_comm: bench/bench_comm.c | build
+build/bench_comm: bench/bench_comm.c $(STAMP) | build
 	@rm -f $@
 	$(BENCH_COMM_CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
 
 # The .cu carries no copy of the implementation (it includes parallel.h plain);
 # the smoke test does. Linked here even without a GPU so CI proves it builds.
-build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/test.h | build
+build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/test.h $(STAMP) | build
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_$*.cu -o $@ $(CUDA_LIBS)
 
-build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h tests/comm_suite.h | build
+build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h tests/comm_suite.h $(STAMP) | build
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
 	  tests/cuda/test_cuda_comm.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+test-programs: $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
-test: detect
+# README's `make test` on a fresh machine: install what is missing (.ci/deps says
+# what it did or why it could not), then a new make, which detects afresh what
+# is now there, builds what it can and runs everything (run-tests).
+test:
+	@sh .ci/deps test
+	@$(MAKE) --no-print-directory run-tests
+
+run-tests: detect
 	@$(MAKE) --no-print-directory -k test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
-	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' \
-	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CUDA_SKIP='$(CUDA_SKIP)' \
+	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' MPIRUN='$(MPIRUN)' \
+	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CBLAS_TEST='$(CBLAS_TEST)' \
 	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
-	  bash tests/run.sh
+	  SKIPS='$(SKIPS)' bash tests/run.sh
 
 bench: $(BENCH_BINS) $(TRAIN)
 	@set -e; for b in $(BENCH_BINS); do echo "== $$b"; ./$$b; done
@@ -191,8 +251,12 @@ bench: $(BENCH_BINS) $(TRAIN)
 # text, 4 ranks as threads (dp 2 x tp 2 with sequence parallel and the optimizer
 # sharded), then a sample.
 DEMO_STEPS ?= 900
-demo: $(TRAIN)
-	@test -n "$(TRAIN)" || { echo "make demo needs libyaml (apt install libyaml-dev)" >&2; exit 1; }
+demo:
+	@sh .ci/deps demo
+	@$(MAKE) --no-print-directory run-demo
+
+run-demo: $(TRAIN)
+	@test -n "$(TRAIN)" || { echo "make demo: cannot run: the trainer needs libyaml (yaml.h not found), and it could not be installed (see the deps: lines above); install libyaml-dev, then make demo again" >&2; exit 1; }
 	@cat README.md parallel.h > build/demo_data.txt
 	./$(B)/train --config examples/configs/demo.yaml --data build/demo_data.txt --steps $(DEMO_STEPS) --sample 300
 

@@ -7,28 +7,42 @@
 # its result. A program that crashes, times out or prints no summary counts as
 # 1 failed; so does one that exits non-zero while claiming 0 failed (for example
 # LeakSanitizer reporting at exit, after the summary was printed).
-# The last line of output is exactly "N passed, N failed"; the exit status is
-# non-zero if anything failed.
+#
+# Skips. What could not be tested for a missing piece (no mpicc, no mpirun, no
+# libyaml, no OpenBLAS, no nvcc, no GPU) is reported as skipped, by name and with
+# the reason, and counted; a skip is never a failure, and never silent:
+#   - a program reports each part it left out as a line of its output
+#     "<what>: skipped (<why>)" (one skipped item per such line, whatever the
+#     program's result; tests/llama/test_train.c does it for its mpirun runs);
+#   - programs the Makefile did not build for a missing dependency come in
+#     $SKIPS, "<name>: <why>" items each ended by '|', one skipped item each;
+#   - MPI programs that were built but cannot be launched (no mpirun) and CUDA
+#     programs that were linked but are not run here (make test-cuda runs them on
+#     a GPU) are one skipped item each.
+# The last line of output is exactly "N passed, N failed, N skipped"; the exit
+# status is non-zero if anything failed.
 #
 # Environment (set by the Makefile; defaults allow running it by hand):
 #   B           build dir of the test programs (build, or build/san-... for SAN=)
 #   EXPLAIN     path of the par-explain binary ("" if examples/explain.c is absent)
 #   BENCH_BINS  bench binaries that must have compiled (they are not run here)
-#   CUDA_SKIP   why the CUDA programs were not built ("" = they should be linked)
-#   CUDA_BINS   the CUDA test programs that must have linked (not run: CI has no GPU)
+#   CBLAS_TEST  test_compute built with PARALLEL_WITH_CBLAS ("" without OpenBLAS)
+#   CUDA_BINS   the CUDA programs that must have linked (not run: CI has no GPU)
 #   MPI_BINS    MPI test programs, run under $MPIRUN -np 4
 #   MPIRUN      default "mpirun --allow-run-as-root --oversubscribe"
+#   SKIPS       what the Makefile left out and why (see Skips above)
 #   TEST_TIMEOUT  seconds per program (default 600): a hang is a failure, not a stuck CI
 #   VERBOSE=1   show the full output of passing programs too
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 B=${B:-build}
 EXPLAIN=${EXPLAIN-$B/par-explain}
 BENCH_BINS=${BENCH_BINS-}
-CUDA_SKIP=${CUDA_SKIP-}
-CUDA_BINS=${CUDA_BINS-build/test_cuda_smoke}
+CBLAS_TEST=${CBLAS_TEST-}
+CUDA_BINS=${CUDA_BINS-}
 MPI_BINS=${MPI_BINS-}
+SKIPS=${SKIPS-}
 TRAIN=${TRAIN-}
 TRAIN_TEST=${TRAIN_TEST-}
 MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}
@@ -38,6 +52,7 @@ mkdir -p "$LOGS"
 
 total_passed=0
 total_failed=0
+total_skipped=0
 failed_names=()
 
 now_ms() { date +%s%3N; }
@@ -55,6 +70,12 @@ record() {
     fi
 }
 
+# skip NAME WHY: one skipped item.
+skip() {
+    total_skipped=$((total_skipped + 1))
+    printf 'skip  %-22s %s: skipped (%s)\n' "$1" "$1" "$2"
+}
+
 # run_program NAME CMD...: run one test program, parse its summary line.
 run_program() {
     local name=$1
@@ -66,8 +87,14 @@ run_program() {
     t1=$(now_ms)
     secs=$(awk -v ms=$((t1 - t0)) 'BEGIN { printf "%.2fs", ms / 1000 }')
 
-    # Skips are reported by the programs as "<what>: skipped (<why>)"; keep them visible.
-    grep -E ': skipped( |$)' "$log" | sed 's/^/      /'
+    # The program's own skips, "<what>: skipped (<why>)": shown and counted.
+    local skips n_skips
+    skips=$(grep -E ': skipped \(.+\)$' "$log")
+    if [ -n "$skips" ]; then
+        n_skips=$(wc -l <<<"$skips")
+        total_skipped=$((total_skipped + n_skips))
+        while IFS= read -r line; do echo "      skip: $line"; done <<<"$skips"
+    fi
 
     summary=$(grep -E '^.+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [ -z "$summary" ]; then
@@ -100,6 +127,16 @@ for src in tests/test_*.c; do
     name=$(basename "$src" .c)
     if [ -x "$B/$name" ]; then
         run_program "$name" "$B/$name"
+    else
+        record "$name" 0 1 "did not build (see the compiler errors above)"
+    fi
+done
+
+# 1b. test_compute again with the library's GEMM through OpenBLAS (when found).
+for bin in $CBLAS_TEST; do
+    name=$(basename "$bin")
+    if [ -x "$bin" ]; then
+        run_program "$name" "$bin"
     else
         record "$name" 0 1 "did not build (see the compiler errors above)"
     fi
@@ -138,9 +175,15 @@ if [ $((build_p + build_f)) -gt 0 ]; then
 fi
 
 # 5. MPI: every tests/mpi/test_*.c under mpirun -np 4 (its rank 0 prints the summary).
+#    Built with mpicc but no mpirun to launch them: each one is skipped.
+mpirun_bin=${MPIRUN%% *}
+no_mpirun=
+command -v "$mpirun_bin" >/dev/null 2>&1 || no_mpirun="no mpirun: '$mpirun_bin' (first word of MPIRUN) not found; install openmpi-bin"
 for bin in $MPI_BINS; do
     name=$(basename "$bin")
-    if [ -x "$bin" ]; then
+    if [ -x "$bin" ] && [ -n "$no_mpirun" ]; then
+        skip "$name" "built, but $no_mpirun"
+    elif [ -x "$bin" ]; then
         # OpenMPI leaks its own buffers at exit (LeakSanitizer flags frames in
         # libmpi/libopen-pal), so sanitized MPI runs skip only the leak check;
         # the non-MPI tests keep it, and the backend is the same code.
@@ -152,40 +195,59 @@ for bin in $MPI_BINS; do
 done
 
 # 6. The Llama trainer (built when libyaml exists): its config unit test and the
-#    end-to-end test, which runs $TRAIN (and, when MPI was built, $MPIRUN -np 2).
-if [ -n "$TRAIN_TEST" ]; then
-    trainer_mpirun=
-    [ -n "$MPI_BINS" ] && trainer_mpirun=$MPIRUN
-    for bin in $TRAIN_TEST; do
-        name=$(basename "$bin")
-        if [ -x "$bin" ] && { [ "$name" != llama_test_train ] || [ -x "$TRAIN" ]; }; then
-            # shellcheck disable=SC2086
-            run_program "$name" env TRAIN="$TRAIN" MPIRUN="$trainer_mpirun" "$bin"
-        else
-            record "$name" 0 1 "did not build (see the compiler errors above)"
-        fi
-    done
+#    end-to-end test, which runs $TRAIN and, when the trainer was built with MPI
+#    and mpirun exists, $MPIRUN -np 2/3/4 (otherwise it reports those runs as
+#    skipped, with MPIRUN_SKIP as the reason).
+trainer_mpirun='' trainer_why=''
+if [ -z "$MPI_BINS" ]; then
+    trainer_why="build/train was built without mpicc: install libopenmpi-dev openmpi-bin"
+elif [ -n "$no_mpirun" ]; then
+    trainer_why=${no_mpirun#no mpirun: }
 else
-    printf 'skip  %-22s %s\n' trainer "trainer: skipped (no libyaml: install libyaml-dev)"
+    trainer_mpirun=$MPIRUN
 fi
+for bin in $TRAIN_TEST; do
+    name=$(basename "$bin")
+    if [ -x "$bin" ] && { [ "$name" != llama_test_train ] || [ -x "$TRAIN" ]; }; then
+        run_program "$name" env TRAIN="$TRAIN" MPIRUN="$trainer_mpirun" MPIRUN_SKIP="$trainer_why" "$bin"
+    else
+        record "$name" 0 1 "did not build (see the compiler errors above)"
+    fi
+done
 
 # 7. CUDA: parallel_cuda.cu + the CUDA tests must compile and link wherever nvcc
-#    exists (CI has no GPU, so they are not run here; `make test-cuda` runs them).
-if [ -n "$CUDA_SKIP" ]; then
-    printf 'skip  %-22s %s\n' cuda_link "cuda_link: skipped ($CUDA_SKIP)"
-else
-    cuda_p=0 cuda_f=0 cuda_missing=()
-    for bin in $CUDA_BINS; do
-        if [ -x "$bin" ]; then cuda_p=$((cuda_p + 1)); else cuda_f=$((cuda_f + 1)); cuda_missing+=("$bin"); fi
-    done
-    detail="cuda_link: $cuda_p passed, $cuda_f failed (linked, not run: needs a GPU)"
+#    exists. They are not run here (CI has no GPU; `make test-cuda` runs them):
+#    each linked one is also one skipped item.
+cuda_p=0 cuda_f=0 cuda_missing=() cuda_linked=()
+for bin in $CUDA_BINS; do
+    if [ -x "$bin" ]; then
+        cuda_p=$((cuda_p + 1))
+        cuda_linked+=("$(basename "$bin")")
+    else
+        cuda_f=$((cuda_f + 1))
+        cuda_missing+=("$bin")
+    fi
+done
+if [ $((cuda_p + cuda_f)) -gt 0 ]; then
+    detail="cuda_link: $cuda_p passed, $cuda_f failed (linked, not run here)"
     [ $cuda_f -gt 0 ] && detail="$detail (missing: ${cuda_missing[*]})"
     record cuda_link "$cuda_p" "$cuda_f" "$detail"
 fi
+for name in "${cuda_linked[@]}"; do
+    skip "$name" "linked, not run: needs a GPU; make test-cuda runs it"
+done
+
+# 8. What the Makefile left out for a missing piece (SKIPS: "name: why|...").
+IFS='|' read -ra skip_items <<<"$SKIPS"
+for item in "${skip_items[@]}"; do
+    item=$(sed -E 's/^ +//; s/ +$//' <<<"$item")
+    [ -n "$item" ] || continue
+    skip "${item%%: *}" "${item#*: }"
+done
 
 echo
 if [ ${#failed_names[@]} -gt 0 ]; then
     echo "failed: ${failed_names[*]}"
 fi
-echo "$total_passed passed, $total_failed failed"
+echo "$total_passed passed, $total_failed failed, $total_skipped skipped"
 [ "$total_failed" -eq 0 ]

@@ -15,9 +15,11 @@
      with each rank's compute and comm spans, one per layer/bucket and step.
 
    Environment: TRAIN (default build/train; may be a command line, e.g.
-   "mpirun -np 1 build/train_cuda --backend nccl"), MPIRUN (empty = skip the MPI
-   runs), LLAMA_TEST_ONLY=reference (just the PyTorch reference, one rank: what
-   `make test-cuda` runs on a GPU). */
+   "mpirun -np 1 build/train_cuda --backend nccl"), MPIRUN (the launcher of the
+   MPI runs; unset or empty, or its program not installed, and each MPI run prints
+   "<run>: skipped (no mpirun: <why>)", which tests/run.sh counts; MPIRUN_SKIP is
+   the why for an empty MPIRUN), LLAMA_TEST_ONLY=reference (just the PyTorch
+   reference, one rank: what `make test-cuda` runs on a GPU). */
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
@@ -37,6 +39,7 @@
 #define EQ_GNORM_REL 2e-6
 
 static const char *train_bin, *mpirun;
+static char mpirun_why[512]; /* why the MPI runs are skipped; "" = they run */
 static int only_reference; /* LLAMA_TEST_ONLY=reference: make test-cuda's GPU check */
 static char out_text[1 << 16], err_text[1 << 16];
 
@@ -64,6 +67,34 @@ static int run_cmd(int raw, const char *fmt, ...) {
     read_file_text(o, out_text, sizeof out_text);
     read_file_text(e, err_text, sizeof err_text);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Whether MPIRUN can launch the MPI runs; if not, mpirun_why says why. */
+static void find_mpirun(void) {
+    char words[1024], cmd[1200], *w;
+    const char *why = getenv("MPIRUN_SKIP");
+    if (!mpirun || !*mpirun) {
+        snprintf(mpirun_why, sizeof mpirun_why, "%s", why && *why ? why : "MPIRUN is not set");
+        return;
+    }
+    /* the program is the first word that is not a VAR=value assignment */
+    snprintf(words, sizeof words, "%s", mpirun);
+    for (w = strtok(words, " \t"); w && strchr(w, '='); w = strtok(NULL, " \t")) {
+    }
+    if (!w) {
+        snprintf(mpirun_why, sizeof mpirun_why, "MPIRUN (%s) names no program", mpirun);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "command -v '%s' >/dev/null 2>&1", w);
+    if (strchr(w, '\'') || system(cmd) != 0)
+        snprintf(mpirun_why, sizeof mpirun_why, "%s (from MPIRUN) is not installed or not on PATH", w);
+}
+
+/* 1 if the MPI run `what` can go ahead; else reports it as skipped, with why. */
+static int mpi_run(const char *what) {
+    if (!mpirun_why[0]) return 1;
+    printf("%s: skipped (no mpirun: %s)\n", what, mpirun_why);
+    return 0;
 }
 
 /* Losses and grad norms of the step lines of a metrics file. */
@@ -277,7 +308,7 @@ static void test_equivalence(void) {
         if (rc == 0) check_equivalent("dp4 shuffle", test_path("sh4.jsonl"), test_path("sh4.safetensors"), sl, sg,
                                       test_path("sh1.safetensors"));
     }
-    if (mpirun && *mpirun) {
+    if (mpi_run("dp2 mpirun -np 2")) {
         char cmd[2048];
         /* OpenMPI leaks at exit: a sanitized build checks leaks without MPI only */
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s --steps 20 --set parallel_config.data_parallel=2 --metrics %s --save %s",
@@ -286,8 +317,6 @@ static void test_equivalence(void) {
         CHECK_MSG(rc == 0, "mpirun -np 2 failed: %s", err_text);
         if (rc == 0) check_equivalent("dp2 mpirun -np 2", test_path("eqm.jsonl"), test_path("eqm.safetensors"), base_loss,
                                       base_gnorm, test_path("eq1.safetensors"));
-    } else {
-        printf("mpi equivalence: skipped (no MPIRUN)\n");
     }
 }
 
@@ -426,7 +455,7 @@ static void test_tensor_parallel(void) {
     if (rc == 0)
         check_equivalent("dp2xtp2 sp vocab zero2 mb2", test_path("tp.jsonl"), test_path("tp.safetensors"), base_loss,
                          base_gnorm, test_path("tp1.safetensors"));
-    if (mpirun && *mpirun) {
+    if (mpi_run("dp2 x tp2 sp mpirun -np 4")) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd,
                  "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 --set parallel_config.data_parallel=2 "
@@ -638,7 +667,7 @@ static void test_bad_input(void) {
     test_write_file(test_path("warn.yaml"), "model:\n  model_config:\n    hiden_size: 32\n", 41);
     rc = run_cmd(0, "--config %s --data tests/ref/gqa_data.txt --steps 1 --quiet", test_path("warn.yaml"));
     CHECK_MSG(rc == 0 && strstr(err_text, "hiden_size"), "unknown YAML key: exit %d, stderr %s", rc, err_text);
-    if (mpirun && *mpirun) {
+    if (mpi_run("world-size mismatch mpirun -np 3")) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 3 %s --backend mpi %s --set parallel_config.data_parallel=2", mpirun,
                  train_bin, base);
@@ -729,7 +758,7 @@ static void test_trace(void) {
     CHECK_MSG(strstr(out_text, "communication: ") && strstr(out_text, "% of step time"),
               "no communication share line: %s", out_text);
     check_trace_file("threads", test_path("t.json"));
-    if (mpirun && *mpirun) {
+    if (mpi_run("--trace under mpirun -np 2")) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s %s --steps 3 --trace %s",
                  mpirun, train_bin, eq_base, sets, test_path("tm.json"));
@@ -744,6 +773,7 @@ int main(void) {
     char cmd[600];
     train_bin = getenv("TRAIN") && *getenv("TRAIN") ? getenv("TRAIN") : "build/train";
     mpirun = getenv("MPIRUN");
+    find_mpirun();
     if (!mkdtemp(tmpl)) return printf("llama_train: 0 passed, 1 failed\n"), 1;
     snprintf(test_dir, sizeof test_dir, "%s", tmpl);
     only_reference = getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "reference") == 0;
