@@ -114,6 +114,9 @@ OPENBLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas
 # with mpicc when MPI exists so `--backend mpi` works under mpirun.
 TRAIN_CC   := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
+# The second example (examples/mlp/mlp.c): dp x tp x ZeRO in one file; with mpicc it
+# also runs one rank per process under mpirun (par_launch). tests/test_mlp_example.c runs it.
+MLP        := $(B)/mlp
 TRAIN_TEST_ALL := $(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp
 TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(TRAIN_TEST_ALL))
 # The CUDA trainer (--backend nccl: CUDA compute table + NCCL, launched by mpirun):
@@ -144,7 +147,7 @@ SKIPS := $(strip \
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
-all: detect $(EXPLAIN) $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+all: detect $(EXPLAIN) $(TRAIN) $(MLP) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
 	@echo "detected: $(FEATURES)"
@@ -180,6 +183,10 @@ $(B)/par-explain: examples/explain.c | $(B)
 $(B)/train: examples/llama/train.c $(STAMP) | $(B)
 	@rm -f $@
 	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
+
+$(B)/mlp: examples/mlp/mlp.c $(STAMP) | $(B)
+	@rm -f $@
+	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
 
 # parallel_cuda.cu as its own object (with MPI for NCCL), linked into the C trainer.
 build/parallel_cuda_mpi.o: parallel_cuda.cu parallel.h $(STAMP) | build
@@ -227,7 +234,7 @@ build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h t
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TRAIN) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+test-programs: $(TRAIN) $(MLP) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 # README's `make test` on a fresh machine: install what is missing (.ci/deps says
 # what it did or why it could not), then a new make, which detects afresh what
@@ -241,7 +248,7 @@ run-tests: detect
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' MPIRUN='$(MPIRUN)' \
 	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CBLAS_TEST='$(CBLAS_TEST)' \
-	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
+	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' MLP='$(MLP)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
 	  SKIPS='$(SKIPS)' bash tests/run.sh
 
 bench: $(BENCH_BINS) $(TRAIN)
