@@ -13159,6 +13159,9 @@ static void par__params_free_ptr(par_params *ps, void *q) {
 PARALLEL_DEF void par_params_destroy(par_params *ps) {
     int i;
     if (!ps) return;
+    if (ps->b) /* requests still in flight complete before their buffers go */
+        for (i = 0; i < ps->nb; i++)
+            if (ps->b[i].req) (void)ps->cm->wait(ps->cm->user, ps->b[i].req);
     if (ps->p)
         for (i = 0; i < ps->n; i++) PARALLEL_FREE(ps->p[i].name);
     if (ps->ct) {
@@ -13167,9 +13170,6 @@ PARALLEL_DEF void par_params_destroy(par_params *ps) {
         par__params_free_ptr(ps, ps->tmp_whole), par__params_free_ptr(ps, ps->tmp_bucket);
         for (i = 0; i < ps->num_slots; i++) par__params_free_ptr(ps, ps->slots[i]), par__params_free_ptr(ps, ps->rs_tmp[i]);
     }
-    if (ps->b) /* requests still in flight are completed, never leaked */
-        for (i = 0; i < ps->nb; i++)
-            if (ps->b[i].req) (void)ps->cm->wait(ps->cm->user, ps->b[i].req);
     PARALLEL_FREE(ps->slots), PARALLEL_FREE(ps->rs_tmp), PARALLEL_FREE(ps->slot_bucket);
     PARALLEL_FREE(ps->p), PARALLEL_FREE(ps->b);
     if (ps->exec) par_executor_destroy(ps->exec);
@@ -13634,6 +13634,7 @@ PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *o, par_
         if (c < 1.0) clip = (float)c;
     }
     ps->step++;
+    ps->tmp_bucket_of = -1; /* the moments change: a gathered bucket is stale */
     t0 = par__params_now(ps);
     if (!ps->zero) {
         if (clip != 1.0f) PAR__CHECK(ps->ct->scale(ps->ct->user, ps->total, clip, ps->grad));
