@@ -1,6 +1,8 @@
 /* parallel.h - N-D parallel training for transformer models in one C header.
 
-   Public domain / MIT-0 style: do what you want with it, no warranty.
+   Version 0.3.0 (PARALLEL_VERSION). Dual-licensed, pick either: MIT No
+   Attribution (MIT-0) or public domain (the Unlicense); no warranty. The full
+   text is at the end of this file.
 
    WHAT IT IS
    ----------
@@ -30,6 +32,14 @@
        #include "parallel.h"
 
    Everywhere else just #include "parallel.h". Link with -lpthread (and -lm).
+
+   VERSION
+   -------
+   PARALLEL_VERSION_MAJOR, PARALLEL_VERSION_MINOR, PARALLEL_VERSION_PATCH (ints)
+   and PARALLEL_VERSION ("0.3.0") are defined by the declarations: compare them
+   with #if to support several releases. Before 1.0 a minor bump may change
+   the API, a patch bump does not (the hook tables also carry their own
+   version numbers, PAR_COMM_TABLE_VERSION and PAR_COMPUTE_TABLE_VERSION).
 
    CONFIGURATION MACROS (define before including)
    -----------------------------------------------
@@ -115,6 +125,11 @@
 */
 #ifndef PARALLEL_H
 #define PARALLEL_H
+
+#define PARALLEL_VERSION_MAJOR 0
+#define PARALLEL_VERSION_MINOR 3
+#define PARALLEL_VERSION_PATCH 0
+#define PARALLEL_VERSION "0.3.0"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12159,3 +12174,52 @@ done:
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */
 #endif /* PARALLEL_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------
+This software is available under 2 licenses -- choose whichever you prefer.
+------------------------------------------------------------------------------
+ALTERNATIVE A - MIT No Attribution License (MIT-0)
+
+Copyright (c) 2026 the parallel.h authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of
+this software and associated documentation files (the "Software"), to deal in
+the Software without restriction, including without limitation the rights to
+use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies
+of the Software, and to permit persons to whom the Software is furnished to do
+so.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+------------------------------------------------------------------------------
+ALTERNATIVE B - Public Domain (www.unlicense.org)
+
+This is free and unencumbered software released into the public domain.
+
+Anyone is free to copy, modify, publish, use, compile, sell, or distribute this
+software, either in source code form or as a compiled binary, for any purpose,
+commercial or non-commercial, and by any means.
+
+In jurisdictions that recognize copyright laws, the author or authors of this
+software dedicate any and all copyright interest in the software to the public
+domain. We make this dedication for the benefit of the public at large and to
+the detriment of our heirs and successors. We intend this dedication to be an
+overt act of relinquishment in perpetuity of all present and future rights to
+this software under copyright law.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN
+ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN CONNECTION
+WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+
+For more information, please refer to <https://unlicense.org/>
+------------------------------------------------------------------------------
+*/
