@@ -94,8 +94,13 @@
      mesh axis (ndim-1-v): device dims are counted FROM THE RIGHT. Every API in the
      layout, strategy and redistribution sections speaks of device dims this way;
      bit v of a "dev_mask" is device dim v.
-   * Desc structs are zero-initialised: `par_op_desc d = {0};` is valid and
-     zero fields take the documented defaults.
+   * Desc structs are zero-initialised and zero fields take the documented
+     defaults. Write, warning-free under -Wall -Wextra -Wpedantic:
+         C:    par_op_desc d = {0};
+         C++:  par_op_desc d = {};
+     (g++ and clang++ flag `= {0}` with -Wmissing-field-initializers, and C11
+     has no `= {}`; memset(&d, 0, sizeof d) works in both.) No desc struct
+     starts with an enum, so `= {0}` at least compiles as C++.
    * No hidden globals: all state lives in objects you create and destroy.
 
    CONTENTS (grep the banners, e.g. "// >>layout")
@@ -415,8 +420,8 @@ PARALLEL_DEF int par_strategy_format(const par_strategy *strategy, char *buf, si
 
 /* An operator instance. Zero fields take defaults. */
 typedef struct par_op_desc {
-    par_op_kind kind;
     const char *name;     /* used in messages; default par_op_kind_name(kind) */
+    par_op_kind kind;     /* not first: C++ rejects `= {0}` for a leading enum */
     int num_inputs;       /* 0 = the operator's natural count (ELEMENTWISE: 2) */
     int ndim[PAR_MAX_INPUTS];
     int64_t shape[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS];

@@ -10,6 +10,8 @@
 #   - PARALLEL_STATIC: two TUs with private copies link and run, warning-free
 #   - PARALLEL_MALLOC/REALLOC/FREE are all-or-none (the #error fires)
 #   - an object with the implementation exports only par_ symbols
+#   - the zero-init idiom of every public struct (`T d = {0};` in C, `T d = {};`
+#     in C++) is warning-free; `= {0}` still compiles as C++ for the desc structs
 #
 # Environment: B (build dir), CC, CXX (for the link tests), SANFLAGS (sanitizer
 # flags for the link-and-run tests; the compile checks are about warnings only).
@@ -154,6 +156,43 @@ compile_then() { # compile_then CHECKFN COMPILER LANG FLAGS SOURCE OBJECT
 check nm-impl-c-only-par compile_then only_par_symbols "$CC" c "$C11" "$OUT/impl.c" "$OUT/nm-c.o"
 check nm-impl-cxx-only-par compile_then only_par_symbols "$CXX" c++ "$CXX17" "$OUT/impl.c" "$OUT/nm-cxx.o"
 check nm-decl-defines-nothing compile_then no_symbols "$CC" c "$C11" "$OUT/decl.c" "$OUT/nm-decl.o"
+
+# --- 6. the zero-init idiom, for every public struct ------------------------------
+# The structs come from the header itself (its declaration part), so a struct added
+# later is covered without touching this script.
+DECLS=$(sed '/^#endif \/\* PARALLEL_H \*\//q' parallel.h)
+STRUCTS=$(printf '%s\n' "$DECLS" | sed -n -E 's/^[[:space:]]*typedef struct (par_[a-z0-9][a-z0-9_]*) \{.*/\1/p')
+DESCS=$(printf '%s\n' "$STRUCTS" | grep -E '_desc$')
+# zero_init_src INIT STRUCT...: a program zero-initialising each struct with INIT.
+zero_init_src() {
+    local init=$1 s
+    shift
+    printf '#include "parallel.h"\nint main(void) {\n'
+    for s in "$@"; do printf '    { %s v = %s; (void)v; }\n' "$s" "$init"; done
+    printf '    return 0;\n}\n'
+}
+zero_init_list_ok() { # the grep found the structs (and the desc structs among them)
+    printf '%s\n' $STRUCTS | grep -qx par_ctx_desc && printf '%s\n' $DESCS | grep -qx par_op_desc &&
+        echo "$(echo $STRUCTS | wc -w) public structs, $(echo $DESCS | wc -w) of them *_desc"
+}
+check zero-init-struct-list zero_init_list_ok
+# shellcheck disable=SC2086 # word splitting of the struct lists is intended
+{
+    zero_init_src '{0}' $STRUCTS >"$OUT/zero_c.c"
+    zero_init_src '{}' $STRUCTS >"$OUT/zero_cxx.c"
+    zero_init_src '{0}' $DESCS >"$OUT/zero0_cxx.c"
+}
+for cc in gcc clang; do
+    have $cc && check "zero-init-c11-$cc" compile $cc c "$C11" "$OUT/zero_c.c" "$OUT/zero_c-$cc.o"
+done
+for cxx in g++ clang++; do
+    have $cxx || continue
+    check "zero-init-cxx17-$cxx" compile $cxx c++ "$CXX17" "$OUT/zero_cxx.c" "$OUT/zero_cxx-$cxx.o"
+    # `= {0}` in C++ warns (missing initializers) but must not be an error: no
+    # desc struct may start with an enum member.
+    check "zero-init-0-compiles-cxx17-$cxx" compile $cxx c++ \
+        "$CXX17 -Wno-missing-field-initializers -Wno-missing-braces" "$OUT/zero0_cxx.c" "$OUT/zero0_cxx-$cxx.o"
+done
 
 echo "conventions: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
