@@ -12,6 +12,8 @@
 #   - an object with the implementation exports only par_ symbols
 #   - the zero-init idiom of every public struct (`T d = {0};` in C, `T d = {};`
 #     in C++) is warning-free; `= {0}` still compiles as C++ for the desc structs
+#   - the CONTENTS list of the top doc block names exactly the section banners
+#   - files that comments cite exist in the repository
 #
 # Environment: B (build dir), CC, CXX (for the link tests), SANFLAGS (sanitizer
 # flags for the link-and-run tests; the compile checks are about warnings only).
@@ -193,6 +195,44 @@ for cxx in g++ clang++; do
     check "zero-init-0-compiles-cxx17-$cxx" compile $cxx c++ \
         "$CXX17 -Wno-missing-field-initializers -Wno-missing-braces" "$OUT/zero0_cxx.c" "$OUT/zero0_cxx-$cxx.o"
 done
+
+# --- 7. the table of contents names every section banner, and only those -------
+# Banners: "// >>name" in the implementation (a parenthesised sub-banner such as
+# "// >>compute-cpu (attention)" counts as its section) and ">>name" headings
+# right after a "/* ===" rule in the declarations. CONTENTS: the ">>name" entries
+# of the top doc block.
+toc_matches_banners() {
+    local toc banners missing extra
+    toc=$(sed -n '/^   CONTENTS/,/^\*\//p' parallel.h | sed -n -E 's/^ +>>([a-z][a-z0-9-]*).*/\1/p' | sort -u)
+    banners=$({
+        sed -n -E 's/^\/\/ >>([a-z][a-z0-9-]*).*/\1/p' parallel.h
+        awk '/^\/\* =====/ { rule = 1; next } rule && /^   >>[a-z]/ { sub(/^   >>/, ""); print $1 } { rule = 0 }' parallel.h
+    } | sort -u)
+    [ -n "$toc" ] || { echo "no CONTENTS entries found in the top doc block"; return 1; }
+    missing=$(comm -13 <(printf '%s\n' "$toc") <(printf '%s\n' "$banners"))
+    extra=$(comm -23 <(printf '%s\n' "$toc") <(printf '%s\n' "$banners"))
+    [ -z "$missing" ] || echo "banners missing from CONTENTS: $missing"
+    [ -z "$extra" ] || echo "CONTENTS entries with no banner: $extra"
+    [ -z "$missing$extra" ] && echo "$(echo $toc | wc -w) sections: $(echo $toc)"
+}
+check toc-matches-banners toc_matches_banners
+
+# --- 8. files that comments cite exist --------------------------------------------
+# Paths with a directory (not <system/headers.h>) and bare names of non-header
+# files (.md, .py, .cu, .sh); ../shared/ is the project's shared folder, outside
+# the repository.
+cited_files_exist() {
+    local f bad=""
+    for f in $({
+        grep -oE '(^|[^<A-Za-z0-9_./-])(\.\./)?[A-Za-z0-9_-]+(/[A-Za-z0-9_.-]+)+\.(c|h|md|py|cu|sh|yaml)\b' parallel.h
+        grep -oE '(^|[^<A-Za-z0-9_./-])[A-Za-z0-9_-]+\.(md|py|cu|sh)\b' parallel.h
+    } | sed -E 's/^[^A-Za-z0-9_.]//' | sort -u); do
+        case $f in ../shared/*) continue ;; esac
+        [ -e "$f" ] || bad="$bad $f"
+    done
+    [ -z "$bad" ] || { echo "parallel.h cites files that are not in the repository:$bad"; return 1; }
+}
+check cited-files-exist cited_files_exist
 
 echo "conventions: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
