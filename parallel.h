@@ -48,7 +48,11 @@
                                set it wherever the header is included)
      PARALLEL_MALLOC(sz) PARALLEL_REALLOC(p,sz) PARALLEL_FREE(p)
                                host allocator; define all three or none
-                               (only needed in the implementation file)
+                               (only needed in the implementation file).
+                               The default of the run-time hooks: a
+                               par_allocator in par_ctx_desc (also
+                               par_cpu_desc, par_planner_desc) takes a
+                               context's host memory, per context
      PARALLEL_ASSERT(x)        internal invariant check (default: assert.h);
                                never used for user input
      PARALLEL_MAX_DIMS         max mesh dims and tensor dims (default 8, max 8);
@@ -213,6 +217,23 @@ PARALLEL_DEF size_t par_dtype_size(par_dtype dtype);
 PARALLEL_DEF const char *par_dtype_name(par_dtype dtype);
 /* Parse a dtype name as printed by par_dtype_name. PAR_EPARSE otherwise. */
 PARALLEL_DEF par_status par_dtype_parse(const char *text, par_dtype *dtype);
+
+/* Host allocation hooks (miniaudio's ma_allocation_callbacks), for the objects
+   whose desc carries one (par_ctx_desc, par_cpu_desc, par_planner_desc): set
+   all three or none; all zero = PARALLEL_MALLOC / PARALLEL_REALLOC /
+   PARALLEL_FREE. A partial set is PAR_EINVAL naming the missing hook, when the
+   object is created. `user` is passed to every call. malloc returns memory
+   aligned for any standard type or NULL (out of memory); realloc is only
+   called with a pointer from this allocator, free never with NULL. The hooks
+   must be thread-safe when the object is used from several threads (a
+   context run by par_run_threads calls them from every rank's thread).
+   Device memory is the compute table's business, not the allocator's. */
+typedef struct par_allocator {
+    void *user;
+    void *(*malloc)(size_t size, void *user);
+    void *(*realloc)(void *ptr, size_t size, void *user);
+    void (*free)(void *ptr, void *user);
+} par_allocator;
 
 /* ============================================================================
    >>mesh
@@ -576,6 +597,7 @@ typedef struct par_planner par_planner;
 typedef struct par_planner_desc {
     int cache_entries;  /* plans kept (LRU); default 64; -1 disables the cache */
     int max_states;     /* search states before PAR_ECAPACITY; default 1<<16 */
+    par_allocator allocator; /* the planner's memory; zero = PARALLEL_MALLOC macros */
 } par_planner_desc;
 
 PARALLEL_DEF par_status par_planner_create(const par_planner_desc *desc, par_planner **planner);
@@ -936,6 +958,8 @@ typedef struct par_compute_table {
 
 typedef struct par_cpu_desc {
     int threads; /* kernel threads for this rank; 0 = 1 */
+    par_allocator allocator; /* every host byte of the table, the buffers its alloc
+                                hook returns included; zero = PARALLEL_MALLOC macros */
 } par_cpu_desc;
 
 /* Fill `table` with the portable CPU kernels (GEMM through CBLAS when built with
@@ -956,6 +980,10 @@ typedef struct par_ctx_desc {
     int kernel_threads; /* CPU kernel threads per rank; 0 = max(1, cores / ranks per host) */
     const par_comm_table *comm;       /* host transport (par_ctx_init only), copied */
     const par_compute_table *compute; /* copied; NULL = a CPU table the context owns */
+    par_allocator allocator; /* host memory of the context, its groups, executors
+                                and the CPU table it makes, and of the threads
+                                backend under par_run_threads_desc; zero = the
+                                PARALLEL_MALLOC macros */
 } par_ctx_desc;
 
 /* Body of one rank. Returning non-PAR_OK marks the rank failed: every other
@@ -986,6 +1014,10 @@ PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx);
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx);
 PARALLEL_DEF int par_ctx_timeout_ms(const par_ctx *ctx);
 PARALLEL_DEF int par_ctx_kernel_threads(const par_ctx *ctx);
+/* The host allocator the context uses: desc->allocator, or hooks wrapping the
+   PARALLEL_MALLOC macros when that was zero, so all three are always set. For a
+   host's own per-context memory. NULL for a NULL ctx. */
+PARALLEL_DEF const par_allocator *par_ctx_allocator(const par_ctx *ctx);
 
 /* This rank's group along the device dims in dev_mask (bit v = device dim v,
    counted from the right; 0 = just this rank; all bits = world), with this
@@ -1362,6 +1394,34 @@ static PAR__PRINTF(2, 3) par_status par__fail(par_status status, const char *fmt
     vsnprintf(par__error_text, sizeof par__error_text, fmt, ap);
     va_end(ap);
     return status;
+}
+
+/* Host memory through an allocator; NULL or all hooks NULL = the PARALLEL_*
+   macros. The hooks are called through parenthesised pointers so that a user's
+   function-like malloc/realloc/free macros cannot expand here. */
+static PAR__MAYBE_UNUSED void *par__alloc_malloc(const par_allocator *a, size_t size) {
+    return a && a->malloc ? (*a->malloc)(size, a->user) : PARALLEL_MALLOC(size);
+}
+static PAR__MAYBE_UNUSED void *par__alloc_realloc(const par_allocator *a, void *ptr, size_t size) {
+    if (!a || !a->realloc) return PARALLEL_REALLOC(ptr, size);
+    return ptr ? (*a->realloc)(ptr, size, a->user) : (*a->malloc)(size, a->user);
+}
+static PAR__MAYBE_UNUSED void par__alloc_free(const par_allocator *a, void *ptr) {
+    if (!ptr) return;
+    if (a && a->free) (*a->free)(ptr, a->user);
+    else PARALLEL_FREE(ptr);
+}
+
+/* PAR_OK if `a` (the field `what` of a desc; NULL counts as unset) has all three
+   hooks or none; PAR_EINVAL naming the first missing hook otherwise. */
+static PAR__MAYBE_UNUSED par_status par__allocator_check(const par_allocator *a, const char *what) {
+    int set;
+    if (!a) return PAR_OK;
+    set = (a->malloc != NULL) + (a->realloc != NULL) + (a->free != NULL);
+    if (set == 0 || set == 3) return PAR_OK;
+    return par__fail(PAR_EINVAL, "%s: %s is NULL but %s set; set malloc, realloc and free, or none", what,
+                     !a->malloc ? "malloc" : !a->realloc ? "realloc" : "free",
+                     set == 2 ? "the other two are" : "another hook is");
 }
 
 /* Bounded string copy (snprintf("%s") makes gcc warn about truncation); used to
@@ -3566,6 +3626,7 @@ struct par_planner {
     par__rd_entry *cache;
     int cache_len;
     uint64_t clock;
+    par_allocator allocator; /* as given: zero = the PARALLEL_MALLOC macros */
 };
 
 PARALLEL_DEF const char *par_redist_kind_name(par_redist_kind kind) {
@@ -4072,12 +4133,12 @@ static int par__rd_unpack(uint32_t op, int shift) {
 }
 
 /* Grow an array to hold `need` elements (doubling); NULL when out of memory. */
-static void *par__rd_reserve(void *p, int *cap, int need, size_t elem) {
+static void *par__rd_reserve(const par_planner *pl, void *p, int *cap, int need, size_t elem) {
     int n = *cap ? *cap : 256;
     void *q;
     if (need <= *cap) return p;
     while (n < need) n *= 2;
-    q = PARALLEL_REALLOC(p, (size_t)n * elem);
+    q = par__alloc_realloc(&pl->allocator, p, (size_t)n * elem);
     if (q) *cap = n;
     return q;
 }
@@ -4096,7 +4157,7 @@ static void par__rd_slot_insert(par_planner *pl, uint64_t key, int node) {
 /* Double the table when it would pass half full, re-inserting every node. */
 static par_status par__rd_grow_table(par_planner *pl) {
     size_t n = (size_t)1 << (pl->slot_bits + 1);
-    par__rd_slot *slots = (par__rd_slot *)PARALLEL_REALLOC(pl->slots, n * sizeof *slots);
+    par__rd_slot *slots = (par__rd_slot *)par__alloc_realloc(&pl->allocator, pl->slots, n * sizeof *slots);
     int i;
     if (!slots) return par__fail(PAR_ENOMEM, "redistribution planner: out of memory growing the state table");
     memset(slots, 0, n * sizeof *slots);
@@ -4121,7 +4182,7 @@ static par_status par__rd_node_of(par_planner *pl, const par__rd_problem *pb, ui
         return par__fail(PAR_ECAPACITY,
                          "redistribution search passed max_states (%d) states; raise par_planner_desc.max_states",
                          pl->max_states);
-    if (!(p = par__rd_reserve(pl->nodes, &pl->node_cap, pl->num_nodes + 1, sizeof *pl->nodes)))
+    if (!(p = par__rd_reserve(pl, pl->nodes, &pl->node_cap, pl->num_nodes + 1, sizeof *pl->nodes)))
         return par__fail(PAR_ENOMEM, "redistribution planner: out of memory for search states");
     pl->nodes = (par__rd_node *)p;
     *node = pl->num_nodes++;
@@ -4145,7 +4206,7 @@ static int par__rd_before(const par__rd_item *a, const par__rd_item *b) {
 static par_status par__rd_push(par_planner *pl, double f, double g, int node) {
     par__rd_item item;
     int i;
-    void *p = par__rd_reserve(pl->heap, &pl->heap_cap, pl->heap_len + 1, sizeof *pl->heap);
+    void *p = par__rd_reserve(pl, pl->heap, &pl->heap_cap, pl->heap_len + 1, sizeof *pl->heap);
     if (!p) return par__fail(PAR_ENOMEM, "redistribution planner: out of memory for the search queue");
     pl->heap = (par__rd_item *)p;
     item.f = f;
@@ -4465,15 +4526,17 @@ PARALLEL_DEF par_status par_planner_create(const par_planner_desc *desc, par_pla
     *planner = NULL;
     if (cache < -1) return par__fail(PAR_EINVAL, "par_planner_desc.cache_entries is %d; use -1 (off), 0 (default) or more", cache);
     if (max_states < 1) return par__fail(PAR_EINVAL, "par_planner_desc.max_states is %d; it must be >= 1", max_states);
-    pl = (par_planner *)PARALLEL_MALLOC(sizeof *pl);
+    if (desc && par__allocator_check(&desc->allocator, "par_planner_desc.allocator") != PAR_OK) return PAR_EINVAL;
+    pl = (par_planner *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *pl);
     if (!pl) return par__fail(PAR_ENOMEM, "par_planner_create: out of memory");
     memset(pl, 0, sizeof *pl);
+    if (desc) pl->allocator = desc->allocator;
     pl->cache_entries = cache < 0 ? 0 : cache;
     pl->max_states = max_states;
     pl->slot_bits = 9;
-    pl->slots = (par__rd_slot *)PARALLEL_MALLOC(sizeof *pl->slots << pl->slot_bits);
+    pl->slots = (par__rd_slot *)par__alloc_malloc(&pl->allocator, sizeof *pl->slots << pl->slot_bits);
     pl->cache = pl->cache_entries
-                    ? (par__rd_entry *)PARALLEL_MALLOC(sizeof *pl->cache * (size_t)pl->cache_entries)
+                    ? (par__rd_entry *)par__alloc_malloc(&pl->allocator, sizeof *pl->cache * (size_t)pl->cache_entries)
                     : NULL;
     if (!pl->slots || (pl->cache_entries && !pl->cache)) {
         par_planner_destroy(pl);
@@ -4485,12 +4548,14 @@ PARALLEL_DEF par_status par_planner_create(const par_planner_desc *desc, par_pla
 }
 
 PARALLEL_DEF void par_planner_destroy(par_planner *planner) {
+    par_allocator a;
     if (!planner) return;
-    PARALLEL_FREE(planner->nodes);
-    PARALLEL_FREE(planner->heap);
-    PARALLEL_FREE(planner->slots);
-    PARALLEL_FREE(planner->cache);
-    PARALLEL_FREE(planner);
+    a = planner->allocator;
+    par__alloc_free(&a, planner->nodes);
+    par__alloc_free(&a, planner->heap);
+    par__alloc_free(&a, planner->slots);
+    par__alloc_free(&a, planner->cache);
+    par__alloc_free(&a, planner);
 }
 
 /* par_layout_reshape reports refusals through par_last_error; a search tries
@@ -5082,7 +5147,46 @@ struct par_ctx {
     par__group_entry *groups;
     int num_groups, cap_groups;
     int *scratch_ranks; /* size ints, for par_ctx_group */
+    par_allocator allocator; /* all three hooks set (the defaults if desc had none) */
 };
+
+/* Host memory on behalf of a context: through its allocator (the desc's hooks,
+   else the PARALLEL_MALLOC macros). Every later section that allocates for a
+   context uses these, so the host's hooks see all of it. ctx may be NULL
+   (the macros). */
+static PAR__MAYBE_UNUSED void *par__ctx_malloc(const par_ctx *ctx, size_t size) {
+    return par__alloc_malloc(ctx ? &ctx->allocator : NULL, size);
+}
+static PAR__MAYBE_UNUSED void *par__ctx_realloc(const par_ctx *ctx, void *ptr, size_t size) {
+    return par__alloc_realloc(ctx ? &ctx->allocator : NULL, ptr, size);
+}
+static PAR__MAYBE_UNUSED void par__ctx_free(const par_ctx *ctx, void *ptr) {
+    par__alloc_free(ctx ? &ctx->allocator : NULL, ptr);
+}
+
+/* A planner whose memory goes through the context's allocator (desc may be NULL). */
+static PAR__MAYBE_UNUSED par_status par__ctx_planner_create(const par_ctx *ctx, const par_planner_desc *desc,
+                                                            par_planner **planner) {
+    par_planner_desc d;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    if (ctx) d.allocator = ctx->allocator;
+    return par_planner_create(&d, planner);
+}
+
+/* The default hooks a context reports when its desc set none. */
+static void *par__default_malloc(size_t size, void *user) {
+    (void)user;
+    return PARALLEL_MALLOC(size);
+}
+static void *par__default_realloc(void *ptr, size_t size, void *user) {
+    (void)user;
+    return PARALLEL_REALLOC(ptr, size);
+}
+static void par__default_free(void *ptr, void *user) {
+    (void)user;
+    PARALLEL_FREE(ptr);
+}
 
 #define PAR__DEFAULT_TIMEOUT_MS 600000
 
@@ -5200,6 +5304,7 @@ static par_status par__ctx_desc_check(const par_ctx_desc *desc) {
     if ((st = par__ctx_timeout(desc, &ms)) != PAR_OK) return st;
     if (desc->kernel_threads < 0)
         return par__fail(PAR_EINVAL, "par_ctx_desc.kernel_threads %d must be >= 0 (0 = automatic)", desc->kernel_threads);
+    if ((st = par__allocator_check(&desc->allocator, "par_ctx_desc.allocator")) != PAR_OK) return st;
     if (desc->compute) return par__compute_table_check(desc->compute);
     return PAR_OK;
 }
@@ -5226,12 +5331,19 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     *out = NULL;
     if ((st = par__comm_table_check(comm)) != PAR_OK) goto fail_comm;
     if ((st = par__ctx_desc_check(desc)) != PAR_OK) goto fail_comm;
-    ctx = (par_ctx *)PARALLEL_MALLOC(sizeof *ctx);
+    ctx = (par_ctx *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *ctx);
     if (!ctx) {
         st = par__fail(PAR_ENOMEM, "par_ctx: out of memory");
         goto fail_comm;
     }
     memset(ctx, 0, sizeof *ctx);
+    if (desc && desc->allocator.malloc) {
+        ctx->allocator = desc->allocator;
+    } else {
+        ctx->allocator.malloc = par__default_malloc;
+        ctx->allocator.realloc = par__default_realloc;
+        ctx->allocator.free = par__default_free;
+    }
     ctx->comm = *comm;
     ctx->owns_comm = owns_comm;
     ctx->rank = comm->rank;
@@ -5241,7 +5353,7 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     on_host = par__ranks_on_host(comm);
     ctx->kernel_threads = desc && desc->kernel_threads > 0 ? desc->kernel_threads : par__host_cores() / on_host;
     if (ctx->kernel_threads < 1) ctx->kernel_threads = 1;
-    ctx->scratch_ranks = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)comm->size);
+    ctx->scratch_ranks = (int *)par__ctx_malloc(ctx, sizeof(int) * (size_t)comm->size);
     if (!ctx->scratch_ranks) {
         st = par__fail(PAR_ENOMEM, "par_ctx: out of memory");
         goto fail;
@@ -5252,6 +5364,7 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
         par_cpu_desc cpu;
         memset(&cpu, 0, sizeof cpu);
         cpu.threads = ctx->kernel_threads;
+        cpu.allocator = ctx->allocator;
         if ((st = par_compute_cpu(&cpu, &ctx->compute)) != PAR_OK) goto fail;
         ctx->owns_compute = 1;
     }
@@ -5284,17 +5397,19 @@ PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx
 #endif
 
 PARALLEL_DEF void par_ctx_destroy(par_ctx *ctx) {
+    par_allocator allocator;
     int i;
     if (!ctx) return;
     for (i = 0; i < ctx->num_groups; i++) {
         if (ctx->groups[i].group) ctx->comm.group_destroy(ctx->comm.user, ctx->groups[i].group);
-        PARALLEL_FREE(ctx->groups[i].ranks);
+        par__ctx_free(ctx, ctx->groups[i].ranks);
     }
-    PARALLEL_FREE(ctx->groups);
-    PARALLEL_FREE(ctx->scratch_ranks);
+    par__ctx_free(ctx, ctx->groups);
+    par__ctx_free(ctx, ctx->scratch_ranks);
     if (ctx->owns_compute && ctx->compute.destroy) ctx->compute.destroy(ctx->compute.user);
     if (ctx->owns_comm && ctx->comm.destroy) ctx->comm.destroy(ctx->comm.user);
-    PARALLEL_FREE(ctx);
+    allocator = ctx->allocator; /* the context's own memory goes last, through a copy */
+    par__alloc_free(&allocator, ctx);
 }
 
 PARALLEL_DEF int par_ctx_rank(const par_ctx *ctx) { return ctx ? ctx->rank : -1; }
@@ -5304,6 +5419,7 @@ PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx) { return ctx
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx) { return ctx ? &ctx->compute : NULL; }
 PARALLEL_DEF int par_ctx_timeout_ms(const par_ctx *ctx) { return ctx ? ctx->timeout_ms : 0; }
 PARALLEL_DEF int par_ctx_kernel_threads(const par_ctx *ctx) { return ctx ? ctx->kernel_threads : 0; }
+PARALLEL_DEF const par_allocator *par_ctx_allocator(const par_ctx *ctx) { return ctx ? &ctx->allocator : NULL; }
 
 static par__group_entry *par__ctx_find_group(par_ctx *ctx, const int *ranks, int count) {
     int i;
@@ -5341,7 +5457,7 @@ PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int 
     }
     if (ctx->num_groups == ctx->cap_groups) {
         int cap = ctx->cap_groups ? 2 * ctx->cap_groups : 8;
-        par__group_entry *g = (par__group_entry *)PARALLEL_REALLOC(ctx->groups, sizeof *g * (size_t)cap);
+        par__group_entry *g = (par__group_entry *)par__ctx_realloc(ctx, ctx->groups, sizeof *g * (size_t)cap);
         if (!g) return par__fail(PAR_ENOMEM, "par_ctx_group: out of memory");
         ctx->groups = g;
         ctx->cap_groups = cap;
@@ -5349,11 +5465,11 @@ PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int 
     e = &ctx->groups[ctx->num_groups];
     e->count = count;
     e->group = NULL;
-    e->ranks = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)count);
+    e->ranks = (int *)par__ctx_malloc(ctx, sizeof(int) * (size_t)count);
     if (!e->ranks) return par__fail(PAR_ENOMEM, "par_ctx_group: out of memory");
     memcpy(e->ranks, ranks, sizeof(int) * (size_t)count);
     if ((st = ctx->comm.group_create(ctx->comm.user, ranks, count, &e->group)) != PAR_OK) {
-        PARALLEL_FREE(e->ranks);
+        par__ctx_free(ctx, e->ranks);
         return st;
     }
     ctx->num_groups++;
@@ -5624,6 +5740,7 @@ struct par__thr_group {
 };
 
 struct par__thr_world {
+    par_allocator alloc; /* par_ctx_desc.allocator: the backend's host memory */
     int size, timeout_ms;
     pthread_mutex_t mu; /* group registry, rank states */
     int *state;         /* atomic per rank: RUNNING / FAILED / EXITED */
@@ -5714,36 +5831,38 @@ static void par__thr_mark(par__thr_world *w, int rank, int state) {
 /* ---- groups ------------------------------------------------------------- */
 
 static void par__thr_group_free(par__thr_group *g) {
+    const par_allocator *a = &g->world->alloc;
     par__thr_sync_destroy(&g->sync);
-    PARALLEL_FREE(g->ranks);
-    PARALLEL_FREE(g->joined);
-    PARALLEL_FREE(g->slots_raw);
-    PARALLEL_FREE(g->sendq);
-    PARALLEL_FREE(g->recvq);
-    PARALLEL_FREE(g);
+    par__alloc_free(a, g->ranks);
+    par__alloc_free(a, g->joined);
+    par__alloc_free(a, g->slots_raw);
+    par__alloc_free(a, g->sendq);
+    par__alloc_free(a, g->recvq);
+    par__alloc_free(a, g);
 }
 
 static par__thr_group *par__thr_group_new(par__thr_world *w, const int *ranks, int n) {
-    par__thr_group *g = (par__thr_group *)PARALLEL_MALLOC(sizeof *g);
+    const par_allocator *a = &w->alloc;
+    par__thr_group *g = (par__thr_group *)par__alloc_malloc(a, sizeof *g);
     par__buf b;
     int i;
     if (!g) return NULL;
     memset(g, 0, sizeof *g);
     g->world = w;
     g->n = n;
-    g->ranks = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)n);
-    g->joined = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)n);
-    g->slots_raw = PARALLEL_MALLOC(sizeof(par__thr_slot) * (size_t)n + 64);
-    g->sendq = (par__thr_msg **)PARALLEL_MALLOC(sizeof(par__thr_msg *) * (size_t)n);
-    g->recvq = (par__thr_msg **)PARALLEL_MALLOC(sizeof(par__thr_msg *) * (size_t)n);
+    g->ranks = (int *)par__alloc_malloc(a, sizeof(int) * (size_t)n);
+    g->joined = (int *)par__alloc_malloc(a, sizeof(int) * (size_t)n);
+    g->slots_raw = par__alloc_malloc(a, sizeof(par__thr_slot) * (size_t)n + 64);
+    g->sendq = (par__thr_msg **)par__alloc_malloc(a, sizeof(par__thr_msg *) * (size_t)n);
+    g->recvq = (par__thr_msg **)par__alloc_malloc(a, sizeof(par__thr_msg *) * (size_t)n);
     if (!g->ranks || !g->joined || !g->slots_raw || !g->sendq || !g->recvq ||
         !par__thr_sync_init(&g->sync, w->spins, w->yields)) {
-        PARALLEL_FREE(g->ranks);
-        PARALLEL_FREE(g->joined);
-        PARALLEL_FREE(g->slots_raw);
-        PARALLEL_FREE(g->sendq);
-        PARALLEL_FREE(g->recvq);
-        PARALLEL_FREE(g);
+        par__alloc_free(a, g->ranks);
+        par__alloc_free(a, g->joined);
+        par__alloc_free(a, g->slots_raw);
+        par__alloc_free(a, g->sendq);
+        par__alloc_free(a, g->recvq);
+        par__alloc_free(a, g);
         return NULL;
     }
     memcpy(g->ranks, ranks, sizeof(int) * (size_t)n);
@@ -5790,7 +5909,7 @@ static void par__thr_handle_unref(par__thr_handle *h) {
         }
     h->magic = 0;
     par__thr_group_release(h->g);
-    PARALLEL_FREE(h);
+    par__alloc_free(&h->owner->world->alloc, h);
 }
 
 static par_status par__thr_group_create(void *user, const int *ranks, int count, par_comm_group **out) {
@@ -5803,7 +5922,7 @@ static par_status par__thr_group_create(void *user, const int *ranks, int count,
     if (!out) return par__fail(PAR_EINVAL, "threads group_create: NULL group");
     *out = NULL;
     if ((st = par_comm_check_ranks("threads", ranks, count, w->size, r->rank, &index)) != PAR_OK) return st;
-    h = (par__thr_handle *)PARALLEL_MALLOC(sizeof *h);
+    h = (par__thr_handle *)par__alloc_malloc(&w->alloc, sizeof *h);
     if (!h) return par__fail(PAR_ENOMEM, "group_create: out of memory");
     /* The k-th creation of a rank list by each member meets the k-th instance. */
     pthread_mutex_lock(&w->mu);
@@ -5812,7 +5931,7 @@ static par_status par__thr_group_create(void *user, const int *ranks, int count,
     if (!g) {
         if ((g = par__thr_group_new(w, ranks, count)) == NULL) {
             pthread_mutex_unlock(&w->mu);
-            PARALLEL_FREE(h);
+            par__alloc_free(&w->alloc, h);
             return par__fail(PAR_ENOMEM, "group_create: out of memory");
         }
         g->next = w->groups;
@@ -6237,7 +6356,7 @@ static par_status par__thr_enqueue(par__thr_rank *r, par__thr_req *q) {
 static int par__thr_req_done_ready(void *p) { return PAR__THR_LOAD(&((par__thr_req *)p)->done); }
 
 static par__thr_req *par__thr_req_new(par__thr_rank *r, par__thr_handle *h) {
-    par__thr_req *q = (par__thr_req *)PARALLEL_MALLOC(sizeof *q);
+    par__thr_req *q = (par__thr_req *)par__alloc_malloc(&r->world->alloc, sizeof *q);
     if (!q) return NULL;
     memset(q, 0, sizeof *q);
     q->magic = PAR__THR_REQ_MAGIC;
@@ -6257,7 +6376,7 @@ static void par__thr_req_free(par__thr_req *q) {
     if (q->lnext) q->lnext->lprev = q->lprev;
     q->magic = 0;
     par__thr_handle_unref(q->h);
-    PARALLEL_FREE(q);
+    par__alloc_free(&r->world->alloc, q);
 }
 
 /* Validated collective: inline, queued behind pending async ones, or async. */
@@ -6642,16 +6761,17 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
     if ((st = par__ctx_timeout(desc, &timeout)) != PAR_OK) return st;
     if ((st = par__ctx_mesh(desc, n, &mesh)) != PAR_OK) return st;
     memset(&w, 0, sizeof w);
+    if (desc) w.alloc = desc->allocator;
     w.size = n;
     w.timeout_ms = timeout;
     cores = par__host_cores();
     w.spins = cores >= n ? 2000 : 0; /* spinning only pays when every rank has a core */
     w.yields = cores >= n ? 4 : 2;
-    w.state = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)n);
-    w.ranks = (par__thr_rank *)PARALLEL_MALLOC(sizeof(par__thr_rank) * (size_t)n);
+    w.state = (int *)par__alloc_malloc(&w.alloc, sizeof(int) * (size_t)n);
+    w.ranks = (par__thr_rank *)par__alloc_malloc(&w.alloc, sizeof(par__thr_rank) * (size_t)n);
     if (!w.state || !w.ranks || pthread_mutex_init(&w.mu, NULL) != 0) {
-        PARALLEL_FREE(w.state);
-        PARALLEL_FREE(w.ranks);
+        par__alloc_free(&w.alloc, w.state);
+        par__alloc_free(&w.alloc, w.ranks);
         return par__fail(PAR_ENOMEM, "par_run_threads: out of memory for %d ranks", n);
     }
     memset(w.state, 0, sizeof(int) * (size_t)n);
@@ -6700,8 +6820,8 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
     } else {
         st = PAR_OK;
     }
-    PARALLEL_FREE(w.state);
-    PARALLEL_FREE(w.ranks);
+    par__alloc_free(&w.alloc, w.state);
+    par__alloc_free(&w.alloc, w.ranks);
     return st;
 }
 
@@ -7890,9 +8010,9 @@ static void *par__cpu_align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~
    Small problems pack into a stack buffer; large ones malloc their packing
    space (negligible next to the arithmetic), falling back to the stack blocks if
    that fails, so this never fails. */
-static void par__cpu_sgemm_isa(const par__cpu_gemm_isa *isa, int transa, int transb, int64_t m, int64_t n, int64_t k,
-                               float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                               float *C, int64_t ldc) {
+static void par__cpu_sgemm_isa_a(const par_allocator *alloc, const par__cpu_gemm_isa *isa, int transa, int transb,
+                                 int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     float stack[PAR__CPU_STACK_FLOATS + 16];
     par__cpu_blocks bl = par__cpu_gemm_blocks(isa, m, n, k, 0);
     int64_t need = par__cpu_blocks_floats(bl);
@@ -7903,7 +8023,7 @@ static void par__cpu_sgemm_isa(const par__cpu_gemm_isa *isa, int transa, int tra
         par__cpu_scale_c(m, n, beta, C, ldc);
         return;
     }
-    if (need > PAR__CPU_STACK_FLOATS) heap = PARALLEL_MALLOC((size_t)need * sizeof(float) + 64);
+    if (need > PAR__CPU_STACK_FLOATS) heap = par__alloc_malloc(alloc, (size_t)need * sizeof(float) + 64);
     if (heap) {
         ws = (float *)par__cpu_align64(heap);
     } else {
@@ -7911,16 +8031,25 @@ static void par__cpu_sgemm_isa(const par__cpu_gemm_isa *isa, int transa, int tra
         ws = (float *)par__cpu_align64(stack);
     }
     par__cpu_gemm_blocked(isa, bl, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, ws);
-    if (heap) PARALLEL_FREE(heap);
+    par__alloc_free(alloc, heap);
+}
+
+/* The same with the PARALLEL_MALLOC macros (tests and benches call it). */
+static PAR__MAYBE_UNUSED void par__cpu_sgemm_isa(const par__cpu_gemm_isa *isa, int transa, int transb, int64_t m,
+                                                 int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                                                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    par__cpu_sgemm_isa_a(NULL, isa, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* The internal single-threaded SGEMM (row-major, C = alpha op(A) op(B) + beta C,
    beta == 0 does not read C). Arguments are NOT checked: callers pass valid
-   sizes and leading dims. cblas_sgemm under PARALLEL_WITH_CBLAS. */
-static PAR__MAYBE_UNUSED void par__cpu_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
-                                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                                             float *C, int64_t ldc) {
+   sizes and leading dims. cblas_sgemm under PARALLEL_WITH_CBLAS. Packing space
+   for large problems comes from `alloc` (NULL: the PARALLEL_MALLOC macros). */
+static PAR__MAYBE_UNUSED void par__cpu_sgemm_a(const par_allocator *alloc, int transa, int transb, int64_t m,
+                                               int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                                               const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
 #ifdef PARALLEL_WITH_CBLAS
+    (void)alloc;
     if (m <= 0 || n <= 0) return;
     if (k <= 0 || alpha == 0.0f) {
         par__cpu_scale_c(m, n, beta, C, ldc);
@@ -7929,8 +8058,14 @@ static PAR__MAYBE_UNUSED void par__cpu_sgemm(int transa, int transb, int64_t m, 
     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
                 (int)k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 #else
-    par__cpu_sgemm_isa(par__cpu_gemm_best(), transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    par__cpu_sgemm_isa_a(alloc, par__cpu_gemm_best(), transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
+}
+
+static PAR__MAYBE_UNUSED void par__cpu_sgemm(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
+                                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                                             float *C, int64_t ldc) {
+    par__cpu_sgemm_a(NULL, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ------------------------------------------------------- argument checks */
@@ -8601,9 +8736,10 @@ static PAR__MAYBE_UNUSED void par__attn_pos_range(const int64_t *pos, int64_t i0
    and, when the causal boundary crosses the tile, for keys after the query. Returns 0
    when the whole tile is masked (nothing computed), 1 otherwise. kp is BK int64 of
    scratch. */
-static PAR__MAYBE_UNUSED int par__attn_score_tile(const par_attn_desc *d, float scale, const float *qt, int64_t ldq,
-                                                  const float *kt, int64_t ldk, int64_t i0, int64_t nq, int64_t j0,
-                                                  int64_t nk, float *s, int64_t *kp) {
+static PAR__MAYBE_UNUSED int par__attn_score_tile(const par_allocator *alloc, const par_attn_desc *d, float scale,
+                                                  const float *qt, int64_t ldq, const float *kt, int64_t ldk,
+                                                  int64_t i0, int64_t nq, int64_t j0, int64_t nk, float *s,
+                                                  int64_t *kp) {
     int64_t i, j, qlo = 0, qhi = 0, klo = 0, khi = 0;
     int mask = 0;
     if (d->causal) {
@@ -8612,7 +8748,7 @@ static PAR__MAYBE_UNUSED int par__attn_score_tile(const par_attn_desc *d, float 
         if (klo > qhi) return 0; /* every key after every query */
         mask = khi > qlo;        /* some key after some query */
     }
-    par__cpu_sgemm(0, 1, nq, nk, d->head_dim, scale, qt, ldq, kt, ldk, 0.0f, s, PAR__ATTN_BK);
+    par__cpu_sgemm_a(alloc, 0, 1, nq, nk, d->head_dim, scale, qt, ldq, kt, ldk, 0.0f, s, PAR__ATTN_BK);
     if (mask) {
         for (j = 0; j < nk; j++) kp[j] = par__attn_pos(d->k_pos, j0 + j);
         for (; j < PAR__ATTN_BK; j++) kp[j] = INT64_MAX;
@@ -8628,8 +8764,9 @@ static PAR__MAYBE_UNUSED int par__attn_score_tile(const par_attn_desc *d, float 
     return 1;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_attn_desc *d, const float *q, const float *k,
-                                                           const float *v, float *o, float *lse) {
+static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_allocator *alloc, const par_attn_desc *d,
+                                                           const float *q, const float *k, const float *v, float *o,
+                                                           float *lse) {
     static const char fn[] = "attention_fwd";
     int64_t nqe = 0, nke = 0, b, i0, j0, i;
     int h, c, dim, group;
@@ -8650,7 +8787,7 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_attn_desc *
     scale = par__attn_scale(d);
     bytes = sizeof(int64_t) * PAR__ATTN_BK +
             sizeof(float) * ((size_t)PAR__ATTN_BQ * PAR__ATTN_BK + (size_t)PAR__ATTN_BQ * dim + 2 * PAR__ATTN_BQ);
-    work = (float *)PARALLEL_MALLOC(bytes);
+    work = (float *)par__alloc_malloc(alloc, bytes);
     if (!work) return par__fail(PAR_ENOMEM, "%s: cannot allocate %zu bytes of workspace", fn, bytes);
     kp = (int64_t *)(void *)work; /* int64 first: malloc alignment holds for it */
     s = work + 2 * PAR__ATTN_BK;
@@ -8673,8 +8810,8 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_attn_desc *
                     for (i = 0; i < nq * dim; i++) acc[i] = 0.0f;
                     for (j0 = 0; j0 < d->k_len; j0 += PAR__ATTN_BK) {
                         const int64_t nk = d->k_len - j0 < PAR__ATTN_BK ? d->k_len - j0 : PAR__ATTN_BK;
-                        if (!par__attn_score_tile(d, scale, qh + i0 * ldq, ldq, kh + j0 * ldk, ldk, i0, nq, j0, nk,
-                                                  s, kp))
+                        if (!par__attn_score_tile(alloc, d, scale, qh + i0 * ldq, ldq, kh + j0 * ldk, ldk, i0, nq,
+                                                  j0, nk, s, kp))
                             continue;
                         for (i = 0; i < nq; i++) {
                             float *si = s + i * PAR__ATTN_BK, *ai = acc + i * dim;
@@ -8690,7 +8827,8 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_attn_desc *
                             if (alpha != 1.0f)
                                 for (c = 0; c < dim; c++) ai[c] *= alpha;
                         }
-                        par__cpu_sgemm(0, 0, nq, dim, nk, 1.0f, s, PAR__ATTN_BK, vh + j0 * ldk, ldk, 1.0f, acc, dim);
+                        par__cpu_sgemm_a(alloc, 0, 0, nq, dim, nk, 1.0f, s, PAR__ATTN_BK, vh + j0 * ldk, ldk, 1.0f,
+                                         acc, dim);
                     }
                     for (i = 0; i < nq; i++) {
                         float *oi = oh + (i0 + i) * ldq;
@@ -8707,14 +8845,14 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_attn_desc *
                 }
             }
     }
-    PARALLEL_FREE(work);
+    par__alloc_free(alloc, work);
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_attn_desc *d, const float *q, const float *k,
-                                                           const float *v, const float *o, const float *lse,
-                                                           const float *do_, float *dq, float *dk, float *dv,
-                                                           int accumulate) {
+static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_allocator *alloc, const par_attn_desc *d,
+                                                           const float *q, const float *k, const float *v,
+                                                           const float *o, const float *lse, const float *do_,
+                                                           float *dq, float *dk, float *dv, int accumulate) {
     static const char fn[] = "attention_bwd";
     int64_t nqe = 0, nke = 0, b, i0, j0, i, j;
     int h, c, dim, group;
@@ -8737,7 +8875,7 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_attn_desc *
     group = d->q_heads / d->kv_heads;
     scale = par__attn_scale(d);
     bytes = sizeof(int64_t) * PAR__ATTN_BK + sizeof(float) * (2 * (size_t)PAR__ATTN_BQ * PAR__ATTN_BK + PAR__ATTN_BQ);
-    work = (float *)PARALLEL_MALLOC(bytes);
+    work = (float *)par__alloc_malloc(alloc, bytes);
     if (!work) return par__fail(PAR_ENOMEM, "%s: cannot allocate %zu bytes of workspace", fn, bytes);
     kp = (int64_t *)(void *)work;
     p = work + 2 * PAR__ATTN_BK;
@@ -8764,7 +8902,7 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_attn_desc *
                     for (j0 = 0; j0 < d->k_len; j0 += PAR__ATTN_BK) {
                         const int64_t nk = d->k_len - j0 < PAR__ATTN_BK ? d->k_len - j0 : PAR__ATTN_BK;
                         const float *kt = k + koff + j0 * ldk, *vt = v + koff + j0 * ldk;
-                        if (!par__attn_score_tile(d, scale, qt, ldq, kt, ldk, i0, nq, j0, nk, p, kp)) continue;
+                        if (!par__attn_score_tile(alloc, d, scale, qt, ldq, kt, ldk, i0, nq, j0, nk, p, kp)) continue;
                         for (i = 0; i < nq; i++) { /* P = exp(S - lse); a row with no visible key has P = 0 */
                             float *pi = p + i * PAR__ATTN_BK;
                             if (lh[i0 + i] == -INFINITY)
@@ -8773,10 +8911,10 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_attn_desc *
                                 (void)par__attn_exp_sum(isa, pi, lh[i0 + i]);
                         }
                         /* dV_t += P^T dO_t */
-                        par__cpu_sgemm(1, 0, nk, dim, nq, 1.0f, p, PAR__ATTN_BK, dot, ldq, 1.0f, dv + koff + j0 * ldk,
-                                       ldk);
+                        par__cpu_sgemm_a(alloc, 1, 0, nk, dim, nq, 1.0f, p, PAR__ATTN_BK, dot, ldq, 1.0f,
+                                         dv + koff + j0 * ldk, ldk);
                         /* dP = dO_t V_t^T, then dS = P (dP - D) in place (padding columns: P = 0) */
-                        par__cpu_sgemm(0, 1, nq, nk, dim, 1.0f, dot, ldq, vt, ldk, 0.0f, ds, PAR__ATTN_BK);
+                        par__cpu_sgemm_a(alloc, 0, 1, nq, nk, dim, 1.0f, dot, ldq, vt, ldk, 0.0f, ds, PAR__ATTN_BK);
                         for (i = 0; i < nq; i++) {
                             const float *pi = p + i * PAR__ATTN_BK;
                             float *dsi = ds + i * PAR__ATTN_BK;
@@ -8786,14 +8924,14 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_attn_desc *
                             par__attn_ds(isa, dsi, pi, drow[i]);
                         }
                         /* dQ_t += scale dS K_t;  dK_t += scale dS^T Q_t */
-                        par__cpu_sgemm(0, 0, nq, dim, nk, scale, ds, PAR__ATTN_BK, kt, ldk, 1.0f, dqt, ldq);
-                        par__cpu_sgemm(1, 0, nk, dim, nq, scale, ds, PAR__ATTN_BK, qt, ldq, 1.0f, dk + koff + j0 * ldk,
-                                       ldk);
+                        par__cpu_sgemm_a(alloc, 0, 0, nq, dim, nk, scale, ds, PAR__ATTN_BK, kt, ldk, 1.0f, dqt, ldq);
+                        par__cpu_sgemm_a(alloc, 1, 0, nk, dim, nq, scale, ds, PAR__ATTN_BK, qt, ldq, 1.0f,
+                                         dk + koff + j0 * ldk, ldk);
                     }
                 }
             }
     }
-    PARALLEL_FREE(work);
+    par__alloc_free(alloc, work);
     return PAR_OK;
 }
 
@@ -8858,7 +8996,7 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_merge(const par_attn_desc
 #define PAR__CPU_MAX_THREADS 256
 
 typedef struct par__cpu_hdr {
-    void *raw;      /* what PARALLEL_MALLOC returned */
+    void *raw;      /* what the table's allocator returned */
     uint64_t bytes; /* requested size */
     uint64_t magic; /* PAR__CPU_MAGIC while live; 0 once freed */
     int category;
@@ -8875,6 +9013,7 @@ typedef struct par__cpu_worker {
 #endif
 
 struct par__cpu_state {
+    par_allocator alloc; /* the desc's: every host byte of the table, buffers included */
     int threads;
     const par__cpu_gemm_isa *isa;
     par_mem_report mem;
@@ -8936,8 +9075,8 @@ static void par__cpu_pool_stop(par__cpu_state *s) {
     pthread_cond_destroy(&s->go);
     pthread_cond_destroy(&s->done);
     pthread_mutex_destroy(&s->mu);
-    PARALLEL_FREE(s->tids);
-    PARALLEL_FREE(s->workers);
+    par__alloc_free(&s->alloc, s->tids);
+    par__alloc_free(&s->alloc, s->workers);
     s->tids = NULL;
     s->workers = NULL;
     s->started = 0;
@@ -8945,11 +9084,11 @@ static void par__cpu_pool_stop(par__cpu_state *s) {
 
 static par_status par__cpu_pool_start(par__cpu_state *s) {
     int i, n = s->threads - 1;
-    s->tids = (pthread_t *)PARALLEL_MALLOC(sizeof(pthread_t) * (size_t)n);
-    s->workers = (par__cpu_worker *)PARALLEL_MALLOC(sizeof(par__cpu_worker) * (size_t)n);
+    s->tids = (pthread_t *)par__alloc_malloc(&s->alloc, sizeof(pthread_t) * (size_t)n);
+    s->workers = (par__cpu_worker *)par__alloc_malloc(&s->alloc, sizeof(par__cpu_worker) * (size_t)n);
     if (!s->tids || !s->workers) {
-        PARALLEL_FREE(s->tids);
-        PARALLEL_FREE(s->workers);
+        par__alloc_free(&s->alloc, s->tids);
+        par__alloc_free(&s->alloc, s->workers);
         s->tids = NULL;
         s->workers = NULL;
         return par__fail(PAR_ENOMEM, "par_compute_cpu: cannot allocate the pool of %d threads", s->threads);
@@ -9007,7 +9146,7 @@ static par_status par__cpu_t_alloc(void *user, size_t bytes, par_mem_category ca
                          PAR_MEM_CATEGORY_COUNT - 1);
     if (bytes > (size_t)INT64_MAX - 256 || bytes > SIZE_MAX - 256)
         return par__fail(PAR_ENOMEM, "alloc: %zu bytes is too large", bytes);
-    raw = PARALLEL_MALLOC(bytes + 128);
+    raw = par__alloc_malloc(&s->alloc, bytes + 128);
     if (!raw)
         return par__fail(PAR_ENOMEM, "alloc: out of memory allocating %zu bytes of %s", bytes,
                          par_mem_category_name(category));
@@ -9035,7 +9174,7 @@ static void par__cpu_t_free(void *user, void *ptr) {
     }
     h->magic = 0;
     par__cpu_mem_add(s, h->category, -(int64_t)h->bytes);
-    PARALLEL_FREE(h->raw);
+    par__alloc_free(&s->alloc, h->raw);
 }
 
 static par_status par__cpu_t_memcpy(void *user, void *dst, const void *src, size_t bytes, par_copy_kind kind) {
@@ -9111,12 +9250,12 @@ static par_status par__cpu_t_synchronize(void *user) {
 static par_status par__cpu_ws_reserve(par__cpu_state *s, int w, int64_t floats) {
     void *raw;
     if (s->ws_floats[w] >= floats) return PAR_OK;
-    raw = PARALLEL_MALLOC((size_t)floats * sizeof(float) + 64);
+    raw = par__alloc_malloc(&s->alloc, (size_t)floats * sizeof(float) + 64);
     if (!raw)
         return par__fail(PAR_ENOMEM, "gemm: out of memory allocating %lld bytes of packing space",
                          (long long)floats * 4);
     if (s->ws_raw[w]) {
-        PARALLEL_FREE(s->ws_raw[w]);
+        par__alloc_free(&s->alloc, s->ws_raw[w]);
         par__cpu_mem_add(s, PAR_MEM_WORKSPACE, -s->ws_floats[w] * (int64_t)sizeof(float));
     }
     s->ws_raw[w] = raw;
@@ -9285,6 +9424,7 @@ static par_status par__cpu_attn_dtype(const char *fn, const par_attn_desc *d) {
    worker runs the single-threaded kernel on its own sequences (in backward a
    sequence's dK/dV are its own too, so workers never write the same rows). */
 typedef struct par__cpu_attn_job {
+    const par__cpu_state *s;
     const par_attn_desc *d;
     const float *q, *k, *v, *o, *do_;
     float *out, *lse, *dq, *dk, *dv;
@@ -9303,10 +9443,12 @@ static void par__cpu_attn_task(void *arg, int worker) {
     if (worker >= j->parts || b0 == b1) return;
     sub.batch = (int)(b1 - b0);
     if (j->backward)
-        j->st[worker] = par__cpu_attention_bwd(&sub, j->q + qo, j->k + ko, j->v + ko, j->o + qo, j->lse + lo,
-                                               j->do_ + qo, j->dq + qo, j->dk + ko, j->dv + ko, j->accumulate);
+        j->st[worker] = par__cpu_attention_bwd(&j->s->alloc, &sub, j->q + qo, j->k + ko, j->v + ko, j->o + qo,
+                                               j->lse + lo, j->do_ + qo, j->dq + qo, j->dk + ko, j->dv + ko,
+                                               j->accumulate);
     else
-        j->st[worker] = par__cpu_attention_fwd(&sub, j->q + qo, j->k + ko, j->v + ko, j->out + qo, j->lse + lo);
+        j->st[worker] = par__cpu_attention_fwd(&j->s->alloc, &sub, j->q + qo, j->k + ko, j->v + ko, j->out + qo,
+                                               j->lse + lo);
 }
 
 /* 1 when the job can fan out (valid arguments, several sequences, threads). */
@@ -9332,11 +9474,12 @@ static par_status par__cpu_t_attention_fwd(void *user, const par_attn_desc *desc
     if (par__cpu_attn_fan_out(s, desc, q && k && v && o && lse)) {
         par__cpu_attn_job j;
         memset(&j, 0, sizeof j);
-        j.d = desc, j.q = (const float *)q, j.k = (const float *)k, j.v = (const float *)v;
+        j.s = s, j.d = desc, j.q = (const float *)q, j.k = (const float *)k, j.v = (const float *)v;
         j.out = (float *)o, j.lse = lse;
         return par__cpu_attn_run(s, &j, "attention_fwd");
     }
-    return par__cpu_attention_fwd(desc, (const float *)q, (const float *)k, (const float *)v, (float *)o, lse);
+    return par__cpu_attention_fwd(&s->alloc, desc, (const float *)q, (const float *)k, (const float *)v, (float *)o,
+                                  lse);
 }
 
 static par_status par__cpu_t_attention_bwd(void *user, const par_attn_desc *desc, const void *q, const void *k,
@@ -9348,13 +9491,15 @@ static par_status par__cpu_t_attention_bwd(void *user, const par_attn_desc *desc
     if (par__cpu_attn_fan_out(s, desc, q && k && v && o && lse && do_ && dq && dk && dv)) {
         par__cpu_attn_job j;
         memset(&j, 0, sizeof j);
-        j.d = desc, j.q = (const float *)q, j.k = (const float *)k, j.v = (const float *)v, j.o = (const float *)o;
+        j.s = s, j.d = desc, j.q = (const float *)q, j.k = (const float *)k, j.v = (const float *)v;
+        j.o = (const float *)o;
         j.lse = (float *)(uintptr_t)lse, j.do_ = (const float *)do_;
         j.dq = (float *)dq, j.dk = (float *)dk, j.dv = (float *)dv, j.backward = 1, j.accumulate = accumulate;
         return par__cpu_attn_run(s, &j, "attention_bwd");
     }
-    return par__cpu_attention_bwd(desc, (const float *)q, (const float *)k, (const float *)v, (const float *)o, lse,
-                                  (const float *)do_, (float *)dq, (float *)dk, (float *)dv, accumulate);
+    return par__cpu_attention_bwd(&s->alloc, desc, (const float *)q, (const float *)k, (const float *)v,
+                                  (const float *)o, lse, (const float *)do_, (float *)dq, (float *)dk, (float *)dv,
+                                  accumulate);
 }
 
 static par_status par__cpu_t_attention_merge(void *user, const par_attn_desc *desc, float *o, float *lse,
@@ -9574,14 +9719,15 @@ static par_status par__cpu_t_sumsq(void *user, int64_t n, const float *x, double
 
 static void par__cpu_t_destroy(void *user) {
     par__cpu_state *s = (par__cpu_state *)user;
+    par_allocator a;
     int w;
     if (!s) return;
 #ifdef PAR__CPU_THREADS
     par__cpu_pool_stop(s);
 #endif
-    for (w = 0; w < PAR__CPU_MAX_THREADS; w++)
-        if (s->ws_raw[w]) PARALLEL_FREE(s->ws_raw[w]);
-    PARALLEL_FREE(s);
+    a = s->alloc;
+    for (w = 0; w < PAR__CPU_MAX_THREADS; w++) par__alloc_free(&a, s->ws_raw[w]);
+    par__alloc_free(&a, s);
 }
 
 PARALLEL_DEF par_status par_compute_cpu(const par_cpu_desc *desc, par_compute_table *table) {
@@ -9595,16 +9741,18 @@ PARALLEL_DEF par_status par_compute_cpu(const par_cpu_desc *desc, par_compute_ta
 #ifndef PAR__CPU_THREADS
     threads = 1; /* PARALLEL_NO_THREADS: kernels run on the calling thread only */
 #endif
-    s = (par__cpu_state *)PARALLEL_MALLOC(sizeof *s);
+    if (desc && par__allocator_check(&desc->allocator, "par_cpu_desc.allocator") != PAR_OK) return PAR_EINVAL;
+    s = (par__cpu_state *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *s);
     if (!s) return par__fail(PAR_ENOMEM, "par_compute_cpu: out of memory");
     memset(s, 0, sizeof *s);
+    if (desc) s->alloc = desc->allocator;
     s->threads = threads;
     s->isa = par__cpu_gemm_best();
 #ifdef PAR__CPU_THREADS
     if (threads > 1) {
         par_status st = par__cpu_pool_start(s);
         if (st != PAR_OK) {
-            PARALLEL_FREE(s);
+            par__alloc_free(&s->alloc, s);
             return st;
         }
     }
@@ -9659,7 +9807,7 @@ struct par_executor {
 PARALLEL_DEF par_status par_executor_create(par_ctx *ctx, par_executor **exec) {
     par_executor *e;
     if (!ctx || !exec) return par__fail(PAR_EINVAL, "par_executor_create: NULL argument");
-    e = (par_executor *)PARALLEL_MALLOC(sizeof *e);
+    e = (par_executor *)par__ctx_malloc(ctx, sizeof *e);
     if (!e) return par__fail(PAR_ENOMEM, "par_executor_create: out of memory");
     memset(e, 0, sizeof *e);
     e->ctx = ctx;
@@ -9678,7 +9826,7 @@ static void par__exec_release(par_executor *e) {
 PARALLEL_DEF void par_executor_destroy(par_executor *exec) {
     if (!exec) return;
     par__exec_release(exec);
-    PARALLEL_FREE(exec);
+    par__ctx_free(exec->ctx, exec);
 }
 
 /* Grow the workspace to `bytes` per buffer; kept for later plans. */
@@ -10112,11 +10260,11 @@ static const char *par__st_replace(const char *tmp, const char *path) {
 }
 
 /* Make the rename itself durable (best effort: not every file system allows it). */
-static void par__st_sync_dir(const char *path) {
+static void par__st_sync_dir(const par_allocator *alloc, const char *path) {
 #if PAR__ST_POSIX
     const char *slash = strrchr(path, '/');
     size_t n = slash ? (size_t)(slash - path) : 0;
-    char *dir = (char *)PARALLEL_MALLOC(n + 2);
+    char *dir = (char *)par__alloc_malloc(alloc, n + 2);
     int fd;
     if (!dir) return;
     if (!slash) memcpy(dir, ".", 2);
@@ -10130,9 +10278,9 @@ static void par__st_sync_dir(const char *path) {
         (void)fsync(fd);
         close(fd);
     }
-    PARALLEL_FREE(dir);
+    par__alloc_free(alloc, dir);
 #else
-    (void)path;
+    (void)alloc, (void)path;
 #endif
 }
 
@@ -11418,7 +11566,7 @@ static par_status par__st_writer_complete(par_st_writer *w) {
                          w->path, w->tmp, why);
     PARALLEL_FREE(w->tmp);
     w->tmp = NULL; /* renamed: nothing to remove */
-    par__st_sync_dir(w->path);
+    par__st_sync_dir(NULL, w->path);
     return PAR_OK;
 }
 
@@ -11752,6 +11900,7 @@ static int64_t par__trace_min_ns(const par_trace *t) {
 
 typedef struct par__trace_out {
     par__st_io io;
+    const par_allocator *alloc; /* of buf and tmp; NULL = the PARALLEL_MALLOC macros */
     char *tmp;
     const char *path;
     uint64_t offset;
@@ -11901,25 +12050,28 @@ static void par__trace_emit_rank(par__trace_out *o, par__trace_rec *recs, int64_
     }
 }
 
-/* Create "<path>.tmp.<pid>.<n>" and start the JSON. */
-static par_status par__trace_open_out(par__trace_out *o, const char *fn, const char *path) {
+/* Create "<path>.tmp.<pid>.<n>" and start the JSON; buffers from `alloc` (NULL:
+   the PARALLEL_MALLOC macros). */
+static par_status par__trace_open_out(par__trace_out *o, const par_allocator *alloc, const char *fn,
+                                      const char *path) {
     const char *why;
     const size_t n = strlen(path) + 64;
     memset(o, 0, sizeof *o);
     par__st_io_init(&o->io);
+    o->alloc = alloc;
     o->path = path;
     o->cap = PAR__TRACE_FLUSH_AT;
-    o->buf = (char *)PARALLEL_MALLOC(o->cap);
-    o->tmp = (char *)PARALLEL_MALLOC(n);
+    o->buf = (char *)par__alloc_malloc(alloc, o->cap);
+    o->tmp = (char *)par__alloc_malloc(alloc, n);
     if (!o->buf || !o->tmp) {
-        PARALLEL_FREE(o->buf), PARALLEL_FREE(o->tmp);
+        par__alloc_free(alloc, o->buf), par__alloc_free(alloc, o->tmp);
         o->buf = o->tmp = NULL;
         return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
     }
     if ((why = par__st_create_temp(&o->io, path, o->tmp, n)) != NULL) {
         par_status st = par__fail(PAR_EIO, "%s: %.200s: cannot create the temporary file %.200s (%s)", fn, path,
                                   o->tmp, why);
-        PARALLEL_FREE(o->buf), PARALLEL_FREE(o->tmp);
+        par__alloc_free(alloc, o->buf), par__alloc_free(alloc, o->tmp);
         o->buf = o->tmp = NULL;
         return st;
     }
@@ -11949,9 +12101,9 @@ static par_status par__trace_close_out(par__trace_out *o, const char *fn, int ok
                        o->path, o->tmp, why);
         ok = 0;
     }
-    if (ok) par__st_sync_dir(o->path);
+    if (ok) par__st_sync_dir(o->alloc, o->path);
     else remove(o->tmp);
-    PARALLEL_FREE(o->buf), PARALLEL_FREE(o->tmp);
+    par__alloc_free(o->alloc, o->buf), par__alloc_free(o->alloc, o->tmp);
     o->buf = o->tmp = NULL;
     return st;
 }
@@ -11979,7 +12131,7 @@ PARALLEL_DEF par_status par_trace_write(par_trace *const *traces, int count, con
     if (origin == INT64_MAX) origin = 0;
     recs = (par__trace_rec *)PARALLEL_MALLOC((size_t)most * sizeof *recs);
     if (!recs) return par__fail(PAR_ENOMEM, "%s: out of memory for %lld records", fn, (long long)most);
-    if ((st = par__trace_open_out(&o, fn, path)) != PAR_OK) return PARALLEL_FREE(recs), st;
+    if ((st = par__trace_open_out(&o, NULL, fn, path)) != PAR_OK) return PARALLEL_FREE(recs), st;
     for (i = 0; i < count; i++) {
         par__trace_serialise(traces[i], recs);
         par__trace_emit_rank(&o, recs, par__trace_record_count(traces[i]), origin);
@@ -12061,7 +12213,8 @@ enum { PAR__TRACE_X_RECORDS = 0, PAR__TRACE_X_OK, PAR__TRACE_X_ORIGIN, PAR__TRAC
 
 /* Member 0: check the exchanged table (distinct ranks), size the receive
    buffer. Sets *origin and returns the buffer through *theirs. */
-static par_status par__trace_gather_plan(const char *fn, const int64_t *info, int n, par__trace_rec **theirs) {
+static par_status par__trace_gather_plan(const par_ctx *ctx, const char *fn, const int64_t *info, int n,
+                                         par__trace_rec **theirs) {
     int64_t most = 0;
     int i, j;
     *theirs = NULL;
@@ -12073,7 +12226,7 @@ static par_status par__trace_gather_plan(const char *fn, const int64_t *info, in
                                  (long long)v[PAR__TRACE_X_RANK]);
         if (i && v[PAR__TRACE_X_RECORDS] > most) most = v[PAR__TRACE_X_RECORDS];
     }
-    if (most && !(*theirs = (par__trace_rec *)PARALLEL_MALLOC((size_t)most * sizeof **theirs)))
+    if (most && !(*theirs = (par__trace_rec *)par__ctx_malloc(ctx, (size_t)most * sizeof **theirs)))
         return par__fail(PAR_ENOMEM, "%s: out of memory for %lld records", fn, (long long)most);
     return PAR_OK;
 }
@@ -12101,7 +12254,7 @@ PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, c
     if ((st = par_ctx_group(ctx, (1u << par_ctx_mesh(ctx)->ndim) - 1u, &c.group, &index, &n)) != PAR_OK) return st;
 
     /* local preparation: a failure is reported through the exchange */
-    info = (int64_t *)PARALLEL_MALLOC((size_t)n * PAR__TRACE_X_COUNT * sizeof *info);
+    info = (int64_t *)par__ctx_malloc(ctx, (size_t)n * PAR__TRACE_X_COUNT * sizeof *info);
     if (!info) return par__fail(PAR_ENOMEM, "%s: rank %d: out of memory", fn, par_ctx_rank(ctx)); /* peers time out */
     if (!trace) local = par__fail(PAR_EINVAL, "%s: rank %d: NULL trace", fn, par_ctx_rank(ctx));
     else if (index == 0 && (!path || !path[0]))
@@ -12110,11 +12263,12 @@ PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, c
     else local = par__trace_check(trace, fn);
     if (local == PAR_OK) {
         mine_n = par__trace_record_count(trace);
-        if (!(mine = (par__trace_rec *)PARALLEL_MALLOC((size_t)mine_n * sizeof *mine)))
+        if (!(mine = (par__trace_rec *)par__ctx_malloc(ctx, (size_t)mine_n * sizeof *mine)))
             local = par__fail(PAR_ENOMEM, "%s: rank %d: out of memory", fn, par_ctx_rank(ctx));
         else par__trace_serialise(trace, mine);
     }
-    if (local == PAR_OK && index == 0) writer_open = (local = par__trace_open_out(&o, fn, path)) == PAR_OK;
+    if (local == PAR_OK && index == 0)
+        writer_open = (local = par__trace_open_out(&o, &ctx->allocator, fn, path)) == PAR_OK;
     if (local != PAR_OK) par__copy_text(why, sizeof why, par_last_error());
 
     /* 1. the exchange */
@@ -12135,7 +12289,7 @@ PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, c
     if (origin == INT64_MAX) origin = 0;
 
     /* 2. go / no-go from member 0 */
-    if (index == 0 && (status = par__trace_gather_plan(fn, info, n, &theirs)) != PAR_OK)
+    if (index == 0 && (status = par__trace_gather_plan(ctx, fn, info, n, &theirs)) != PAR_OK)
         par__copy_text(why, sizeof why, par_last_error());
     if ((st = par__trace_share_status(&c, &status)) != PAR_OK) goto done;
     if (status != PAR_OK) {
@@ -12173,7 +12327,7 @@ done:
         par__fail(st, "%s", why);
     }
     if (c.dev) c.ct->free(c.ct->user, c.dev);
-    PARALLEL_FREE(mine), PARALLEL_FREE(info), PARALLEL_FREE(theirs);
+    par__ctx_free(ctx, mine), par__ctx_free(ctx, info), par__ctx_free(ctx, theirs);
     return st;
 }
 
