@@ -14,6 +14,9 @@
 #     in C++) is warning-free; `= {0}` still compiles as C++ for the desc structs
 #   - the CONTENTS list of the top doc block names exactly the section banners
 #   - files that comments cite exist in the repository
+#   - each PARALLEL_NO_* section macro (and all of them at once): the header still
+#     compiles warning-free (C11 and C++17), tests/tu_sections.c links and runs,
+#     and the object defines none of the omitted section's public functions
 #
 # Environment: B (build dir), CC, CXX (for the link tests), SANFLAGS (sanitizer
 # flags for the link-and-run tests; the compile checks are about warnings only).
@@ -233,6 +236,56 @@ cited_files_exist() {
     [ -z "$bad" ] || { echo "parallel.h cites files that are not in the repository:$bad"; return 1; }
 }
 check cited-files-exist cited_files_exist
+
+# --- 9. leaving sections out: PARALLEL_NO_CHECKPOINT, _NO_TRACE, _NO_CPU_KERNELS ---
+# sections_src NAME MACRO...: tests/tu_sections.c under the macros, #defined in
+# the source as a user would.
+sections_src() {
+    local name=$1 m
+    shift
+    { for m in "$@"; do echo "#define $m"; done; echo '#include "tests/tu_sections.c"'; } >"$OUT/$name.c"
+}
+# sections_run NAME PREFIX...: build as C11, link, run; the object must define no
+# public function whose name starts with one of the omitted sections' prefixes.
+sections_run() {
+    local name=$1 prefix syms
+    shift
+    $CC -x c $C11 $SANFLAGS -I. -c "$OUT/$name.c" -o "$OUT/$name.o" &&
+        $CC $SANFLAGS "$OUT/$name.o" -o "$OUT/$name" $LIBS && "$OUT/$name" || return 1
+    syms=$(nm -g --defined-only "$OUT/$name.o" | awk '{ print $NF }')
+    for prefix in "$@"; do
+        if printf '%s\n' "$syms" | grep -q "^$prefix"; then
+            echo "still defined with the section left out: $(printf '%s\n' "$syms" | grep "^$prefix" | head -3)"
+            return 1
+        fi
+    done
+}
+# section_checks NAME "MACROS" "SYMBOL_PREFIXES" CXX_COMPILERS C_COMPILERS
+section_checks() {
+    local name=$1 macros=$2 prefixes=$3 cxxs=$4 ccs=$5 c
+    # shellcheck disable=SC2086 # the lists are word lists
+    sections_src "$name" $macros
+    check "$name-link-run" sections_run "$name" $prefixes
+    for c in $ccs; do
+        have $c && check "$name-c11-$c" compile $c c "$C11" "$OUT/$name.c" "$OUT/$name-$c.o"
+    done
+    for c in $cxxs; do
+        have $c && check "$name-cxx17-$c" compile $c c++ "$CXX17" "$OUT/$name.c" "$OUT/$name-$c.o"
+    done
+}
+section_checks no-checkpoint PARALLEL_NO_CHECKPOINT par_st_ g++ ""
+section_checks no-trace PARALLEL_NO_TRACE par_trace_ g++ ""
+section_checks no-cpu-kernels PARALLEL_NO_CPU_KERNELS "" g++ ""
+section_checks no-all-sections "PARALLEL_NO_CHECKPOINT PARALLEL_NO_TRACE PARALLEL_NO_CPU_KERNELS" \
+    "par_st_ par_trace_" "g++ clang++" clang
+
+# --- 10. the version macros agree ------------------------------------------------
+printf '%s\n' '#include "parallel.h"' '#include <stdio.h>' '#include <string.h>' \
+    'int main(void) {' '    char v[32];' \
+    '    snprintf(v, sizeof v, "%d.%d.%d", PARALLEL_VERSION_MAJOR, PARALLEL_VERSION_MINOR, PARALLEL_VERSION_PATCH);' \
+    '    return strcmp(v, PARALLEL_VERSION) != 0;' '}' >"$OUT/version.c"
+version_agrees() { $CC -x c $C11 -I. "$OUT/version.c" -o "$OUT/version" && "$OUT/version"; }
+check version-macros-agree version_agrees
 
 echo "conventions: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
