@@ -1,5 +1,6 @@
 /* parallel_cuda.cu - CUDA side of parallel.h: the CUDA compute table (cuBLAS
    GEMM, flash attention, fused kernels) and the NCCL comm table.
+   License: the same as parallel.h (MIT-0 or public domain, full text at its end).
 
    BUILD
    Two ways, pick one per program:

@@ -130,6 +130,8 @@ static int bench_gemm(int quick) {
     par_cpu_desc d1, d2;
     int i;
     const par__cpu_gemm_isa *isa = par__cpu_gemm_best();
+    memset(&d1, 0, sizeof d1); /* desc structs: zero fields are defaults */
+    memset(&d2, 0, sizeof d2);
     d1.threads = 1;
     d2.threads = 2;
     if (par_compute_cpu(&d1, &t1) != PAR_OK || par_compute_cpu(&d2, &t2) != PAR_OK) {

@@ -10,6 +10,13 @@
 #   - PARALLEL_STATIC: two TUs with private copies link and run, warning-free
 #   - PARALLEL_MALLOC/REALLOC/FREE are all-or-none (the #error fires)
 #   - an object with the implementation exports only par_ symbols
+#   - the zero-init idiom of every public struct (`T d = {0};` in C, `T d = {};`
+#     in C++) is warning-free; `= {0}` still compiles as C++ for the desc structs
+#   - the CONTENTS list of the top doc block names exactly the section banners
+#   - files that comments cite exist in the repository
+#   - each PARALLEL_NO_* section macro (and all of them at once): the header still
+#     compiles warning-free (C11 and C++17), tests/tu_sections.c links and runs,
+#     and the object defines none of the omitted section's public functions
 #
 # Environment: B (build dir), CC, CXX (for the link tests), SANFLAGS (sanitizer
 # flags for the link-and-run tests; the compile checks are about warnings only).
@@ -154,6 +161,131 @@ compile_then() { # compile_then CHECKFN COMPILER LANG FLAGS SOURCE OBJECT
 check nm-impl-c-only-par compile_then only_par_symbols "$CC" c "$C11" "$OUT/impl.c" "$OUT/nm-c.o"
 check nm-impl-cxx-only-par compile_then only_par_symbols "$CXX" c++ "$CXX17" "$OUT/impl.c" "$OUT/nm-cxx.o"
 check nm-decl-defines-nothing compile_then no_symbols "$CC" c "$C11" "$OUT/decl.c" "$OUT/nm-decl.o"
+
+# --- 6. the zero-init idiom, for every public struct ------------------------------
+# The structs come from the header itself (its declaration part), so a struct added
+# later is covered without touching this script.
+DECLS=$(sed '/^#endif \/\* PARALLEL_H \*\//q' parallel.h)
+STRUCTS=$(printf '%s\n' "$DECLS" | sed -n -E 's/^[[:space:]]*typedef struct (par_[a-z0-9][a-z0-9_]*) \{.*/\1/p')
+DESCS=$(printf '%s\n' "$STRUCTS" | grep -E '_desc$')
+# zero_init_src INIT STRUCT...: a program zero-initialising each struct with INIT.
+zero_init_src() {
+    local init=$1 s
+    shift
+    printf '#include "parallel.h"\nint main(void) {\n'
+    for s in "$@"; do printf '    { %s v = %s; (void)v; }\n' "$s" "$init"; done
+    printf '    return 0;\n}\n'
+}
+zero_init_list_ok() { # the grep found the structs (and the desc structs among them)
+    printf '%s\n' $STRUCTS | grep -qx par_ctx_desc && printf '%s\n' $DESCS | grep -qx par_op_desc &&
+        echo "$(echo $STRUCTS | wc -w) public structs, $(echo $DESCS | wc -w) of them *_desc"
+}
+check zero-init-struct-list zero_init_list_ok
+# shellcheck disable=SC2086 # word splitting of the struct lists is intended
+{
+    zero_init_src '{0}' $STRUCTS >"$OUT/zero_c.c"
+    zero_init_src '{}' $STRUCTS >"$OUT/zero_cxx.c"
+    zero_init_src '{0}' $DESCS >"$OUT/zero0_cxx.c"
+}
+for cc in gcc clang; do
+    have $cc && check "zero-init-c11-$cc" compile $cc c "$C11" "$OUT/zero_c.c" "$OUT/zero_c-$cc.o"
+done
+for cxx in g++ clang++; do
+    have $cxx || continue
+    check "zero-init-cxx17-$cxx" compile $cxx c++ "$CXX17" "$OUT/zero_cxx.c" "$OUT/zero_cxx-$cxx.o"
+    # `= {0}` in C++ warns (missing initializers) but must not be an error: no
+    # desc struct may start with an enum member.
+    check "zero-init-0-compiles-cxx17-$cxx" compile $cxx c++ \
+        "$CXX17 -Wno-missing-field-initializers -Wno-missing-braces" "$OUT/zero0_cxx.c" "$OUT/zero0_cxx-$cxx.o"
+done
+
+# --- 7. the table of contents names every section banner, and only those -------
+# Banners: "// >>name" in the implementation (a parenthesised sub-banner such as
+# "// >>compute-cpu (attention)" counts as its section) and ">>name" headings
+# right after a "/* ===" rule in the declarations. CONTENTS: the ">>name" entries
+# of the top doc block.
+toc_matches_banners() {
+    local toc banners missing extra
+    toc=$(sed -n '/^   CONTENTS/,/^\*\//p' parallel.h | sed -n -E 's/^ +>>([a-z][a-z0-9-]*).*/\1/p' | sort -u)
+    banners=$({
+        sed -n -E 's/^\/\/ >>([a-z][a-z0-9-]*).*/\1/p' parallel.h
+        awk '/^\/\* =====/ { rule = 1; next } rule && /^   >>[a-z]/ { sub(/^   >>/, ""); print $1 } { rule = 0 }' parallel.h
+    } | sort -u)
+    [ -n "$toc" ] || { echo "no CONTENTS entries found in the top doc block"; return 1; }
+    missing=$(comm -13 <(printf '%s\n' "$toc") <(printf '%s\n' "$banners"))
+    extra=$(comm -23 <(printf '%s\n' "$toc") <(printf '%s\n' "$banners"))
+    [ -z "$missing" ] || echo "banners missing from CONTENTS: $missing"
+    [ -z "$extra" ] || echo "CONTENTS entries with no banner: $extra"
+    [ -z "$missing$extra" ] && echo "$(echo $toc | wc -w) sections: $(echo $toc)"
+}
+check toc-matches-banners toc_matches_banners
+
+# --- 8. files that comments cite exist --------------------------------------------
+# Paths with a directory (not <system/headers.h>) and bare names of non-header
+# files (.md, .py, .cu, .sh); ../shared/ is the project's shared folder, outside
+# the repository.
+cited_files_exist() {
+    local f bad=""
+    for f in $({
+        grep -oE '(^|[^<A-Za-z0-9_./-])(\.\./)?[A-Za-z0-9_-]+(/[A-Za-z0-9_.-]+)+\.(c|h|md|py|cu|sh|yaml)\b' parallel.h
+        grep -oE '(^|[^<A-Za-z0-9_./-])[A-Za-z0-9_-]+\.(md|py|cu|sh)\b' parallel.h
+    } | sed -E 's/^[^A-Za-z0-9_.]//' | sort -u); do
+        case $f in ../shared/*) continue ;; esac
+        [ -e "$f" ] || bad="$bad $f"
+    done
+    [ -z "$bad" ] || { echo "parallel.h cites files that are not in the repository:$bad"; return 1; }
+}
+check cited-files-exist cited_files_exist
+
+# --- 9. leaving sections out: PARALLEL_NO_CHECKPOINT, _NO_TRACE, _NO_CPU_KERNELS ---
+# sections_src NAME MACRO...: tests/tu_sections.c under the macros, #defined in
+# the source as a user would.
+sections_src() {
+    local name=$1 m
+    shift
+    { for m in "$@"; do echo "#define $m"; done; echo '#include "tests/tu_sections.c"'; } >"$OUT/$name.c"
+}
+# sections_run NAME PREFIX...: build as C11, link, run; the object must define no
+# public function whose name starts with one of the omitted sections' prefixes.
+sections_run() {
+    local name=$1 prefix syms
+    shift
+    $CC -x c $C11 $SANFLAGS -I. -c "$OUT/$name.c" -o "$OUT/$name.o" &&
+        $CC $SANFLAGS "$OUT/$name.o" -o "$OUT/$name" $LIBS && "$OUT/$name" || return 1
+    syms=$(nm -g --defined-only "$OUT/$name.o" | awk '{ print $NF }')
+    for prefix in "$@"; do
+        if printf '%s\n' "$syms" | grep -q "^$prefix"; then
+            echo "still defined with the section left out: $(printf '%s\n' "$syms" | grep "^$prefix" | head -3)"
+            return 1
+        fi
+    done
+}
+# section_checks NAME "MACROS" "SYMBOL_PREFIXES" CXX_COMPILERS C_COMPILERS
+section_checks() {
+    local name=$1 macros=$2 prefixes=$3 cxxs=$4 ccs=$5 c
+    # shellcheck disable=SC2086 # the lists are word lists
+    sections_src "$name" $macros
+    check "$name-link-run" sections_run "$name" $prefixes
+    for c in $ccs; do
+        have $c && check "$name-c11-$c" compile $c c "$C11" "$OUT/$name.c" "$OUT/$name-$c.o"
+    done
+    for c in $cxxs; do
+        have $c && check "$name-cxx17-$c" compile $c c++ "$CXX17" "$OUT/$name.c" "$OUT/$name-$c.o"
+    done
+}
+section_checks no-checkpoint PARALLEL_NO_CHECKPOINT par_st_ g++ ""
+section_checks no-trace PARALLEL_NO_TRACE par_trace_ g++ ""
+section_checks no-cpu-kernels PARALLEL_NO_CPU_KERNELS "" g++ ""
+section_checks no-all-sections "PARALLEL_NO_CHECKPOINT PARALLEL_NO_TRACE PARALLEL_NO_CPU_KERNELS" \
+    "par_st_ par_trace_" "g++ clang++" clang
+
+# --- 10. the version macros agree ------------------------------------------------
+printf '%s\n' '#include "parallel.h"' '#include <stdio.h>' '#include <string.h>' \
+    'int main(void) {' '    char v[32];' \
+    '    snprintf(v, sizeof v, "%d.%d.%d", PARALLEL_VERSION_MAJOR, PARALLEL_VERSION_MINOR, PARALLEL_VERSION_PATCH);' \
+    '    return strcmp(v, PARALLEL_VERSION) != 0;' '}' >"$OUT/version.c"
+version_agrees() { $CC -x c $C11 -I. "$OUT/version.c" -o "$OUT/version" && "$OUT/version"; }
+check version-macros-agree version_agrees
 
 echo "conventions: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -850,6 +850,7 @@ static void test_table(void) {
     CHECK_ERR(t.attention_merge(t.user, &ad, x, x, x, x), PAR_EUNSUPPORTED, "dtype bf16");
     CHECK_ERR(t.attention_fwd(t.user, NULL, x, x, x, x, x), PAR_EINVAL, "desc is NULL");
     t.destroy(t.user);
+    memset(&desc, 0, sizeof desc);
     desc.threads = -1;
     CHECK_ERR(par_compute_cpu(&desc, &t), PAR_EINVAL, "threads is -1");
     desc.threads = 1;
@@ -1002,6 +1003,8 @@ static void test_scratch_bound(void) {
 int main(void) {
     par_compute_table t1, t3;
     par_cpu_desc d1, d3;
+    memset(&d1, 0, sizeof d1); /* desc structs: zero fields are defaults */
+    memset(&d3, 0, sizeof d3);
     d1.threads = 1;
     d3.threads = 3;
     if (par_compute_cpu(&d1, &t1) != PAR_OK || par_compute_cpu(&d3, &t3) != PAR_OK) {

@@ -1,0 +1,385 @@
+/* tests/test_alloc.c - par_allocator: host memory of a context through the hooks.
+
+   A counting allocator (a header on every block: magic and owner, so a block
+   freed by the wrong allocator is caught) serves a context run by
+   par_run_threads_desc on 8 rank threads with 2 kernel threads each. The rank
+   body creates groups (enough that the group cache grows by realloc), runs a
+   redistribution plan through the executor and checks the result, issues an
+   async collective, plans with a planner made for the context, runs a GEMM and
+   an attention call of the CPU table, and gathers a trace. Meanwhile the
+   PARALLEL_MALLOC/REALLOC/FREE macros are counting wrappers too: none of the
+   library's allocations may go around the hooks, and every hooked block must
+   be freed once the run returns. Plus: partial hook sets are PAR_EINVAL naming
+   the missing hook, for every desc that takes an allocator. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* The macro allocator: counts what the library allocates around the hooks. */
+static pthread_mutex_t macro_mu = PTHREAD_MUTEX_INITIALIZER;
+static long macro_calls;
+static void *macro_malloc(size_t n) {
+    pthread_mutex_lock(&macro_mu);
+    macro_calls++;
+    pthread_mutex_unlock(&macro_mu);
+    return malloc(n);
+}
+static void *macro_realloc(void *p, size_t n) {
+    pthread_mutex_lock(&macro_mu);
+    macro_calls++;
+    pthread_mutex_unlock(&macro_mu);
+    return realloc(p, n);
+}
+static void macro_free(void *p) {
+    if (p) {
+        pthread_mutex_lock(&macro_mu);
+        macro_calls++;
+        pthread_mutex_unlock(&macro_mu);
+    }
+    free(p);
+}
+static long macro_count(void) {
+    long n;
+    pthread_mutex_lock(&macro_mu);
+    n = macro_calls;
+    pthread_mutex_unlock(&macro_mu);
+    return n;
+}
+#define PARALLEL_MALLOC(sz) macro_malloc(sz)
+#define PARALLEL_REALLOC(p, sz) macro_realloc(p, sz)
+#define PARALLEL_FREE(p) macro_free(p)
+
+#define PARALLEL_IMPLEMENTATION
+#include "test.h"
+
+/* ---- the counting allocator ---------------------------------------------- */
+
+#define BLOCK_MAGIC 0x616c6c6f63ull /* "alloc" */
+
+typedef struct counter {
+    pthread_mutex_t mu;
+    long mallocs, reallocs, frees, live, bad; /* bad: free/realloc of a block not ours */
+} counter;
+
+typedef union block_hdr {
+    struct {
+        uint64_t magic;
+        counter *owner;
+    } h;
+    max_align_t align_; /* keep the user's pointer aligned like malloc's */
+} block_hdr;
+
+static void count(counter *c, long *field, long live_delta) {
+    pthread_mutex_lock(&c->mu);
+    (*field)++;
+    c->live += live_delta;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static block_hdr *ours(counter *c, void *p) {
+    block_hdr *b = (block_hdr *)p - 1;
+    if (b->h.magic != BLOCK_MAGIC || b->h.owner != c) {
+        count(c, &c->bad, 0);
+        return NULL;
+    }
+    return b;
+}
+
+static void *hook_malloc(size_t size, void *user) {
+    counter *c = (counter *)user;
+    block_hdr *b = (block_hdr *)malloc(sizeof *b + size);
+    if (!b) return NULL;
+    b->h.magic = BLOCK_MAGIC;
+    b->h.owner = c;
+    count(c, &c->mallocs, 1);
+    return b + 1;
+}
+
+static void *hook_realloc(void *ptr, size_t size, void *user) {
+    counter *c = (counter *)user;
+    block_hdr *b = ptr ? ours(c, ptr) : NULL, *q;
+    if (!b) return NULL; /* NULL or not ours: the library must never do either */
+    q = (block_hdr *)realloc(b, sizeof *q + size);
+    if (!q) return NULL;
+    count(c, &c->reallocs, 0);
+    return q + 1;
+}
+
+static void hook_free(void *ptr, void *user) {
+    counter *c = (counter *)user;
+    block_hdr *b;
+    if (!ptr) {
+        count(c, &c->bad, 0); /* free(NULL) is promised never to happen */
+        return;
+    }
+    if ((b = ours(c, ptr)) == NULL) return;
+    b->h.magic = 0;
+    count(c, &c->frees, -1);
+    free(b);
+}
+
+static par_allocator counting(counter *c) {
+    par_allocator a;
+    memset(&a, 0, sizeof a);
+    a.user = c;
+    a.malloc = hook_malloc;
+    a.realloc = hook_realloc;
+    a.free = hook_free;
+    return a;
+}
+
+/* ---- partial hook sets ---------------------------------------------------- */
+
+static par_status never_run(par_ctx *ctx, void *arg) {
+    (void)ctx, (void)arg;
+    return PAR_ECOMM;
+}
+
+static void test_partial_sets(void) {
+    counter c;
+    par_ctx_desc desc;
+    par_cpu_desc cpu;
+    par_planner_desc pd;
+    par_compute_table table;
+    par_planner *pl = (par_planner *)&pd; /* must come back NULL */
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+
+    memset(&desc, 0, sizeof desc);
+    desc.allocator = counting(&c);
+    desc.allocator.realloc = NULL;
+    CHECK_ERR(par_run_threads_desc(&desc, 2, never_run, NULL), PAR_EINVAL, "par_ctx_desc.allocator: realloc is NULL");
+    desc.allocator = counting(&c);
+    desc.allocator.malloc = NULL;
+    desc.allocator.free = NULL;
+    CHECK_ERR(par_run_threads_desc(&desc, 2, never_run, NULL), PAR_EINVAL, "malloc is NULL");
+    desc.allocator = counting(&c);
+    desc.allocator.free = NULL;
+    CHECK_ERR(par_run_threads_desc(&desc, 2, never_run, NULL), PAR_EINVAL, "free is NULL");
+    /* the same check behind par_ctx_init (and so every launcher) */
+    {
+        par_ctx *ctx = (par_ctx *)&desc;
+        par_comm_table comm;
+        memset(&comm, 0, sizeof comm);
+        desc.comm = &comm;
+        CHECK(par_ctx_init(&desc, &ctx) != PAR_OK && ctx == NULL);
+        desc.comm = NULL;
+    }
+
+    memset(&cpu, 0, sizeof cpu);
+    cpu.allocator = counting(&c);
+    cpu.allocator.free = NULL;
+    CHECK_ERR(par_compute_cpu(&cpu, &table), PAR_EINVAL, "par_cpu_desc.allocator: free is NULL");
+
+    memset(&pd, 0, sizeof pd);
+    pd.allocator.malloc = hook_malloc;
+    CHECK_ERR(par_planner_create(&pd, &pl), PAR_EINVAL, "par_planner_desc.allocator: realloc is NULL");
+    CHECK(pl == NULL);
+
+    CHECK_INT(c.mallocs + c.reallocs + c.frees + c.bad, 0); /* rejected before any allocation */
+    pthread_mutex_destroy(&c.mu);
+}
+
+/* ---- a full threads run ---------------------------------------------------- */
+
+#define RANKS 8
+#define SIDE 16
+
+typedef struct run_arg {
+    const par_plan *plan;
+    counter *c;
+    const char *trace_path;
+    int failed[RANKS]; /* per rank: checks that failed inside the rank */
+} run_arg;
+
+/* Global flat index of local element i of `rank`'s slice of l (2-D). */
+static float global_value(const par_layout *l, int rank, int64_t i) {
+    int64_t shape[PARALLEL_MAX_DIMS], off[PARALLEL_MAX_DIMS];
+    par_layout_local_shape(l, shape);
+    par_layout_local_offset(l, rank, off);
+    return (float)((off[0] + i / shape[1]) * SIDE + off[1] + i % shape[1]);
+}
+
+static par_status rank_body(par_ctx *ctx, void *p) {
+    run_arg *a = (run_arg *)p;
+    const int rank = par_ctx_rank(ctx);
+    const par_compute_table *ct = par_ctx_compute(ctx);
+    const par_comm_table *cm = par_ctx_comm(ctx);
+    const par_allocator *al = par_ctx_allocator(ctx);
+    par_comm_group *g = NULL;
+    par_executor *exec = NULL;
+    par_planner *pl = NULL;
+    par_request *req = NULL;
+    par_trace *tr = NULL;
+    par_trace_desc td;
+    par_plan again;
+    float *in = NULL, *out = NULL, sum[4] = {1, 2, 3, 4};
+    int64_t nin = par_layout_local_numel(&a->plan->from), nout = par_layout_local_numel(&a->plan->to), i;
+    int world[RANKS], bad = 0, mask;
+    par_status st;
+
+    bad += al == NULL || al->malloc != hook_malloc || al->user != a->c;
+    /* every group along mesh dims (8 on a 3-D mesh), then the world in reverse
+       order: a ninth cached group, so the cache grows by realloc */
+    for (mask = 0; mask < 8; mask++) bad += par_ctx_group(ctx, (uint32_t)mask, &g, NULL, NULL) != PAR_OK;
+    for (i = 0; i < RANKS; i++) world[i] = RANKS - 1 - (int)i;
+    bad += par_ctx_group_ranks(ctx, world, RANKS, &g) != PAR_OK;
+
+    /* a plan through the executor, buffers from the CPU table */
+    if ((st = ct->alloc(ct->user, (size_t)nin * sizeof *in, PAR_MEM_ACTIVATIONS, (void **)&in)) != PAR_OK) return st;
+    if ((st = ct->alloc(ct->user, (size_t)nout * sizeof *out, PAR_MEM_ACTIVATIONS, (void **)&out)) != PAR_OK) return st;
+    /* the source is partial over b: the b = 0 ranks hold the values, the others 0 */
+    for (i = 0; i < nin; i++) in[i] = rank / 2 % 2 == 0 ? global_value(&a->plan->from, rank, i) : 0.0f;
+    if ((st = par_executor_create(ctx, &exec)) != PAR_OK) return st;
+    if ((st = par_execute_plan(exec, a->plan, PAR_F32, in, out)) != PAR_OK) return st;
+    for (i = 0; i < nout; i++) bad += out[i] != global_value(&a->plan->to, rank, i);
+    par_executor_destroy(exec);
+
+    /* an async collective: its request lives in hooked memory */
+    if ((st = par_ctx_group(ctx, 7u, &g, NULL, NULL)) != PAR_OK) return st;
+    if ((st = cm->all_reduce(cm->user, g, sum, sum, 4, PAR_F32, PAR_REDUCE_SUM, &req)) != PAR_OK) return st;
+    if ((st = cm->wait(cm->user, req)) != PAR_OK) return st;
+    bad += sum[0] != 1.0f * RANKS || sum[3] != 4.0f * RANKS;
+
+    /* a planner made for the context, grown by a search */
+    if ((st = par__ctx_planner_create(ctx, NULL, &pl)) != PAR_OK) return st;
+    st = par_planner_plan(pl, &a->plan->from, &a->plan->to, NULL, &again);
+    par_planner_destroy(pl);
+    if (st != PAR_OK) return st;
+    bad += again.num_ops != a->plan->num_ops;
+
+    /* kernels that keep or take scratch: a GEMM big enough for packing space and
+       the kernel threads, and an attention call (tiles, internal SGEMM) */
+    {
+        enum { M = 96, D = 64 };
+        par_gemm_desc gd;
+        par_attn_desc ad;
+        float *x = NULL, *y = NULL, *z = NULL, *lse = NULL;
+        if ((st = ct->alloc(ct->user, sizeof(float) * M * M * 3 + sizeof(float) * M, PAR_MEM_WORKSPACE,
+                            (void **)&x)) != PAR_OK)
+            return st;
+        y = x + M * M, z = y + M * M, lse = z + M * M;
+        for (i = 0; i < M * M; i++) x[i] = (float)(i % 7) * 0.25f, y[i] = (float)(i % 5) * 0.5f;
+        memset(&gd, 0, sizeof gd);
+        gd.m = gd.n = gd.k = M;
+        gd.alpha = 1.0f;
+        bad += ct->gemm(ct->user, &gd, x, y, z) != PAR_OK;
+        memset(&ad, 0, sizeof ad);
+        ad.batch = 1, ad.q_heads = ad.kv_heads = 1, ad.head_dim = D, ad.q_len = ad.k_len = M, ad.causal = 1;
+        bad += ct->attention_fwd(ct->user, &ad, x, y, y, z, lse) != PAR_OK;
+        ct->free(ct->user, x);
+    }
+
+    /* a trace gathered over the context (its buffers through the hooks); the
+       trace object has no context and uses the macros, which the caller
+       accounts for */
+    memset(&td, 0, sizeof td);
+    td.rank = rank;
+    if ((st = par_trace_create(&td, &tr)) != PAR_OK) return st;
+    par_trace_span(tr, "step", "compute", 0.0, 1.0);
+    st = par_trace_gather_write(ctx, tr, rank == 0 ? a->trace_path : NULL);
+    par_trace_destroy(tr);
+    if (st != PAR_OK) return st;
+
+    /* the host's own per-context memory through the same hooks */
+    {
+        void *mine = al->malloc(100, al->user);
+        bad += mine == NULL;
+        if (mine) al->free(mine, al->user);
+    }
+
+    ct->free(ct->user, in);
+    ct->free(ct->user, out);
+    a->failed[rank] = bad;
+    return PAR_OK;
+}
+
+static void test_threads_run(void) {
+    counter c;
+    par_ctx_desc desc;
+    par_mesh mesh;
+    par_layout from, to;
+    par_plan plan;
+    run_arg arg;
+    int64_t shape[2] = {SIDE, SIDE};
+    long before, trace_macro_calls;
+    const char *tmp = getenv("TMPDIR");
+    char path[512];
+    int r;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    memset(&arg, 0, sizeof arg);
+    CHECK_OK(par_mesh_parse("a=2,b=2,c=2", &mesh));
+    CHECK_OK(par_layout_parse(&from, &mesh, 2, shape, "[a,c] partial=b"));
+    CHECK_OK(par_layout_parse(&to, &mesh, 2, shape, "[(c,a),None]"));
+    CHECK_OK(par_plan_redistribution(&from, &to, NULL, &plan));
+    CHECK(plan.num_ops >= 2);
+    snprintf(path, sizeof path, "%s/par_alloc_trace_%ld.json", tmp && tmp[0] ? tmp : "/tmp", (long)getpid());
+    arg.plan = &plan;
+    arg.c = &c;
+    arg.trace_path = path;
+
+    memset(&desc, 0, sizeof desc);
+    desc.mesh = "a=2,b=2,c=2";
+    desc.timeout_ms = 30000;
+    desc.kernel_threads = 2;
+    desc.allocator = counting(&c);
+
+    /* The trace objects are not the context's: measure what they take from the
+       macros alone, with the same calls, then expect exactly that below. */
+    before = macro_count();
+    {
+        par_trace *tr[RANKS];
+        par_trace_desc td;
+        memset(&td, 0, sizeof td);
+        for (r = 0; r < RANKS; r++) {
+            td.rank = r;
+            CHECK_OK(par_trace_create(&td, &tr[r]));
+            par_trace_span(tr[r], "step", "compute", 0.0, 1.0);
+        }
+        for (r = 0; r < RANKS; r++) par_trace_destroy(tr[r]);
+    }
+    trace_macro_calls = macro_count() - before;
+
+    before = macro_count();
+    CHECK_OK(par_run_threads_desc(&desc, RANKS, rank_body, &arg));
+    CHECK_MSG(macro_count() - before == trace_macro_calls,
+              "%ld allocator macro calls during the run, %ld of them the trace objects'",
+              macro_count() - before, trace_macro_calls);
+    for (r = 0; r < RANKS; r++) CHECK_MSG(arg.failed[r] == 0, "rank %d: %d checks failed", r, arg.failed[r]);
+    CHECK_MSG(c.mallocs > 100, "only %ld allocations went through the hooks", c.mallocs);
+    CHECK_MSG(c.reallocs > 0, "no realloc went through the hooks");
+    CHECK_MSG(c.live == 0, "%ld hooked blocks still allocated after the run", c.live);
+    CHECK_INT(c.bad, 0);
+    CHECK_INT(c.frees, c.mallocs);
+    remove(path);
+    pthread_mutex_destroy(&c.mu);
+}
+
+/* A context's default hooks are callable and wrap the macros. */
+static par_status default_body(par_ctx *ctx, void *p) {
+    const par_allocator *al = par_ctx_allocator(ctx);
+    void *q;
+    (void)p;
+    if (!al || !al->malloc || !al->realloc || !al->free) return par_set_error(PAR_EINVAL, "hooks not all set");
+    if (!(q = al->malloc(16, al->user))) return PAR_ENOMEM;
+    if (!(q = al->realloc(q, 64, al->user))) return PAR_ENOMEM;
+    al->free(q, al->user);
+    return PAR_OK;
+}
+
+static void test_defaults(void) {
+    long before = macro_count();
+    CHECK_OK(par_run_threads(2, default_body, NULL));
+    CHECK_MSG(macro_count() > before, "the default hooks did not go through PARALLEL_MALLOC");
+    CHECK(par_ctx_allocator(NULL) == NULL);
+}
+
+int main(void) {
+    test_partial_sets();
+    test_threads_run();
+    test_defaults();
+    return TEST_END("test_alloc");
+}
