@@ -2140,7 +2140,6 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
     char names[PARALLEL_MAX_DIMS][PAR_NAME_MAX];
     const char *name_ptrs[PARALLEL_MAX_DIMS], *start;
     int n = 0, named = -1, bracket;
-    par_status st;
     if (!text || !mesh) return par__fail(PAR_EINVAL, "par_mesh_parse: NULL argument");
     s.text = s.p = text;
     bracket = par__accept(&s, '[');
@@ -2181,7 +2180,7 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
         return par__fail(PAR_EPARSE, "mesh '%.64s': unexpected '%c' at position %d", text, *s.p,
                          par__scan_pos(&s));
     /* What the text says is no mesh (a name twice, "None", too many devices): still bad text. */
-    if ((st = par_mesh_init(mesh, n, dims, name_ptrs)) != PAR_OK) {
+    if (par_mesh_init(mesh, n, dims, name_ptrs) != PAR_OK) {
         char why[sizeof par__error_text];
         par__copy_text(why, sizeof why, par_last_error());
         return par__fail(PAR_EPARSE, "mesh '%.64s': %s", text, why);

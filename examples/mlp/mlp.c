@@ -66,7 +66,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     par_param_info info;
     float *x = NULL, *a = NULL, *y = NULL, *dy = NULL, *dh = NULL, *whole = NULL;
     int shard = 0, shards = 1, step, mb, i;
-    int64_t n, r, j;
+    int64_t n, r, j, local[PARALLEL_MAX_DIMS];
     par_status st = PAR_OK;
     /* strategies, MindSpore style, on the mesh "dp=..,tp=..": rows over dp;
        W1's out (column-parallel) and W2's in (row-parallel) over tp */
@@ -80,7 +80,8 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     pd.params = w, pd.num_params = 2, pd.batch = &batch, pd.zero_level = c->zero;
     TRY(par_params_create(ctx, &pd, &ps));
     TRY(par_params_data_shard(ps, &shard, &shards));
-    n = BATCH / shards / c->micro; /* this rank's samples per micro-batch */
+    par_layout_local_shape(&batch, local);
+    n = local[0] / c->micro; /* this rank's samples (its slice of the batch), per micro-batch */
     /* init: every rank draws its slice of N(0, 0.3)-ish weights from the global index */
     for (i = 0; i < 2; i++) {
         float *v;
