@@ -12,6 +12,7 @@ typedef struct run {
 static par_status rank_body(par_ctx *ctx, void *arg) {
     run *r = (run *)arg;
     const int k = par_ctx_rank(ctx);
+    if (k < 0 || k >= 64) return par_set_error(PAR_EINVAL, "rank %d outside the test's table", k);
     r->failed[k] = params_suite_run(ctx, &r->passed[k]);
     return PAR_OK;
 }
