@@ -131,7 +131,9 @@ LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch
     const int64_t rows = par_tp_rows(m->tp, n), qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
     llama_carver c = {base, 0};
     llama_block_acts dummy;
+    llama_acts count_only; /* counting: the same list, written nowhere that matters */
     int64_t l;
+    if (!base) a = &count_only;
     for (l = 0; l < d->layers; l++) {
         llama_block_acts *b = base ? &a->blocks[l] : &dummy;
         b->x_in = llama_carve(&c, rows * d->dim), b->rstd1 = llama_carve(&c, rows), b->h1 = llama_carve(&c, rows * d->dim);
@@ -140,12 +142,8 @@ LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch
         b->x_mid = llama_carve(&c, rows * d->dim), b->rstd2 = llama_carve(&c, rows), b->h2 = llama_carve(&c, rows * d->dim);
         b->g = llama_carve(&c, n * d->ffn), b->u = llama_carve(&c, n * d->ffn), b->m = llama_carve(&c, n * d->ffn);
     }
-    if (base) {
-        a->x_final = llama_carve(&c, rows * d->dim), a->rstdf = llama_carve(&c, rows);
-        a->hf = llama_carve(&c, rows * d->dim), a->logits = llama_carve(&c, n * d->vocab), a->losses = llama_carve(&c, n);
-    } else {
-        c.used += rows * d->dim + rows + rows * d->dim + n * d->vocab + n;
-    }
+    a->x_final = llama_carve(&c, rows * d->dim), a->rstdf = llama_carve(&c, rows);
+    a->hf = llama_carve(&c, rows * d->dim), a->logits = llama_carve(&c, n * d->vocab), a->losses = llama_carve(&c, n);
     return c.used;
 }
 
