@@ -14386,7 +14386,6 @@ PARALLEL_DEF par_status par_tp_embedding(const par_tp *tp, const char *name, int
     par_strategy st;
     par_layout resid;
     int64_t shape[PARALLEL_MAX_DIMS], start[PARALLEL_MAX_DIMS];
-    int k;
     if (!tp || !emb) return par__fail(PAR_EINVAL, "par_tp_embedding: NULL argument");
     if (vocab < 1 || dim < 1)
         return par__fail(PAR_EINVAL, "par_tp_embedding: %s: vocab %lld and dim %lld must be >= 1", name ? name : "embedding",
@@ -14410,7 +14409,6 @@ PARALLEL_DEF par_status par_tp_embedding(const par_tp *tp, const char *name, int
         PAR__CHECK(par__tp_rows_layout(tp, tp->rows, tp->hidden, tp->sp, 0, &resid));
         emb->grad_partial = par_layout_split_dims(&resid); /* it sums over the rows this rank embedded */
     }
-    (void)k;
     emb->vocab_parallel = vocab_parallel && tp->degree > 1, emb->vocab = vocab, emb->dim = dim;
     par_layout_local_shape(&emb->table, shape);
     PAR__CHECK(par_layout_local_offset(&emb->table, par_ctx_rank(tp->ctx), start));
