@@ -24,8 +24,9 @@
        runs redistribution plans on real buffers through any comm table.
      - ready parallel schedules: data + optimizer parallel (>>params: buckets
        overlapped with backward, ZeRO-1/2, AdamW, a global norm counting each
-       parameter once) and tensor + sequence parallel (>>tensor-parallel),
-       model-agnostic; context parallel and pipelines are to come.
+       parameter once), tensor + sequence parallel (>>tensor-parallel) and
+       context parallel (>>context-parallel: ring, Ulysses, hybrid),
+       model-agnostic; pipelines are to come.
 
    HOW TO USE IT
    -------------
@@ -151,6 +152,8 @@
                       bucketed gradient reduction, ZeRO-1/2, global norm, AdamW
      >>tensor-parallel  column/row-parallel linears from strategies, sequence
                       parallel, vocabulary-parallel embedding and loss
+     >>context-parallel  attention over a sequence split across ranks: ring
+                      (zigzag), Ulysses (all-to-all, GQA), hybrid
    The implementation follows the same order; backends sit between the context
    and the executor (implementation-only banners):
      >>comm-threads   in-process threads backend: par_run_threads (the default)
@@ -1793,6 +1796,124 @@ PARALLEL_DEF par_status par_tp_embedding_bwd(par_tp *tp, const par_embedding *em
    work holds 3n floats. The full logits never exist on one rank. */
 PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, float *logits,
                                              const int32_t *targets, float *losses, float scale, float *work);
+
+/* ============================================================================
+   >>context-parallel
+   Attention over a sequence split across ranks (context parallelism), for any
+   model whose attention is the compute table's flash attention. Every other
+   part of a transformer layer works token by token, so a host that gives each
+   rank its tokens (par_cp_positions) and calls par_cp_attention_fwd / _bwd in
+   place of the table's attention_fwd / attention_bwd trains exactly as on one
+   device; the parameters' gradients are then partial over the cp ranks too,
+   which >>params handles when the batch layout splits the sequence over them.
+
+   The context-parallel ranks are the device dims that split the sequence dim
+   of the tokens layout [batch, seq] (e.g. "[dp,cp]"). Three algorithms:
+     ring     (MindFormers colossalai_cp) each rank keeps its queries; K/V
+              blocks travel the ring (to the next rank, from the previous one),
+              double-buffered so the next block's transfer is in flight while
+              the current block is computed; partial outputs are merged by their
+              log-sum-exp in f32. Backward circulates K/V again with f32 dK/dV
+              accumulators that come home after a full turn.
+     Ulysses  (DeepSpeed, ulysses_cp) one all-to-all turns [tokens/P, heads]
+              into [tokens, heads/P] (q, k and v in one call), attention runs
+              on whole sequences for a slice of the heads, and a second one
+              turns the output back. With fewer kv heads than P, each kv head
+              is sent to P/kv_heads ranks and the copies' gradients are summed
+              (P must be a multiple of kv_heads, or kv_heads of P).
+              no_all_to_all replaces each all-to-all by an all-gather and a
+              local slice (MindSpore's form when enable_alltoall is off).
+     hybrid   (USP, hybrid_cp) Ulysses inside groups of ulysses_degree
+              consecutive cp ranks, ring across the groups.
+
+   Token order: for a ring of R ranks the sequence is cut into 2R chunks and
+   ring rank r holds chunks r and 2R-1-r (zigzag: every step of a causal ring
+   then costs the same), or into R blocks (contiguous: rank r's causal work
+   grows with r). A Ulysses group cuts its ring rank's tokens into U
+   consecutive pieces, cp index = ring index x U + Ulysses index. Positions
+   travel with the tokens (the kernels' q_pos/k_pos), so no S x S mask ever
+   exists and RoPE uses the same positions. The sequence must split: seq a
+   multiple of the cp degree, and under zigzag with a ring also of twice the
+   ring degree; otherwise par_cp_create refuses it with the numbers (pad the
+   data; the library does not pad silently). With one ring rank (Ulysses)
+   the order is contiguous.
+
+   Shapes (row-major, f32): q [batch, seq_local, heads, head_dim], i.e. the
+   host's [batch x seq_local, heads x head_dim] activations; k and v with
+   kv_heads; o like q. lse (par_cp_info.lse_floats) and saved
+   (.saved_floats, 0 for the ring) are per-call state the host keeps from
+   forward to backward, in whatever layout the algorithm uses. Heads are this
+   rank's (after tensor parallelism). Every call is collective over the
+   context-parallel group.
+   ========================================================================== */
+
+typedef enum par_cp_algo {
+    PAR_CP_RING = 0, /* "ring" or MindFormers' "colossalai_cp" */
+    PAR_CP_ULYSSES,  /* "ulysses" or "ulysses_cp" */
+    PAR_CP_HYBRID    /* "hybrid", "hybrid_cp" (and the seeds' spelling "hybird_cp") */
+} par_cp_algo;
+
+/* Parse an algorithm name (case-insensitive); PAR_EINVAL listing the accepted
+   names otherwise. */
+PARALLEL_DEF par_status par_cp_algo_parse(const char *text, par_cp_algo *algo);
+/* "ring", "ulysses", "hybrid". */
+PARALLEL_DEF const char *par_cp_algo_name(par_cp_algo algo);
+
+typedef struct par_cp_desc {
+    const par_layout *tokens; /* [global batch, seq]: the dims splitting seq are the cp dims */
+    par_cp_algo algo;
+    int ulysses_degree;       /* hybrid: cp ranks per Ulysses group (divides the cp degree, 0 = 1);
+                                 ignored by ring (1) and Ulysses (the cp degree) */
+    int contiguous;           /* 1: rank r holds block r of the sequence; 0: zigzag chunks */
+    int batch;                /* samples per attention call on this rank (its micro-batch) */
+    int heads, kv_heads, head_dim; /* this rank's q and kv heads (heads % kv_heads == 0) */
+    int full_attention;       /* 1: every token sees every token; 0: causal (decoders) */
+    float scale;              /* 0 = 1/sqrt(head_dim) */
+    int no_all_to_all;        /* Ulysses through all-gather + local slice */
+    struct par_trace *trace;  /* optional: all-to-alls and ring waits as "comm" spans,
+                                 attention blocks as "compute" spans */
+} par_cp_desc;
+
+typedef struct par_cp par_cp;
+
+/* Check the desc (errors name the rule and the numbers: sequence split,
+   heads vs the Ulysses degree, ulysses_degree vs the cp degree), make the
+   groups and allocate the workspace (compute-table memory, reported by
+   par_cp_memory). Collective over the mesh. */
+PARALLEL_DEF par_status par_cp_create(par_ctx *ctx, const par_cp_desc *desc, par_cp **cp);
+PARALLEL_DEF void par_cp_destroy(par_cp *cp);
+
+typedef struct par_cp_info {
+    int degree, index;               /* cp ranks, this rank's cp index */
+    int ring_degree, ring_index;
+    int ulysses_degree, ulysses_index;
+    int zigzag;                      /* 1: zigzag chunks, 0: contiguous blocks */
+    par_cp_algo algo;
+    uint32_t cp_dims;                /* device dims splitting the sequence */
+    int64_t seq, seq_local;          /* tokens of a sequence; this rank's */
+    int64_t lse_floats, saved_floats;/* per attention call, kept by the host for backward */
+    double comm_us;                  /* time in all-to-alls and ring waits (with a trace) */
+} par_cp_info;
+PARALLEL_DEF par_status par_cp_get_info(const par_cp *cp, par_cp_info *info);
+
+/* The global positions (0..seq-1) of this rank's seq_local tokens, in the
+   order the rank holds them (host memory): which tokens to load, and the
+   positions for RoPE. Local. */
+PARALLEL_DEF par_status par_cp_positions(const par_cp *cp, int64_t *pos);
+/* The same for cp index `index` (0..degree-1). Local. */
+PARALLEL_DEF par_status par_cp_positions_of(const par_cp *cp, int index, int64_t *pos);
+
+/* Bytes the object allocated per category (its workspace): for the memory plan. Local. */
+PARALLEL_DEF par_status par_cp_memory(const par_cp *cp, int64_t bytes[PAR_MEM_CATEGORY_COUNT]);
+
+/* Causal attention of this rank's queries over the whole sequence. */
+PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const float *q, const float *k, const float *v, float *o,
+                                             float *lse, float *saved);
+/* Gradients dq, dk, dv (overwritten; this rank's tokens) from the forward's
+   q, k, v, o, lse and saved, and do_ = dL/do. */
+PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const float *q, const float *k, const float *v,
+                                             const float *o, const float *lse, const float *saved, const float *do_,
+                                             float *dq, float *dk, float *dv);
 
 #ifdef __cplusplus
 }
@@ -14484,6 +14605,556 @@ PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head,
     PAR__CHECK(par__tp_all_reduce(tp, tgt, n, PAR_REDUCE_SUM, "all_reduce"));
     PAR__CHECK(ct->xent_loss_from_pieces(u, n, gmax, gsum, tgt, targets, losses));
     return ct->xent_bwd_split(u, n, v, logits, targets, head->out_start, gmax, gsum, scale, logits);
+}
+
+
+// >>context-parallel
+
+struct par_cp {
+    par_ctx *ctx;
+    const par_compute_table *ct;
+    const par_comm_table *cm;
+    par_cp_algo algo;
+    int zigzag, causal, no_a2a;
+    int batch, hq, hkv, hd;
+    float scale;
+    int P, c, R, r, U, u;      /* cp, ring and Ulysses degrees and this rank's indices */
+    int hqh, hkvh, rep;        /* heads per rank after the all-to-all; kv copies (1: none) */
+    int64_t seq, S, Sr;        /* sequence, this rank's tokens, its ring rank's tokens (U x S) */
+    uint32_t dims;
+    par_comm_group *ring, *uly;
+    int64_t *pos;              /* host [P][S]: every cp rank's positions; ring rank r's are [r*U*S, +Sr) */
+    int64_t *dpos;             /* the same in compute-table memory (the kernels read it) */
+    float *kv[2], *acc[3], *tmp, *ob, *lseb;       /* ring */
+    float *send, *recv, *do_h, *dq_h, *dk_h, *dv_h; /* Ulysses */
+    int64_t a2a_blk;           /* largest all-to-all block (floats) */
+    int64_t bytes[PAR_MEM_CATEGORY_COUNT];
+    struct par_trace *trace;
+    double comm_us;
+};
+
+PARALLEL_DEF const char *par_cp_algo_name(par_cp_algo algo) {
+    switch (algo) {
+    case PAR_CP_RING: return "ring";
+    case PAR_CP_ULYSSES: return "ulysses";
+    case PAR_CP_HYBRID: return "hybrid";
+    }
+    return "?";
+}
+
+PARALLEL_DEF par_status par_cp_algo_parse(const char *text, par_cp_algo *algo) {
+    static const struct {
+        const char *name;
+        par_cp_algo algo;
+    } names[] = {{"ring", PAR_CP_RING},       {"colossalai_cp", PAR_CP_RING}, {"ulysses", PAR_CP_ULYSSES},
+                 {"ulysses_cp", PAR_CP_ULYSSES}, {"hybrid", PAR_CP_HYBRID},   {"hybrid_cp", PAR_CP_HYBRID},
+                 {"hybird_cp", PAR_CP_HYBRID}};
+    size_t i;
+    if (!text || !algo) return par__fail(PAR_EINVAL, "par_cp_algo_parse: NULL argument");
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (par__st_iequal(text, names[i].name)) return *algo = names[i].algo, PAR_OK;
+    return par__fail(PAR_EINVAL, "context-parallel algorithm \"%s\" is unknown; accepted: ring (colossalai_cp), ulysses "
+                                 "(ulysses_cp), hybrid (hybrid_cp, hybird_cp)", text);
+}
+
+PARALLEL_DEF void par_cp_destroy(par_cp *cp) {
+    float *bufs[16];
+    int i, n = 0;
+    if (!cp) return;
+    bufs[n++] = cp->kv[0], bufs[n++] = cp->kv[1], bufs[n++] = cp->acc[0], bufs[n++] = cp->acc[1];
+    bufs[n++] = cp->acc[2], bufs[n++] = cp->tmp, bufs[n++] = cp->ob, bufs[n++] = cp->lseb, bufs[n++] = cp->send;
+    bufs[n++] = cp->recv, bufs[n++] = cp->do_h, bufs[n++] = cp->dq_h, bufs[n++] = cp->dk_h, bufs[n++] = cp->dv_h;
+    for (i = 0; i < n; i++)
+        if (bufs[i]) cp->ct->free(cp->ct->user, bufs[i]);
+    if (cp->dpos) cp->ct->free(cp->ct->user, cp->dpos);
+    par__ctx_free(cp->ctx, cp->pos);
+    par__ctx_free(cp->ctx, cp);
+}
+
+/* Positions of every cp rank (see the section's comment on token order). */
+static void par__cp_fill_positions(par_cp *cp) {
+    const int64_t half = cp->seq / (2 * cp->R);
+    int r;
+    int64_t t;
+    for (r = 0; r < cp->R; r++) {
+        int64_t *list = cp->pos + (int64_t)r * cp->Sr; /* ring rank r's tokens = its U pieces in order */
+        for (t = 0; t < cp->Sr; t++)
+            list[t] = !cp->zigzag ? r * cp->Sr + t : t < half ? r * half + t : (2 * cp->R - 1 - r) * half + (t - half);
+    }
+}
+
+static par_status par__cp_alloc(par_cp *cp, int64_t floats, par_mem_category cat, float **p) {
+    void *ptr = NULL;
+    *p = NULL;
+    if (floats <= 0) return PAR_OK;
+    PAR__CHECK(cp->ct->alloc(cp->ct->user, (size_t)floats * sizeof(float), cat, &ptr));
+    cp->bytes[cat] += floats * (int64_t)sizeof(float);
+    *p = (float *)ptr;
+    return PAR_OK;
+}
+
+/* The groups: cp members in mesh order over the cp dims (index = ring x U + Ulysses). */
+static par_status par__cp_groups(par_cp *cp, int *ranks, int *sub) {
+    int n = 0, k;
+    PAR__CHECK(par_mesh_group(par_ctx_mesh(cp->ctx), par_ctx_rank(cp->ctx), cp->dims, ranks, &n));
+    for (k = 0; k < n; k++)
+        if (ranks[k] == par_ctx_rank(cp->ctx)) cp->c = k;
+    cp->r = cp->c / cp->U, cp->u = cp->c % cp->U;
+    for (k = 0; k < cp->U; k++) sub[k] = ranks[cp->r * cp->U + k];
+    if (cp->U > 1) PAR__CHECK(par_ctx_group_ranks(cp->ctx, sub, cp->U, &cp->uly));
+    for (k = 0; k < cp->R; k++) sub[k] = ranks[k * cp->U + cp->u];
+    if (cp->R > 1) PAR__CHECK(par_ctx_group_ranks(cp->ctx, sub, cp->R, &cp->ring));
+    return PAR_OK;
+}
+
+static par_status par__cp_check(const par_cp *cp, const par_cp_desc *d) {
+    if (d->batch < 1 || d->heads < 1 || d->kv_heads < 1 || d->head_dim < 1)
+        return par__fail(PAR_EINVAL, "par_cp_create: batch %d, heads %d, kv_heads %d and head_dim %d must be >= 1",
+                         d->batch, d->heads, d->kv_heads, d->head_dim);
+    if (d->heads % d->kv_heads)
+        return par__fail(PAR_ESHAPE, "par_cp_create: %d q heads are not a multiple of %d kv heads (GQA groups)", d->heads,
+                         d->kv_heads);
+    if (cp->seq % cp->P)
+        return par__fail(PAR_ESHAPE, "par_cp_create: sequence length %lld does not split over %d context-parallel "
+                                     "ranks; pad the data to a multiple of %d", (long long)cp->seq, cp->P, cp->P);
+    if (cp->zigzag && cp->seq % (2 * cp->R))
+        return par__fail(PAR_ESHAPE, "par_cp_create: sequence length %lld does not split into 2 x %d = %d zigzag chunks "
+                                     "(ring degree %d); pad the data to a multiple of %d or use contiguous blocks",
+                         (long long)cp->seq, cp->R, 2 * cp->R, cp->R, 2 * cp->R * (cp->P / cp->R));
+    if (cp->U > 1 && d->heads % cp->U)
+        return par__fail(PAR_ESHAPE, "par_cp_create: %d q heads (this rank's) are not divisible by the Ulysses degree %d",
+                         d->heads, cp->U);
+    if (cp->U > 1 && d->kv_heads % cp->U && cp->U % d->kv_heads)
+        return par__fail(PAR_ESHAPE, "par_cp_create: %d kv heads (this rank's) and the Ulysses degree %d: one must "
+                                     "divide the other (kv heads are split, or each replicated %d / kv_heads times)",
+                         d->kv_heads, cp->U, cp->U);
+    return PAR_OK;
+}
+
+static par_status par__cp_degrees(par_cp *cp, const par_cp_desc *d) {
+    const par_layout *t = d->tokens;
+    if (t->ndim != 2) return par__fail(PAR_ESHAPE, "par_cp_create: the tokens layout must be 2-D [batch, seq], not %d-D", t->ndim);
+    if (t->map.partial) return par__fail(PAR_ELAYOUT, "par_cp_create: the tokens layout is partial");
+    cp->dims = 0;
+    {
+        int k;
+        for (k = 0; k < t->map.count[1]; k++)
+            if (par_mesh_dev_size(&t->mesh, t->map.dev[1][k]) > 1) cp->dims |= 1u << t->map.dev[1][k];
+    }
+    cp->P = (int)par_layout_shards(t, 1), cp->seq = t->shape[1];
+    switch (d->algo) {
+    case PAR_CP_RING: cp->U = 1; break;
+    case PAR_CP_ULYSSES: cp->U = cp->P; break;
+    case PAR_CP_HYBRID:
+        cp->U = d->ulysses_degree ? d->ulysses_degree : 1;
+        if (cp->U < 1 || cp->P % cp->U)
+            return par__fail(PAR_EINVAL, "par_cp_create: ulysses_degree %d does not divide the context-parallel degree %d",
+                             d->ulysses_degree, cp->P);
+        break;
+    default: return par__fail(PAR_EINVAL, "par_cp_create: unknown algorithm %d", (int)d->algo);
+    }
+    cp->R = cp->P / cp->U;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_cp_create(par_ctx *ctx, const par_cp_desc *d, par_cp **out) {
+    par_cp *cp;
+    par_status st;
+    int64_t qn, kvn, need;
+    int *ranks;
+    if (out) *out = NULL;
+    if (!ctx || !d || !out || !d->tokens) return par__fail(PAR_EINVAL, "par_cp_create: NULL argument");
+    if (!par__mesh_same_shape(&d->tokens->mesh, par_ctx_mesh(ctx)))
+        return par__fail(PAR_ELAYOUT, "par_cp_create: the tokens layout is not on the context's mesh");
+    cp = (par_cp *)par__ctx_malloc(ctx, sizeof *cp);
+    if (!cp) return par__fail(PAR_ENOMEM, "par_cp_create: out of memory");
+    memset(cp, 0, sizeof *cp);
+    cp->ctx = ctx, cp->ct = par_ctx_compute(ctx), cp->cm = par_ctx_comm(ctx), cp->algo = d->algo;
+    cp->causal = !d->full_attention, cp->no_a2a = d->no_all_to_all != 0, cp->trace = d->trace;
+    cp->batch = d->batch, cp->hq = d->heads, cp->hkv = d->kv_heads, cp->hd = d->head_dim;
+    cp->scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)(d->head_dim > 0 ? d->head_dim : 1));
+    if ((st = par__cp_degrees(cp, d)) != PAR_OK) return par_cp_destroy(cp), st;
+    cp->zigzag = !d->contiguous && cp->R > 1;
+    if ((st = par__cp_check(cp, d)) != PAR_OK) return par_cp_destroy(cp), st;
+    if (!cp->ct->attention_fwd || !cp->ct->attention_bwd || !cp->ct->attention_merge || !cp->ct->memcpy_2d ||
+        !cp->ct->axpy)
+        return par_cp_destroy(cp), par__fail(PAR_EUNSUPPORTED, "par_cp_create: the compute table lacks attention, "
+                                                                "merge, memcpy_2d or axpy");
+    cp->S = cp->seq / cp->P, cp->Sr = cp->S * cp->U;
+    cp->hqh = cp->hq / cp->U, cp->hkvh = cp->hkv >= cp->U ? cp->hkv / cp->U : 1;
+    cp->rep = cp->hkv >= cp->U ? 1 : cp->U / cp->hkv;
+    cp->pos = (int64_t *)par__ctx_malloc(ctx, sizeof(int64_t) * (size_t)cp->seq);
+    if (!cp->pos) return par_cp_destroy(cp), par__fail(PAR_ENOMEM, "par_cp_create: out of memory");
+    par__cp_fill_positions(cp);
+    ranks = (int *)par__ctx_malloc(ctx, 2 * sizeof(int) * (size_t)par_ctx_size(ctx));
+    st = ranks ? par__cp_groups(cp, ranks, ranks + par_ctx_size(ctx)) : par__fail(PAR_ENOMEM, "par_cp_create: out of memory");
+    par__ctx_free(ctx, ranks);
+    if (st != PAR_OK) return par_cp_destroy(cp), st;
+    /* workspace, all of it now: memory is planned up front */
+    qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd, kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
+    st = cp->ct->alloc(cp->ct->user, sizeof(int64_t) * (size_t)cp->seq, PAR_MEM_WORKSPACE, (void **)&cp->dpos);
+    if (st == PAR_OK) cp->bytes[PAR_MEM_WORKSPACE] += (int64_t)sizeof(int64_t) * cp->seq;
+    if (st == PAR_OK)
+        st = cp->ct->memcpy(cp->ct->user, cp->dpos, cp->pos, sizeof(int64_t) * (size_t)cp->seq,
+                            cp->ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+    if (cp->R > 1) {
+        int k;
+        for (k = 0; k < 2 && st == PAR_OK; k++) st = par__cp_alloc(cp, 2 * kvn, PAR_MEM_COMM, &cp->kv[k]);
+        for (k = 0; k < 3 && st == PAR_OK; k++) st = par__cp_alloc(cp, 2 * kvn, PAR_MEM_COMM, &cp->acc[k]);
+        if (st == PAR_OK) st = par__cp_alloc(cp, 2 * kvn, PAR_MEM_WORKSPACE, &cp->tmp);
+        if (st == PAR_OK) st = par__cp_alloc(cp, qn, PAR_MEM_WORKSPACE, &cp->ob);
+        if (st == PAR_OK) st = par__cp_alloc(cp, (int64_t)cp->batch * cp->hqh * cp->Sr, PAR_MEM_WORKSPACE, &cp->lseb);
+    }
+    if (cp->U > 1) {
+        /* one block per Ulysses rank: its heads of q, k and v (kv copies included) */
+        cp->a2a_blk = (int64_t)cp->batch * cp->S * (cp->hqh + 2 * cp->hkvh) * cp->hd;
+        need = cp->U * cp->a2a_blk;
+        if (st == PAR_OK) st = par__cp_alloc(cp, need, PAR_MEM_COMM, &cp->send);
+        if (st == PAR_OK) st = par__cp_alloc(cp, cp->no_a2a ? cp->U * need : need, PAR_MEM_COMM, &cp->recv);
+        if (st == PAR_OK) st = par__cp_alloc(cp, qn, PAR_MEM_WORKSPACE, &cp->do_h);
+        if (st == PAR_OK) st = par__cp_alloc(cp, qn, PAR_MEM_WORKSPACE, &cp->dq_h);
+        if (st == PAR_OK) st = par__cp_alloc(cp, kvn, PAR_MEM_WORKSPACE, &cp->dk_h);
+        if (st == PAR_OK) st = par__cp_alloc(cp, kvn, PAR_MEM_WORKSPACE, &cp->dv_h);
+    }
+    if (st != PAR_OK) return par_cp_destroy(cp), st;
+    *out = cp;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_cp_get_info(const par_cp *cp, par_cp_info *info) {
+    if (!cp || !info) return par__fail(PAR_EINVAL, "par_cp_get_info: NULL argument");
+    memset(info, 0, sizeof *info);
+    info->degree = cp->P, info->index = cp->c, info->ring_degree = cp->R, info->ring_index = cp->r;
+    info->ulysses_degree = cp->U, info->ulysses_index = cp->u, info->zigzag = cp->zigzag, info->algo = cp->algo;
+    info->cp_dims = cp->dims, info->seq = cp->seq, info->seq_local = cp->S;
+    info->lse_floats = (int64_t)cp->batch * cp->hq * cp->S;
+    /* Ulysses keeps the head-split q, k, v and o for backward */
+    info->saved_floats = cp->U > 1 ? (int64_t)cp->batch * cp->Sr * 2 * (cp->hqh + cp->hkvh) * cp->hd : 0;
+    info->comm_us = cp->comm_us;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_cp_positions_of(const par_cp *cp, int index, int64_t *pos) {
+    if (!cp || !pos) return par__fail(PAR_EINVAL, "par_cp_positions: NULL argument");
+    if (index < 0 || index >= cp->P)
+        return par__fail(PAR_EINVAL, "par_cp_positions_of: index %d outside 0..%d", index, cp->P - 1);
+    memcpy(pos, cp->pos + (int64_t)index * cp->S, sizeof(int64_t) * (size_t)cp->S);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_cp_positions(const par_cp *cp, int64_t *pos) {
+    if (!cp) return par__fail(PAR_EINVAL, "par_cp_positions: NULL argument");
+    return par_cp_positions_of(cp, cp->c, pos);
+}
+
+PARALLEL_DEF par_status par_cp_memory(const par_cp *cp, int64_t bytes[PAR_MEM_CATEGORY_COUNT]) {
+    int k;
+    if (!cp || !bytes) return par__fail(PAR_EINVAL, "par_cp_memory: NULL argument");
+    for (k = 0; k < PAR_MEM_CATEGORY_COUNT; k++) bytes[k] = cp->bytes[k];
+    return PAR_OK;
+}
+
+/* ---- timing ------------------------------------------------------------------ */
+
+static double par__cp_now(const par_cp *cp) {
+#ifndef PARALLEL_NO_TRACE
+    return cp->trace ? par_trace_now_us() : 0.0;
+#else
+    (void)cp;
+    return 0.0;
+#endif
+}
+
+static void par__cp_span(par_cp *cp, const char *category, double t0, const char *what) {
+#ifndef PARALLEL_NO_TRACE
+    double t1;
+    if (!cp->trace) return;
+    t1 = par_trace_now_us();
+    (void)par_trace_span(cp->trace, what, category, t0, t1);
+    if (category[1] == 'o' && category[2] == 'm') cp->comm_us += t1 - t0; /* "comm" */
+#else
+    (void)cp, (void)category, (void)t0, (void)what;
+#endif
+}
+
+/* ---- Ulysses: all-to-all between [S tokens, H heads] and [U x S tokens, H/U heads] -- */
+
+/* Heads a Ulysses rank receives of a tensor with H heads (H / U, or 1 copy when H < U). */
+static int par__cp_block_heads(const par_cp *cp, int H) { return H >= cp->U ? H / cp->U : 1; }
+static int par__cp_first_head(const par_cp *cp, int H, int j) { return H >= cp->U ? j * (H / cp->U) : j / (cp->U / H); }
+
+static par_status par__cp_copy2d(par_cp *cp, float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t width,
+                                 int64_t height) {
+    if (width <= 0 || height <= 0) return PAR_OK;
+    return cp->ct->memcpy_2d(cp->ct->user, dst, (size_t)dpitch * sizeof(float), src, (size_t)spitch * sizeof(float),
+                             (size_t)width * sizeof(float), (size_t)height);
+}
+
+/* x [b, S, H, d] -> send block j at offset `off`: the heads of Ulysses rank j. */
+static par_status par__cp_pack_heads(par_cp *cp, const float *x, int H, int64_t blk, int64_t off) {
+    const int hb = par__cp_block_heads(cp, H), d = cp->hd;
+    int j;
+    for (j = 0; j < cp->U; j++)
+        PAR__CHECK(par__cp_copy2d(cp, cp->send + j * blk + off, (int64_t)hb * d, x + (int64_t)par__cp_first_head(cp, H, j) * d,
+                                  (int64_t)H * d, (int64_t)hb * d, (int64_t)cp->batch * cp->S));
+    return PAR_OK;
+}
+
+/* y [b, U x S, hb, d] -> send block j at `off`: Ulysses rank j's tokens. */
+static par_status par__cp_pack_tokens(par_cp *cp, const float *y, int hb, int64_t blk, int64_t off) {
+    const int64_t piece = cp->S * hb * cp->hd;
+    int j;
+    for (j = 0; j < cp->U; j++)
+        PAR__CHECK(par__cp_copy2d(cp, cp->send + j * blk + off, piece, y + j * piece, cp->Sr * hb * cp->hd, piece,
+                                  cp->batch));
+    return PAR_OK;
+}
+
+/* All-to-all of `blk` floats per rank (or all-gather + slice); *recv, *stride
+   and *off say where received block j starts: *recv + j * *stride + *off. */
+static par_status par__cp_exchange(par_cp *cp, int64_t blk, const float **recv, int64_t *stride, int64_t *off) {
+    const double t0 = par__cp_now(cp);
+    if (!cp->no_a2a) {
+        PAR__CHECK(cp->cm->all_to_all(cp->cm->user, cp->uly, cp->send, cp->recv, blk, PAR_F32, NULL));
+        *recv = cp->recv, *stride = blk, *off = 0;
+    } else { /* every rank's whole send buffer: rank j's block for me is at j*U*blk + u*blk */
+        PAR__CHECK(cp->cm->all_gather(cp->cm->user, cp->uly, cp->send, cp->recv, cp->U * blk, PAR_F32, NULL));
+        *recv = cp->recv, *stride = cp->U * blk, *off = cp->u * blk;
+    }
+    par__cp_span(cp, "comm", t0, cp->no_a2a ? "cp all_gather" : "cp all_to_all");
+    return PAR_OK;
+}
+
+/* Received blocks (Ulysses rank j's tokens, my heads) -> y [b, U x S, hb, d]. */
+static par_status par__cp_unpack_tokens(par_cp *cp, const float *recv, int64_t stride, int64_t off, int hb, float *y) {
+    const int64_t piece = cp->S * hb * cp->hd;
+    int j;
+    for (j = 0; j < cp->U; j++)
+        PAR__CHECK(par__cp_copy2d(cp, y + j * piece, cp->Sr * hb * cp->hd, recv + j * stride + off, piece, piece, cp->batch));
+    return PAR_OK;
+}
+
+/* Received blocks (my tokens, Ulysses rank j's heads) -> x [b, S, H, d]; the
+   copies of a replicated head are summed (their gradients). Writes into the
+   receive buffer. */
+static par_status par__cp_unpack_heads(par_cp *cp, float *recv, int64_t stride, int64_t off, int H, float *x) {
+    const int hb = par__cp_block_heads(cp, H), d = cp->hd, rep = H >= cp->U ? 1 : cp->U / H;
+    const int64_t n = (int64_t)cp->batch * cp->S * hb * d;
+    int j, k;
+    for (j = 0; j < cp->U; j += rep) {
+        float *first = recv + j * stride + off;
+        for (k = 1; k < rep; k++) PAR__CHECK(cp->ct->axpy(cp->ct->user, n, 1.0f, recv + (j + k) * stride + off, first));
+        PAR__CHECK(par__cp_copy2d(cp, x + (int64_t)par__cp_first_head(cp, H, j) * d, (int64_t)H * d, first, (int64_t)hb * d,
+                                  (int64_t)hb * d, (int64_t)cp->batch * cp->S));
+    }
+    return PAR_OK;
+}
+
+/* ---- ring ------------------------------------------------------------------------ */
+
+static par_attn_desc par__cp_attn(const par_cp *cp, int q_ring, int k_ring) {
+    par_attn_desc a;
+    memset(&a, 0, sizeof a);
+    a.batch = cp->batch, a.q_heads = cp->hqh, a.kv_heads = cp->hkvh, a.head_dim = cp->hd;
+    a.q_len = a.k_len = cp->Sr, a.causal = cp->causal, a.scale = cp->scale, a.dtype = PAR_F32;
+    a.q_pos = cp->dpos + (int64_t)q_ring * cp->Sr, a.k_pos = cp->dpos + (int64_t)k_ring * cp->Sr;
+    return a;
+}
+
+/* 1 when causality hides every key of ring rank k_ring from every query of q_ring. */
+static int par__cp_block_hidden(const par_cp *cp, int q_ring, int k_ring) {
+    const int64_t *qp = cp->pos + (int64_t)q_ring * cp->Sr, *kp = cp->pos + (int64_t)k_ring * cp->Sr;
+    int64_t qmax = -1, kmin = INT64_MAX, t;
+    if (!cp->causal) return 0;
+    for (t = 0; t < cp->Sr; t++) {
+        if (qp[t] > qmax) qmax = qp[t];
+        if (kp[t] < kmin) kmin = kp[t];
+    }
+    return kmin > qmax;
+}
+
+static par_status par__cp_wait(par_cp *cp, par_request **req, const char *what) {
+    const double t0 = par__cp_now(cp);
+    par_status st;
+    if (!*req) return PAR_OK;
+    st = cp->cm->wait(cp->cm->user, *req);
+    *req = NULL;
+    if (st != PAR_OK) return st;
+    par__cp_span(cp, "comm", t0, what);
+    return PAR_OK;
+}
+
+/* Post recv (from the previous ring rank) into rbuf and send (to the next) of
+   sbuf, `count` floats each; a test launches backends that defer. */
+static par_status par__cp_shift(par_cp *cp, const float *sbuf, float *rbuf, int64_t count, par_request **sreq,
+                                par_request **rreq) {
+    const int next = (cp->r + 1) % cp->R, prev = (cp->r + cp->R - 1) % cp->R;
+    int done = 0;
+    PAR__CHECK(cp->cm->recv(cp->cm->user, cp->ring, rbuf, count, PAR_F32, prev, rreq));
+    PAR__CHECK(cp->cm->send(cp->cm->user, cp->ring, sbuf, count, PAR_F32, next, sreq));
+    PAR__CHECK(cp->cm->test(cp->cm->user, *sreq, &done));
+    if (done) *sreq = NULL;
+    return PAR_OK;
+}
+
+static par_status par__cp_copy(par_cp *cp, float *dst, const float *src, int64_t n) {
+    return cp->ct->memcpy(cp->ct->user, dst, src, (size_t)n * sizeof(float),
+                          cp->ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+}
+
+/* Attention of the ring rank's Sr queries (head-split when Ulysses is in
+   front) over every ring rank's keys: o and lse merged in f32. */
+static par_status par__cp_ring_fwd(par_cp *cp, const float *q, const float *k, const float *v, float *o, float *lse) {
+    const par_compute_table *ct = cp->ct;
+    const int64_t kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
+    par_request *sreq = NULL, *rreq = NULL;
+    par_status st = PAR_OK;
+    int s;
+    if (cp->R == 1) {
+        const par_attn_desc a = par__cp_attn(cp, 0, 0);
+        const double t0 = par__cp_now(cp);
+        PAR__CHECK(ct->attention_fwd(ct->user, &a, q, k, v, o, lse));
+        par__cp_span(cp, "compute", t0, "cp attention");
+        return PAR_OK;
+    }
+    PAR__CHECK(par__cp_copy(cp, cp->kv[0], k, kvn));
+    PAR__CHECK(par__cp_copy(cp, cp->kv[0] + kvn, v, kvn));
+    for (s = 0; s < cp->R && st == PAR_OK; s++) {
+        const int src = (cp->r - s + cp->R) % cp->R;
+        const float *cur = cp->kv[s % 2];
+        const par_attn_desc a = par__cp_attn(cp, cp->r, src);
+        double t0;
+        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &sreq, &rreq);
+        t0 = par__cp_now(cp);
+        if (st == PAR_OK && s == 0) st = ct->attention_fwd(ct->user, &a, q, cur, cur + kvn, o, lse);
+        else if (st == PAR_OK && !par__cp_block_hidden(cp, cp->r, src)) {
+            st = ct->attention_fwd(ct->user, &a, q, cur, cur + kvn, cp->ob, cp->lseb);
+            if (st == PAR_OK) st = ct->attention_merge(ct->user, &a, o, lse, cp->ob, cp->lseb);
+        }
+        par__cp_span(cp, "compute", t0, "cp attention block");
+        if (st == PAR_OK) st = par__cp_wait(cp, &rreq, "cp ring wait");
+        if (st == PAR_OK) st = par__cp_wait(cp, &sreq, "cp ring wait");
+    }
+    if (st != PAR_OK) { /* leave no request behind: a later wait would touch freed buffers */
+        if (rreq) (void)cp->cm->wait(cp->cm->user, rreq);
+        if (sreq) (void)cp->cm->wait(cp->cm->user, sreq);
+    }
+    return st;
+}
+
+/* Backward of par__cp_ring_fwd: dq of the own queries; dK/dV accumulators
+   (f32, packed [dk | dv]) travel with the blocks and come home after a turn. */
+static par_status par__cp_ring_bwd(par_cp *cp, const float *q, const float *k, const float *v, const float *o,
+                                   const float *lse, const float *do_, float *dq, float *dk, float *dv) {
+    const par_compute_table *ct = cp->ct;
+    const int64_t kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
+    const int64_t qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd;
+    par_request *kv_s = NULL, *kv_r = NULL, *acc_s[3] = {NULL, NULL, NULL}, *acc_r = NULL;
+    par_status st = PAR_OK;
+    int s, i;
+    if (cp->R == 1) {
+        const par_attn_desc a = par__cp_attn(cp, 0, 0);
+        const double t0 = par__cp_now(cp);
+        PAR__CHECK(ct->attention_bwd(ct->user, &a, q, k, v, o, lse, do_, dq, dk, dv, 0));
+        par__cp_span(cp, "compute", t0, "cp attention bwd");
+        return PAR_OK;
+    }
+    PAR__CHECK(ct->memset(ct->user, dq, 0, (size_t)qn * sizeof(float)));
+    PAR__CHECK(par__cp_copy(cp, cp->kv[0], k, kvn));
+    PAR__CHECK(par__cp_copy(cp, cp->kv[0] + kvn, v, kvn));
+    for (s = 0; s < cp->R && st == PAR_OK; s++) {
+        const int src = (cp->r - s + cp->R) % cp->R;
+        const float *cur = cp->kv[s % 2];
+        float *acc = cp->acc[s % 3], *mine = s == 0 ? acc : cp->tmp;
+        const par_attn_desc a = par__cp_attn(cp, cp->r, src);
+        const int hidden = par__cp_block_hidden(cp, cp->r, src);
+        double t0;
+        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &kv_s, &kv_r);
+        t0 = par__cp_now(cp);
+        if (st == PAR_OK && (s == 0 || !hidden)) st = ct->memset(ct->user, mine, 0, (size_t)(2 * kvn) * sizeof(float));
+        if (st == PAR_OK && !hidden)
+            st = ct->attention_bwd(ct->user, &a, q, cur, cur + kvn, o, lse, do_, dq, mine, mine + kvn, 1);
+        par__cp_span(cp, "compute", t0, "cp attention block bwd");
+        /* the block's accumulator (from the previous rank) + this rank's share */
+        if (st == PAR_OK && s > 0) st = par__cp_wait(cp, &acc_r, "cp ring wait");
+        if (st == PAR_OK && s > 0 && !hidden) st = ct->axpy(ct->user, 2 * kvn, 1.0f, mine, acc);
+        /* pass it on; the next one arrives in the buffer sent two steps ago */
+        if (st == PAR_OK) st = par__cp_wait(cp, &acc_s[(s + 1) % 3], "cp ring wait");
+        if (st == PAR_OK) st = par__cp_shift(cp, acc, cp->acc[(s + 1) % 3], 2 * kvn, &acc_s[s % 3], &acc_r);
+        if (st == PAR_OK) st = par__cp_wait(cp, &kv_r, "cp ring wait");
+        if (st == PAR_OK) st = par__cp_wait(cp, &kv_s, "cp ring wait");
+    }
+    /* after a full turn the accumulator of this rank's own block is home */
+    if (st == PAR_OK) st = par__cp_wait(cp, &acc_r, "cp ring wait");
+    if (st == PAR_OK) st = par__cp_copy(cp, dk, cp->acc[cp->R % 3], kvn);
+    if (st == PAR_OK) st = par__cp_copy(cp, dv, cp->acc[cp->R % 3] + kvn, kvn);
+    for (i = 0; i < 3; i++)
+        if (acc_s[i]) {
+            par_status w = cp->cm->wait(cp->cm->user, acc_s[i]);
+            if (st == PAR_OK) st = w;
+        }
+    if (kv_s) (void)cp->cm->wait(cp->cm->user, kv_s);
+    if (kv_r) (void)cp->cm->wait(cp->cm->user, kv_r);
+    if (acc_r) (void)cp->cm->wait(cp->cm->user, acc_r);
+    return st;
+}
+
+/* ---- the public calls -------------------------------------------------------------- */
+
+static par_status par__cp_args(const par_cp *cp, const char *fn, const void *a, const void *b, const void *c,
+                               const void *d, const void *e) {
+    if (!cp) return par__fail(PAR_EINVAL, "%s: NULL cp", fn);
+    if (!a || !b || !c || !d || !e) return par__fail(PAR_EINVAL, "%s: NULL buffer", fn);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const float *q, const float *k, const float *v, float *o,
+                                             float *lse, float *saved) {
+    int64_t qn, kvn, stride, off;
+    const float *recv;
+    float *qh, *kh, *vh, *oh;
+    PAR__CHECK(par__cp_args(cp, "par_cp_attention_fwd", q, k, v, o, lse));
+    if (cp->U == 1) return par__cp_ring_fwd(cp, q, k, v, o, lse);
+    if (!saved) return par__fail(PAR_EINVAL, "par_cp_attention_fwd: NULL saved (Ulysses keeps %lld floats per call)",
+                                 (long long)((int64_t)cp->batch * cp->Sr * 2 * (cp->hqh + cp->hkvh) * cp->hd));
+    qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd, kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
+    qh = saved, kh = qh + qn, vh = kh + kvn, oh = vh + kvn;
+    /* q, k and v in one all-to-all: block j = [q | k | v] heads of rank j */
+    PAR__CHECK(par__cp_pack_heads(cp, q, cp->hq, cp->a2a_blk, 0));
+    PAR__CHECK(par__cp_pack_heads(cp, k, cp->hkv, cp->a2a_blk, qn / cp->U));
+    PAR__CHECK(par__cp_pack_heads(cp, v, cp->hkv, cp->a2a_blk, qn / cp->U + kvn / cp->U));
+    PAR__CHECK(par__cp_exchange(cp, cp->a2a_blk, &recv, &stride, &off));
+    PAR__CHECK(par__cp_unpack_tokens(cp, recv, stride, off, cp->hqh, qh));
+    PAR__CHECK(par__cp_unpack_tokens(cp, recv, stride, off + qn / cp->U, cp->hkvh, kh));
+    PAR__CHECK(par__cp_unpack_tokens(cp, recv, stride, off + qn / cp->U + kvn / cp->U, cp->hkvh, vh));
+    PAR__CHECK(par__cp_ring_fwd(cp, qh, kh, vh, oh, lse));
+    PAR__CHECK(par__cp_pack_tokens(cp, oh, cp->hqh, qn / cp->U, 0));
+    PAR__CHECK(par__cp_exchange(cp, qn / cp->U, &recv, &stride, &off));
+    return par__cp_unpack_heads(cp, (float *)recv, stride, off, cp->hq, o);
+}
+
+PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const float *q, const float *k, const float *v,
+                                             const float *o, const float *lse, const float *saved, const float *do_,
+                                             float *dq, float *dk, float *dv) {
+    int64_t qn, kvn, stride, off;
+    const float *recv, *qh, *kh, *vh, *oh;
+    PAR__CHECK(par__cp_args(cp, "par_cp_attention_bwd", q, k, v, o, lse));
+    if (!do_ || !dq || !dk || !dv) return par__fail(PAR_EINVAL, "par_cp_attention_bwd: NULL buffer");
+    if (cp->U == 1) return par__cp_ring_bwd(cp, q, k, v, o, lse, do_, dq, dk, dv);
+    if (!saved) return par__fail(PAR_EINVAL, "par_cp_attention_bwd: NULL saved");
+    qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd, kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
+    qh = saved, kh = qh + qn, vh = kh + kvn, oh = vh + kvn;
+    PAR__CHECK(par__cp_pack_heads(cp, do_, cp->hq, qn / cp->U, 0));
+    PAR__CHECK(par__cp_exchange(cp, qn / cp->U, &recv, &stride, &off));
+    PAR__CHECK(par__cp_unpack_tokens(cp, recv, stride, off, cp->hqh, cp->do_h));
+    PAR__CHECK(par__cp_ring_bwd(cp, qh, kh, vh, oh, lse, cp->do_h, cp->dq_h, cp->dk_h, cp->dv_h));
+    PAR__CHECK(par__cp_pack_tokens(cp, cp->dq_h, cp->hqh, cp->a2a_blk, 0));
+    PAR__CHECK(par__cp_pack_tokens(cp, cp->dk_h, cp->hkvh, cp->a2a_blk, qn / cp->U));
+    PAR__CHECK(par__cp_pack_tokens(cp, cp->dv_h, cp->hkvh, cp->a2a_blk, qn / cp->U + kvn / cp->U));
+    PAR__CHECK(par__cp_exchange(cp, cp->a2a_blk, &recv, &stride, &off));
+    PAR__CHECK(par__cp_unpack_heads(cp, (float *)recv, stride, off, cp->hq, dq));
+    PAR__CHECK(par__cp_unpack_heads(cp, (float *)recv, stride, off + qn / cp->U, cp->hkv, dk));
+    return par__cp_unpack_heads(cp, (float *)recv, stride, off + qn / cp->U + kvn / cp->U, cp->hkv, dv);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */
