@@ -34,9 +34,10 @@ typedef struct llama_config {
     int model_parallel;    /* tp degree */
     int pipeline_stage;    /* pp degree (only 1 until pipeline parallel lands) */
     int micro_batch_num;   /* micro-batches per step per rank: gradient accumulation while pipeline_stage is 1 */
-    int context_parallel;  /* cp degree (only 1 until context parallel lands) */
+    int context_parallel;  /* cp degree: the sequence split over ranks */
     char context_parallel_algo[32]; /* "colossalai_cp" (ring), "ulysses_cp", "hybrid_cp" ("hybird_cp" read as hybrid_cp) */
     int ulysses_degree_in_cp;       /* 1 */
+    int context_parallel_zigzag;    /* bool, default true: ring ranks hold chunks r and 2R-1-r (ours, not MindFormers') */
     int use_seq_parallel;  /* bool: sequence parallel over the model_parallel group */
     int vocab_emb_dp;      /* bool, default true */
 
@@ -180,13 +181,11 @@ void llama_config_print_reference(FILE *f);
 /* Features whose switch exists in the YAML but whose code has not landed.
    One place, so that the messages follow the issue tracker. */
 #define LLAMA__TODO_PP "pipeline parallel is not implemented yet; use 1"
-#define LLAMA__TODO_CP "context parallel is not implemented yet; use 1"
 #define LLAMA__TODO_ZERO3 "optimizer level3 (parameter sharding) is not implemented yet; use level1 or level2"
 #define LLAMA__TODO_AUTO "auto_parallel (strategy search) is not implemented yet; use semi_auto_parallel"
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
-#define LLAMA__TODO_RING "context parallel (ring attention) is not implemented yet; use false"
 #define LLAMA__TODO_MULTICOPY "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"
 #define LLAMA__TODO_FINE_GRAIN                                                                        \
     "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it " \
@@ -309,7 +308,7 @@ static const llama__key llama__keys[] = {
     {"model.model_config.use_attn_mask_compression", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted either way: attention never builds an S x S mask (causal masking comes from the token positions, which is what true asks for), so false changes nothing"},
     {"model.model_config.use_ring_attention", LLAMA__T_BOOL, LLAMA__AT(use_ring_attention), 0, 0, 0, 0, NULL, "false",
-     NULL, "ring attention over a context-parallel group; only false until context parallel lands"},
+     NULL, "ring attention over the context-parallel group: true asks for context_parallel_algo colossalai_cp (the default; the other algorithms are an error with true); false changes nothing (context_parallel_algo decides)"},
     {"model.model_config.fine_grain_interleave", LLAMA__T_INT, LLAMA__AT(fine_grain_interleave), 0, 1, LLAMA__DEG, 0,
      NULL, "1", NULL,
      "fine-grained interleave: each layer's tokens in slices whose communication overlaps the other slices' compute (MindFormers requires use_seq_parallel for it); only 1 until it lands"},
@@ -329,12 +328,15 @@ static const llama__key llama__keys[] = {
     {"parallel_config.micro_batch_num", LLAMA__T_INT, LLAMA__AT(micro_batch_num), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
      "micro-batches per step on each rank; with pipeline_stage 1 this is gradient accumulation, each rank's share of the batch split into micro_batch_num parts (MindFormers uses it only for pipeline micro-batches and accumulates with runner_config.gradient_accumulation_steps, which multiplies the batch)"},
     {"parallel_config.context_parallel", LLAMA__T_INT, LLAMA__AT(context_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1",
-     NULL, "context-parallel degree (sequence split over ranks); only 1 until context parallel lands"},
+     NULL, "context-parallel degree: each sample's tokens split over this many ranks, attention by context_parallel_algo (parallel.h >>context-parallel); seq_length must be divisible by it"},
     {"parallel_config.context_parallel_algo", LLAMA__T_CHOICE, LLAMA__AT(context_parallel_algo),
      sizeof(((llama_config *)0)->context_parallel_algo), 0, 0, 0, llama__cp_algos, "colossalai_cp", NULL,
-     "context-parallel algorithm: colossalai_cp (ring attention), ulysses_cp (all-to-all over heads), hybrid_cp (both); no effect while context_parallel is 1"},
+     "context-parallel algorithm: colossalai_cp (ring attention, K/V blocks passed around the ring), ulysses_cp (all-to-all between tokens and heads: num_heads / model_parallel must be divisible by context_parallel; kv heads fewer than it are replicated), hybrid_cp (Ulysses inside groups of ulysses_degree_in_cp, ring across them); no effect while context_parallel is 1"},
     {"parallel_config.ulysses_degree_in_cp", LLAMA__T_INT, LLAMA__AT(ulysses_degree_in_cp), 0, 1, LLAMA__DEG, 0, NULL,
      "1", NULL, "Ulysses part of context_parallel under hybrid_cp; must divide context_parallel"},
+    {"parallel_config.context_parallel_zigzag", LLAMA__T_BOOL, LLAMA__AT(context_parallel_zigzag), 0, 0, 0, 0, NULL,
+     "true", NULL,
+     "our key, not MindFormers': true cuts the sequence into 2 x ring degree chunks and gives ring rank r chunks r and 2R-1-r, so every rank does the same causal work (seq_length must then also be divisible by 2 x the ring degree); false: contiguous blocks"},
     {"parallel_config.use_seq_parallel", LLAMA__T_BOOL, LLAMA__AT(use_seq_parallel), 0, 0, 0, 0, NULL, "false", NULL,
      "sequence parallel: norms and residual split by tokens over the model_parallel group (all-gather before column-parallel linears, reduce-scatter after row-parallel ones); needs seq_length divisible by model_parallel"},
     {"parallel_config.vocab_emb_dp", LLAMA__T_BOOL, LLAMA__AT(vocab_emb_dp), 0, 0, 0, 0, NULL, "true", NULL,
@@ -807,6 +809,43 @@ static void llama__key_names(const llama__key *k, char *buf, size_t size) {
 #define LLAMA__K(name) "model.model_config." name
 #define LLAMA__P(name) "parallel_config." name
 
+
+/* Context parallel: the sequence split (zigzag needs 2 x ring degree chunks),
+   the heads against the Ulysses degree (this rank's, after model_parallel),
+   and use_ring_attention against the algorithm. Numbers and keys in the message. */
+static int llama__check_cp(const llama_config *c, int kv, char *err, size_t errsize) {
+    const int cp = c->context_parallel, tp = c->model_parallel;
+    const int hybrid = strcmp(c->context_parallel_algo, "hybrid_cp") == 0;
+    const int u = strcmp(c->context_parallel_algo, "ulysses_cp") == 0 ? cp : hybrid ? c->ulysses_degree_in_cp : 1;
+    const int ring = cp / u, heads = c->num_heads / tp, kvh = kv / tp;
+    if (c->use_ring_attention && strcmp(c->context_parallel_algo, "colossalai_cp") != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__K("use_ring_attention") " = true asks for ring attention, but "
+                           LLAMA__P("context_parallel_algo") " = %s; use colossalai_cp or set use_ring_attention false",
+                           c->context_parallel_algo);
+    if (c->seq_length % cp != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("context_parallel")
+                           " (%d): each rank holds seq_length / context_parallel tokens (no padding)",
+                           c->seq_length, cp);
+    if (c->context_parallel_zigzag && ring > 1 && c->seq_length % (2 * ring) != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__K("seq_length") " = %d does not split into 2 x %d = %d zigzag chunks (ring degree "
+                           "%d); use a multiple of %d or " LLAMA__P("context_parallel_zigzag") " = false",
+                           c->seq_length, ring, 2 * ring, ring, 2 * cp);
+    if (u > 1 && heads % u != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__K("num_heads") " / " LLAMA__P("model_parallel") " = %d heads per rank are not "
+                           "divisible by the Ulysses degree %d (%s)",
+                           heads, u, hybrid ? LLAMA__P("ulysses_degree_in_cp") : LLAMA__P("context_parallel") " under ulysses_cp");
+    if (u > 1 && kvh % u != 0 && u % kvh != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__K("n_kv_heads") " / " LLAMA__P("model_parallel") " = %d kv heads per rank and the "
+                           "Ulysses degree %d: one must divide the other (kv heads are split, or replicated)",
+                           kvh, u);
+    return 0;
+}
+
 int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
     char why[256], val[64];
     if (!c) return llama__fail(err, errsize, "llama_config_validate: config is NULL");
@@ -846,8 +885,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
     /* switches whose feature has not landed */
     if (c->pipeline_stage > 1)
         return llama__fail(err, errsize, LLAMA__P("pipeline_stage") " = %d: " LLAMA__TODO_PP, c->pipeline_stage);
-    if (c->context_parallel > 1)
-        return llama__fail(err, errsize, LLAMA__P("context_parallel") " = %d: " LLAMA__TODO_CP, c->context_parallel);
     if (c->optimizer_level == 3)
         return llama__fail(err, errsize, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
     {
@@ -856,7 +893,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
             int value, def;
             const char *reason;
         } todo[] = {
-            {LLAMA__K("use_ring_attention"), c->use_ring_attention, 0, LLAMA__TODO_RING},
             {"micro_batch_interleave_num", c->micro_batch_interleave_num, 1, LLAMA__TODO_MULTICOPY},
             {LLAMA__K("fine_grain_interleave"), c->fine_grain_interleave, 1, LLAMA__TODO_FINE_GRAIN},
             {LLAMA__K("pp_interleave_num"), c->pp_interleave_num, 1, LLAMA__TODO_VPP "; use 1"},
@@ -889,6 +925,7 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
     if (c->num_heads % kv != 0)
         return llama__fail(err, errsize, LLAMA__K("num_heads") " = %d is not divisible by " LLAMA__K("n_kv_heads") " (%d)",
                            c->num_heads, kv);
+    int err_cp;
     if (c->ulysses_degree_in_cp > 0 && c->context_parallel % c->ulysses_degree_in_cp != 0)
         return llama__fail(err, errsize,
                            LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
@@ -929,12 +966,14 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
                 return llama__fail(err, errsize, "%s = %d is not divisible by " LLAMA__P("model_parallel") " (%d)",
                                    dims[i].key, dims[i].value, tp);
         }
-        if (c->use_seq_parallel && c->seq_length % tp != 0)
+        if (c->use_seq_parallel && (c->seq_length / c->context_parallel) % tp != 0)
             return llama__fail(err, errsize,
-                               LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("model_parallel") " (%d), "
-                               "which " LLAMA__P("use_seq_parallel") " splits it over",
-                               c->seq_length, tp);
+                               LLAMA__K("seq_length") " / " LLAMA__P("context_parallel") " = %d / %d tokens per rank "
+                               "are not divisible by " LLAMA__P("model_parallel") " (%d), which "
+                               LLAMA__P("use_seq_parallel") " splits them over",
+                               c->seq_length, c->context_parallel, tp);
     }
+    if (c->context_parallel > 1 && (err_cp = llama__check_cp(c, kv, err, errsize)) != 0) return err_cp;
     if (c->total_steps > 0 && c->warmup_steps > c->total_steps)
         return llama__fail(err, errsize, "lr_schedule.warmup_steps = %d is larger than lr_schedule.total_steps (%d)",
                            c->warmup_steps, c->total_steps);

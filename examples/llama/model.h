@@ -18,7 +18,11 @@
    par_tp_reduce_rows after a row-parallel one (and the reverse in backward)
    are all the communication, and with one device they move nothing. Under
    sequence parallelism the residual stream and the norms hold this rank's
-   block of rows (par_tp_rows); everything else holds all n rows.
+   block of rows (par_tp_rows); everything else holds all n rows. Under
+   context parallelism (llama_model.cp, parallel.h's >>context-parallel) a
+   rank holds some of each sample's tokens (their positions come with them)
+   and attention is par_cp_attention_fwd / _bwd; every other layer works
+   token by token and does not notice.
 
    Shapes (row-major): a micro-batch is B samples of T tokens, n = B*T rows.
    Linear weights are stored as Hugging Face does, [out, in], so y = x W^T. */
@@ -59,7 +63,19 @@ typedef struct llama_model {
     int tp_degree, sp;      /* the tp region's degree and sequence parallelism */
     par_linear q, k, v, o, gate, up, down, head;
     par_embedding emb;
+    par_cp *cp;             /* context parallelism, or NULL: the table's attention on whole samples */
+    int64_t cp_lse, cp_saved; /* floats of attention state per layer under cp (par_cp_info) */
 } llama_model;
+
+/* Attention goes through a context-parallel object from now on (NULL: none). */
+LLAMA_FN par_status llama_model_set_cp(llama_model *m, par_cp *cp) {
+    par_cp_info info;
+    m->cp = cp, m->cp_lse = m->cp_saved = 0;
+    if (!cp) return PAR_OK;
+    LLAMA_CHECK(par_cp_get_info(cp, &info));
+    m->cp_lse = info.lse_floats, m->cp_saved = info.saved_floats;
+    return PAR_OK;
+}
 
 /* Place every kind of tensor; errors name the tensor and the rule. */
 LLAMA_FN par_status llama_model_place(llama_model *m, const par_compute_table *ct, par_tp *tp, const llama_dims *d,
@@ -91,7 +107,7 @@ typedef struct llama_block {
 
 /* What one micro-batch keeps from forward for backward. */
 typedef struct llama_block_acts {
-    float *x_in, *rstd1, *h1, *q, *k, *v, *o, *lse, *x_mid, *rstd2, *h2, *g, *u, *m;
+    float *x_in, *rstd1, *h1, *q, *k, *v, *o, *lse, *cp_saved, *x_mid, *rstd2, *h2, *g, *u, *m;
 } llama_block_acts;
 
 typedef struct llama_acts {
@@ -138,7 +154,8 @@ LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch
         llama_block_acts *b = base ? &a->blocks[l] : &dummy;
         b->x_in = llama_carve(&c, rows * d->dim), b->rstd1 = llama_carve(&c, rows), b->h1 = llama_carve(&c, rows * d->dim);
         b->q = llama_carve(&c, n * qd), b->k = llama_carve(&c, n * kvd), b->v = llama_carve(&c, n * kvd);
-        b->o = llama_carve(&c, n * qd), b->lse = llama_carve(&c, batch * d->heads * d->seq);
+        b->o = llama_carve(&c, n * qd), b->lse = llama_carve(&c, m->cp ? m->cp_lse : batch * d->heads * d->seq);
+        b->cp_saved = llama_carve(&c, m->cp_saved);
         b->x_mid = llama_carve(&c, rows * d->dim), b->rstd2 = llama_carve(&c, rows), b->h2 = llama_carve(&c, rows * d->dim);
         b->g = llama_carve(&c, n * d->ffn), b->u = llama_carve(&c, n * d->ffn), b->m = llama_carve(&c, n * d->ffn);
     }
@@ -234,7 +251,8 @@ LLAMA_FN par_status llama_block_fwd(const llama_model *m, const llama_block *w, 
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wv, a->v, n, C, kvd));
     LLAMA_CHECK(ct->rope_fwd(u, n, d->heads, d->head_dim, pos, d->theta, a->q, a->q));
     LLAMA_CHECK(ct->rope_fwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, a->k, a->k));
-    LLAMA_CHECK(ct->attention_fwd(u, &ad, a->q, a->k, a->v, a->o, a->lse));
+    if (m->cp) LLAMA_CHECK(par_cp_attention_fwd(m->cp, a->q, a->k, a->v, a->o, a->lse, a->cp_saved));
+    else LLAMA_CHECK(ct->attention_fwd(u, &ad, a->q, a->k, a->v, a->o, a->lse));
     LLAMA_CHECK(llama_linear_fwd(ct, a->o, w->wo, s->dh, n, qd, C));
     LLAMA_CHECK(llama_residual_add(m, s->dh, s->dl, a->x_in, a->x_mid, n, C));
     LLAMA_CHECK(ct->rmsnorm_fwd(u, rows, C, a->x_mid, w->ln2, d->eps, a->h2, a->rstd2));
@@ -281,7 +299,9 @@ LLAMA_FN par_status llama_block_bwd(const llama_model *m, const llama_block *w, 
     /* attention: x_mid = x_in + o_proj(attn(rope(q h1), rope(k h1), v h1)) */
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, s->dx, s->dh, &dy));
     LLAMA_CHECK(llama_linear_bwd(ct, a->o, w->wo, dy, s->dattn, g->wo, n, qd, C, 0));
-    LLAMA_CHECK(ct->attention_bwd(u, &ad, a->q, a->k, a->v, a->o, a->lse, s->dattn, s->dq, s->dk, s->dv, 0));
+    if (m->cp)
+        LLAMA_CHECK(par_cp_attention_bwd(m->cp, a->q, a->k, a->v, a->o, a->lse, a->cp_saved, s->dattn, s->dq, s->dk, s->dv));
+    else LLAMA_CHECK(ct->attention_bwd(u, &ad, a->q, a->k, a->v, a->o, a->lse, s->dattn, s->dq, s->dk, s->dv, 0));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->heads, d->head_dim, pos, d->theta, s->dq, s->dq));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, s->dk, s->dk));
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h1, s->gath, &h));

@@ -242,6 +242,8 @@ typedef struct trainer {
     int shard_id, num_shards; /* this rank's shard of the batch (MindSpore shard_id / num_shards) */
     int global_batch;
     par_tp *tp;               /* the tensor-parallel region the layers run in */
+    par_cp *cp;               /* context parallelism (attention over split samples), or NULL */
+    int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
     llama_model model;
     par_params *ps;           /* the parameters, their gradients and AdamW state */
     int ntensors;
@@ -286,6 +288,26 @@ static par_status alloc_bytes(trainer *t, int64_t bytes, par_mem_category cat, v
     return bytes > 0 ? t->ct->alloc(t->ct->user, (size_t)bytes, cat, ptr) : PAR_OK;
 }
 
+/* Context parallel: each rank holds some tokens of every sample (the tokens
+   layout splits seq over cp) and attention runs through par_cp with this
+   rank's heads; the positions say which tokens to load. */
+static par_status make_cp(trainer *t) {
+    const llama_config *c = t->cfg;
+    const llama_model *m = &t->model;
+    par_cp_desc d;
+    if (c->context_parallel == 1) return PAR_OK;
+    memset(&d, 0, sizeof d);
+    d.tokens = &t->tokens_layout, d.contiguous = !c->context_parallel_zigzag;
+    LLAMA_CHECK(par_cp_algo_parse(c->context_parallel_algo, &d.algo));
+    d.ulysses_degree = c->ulysses_degree_in_cp, d.no_all_to_all = !c->enable_alltoall, d.trace = t->trace;
+    d.batch = (int)t->sz.batch, d.heads = (int)m->local.heads, d.kv_heads = (int)m->local.kv_heads;
+    d.head_dim = (int)m->local.head_dim;
+    LLAMA_CHECK(par_cp_create(t->ctx, &d, &t->cp));
+    if (!(t->cp_pos = (int64_t *)malloc((size_t)t->sz.seq * sizeof(int64_t)))) return par_set_error(PAR_ENOMEM, "out of host memory");
+    LLAMA_CHECK(par_cp_positions(t->cp, t->cp_pos));
+    return llama_model_set_cp(&t->model, t->cp);
+}
+
 /* The strategies of the model's operators, MindSpore style: the
    column-parallel MatMuls (q/k/v, gate, up, lm_head) split the rows of x over
    dp and W's output over tp; the row-parallel ones (o, down) split the
@@ -295,11 +317,13 @@ static par_status place_model(trainer *t) {
     const llama_dims d = dims_from_config(c);
     par_tp_desc td;
     memset(&td, 0, sizeof td);
-    td.rows = (int64_t)t->global_batch / c->micro_batch_num * c->seq_length, td.hidden = d.dim;
+    /* the region's rows are the tokens of one context-parallel slice of the batch */
+    td.rows = (int64_t)t->global_batch / c->micro_batch_num * c->seq_length / c->context_parallel, td.hidden = d.dim;
     td.column = "((dp,1),(tp,1))", td.row = "((dp,tp),(1,tp))", td.sequence_parallel = c->use_seq_parallel && c->model_parallel > 1;
     td.no_all_to_all = !c->enable_alltoall, td.trace = t->trace;
     LLAMA_CHECK(par_tp_create(t->ctx, &td, &t->tp));
-    return llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp);
+    LLAMA_CHECK(llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp));
+    return make_cp(t);
 }
 
 /* The parameter set: every tensor's layout from its operator's placement,
@@ -370,6 +394,12 @@ static par_status plan_memory(trainer *t) {
                                           n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
     t->plan.bytes[PAR_MEM_WORKSPACE] += llama_scratch_carve(m, n, NULL, NULL) * f;
     t->plan.bytes[PAR_MEM_COMM] += par_tp_workspace_bytes(t->tp, n, m->local.dim);
+    if (t->cp) {
+        int64_t cp_bytes[PAR_MEM_CATEGORY_COUNT];
+        int k;
+        LLAMA_CHECK(par_cp_memory(t->cp, cp_bytes));
+        for (k = 0; k < PAR_MEM_CATEGORY_COUNT; k++) t->plan.bytes[k] += cp_bytes[k];
+    }
     LLAMA_CHECK(plan_table_scratch(m, &t->sz, &table));
     t->plan.bytes[PAR_MEM_WORKSPACE] += table;
     return PAR_OK;
@@ -385,6 +415,8 @@ static void trainer_free(trainer *t) {
     free(t->acts.blocks);
     free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
     par_params_destroy(t->ps);
+    par_cp_destroy(t->cp);
+    free(t->cp_pos);
     par_tp_destroy(t->tp);
     free(t->specs);
 }
@@ -643,17 +675,19 @@ static float lr_at(const llama_config *c, int64_t step, int64_t total_steps) {
 }
 
 /* Micro-batch `mb` of this rank at step `step`: shard s of S takes global slots
-   j = i*S + s (MindSpore's num_shards/shard_id: round-robin over the batch). */
+   j = i*S + s (MindSpore's num_shards/shard_id: round-robin over the batch);
+   under context parallelism only this rank's tokens of each sample. */
 static par_status load_micro_batch(trainer *t, int64_t step, int mb) {
     const int64_t T = t->sz.seq;
     int64_t i, k;
     for (i = 0; i < t->sz.batch; i++) {
         const int64_t local = (int64_t)mb * t->sz.batch + i, j = local * t->num_shards + t->shard_id;
         const int64_t s = data_sample(t->data, step, t->global_batch, j);
-        const unsigned char *src = t->data->bytes + s * T;
+        const unsigned char *src = t->data->bytes + s * t->cfg->seq_length;
         for (k = 0; k < T; k++) {
-            t->host_ids[i * T + k] = src[k], t->host_tgt[i * T + k] = src[k + 1];
-            t->host_pos[i * T + k] = k;
+            const int64_t p = t->cp_pos ? t->cp_pos[k] : k;
+            t->host_ids[i * T + k] = src[p], t->host_tgt[i * T + k] = src[p + 1];
+            t->host_pos[i * T + k] = p;
         }
     }
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
@@ -893,8 +927,19 @@ static void print_summary(const trainer *t, const char *backend) {
                ti.degree, (long long)m->local.heads, (long long)d->heads, (long long)m->local.kv_heads,
                (long long)m->local.ffn, (long long)m->head.out_start, (long long)(m->head.out_start + m->local.vocab - 1),
                ti.sequence_parallel ? "; sequence parallel (norms and residual split by tokens)" : "");
-    printf("  batch      global %d = %d data-parallel shard(s) x micro_batch_num %d x %lld samples of %lld tokens\n",
-           t->global_batch, t->num_shards, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq);
+    if (t->cp) {
+        par_cp_info ci;
+        par_cp_get_info(t->cp, &ci);
+        printf("  context    cp %d, %s attention (ring %d x Ulysses %d%s), %lld of %lld tokens per sample on each "
+               "rank, %s; no S x S mask (positions only: a dense f32 mask would be %.2f MiB per layer)\n",
+               ci.degree, par_cp_algo_name(ci.algo), ci.ring_degree, ci.ulysses_degree,
+               ci.ulysses_degree > 1 && !t->cfg->enable_alltoall ? ", all-gather for all-to-all" : "",
+               (long long)ci.seq_local, (long long)ci.seq, ci.zigzag ? "zigzag chunks" : "contiguous blocks",
+               mib((int64_t)ci.seq * ci.seq * 4));
+    }
+    printf("  batch      global %d = %d data-parallel shard(s) x micro_batch_num %d x %lld samples of %lld tokens%s\n",
+           t->global_batch, t->num_shards, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq,
+           t->cp ? " (this rank's share of each)" : "");
     if (t->cfg->enable_parallel_optimizer)
         printf("  optimizer  AdamW, ZeRO level %d over the %d data-parallel ranks: %.2f MiB of AdamW state per rank\n",
                t->cfg->optimizer_level >= 2 ? 2 : 1, t->num_shards, mib(t->plan.bytes[PAR_MEM_OPTIMIZER]));
@@ -907,7 +952,7 @@ static void print_summary(const trainer *t, const char *backend) {
 }
 
 static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
-    const double tokens = (double)t->global_batch * (double)t->sz.seq;
+    const double tokens = (double)t->global_batch * (double)t->cfg->seq_length;
     const double tps = s->seconds > 0 ? tokens / s->seconds : 0.0;
     const double mfu = s->seconds > 0 && t->gemm_gflops > 0 ? step_flops(t) / s->seconds / (t->gemm_gflops * 1e9) : 0.0;
     if (!t->opt->quiet)
@@ -993,9 +1038,11 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     t->all_dims = (1u << par_ctx_mesh(ctx)->ndim) - 1u;
     t->micro_batches = c->micro_batch_num;
     t->global_batch = llama_config_global_batch(c);
-    /* the tokens [global batch, seq], split over dp: the data-parallel ranks */
+    /* the tokens [global batch, seq], split over dp (the data-parallel ranks)
+       and seq over cp: gradients are partial over both, the loss a sum over both */
     shape[0] = t->global_batch, shape[1] = c->seq_length;
-    LLAMA_CHECK(par_layout_parse(&t->tokens_layout, par_ctx_mesh(ctx), 2, shape, "[dp,None]"));
+    LLAMA_CHECK(par_layout_parse(&t->tokens_layout, par_ctx_mesh(ctx), 2, shape,
+                                 c->context_parallel > 1 ? "[dp,cp]" : "[dp,None]"));
     par_layout_local_shape(&t->tokens_layout, local);
     t->sz.batch = local[0] / t->micro_batches, t->sz.seq = local[1], t->sz.n = t->sz.batch * t->sz.seq;
     t->ntensors = num_tensors(&d);
@@ -1111,7 +1158,9 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
             printf("trace: wrote %s (%d rank%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
                    o->trace_path, t.world, t.world == 1 ? "" : "s");
     }
-    if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
+    if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0 && t.cp && t.rank == 0)
+        printf("sample: skipped (context parallel: the attention is planned for whole training samples)\n");
+    else if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
     if (t.metrics) fclose(t.metrics);
     fflush(stdout);
     trainer_free(&t);
