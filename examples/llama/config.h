@@ -966,6 +966,11 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
                 return llama__fail(err, errsize, "%s = %d is not divisible by " LLAMA__P("model_parallel") " (%d)",
                                    dims[i].key, dims[i].value, tp);
         }
+        if (c->use_seq_parallel && c->context_parallel == 1 && c->seq_length % tp != 0)
+            return llama__fail(err, errsize,
+                               LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("model_parallel") " (%d), "
+                               "which " LLAMA__P("use_seq_parallel") " splits it over",
+                               c->seq_length, tp);
         if (c->use_seq_parallel && (c->seq_length / c->context_parallel) % tp != 0)
             return llama__fail(err, errsize,
                                LLAMA__K("seq_length") " / " LLAMA__P("context_parallel") " = %d / %d tokens per rank "

@@ -111,7 +111,8 @@ static int same_config(const llama_config *a, const llama_config *b) {
            a->pipeline_stage == b->pipeline_stage && a->micro_batch_num == b->micro_batch_num &&
            a->context_parallel == b->context_parallel &&
            strcmp(a->context_parallel_algo, b->context_parallel_algo) == 0 &&
-           a->ulysses_degree_in_cp == b->ulysses_degree_in_cp && a->use_seq_parallel == b->use_seq_parallel &&
+           a->ulysses_degree_in_cp == b->ulysses_degree_in_cp && a->context_parallel_zigzag == b->context_parallel_zigzag &&
+           a->use_seq_parallel == b->use_seq_parallel &&
            a->vocab_emb_dp == b->vocab_emb_dp && a->gradients_mean == b->gradients_mean &&
            a->enable_parallel_optimizer == b->enable_parallel_optimizer && a->optimizer_level == b->optimizer_level &&
            a->enable_alltoall == b->enable_alltoall && a->learning_rate == b->learning_rate && a->beta1 == b->beta1 &&
@@ -319,6 +320,7 @@ static const key_case key_cases[] = {
     {"parallel_config.context_parallel", "2", K_INT, AT(context_parallel), 2, NULL},
     {"parallel_config.context_parallel_algo", "ulysses_cp", K_STR, AT(context_parallel_algo), 0, "ulysses_cp"},
     {"parallel_config.ulysses_degree_in_cp", "2", K_INT, AT(ulysses_degree_in_cp), 2, NULL},
+    {"parallel_config.context_parallel_zigzag", "false", K_BOOL, AT(context_parallel_zigzag), 0, NULL},
     {"parallel_config.use_seq_parallel", "yes", K_BOOL, AT(use_seq_parallel), 1, NULL},
     {"parallel_config.vocab_emb_dp", "False", K_BOOL, AT(vocab_emb_dp), 0, NULL},
     {"parallel_config.use_ring_attention", "on", K_BOOL, AT(use_ring_attention), 1, NULL},
@@ -877,11 +879,44 @@ static void test_cross_rules(void) {
                          "model.model_config.seq_length=63"};
     expect_rule(tps, 3, "model.model_config.seq_length = 63 is not divisible", "use_seq_parallel");
 
+    /* context parallel (defaults: 4 heads, 2 kv heads, seq 64): the split and the heads */
+    const char *cp2[] = {"parallel_config.context_parallel=2"};
+    CHECK_MSG(load_text(NULL, cp2, 1, &c) == 0 && c.context_parallel == 2 && c.context_parallel_zigzag == 1, "%s", err_);
+    const char *cps[] = {"parallel_config.context_parallel=3"};
+    expect_rule(cps, 1, "model.model_config.seq_length = 64 is not divisible by parallel_config.context_parallel (3)",
+                "no padding");
+    const char *cpz[] = {"parallel_config.context_parallel=4", "model.model_config.seq_length=36"};
+    expect_rule(cpz, 2, "seq_length = 36 does not split into 2 x 4 = 8 zigzag chunks", "context_parallel_zigzag = false");
+    const char *cpc[] = {"parallel_config.context_parallel=4", "model.model_config.seq_length=36",
+                         "parallel_config.context_parallel_zigzag=false"};
+    CHECK_MSG(load_text(NULL, cpc, 3, &c) == 0, "%s", err_);
+    const char *cpu[] = {"parallel_config.context_parallel=8", "parallel_config.context_parallel_algo=ulysses_cp"};
+    expect_rule(cpu, 2, "num_heads / parallel_config.model_parallel = 4 heads per rank are not divisible by the Ulysses degree 8",
+                "context_parallel under ulysses_cp");
+    const char *cpk[] = {"parallel_config.context_parallel=4", "parallel_config.context_parallel_algo=ulysses_cp",
+                         "model.model_config.num_heads=12", "model.model_config.n_kv_heads=3",
+                         "model.model_config.hidden_size=96"};
+    expect_rule(cpk, 5, "n_kv_heads / parallel_config.model_parallel = 3 kv heads per rank and the Ulysses degree 4",
+                "one must divide the other");
+    const char *cph[] = {"parallel_config.context_parallel=4", "parallel_config.context_parallel_algo=hybrid_cp",
+                         "parallel_config.ulysses_degree_in_cp=3"};
+    expect_rule(cph, 3, "parallel_config.context_parallel = 4 is not divisible by parallel_config.ulysses_degree_in_cp (3)",
+                NULL);
+    const char *cpr[] = {"parallel_config.context_parallel=2", "parallel_config.context_parallel_algo=ulysses_cp",
+                         "model.model_config.use_ring_attention=true"};
+    expect_rule(cpr, 3, "use_ring_attention = true asks for ring attention", "context_parallel_algo = ulysses_cp");
+    const char *cpt[] = {"parallel_config.context_parallel=2", "parallel_config.model_parallel=2",
+                         "parallel_config.use_seq_parallel=true", "model.model_config.seq_length=4",
+                         "parallel_config.context_parallel_zigzag=false"};
+    CHECK_MSG(load_text(NULL, cpt, 5, &c) == 0, "%s", err_);
+    const char *cpt3[] = {"parallel_config.context_parallel=2", "parallel_config.model_parallel=2",
+                          "parallel_config.use_seq_parallel=true", "model.model_config.seq_length=6",
+                          "parallel_config.context_parallel_zigzag=false"};
+    expect_rule(cpt3, 5, "seq_length / parallel_config.context_parallel = 6 / 2 tokens per rank are not divisible", NULL);
+
     /* features that have not landed: rejected by name (MindFormers' switches: test_not_landed) */
     const char *pp[] = {"parallel_config.pipeline_stage=2"};
     expect_rule(pp, 1, "parallel_config.pipeline_stage = 2", "not implemented");
-    const char *cp[] = {"parallel_config.context_parallel=2"};
-    expect_rule(cp, 1, "parallel_config.context_parallel = 2", "not implemented");
     const char *z3[] = {"parallel.parallel_optimizer_config.optimizer_level=level3"};
     expect_rule(z3, 1, "parallel.parallel_optimizer_config.optimizer_level", "not implemented");
     /* ... also from a file */
@@ -1089,12 +1124,6 @@ typedef struct {
 } todo_case;
 
 static const todo_case todo_cases[] = {
-    {"model.model_config.use_ring_attention", "true",
-     "model.model_config.use_ring_attention (or parallel_config.use_ring_attention) = true",
-     "context parallel (ring attention) is not implemented yet; use false"},
-    {"parallel_config.use_ring_attention", "True",
-     "model.model_config.use_ring_attention (or parallel_config.use_ring_attention) = true",
-     "context parallel (ring attention) is not implemented yet"},
     {"micro_batch_interleave_num", "2", "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2",
      "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"},
     {"parallel_config.micro_batch_interleave_num", "4",
@@ -1154,7 +1183,7 @@ static void test_not_landed(void) {
         CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
     }
     /* every stored switch of the kind has a case */
-    static const char *const stored[] = {"model.model_config.use_ring_attention", "micro_batch_interleave_num",
+    static const char *const stored[] = {"micro_batch_interleave_num",
                                          "model.model_config.fine_grain_interleave",
                                          "model.model_config.pp_interleave_num",
                                          "parallel.pipeline_config.pipeline_interleave", "model.model_config.offset",

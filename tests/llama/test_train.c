@@ -230,6 +230,21 @@ static void test_reference(void) {
     CHECK_MSG(rc == 0, "reference run tp 2 + sp failed: %s", err_text);
     check_against_pytorch("tp2", test_path("reftp.jsonl"), want_loss, want_gnorm, n, 1);
     check_weights_against_pytorch("tp2", test_path("reftp.safetensors"));
+    /* context parallel 2: the zigzag ring, and Ulysses */
+    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
+                    "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s "
+                    "--set parallel_config.context_parallel=2",
+                 test_path("refcp.jsonl"), test_path("refcp.safetensors"));
+    CHECK_MSG(rc == 0, "reference run cp 2 zigzag failed: %s", err_text);
+    check_against_pytorch("cp2 zigzag", test_path("refcp.jsonl"), want_loss, want_gnorm, n, 1);
+    check_weights_against_pytorch("cp2 zigzag", test_path("refcp.safetensors"));
+    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
+                    "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s "
+                    "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=ulysses_cp",
+                 test_path("refcpu.jsonl"), test_path("refcpu.safetensors"));
+    CHECK_MSG(rc == 0, "reference run cp 2 Ulysses failed: %s", err_text);
+    check_against_pytorch("cp2 ulysses", test_path("refcpu.jsonl"), want_loss, want_gnorm, n, 1);
+    check_weights_against_pytorch("cp2 ulysses", test_path("refcpu.safetensors"));
 }
 
 /* ---- equivalence -------------------------------------------------------------- */
@@ -494,6 +509,106 @@ static void test_tensor_parallel(void) {
         snprintf(a, sizeof a, "%s", test_path("tp.optimizer.safetensors"));
         snprintf(b, sizeof b, "%s", test_path("tp4.optimizer.safetensors"));
         CHECK_MSG(test_files_identical(a, b), "optimizer state changed through tp 4");
+    }
+}
+
+/* ---- context parallel ----------------------------------------------------------- */
+
+/* 8 heads and 2 kv heads (GQA: fewer kv heads than Ulysses degrees 4 and 8, so
+   they are replicated), head dim 8, seq 64: every cp degree up to 8 splits it
+   into 2 x cp zigzag chunks. */
+static const char *cp_base = "--config examples/configs/tiny.yaml --data parallel.h --quiet --set max_grad_norm=0.5 "
+                             "--set model.model_config.num_heads=8 --set model.model_config.n_kv_heads=2";
+
+static void test_context_parallel(void) {
+    static const struct {
+        const char *name, *sets;
+    } cases[] = {
+        {"cp2 ring contiguous", "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_zigzag=false"},
+        {"cp2 ring zigzag", "--set parallel_config.context_parallel=2 --set model.model_config.use_ring_attention=true"},
+        {"cp2 ulysses", "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"cp4 ring contiguous", "--set parallel_config.context_parallel=4 --set parallel_config.context_parallel_zigzag=false"},
+        {"cp4 ring zigzag", "--set parallel_config.context_parallel=4"},
+        {"cp4 ulysses (kv 2 < 4)", "--set parallel_config.context_parallel=4 --set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"cp4 hybrid 2x2", "--set parallel_config.context_parallel=4 --set parallel_config.context_parallel_algo=hybrid_cp "
+                           "--set parallel_config.ulysses_degree_in_cp=2"},
+        {"cp4 ulysses no all_to_all", "--set parallel_config.context_parallel=4 --set parallel_config.context_parallel_algo=ulysses_cp "
+                                      "--set parallel.enable_alltoall=false"},
+        {"cp8 ring contiguous", "--set parallel_config.context_parallel=8 --set parallel_config.context_parallel_zigzag=false"},
+        {"cp8 ring zigzag", "--set parallel_config.context_parallel=8"},
+        {"cp8 ulysses (kv 2 < 8)", "--set parallel_config.context_parallel=8 --set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"cp8 hybrid 2x4", "--set parallel_config.context_parallel=8 --set parallel_config.context_parallel_algo=hybird_cp "
+                           "--set parallel_config.ulysses_degree_in_cp=2"},
+        {"cp8 hybrid 4x2", "--set parallel_config.context_parallel=8 --set parallel_config.context_parallel_algo=hybrid_cp "
+                           "--set parallel_config.ulysses_degree_in_cp=4"},
+        {"dp2 x cp2", "--set parallel_config.data_parallel=2 --set parallel_config.context_parallel=2"},
+        {"dp2 x cp2 ulysses", "--set parallel_config.data_parallel=2 --set parallel_config.context_parallel=2 "
+                              "--set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"tp2 x cp2 sp", "--set parallel_config.model_parallel=2 --set parallel_config.context_parallel=2 "
+                         "--set parallel_config.use_seq_parallel=true"},
+        {"tp2 x cp2 sp ulysses", "--set parallel_config.model_parallel=2 --set parallel_config.context_parallel=2 "
+                                 "--set parallel_config.use_seq_parallel=true --set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"dp2 x tp2 x cp2 zero2", "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+                                  "--set parallel_config.context_parallel=2 --set parallel_config.use_seq_parallel=true "
+                                  "--set parallel.enable_parallel_optimizer=true "
+                                  "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+        {"dp2 x cp2 hybrid micro2 zero1", "--set parallel_config.data_parallel=2 --set parallel_config.context_parallel=2 "
+                                          "--set parallel_config.micro_batch_num=2 --set parallel.enable_parallel_optimizer=true"},
+    };
+    double base_loss[EQ_STEPS + 1], base_gnorm[EQ_STEPS + 1];
+    size_t i;
+    int rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", cp_base, test_path("cp1.jsonl"), test_path("cp1.safetensors"));
+    CHECK_MSG(rc == 0, "single-device run failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("cp1.jsonl"), base_loss, base_gnorm, EQ_STEPS + 1), EQ_STEPS);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", cp_base, cases[i].sets, test_path("cp.jsonl"),
+                     test_path("cp.safetensors"));
+        CHECK_MSG(rc == 0, "%s failed: %s", cases[i].name, err_text);
+        if (rc != 0) continue;
+        check_equivalent(cases[i].name, test_path("cp.jsonl"), test_path("cp.safetensors"), base_loss, base_gnorm,
+                         test_path("cp1.safetensors"));
+        check_plan_holds(cases[i].name, test_path("cp.jsonl"));
+    }
+    if (mpi_run("cp2 zigzag mpirun -np 2")) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s --steps 20 "
+                                  "--set parallel_config.context_parallel=2 --metrics %s --save %s",
+                 mpirun, train_bin, cp_base, test_path("cpm.jsonl"), test_path("cpm.safetensors"));
+        rc = run_cmd(1, "%s", cmd);
+        CHECK_MSG(rc == 0, "mpirun -np 2 cp2 failed: %s", err_text);
+        if (rc == 0)
+            check_equivalent("cp2 zigzag mpirun -np 2", test_path("cpm.jsonl"), test_path("cpm.safetensors"), base_loss,
+                             base_gnorm, test_path("cp1.safetensors"));
+    }
+    if (mpi_run("dp2 x cp2 hybrid mpirun -np 4")) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
+                                  "--set parallel_config.data_parallel=2 --set parallel_config.context_parallel=2 "
+                                  "--set parallel_config.context_parallel_algo=ulysses_cp --metrics %s --save %s",
+                 mpirun, train_bin, cp_base, test_path("cpm.jsonl"), test_path("cpm.safetensors"));
+        rc = run_cmd(1, "%s", cmd);
+        CHECK_MSG(rc == 0, "mpirun -np 4 dp2 x cp2 ulysses failed: %s", err_text);
+        if (rc == 0)
+            check_equivalent("dp2 x cp2 ulysses mpirun -np 4", test_path("cpm.jsonl"), test_path("cpm.safetensors"),
+                             base_loss, base_gnorm, test_path("cp1.safetensors"));
+    }
+    /* activations per rank fall as 1/cp: the planned activation bytes of cp 1, 2, 4, 8 */
+    {
+        int64_t act[4];
+        int k;
+        for (k = 0; k < 4; k++) {
+            rc = run_cmd(0, "%s --steps 1 --set parallel_config.context_parallel=%d --metrics %s", cp_base, 1 << k,
+                         test_path("cpmem.jsonl"));
+            CHECK_MSG(rc == 0, "cp %d memory run failed: %s", 1 << k, err_text);
+            act[k] = read_memory(test_path("cpmem.jsonl"), "memory_peak", "activations");
+            CHECK_MSG(act[k] > 0, "cp %d: no measured activation peak", 1 << k);
+        }
+        for (k = 1; k < 4; k++)
+            CHECK_MSG(act[k] > 0 && fabs((double)act[0] / (double)act[k] / (double)(1 << k) - 1.0) <= 0.15,
+                      "cp %d: activations %lld bytes vs %lld at cp 1: ratio %.3f, want %d within 15%%", 1 << k,
+                      (long long)act[k], (long long)act[0], (double)act[0] / (double)(act[k] > 0 ? act[k] : 1), 1 << k);
+        printf("  activations per rank, cp 1/2/4/8: %lld %lld %lld %lld bytes\n", (long long)act[0], (long long)act[1],
+               (long long)act[2], (long long)act[3]);
     }
 }
 
@@ -787,6 +902,7 @@ int main(void) {
         test_trace();
         test_tensor_parallel();
         test_tp_memory();
+        test_context_parallel();
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
