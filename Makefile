@@ -100,7 +100,7 @@ EXPLAIN    := $(if $(wildcard examples/explain.c),$(B)/par-explain)
 # Always in build/: nvcc gets no sanitizer flags, so a SAN build reuses it.
 CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute)
 # The NCCL comm test is bootstrapped over MPI, so it also needs mpicc.
-CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm))
+CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm build/test_cuda_cp))
 # MPI tests (tests/mpi/test_*.c): built with mpicc and PARALLEL_WITH_MPI, run by
 # tests/run.sh under mpirun -np 4.
 # test_comm_mpi also runs chunked (tiny MPI count limit) to exercise the >INT_MAX path.
@@ -139,8 +139,8 @@ SKIPS := $(strip \
   $(if $(filter no,$(HAVE_MPI)),$(call skip_all,$(MPI_ALL) bench_comm_mpi,$(WHY_MPI))) \
   $(if $(filter no,$(HAVE_YAML)),$(call skip_all,$(TRAIN_TEST_ALL),$(WHY_YAML))) \
   $(if $(filter no,$(HAVE_OPENBLAS)),$(call skip_all,cblas_test_compute bench_kernels_openblas,$(WHY_OPENBLAS))) \
-  $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_comm train_cuda,$(CUDA_SKIP)), \
-    $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm train_cuda,$(WHY_MPI)), \
+  $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_comm test_cuda_cp train_cuda,$(CUDA_SKIP)), \
+    $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm test_cuda_cp train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
 
 .PHONY: all detect deps test run-tests test-programs bench demo run-demo tour cuda cuda-available test-cuda install clean FORCE
@@ -232,6 +232,11 @@ build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h t
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
 	  tests/cuda/test_cuda_comm.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
 
+build/test_cuda_cp: parallel_cuda.cu tests/cuda/test_cuda_cp.cu parallel.h tests/test.h tests/cp_suite.h $(STAMP) | build
+	@rm -f $@
+	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
+	  tests/cuda/test_cuda_cp.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
+
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
 test-programs: $(TRAIN) $(MLP) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
@@ -279,7 +284,8 @@ test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train)
 	@set -e; ./build/test_cuda_smoke; ./build/test_cuda_compute; \
 	if [ -x build/test_cuda_comm ]; then \
 	  $(MPIRUN) -np $(GPUS) build/test_cuda_comm; \
-	else echo "cuda_comm: skipped (no mpicc)"; fi; \
+	  $(MPIRUN) -np $(GPUS) build/test_cuda_cp; \
+	else echo "cuda_comm: skipped (no mpicc)"; echo "cuda_cp: skipped (no mpicc)"; fi; \
 	if [ -x build/train_cuda ]; then \
 	  LLAMA_TEST_ONLY=reference TRAIN="$(MPIRUN) -np 1 build/train_cuda --backend nccl" build/llama_test_train; \
 	else echo "llama on GPU: skipped (no libyaml or mpicc)"; fi

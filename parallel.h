@@ -6552,7 +6552,12 @@ PARALLEL_DEF par_status par_test(par_ctx *ctx, par_request *req, int *done) {
    because a member past "arrive" only runs this file's copy loops).
    Point to point is a matching queue per receiver: whichever of send and recv is
    posted second does the copy, so neither side waits for the other to arrive
-   and nonblocking rings (isend next, irecv prev) cannot deadlock.
+   and nonblocking rings (isend next, irecv prev) cannot deadlock. When that
+   second post is async and the message is large (PAR__THR_ASYNC_COPY bytes or
+   more), the copy goes to the poster's copier thread instead, so it runs while
+   the rank computes (a ring's next block arrives behind its current one) the
+   way a NIC's DMA would; deliveries never wait on anything, so the copier
+   cannot deadlock either.
    Async collectives run in issue order on a per-rank helper thread created on
    first use; a blocking collective issued while async ones are pending is queued
    behind them. Waits spin briefly (only when there are at least as many cores as
@@ -6580,6 +6585,7 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
 #define PAR__THR_MAX_RANKS 1024
 #define PAR__THR_SLICE_NS 50000000LL /* longest single sleep: a safety net for wake-ups */
 #define PAR__THR_BLOCK 2048          /* elements per all_reduce block (8 KiB of f32: stays in L1) */
+#define PAR__THR_ASYNC_COPY 65536    /* bytes from which an async p2p copy runs on the copier thread */
 #define PAR__THR_GROUP_MAGIC 0x54475250u
 #define PAR__THR_REQ_MAGIC 0x54515250u
 
@@ -6718,6 +6724,10 @@ typedef struct par__thr_msg {
     int complete; /* atomic */
     par_status status;
     char msg[200];
+    /* a large matched pair whose second poster was async waits in that rank's
+       copier queue: this node, its partner and the group */
+    struct par__thr_msg *partner, *cnext;
+    struct par__thr_group *cgroup;
 } par__thr_msg;
 
 struct par__thr_group {
@@ -6793,6 +6803,9 @@ struct par__thr_rank {
     int helper_started, quit;
     par__thr_req *qhead, *qtail;
     int queued; /* atomic: collectives handed to the helper and not finished */
+    pthread_t copier;          /* copies of large async p2p pairs, off the rank's thread */
+    int copier_started, cquit;
+    par__thr_msg *chead, *ctail; /* under sync.mu */
     par__thr_req *live;
     par__thr_handle *handles;
     /* par_run_threads bookkeeping */
@@ -7454,6 +7467,54 @@ static par_status par__thr_barrier(void *user, par_comm_group *group) {
     return par__thr_coll_entry(user, group, PAR__THR_BARRIER, NULL, NULL, 0, PAR_F32, PAR_REDUCE_SUM, 0, NULL);
 }
 
+/* ---- the copier: large async p2p copies off the rank's thread ------------ */
+
+static void par__thr_deliver(par__thr_group *g, par__thr_msg *s, par__thr_msg *rv);
+
+static int par__thr_copier_ready(void *p) {
+    par__thr_rank *r = (par__thr_rank *)p;
+    return PAR__THR_LOAD(&r->chead) != NULL || PAR__THR_LOAD(&r->cquit);
+}
+
+static void *par__thr_copier_main(void *p) {
+    par__thr_rank *r = (par__thr_rank *)p;
+    for (;;) {
+        par__thr_msg *m;
+        par__thr_await(&r->sync, par__thr_copier_ready, r, -1);
+        pthread_mutex_lock(&r->sync.mu);
+        m = r->chead;
+        if (m) {
+            PAR__THR_STORE(&r->chead, m->cnext);
+            if (!m->cnext) r->ctail = NULL;
+        }
+        pthread_mutex_unlock(&r->sync.mu);
+        if (!m) {
+            if (PAR__THR_LOAD(&r->cquit)) break; /* quit only once the queue is empty */
+            continue;
+        }
+        if (m->is_send) par__thr_deliver(m->cgroup, m, m->partner);
+        else par__thr_deliver(m->cgroup, m->partner, m);
+    }
+    return NULL;
+}
+
+/* Hand the matched pair (m, its partner p) to r's copier; an error (no thread)
+   leaves the copy to the caller. */
+static par_status par__thr_copier_push(par__thr_rank *r, par__thr_group *g, par__thr_msg *m, par__thr_msg *p) {
+    if (!r->copier_started) {
+        if (pthread_create(&r->copier, NULL, par__thr_copier_main, r) != 0) return PAR_ENOMEM;
+        r->copier_started = 1;
+    }
+    m->partner = p, m->cgroup = g, m->cnext = NULL;
+    pthread_mutex_lock(&r->sync.mu);
+    if (r->ctail) r->ctail->cnext = m;
+    else PAR__THR_STORE(&r->chead, m);
+    r->ctail = m;
+    pthread_cond_broadcast(&r->sync.cv);
+    pthread_mutex_unlock(&r->sync.mu);
+    return PAR_OK;
+}
+
 /* ---- point to point ----------------------------------------------------- */
 
 /* Copy a matched pair and complete both (the partner may free its node the
@@ -7502,7 +7563,7 @@ static par_status par__thr_peer_gone(par__thr_world *w, par__thr_group *g, par__
 }
 
 /* Post m: match it with the oldest compatible partner or queue it. */
-static par_status par__thr_post(par__thr_rank *r, par__thr_group *g, par__thr_msg *m) {
+static par_status par__thr_post(par__thr_rank *r, par__thr_group *g, par__thr_msg *m, int async) {
     par__thr_msg **q, *p;
     par_status st;
     m->matched = 0;
@@ -7523,6 +7584,9 @@ static par_status par__thr_post(par__thr_rank *r, par__thr_group *g, par__thr_ms
     par__thr_list_remove(q, p);
     p->matched = m->matched = 1;
     pthread_mutex_unlock(&g->sync.mu);
+    if (async && m->count * (int64_t)par_dtype_size(m->dtype) >= PAR__THR_ASYNC_COPY &&
+        par__thr_copier_push(r, g, m, p) == PAR_OK)
+        return PAR_OK;
     if (m->is_send) par__thr_deliver(g, m, p);
     else par__thr_deliver(g, p, m);
     return PAR_OK;
@@ -7601,7 +7665,7 @@ static par_status par__thr_p2p(void *user, par_comm_group *group, const void *sb
     m->rbuf = rbuf;
     m->count = count;
     m->dtype = dtype;
-    if ((st = par__thr_post(r, h->g, m)) != PAR_OK) {
+    if ((st = par__thr_post(r, h->g, m, req != NULL)) != PAR_OK) {
         if (q) par__thr_req_free(q);
         return st;
     }
@@ -7687,6 +7751,14 @@ static void par__thr_rank_destroy(void *user) {
         r->helper_started = 0;
     }
     while (r->live) par__thr_req_finish(r, r->live, 0, &st);
+    if (r->copier_started) { /* after the requests: their copies may be queued here */
+        pthread_mutex_lock(&r->sync.mu);
+        PAR__THR_STORE(&r->cquit, 1);
+        pthread_cond_broadcast(&r->sync.cv);
+        pthread_mutex_unlock(&r->sync.mu);
+        pthread_join(r->copier, NULL);
+        r->copier_started = 0;
+    }
     while (r->handles) {
         r->handles->refs = 1;
         par__thr_handle_unref(r->handles);
