@@ -15045,27 +15045,58 @@ static int par__cp_block_hidden(const par_cp *cp, int q_ring, int k_ring) {
     return kmin > qmax;
 }
 
-static par_status par__cp_wait(par_cp *cp, par_request **req, const char *what) {
-    const double t0 = par__cp_now(cp);
-    par_status st;
-    if (!*req) return PAR_OK;
-    st = cp->cm->wait(cp->cm->user, *req);
-    *req = NULL;
-    if (st != PAR_OK) return st;
-    par__cp_span(cp, "comm", t0, what);
-    return PAR_OK;
-}
+/* One ring transfer in flight: this rank's send to the next ring rank and
+   receive from the previous one, posted at t0. With a trace it becomes a "p2p"
+   span from t0 to when it was seen complete: right after the compute it ran
+   behind when it had finished by then (hidden), else the end of the wait
+   (the rest exposed, also a "comm" span "cp ring wait"). */
+typedef struct par__cp_xfer {
+    par_request *s, *r;
+    double t0, t_done;
+} par__cp_xfer;
 
 /* Post recv (from the previous ring rank) into rbuf and send (to the next) of
    sbuf, `count` floats each; a test launches backends that defer. */
-static par_status par__cp_shift(par_cp *cp, const float *sbuf, float *rbuf, int64_t count, par_request **sreq,
-                                par_request **rreq) {
+static par_status par__cp_shift(par_cp *cp, const float *sbuf, float *rbuf, int64_t count, par__cp_xfer *x) {
     const int next = (cp->r + 1) % cp->R, prev = (cp->r + cp->R - 1) % cp->R;
     int done = 0;
-    PAR__CHECK(cp->cm->recv(cp->cm->user, cp->ring, rbuf, count, PAR_F32, prev, rreq));
-    PAR__CHECK(cp->cm->send(cp->cm->user, cp->ring, sbuf, count, PAR_F32, next, sreq));
-    PAR__CHECK(cp->cm->test(cp->cm->user, *sreq, &done));
-    if (done) *sreq = NULL;
+    x->t0 = par__cp_now(cp), x->t_done = 0;
+    PAR__CHECK(cp->cm->recv(cp->cm->user, cp->ring, rbuf, count, PAR_F32, prev, &x->r));
+    PAR__CHECK(cp->cm->send(cp->cm->user, cp->ring, sbuf, count, PAR_F32, next, &x->s));
+    PAR__CHECK(cp->cm->test(cp->cm->user, x->s, &done));
+    if (done) x->s = NULL;
+    return PAR_OK;
+}
+
+/* After the compute it overlapped: note whether the transfer is already done. */
+static par_status par__cp_poll(par_cp *cp, par__cp_xfer *x) {
+    int done = 0;
+    if (!cp->trace || x->t_done > 0 || (!x->s && !x->r)) return PAR_OK;
+    if (x->r) PAR__CHECK(cp->cm->test(cp->cm->user, x->r, &done));
+    if (x->r && done) x->r = NULL;
+    if (x->s) PAR__CHECK(cp->cm->test(cp->cm->user, x->s, &done));
+    if (x->s && done) x->s = NULL;
+    if (!x->s && !x->r) x->t_done = par__cp_now(cp);
+    return PAR_OK;
+}
+
+/* Complete the transfer (waiting for what is left) and record its spans. */
+static par_status par__cp_finish(par_cp *cp, par__cp_xfer *x, const char *what) {
+    const double t0 = par__cp_now(cp);
+    par_status st = PAR_OK, w;
+    if (x->r) w = cp->cm->wait(cp->cm->user, x->r), st = st == PAR_OK ? w : st, x->r = NULL;
+    if (x->s) w = cp->cm->wait(cp->cm->user, x->s), st = st == PAR_OK ? w : st, x->s = NULL;
+    if (st != PAR_OK || !cp->trace || x->t0 <= 0) return st;
+    if (x->t_done <= 0) {
+        par__cp_span(cp, "comm", t0, "cp ring wait");
+        x->t_done = par__cp_now(cp);
+    }
+#ifndef PARALLEL_NO_TRACE
+    (void)par_trace_span(cp->trace, what, "p2p", x->t0, x->t_done);
+#else
+    (void)what;
+#endif
+    x->t0 = 0;
     return PAR_OK;
 }
 
@@ -15079,7 +15110,7 @@ static par_status par__cp_copy(par_cp *cp, float *dst, const float *src, int64_t
 static par_status par__cp_ring_fwd(par_cp *cp, const float *q, const float *k, const float *v, float *o, float *lse) {
     const par_compute_table *ct = cp->ct;
     const int64_t kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
-    par_request *sreq = NULL, *rreq = NULL;
+    par__cp_xfer x = {NULL, NULL, 0, 0};
     par_status st = PAR_OK;
     int s;
     if (cp->R == 1) {
@@ -15096,7 +15127,7 @@ static par_status par__cp_ring_fwd(par_cp *cp, const float *q, const float *k, c
         const float *cur = cp->kv[s % 2];
         const par_attn_desc a = par__cp_attn(cp, cp->r, src);
         double t0;
-        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &sreq, &rreq);
+        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &x);
         t0 = par__cp_now(cp);
         if (st == PAR_OK && s == 0) st = ct->attention_fwd(ct->user, &a, q, cur, cur + kvn, o, lse);
         else if (st == PAR_OK && !par__cp_block_hidden(cp, cp->r, src)) {
@@ -15104,26 +15135,25 @@ static par_status par__cp_ring_fwd(par_cp *cp, const float *q, const float *k, c
             if (st == PAR_OK) st = ct->attention_merge(ct->user, &a, o, lse, cp->ob, cp->lseb);
         }
         par__cp_span(cp, "compute", t0, "cp attention block");
-        if (st == PAR_OK) st = par__cp_wait(cp, &rreq, "cp ring wait");
-        if (st == PAR_OK) st = par__cp_wait(cp, &sreq, "cp ring wait");
+        if (st == PAR_OK) st = par__cp_poll(cp, &x);
+        if (st == PAR_OK) st = par__cp_finish(cp, &x, "cp kv transfer");
     }
-    if (st != PAR_OK) { /* leave no request behind: a later wait would touch freed buffers */
-        if (rreq) (void)cp->cm->wait(cp->cm->user, rreq);
-        if (sreq) (void)cp->cm->wait(cp->cm->user, sreq);
-    }
+    if (st != PAR_OK) (void)par__cp_finish(cp, &x, "cp kv transfer"); /* no request left behind */
     return st;
 }
 
 /* Backward of par__cp_ring_fwd: dq of the own queries; dK/dV accumulators
-   (f32, packed [dk | dv]) travel with the blocks and come home after a turn. */
+   (f32, packed [dk | dv]) travel with the blocks and come home after a turn.
+   The accumulator of step s arrives in acc[s % 3]: the buffer sent two steps
+   earlier, whose send is complete by then. */
 static par_status par__cp_ring_bwd(par_cp *cp, const float *q, const float *k, const float *v, const float *o,
                                    const float *lse, const float *do_, float *dq, float *dk, float *dv) {
     const par_compute_table *ct = cp->ct;
     const int64_t kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
     const int64_t qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd;
-    par_request *kv_s = NULL, *kv_r = NULL, *acc_s[3] = {NULL, NULL, NULL}, *acc_r = NULL;
+    par__cp_xfer kv = {NULL, NULL, 0, 0}, acc = {NULL, NULL, 0, 0};
     par_status st = PAR_OK;
-    int s, i;
+    int s;
     if (cp->R == 1) {
         const par_attn_desc a = par__cp_attn(cp, 0, 0);
         const double t0 = par__cp_now(cp);
@@ -15137,37 +15167,30 @@ static par_status par__cp_ring_bwd(par_cp *cp, const float *q, const float *k, c
     for (s = 0; s < cp->R && st == PAR_OK; s++) {
         const int src = (cp->r - s + cp->R) % cp->R;
         const float *cur = cp->kv[s % 2];
-        float *acc = cp->acc[s % 3], *mine = s == 0 ? acc : cp->tmp;
+        float *mine = s == 0 ? cp->acc[0] : cp->tmp;
         const par_attn_desc a = par__cp_attn(cp, cp->r, src);
         const int hidden = par__cp_block_hidden(cp, cp->r, src);
         double t0;
-        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &kv_s, &kv_r);
+        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &kv);
         t0 = par__cp_now(cp);
         if (st == PAR_OK && (s == 0 || !hidden)) st = ct->memset(ct->user, mine, 0, (size_t)(2 * kvn) * sizeof(float));
         if (st == PAR_OK && !hidden)
             st = ct->attention_bwd(ct->user, &a, q, cur, cur + kvn, o, lse, do_, dq, mine, mine + kvn, 1);
         par__cp_span(cp, "compute", t0, "cp attention block bwd");
-        /* the block's accumulator (from the previous rank) + this rank's share */
-        if (st == PAR_OK && s > 0) st = par__cp_wait(cp, &acc_r, "cp ring wait");
-        if (st == PAR_OK && s > 0 && !hidden) st = ct->axpy(ct->user, 2 * kvn, 1.0f, mine, acc);
-        /* pass it on; the next one arrives in the buffer sent two steps ago */
-        if (st == PAR_OK) st = par__cp_wait(cp, &acc_s[(s + 1) % 3], "cp ring wait");
-        if (st == PAR_OK) st = par__cp_shift(cp, acc, cp->acc[(s + 1) % 3], 2 * kvn, &acc_s[s % 3], &acc_r);
-        if (st == PAR_OK) st = par__cp_wait(cp, &kv_r, "cp ring wait");
-        if (st == PAR_OK) st = par__cp_wait(cp, &kv_s, "cp ring wait");
+        /* the block's accumulator (from the previous rank, sent last step) + this rank's share */
+        if (st == PAR_OK) st = par__cp_poll(cp, &acc);
+        if (st == PAR_OK) st = par__cp_finish(cp, &acc, "cp dkv transfer");
+        if (st == PAR_OK && s > 0 && !hidden) st = ct->axpy(ct->user, 2 * kvn, 1.0f, mine, cp->acc[s % 3]);
+        /* pass it on; the next one arrives in the third buffer */
+        if (st == PAR_OK) st = par__cp_shift(cp, cp->acc[s % 3], cp->acc[(s + 1) % 3], 2 * kvn, &acc);
+        if (st == PAR_OK) st = par__cp_poll(cp, &kv);
+        if (st == PAR_OK) st = par__cp_finish(cp, &kv, "cp kv transfer");
     }
     /* after a full turn the accumulator of this rank's own block is home */
-    if (st == PAR_OK) st = par__cp_wait(cp, &acc_r, "cp ring wait");
+    if (st == PAR_OK) st = par__cp_finish(cp, &acc, "cp dkv transfer");
     if (st == PAR_OK) st = par__cp_copy(cp, dk, cp->acc[cp->R % 3], kvn);
     if (st == PAR_OK) st = par__cp_copy(cp, dv, cp->acc[cp->R % 3] + kvn, kvn);
-    for (i = 0; i < 3; i++)
-        if (acc_s[i]) {
-            par_status w = cp->cm->wait(cp->cm->user, acc_s[i]);
-            if (st == PAR_OK) st = w;
-        }
-    if (kv_s) (void)cp->cm->wait(cp->cm->user, kv_s);
-    if (kv_r) (void)cp->cm->wait(cp->cm->user, kv_r);
-    if (acc_r) (void)cp->cm->wait(cp->cm->user, acc_r);
+    if (st != PAR_OK) (void)par__cp_finish(cp, &kv, "cp kv transfer"), (void)par__cp_finish(cp, &acc, "cp dkv transfer");
     return st;
 }
 

@@ -1074,6 +1074,10 @@ static void report_comm_share(trainer *t, double loop_t0_us, double loop_t1_us, 
         step_seconds <= 0 || par_tp_get_info(t->tp, &ti) != PAR_OK)
         return;
     exposed += ti.comm_us; /* the layers' tp collectives block them: never hidden */
+    if (t->cp) {
+        par_cp_info ci;
+        if (par_cp_get_info(t->cp, &ci) == PAR_OK) exposed += ci.comm_us; /* all-to-alls and ring waits: likewise */
+    }
     share = exposed * 1e-6 / step_seconds;
     printf("communication: %.1f%% of step time on rank 0 waiting for collectives (exposed %.3f s, in flight %.3f s, "
            "steps %.3f s)%s\n",

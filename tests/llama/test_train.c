@@ -552,7 +552,7 @@ static void test_context_parallel(void) {
                                   "--set parallel_config.context_parallel=2 --set parallel_config.use_seq_parallel=true "
                                   "--set parallel.enable_parallel_optimizer=true "
                                   "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
-        {"dp2 x cp2 hybrid micro2 zero1", "--set parallel_config.data_parallel=2 --set parallel_config.context_parallel=2 "
+        {"dp2 x cp2 micro2 zero1", "--set parallel_config.data_parallel=2 --set parallel_config.context_parallel=2 "
                                           "--set parallel_config.micro_batch_num=2 --set parallel.enable_parallel_optimizer=true"},
     };
     double base_loss[EQ_STEPS + 1], base_gnorm[EQ_STEPS + 1];
@@ -580,7 +580,7 @@ static void test_context_parallel(void) {
             check_equivalent("cp2 zigzag mpirun -np 2", test_path("cpm.jsonl"), test_path("cpm.safetensors"), base_loss,
                              base_gnorm, test_path("cp1.safetensors"));
     }
-    if (mpi_run("dp2 x cp2 hybrid mpirun -np 4")) {
+    if (mpi_run("dp2 x cp2 ulysses mpirun -np 4")) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
                                   "--set parallel_config.data_parallel=2 --set parallel_config.context_parallel=2 "
