@@ -741,6 +741,18 @@ static void test_bad_input(void) {
     bad("tp vs seq", "seq_length = 15 is not divisible",
         "%s --set parallel_config.model_parallel=2 --set model.model_config.seq_length=15 "
         "--set parallel_config.use_seq_parallel=true", base);
+    /* context parallel (gqa_ref: seq 16, 4 heads, 2 kv heads) */
+    bad("cp vs seq", "seq_length = 16 is not divisible by parallel_config.context_parallel (3)",
+        "%s --set parallel_config.context_parallel=3", base);
+    bad("cp zigzag chunks", "does not split into 2 x 16 = 32 zigzag chunks",
+        "%s --set parallel_config.context_parallel=16", base);
+    bad("cp ulysses vs heads", "4 heads per rank are not divisible by the Ulysses degree 8",
+        "%s --set parallel_config.context_parallel=8 --set parallel_config.context_parallel_algo=ulysses_cp", base);
+    bad("cp algorithm", "not one of colossalai_cp, ulysses_cp, hybrid_cp",
+        "%s --set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=ring_cp", base);
+    bad("cp ulysses degree", "context_parallel = 4 is not divisible by parallel_config.ulysses_degree_in_cp (3)",
+        "%s --set parallel_config.context_parallel=4 --set parallel_config.context_parallel_algo=hybrid_cp "
+        "--set parallel_config.ulysses_degree_in_cp=3", base);
     bad("unknown option", "--bogus", "%s --bogus", base);
     bad("nccl backend", "nccl", "%s --backend nccl", base);
     bad("missing data", "nope.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", test_path("nope.txt"));
