@@ -199,6 +199,16 @@ static void check_weights_against_pytorch(const char *tag, const char *weights) 
     CHECK_MSG(wdiff >= 0 && wdiff <= 2e-5, "%s final weights differ from PyTorch's by %g", tag, wdiff);
 }
 
+/* The reference run under `sets`, saved and compared whole with PyTorch's. */
+static void reference_whole(const char *tag, const char *sets, const double *want_loss, const double *want_gnorm, int n) {
+    int rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
+                        "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s %s",
+                     test_path("refw.jsonl"), test_path("refw.safetensors"), sets);
+    CHECK_MSG(rc == 0, "reference run %s failed: %s", tag, err_text);
+    check_against_pytorch(tag, test_path("refw.jsonl"), want_loss, want_gnorm, n, 1);
+    check_weights_against_pytorch(tag, test_path("refw.safetensors"));
+}
+
 static void test_reference(void) {
     double want_loss[16], want_gnorm[16];
     FILE *f = fopen("tests/ref/gqa_expected.txt", "r");
@@ -222,29 +232,14 @@ static void test_reference(void) {
                  test_path("ref2.jsonl"));
     CHECK_MSG(rc == 0, "reference run dp 2 failed: %s", err_text);
     check_against_pytorch("dp2", test_path("ref2.jsonl"), want_loss, want_gnorm, n, 0);
-    /* and with tensor parallel 2 + sequence parallel (vocabulary-split loss), saved and compared whole */
-    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
-                    "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s "
-                    "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true",
-                 test_path("reftp.jsonl"), test_path("reftp.safetensors"));
-    CHECK_MSG(rc == 0, "reference run tp 2 + sp failed: %s", err_text);
-    check_against_pytorch("tp2", test_path("reftp.jsonl"), want_loss, want_gnorm, n, 1);
-    check_weights_against_pytorch("tp2", test_path("reftp.safetensors"));
-    /* context parallel 2: the zigzag ring, and Ulysses */
-    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
-                    "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s "
-                    "--set parallel_config.context_parallel=2",
-                 test_path("refcp.jsonl"), test_path("refcp.safetensors"));
-    CHECK_MSG(rc == 0, "reference run cp 2 zigzag failed: %s", err_text);
-    check_against_pytorch("cp2 zigzag", test_path("refcp.jsonl"), want_loss, want_gnorm, n, 1);
-    check_weights_against_pytorch("cp2 zigzag", test_path("refcp.safetensors"));
-    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
-                    "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s "
+    /* tensor parallel 2 + sequence parallel (vocabulary-split loss), and context
+       parallel 2 (zigzag ring, Ulysses): losses, grad norms and the whole weights */
+    reference_whole("tp2", "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true",
+                    want_loss, want_gnorm, n);
+    reference_whole("cp2 zigzag", "--set parallel_config.context_parallel=2", want_loss, want_gnorm, n);
+    reference_whole("cp2 ulysses",
                     "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=ulysses_cp",
-                 test_path("refcpu.jsonl"), test_path("refcpu.safetensors"));
-    CHECK_MSG(rc == 0, "reference run cp 2 Ulysses failed: %s", err_text);
-    check_against_pytorch("cp2 ulysses", test_path("refcpu.jsonl"), want_loss, want_gnorm, n, 1);
-    check_weights_against_pytorch("cp2 ulysses", test_path("refcpu.safetensors"));
+                    want_loss, want_gnorm, n);
 }
 
 /* ---- equivalence -------------------------------------------------------------- */
