@@ -973,13 +973,53 @@ static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
    8. sampling, the rank body, main
    ========================================================================== */
 
+/* The logits row (whole vocabulary, host memory) after the n bytes of ctx:
+   the forward over just them (padded at the end to what sequence parallel
+   splits: causal attention keeps the padding out of the real rows). */
+static par_status next_logits(trainer *t, const unsigned char *ctx, int64_t n, float *row) {
+    const int64_t n_run = par_tp_pad_rows(t->tp, n), vl = t->model.local.vocab;
+    int64_t k;
+    for (k = 0; k < n_run; k++) t->host_ids[k] = k < n ? ctx[k] : 0, t->host_pos[k] = k;
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n_run * 4, PAR_COPY_HOST_TO_DEVICE));
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n_run * 8, PAR_COPY_HOST_TO_DEVICE));
+    LLAMA_CHECK(forward(t, 1, n_run));
+    LLAMA_CHECK(par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + (n - 1) * vl, t->scratch.dh));
+    return t->ct->memcpy(t->ct->user, row, t->scratch.dh, (size_t)t->model.dims.vocab * 4, PAR_COPY_DEVICE_TO_HOST);
+}
+
+/* The same under context parallel, whose attention is planned for whole
+   training samples: the context fills the start of sample 0 (zeros after it
+   and in the other samples, which causality keeps out of it), each rank
+   loads its tokens, and the one cp rank holding the last context token
+   shares its row over the cp group (the others add zeros). */
+static par_status next_logits_cp(trainer *t, const unsigned char *ctx, int64_t n, float *row) {
+    const int64_t T = t->sz.seq, vl = t->model.local.vocab, V = t->model.dims.vocab;
+    par_cp_info ci;
+    int64_t k, at = -1;
+    for (k = 0; k < t->sz.n; k++) {
+        const int64_t p = t->cp_pos[k % T];
+        t->host_ids[k] = k < T && p < n ? ctx[p] : 0, t->host_pos[k] = p;
+        if (k < T && p == n - 1) at = k;
+    }
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE));
+    LLAMA_CHECK(forward(t, t->sz.batch, T));
+    memset(row, 0, (size_t)V * sizeof(float));
+    if (at >= 0) { /* the tp ranks of one cp rank hold the same tokens: all of them gather */
+        LLAMA_CHECK(par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + at * vl, t->scratch.dh));
+        LLAMA_CHECK(t->ct->memcpy(t->ct->user, row, t->scratch.dh, (size_t)V * 4, PAR_COPY_DEVICE_TO_HOST));
+    }
+    LLAMA_CHECK(par_cp_get_info(t->cp, &ci));
+    return par_ctx_all_reduce_host(t->ctx, ci.cp_dims, PAR_REDUCE_SUM, PAR_F32, row, (int)V);
+}
+
 /* The ranks of the first data-parallel shard continue a prompt from the data,
    one byte at a time (temperature 0.8, the same draws on every rank),
    re-running the forward over the last seq_length bytes; rank 0 prints. */
 static par_status generate(trainer *t, int count) {
     const llama_dims *d = &t->model.dims;
     const int prompt = 16;
-    const int64_t T = t->sz.seq < t->sz.n ? t->sz.seq : t->sz.n, vl = t->model.local.vocab;
+    const int64_t T = t->cfg->seq_length < t->sz.n * t->cfg->context_parallel ? t->cfg->seq_length : t->sz.n;
     int64_t len = prompt < T ? prompt : T, i, k;
     unsigned char *text = (unsigned char *)malloc((size_t)(len + count));
     float *row = (float *)malloc((size_t)d->vocab * sizeof(float));
@@ -989,21 +1029,8 @@ static par_status generate(trainer *t, int count) {
     memcpy(text, t->data->bytes, (size_t)len);
     for (i = 0; i < count && st == PAR_OK; i++) {
         const int64_t n = len < T ? len : T;
-        /* sequence parallel splits the rows over tp: pad the context at the end
-           to a multiple of it (causal attention keeps the padding out of the
-           real rows) */
-        const int64_t n_run = par_tp_pad_rows(t->tp, n);
-        const unsigned char *ctx = text + len - n;
         double mx = -1e30, sum = 0.0, r;
-        for (k = 0; k < n_run; k++) t->host_ids[k] = k < n ? ctx[k] : 0, t->host_pos[k] = k;
-        st = t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n_run * 4, PAR_COPY_HOST_TO_DEVICE);
-        if (st == PAR_OK)
-            st = t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n_run * 8, PAR_COPY_HOST_TO_DEVICE);
-        if (st == PAR_OK) st = forward(t, 1, n_run);
-        if (st == PAR_OK)
-            st = par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + (n - 1) * vl, t->scratch.dh);
-        if (st == PAR_OK)
-            st = t->ct->memcpy(t->ct->user, row, t->scratch.dh, (size_t)d->vocab * 4, PAR_COPY_DEVICE_TO_HOST);
+        st = t->cp ? next_logits_cp(t, text + len - n, n, row) : next_logits(t, text + len - n, n, row);
         if (st != PAR_OK) break;
         for (k = 0; k < d->vocab && k < 256; k++) mx = row[k] > mx ? row[k] : mx;
         for (k = 0; k < d->vocab && k < 256; k++) sum += exp(((double)row[k] - mx) / 0.8);
@@ -1162,9 +1189,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
             printf("trace: wrote %s (%d rank%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
                    o->trace_path, t.world, t.world == 1 ? "" : "s");
     }
-    if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0 && t.cp && t.rank == 0)
-        printf("sample: skipped (context parallel: the attention is planned for whole training samples)\n");
-    else if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
+    if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
     if (t.metrics) fclose(t.metrics);
     fflush(stdout);
     trainer_free(&t);

@@ -587,6 +587,18 @@ static void test_context_parallel(void) {
             check_equivalent("dp2 x cp2 ulysses mpirun -np 4", test_path("cpm.jsonl"), test_path("cpm.safetensors"),
                              base_loss, base_gnorm, test_path("cp1.safetensors"));
     }
+    /* sampling under cp runs the forward at the training shape; the same bytes as one device */
+    {
+        char one[256] = "", two[256] = "";
+        const char *p;
+        rc = run_cmd(0, "%s --steps 2 --sample 40", cp_base);
+        if (rc == 0 && (p = strstr(out_text, "sample (prompt"))) snprintf(one, sizeof one, "%s", p);
+        rc = run_cmd(0, "%s --steps 2 --sample 40 --set parallel_config.context_parallel=2 "
+                        "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true",
+                     cp_base);
+        if (rc == 0 && (p = strstr(out_text, "sample (prompt"))) snprintf(two, sizeof two, "%s", p);
+        CHECK_MSG(one[0] && strcmp(one, two) == 0, "cp samples differ:\n%s\nvs\n%s", one, two);
+    }
     /* activations per rank fall as 1/cp: the planned activation bytes of cp 1, 2, 4, 8 */
     {
         int64_t act[4];
