@@ -931,12 +931,14 @@ static void print_summary(const trainer *t, const char *backend) {
         par_cp_info ci;
         par_cp_get_info(t->cp, &ci);
         printf("  context    cp %d, %s attention (ring %d x Ulysses %d%s), %lld of %lld tokens per sample on each "
-               "rank, %s; no S x S mask (positions only: a dense f32 mask would be %.2f MiB per layer)\n",
+               "rank, %s\n",
                ci.degree, par_cp_algo_name(ci.algo), ci.ring_degree, ci.ulysses_degree,
                ci.ulysses_degree > 1 && !t->cfg->enable_alltoall ? ", all-gather for all-to-all" : "",
-               (long long)ci.seq_local, (long long)ci.seq, ci.zigzag ? "zigzag chunks" : "contiguous blocks",
-               mib((int64_t)ci.seq * ci.seq * 4));
+               (long long)ci.seq_local, (long long)ci.seq, ci.zigzag ? "zigzag chunks" : "contiguous blocks");
     }
+    printf("  attention  causal from token positions: no [seq, seq] mask is built (what use_attn_mask_compression "
+           "asks for); a dense f32 one would add %.2f MiB\n",
+           mib((int64_t)t->cfg->seq_length * t->cfg->seq_length * 4));
     printf("  batch      global %d = %d data-parallel shard(s) x micro_batch_num %d x %lld samples of %lld tokens%s\n",
            t->global_batch, t->num_shards, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq,
            t->cp ? " (this rank's share of each)" : "");
