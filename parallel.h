@@ -154,6 +154,8 @@
                       parallel, vocabulary-parallel embedding and loss
      >>context-parallel  attention over a sequence split across ranks: ring
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
+     >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1), their
+                      text form, a checker and an executor
    The implementation follows the same order; backends sit between the context
    and the executor (implementation-only banners):
      >>comm-threads   in-process threads backend: par_run_threads (the default)
@@ -1914,6 +1916,150 @@ PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const float *q, const f
 PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const float *q, const float *k, const float *v,
                                              const float *o, const float *lse, const float *saved, const float *do_,
                                              float *dq, float *dk, float *dv);
+
+/* ============================================================================
+   >>pipeline
+   Pipeline parallelism with schedules as data. A schedule is, for each stage
+   rank, an ordered list of actions; generators make GPipe, 1F1B, interleaved
+   1F1B and zero-bubble ZB-H1 lists, a text form dumps and loads them (so a
+   user can write their own), a checker runs a schedule on paper before it
+   runs for real, and an executor walks one rank's list calling the host's
+   forward / backward callbacks and moving activations and their gradients
+   between neighbouring stages through the comm table.
+
+   Model chunks: with `chunks` = v per rank the model's layers form p x v
+   virtual stages; rank r holds virtual stages r, r + p, r + 2p, ... (its
+   chunks 0 .. v-1), so virtual stage s = chunk x p + rank and its activations
+   go to virtual stage s + 1 on rank (r + 1) % p. v = 1 is the plain pipeline;
+   p = 1 is gradient accumulation, run by the same executor.
+
+   Actions (their text form in brackets; m = micro-batch, c = chunk):
+     F  forward of (m, c)                                       [F m c]
+     B  backward of (m, c): input and weight gradients          [B m c]
+     I  backward, input gradient only (zero bubble)             [I m c]
+     W  backward, weight gradient only, after its I             [W m c]
+     SA send the activation F produced to the next stage        [SA m c]
+     RA receive the activation F needs from the previous stage  [RA m c]
+     SG send the input gradient B/I produced to the previous    [SG m c]
+     RG receive the gradient B/I needs from the next stage      [RG m c]
+   Sends are asynchronous (they complete when the peer receives), receives
+   wait: the checker models exactly that.
+   ========================================================================== */
+
+typedef enum par_pp_op {
+    PAR_PP_F = 0, PAR_PP_B, PAR_PP_I, PAR_PP_W,
+    PAR_PP_SEND_ACT, PAR_PP_RECV_ACT, PAR_PP_SEND_GRAD, PAR_PP_RECV_GRAD,
+    PAR_PP_OP_COUNT
+} par_pp_op;
+
+typedef struct par_pp_action {
+    int micro_batch, chunk;
+    par_pp_op op;
+} par_pp_action;
+
+typedef enum par_pp_kind {
+    PAR_PP_GPIPE = 0,     /* "gpipe": all forwards, then all backwards */
+    PAR_PP_1F1B,          /* "1f1b": warm-up forwards, one forward one backward, cool-down */
+    PAR_PP_INTERLEAVED,   /* "interleaved": 1F1B over v chunks per rank (Megatron's virtual stages) */
+    PAR_PP_ZB_H1,         /* "zb-h1": 1F1B with backward split in I and W, W deferred into the bubbles */
+    PAR_PP_KIND_COUNT
+} par_pp_kind;
+
+/* "gpipe", "1f1b", "interleaved", "zb-h1". */
+PARALLEL_DEF const char *par_pp_kind_name(par_pp_kind kind);
+/* By name (case-insensitive; also "interleaved_1f1b", "zbh1", "zero_bubble"); PAR_EINVAL
+   listing the names otherwise. */
+PARALLEL_DEF par_status par_pp_kind_parse(const char *text, par_pp_kind *kind);
+
+typedef struct par_pp_schedule par_pp_schedule;
+
+typedef struct par_pp_schedule_desc {
+    int stages;        /* pipeline ranks p >= 1 */
+    int chunks;        /* model chunks per rank v (0 = 1); > 1 only for interleaved */
+    int micro_batches; /* m >= 1 */
+    par_pp_kind kind;
+} par_pp_schedule_desc;
+
+/* Generate a schedule. Errors name the rule: interleaved needs m a multiple
+   of p (Megatron's constraint) and v >= 2; other kinds v = 1. Any m >= 1
+   works for the others (fewer micro-batches than stages leaves a larger
+   bubble, it does not hang). */
+PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *desc, par_pp_schedule **schedule);
+/* An empty schedule to fill with par_pp_schedule_append (or par_pp_schedule_parse). */
+PARALLEL_DEF par_status par_pp_schedule_create(int stages, int chunks, int micro_batches, par_pp_schedule **schedule);
+PARALLEL_DEF par_status par_pp_schedule_append(par_pp_schedule *s, int rank, par_pp_op op, int micro_batch, int chunk);
+PARALLEL_DEF void par_pp_schedule_destroy(par_pp_schedule *s);
+
+PARALLEL_DEF int par_pp_schedule_stages(const par_pp_schedule *s);
+PARALLEL_DEF int par_pp_schedule_chunks(const par_pp_schedule *s);
+PARALLEL_DEF int par_pp_schedule_micro_batches(const par_pp_schedule *s);
+/* Rank r's actions (count in *n); NULL for a bad rank. */
+PARALLEL_DEF const par_pp_action *par_pp_schedule_actions(const par_pp_schedule *s, int rank, int *n);
+
+/* Text form: a header line "pipeline stages=P chunks=V micro_batches=M", then
+   one line per rank "rank R: F 0 0, SA 0 0, RG 0 0, B 0 0, ..." (actions
+   separated by commas; '#' starts a comment). Returns the length snprintf
+   would; dump, edit and parse to write your own. */
+PARALLEL_DEF int par_pp_schedule_format(const par_pp_schedule *s, char *buf, size_t size);
+/* Parse it; PAR_EPARSE naming the line and token. The result is not checked:
+   run par_pp_schedule_check. */
+PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule **schedule);
+
+/* The checker's verdict and the schedule's figures. */
+typedef struct par_pp_check {
+    double bubble;            /* idle share of the ranks' time, with F = 1, B = 2, I = W = 1 */
+    double makespan;          /* in those units */
+    int peak_in_flight[64];   /* per rank (first 64): most micro-batch chunks whose F is done
+                                 and whose B (or W) is not: activations held */
+    int max_in_flight;
+} par_pp_check;
+
+/* Simulate every rank's list (sends buffered, receives waiting, F = 1,
+   B = 2, I = W = 1 time units, transfers free) and check: each (micro-batch,
+   virtual stage) has exactly one F and one backward (B, or I then W); F of a
+   virtual stage after its input arrived (RA, or F of the previous stage on
+   the same rank); B/I after its F and, except on the last virtual stage, its
+   gradient arrived (RG); W after its I; every send after what it sends was
+   produced, matched by the peer's receive of the same (micro-batch, chunk)
+   in order; and no deadlock. On failure PAR_EINVAL with rank, step (the
+   action's index) and action in the message, and (when grid != NULL) the
+   per-rank grid of what each rank had done, up to where it stopped, written
+   to grid (grid_size bytes). */
+PARALLEL_DEF par_status par_pp_schedule_check(const par_pp_schedule *s, par_pp_check *result, char *grid,
+                                              size_t grid_size);
+
+/* The host's side of an executor run. Buffers are in the compute table's
+   memory and stay untouched by the host from the action that uses them until
+   par_pp_run returns (sends are asynchronous). */
+typedef struct par_pp_callbacks {
+    void *user;
+    /* the forward of (micro_batch, chunk): reads its input (the received
+       activation, or the host's own data on the first virtual stage) and
+       writes its output */
+    par_status (*forward)(void *user, int micro_batch, int chunk);
+    /* its backward: op is PAR_PP_B (input and weight gradients), PAR_PP_I
+       (input gradient) or PAR_PP_W (weight gradient); reads the received
+       output gradient (none on the last virtual stage: the loss) */
+    par_status (*backward)(void *user, int micro_batch, int chunk, par_pp_op op);
+    /* where the stage boundary of (micro_batch, chunk) lives: its input or
+       output activation (is_grad 0) or their gradients (is_grad 1), `count`
+       floats */
+    par_status (*buffer)(void *user, int micro_batch, int chunk, int is_grad, int is_input, float **ptr,
+                         int64_t *count);
+} par_pp_callbacks;
+
+typedef struct par_pp_run_desc {
+    const par_pp_schedule *schedule;
+    uint32_t stage_dims;      /* device dims the stages are laid out along (this rank's stage = its
+                                 index in that group); 0 with a one-stage schedule */
+    par_pp_callbacks callbacks;
+    struct par_trace *trace;  /* optional: actions as "compute" spans, receives as "comm" spans */
+} par_pp_run_desc;
+
+/* Run this rank's list of the schedule (collective over the stage group):
+   activations travel on one group and gradients on another, so the two kinds
+   never meet in one queue. */
+PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *desc);
 
 #ifdef __cplusplus
 }
@@ -15250,6 +15396,688 @@ PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const float *q, const f
     PAR__CHECK(par__cp_unpack_heads(cp, (float *)recv, stride, off, cp->hq, dq));
     PAR__CHECK(par__cp_unpack_heads(cp, (float *)recv, stride, off + qn / cp->U, cp->hkv, dk));
     return par__cp_unpack_heads(cp, (float *)recv, stride, off + qn / cp->U + kvn / cp->U, cp->hkv, dv);
+}
+
+
+// >>pipeline
+
+struct par_pp_schedule {
+    int p, v, m;
+    int *count, *cap;
+    par_pp_action **a;
+};
+
+static const char *const par__pp_kind_names[PAR_PP_KIND_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *const par__pp_op_text[PAR_PP_OP_COUNT] = {"F", "B", "I", "W", "SA", "RA", "SG", "RG"};
+
+PARALLEL_DEF const char *par_pp_kind_name(par_pp_kind kind) {
+    return (unsigned)kind < (unsigned)PAR_PP_KIND_COUNT ? par__pp_kind_names[kind] : "?";
+}
+
+PARALLEL_DEF par_status par_pp_kind_parse(const char *text, par_pp_kind *kind) {
+    static const struct {
+        const char *name;
+        par_pp_kind kind;
+    } names[] = {{"gpipe", PAR_PP_GPIPE},       {"1f1b", PAR_PP_1F1B},          {"interleaved", PAR_PP_INTERLEAVED},
+                 {"interleaved_1f1b", PAR_PP_INTERLEAVED}, {"zb-h1", PAR_PP_ZB_H1}, {"zbh1", PAR_PP_ZB_H1},
+                 {"zero_bubble", PAR_PP_ZB_H1}};
+    size_t i;
+    if (!text || !kind) return par__fail(PAR_EINVAL, "par_pp_kind_parse: NULL argument");
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (par__st_iequal(text, names[i].name)) return *kind = names[i].kind, PAR_OK;
+    return par__fail(PAR_EINVAL, "pipeline schedule \"%s\" is unknown; accepted: gpipe, 1f1b, interleaved "
+                                 "(interleaved_1f1b), zb-h1 (zbh1, zero_bubble)", text);
+}
+
+PARALLEL_DEF void par_pp_schedule_destroy(par_pp_schedule *s) {
+    int r;
+    if (!s) return;
+    for (r = 0; s->a && r < s->p; r++) PARALLEL_FREE(s->a[r]);
+    PARALLEL_FREE(s->a), PARALLEL_FREE(s->count), PARALLEL_FREE(s->cap), PARALLEL_FREE(s);
+}
+
+PARALLEL_DEF par_status par_pp_schedule_create(int stages, int chunks, int micro_batches, par_pp_schedule **out) {
+    par_pp_schedule *s;
+    if (out) *out = NULL;
+    if (!out) return par__fail(PAR_EINVAL, "par_pp_schedule_create: NULL schedule");
+    if (chunks == 0) chunks = 1;
+    if (stages < 1 || chunks < 1 || micro_batches < 1 || stages > 65536 || chunks > 4096 || micro_batches > 1 << 20)
+        return par__fail(PAR_EINVAL, "pipeline: stages %d, chunks %d and micro-batches %d must be >= 1 (and at most "
+                                     "65536, 4096, 1048576)", stages, chunks, micro_batches);
+    s = (par_pp_schedule *)PARALLEL_MALLOC(sizeof *s);
+    if (!s) return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    memset(s, 0, sizeof *s);
+    s->p = stages, s->v = chunks, s->m = micro_batches;
+    s->count = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)stages);
+    s->cap = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)stages);
+    s->a = (par_pp_action **)PARALLEL_MALLOC(sizeof(par_pp_action *) * (size_t)stages);
+    if (!s->count || !s->cap || !s->a) return par_pp_schedule_destroy(s), par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    memset(s->count, 0, sizeof(int) * (size_t)stages), memset(s->cap, 0, sizeof(int) * (size_t)stages);
+    memset(s->a, 0, sizeof(par_pp_action *) * (size_t)stages);
+    *out = s;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_pp_schedule_append(par_pp_schedule *s, int rank, par_pp_op op, int micro_batch, int chunk) {
+    if (!s) return par__fail(PAR_EINVAL, "par_pp_schedule_append: NULL schedule");
+    if (rank < 0 || rank >= s->p || (unsigned)op >= (unsigned)PAR_PP_OP_COUNT || micro_batch < 0 ||
+        micro_batch >= s->m || chunk < 0 || chunk >= s->v)
+        return par__fail(PAR_EINVAL, "par_pp_schedule_append: rank %d, op %d, micro-batch %d or chunk %d outside "
+                                     "%d ranks, %d micro-batches, %d chunks", rank, (int)op, micro_batch, chunk, s->p,
+                         s->m, s->v);
+    if (s->count[rank] == s->cap[rank]) {
+        const int cap = s->cap[rank] ? 2 * s->cap[rank] : 16;
+        par_pp_action *a = (par_pp_action *)PARALLEL_REALLOC(s->a[rank], sizeof(par_pp_action) * (size_t)cap);
+        if (!a) return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+        s->a[rank] = a, s->cap[rank] = cap;
+    }
+    s->a[rank][s->count[rank]].op = op, s->a[rank][s->count[rank]].micro_batch = micro_batch;
+    s->a[rank][s->count[rank]++].chunk = chunk;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_pp_schedule_stages(const par_pp_schedule *s) { return s ? s->p : 0; }
+PARALLEL_DEF int par_pp_schedule_chunks(const par_pp_schedule *s) { return s ? s->v : 0; }
+PARALLEL_DEF int par_pp_schedule_micro_batches(const par_pp_schedule *s) { return s ? s->m : 0; }
+
+PARALLEL_DEF const par_pp_action *par_pp_schedule_actions(const par_pp_schedule *s, int rank, int *n) {
+    if (n) *n = 0;
+    if (!s || rank < 0 || rank >= s->p) return NULL;
+    if (n) *n = s->count[rank];
+    return s->a[rank];
+}
+
+/* ---- generators ------------------------------------------------------------------- */
+
+/* Virtual stage of (rank, chunk), and whether it is the first / last one. */
+static int par__pp_vstage(const par_pp_schedule *s, int rank, int chunk) { return chunk * s->p + rank; }
+
+/* A forward with its receive before and send after (skipped at the ends of the model). */
+static par_status par__pp_emit_fwd(par_pp_schedule *s, int r, int mb, int c) {
+    const int vs = par__pp_vstage(s, r, c), last = s->p * s->v - 1;
+    if (vs > 0 && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_RECV_ACT, mb, c));
+    PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_F, mb, c));
+    if (vs < last && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_SEND_ACT, mb, c));
+    return PAR_OK;
+}
+
+/* A backward (B, or I for zero bubble) with its receive before and send after. */
+static par_status par__pp_emit_bwd(par_pp_schedule *s, int r, int mb, int c, par_pp_op op) {
+    const int vs = par__pp_vstage(s, r, c), last = s->p * s->v - 1;
+    if (vs < last && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_RECV_GRAD, mb, c));
+    PAR__CHECK(par_pp_schedule_append(s, r, op, mb, c));
+    if (vs > 0 && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_SEND_GRAD, mb, c));
+    return PAR_OK;
+}
+
+static par_status par__pp_gen_gpipe(par_pp_schedule *s, int r) {
+    int mb, c;
+    for (mb = 0; mb < s->m; mb++)
+        for (c = 0; c < s->v; c++) PAR__CHECK(par__pp_emit_fwd(s, r, mb, c));
+    for (mb = 0; mb < s->m; mb++)
+        for (c = s->v - 1; c >= 0; c--) PAR__CHECK(par__pp_emit_bwd(s, r, mb, c, PAR_PP_B));
+    return PAR_OK;
+}
+
+/* 1F1B: p - r - 1 warm-up forwards, then one forward and one backward, then
+   the cool-down backwards. */
+static par_status par__pp_gen_1f1b(par_pp_schedule *s, int r) {
+    const int warm = s->p - r - 1 < s->m ? s->p - r - 1 : s->m;
+    int k;
+    for (k = 0; k < warm; k++) PAR__CHECK(par__pp_emit_fwd(s, r, k, 0));
+    for (k = 0; k < s->m; k++) {
+        if (warm + k < s->m) PAR__CHECK(par__pp_emit_fwd(s, r, warm + k, 0));
+        PAR__CHECK(par__pp_emit_bwd(s, r, k, 0, PAR_PP_B));
+    }
+    return PAR_OK;
+}
+
+/* ZB-H1 (zero bubble at 1F1B's peak memory): backward split into I (on the
+   critical path) and W (not). Built by running the pipeline in unit time
+   steps (F = I = W = 1, the published setting): each free rank does, in this
+   order of priority, the oldest I whose gradient has arrived, the next F when
+   its input has arrived and it holds fewer than p micro-batches (1F1B's peak,
+   that of its first stage), or the oldest pending W; W thus fills what 1F1B
+   leaves idle. A greedy construction: at p 4, m 8 its bubble is 0.17 against
+   1F1B's 0.27 and the ideal (p-1)/(3m+p-1) = 0.11. */
+static par_status par__pp_gen_zb_h1(par_pp_schedule *s) {
+    const int p = s->p, m = s->m;
+    /* per rank: next F, next I, next W (all in micro-batch order), and the
+       times each micro-batch's F and I finished (for the neighbours) */
+    int *nf = (int *)PARALLEL_MALLOC(sizeof(int) * 3 * (size_t)p), *ni = nf ? nf + p : NULL, *nw = nf ? nf + 2 * p : NULL;
+    long *f_at = (long *)PARALLEL_MALLOC(sizeof(long) * 2 * (size_t)p * (size_t)m), *i_at = f_at ? f_at + (size_t)p * m : NULL;
+    par_status st = PAR_OK;
+    long t;
+    int r, left = 3 * p * m;
+    if (!nf || !f_at) return PARALLEL_FREE(nf), PARALLEL_FREE(f_at), par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    memset(nf, 0, sizeof(int) * 3 * (size_t)p);
+    for (t = 0; t < 2 * (long)p * m; t++) f_at[t] = -1;
+    for (t = 0; left > 0 && st == PAR_OK; t++)
+        for (r = 0; r < p && st == PAR_OK; r++) {
+            const int i_ok = ni[r] < nf[r] && (r == p - 1 || (i_at[(size_t)(r + 1) * m + ni[r]] >= 0 &&
+                                                           i_at[(size_t)(r + 1) * m + ni[r]] <= t));
+            const int f_ok = nf[r] < m && nf[r] - nw[r] < p &&
+                             (r == 0 || (f_at[(size_t)(r - 1) * m + nf[r]] >= 0 && f_at[(size_t)(r - 1) * m + nf[r]] <= t));
+            if (i_ok) {
+                st = par__pp_emit_bwd(s, r, ni[r], 0, PAR_PP_I);
+                i_at[(size_t)r * m + ni[r]++] = t + 1;
+            } else if (f_ok) {
+                st = par__pp_emit_fwd(s, r, nf[r], 0);
+                f_at[(size_t)r * m + nf[r]++] = t + 1;
+            } else if (nw[r] < ni[r]) {
+                st = par_pp_schedule_append(s, r, PAR_PP_W, nw[r]++, 0);
+            } else {
+                continue;
+            }
+            left--;
+        }
+    PARALLEL_FREE(nf), PARALLEL_FREE(f_at);
+    return st;
+}
+
+/* Megatron's interleaved 1F1B: forward k of rank r runs chunk (k / p) % v of
+   micro-batch (k / (p v)) p + k % p; backwards the chunks in reverse. */
+static par_status par__pp_gen_interleaved(par_pp_schedule *s, int r) {
+    const int total = s->m * s->v, p = s->p, v = s->v;
+    int warm = s->m == p ? total : (p - r - 1) * 2 + (v - 1) * p, k;
+    if (warm > total) warm = total;
+    for (k = 0; k < warm; k++) PAR__CHECK(par__pp_emit_fwd(s, r, (k / (p * v)) * p + k % p, (k / p) % v));
+    for (k = 0; k < total; k++) {
+        if (warm + k < total) {
+            const int f = warm + k;
+            PAR__CHECK(par__pp_emit_fwd(s, r, (f / (p * v)) * p + f % p, (f / p) % v));
+        }
+        PAR__CHECK(par__pp_emit_bwd(s, r, (k / (p * v)) * p + k % p, v - 1 - (k / p) % v, PAR_PP_B));
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_pp_schedule **out) {
+    par_pp_schedule *s = NULL;
+    par_status st = PAR_OK;
+    int r, v;
+    if (out) *out = NULL;
+    if (!d || !out) return par__fail(PAR_EINVAL, "par_pp_schedule_make: NULL argument");
+    v = d->chunks ? d->chunks : 1;
+    if ((unsigned)d->kind >= (unsigned)PAR_PP_KIND_COUNT)
+        return par__fail(PAR_EINVAL, "par_pp_schedule_make: unknown schedule kind %d", (int)d->kind);
+    if (d->kind == PAR_PP_INTERLEAVED && v < 2)
+        return par__fail(PAR_EINVAL, "pipeline: the interleaved schedule needs at least 2 model chunks per rank, "
+                                     "not %d (use 1f1b for one)", v);
+    if (d->kind != PAR_PP_INTERLEAVED && v != 1)
+        return par__fail(PAR_EINVAL, "pipeline: %d model chunks per rank need the interleaved schedule, not %s", v,
+                         par_pp_kind_name(d->kind));
+    if (d->kind == PAR_PP_INTERLEAVED && d->stages > 0 && d->micro_batches % d->stages)
+        return par__fail(PAR_EINVAL, "pipeline: the interleaved schedule needs the micro-batches (%d) to be a "
+                                     "multiple of the stages (%d) (Megatron's constraint)", d->micro_batches, d->stages);
+    PAR__CHECK(par_pp_schedule_create(d->stages, v, d->micro_batches, &s));
+    if (d->kind == PAR_PP_ZB_H1) st = par__pp_gen_zb_h1(s);
+    for (r = 0; r < s->p && st == PAR_OK && d->kind != PAR_PP_ZB_H1; r++) {
+        switch (d->kind) {
+        case PAR_PP_GPIPE: st = par__pp_gen_gpipe(s, r); break;
+        case PAR_PP_1F1B: st = par__pp_gen_1f1b(s, r); break;
+        default: st = par__pp_gen_interleaved(s, r); break;
+        }
+    }
+    if (st != PAR_OK) return par_pp_schedule_destroy(s), st;
+    *out = s;
+    return PAR_OK;
+}
+
+/* ---- text form --------------------------------------------------------------------- */
+
+PARALLEL_DEF int par_pp_schedule_format(const par_pp_schedule *s, char *buf, size_t size) {
+    size_t used = 0;
+    int r, k;
+#define PAR__PP_PUT(...)                                                                   \
+    do {                                                                                  \
+        int n_ = snprintf(buf && used < size ? buf + used : NULL, buf && used < size ? size - used : 0, __VA_ARGS__); \
+        if (n_ > 0) used += (size_t)n_;                                                   \
+    } while (0)
+    if (buf && size) buf[0] = 0;
+    if (!s) return 0;
+    PAR__PP_PUT("pipeline stages=%d chunks=%d micro_batches=%d\n", s->p, s->v, s->m);
+    for (r = 0; r < s->p; r++) {
+        PAR__PP_PUT("rank %d:", r);
+        for (k = 0; k < s->count[r]; k++)
+            PAR__PP_PUT("%s %s %d %d", k ? "," : "", par__pp_op_text[s->a[r][k].op], s->a[r][k].micro_batch,
+                        s->a[r][k].chunk);
+        PAR__PP_PUT("\n");
+    }
+#undef PAR__PP_PUT
+    return (int)used;
+}
+
+/* Skip blanks and comments inside a line. */
+static const char *par__pp_blank(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+    if (*p == '#')
+        while (*p && *p != '\n') p++;
+    return p;
+}
+
+static int par__pp_int(const char **p, int *v) {
+    char *end;
+    long x;
+    *p = par__pp_blank(*p);
+    if (!(**p >= '0' && **p <= '9')) return 0;
+    x = strtol(*p, &end, 10);
+    if (x < 0 || x > INT_MAX) return 0;
+    *p = end, *v = (int)x;
+    return 1;
+}
+
+PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule **out) {
+    par_pp_schedule *s = NULL;
+    const char *p = text;
+    int line = 1, stages, chunks, mbs, n = 0;
+    if (out) *out = NULL;
+    if (!text || !out) return par__fail(PAR_EINVAL, "par_pp_schedule_parse: NULL argument");
+    while (*(p = par__pp_blank(p)) == '\n') p++, line++;
+    if (sscanf(p, "pipeline stages=%d chunks=%d micro_batches=%d%n", &stages, &chunks, &mbs, &n) != 3 || n == 0)
+        return par__fail(PAR_EPARSE, "pipeline schedule, line %d: expected \"pipeline stages=P chunks=V "
+                                     "micro_batches=M\"", line);
+    PAR__CHECK(par_pp_schedule_create(stages, chunks, mbs, &s));
+    p += n;
+    for (;;) {
+        int rank, k;
+        p = par__pp_blank(p);
+        if (*p == '\n') {
+            p++, line++;
+            continue;
+        }
+        if (!*p) break;
+        if (strncmp(p, "rank", 4) != 0 || (p += 4, !par__pp_int(&p, &rank)) || *(p = par__pp_blank(p)) != ':')
+            return par_pp_schedule_destroy(s), par__fail(PAR_EPARSE, "pipeline schedule, line %d: expected "
+                                                                      "\"rank R: ...\"", line);
+        p++;
+        if (rank >= stages)
+            return par_pp_schedule_destroy(s), par__fail(PAR_EPARSE, "pipeline schedule, line %d: rank %d of %d "
+                                                                      "stages", line, rank, stages);
+        for (k = 0;; k++) {
+            char op[3] = {0, 0, 0};
+            int o, mb, c, found = -1;
+            p = par__pp_blank(p);
+            if (!*p || *p == '\n') break;
+            if (k && *p++ != ',')
+                return par_pp_schedule_destroy(s), par__fail(PAR_EPARSE, "pipeline schedule, line %d: expected ',' "
+                                                                          "between actions", line);
+            p = par__pp_blank(p);
+            for (o = 0; o < 2 && ((p[o] >= 'A' && p[o] <= 'Z')); o++) op[o] = p[o];
+            for (o = 0; o < (int)PAR_PP_OP_COUNT; o++)
+                if (!strcmp(op, par__pp_op_text[o])) found = o;
+            if (found < 0 || (p += strlen(op), !par__pp_int(&p, &mb)) || !par__pp_int(&p, &c))
+                return par_pp_schedule_destroy(s), par__fail(PAR_EPARSE, "pipeline schedule, line %d, action %d: "
+                                                                          "expected OP MICRO_BATCH CHUNK with OP one "
+                                                                          "of F B I W SA RA SG RG", line, k + 1);
+            if (par_pp_schedule_append(s, rank, (par_pp_op)found, mb, c) != PAR_OK) {
+                char why[256];
+                par__copy_text(why, sizeof why, par_last_error());
+                return par_pp_schedule_destroy(s), par__fail(PAR_EPARSE, "pipeline schedule, line %d, action %d: %s",
+                                                             line, k + 1, why);
+            }
+        }
+    }
+    *out = s;
+    return PAR_OK;
+}
+
+/* ---- checker ------------------------------------------------------------------------ */
+
+typedef struct par__pp_msg {
+    int mb, chunk;
+    double t;
+} par__pp_msg;
+
+typedef struct par__pp_sim {
+    const par_pp_schedule *s;
+    int *pc;
+    double *t, *busy;
+    unsigned char *state;   /* per (rank-owned virtual stage, mb): bits below */
+    int *inflight;
+    par__pp_msg *q[2];      /* channels: [kind][src] FIFO, kind 0 activations to src+1, 1 gradients to src-1 */
+    int *head[2], *tail[2], qcap;
+} par__pp_sim;
+
+enum { PAR__PP_FDONE = 1, PAR__PP_BDONE = 2, PAR__PP_IDONE = 4, PAR__PP_WDONE = 8, PAR__PP_RA = 16, PAR__PP_RG = 32 };
+
+static unsigned char *par__pp_state(par__pp_sim *x, int r, int mb, int c) {
+    return &x->state[((size_t)r * (size_t)x->s->v + (size_t)c) * (size_t)x->s->m + (size_t)mb];
+}
+
+/* The action as text, "RA 2 0". */
+static void par__pp_action_text(const par_pp_action *a, char *buf, size_t n) {
+    snprintf(buf, n, "%s %d %d", par__pp_op_text[a->op], a->micro_batch, a->chunk);
+}
+
+/* Per rank, what it ran and where it stopped. */
+static void par__pp_grid(const par__pp_sim *x, char *grid, size_t size) {
+    size_t used = 0;
+    int r, k;
+    if (!grid || !size) return;
+    grid[0] = 0;
+    for (r = 0; r < x->s->p && used < size; r++) {
+        used += (size_t)snprintf(grid + used, size - used, "rank %d:", r);
+        for (k = 0; k < x->s->count[r] && used < size; k++) {
+            char a[32];
+            par__pp_action_text(&x->s->a[r][k], a, sizeof a);
+            used += (size_t)snprintf(grid + used, size - used, "%s%s%s", k == x->pc[r] ? " >>" : " ", a,
+                                     k + 1 < x->s->count[r] ? "," : "");
+            if (k == x->pc[r] + 2 && k + 1 < x->s->count[r]) {
+                if (used < size) used += (size_t)snprintf(grid + used, size - used, " ...");
+                break;
+            }
+        }
+        if (used < size) used += (size_t)snprintf(grid + used, size - used, "%s\n", x->pc[r] >= x->s->count[r] ? " (done)" : "");
+    }
+}
+
+static par_status par__pp_bad(par__pp_sim *x, int r, const char *fmt, ...) PAR__PRINTF(3, 4);
+static par_status par__pp_bad(par__pp_sim *x, int r, const char *fmt, ...) {
+    char why[256], a[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    par__pp_action_text(&x->s->a[r][x->pc[r]], a, sizeof a);
+    return par__fail(PAR_EINVAL, "pipeline schedule: rank %d, step %d (%s): %s", r, x->pc[r], a, why);
+}
+
+/* Run rank r's next action if it can: 1 done, 0 blocked (waiting for a
+   message), -1 invalid (error set). */
+static int par__pp_step(par__pp_sim *x, int r) {
+    const par_pp_schedule *s = x->s;
+    const par_pp_action *a = &s->a[r][x->pc[r]];
+    const int p = s->p, vs = a->chunk * p + r, last = p * s->v - 1;
+    unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
+    const double cost[4] = {1.0, 2.0, 1.0, 1.0};
+    if (a->op == PAR_PP_F) {
+        if (*st & PAR__PP_FDONE) return par__pp_bad(x, r, "a second forward of this micro-batch chunk"), -1;
+        if (vs > 0 && p > 1 && !(*st & PAR__PP_RA))
+            return par__pp_bad(x, r, "its input activation has not been received (no RA before it)"), -1;
+        if (vs > 0 && p == 1 && !(*par__pp_state(x, r, a->micro_batch, a->chunk - 1) & PAR__PP_FDONE))
+            return par__pp_bad(x, r, "the forward of chunk %d (its input) has not run", a->chunk - 1), -1;
+        *st |= PAR__PP_FDONE;
+        if (++x->inflight[r] > x->inflight[p + r]) x->inflight[p + r] = x->inflight[r];
+    } else if (a->op == PAR_PP_B || a->op == PAR_PP_I) {
+        const int next_ok = vs == last || (p > 1 ? (*st & PAR__PP_RG) != 0
+                                                 : (*par__pp_state(x, r, a->micro_batch, a->chunk + 1) &
+                                                    (PAR__PP_BDONE | PAR__PP_IDONE)) != 0);
+        if (*st & (PAR__PP_BDONE | PAR__PP_IDONE)) return par__pp_bad(x, r, "a second backward"), -1;
+        if (!(*st & PAR__PP_FDONE)) return par__pp_bad(x, r, "backward before its forward"), -1;
+        if (!next_ok) return par__pp_bad(x, r, "its output gradient has not been received (no RG before it)"), -1;
+        *st |= a->op == PAR_PP_B ? PAR__PP_BDONE : PAR__PP_IDONE;
+        if (a->op == PAR_PP_B) x->inflight[r]--;
+    } else if (a->op == PAR_PP_W) {
+        if (!(*st & PAR__PP_IDONE)) return par__pp_bad(x, r, "weight gradient before its input gradient (I)"), -1;
+        if (*st & PAR__PP_WDONE) return par__pp_bad(x, r, "a second weight gradient"), -1;
+        *st |= PAR__PP_WDONE;
+        x->inflight[r]--;
+    } else if (p == 1) {
+        return par__pp_bad(x, r, "a send or receive in a one-stage schedule"), -1;
+    } else if (a->op == PAR_PP_SEND_ACT || a->op == PAR_PP_SEND_GRAD) {
+        const int g = a->op == PAR_PP_SEND_GRAD;
+        par__pp_msg *m;
+        if (!g && (vs == last || !(*st & PAR__PP_FDONE)))
+            return par__pp_bad(x, r, vs == last ? "the last virtual stage has no next stage"
+                                                : "sends an activation its forward has not produced"), -1;
+        if (g && (vs == 0 || !(*st & (PAR__PP_BDONE | PAR__PP_IDONE))))
+            return par__pp_bad(x, r, vs == 0 ? "the first virtual stage has no previous stage"
+                                             : "sends a gradient its backward has not produced"), -1;
+        m = &x->q[g][(size_t)r * (size_t)x->qcap + (size_t)x->tail[g][r]++];
+        m->mb = a->micro_batch, m->chunk = a->chunk, m->t = x->t[r];
+        x->pc[r]++;
+        return 1;
+    } else { /* receives */
+        const int g = a->op == PAR_PP_RECV_GRAD, src = g ? (r + 1) % p : (r + p - 1) % p;
+        const int want_chunk = g ? (r == p - 1 ? a->chunk + 1 : a->chunk) : (r == 0 ? a->chunk - 1 : a->chunk);
+        const par__pp_msg *m;
+        if ((!g && vs == 0) || (g && vs == last))
+            return par__pp_bad(x, r, g ? "the last virtual stage receives no gradient"
+                                       : "the first virtual stage receives no activation"), -1;
+        if (x->head[g][src] == x->tail[g][src]) return 0; /* nothing sent yet: wait */
+        m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)x->head[g][src]];
+        if (m->mb != a->micro_batch || m->chunk != want_chunk)
+            return par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives "
+                                     "between two ranks must be in the same order)",
+                               g ? "gradient" : "activation", src, m->mb, m->chunk), -1;
+        x->head[g][src]++;
+        if (m->t > x->t[r]) x->t[r] = m->t;
+        *st |= g ? PAR__PP_RG : PAR__PP_RA;
+        x->pc[r]++;
+        return 1;
+    }
+    x->t[r] += cost[a->op], x->busy[r] += cost[a->op];
+    x->pc[r]++;
+    return 1;
+}
+
+static void par__pp_sim_free(par__pp_sim *x) {
+    PARALLEL_FREE(x->pc), PARALLEL_FREE(x->t), PARALLEL_FREE(x->busy), PARALLEL_FREE(x->state);
+    PARALLEL_FREE(x->inflight), PARALLEL_FREE(x->q[0]), PARALLEL_FREE(x->q[1]);
+    PARALLEL_FREE(x->head[0]), PARALLEL_FREE(x->head[1]), PARALLEL_FREE(x->tail[0]), PARALLEL_FREE(x->tail[1]);
+}
+
+static par_status par__pp_sim_init(par__pp_sim *x, const par_pp_schedule *s) {
+    const size_t p = (size_t)s->p;
+    int r, g;
+    memset(x, 0, sizeof *x);
+    x->s = s;
+    for (r = 0; r < s->p; r++) x->qcap = s->count[r] > x->qcap ? s->count[r] : x->qcap;
+    x->pc = (int *)PARALLEL_MALLOC(sizeof(int) * p);
+    x->t = (double *)PARALLEL_MALLOC(sizeof(double) * p);
+    x->busy = (double *)PARALLEL_MALLOC(sizeof(double) * p);
+    x->inflight = (int *)PARALLEL_MALLOC(sizeof(int) * 2 * p);
+    x->state = (unsigned char *)PARALLEL_MALLOC(p * (size_t)s->v * (size_t)s->m);
+    for (g = 0; g < 2; g++) {
+        x->q[g] = (par__pp_msg *)PARALLEL_MALLOC(sizeof(par__pp_msg) * p * (size_t)(x->qcap ? x->qcap : 1));
+        x->head[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p), x->tail[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p);
+    }
+    if (!x->pc || !x->t || !x->busy || !x->inflight || !x->state || !x->q[0] || !x->q[1] || !x->head[0] ||
+        !x->head[1] || !x->tail[0] || !x->tail[1])
+        return par__pp_sim_free(x), par__fail(PAR_ENOMEM, "pipeline checker: out of memory");
+    memset(x->pc, 0, sizeof(int) * p), memset(x->inflight, 0, sizeof(int) * 2 * p);
+    memset(x->state, 0, p * (size_t)s->v * (size_t)s->m);
+    for (r = 0; r < s->p; r++) x->t[r] = x->busy[r] = 0;
+    for (g = 0; g < 2; g++) memset(x->head[g], 0, sizeof(int) * p), memset(x->tail[g], 0, sizeof(int) * p);
+    return PAR_OK;
+}
+
+/* After the run: everything done exactly once, nothing left in flight. */
+static par_status par__pp_sim_finish(par__pp_sim *x) {
+    const par_pp_schedule *s = x->s;
+    int r, c, mb, g;
+    for (r = 0; r < s->p; r++)
+        for (c = 0; c < s->v; c++)
+            for (mb = 0; mb < s->m; mb++) {
+                const unsigned char st = *par__pp_state(x, r, mb, c);
+                const char *missing = !(st & PAR__PP_FDONE) ? "forward (F)"
+                                      : (st & PAR__PP_IDONE) && !(st & PAR__PP_WDONE) ? "weight gradient (W)"
+                                      : !(st & (PAR__PP_BDONE | PAR__PP_IDONE)) ? "backward (B or I)" : NULL;
+                if (missing)
+                    return par__fail(PAR_EINVAL, "pipeline schedule: rank %d never runs the %s of micro-batch %d "
+                                                 "chunk %d", r, missing, mb, c);
+            }
+    for (g = 0; g < 2; g++)
+        for (r = 0; r < s->p; r++)
+            if (x->head[g][r] != x->tail[g][r]) {
+                const par__pp_msg *m = &x->q[g][(size_t)r * (size_t)x->qcap + (size_t)x->head[g][r]];
+                return par__fail(PAR_EINVAL, "pipeline schedule: rank %d sends the %s of micro-batch %d chunk %d to "
+                                             "rank %d, which never receives it (an unpaired send)", r,
+                                 g ? "gradient" : "activation", m->mb, m->chunk, g ? (r + s->p - 1) % s->p : (r + 1) % s->p);
+            }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_pp_schedule_check(const par_pp_schedule *s, par_pp_check *res, char *grid,
+                                              size_t grid_size) {
+    par__pp_sim x;
+    par_status st = PAR_OK;
+    int r, progress = 1, left;
+    double makespan = 0, busy = 0;
+    if (res) memset(res, 0, sizeof *res);
+    if (grid && grid_size) grid[0] = 0;
+    if (!s) return par__fail(PAR_EINVAL, "par_pp_schedule_check: NULL schedule");
+    PAR__CHECK(par__pp_sim_init(&x, s));
+    while (progress && st == PAR_OK) {
+        progress = 0;
+        for (r = 0; r < s->p && st == PAR_OK; r++)
+            while (x.pc[r] < s->count[r]) {
+                const int k = par__pp_step(&x, r);
+                if (k < 0) st = PAR_EINVAL;
+                if (k <= 0) break;
+                progress = 1;
+            }
+    }
+    for (r = 0, left = 0; r < s->p; r++) left += x.pc[r] < s->count[r];
+    if (st == PAR_OK && left) {
+        char what[512];
+        size_t used = 0;
+        what[0] = 0;
+        for (r = 0; r < s->p && used < sizeof what; r++)
+            if (x.pc[r] < s->count[r]) {
+                char a[32];
+                par__pp_action_text(&s->a[r][x.pc[r]], a, sizeof a);
+                used += (size_t)snprintf(what + used, sizeof what - used, "%srank %d step %d (%s)", used ? ", " : "",
+                                         r, x.pc[r], a);
+            }
+        st = par__fail(PAR_EINVAL, "pipeline schedule: deadlock: every unfinished rank waits for a message no "
+                                   "rank will send: %s", what);
+    }
+    if (st == PAR_OK) st = par__pp_sim_finish(&x);
+    if (st != PAR_OK) {
+        char msg[512];
+        par__copy_text(msg, sizeof msg, par_last_error());
+        par__pp_grid(&x, grid, grid_size);
+        par__pp_sim_free(&x);
+        return par__fail(st, "%s", msg);
+    }
+    for (r = 0; r < s->p; r++) makespan = x.t[r] > makespan ? x.t[r] : makespan, busy += x.busy[r];
+    if (res) {
+        res->makespan = makespan;
+        res->bubble = makespan > 0 ? 1.0 - busy / ((double)s->p * makespan) : 0.0;
+        for (r = 0; r < s->p; r++) {
+            if (r < 64) res->peak_in_flight[r] = x.inflight[s->p + r];
+            if (x.inflight[s->p + r] > res->max_in_flight) res->max_in_flight = x.inflight[s->p + r];
+        }
+    }
+    par__pp_grid(&x, grid, grid_size);
+    par__pp_sim_free(&x);
+    return PAR_OK;
+}
+
+/* ---- executor ------------------------------------------------------------------------ */
+
+static par_status par__pp_fail_at(int stage, int step, const par_pp_action *a, par_status st) {
+    char why[300], txt[32];
+    par__copy_text(why, sizeof why, par_last_error());
+    par__pp_action_text(a, txt, sizeof txt);
+    return par__fail(st, "par_pp_run: stage %d, step %d (%s): %s", stage, step, txt, why);
+}
+
+static void par__pp_span(struct par_trace *trace, const char *cat, double t0, const par_pp_action *a) {
+#ifndef PARALLEL_NO_TRACE
+    char name[PAR_TRACE_NAME_MAX];
+    if (!trace) return;
+    snprintf(name, sizeof name, "pp %s %d %d", par__pp_op_text[a->op], a->micro_batch, a->chunk);
+    (void)par_trace_span(trace, name, cat, t0, par_trace_now_us());
+#else
+    (void)trace, (void)cat, (void)t0, (void)a;
+#endif
+}
+
+static double par__pp_now(struct par_trace *trace) {
+#ifndef PARALLEL_NO_TRACE
+    return trace ? par_trace_now_us() : 0.0;
+#else
+    (void)trace;
+    return 0.0;
+#endif
+}
+
+/* One action of this stage. Sends are posted (their requests kept in reqs). */
+static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_pp_action *a, int stage, int p,
+                             par_comm_group *acts, par_comm_group *grads, par_request **req) {
+    const par_pp_callbacks *cb = &d->callbacks;
+    const double t0 = par__pp_now(d->trace);
+    const int g = a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_RECV_GRAD;
+    const int input = a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_SEND_GRAD;
+    float *buf = NULL;
+    int64_t count = 0;
+    switch (a->op) {
+    case PAR_PP_F:
+        PAR__CHECK(cb->forward(cb->user, a->micro_batch, a->chunk));
+        par__pp_span(d->trace, "compute", t0, a);
+        return PAR_OK;
+    case PAR_PP_B:
+    case PAR_PP_I:
+    case PAR_PP_W:
+        PAR__CHECK(cb->backward(cb->user, a->micro_batch, a->chunk, a->op));
+        par__pp_span(d->trace, "compute", t0, a);
+        return PAR_OK;
+    default: break;
+    }
+    if (p == 1) return par__fail(PAR_EINVAL, "a send or receive in a one-stage schedule");
+    PAR__CHECK(cb->buffer(cb->user, a->micro_batch, a->chunk, g, input, &buf, &count));
+    if (!buf && count > 0) return par__fail(PAR_EINVAL, "the buffer callback gave NULL for %lld floats", (long long)count);
+    /* activations go to stage + 1 on `acts` (member = stage); gradients to
+       stage - 1 on `grads`, whose member list is reversed (member = p-1-stage) */
+    switch (a->op) {
+    case PAR_PP_SEND_ACT: return par_send(ctx, acts, buf, count, PAR_F32, (stage + 1) % p, req);
+    case PAR_PP_SEND_GRAD: return par_send(ctx, grads, buf, count, PAR_F32, p - 1 - (stage + p - 1) % p, req);
+    case PAR_PP_RECV_ACT:
+        PAR__CHECK(par_recv(ctx, acts, buf, count, PAR_F32, (stage + p - 1) % p, NULL));
+        break;
+    default:
+        PAR__CHECK(par_recv(ctx, grads, buf, count, PAR_F32, p - 1 - (stage + 1) % p, NULL));
+        break;
+    }
+    par__pp_span(d->trace, "comm", t0, a);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *d) {
+    const par_pp_schedule *s;
+    par_comm_group *acts = NULL, *grads = NULL;
+    par_request **reqs = NULL;
+    par_status st = PAR_OK;
+    int *ranks = NULL, n = 1, stage = 0, k, nreq = 0;
+    if (!ctx || !d || !d->schedule) return par__fail(PAR_EINVAL, "par_pp_run: NULL argument");
+    if (!d->callbacks.forward || !d->callbacks.backward || !d->callbacks.buffer)
+        return par__fail(PAR_EINVAL, "par_pp_run: the forward, backward and buffer callbacks are required");
+    s = d->schedule;
+    ranks = (int *)par__ctx_malloc(ctx, sizeof(int) * 2 * (size_t)par_ctx_size(ctx));
+    if (!ranks) return par__fail(PAR_ENOMEM, "par_pp_run: out of memory");
+    st = par_mesh_group(par_ctx_mesh(ctx), par_ctx_rank(ctx), d->stage_dims, ranks, &n);
+    if (st == PAR_OK && n != s->p)
+        st = par__fail(PAR_EINVAL, "par_pp_run: the schedule has %d stages but the stage dims (mask 0x%x) hold %d "
+                                   "ranks", s->p, (unsigned)d->stage_dims, n);
+    for (k = 0; st == PAR_OK && k < n; k++)
+        if (ranks[k] == par_ctx_rank(ctx)) stage = k;
+    if (st == PAR_OK && n > 1) {
+        for (k = 0; k < n; k++) ranks[n + k] = ranks[n - 1 - k];
+        st = par_ctx_group_ranks(ctx, ranks, n, &acts);
+        if (st == PAR_OK) st = par_ctx_group_ranks(ctx, ranks + n, n, &grads);
+    }
+    if (st == PAR_OK && s->count[stage]) {
+        reqs = (par_request **)par__ctx_malloc(ctx, sizeof(par_request *) * (size_t)s->count[stage]);
+        if (!reqs) st = par__fail(PAR_ENOMEM, "par_pp_run: out of memory");
+    }
+    for (k = 0; st == PAR_OK && k < s->count[stage]; k++) {
+        const par_pp_action *a = &s->a[stage][k];
+        par_request *req = NULL;
+        st = par__pp_do(ctx, d, a, stage, n, acts, grads,
+                        a->op == PAR_PP_SEND_ACT || a->op == PAR_PP_SEND_GRAD ? &req : NULL);
+        if (st != PAR_OK) st = par__pp_fail_at(stage, k, a, st);
+        if (req) reqs[nreq++] = req;
+    }
+    for (k = 0; k < nreq; k++) { /* every send completes before the host may touch its buffer */
+        const par_status w = par_wait(ctx, reqs[k]);
+        if (st == PAR_OK && w != PAR_OK) st = w;
+    }
+    par__ctx_free(ctx, reqs);
+    par__ctx_free(ctx, ranks);
+    return st;
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

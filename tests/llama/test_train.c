@@ -246,7 +246,7 @@ static void test_reference(void) {
 
 #define EQ_STEPS 20
 /* clipping on (the grad norm is ~1-2 here), so the norm must count every parameter once */
-static const char *eq_base = "--config examples/configs/tiny.yaml --data parallel.h --quiet --set max_grad_norm=0.5";
+static const char *eq_base = "--config examples/configs/tiny.yaml --data tests/data/train.txt --quiet --set max_grad_norm=0.5";
 
 /* Tolerance: the runs differ only in f32 summation order (gradients summed
    over different token splits and through the all-reduce), which perturbs
@@ -426,7 +426,7 @@ static void bad(const char *name, const char *needle, const char *fmt, ...) {
 
 /* A model every tp degree up to 8 divides: 16 heads, 8 kv heads (GQA), hidden 64,
    ffn 176, vocab 256, seq 64. */
-static const char *tp_base = "--config examples/configs/tiny.yaml --data parallel.h --quiet --set max_grad_norm=0.5 "
+static const char *tp_base = "--config examples/configs/tiny.yaml --data tests/data/train.txt --quiet --set max_grad_norm=0.5 "
                              "--set model.model_config.num_heads=16 --set model.model_config.n_kv_heads=8 "
                              "--set model.model_config.intermediate_size=176";
 
@@ -512,7 +512,7 @@ static void test_tensor_parallel(void) {
 /* 8 heads and 2 kv heads (GQA: fewer kv heads than Ulysses degrees 4 and 8, so
    they are replicated), head dim 8, seq 64: every cp degree up to 8 splits it
    into 2 x cp zigzag chunks. */
-static const char *cp_base = "--config examples/configs/tiny.yaml --data parallel.h --quiet --set max_grad_norm=0.5 "
+static const char *cp_base = "--config examples/configs/tiny.yaml --data tests/data/train.txt --quiet --set max_grad_norm=0.5 "
                              "--set model.model_config.num_heads=8 --set model.model_config.n_kv_heads=2";
 
 static void test_context_parallel(void) {

@@ -1,0 +1,319 @@
+/* tests/test_pipeline.c - >>pipeline: schedules as data, the checker, the executor.
+
+   1. Generators (GPipe, 1F1B, interleaved, ZB-H1) for 1..8 stages and several
+      micro-batch counts pass the checker, whose figures are compared with the
+      textbook counts: 1F1B and GPipe bubble (p-1)/(m+p-1) with F = 1, B = 2;
+      1F1B holds at most min(p-r, m) micro-batches on rank r, GPipe all m;
+      ZB-H1's bubble below 1F1B's; interleaved's below 1F1B's.
+   2. The text form round-trips, and bad text is a parse error naming the line.
+   3. Hand-written bad schedules, each rejected with rank, step and action:
+      crossing receives (deadlock), use before produce, a missing backward, an
+      unpaired send, receives out of order, W before I.
+   4. The executor on threads runs a toy chain y = w_s * x through every
+      virtual stage (all kinds, 1/2/4 stages, chunks) and its weight
+      gradients equal a direct computation in double. */
+#define PARALLEL_IMPLEMENTATION
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- 1. generators ----------------------------------------------------------------- */
+
+static par_pp_schedule *make(int p, int v, int m, par_pp_kind kind) {
+    par_pp_schedule_desc d;
+    par_pp_schedule *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.stages = p, d.chunks = v, d.micro_batches = m, d.kind = kind;
+    CHECK_MSG(par_pp_schedule_make(&d, &s) == PAR_OK, "%s p %d v %d m %d", par_pp_kind_name(kind), p, v, m);
+    return s;
+}
+
+static void test_generators(void) {
+    static const int ps[] = {1, 2, 3, 4, 8};
+    size_t i;
+    int m;
+    for (i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        const int p = ps[i];
+        const int ms[] = {1, p, 2 * p, 2 * p + 1, 3};
+        size_t j;
+        for (j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+            par_pp_check c1, cg, cz;
+            par_pp_schedule *s1, *sg, *sz;
+            char grid[4096];
+            int r, ok_peak = 1;
+            m = ms[j];
+            s1 = make(p, 1, m, PAR_PP_1F1B), sg = make(p, 1, m, PAR_PP_GPIPE), sz = make(p, 1, m, PAR_PP_ZB_H1);
+            if (!s1 || !sg || !sz) continue;
+            CHECK_MSG(par_pp_schedule_check(s1, &c1, grid, sizeof grid) == PAR_OK, "1f1b p %d m %d:\n%s", p, m, grid);
+            CHECK_MSG(par_pp_schedule_check(sg, &cg, grid, sizeof grid) == PAR_OK, "gpipe p %d m %d:\n%s", p, m, grid);
+            CHECK_MSG(par_pp_schedule_check(sz, &cz, grid, sizeof grid) == PAR_OK, "zb-h1 p %d m %d:\n%s", p, m, grid);
+            /* (p-1)/(m+p-1): the pipeline fills and drains once, every stage's work 3m */
+            CHECK_MSG(fabs(c1.bubble - (double)(p - 1) / (m + p - 1)) < 1e-12, "1f1b p %d m %d bubble %.4f", p, m,
+                      c1.bubble);
+            CHECK_MSG(fabs(cg.bubble - (double)(p - 1) / (m + p - 1)) < 1e-12, "gpipe p %d m %d bubble %.4f", p, m,
+                      cg.bubble);
+            for (r = 0; r < p; r++) ok_peak &= c1.peak_in_flight[r] == (p - r < m ? p - r : m);
+            CHECK_MSG(ok_peak, "1f1b p %d m %d: rank 0 holds %d, want %d", p, m, c1.peak_in_flight[0], p < m ? p : m);
+            CHECK_MSG(cg.max_in_flight == m, "gpipe p %d m %d holds %d, want %d", p, m, cg.max_in_flight, m);
+            /* zero bubble: at most 1F1B's peak (p, its first stage's) on every
+               rank, and a smaller bubble once there is one */
+            CHECK_MSG(p == 1 || m < 2 || cz.bubble < c1.bubble, "zb-h1 p %d m %d bubble %.4f vs 1f1b %.4f", p, m,
+                      cz.bubble, c1.bubble);
+            CHECK_MSG(cz.max_in_flight <= (p < m ? p : m), "zb-h1 p %d m %d holds %d", p, m, cz.max_in_flight);
+            if (p == 4 && m == 2 * p) printf("  p 4 m 8: bubble 1f1b %.3f, gpipe %.3f, zb-h1 %.3f\n", c1.bubble,
+                                             cg.bubble, cz.bubble);
+            par_pp_schedule_destroy(s1), par_pp_schedule_destroy(sg), par_pp_schedule_destroy(sz);
+        }
+        for (m = p; m <= 3 * p && p > 1; m += p) { /* interleaved: m a multiple of p */
+            par_pp_schedule *si = make(p, 2, m, PAR_PP_INTERLEAVED), *s1 = make(p, 1, m, PAR_PP_1F1B);
+            par_pp_check ci, c1;
+            char grid[8192];
+            if (!si || !s1) continue;
+            CHECK_MSG(par_pp_schedule_check(si, &ci, grid, sizeof grid) == PAR_OK, "interleaved p %d m %d:\n%s", p, m,
+                      grid);
+            CHECK_MSG(par_pp_schedule_check(s1, &c1, NULL, 0) == PAR_OK, "1f1b");
+            /* chunks of half the work: the fill and drain cost half as much */
+            CHECK_MSG(ci.bubble < c1.bubble, "interleaved p %d m %d bubble %.4f vs 1f1b %.4f", p, m, ci.bubble,
+                      c1.bubble);
+            par_pp_schedule_destroy(si), par_pp_schedule_destroy(s1);
+        }
+    }
+}
+
+static void test_generator_errors(void) {
+    par_pp_schedule_desc d;
+    par_pp_schedule *s = NULL;
+    par_pp_kind k;
+    memset(&d, 0, sizeof d);
+    d.stages = 4, d.chunks = 2, d.micro_batches = 6, d.kind = PAR_PP_INTERLEAVED;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "micro-batches (6) to be a multiple of the stages (4)");
+    d.chunks = 1;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "at least 2 model chunks");
+    d.kind = PAR_PP_1F1B, d.chunks = 2;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "need the interleaved schedule");
+    d.chunks = 1, d.micro_batches = 0;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "must be >= 1");
+    CHECK(s == NULL);
+    CHECK_ERR(par_pp_kind_parse("dualpipe", &k), PAR_EINVAL, "accepted: gpipe, 1f1b, interleaved");
+    CHECK_OK(par_pp_kind_parse("ZB-H1", &k));
+    CHECK(k == PAR_PP_ZB_H1);
+    CHECK_OK(par_pp_kind_parse("interleaved_1f1b", &k));
+    CHECK(k == PAR_PP_INTERLEAVED);
+}
+
+/* ---- 2. text ------------------------------------------------------------------------- */
+
+static void test_text(void) {
+    par_pp_schedule *s = make(4, 2, 8, PAR_PP_INTERLEAVED), *t = NULL;
+    static char a[65536], b[65536];
+    if (!s) return;
+    CHECK((size_t)par_pp_schedule_format(s, a, sizeof a) < sizeof a);
+    CHECK_OK(par_pp_schedule_parse(a, &t));
+    if (t) {
+        par_pp_schedule_format(t, b, sizeof b);
+        CHECK_STR(b, a);
+        CHECK_OK(par_pp_schedule_check(t, NULL, NULL, 0));
+    }
+    par_pp_schedule_destroy(t), t = NULL;
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 0 0, X 0 0\n", &t),
+              PAR_EPARSE, "line 2, action 2");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nrank 2: F 0 0\n", &t), PAR_EPARSE,
+              "rank 2 of 2 stages");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 1 0\n", &t), PAR_EPARSE,
+              "micro-batch 1");
+    CHECK_ERR(par_pp_schedule_parse("stages=2\n", &t), PAR_EPARSE, "line 1");
+    CHECK(t == NULL);
+    par_pp_schedule_destroy(s);
+}
+
+/* ---- 3. bad schedules -------------------------------------------------------------- */
+
+static void bad(const char *text, const char *needle, const char *label) {
+    par_pp_schedule *s = NULL;
+    char grid[2048];
+    CHECK_MSG(par_pp_schedule_parse(text, &s) == PAR_OK, "%s: parse", label);
+    if (!s) return;
+    CHECK_MSG(par_pp_schedule_check(s, NULL, grid, sizeof grid) == PAR_EINVAL &&
+                  strstr(par_last_error(), needle) != NULL,
+              "%s: want \"%s\"", label, needle);
+    CHECK_MSG(strstr(grid, "rank 0:") && strstr(grid, "rank 1:"), "%s: no grid", label);
+    par_pp_schedule_destroy(s);
+}
+
+static void test_bad_schedules(void) {
+    /* both stages receive before they send: each waits for the other */
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "deadlock: every unfinished rank waits for a message no rank will send: rank 0 step 1 (RG 0 0), rank 1 "
+        "step 0 (RA 0 0)", "crossing receives");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: F 0 0, RA 0 0, B 0 0, SG 0 0\n",
+        "rank 1, step 0 (F 0 0): its input activation has not been received", "use before produce");
+    bad("pipeline stages=2 chunks=1 micro_batches=2\n"
+        "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+        "rank 1: RA 0 0, F 0 0, RA 1 0, F 1 0, B 0 0, SG 0 0, SG 1 0\n",
+        "rank 1, step 6 (SG 1 0): sends a gradient its backward has not produced", "missing backward");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "rank 0 sends the activation of micro-batch 0 chunk 0 to rank 1, which never receives it", "unpaired send");
+    bad("pipeline stages=2 chunks=1 micro_batches=2\n"
+        "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+        "rank 1: RA 1 0, F 1 0, RA 0 0, F 0 0, B 0 0, SG 0 0, B 1 0, SG 1 0\n",
+        "rank 1, step 0 (RA 1 0): the next activation from rank 0 is for micro-batch 0 chunk 0", "out of order");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, W 0 0, I 0 0, SG 0 0\n",
+        "rank 1, step 2 (W 0 0): weight gradient before its input gradient", "W before I");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, I 0 0, SG 0 0\n",
+        "rank 1 never runs the weight gradient (W) of micro-batch 0 chunk 0", "I without W");
+}
+
+/* ---- 4. the executor ----------------------------------------------------------------- */
+
+#define TOY_N 8 /* floats per micro-batch's activation */
+#define TOY_MAX_MB 16
+#define TOY_MAX_VS 16
+
+typedef struct toy {
+    int p, v, m;
+    par_pp_kind kind;
+    double w[TOY_MAX_VS];           /* the weight of each virtual stage */
+    float x0[TOY_MAX_MB][TOY_N];    /* the first stage's input per micro-batch */
+    double want_dw[TOY_MAX_VS];
+    double got_dw[TOY_MAX_VS];
+    int bad[64];
+} toy;
+
+/* One rank's state: its buffers per (micro-batch, chunk). */
+typedef struct toy_rank {
+    toy *t;
+    int stage;
+    float in[TOY_MAX_MB][4][TOY_N], out[TOY_MAX_MB][4][TOY_N], gin[TOY_MAX_MB][4][TOY_N], gout[TOY_MAX_MB][4][TOY_N];
+    double dw[4];
+} toy_rank;
+
+static int toy_vs(const toy_rank *r, int chunk) { return chunk * r->t->p + r->stage; }
+
+static const float *toy_input(toy_rank *r, int mb, int c) {
+    if (toy_vs(r, c) == 0) return r->t->x0[mb];
+    if (r->t->p == 1) return r->out[mb][c - 1];
+    return r->in[mb][c];
+}
+
+static par_status toy_fwd(void *u, int mb, int c) {
+    toy_rank *r = (toy_rank *)u;
+    const float *x = toy_input(r, mb, c);
+    int i;
+    for (i = 0; i < TOY_N; i++) r->out[mb][c][i] = (float)(r->t->w[toy_vs(r, c)] * x[i]);
+    return PAR_OK;
+}
+
+/* loss = sum over micro-batches and elements of y_last: dL/dy_last = 1 */
+static par_status toy_bwd(void *u, int mb, int c, par_pp_op op) {
+    toy_rank *r = (toy_rank *)u;
+    const int vs = toy_vs(r, c), last = r->t->p * r->t->v - 1;
+    const float *x = toy_input(r, mb, c);
+    float dy[TOY_N];
+    int i;
+    for (i = 0; i < TOY_N; i++)
+        dy[i] = vs == last ? 1.0f : r->t->p == 1 ? r->gin[mb][c + 1][i] : r->gout[mb][c][i];
+    if (op != PAR_PP_W)
+        for (i = 0; i < TOY_N; i++) r->gin[mb][c][i] = (float)(r->t->w[vs] * dy[i]);
+    if (op != PAR_PP_I)
+        for (i = 0; i < TOY_N; i++) r->dw[c] += (double)x[i] * dy[i];
+    return PAR_OK;
+}
+
+static par_status toy_buf(void *u, int mb, int c, int is_grad, int is_input, float **ptr, int64_t *count) {
+    toy_rank *r = (toy_rank *)u;
+    *ptr = is_grad ? (is_input ? r->gin[mb][c] : r->gout[mb][c]) : (is_input ? r->in[mb][c] : r->out[mb][c]);
+    *count = TOY_N;
+    return PAR_OK;
+}
+
+static par_status toy_body(par_ctx *ctx, void *arg) {
+    toy *t = (toy *)arg;
+    toy_rank *r = (toy_rank *)calloc(1, sizeof(toy_rank));
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    par_status st;
+    int c;
+    if (!r) return PAR_ENOMEM;
+    r->t = t, r->stage = par_ctx_rank(ctx);
+    memset(&sd, 0, sizeof sd);
+    sd.stages = t->p, sd.chunks = t->v, sd.micro_batches = t->m, sd.kind = t->kind;
+    st = par_pp_schedule_make(&sd, &s);
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = t->p > 1 ? 1u : 0u;
+    d.callbacks.user = r, d.callbacks.forward = toy_fwd, d.callbacks.backward = toy_bwd, d.callbacks.buffer = toy_buf;
+    if (st == PAR_OK) st = par_pp_run(ctx, &d);
+    for (c = 0; c < t->v; c++) t->got_dw[toy_vs(r, c)] = r->dw[c];
+    t->bad[r->stage] = st != PAR_OK;
+    par_pp_schedule_destroy(s);
+    free(r);
+    return st;
+}
+
+static void run_toy(int p, int v, int m, par_pp_kind kind) {
+    toy t;
+    par_ctx_desc pd;
+    char mesh[32];
+    int s, mb, i, ok = 1;
+    memset(&t, 0, sizeof t);
+    t.p = p, t.v = v, t.m = m, t.kind = kind;
+    for (s = 0; s < p * v; s++) t.w[s] = 0.5 + 0.125 * s;
+    for (mb = 0; mb < m; mb++)
+        for (i = 0; i < TOY_N; i++) t.x0[mb][i] = (float)(1 + mb) * 0.25f + (float)i * 0.5f;
+    /* dL/dw_s = sum over mb, i of x_s[i] * prod of the later weights, x_s = x0 * prod of the earlier ones */
+    for (s = 0; s < p * v; s++) {
+        double before = 1, after = 1, sum = 0;
+        int k;
+        for (k = 0; k < s; k++) before *= t.w[k];
+        for (k = s + 1; k < p * v; k++) after *= t.w[k];
+        for (mb = 0; mb < m; mb++)
+            for (i = 0; i < TOY_N; i++) sum += (double)t.x0[mb][i] * before * after;
+        t.want_dw[s] = sum;
+    }
+    snprintf(mesh, sizeof mesh, "pp=%d", p);
+    memset(&pd, 0, sizeof pd);
+    pd.mesh = mesh, pd.timeout_ms = 20000, pd.kernel_threads = 1;
+    CHECK_MSG(par_run_threads_desc(&pd, p, toy_body, &t) == PAR_OK, "%s p %d v %d m %d", par_pp_kind_name(kind), p,
+              v, m);
+    for (s = 0; s < p * v; s++) ok &= fabs(t.got_dw[s] - t.want_dw[s]) <= 1e-5 * fabs(t.want_dw[s]);
+    CHECK_MSG(ok, "%s p %d v %d m %d: dw[0] %.9g, want %.9g", par_pp_kind_name(kind), p, v, m, t.got_dw[0],
+              t.want_dw[0]);
+}
+
+static void test_executor(void) {
+    static const int ps[] = {1, 2, 4};
+    size_t i;
+    int k;
+    for (i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++) {
+            const int p = ps[i];
+            if (k == PAR_PP_INTERLEAVED) {
+                run_toy(p, 2, p, (par_pp_kind)k);
+                run_toy(p, 2, 2 * p, (par_pp_kind)k);
+                continue;
+            }
+            run_toy(p, 1, p, (par_pp_kind)k);
+            run_toy(p, 1, 2 * p + 1, (par_pp_kind)k);
+            run_toy(p, 1, 1, (par_pp_kind)k);
+        }
+}
+
+int main(void) {
+    test_generators();
+    test_generator_errors();
+    test_text();
+    test_bad_schedules();
+    test_executor();
+    return TEST_END("pipeline");
+}
