@@ -1530,6 +1530,10 @@ typedef struct par_params_desc {
                                 gradients_mean: false); 0: average them */
     struct par_trace *trace; /* optional: bucket collectives as "comm" spans, the optimizer
                                 as "optimizer" spans */
+    uint32_t stage_dims;     /* device dims along which ranks hold different parameters
+                                (pipeline stages: each stage describes only its own); never
+                                copies, so the norm counts every stage's parameters and the
+                                loss sums over these dims too. 0 = none */
 } par_params_desc;
 
 typedef struct par_params par_params;
@@ -1623,7 +1627,8 @@ PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_i
 
 /* The mean loss over the whole global batch: *sum and *count (this rank's
    summed per-token losses and token count) are summed over the data-parallel
-   ranks in place; the mean is *sum / *count. Not a mean of per-rank means. */
+   ranks (and the stage dims: stages without the loss pass 0 and 0) in place;
+   the mean is *sum / *count. Not a mean of per-rank means. */
 PARALLEL_DEF par_status par_params_reduce_loss(par_params *ps, double *sum, double *count);
 
 /* What par_params_gather / par_params_set_local move. */
@@ -13667,7 +13672,7 @@ struct par_params {
     par_reduce_op reduce;
     par__param *p;
     par__bucket *b;
-    uint32_t data_dims;
+    uint32_t data_dims, stage_dims;
     par_comm_group *data_group, *world_group;
     int data_size, data_index;
     int64_t total, shard_total, max_padded, max_chunk;
@@ -13804,13 +13809,16 @@ static par_status par__params_check_one(par_params *ps, const par_param_desc *d,
     if (d->grad_partial & split)
         return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\": grad_partial names device dims that split "
                                      "the parameter (its gradient there is a slice, not a partial sum)", d->name);
+    if ((split | d->grad_partial) & ps->stage_dims)
+        return par__fail(PAR_ELAYOUT, "par_params_create: parameter \"%s\" is split or partial over a stage dim (each "
+                                      "stage holds its own parameters whole)", d->name);
     len = strlen(d->name);
     if (!(p->name = (char *)par__ctx_malloc(ps->ctx, len + 1))) return par__fail(PAR_ENOMEM, "par_params_create: out of memory");
     memcpy(p->name, d->name, len + 1);
     p->layout = d->layout;
     p->numel = par_layout_local_numel(&d->layout);
     p->decay = d->decay == PAR_DECAY_ON || (d->decay == PAR_DECAY_AUTO && d->layout.ndim >= 2);
-    p->replica_dims = all & ~split;
+    p->replica_dims = all & ~split & ~ps->stage_dims; /* other stages hold other tensors, not copies */
     p->extra_partial = d->grad_partial & all & ~ps->data_dims;
     /* after the reductions every copy holds the same gradient: count one. Under
        ZeRO the data-parallel ranks hold disjoint shards of it: all count. */
@@ -13925,6 +13933,14 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     ps->trace = desc->trace;
     ps->tmp_bucket_of = -1;
     ps->data_dims = desc->batch ? par_layout_split_dims(desc->batch) & par__mesh_dims_mask(mesh) : 0u;
+    ps->stage_dims = desc->stage_dims;
+    if (desc->stage_dims & ~par__mesh_dims_mask(mesh))
+        return par_params_destroy(ps), par__fail(PAR_EINVAL, "par_params_create: stage_dims 0x%x names device dims the "
+                                                              "mesh does not have", (unsigned)desc->stage_dims);
+    if (desc->stage_dims & ps->data_dims)
+        return par_params_destroy(ps), par__fail(PAR_EINVAL, "par_params_create: stage_dims 0x%x overlap the "
+                                                              "data-parallel dims 0x%x (the batch layout splits them)",
+                                                 (unsigned)desc->stage_dims, (unsigned)ps->data_dims);
     if (desc->batch) ps->batch = *desc->batch, ps->has_batch = 1;
     ps->p = (par__param *)par__ctx_malloc(ctx, (size_t)(desc->num_params ? desc->num_params : 1) * sizeof(par__param));
     if (!ps->p) return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
@@ -14301,9 +14317,9 @@ PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_i
 PARALLEL_DEF par_status par_params_reduce_loss(par_params *ps, double *sum, double *count) {
     double v[2];
     if (!ps || !sum || !count) return par__fail(PAR_EINVAL, "par_params_reduce_loss: NULL argument");
-    if (ps->data_size == 1) return PAR_OK;
+    if (ps->data_size == 1 && !ps->stage_dims) return PAR_OK;
     v[0] = *sum, v[1] = *count;
-    PAR__CHECK(par_ctx_all_reduce_host(ps->ctx, ps->data_dims, PAR_REDUCE_SUM, PAR_F64, v, 2));
+    PAR__CHECK(par_ctx_all_reduce_host(ps->ctx, ps->data_dims | ps->stage_dims, PAR_REDUCE_SUM, PAR_F64, v, 2));
     *sum = v[0], *count = v[1];
     return PAR_OK;
 }

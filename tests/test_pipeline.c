@@ -309,11 +309,107 @@ static void test_executor(void) {
         }
 }
 
+/* ---- 5. parameter sets per stage (par_params_desc.stage_dims) ------------------------- */
+
+typedef struct stage_run {
+    double norm[8], loss_sum[8], loss_count[8];
+    uint32_t replica[8];
+    int bad[8];
+} stage_run;
+
+/* A deterministic gradient of element e of tensor `which` on data rank d. */
+static float stage_grad(int which, int e, int d) { return (float)((which + 1) * 0.25 + e * 0.125 - d * 0.5); }
+
+static par_status stage_body(par_ctx *ctx, void *arg) {
+    stage_run *w = (stage_run *)arg;
+    const par_mesh *mesh = par_ctx_mesh(ctx);
+    const int rank = par_ctx_rank(ctx);
+    const uint32_t pp = 1u << par_mesh_dev_dim(mesh, "pp");
+    int coords[8], stage, d, n, i, e;
+    static const int64_t sizes[3][2] = {{3, 4}, {5, 1}, {7, 1}}; /* stage 0: tensors 0 and 1; stage 1: tensor 2 */
+    const int64_t bshape[2] = {4, 8};
+    par_layout batch;
+    par_param_desc pd[2];
+    par_params_desc desc;
+    par_params *ps = NULL;
+    par_adamw opt;
+    par_step_stats stats;
+    par_param_info info;
+    double sum, count;
+    PAR__CHECK(par_mesh_coords(mesh, rank, coords));
+    stage = coords[0], d = coords[1];
+    PAR__CHECK(par_layout_parse(&batch, mesh, 2, bshape, "[dp,None]"));
+    memset(pd, 0, sizeof pd);
+    n = stage == 0 ? 2 : 1;
+    for (i = 0; i < n; i++) {
+        const int which = stage == 0 ? i : 2;
+        static const char *const names[3] = {"a", "b", "c"};
+        pd[i].name = names[which];
+        PAR__CHECK(par_layout_init(&pd[i].layout, mesh, sizes[which][1] > 1 ? 2 : 1, sizes[which], NULL, 0));
+    }
+    memset(&desc, 0, sizeof desc);
+    desc.params = pd, desc.num_params = n, desc.batch = &batch, desc.stage_dims = pp;
+    PAR__CHECK(par_params_create(ctx, &desc, &ps));
+    PAR__CHECK(par_params_grads_begin(ps, 0, 1));
+    for (i = n - 1; i >= 0; i--) {
+        float *g;
+        const int which = stage == 0 ? i : 2;
+        PAR__CHECK(par_params_grad(ps, i, &g));
+        for (e = 0; e < (int)(sizes[which][0] * sizes[which][1]); e++) g[e] += stage_grad(which, e, d);
+        PAR__CHECK(par_params_grad_ready(ps, i));
+    }
+    PAR__CHECK(par_params_grads_wait(ps));
+    memset(&opt, 0, sizeof opt);
+    opt.lr = 1e-3f, opt.beta1 = 0.9f, opt.beta2 = 0.95f, opt.eps = 1e-8f;
+    PAR__CHECK(par_params_step(ps, &opt, &stats));
+    PAR__CHECK(par_params_info(ps, 0, &info));
+    sum = stage == 1 ? 10.0 + d : 0.0, count = stage == 1 ? 4.0 : 0.0; /* the loss lives on the last stage */
+    PAR__CHECK(par_params_reduce_loss(ps, &sum, &count));
+    w->norm[rank] = stats.grad_norm, w->loss_sum[rank] = sum, w->loss_count[rank] = count;
+    w->replica[rank] = info.replica_dims;
+    par_params_destroy(ps);
+    /* a parameter split over the stage dim is refused */
+    PAR__CHECK(par_layout_parse(&pd[0].layout, mesh, 1, bshape, "[pp]"));
+    pd[0].name = "split";
+    desc.num_params = 1;
+    w->bad[rank] = par_params_create(ctx, &desc, &ps) == PAR_ELAYOUT && strstr(par_last_error(), "stage dim") != NULL;
+    desc.params = NULL, desc.num_params = 0, desc.stage_dims = 1u; /* dp is the right dim of "pp=2,dp=2" */
+    w->bad[rank] &= par_params_create(ctx, &desc, &ps) == PAR_EINVAL && strstr(par_last_error(), "overlap") != NULL;
+    return PAR_OK;
+}
+
+static void test_stage_params(void) {
+    stage_run w;
+    par_ctx_desc pd;
+    double want = 0;
+    int which, e, d, r, ok = 1;
+    memset(&w, 0, sizeof w);
+    for (which = 0; which < 3; which++) { /* mean over the 2 data ranks, every tensor of both stages once */
+        const int n = which == 0 ? 12 : which == 1 ? 5 : 7;
+        for (e = 0; e < n; e++) {
+            double g = 0;
+            for (d = 0; d < 2; d++) g += stage_grad(which, e, d);
+            want += (g / 2) * (g / 2);
+        }
+    }
+    want = sqrt(want);
+    memset(&pd, 0, sizeof pd);
+    pd.mesh = "pp=2,dp=2", pd.timeout_ms = 20000, pd.kernel_threads = 1;
+    CHECK_OK(par_run_threads_desc(&pd, 4, stage_body, &w));
+    for (r = 0; r < 4; r++) {
+        ok &= fabs(w.norm[r] - want) <= 1e-6 * want && w.loss_sum[r] == 21.0 && w.loss_count[r] == 8.0;
+        ok &= w.replica[r] == 1u && w.bad[r]; /* copies only over dp */
+    }
+    CHECK_MSG(ok, "stage params: norm %.9g (want %.9g), loss %g / %g (want 21 / 8), replica 0x%x, errors %d", w.norm[0],
+              want, w.loss_sum[0], w.loss_count[0], (unsigned)w.replica[0], w.bad[0]);
+}
+
 int main(void) {
     test_generators();
     test_generator_errors();
     test_text();
     test_bad_schedules();
     test_executor();
+    test_stage_params();
     return TEST_END("pipeline");
 }
