@@ -1,0 +1,129 @@
+/* tests/pp_toy.h - a toy pipeline for >>pipeline's executor, on any backend:
+   a chain y = w_s * x through every virtual stage s, loss = the sum of the
+   last output, so dL/dw_s = sum of x0 * (product of the other weights). Each
+   stage computes its weight gradients through par_pp_run; toy_expect gives
+   them in double, independently. Used by tests/test_pipeline.c (threads) and
+   tests/mpi/test_pipeline_mpi.c (mpirun). */
+#ifndef PP_TOY_H
+#define PP_TOY_H
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../parallel.h"
+
+#define TOY_N 8 /* floats per micro-batch's activation */
+#define TOY_MAX_MB 16
+#define TOY_MAX_VS 16
+
+typedef struct toy {
+    int p, v, m;
+    par_pp_kind kind;
+    double w[TOY_MAX_VS];           /* the weight of each virtual stage */
+    float x0[TOY_MAX_MB][TOY_N];    /* the first stage's input per micro-batch */
+    double want_dw[TOY_MAX_VS];
+    double got_dw[TOY_MAX_VS];
+    int bad[64];
+} toy;
+
+/* One rank's state: its buffers per (micro-batch, chunk). */
+typedef struct toy_rank {
+    toy *t;
+    int stage;
+    float in[TOY_MAX_MB][4][TOY_N], out[TOY_MAX_MB][4][TOY_N], gin[TOY_MAX_MB][4][TOY_N], gout[TOY_MAX_MB][4][TOY_N];
+    double dw[4];
+} toy_rank;
+
+static int toy_vs(const toy_rank *r, int chunk) { return chunk * r->t->p + r->stage; }
+
+static const float *toy_input(toy_rank *r, int mb, int c) {
+    if (toy_vs(r, c) == 0) return r->t->x0[mb];
+    if (r->t->p == 1) return r->out[mb][c - 1];
+    return r->in[mb][c];
+}
+
+static par_status toy_fwd(void *u, int mb, int c) {
+    toy_rank *r = (toy_rank *)u;
+    const float *x = toy_input(r, mb, c);
+    int i;
+    for (i = 0; i < TOY_N; i++) r->out[mb][c][i] = (float)(r->t->w[toy_vs(r, c)] * x[i]);
+    return PAR_OK;
+}
+
+/* loss = sum over micro-batches and elements of y_last: dL/dy_last = 1 */
+static par_status toy_bwd(void *u, int mb, int c, par_pp_op op) {
+    toy_rank *r = (toy_rank *)u;
+    const int vs = toy_vs(r, c), last = r->t->p * r->t->v - 1;
+    const float *x = toy_input(r, mb, c);
+    float dy[TOY_N];
+    int i;
+    for (i = 0; i < TOY_N; i++)
+        dy[i] = vs == last ? 1.0f : r->t->p == 1 ? r->gin[mb][c + 1][i] : r->gout[mb][c][i];
+    if (op != PAR_PP_W)
+        for (i = 0; i < TOY_N; i++) r->gin[mb][c][i] = (float)(r->t->w[vs] * dy[i]);
+    if (op != PAR_PP_I)
+        for (i = 0; i < TOY_N; i++) r->dw[c] += (double)x[i] * dy[i];
+    return PAR_OK;
+}
+
+static par_status toy_buf(void *u, int mb, int c, int is_grad, int is_input, float **ptr, int64_t *count) {
+    toy_rank *r = (toy_rank *)u;
+    *ptr = is_grad ? (is_input ? r->gin[mb][c] : r->gout[mb][c]) : (is_input ? r->in[mb][c] : r->out[mb][c]);
+    *count = TOY_N;
+    return PAR_OK;
+}
+
+static par_status toy_body(par_ctx *ctx, void *arg) {
+    toy *t = (toy *)arg;
+    toy_rank *r = (toy_rank *)calloc(1, sizeof(toy_rank));
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    par_status st;
+    int c;
+    if (!r) return PAR_ENOMEM;
+    r->t = t, r->stage = par_ctx_rank(ctx);
+    memset(&sd, 0, sizeof sd);
+    sd.stages = t->p, sd.chunks = t->v, sd.micro_batches = t->m, sd.kind = t->kind;
+    st = par_pp_schedule_make(&sd, &s);
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = t->p > 1 ? 1u : 0u;
+    d.callbacks.user = r, d.callbacks.forward = toy_fwd, d.callbacks.backward = toy_bwd, d.callbacks.buffer = toy_buf;
+    if (st == PAR_OK) st = par_pp_run(ctx, &d);
+    for (c = 0; c < t->v; c++) t->got_dw[toy_vs(r, c)] = r->dw[c];
+    t->bad[r->stage] = st != PAR_OK;
+    par_pp_schedule_destroy(s);
+    free(r);
+    return st;
+}
+
+
+/* The toy's weights, inputs and the expected gradients. */
+static void toy_init(toy *t, int p, int v, int m, par_pp_kind kind) {
+    int s, mb, i;
+    memset(t, 0, sizeof *t);
+    t->p = p, t->v = v, t->m = m, t->kind = kind;
+    for (s = 0; s < p * v; s++) t->w[s] = 0.5 + 0.125 * s;
+    for (mb = 0; mb < m; mb++)
+        for (i = 0; i < TOY_N; i++) t->x0[mb][i] = (float)(1 + mb) * 0.25f + (float)i * 0.5f;
+    for (s = 0; s < p * v; s++) {
+        double before = 1, after = 1, sum = 0;
+        int k;
+        for (k = 0; k < s; k++) before *= t->w[k];
+        for (k = s + 1; k < p * v; k++) after *= t->w[k];
+        for (mb = 0; mb < m; mb++)
+            for (i = 0; i < TOY_N; i++) sum += (double)t->x0[mb][i] * before * after;
+        t->want_dw[s] = sum;
+    }
+}
+
+/* 1 when this stage's gradients match (relative 1e-5). */
+static int toy_stage_ok(const toy *t, int stage) {
+    int c, ok = 1;
+    for (c = 0; c < t->v; c++) {
+        const int s = c * t->p + stage;
+        ok &= fabs(t->got_dw[s] - t->want_dw[s]) <= 1e-5 * fabs(t->want_dw[s]);
+    }
+    return ok;
+}
+
+#endif /* PP_TOY_H */
