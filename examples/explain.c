@@ -61,6 +61,11 @@ static const char *const usage_text =
     "      [--latency d=x,...]      alpha per device dim (number or axis name), or one\n"
     "                               value for all dims\n"
     "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n"
+    "  pipeline      a pipeline schedule, every rank's actions, checked: bubble, memory\n"
+    "      --schedule 1f1b          gpipe, 1f1b, interleaved (needs --chunks >= 2), zb-h1\n"
+    "      --stages 4 --micro-batches 8 [--chunks 2]\n"
+    "      or --file S.txt          a schedule in the text form this command prints\n"
+    "                               (edit one to write your own)\n"
     "  tour          a guided tour with explanations (make tour)\n"
     "\n"
     "Invalid input prints one line starting with \"error:\" and exits with status 2.\n";
@@ -679,6 +684,57 @@ static void tour_redistribute(const char *mesh_spec, const char *shape_spec, con
     show_plan(&from, &to, &cm, greedy, plan);
 }
 
+/* Print a schedule (generated or read from a file) and the checker's verdict. */
+static int cmd_pipeline(int argc, char **argv) {
+    static const opt_spec specs[] = {{"schedule", 1, 0}, {"stages", 1, 0}, {"micro-batches", 1, 0},
+                                     {"chunks", 1, 0},   {"file", 1, 0},   {NULL, 0, 0}};
+    args a;
+    par_pp_schedule *s = NULL;
+    par_pp_check c;
+    const char *file;
+    char *text;
+    int r, n;
+    parse_args(argc, argv, "pipeline", specs, &a);
+    if ((file = arg_get(&a, "file")) != NULL) {
+        FILE *f = fopen(file, "rb");
+        long size;
+        if (arg_get(&a, "schedule") || arg_get(&a, "stages") || arg_get(&a, "micro-batches") || arg_get(&a, "chunks"))
+            die("pipeline: --file takes the schedule from the file; drop --schedule, --stages, --micro-batches, --chunks");
+        if (!f) die("pipeline: --file %.200s: %s", file, strerror(errno));
+        fseek(f, 0, SEEK_END), size = ftell(f), fseek(f, 0, SEEK_SET);
+        if (size < 0 || size > (1 << 26)) fclose(f), die("pipeline: --file %.200s: unreadable or larger than 64 MiB", file);
+        text = (char *)malloc((size_t)size + 1);
+        if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) fclose(f), die("pipeline: --file %.200s: read failed", file);
+        fclose(f);
+        text[size] = 0;
+        check(par_pp_schedule_parse(text, &s), "--file");
+        free(text);
+    } else {
+        par_pp_schedule_desc d;
+        memset(&d, 0, sizeof d);
+        check(par_pp_kind_parse(arg_need(&a, "schedule"), &d.kind), "--schedule");
+        d.stages = (int)parse_int(arg_need(&a, "stages"), 1, 4096, "--stages");
+        d.micro_batches = (int)parse_int(arg_need(&a, "micro-batches"), 1, 65536, "--micro-batches");
+        d.chunks = arg_get(&a, "chunks") ? (int)parse_int(arg_get(&a, "chunks"), 1, 64, "--chunks") : 1;
+        check(par_pp_schedule_make(&d, &s), "--schedule");
+    }
+    check(par_pp_schedule_check(s, &c, NULL, 0), "pipeline: check");
+    n = par_pp_schedule_format(s, NULL, 0);
+    text = (char *)malloc((size_t)n + 1);
+    if (!text) die("pipeline: out of memory");
+    par_pp_schedule_format(s, text, (size_t)n + 1);
+    fputs(text, stdout);
+    free(text);
+    printf("check: ok (no deadlock; every micro-batch's forward and backward once, each after what it needs)\n");
+    printf("bubble %.4f of the ranks' time, makespan %.0f (F = 1, B = 2, I = W = 1; transfers free)\n", c.bubble,
+           c.makespan);
+    printf("peak micro-batches in flight per rank:");
+    for (r = 0; r < par_pp_schedule_stages(s) && r < 64; r++) printf(" %d", c.peak_in_flight[r]);
+    printf("\n");
+    par_pp_schedule_destroy(s);
+    return 0;
+}
+
 static int cmd_tour(int argc, char **argv) {
     static const opt_spec specs[] = {{NULL, 0, 0}};
     args a;
@@ -779,7 +835,7 @@ static int cmd_tour(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     int i;
-    if (argc < 2) die("no command given (commands: layout, strategy, strategies, redistribute, tour; see --help)");
+    if (argc < 2) die("no command given (commands: layout, strategy, strategies, redistribute, pipeline, tour; see --help)");
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 || (i == 1 && strcmp(argv[i], "help") == 0)) {
             fputs(usage_text, stdout);
@@ -791,6 +847,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "strategies") == 0) return cmd_strategies(argc - 2, argv + 2);
     if (strcmp(argv[1], "redistribute") == 0) return cmd_redistribute(argc - 2, argv + 2);
     if (strcmp(argv[1], "tour") == 0) return cmd_tour(argc - 2, argv + 2);
-    die("unknown command '%.64s' (commands: layout, strategy, strategies, redistribute, tour)", argv[1]);
+    if (strcmp(argv[1], "pipeline") == 0) return cmd_pipeline(argc - 2, argv + 2);
+    die("unknown command '%.64s' (commands: layout, strategy, strategies, redistribute, pipeline, tour)", argv[1]);
     return EXIT_USAGE;
 }

@@ -362,6 +362,30 @@ bad "tour with args" tour --mesh 2
 # ---------------------------------------------------------------------------
 # Nasty values in every option of a few valid commands: exit 0, or exit 2 with one
 # "error:" line; never a crash. One check per command.
+# ---------------------------------------------------------------------------
+# pipeline: generated schedules with the textbook figures, a file, bad input
+
+ok "pipeline 1f1b" pipeline --schedule 1f1b --stages 4 --micro-batches 8
+has_line "1f1b bubble" "bubble 0.2727 of the ranks' time, makespan 33 (F = 1, B = 2, I = W = 1; transfers free)"
+has_line "1f1b memory" "peak micro-batches in flight per rank: 4 3 2 1"
+has_match "1f1b last rank" "^rank 3: RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0,"
+ok "pipeline gpipe" pipeline --schedule gpipe --stages 2 --micro-batches 3
+has_line "gpipe memory" "peak micro-batches in flight per rank: 3 3"
+has_line "gpipe bubble" "bubble 0.2500 of the ranks' time, makespan 12 (F = 1, B = 2, I = W = 1; transfers free)"
+PIPEF=$(mktemp)
+printf 'pipeline stages=2 chunks=1 micro_batches=1\n# a comment\nrank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n' >"$PIPEF"
+ok "pipeline file" pipeline --file "$PIPEF"
+has_line "file bubble" "bubble 0.5000 of the ranks' time, makespan 6 (F = 1, B = 2, I = W = 1; transfers free)"
+printf 'pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n' >"$PIPEF"
+bad_says "pipeline deadlock" "deadlock: every unfinished rank waits for a message no rank will send: rank 0 step 1 (RG 0 0)" \
+    pipeline --file "$PIPEF"
+bad_says "pipeline interleaved m" "micro-batches (3) to be a multiple of the stages (2)" \
+    pipeline --schedule interleaved --stages 2 --micro-batches 3 --chunks 2
+bad_says "pipeline name" "accepted: gpipe, 1f1b, interleaved" pipeline --schedule dualpipe --stages 2 --micro-batches 2
+bad_says "pipeline file and schedule" "drop --schedule" pipeline --file "$PIPEF" --schedule 1f1b
+bad_says "pipeline missing file" "No such file" pipeline --file /nonexistent/s.txt
+rm -f "$PIPEF"
+
 nasty=("" "-1" "99999999999999999999" "((" "None" "[-1,-1] partial=" "1e400"
        "$(printf '%0300d' 7)" "((((((((((((((((((((((((((((((((((((((((" "8x0" $'1\n2')
 commands=(
@@ -372,6 +396,7 @@ commands=(
     'strategies --op batch_matmul --devices 4 --shapes 2x8x16,2x16x8'
     'redistribute --mesh 2,4 --shape 8,16 --from [1,-1] --to [-1,0] --latency 0=1,1=2 --bandwidth 1'
     'redistribute --mesh tp=4 --shape 2,8,32 --from [None,None,tp] --to [None,None,tp,None] --to-shape 2,8,4,8'
+    'pipeline --schedule interleaved --stages 2 --micro-batches 4 --chunks 2'
 )
 for c in "${commands[@]}"; do
     read -r -a argv <<<"$c"
