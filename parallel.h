@@ -4386,24 +4386,35 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
 /* ---- an op's info on a model's mesh ------------------------------------------ */
 
 /* Device dims of `mask` on the device matrix -> on the mesh (size-1 dims drop). */
-static uint32_t par__st_mask_to_mesh(uint32_t mask, const int *dev_to_mesh, int n) {
+/* Matrix device dim v -> the mesh device dims it becomes (major first; one,
+   or several when an unnamed matrix axis spans several mesh axes; none for
+   a size-1 axis). */
+typedef struct par__st_dev_map {
+    int n[PARALLEL_MAX_DIMS];
+    int dev[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS];
+} par__st_dev_map;
+
+static uint32_t par__st_mask_to_mesh(uint32_t mask, const par__st_dev_map *m, int n) {
     uint32_t out = 0;
-    int v;
+    int v, k;
     for (v = 0; v < n; v++)
-        if ((mask >> v & 1u) && dev_to_mesh[v] >= 0) out |= 1u << dev_to_mesh[v];
+        for (k = 0; (mask >> v & 1u) && k < m->n[v]; k++) out |= 1u << m->dev[v][k];
     return out;
 }
 
-static par_status par__st_layout_to_mesh(par_layout *l, const par_mesh *mesh, const int *dev_to_mesh, int n) {
+static par_status par__st_layout_to_mesh(par_layout *l, const par_mesh *mesh, const par__st_dev_map *m, int n) {
     par_tensor_map map;
-    int t, k;
+    int t, k, j;
     memset(&map, 0, sizeof map);
     for (t = 0; t < l->ndim; t++)
         for (k = 0; k < l->map.count[t]; k++) {
             const int v = l->map.dev[t][k];
-            if (v >= 0 && v < n && dev_to_mesh[v] >= 0) map.dev[t][map.count[t]++] = (int8_t)dev_to_mesh[v];
+            for (j = 0; v >= 0 && v < n && j < m->n[v]; j++) {
+                if (map.count[t] == PARALLEL_MAX_DIMS) return par__fail(PAR_ELAYOUT, "par_op_info_on_mesh: too many splits");
+                map.dev[t][map.count[t]++] = (int8_t)m->dev[v][j];
+            }
         }
-    map.partial = par__st_mask_to_mesh(l->map.partial, dev_to_mesh, n);
+    map.partial = par__st_mask_to_mesh(l->map.partial, m, n);
     l->map = map;
     l->mesh = *mesh;
     return par_layout_check(l);
@@ -4458,10 +4469,37 @@ static par_status par__st_check_axes(const par_mesh *dm, const par_mesh *mesh, c
     return PAR_OK;
 }
 
-/* Matrix axis -> mesh axis by the names a named strategy gave the matrix: a
-   named axis goes to the mesh axis of that name, size-1 axes drop, and the
-   unnamed ones (the repeated dim, numeric entries) take the mesh axes larger
-   than 1 that are left, in order. */
+/* Matrix axis -> mesh axes by the names a named strategy gave the matrix: a
+   named axis goes to the mesh axis of that name, size-1 axes drop, and each
+   unnamed one (the repeated dim, numeric entries) takes the next mesh axes
+   larger than 1 that are left, in order, as many as multiply to its size (the
+   repeated dim of ((dp,1),(tp,1)) on "dp=2,pp=2,cp=2,tp=2" spans pp and cp). */
+static par_status par__st_named_spans(const par_mesh *dm, const par_mesh *mesh, int *nspan,
+                                      int span[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS]) {
+    uint32_t used = 0;
+    int i, j = 0, v;
+    for (i = 0; i < dm->ndim; i++) {
+        nspan[i] = 0;
+        if (!dm->names[i][0] || dm->dims[i] == 1) continue;
+        v = par_mesh_dev_dim(mesh, dm->names[i]);
+        if (v < 0 || mesh->dims[mesh->ndim - 1 - v] != dm->dims[i]) return -1; /* the one-to-one path says why */
+        span[i][nspan[i]++] = mesh->ndim - 1 - v, used |= 1u << (mesh->ndim - 1 - v);
+    }
+    for (i = 0; i < dm->ndim; i++) {
+        long long prod = 1;
+        if (dm->names[i][0] || dm->dims[i] == 1) continue;
+        while (prod < dm->dims[i]) {
+            while (j < mesh->ndim && (mesh->dims[j] == 1 || (used >> j & 1u))) j++;
+            if (j == mesh->ndim) break;
+            prod *= mesh->dims[j], span[i][nspan[i]++] = j, used |= 1u << j;
+        }
+        if (prod != dm->dims[i]) return -1;
+    }
+    for (j = 0; j < mesh->ndim; j++)
+        if (mesh->dims[j] > 1 && !(used >> j & 1u)) return -1;
+    return 0;
+}
+
 static par_status par__st_named_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
     char text[128];
     uint32_t used = 0;
@@ -4507,9 +4545,11 @@ static int par__mesh_has_names(const par_mesh *m) {
 
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out) {
-    int axes[PARALLEL_MAX_DIMS], dev_to_mesh[PARALLEL_MAX_DIMS], i, n;
+    int axes[PARALLEL_MAX_DIMS], nspan[PARALLEL_MAX_DIMS], span[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS], i, k, n;
+    par__st_dev_map dev_to_mesh;
     par_op_info r;
     par_status st;
+    int spans = 0;
     if (!info || !mesh || !out) return par__fail(PAR_EINVAL, "par_op_info_on_mesh: NULL argument");
     n = info->dev_matrix.ndim;
     if (par_mesh_size(mesh) <= 0 || n < 1 || n > PARALLEL_MAX_DIMS)
@@ -4522,22 +4562,29 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
         st = par__st_check_axes(&info->dev_matrix, mesh, axes);
     } else if (par__mesh_has_names(&info->dev_matrix) && par__mesh_has_names(mesh)) {
         st = par__st_named_axes(&info->dev_matrix, mesh, axes);
+        /* one-to-one failed: an unnamed axis may still span several mesh axes */
+        if (st != PAR_OK && par__st_named_spans(&info->dev_matrix, mesh, nspan, span) == 0) st = PAR_OK, spans = 1;
     } else {
         st = par__st_auto_axes(&info->dev_matrix, mesh, axes);
     }
     if (st != PAR_OK) return st;
-    for (i = 0; i < n; i++) /* device dim v = axis n-1-v, on both sides */
-        dev_to_mesh[n - 1 - i] = axes[i] < 0 ? -1 : mesh->ndim - 1 - axes[i];
+    par_clear_error();
+    for (i = 0; i < n; i++) { /* device dim v = axis n-1-v, on both sides */
+        const int v = n - 1 - i;
+        dev_to_mesh.n[v] = spans ? nspan[i] : axes[i] >= 0;
+        for (k = 0; k < dev_to_mesh.n[v]; k++) dev_to_mesh.dev[v][k] = mesh->ndim - 1 - (spans ? span[i][k] : axes[i]);
+    }
     r = *info;
     r.dev_matrix = *mesh;
     for (i = 0; i < r.num_inputs; i++)
-        if ((st = par__st_layout_to_mesh(&r.inputs[i], mesh, dev_to_mesh, n)) != PAR_OK) return st;
+        if ((st = par__st_layout_to_mesh(&r.inputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
     for (i = 0; i < r.num_outputs; i++)
-        if ((st = par__st_layout_to_mesh(&r.outputs[i], mesh, dev_to_mesh, n)) != PAR_OK) return st;
-    for (i = 0; i < r.num_forward && i < 2; i++) r.forward[i].dev_mask = par__st_mask_to_mesh(r.forward[i].dev_mask, dev_to_mesh, n);
-    for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__st_mask_to_mesh(r.mirror[i].dev_mask, dev_to_mesh, n);
+        if ((st = par__st_layout_to_mesh(&r.outputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
+    for (i = 0; i < r.num_forward && i < 2; i++)
+        r.forward[i].dev_mask = par__st_mask_to_mesh(r.forward[i].dev_mask, &dev_to_mesh, n);
+    for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__st_mask_to_mesh(r.mirror[i].dev_mask, &dev_to_mesh, n);
     for (i = 0; i < PAR_MAX_INPUTS; i++)
-        r.backward[i].dev_mask = par__st_mask_to_mesh(r.backward[i].dev_mask, dev_to_mesh, n);
+        r.backward[i].dev_mask = par__st_mask_to_mesh(r.backward[i].dev_mask, &dev_to_mesh, n);
     *out = r;
     return PAR_OK;
 }

@@ -920,6 +920,26 @@ static void test_named(void) {
     CHECK_OK(par_strategy_parse_mesh("((dp,1),(1,))", &mesh, &s));
     CHECK_OK(par_op_infer(&norm, &s, 8, &info));
     CHECK_STR(M(&info.dev_matrix), "[dp=2,1,4]");
+    /* the repeated dim of a named strategy may span several mesh axes: on
+       "dp=2,pp=2,cp=2,tp=2" ((dp,1),(tp,1)) repeats over pp x cp (device dims
+       2 and 1), so W's gradient is summed over dp, pp and cp */
+    {
+        par_mesh four;
+        CHECK_OK(par_mesh_parse("dp=2,pp=2,cp=2,tp=2", &four));
+        CHECK_OK(par_strategy_parse_mesh("((dp,1),(tp,1))", &four, &s));
+        CHECK_OK(par_op_infer(&col, &s, 16, &info));
+        CHECK_STR(M(&info.dev_matrix), "[dp=2,1,tp=2,4]");
+        CHECK_OK(par_op_info_on_mesh(&info, &four, NULL, &m));
+        CHECK_STR(L(&m.inputs[0]), "[3,-1]");
+        CHECK_STR(L(&m.inputs[1]), "[0,-1]");
+        CHECK_INT(m.mirror[1].dev_mask, 0xE);
+        /* sizes that do not multiply up stay an error */
+        CHECK_OK(par_mesh_parse("dp=2,pp=3,tp=2", &four));
+        CHECK_OK(par_strategy_parse_mesh("((dp,1),(tp,1))", &four, &s));
+        CHECK_OK(par_op_infer(&col, &s, 12, &info));
+        CHECK_OK(par_op_info_on_mesh(&info, &four, NULL, &m)); /* one axis of 3: one to one */
+        CHECK_INT(m.mirror[1].dev_mask, 0x6);
+    }
     /* numeric entries beside named ones of the same dim agree; the name sticks */
     row.transpose_b = 1, row.params = 2;
     CHECK_OK(par_strategy_parse_mesh("((dp,4),(1,tp))", &mesh, &s));

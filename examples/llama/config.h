@@ -32,7 +32,7 @@ typedef struct llama_config {
     /* parallel_config */
     int data_parallel;     /* dp degree */
     int model_parallel;    /* tp degree */
-    int pipeline_stage;    /* pp degree (only 1 until pipeline parallel lands) */
+    int pipeline_stage;    /* pp degree: the layers split into this many stages */
     int micro_batch_num;   /* micro-batches per step per rank: gradient accumulation while pipeline_stage is 1 */
     int context_parallel;  /* cp degree: the sequence split over ranks */
     char context_parallel_algo[32]; /* "colossalai_cp" (ring), "ulysses_cp", "hybrid_cp" ("hybird_cp" read as hybrid_cp) */
@@ -82,6 +82,7 @@ typedef struct llama_config {
     int pp_interleave_num;           /* model_config: 1 (virtual pipeline stages) */
     int offset;                      /* model_config: 0 (layers moved between pipeline stages) */
     int pipeline_interleave;         /* parallel.pipeline_config: bool, false */
+    char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default) or "gpipe" */
     int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
     int recompute;                   /* recompute_config: bool, false */
     int select_recompute;            /* recompute_config: bool, false */
@@ -180,7 +181,6 @@ void llama_config_print_reference(FILE *f);
 
 /* Features whose switch exists in the YAML but whose code has not landed.
    One place, so that the messages follow the issue tracker. */
-#define LLAMA__TODO_PP "pipeline parallel is not implemented yet; use 1"
 #define LLAMA__TODO_ZERO3 "optimizer level3 (parameter sharding) is not implemented yet; use level1 or level2"
 #define LLAMA__TODO_AUTO "auto_parallel (strategy search) is not implemented yet; use semi_auto_parallel"
 #define LLAMA__NO_HYBRID                                                                                    \
@@ -190,8 +190,6 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__TODO_FINE_GRAIN                                                                        \
     "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it " \
     "also requires parallel_config.use_seq_parallel)"
-#define LLAMA__TODO_VPP "interleaved pipeline (virtual stages) is not implemented yet"
-#define LLAMA__TODO_OFFSET "per-stage layer offsets (pipeline parallel) are not implemented yet; use 0"
 #define LLAMA__NO_RECOMPUTE "activation recomputation is not implemented; use false"
 #define LLAMA__NO_GRAD_ACCUM                                                                             \
     "not supported: gradient accumulation here is parallel_config.micro_batch_num, which splits each "  \
@@ -239,6 +237,7 @@ typedef struct llama__key {
 #define LLAMA__DEG 65536.0 /* largest parallel degree */
 #define LLAMA__MAX_BATCH 1048576 /* largest batch_size, and largest global batch */
 
+static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0}, {"gpipe", "gpipe", 1}, {NULL, NULL, 0}};
 static const llama__choice llama__cp_algos[] = {{"colossalai_cp", "colossalai_cp", 0},
                                                 {"ulysses_cp", "ulysses_cp", 1},
                                                 {"hybrid_cp", "hybrid_cp", 2},
@@ -314,9 +313,9 @@ static const llama__key llama__keys[] = {
      "fine-grained interleave: each layer's tokens in slices whose communication overlaps the other slices' compute (MindFormers requires use_seq_parallel for it); only 1 until it lands"},
     {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
-     "virtual pipeline stages per rank (interleaved schedule, with parallel.pipeline_config.pipeline_interleave); only 1 until pipeline parallel lands"},
+     "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule); > 1 needs parallel.pipeline_config.pipeline_interleave true and micro_batch_num a multiple of pipeline_stage"},
     {"model.model_config.offset", LLAMA__T_INT, LLAMA__AT(offset), 0, -4096, 4096, 0, NULL, "0", NULL,
-     "layers moved between pipeline stages (MindFormers also takes a per-stage list); only 0 until pipeline parallel lands"},
+     "layers moved from the first pipeline stage (virtual stage) to the last: num_layers / (pipeline_stage x pp_interleave_num) per stage, the first offset fewer, the last offset more (negative: the other way); every stage keeps at least one layer (MindFormers also takes a per-stage list: not here)"},
 
     /* parallel_config */
     {"parallel_config.data_parallel", LLAMA__T_INT, LLAMA__AT(data_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
@@ -324,7 +323,7 @@ static const llama__key llama__keys[] = {
     {"parallel_config.model_parallel", LLAMA__T_INT, LLAMA__AT(model_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
      "tensor-parallel degree (Megatron column/row parallel linears, heads and vocabulary split); must divide num_heads, n_kv_heads (kv heads are not replicated), intermediate_size and vocab_size"},
     {"parallel_config.pipeline_stage", LLAMA__T_INT, LLAMA__AT(pipeline_stage), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
-     "pipeline stages; only 1 until pipeline parallel lands"},
+     "pipeline stages: the layers split into this many consecutive stages (parallel.h >>pipeline), the embedding on the first, the final norm, lm_head and the loss on the last; num_layers must split (see offset); schedule by parallel.pipeline_config"},
     {"parallel_config.micro_batch_num", LLAMA__T_INT, LLAMA__AT(micro_batch_num), 0, 1, LLAMA__DEG, 0, NULL, "1", NULL,
      "micro-batches per step on each rank; with pipeline_stage 1 this is gradient accumulation, each rank's share of the batch split into micro_batch_num parts (MindFormers uses it only for pipeline micro-batches and accumulates with runner_config.gradient_accumulation_steps, which multiplies the batch)"},
     {"parallel_config.context_parallel", LLAMA__T_INT, LLAMA__AT(context_parallel), 0, 1, LLAMA__DEG, 0, NULL, "1",
@@ -369,7 +368,10 @@ static const llama__key llama__keys[] = {
      "with enable_parallel_optimizer: level1 shards optimizer state, level2 also gradients; level3 not yet"},
     {"parallel.pipeline_config.pipeline_interleave", LLAMA__T_BOOL, LLAMA__AT(pipeline_interleave), 0, 0, 0, 0, NULL,
      "false", NULL,
-     "interleaved pipeline schedule (with model_config.pp_interleave_num); only false until pipeline parallel lands"},
+     "interleaved pipeline schedule (Megatron's interleaved 1F1B over model_config.pp_interleave_num chunks per rank); true needs pp_interleave_num > 1 and the reverse"},
+    {"parallel.pipeline_config.pipeline_scheduler", LLAMA__T_CHOICE, LLAMA__AT(pipeline_scheduler),
+     sizeof(((llama_config *)0)->pipeline_scheduler), 0, 0, 0, llama__pp_schedulers, "1f1b", NULL,
+     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down) or gpipe (all forwards, then all backwards); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
     {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__search_modes, "recursive_programming",
      NULL, "auto_parallel's strategy search; accepted and ignored (auto_parallel is not implemented yet)"},
     {"parallel.strategy_ckpt_save_file", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "./ckpt_strategy.ckpt", NULL,
@@ -810,6 +812,40 @@ static void llama__key_names(const llama__key *k, char *buf, size_t size) {
 #define LLAMA__P(name) "parallel_config." name
 
 
+/* Pipeline: the layers split into pipeline_stage x pp_interleave_num virtual
+   stages (offset moving layers from the first to the last), the interleave
+   switches agreeing, and the interleaved schedule's micro-batch rule. */
+static int llama__check_pp(const llama_config *c, char *err, size_t errsize) {
+    const int p = c->pipeline_stage, v = c->pp_interleave_num, vs = p * v;
+    if (c->pipeline_interleave != (v > 1))
+        return llama__fail(err, errsize,
+                           "parallel.pipeline_config.pipeline_interleave = %s with " LLAMA__K("pp_interleave_num")
+                           " = %d: the interleaved schedule needs both (true and more than 1 chunk per rank), or neither",
+                           c->pipeline_interleave ? "true" : "false", v);
+    if (p == 1 && (v > 1 || c->offset != 0))
+        return llama__fail(err, errsize,
+                           LLAMA__K("%s") " = %d needs " LLAMA__P("pipeline_stage") " > 1",
+                           v > 1 ? "pp_interleave_num" : "offset", v > 1 ? v : c->offset);
+    if (p == 1) return 0;
+    if (c->num_layers % vs != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__K("num_layers") " = %d does not split into " LLAMA__P("pipeline_stage")
+                           " x " LLAMA__K("pp_interleave_num") " = %d x %d = %d stages of equal size (layers are never "
+                           "dropped: use a multiple of %d, and offset to make stages uneven)",
+                           c->num_layers, p, v, vs, vs);
+    if (c->num_layers / vs - c->offset < 1 || c->num_layers / vs + c->offset < 1)
+        return llama__fail(err, errsize,
+                           LLAMA__K("offset") " = %d leaves a stage without layers: %d layers per stage, the first gets "
+                           "%d and the last %d",
+                           c->offset, c->num_layers / vs, c->num_layers / vs - c->offset, c->num_layers / vs + c->offset);
+    if (v > 1 && c->micro_batch_num % p != 0)
+        return llama__fail(err, errsize,
+                           LLAMA__P("micro_batch_num") " = %d is not a multiple of " LLAMA__P("pipeline_stage")
+                           " (%d): the interleaved schedule needs it (Megatron's constraint)",
+                           c->micro_batch_num, p);
+    return 0;
+}
+
 /* Context parallel: the sequence split (zigzag needs 2 x ring degree chunks),
    the heads against the Ulysses degree (this rank's, after model_parallel),
    and use_ring_attention against the algorithm. Numbers and keys in the message. */
@@ -883,8 +919,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
                            c->data_parallel, c->model_parallel, c->pipeline_stage, c->context_parallel);
 
     /* switches whose feature has not landed */
-    if (c->pipeline_stage > 1)
-        return llama__fail(err, errsize, LLAMA__P("pipeline_stage") " = %d: " LLAMA__TODO_PP, c->pipeline_stage);
     if (c->optimizer_level == 3)
         return llama__fail(err, errsize, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
     {
@@ -895,9 +929,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         } todo[] = {
             {"micro_batch_interleave_num", c->micro_batch_interleave_num, 1, LLAMA__TODO_MULTICOPY},
             {LLAMA__K("fine_grain_interleave"), c->fine_grain_interleave, 1, LLAMA__TODO_FINE_GRAIN},
-            {LLAMA__K("pp_interleave_num"), c->pp_interleave_num, 1, LLAMA__TODO_VPP "; use 1"},
-            {"parallel.pipeline_config.pipeline_interleave", c->pipeline_interleave, 0, LLAMA__TODO_VPP "; use false"},
-            {LLAMA__K("offset"), c->offset, 0, LLAMA__TODO_OFFSET},
             {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
             {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
             {"runner_config.gradient_accumulation_steps", c->gradient_accumulation_steps, 1, LLAMA__NO_GRAD_ACCUM},
@@ -979,6 +1010,7 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
                                c->seq_length, c->context_parallel, tp);
     }
     if (c->context_parallel > 1 && (err_cp = llama__check_cp(c, kv, err, errsize)) != 0) return err_cp;
+    if ((err_cp = llama__check_pp(c, err, errsize)) != 0) return err_cp;
     if (c->total_steps > 0 && c->warmup_steps > c->total_steps)
         return llama__fail(err, errsize, "lr_schedule.warmup_steps = %d is larger than lr_schedule.total_steps (%d)",
                            c->warmup_steps, c->total_steps);
@@ -1132,7 +1164,7 @@ static const char *llama__list_refusal(const llama__key *k) {
         {"recompute_config.recompute", LLAMA__NO_RECOMPUTE},
         {"recompute_config.select_recompute", LLAMA__NO_RECOMPUTE},
         {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__NO_RECOMPUTE},
-        {"model.model_config.offset", LLAMA__TODO_OFFSET},
+        {"model.model_config.offset", "a per-stage list of offsets is not supported; give one integer (layers moved from the first stage to the last)"},
     };
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
         if (strcmp(lists[i].path, k->path) == 0) return lists[i].reason;

@@ -243,6 +243,22 @@ typedef struct trainer {
     int global_batch;
     par_tp *tp;               /* the tensor-parallel region the layers run in */
     par_cp *cp;               /* context parallelism (attention over split samples), or NULL */
+    /* pipeline (pipeline_stage > 1): this rank's stage of the layers, run by
+       parallel.h's >>pipeline executor; with one stage every map is the identity */
+    int pp, chunks, stage;    /* stages, model chunks per rank, this rank's stage */
+    uint32_t pp_dims;         /* the mesh dims of the pp axis */
+    int *layer_of;            /* this rank's layer j -> the model's layer */
+    int chunk_first[65];      /* chunk c holds this rank's layers [chunk_first[c], chunk_first[c+1]) */
+    int *pidx;                /* the model's tensor i -> its index in this rank's parameter set, -1: another stage */
+    par_pp_schedule *sched;
+    int nslots;               /* activation slots: micro-batches in flight on this rank at most */
+    llama_acts *slots;        /* slot k (slots[0] is `acts`) */
+    float **slot_base;
+    int *slot_of, *slot_busy; /* micro-batch -> slot (-1 none); slot in use */
+    int *chunks_left;         /* per micro-batch: chunk backwards still to run on this rank */
+    int *bwd_done;            /* per chunk: backwards run this step */
+    float *bnd;               /* boundary tensors [micro-batch][chunk][4][rows x hidden] */
+    double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
     int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
     llama_model model;
     par_params *ps;           /* the parameters, their gradients and AdamW state */
@@ -264,6 +280,9 @@ typedef struct trainer {
     FILE *metrics;
     par_trace *trace;     /* --trace: this rank's timeline; NULL = tracing off */
 } trainer;
+
+/* This rank's parameter index of the model's tensor i (its own stage's). */
+static int local_param(const trainer *t, int i) { return t->pidx[i]; }
 
 /* ---- --trace hooks: with t->trace NULL each is a single test ---------------- */
 
@@ -326,6 +345,71 @@ static par_status place_model(trainer *t) {
     return make_cp(t);
 }
 
+/* The pipeline's shape on this rank (identity maps with one stage): the
+   model's layers split into pipeline_stage x pp_interleave_num virtual
+   stages (offset moves layers from the first to the last), this rank's
+   chunks (virtual stages stage, stage + P, ...), which tensors live here
+   (the embedding with virtual stage 0, the norm and head with the last),
+   the schedule and how many micro-batches it keeps in flight here. */
+static par_status pipeline_setup(trainer *t) {
+    const llama_config *c = t->cfg;
+    const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, L = c->num_layers, per = L / (P * V);
+    int start = 0, vs, ch, j = 0, i, k, *owned;
+    t->pp = P, t->chunks = V;
+    t->layer_of = (int *)malloc(sizeof(int) * (size_t)(L ? L : 1));
+    t->pidx = (int *)malloc(sizeof(int) * (size_t)t->ntensors);
+    owned = (int *)calloc((size_t)(L ? L : 1), sizeof(int));
+    if (!t->layer_of || !t->pidx || !owned) return free(owned), par_set_error(PAR_ENOMEM, "out of host memory");
+    if (P > 1) {
+        const par_mesh *mesh = par_ctx_mesh(t->ctx);
+        const int dim = par_mesh_dev_dim(mesh, "pp");
+        int coords[PARALLEL_MAX_DIMS];
+        LLAMA_CHECK(par_mesh_coords(mesh, t->rank, coords));
+        t->pp_dims = 1u << dim, t->stage = coords[mesh->ndim - 1 - dim];
+    }
+    for (ch = 0; ch < V; ch++) t->chunk_first[ch] = -1;
+    for (vs = 0; vs < P * V; vs++) { /* virtual stage vs holds layers [start, start + size) */
+        const int size = per - (vs == 0 && P * V > 1 ? c->offset : 0) + (vs == P * V - 1 && P * V > 1 ? c->offset : 0);
+        if (vs % P == t->stage) {
+            t->chunk_first[vs / P] = j;
+            for (i = start; i < start + size; i++) t->layer_of[j++] = i, owned[i] = 1;
+        }
+        start += size;
+    }
+    t->chunk_first[V] = j;
+    for (i = 0, k = 0; i < t->ntensors; i++) {
+        const int layer = i >= 1 && i < t->ntensors - 2 ? (i - 1) / LLAMA_PER_BLOCK : -1;
+        const int here = i == 0 ? t->stage == 0 : layer >= 0 ? owned[layer] : t->stage == P - 1;
+        t->pidx[i] = here ? k++ : -1;
+    }
+    free(owned);
+    t->nslots = 1;
+    if (P > 1) {
+        par_pp_schedule_desc sd;
+        const par_pp_action *a;
+        int n, in_flight = 0, peak = 0, *seen = (int *)calloc((size_t)t->micro_batches, sizeof(int));
+        if (!seen) return par_set_error(PAR_ENOMEM, "out of host memory");
+        memset(&sd, 0, sizeof sd);
+        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches;
+        sd.kind = V > 1 ? PAR_PP_INTERLEAVED : strcmp(c->pipeline_scheduler, "gpipe") == 0 ? PAR_PP_GPIPE : PAR_PP_1F1B;
+        if (par_pp_schedule_make(&sd, &t->sched) != PAR_OK) return free(seen), PAR_EINVAL;
+        /* a micro-batch holds a slot from its first forward here to its last backward */
+        a = par_pp_schedule_actions(t->sched, t->stage, &n);
+        for (i = 0; i < n; i++) {
+            if (a[i].op == PAR_PP_F && seen[a[i].micro_batch]++ == 0 && ++in_flight > peak) peak = in_flight;
+            if (a[i].op == PAR_PP_B && ++seen[a[i].micro_batch] == 2 * V) in_flight--;
+        }
+        free(seen);
+        t->nslots = peak > 0 ? peak : 1;
+        t->slot_of = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
+        t->chunks_left = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
+        t->slot_busy = (int *)calloc((size_t)t->nslots, sizeof(int));
+        t->bwd_done = (int *)calloc((size_t)V, sizeof(int));
+        if (!t->slot_of || !t->chunks_left || !t->slot_busy || !t->bwd_done) return par_set_error(PAR_ENOMEM, "out of host memory");
+    }
+    return PAR_OK;
+}
+
 /* The parameter set: every tensor's layout from its operator's placement,
    a gradient bucket per layer (the embedding, each block, the head), ZeRO
    from the config. */
@@ -335,12 +419,11 @@ static par_status make_params(trainer *t) {
     par_param_desc *pd = (par_param_desc *)calloc((size_t)t->ntensors, sizeof *pd);
     par_params_desc desc;
     par_status st = PAR_OK;
-    int l;
+    int l, k;
     if (!pd) return par_set_error(PAR_ENOMEM, "out of host memory");
     st = par_tp_embedding_param(&m->emb, t->specs[0].name, &pd[0]);
     for (l = 0; l < m->dims.layers && st == PAR_OK; l++) {
         const par_linear *lin[LLAMA_PER_BLOCK] = {NULL, &m->q, &m->k, &m->v, &m->o, NULL, &m->gate, &m->up, &m->down};
-        int k;
         for (k = 0; k < LLAMA_PER_BLOCK && st == PAR_OK; k++) {
             const tensor_spec *s = &t->specs[t_block(l, k)];
             st = lin[k] ? par_tp_linear_param(lin[k], s->name, &pd[t_block(l, k)])
@@ -351,8 +434,12 @@ static par_status make_params(trainer *t) {
     if (st == PAR_OK) st = par_tp_norm_param(t->tp, t->specs[t->ntensors - 2].name, m->dims.dim, &pd[t->ntensors - 2]);
     if (st == PAR_OK) st = par_tp_linear_param(&m->head, t->specs[t->ntensors - 1].name, &pd[t->ntensors - 1]);
     pd[t->ntensors - 2].new_bucket = 1;
+    /* a pipeline stage describes only its own tensors (pidx says which), in the
+       model's order; the other stages' are theirs */
+    for (l = 0, k = 0; l < t->ntensors; l++)
+        if (t->pidx[l] >= 0) pd[k++] = pd[l];
     memset(&desc, 0, sizeof desc);
-    desc.params = pd, desc.num_params = t->ntensors, desc.batch = &t->tokens_layout;
+    desc.params = pd, desc.num_params = k, desc.batch = &t->tokens_layout, desc.stage_dims = t->pp_dims;
     desc.zero_level = !c->enable_parallel_optimizer ? 0 : c->optimizer_level >= 2 ? 2 : 1;
     desc.bucket_bytes = -1, desc.sum_gradients = !c->gradients_mean, desc.trace = t->trace;
     if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
@@ -360,17 +447,36 @@ static par_status make_params(trainer *t) {
     return st;
 }
 
+/* Floats of one boundary tensor of the pipeline: the residual stream this rank holds. */
+static int64_t boundary_floats(const trainer *t) { return par_tp_rows(t->tp, t->sz.n) * t->model.local.dim; }
+
+/* One activation slot: what a micro-batch keeps from forward to backward on
+   this rank (all its layers, and the head's when it has the last stage). */
+static par_status slot_alloc(trainer *t, llama_acts *a, float **base) {
+    const llama_model *m = &t->model;
+    const int64_t n = t->sz.n;
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->ids));
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->targets));
+    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
+    a->blocks = (llama_block_acts *)calloc((size_t)(m->local.layers ? m->local.layers : 1), sizeof(llama_block_acts));
+    if (!a->blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
+    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * 4, PAR_MEM_ACTIVATIONS, (void **)base));
+    llama_acts_carve(m, n, t->sz.batch, *base, a);
+    return PAR_OK;
+}
+
 static par_status acts_alloc(trainer *t) {
     const llama_model *m = &t->model;
     const int64_t n = t->sz.n;
-    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&t->acts.ids));
-    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&t->acts.targets));
-    LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&t->acts.pos));
-    t->acts.blocks = (llama_block_acts *)calloc((size_t)(m->local.layers ? m->local.layers : 1), sizeof(llama_block_acts));
-    if (!t->acts.blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
-    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * 4, PAR_MEM_ACTIVATIONS,
-                            (void **)&t->acts_base));
-    llama_acts_carve(m, n, t->sz.batch, t->acts_base, &t->acts);
+    int k;
+    t->slots = (llama_acts *)calloc((size_t)t->nslots, sizeof(llama_acts));
+    t->slot_base = (float **)calloc((size_t)t->nslots, sizeof(float *));
+    if (!t->slots || !t->slot_base) return par_set_error(PAR_ENOMEM, "out of host memory");
+    for (k = 0; k < t->nslots; k++) LLAMA_CHECK(slot_alloc(t, &t->slots[k], &t->slot_base[k]));
+    t->acts = t->slots[0], t->acts_base = t->slot_base[0];
+    if (t->pp > 1)
+        LLAMA_CHECK(alloc_bytes(t, (int64_t)t->micro_batches * t->chunks * 4 * boundary_floats(t) * 4, PAR_MEM_COMM,
+                                (void **)&t->bnd));
     LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&t->scratch_base));
     llama_scratch_carve(m, n, t->scratch_base, &t->scratch);
     t->host_ids = (int32_t *)malloc((size_t)n * sizeof(int32_t));
@@ -390,8 +496,9 @@ static par_status plan_memory(trainer *t) {
     const int64_t n = t->sz.n, f = (int64_t)sizeof(float);
     int64_t table = 0;
     LLAMA_CHECK(par_params_memory(t->ps, t->plan.bytes));
-    t->plan.bytes[PAR_MEM_ACTIVATIONS] += llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * f +
-                                          n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
+    t->plan.bytes[PAR_MEM_ACTIVATIONS] += t->nslots * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * f +
+                                                       n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
+    if (t->pp > 1) t->plan.bytes[PAR_MEM_COMM] += (int64_t)t->micro_batches * t->chunks * 4 * boundary_floats(t) * f;
     t->plan.bytes[PAR_MEM_WORKSPACE] += llama_scratch_carve(m, n, NULL, NULL) * f;
     t->plan.bytes[PAR_MEM_COMM] += par_tp_workspace_bytes(t->tp, n, m->local.dim);
     if (t->cp) {
@@ -407,12 +514,19 @@ static par_status plan_memory(trainer *t) {
 
 static void trainer_free(trainer *t) {
     const par_compute_table *ct = t->ct;
-    void *ptrs[] = {t->acts.ids, t->acts.targets, t->acts.pos, t->acts_base, t->scratch_base};
-    size_t i;
-    if (ct)
-        for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+    int k;
+    for (k = 0; t->slots && k < t->nslots; k++) {
+        void *ptrs[] = {t->slots[k].ids, t->slots[k].targets, t->slots[k].pos, t->slot_base[k]};
+        size_t i;
+        for (i = 0; ct && i < sizeof ptrs / sizeof ptrs[0]; i++)
             if (ptrs[i]) ct->free(ct->user, ptrs[i]);
-    free(t->acts.blocks);
+        free(t->slots[k].blocks);
+    }
+    if (ct && t->scratch_base) ct->free(ct->user, t->scratch_base);
+    if (ct && t->bnd) ct->free(ct->user, t->bnd);
+    free(t->slots), free(t->slot_base), free(t->slot_of), free(t->slot_busy), free(t->chunks_left), free(t->bwd_done);
+    free(t->layer_of), free(t->pidx);
+    par_pp_schedule_destroy(t->sched);
     free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
     par_params_destroy(t->ps);
     par_cp_destroy(t->cp);
@@ -451,7 +565,8 @@ static par_status init_params(trainer *t, uint64_t seed) {
         par_param_info in;
         float *w;
         int64_t e;
-        if ((st = par_params_info(t->ps, i, &in)) != PAR_OK) break;
+        if (local_param(t, i) < 0) continue; /* another pipeline stage's */
+        if ((st = par_params_info(t->ps, local_param(t, i), &in)) != PAR_OK) break;
         if (!(w = (float *)malloc((size_t)(in.numel ? in.numel : 1) * sizeof(float))))
             return par_set_error(PAR_ENOMEM, "out of host memory for the initial weights");
         for (e = 0; e < in.numel; e++) {
@@ -460,7 +575,7 @@ static par_status init_params(trainer *t, uint64_t seed) {
             const int64_t c = s->ndim == 2 ? in.start[1] + e % in.local_shape[1] : 0;
             w[e] = s->ndim == 1 ? 1.0f : init_normal(key, r * s->shape[1] + c, t->cfg->initializer_range);
         }
-        st = par_params_set_local(t->ps, PAR_PARAM_VALUE, i, w);
+        st = par_params_set_local(t->ps, PAR_PARAM_VALUE, local_param(t, i), w);
         free(w);
     }
     /* parallel.parameter_broadcast: copies take their group's first rank's
@@ -677,7 +792,7 @@ static float lr_at(const llama_config *c, int64_t step, int64_t total_steps) {
 /* Micro-batch `mb` of this rank at step `step`: shard s of S takes global slots
    j = i*S + s (MindSpore's num_shards/shard_id: round-robin over the batch);
    under context parallelism only this rank's tokens of each sample. */
-static par_status load_micro_batch(trainer *t, int64_t step, int mb) {
+static par_status load_micro_batch_into(trainer *t, int64_t step, int mb, llama_acts *a) {
     const int64_t T = t->sz.seq;
     int64_t i, k;
     for (i = 0; i < t->sz.batch; i++) {
@@ -690,27 +805,32 @@ static par_status load_micro_batch(trainer *t, int64_t step, int mb) {
             t->host_pos[i * T + k] = p;
         }
     }
-    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
-    LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.targets, t->host_tgt, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
-    return t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE);
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, a->ids, t->host_ids, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
+    LLAMA_CHECK(t->ct->memcpy(t->ct->user, a->targets, t->host_tgt, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
+    return t->ct->memcpy(t->ct->user, a->pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE);
 }
 
-/* Block l's tensors: the weights, or (grads) where its gradients accumulate. */
+static par_status load_micro_batch(trainer *t, int64_t step, int mb) { return load_micro_batch_into(t, step, mb, &t->acts); }
+
+/* Block l's tensors (l: this rank's layer index): the weights, or (grads)
+   where its gradients accumulate. */
 static par_status bind_block(trainer *t, int l, int grads, llama_block *b) {
     float **f[LLAMA_PER_BLOCK] = {&b->ln1, &b->wq, &b->wk, &b->wv, &b->wo, &b->ln2, &b->wg, &b->wu, &b->wd};
     int k;
     for (k = 0; k < LLAMA_PER_BLOCK; k++) {
-        if (grads) LLAMA_CHECK(par_params_grad(t->ps, t_block(l, k), f[k]));
-        else if (!(*f[k] = par_params_value(t->ps, t_block(l, k)))) return PAR_EINVAL;
+        const int i = local_param(t, t_block(t->layer_of[l], k));
+        if (grads) LLAMA_CHECK(par_params_grad(t->ps, i, f[k]));
+        else if (!(*f[k] = par_params_value(t->ps, i))) return PAR_EINVAL;
     }
     return PAR_OK;
 }
 
-/* The gradients of tensors [first, first+count) are complete: the parameter
-   set starts their bucket's reduction (async: it overlaps the layers below). */
+/* The gradients of the model's tensors [first, first+count) are complete: the
+   parameter set starts their bucket's reduction (async: it overlaps the
+   layers below). */
 static par_status grads_ready(trainer *t, int first, int count) {
     int i;
-    for (i = first; i < first + count; i++) LLAMA_CHECK(par_params_grad_ready(t->ps, i));
+    for (i = first; i < first + count; i++) LLAMA_CHECK(par_params_grad_ready(t->ps, local_param(t, i)));
     return PAR_OK;
 }
 
@@ -720,7 +840,7 @@ static par_status forward(trainer *t, int64_t batch, int64_t seq) {
     const int64_t n = batch * seq;
     double t0 = trace_now(t);
     int l;
-    LLAMA_CHECK(par_tp_embedding_fwd(t->tp, &m->emb, n, a->ids, par_params_value(t->ps, 0),
+    LLAMA_CHECK(par_tp_embedding_fwd(t->tp, &m->emb, n, a->ids, par_params_value(t->ps, local_param(t, 0)),
                                      m->local.layers ? a->blocks[0].x_in : a->x_final, t->scratch.dh));
     trace_span(t, "compute", t0, "fwd embedding");
     for (l = 0; l < m->local.layers; l++) {
@@ -732,8 +852,8 @@ static par_status forward(trainer *t, int64_t batch, int64_t seq) {
         trace_span(t, "compute", t0, "fwd block %d", l);
     }
     t0 = trace_now(t);
-    LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, t->ntensors - 2), par_params_value(t->ps, t->ntensors - 1),
-                               a, n, &t->scratch));
+    LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, local_param(t, t->ntensors - 2)),
+                               par_params_value(t->ps, local_param(t, t->ntensors - 1)), a, n, &t->scratch));
     trace_span(t, "compute", t0, "fwd head+loss");
     return PAR_OK;
 }
@@ -741,7 +861,7 @@ static par_status forward(trainer *t, int64_t batch, int64_t seq) {
 static par_status backward(trainer *t, float scale) {
     const llama_model *m = &t->model;
     llama_acts *a = &t->acts;
-    const int tn = t->ntensors - 2, th = t->ntensors - 1;
+    const int tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
     float *g_norm, *g_head, *g_emb;
     double t0;
     int l;
@@ -751,7 +871,7 @@ static par_status backward(trainer *t, float scale) {
     LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, t->sz.n,
                                scale, &t->scratch));
     trace_span(t, "compute", t0, "bwd head+loss");
-    LLAMA_CHECK(grads_ready(t, tn, 2));
+    LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
     for (l = (int)m->local.layers - 1; l >= 0; l--) {
         llama_block w, g;
         LLAMA_CHECK(bind_block(t, l, 0, &w));
@@ -759,13 +879,141 @@ static par_status backward(trainer *t, float scale) {
         t0 = trace_now(t);
         LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
         trace_span(t, "compute", t0, "bwd block %d", l);
-        LLAMA_CHECK(grads_ready(t, t_block(l, 0), LLAMA_PER_BLOCK));
+        LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[l], 0), LLAMA_PER_BLOCK));
     }
-    LLAMA_CHECK(par_params_grad(t->ps, 0, &g_emb));
+    LLAMA_CHECK(par_params_grad(t->ps, local_param(t, 0), &g_emb));
     t0 = trace_now(t);
     LLAMA_CHECK(par_tp_embedding_bwd(t->tp, &m->emb, t->sz.n, a->ids, t->scratch.dx, g_emb, t->scratch.dh));
     trace_span(t, "compute", t0, "bwd embedding");
     return grads_ready(t, 0, 1);
+}
+
+/* ---- pipeline: the executor's callbacks -------------------------------------- */
+
+/* Boundary tensor `kind` (0 input, 1 output, 2 input gradient, 3 output
+   gradient) of micro-batch mb's chunk c. */
+static float *boundary(trainer *t, int mb, int c, int kind) {
+    return t->bnd + (((int64_t)mb * t->chunks + c) * 4 + kind) * boundary_floats(t);
+}
+
+static par_status pp_buffer(void *u, int mb, int c, int is_grad, int is_input, float **ptr, int64_t *count) {
+    trainer *t = (trainer *)u;
+    *ptr = boundary(t, mb, c, is_grad * 2 + !is_input), *count = boundary_floats(t);
+    return PAR_OK;
+}
+
+/* The slot of micro-batch mb: taken at its first forward here, its data loaded. */
+static par_status pp_slot(trainer *t, int mb, llama_acts **a) {
+    int k;
+    if (t->slot_of[mb] < 0) {
+        for (k = 0; k < t->nslots && t->slot_busy[k]; k++) {
+        }
+        if (k == t->nslots) return par_set_error(PAR_EINVAL, "pipeline: no free activation slot for micro-batch %d", mb);
+        t->slot_busy[k] = 1, t->slot_of[mb] = k, t->chunks_left[mb] = t->chunks;
+        LLAMA_CHECK(load_micro_batch_into(t, t->step, mb, &t->slots[k]));
+    }
+    *a = &t->slots[t->slot_of[mb]];
+    return PAR_OK;
+}
+
+/* Chunk c of this rank's layers for micro-batch mb: input from the embedding
+   (virtual stage 0) or the previous stage, output to the next stage or, on
+   the last virtual stage, through the head to the logits. */
+static par_status pp_forward(void *u, int mb, int c) {
+    trainer *t = (trainer *)u;
+    const llama_model *m = &t->model;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
+    const int last = vs == t->pp * t->chunks - 1;
+    const double t0 = trace_now(t);
+    llama_acts *a;
+    int j;
+    LLAMA_CHECK(pp_slot(t, mb, &a));
+    if (vs == 0)
+        LLAMA_CHECK(par_tp_embedding_fwd(t->tp, &m->emb, t->sz.n, a->ids, par_params_value(t->ps, local_param(t, 0)),
+                                         a->blocks[j0].x_in, t->scratch.dh));
+    else
+        LLAMA_CHECK(t->ct->memcpy(t->ct->user, a->blocks[j0].x_in, boundary(t, mb, c, 0),
+                                  (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
+    for (j = j0; j < j1; j++) {
+        float *out = j + 1 < j1 ? a->blocks[j + 1].x_in : last ? a->x_final : boundary(t, mb, c, 1);
+        llama_block w;
+        LLAMA_CHECK(bind_block(t, j, 0, &w));
+        LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, out, &t->scratch));
+    }
+    if (last)
+        LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, local_param(t, t->ntensors - 2)),
+                                   par_params_value(t->ps, local_param(t, t->ntensors - 1)), a, t->sz.n, &t->scratch));
+    trace_span(t, "compute", t0, "fwd mb %d chunk %d", mb, c);
+    return PAR_OK;
+}
+
+/* Its backward; the last micro-batch's marks the chunk's gradients ready. */
+static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
+    trainer *t = (trainer *)u;
+    const llama_model *m = &t->model;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
+    const int last = vs == t->pp * t->chunks - 1, final = ++t->bwd_done[c] == t->micro_batches;
+    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
+    const double t0 = trace_now(t);
+    llama_acts *a;
+    int j;
+    int64_t i;
+    if (op != PAR_PP_B) return par_set_error(PAR_EINVAL, "pipeline: the trainer runs whole backwards (B), not %d", (int)op);
+    LLAMA_CHECK(pp_slot(t, mb, &a));
+    if (last) {
+        const int tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
+        float *g_norm, *g_head;
+        LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
+        LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
+        LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a,
+                                   t->sz.n, scale, &t->scratch));
+        LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, a->losses, (size_t)t->sz.n * 4, PAR_COPY_DEVICE_TO_HOST));
+        for (i = 0; i < t->sz.n; i++) t->pp_loss += t->host_losses[i];
+        t->pp_count += (double)t->sz.n;
+        if (final) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+    } else {
+        LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->scratch.dx, boundary(t, mb, c, 3),
+                                  (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
+    }
+    for (j = j1 - 1; j >= j0; j--) {
+        llama_block w, g;
+        LLAMA_CHECK(bind_block(t, j, 0, &w));
+        LLAMA_CHECK(bind_block(t, j, 1, &g));
+        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
+        if (final) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+    }
+    if (vs == 0) {
+        float *g_emb;
+        LLAMA_CHECK(par_params_grad(t->ps, local_param(t, 0), &g_emb));
+        LLAMA_CHECK(par_tp_embedding_bwd(t->tp, &m->emb, t->sz.n, a->ids, t->scratch.dx, g_emb, t->scratch.dh));
+        if (final) LLAMA_CHECK(grads_ready(t, 0, 1));
+    } else {
+        LLAMA_CHECK(t->ct->memcpy(t->ct->user, boundary(t, mb, c, 2), t->scratch.dx,
+                                  (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
+    }
+    if (--t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0; /* its last backward here: the slot is free */
+    trace_span(t, "compute", t0, "bwd mb %d chunk %d", mb, c);
+    return PAR_OK;
+}
+
+/* One pipelined step's micro-batches: the whole step is one accumulation
+   window of the parameter set; the executor runs this rank's schedule. */
+static par_status pp_step(trainer *t, double *loss, double *count) {
+    par_pp_run_desc d;
+    int k;
+    for (k = 0; k < t->micro_batches; k++) t->slot_of[k] = -1;
+    for (k = 0; k < t->nslots; k++) t->slot_busy[k] = 0;
+    for (k = 0; k < t->chunks; k++) t->bwd_done[k] = 0;
+    t->pp_loss = t->pp_count = 0;
+    memset(&d, 0, sizeof d);
+    d.schedule = t->sched, d.stage_dims = t->pp_dims, d.trace = t->trace;
+    d.callbacks.user = t, d.callbacks.forward = pp_forward, d.callbacks.backward = pp_backward;
+    d.callbacks.buffer = pp_buffer;
+    LLAMA_CHECK(par_params_grads_begin(t->ps, 0, 1));
+    LLAMA_CHECK(par_pp_run(t->ctx, &d));
+    LLAMA_CHECK(par_params_grads_wait(t->ps));
+    *loss = t->pp_loss, *count = t->pp_count;
+    return PAR_OK;
 }
 
 typedef struct step_stats {
@@ -782,7 +1030,8 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     par_step_stats st;
     int mb;
     int64_t i;
-    for (mb = 0; mb < t->micro_batches; mb++) {
+    if (t->pp > 1) LLAMA_CHECK(pp_step(t, &loss, &count));
+    for (mb = 0; mb < t->micro_batches && t->pp == 1; mb++) {
         t1 = trace_now(t);
         LLAMA_CHECK(load_micro_batch(t, t->step, mb));
         trace_span(t, "io", t1, "load micro-batch %d", mb);
@@ -1078,7 +1327,9 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     if (!(t->specs = (tensor_spec *)calloc((size_t)t->ntensors, sizeof *t->specs)))
         return par_set_error(PAR_ENOMEM, "out of host memory");
     tensor_specs(&d, t->specs);
+    LLAMA_CHECK(pipeline_setup(t));
     LLAMA_CHECK(place_model(t));
+    t->model.local.layers = t->chunk_first[t->chunks]; /* this rank's layers */
     LLAMA_CHECK(make_params(t));
     LLAMA_CHECK(par_params_data_shard(t->ps, &t->shard_id, &t->num_shards));
     LLAMA_CHECK(plan_memory(t));
