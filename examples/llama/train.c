@@ -1185,6 +1185,21 @@ static void print_summary(const trainer *t, const char *backend) {
                ci.ulysses_degree > 1 && !t->cfg->enable_alltoall ? ", all-gather for all-to-all" : "",
                (long long)ci.seq_local, (long long)ci.seq, ci.zigzag ? "zigzag chunks" : "contiguous blocks");
     }
+    if (t->pp > 1) {
+        par_pp_check pc;
+        char layers[96] = "";
+        size_t used = 0;
+        int c;
+        for (c = 0; c < t->chunks; c++)
+            used += (size_t)snprintf(layers + used, used < sizeof layers ? sizeof layers - used : 0, "%s%d..%d",
+                                     c ? ", " : "", t->layer_of[t->chunk_first[c]],
+                                     t->layer_of[t->chunk_first[c + 1] - 1]);
+        par_pp_schedule_check(t->sched, &pc, NULL, 0);
+        printf("  pipeline   pp %d, %s, %d micro-batches, %d chunk(s) per rank: layers %s on rank 0; bubble %.3f "
+               "predicted (F = 1, B = 2); %d micro-batch(es) of activations in flight on rank 0\n",
+               t->pp, t->chunks > 1 ? "interleaved 1F1B" : t->cfg->pipeline_scheduler, t->micro_batches, t->chunks,
+               layers, pc.bubble, t->nslots);
+    }
     printf("  attention  causal from token positions: no [seq, seq] mask is built (what use_attn_mask_compression "
            "asks for); a dense f32 one would add %.2f MiB\n",
            mib((int64_t)t->cfg->seq_length * t->cfg->seq_length * 4));
@@ -1442,7 +1457,9 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
             printf("trace: wrote %s (%d rank%s; open it in https://ui.perfetto.dev or chrome://tracing)\n",
                    o->trace_path, t.world, t.world == 1 ? "" : "s");
     }
-    if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0) st = generate(&t, o->sample_tokens);
+    if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0 && t.pp > 1 && t.rank == 0)
+        printf("sample: skipped (pipeline parallel: sampling runs the whole model on one stage)\n");
+    else if (st == PAR_OK && t.shard_id == 0 && o->sample_tokens > 0 && t.pp == 1) st = generate(&t, o->sample_tokens);
     if (t.metrics) fclose(t.metrics);
     fflush(stdout);
     trainer_free(&t);
@@ -1519,6 +1536,11 @@ int main(int argc, char **argv) {
         if (data_load(opt.data_path, cfg.seq_length, &data, err, sizeof err) != 0) return bad_input(silent, "%s", err);
         if (opt.shuffle && data_shuffle(&data, cfg.seed) != 0) return bad_input(silent, "out of host memory");
     }
+    if (cfg.pipeline_stage > 1 && (opt.init_from || opt.save_path))
+        return free(data.bytes), free(data.order),
+               bad_input(silent, "%s with parallel_config.pipeline_stage = %d: checkpoints of a pipelined run are not "
+                                 "supported yet (each stage holds only its own layers); save or load with pipeline_stage 1",
+                         opt.init_from ? "--init-from" : "--save", cfg.pipeline_stage);
     if (opt.init_from) {
         if (check_init_files(opt.init_from, &cfg, &step0, &has_opt, err, sizeof err) != 0)
             return free(data.bytes), free(data.order), bad_input(silent, "%s", err);

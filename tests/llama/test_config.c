@@ -335,6 +335,7 @@ static const key_case key_cases[] = {
     {"parallel.enable_alltoall", "True", K_BOOL, AT(enable_alltoall), 1, NULL},
     {"parallel.parallel_optimizer_config.optimizer_level", "level2", K_INT, AT(optimizer_level), 2, NULL},
     {"parallel.pipeline_config.pipeline_interleave", "true", K_BOOL, AT(pipeline_interleave), 1, NULL},
+    {"parallel.pipeline_config.pipeline_scheduler", "gpipe", K_STR, AT(pipeline_scheduler), 0, "gpipe"},
     {"parallel.search_mode", "sharding_propagation", K_IGNORED, 0, 0, NULL},
     {"parallel.strategy_ckpt_save_file", "./strategy/ckpt_strategy.ckpt", K_IGNORED, 0, 0, NULL},
     {"recompute_config.recompute", "True", K_BOOL, AT(recompute), 1, NULL},
@@ -915,8 +916,33 @@ static void test_cross_rules(void) {
     expect_rule(cpt3, 5, "seq_length / parallel_config.context_parallel = 6 / 2 tokens per rank are not divisible", NULL);
 
     /* features that have not landed: rejected by name (MindFormers' switches: test_not_landed) */
-    const char *pp[] = {"parallel_config.pipeline_stage=2"};
-    expect_rule(pp, 1, "parallel_config.pipeline_stage = 2", "not implemented");
+    /* pipeline (defaults: 2 layers, micro_batch_num 1) */
+    const char *pp2[] = {"parallel_config.pipeline_stage=2"};
+    CHECK_MSG(load_text(NULL, pp2, 1, &c) == 0 && c.pipeline_stage == 2, "%s", err_);
+    const char *pp3[] = {"parallel_config.pipeline_stage=3"};
+    expect_rule(pp3, 1, "model.model_config.num_layers = 2 does not split into parallel_config.pipeline_stage x "
+                        "model.model_config.pp_interleave_num = 3 x 1 = 3 stages", "layers are never dropped");
+    const char *ppo[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4", "model.model_config.offset=2"};
+    expect_rule(ppo, 3, "offset = 2 leaves a stage without layers: 2 layers per stage, the first gets 0 and the last 4",
+                NULL);
+    const char *ppo1[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4", "model.model_config.offset=-1"};
+    CHECK_MSG(load_text(NULL, ppo1, 3, &c) == 0 && c.offset == -1, "%s", err_);
+    const char *ppi[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                         "model.model_config.pp_interleave_num=2"};
+    expect_rule(ppi, 3, "pipeline_interleave = false with model.model_config.pp_interleave_num = 2", "or neither");
+    const char *ppm[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                         "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                         "parallel_config.micro_batch_num=1"};
+    expect_rule(ppm, 5, "parallel_config.micro_batch_num = 1 is not a multiple of parallel_config.pipeline_stage (2)",
+                "Megatron's constraint");
+    const char *ppl[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=2",
+                         "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                         "parallel_config.micro_batch_num=2"};
+    expect_rule(ppl, 5, "num_layers = 2 does not split into parallel_config.pipeline_stage x "
+                        "model.model_config.pp_interleave_num = 2 x 2 = 4 stages", NULL);
+    const char *pps[] = {"parallel.pipeline_config.pipeline_scheduler=zb-v"};
+    CHECK(load_text(NULL, pps, 1, &c) == -1);
+    CHECK_HAS(err_, "not one of 1f1b, gpipe");
     const char *z3[] = {"parallel.parallel_optimizer_config.optimizer_level=level3"};
     expect_rule(z3, 1, "parallel.parallel_optimizer_config.optimizer_level", "not implemented");
     /* ... also from a file */
@@ -1136,13 +1162,6 @@ static const todo_case todo_cases[] = {
     {"parallel_config.fine_grain_interleave", "3",
      "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 3",
      "fine-grained interleave (fine_grain_interleave) is not implemented yet"},
-    {"model.model_config.pp_interleave_num", "2", "model.model_config.pp_interleave_num = 2",
-     "interleaved pipeline (virtual stages) is not implemented yet; use 1"},
-    {"parallel.pipeline_config.pipeline_interleave", "true", "parallel.pipeline_config.pipeline_interleave = true",
-     "interleaved pipeline (virtual stages) is not implemented yet; use false"},
-    {"model.model_config.offset", "1", "model.model_config.offset = 1",
-     "per-stage layer offsets (pipeline parallel) are not implemented yet; use 0"},
-    {"model.model_config.offset", "-2", "model.model_config.offset = -2", "are not implemented yet"},
     {"recompute_config.recompute", "True", "recompute_config.recompute = true",
      "activation recomputation is not implemented; use false"},
     {"recompute_config.select_recompute", "on", "recompute_config.select_recompute = true",
@@ -1185,8 +1204,6 @@ static void test_not_landed(void) {
     /* every stored switch of the kind has a case */
     static const char *const stored[] = {"micro_batch_interleave_num",
                                          "model.model_config.fine_grain_interleave",
-                                         "model.model_config.pp_interleave_num",
-                                         "parallel.pipeline_config.pipeline_interleave", "model.model_config.offset",
                                          "recompute_config.recompute", "recompute_config.select_recompute",
                                          "runner_config.gradient_accumulation_steps"};
     for (size_t j = 0; j < sizeof stored / sizeof stored[0]; j++) {
@@ -1200,7 +1217,7 @@ static void test_not_landed(void) {
     llama_config_defaults(&c);
     c.offset = 3;
     CHECK(llama_config_validate(&c, err, sizeof err) == -1);
-    CHECK_HAS(err, "model.model_config.offset = 3: per-stage layer offsets");
+    CHECK_HAS(err, "model.model_config.offset = 3 needs parallel_config.pipeline_stage > 1");
     llama_config_defaults(&c);
     c.recompute = 1;
     CHECK(llama_config_validate(&c, err, sizeof err) == -1);
@@ -1218,7 +1235,7 @@ static void test_not_landed(void) {
     CHECK(load_text("recompute_config:\n  parallel_optimizer_comm_recompute: [true]\n", NULL, 0, &c) == -1);
     CHECK_HAS(err_, "recompute_config.parallel_optimizer_comm_recompute = [a list]: activation recomputation");
     CHECK(load_text("model:\n  model_config:\n    offset: [1, -1]\n", NULL, 0, &c) == -1);
-    CHECK_HAS(err_, "cfg.yaml:3: model.model_config.offset = [a list]: per-stage layer offsets");
+    CHECK_HAS(err_, "cfg.yaml:3: model.model_config.offset = [a list]: a per-stage list of offsets is not supported");
     /* other keys keep the shape error, also for a mapping under a list-taking key */
     CHECK(load_text("recompute_config:\n  recompute: {a: 1}\n", NULL, 0, &c) == -1);
     CHECK_HAS(err_, "recompute_config.recompute needs a single value, not a mapping");
