@@ -419,7 +419,7 @@ static par_status make_params(trainer *t) {
     par_param_desc *pd = (par_param_desc *)calloc((size_t)t->ntensors, sizeof *pd);
     par_params_desc desc;
     par_status st = PAR_OK;
-    int l, k;
+    int l, k, buckets;
     if (!pd) return par_set_error(PAR_ENOMEM, "out of host memory");
     st = par_tp_embedding_param(&m->emb, t->specs[0].name, &pd[0]);
     for (l = 0; l < m->dims.layers && st == PAR_OK; l++) {
@@ -436,10 +436,13 @@ static par_status make_params(trainer *t) {
     pd[t->ntensors - 2].new_bucket = 1;
     /* a pipeline stage describes only its own tensors (pidx says which), in the
        model's order; the other stages' are theirs */
-    for (l = 0, k = 0; l < t->ntensors; l++)
-        if (t->pidx[l] >= 0) pd[k++] = pd[l];
+    for (l = 0, k = 0, buckets = 0; l < t->ntensors; l++)
+        if (t->pidx[l] >= 0) buckets += k == 0 || pd[l].new_bucket, pd[k++] = pd[l];
     memset(&desc, 0, sizeof desc);
     desc.params = pd, desc.num_params = k, desc.batch = &t->tokens_layout, desc.stage_dims = t->pp_dims;
+    /* a pipelined step is one accumulation window: every bucket's gradient
+       stays until the last micro-batch's backward (ZeRO-2 then holds them all) */
+    desc.grad_slots = t->pp > 1 ? buckets : 0;
     desc.zero_level = !c->enable_parallel_optimizer ? 0 : c->optimizer_level >= 2 ? 2 : 1;
     desc.bucket_bytes = -1, desc.sum_gradients = !c->gradients_mean, desc.trace = t->trace;
     if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
