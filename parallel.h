@@ -25,8 +25,9 @@
      - ready parallel schedules: data + optimizer parallel (>>params: buckets
        overlapped with backward, ZeRO-1/2, AdamW, a global norm counting each
        parameter once), tensor + sequence parallel (>>tensor-parallel) and
-       context parallel (>>context-parallel: ring, Ulysses, hybrid),
-       model-agnostic; pipelines are to come.
+       context parallel (>>context-parallel: ring, Ulysses, hybrid) and
+       pipeline schedules as data with a checker and an executor
+       (>>pipeline), model-agnostic.
 
    HOW TO USE IT
    -------------
