@@ -13985,10 +13985,12 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     if (desc->stage_dims & ~par__mesh_dims_mask(mesh))
         return par_params_destroy(ps), par__fail(PAR_EINVAL, "par_params_create: stage_dims 0x%x names device dims the "
                                                               "mesh does not have", (unsigned)desc->stage_dims);
-    if (desc->stage_dims & ps->data_dims)
-        return par_params_destroy(ps), par__fail(PAR_EINVAL, "par_params_create: stage_dims 0x%x overlap the "
-                                                              "data-parallel dims 0x%x (the batch layout splits them)",
-                                                 (unsigned)desc->stage_dims, (unsigned)ps->data_dims);
+    if (desc->stage_dims & ps->data_dims) {
+        const unsigned data = (unsigned)ps->data_dims;
+        par_params_destroy(ps);
+        return par__fail(PAR_EINVAL, "par_params_create: stage_dims 0x%x overlap the data-parallel dims 0x%x (the "
+                                     "batch layout splits them)", (unsigned)desc->stage_dims, data);
+    }
     if (desc->batch) ps->batch = *desc->batch, ps->has_batch = 1;
     ps->p = (par__param *)par__ctx_malloc(ctx, (size_t)(desc->num_params ? desc->num_params : 1) * sizeof(par__param));
     if (!ps->p) return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
