@@ -1667,7 +1667,8 @@ PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask,
    A piece is what one rank holds of one field of one parameter: a rectangle
    of the global tensor (its layout slice) and, for ZeRO-sharded moments, a
    flat element range of that rectangle. Only one copy of each piece is
-   written (the rank with index 0 on the dims holding copies of it). Stored
+   written, by one of the ranks holding copies of it (spread round-robin
+   over the copies, so every rank of a data-parallel group writes). Stored
    names: "<param>", "exp_avg.<param>", "exp_avg_sq.<param>" (Hugging Face's
    own name and the global shape when the piece is the whole tensor), with
    "@<rank>" appended when the piece is part of it. Each shard's metadata
@@ -14489,7 +14490,26 @@ static void par__ckpt_json_string(par__ckpt_text *t, const char *s) {
     par__ckpt_puts(t, "\"");
 }
 
-/* The pieces this rank writes (count first with out == NULL). */
+/* This rank's index among the ranks that differ from it only on the device
+   dims of mask (row-major over those dims; any fixed order would do, since
+   it is only compared with a number every rank computes alike), and their
+   count. */
+static int par__ckpt_index_on(const par_mesh *mesh, int rank, uint32_t mask, int *size) {
+    int coords[PARALLEL_MAX_DIMS], v, idx = 0;
+    *size = 1;
+    if (par_mesh_coords(mesh, rank, coords) != PAR_OK) return -1;
+    for (v = mesh->ndim - 1; v >= 0; v--)
+        if (mask >> v & 1u) {
+            const int n = par_mesh_dev_size(mesh, v);
+            idx = idx * n + coords[mesh->ndim - 1 - v], *size *= n;
+        }
+    return idx;
+}
+
+/* The pieces this rank writes (count first with out == NULL). Of the ranks
+   holding the same piece, one writes it: piece k of the set goes to copy
+   k mod copies, so replicated tensors spread over the ranks (pure data
+   parallel writes from every rank, not all from rank 0). */
 static int par__ckpt_pieces(par_params *ps, par__ckpt_piece *out) {
     const par_mesh *mesh = par_ctx_mesh(ps->ctx);
     const int rank = par_ctx_rank(ps->ctx);
@@ -14505,7 +14525,11 @@ static int par__ckpt_pieces(par_params *ps, par__ckpt_piece *out) {
             int64_t lo = 0, hi = p->numel;
             const float *src;
             par__ckpt_piece *q = out ? &out[n] : NULL;
-            if (!par__first_on(mesh, rank, zero ? p->replica_dims & ~ps->data_dims : p->replica_dims)) continue;
+            {
+                int copies, idx = par__ckpt_index_on(mesh, rank, zero ? p->replica_dims & ~ps->data_dims : p->replica_dims,
+                                                    &copies);
+                if (idx != (3 * i + f) % copies) continue;
+            }
             if (zero) { /* the part of the parameter inside this rank's shard of its bucket */
                 const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
                 lo = (p->offset > c0 ? p->offset : c0) - p->offset;
