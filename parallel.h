@@ -15074,12 +15074,15 @@ PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_
 
 /* Copy the part of piece q (data: its elements [begin, end)) that falls in
    this rank's slice (start ms, shape ml) and its needed flat range [na, nb)
-   into dst (the slice), marking what was filled. By runs along the last dim. */
-static void par__ckpt_place(const par__ckpt_rpiece *q, const float *data, const int64_t *ms, const int64_t *ml,
+   into dst (the slice), marking what was filled. By runs along the last dim.
+   With data NULL it only counts (so a piece with nothing for this rank, e.g.
+   another rank's ZeRO range of the same slice, is never read). Returns the
+   number of elements placed. */
+static int64_t par__ckpt_place(const par__ckpt_rpiece *q, const float *data, const int64_t *ms, const int64_t *ml,
                             int64_t na, int64_t nb, float *dst, unsigned char *filled) {
     const int nd = q->ndim;
     const int64_t last = nd ? q->local[nd - 1] : 1;
-    int64_t k = q->begin;
+    int64_t k = q->begin, placed = 0;
     while (k < q->end) {
         int64_t c[PARALLEL_MAX_DIMS] = {0}, rem = k, run, g0, lo, hi, off = 0;
         int d, inside = 1;
@@ -15099,14 +15102,16 @@ static void par__ckpt_place(const par__ckpt_rpiece *q, const float *data, const 
                 int64_t a = (nd ? off * ml[nd - 1] + (lo - ms[nd - 1]) : 0), b = a + (hi - lo), src = k - q->begin + (lo - g0);
                 if (a < na) src += na - a, a = na;
                 if (b > nb) b = nb;
-                if (a < b) {
+                if (a < b && data) {
                     memcpy(dst + a, data + src, (size_t)(b - a) * sizeof(float));
                     memset(filled + a, 1, (size_t)(b - a));
                 }
+                if (a < b) placed += b - a;
             }
         }
         k += run;
     }
+    return placed;
 }
 
 /* Fill parameter i's `field` on this rank from the pieces. */
@@ -15152,7 +15157,7 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
                            p->name, want);
             break;
         }
-        if (!overlap || na >= nb) continue;
+        if (!overlap || na >= nb || par__ckpt_place(q, NULL, ms, ml, na, nb, NULL, NULL) == 0) continue;
         if (*buf_n < q->end - q->begin) {
             float *nbuf = (float *)PARALLEL_REALLOC(*buf, (size_t)(q->end - q->begin) * sizeof(float));
             if (!nbuf) { st = par__fail(PAR_ENOMEM, "par_params_load: out of memory"); break; }
@@ -15160,7 +15165,7 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
         }
         /* whole, so par_st_read verifies the CRC-32 (its message names file and tensor) */
         st = par_st_read(c->files[q->file], q->name, 0, NULL, 0, q->end - q->begin, PAR_F32, *buf);
-        if (st == PAR_OK) par__ckpt_place(q, *buf, ms, ml, na, nb, local, filled);
+        if (st == PAR_OK) (void)par__ckpt_place(q, *buf, ms, ml, na, nb, local, filled);
     }
     if (st == PAR_OK && !found)
         st = par__fail(PAR_EINVAL, "par_params_load: %s: parameter \"%s\" has no %s in the checkpoint", 
