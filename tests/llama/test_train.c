@@ -981,6 +981,10 @@ static void test_sharded_resume(void) {
         "%s --steps 1 --init-from %s --set model.model_config.num_layers=3", eq_base, dir);
     bad("not a checkpoint", "not a checkpoint (no model.safetensors.index.json and no latest)",
         "%s --steps 1 --init-from %s", eq_base, test_dir);
+    test_write_file(test_path("afile"), "x", 1);
+    bad("--save-dir on a file", "--save-dir", "%s --steps 1 --save-dir %s", eq_base, test_path("afile"));
+    bad("--save-dir without a parent", "its parent directory is not writable", "%s --steps 1 --save-dir %s/no/such",
+        eq_base, test_dir);
     /* killed mid-run while saving every step (keep 2): whatever it was doing, latest loads */
     snprintf(dir, sizeof dir, "%s/killed", test_dir);
     snprintf(cmd, sizeof cmd, "timeout -s KILL 3 %s %s %s --steps 100000 --save-dir %s --save-every 1 --keep 2", train_bin,
