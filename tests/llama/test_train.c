@@ -985,6 +985,21 @@ static void test_sharded_resume(void) {
     bad("--save-dir on a file", "--save-dir", "%s --steps 1 --save-dir %s", eq_base, test_path("afile"));
     bad("--save-dir without a parent", "its parent directory is not writable", "%s --steps 1 --save-dir %s/no/such",
         eq_base, test_dir);
+    /* saved by 2 MPI processes (each writes its shard, rank 0 the index), loaded by one thread */
+    if (mpi_run("sharded save under mpirun -np 2")) {
+        snprintf(dir, sizeof dir, "%s/mpi_ck", test_dir);
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s %s --steps 4 --save-dir %s --save %s",
+                 mpirun, train_bin, eq_base, sets2, dir, test_path("mpi.safetensors"));
+        rc = run_cmd(1, "%s", cmd);
+        CHECK_MSG(rc == 0, "mpirun sharded save failed: %s", err_text);
+        rc = run_cmd(0, "%s --steps 0 --init-from %s --save %s", eq_base, dir, test_path("mpi1.safetensors"));
+        CHECK_MSG(rc == 0, "loading the MPI-saved checkpoint failed: %s", err_text);
+        CHECK_MSG(test_files_identical(test_path("mpi1.safetensors"), test_path("mpi.safetensors")),
+                  "the MPI-saved checkpoint loads different weights");
+        snprintf(p, sizeof p, "%s", test_path("mpi1.optimizer.safetensors"));
+        CHECK_MSG(test_files_identical(p, test_path("mpi.optimizer.safetensors")),
+                  "the MPI-saved checkpoint loads different AdamW state");
+    }
     /* killed mid-run while saving every step (keep 2): whatever it was doing, latest loads */
     snprintf(dir, sizeof dir, "%s/killed", test_dir);
     snprintf(cmd, sizeof cmd, "timeout -s KILL 3 %s %s %s --steps 100000 --save-dir %s --save-every 1 --keep 2", train_bin,
@@ -1087,13 +1102,15 @@ int main(void) {
     only_reference = getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "reference") == 0;
     if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "checkpoints") == 0) {
         /* just the checkpoint tests (and the runs they build on) */
-        double t0 = (double)time(NULL);
+        double t0 = (double)time(NULL), t1;
         test_reference();
         test_round_trip();
+        t1 = (double)time(NULL);
         test_sharded_matrix();
         test_sharded_resume();
         test_hf_export();
-        printf("  checkpoint tests: %.0f s\n", (double)time(NULL) - t0);
+        printf("  checkpoint tests: %.0f s (the sharded and export ones: %.0f s)\n", (double)time(NULL) - t0,
+               (double)time(NULL) - t1);
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
         return TEST_END("llama_train");
