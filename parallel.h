@@ -15114,12 +15114,28 @@ static int64_t par__ckpt_place(const par__ckpt_rpiece *q, const float *data, con
     return placed;
 }
 
+/* Host buffers of a load, grown as needed and kept across parameters (fresh
+   large allocations cost a page fault per 4 KiB). */
+typedef struct par__ckpt_ws {
+    float *piece, *local;
+    unsigned char *filled;
+    int64_t piece_n, local_n;
+} par__ckpt_ws;
+
+static int par__ckpt_grow(float **p, int64_t *have, int64_t n) {
+    float *q;
+    if (*have >= n) return 1;
+    if (!(q = (float *)PARALLEL_REALLOC(*p, (size_t)(n ? n : 1) * sizeof(float)))) return 0;
+    *p = q, *have = n;
+    return 1;
+}
+
 /* Fill parameter i's `field` on this rank from the pieces. */
-static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int field, float **buf, int64_t *buf_n) {
+static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int field, par__ckpt_ws *ws) {
     const par__param *p = &ps->p[i];
     int64_t ms[PARALLEL_MAX_DIMS], ml[PARALLEL_MAX_DIMS], na = 0, nb = p->numel, k;
-    float *local = NULL;
-    unsigned char *filled = NULL;
+    float *local;
+    unsigned char *filled;
     par_status st = PAR_OK;
     int j, d, found = 0;
     par_layout_local_shape(&p->layout, ml);
@@ -15131,14 +15147,16 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
         nb = (p->offset + p->numel < c1 ? p->offset + p->numel : c1) - p->offset;
         if (nb < na) nb = na;
     }
-    local = (float *)PARALLEL_MALLOC((size_t)(p->numel ? p->numel : 1) * sizeof(float));
-    filled = (unsigned char *)PARALLEL_MALLOC((size_t)(p->numel ? p->numel : 1));
-    if (!local || !filled) {
-        PARALLEL_FREE(local), PARALLEL_FREE(filled);
-        return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+    if (ws->local_n < p->numel) {
+        unsigned char *f = (unsigned char *)PARALLEL_REALLOC(ws->filled, (size_t)p->numel);
+        if (!f) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+        ws->filled = f;
+        if (!par__ckpt_grow(&ws->local, &ws->local_n, p->numel)) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
     }
-    memset(local, 0, (size_t)p->numel * sizeof(float));
-    memset(filled, 0, (size_t)p->numel);
+    local = ws->local, filled = ws->filled;
+    /* only [na, nb) is used (set_local keeps a ZeRO rank's range of the moments) and
+       every element of it is placed or reported missing: no need to clear `local` */
+    if (nb > na) memset(filled + na, 0, (size_t)(nb - na));
     for (j = 0; j < c->npieces && st == PAR_OK; j++) {
         const par__ckpt_rpiece *q = &c->pieces[j];
         int overlap = 1;
@@ -15158,14 +15176,13 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
             break;
         }
         if (!overlap || na >= nb || par__ckpt_place(q, NULL, ms, ml, na, nb, NULL, NULL) == 0) continue;
-        if (*buf_n < q->end - q->begin) {
-            float *nbuf = (float *)PARALLEL_REALLOC(*buf, (size_t)(q->end - q->begin) * sizeof(float));
-            if (!nbuf) { st = par__fail(PAR_ENOMEM, "par_params_load: out of memory"); break; }
-            *buf = nbuf, *buf_n = q->end - q->begin;
+        if (!par__ckpt_grow(&ws->piece, &ws->piece_n, q->end - q->begin)) {
+            st = par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+            break;
         }
         /* whole, so par_st_read verifies the CRC-32 (its message names file and tensor) */
-        st = par_st_read(c->files[q->file], q->name, 0, NULL, 0, q->end - q->begin, PAR_F32, *buf);
-        if (st == PAR_OK) (void)par__ckpt_place(q, *buf, ms, ml, na, nb, local, filled);
+        st = par_st_read(c->files[q->file], q->name, 0, NULL, 0, q->end - q->begin, PAR_F32, ws->piece);
+        if (st == PAR_OK) (void)par__ckpt_place(q, ws->piece, ms, ml, na, nb, local, filled);
     }
     if (st == PAR_OK && !found)
         st = par__fail(PAR_EINVAL, "par_params_load: %s: parameter \"%s\" has no %s in the checkpoint", 
@@ -15176,7 +15193,6 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
                                     "parameter \"%s\" (a piece is missing)", (long long)k, par__ckpt_fields[field],
                            p->name);
     if (st == PAR_OK) st = par_params_set_local(ps, (par_param_field)field, i, local);
-    PARALLEL_FREE(local), PARALLEL_FREE(filled);
     return st;
 }
 
@@ -15184,9 +15200,9 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
     par__ckpt c;
     par_ckpt_info tmp;
     par_status st;
-    float *buf = NULL;
-    int64_t buf_n = 0;
+    par__ckpt_ws ws;
     int i, f, j;
+    memset(&ws, 0, sizeof ws);
     if (!ps) return par__fail(PAR_EINVAL, "par_params_load: NULL parameter set");
     if (!info) info = &tmp;
     st = par__ckpt_open("par_params_load", path, &c, info);
@@ -15196,7 +15212,7 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
                                        "parameter of the set", c.paths[c.pieces[j].file], c.pieces[j].name,
                            c.pieces[j].param);
     for (i = 0; st == PAR_OK && i < ps->n; i++)
-        for (f = 0; st == PAR_OK && f < (info->has_moments ? 3 : 1); f++) st = par__ckpt_load_one(ps, &c, i, f, &buf, &buf_n);
+        for (f = 0; st == PAR_OK && f < (info->has_moments ? 3 : 1); f++) st = par__ckpt_load_one(ps, &c, i, f, &ws);
     if (st == PAR_OK && !info->has_moments) { /* a values-only checkpoint: fresh moments */
         for (i = 0; st == PAR_OK && i < ps->n; i++) {
             float *zero = (float *)PARALLEL_MALLOC((size_t)(ps->p[i].numel ? ps->p[i].numel : 1) * sizeof(float));
@@ -15209,7 +15225,7 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
     }
     if (st == PAR_OK) st = par_params_set_step(ps, info->has_moments ? info->step : 0);
     if (c.nfiles || c.files) par__ckpt_close(&c);
-    PARALLEL_FREE(buf);
+    PARALLEL_FREE(ws.piece), PARALLEL_FREE(ws.local), PARALLEL_FREE(ws.filled);
     st = par__ckpt_agree(ps, st, "par_params_load");
     if (st != PAR_OK || info == &tmp) par_ckpt_info_free(info);
     return st;
