@@ -16,6 +16,8 @@
       same configuration and (b) resharded into dp 4 ZeRO-2 (no tp); MB/s and
       the ratio to the disk's read speed; VmHWM growth during the load.
    Median of REPS runs each. Prints a table and JSON lines {"bench":"ckpt",...}.
+   BENCH_CKPT_WARM=1 also times the load from the page cache before each cold
+   one (is the load bound by the disk or by the CPU: checksums and copies?).
    Usage: build/bench_ckpt [MIB (default 128)] [DIR (default /tmp, must be
    on a disk, not tmpfs, for the ratio to mean anything)] */
 #define _DEFAULT_SOURCE
@@ -216,6 +218,11 @@ int main(int argc, char **argv) {
         step_no = k + 1;
         if (run(&s) != 0) return 1;
         snprintf(stepdir, sizeof stepdir, "%s/step-%08lld", dir, (long long)step_no);
+        if (getenv("BENCH_CKPT_WARM")) { /* investigation: the same load from the page cache */
+            job wa = {"dp=2,tp=2", 1, 1, 1, 0, 0};
+            if (run(&wa) != 0) return 1;
+            printf("  (warm load %.1f MB/s)\n", (double)ckpt_bytes / 1e6 / wa.seconds);
+        }
         drop_dir(stepdir);
         if (run(&a) != 0) return 1;
         drop_dir(stepdir);
