@@ -160,13 +160,17 @@ static par_status run_job(job *j) {
     par_ctx_desc d = {0};
     par_compute_table ct;
     par_cpu_desc cd = {0};
+    par_status st;
     d.mesh = j->c->mesh, d.timeout_ms = 20000, d.kernel_threads = 1;
-    if (j->device) { /* the CPU table, flagged as device memory: the save streams through its bounce buffer */
+    if (j->device) { /* the CPU table, flagged as device memory: the save streams through its bounce buffer.
+                        One rank only: the ranks of par_run_threads_desc would share the table's state */
         cd.threads = 1;
-        if (par_compute_cpu(&cd, &ct) != PAR_OK) return PAR_EINVAL;
+        if (j->c->ranks != 1 || par_compute_cpu(&cd, &ct) != PAR_OK) return PAR_EINVAL;
         ct.device_memory = 1, d.compute = &ct;
     }
-    return par_run_threads_desc(&d, j->c->ranks, rank_body, j);
+    st = par_run_threads_desc(&d, j->c->ranks, rank_body, j);
+    if (j->device) ct.destroy(ct.user);
+    return st;
 }
 
 static void save(const config *c, const char *root, int64_t step, int version, int keep) {
@@ -325,7 +329,7 @@ static void test_device_path(void) {
     char root[600];
     memset(&j, 0, sizeof j);
     snprintf(root, sizeof root, "%s", test_path("dev"));
-    j.c = &cfgs[6], j.mode = 0, j.path = root, j.step = 3, j.version = 4, j.device = 1, j.buffer_bytes = 12;
+    j.c = &cfgs[0], j.mode = 0, j.path = root, j.step = 3, j.version = 4, j.device = 1, j.buffer_bytes = 12;
     CHECK_MSG(run_job(&j) == PAR_OK, "save through a 3-float bounce buffer: %s", par_last_error());
     load_check(&cfgs[2], root, 4, 3, "bounce-buffer save");
 }
