@@ -9,6 +9,13 @@
    - memory: optimizer bytes per rank about 1/dp under ZeRO, planned and measured;
    - round trip: --save then --init-from continues bit-identically under the same
      degree, and a checkpoint re-saved under another degree is byte-identical;
+   - sharded checkpoints (--save-dir, par_params_save/load): an 8-pair save -> load
+     matrix across dp / tp / sp / cp / ZeRO levels (re-exported weights and AdamW
+     state byte-identical, continued losses within EQ_LOSS_REL of one device),
+     10 + 10 steps bit-identical to 20, a save by mpirun loads on threads, damaged,
+     partial and foreign checkpoints refused by name, a SIGKILLed trainer's latest
+     loads; the consolidated export gives PyTorch's next-step loss (skipped without
+     torch). LLAMA_TEST_ONLY=checkpoints runs just these;
    - bad input: exit status 2, a message naming the thing, nothing overwritten;
    - trace: --trace under dp 2 + ZeRO (threads, and mpirun when MPIRUN is set)
      writes valid Chrome trace JSON (tests/trace_json.h, an independent parser)
