@@ -1683,7 +1683,9 @@ PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask,
    the index, fsyncs and renames the directory into place (and fsyncs DIR),
    then replaces DIR/latest atomically, and only then removes step
    directories beyond `keep`. A crash at any point leaves the previous
-   checkpoint (and `latest` naming it, or the new one) complete. */
+   checkpoint (and `latest` naming it, or the new one) complete; the next save
+   removes what a killed one left. Every rank must see DIR (one host, or a
+   shared file system); one save at a time per DIR. */
 
 typedef struct par_ckpt_desc {
     const char *dir;                /* the checkpoint root; created (one level) if absent */
@@ -14676,14 +14678,16 @@ static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpd
     return st;
 }
 
+/* 1: "step-N" (a complete step directory); 2: "step-N.tmp" / "step-N.old"
+   (left by a save that was killed); 0: anything else. */
 static int par__ckpt_step_of(const char *name, int64_t *step) {
     char *end = NULL;
     long long v;
     if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9') return 0;
     v = strtoll(name + 5, &end, 10);
-    if (*end) return 0; /* "step-N.tmp" and others are not step directories */
     *step = v;
-    return 1;
+    if (!*end) return 1;
+    return strcmp(end, ".tmp") == 0 || strcmp(end, ".old") == 0 ? 2 : 0;
 }
 
 /* Rank 0: remove step directories beyond the newest `keep` (never `current`). */
@@ -14694,8 +14698,12 @@ static void par__ckpt_prune(const char *dir, int keep, const char *current) {
     struct dirent *e;
     char path[2100];
     if (keep < 0 || !(d = opendir(dir))) return;
-    while ((e = readdir(d)) != NULL)
-        if (par__ckpt_step_of(e->d_name, &s)) {
+    while ((e = readdir(d)) != NULL) {
+        const int kind = par__ckpt_step_of(e->d_name, &s);
+        if (kind == 2) { /* a killed save's leftovers: only this save writes here now */
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            par__ckpt_rmdir(path);
+        } else if (kind == 1) {
             if (n == cap) {
                 int64_t *q = (int64_t *)PARALLEL_REALLOC(steps, (size_t)(cap ? 2 * cap : 16) * sizeof *q);
                 if (!q) break;
@@ -14703,6 +14711,7 @@ static void par__ckpt_prune(const char *dir, int keep, const char *current) {
             }
             steps[n++] = s;
         }
+    }
     closedir(d);
     for (i = 1; i < n; i++) /* newest first */
         for (j = i; j > 0 && steps[j - 1] < steps[j]; j--) s = steps[j], steps[j] = steps[j - 1], steps[j - 1] = s;
@@ -14784,8 +14793,10 @@ PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) 
             par__ckpt_rmdir(aside);
             if (stat(final, &sb) == 0 && rename(final, aside) != 0)
                 st = par__fail(PAR_EIO, "par_params_save: cannot move the old %s aside: %s", final, strerror(errno));
-            else if (rename(tmpdir, final) != 0)
+            else if (rename(tmpdir, final) != 0) {
                 st = par__fail(PAR_EIO, "par_params_save: cannot rename %s to %s: %s", tmpdir, final, strerror(errno));
+                (void)rename(aside, final); /* the old one back where it was */
+            }
             if (st == PAR_OK) par__ckpt_fsync_path(d->dir), par__ckpt_stage(d, rank, "renamed");
         }
         /* 5. latest, atomically */

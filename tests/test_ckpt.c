@@ -321,6 +321,11 @@ static void test_crash(void) {
         /* a later save cleans up after the crashed one */
         save(&cfgs[3], root, 30, 3, 1);
         load_check(&cfgs[0], root, 3, 30, "save after a crash");
+        {
+            char p[700];
+            snprintf(p, sizeof p, "%s/step-00000020.tmp", root);
+            CHECK_MSG(!dir_exists(p), "killed at \"%s\": the next save left %s", stages[s], p);
+        }
     }
 }
 
