@@ -1657,6 +1657,103 @@ PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field fie
 PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask, par_reduce_op op, par_dtype dtype,
                                                 void *values, int count);
 
+#ifndef PARALLEL_NO_CHECKPOINT
+/* ---- sharded checkpoints ----------------------------------------------------
+   Each rank writes only what it holds (no gather), and a checkpoint saved
+   under one parallel configuration loads into any other (another mesh, dp,
+   tp, ZeRO level, or one rank): a rank reads only the pieces that overlap
+   what it holds now.
+
+   On disk (POSIX systems; elsewhere PAR_EUNSUPPORTED):
+       DIR/latest                                one line: the newest step directory
+       DIR/step-00000020/model.safetensors.index.json
+       DIR/step-00000020/shard-00003-of-00008.safetensors   (one per saving rank)
+   The index is Hugging Face's sharded format: {"metadata": {"total_size":
+   <bytes of all tensors>, "par.format": "parallel.h-sharded-1",
+   "par.num_shards": "8", "par.step": "20", "host.<key>": "<value>"...},
+   "weight_map": {"<stored tensor>": "<shard file>", ...}}.
+   A piece is what one rank holds of one field of one parameter: a rectangle
+   of the global tensor (its layout slice) and, for ZeRO-sharded moments, a
+   flat element range of that rectangle. Only one copy of each piece is
+   written, by one of the ranks holding copies of it (spread round-robin
+   over the copies, so every rank of a data-parallel group writes). Stored
+   names: "<param>", "exp_avg.<param>", "exp_avg_sq.<param>" (Hugging Face's
+   own name and the global shape when the piece is the whole tensor), with
+   "@<rank>" appended when the piece is part of it. Each shard's metadata
+   describes its pieces: "par.piece.<stored name>" = "<field> <ndim> <global
+   shape...> <start...> <slice shape...> <begin> <end> <param name>" (the
+   name last, so it may contain spaces), plus "par.step", "par.num_shards",
+   "par.shard", and in shard 0 the host metadata ("host.<key>"). Tensors
+   carry CRC-32s (>>checkpoint) and are verified when loaded.
+
+   Crash safety: the step directory is written under "step-N.tmp" (every file
+   fsynced), all ranks agree that their shards are complete, rank 0 writes
+   the index, fsyncs and renames the directory into place (and fsyncs DIR),
+   then replaces DIR/latest atomically, and only then removes step
+   directories beyond `keep`. A crash at any point leaves the previous
+   checkpoint (and `latest` naming it, or the new one) complete; the next save
+   removes what a killed one left. Every rank must see DIR (one host, or a
+   shared file system); one save at a time per DIR. */
+
+typedef struct par_ckpt_desc {
+    const char *dir;                /* the checkpoint root; created (one level) if absent */
+    int64_t step;                   /* the step directory's number (>= 0) */
+    int keep;                       /* step directories kept after this save, newest
+                                       first: 0 = 2; < 0 = all */
+    const char *const *meta_keys;   /* host metadata (e.g. the data position, the seed, the
+                                       configuration): num_meta non-empty keys, unique */
+    const char *const *meta_values; /* and their values (any UTF-8) */
+    int num_meta;
+    int64_t buffer_bytes;           /* host bounce buffer when the parameters live in device
+                                       memory (0 = 4 MiB); host memory is written in place */
+    void (*on_stage)(void *user, const char *stage); /* optional, rank 0 only: called after
+                                       "shards written", "index written", "renamed",
+                                       "latest", "pruned" (e.g. a test kills itself there) */
+    void *user;
+} par_ckpt_desc;
+
+/* Save the set (values, AdamW moments incl. ZeRO shards, the step count) as
+   step directory desc->step under desc->dir. Collective: every rank calls it
+   and every rank returns the same status (PAR_EIO naming the file on a write
+   failure, PAR_EINVAL naming the setting on a bad desc). On failure the
+   temporary directory is removed and the previous checkpoints are untouched. */
+PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *desc);
+
+/* What a checkpoint holds besides the tensors. Zero-initialize; filled by
+   par_ckpt_inspect / par_params_load; par_ckpt_info_free releases it. */
+typedef struct par_ckpt_info {
+    int64_t step;        /* the AdamW step count saved */
+    int has_moments;     /* the AdamW moments are present (else they load as zeros) */
+    int num_shards;      /* the number of ranks that saved it */
+    char dir[1024];      /* the step directory read */
+    char *meta_;         /* host metadata: "key\0value\0"... (private) */
+    int64_t meta_len_;
+} par_ckpt_info;
+
+/* The host metadata value for `key`, or NULL. */
+PARALLEL_DEF const char *par_ckpt_metadata(const par_ckpt_info *info, const char *key);
+PARALLEL_DEF void par_ckpt_info_free(par_ckpt_info *info);
+
+/* Read a checkpoint's index and shard headers (no tensor data unless
+   `verify`, which reads every tensor and checks its CRC-32), validating the
+   structure: path is a step directory or a root holding `latest`. Local;
+   needs no parameter set (e.g. a host's input checks before it starts).
+   Errors name the file and the tensor: PAR_EIO (missing or unreadable file,
+   checksum mismatch), PAR_EPARSE (malformed index or piece description). */
+PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_info *info);
+
+/* Load a checkpoint into the set, whatever configuration saved it: each
+   rank fills its slice (and its ZeRO range of the moments) from every piece
+   that overlaps it, reading each such piece whole so its CRC-32 is checked,
+   and the step count is restored. Every parameter of the set must be in the
+   checkpoint with the same global shape, and every tensor of the checkpoint
+   must be a parameter of the set (PAR_EINVAL / PAR_ESHAPE naming the file
+   and tensor); a checkpoint without moments loads them as zeros. info may be
+   NULL. Collective only in that every rank returns the same status (a rank
+   whose read failed makes all fail; its message is in its own error). */
+PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ckpt_info *info);
+#endif /* PARALLEL_NO_CHECKPOINT */
+
 /* ============================================================================
    >>tensor-parallel
    Megatron's tensor parallelism for the host's layers, every collective
@@ -14483,6 +14580,880 @@ PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask,
     ct->free(ct->user, buf);
     return st;
 }
+
+#ifndef PARALLEL_NO_CHECKPOINT
+/* ---- sharded checkpoints ------------------------------------------------------ */
+
+#define PAR__CKPT_INDEX "model.safetensors.index.json"
+#define PAR__CKPT_FORMAT "parallel.h-sharded-1"
+static const char *const par__ckpt_fields[3] = {"value", "exp_avg", "exp_avg_sq"};
+static const char *const par__ckpt_prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
+
+/* One piece this rank writes: where it lies and where its data is. */
+typedef struct par__ckpt_piece {
+    int param, field, ndim;
+    int64_t start[PARALLEL_MAX_DIMS], local[PARALLEL_MAX_DIMS];
+    int64_t begin, end;  /* flat range of the slice */
+    const float *src;    /* device or host memory: elements [begin, end) */
+    char name[300];      /* stored tensor name */
+} par__ckpt_piece;
+
+/* Every rank learns whether all succeeded: a sum of failure flags over the
+   mesh. A rank that was fine but sees another's failure reports that. */
+static par_status par__ckpt_agree(par_params *ps, par_status st, const char *fn) {
+    int32_t bad = st != PAR_OK;
+    par_status cs = par_ctx_all_reduce_host(ps->ctx, (1u << par_ctx_mesh(ps->ctx)->ndim) - 1u, PAR_REDUCE_SUM, PAR_I32,
+                                            &bad, 1);
+    if (st != PAR_OK) return st;
+    if (cs != PAR_OK) return cs;
+    if (bad) return par__fail(PAR_EIO, "%s: %d other rank(s) failed (see their errors)", fn, (int)bad);
+    return PAR_OK;
+}
+
+#if PAR__ST_POSIX
+#include <dirent.h>
+
+/* Remove a directory of plain files (the step directories hold nothing else). */
+static void par__ckpt_rmdir(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[2048];
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        (void)unlink(path);
+    }
+    closedir(d);
+    (void)rmdir(dir);
+}
+
+static void par__ckpt_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) (void)fsync(fd), close(fd);
+}
+
+/* Write a small text file atomically: temp name, fsync, rename, fsync the directory. */
+static par_status par__ckpt_write_text(const char *fn, const char *path, const char *text, size_t n) {
+    char tmp[2100];
+    int fd;
+    size_t done = 0;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return par__fail(PAR_EIO, "%s: %s: cannot create: %s", fn, tmp, strerror(errno));
+    while (done < n) {
+        ssize_t w = write(fd, text + done, n - done);
+        if (w <= 0) {
+            const char *why = strerror(errno);
+            close(fd), unlink(tmp);
+            return par__fail(PAR_EIO, "%s: %s: write failed: %s", fn, tmp, why);
+        }
+        done += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        unlink(tmp);
+        return par__fail(PAR_EIO, "%s: %s: fsync failed: %s", fn, tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        const char *why = strerror(errno);
+        unlink(tmp);
+        return par__fail(PAR_EIO, "%s: cannot rename %s to %s: %s", fn, tmp, path, why);
+    }
+    par__st_sync_dir(NULL, path);
+    return PAR_OK;
+}
+
+/* Growing text for the index. */
+typedef struct par__ckpt_text {
+    char *p;
+    size_t n, cap;
+    int oom;
+} par__ckpt_text;
+
+static void par__ckpt_put(par__ckpt_text *t, const char *s, size_t n) {
+    if (t->oom) return;
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 4096;
+        char *q;
+        while (cap < t->n + n + 1) cap *= 2;
+        if (!(q = (char *)PARALLEL_REALLOC(t->p, cap))) {
+            t->oom = 1;
+            return;
+        }
+        t->p = q, t->cap = cap;
+    }
+    memcpy(t->p + t->n, s, n);
+    t->n += n;
+    t->p[t->n] = 0;
+}
+
+static void par__ckpt_puts(par__ckpt_text *t, const char *s) { par__ckpt_put(t, s, strlen(s)); }
+
+/* A JSON string: quotes, backslashes and control bytes escaped (UTF-8 as is). */
+static void par__ckpt_json_string(par__ckpt_text *t, const char *s) {
+    char esc[8];
+    par__ckpt_puts(t, "\"");
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') esc[0] = '\\', esc[1] = (char)c, par__ckpt_put(t, esc, 2);
+        else if (c == '\n') par__ckpt_put(t, "\\n", 2);
+        else if (c == '\t') par__ckpt_put(t, "\\t", 2);
+        else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), par__ckpt_put(t, esc, 6);
+        else par__ckpt_put(t, s, 1);
+    }
+    par__ckpt_puts(t, "\"");
+}
+
+/* This rank's index among the ranks that differ from it only on the device
+   dims of mask (row-major over those dims; any fixed order would do, since
+   it is only compared with a number every rank computes alike), and their
+   count. */
+static int par__ckpt_index_on(const par_mesh *mesh, int rank, uint32_t mask, int *size) {
+    int coords[PARALLEL_MAX_DIMS], v, idx = 0;
+    *size = 1;
+    if (par_mesh_coords(mesh, rank, coords) != PAR_OK) return -1;
+    for (v = mesh->ndim - 1; v >= 0; v--)
+        if (mask >> v & 1u) {
+            const int n = par_mesh_dev_size(mesh, v);
+            idx = idx * n + coords[mesh->ndim - 1 - v], *size *= n;
+        }
+    return idx;
+}
+
+/* The pieces this rank writes (count first with out == NULL). Of the ranks
+   holding the same piece, one writes it: piece k of the set goes to copy
+   k mod copies, so replicated tensors spread over the ranks (pure data
+   parallel writes from every rank, not all from rank 0). */
+static int par__ckpt_pieces(par_params *ps, par__ckpt_piece *out) {
+    const par_mesh *mesh = par_ctx_mesh(ps->ctx);
+    const int rank = par_ctx_rank(ps->ctx);
+    int i, f, n = 0;
+    for (i = 0; i < ps->n; i++) {
+        const par__param *p = &ps->p[i];
+        const par__bucket *bk = &ps->b[p->bucket];
+        int64_t global = 1;
+        int d;
+        for (d = 0; d < p->layout.ndim; d++) global *= p->layout.shape[d];
+        for (f = 0; f < 3; f++) {
+            const int zero = f > 0 && ps->zero;
+            int64_t lo = 0, hi = p->numel;
+            const float *src;
+            par__ckpt_piece *q = out ? &out[n] : NULL;
+            {
+                int copies, idx = par__ckpt_index_on(mesh, rank, zero ? p->replica_dims & ~ps->data_dims : p->replica_dims,
+                                                    &copies);
+                if (idx != (3 * i + f) % copies) continue;
+            }
+            if (zero) { /* the part of the parameter inside this rank's shard of its bucket */
+                const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
+                lo = (p->offset > c0 ? p->offset : c0) - p->offset;
+                hi = (p->offset + p->numel < c1 ? p->offset + p->numel : c1) - p->offset;
+                if (lo >= hi) continue;
+                src = (f == 1 ? ps->m : ps->v) + bk->shard_offset + (p->offset + lo - c0);
+            } else {
+                src = (f == 0 ? ps->value : f == 1 ? ps->m : ps->v) + p->offset;
+            }
+            n++;
+            if (!q) continue;
+            memset(q, 0, sizeof *q);
+            q->param = i, q->field = f, q->ndim = p->layout.ndim, q->begin = lo, q->end = hi, q->src = src;
+            par_layout_local_shape(&p->layout, q->local);
+            (void)par_layout_local_offset(&p->layout, rank, q->start);
+            if (lo == 0 && hi == global) snprintf(q->name, sizeof q->name, "%s%s", par__ckpt_prefix[f], p->name);
+            else snprintf(q->name, sizeof q->name, "%s%s@%d", par__ckpt_prefix[f], p->name, rank);
+        }
+    }
+    return n;
+}
+
+static void par__ckpt_dims(char *buf, size_t size, int n, const int64_t *v) {
+    int d;
+    size_t at = strlen(buf);
+    for (d = 0; d < n && at < size; d++) at += (size_t)snprintf(buf + at, size - at, " %lld", (long long)v[d]);
+}
+
+/* This rank's shard file in directory tmp. */
+static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, const char *tmpdir, int nshards) {
+    const int rank = par_ctx_rank(ps->ctx);
+    const int np = par__ckpt_pieces(ps, NULL);
+    par__ckpt_piece *pc = (par__ckpt_piece *)par__ctx_malloc(ps->ctx, (size_t)(np ? np : 1) * sizeof *pc);
+    par_st_writer *w = NULL;
+    char path[2100], key[400], val[1024];
+    float *bounce = NULL;
+    int64_t bounce_n = 0;
+    par_status st;
+    int k;
+    if (!pc) return par__fail(PAR_ENOMEM, "par_params_save: out of memory");
+    par__ckpt_pieces(ps, pc);
+    snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.safetensors", tmpdir, rank, nshards);
+    st = par_st_writer_create(path, &w);
+    for (k = 0; k < np && st == PAR_OK; k++) {
+        const par__ckpt_piece *q = &pc[k];
+        const par__param *p = &ps->p[q->param];
+        int64_t whole = 1, one;
+        int dd, full;
+        for (dd = 0; dd < q->ndim; dd++) whole *= q->local[dd];
+        full = q->begin == 0 && q->end == whole;
+        one = q->end - q->begin;
+        /* the whole slice keeps its shape (the global one when it is the tensor) */
+        st = par_st_writer_add(w, q->name, PAR_F32, full ? q->ndim : 1, full ? q->local : &one,
+                               ps->ct->device_memory ? NULL : (const void *)q->src);
+        snprintf(key, sizeof key, "par.piece.%s", q->name);
+        snprintf(val, sizeof val, "%s %d", par__ckpt_fields[q->field], q->ndim);
+        par__ckpt_dims(val, sizeof val, q->ndim, p->layout.shape);
+        par__ckpt_dims(val, sizeof val, q->ndim, q->start);
+        par__ckpt_dims(val, sizeof val, q->ndim, q->local);
+        snprintf(val + strlen(val), sizeof val - strlen(val), " %lld %lld %s", (long long)q->begin, (long long)q->end,
+                 p->name);
+        if (st == PAR_OK) st = par_st_writer_metadata(w, key, val);
+    }
+    snprintf(val, sizeof val, "%lld", (long long)ps->step);
+    if (st == PAR_OK) st = par_st_writer_metadata(w, "par.step", val);
+    snprintf(val, sizeof val, "%d", nshards);
+    if (st == PAR_OK) st = par_st_writer_metadata(w, "par.num_shards", val);
+    snprintf(val, sizeof val, "%d", rank);
+    if (st == PAR_OK) st = par_st_writer_metadata(w, "par.shard", val);
+    if (st == PAR_OK) st = par_st_writer_metadata(w, "par.format", PAR__CKPT_FORMAT);
+    for (k = 0; rank == 0 && k < d->num_meta && st == PAR_OK; k++) {
+        snprintf(key, sizeof key, "host.%s", d->meta_keys[k]);
+        st = par_st_writer_metadata(w, key, d->meta_values[k]);
+    }
+    if (st == PAR_OK && ps->ct->device_memory && np) { /* through a bounded host buffer */
+        bounce_n = (d->buffer_bytes > 0 ? d->buffer_bytes : 4 << 20) / (int64_t)sizeof(float);
+        if (bounce_n < 1) bounce_n = 1;
+        if (!(bounce = (float *)par__ctx_malloc(ps->ctx, (size_t)bounce_n * sizeof(float))))
+            st = par__fail(PAR_ENOMEM, "par_params_save: out of memory (bounce buffer)");
+        for (k = 0; k < np && st == PAR_OK; k++) {
+            int64_t at;
+            for (at = pc[k].begin; at < pc[k].end && st == PAR_OK; at += bounce_n) {
+                const int64_t c = pc[k].end - at < bounce_n ? pc[k].end - at : bounce_n;
+                st = ps->ct->memcpy(ps->ct->user, bounce, pc[k].src + (at - pc[k].begin), (size_t)c * sizeof(float),
+                                    PAR_COPY_DEVICE_TO_HOST);
+                if (st == PAR_OK) st = par_st_writer_write(w, pc[k].name, bounce, c);
+            }
+        }
+    }
+    if (st == PAR_OK) st = par_st_writer_finish(w);
+    else if (w) par_st_writer_abort(w);
+    par__ctx_free(ps->ctx, bounce), par__ctx_free(ps->ctx, pc);
+    return st;
+}
+
+/* Rank 0: the index from the shard headers just written. */
+static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpdir, int nshards, int64_t step) {
+    par__ckpt_text t;
+    char path[2100], file[64], num[64];
+    int64_t total = 0;
+    par_status st = PAR_OK;
+    int r, k, first = 1;
+    memset(&t, 0, sizeof t);
+    par__ckpt_puts(&t, "{\n  \"weight_map\": {");
+    for (r = 0; r < nshards && st == PAR_OK; r++) {
+        par_st_file *f = NULL;
+        snprintf(file, sizeof file, "shard-%05d-of-%05d.safetensors", r, nshards);
+        snprintf(path, sizeof path, "%s/%s", tmpdir, file);
+        if ((st = par_st_open(path, &f)) != PAR_OK) break;
+        for (k = 0; k < par_st_count(f); k++) {
+            const par_st_tensor *ti = par_st_tensor_at(f, k);
+            par__ckpt_puts(&t, first ? "\n    " : ",\n    ");
+            first = 0;
+            par__ckpt_json_string(&t, ti->name);
+            par__ckpt_puts(&t, ": ");
+            par__ckpt_json_string(&t, file);
+            total += (int64_t)ti->nbytes;
+        }
+        par_st_close(f);
+    }
+    par__ckpt_puts(&t, "\n  },\n  \"metadata\": {\n    \"total_size\": ");
+    snprintf(num, sizeof num, "%lld", (long long)total);
+    par__ckpt_puts(&t, num);
+    par__ckpt_puts(&t, ",\n    \"par.format\": \"" PAR__CKPT_FORMAT "\",\n    \"par.num_shards\": \"");
+    snprintf(num, sizeof num, "%d", nshards);
+    par__ckpt_puts(&t, num);
+    par__ckpt_puts(&t, "\",\n    \"par.step\": \"");
+    snprintf(num, sizeof num, "%lld", (long long)step);
+    par__ckpt_puts(&t, num);
+    par__ckpt_puts(&t, "\"");
+    for (k = 0; k < d->num_meta; k++) {
+        char key[400];
+        snprintf(key, sizeof key, "host.%s", d->meta_keys[k]);
+        par__ckpt_puts(&t, ",\n    ");
+        par__ckpt_json_string(&t, key);
+        par__ckpt_puts(&t, ": ");
+        par__ckpt_json_string(&t, d->meta_values[k]);
+    }
+    par__ckpt_puts(&t, "\n  }\n}\n");
+    if (st == PAR_OK && t.oom) st = par__fail(PAR_ENOMEM, "par_params_save: out of memory (index)");
+    snprintf(path, sizeof path, "%s/" PAR__CKPT_INDEX, tmpdir);
+    if (st == PAR_OK) st = par__ckpt_write_text("par_params_save", path, t.p, t.n);
+    PARALLEL_FREE(t.p);
+    return st;
+}
+
+/* 1: "step-N" (a complete step directory); 2: "step-N.tmp" / "step-N.old"
+   (left by a save that was killed); 0: anything else. */
+static int par__ckpt_step_of(const char *name, int64_t *step) {
+    char *end = NULL;
+    long long v;
+    if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9') return 0;
+    v = strtoll(name + 5, &end, 10);
+    *step = v;
+    if (!*end) return 1;
+    return strcmp(end, ".tmp") == 0 || strcmp(end, ".old") == 0 ? 2 : 0;
+}
+
+/* Rank 0: remove step directories beyond the newest `keep` (never `current`). */
+static void par__ckpt_prune(const char *dir, int keep, const char *current) {
+    int64_t *steps = NULL, s;
+    int n = 0, cap = 0, i, j;
+    DIR *d;
+    struct dirent *e;
+    char path[2100];
+    if (keep < 0 || !(d = opendir(dir))) return;
+    while ((e = readdir(d)) != NULL) {
+        const int kind = par__ckpt_step_of(e->d_name, &s);
+        if (kind == 2) { /* a killed save's leftovers: only this save writes here now */
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            par__ckpt_rmdir(path);
+        } else if (kind == 1) {
+            if (n == cap) {
+                int64_t *q = (int64_t *)PARALLEL_REALLOC(steps, (size_t)(cap ? 2 * cap : 16) * sizeof *q);
+                if (!q) break;
+                steps = q, cap = cap ? 2 * cap : 16;
+            }
+            steps[n++] = s;
+        }
+    }
+    closedir(d);
+    for (i = 1; i < n; i++) /* newest first */
+        for (j = i; j > 0 && steps[j - 1] < steps[j]; j--) s = steps[j], steps[j] = steps[j - 1], steps[j - 1] = s;
+    for (i = keep; i < n; i++) {
+        snprintf(path, sizeof path, "step-%08lld", (long long)steps[i]);
+        if (strcmp(path, current) == 0) continue;
+        snprintf(path, sizeof path, "%s/step-%08lld", dir, (long long)steps[i]);
+        par__ckpt_rmdir(path);
+    }
+    if (n > keep) par__ckpt_fsync_path(dir);
+    PARALLEL_FREE(steps);
+}
+#endif /* PAR__ST_POSIX */
+
+static void par__ckpt_stage(const par_ckpt_desc *d, int rank, const char *stage) {
+    if (rank == 0 && d->on_stage) d->on_stage(d->user, stage);
+}
+
+PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) {
+#if PAR__ST_POSIX
+    char tmpdir[1200], final[1100], name[64], aside[1200], line[80];
+    struct stat sb;
+    par_status st = PAR_OK;
+    int rank, nshards, k, j;
+    if (!ps || !d) return par__fail(PAR_EINVAL, "par_params_save: NULL argument");
+    if (!d->dir || !*d->dir) return par__fail(PAR_EINVAL, "par_params_save: desc.dir is empty");
+    if (strlen(d->dir) > 1000) return par__fail(PAR_EINVAL, "par_params_save: desc.dir is longer than 1000 bytes");
+    if (d->step < 0 || d->step > 99999999)
+        return par__fail(PAR_EINVAL, "par_params_save: desc.step %lld is not in [0, 99999999]", (long long)d->step);
+    if (d->num_meta < 0 || (d->num_meta > 0 && (!d->meta_keys || !d->meta_values)))
+        return par__fail(PAR_EINVAL, "par_params_save: desc.num_meta %d without meta_keys and meta_values", d->num_meta);
+    if (d->buffer_bytes < 0)
+        return par__fail(PAR_EINVAL, "par_params_save: desc.buffer_bytes %lld < 0", (long long)d->buffer_bytes);
+    for (k = 0; k < d->num_meta; k++) {
+        if (!d->meta_keys[k] || !*d->meta_keys[k] || !d->meta_values[k])
+            return par__fail(PAR_EINVAL, "par_params_save: host metadata %d has an empty key or a NULL value", k);
+        if (strlen(d->meta_keys[k]) > 200 || strlen(d->meta_values[k]) > 65536)
+            return par__fail(PAR_EINVAL, "par_params_save: host metadata \"%.40s\": key over 200 or value over "
+                                         "65536 bytes", d->meta_keys[k]);
+        for (j = 0; j < k; j++)
+            if (strcmp(d->meta_keys[j], d->meta_keys[k]) == 0)
+                return par__fail(PAR_EINVAL, "par_params_save: host metadata key \"%s\" given twice", d->meta_keys[k]);
+    }
+    if (ps->in_micro)
+        return par__fail(PAR_EINVAL, "par_params_save: micro-batch %d is still open (par_params_grads_wait)", ps->micro);
+    rank = par_ctx_rank(ps->ctx), nshards = par_ctx_size(ps->ctx);
+    snprintf(name, sizeof name, "step-%08lld", (long long)d->step);
+    snprintf(final, sizeof final, "%s/%s", d->dir, name);
+    snprintf(tmpdir, sizeof tmpdir, "%s.tmp", final);
+    /* 1. rank 0 makes the root and a fresh temporary step directory */
+    if (rank == 0) {
+        if (stat(d->dir, &sb) != 0 && mkdir(d->dir, 0755) != 0 && errno != EEXIST)
+            st = par__fail(PAR_EIO, "par_params_save: cannot create the checkpoint directory %s: %s", d->dir,
+                           strerror(errno));
+        else if (stat(d->dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            st = par__fail(PAR_EIO, "par_params_save: %s is not a directory", d->dir);
+        if (st == PAR_OK) {
+            par__ckpt_rmdir(tmpdir); /* left by a save that crashed */
+            if (mkdir(tmpdir, 0755) != 0)
+                st = par__fail(PAR_EIO, "par_params_save: cannot create %s: %s", tmpdir, strerror(errno));
+        }
+    }
+    PAR__CHECK(par__ckpt_agree(ps, st, "par_params_save"));
+    /* 2. every rank its shard */
+    st = par__ckpt_write_shard(ps, d, tmpdir, nshards);
+    if ((st = par__ckpt_agree(ps, st, "par_params_save")) != PAR_OK) {
+        if (rank == 0) par__ckpt_rmdir(tmpdir);
+        return st;
+    }
+    if (rank == 0) {
+        par__ckpt_stage(d, rank, "shards written");
+        /* 3. the index, last inside the directory */
+        st = par__ckpt_write_index(d, tmpdir, nshards, ps->step);
+        if (st == PAR_OK) par__ckpt_stage(d, rank, "index written");
+        /* 4. into place: a re-save of the same step moves the old one aside first */
+        if (st == PAR_OK) {
+            par__ckpt_fsync_path(tmpdir);
+            snprintf(aside, sizeof aside, "%s.old", final);
+            par__ckpt_rmdir(aside);
+            if (stat(final, &sb) == 0 && rename(final, aside) != 0)
+                st = par__fail(PAR_EIO, "par_params_save: cannot move the old %s aside: %s", final, strerror(errno));
+            else if (rename(tmpdir, final) != 0) {
+                st = par__fail(PAR_EIO, "par_params_save: cannot rename %s to %s: %s", tmpdir, final, strerror(errno));
+                (void)rename(aside, final); /* the old one back where it was */
+            }
+            if (st == PAR_OK) par__ckpt_fsync_path(d->dir), par__ckpt_stage(d, rank, "renamed");
+        }
+        /* 5. latest, atomically */
+        if (st == PAR_OK) {
+            char lpath[1100];
+            snprintf(lpath, sizeof lpath, "%s/latest", d->dir);
+            snprintf(line, sizeof line, "%s\n", name);
+            st = par__ckpt_write_text("par_params_save", lpath, line, strlen(line));
+            if (st == PAR_OK) par__ckpt_stage(d, rank, "latest");
+        }
+        /* 6. only now the old ones go */
+        if (st == PAR_OK) {
+            par__ckpt_rmdir(aside);
+            par__ckpt_prune(d->dir, d->keep == 0 ? 2 : d->keep, name);
+            par__ckpt_stage(d, rank, "pruned");
+        } else {
+            par__ckpt_rmdir(tmpdir);
+        }
+    }
+    return par__ckpt_agree(ps, st, "par_params_save");
+#else
+    (void)ps, (void)d;
+    return par__fail(PAR_EUNSUPPORTED, "par_params_save: sharded checkpoints need a POSIX system");
+#endif
+}
+
+/* ---- reading ---- */
+
+typedef struct par__ckpt_rpiece {
+    int file, field, ndim;
+    int64_t shape[PARALLEL_MAX_DIMS], start[PARALLEL_MAX_DIMS], local[PARALLEL_MAX_DIMS];
+    int64_t begin, end;
+    const char *name;   /* stored tensor (owned by the file) */
+    const char *param;  /* parameter name (inside the file's metadata value) */
+} par__ckpt_rpiece;
+
+typedef struct par__ckpt {
+    int nfiles, npieces;
+    par_st_file **files;
+    par__ckpt_rpiece *pieces;
+    char **paths;
+} par__ckpt;
+
+static void par__ckpt_close(par__ckpt *c) {
+    int i;
+    for (i = 0; i < c->nfiles; i++) {
+        if (c->files) par_st_close(c->files[i]);
+        if (c->paths) PARALLEL_FREE(c->paths[i]);
+    }
+    PARALLEL_FREE(c->files), PARALLEL_FREE(c->paths), PARALLEL_FREE(c->pieces);
+    memset(c, 0, sizeof *c);
+}
+
+PARALLEL_DEF void par_ckpt_info_free(par_ckpt_info *info) {
+    if (!info) return;
+    PARALLEL_FREE(info->meta_);
+    info->meta_ = NULL, info->meta_len_ = 0;
+}
+
+PARALLEL_DEF const char *par_ckpt_metadata(const par_ckpt_info *info, const char *key) {
+    int64_t at = 0;
+    if (!info || !key || !info->meta_) return NULL;
+    while (at < info->meta_len_) {
+        const char *k = info->meta_ + at, *v = k + strlen(k) + 1;
+        if (strcmp(k, key) == 0) return v;
+        at = (v - info->meta_) + (int64_t)strlen(v) + 1;
+    }
+    return NULL;
+}
+
+/* "<field> <ndim> dims... <begin> <end> <name>" */
+static int par__ckpt_parse_piece(const char *s, par__ckpt_rpiece *p) {
+    char *end;
+    int f, d, k;
+    for (f = 0; f < 3; f++) {
+        const size_t n = strlen(par__ckpt_fields[f]);
+        if (strncmp(s, par__ckpt_fields[f], n) == 0 && s[n] == ' ') break;
+    }
+    if (f == 3) return 0;
+    p->field = f;
+    s += strlen(par__ckpt_fields[f]);
+    p->ndim = (int)strtol(s, &end, 10);
+    if (end == s || p->ndim < 0 || p->ndim > PARALLEL_MAX_DIMS) return 0;
+    s = end;
+    for (k = 0; k < 3; k++)
+        for (d = 0; d < p->ndim; d++) {
+            int64_t *v = k == 0 ? p->shape : k == 1 ? p->start : p->local;
+            v[d] = (int64_t)strtoll(s, &end, 10);
+            if (end == s || v[d] < 0) return 0;
+            s = end;
+        }
+    p->begin = (int64_t)strtoll(s, &end, 10);
+    if (end == s) return 0;
+    s = end;
+    p->end = (int64_t)strtoll(s, &end, 10);
+    if (end == s || *end != ' ' || !end[1]) return 0;
+    p->param = end + 1;
+    {
+        int64_t n = 1;
+        for (d = 0; d < p->ndim; d++) {
+            if (p->start[d] + p->local[d] > p->shape[d]) return 0;
+            n *= p->local[d];
+        }
+        if (p->begin < 0 || p->begin > p->end || p->end > n) return 0;
+    }
+    return 1;
+}
+
+/* Resolve `path` (a step directory, or a root holding `latest`) into dir. */
+static par_status par__ckpt_resolve(const char *fn, const char *path, char *dir, size_t size) {
+#if PAR__ST_POSIX
+    struct stat sb;
+    char p[1100];
+    if (!path || !*path) return par__fail(PAR_EINVAL, "%s: empty checkpoint path", fn);
+    if (strlen(path) > 1000) return par__fail(PAR_EINVAL, "%s: checkpoint path longer than 1000 bytes", fn);
+    snprintf(p, sizeof p, "%s/" PAR__CKPT_INDEX, path);
+    if (stat(p, &sb) == 0) return snprintf(dir, size, "%s", path), PAR_OK;
+    snprintf(p, sizeof p, "%s/latest", path);
+    if (stat(p, &sb) == 0) {
+        char line[200];
+        size_t n;
+        FILE *f = fopen(p, "r");
+        if (!f || !fgets(line, sizeof line, f)) {
+            if (f) fclose(f);
+            return par__fail(PAR_EIO, "%s: %s: cannot read it", fn, p);
+        }
+        fclose(f);
+        n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (!n || strchr(line, '/'))
+            return par__fail(PAR_EPARSE, "%s: %s: \"%s\" is not a step directory name", fn, p, line);
+        snprintf(dir, size, "%s/%s", path, line);
+        snprintf(p, sizeof p, "%s/" PAR__CKPT_INDEX, dir);
+        if (stat(p, &sb) != 0)
+            return par__fail(PAR_EIO, "%s: %s names %s, which has no " PAR__CKPT_INDEX " (incomplete or removed)", fn,
+                             path, dir);
+        return PAR_OK;
+    }
+    return par__fail(PAR_EIO, "%s: %s: not a checkpoint (no " PAR__CKPT_INDEX " and no latest)", fn, path);
+#else
+    (void)path, (void)dir, (void)size;
+    return par__fail(PAR_EUNSUPPORTED, "%s: sharded checkpoints need a POSIX system", fn);
+#endif
+}
+
+/* A metadata string of the index: the value after "\"key\": \"". */
+static int par__ckpt_index_value(const char *text, const char *key, char *out, size_t size) {
+    char pat[128];
+    const char *s, *e;
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    if (!(s = strstr(text, pat))) return 0;
+    s += strlen(pat);
+    if (!(e = strchr(s, '"')) || (size_t)(e - s) >= size) return 0;
+    memcpy(out, s, (size_t)(e - s));
+    out[e - s] = 0;
+    return 1;
+}
+
+/* Open the index and every shard header; parse the pieces and host metadata. */
+static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c, par_ckpt_info *info) {
+    char ipath[1200], num[64], stepbuf[64], *text = NULL, *end = NULL;
+    long nshards;
+    long long step;
+    FILE *f;
+    size_t n = 0, cap = 0;
+    int r, k;
+    memset(c, 0, sizeof *c);
+    memset(info, 0, sizeof *info);
+    PAR__CHECK(par__ckpt_resolve(fn, path, info->dir, sizeof info->dir));
+    snprintf(ipath, sizeof ipath, "%s/" PAR__CKPT_INDEX, info->dir);
+    if (!(f = fopen(ipath, "rb"))) return par__fail(PAR_EIO, "%s: %s: cannot open: %s", fn, ipath, strerror(errno));
+    for (;;) {
+        size_t got;
+        if (n + 4097 > cap) {
+            char *q = (char *)PARALLEL_REALLOC(text, cap = cap ? 2 * cap : 65536);
+            if (!q) return fclose(f), PARALLEL_FREE(text), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+            text = q;
+        }
+        if (!(got = fread(text + n, 1, 4096, f))) break;
+        n += got;
+    }
+    fclose(f);
+    text[n] = 0;
+    if (!par__ckpt_index_value(text, "par.format", num, sizeof num) || strcmp(num, PAR__CKPT_FORMAT) != 0 ||
+        !par__ckpt_index_value(text, "par.num_shards", num, sizeof num) ||
+        !par__ckpt_index_value(text, "par.step", stepbuf, sizeof stepbuf) || !strstr(text, "\"weight_map\"")) {
+        PARALLEL_FREE(text);
+        return par__fail(PAR_EPARSE, "%s: %s: not a parallel.h sharded index (par.format \"" PAR__CKPT_FORMAT
+                                     "\", par.num_shards, par.step and weight_map are required)", fn, ipath);
+    }
+    PARALLEL_FREE(text);
+    nshards = strtol(num, &end, 10);
+    if (*end || nshards < 1 || nshards > 1000000)
+        return par__fail(PAR_EPARSE, "%s: %s: par.num_shards \"%s\" is not a positive count", fn, ipath, num);
+    step = strtoll(stepbuf, &end, 10);
+    if (*end || step < 0) return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step", fn, ipath, stepbuf);
+    info->step = step, info->num_shards = (int)nshards;
+    c->files = (par_st_file **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->files);
+    c->paths = (char **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->paths);
+    if (!c->files || !c->paths) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    memset(c->files, 0, (size_t)nshards * sizeof *c->files), memset(c->paths, 0, (size_t)nshards * sizeof *c->paths);
+    c->nfiles = (int)nshards;
+    for (r = 0; r < nshards; r++) {
+        const char *v;
+        char want[64];
+        if (!(c->paths[r] = (char *)PARALLEL_MALLOC(1200))) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+        snprintf(c->paths[r], 1200, "%s/shard-%05d-of-%05ld.safetensors", info->dir, r, nshards);
+        if (par_st_open(c->paths[r], &c->files[r]) != PAR_OK) {
+            char why[600];
+            par__copy_text(why, sizeof why, par_last_error());
+            par__ckpt_close(c);
+            return par__fail(PAR_EIO, "%s: %s", fn, why);
+        }
+        snprintf(want, sizeof want, "%ld", nshards);
+        if (!(v = par_st_metadata(c->files[r], "par.num_shards")) || strcmp(v, want) != 0 ||
+            !(v = par_st_metadata(c->files[r], "par.step")) || strcmp(v, stepbuf) != 0) {
+            par__fail(PAR_EPARSE, "%s: %s: par.num_shards or par.step differ from the index's (%s, %s)", fn,
+                      c->paths[r], want, stepbuf);
+            return par__ckpt_close(c), PAR_EPARSE;
+        }
+        c->npieces += par_st_count(c->files[r]);
+    }
+    c->pieces = (par__ckpt_rpiece *)PARALLEL_MALLOC((size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
+    if (!c->pieces) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    c->npieces = 0;
+    for (r = 0; r < c->nfiles; r++) {
+        par_st_file *sf = c->files[r];
+        for (k = 0; k < par_st_count(sf); k++) {
+            const par_st_tensor *t = par_st_tensor_at(sf, k);
+            par__ckpt_rpiece *p = &c->pieces[c->npieces];
+            char key[400];
+            const char *v;
+            snprintf(key, sizeof key, "par.piece.%s", t->name);
+            memset(p, 0, sizeof *p);
+            if (!(v = par_st_metadata(sf, key)) || !par__ckpt_parse_piece(v, p)) {
+                par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\": %s", fn, c->paths[r], t->name,
+                          v ? "malformed piece description" : "no piece description (par.piece.<name>)");
+                return par__ckpt_close(c), PAR_EPARSE;
+            }
+            if (t->dtype != PAR_F32 || t->numel != p->end - p->begin) {
+                par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\" holds %lld %s elements, its description says %lld F32", fn,
+                          c->paths[r], t->name, (long long)t->numel, par_dtype_name(t->dtype),
+                          (long long)(p->end - p->begin));
+                return par__ckpt_close(c), PAR_EPARSE;
+            }
+            p->file = r, p->name = t->name;
+            if (p->field > 0) info->has_moments = 1;
+            c->npieces++;
+        }
+    }
+    { /* host metadata of shard 0: "host.<key>" */
+        int64_t len = 0;
+        int m;
+        const char *key, *val;
+        for (m = 0; m < par_st_metadata_count(c->files[0]); m++)
+            if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0)
+                len += (int64_t)strlen(key) - 5 + 1 + (int64_t)strlen(val) + 1;
+        if (len) {
+            if (!(info->meta_ = (char *)PARALLEL_MALLOC((size_t)len)))
+                return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+            for (m = 0; m < par_st_metadata_count(c->files[0]); m++)
+                if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0) {
+                    memcpy(info->meta_ + info->meta_len_, key + 5, strlen(key) - 4);
+                    info->meta_len_ += (int64_t)strlen(key) - 4;
+                    memcpy(info->meta_ + info->meta_len_, val, strlen(val) + 1);
+                    info->meta_len_ += (int64_t)strlen(val) + 1;
+                }
+        }
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_info *info) {
+    par__ckpt c;
+    par_ckpt_info tmp;
+    par_status st = PAR_OK;
+    int r;
+    if (!info) info = &tmp;
+    st = par__ckpt_open("par_ckpt_inspect", path, &c, info);
+    if (st != PAR_OK) return st;
+    for (r = 0; verify && r < c.nfiles && st == PAR_OK; r++) st = par_st_verify(c.files[r], NULL);
+    par__ckpt_close(&c);
+    if (st != PAR_OK || info == &tmp) par_ckpt_info_free(info);
+    return st;
+}
+
+/* Copy the part of piece q (data: its elements [begin, end)) that falls in
+   this rank's slice (start ms, shape ml) and its needed flat range [na, nb)
+   into dst (the slice), marking what was filled. By runs along the last dim.
+   With data NULL it only counts (so a piece with nothing for this rank, e.g.
+   another rank's ZeRO range of the same slice, is never read). Returns the
+   number of elements placed. */
+static int64_t par__ckpt_place(const par__ckpt_rpiece *q, const float *data, const int64_t *ms, const int64_t *ml,
+                            int64_t na, int64_t nb, float *dst, unsigned char *filled) {
+    const int nd = q->ndim;
+    const int64_t last = nd ? q->local[nd - 1] : 1;
+    int64_t k = q->begin, placed = 0;
+    while (k < q->end) {
+        int64_t c[PARALLEL_MAX_DIMS] = {0}, rem = k, run, g0, lo, hi, off = 0;
+        int d, inside = 1;
+        for (d = nd - 1; d >= 0; d--) c[d] = rem % q->local[d], rem /= q->local[d];
+        run = last - (nd ? c[nd - 1] : 0);
+        if (run > q->end - k) run = q->end - k;
+        for (d = 0; d + 1 < nd; d++) {
+            const int64_t g = q->start[d] + c[d];
+            if (g < ms[d] || g >= ms[d] + ml[d]) inside = 0;
+            off = off * ml[d] + (g - ms[d]);
+        }
+        if (inside) {
+            g0 = nd ? q->start[nd - 1] + c[nd - 1] : 0;
+            lo = nd ? (g0 > ms[nd - 1] ? g0 : ms[nd - 1]) : 0;
+            hi = nd ? (g0 + run < ms[nd - 1] + ml[nd - 1] ? g0 + run : ms[nd - 1] + ml[nd - 1]) : 1;
+            if (lo < hi) {
+                int64_t a = (nd ? off * ml[nd - 1] + (lo - ms[nd - 1]) : 0), b = a + (hi - lo), src = k - q->begin + (lo - g0);
+                if (a < na) src += na - a, a = na;
+                if (b > nb) b = nb;
+                if (a < b && data) {
+                    memcpy(dst + a, data + src, (size_t)(b - a) * sizeof(float));
+                    memset(filled + a, 1, (size_t)(b - a));
+                }
+                if (a < b) placed += b - a;
+            }
+        }
+        k += run;
+    }
+    return placed;
+}
+
+/* Host buffers of a load, grown as needed and kept across parameters (fresh
+   large allocations cost a page fault per 4 KiB). */
+typedef struct par__ckpt_ws {
+    float *piece, *local;
+    unsigned char *filled;
+    int64_t piece_n, local_n;
+} par__ckpt_ws;
+
+static int par__ckpt_grow(float **p, int64_t *have, int64_t n) {
+    float *q;
+    if (*have >= n) return 1;
+    if (!(q = (float *)PARALLEL_REALLOC(*p, (size_t)(n ? n : 1) * sizeof(float)))) return 0;
+    *p = q, *have = n;
+    return 1;
+}
+
+/* Fill parameter i's `field` on this rank from the pieces. */
+static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int field, par__ckpt_ws *ws) {
+    const par__param *p = &ps->p[i];
+    int64_t ms[PARALLEL_MAX_DIMS], ml[PARALLEL_MAX_DIMS], na = 0, nb = p->numel, k;
+    float *local;
+    unsigned char *filled;
+    par_status st = PAR_OK;
+    int j, d, found = 0;
+    par_layout_local_shape(&p->layout, ml);
+    PAR__CHECK(par_layout_local_offset(&p->layout, par_ctx_rank(ps->ctx), ms));
+    if (field > 0 && ps->zero) { /* only this rank's ZeRO range is kept */
+        const par__bucket *bk = &ps->b[p->bucket];
+        const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
+        na = (p->offset > c0 ? p->offset : c0) - p->offset;
+        nb = (p->offset + p->numel < c1 ? p->offset + p->numel : c1) - p->offset;
+        if (nb < na) nb = na;
+    }
+    if (ws->local_n < p->numel) {
+        unsigned char *f = (unsigned char *)PARALLEL_REALLOC(ws->filled, (size_t)p->numel);
+        if (!f) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+        ws->filled = f;
+        if (!par__ckpt_grow(&ws->local, &ws->local_n, p->numel)) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+    }
+    local = ws->local, filled = ws->filled;
+    /* only [na, nb) is used (set_local keeps a ZeRO rank's range of the moments) and
+       every element of it is placed or reported missing: no need to clear `local` */
+    if (nb > na) memset(filled + na, 0, (size_t)(nb - na));
+    for (j = 0; j < c->npieces && st == PAR_OK; j++) {
+        const par__ckpt_rpiece *q = &c->pieces[j];
+        int overlap = 1;
+        if (q->field != field || strcmp(q->param, p->name) != 0) continue;
+        found = 1;
+        if (q->ndim != p->layout.ndim) overlap = -1;
+        for (d = 0; d < q->ndim && overlap >= 0; d++) {
+            if (q->shape[d] != p->layout.shape[d]) overlap = -1;
+            else if (q->start[d] >= ms[d] + ml[d] || ms[d] >= q->start[d] + q->local[d]) overlap = 0;
+        }
+        if (overlap < 0) {
+            char want[160];
+            par_layout_format(&p->layout, want, sizeof want);
+            st = par__fail(PAR_ESHAPE, "par_params_load: %s: tensor \"%s\" is a piece of a %d-dim tensor of another "
+                                       "shape than parameter \"%s\" (%s)", c->paths[q->file], q->name, q->ndim,
+                           p->name, want);
+            break;
+        }
+        if (!overlap || na >= nb || par__ckpt_place(q, NULL, ms, ml, na, nb, NULL, NULL) == 0) continue;
+        if (!par__ckpt_grow(&ws->piece, &ws->piece_n, q->end - q->begin)) {
+            st = par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+            break;
+        }
+        /* whole, so par_st_read verifies the CRC-32 (its message names file and tensor) */
+        st = par_st_read(c->files[q->file], q->name, 0, NULL, 0, q->end - q->begin, PAR_F32, ws->piece);
+        if (st == PAR_OK) (void)par__ckpt_place(q, ws->piece, ms, ml, na, nb, local, filled);
+    }
+    if (st == PAR_OK && !found)
+        st = par__fail(PAR_EINVAL, "par_params_load: %s: parameter \"%s\" has no %s in the checkpoint", 
+                       c->nfiles ? c->paths[0] : "?", p->name, par__ckpt_fields[field]);
+    for (k = na; st == PAR_OK && k < nb; k++)
+        if (!filled[k])
+            st = par__fail(PAR_EIO, "par_params_load: the checkpoint lacks element %lld of this rank's slice of %s of "
+                                    "parameter \"%s\" (a piece is missing)", (long long)k, par__ckpt_fields[field],
+                           p->name);
+    if (st == PAR_OK) st = par_params_set_local(ps, (par_param_field)field, i, local);
+    return st;
+}
+
+PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ckpt_info *info) {
+    par__ckpt c;
+    par_ckpt_info tmp;
+    par_status st;
+    par__ckpt_ws ws;
+    int i, f, j;
+    memset(&ws, 0, sizeof ws);
+    if (!ps) return par__fail(PAR_EINVAL, "par_params_load: NULL parameter set");
+    if (!info) info = &tmp;
+    st = par__ckpt_open("par_params_load", path, &c, info);
+    for (j = 0; st == PAR_OK && j < c.npieces; j++) /* nothing the set lacks */
+        if (par_params_find(ps, c.pieces[j].param) < 0)
+            st = par__fail(PAR_EINVAL, "par_params_load: %s: tensor \"%s\" is a piece of \"%s\", which is not a "
+                                       "parameter of the set", c.paths[c.pieces[j].file], c.pieces[j].name,
+                           c.pieces[j].param);
+    for (i = 0; st == PAR_OK && i < ps->n; i++)
+        for (f = 0; st == PAR_OK && f < (info->has_moments ? 3 : 1); f++) st = par__ckpt_load_one(ps, &c, i, f, &ws);
+    if (st == PAR_OK && !info->has_moments) { /* a values-only checkpoint: fresh moments */
+        for (i = 0; st == PAR_OK && i < ps->n; i++) {
+            float *zero = (float *)PARALLEL_MALLOC((size_t)(ps->p[i].numel ? ps->p[i].numel : 1) * sizeof(float));
+            if (!zero) { st = par__fail(PAR_ENOMEM, "par_params_load: out of memory"); break; }
+            memset(zero, 0, (size_t)ps->p[i].numel * sizeof(float));
+            st = par_params_set_local(ps, PAR_PARAM_EXP_AVG, i, zero);
+            if (st == PAR_OK) st = par_params_set_local(ps, PAR_PARAM_EXP_AVG_SQ, i, zero);
+            PARALLEL_FREE(zero);
+        }
+    }
+    if (st == PAR_OK) st = par_params_set_step(ps, info->has_moments ? info->step : 0);
+    if (c.nfiles || c.files) par__ckpt_close(&c);
+    PARALLEL_FREE(ws.piece), PARALLEL_FREE(ws.local), PARALLEL_FREE(ws.filled);
+    st = par__ckpt_agree(ps, st, "par_params_load");
+    if (st != PAR_OK || info == &tmp) par_ckpt_info_free(info);
+    return st;
+}
+#endif /* PARALLEL_NO_CHECKPOINT */
 
 // >>tensor-parallel
 

@@ -108,6 +108,9 @@ typedef struct llama_options {
     const char *data_path;            /* --data FILE (required unless --steps 0) */
     const char *init_from;            /* --init-from FILE.safetensors */
     const char *save_path;            /* --save FILE.safetensors */
+    const char *save_dir;             /* --save-dir DIR: sharded checkpoints (par_params_save) */
+    int save_every;                   /* --save-every N: also every N steps (0 = only at the end) */
+    int keep;                         /* --keep K: step directories kept (default 2; 0 = all) */
     const char *backend;              /* --backend threads|mpi|nccl (default threads) */
     const char *metrics_path;         /* --metrics FILE.jsonl */
     const char *trace_path;           /* --trace FILE.json: per-rank timeline (Chrome trace JSON) */
@@ -1475,10 +1478,17 @@ void llama_print_usage(FILE *f) {
             "                         (repeatable, up to %d; an unknown key is an error)\n"
             "  --steps N              optimizer steps to run (default 10; 0 = just load/save/sample)\n"
             "  --data FILE            training text, read as bytes (required unless --steps 0)\n"
-            "  --init-from FILE       start from these weights (.safetensors, Hugging Face Llama names); if\n"
-            "                         FILE's .optimizer.safetensors sibling exists, resume AdamW and the step\n"
+            "  --init-from PATH       start from these weights: a .safetensors file (Hugging Face Llama names;\n"
+            "                         if its .optimizer.safetensors sibling exists, resume AdamW and the step),\n"
+            "                         or a sharded checkpoint (a --save-dir DIR, meaning its latest step, or\n"
+            "                         one DIR/step-N): resume weights, AdamW, the step and the data position,\n"
+            "                         under any parallel configuration\n"
             "  --save FILE            write the final weights (.safetensors) and the AdamW state beside them\n"
             "                         (FILE with .optimizer.safetensors); each file written atomically\n"
+            "  --save-dir DIR         sharded checkpoint at the end: each rank writes its own shard to\n"
+            "                         DIR/step-N/ (no gather), DIR/latest names the newest; crash-safe\n"
+            "  --save-every N         with --save-dir: also after every N steps\n"
+            "  --keep K               with --save-dir: keep the newest K step directories (default 2; 0 = all)\n"
             "  --backend NAME         threads (default: one process, a thread per rank), mpi (under mpirun),\n"
             "                         nccl (GPUs, under mpirun; needs the CUDA build, not this one)\n"
             "  --metrics FILE         JSON lines: the memory plan, one line per step, the measured peaks\n"
@@ -1512,13 +1522,14 @@ static int llama__arg_int(const char *opt, const char *v, long long max, long lo
 
 int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size_t errsize) {
     enum { O_CONFIG, O_SET, O_STEPS, O_DATA, O_INIT, O_SAVE, O_BACKEND, O_METRICS, O_TRACE, O_SEED, O_SHUFFLE,
-           O_SAMPLE, O_QUIET, O_HELP, O_COUNT };
+           O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_COUNT };
     static const struct {
         const char *name;
         int takes_value;
     } table[O_COUNT] = {{"--config", 1},  {"--set", 1},     {"--steps", 1},   {"--data", 1},    {"--init-from", 1},
                         {"--save", 1},    {"--backend", 1}, {"--metrics", 1}, {"--trace", 1},   {"--seed", 1},
-                        {"--shuffle", 0}, {"--sample", 1},  {"--quiet", 0},   {"--help", 0}};
+                        {"--shuffle", 0}, {"--sample", 1},  {"--quiet", 0},   {"--help", 0},
+                        {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1}};
     int given[O_COUNT] = {0};
     llama_options o;
     if (!opts) return llama__fail(err, errsize, "llama_parse_args: opts is NULL");
@@ -1526,6 +1537,7 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
     o.steps = 10;
     o.backend = "threads";
     o.seed = -1;
+    o.keep = 2;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!arg) return llama__fail(err, errsize, "argument %d is NULL", i);
@@ -1583,6 +1595,16 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
         case O_DATA: o.data_path = v; break;
         case O_INIT: o.init_from = v; break;
         case O_SAVE: o.save_path = v; break;
+        case O_SAVE_DIR: o.save_dir = v; break;
+        case O_SAVE_EVERY:
+            if (llama__arg_int(name, v, INT_MAX, &n, err, errsize)) return -1;
+            if (n == 0) return llama__fail(err, errsize, "--save-every 0: must be at least 1 (leave it out to save only at the end)");
+            o.save_every = (int)n;
+            break;
+        case O_KEEP:
+            if (llama__arg_int(name, v, 1000000, &n, err, errsize)) return -1;
+            o.keep = (int)n;
+            break;
         case O_BACKEND:
             if (strcmp(v, "threads") && strcmp(v, "mpi") && strcmp(v, "nccl"))
                 return llama__fail(err, errsize, "--backend %s: must be threads, mpi or nccl", v);
@@ -1608,6 +1630,9 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
         default: break;
         }
     }
+    if ((given[O_SAVE_EVERY] || given[O_KEEP]) && !o.save_dir)
+        return llama__fail(err, errsize, "%s needs --save-dir DIR (they set how sharded checkpoints are saved)",
+                           given[O_SAVE_EVERY] ? "--save-every" : "--keep");
     if (o.steps > 0 && !o.data_path)
         return llama__fail(err, errsize, "--data FILE is required to train (--steps %d); use --steps 0 to only load, save or sample",
                            o.steps);

@@ -5,7 +5,8 @@
      2. the model's tensors: Hugging Face names and shapes, placed on the mesh
      3. memory plan: every buffer sized from the dims before anything runs
      4. init: counter-based normal(0, std) keyed by (seed, name, element)
-     5. checkpoints: safetensors in/out (weights + AdamW state)
+     5. checkpoints: safetensors in/out (weights + AdamW state), consolidated
+        (Hugging Face names, one file) or sharded (par_params_save/load)
      6. the training step: micro-batches, forward, backward, optimizer
      7. reporting: start-up summary, per-step lines, JSON metrics
      8. sampling, the rank body, main (input checks before any rank starts)
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,6 +230,7 @@ typedef struct shared_run {
     const char *backend; /* "threads", "mpi" or "nccl" */
     int64_t init_step; /* --init-from: the step its optimizer file records (0 without one) */
     int init_has_optimizer;
+    int init_sharded;  /* --init-from names a sharded checkpoint directory */
 } shared_run;
 
 typedef struct trainer {
@@ -768,6 +771,37 @@ static par_status save_checkpoint(trainer *t, const char *path) {
     if (t->rank != 0) status = 0;
     LLAMA_CHECK(par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_SUM, PAR_I32, &status, 1));
     return t->rank == 0 ? st : PAR_OK;
+}
+
+/* The model's dimensions as text: stored in sharded checkpoints so that a
+   resume under another model is refused by name before any rank starts. */
+static void model_text(const llama_config *c, char *buf, size_t size) {
+    const llama_dims d = dims_from_config(c);
+    snprintf(buf, size, "vocab=%lld dim=%lld layers=%lld heads=%lld kv_heads=%lld ffn=%lld seq=%lld",
+             (long long)d.vocab, (long long)d.dim, (long long)d.layers, (long long)d.heads, (long long)d.kv_heads,
+             (long long)d.ffn, (long long)d.seq);
+}
+
+/* --save-dir: every rank writes its own shard (parallel.h's sharded
+   checkpoint); the host metadata is what a resume needs to continue the same
+   data stream: the step (the data position is a function of it), the seed
+   (and whether the order is shuffled with it), and the model. */
+static par_status save_sharded(trainer *t) {
+    char step[32], seed[32], shuffle[8], model[256];
+    const char *keys[4] = {"train.step", "train.seed", "train.shuffle", "train.model"};
+    const char *vals[4];
+    par_ckpt_desc d = {0};
+    snprintf(step, sizeof step, "%lld", (long long)t->step);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->seed);
+    snprintf(shuffle, sizeof shuffle, "%d", t->opt->shuffle);
+    model_text(t->cfg, model, sizeof model);
+    vals[0] = step, vals[1] = seed, vals[2] = shuffle, vals[3] = model;
+    d.dir = t->opt->save_dir, d.step = t->step, d.keep = t->opt->keep ? t->opt->keep : -1;
+    d.meta_keys = keys, d.meta_values = vals, d.num_meta = 4;
+    LLAMA_CHECK(par_params_save(t->ps, &d));
+    if (t->rank == 0) printf("saved %s/step-%08lld (sharded, %d rank%s)\n", t->opt->save_dir, (long long)t->step,
+                             t->world, t->world == 1 ? "" : "s");
+    return PAR_OK;
 }
 
 /* ============================================================================
@@ -1404,8 +1438,12 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     st = trainer_setup(&t, ctx, sh);
     if (st == PAR_OK && o->init_from) {
         /* main checked the files; a rank only reads its part */
-        if ((st = load_checkpoint(&t, o->init_from, sh->init_has_optimizer)) == PAR_OK) t.step = sh->init_step;
-        if (st == PAR_OK) st = par_params_set_step(t.ps, t.step);
+        if (sh->init_sharded) {
+            if ((st = par_params_load(t.ps, o->init_from, NULL)) == PAR_OK) t.step = sh->init_step;
+        } else {
+            if ((st = load_checkpoint(&t, o->init_from, sh->init_has_optimizer)) == PAR_OK) t.step = sh->init_step;
+            if (st == PAR_OK) st = par_params_set_step(t.ps, t.step);
+        }
     } else if (st == PAR_OK) {
         st = init_params(&t, sh->cfg->seed);
     }
@@ -1433,6 +1471,11 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         st = par_ctx_all_reduce_host(ctx, t.all_dims, PAR_REDUCE_MAX, PAR_I64, &pk, 1);
         if (pk > peak) peak = pk;
         if (st == PAR_OK && t.rank == 0) report_step(&t, &s, pk);
+        if (st == PAR_OK && o->save_dir && o->save_every && t.step % o->save_every == 0) {
+            const double s0 = trace_now(&t);
+            st = save_sharded(&t);
+            trace_span(&t, "io", s0, "save sharded checkpoint");
+        }
     }
     loop_t1_us = trace_now(&t);
     if (st == PAR_OK && t.rank == 0 && o->steps > 0) {
@@ -1452,6 +1495,11 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         st = save_checkpoint(&t, o->save_path);
         trace_span(&t, "io", s0, "save checkpoint");
         if (st == PAR_OK && t.rank == 0) printf("saved %s (+ optimizer state)\n", o->save_path);
+    }
+    if (st == PAR_OK && o->save_dir && !(o->save_every && o->steps > 0 && t.step % o->save_every == 0)) {
+        const double s0 = trace_now(&t);
+        st = save_sharded(&t); /* at the end, unless the last step just saved */
+        trace_span(&t, "io", s0, "save sharded checkpoint");
     }
     /* every rank's timeline to rank 0, which writes the file (threads and mpi alike) */
     if (st == PAR_OK && t.trace) {
@@ -1480,6 +1528,37 @@ static int dir_writable(const char *path) {
     return access(dir, W_OK) == 0;
 }
 
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode);
+}
+
+/* --init-from DIR: a sharded checkpoint of this model. The step and the seed
+   come from its host metadata (the seed only when --seed was not given), so
+   the data stream continues where it stopped. */
+static int check_sharded(const char *path, llama_config *cfg, int seed_given, int64_t *step_out, char *err,
+                         size_t errsize) {
+    par_ckpt_info info = {0};
+    const char *v;
+    char model[256];
+    int rc = 0;
+    if (par_ckpt_inspect(path, 0, &info) != PAR_OK) return snprintf(err, errsize, "--init-from: %s", par_last_error()), -1;
+    model_text(cfg, model, sizeof model);
+    *step_out = info.step;
+    if ((v = par_ckpt_metadata(&info, "train.step"))) *step_out = strtoll(v, NULL, 10);
+    if ((v = par_ckpt_metadata(&info, "train.model")) && strcmp(v, model) != 0)
+        rc = -1, snprintf(err, errsize, "--init-from %.300s: the checkpoint is of another model (%.200s; this run: %s)", info.dir, v,
+                          model);
+    if (rc == 0 && !seed_given && (v = par_ckpt_metadata(&info, "train.seed"))) cfg->seed = strtoull(v, NULL, 10);
+    par_ckpt_info_free(&info);
+    return rc;
+}
+
 static int bad_input(int quiet, const char *fmt, ...) LLAMA_PRINTF(2, 3);
 static int bad_input(int quiet, const char *fmt, ...) {
     va_list ap;
@@ -1500,7 +1579,7 @@ int main(int argc, char **argv) {
     shared_run sh;
     par_ctx_desc desc = {0};
     char err[1024], mesh[64];
-    int world, launch_rank = 0, launch_size = 1, mpi = 0, nccl = 0, silent, has_opt = 0;
+    int world, launch_rank = 0, launch_size = 1, mpi = 0, nccl = 0, silent, has_opt = 0, sharded = 0;
     int64_t step0 = 0;
     par_status st;
     memset(&data, 0, sizeof data);
@@ -1534,20 +1613,33 @@ int main(int argc, char **argv) {
                          "model_parallel %d x pipeline_stage %d x context_parallel %d); run mpirun -np %d",
                          launch_size, world, cfg.data_parallel, cfg.model_parallel, cfg.pipeline_stage,
                          cfg.context_parallel, world);
+    if (opt.init_from && is_dir(opt.init_from)) {
+        /* a sharded checkpoint: its structure now (the pieces are verified as the
+           ranks read them); the seed it was trained with, unless --seed says otherwise */
+        if (check_sharded(opt.init_from, &cfg, opt.seed >= 0, &step0, err, sizeof err) != 0)
+            return free(data.bytes), free(data.order), bad_input(silent, "%s", err);
+        sharded = 1, has_opt = 1;
+    }
     if (opt.steps > 0 || opt.sample_tokens > 0) {
         if (!opt.data_path) return bad_input(silent, "--data FILE is required to train or sample");
         if (data_load(opt.data_path, cfg.seq_length, &data, err, sizeof err) != 0) return bad_input(silent, "%s", err);
         if (opt.shuffle && data_shuffle(&data, cfg.seed) != 0) return bad_input(silent, "out of host memory");
     }
-    if (cfg.pipeline_stage > 1 && (opt.init_from || opt.save_path))
+    if (cfg.pipeline_stage > 1 && (opt.init_from || opt.save_path || opt.save_dir))
         return free(data.bytes), free(data.order),
                bad_input(silent, "%s with parallel_config.pipeline_stage = %d: checkpoints of a pipelined run are not "
                                  "supported yet (each stage holds only its own layers); save or load with pipeline_stage 1",
-                         opt.init_from ? "--init-from" : "--save", cfg.pipeline_stage);
-    if (opt.init_from) {
+                         opt.init_from ? "--init-from" : opt.save_path ? "--save" : "--save-dir", cfg.pipeline_stage);
+    if (opt.init_from && !sharded) {
         if (check_init_files(opt.init_from, &cfg, &step0, &has_opt, err, sizeof err) != 0)
             return free(data.bytes), free(data.order), bad_input(silent, "%s", err);
     }
+    if (opt.save_dir && is_file(opt.save_dir))
+        return free(data.bytes), free(data.order), bad_input(silent, "--save-dir %s: a file is there, not a directory",
+                                                             opt.save_dir);
+    if (opt.save_dir && !dir_writable(opt.save_dir))
+        return free(data.bytes), free(data.order),
+               bad_input(silent, "--save-dir %s: its parent directory is not writable", opt.save_dir);
     if (opt.save_path && !dir_writable(opt.save_path))
         return free(data.bytes), free(data.order), bad_input(silent, "--save %s: its directory is not writable", opt.save_path);
     if (opt.metrics_path && !dir_writable(opt.metrics_path))
@@ -1558,7 +1650,7 @@ int main(int argc, char **argv) {
                bad_input(silent, "--trace %s: its directory is not writable", opt.trace_path);
 
     sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
-    sh.init_step = step0, sh.init_has_optimizer = has_opt;
+    sh.init_step = step0, sh.init_has_optimizer = has_opt, sh.init_sharded = sharded;
     llama_config_mesh(&cfg, mesh, sizeof mesh);
     desc.mesh = mesh;
     if (mpi) {

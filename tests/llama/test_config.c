@@ -1391,7 +1391,7 @@ static void test_print(void) {
     fclose(f);
     static const char *const opts[] = {"usage:", "--config", "--set", "--steps", "--data", "--init-from", "--save",
                                        "--backend", "threads", "mpi", "nccl", "--metrics", "--seed", "--shuffle",
-                                       "--sample", "--quiet", "--help",
+                                       "--sample", "--quiet", "--help", "--save-dir", "--save-every", "--keep",
                                        "build/train --config examples/configs/tiny.yaml --data README.md --steps 50",
                                        "mpirun -np 2 build/train --backend mpi --set parallel_config.data_parallel=2"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) CHECK_HAS(usage, opts[i]);
@@ -1494,6 +1494,18 @@ static void test_args(void) {
     CHECK_INT(o.help, 0);
 
     CHECK(parse(&o, err, sizeof err, "--steps", "0", NULL) == 0 && o.steps == 0 && o.data_path == NULL);
+    CHECK(o.save_dir == NULL && o.save_every == 0 && o.keep == 2); /* sharded checkpoints: off; keep 2 */
+    CHECK_MSG(parse(&o, err, sizeof err, "--steps", "0", "--save-dir", "ck", "--save-every=5", "--keep", "0", NULL) == 0,
+              "%s", err);
+    CHECK(o.save_dir && strcmp(o.save_dir, "ck") == 0 && o.save_every == 5 && o.keep == 0);
+    expect_arg_error(parse(&o, err, sizeof err, "--steps", "0", "--save-every", "5", NULL), err,
+                     "--save-every needs --save-dir DIR");
+    expect_arg_error(parse(&o, err, sizeof err, "--steps", "0", "--keep", "3", NULL), err, "--keep needs --save-dir DIR");
+    expect_arg_error(parse(&o, err, sizeof err, "--steps", "0", "--save-dir", "d", "--save-every", "0", NULL), err,
+                     "--save-every 0: must be at least 1");
+    expect_arg_error(parse(&o, err, sizeof err, "--steps", "0", "--save-dir", "d", "--keep", "-1", NULL), err, "--keep");
+    expect_arg_error(parse(&o, err, sizeof err, "--steps", "0", "--save-dir", "d", "--save-dir", "e", NULL), err,
+                     "--save-dir given twice");
     CHECK(parse(&o, err, sizeof err, "--backend", "nccl", NULL) == -1); /* no --data */
     CHECK_HAS(err, "--data");
     CHECK(parse(&o, err, sizeof err, "-h", NULL) == 0 && o.help == 1);

@@ -9,6 +9,13 @@
    - memory: optimizer bytes per rank about 1/dp under ZeRO, planned and measured;
    - round trip: --save then --init-from continues bit-identically under the same
      degree, and a checkpoint re-saved under another degree is byte-identical;
+   - sharded checkpoints (--save-dir, par_params_save/load): an 8-pair save -> load
+     matrix across dp / tp / sp / cp / ZeRO levels (re-exported weights and AdamW
+     state byte-identical, continued losses within EQ_LOSS_REL of one device),
+     10 + 10 steps bit-identical to 20, a save by mpirun loads on threads, damaged,
+     partial and foreign checkpoints refused by name, a SIGKILLed trainer's latest
+     loads; the consolidated export gives PyTorch's next-step loss (skipped without
+     torch). LLAMA_TEST_ONLY=checkpoints runs just these;
    - bad input: exit status 2, a message naming the thing, nothing overwritten;
    - trace: --trace under dp 2 + ZeRO (threads, and mpirun when MPIRUN is set)
      writes valid Chrome trace JSON (tests/trace_json.h, an independent parser)
@@ -27,6 +34,7 @@
 #include "trace_json.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -372,7 +380,9 @@ static void test_round_trip(void) {
     int rc, i, n;
     rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", eq_base, sets2, test_path("u.jsonl"), test_path("u.safetensors"));
     CHECK_MSG(rc == 0, "uninterrupted run failed: %s", err_text);
-    rc = run_cmd(0, "%s %s --steps 10 --save %s", eq_base, sets2, test_path("s.safetensors"));
+    /* the first half also saves sharded (test_sharded_resume continues from it) */
+    snprintf(a, sizeof a, "%s/rt_dir", test_dir);
+    rc = run_cmd(0, "%s %s --steps 10 --save %s --save-dir %s", eq_base, sets2, test_path("s.safetensors"), a);
     CHECK_MSG(rc == 0, "first half failed: %s", err_text);
     rc = run_cmd(0, "%s %s --steps 10 --init-from %s --metrics %s --save %s", eq_base, sets2, test_path("s.safetensors"),
                  test_path("r.jsonl"), test_path("r.safetensors"));
@@ -963,6 +973,192 @@ static int count_named(const tj_trace *tr, long long pid, const char *name) {
     return n;
 }
 
+
+/* ---- sharded checkpoints ------------------------------------------------------- */
+
+/* Save under one configuration (--save-dir, sharded: each rank its own pieces)
+   and load under another: re-exported at once (--steps 0 --save, the gathered
+   consolidated files) the weights and AdamW state equal the source's own
+   consolidated export bit for bit, and 5 more steps give the losses of the
+   uninterrupted one-device run within the equivalence tolerance. The model
+   (tp_base: 16 heads, 8 kv heads) admits tp 4 and cp 2. */
+static void test_sharded_matrix(void) {
+    static const struct {
+        const char *name, *sets;
+    } cfg[] = {
+        {"1 rank", ""},
+        {"dp8", "--set parallel_config.data_parallel=8"},
+        {"dp4 zero2", "--set parallel_config.data_parallel=4 --set parallel.enable_parallel_optimizer=true "
+                      "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+        {"dp2", "--set parallel_config.data_parallel=2"},
+        {"dp4 zero1", "--set parallel_config.data_parallel=4 --set parallel.enable_parallel_optimizer=true"},
+        {"tp2", "--set parallel_config.model_parallel=2"},
+        {"tp4 sp", "--set parallel_config.model_parallel=4 --set parallel_config.use_seq_parallel=true"},
+        {"tp2 sp", "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true"},
+        {"cp2", "--set parallel_config.context_parallel=2"},
+        {"dp2 x tp2 zero2", "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+                            "--set parallel.enable_parallel_optimizer=true "
+                            "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+    };
+    /* source -> target: 1 rank <-> dp 8, ZeRO-2 dp 4 -> dp 2, dp 2 -> ZeRO-1 dp 4, tp 2 -> dp 2,
+       dp 2 -> tp 4 + sp, tp 2 + sp -> cp 2, cp 2 -> dp 2 x tp 2 ZeRO-2 */
+    static const int pairs[][2] = {{0, 1}, {1, 0}, {2, 3}, {3, 4}, {5, 3}, {3, 6}, {7, 8}, {8, 9}};
+    double base[16], g[16], loss[16];
+    char dir[512], a[512], b[512];
+    int saved[16] = {0};
+    size_t k;
+    int rc, i, n;
+    rc = run_cmd(0, "%s --steps 15 --metrics %s", tp_base, test_path("shb.jsonl"));
+    CHECK_MSG(rc == 0, "one-device run failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("shb.jsonl"), base, g, 16), 15);
+    for (k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        const int s = pairs[k][0], t = pairs[k][1];
+        char what[128], src[64];
+        snprintf(what, sizeof what, "%s -> %s", cfg[s].name, cfg[t].name);
+        snprintf(src, sizeof src, "shs%d.safetensors", s);
+        snprintf(dir, sizeof dir, "%s/shd%d", test_dir, s);
+        if (!saved[s]) { /* the source: 10 steps, saved sharded and (independently, gathered) consolidated */
+            rc = run_cmd(0, "%s --steps 10 %s --save-dir %s --save %s", tp_base, cfg[s].sets, dir, test_path(src));
+            CHECK_MSG(rc == 0, "%s: source run failed: %s", what, err_text);
+            saved[s] = 1;
+        }
+        rc = run_cmd(0, "%s --steps 0 %s --init-from %s --save %s", tp_base, cfg[t].sets, dir, test_path("sht.safetensors"));
+        CHECK_MSG(rc == 0, "%s: load + re-export failed: %s", what, err_text);
+        CHECK_MSG(test_files_identical(test_path("sht.safetensors"), test_path(src)), "%s: weights differ after the load",
+                  what);
+        snprintf(a, sizeof a, "%s", test_path("sht.optimizer.safetensors"));
+        snprintf(b, sizeof b, "%s/shs%d.optimizer.safetensors", test_dir, s);
+        CHECK_MSG(test_files_identical(a, b), "%s: AdamW state or step differs after the load", what);
+        rc = run_cmd(0, "%s --steps 5 %s --init-from %s --metrics %s", tp_base, cfg[t].sets, dir, test_path("shc.jsonl"));
+        CHECK_MSG(rc == 0, "%s: continued run failed: %s", what, err_text);
+        n = read_metrics(test_path("shc.jsonl"), loss, g, 16);
+        CHECK_MSG(n == 5, "%s: %d steps after the load", what, n);
+        for (i = 0; i < n && i < 5; i++)
+            CHECK_MSG(fabs(loss[i] - base[10 + i]) <= EQ_LOSS_REL * fabs(base[10 + i]),
+                      "%s: step %d loss %.9g, one device %.9g", what, 10 + i, loss[i], base[10 + i]);
+        printf("  sharded %-26s weights and moments identical, continued losses within %.0e\n", what, EQ_LOSS_REL);
+    }
+}
+
+/* Resume (sharded) in the same configuration is bit-identical to running
+   straight through (test_round_trip checks the consolidated path and made
+   the first half's --save-dir); a damaged, partial or foreign checkpoint is
+   refused by name; a trainer killed (SIGKILL) while saving every step leaves
+   a checkpoint that loads. */
+static void test_sharded_resume(void) {
+    const char *sets2 = "--set parallel_config.data_parallel=2";
+    double lu[EQ_STEPS + 1], lr_[EQ_STEPS + 1], g[EQ_STEPS + 1];
+    char dir[512], p[1400], cmd[2048];
+    int rc, i, n;
+    snprintf(dir, sizeof dir, "%s/rt_dir", test_dir);
+    rc = run_cmd(0, "%s %s --steps 10 --init-from %s --metrics %s --save %s", eq_base, sets2, dir, test_path("rs.jsonl"),
+                 test_path("rs.safetensors"));
+    CHECK_MSG(rc == 0, "sharded resume failed: %s", err_text);
+    read_metrics(test_path("u.jsonl"), lu, g, EQ_STEPS + 1);
+    n = read_metrics(test_path("rs.jsonl"), lr_, g, EQ_STEPS + 1);
+    CHECK_INT(n, 10);
+    for (i = 0; i < n && i < 10; i++)
+        CHECK_MSG(lr_[i] == lu[10 + i], "sharded resume step %d: %.9g vs %.9g", 10 + i, lr_[i], lu[10 + i]);
+    CHECK_MSG(test_files_identical(test_path("rs.safetensors"), test_path("u.safetensors")),
+              "sharded resume: weights not bit-identical to 20 straight steps");
+    snprintf(p, sizeof p, "%s", test_path("rs.optimizer.safetensors"));
+    CHECK_MSG(test_files_identical(p, test_path("u.optimizer.safetensors")), "sharded resume: AdamW state differs");
+    /* one flipped byte in a tensor: the checksum error names the file and the tensor */
+    snprintf(p, sizeof p, "%s/step-00000010/shard-00001-of-00002.safetensors", dir);
+    {
+        size_t len;
+        unsigned char *bytes = test_read_file(p, &len);
+        CHECK_MSG(bytes && len > 100, "no shard %s", p);
+        if (bytes && len > 100) {
+            bytes[len - 5] ^= 0x10;
+            test_write_file(p, bytes, len);
+            rc = run_cmd(0, "%s %s --steps 1 --init-from %s", eq_base, sets2, dir);
+            CHECK_MSG(rc == 1 && strstr(err_text, "shard-00001-of-00002.safetensors: checksum mismatch in tensor \""),
+                      "damaged shard: exit %d, stderr %s", rc, err_text);
+            bytes[len - 5] ^= 0x10;
+            test_write_file(p, bytes, len);
+        }
+        free(bytes);
+    }
+    /* a partial checkpoint (its index is written last): refused, naming what is missing */
+    snprintf(p, sizeof p, "mv %s/step-00000010/model.safetensors.index.json %s/idx.json", dir, test_dir);
+    CHECK(system(p) == 0);
+    bad("partial sharded checkpoint", "which has no model.safetensors.index.json (incomplete or removed)",
+        "%s --steps 1 --init-from %s", eq_base, dir);
+    snprintf(p, sizeof p, "mv %s/idx.json %s/step-00000010/model.safetensors.index.json", test_dir, dir);
+    CHECK(system(p) == 0);
+    bad("sharded checkpoint of another model", "the checkpoint is of another model",
+        "%s --steps 1 --init-from %s --set model.model_config.num_layers=3", eq_base, dir);
+    bad("not a checkpoint", "not a checkpoint (no model.safetensors.index.json and no latest)",
+        "%s --steps 1 --init-from %s", eq_base, test_dir);
+    test_write_file(test_path("afile"), "x", 1);
+    bad("--save-dir on a file", "--save-dir", "%s --steps 1 --save-dir %s", eq_base, test_path("afile"));
+    bad("--save-dir without a parent", "its parent directory is not writable", "%s --steps 1 --save-dir %s/no/such",
+        eq_base, test_dir);
+    /* saved by 2 MPI processes (each writes its shard, rank 0 the index), loaded by one thread */
+    if (mpi_run("sharded save under mpirun -np 2")) {
+        snprintf(dir, sizeof dir, "%s/mpi_ck", test_dir);
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s %s --steps 4 --save-dir %s --save %s",
+                 mpirun, train_bin, eq_base, sets2, dir, test_path("mpi.safetensors"));
+        rc = run_cmd(1, "%s", cmd);
+        CHECK_MSG(rc == 0, "mpirun sharded save failed: %s", err_text);
+        rc = run_cmd(0, "%s --steps 0 --init-from %s --save %s", eq_base, dir, test_path("mpi1.safetensors"));
+        CHECK_MSG(rc == 0, "loading the MPI-saved checkpoint failed: %s", err_text);
+        CHECK_MSG(test_files_identical(test_path("mpi1.safetensors"), test_path("mpi.safetensors")),
+                  "the MPI-saved checkpoint loads different weights");
+        snprintf(p, sizeof p, "%s", test_path("mpi1.optimizer.safetensors"));
+        CHECK_MSG(test_files_identical(p, test_path("mpi.optimizer.safetensors")),
+                  "the MPI-saved checkpoint loads different AdamW state");
+    }
+    /* killed mid-run while saving every step (keep 2): whatever it was doing, latest loads */
+    snprintf(dir, sizeof dir, "%s/killed", test_dir);
+    snprintf(cmd, sizeof cmd, "timeout -s KILL 3 %s %s %s --steps 100000 --save-dir %s --save-every 1 --keep 2", train_bin,
+             eq_base, sets2, dir);
+    rc = run_cmd(1, "%s", cmd);
+    CHECK_MSG(rc == -1 || rc == 137, "the trainer was not killed (exit %d)", rc);
+    rc = run_cmd(0, "%s --steps 0 --init-from %s --save %s", eq_base, dir, test_path("k.safetensors"));
+    CHECK_MSG(rc == 0, "the checkpoint left by a killed trainer does not load: %s", err_text);
+    {
+        const char *at = strstr(out_text, "continuing at step");
+        long long step = -1;
+        if (at) sscanf(at, "continuing at step %lld", &step);
+        CHECK_MSG(step > 0, "the killed trainer saved no step");
+        printf("  sharded resume bit-identical; damaged, partial and foreign checkpoints refused; a trainer killed "
+               "while saving every step left step %lld, which loads\n", step);
+    }
+}
+
+/* The consolidated export loads in the PyTorch reference (torch_llama.py) and
+   gives the same next-step loss as build/train from the same file. */
+static void test_hf_export(void) {
+    const char *torch_llama = "../shared/bench/torch_llama.py";
+    const char *model = "--dim 32 --layers 2 --heads 4 --kv 2 --hidden 88 --seq 16 --batch 4 --vocab 256 --lr 1e-3 "
+                        "--beta1 0.9 --beta2 0.95 --adam_eps 1e-8 --wd 0.1 --clip 1.0 --eps 1e-5 --theta 10000";
+    double loss[4], g[4], tl = 0, tg = 0;
+    char cmd[1024];
+    const char *line;
+    int rc;
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0 || access(torch_llama, R_OK) != 0) {
+        printf("hf export in PyTorch: skipped (/usr/bin/python3 lacks torch or %s is missing)\n", torch_llama);
+        return;
+    }
+    /* test_reference's weights after 10 steps, without the optimizer file beside them: a fresh start */
+    snprintf(cmd, sizeof cmd, "cp %s %s", test_path("ref.safetensors"), test_path("hf.safetensors"));
+    CHECK(system(cmd) == 0);
+    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from %s --data tests/ref/gqa_data.txt --steps 1 "
+                    "--quiet --metrics %s", test_path("hf.safetensors"), test_path("hf.jsonl"));
+    CHECK_MSG(rc == 0, "build/train from the export failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("hf.jsonl"), loss, g, 4), 1);
+    rc = run_cmd(1, "/usr/bin/python3 %s train --init %s --data tests/ref/gqa_data.txt --steps 1 %s", torch_llama,
+                 test_path("hf.safetensors"), model);
+    CHECK_MSG(rc == 0, "torch_llama.py failed: %s", err_text);
+    line = strstr(out_text, "step 0 loss");
+    CHECK_MSG(line && sscanf(line, "step 0 loss %lf gnorm %lf", &tl, &tg) == 2, "no step line from PyTorch: %s", out_text);
+    CHECK_MSG(fabs(loss[0] - tl) <= 1e-4 * fabs(tl), "next-step loss %.7f, PyTorch %.6f", loss[0], tl);
+    CHECK_MSG(fabs(g[0] - tg) <= 1e-4 * fabs(tg), "next-step grad norm %.7f, PyTorch %.6f", g[0], tg);
+    printf("  hf export: next-step loss %.7f, PyTorch %.6f (grad norm %.6f vs %.6f)\n", loss[0], tl, g[0], tg);
+}
+
 /* The file of a 3-step dp 2 ZeRO-1 run: both ranks, every kind of span, 3 of each per rank. */
 static void check_trace_file(const char *what, const char *path) {
     static const char *const per_step[] = {"fwd embedding", "fwd block 0",   "fwd head+loss",
@@ -1014,6 +1210,21 @@ int main(void) {
     if (!mkdtemp(tmpl)) return printf("llama_train: 0 passed, 1 failed\n"), 1;
     snprintf(test_dir, sizeof test_dir, "%s", tmpl);
     only_reference = getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "reference") == 0;
+    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "checkpoints") == 0) {
+        /* just the checkpoint tests (and the runs they build on) */
+        double t0 = (double)time(NULL), t1;
+        test_reference();
+        test_round_trip();
+        t1 = (double)time(NULL);
+        test_sharded_matrix();
+        test_sharded_resume();
+        test_hf_export();
+        printf("  checkpoint tests: %.0f s (the sharded and export ones: %.0f s)\n", (double)time(NULL) - t0,
+               (double)time(NULL) - t1);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
+        return TEST_END("llama_train");
+    }
     if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "pipeline") == 0) { /* a developer's shortcut */
         test_pipeline();
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
@@ -1032,6 +1243,9 @@ int main(void) {
         test_tp_memory();
         test_context_parallel();
         test_pipeline();
+        test_sharded_matrix();
+        test_sharded_resume();
+        test_hf_export();
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
