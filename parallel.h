@@ -1748,7 +1748,9 @@ PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_
    and the step count is restored. Every parameter of the set must be in the
    checkpoint with the same global shape, and every tensor of the checkpoint
    must be a parameter of the set (PAR_EINVAL / PAR_ESHAPE naming the file
-   and tensor); a checkpoint without moments loads them as zeros. info may be
+   and tensor) unless the set has stage_dims (a pipeline stage loads its own
+   tensors; the others are other stages'); a checkpoint without moments loads
+   them as zeros. info may be
    NULL. Collective only in that every rank returns the same status (a rank
    whose read failed makes all fail; its message is in its own error). */
 PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ckpt_info *info);
@@ -15429,7 +15431,9 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
     if (!ps) return par__fail(PAR_EINVAL, "par_params_load: NULL parameter set");
     if (!info) info = &tmp;
     st = par__ckpt_open("par_params_load", path, &c, info);
-    for (j = 0; st == PAR_OK && j < c.npieces; j++) /* nothing the set lacks */
+    /* nothing the set lacks; a pipeline stage's set (stage_dims) holds only its
+       own tensors, the others belong to other stages (the host checks the whole) */
+    for (j = 0; st == PAR_OK && !ps->stage_dims && j < c.npieces; j++)
         if (par_params_find(ps, c.pieces[j].param) < 0)
             st = par__fail(PAR_EINVAL, "par_params_load: %s: tensor \"%s\" is a piece of \"%s\", which is not a "
                                        "parameter of the set", c.paths[c.pieces[j].file], c.pieces[j].name,

@@ -1625,11 +1625,12 @@ int main(int argc, char **argv) {
         if (data_load(opt.data_path, cfg.seq_length, &data, err, sizeof err) != 0) return bad_input(silent, "%s", err);
         if (opt.shuffle && data_shuffle(&data, cfg.seed) != 0) return bad_input(silent, "out of host memory");
     }
-    if (cfg.pipeline_stage > 1 && (opt.init_from || opt.save_path || opt.save_dir))
+    if (cfg.pipeline_stage > 1 && ((opt.init_from && !sharded) || opt.save_path))
         return free(data.bytes), free(data.order),
-               bad_input(silent, "%s with parallel_config.pipeline_stage = %d: checkpoints of a pipelined run are not "
-                                 "supported yet (each stage holds only its own layers); save or load with pipeline_stage 1",
-                         opt.init_from ? "--init-from" : opt.save_path ? "--save" : "--save-dir", cfg.pipeline_stage);
+               bad_input(silent, "%s with parallel_config.pipeline_stage = %d: a consolidated checkpoint (one "
+                                 ".safetensors file) of a pipelined run is not supported yet; use a sharded one "
+                                 "(--save-dir, --init-from DIR), which each stage writes and reads for its own layers",
+                         opt.init_from ? "--init-from" : "--save", cfg.pipeline_stage);
     if (opt.init_from && !sharded) {
         if (check_init_files(opt.init_from, &cfg, &step0, &has_opt, err, sizeof err) != 0)
             return free(data.bytes), free(data.order), bad_input(silent, "%s", err);

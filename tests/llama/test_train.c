@@ -1040,6 +1040,40 @@ static void test_sharded_matrix(void) {
     }
 }
 
+/* A pipelined run saves sharded (each stage its own layers) and loads into
+   another configuration: into one rank it re-exports exactly what one rank
+   with the same micro-batches trained (the pipeline's sums are those of
+   gradient accumulation), and into pp 2 x tp 2 it continues with the same
+   losses. */
+static void test_sharded_pipeline(void) {
+    const char *mb2 = "--set parallel_config.micro_batch_num=2";
+    double base[16], g[16], loss[16];
+    char dir[512];
+    int rc, i, n;
+    snprintf(dir, sizeof dir, "%s/shpp", test_dir);
+    rc = run_cmd(0, "%s %s --steps 15 --metrics %s", tp_base, mb2, test_path("shpb.jsonl"));
+    CHECK_MSG(rc == 0 && read_metrics(test_path("shpb.jsonl"), base, g, 16) == 15, "one-device run: %s", err_text);
+    rc = run_cmd(0, "%s %s --steps 10 --save %s", tp_base, mb2, test_path("shp1.safetensors"));
+    CHECK_MSG(rc == 0, "one-device 10 steps: %s", err_text);
+    rc = run_cmd(0, "%s %s --steps 10 --set parallel_config.pipeline_stage=2 --save-dir %s", tp_base, mb2, dir);
+    CHECK_MSG(rc == 0, "pp2 save: %s", err_text);
+    rc = run_cmd(0, "%s %s --steps 0 --init-from %s --save %s", tp_base, mb2, dir, test_path("shp2.safetensors"));
+    CHECK_MSG(rc == 0, "pp2 -> 1 rank load: %s", err_text);
+    CHECK_MSG(test_files_identical(test_path("shp1.safetensors"), test_path("shp2.safetensors")),
+              "pp2 -> 1 rank: the weights differ from one rank's");
+    rc = run_cmd(0, "%s %s --steps 5 --set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                    "--init-from %s --metrics %s", tp_base, mb2, dir, test_path("shpc.jsonl"));
+    CHECK_MSG(rc == 0, "pp2 -> pp2 x tp2 continued run: %s", err_text);
+    n = read_metrics(test_path("shpc.jsonl"), loss, g, 16);
+    CHECK_MSG(n == 5, "pp2 -> pp2 x tp2: %d steps", n);
+    for (i = 0; i < n && i < 5; i++)
+        CHECK_MSG(fabs(loss[i] - base[10 + i]) <= EQ_LOSS_REL * fabs(base[10 + i]),
+                  "pp2 -> pp2 x tp2: step %d loss %.9g, one device %.9g", 10 + i, loss[i], base[10 + i]);
+    bad("consolidated save under pp", "a consolidated checkpoint (one .safetensors file) of a pipelined run",
+        "%s %s --steps 1 --set parallel_config.pipeline_stage=2", tp_base, mb2);
+    printf("  sharded pp2 -> 1 rank: weights identical; pp2 -> pp2 x tp2: continued losses within %.0e\n", EQ_LOSS_REL);
+}
+
 /* Resume (sharded) in the same configuration is bit-identical to running
    straight through (test_round_trip checks the consolidated path and made
    the first half's --save-dir); a damaged, partial or foreign checkpoint is
@@ -1217,6 +1251,7 @@ int main(void) {
         test_round_trip();
         t1 = (double)time(NULL);
         test_sharded_matrix();
+        test_sharded_pipeline();
         test_sharded_resume();
         test_hf_export();
         printf("  checkpoint tests: %.0f s (the sharded and export ones: %.0f s)\n", (double)time(NULL) - t0,
@@ -1244,6 +1279,7 @@ int main(void) {
         test_context_parallel();
         test_pipeline();
         test_sharded_matrix();
+        test_sharded_pipeline();
         test_sharded_resume();
         test_hf_export();
     }
