@@ -6595,6 +6595,7 @@ typedef struct par__thr_msg {
     par_dtype dtype;
     int matched;  /* under the group mutex: taken by a partner, copy in progress */
     int complete; /* atomic */
+    int64_t seq;  /* the poster's p2p op number on the group (1, 2, ...), for messages */
     par_status status;
     char msg[200];
 } par__thr_msg;
@@ -6635,6 +6636,7 @@ struct par__thr_handle {
     par__thr_group *g;
     int index;
     int64_t seq; /* collectives issued on the group by this member */
+    int64_t p2p_seq; /* sends and recvs posted on the group by this member */
     int refs;    /* the creator's + one per live request */
     par__thr_handle *next_live;
 };
@@ -6821,6 +6823,7 @@ static par_status par__thr_group_create(void *user, const int *ranks, int count,
     h->g = g;
     h->index = index;
     h->seq = 0;
+    h->p2p_seq = 0;
     h->refs = 1;
     h->next_live = r->handles;
     r->handles = h;
@@ -7093,6 +7096,8 @@ static par_status par__thr_give_up(par__thr_rank *r, par__thr_group *g, const ch
             if (PAR__THR_LOAD(&g->slots[i].arrive) < target) par__bprintf(&b, "%s %d", missing++ ? "," : "", g->ranks[i]);
         par__bprintf(&b, " did not arrive within %d ms", w->timeout_ms);
     }
+    /* which collective of the group it was: every member is at the same one */
+    par__bprintf(&b, " (collective #%lld on this group)", (long long)target);
     PAR__THR_STORE(&g->broken, 1);
     pthread_cond_broadcast(&g->sync.cv);
     return par__fail(g->broken_status, "%s", g->broken_msg);
@@ -7100,27 +7105,33 @@ static par_status par__thr_give_up(par__thr_rank *r, par__thr_group *g, const ch
 
 /* Members must agree on the op and its arguments; every member finds the same
    first mismatch, so they all fail alike. */
-static par_status par__thr_check_match(const par__thr_group *g, const char *op) {
+static par_status par__thr_check_match(const par__thr_group *g, const char *op, int64_t seq) {
     const par__thr_slot *s = g->slots;
+    long long q = (long long)seq;
     int i;
     for (i = 1; i < g->n; i++) {
         if (s[i].op != s[0].op)
-            return par__fail(PAR_EINVAL, "collective mismatch on group %s: rank %d called %s but rank %d called %s",
-                             g->name, g->ranks[0], par__thr_op_name(s[0].op), g->ranks[i], par__thr_op_name(s[i].op));
+            return par__fail(PAR_EINVAL,
+                             "collective mismatch on group %s: rank %d called %s but rank %d called %s (collective #%lld "
+                             "on this group)", g->name, g->ranks[0], par__thr_op_name(s[0].op), g->ranks[i],
+                             par__thr_op_name(s[i].op), q);
         if (s[i].count != s[0].count)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed count %lld but rank %d passed count %lld", op,
-                             g->name, g->ranks[0], (long long)s[0].count, g->ranks[i], (long long)s[i].count);
+            return par__fail(PAR_EINVAL,
+                             "%s on group %s: rank %d passed count %lld but rank %d passed count %lld (collective #%lld "
+                             "on this group)", op, g->name, g->ranks[0], (long long)s[0].count, g->ranks[i],
+                             (long long)s[i].count, q);
         if (s[i].dtype != s[0].dtype)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed dtype %s but rank %d passed %s", op, g->name,
-                             g->ranks[0], par_dtype_name((par_dtype)s[0].dtype), g->ranks[i],
-                             par_dtype_name((par_dtype)s[i].dtype));
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed dtype %s but rank %d passed %s (collective #%lld "
+                             "on this group)", op, g->name, g->ranks[0], par_dtype_name((par_dtype)s[0].dtype),
+                             g->ranks[i], par_dtype_name((par_dtype)s[i].dtype), q);
         if (s[i].rop != s[0].rop)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed op %s but rank %d passed %s", op, g->name,
-                             g->ranks[0], par_reduce_op_name((par_reduce_op)s[0].rop), g->ranks[i],
-                             par_reduce_op_name((par_reduce_op)s[i].rop));
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed op %s but rank %d passed %s (collective #%lld "
+                             "on this group)", op, g->name, g->ranks[0], par_reduce_op_name((par_reduce_op)s[0].rop),
+                             g->ranks[i], par_reduce_op_name((par_reduce_op)s[i].rop), q);
         if (s[i].root != s[0].root)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed root %d but rank %d passed root %d", op,
-                             g->name, g->ranks[0], s[0].root, g->ranks[i], s[i].root);
+            return par__fail(PAR_EINVAL,
+                             "%s on group %s: rank %d passed root %d but rank %d passed root %d (collective #%lld on "
+                             "this group)", op, g->name, g->ranks[0], s[0].root, g->ranks[i], s[i].root, q);
     }
     return PAR_OK;
 }
@@ -7168,7 +7179,7 @@ static par_status par__thr_run_coll(const par__thr_coll *c) {
         }
         pthread_mutex_unlock(&g->sync.mu);
     }
-    st = par__thr_check_match(g, op);
+    st = par__thr_check_match(g, op, target);
     if (st == PAR_OK) par__thr_work(g->slots, g->n, h->index);
 #if defined(__SSE2__) && !defined(__SANITIZE_THREAD__)
     _mm_sfence(); /* streamed stores are weakly ordered: publish them before "done" */
@@ -7373,10 +7384,12 @@ static int par__thr_list_remove(par__thr_msg **head, par__thr_msg *m) {
 static par_status par__thr_peer_gone(par__thr_world *w, par__thr_group *g, par__thr_msg *m, const char *what) {
     int peer = g->ranks[m->is_send ? m->dst : m->src], f = PAR__THR_LOAD(&w->failed_rank);
     const char *dir = m->is_send ? "send to" : "recv from";
-    if (f) return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d failed", dir, peer, g->name, f - 1);
+    if (f)
+        return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d failed (p2p op #%lld of this rank on the group)", dir,
+                         peer, g->name, f - 1, (long long)m->seq);
     if (par__thr_state(w, peer) != PAR__THR_RUNNING)
-        return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d returned from its function %s", dir, peer, g->name,
-                         peer, what);
+        return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d returned from its function %s (p2p op #%lld of "
+                         "this rank on the group)", dir, peer, g->name, peer, what, (long long)m->seq);
     return PAR_OK;
 }
 
@@ -7440,9 +7453,10 @@ static int par__thr_finish(par__thr_rank *r, par__thr_group *g, par__thr_msg *m,
             pthread_mutex_unlock(&g->sync.mu);
             *st = par__thr_peer_gone(r->world, g, m, "without matching it");
             if (*st == PAR_OK)
-                *st = par__fail(PAR_ETIMEOUT, "%s rank %d on group %s: no matching %s within %d ms",
-                                m->is_send ? "send to" : "recv from", g->ranks[m->is_send ? m->dst : m->src], g->name,
-                                m->is_send ? "recv" : "send", r->world->timeout_ms);
+                *st = par__fail(PAR_ETIMEOUT,
+                                "%s rank %d on group %s: no matching %s within %d ms (p2p op #%lld of this rank on the "
+                                "group)", m->is_send ? "send to" : "recv from", g->ranks[m->is_send ? m->dst : m->src],
+                                g->name, m->is_send ? "recv" : "send", r->world->timeout_ms, (long long)m->seq);
             return 1;
         }
         pthread_mutex_unlock(&g->sync.mu);
@@ -7480,6 +7494,7 @@ static par_status par__thr_p2p(void *user, par_comm_group *group, const void *sb
     m->rbuf = rbuf;
     m->count = count;
     m->dtype = dtype;
+    m->seq = ++h->p2p_seq;
     if ((st = par__thr_post(r, h->g, m)) != PAR_OK) {
         if (q) par__thr_req_free(q);
         return st;
