@@ -199,6 +199,18 @@ for bin in $MPI_BINS; do
     fi
 done
 
+# 5b. A rank that crashes mid-collective under mpirun (tests/mpi/crash.sh): the
+#     job must end quickly, never hang, never pass the op as a success.
+for bin in $MPI_BINS; do
+    [ "$(basename "$bin")" = mpi_test_fault_mpi ] || continue
+    if [ -x "$bin" ] && [ -n "$no_mpirun" ]; then
+        skip mpi_crash "built, but $no_mpirun"
+    elif [ -x "$bin" ]; then
+        MPIRUN=$MPIRUN run_program mpi_crash env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+            bash tests/mpi/crash.sh "$bin"
+    fi
+done
+
 # 6. The Llama trainer (built when libyaml exists): its config unit test and the
 #    end-to-end test, which runs $TRAIN and, when the trainer was built with MPI
 #    and mpirun exists, $MPIRUN -np 2/3/4 (otherwise it reports those runs as
