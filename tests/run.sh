@@ -232,6 +232,16 @@ for bin in $TRAIN_TEST; do
     fi
 done
 
+# 6b. The trainer when a rank stalls past the timeout under mpirun
+#     (tests/llama/fault.sh): a named error, non-zero exit, checkpoint intact.
+if [ -n "$TRAIN" ] && [ -x "$TRAIN" ]; then
+    if [ -n "$trainer_mpirun" ]; then
+        MPIRUN=$trainer_mpirun run_program train_fault bash tests/llama/fault.sh "$TRAIN"
+    else
+        skip train_fault "$trainer_why"
+    fi
+fi
+
 # 7. CUDA: parallel_cuda.cu + the CUDA tests must compile and link wherever nvcc
 #    exists. They are not run here (CI has no GPU; `make test-cuda` runs them):
 #    each linked one is also one skipped item.
