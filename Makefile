@@ -4,6 +4,8 @@
 #   make test                 install missing Debian packages (.ci/deps), then build and run
 #                             every test; last line "N passed, N failed, N skipped"
 #   make test SAN=address,undefined   the same with sanitizers (separate build dir)
+#   make fuzz                 build the libFuzzer targets (tests/fuzz/) with clang and run
+#                             each for FUZZ_SECONDS (default 60); make test runs each briefly
 #   make bench                build (-O2 -DNDEBUG, never sanitized) and run bench/bench_*.c
 #   make demo                 install libyaml if missing, then train the Llama example on this
 #                             repo's text (4 ranks) and print a sample
@@ -28,9 +30,12 @@ CUDA_HOME ?= /usr/local/cuda
 # never mix (make would otherwise think the other flavour's binaries are current).
 # -fno-sanitize-recover: a UBSan report must fail the test, not just print a line.
 comma := ,
+# SAN_B: make test's own sanitizer runs (SAN_CI below) build in a directory of
+# their own, with other flags, so they never clash with a `make test SAN=...`.
 ifdef SAN
 SANFLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
-B        := build/san-$(subst $(comma),-,$(SAN))
+SAN_B    ?= build/san-$(subst $(comma),-,$(SAN))
+B        := $(SAN_B)
 else
 SANFLAGS :=
 B        := build
@@ -71,7 +76,13 @@ HAVE_OPENBLAS := $(if $(shell pkg-config --exists openblas 2>/dev/null && echo y
 HAVE_CBLAS  := $(call probe_header,cblas.h)
 HAVE_YAML   := $(if $(shell pkg-config --exists yaml-0.1 2>/dev/null && echo y),yes,$(call probe_header,yaml.h))
 
-FEATURES := MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML)
+# libFuzzer: clang's -fsanitize=fuzzer (tests/fuzz/). A link probe: clang
+# without the compiler-rt fuzzer library fails only at link time.
+FUZZ_CC ?= clang
+HAVE_FUZZER := $(shell printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' | \
+  $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1 && echo yes || echo no)
+
+FEATURES := MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML) libFuzzer=$(HAVE_FUZZER)
 # Rewritten only when the detected set changes; every program whose flags, compiler
 # or libraries follow detection depends on it, so installing (or removing) MPI,
 # OpenBLAS, CUDA or libyaml rebuilds those programs (their sources did not change,
@@ -128,22 +139,48 @@ BENCH_CBLAS_LIBS := $(if $(filter yes,$(HAVE_OPENBLAS)),-lopenblas,)
 # bench_comm measures the MPI backend beside the threads one when mpicc exists.
 BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 
+# libFuzzer targets (tests/fuzz/fuzz_*.c): clang, ASan + UBSan + the fuzzer, always
+# in build/fuzz/ (SAN= does not apply). The library is compiled once for all of them
+# (tests/fuzz/parallel_impl.c); the config targets need libyaml. `make fuzz` runs
+# each for FUZZ_SECONDS; `make test` for FUZZ_CI_SECONDS (tests/fuzz/run.sh).
+FUZZ_FLAGS := -std=c11 -g -O1 -Wall -Wextra -Wpedantic -Werror -fsanitize=address,undefined \
+              -fno-sanitize-recover=all -fno-omit-frame-pointer -MMD -MP
+FUZZ_ALL   := mesh layout strategy safetensors config config_set
+FUZZ_YAML  := config config_set
+FUZZ_NAMES := $(if $(filter yes,$(HAVE_FUZZER)),$(if $(filter yes,$(HAVE_YAML)),$(FUZZ_ALL),$(filter-out $(FUZZ_YAML),$(FUZZ_ALL))))
+FUZZ_BINS  := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_NAMES))
+FUZZ_SECONDS ?= 60
+FUZZ_CI_SECONDS ?= 10
+
+# Sanitizers inside every `make test` (a bounded subset; `make test SAN=...` runs
+# everything): ASan + UBSan on the programs that parse text and files and build
+# plans, TSan on the threads backend's tests. -O1 (the sanitizers' advice; half
+# the compile time of -O2) and SAN_CI_JOBS parallel compiles keep this to about a
+# minute on 2 cores. Not under SAN= (that run is sanitized already).
+SAN_CI_JOBS ?= 2
+SAN_CI_CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Wpedantic -Werror
+ASAN_CI := $(if $(SAN),,$(patsubst %,build/ci-asan/test_%,layout strategy safetensors fuzz redist pipeline ckpt))
+TSAN_CI := $(if $(SAN),,$(patsubst %,build/ci-tsan/test_%,comm_threads comm_fault params exec pipeline))
+
 # What `make test` leaves out for a missing piece: "name: why" items, each ended
 # by '|' (so no '|' or single quote in a reason); tests/run.sh reports and
 # counts every one as skipped.
 WHY_MPI      := no mpicc: install libopenmpi-dev openmpi-bin
 WHY_YAML     := no libyaml: install libyaml-dev
 WHY_OPENBLAS := no OpenBLAS: install libopenblas-dev
+WHY_FUZZER   := no clang with libFuzzer ($(FUZZ_CC) -fsanitize=fuzzer does not link): install clang
 skip_all = $(foreach p,$(1),$(notdir $(p)): $(2)|)
 SKIPS := $(strip \
   $(if $(filter no,$(HAVE_MPI)),$(call skip_all,$(MPI_ALL) bench_comm_mpi,$(WHY_MPI))) \
   $(if $(filter no,$(HAVE_YAML)),$(call skip_all,$(TRAIN_TEST_ALL),$(WHY_YAML))) \
   $(if $(filter no,$(HAVE_OPENBLAS)),$(call skip_all,cblas_test_compute bench_kernels_openblas,$(WHY_OPENBLAS))) \
+  $(if $(filter no,$(HAVE_FUZZER)),$(call skip_all,$(patsubst %,fuzz_%,$(FUZZ_ALL)),$(WHY_FUZZER)), \
+    $(if $(filter no,$(HAVE_YAML)),$(call skip_all,$(patsubst %,fuzz_%,$(FUZZ_YAML)),$(WHY_YAML)))) \
   $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_comm test_cuda_cp train_cuda,$(CUDA_SKIP)), \
     $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm test_cuda_cp train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
 
-.PHONY: all detect deps test run-tests test-programs bench demo run-demo tour cuda cuda-available test-cuda install clean FORCE
+.PHONY: all detect deps test run-tests test-programs san-ci-programs fuzz bench demo run-demo tour cuda cuda-available test-cuda install clean FORCE
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
@@ -209,6 +246,17 @@ $(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c $(STAMP) | $(B)
 	@rm -f $@
 	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -DPAR__MPI_MAX_COUNT=1000 -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
+build/fuzz:
+	@mkdir -p $@
+
+build/fuzz/parallel_impl.o: tests/fuzz/parallel_impl.c $(STAMP) | build/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/parallel_impl.o | build/fuzz
+	@rm -f $@
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -I. $< build/fuzz/parallel_impl.o -o $@ \
+	  $(if $(filter $*,$(FUZZ_YAML)),-lyaml) $(LDLIBS)
+
 build/bench_%: bench/bench_%.c | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
@@ -239,7 +287,14 @@ build/test_cuda_cp: parallel_cuda.cu tests/cuda/test_cuda_cp.cu parallel.h tests
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TRAIN) $(MLP) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+test-programs: $(TRAIN) $(MLP) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM) $(FUZZ_BINS)
+
+# make test's sanitizer subset: two sanitized makes of their own (flags and dirs).
+san-ci-programs:
+	@$(if $(ASAN_CI),$(MAKE) --no-print-directory -k -j$(SAN_CI_JOBS) SAN=address$(comma)undefined SAN_B=build/ci-asan \
+	  CFLAGS='$(SAN_CI_CFLAGS)' $(ASAN_CI) || true)
+	@$(if $(TSAN_CI),$(MAKE) --no-print-directory -k -j$(SAN_CI_JOBS) SAN=thread SAN_B=build/ci-tsan \
+	  CFLAGS='$(SAN_CI_CFLAGS)' $(TSAN_CI) || true)
 
 # README's `make test` on a fresh machine: install what is missing (.ci/deps says
 # what it did or why it could not), then a new make, which detects afresh what
@@ -251,10 +306,21 @@ test:
 run-tests: detect
 	@$(MAKE) --no-print-directory -k test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
+	@$(MAKE) --no-print-directory san-ci-programs
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' MPIRUN='$(MPIRUN)' \
 	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CBLAS_TEST='$(CBLAS_TEST)' \
 	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' MLP='$(MLP)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
+	  FUZZ_BINS='$(FUZZ_BINS)' FUZZ_CI_SECONDS='$(FUZZ_CI_SECONDS)' ASAN_CI='$(ASAN_CI)' TSAN_CI='$(TSAN_CI)' \
 	  SKIPS='$(SKIPS)' bash tests/run.sh
+
+# Each libFuzzer target for FUZZ_SECONDS, from its seeds (tests/fuzz/NAME/) and
+# the corpus it grew before (build/fuzz/corpus/NAME/); a crash's input is kept
+# as build/fuzz/crash-NAME-*. Goes on after a failing target, fails at the end.
+fuzz: $(FUZZ_BINS)
+	@test -n "$(FUZZ_BINS)" || { echo "make fuzz: $(if $(filter no,$(HAVE_FUZZER)),$(WHY_FUZZER),$(WHY_YAML))" >&2; exit 1; }
+	@bad=; for t in $(FUZZ_NAMES); do echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
+	  bash tests/fuzz/run.sh $$t build/fuzz/fuzz_$$t $(FUZZ_SECONDS) build/fuzz/corpus/$$t || bad="$$bad $$t"; \
+	done; test -z "$$bad" || { echo "make fuzz: failed:$$bad" >&2; exit 1; }
 
 bench: $(BENCH_BINS) $(TRAIN)
 	@set -e; for b in $(BENCH_BINS); do echo "== $$b"; ./$$b; done
@@ -300,4 +366,4 @@ install:
 clean:
 	rm -rf build
 
--include $(wildcard $(B)/*.d build/bench_*.d)
+-include $(wildcard $(B)/*.d build/bench_*.d build/fuzz/*.d)

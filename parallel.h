@@ -7020,6 +7020,7 @@ typedef struct par__thr_msg {
     par_dtype dtype;
     int matched;  /* under the group mutex: taken by a partner, copy in progress */
     int complete; /* atomic */
+    int64_t seq;  /* the poster's p2p op number on the group (1, 2, ...), for messages */
     par_status status;
     char msg[200];
     /* a large matched pair whose second poster was async waits in that rank's
@@ -7064,6 +7065,7 @@ struct par__thr_handle {
     par__thr_group *g;
     int index;
     int64_t seq; /* collectives issued on the group by this member */
+    int64_t p2p_seq; /* sends and recvs posted on the group by this member */
     int refs;    /* the creator's + one per live request */
     par__thr_handle *next_live;
 };
@@ -7253,6 +7255,7 @@ static par_status par__thr_group_create(void *user, const int *ranks, int count,
     h->g = g;
     h->index = index;
     h->seq = 0;
+    h->p2p_seq = 0;
     h->refs = 1;
     h->next_live = r->handles;
     r->handles = h;
@@ -7525,6 +7528,8 @@ static par_status par__thr_give_up(par__thr_rank *r, par__thr_group *g, const ch
             if (PAR__THR_LOAD(&g->slots[i].arrive) < target) par__bprintf(&b, "%s %d", missing++ ? "," : "", g->ranks[i]);
         par__bprintf(&b, " did not arrive within %d ms", w->timeout_ms);
     }
+    /* which collective of the group it was: every member is at the same one */
+    par__bprintf(&b, " (collective #%lld on this group)", (long long)target);
     PAR__THR_STORE(&g->broken, 1);
     pthread_cond_broadcast(&g->sync.cv);
     return par__fail(g->broken_status, "%s", g->broken_msg);
@@ -7532,27 +7537,33 @@ static par_status par__thr_give_up(par__thr_rank *r, par__thr_group *g, const ch
 
 /* Members must agree on the op and its arguments; every member finds the same
    first mismatch, so they all fail alike. */
-static par_status par__thr_check_match(const par__thr_group *g, const char *op) {
+static par_status par__thr_check_match(const par__thr_group *g, const char *op, int64_t seq) {
     const par__thr_slot *s = g->slots;
+    long long q = (long long)seq;
     int i;
     for (i = 1; i < g->n; i++) {
         if (s[i].op != s[0].op)
-            return par__fail(PAR_EINVAL, "collective mismatch on group %s: rank %d called %s but rank %d called %s",
-                             g->name, g->ranks[0], par__thr_op_name(s[0].op), g->ranks[i], par__thr_op_name(s[i].op));
+            return par__fail(PAR_EINVAL,
+                             "collective mismatch on group %s: rank %d called %s but rank %d called %s (collective #%lld "
+                             "on this group)", g->name, g->ranks[0], par__thr_op_name(s[0].op), g->ranks[i],
+                             par__thr_op_name(s[i].op), q);
         if (s[i].count != s[0].count)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed count %lld but rank %d passed count %lld", op,
-                             g->name, g->ranks[0], (long long)s[0].count, g->ranks[i], (long long)s[i].count);
+            return par__fail(PAR_EINVAL,
+                             "%s on group %s: rank %d passed count %lld but rank %d passed count %lld (collective #%lld "
+                             "on this group)", op, g->name, g->ranks[0], (long long)s[0].count, g->ranks[i],
+                             (long long)s[i].count, q);
         if (s[i].dtype != s[0].dtype)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed dtype %s but rank %d passed %s", op, g->name,
-                             g->ranks[0], par_dtype_name((par_dtype)s[0].dtype), g->ranks[i],
-                             par_dtype_name((par_dtype)s[i].dtype));
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed dtype %s but rank %d passed %s (collective #%lld "
+                             "on this group)", op, g->name, g->ranks[0], par_dtype_name((par_dtype)s[0].dtype),
+                             g->ranks[i], par_dtype_name((par_dtype)s[i].dtype), q);
         if (s[i].rop != s[0].rop)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed op %s but rank %d passed %s", op, g->name,
-                             g->ranks[0], par_reduce_op_name((par_reduce_op)s[0].rop), g->ranks[i],
-                             par_reduce_op_name((par_reduce_op)s[i].rop));
+            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed op %s but rank %d passed %s (collective #%lld "
+                             "on this group)", op, g->name, g->ranks[0], par_reduce_op_name((par_reduce_op)s[0].rop),
+                             g->ranks[i], par_reduce_op_name((par_reduce_op)s[i].rop), q);
         if (s[i].root != s[0].root)
-            return par__fail(PAR_EINVAL, "%s on group %s: rank %d passed root %d but rank %d passed root %d", op,
-                             g->name, g->ranks[0], s[0].root, g->ranks[i], s[i].root);
+            return par__fail(PAR_EINVAL,
+                             "%s on group %s: rank %d passed root %d but rank %d passed root %d (collective #%lld on "
+                             "this group)", op, g->name, g->ranks[0], s[0].root, g->ranks[i], s[i].root, q);
     }
     return PAR_OK;
 }
@@ -7600,7 +7611,7 @@ static par_status par__thr_run_coll(const par__thr_coll *c) {
         }
         pthread_mutex_unlock(&g->sync.mu);
     }
-    st = par__thr_check_match(g, op);
+    st = par__thr_check_match(g, op, target);
     if (st == PAR_OK) par__thr_work(g->slots, g->n, h->index);
 #if defined(__SSE2__) && !defined(__SANITIZE_THREAD__)
     _mm_sfence(); /* streamed stores are weakly ordered: publish them before "done" */
@@ -7853,10 +7864,12 @@ static int par__thr_list_remove(par__thr_msg **head, par__thr_msg *m) {
 static par_status par__thr_peer_gone(par__thr_world *w, par__thr_group *g, par__thr_msg *m, const char *what) {
     int peer = g->ranks[m->is_send ? m->dst : m->src], f = PAR__THR_LOAD(&w->failed_rank);
     const char *dir = m->is_send ? "send to" : "recv from";
-    if (f) return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d failed", dir, peer, g->name, f - 1);
+    if (f)
+        return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d failed (p2p op #%lld of this rank on the group)", dir,
+                         peer, g->name, f - 1, (long long)m->seq);
     if (par__thr_state(w, peer) != PAR__THR_RUNNING)
-        return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d returned from its function %s", dir, peer, g->name,
-                         peer, what);
+        return par__fail(PAR_ECOMM, "%s rank %d on group %s: rank %d returned from its function %s (p2p op #%lld of "
+                         "this rank on the group)", dir, peer, g->name, peer, what, (long long)m->seq);
     return PAR_OK;
 }
 
@@ -7923,9 +7936,10 @@ static int par__thr_finish(par__thr_rank *r, par__thr_group *g, par__thr_msg *m,
             pthread_mutex_unlock(&g->sync.mu);
             *st = par__thr_peer_gone(r->world, g, m, "without matching it");
             if (*st == PAR_OK)
-                *st = par__fail(PAR_ETIMEOUT, "%s rank %d on group %s: no matching %s within %d ms",
-                                m->is_send ? "send to" : "recv from", g->ranks[m->is_send ? m->dst : m->src], g->name,
-                                m->is_send ? "recv" : "send", r->world->timeout_ms);
+                *st = par__fail(PAR_ETIMEOUT,
+                                "%s rank %d on group %s: no matching %s within %d ms (p2p op #%lld of this rank on the "
+                                "group)", m->is_send ? "send to" : "recv from", g->ranks[m->is_send ? m->dst : m->src],
+                                g->name, m->is_send ? "recv" : "send", r->world->timeout_ms, (long long)m->seq);
             return 1;
         }
         pthread_mutex_unlock(&g->sync.mu);
@@ -7963,6 +7977,7 @@ static par_status par__thr_p2p(void *user, par_comm_group *group, const void *sb
     m->rbuf = rbuf;
     m->count = count;
     m->dtype = dtype;
+    m->seq = ++h->p2p_seq;
     if ((st = par__thr_post(r, h->g, m, req != NULL)) != PAR_OK) {
         if (q) par__thr_req_free(q);
         return st;
@@ -8237,7 +8252,19 @@ PARALLEL_DEF par_status par_run_threads(int n, par_rank_fn fn, void *arg) { retu
        run concurrently do not cross-match.
      * p2p uses one tag per group communicator, so MPI's non-overtaking rule gives
        FIFO order per pair. A blocking send to oneself only completes when the
-       matching receive is already posted (use the async form). */
+       matching receive is already posted (use the async form).
+     * Mismatched collectives (members calling different ops, counts, dtypes,
+       reduce ops or roots, or being at different collective numbers on the
+       group) are undefined in MPI: a hang, a wrong result that looks like
+       success, or (OpenMPI 4, counts that differ) MPI_ERR_TRUNCATE raised on
+       MPI_COMM_WORLD, whose default handler aborts the job. So every
+       collective first all-reduces its 96-byte signature (max of each field
+       and of its negation: all equal iff max == -max(-x)) and waits for it,
+       within the timeout; a mismatch is PAR_EINVAL naming the field, its range
+       and the collective's number, and the data part is never posted. The
+       cost: one small collective's latency per op, and an async collective's
+       issue waits until every member has issued it (its data still moves in
+       the background). */
 
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1 /* C++ builds: keep OpenMPI's deprecated C++ bindings out */
@@ -8254,6 +8281,7 @@ PARALLEL_DEF par_status par_run_threads(int n, par_rank_fn fn, void *arg) { retu
 #endif
 
 #define PAR__MPI_P2P_TAG 7
+#define PAR__MPI_SIG 6 /* a collective's signature: call, count, dtype, reduce op, root, number on the group */
 
 typedef struct par__mpi_req par__mpi_req;
 
@@ -8272,7 +8300,8 @@ typedef struct par__mpi {
 typedef struct par__mpi_group {
     MPI_Comm comm;
     int n, index;
-    int broken; /* a collective timed out: MPI cannot cancel it */
+    int broken; /* a collective timed out or mismatched: MPI cannot cancel it */
+    int64_t seq; /* collectives posted on the group by this rank */
     char text[96]; /* "[0,1,2,3]" for messages */
 } par__mpi_group;
 
@@ -8295,6 +8324,9 @@ struct par__mpi_req {
     int divide;       /* avg: divide by this (0 = no) */
     int64_t expect;   /* recv: elements that must arrive (-1 = no check) */
     size_t esize;     /* recv: bytes per element in the MPI datatype */
+    int sig_slot;     /* collectives: index in reqs of the signature all-reduce (-1: p2p, none) */
+    int64_t seq;      /* collectives: the collective's number on its group (1, 2, ...) */
+    int64_t sig[2 * PAR__MPI_SIG], sig_out[2 * PAR__MPI_SIG]; /* the signature and its negation; their max */
     par__mpi_req *next;
 };
 
@@ -8376,6 +8408,7 @@ static par_status par__mpi_req_new(par__mpi *mpi, par__mpi_group *g, const char 
     r->group = g;
     r->op = op;
     r->expect = -1;
+    r->sig_slot = -1;
     *out = r;
     return PAR_OK;
 }
@@ -8395,6 +8428,75 @@ static MPI_Request *par__mpi_req_slot(par__mpi_req *r) {
     }
     r->reqs[r->nreq] = MPI_REQUEST_NULL;
     return &r->reqs[r->nreq++];
+}
+
+/* The signature arrived: PAR_EINVAL naming the first field the members
+   disagree on (its smallest and largest value and this rank's), else PAR_OK.
+   A mismatch leaves the group unusable: its data part may still be pending. */
+static par_status par__mpi_sig_check(par__mpi_req *r) {
+    static const char *const field[PAR__MPI_SIG] = {"op", "count", "dtype", "reduce op", "root", "collective number"};
+    char lo_s[32], hi_s[32], mine_s[32];
+    int i;
+    for (i = 0; i < PAR__MPI_SIG; i++) {
+        int64_t hi = r->sig_out[i], lo = -r->sig_out[PAR__MPI_SIG + i], v[3];
+        char *out[3];
+        int k;
+        if (lo == hi) continue;
+        v[0] = lo, v[1] = hi, v[2] = r->sig[i], out[0] = lo_s, out[1] = hi_s, out[2] = mine_s;
+        for (k = 0; k < 3; k++) {
+            if (i == 0 && v[k] >= 0 && v[k] < PAR_CALL_COUNT) snprintf(out[k], 32, "%s", par_comm_call_name((par_comm_call)v[k]));
+            else if (i == 2 && v[k] >= 0 && v[k] < PAR_DTYPE_COUNT) snprintf(out[k], 32, "%s", par_dtype_name((par_dtype)v[k]));
+            else if (i == 3 && v[k] >= 0 && v[k] <= PAR_REDUCE_AVG) snprintf(out[k], 32, "%s", par_reduce_op_name((par_reduce_op)v[k]));
+            else snprintf(out[k], 32, "%lld", (long long)v[k]);
+        }
+        r->group->broken = 1;
+        return par__fail(PAR_EINVAL,
+                         "mpi %s on group %s (rank %d, collective #%lld on this group): collective mismatch: the members "
+                         "passed %s from %s to %s (this rank: %s)", r->op, r->group->text, r->mpi->rank,
+                         (long long)r->seq, field[i], lo_s, hi_s, mine_s);
+    }
+    return PAR_OK;
+}
+
+static double par__mpi_now(void);
+
+/* par__mpi_sign's outcomes besides MPI codes (which are >= 0); the error is set. */
+#define PAR__MPI_SIG_TIMEOUT (-1001)
+#define PAR__MPI_SIG_MISMATCH (-1002)
+
+/* Before a collective's data: all-reduce its signature and wait for it within
+   the timeout (see the section comment). MPI_SUCCESS when every member called
+   the same op the same way; else an MPI error code, or one of the two codes
+   above. */
+static int par__mpi_sign(par__mpi_req *r, par_comm_call call, int64_t count, par_dtype dtype, par_reduce_op rop,
+                         int root) {
+    MPI_Request *slot = par__mpi_req_slot(r);
+    double start = par__mpi_now(), now;
+    int i, code, done = 0;
+    if (!slot) return MPI_ERR_NO_MEM;
+    r->seq = ++r->group->seq;
+    r->sig[0] = (int64_t)call, r->sig[1] = count, r->sig[2] = (int64_t)dtype, r->sig[3] = (int64_t)rop;
+    r->sig[4] = root, r->sig[5] = r->seq;
+    for (i = 0; i < PAR__MPI_SIG; i++) r->sig[PAR__MPI_SIG + i] = -r->sig[i];
+    r->sig_slot = r->nreq - 1;
+    code = MPI_Iallreduce(r->sig, r->sig_out, 2 * PAR__MPI_SIG, MPI_INT64_T, MPI_MAX, r->group->comm, slot);
+    while (code == MPI_SUCCESS && (code = MPI_Test(slot, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
+        now = par__mpi_now();
+        if (now > start + r->mpi->timeout_ms / 1000.0) {
+            r->group->broken = 1;
+            par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d, collective #%lld on this group) timed out after %d ms: "
+                                    "some members of the group did not arrive (MPI cannot tell which); the group is "
+                                    "unusable now", r->op, r->group->text, r->mpi->rank, (long long)r->seq,
+                      r->mpi->timeout_ms);
+            return PAR__MPI_SIG_TIMEOUT;
+        }
+        if (now - start > 0.05) /* as par__mpi_req_wait: OpenMPI progresses only inside MPI calls */
+            poll(NULL, 0, 1);
+        else
+            sched_yield();
+    }
+    if (code != MPI_SUCCESS) return code;
+    return par__mpi_sig_check(r) == PAR_OK ? MPI_SUCCESS : PAR__MPI_SIG_MISMATCH;
 }
 
 /* The MPI requests completed: check, post-process, report. Does not free r. */
@@ -8443,6 +8545,11 @@ static par_status par__mpi_req_wait(par__mpi_req *r) {
             r->group->broken = 1;
             r->next = r->mpi->orphans;
             r->mpi->orphans = r;
+            if (r->sig_slot >= 0)
+                return par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d, collective #%lld on this group) timed out "
+                                               "after %d ms: some members of the group did not arrive (MPI cannot tell "
+                                               "which); the group is unusable now",
+                                 r->op, r->group->text, r->mpi->rank, (long long)r->seq, r->mpi->timeout_ms);
             return par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d) timed out after %d ms: some members of the "
                                            "group did not arrive (MPI cannot tell which); the group is unusable now",
                              r->op, r->group->text, r->mpi->rank, r->mpi->timeout_ms);
@@ -8462,6 +8569,15 @@ static par_status par__mpi_req_wait(par__mpi_req *r) {
 /* Hand r to the caller (async) or wait for it (blocking). On a posting error
    the posted part is drained first: MPI owns those buffers until done. */
 static par_status par__mpi_req_finish(par__mpi_req *r, int code, par_request **req) {
+    if (code == PAR__MPI_SIG_TIMEOUT) { /* the signature is still pending: MPI owns its buffers */
+        r->next = r->mpi->orphans;
+        r->mpi->orphans = r;
+        return PAR_ETIMEOUT;
+    }
+    if (code == PAR__MPI_SIG_MISMATCH) { /* the signature completed; no data was posted */
+        par__mpi_req_free(r, 1);
+        return PAR_EINVAL;
+    }
     if (code != MPI_SUCCESS) {
         par_status st;
         int c = MPI_Waitall(r->nreq, r->reqs, MPI_STATUSES_IGNORE);
@@ -8521,8 +8637,8 @@ static par_status par__mpi_check(par_comm_group *group, par_comm_call call, cons
     a.call = call, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = peer;
     if ((st = par_comm_check_args("mpi", g->text, g->n, g->index, &a)) != PAR_OK) return st;
     if (g->broken)
-        return par__fail(PAR_ECOMM, "mpi %s: group %s is unusable after an earlier timeout", par_comm_call_name(call),
-                         g->text);
+        return par__fail(PAR_ECOMM, "mpi %s: group %s is unusable after an earlier timeout or mismatch",
+                         par_comm_call_name(call), g->text);
     return PAR_OK;
 }
 
@@ -8570,6 +8686,7 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
         type = par__mpi_type(dtype);
         in_place = send == recv;
     }
+    code = par__mpi_sign(r, PAR_CALL_ALL_REDUCE, count, dtype, op, 0);
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
         size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
@@ -8615,6 +8732,7 @@ static par_status par__mpi_all_gather(void *user, par_comm_group *group, const v
         return st;
     in_place = count > 0 && (const char *)send == (const char *)recv + (size_t)g->index * (size_t)count * es;
     if ((st = par__mpi_req_new(mpi, g, "all_gather", &r)) != PAR_OK) return st;
+    code = par__mpi_sign(r, PAR_CALL_ALL_GATHER, count, dtype, PAR_REDUCE_SUM, 0);
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
         size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
@@ -8686,11 +8804,12 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
         rbuf = (char *)recv;
         type = par__mpi_type(dtype);
     }
+    code = par__mpi_sign(r, PAR_CALL_REDUCE_SCATTER, count, dtype, op, 0);
     chunks = PAR__MPI_CHUNKS(count);
-    if (chunks == 1) {
+    if (chunks == 1 && code == MPI_SUCCESS) {
         MPI_Request *slot = par__mpi_req_slot(r);
         code = slot ? MPI_Ireduce_scatter_block(sbuf, rbuf, (int)count, type, mop, g->comm, slot) : MPI_ERR_NO_MEM;
-    } else { /* one reduce per (block, chunk) to the block's member */
+    } else if (chunks > 1) { /* one reduce per (block, chunk) to the block's member */
         for (j = 0; j < g->n && code == MPI_SUCCESS; j++) {
             for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
                 size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
@@ -8721,6 +8840,7 @@ static par_status par__mpi_all_to_all(void *user, par_comm_group *group, const v
     if ((st = par__mpi_check(group, PAR_CALL_ALL_TO_ALL, send, recv, count, dtype, PAR_REDUCE_SUM, 0)) != PAR_OK)
         return st;
     if ((st = par__mpi_req_new(mpi, g, "all_to_all", &r)) != PAR_OK) return st;
+    code = par__mpi_sign(r, PAR_CALL_ALL_TO_ALL, count, dtype, PAR_REDUCE_SUM, 0);
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
         size_t off = (size_t)(k * PAR__MPI_MAX_COUNT) * es;
@@ -8754,6 +8874,7 @@ static par_status par__mpi_broadcast(void *user, par_comm_group *group, void *bu
     if ((st = par__mpi_check(group, PAR_CALL_BROADCAST, buf, buf, count, dtype, PAR_REDUCE_SUM, root)) != PAR_OK)
         return st;
     if ((st = par__mpi_req_new(mpi, g, "broadcast", &r)) != PAR_OK) return st;
+    code = par__mpi_sign(r, PAR_CALL_BROADCAST, count, dtype, PAR_REDUCE_SUM, root);
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
         MPI_Request *slot = par__mpi_req_slot(r);
@@ -8812,15 +8933,15 @@ static par_status par__mpi_recv(void *user, par_comm_group *group, void *buf, in
     return par__mpi_p2p((par__mpi *)user, group, buf, count, dtype, peer, req, 0);
 }
 
+/* The signature all-reduce is the barrier: no member gets its result before
+   every member contributed. */
 static par_status par__mpi_barrier(void *user, par_comm_group *group) {
     par__mpi *mpi = (par__mpi *)user;
     par__mpi_req *r;
     par_status st;
-    MPI_Request *slot;
     if ((st = par__mpi_check(group, PAR_CALL_BARRIER, NULL, NULL, 0, PAR_F32, PAR_REDUCE_SUM, 0)) != PAR_OK) return st;
     if ((st = par__mpi_req_new(mpi, (par__mpi_group *)group, "barrier", &r)) != PAR_OK) return st;
-    slot = par__mpi_req_slot(r);
-    return par__mpi_req_finish(r, slot ? MPI_Ibarrier(((par__mpi_group *)group)->comm, slot) : MPI_ERR_NO_MEM, NULL);
+    return par__mpi_req_finish(r, par__mpi_sign(r, PAR_CALL_BARRIER, 0, PAR_F32, PAR_REDUCE_SUM, 0), NULL);
 }
 
 /* --- groups and the table -------------------------------------------------- */

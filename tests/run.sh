@@ -31,6 +31,8 @@
 #   MPI_BINS    MPI test programs, run under $MPIRUN -np 4
 #   MPIRUN      default "mpirun --allow-run-as-root --oversubscribe"
 #   SKIPS       what the Makefile left out and why (see Skips above)
+#   ASAN_CI, TSAN_CI  sanitized test programs (build/ci-asan, build/ci-tsan)
+#   FUZZ_BINS   libFuzzer targets, each run FUZZ_CI_SECONDS (default 10) by tests/fuzz/run.sh
 #   TEST_TIMEOUT  seconds per program (default 600): a hang is a failure, not a stuck CI
 #   VERBOSE=1   show the full output of passing programs too
 set -uo pipefail
@@ -43,6 +45,9 @@ CBLAS_TEST=${CBLAS_TEST-}
 CUDA_BINS=${CUDA_BINS-}
 MPI_BINS=${MPI_BINS-}
 SKIPS=${SKIPS-}
+ASAN_CI=${ASAN_CI-}
+TSAN_CI=${TSAN_CI-}
+FUZZ_BINS=${FUZZ_BINS-}
 TRAIN=${TRAIN-}
 TRAIN_TEST=${TRAIN_TEST-}
 MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}
@@ -194,6 +199,18 @@ for bin in $MPI_BINS; do
     fi
 done
 
+# 5b. A rank that crashes mid-collective under mpirun (tests/mpi/crash.sh): the
+#     job must end quickly, never hang, never pass the op as a success.
+for bin in $MPI_BINS; do
+    [ "$(basename "$bin")" = mpi_test_fault_mpi ] || continue
+    if [ -x "$bin" ] && [ -n "$no_mpirun" ]; then
+        skip mpi_crash "built, but $no_mpirun"
+    elif [ -x "$bin" ]; then
+        MPIRUN=$MPIRUN run_program mpi_crash env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+            bash tests/mpi/crash.sh "$bin"
+    fi
+done
+
 # 6. The Llama trainer (built when libyaml exists): its config unit test and the
 #    end-to-end test, which runs $TRAIN and, when the trainer was built with MPI
 #    and mpirun exists, $MPIRUN -np 2/3/4 (otherwise it reports those runs as
@@ -214,6 +231,16 @@ for bin in $TRAIN_TEST; do
         record "$name" 0 1 "did not build (see the compiler errors above)"
     fi
 done
+
+# 6b. The trainer when a rank stalls past the timeout under mpirun
+#     (tests/llama/fault.sh): a named error, non-zero exit, checkpoint intact.
+if [ -n "$TRAIN" ] && [ -x "$TRAIN" ]; then
+    if [ -n "$trainer_mpirun" ]; then
+        MPIRUN=$trainer_mpirun run_program train_fault bash tests/llama/fault.sh "$TRAIN"
+    else
+        skip train_fault "$trainer_why"
+    fi
+fi
 
 # 7. CUDA: parallel_cuda.cu + the CUDA tests must compile and link wherever nvcc
 #    exists. They are not run here (CI has no GPU; `make test-cuda` runs them):
@@ -237,7 +264,41 @@ for name in "${cuda_linked[@]}"; do
     skip "$name" "linked, not run: needs a GPU; make test-cuda runs it"
 done
 
-# 8. What the Makefile left out for a missing piece (SKIPS: "name: why|...").
+# 8. Sanitizers on a bounded subset (the Makefile's ASAN_CI, TSAN_CI; `make test
+#    SAN=...` runs everything): ASan + UBSan, then TSan on the threads backend.
+#    A report fails the program: ASan and UBSan (-fno-sanitize-recover) abort,
+#    TSan exits non-zero at the end (counted above as "but exit status").
+#    test_comm_threads runs --quick under TSan: the 1M-element sizes add minutes
+#    there and no new interleavings.
+for bin in $ASAN_CI $TSAN_CI; do
+    case $bin in
+        */ci-tsan/*) flavour=tsan ;;
+        *) flavour=asan ;;
+    esac
+    name="$flavour:$(basename "$bin")"
+    args=()
+    [ "$flavour/$(basename "$bin")" = tsan/test_comm_threads ] && args=(--quick)
+    if [ -x "$bin" ]; then
+        run_program "$name" "$bin" "${args[@]}"
+    else
+        record "$name" 0 1 "did not build (see the compiler errors above)"
+    fi
+done
+
+# 9. libFuzzer targets (tests/fuzz/run.sh): every seed replayed, then
+#    FUZZ_CI_SECONDS of new inputs each, from a fresh corpus directory.
+for bin in $FUZZ_BINS; do
+    name=$(basename "$bin")
+    if [ -x "$bin" ]; then
+        rm -rf "$B/fuzz-ci/${name#fuzz_}"
+        run_program "$name" bash tests/fuzz/run.sh "${name#fuzz_}" "$bin" "${FUZZ_CI_SECONDS:-10}" "$B/fuzz-ci/${name#fuzz_}"
+        grep -E '^(replay|fuzz):' "$LOGS/$name.log" | sed 's/^/      /'
+    else
+        record "$name" 0 1 "did not build (see the compiler errors above)"
+    fi
+done
+
+# 10. What the Makefile left out for a missing piece (SKIPS: "name: why|...").
 IFS='|' read -ra skip_items <<<"$SKIPS"
 for item in "${skip_items[@]}"; do
     item=$(sed -E 's/^ +//; s/ +$//' <<<"$item")

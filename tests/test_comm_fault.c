@@ -5,8 +5,10 @@
 
 /* Faults of the threads backend: a rank that never arrives (timeout), a rank
    that fails or returns early (fast PAR_ECOMM everywhere, also later), bad
-   arguments and mismatched collectives (PAR_EINVAL), and the process stays
-   usable afterwards. Rank threads record what they saw; main checks it. */
+   arguments and mismatched collectives (count, op: PAR_EINVAL; group order: a
+   named timeout), a receiver that leaves mid-exchange; every error names the op,
+   the group, the rank and the collective's (or p2p op's) number; and the
+   process stays usable afterwards. Rank threads record what they saw; main checks it. */
 
 #define TIMEOUT_MS 1500
 
@@ -120,6 +122,94 @@ static par_status mismatch(par_ctx *ctx, void *arg) {
     return PAR_OK;
 }
 
+/* Three good all_reduces, then rank 3 is late for the fourth: the timeout names
+   the collective's number on the group, and the good ones gave the right sums. */
+static par_status late_after_good(par_ctx *ctx, void *arg) {
+    seen *s = (seen *)arg;
+    const par_comm_table *c = par_ctx_comm(ctx);
+    par_comm_group *g;
+    int64_t v;
+    int r = par_ctx_rank(ctx), k;
+    par_status st = par_ctx_group(ctx, 1, &g, NULL, NULL);
+    if (st != PAR_OK) return st;
+    for (k = 0; k < 3; k++) {
+        v = r + k;
+        if ((st = c->all_reduce(c->user, g, &v, &v, 1, PAR_I64, PAR_REDUCE_SUM, NULL)) != PAR_OK) return st;
+        if (v != 6 + 4 * k) return par__fail(PAR_ECOMM, "all_reduce %d gave %lld, want %d", k, (long long)v, 6 + 4 * k);
+    }
+    if (r == 3) {
+        struct timespec d = {(TIMEOUT_MS + 500) / 1000, ((TIMEOUT_MS + 500) % 1000) * 1000000L};
+        while (nanosleep(&d, &d) != 0) {
+        }
+    }
+    v = -1;
+    keep(s, r, c->all_reduce(c->user, g, &v, &v, 1, PAR_I64, PAR_REDUCE_SUM, NULL), now_s());
+    return PAR_OK;
+}
+
+/* Group order: on 3 ranks, rank 0 calls the world group then the pair [0,1],
+   rank 1 the pair first. Neither collective can complete: both sides must get
+   a named timeout, never hang. Rank 2 only joins the world collective. */
+static par_status group_order(par_ctx *ctx, void *arg) {
+    seen *s = (seen *)arg;
+    const par_comm_table *c = par_ctx_comm(ctx);
+    par_comm_group *world, *pair = NULL;
+    float x[4] = {1, 1, 1, 1};
+    int r = par_ctx_rank(ctx), members[2] = {0, 1};
+    double t0;
+    par_status st = par_ctx_group(ctx, 1, &world, NULL, NULL);
+    if (st != PAR_OK) return st;
+    if (r < 2 && (st = par_ctx_group_ranks(ctx, members, 2, &pair)) != PAR_OK) return st;
+    t0 = now_s();
+    if (r == 1) keep(s, r, c->all_reduce(c->user, pair, x, x, 4, PAR_F32, PAR_REDUCE_SUM, NULL), t0);
+    else keep(s, r, c->all_reduce(c->user, world, x, x, 4, PAR_F32, PAR_REDUCE_SUM, NULL), t0);
+    return PAR_OK;
+}
+
+/* Rank 1 calls all_gather while the others call all_reduce (buffers big enough
+   for either): everyone gets PAR_EINVAL naming both ops and the collective's
+   number, and no receive buffer is touched (no wrong result passes as one). */
+static par_status op_mismatch(par_ctx *ctx, void *arg) {
+    seen *s = (seen *)arg;
+    const par_comm_table *c = par_ctx_comm(ctx);
+    par_comm_group *g;
+    float in[8], out[32];
+    int r = par_ctx_rank(ctx), k;
+    par_status st = par_ctx_group(ctx, 1, &g, NULL, NULL);
+    if (st != PAR_OK) return st;
+    for (k = 0; k < 8; k++) in[k] = (float)(r + 1);
+    for (k = 0; k < 32; k++) out[k] = -7.0f;
+    if ((st = c->barrier(c->user, g)) != PAR_OK) return st; /* collective #1: a good one */
+    if (r == 1) keep(s, r, c->all_gather(c->user, g, in, out, 8, PAR_F32, NULL), now_s());
+    else keep(s, r, c->all_reduce(c->user, g, in, out, 8, PAR_F32, PAR_REDUCE_SUM, NULL), now_s());
+    for (k = 0; k < 32; k++)
+        if (out[k] != -7.0f) s->st2[r] = PAR_ECOMM; /* a buffer was written although the op failed */
+    return PAR_OK;
+}
+
+/* A blocking send to a rank that returns without receiving (it "dies" in the
+   middle of the exchange): the sender learns it at once, by name. */
+static par_status receiver_leaves(par_ctx *ctx, void *arg) {
+    seen *s = (seen *)arg;
+    const par_comm_table *c = par_ctx_comm(ctx);
+    par_comm_group *g;
+    int v[4] = {1, 2, 3, 4};
+    double t0;
+    par_status st = par_ctx_group(ctx, 1, &g, NULL, NULL);
+    if (st != PAR_OK) return st;
+    t0 = now_s();
+    if (par_ctx_rank(ctx) == 0) {
+        /* one message that gets through, then one nobody takes */
+        if ((st = c->send(c->user, g, v, 4, PAR_I32, 1, NULL)) != PAR_OK) return st;
+        keep(s, 0, c->send(c->user, g, v, 4, PAR_I32, 1, NULL), t0);
+    } else {
+        int w[4] = {0};
+        if ((st = c->recv(c->user, g, w, 4, PAR_I32, 0, NULL)) != PAR_OK) return st;
+        if (w[3] != 4) return par__fail(PAR_ECOMM, "received %d, want 4", w[3]);
+    }
+    return PAR_OK;
+}
+
 static par_status healthy(par_ctx *ctx, void *arg) {
     const par_comm_table *c = par_ctx_comm(ctx);
     par_comm_group *g;
@@ -174,7 +264,8 @@ int main(void) {
     for (r = 0; r < 3; r++) {
         CHECK_MSG(s.st[r] == PAR_ETIMEOUT, "rank %d got %s", r, par_status_string(s.st[r]));
         snprintf(want, sizeof want, "all_reduce on group [0,1,2,3]: rank 3 did not arrive within %d ms", TIMEOUT_MS);
-        CHECK_MSG(strstr(s.msg[r], want) != NULL, "rank %d: %s", r, s.msg[r]);
+        CHECK_MSG(strstr(s.msg[r], want) != NULL && strstr(s.msg[r], "(collective #1 on this group)"), "rank %d: %s", r,
+                  s.msg[r]);
         CHECK_MSG(s.elapsed[r] >= TIMEOUT_MS / 1000.0 - 0.05 && s.elapsed[r] < TIMEOUT_MS / 1000.0 + 2.0,
                   "rank %d gave up after %.2f s", r, s.elapsed[r]);
         CHECK_MSG(s.st2[r] != PAR_OK && strstr(s.msg2[r], "barrier on group [0,1,2,3]") != NULL, "rank %d next op: %s",
@@ -210,6 +301,44 @@ int main(void) {
               s.msg2[0]);
     CHECK_MSG(s.st2[1] == PAR_EINVAL && strstr(s.msg2[1], "expects 7 f32 elements, the matching send has 5"), "recv: %s",
               s.msg2[1]);
+
+    /* 5b. the error names the collective's number on the group */
+    memset(&s, 0, sizeof s);
+    CHECK_OK(par_run_threads_desc(&d, 4, late_after_good, &s));
+    for (r = 0; r < 3; r++)
+        CHECK_MSG(s.st[r] == PAR_ETIMEOUT && strstr(s.msg[r], "rank 3 did not arrive") &&
+                      strstr(s.msg[r], "(collective #4 on this group)"),
+                  "rank %d: %s", r, s.msg[r]);
+
+    /* 5c. collectives called in a different group order: named timeouts, no hang */
+    memset(&s, 0, sizeof s);
+    CHECK_OK(par_run_threads_desc(&d, 3, group_order, &s));
+    for (r = 0; r < 3; r++) {
+        CHECK_MSG(s.st[r] == PAR_ETIMEOUT || s.st[r] == PAR_ECOMM, "rank %d got %s", r, par_status_string(s.st[r]));
+        CHECK_MSG(s.elapsed[r] < TIMEOUT_MS / 1000.0 + 2.0, "rank %d gave up after %.2f s", r, s.elapsed[r]);
+        CHECK_MSG(strstr(s.msg[r], r == 1 ? "all_reduce on group [0,1]: rank 0" : "all_reduce on group [0,1,2]: rank 1") &&
+                      strstr(s.msg[r], "(collective #1 on this group)"),
+                  "rank %d: %s", r, s.msg[r]);
+    }
+
+    /* 5d. different ops on one group: EINVAL naming both, buffers untouched */
+    memset(&s, 0, sizeof s);
+    CHECK_OK(par_run_threads_desc(&d, 4, op_mismatch, &s));
+    for (r = 0; r < 4; r++) {
+        CHECK_MSG(s.st[r] == PAR_EINVAL &&
+                      strstr(s.msg[r], "collective mismatch on group [0,1,2,3]: rank 0 called all_reduce but rank 1 "
+                                       "called all_gather (collective #2 on this group)"),
+                  "rank %d: %s", r, s.msg[r]);
+        CHECK_MSG(s.st2[r] == PAR_OK, "rank %d: the failed op wrote its receive buffer", r);
+    }
+
+    /* 5e. the receiver leaves in the middle of an exchange */
+    memset(&s, 0, sizeof s);
+    CHECK_OK(par_run_threads_desc(&d, 2, receiver_leaves, &s));
+    CHECK_MSG(s.st[0] == PAR_ECOMM && strstr(s.msg[0], "send to rank 1 on group [0,1]: rank 1 returned from its function") &&
+                  strstr(s.msg[0], "(p2p op #2 of this rank on the group)"),
+              "send: %s", s.msg[0]);
+    CHECK_MSG(s.elapsed[0] < TIMEOUT_MS / 1000.0, "the sender waited %.2f s for a rank that had left", s.elapsed[0]);
 
     /* 6. another rank's group */
     {

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tests/mpi/crash.sh BINARY - what MPI does when a rank crashes mid-collective.
+#
+# build/mpi_test_fault_mpi --crash under mpirun -np 2: rank 1 posts an
+# all_reduce and aborts; rank 0 waits in it (library timeout 60 s). A crashed
+# process is not the library's to detect: mpirun sees the death and kills the
+# job. Checked here: the job ends non-zero, quickly (well inside the library's
+# timeout: no hang), mpirun names the dead rank and its signal, and rank 0 never
+# reports the half-done all_reduce as a success.
+# Prints "mpi_crash: N passed, N failed" (tests/run.sh counts it).
+set -uo pipefail
+bin=$1
+MPIRUN=${MPIRUN:-mpirun --allow-run-as-root --oversubscribe}
+passed=0 failed=0
+check() { # check WHAT COND...
+    local what=$1
+    shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $what"; fi
+}
+t0=$(date +%s%3N)
+# shellcheck disable=SC2086 # MPIRUN is a command line
+out=$(timeout 90 $MPIRUN -np 2 "$bin" --crash 2>&1)
+rc=$?
+t1=$(date +%s%3N)
+secs=$(awk -v ms=$((t1 - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+echo "$out" | grep -E 'crashing|mpirun noticed|rank 0:' | sed 's/^/  | /'
+echo "mpirun exit status $rc after $secs s"
+check "the job ends with a non-zero status (got $rc)" test "$rc" -ne 0
+check "no hang: mpirun ended the job itself (got $rc, 124 is the watchdog)" test "$rc" -ne 124
+check "ended within 30 s of the crash (took $secs s)" test "$((t1 - t0))" -lt 30000
+check "mpirun names the crashed rank and its signal" grep -q 'process rank 1 .*exited on signal 6' <<<"$out"
+check "rank 0 did not take the all_reduce as a success" bash -c '! grep -q "passed as success" <<<"$1"' _ "$out"
+echo "mpi_crash: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
