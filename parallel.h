@@ -16772,6 +16772,9 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
     if (d->kind == PAR_PP_INTERLEAVED && d->stages > 0 && d->micro_batches % d->stages)
         return par__fail(PAR_EINVAL, "pipeline: the interleaved schedule needs the micro-batches (%d) to be a "
                                      "multiple of the stages (%d) (Megatron's constraint)", d->micro_batches, d->stages);
+    if ((double)d->stages * v * d->micro_batches > (double)(1 << 24))
+        return par__fail(PAR_ECAPACITY, "pipeline: %d stages x %d chunks x %d micro-batches is more than the "
+                                        "generators make (2^24 micro-batch chunks)", d->stages, v, d->micro_batches);
     PAR__CHECK(par_pp_schedule_create(d->stages, v, d->micro_batches, &s));
     if (d->kind == PAR_PP_ZB_H1) st = par__pp_gen_zb_h1(s);
     for (r = 0; r < s->p && st == PAR_OK && d->kind != PAR_PP_ZB_H1; r++) {
@@ -17080,6 +17083,9 @@ PARALLEL_DEF par_status par_pp_schedule_check(const par_pp_schedule *s, par_pp_c
     if (res) memset(res, 0, sizeof *res);
     if (grid && grid_size) grid[0] = 0;
     if (!s) return par__fail(PAR_EINVAL, "par_pp_schedule_check: NULL schedule");
+    if ((double)s->p * s->v * s->m > (double)(1 << 28))
+        return par__fail(PAR_ECAPACITY, "par_pp_schedule_check: %d stages x %d chunks x %d micro-batches is more than "
+                                        "the checker tracks (2^28 micro-batch chunks)", s->p, s->v, s->m);
     PAR__CHECK(par__pp_sim_init(&x, s));
     while (progress && st == PAR_OK) {
         progress = 0;
