@@ -289,10 +289,35 @@ static void check_equivalent(const char *name, const char *metrics, const char *
     printf("  %-22s loss rel diff %.2e, grad norm rel diff %.2e, weight diff %.2e\n", name, dl, dg, wdiff);
 }
 
+typedef struct eq_case {
+    const char *name, *sets;
+} eq_case;
+
+/* One device on `base` (20 steps, saved as <tag>1.safetensors; its losses and
+   grad norms into bl, bg), then every case against it: losses, grad norms and
+   final weights within the bounds, and (plan) the memory plan equal to the
+   measured peak. */
+static void equivalence_table(const char *base, const char *tag, const eq_case *cases, size_t count, int plan,
+                              double *bl, double *bg) {
+    char one_m[64], one_w[64], m[64], w[64];
+    size_t i;
+    int rc;
+    snprintf(one_m, sizeof one_m, "%s1.jsonl", tag), snprintf(one_w, sizeof one_w, "%s1.safetensors", tag);
+    snprintf(m, sizeof m, "%s.jsonl", tag), snprintf(w, sizeof w, "%s.safetensors", tag);
+    rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", base, test_path(one_m), test_path(one_w));
+    CHECK_MSG(rc == 0, "single-device run failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path(one_m), bl, bg, EQ_STEPS + 1), EQ_STEPS);
+    for (i = 0; i < count; i++) {
+        rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", base, cases[i].sets, test_path(m), test_path(w));
+        CHECK_MSG(rc == 0, "%s failed: %s", cases[i].name, err_text);
+        if (rc != 0) continue;
+        check_equivalent(cases[i].name, test_path(m), test_path(w), bl, bg, test_path(one_w));
+        if (plan) check_plan_holds(cases[i].name, test_path(m));
+    }
+}
+
 static void test_equivalence(void) {
-    static const struct {
-        const char *name, *sets;
-    } cases[] = {
+    static const eq_case cases[] = {
         {"dp2", "--set parallel_config.data_parallel=2"},
         {"dp4", "--set parallel_config.data_parallel=4"},
         {"dp4 zero1", "--set parallel_config.data_parallel=4 --set parallel.enable_parallel_optimizer=true"},
@@ -304,17 +329,8 @@ static void test_equivalence(void) {
         {"dp1 micro4", "--set parallel_config.micro_batch_num=4"},
     };
     double base_loss[EQ_STEPS + 1], base_gnorm[EQ_STEPS + 1];
-    size_t i;
-    int rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", eq_base, test_path("eq1.jsonl"), test_path("eq1.safetensors"));
-    CHECK_MSG(rc == 0, "single-device run failed: %s", err_text);
-    CHECK_INT(read_metrics(test_path("eq1.jsonl"), base_loss, base_gnorm, EQ_STEPS + 1), EQ_STEPS);
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", eq_base, cases[i].sets, test_path("eq.jsonl"),
-                     test_path("eq.safetensors"));
-        CHECK_MSG(rc == 0, "%s failed: %s", cases[i].name, err_text);
-        if (rc == 0) check_equivalent(cases[i].name, test_path("eq.jsonl"), test_path("eq.safetensors"), base_loss,
-                                      base_gnorm, test_path("eq1.safetensors"));
-    }
+    int rc;
+    equivalence_table(eq_base, "eq", cases, sizeof cases / sizeof cases[0], 0, base_loss, base_gnorm);
     /* --shuffle: the same permutation on every rank, so dp 4 still equals one device;
        and it is really on (the first batch differs) */
     rc = run_cmd(0, "%s --steps 20 --shuffle --metrics %s --save %s", eq_base, test_path("sh1.jsonl"),
@@ -530,9 +546,7 @@ static const char *cp_base = "--config examples/configs/tiny.yaml --data tests/d
                              "--set model.model_config.num_heads=8 --set model.model_config.n_kv_heads=2";
 
 static void test_context_parallel(void) {
-    static const struct {
-        const char *name, *sets;
-    } cases[] = {
+    static const eq_case cases[] = {
         {"cp2 ring contiguous", "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_zigzag=false"},
         {"cp2 ring zigzag", "--set parallel_config.context_parallel=2 --set model.model_config.use_ring_attention=true"},
         {"cp2 ulysses", "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=ulysses_cp"},
@@ -565,19 +579,8 @@ static void test_context_parallel(void) {
                                           "--set parallel_config.micro_batch_num=2 --set parallel.enable_parallel_optimizer=true"},
     };
     double base_loss[EQ_STEPS + 1], base_gnorm[EQ_STEPS + 1];
-    size_t i;
-    int rc = run_cmd(0, "%s --steps 20 --metrics %s --save %s", cp_base, test_path("cp1.jsonl"), test_path("cp1.safetensors"));
-    CHECK_MSG(rc == 0, "single-device run failed: %s", err_text);
-    CHECK_INT(read_metrics(test_path("cp1.jsonl"), base_loss, base_gnorm, EQ_STEPS + 1), EQ_STEPS);
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", cp_base, cases[i].sets, test_path("cp.jsonl"),
-                     test_path("cp.safetensors"));
-        CHECK_MSG(rc == 0, "%s failed: %s", cases[i].name, err_text);
-        if (rc != 0) continue;
-        check_equivalent(cases[i].name, test_path("cp.jsonl"), test_path("cp.safetensors"), base_loss, base_gnorm,
-                         test_path("cp1.safetensors"));
-        check_plan_holds(cases[i].name, test_path("cp.jsonl"));
-    }
+    int rc;
+    equivalence_table(cp_base, "cp", cases, sizeof cases / sizeof cases[0], 1, base_loss, base_gnorm);
     if (mpi_run("cp2 zigzag mpirun -np 2")) {
         char cmd[2048];
         snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 2 %s --backend mpi %s --steps 20 "
