@@ -4574,8 +4574,8 @@ static par_status par__st_check_axes(const par_mesh *dm, const par_mesh *mesh, c
    unnamed one (the repeated dim, numeric entries) takes the next mesh axes
    larger than 1 that are left, in order, as many as multiply to its size (the
    repeated dim of ((dp,1),(tp,1)) on "dp=2,pp=2,cp=2,tp=2" spans pp and cp). */
-static par_status par__st_named_spans(const par_mesh *dm, const par_mesh *mesh, int *nspan,
-                                      int span[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS]) {
+static int par__st_named_spans(const par_mesh *dm, const par_mesh *mesh, int *nspan,
+                               int span[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS]) {
     uint32_t used = 0;
     int i, j = 0, v;
     for (i = 0; i < dm->ndim; i++) {
