@@ -16251,7 +16251,7 @@ static void par__cp_span(par_cp *cp, const char *category, double t0, const char
     if (!cp->trace) return;
     t1 = par_trace_now_us();
     (void)par_trace_span(cp->trace, what, category, t0, t1);
-    if (category[1] == 'o' && category[2] == 'm') cp->comm_us += t1 - t0; /* "comm" */
+    if (strcmp(category, "comm") == 0) cp->comm_us += t1 - t0;
 #else
     (void)cp, (void)category, (void)t0, (void)what;
 #endif
