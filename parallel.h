@@ -16694,47 +16694,36 @@ static par_status par__pp_gen_1f1b(par_pp_schedule *s, int r) {
     return PAR_OK;
 }
 
-/* ZB-H1 (zero bubble at 1F1B's peak memory): backward split into I (on the
-   critical path) and W (not). Built by running the pipeline in unit time
-   steps (F = I = W = 1, the published setting): each free rank does, in this
-   order of priority, the oldest I whose gradient has arrived, the next F when
-   its input has arrived and it holds fewer than p micro-batches (1F1B's peak,
-   that of its first stage), or the oldest pending W; W thus fills what 1F1B
-   leaves idle. A greedy construction: at p 4, m 8 its bubble is 0.17 against
-   1F1B's 0.27 and the ideal (p-1)/(3m+p-1) = 0.11. */
-static par_status par__pp_gen_zb_h1(par_pp_schedule *s) {
+/* ZB-H1 (zero bubble at 1F1B's peak memory): backward split into I (input
+   gradient, on the critical path) and W (weight gradient, not). Rank r warms
+   up with 1F1B's p - r - 1 forwards, then runs r rounds of F, I that leave
+   their W for later, then F, I, W rounds while forwards remain, I, W rounds
+   after, and ends with the r deferred W. The deferred W are what makes it
+   work: the last micro-batch's input gradients reach the first stage without
+   waiting behind weight gradients, and the W fill the tail 1F1B leaves idle.
+   Each rank holds at most p micro-batches (F done, W not), 1F1B's peak. With
+   F = I = W = 1 and m >= p the bubble is (p - 1) / (3m + p - 1), a third of
+   1F1B's (p - 1)(F + B), the published ideal; for m < p it is what the
+   warm-up allows. */
+static par_status par__pp_gen_zb_h1(par_pp_schedule *s, int r) {
     const int p = s->p, m = s->m;
-    /* per rank: next F, next I, next W (all in micro-batch order), and the
-       times each micro-batch's F and I finished (for the neighbours) */
-    int *nf = (int *)PARALLEL_MALLOC(sizeof(int) * 3 * (size_t)p), *ni = nf ? nf + p : NULL, *nw = nf ? nf + 2 * p : NULL;
-    long *f_at = (long *)PARALLEL_MALLOC(sizeof(long) * 2 * (size_t)p * (size_t)m), *i_at = f_at ? f_at + (size_t)p * m : NULL;
-    par_status st = PAR_OK;
-    long t;
-    int r, left = 3 * p * m;
-    if (!nf || !f_at) return PARALLEL_FREE(nf), PARALLEL_FREE(f_at), par__fail(PAR_ENOMEM, "pipeline: out of memory");
-    memset(nf, 0, sizeof(int) * 3 * (size_t)p);
-    for (t = 0; t < 2 * (long)p * m; t++) f_at[t] = -1;
-    for (t = 0; left > 0 && st == PAR_OK; t++)
-        for (r = 0; r < p && st == PAR_OK; r++) {
-            const int i_ok = ni[r] < nf[r] && (r == p - 1 || (i_at[(size_t)(r + 1) * m + ni[r]] >= 0 &&
-                                                           i_at[(size_t)(r + 1) * m + ni[r]] <= t));
-            const int f_ok = nf[r] < m && nf[r] - nw[r] < p &&
-                             (r == 0 || (f_at[(size_t)(r - 1) * m + nf[r]] >= 0 && f_at[(size_t)(r - 1) * m + nf[r]] <= t));
-            if (i_ok) {
-                st = par__pp_emit_bwd(s, r, ni[r], 0, PAR_PP_I);
-                i_at[(size_t)r * m + ni[r]++] = t + 1;
-            } else if (f_ok) {
-                st = par__pp_emit_fwd(s, r, nf[r], 0);
-                f_at[(size_t)r * m + nf[r]++] = t + 1;
-            } else if (nw[r] < ni[r]) {
-                st = par_pp_schedule_append(s, r, PAR_PP_W, nw[r]++, 0);
-            } else {
-                continue;
-            }
-            left--;
-        }
-    PARALLEL_FREE(nf), PARALLEL_FREE(f_at);
-    return st;
+    int f = 0, i = 0, w = 0, k;
+    for (k = 0; k < p - r - 1 && f < m; k++) PAR__CHECK(par__pp_emit_fwd(s, r, f++, 0));
+    for (k = 0; k < r && f < m; k++) {
+        PAR__CHECK(par__pp_emit_fwd(s, r, f++, 0));
+        PAR__CHECK(par__pp_emit_bwd(s, r, i++, 0, PAR_PP_I));
+    }
+    for (; f < m; w++) {
+        PAR__CHECK(par__pp_emit_fwd(s, r, f++, 0));
+        PAR__CHECK(par__pp_emit_bwd(s, r, i++, 0, PAR_PP_I));
+        PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, w, 0));
+    }
+    for (; i < m; w++) {
+        PAR__CHECK(par__pp_emit_bwd(s, r, i++, 0, PAR_PP_I));
+        PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, w, 0));
+    }
+    for (; w < m; w++) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, w, 0));
+    return PAR_OK;
 }
 
 /* Megatron's interleaved 1F1B: forward k of rank r runs chunk (k / p) % v of
@@ -16776,11 +16765,11 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
         return par__fail(PAR_ECAPACITY, "pipeline: %d stages x %d chunks x %d micro-batches is more than the "
                                         "generators make (2^24 micro-batch chunks)", d->stages, v, d->micro_batches);
     PAR__CHECK(par_pp_schedule_create(d->stages, v, d->micro_batches, &s));
-    if (d->kind == PAR_PP_ZB_H1) st = par__pp_gen_zb_h1(s);
-    for (r = 0; r < s->p && st == PAR_OK && d->kind != PAR_PP_ZB_H1; r++) {
+    for (r = 0; r < s->p && st == PAR_OK; r++) {
         switch (d->kind) {
         case PAR_PP_GPIPE: st = par__pp_gen_gpipe(s, r); break;
         case PAR_PP_1F1B: st = par__pp_gen_1f1b(s, r); break;
+        case PAR_PP_ZB_H1: st = par__pp_gen_zb_h1(s, r); break;
         default: st = par__pp_gen_interleaved(s, r); break;
         }
     }

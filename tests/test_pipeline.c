@@ -62,6 +62,10 @@ static void test_generators(void) {
             CHECK_MSG(p == 1 || m < 2 || cz.bubble < c1.bubble, "zb-h1 p %d m %d bubble %.4f vs 1f1b %.4f", p, m,
                       cz.bubble, c1.bubble);
             CHECK_MSG(cz.max_in_flight <= (p < m ? p : m), "zb-h1 p %d m %d holds %d", p, m, cz.max_in_flight);
+            /* with m >= p the published ideal: every rank idles p - 1 units of
+               its 3m (F = I = W = 1), a third of 1F1B's 3(p - 1) */
+            CHECK_MSG(m < p || fabs(cz.bubble - (double)(p - 1) / (3 * m + p - 1)) < 1e-12,
+                      "zb-h1 p %d m %d bubble %.4f, ideal %.4f", p, m, cz.bubble, (double)(p - 1) / (3 * m + p - 1));
             if (p == 4 && m == 2 * p) printf("  p 4 m 8: bubble 1f1b %.3f, gpipe %.3f, zb-h1 %.3f\n", c1.bubble,
                                              cg.bubble, cz.bubble);
             par_pp_schedule_destroy(s1), par_pp_schedule_destroy(sg), par_pp_schedule_destroy(sz);
