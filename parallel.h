@@ -2100,6 +2100,11 @@ PARALLEL_DEF int par_pp_schedule_chunks(const par_pp_schedule *s);
 PARALLEL_DEF int par_pp_schedule_micro_batches(const par_pp_schedule *s);
 /* Rank r's actions (count in *n); NULL for a bad rank. */
 PARALLEL_DEF const par_pp_action *par_pp_schedule_actions(const par_pp_schedule *s, int rank, int *n);
+/* The most micro-batches rank `rank` holds at once when a host keeps a whole
+   micro-batch (all its chunks here) in one activation slot: from the first
+   forward of any of its chunks to the last of their backwards (B, or W after
+   I). The slots to allocate up front. */
+PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank, int *slots);
 
 /* Text form: a header line "pipeline stages=P chunks=V micro_batches=M", then
    one line per rank "rank R: F 0 0, SA 0 0, RG 0 0, B 0 0, ..." (actions
@@ -16647,6 +16652,26 @@ PARALLEL_DEF const par_pp_action *par_pp_schedule_actions(const par_pp_schedule 
     if (!s || rank < 0 || rank >= s->p) return NULL;
     if (n) *n = s->count[rank];
     return s->a[rank];
+}
+
+PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank, int *slots) {
+    int *seen, k, held = 0, peak = 0;
+    if (slots) *slots = 0;
+    if (!s || !slots || rank < 0 || rank >= s->p)
+        return par__fail(PAR_EINVAL, "par_pp_schedule_slots: NULL schedule or slots, or rank %d outside %d stages",
+                         rank, s ? s->p : 0);
+    /* per micro-batch: forwards seen (in the low half) and backwards finished */
+    seen = (int *)PARALLEL_MALLOC(sizeof(int) * 2 * (size_t)s->m);
+    if (!seen) return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    memset(seen, 0, sizeof(int) * 2 * (size_t)s->m);
+    for (k = 0; k < s->count[rank]; k++) {
+        const par_pp_action *a = &s->a[rank][k];
+        if (a->op == PAR_PP_F && seen[a->micro_batch]++ == 0 && ++held > peak) peak = held;
+        if ((a->op == PAR_PP_B || a->op == PAR_PP_W) && ++seen[s->m + a->micro_batch] == s->v) held--;
+    }
+    PARALLEL_FREE(seen);
+    *slots = peak;
+    return PAR_OK;
 }
 
 /* ---- generators ------------------------------------------------------------------- */

@@ -30,6 +30,25 @@ static par_pp_schedule *make(int p, int v, int m, par_pp_kind kind) {
     return s;
 }
 
+/* Whole-micro-batch slots per rank: with one chunk a slot is exactly what the
+   checker counts in flight (F done, B or W not); with v chunks a slot holds
+   up to v of them. */
+static void check_slots(const par_pp_schedule *s, const par_pp_check *c, const char *what) {
+    const int p = par_pp_schedule_stages(s), v = par_pp_schedule_chunks(s), m = par_pp_schedule_micro_batches(s);
+    int r, slots = -1;
+    for (r = 0; r < p && r < 64; r++) {
+        CHECK_OK(par_pp_schedule_slots(s, r, &slots));
+        if (v == 1)
+            CHECK_MSG(slots == c->peak_in_flight[r], "%s p %d m %d rank %d: %d slots, checker %d in flight", what, p,
+                      m, r, slots, c->peak_in_flight[r]);
+        else
+            CHECK_MSG(slots <= m && slots * v >= c->peak_in_flight[r] && slots <= c->peak_in_flight[r],
+                      "%s p %d v %d m %d rank %d: %d slots for %d chunks in flight", what, p, v, m, r, slots,
+                      c->peak_in_flight[r]);
+    }
+    CHECK(par_pp_schedule_slots(s, p, &slots) == PAR_EINVAL && slots == 0);
+}
+
 static void test_generators(void) {
     static const int ps[] = {1, 2, 3, 4, 8};
     size_t i;
@@ -66,6 +85,7 @@ static void test_generators(void) {
                its 3m (F = I = W = 1), a third of 1F1B's 3(p - 1) */
             CHECK_MSG(m < p || fabs(cz.bubble - (double)(p - 1) / (3 * m + p - 1)) < 1e-12,
                       "zb-h1 p %d m %d bubble %.4f, ideal %.4f", p, m, cz.bubble, (double)(p - 1) / (3 * m + p - 1));
+            check_slots(s1, &c1, "1f1b"), check_slots(sg, &cg, "gpipe"), check_slots(sz, &cz, "zb-h1");
             if (p == 4 && m == 2 * p) printf("  p 4 m 8: bubble 1f1b %.3f, gpipe %.3f, zb-h1 %.3f\n", c1.bubble,
                                              cg.bubble, cz.bubble);
             par_pp_schedule_destroy(s1), par_pp_schedule_destroy(sg), par_pp_schedule_destroy(sz);
@@ -78,6 +98,7 @@ static void test_generators(void) {
             CHECK_MSG(par_pp_schedule_check(si, &ci, grid, sizeof grid) == PAR_OK, "interleaved p %d m %d:\n%s", p, m,
                       grid);
             CHECK_MSG(par_pp_schedule_check(s1, &c1, NULL, 0) == PAR_OK, "1f1b");
+            check_slots(si, &ci, "interleaved");
             /* chunks of half the work: the fill and drain cost half as much */
             CHECK_MSG(ci.bubble < c1.bubble, "interleaved p %d m %d bubble %.4f vs 1f1b %.4f", p, m, ci.bubble,
                       c1.bubble);

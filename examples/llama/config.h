@@ -82,7 +82,7 @@ typedef struct llama_config {
     int pp_interleave_num;           /* model_config: 1 (virtual pipeline stages) */
     int offset;                      /* model_config: 0 (layers moved between pipeline stages) */
     int pipeline_interleave;         /* parallel.pipeline_config: bool, false */
-    char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default) or "gpipe" */
+    char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default), "gpipe" or "zb-h1" */
     int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
     int recompute;                   /* recompute_config: bool, false */
     int select_recompute;            /* recompute_config: bool, false */
@@ -240,7 +240,9 @@ typedef struct llama__key {
 #define LLAMA__DEG 65536.0 /* largest parallel degree */
 #define LLAMA__MAX_BATCH 1048576 /* largest batch_size, and largest global batch */
 
-static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0}, {"gpipe", "gpipe", 1}, {NULL, NULL, 0}};
+static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0},   {"gpipe", "gpipe", 1},
+                                                     {"zb-h1", "zb-h1", 2}, {"zbh1", "zb-h1", 2},
+                                                     {"zero_bubble", "zb-h1", 2}, {NULL, NULL, 0}};
 static const llama__choice llama__cp_algos[] = {{"colossalai_cp", "colossalai_cp", 0},
                                                 {"ulysses_cp", "ulysses_cp", 1},
                                                 {"hybrid_cp", "hybrid_cp", 2},
@@ -374,7 +376,7 @@ static const llama__key llama__keys[] = {
      "interleaved pipeline schedule (Megatron's interleaved 1F1B over model_config.pp_interleave_num chunks per rank); true needs pp_interleave_num > 1 and the reverse"},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__T_CHOICE, LLAMA__AT(pipeline_scheduler),
      sizeof(((llama_config *)0)->pipeline_scheduler), 0, 0, 0, llama__pp_schedulers, "1f1b", NULL,
-     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down) or gpipe (all forwards, then all backwards); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
+     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
     {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__search_modes, "recursive_programming",
      NULL, "auto_parallel's strategy search; accepted and ignored (auto_parallel is not implemented yet)"},
     {"parallel.strategy_ckpt_save_file", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "./ckpt_strategy.ckpt", NULL,
@@ -825,6 +827,12 @@ static int llama__check_pp(const llama_config *c, char *err, size_t errsize) {
                            "parallel.pipeline_config.pipeline_interleave = %s with " LLAMA__K("pp_interleave_num")
                            " = %d: the interleaved schedule needs both (true and more than 1 chunk per rank), or neither",
                            c->pipeline_interleave ? "true" : "false", v);
+    if (v > 1 && strcmp(c->pipeline_scheduler, "1f1b") != 0)
+        return llama__fail(err, errsize,
+                           "parallel.pipeline_config.pipeline_interleave = true with "
+                           "parallel.pipeline_config.pipeline_scheduler = %s: the interleaved schedule is 1F1B over "
+                           "model chunks; use pipeline_scheduler 1f1b, or no interleave",
+                           c->pipeline_scheduler);
     if (p == 1 && (v > 1 || c->offset != 0))
         return llama__fail(err, errsize,
                            LLAMA__K("%s") " = %d needs " LLAMA__P("pipeline_stage") " > 1",

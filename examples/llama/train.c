@@ -259,7 +259,8 @@ typedef struct trainer {
     float **slot_base;
     int *slot_of, *slot_busy; /* micro-batch -> slot (-1 none); slot in use */
     int *chunks_left;         /* per micro-batch: chunk backwards still to run on this rank */
-    int *bwd_done;            /* per chunk: backwards run this step */
+    int *bwd_done;            /* per chunk: backwards (B or I) run this step, then (at V + chunk) W */
+    par_pp_kind sched_kind;
     float *bnd;               /* boundary tensors [micro-batch][chunk][4][rows x hidden] */
     double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
     int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
@@ -345,6 +346,8 @@ static par_status place_model(trainer *t) {
     td.no_all_to_all = !c->enable_alltoall, td.trace = t->trace;
     LLAMA_CHECK(par_tp_create(t->ctx, &td, &t->tp));
     LLAMA_CHECK(llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp));
+    /* zero bubble: backward runs as I then W, the slot keeps what W needs */
+    t->model.split_backward = t->sched && t->sched_kind == PAR_PP_ZB_H1;
     return make_cp(t);
 }
 
@@ -389,25 +392,19 @@ static par_status pipeline_setup(trainer *t) {
     t->nslots = 1;
     if (P > 1) {
         par_pp_schedule_desc sd;
-        const par_pp_action *a;
-        int n, in_flight = 0, peak = 0, *seen = (int *)calloc((size_t)t->micro_batches, sizeof(int));
-        if (!seen) return par_set_error(PAR_ENOMEM, "out of host memory");
+        int peak;
         memset(&sd, 0, sizeof sd);
-        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches;
-        sd.kind = V > 1 ? PAR_PP_INTERLEAVED : strcmp(c->pipeline_scheduler, "gpipe") == 0 ? PAR_PP_GPIPE : PAR_PP_1F1B;
-        if (par_pp_schedule_make(&sd, &t->sched) != PAR_OK) return free(seen), PAR_EINVAL;
+        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches, sd.kind = PAR_PP_INTERLEAVED;
+        if (V == 1) LLAMA_CHECK(par_pp_kind_parse(c->pipeline_scheduler, &sd.kind));
+        t->sched_kind = sd.kind;
+        LLAMA_CHECK(par_pp_schedule_make(&sd, &t->sched));
         /* a micro-batch holds a slot from its first forward here to its last backward */
-        a = par_pp_schedule_actions(t->sched, t->stage, &n);
-        for (i = 0; i < n; i++) {
-            if (a[i].op == PAR_PP_F && seen[a[i].micro_batch]++ == 0 && ++in_flight > peak) peak = in_flight;
-            if (a[i].op == PAR_PP_B && ++seen[a[i].micro_batch] == 2 * V) in_flight--;
-        }
-        free(seen);
+        LLAMA_CHECK(par_pp_schedule_slots(t->sched, t->stage, &peak));
         t->nslots = peak > 0 ? peak : 1;
         t->slot_of = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->chunks_left = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->slot_busy = (int *)calloc((size_t)t->nslots, sizeof(int));
-        t->bwd_done = (int *)calloc((size_t)V, sizeof(int));
+        t->bwd_done = (int *)calloc(2 * (size_t)V, sizeof(int));
         if (!t->slot_of || !t->chunks_left || !t->slot_busy || !t->bwd_done) return par_set_error(PAR_ENOMEM, "out of host memory");
     }
     return PAR_OK;
@@ -984,30 +981,65 @@ static par_status pp_forward(void *u, int mb, int c) {
     return PAR_OK;
 }
 
-/* Its backward; the last micro-batch's marks the chunk's gradients ready. */
+/* The weight-gradient half (W) of a split backward of chunk c: the blocks'
+   and the head's linears from what the input half kept in the slot; the last
+   micro-batch's marks their gradients ready and frees nothing else (the
+   embedding's and the norms' gradients were done by I). */
+static par_status pp_backward_weight(trainer *t, int mb, int c, llama_acts *a) {
+    const llama_model *m = &t->model;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
+    const int final = ++t->bwd_done[t->chunks + c] == t->micro_batches;
+    int j;
+    (void)mb;
+    if (vs == t->pp * t->chunks - 1) {
+        float *g_head;
+        LLAMA_CHECK(par_params_grad(t->ps, local_param(t, t->ntensors - 1), &g_head));
+        LLAMA_CHECK(llama_head_bwd_weight(m, g_head, a, t->sz.n, &t->scratch));
+        if (final) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+    }
+    for (j = j1 - 1; j >= j0; j--) {
+        llama_block g;
+        LLAMA_CHECK(bind_block(t, j, 1, &g));
+        LLAMA_CHECK(llama_block_bwd_weight(m, &g, &a->blocks[j], t->sz.batch, t->sz.seq, &t->scratch));
+        if (final) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+    }
+    return PAR_OK;
+}
+
+/* Its backward: op B the whole of it, I the input gradient only (the weight
+   gradients wait for W). The last micro-batch's marks the chunk's gradients
+   ready (under I: only the embedding's, W does the rest). */
 static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
     trainer *t = (trainer *)u;
     const llama_model *m = &t->model;
-    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
-    const int last = vs == t->pp * t->chunks - 1, final = ++t->bwd_done[c] == t->micro_batches;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage, defer = op == PAR_PP_I;
+    const int last = vs == t->pp * t->chunks - 1;
     const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
     const double t0 = trace_now(t);
     llama_acts *a;
-    int j;
+    int j, final;
     int64_t i;
-    if (op != PAR_PP_B) return par_set_error(PAR_EINVAL, "pipeline: the trainer runs whole backwards (B), not %d", (int)op);
+    if (op != PAR_PP_B && !(m->split_backward && (op == PAR_PP_I || op == PAR_PP_W)))
+        return par_set_error(PAR_EINVAL, "pipeline: backward op %d needs a split backward (the zb-h1 schedule)", (int)op);
     LLAMA_CHECK(pp_slot(t, mb, &a));
+    if (op == PAR_PP_W) {
+        LLAMA_CHECK(pp_backward_weight(t, mb, c, a));
+        if (--t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0; /* W was its last use here */
+        trace_span(t, "compute", t0, "wgrad mb %d chunk %d", mb, c);
+        return PAR_OK;
+    }
+    final = ++t->bwd_done[c] == t->micro_batches;
     if (last) {
         const int tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
         float *g_norm, *g_head;
         LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
         LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
-        LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a,
-                                   t->sz.n, scale, &t->scratch));
+        LLAMA_CHECK(llama_head_bwd_part(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head,
+                                        a, t->sz.n, scale, &t->scratch, defer));
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, a->losses, (size_t)t->sz.n * 4, PAR_COPY_DEVICE_TO_HOST));
         for (i = 0; i < t->sz.n; i++) t->pp_loss += t->host_losses[i];
         t->pp_count += (double)t->sz.n;
-        if (final) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+        if (final && !defer) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
     } else {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->scratch.dx, boundary(t, mb, c, 3),
                                   (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
@@ -1016,8 +1048,8 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         llama_block w, g;
         LLAMA_CHECK(bind_block(t, j, 0, &w));
         LLAMA_CHECK(bind_block(t, j, 1, &g));
-        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
-        if (final) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+        LLAMA_CHECK(llama_block_bwd_part(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch, defer));
+        if (final && !defer) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
     }
     if (vs == 0) {
         float *g_emb;
@@ -1028,8 +1060,9 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, boundary(t, mb, c, 2), t->scratch.dx,
                                   (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
     }
-    if (--t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0; /* its last backward here: the slot is free */
-    trace_span(t, "compute", t0, "bwd mb %d chunk %d", mb, c);
+    /* after its last backward here the slot is free (after I it still holds what W needs) */
+    if (!defer && --t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0;
+    trace_span(t, "compute", t0, "%s mb %d chunk %d", defer ? "igrad" : "bwd", mb, c);
     return PAR_OK;
 }
 
@@ -1040,7 +1073,7 @@ static par_status pp_step(trainer *t, double *loss, double *count) {
     int k;
     for (k = 0; k < t->micro_batches; k++) t->slot_of[k] = -1;
     for (k = 0; k < t->nslots; k++) t->slot_busy[k] = 0;
-    for (k = 0; k < t->chunks; k++) t->bwd_done[k] = 0;
+    for (k = 0; k < 2 * t->chunks; k++) t->bwd_done[k] = 0;
     t->pp_loss = t->pp_count = 0;
     memset(&d, 0, sizeof d);
     d.schedule = t->sched, d.stage_dims = t->pp_dims, d.trace = t->trace;
@@ -1233,7 +1266,7 @@ static void print_summary(const trainer *t, const char *backend) {
                                      t->layer_of[t->chunk_first[c + 1] - 1]);
         par_pp_schedule_check(t->sched, &pc, NULL, 0);
         printf("  pipeline   pp %d, %s, %d micro-batches, %d chunk(s) per rank: layers %s on rank 0; bubble %.3f "
-               "predicted (F = 1, B = 2); %d micro-batch(es) of activations in flight on rank 0\n",
+               "predicted (F = 1, B = 2, I = W = 1); %d micro-batch(es) of activations in flight on rank 0\n",
                t->pp, t->chunks > 1 ? "interleaved 1F1B" : t->cfg->pipeline_scheduler, t->micro_batches, t->chunks,
                layers, pc.bubble, t->nslots);
     }

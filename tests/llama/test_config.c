@@ -940,9 +940,14 @@ static void test_cross_rules(void) {
                          "parallel_config.micro_batch_num=2"};
     expect_rule(ppl, 5, "num_layers = 2 does not split into parallel_config.pipeline_stage x "
                         "model.model_config.pp_interleave_num = 2 x 2 = 4 stages", NULL);
+    const char *ppz[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                         "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                         "parallel_config.micro_batch_num=2", "parallel.pipeline_config.pipeline_scheduler=zero_bubble"};
+    expect_rule(ppz, 6, "parallel.pipeline_config.pipeline_scheduler = zb-h1: the interleaved schedule is 1F1B",
+                "use pipeline_scheduler 1f1b");
     const char *pps[] = {"parallel.pipeline_config.pipeline_scheduler=zb-v"};
     CHECK(load_text(NULL, pps, 1, &c) == -1);
-    CHECK_HAS(err_, "not one of 1f1b, gpipe");
+    CHECK_HAS(err_, "not one of 1f1b, gpipe, zb-h1");
     const char *z3[] = {"parallel.parallel_optimizer_config.optimizer_level=level3"};
     expect_rule(z3, 1, "parallel.parallel_optimizer_config.optimizer_level", "not implemented");
     /* ... also from a file */

@@ -280,7 +280,7 @@ static void check_equivalent(const char *name, const char *metrics, const char *
     dl = max_rel_diff(loss, base_loss, got), dg = max_rel_diff(gnorm, base_gnorm, got);
     CHECK_MSG(dl <= EQ_LOSS_REL, "%s: losses differ from one device by %g relative", name, dl);
     CHECK_MSG(dg <= EQ_GNORM_REL, "%s: grad norms differ from one device by %g relative", name, dg);
-    if (!weights) { /* a pipelined run cannot save yet: the losses and the norm of every gradient, each step */
+    if (!weights) { /* no weights to compare: the losses and the norm of every gradient, each step */
         printf("  %-22s loss rel diff %.2e, grad norm rel diff %.2e\n", name, dl, dg);
         return;
     }
@@ -645,31 +645,67 @@ static const char *pp_base = "--config examples/configs/tiny.yaml --data tests/d
                              "--set model.model_config.num_layers=4 --set model.model_config.seq_length=16 "
                              "--set runner_config.batch_size=24";
 
+/* The final weights of a pipelined run as one file: it saves sharded (each
+   stage its own layers; a consolidated --save is refused under pp) and one
+   rank loads that and re-exports it (byte-identical, test_sharded_pipeline). */
+static int pp_final_weights(const char *base, int mb, const char *dir, const char *out) {
+    int rc = run_cmd(0, "%s --steps 0 --set parallel_config.micro_batch_num=%d --init-from %s --save %s", base, mb,
+                     dir, out);
+    CHECK_MSG(rc == 0, "re-export of %s failed: %s", dir, err_text);
+    return rc;
+}
+
 /* A pipelined run against one device with the same micro-batches (gradient
    accumulation: the same sums; "dp1 micro4" above ties accumulation to the
-   whole batch). Losses and grad norms, every step; the memory plan. */
+   whole batch). Losses and grad norms every step, the final weights, the
+   memory plan. */
 static void pp_row(const char *name, const char *base, int mb, const char *sets) {
     /* the one-device runs, once per (base, micro-batches) */
     static const char *cached_base[16];
-    static int cached_mb[16], ncached;
+    static int cached_mb[16], ncached, rows;
     static double cl[16][EQ_STEPS + 1], cg[16][EQ_STEPS + 1];
+    static char cw[16][512];
     double *bl = NULL, *bg = NULL;
+    const char *bw = NULL;
+    char dir[512];
     int rc, k;
     for (k = 0; k < ncached; k++)
-        if (cached_base[k] == base && cached_mb[k] == mb) bl = cl[k], bg = cg[k];
+        if (cached_base[k] == base && cached_mb[k] == mb) bl = cl[k], bg = cg[k], bw = cw[k];
     if (!bl && ncached < 16) {
-        rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s", base, mb,
-                     test_path("pp1.jsonl"));
+        snprintf(cw[ncached], sizeof cw[ncached], "%s/pp1_%d.safetensors", test_dir, ncached);
+        rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s", base, mb,
+                     test_path("pp1.jsonl"), cw[ncached]);
         CHECK_MSG(rc == 0, "%s: one-device run failed: %s", name, err_text);
         CHECK_INT(read_metrics(test_path("pp1.jsonl"), cl[ncached], cg[ncached], EQ_STEPS + 1), EQ_STEPS);
-        cached_base[ncached] = base, cached_mb[ncached] = mb, bl = cl[ncached], bg = cg[ncached], ncached++;
+        cached_base[ncached] = base, cached_mb[ncached] = mb, bl = cl[ncached], bg = cg[ncached], bw = cw[ncached];
+        ncached++;
     }
     if (!bl) return;
-    rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d %s --metrics %s", base, mb, sets,
-                 test_path("pp.jsonl"));
+    snprintf(dir, sizeof dir, "%s/pprow%d", test_dir, rows++);
+    rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d %s --metrics %s --save-dir %s", base, mb,
+                 sets, test_path("pp.jsonl"), dir);
     CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
-    if (rc == 0) check_equivalent(name, test_path("pp.jsonl"), NULL, bl, bg, NULL);
+    if (rc == 0 && pp_final_weights(base, mb, dir, test_path("ppw.safetensors")) == 0)
+        check_equivalent(name, test_path("pp.jsonl"), test_path("ppw.safetensors"), bl, bg, bw);
     if (rc == 0) check_plan_holds(name, test_path("pp.jsonl"));
+}
+
+/* The same under mpirun -np 4 (one process per rank, the MPI backend). */
+static void pp_mpi_row(const char *name, int mb, const char *sets) {
+    double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1];
+    char cmd[2048], dir[512];
+    int rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s", pp_base, mb,
+                     test_path("pp1.jsonl"), test_path("ppm1.safetensors"));
+    CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
+    snprintf(dir, sizeof dir, "%s/ppmpi%d", test_dir, mb);
+    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 %s "
+                              "--set parallel_config.micro_batch_num=%d --metrics %s --save-dir %s",
+             mpirun, train_bin, pp_base, sets, mb, test_path("ppm.jsonl"), dir);
+    rc = run_cmd(1, "%s", cmd);
+    CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
+    if (rc == 0 && pp_final_weights(pp_base, mb, dir, test_path("ppmw.safetensors")) == 0)
+        check_equivalent(name, test_path("ppm.jsonl"), test_path("ppmw.safetensors"), bl, bg,
+                         test_path("ppm1.safetensors"));
 }
 
 static void test_pipeline(void) {
@@ -683,6 +719,10 @@ static void test_pipeline(void) {
         {"pp2 1f1b mb3", 3, "--set parallel_config.pipeline_stage=2"},
         {"pp2 gpipe mb2", 2, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
         {"pp2 gpipe mb3", 3, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp2 gpipe mb4", 4, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp2 zb-h1 mb2", 2, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp2 zb-h1 mb4", 4, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp2 zb-h1 mb3", 3, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
         {"pp2 interleaved mb2", 2, "--set parallel_config.pipeline_stage=2 --set model.model_config.pp_interleave_num=2 "
                                    "--set parallel.pipeline_config.pipeline_interleave=true"},
         {"pp2 interleaved mb4", 4, "--set parallel_config.pipeline_stage=2 --set model.model_config.pp_interleave_num=2 "
@@ -692,6 +732,10 @@ static void test_pipeline(void) {
         {"pp4 1f1b mb3 (< stages)", 3, "--set parallel_config.pipeline_stage=4"},
         {"pp4 gpipe mb4", 4, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
         {"pp4 gpipe mb3", 3, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp4 gpipe mb8", 8, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp4 zb-h1 mb4", 4, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp4 zb-h1 mb8", 8, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp4 zb-h1 mb3 (< stages)", 3, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
         {"pp2 offset 1 (1+3 layers)", 2, "--set parallel_config.pipeline_stage=2 --set model.model_config.offset=1"},
         {"dp2 x pp2", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2"},
         {"tp2 x pp2 sp", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
@@ -701,6 +745,13 @@ static void test_pipeline(void) {
                                      "--set parallel.enable_parallel_optimizer=true "
                                      "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
         {"cp2 x pp2", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.context_parallel=2"},
+        {"tp2 x pp2 sp zb-h1", 4, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                                  "--set parallel_config.use_seq_parallel=true "
+                                  "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"dp2 x cp2 x pp2 zb-h1 zero1", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
+                                           "--set parallel_config.context_parallel=2 "
+                                           "--set parallel.enable_parallel_optimizer=true "
+                                           "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
     };
     static char base8[1024];
     size_t i;
@@ -712,26 +763,9 @@ static void test_pipeline(void) {
     pp_row("pp4 interleaved mb8", base8, 8, "--set parallel_config.pipeline_stage=4 --set model.model_config.pp_interleave_num=2 "
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
     if (mpi_run("dp2 x pp2 mpirun -np 4")) {
-        double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1];
-        char cmd[2048];
-        int rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=3 --metrics %s", pp_base, test_path("pp1.jsonl"));
-        CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
-        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
-                                  "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
-                                  "--set parallel_config.micro_batch_num=3 --metrics %s",
-                 mpirun, train_bin, pp_base, test_path("ppm.jsonl"));
-        rc = run_cmd(1, "%s", cmd);
-        CHECK_MSG(rc == 0, "mpirun -np 4 dp2 x pp2 failed: %s", err_text);
-        if (rc == 0) check_equivalent("dp2 x pp2 mpirun -np 4", test_path("ppm.jsonl"), NULL, bl, bg, NULL);
-        rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=8 --metrics %s", pp_base, test_path("pp1.jsonl"));
-        CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
-        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
-                                  "--set parallel_config.pipeline_stage=4 --set parallel_config.micro_batch_num=8 "
-                                  "--metrics %s",
-                 mpirun, train_bin, pp_base, test_path("ppm.jsonl"));
-        rc = run_cmd(1, "%s", cmd);
-        CHECK_MSG(rc == 0, "mpirun -np 4 pp4 failed: %s", err_text);
-        if (rc == 0) check_equivalent("pp4 1f1b mpirun -np 4", test_path("ppm.jsonl"), NULL, bl, bg, NULL);
+        pp_mpi_row("dp2 x pp2 zb-h1 mpirun -np 4", 3, "--set parallel_config.pipeline_stage=2 "
+                   "--set parallel_config.data_parallel=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1");
+        pp_mpi_row("pp4 1f1b mpirun -np 4", 8, "--set parallel_config.pipeline_stage=4");
     }
 }
 
