@@ -1794,8 +1794,11 @@ typedef struct par_tp par_tp;
    copies run one after another. */
 typedef struct par_copies par_copies;
 
-/* K >= 1 copies on this rank (K = 1: par_copies_run calls fn once, inline). */
-PARALLEL_DEF par_status par_copies_create(par_ctx *ctx, int copies, par_copies **mc);
+/* K >= 1 copies on this rank (K = 1: par_copies_run calls fn once, inline).
+   trace (optional): each stretch a copy holds the turn becomes a "compute"
+   span "copy K", so the trace shows which copy computed while which copy's
+   collective (a "comm" span of its par_tp) was in flight. */
+PARALLEL_DEF par_status par_copies_create(par_ctx *ctx, int copies, struct par_trace *trace, par_copies **mc);
 PARALLEL_DEF void par_copies_destroy(par_copies *mc);
 /* fn(user, copy) for copy 0 .. K-1, interleaved as above; the first failure
    (its message too) is returned once every copy has stopped. */
@@ -15627,9 +15630,11 @@ struct par_copies {
     char why[512];
     par_status (*fn)(void *user, int copy);
     void *user;
+    struct par_trace *trace;
+    double since;              /* when the current turn began (trace clock) */
 };
 
-PARALLEL_DEF par_status par_copies_create(par_ctx *ctx, int copies, par_copies **out) {
+PARALLEL_DEF par_status par_copies_create(par_ctx *ctx, int copies, struct par_trace *trace, par_copies **out) {
     par_copies *mc;
     if (out) *out = NULL;
     if (!ctx || !out) return par__fail(PAR_EINVAL, "par_copies_create: NULL argument");
@@ -15638,7 +15643,7 @@ PARALLEL_DEF par_status par_copies_create(par_ctx *ctx, int copies, par_copies *
     mc = (par_copies *)par__ctx_malloc(ctx, sizeof *mc);
     if (!mc) return par__fail(PAR_ENOMEM, "par_copies_create: out of memory");
     memset(mc, 0, sizeof *mc);
-    mc->ctx = ctx, mc->k = copies;
+    mc->ctx = ctx, mc->k = copies, mc->trace = trace;
     mc->done = (int *)par__ctx_malloc(ctx, sizeof(int) * (size_t)copies);
     if (!mc->done) return par__ctx_free(ctx, mc), par__fail(PAR_ENOMEM, "par_copies_create: out of memory");
 #ifndef PARALLEL_NO_THREADS
@@ -15660,6 +15665,27 @@ PARALLEL_DEF void par_copies_destroy(par_copies *mc) {
 }
 
 #ifndef PARALLEL_NO_THREADS
+/* The turn of `copy` begins / ends: its stretch as a span (called by the
+   turn's holder, so one thread writes the trace at a time). */
+static void par__copies_turn_begins(par_copies *mc) {
+#ifndef PARALLEL_NO_TRACE
+    if (mc->trace) mc->since = par_trace_now_us();
+#else
+    (void)mc;
+#endif
+}
+
+static void par__copies_turn_ends(par_copies *mc, int copy) {
+#ifndef PARALLEL_NO_TRACE
+    char name[32];
+    if (!mc->trace) return;
+    snprintf(name, sizeof name, "copy %d", copy);
+    (void)par_trace_span(mc->trace, name, "compute", mc->since, par_trace_now_us());
+#else
+    (void)mc, (void)copy;
+#endif
+}
+
 /* Under mu: the turn to the next copy after `from` that has not finished
    (from itself when it is the only one left). */
 static void par__copies_pass(par_copies *mc, int from) {
@@ -15676,6 +15702,7 @@ static void par__copies_pass(par_copies *mc, int from) {
    next ticket, hands the turn on and waits until its ticket is served. */
 static void par__copies_comm_begin(par_copies *mc, int copy, long *ticket) {
     if (!mc || mc->running <= 0) return;
+    par__copies_turn_ends(mc, copy);
     pthread_mutex_lock(&mc->mu);
     *ticket = mc->next_ticket++;
     par__copies_pass(mc, copy);
@@ -15691,6 +15718,7 @@ static void par__copies_comm_end(par_copies *mc, int copy) {
     pthread_cond_broadcast(&mc->cv);
     while (mc->turn != copy) pthread_cond_wait(&mc->cv, &mc->mu);
     pthread_mutex_unlock(&mc->mu);
+    par__copies_turn_begins(mc);
 }
 
 typedef struct par__copy_arg {
@@ -15705,7 +15733,9 @@ static void *par__copy_main(void *p) {
     pthread_mutex_lock(&mc->mu);
     while (mc->turn != a->copy) pthread_cond_wait(&mc->cv, &mc->mu);
     pthread_mutex_unlock(&mc->mu);
+    par__copies_turn_begins(mc);
     st = mc->fn(mc->user, a->copy);
+    par__copies_turn_ends(mc, a->copy);
     pthread_mutex_lock(&mc->mu);
     if (st != PAR_OK && mc->first == PAR_OK) {
         mc->first = st;

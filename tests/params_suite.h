@@ -760,7 +760,7 @@ static void tc_case(par_ctx *ctx, int sp, int K, ps_counts *c) {
     snprintf(row, sizeof row, "((%d,%d),(1,%d))", D, T, T);
     memset(&d, 0, sizeof d);
     d.rows = (int64_t)TS_N * D, d.hidden = TS_C, d.column = col, d.row = row, d.sequence_parallel = sp;
-    PS_OK(c, par_copies_create(ctx, K, &mc));
+    PS_OK(c, par_copies_create(ctx, K, NULL, &mc));
     if (!mc) return;
     for (k = 0; k <= K; k++) {
         d.copies = k < K ? mc : NULL, d.copy = k < K ? k : 0;
@@ -792,7 +792,7 @@ static void tc_case(par_ctx *ctx, int sp, int K, ps_counts *c) {
     d.copies = mc, d.copy = K;
     PS_ERR(c, par_tp_create(ctx, &d, &s->tp[0]), PAR_EINVAL, "copy");
     par_copies_destroy(mc);
-    PS_ERR(c, par_copies_create(ctx, 0, &mc), PAR_EINVAL, "0 copies; use 1 to 64");
+    PS_ERR(c, par_copies_create(ctx, 0, NULL, &mc), PAR_EINVAL, "0 copies; use 1 to 64");
 }
 
 /* Everything for this rank's mesh; returns the failures (and *passed). */

@@ -189,7 +189,6 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
-#define LLAMA__TODO_MULTICOPY "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"
 #define LLAMA__TODO_FINE_GRAIN                                                                        \
     "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it " \
     "also requires parallel_config.use_seq_parallel)"
@@ -440,7 +439,7 @@ static const llama__key llama__keys[] = {
     {"seed", LLAMA__T_U64, LLAMA__AT(seed), 0, 0, 0, 0, NULL, "1234", NULL, "seed of the weight init and the data shuffle"},
     {"micro_batch_interleave_num", LLAMA__T_INT, LLAMA__AT(micro_batch_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
-     "multi-copy interleave: each micro-batch split into copies whose communication overlaps the other copies' compute; only 1 until it lands"},
+     "multi-copy interleave: each micro-batch's samples split into this many copies, each on its own thread; one copy computes while another's tensor-parallel collective is in flight (parallel.h par_copies); losses equal those of micro_batch_num x this many micro-batches; needs pipeline_stage and context_parallel 1"},
     {"run_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__run_modes, "train", NULL, "accepted and ignored"},
     {"use_parallel", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted and ignored: --backend and the launcher decide"},
@@ -938,7 +937,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
             int value, def;
             const char *reason;
         } todo[] = {
-            {"micro_batch_interleave_num", c->micro_batch_interleave_num, 1, LLAMA__TODO_MULTICOPY},
             {LLAMA__K("fine_grain_interleave"), c->fine_grain_interleave, 1, LLAMA__TODO_FINE_GRAIN},
             {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
             {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
@@ -972,6 +970,26 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         return llama__fail(err, errsize,
                            LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
                            c->context_parallel, c->ulysses_degree_in_cp);
+    /* multi-copy: copies of the tensor-parallel layers (no pipeline or cp collectives inside) */
+    if (c->micro_batch_interleave_num > 1 && (c->pipeline_stage > 1 || c->context_parallel > 1))
+        return llama__fail(err, errsize,
+                           "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = %d with "
+                           LLAMA__P("%s") " = %d: multi-copy interleave runs the tensor-parallel layers in copies and "
+                           "is not supported with %s yet; use 1 there, or micro_batch_interleave_num 1",
+                           c->micro_batch_interleave_num, c->pipeline_stage > 1 ? "pipeline_stage" : "context_parallel",
+                           c->pipeline_stage > 1 ? c->pipeline_stage : c->context_parallel,
+                           c->pipeline_stage > 1 ? "pipeline parallelism" : "context parallelism");
+    if (c->micro_batch_interleave_num > 1) {
+        const long long per = (long long)c->micro_batch_num * c->micro_batch_interleave_num *
+                              (c->full_batch ? c->data_parallel : 1);
+        if (c->batch_size % per != 0)
+            return llama__fail(err, errsize,
+                               "runner_config.batch_size = %d is not divisible by %s%.0d%s" LLAMA__P("micro_batch_num")
+                               " (%d) x micro_batch_interleave_num (%d): every copy of a micro-batch gets whole samples",
+                               c->batch_size, c->full_batch ? LLAMA__P("data_parallel") " (" : "",
+                               c->full_batch ? c->data_parallel : 0, c->full_batch ? ") x " : "", c->micro_batch_num,
+                               c->micro_batch_interleave_num);
+    }
     /* the batch: global (full_batch) or per data-parallel rank */
     long long split = (long long)c->data_parallel * c->micro_batch_num;
     if (c->full_batch && c->batch_size % split != 0)

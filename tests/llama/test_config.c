@@ -945,6 +945,18 @@ static void test_cross_rules(void) {
                          "parallel_config.micro_batch_num=2", "parallel.pipeline_config.pipeline_scheduler=zero_bubble"};
     expect_rule(ppz, 6, "parallel.pipeline_config.pipeline_scheduler = zb-h1: the interleaved schedule is 1F1B",
                 "use pipeline_scheduler 1f1b");
+    /* multi-copy: whole samples per copy; not with pp or cp */
+    const char *mc_ok[] = {"micro_batch_interleave_num=2", "runner_config.batch_size=4"};
+    CHECK_MSG(load_text(NULL, mc_ok, 2, &c) == 0 && c.micro_batch_interleave_num == 2, "multi-copy 2: %s", err_);
+    const char *mc_b[] = {"micro_batch_interleave_num=3", "runner_config.batch_size=4"};
+    expect_rule(mc_b, 2, "runner_config.batch_size = 4 is not divisible by parallel_config.data_parallel (1) x "
+                         "parallel_config.micro_batch_num (1) x micro_batch_interleave_num (3)", "whole samples");
+    const char *mc_pp[] = {"parallel_config.micro_batch_interleave_num=2", "parallel_config.pipeline_stage=2",
+                           "model.model_config.num_layers=2", "parallel_config.micro_batch_num=2"};
+    expect_rule(mc_pp, 4, "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2 with "
+                          "parallel_config.pipeline_stage = 2", "not supported with pipeline parallelism");
+    const char *mc_cp[] = {"micro_batch_interleave_num=2", "parallel_config.context_parallel=2"};
+    expect_rule(mc_cp, 2, "parallel_config.context_parallel = 2", "not supported with context parallelism");
     const char *pps[] = {"parallel.pipeline_config.pipeline_scheduler=zb-v"};
     CHECK(load_text(NULL, pps, 1, &c) == -1);
     CHECK_HAS(err_, "not one of 1f1b, gpipe, zb-h1");
@@ -1155,11 +1167,6 @@ typedef struct {
 } todo_case;
 
 static const todo_case todo_cases[] = {
-    {"micro_batch_interleave_num", "2", "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2",
-     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"},
-    {"parallel_config.micro_batch_interleave_num", "4",
-     "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 4",
-     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet"},
     {"model.model_config.fine_grain_interleave", "2",
      "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 2",
      "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it also requires "
@@ -1207,8 +1214,7 @@ static void test_not_landed(void) {
         CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
     }
     /* every stored switch of the kind has a case */
-    static const char *const stored[] = {"micro_batch_interleave_num",
-                                         "model.model_config.fine_grain_interleave",
+    static const char *const stored[] = {"model.model_config.fine_grain_interleave",
                                          "recompute_config.recompute", "recompute_config.select_recompute",
                                          "runner_config.gradient_accumulation_steps"};
     for (size_t j = 0; j < sizeof stored / sizeof stored[0]; j++) {

@@ -697,10 +697,11 @@ static void pp_mpi_row(const char *name, int mb, const char *sets) {
     int rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s", pp_base, mb,
                      test_path("pp1.jsonl"), test_path("ppm1.safetensors"));
     CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
-    snprintf(dir, sizeof dir, "%s/ppmpi%d", test_dir, mb);
-    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 %s "
-                              "--set parallel_config.micro_batch_num=%d --metrics %s --save-dir %s",
-             mpirun, train_bin, pp_base, sets, mb, test_path("ppm.jsonl"), dir);
+    static int rows;
+    snprintf(dir, sizeof dir, "%s/ppmpi%d", test_dir, rows++);
+    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
+                              "--set parallel_config.micro_batch_num=%d %s --metrics %s --save-dir %s",
+             mpirun, train_bin, pp_base, mb, sets, test_path("ppm.jsonl"), dir);
     rc = run_cmd(1, "%s", cmd);
     CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
     if (rc == 0 && pp_final_weights(pp_base, mb, dir, test_path("ppmw.safetensors")) == 0)
@@ -762,10 +763,25 @@ static void test_pipeline(void) {
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
     pp_row("pp4 interleaved mb8", base8, 8, "--set parallel_config.pipeline_stage=4 --set model.model_config.pp_interleave_num=2 "
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
+    /* multi-copy: micro-batch_num 2 x copies K against one device with 2K micro-batches */
+    pp_row("tp2 copies 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+                                       "--set parallel_config.model_parallel=2");
+    pp_row("tp2 sp copies 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+                                          "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("tp2 sp copies 3", pp_base, 6, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=3 "
+                                          "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("dp2 x tp2 sp copies 2 zero2", pp_base, 4,
+           "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+           "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+           "--set parallel_config.use_seq_parallel=true --set parallel.enable_parallel_optimizer=true "
+           "--set parallel.parallel_optimizer_config.optimizer_level=level2");
     if (mpi_run("dp2 x pp2 mpirun -np 4")) {
         pp_mpi_row("dp2 x pp2 zb-h1 mpirun -np 4", 3, "--set parallel_config.pipeline_stage=2 "
                    "--set parallel_config.data_parallel=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1");
         pp_mpi_row("pp4 1f1b mpirun -np 4", 8, "--set parallel_config.pipeline_stage=4");
+        pp_mpi_row("dp2 x tp2 sp copies 2 mpirun -np 4", 4, "--set parallel_config.micro_batch_num=2 "
+                   "--set micro_batch_interleave_num=2 --set parallel_config.data_parallel=2 "
+                   "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
     }
 }
 
