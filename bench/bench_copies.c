@@ -4,7 +4,9 @@
 
    build/train on the bench model (examples/configs/bench.yaml: hidden 256, 4
    layers, seq 256, global batch 8) at tp 2 on the threads backend, with and
-   without sequence parallel, for 1 and 2 copies, each with --trace. Hidden =
+   without sequence parallel, for 1 and 2 copies (micro_batch_interleave_num)
+   and, with sequence parallel, 2 slices rejoined after every layer
+   (fine_grain_interleave), each with --trace. Hidden =
    the share of the time a collective of rank 0 was in flight during which
    another copy held the turn and computed (the trainer's "copies_overlap"
    line, from its trace: 1 - exposed / in flight); with one copy the layers'
@@ -42,7 +44,7 @@ static double json_number(const char *line, const char *key) {
     return p ? strtod(p + strlen(k), NULL) : -1.0;
 }
 
-static result run(int copies, int sp, int steps) {
+static result run(int copies, int fine, int sp, int steps) {
     result r = {0, 0, 0, 0};
     char cmd[1024], line[2048];
     double step[256];
@@ -51,9 +53,10 @@ static result run(int copies, int sp, int steps) {
     snprintf(cmd, sizeof cmd,
              "build/train --config examples/configs/bench.yaml --data parallel.h --steps %d --quiet "
              "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=%s "
-             "--set micro_batch_interleave_num=%d --trace build/bench_copies_trace.json "
+             "--set %s=%d --trace build/bench_copies_trace.json "
              "--metrics build/bench_copies.jsonl >/dev/null",
-             steps, sp ? "true" : "false", copies);
+             steps, sp ? "true" : "false", fine ? "parallel_config.fine_grain_interleave" : "micro_batch_interleave_num",
+             copies);
     if (system(cmd) != 0) return r;
     if (!(f = fopen("build/bench_copies.jsonl", "r"))) return r;
     while (fgets(line, sizeof line, f)) {
@@ -76,25 +79,25 @@ int main(int argc, char **argv) {
     printf("%-22s %12s %12s %14s %10s\n", "run", "step s", "tp comm", "exposed comm", "speed-up");
     printf("%-22s %12s %12s %14s %10s\n", "", "", "hidden", "share of step", "");
     for (sp = 0; sp < 2; sp++) {
-        double step[2][16], hidden[2][16], exposed[2][16], base = 0.0;
-        int copies, rep, ok = 1;
+        /* the variants: 1 copy, 2 copies, and (sp) 2 fine-grained slices */
+        const int nv = sp ? 3 : 2;
+        double step[3][16], hidden[3][16], exposed[3][16], base = 0.0;
+        int v, rep, ok = 1;
         for (rep = 0; rep < reps && ok; rep++)
-            for (copies = 1; copies <= 2 && ok; copies++) {
-                const result r = run(copies, sp, steps);
+            for (v = 0; v < nv && ok; v++) {
+                const result r = run(v ? 2 : 1, v == 2, sp, steps);
                 ok = r.ok;
-                step[copies - 1][rep] = r.step_s, hidden[copies - 1][rep] = r.hidden;
-                exposed[copies - 1][rep] = r.exposed_share;
+                step[v][rep] = r.step_s, hidden[v][rep] = r.hidden, exposed[v][rep] = r.exposed_share;
             }
         if (!ok) return fprintf(stderr, "bench_copies: build/train failed (sp %d)\n", sp), 1;
-        for (copies = 1; copies <= 2; copies++) {
-            const double s = median(step[copies - 1], reps), h = median(hidden[copies - 1], reps);
-            const double e = median(exposed[copies - 1], reps);
+        for (v = 0; v < nv; v++) {
+            const double st = median(step[v], reps), h = median(hidden[v], reps), e = median(exposed[v], reps);
             char name[64];
-            if (copies == 1) base = s;
-            snprintf(name, sizeof name, "tp2%s, %d cop%s", sp ? " sp" : "", copies, copies == 1 ? "y" : "ies");
-            printf("%-22s %12.3f %11.1f%% %13.1f%% %9.2fx\n", name, s, 100.0 * h, 100.0 * e, s > 0 ? base / s : 0.0);
-            printf("{\"bench\":\"copies\",\"tp\":2,\"sp\":%d,\"copies\":%d,\"step_s\":%.6f,\"tp_comm_hidden\":%.4f,"
-                   "\"exposed_share\":%.4f}\n", sp, copies, s, h, e);
+            if (v == 0) base = st;
+            snprintf(name, sizeof name, "tp2%s, %s", sp ? " sp" : "", v == 0 ? "1 copy" : v == 1 ? "2 copies" : "fine-grain 2");
+            printf("%-22s %12.3f %11.1f%% %13.1f%% %9.2fx\n", name, st, 100.0 * h, 100.0 * e, st > 0 ? base / st : 0.0);
+            printf("{\"bench\":\"copies\",\"tp\":2,\"sp\":%d,\"copies\":%d,\"fine_grain\":%d,\"step_s\":%.6f,"
+                   "\"tp_comm_hidden\":%.4f,\"exposed_share\":%.4f}\n", sp, v ? 2 : 1, v == 2, st, h, e);
         }
     }
     return 0;

@@ -236,6 +236,55 @@ static void test_executor(void) {
         }
 }
 
+/* A schedule whose stage count is not the ranks along the stage dims: refused
+   by every rank before any message moves (3 stages on pp=2; 2 stages on pp=4). */
+static par_status noop_fwd(void *u, int mb, int c) { return (void)u, (void)mb, (void)c, PAR_OK; }
+static par_status noop_bwd(void *u, int mb, int c, par_pp_op op) { return (void)u, (void)mb, (void)c, (void)op, PAR_OK; }
+static par_status noop_buf(void *u, int mb, int c, int g, int in, float **p, int64_t *n) {
+    static float cell[4];
+    (void)u, (void)mb, (void)c, (void)g, (void)in;
+    *p = cell, *n = 1;
+    return PAR_OK;
+}
+
+static par_status mismatch_body(par_ctx *ctx, void *arg) {
+    const int stages = *(const int *)arg;
+    int *ok = (int *)arg + 1 + par_ctx_rank(ctx);
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    char want[128];
+    memset(&sd, 0, sizeof sd);
+    sd.stages = stages, sd.micro_batches = stages, sd.kind = PAR_PP_1F1B;
+    PAR__CHECK(par_pp_schedule_make(&sd, &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = 1u;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
+    snprintf(want, sizeof want, "the schedule has %d stages but the stage dims (mask 0x1) hold %d ranks", stages,
+             par_ctx_size(ctx));
+    *ok = par_pp_run(ctx, &d) == PAR_EINVAL && strstr(par_last_error(), want) != NULL;
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+static void test_stage_mismatch(void) {
+    static const int cases[2][2] = {{2, 3}, {4, 2}}; /* ranks, schedule stages */
+    int c, r;
+    for (c = 0; c < 2; c++) {
+        int arg[1 + 8] = {0};
+        par_ctx_desc pd;
+        char mesh[16];
+        memset(&pd, 0, sizeof pd);
+        snprintf(mesh, sizeof mesh, "pp=%d", cases[c][0]);
+        pd.mesh = mesh, pd.timeout_ms = 20000, pd.kernel_threads = 1;
+        arg[0] = cases[c][1];
+        CHECK_OK(par_run_threads_desc(&pd, cases[c][0], mismatch_body, arg));
+        for (r = 0; r < cases[c][0]; r++)
+            CHECK_MSG(arg[1 + r], "%d ranks, %d-stage schedule: rank %d not refused as expected", cases[c][0],
+                      cases[c][1], r);
+    }
+}
+
 /* ---- 5. parameter sets per stage (par_params_desc.stage_dims) ------------------------- */
 
 typedef struct stage_run {
@@ -337,6 +386,7 @@ int main(void) {
     test_text();
     test_bad_schedules();
     test_executor();
+    test_stage_mismatch();
     test_stage_params();
     return TEST_END("pipeline");
 }

@@ -114,6 +114,7 @@ typedef struct llama_options {
     const char *backend;              /* --backend threads|mpi|nccl (default threads) */
     const char *metrics_path;         /* --metrics FILE.jsonl */
     const char *trace_path;           /* --trace FILE.json: per-rank timeline (Chrome trace JSON) */
+    const char *pp_schedule_path;     /* --pp-schedule FILE: the pipeline schedule in parallel.h's text form */
     int64_t seed;                     /* --seed N (-1: the config's seed) */
     int shuffle;                      /* --shuffle */
     int sample_tokens;                /* --sample N: generate N bytes after training (0 = none) */
@@ -189,9 +190,6 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
-#define LLAMA__TODO_FINE_GRAIN                                                                        \
-    "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it " \
-    "also requires parallel_config.use_seq_parallel)"
 #define LLAMA__NO_RECOMPUTE "activation recomputation is not implemented; use false"
 #define LLAMA__NO_GRAD_ACCUM                                                                             \
     "not supported: gradient accumulation here is parallel_config.micro_batch_num, which splits each "  \
@@ -314,7 +312,7 @@ static const llama__key llama__keys[] = {
      NULL, "ring attention over the context-parallel group: true asks for context_parallel_algo colossalai_cp (the default; the other algorithms are an error with true); false changes nothing (context_parallel_algo decides)"},
     {"model.model_config.fine_grain_interleave", LLAMA__T_INT, LLAMA__AT(fine_grain_interleave), 0, 1, LLAMA__DEG, 0,
      NULL, "1", NULL,
-     "fine-grained interleave: each layer's tokens in slices whose communication overlaps the other slices' compute (MindFormers requires use_seq_parallel for it); only 1 until it lands"},
+     "fine-grained interleave: each micro-batch's samples cut into this many slices that run every layer interleaved (one slice computes while another's all-gather or reduce-scatter is in flight) and rejoin after it, as MindFormers' interleaved decoder layer; needs use_seq_parallel true, not with micro_batch_interleave_num > 1, pipeline_stage or context_parallel > 1"},
     {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
      "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule); > 1 needs parallel.pipeline_config.pipeline_interleave true and micro_batch_num a multiple of pipeline_stage"},
@@ -937,7 +935,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
             int value, def;
             const char *reason;
         } todo[] = {
-            {LLAMA__K("fine_grain_interleave"), c->fine_grain_interleave, 1, LLAMA__TODO_FINE_GRAIN},
             {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
             {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
             {"runner_config.gradient_accumulation_steps", c->gradient_accumulation_steps, 1, LLAMA__NO_GRAD_ACCUM},
@@ -970,25 +967,36 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         return llama__fail(err, errsize,
                            LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
                            c->context_parallel, c->ulysses_degree_in_cp);
-    /* multi-copy: copies of the tensor-parallel layers (no pipeline or cp collectives inside) */
-    if (c->micro_batch_interleave_num > 1 && (c->pipeline_stage > 1 || c->context_parallel > 1))
+    /* multi-copy and fine-grained interleave: copies of the tensor-parallel layers (no pipeline or
+       cp collectives inside), one kind at a time, whole samples per copy */
+    const int fg = c->fine_grain_interleave > 1, copies = fg ? c->fine_grain_interleave : c->micro_batch_interleave_num;
+    const char *copies_key = fg ? LLAMA__K("fine_grain_interleave") " (or parallel_config.fine_grain_interleave)"
+                                : "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num)";
+    if (fg && c->micro_batch_interleave_num > 1)
         return llama__fail(err, errsize,
-                           "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = %d with "
-                           LLAMA__P("%s") " = %d: multi-copy interleave runs the tensor-parallel layers in copies and "
-                           "is not supported with %s yet; use 1 there, or micro_batch_interleave_num 1",
-                           c->micro_batch_interleave_num, c->pipeline_stage > 1 ? "pipeline_stage" : "context_parallel",
+                           "micro_batch_interleave_num = %d and " LLAMA__K("fine_grain_interleave") " = %d: use one "
+                           "of them (both cut the micro-batch into copies)",
+                           c->micro_batch_interleave_num, c->fine_grain_interleave);
+    if (fg && !c->use_seq_parallel)
+        return llama__fail(err, errsize,
+                           "%s = %d needs " LLAMA__P("use_seq_parallel") " true (as in MindFormers: the slices' "
+                           "all-gathers and reduce-scatters are what it overlaps)", copies_key, copies);
+    if (copies > 1 && (c->pipeline_stage > 1 || c->context_parallel > 1))
+        return llama__fail(err, errsize,
+                           "%s = %d with " LLAMA__P("%s") " = %d: the copies run the tensor-parallel layers and are "
+                           "not supported with %s yet; use 1 there, or 1 copy",
+                           copies_key, copies, c->pipeline_stage > 1 ? "pipeline_stage" : "context_parallel",
                            c->pipeline_stage > 1 ? c->pipeline_stage : c->context_parallel,
                            c->pipeline_stage > 1 ? "pipeline parallelism" : "context parallelism");
-    if (c->micro_batch_interleave_num > 1) {
-        const long long per = (long long)c->micro_batch_num * c->micro_batch_interleave_num *
-                              (c->full_batch ? c->data_parallel : 1);
+    if (copies > 1) {
+        const long long per = (long long)c->micro_batch_num * copies * (c->full_batch ? c->data_parallel : 1);
         if (c->batch_size % per != 0)
             return llama__fail(err, errsize,
                                "runner_config.batch_size = %d is not divisible by %s%.0d%s" LLAMA__P("micro_batch_num")
-                               " (%d) x micro_batch_interleave_num (%d): every copy of a micro-batch gets whole samples",
+                               " (%d) x %s (%d): every copy of a micro-batch gets whole samples",
                                c->batch_size, c->full_batch ? LLAMA__P("data_parallel") " (" : "",
                                c->full_batch ? c->data_parallel : 0, c->full_batch ? ") x " : "", c->micro_batch_num,
-                               c->micro_batch_interleave_num);
+                               fg ? "fine_grain_interleave" : "micro_batch_interleave_num", copies);
     }
     /* the batch: global (full_batch) or per data-parallel rank */
     long long split = (long long)c->data_parallel * c->micro_batch_num;
@@ -1523,6 +1531,9 @@ void llama_print_usage(FILE *f) {
             "  --sample N             after training, generate N bytes from the model\n"
             "  --quiet                no per-step lines\n"
             "  --trace FILE.json      Chrome trace of every rank's compute and comm spans (Perfetto)\n"
+            "  --pp-schedule FILE     run this pipeline schedule (the text form `par-explain pipeline` prints:\n"
+            "                         edit one or write your own); its stages, chunks and micro-batches must\n"
+            "                         be the config's; checked before training; replaces pipeline_scheduler\n"
             "  -h, --help             this text\n"
             "\n"
             "examples:\n"
@@ -1548,14 +1559,14 @@ static int llama__arg_int(const char *opt, const char *v, long long max, long lo
 
 int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size_t errsize) {
     enum { O_CONFIG, O_SET, O_STEPS, O_DATA, O_INIT, O_SAVE, O_BACKEND, O_METRICS, O_TRACE, O_SEED, O_SHUFFLE,
-           O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_COUNT };
+           O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_PP_SCHEDULE, O_COUNT };
     static const struct {
         const char *name;
         int takes_value;
     } table[O_COUNT] = {{"--config", 1},  {"--set", 1},     {"--steps", 1},   {"--data", 1},    {"--init-from", 1},
                         {"--save", 1},    {"--backend", 1}, {"--metrics", 1}, {"--trace", 1},   {"--seed", 1},
                         {"--shuffle", 0}, {"--sample", 1},  {"--quiet", 0},   {"--help", 0},
-                        {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1}};
+                        {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1}, {"--pp-schedule", 1}};
     int given[O_COUNT] = {0};
     llama_options o;
     if (!opts) return llama__fail(err, errsize, "llama_parse_args: opts is NULL");
@@ -1638,6 +1649,7 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
             break;
         case O_METRICS: o.metrics_path = v; break;
         case O_TRACE: o.trace_path = v; break;
+        case O_PP_SCHEDULE: o.pp_schedule_path = v; break;
         case O_SEED:
             if (llama__arg_int(name, v, LLONG_MAX, &n, err, errsize)) return -1;
             o.seed = (int64_t)n;

@@ -268,7 +268,9 @@ typedef struct trainer {
     float **slot_base;
     int *slot_of, *slot_busy; /* micro-batch -> slot (-1 none); slot in use */
     int *chunks_left;         /* per micro-batch: chunk backwards still to run on this rank */
-    int *bwd_done;            /* per chunk: backwards (B or I) run this step, then (at V + chunk) W */
+    int *bwd_done;            /* per chunk: input-gradient passes (B or I) run this step, then (at V + chunk)
+                                 weight-gradient passes (B or W): each chunk's gradients are complete
+                                 at the m-th of its kind (a schedule may mix B with I and W) */
     par_pp_kind sched_kind;
     float *bnd;               /* boundary tensors [micro-batch][chunk][4][rows x hidden] */
     double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
@@ -284,7 +286,10 @@ typedef struct trainer {
     llama_acts acts;
     llama_scratch scratch;
     float *acts_base, *scratch_base; /* the two allocations acts and scratch are carved from */
-    int copies;               /* micro_batch_interleave_num: copies 1.. run on lanes[k] (copy 0 on the above) */
+    int copies;               /* micro_batch_interleave_num or fine_grain_interleave: lanes[k] (lanes[0]
+                                 mirrors the above) */
+    int fine_grain;           /* the copies rejoin after every pass (fine_grain_interleave) */
+    int pass;                 /* fine-grained: the pass the slices run now */
     par_copies *mc;
     lane *lanes;
     int32_t *host_ids, *host_tgt;
@@ -378,6 +383,54 @@ static par_status place_model(trainer *t) {
     return make_cp(t);
 }
 
+/* --pp-schedule FILE: a schedule in par_pp_schedule_format's text form, for
+   P stages, V chunks and m micro-batches, which must pass the checker (its
+   message and grid are the error). main checks it before any rank starts
+   (a bad file is bad input); each rank then loads it for itself. */
+static par_status load_schedule(const char *path, int P, int V, int m, par_pp_schedule **out) {
+    FILE *f = fopen(path, "rb");
+    char *text = NULL, grid[4096], why[512];
+    long size;
+    par_status st;
+    *out = NULL;
+    if (!f) return par_set_error(PAR_EIO, "--pp-schedule %s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 || size > (64l << 20))
+        return fclose(f), par_set_error(PAR_EIO, "--pp-schedule %s: cannot read it (or larger than 64 MiB)", path);
+    if (!(text = (char *)malloc((size_t)size + 1))) return fclose(f), par_set_error(PAR_ENOMEM, "out of host memory");
+    if (fread(text, 1, (size_t)size, f) != (size_t)size)
+        return free(text), fclose(f), par_set_error(PAR_EIO, "--pp-schedule %s: read failed", path);
+    fclose(f);
+    text[size] = 0;
+    st = par_pp_schedule_parse(text, out);
+    free(text);
+    snprintf(why, sizeof why, "%s", par_last_error()); /* par_set_error below writes where it points */
+    if (st != PAR_OK) return par_set_error(st, "--pp-schedule %s: %s", path, why);
+    if (par_pp_schedule_stages(*out) != P || par_pp_schedule_chunks(*out) != V ||
+        par_pp_schedule_micro_batches(*out) != m)
+        st = par_set_error(PAR_EINVAL, "--pp-schedule %s: stages=%d chunks=%d micro_batches=%d, but the config has "
+                                       "parallel_config.pipeline_stage %d, pp_interleave_num %d and "
+                                       "parallel_config.micro_batch_num %d", path, par_pp_schedule_stages(*out),
+                           par_pp_schedule_chunks(*out), par_pp_schedule_micro_batches(*out), P, V, m);
+    grid[0] = 0;
+    if (st == PAR_OK && (st = par_pp_schedule_check(*out, NULL, grid, sizeof grid)) != PAR_OK) {
+        snprintf(why, sizeof why, "%s", par_last_error());
+        st = par_set_error(st, "--pp-schedule %s: %s\n%s", path, why, grid);
+    }
+    if (st != PAR_OK) par_pp_schedule_destroy(*out), *out = NULL;
+    return st;
+}
+
+/* Whether a schedule splits backward in I and W (then the model must too). */
+static int schedule_splits_backward(const par_pp_schedule *s) {
+    int r, k, n;
+    for (r = 0; r < par_pp_schedule_stages(s); r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+        for (k = 0; k < n; k++)
+            if (a[k].op == PAR_PP_I || a[k].op == PAR_PP_W) return 1;
+    }
+    return 0;
+}
+
 /* The pipeline's shape on this rank (identity maps with one stage): the
    model's layers split into pipeline_stage x pp_interleave_num virtual
    stages (offset moves layers from the first to the last), this rank's
@@ -424,7 +477,12 @@ static par_status pipeline_setup(trainer *t) {
         sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches, sd.kind = PAR_PP_INTERLEAVED;
         if (V == 1) LLAMA_CHECK(par_pp_kind_parse(c->pipeline_scheduler, &sd.kind));
         t->sched_kind = sd.kind;
-        LLAMA_CHECK(par_pp_schedule_make(&sd, &t->sched));
+        if (t->opt->pp_schedule_path) { /* the user's own */
+            LLAMA_CHECK(load_schedule(t->opt->pp_schedule_path, P, V, t->micro_batches, &t->sched));
+            t->sched_kind = schedule_splits_backward(t->sched) ? PAR_PP_ZB_H1 : PAR_PP_KIND_COUNT;
+        } else {
+            LLAMA_CHECK(par_pp_schedule_make(&sd, &t->sched));
+        }
         /* a micro-batch holds a slot from its first forward here to its last backward */
         LLAMA_CHECK(par_pp_schedule_slots(t->sched, t->stage, &peak));
         t->nslots = peak > 0 ? peak : 1;
@@ -471,6 +529,7 @@ static par_status make_params(trainer *t) {
        stays until the last micro-batch's backward (ZeRO-2 then holds them all);
        so it does under multi-copy, whose copies' gradients complete together */
     desc.grad_slots = t->pp > 1 || c->micro_batch_interleave_num > 1 ? buckets : 0;
+    if (c->fine_grain_interleave > 1) desc.grad_slots = 0; /* its layers' gradients complete one by one */
     desc.zero_level = !c->enable_parallel_optimizer ? 0 : c->optimizer_level >= 2 ? 2 : 1;
     desc.bucket_bytes = -1, desc.sum_gradients = !c->gradients_mean, desc.trace = t->trace;
     if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
@@ -927,57 +986,70 @@ static void layer_span(trainer *t, double t0, const char *what, int l) {
     else trace_span(t, "compute", t0, "%s %d", what, l);
 }
 
-static par_status forward(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, int64_t batch,
-                          int64_t seq) {
+/* The passes of a micro-batch (or copy) through the model, in step order:
+   0 the embedding, 1..L block p - 1, L + 1 the head and loss (forward);
+   L + 2 the loss and head, L + 3 .. 2L + 2 block 2L + 2 - p, 2L + 3 the
+   embedding (backward). One pass = one layer's forward or backward. */
+static int num_passes(const llama_model *m) { return 2 * (int)m->local.layers + 4; }
+
+/* Pass p on (m, a, s); scale: the loss's; ready: a backward pass marks the
+   gradients it completed ready (their bucket's reduction starts). */
+static par_status model_pass(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, int64_t batch,
+                             int64_t seq, int p, float scale, int ready) {
+    const int L = (int)m->local.layers, tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
     const int64_t n = batch * seq;
-    double t0 = layer_now(t);
-    int l;
-    LLAMA_CHECK(par_tp_embedding_fwd(m->tp, &m->emb, n, a->ids, par_params_value(t->ps, local_param(t, 0)),
-                                     m->local.layers ? a->blocks[0].x_in : a->x_final, s->dh));
-    layer_span(t, t0, "fwd embedding", -1);
-    for (l = 0; l < m->local.layers; l++) {
-        float *out = l + 1 < m->local.layers ? a->blocks[l + 1].x_in : a->x_final;
+    const double t0 = layer_now(t);
+    if (p == 0) {
+        LLAMA_CHECK(par_tp_embedding_fwd(m->tp, &m->emb, n, a->ids, par_params_value(t->ps, local_param(t, 0)),
+                                         L ? a->blocks[0].x_in : a->x_final, s->dh));
+        layer_span(t, t0, "fwd embedding", -1);
+    } else if (p <= L) {
+        const int l = p - 1;
         llama_block w;
         LLAMA_CHECK(bind_block(t, l, 0, &w));
-        t0 = layer_now(t);
-        LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[l], a->pos, batch, seq, out, s));
+        LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[l], a->pos, batch, seq, l + 1 < L ? a->blocks[l + 1].x_in : a->x_final, s));
         layer_span(t, t0, "fwd block", l);
-    }
-    t0 = layer_now(t);
-    LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, local_param(t, t->ntensors - 2)),
-                               par_params_value(t->ps, local_param(t, t->ntensors - 1)), a, n, s));
-    layer_span(t, t0, "fwd head+loss", -1);
-    return PAR_OK;
-}
-
-/* Backward of one micro-batch (or copy); ready: each layer's gradients are
-   marked complete as it finishes (their bucket's reduction starts). */
-static par_status backward(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, float scale, int ready) {
-    const int tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
-    float *g_norm, *g_head, *g_emb;
-    double t0;
-    int l;
-    LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
-    LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
-    t0 = layer_now(t);
-    LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, t->sz.n,
-                               scale, s));
-    layer_span(t, t0, "bwd head+loss", -1);
-    if (ready) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
-    for (l = (int)m->local.layers - 1; l >= 0; l--) {
+    } else if (p == L + 1) {
+        LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), a, n, s));
+        layer_span(t, t0, "fwd head+loss", -1);
+    } else if (p == L + 2) {
+        float *g_norm, *g_head;
+        LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
+        LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
+        LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, n,
+                                   scale, s));
+        layer_span(t, t0, "bwd head+loss", -1);
+        if (ready) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+    } else if (p < 2 * L + 3) {
+        const int l = 2 * L + 2 - p;
         llama_block w, g;
         LLAMA_CHECK(bind_block(t, l, 0, &w));
         LLAMA_CHECK(bind_block(t, l, 1, &g));
-        t0 = layer_now(t);
-        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq, s));
+        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[l], a->pos, batch, seq, s));
         layer_span(t, t0, "bwd block", l);
         if (ready) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[l], 0), LLAMA_PER_BLOCK));
+    } else {
+        float *g_emb;
+        LLAMA_CHECK(par_params_grad(t->ps, local_param(t, 0), &g_emb));
+        LLAMA_CHECK(par_tp_embedding_bwd(m->tp, &m->emb, n, a->ids, s->dx, g_emb, s->dh));
+        layer_span(t, t0, "bwd embedding", -1);
+        if (ready) LLAMA_CHECK(grads_ready(t, 0, 1));
     }
-    LLAMA_CHECK(par_params_grad(t->ps, local_param(t, 0), &g_emb));
-    t0 = layer_now(t);
-    LLAMA_CHECK(par_tp_embedding_bwd(m->tp, &m->emb, t->sz.n, a->ids, s->dx, g_emb, s->dh));
-    layer_span(t, t0, "bwd embedding", -1);
-    return ready ? grads_ready(t, 0, 1) : PAR_OK;
+    return PAR_OK;
+}
+
+static par_status forward(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, int64_t batch,
+                          int64_t seq) {
+    int p;
+    for (p = 0; p <= (int)m->local.layers + 1; p++) LLAMA_CHECK(model_pass(t, m, a, s, batch, seq, p, 0.0f, 0));
+    return PAR_OK;
+}
+
+static par_status backward(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, float scale, int ready) {
+    int p;
+    for (p = (int)m->local.layers + 2; p < num_passes(m); p++)
+        LLAMA_CHECK(model_pass(t, m, a, s, t->sz.batch, t->sz.seq, p, scale, ready));
+    return PAR_OK;
 }
 
 /* Multi-copy: copy k of the current micro-batch, forward and backward on its
@@ -988,6 +1060,35 @@ static par_status copy_step(void *u, int k) {
     const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
     LLAMA_CHECK(forward(t, &l->model, &l->acts, &l->scratch, t->sz.batch, t->sz.seq));
     return backward(t, &l->model, &l->acts, &l->scratch, scale, 0);
+}
+
+/* Fine-grained interleave: copy k's slice through pass t->pass only; the
+   slices rejoin after every layer (MindFormers' interleaved decoder layer). */
+static par_status slice_pass(void *u, int k) {
+    trainer *t = (trainer *)u;
+    lane *l = &t->lanes[k];
+    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
+    return model_pass(t, &l->model, &l->acts, &l->scratch, t->sz.batch, t->sz.seq, t->pass, scale, 0);
+}
+
+/* One micro-batch's copies (or slices): interleaved by par_copies_run; the
+   gradients are marked ready on this thread, after the copies of their pass
+   (fine-grained) or of the whole step (multi-copy). */
+static par_status copies_step(trainer *t) {
+    int p;
+    if (!t->fine_grain) {
+        LLAMA_CHECK(par_copies_run(t->mc, copy_step, t));
+        return grads_ready(t, 0, t->ntensors);
+    }
+    for (p = 0; p < num_passes(&t->model); p++) {
+        const int L = (int)t->model.local.layers;
+        t->pass = p;
+        LLAMA_CHECK(par_copies_run(t->mc, slice_pass, t));
+        if (p == L + 2) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+        else if (p > L + 2 && p < 2 * L + 3) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[2 * L + 2 - p], 0), LLAMA_PER_BLOCK));
+        else if (p == 2 * L + 3) LLAMA_CHECK(grads_ready(t, 0, 1));
+    }
+    return PAR_OK;
 }
 
 /* ---- pipeline: the executor's callbacks -------------------------------------- */
@@ -1058,7 +1159,7 @@ static par_status pp_backward_weight(trainer *t, int mb, int c, llama_acts *a) {
     const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
     const int final = ++t->bwd_done[t->chunks + c] == t->micro_batches;
     int j;
-    (void)mb;
+    (void)mb; /* every micro-batch's I came before its W: the norms' gradients are complete too */
     if (vs == t->pp * t->chunks - 1) {
         float *g_head;
         LLAMA_CHECK(par_params_grad(t->ps, local_param(t, t->ntensors - 1), &g_head));
@@ -1085,7 +1186,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
     const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
     const double t0 = trace_now(t);
     llama_acts *a;
-    int j, final;
+    int j, final, final_w = 0;
     int64_t i;
     if (op != PAR_PP_B && !(m->split_backward && (op == PAR_PP_I || op == PAR_PP_W)))
         return par_set_error(PAR_EINVAL, "pipeline: backward op %d needs a split backward (the zb-h1 schedule)", (int)op);
@@ -1096,7 +1197,8 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         trace_span(t, "compute", t0, "wgrad mb %d chunk %d", mb, c);
         return PAR_OK;
     }
-    final = ++t->bwd_done[c] == t->micro_batches;
+    final = ++t->bwd_done[c] == t->micro_batches;                     /* the embedding's gradient */
+    if (!defer) final_w = ++t->bwd_done[t->chunks + c] == t->micro_batches; /* the layers' and the head's */
     if (last) {
         const int tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
         float *g_norm, *g_head;
@@ -1107,7 +1209,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, a->losses, (size_t)t->sz.n * 4, PAR_COPY_DEVICE_TO_HOST));
         for (i = 0; i < t->sz.n; i++) t->pp_loss += t->host_losses[i];
         t->pp_count += (double)t->sz.n;
-        if (final && !defer) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+        if (final_w) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
     } else {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->scratch.dx, boundary(t, mb, c, 3),
                                   (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
@@ -1117,7 +1219,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         LLAMA_CHECK(bind_block(t, j, 0, &w));
         LLAMA_CHECK(bind_block(t, j, 1, &g));
         LLAMA_CHECK(llama_block_bwd_part(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch, defer));
-        if (final && !defer) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+        if (final_w) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
     }
     if (vs == 0) {
         float *g_emb;
@@ -1177,9 +1279,8 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
             LLAMA_CHECK(load_micro_batch_into(t, t->step, mb * t->copies + k, k ? &t->lanes[k].acts : &t->acts));
         trace_span(t, "io", t1, "load micro-batch %d", mb);
         LLAMA_CHECK(par_params_grads_begin(t->ps, mb, t->micro_batches));
-        if (t->copies > 1) { /* the copies interleaved; their gradients complete together */
-            LLAMA_CHECK(par_copies_run(t->mc, copy_step, t));
-            LLAMA_CHECK(grads_ready(t, 0, t->ntensors));
+        if (t->copies > 1) {
+            LLAMA_CHECK(copies_step(t));
         } else {
             LLAMA_CHECK(forward(t, &t->model, &t->acts, &t->scratch, t->sz.batch, t->sz.seq));
             LLAMA_CHECK(backward(t, &t->model, &t->acts, &t->scratch, scale, 1));
@@ -1345,7 +1446,9 @@ static void print_summary(const trainer *t, const char *backend) {
         par_pp_schedule_check(t->sched, &pc, NULL, 0);
         printf("  pipeline   pp %d, %s, %d micro-batches, %d chunk(s) per rank: layers %s on rank 0; bubble %.3f "
                "predicted (F = 1, B = 2, I = W = 1); %d micro-batch(es) of activations in flight on rank 0\n",
-               t->pp, t->chunks > 1 ? "interleaved 1F1B" : t->cfg->pipeline_scheduler, t->micro_batches, t->chunks,
+               t->pp, t->opt->pp_schedule_path ? t->opt->pp_schedule_path : t->chunks > 1 ? "interleaved 1F1B"
+                                                                                          : t->cfg->pipeline_scheduler,
+               t->micro_batches, t->chunks,
                layers, pc.bubble, t->nslots);
     }
     printf("  attention  causal from token positions: no [seq, seq] mask is built (what use_attn_mask_compression "
@@ -1485,7 +1588,8 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     LLAMA_CHECK(par_layout_parse(&t->tokens_layout, par_ctx_mesh(ctx), 2, shape,
                                  c->context_parallel > 1 ? "[dp,cp]" : "[dp,None]"));
     par_layout_local_shape(&t->tokens_layout, local);
-    t->copies = c->micro_batch_interleave_num;
+    t->copies = c->micro_batch_interleave_num * c->fine_grain_interleave; /* one of them is 1 (config rule) */
+    t->fine_grain = c->fine_grain_interleave > 1;
     t->sz.batch = local[0] / (t->micro_batches * t->copies), t->sz.seq = local[1], t->sz.n = t->sz.batch * t->sz.seq;
     t->ntensors = num_tensors(&d);
     if (!(t->specs = (tensor_spec *)calloc((size_t)t->ntensors, sizeof *t->specs)))
@@ -1771,6 +1875,16 @@ int main(int argc, char **argv) {
     if (opt.trace_path && !dir_writable(opt.trace_path))
         return free(data.bytes), free(data.order),
                bad_input(silent, "--trace %s: its directory is not writable", opt.trace_path);
+    if (opt.pp_schedule_path) { /* checked here, so a bad file is bad input before any rank starts */
+        par_pp_schedule *s = NULL;
+        if (cfg.pipeline_stage == 1)
+            return free(data.bytes), free(data.order),
+                   bad_input(silent, "--pp-schedule %s needs parallel_config.pipeline_stage > 1", opt.pp_schedule_path);
+        if (load_schedule(opt.pp_schedule_path, cfg.pipeline_stage, cfg.pp_interleave_num, cfg.micro_batch_num, &s) !=
+            PAR_OK)
+            return free(data.bytes), free(data.order), bad_input(silent, "%s", par_last_error());
+        par_pp_schedule_destroy(s);
+    }
 
     sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
     sh.init_step = step0, sh.init_has_optimizer = has_opt, sh.init_sharded = sharded;

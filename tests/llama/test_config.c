@@ -957,6 +957,20 @@ static void test_cross_rules(void) {
                           "parallel_config.pipeline_stage = 2", "not supported with pipeline parallelism");
     const char *mc_cp[] = {"micro_batch_interleave_num=2", "parallel_config.context_parallel=2"};
     expect_rule(mc_cp, 2, "parallel_config.context_parallel = 2", "not supported with context parallelism");
+    /* fine-grained interleave: needs sequence parallel; one kind of copies at a time */
+    const char *fg_ok[] = {"parallel_config.fine_grain_interleave=2", "runner_config.batch_size=4",
+                           "parallel_config.model_parallel=2", "parallel_config.use_seq_parallel=true"};
+    CHECK_MSG(load_text(NULL, fg_ok, 4, &c) == 0 && c.fine_grain_interleave == 2, "fine grain 2: %s", err_);
+    const char *fg_sp[] = {"model.model_config.fine_grain_interleave=2", "runner_config.batch_size=4"};
+    expect_rule(fg_sp, 2, "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 2 "
+                          "needs parallel_config.use_seq_parallel true", "MindFormers");
+    const char *fg_both[] = {"parallel_config.fine_grain_interleave=2", "micro_batch_interleave_num=2",
+                             "parallel_config.use_seq_parallel=true", "runner_config.batch_size=8"};
+    expect_rule(fg_both, 4, "micro_batch_interleave_num = 2 and model.model_config.fine_grain_interleave = 2: use one",
+                NULL);
+    const char *fg_b[] = {"parallel_config.fine_grain_interleave=3", "parallel_config.use_seq_parallel=true",
+                          "runner_config.batch_size=4"};
+    expect_rule(fg_b, 3, "x fine_grain_interleave (3): every copy of a micro-batch gets whole samples", NULL);
     const char *pps[] = {"parallel.pipeline_config.pipeline_scheduler=zb-v"};
     CHECK(load_text(NULL, pps, 1, &c) == -1);
     CHECK_HAS(err_, "not one of 1f1b, gpipe, zb-h1");
@@ -1167,13 +1181,6 @@ typedef struct {
 } todo_case;
 
 static const todo_case todo_cases[] = {
-    {"model.model_config.fine_grain_interleave", "2",
-     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 2",
-     "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it also requires "
-     "parallel_config.use_seq_parallel)"},
-    {"parallel_config.fine_grain_interleave", "3",
-     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 3",
-     "fine-grained interleave (fine_grain_interleave) is not implemented yet"},
     {"recompute_config.recompute", "True", "recompute_config.recompute = true",
      "activation recomputation is not implemented; use false"},
     {"recompute_config.select_recompute", "on", "recompute_config.select_recompute = true",
@@ -1214,8 +1221,7 @@ static void test_not_landed(void) {
         CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
     }
     /* every stored switch of the kind has a case */
-    static const char *const stored[] = {"model.model_config.fine_grain_interleave",
-                                         "recompute_config.recompute", "recompute_config.select_recompute",
+    static const char *const stored[] = {"recompute_config.recompute", "recompute_config.select_recompute",
                                          "runner_config.gradient_accumulation_steps"};
     for (size_t j = 0; j < sizeof stored / sizeof stored[0]; j++) {
         int found = 0;

@@ -763,6 +763,41 @@ static void test_pipeline(void) {
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
     pp_row("pp4 interleaved mb8", base8, 8, "--set parallel_config.pipeline_stage=4 --set model.model_config.pp_interleave_num=2 "
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
+    /* a schedule of one's own (--pp-schedule): B on one rank, I and W on the other, a W out of
+       micro-batch order; and files the trainer refuses before any rank starts */
+    {
+        static const char own[] = "pipeline stages=2 chunks=1 micro_batches=2\n"
+                                  "# rank 0 splits its backward, defers W and runs W 1 before W 0\n"
+                                  "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, I 0 0, RG 1 0, I 1 0, W 1 0, W 0 0\n"
+                                  "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, I 1 0, SG 1 0, W 1 0\n";
+        static const char deadlock[] = "pipeline stages=2 chunks=1 micro_batches=1\n"
+                                       "rank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\n"
+                                       "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
+        static char sets[600];
+        struct {
+            const char *name, *file, *extra, *needle;
+        } bads[] = {
+            {"schedule that deadlocks", "dead.txt", "--set parallel_config.micro_batch_num=1",
+             "deadlock: every unfinished rank waits for a message no rank will send: rank 0 step 1 (RG 0 0)"},
+            {"schedule for other micro-batches", "own.txt", "--set parallel_config.micro_batch_num=4",
+             "stages=2 chunks=1 micro_batches=2, but the config has parallel_config.pipeline_stage 2"},
+            {"schedule that does not parse", "junk.txt", "--set parallel_config.micro_batch_num=2", "--pp-schedule"},
+            {"schedule without a pipeline", "own.txt", "--set parallel_config.pipeline_stage=1", "needs parallel_config.pipeline_stage > 1"},
+        };
+        size_t b;
+        test_write_file(test_path("own.txt"), own, sizeof own - 1);
+        test_write_file(test_path("dead.txt"), deadlock, sizeof deadlock - 1);
+        test_write_file(test_path("junk.txt"), "pipeline stages=2\nrank 0: X 0 0\n", 31);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("own.txt"));
+        pp_row("pp2 own schedule file", pp_base, 2, sets);
+        for (b = 0; b < sizeof bads / sizeof bads[0]; b++) {
+            const int rc = run_cmd(0, "%s --steps 1 --set parallel_config.pipeline_stage=2 %s --pp-schedule %s", pp_base,
+                                   bads[b].extra, test_path(bads[b].file));
+            CHECK_MSG(rc == 2, "%s: exit status %d, want 2 (stderr: %s)", bads[b].name, rc, err_text);
+            CHECK_MSG(strstr(err_text, bads[b].needle) != NULL, "%s: stderr lacks \"%s\": %s", bads[b].name,
+                      bads[b].needle, err_text);
+        }
+    }
     /* multi-copy: micro-batch_num 2 x copies K against one device with 2K micro-batches */
     pp_row("tp2 copies 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
                                        "--set parallel_config.model_parallel=2");
@@ -770,6 +805,14 @@ static void test_pipeline(void) {
                                           "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
     pp_row("tp2 sp copies 3", pp_base, 6, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=3 "
                                           "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("tp2 sp fine-grain 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 "
+                                              "--set parallel_config.fine_grain_interleave=2 "
+                                              "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("dp2 x tp2 sp fine-grain 3 zero2", pp_base, 6,
+           "--set parallel_config.micro_batch_num=2 --set model.model_config.fine_grain_interleave=3 "
+           "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+           "--set parallel_config.use_seq_parallel=true --set parallel.enable_parallel_optimizer=true "
+           "--set parallel.parallel_optimizer_config.optimizer_level=level2");
     pp_row("dp2 x tp2 sp copies 2 zero2", pp_base, 4,
            "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
            "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
