@@ -647,6 +647,7 @@ typedef struct par_redist_op {
     double cost;          /* under the plan's cost model */
     int on_to_shape;      /* the layout after this op has the target shape */
     par_tensor_map after; /* tensor map after this op */
+    int on_unified;       /* the layout after this op has the plan's unified shape (wins over on_to_shape) */
 } par_redist_op;
 
 /* Alpha-beta cost of one collective on a device dim: latency + bytes / bandwidth. */
@@ -677,6 +678,12 @@ typedef struct par_plan {
     int64_t total_bytes;     /* sum of bytes_sent over the ops (per rank) */
     int64_t max_local_numel; /* largest local slice any step holds */
     int greedy;              /* 1 if made by par_plan_greedy */
+    /* MindSpore's unified tensor shape: both shapes with every dim factored at its
+       shard boundaries (1024 split 4 ways -> 4 x 256), so that collectives can act on
+       sub-dims. Ops with on_unified run on it; local reshapes enter and leave it.
+       unified_ndim is 0 when no op does. */
+    int unified_ndim;
+    int64_t unified_shape[PARALLEL_MAX_DIMS];
 } par_plan;
 
 /* Planner: reusable search workspace plus a plan cache. Not thread-safe: one per
@@ -5731,21 +5738,138 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner) {
     par__alloc_free(&a, planner);
 }
 
+/* ---- the unified layout (MindSpore's layout transfer) ------------------- */
+
+/* Add the flat-index strides at which `l` starts a new tensor dim or a new
+   shard: the inner size of every dim, and within dim t (inner size I, extent S,
+   split by n1, n2, ... major first) I*S/n1, I*S/(n1*n2), ... */
+static void par__rd_add_strides(const par_layout *l, int64_t *strides, int *count) {
+    int64_t inner = 1;
+    int t, k;
+    for (t = l->ndim - 1; t >= 0; t--) {
+        int64_t block = l->shape[t];
+        strides[(*count)++] = inner;
+        for (k = 0; k < l->map.count[t]; k++) {
+            block /= par_mesh_dev_size(&l->mesh, l->map.dev[t][k]);
+            strides[(*count)++] = block * inner;
+        }
+        inner *= l->shape[t];
+    }
+    strides[(*count)++] = inner;
+}
+
+/* The unified shape of two layouts of one tensor: the flat index factored at
+   every dim and shard boundary of both (MindSpore's unified tensor shape, e.g.
+   1024 split 4 ways in one and 16 ways in the other -> 4 x 4 x 64). Each shard
+   of either layout is then one unified dim split by one device dim, so moving a
+   device dim between sub-dims of one real dim is an ordinary all_to_all there.
+   0 when the boundaries do not nest (6 split 2 and 3 ways), the result needs
+   more than PARALLEL_MAX_DIMS dims, or either layout does not reshape to it
+   locally; the layouts on it in *ufrom, *uto otherwise. */
+static int par__rd_unify(const par_layout *from, const par_layout *to, par_layout *ufrom, par_layout *uto) {
+    int64_t strides[4 * PARALLEL_MAX_DIMS * (PARALLEL_MAX_DIMS + 2)], shape[PARALLEL_MAX_DIMS];
+    int count = 0, i, j, ndim = 0;
+    par__rd_add_strides(from, strides, &count);
+    par__rd_add_strides(to, strides, &count);
+    for (i = 1; i < count; i++) /* insertion sort, largest first */
+        for (j = i; j > 0 && strides[j - 1] < strides[j]; j--) {
+            int64_t x = strides[j];
+            strides[j] = strides[j - 1];
+            strides[j - 1] = x;
+        }
+    for (i = 1; i < count; i++) {
+        if (strides[i] == strides[i - 1]) continue;
+        if (strides[i - 1] % strides[i] != 0 || ndim == PARALLEL_MAX_DIMS) return 0;
+        shape[ndim++] = strides[i - 1] / strides[i]; /* equal strides sit together: [i-1] is the previous distinct one */
+    }
+    if (ndim == 0) return 0; /* one element: nothing to factor */
+    if (par_layout_reshape(from, ndim, shape, ufrom) != PAR_OK) return 0;
+    if (par_layout_reshape(to, ndim, shape, uto) != PAR_OK) return 0;
+    return 1;
+}
+
 /* par_layout_reshape reports refusals through par_last_error; a search tries
    many, so keep the caller's sentence when the search itself succeeds. */
-static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from, const par_layout *to,
-                                        const par__rd_costs *costs, par_plan *plan) {
+static par_status par__rd_search_plan(par_planner *pl, const par_layout *from, const par_layout *to,
+                                      const par__rd_costs *costs, par_plan *plan) {
     par__rd_problem pb;
-    char saved[512];
     int goal = -1;
     par_status st;
-    snprintf(saved, sizeof saved, "%s", par_last_error());
     par__rd_setup(&pb, from, to, costs);
     par__rd_prepare_heuristic(&pb);
     par__rd_plan_begin(plan, from, to, &pb, 0);
     plan->lower_bound = par__rd_heuristic(&pb, pb.start);
     if ((st = par__rd_astar(pl, &pb, &goal)) != PAR_OK) return st;
-    if ((st = par__rd_extract(pl, &pb, goal, plan)) != PAR_OK) return st;
+    return par__rd_extract(pl, &pb, goal, plan);
+}
+
+/* Wrap a plan found between the unified layouts (*inner) as a plan between the
+   real layouts: a local reshape onto the unified shape, its ops, a local
+   reshape to the target shape (each reshape only where the shapes differ). */
+static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *from, const par_layout *to,
+                                       const par_layout *ufrom, par_plan *plan) {
+    int enter = !par__rd_same_shape(from, ufrom), leave = !par__rd_same_shape(to, ufrom), i, n = 0;
+    if (inner->num_ops + enter + leave > PAR_MAX_PLAN_OPS)
+        return par__fail(PAR_ECAPACITY, "redistribution plan needs more than PAR_MAX_PLAN_OPS (%d) ops",
+                         PAR_MAX_PLAN_OPS);
+    *plan = *inner;
+    plan->from = *from;
+    plan->to = *to;
+    plan->unified_ndim = ufrom->ndim;
+    memcpy(plan->unified_shape, ufrom->shape, sizeof plan->unified_shape);
+    if (enter) {
+        par_redist_op *op = &plan->ops[n++];
+        memset(op, 0, sizeof *op);
+        op->kind = PAR_REDIST_RESHAPE;
+        op->tensor_dim = op->to_dim = op->device_dim = -1;
+        op->group = 1;
+        op->on_unified = 1;
+        op->after = par__map_without_unit_dims(ufrom);
+    }
+    for (i = 0; i < inner->num_ops; i++, n++) {
+        plan->ops[n] = inner->ops[i];
+        plan->ops[n].on_to_shape = 0;
+        plan->ops[n].on_unified = 1;
+    }
+    if (leave) {
+        par_redist_op *op = &plan->ops[n++];
+        memset(op, 0, sizeof *op);
+        op->kind = PAR_REDIST_RESHAPE;
+        op->tensor_dim = op->to_dim = op->device_dim = -1;
+        op->group = 1;
+        op->on_to_shape = 1;
+        op->after = par__map_without_unit_dims(to);
+    }
+    plan->num_ops = n;
+    return PAR_OK;
+}
+
+/* The search runs twice: on the tensor's own shapes (one local reshape between
+   them) and on the unified shape; the cheaper plan wins (ties: the first, which
+   needs no view changes). A refused or failed unified search leaves the first. */
+static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from, const par_layout *to,
+                                        const par__rd_costs *costs, par_plan *plan) {
+    par_layout ufrom, uto;
+    par_plan inner, wrapped;
+    char saved[512];
+    par_status st, st_unified = PAR_EUNSUPPORTED;
+    snprintf(saved, sizeof saved, "%s", par_last_error());
+    st = par__rd_search_plan(pl, from, to, costs, plan);
+    if (par__rd_unify(from, to, &ufrom, &uto) && !(par__rd_same_shape(&ufrom, from) && par__rd_same_shape(&ufrom, to))) {
+        char first[512];
+        snprintf(first, sizeof first, "%s", par_last_error());
+        st_unified = par__rd_search_plan(pl, &ufrom, &uto, costs, &inner);
+        if (st_unified == PAR_OK) st_unified = par__rd_wrap_unified(&inner, from, to, &ufrom, &wrapped);
+        if (st_unified == PAR_OK && (st != PAR_OK || wrapped.cost < plan->cost)) {
+            wrapped.lower_bound = st == PAR_OK && plan->lower_bound < wrapped.lower_bound ? plan->lower_bound
+                                                                                          : wrapped.lower_bound;
+            *plan = wrapped;
+            st = PAR_OK;
+        } else if (st != PAR_OK) {
+            par__fail(st, "%s", first);
+        }
+    }
+    if (st != PAR_OK) return st;
     par__fail(PAR_OK, "%s", saved);
     return PAR_OK;
 }
@@ -5956,6 +6080,12 @@ PARALLEL_DEF par_status par_plan_layout_after(const par_plan *plan, int i, par_l
     layout->mesh = plan->from.mesh;
     layout->ndim = shape_of->ndim;
     memcpy(layout->shape, shape_of->shape, sizeof layout->shape);
+    if (plan->ops[i].on_unified) {
+        if (plan->unified_ndim < 1 || plan->unified_ndim > PARALLEL_MAX_DIMS)
+            return par__fail(PAR_EINVAL, "par_plan_layout_after: op %d is on the unified shape but the plan has none", i);
+        layout->ndim = plan->unified_ndim;
+        memcpy(layout->shape, plan->unified_shape, sizeof layout->shape);
+    }
     layout->map = plan->ops[i].after;
     return PAR_OK;
 }
