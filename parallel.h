@@ -5932,6 +5932,12 @@ static par_status par__rd_walk_op(par__rd_walk *w, par_redist_kind kind, int t, 
 static par_status par__rd_walk_take(par__rd_walk *w, int t, int to_dim) {
     par_tensor_map next = w->map;
     int v = next.dev[t][--next.count[t]];
+    par_status st;
+    if (to_dim >= 0 && w->pb->costs.no_all_to_all) { /* enable_alltoall off: all_gather, then a local split */
+        if ((st = par__rd_walk_op(w, PAR_REDIST_ALL_GATHER, t, -1, v, &next, w->shape)) != PAR_OK) return st;
+        next.dev[to_dim][next.count[to_dim]++] = (int8_t)v;
+        return par__rd_walk_op(w, PAR_REDIST_SPLIT, to_dim, -1, v, &next, w->shape);
+    }
     if (to_dim >= 0) next.dev[to_dim][next.count[to_dim]++] = (int8_t)v;
     return par__rd_walk_op(w, to_dim >= 0 ? PAR_REDIST_ALL_TO_ALL : PAR_REDIST_ALL_GATHER, t, to_dim, v, &next, w->shape);
 }
@@ -6035,30 +6041,219 @@ static par_status par__rd_greedy_reshape(par__rd_walk *w, const par_tensor_map *
     return par__rd_greedy_to(w, target);
 }
 
+/* ---- MindSpore's operator inference on the unified layout --------------- */
+
+/* On the unified shape every dim is split by at most one device dim (-1: none);
+   cur[] is the walker's map, out[] the target's, pending[] the dims MindSpore's
+   loop still holds in its work map. */
+typedef struct par__rd_ms {
+    par__rd_walk *w;
+    int ndim, alltoall;
+    int cur[PARALLEL_MAX_DIMS], out[PARALLEL_MAX_DIMS], pending[PARALLEL_MAX_DIMS];
+} par__rd_ms;
+
+static par_status par__rd_ms_op(par__rd_ms *m, par_redist_kind kind, int t, int to_dim, int v) {
+    par_tensor_map next = m->w->map;
+    if (kind == PAR_REDIST_ALL_GATHER || kind == PAR_REDIST_ALL_TO_ALL) next.count[t] = 0;
+    if (kind == PAR_REDIST_SPLIT || kind == PAR_REDIST_ALL_TO_ALL) {
+        int d = kind == PAR_REDIST_SPLIT ? t : to_dim;
+        next.dev[d][0] = (int8_t)v;
+        next.count[d] = 1;
+    }
+    return par__rd_walk_op(m->w, kind, t, to_dim, v, &next, m->w->shape);
+}
+
+/* The pending dim currently split by device dim v, or -1. */
+static int par__rd_ms_holder(const par__rd_ms *m, int v) {
+    int i;
+    for (i = 0; i < m->ndim; i++)
+        if (m->pending[i] && m->cur[i] == v) return i;
+    return -1;
+}
+
+/* Split a dim whose target device dim no pending dim holds (a local slice). */
+static par_status par__rd_ms_split_pass(par__rd_ms *m) {
+    par_status st;
+    int i;
+    for (i = 0; i < m->ndim; i++) {
+        if (!m->pending[i]) continue;
+        if (m->cur[i] == m->out[i]) {
+            m->pending[i] = 0;
+        } else if (m->cur[i] < 0 && par__rd_ms_holder(m, m->out[i]) < 0) {
+            if ((st = par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i])) != PAR_OK) return st;
+            m->cur[i] = m->out[i];
+            m->pending[i] = 0;
+        }
+    }
+    return PAR_OK;
+}
+
+/* Move a device dim another pending dim holds to the free dim that wants it:
+   an all_to_all, or (enable_alltoall off) an all_gather then a local split. */
+static par_status par__rd_ms_permute_pass(par__rd_ms *m) {
+    par_status st;
+    int i, j;
+    for (i = 0; i < m->ndim; i++) {
+        if (!m->pending[i]) continue;
+        if (m->cur[i] == m->out[i]) {
+            m->pending[i] = 0;
+            continue;
+        }
+        if (m->cur[i] >= 0 || (j = par__rd_ms_holder(m, m->out[i])) < 0) continue;
+        if (m->alltoall) {
+            if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_TO_ALL, j, i, m->out[i])) != PAR_OK) return st;
+        } else {
+            if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, j, -1, m->out[i])) != PAR_OK) return st;
+            if ((st = par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i])) != PAR_OK) return st;
+        }
+        m->cur[i] = m->out[i];
+        m->pending[i] = 0;
+        m->cur[j] = -1;
+    }
+    return PAR_OK;
+}
+
+/* Gather every device dim the target does not use at all. */
+static par_status par__rd_ms_concat_pass(par__rd_ms *m) {
+    par_status st;
+    int i, k, wanted;
+    for (i = 0; i < m->ndim; i++) {
+        if (!m->pending[i] || m->cur[i] < 0) continue;
+        for (wanted = 0, k = 0; k < m->ndim; k++) wanted |= m->out[k] == m->cur[i];
+        if (wanted) continue;
+        if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, i, -1, m->cur[i])) != PAR_OK) return st;
+        m->cur[i] = -1;
+        if (m->out[i] < 0) m->pending[i] = 0;
+    }
+    return PAR_OK;
+}
+
+static int par__rd_ms_any_pending(const par__rd_ms *m) {
+    int i;
+    for (i = 0; i < m->ndim; i++)
+        if (m->pending[i]) return 1;
+    return 0;
+}
+
+/* MindSpore's RedistributionOperatorInfer loop, followed step for step: split
+   and permute passes until neither adds an op, then the concat pass; a round
+   that adds nothing (a cycle such as [0,1] -> [1,0]) gathers the first pending
+   dim. Dims are visited in index order, as its ordered work map does. */
+static par_status par__rd_ms_infer(par__rd_walk *w, const par_tensor_map *target, int alltoall) {
+    par__rd_ms m;
+    par_status st;
+    int i;
+    memset(&m, 0, sizeof m);
+    m.w = w;
+    m.ndim = w->pb->ndim[w->shape];
+    m.alltoall = alltoall;
+    for (i = 0; i < m.ndim; i++) {
+        m.cur[i] = w->map.count[i] ? w->map.dev[i][0] : -1;
+        m.out[i] = target->count[i] ? target->dev[i][0] : -1;
+        m.pending[i] = 1;
+    }
+    while (par__rd_ms_any_pending(&m)) {
+        int round = w->plan->num_ops;
+        for (;;) {
+            int before_split = w->plan->num_ops;
+            if ((st = par__rd_ms_split_pass(&m)) != PAR_OK) return st;
+            for (;;) {
+                int before_permute = w->plan->num_ops;
+                if (!par__rd_ms_any_pending(&m)) break;
+                if ((st = par__rd_ms_permute_pass(&m)) != PAR_OK) return st;
+                if (before_permute == w->plan->num_ops) break;
+            }
+            if (!par__rd_ms_any_pending(&m) || before_split == w->plan->num_ops) break;
+        }
+        if ((st = par__rd_ms_concat_pass(&m)) != PAR_OK) return st;
+        if (round == w->plan->num_ops && par__rd_ms_any_pending(&m)) {
+            for (i = 0; !m.pending[i]; i++) {}
+            if (m.cur[i] < 0) return par__fail(PAR_EUNSUPPORTED, "redistribution: greedy walk stuck at unified dim %d", i);
+            if ((st = par__rd_ms_op(&m, PAR_REDIST_ALL_GATHER, i, -1, m.cur[i])) != PAR_OK) return st;
+            m.cur[i] = -1;
+        }
+    }
+    return PAR_OK;
+}
+
+/* 1 if no tensor dim of `map` is split by more than one device dim. */
+static int par__rd_single_splits(const par_tensor_map *map, int ndim) {
+    int t;
+    for (t = 0; t < ndim; t++)
+        if (map->count[t] > 1) return 0;
+    return 1;
+}
+
+/* All-reduce every partial dim the target does not keep (MindSpore has no
+   partial layouts: its operators reduce before redistributing). */
+static par_status par__rd_greedy_reduce(par__rd_walk *w) {
+    par_status st;
+    int v;
+    for (v = 0; v < PARALLEL_MAX_DIMS; v++)
+        if (w->map.partial & ~w->pb->inert & (1u << v)) {
+            par_tensor_map next = w->map;
+            next.partial &= ~(1u << v);
+            if ((st = par__rd_walk_op(w, PAR_REDIST_ALL_REDUCE, -1, -1, v, &next, w->shape)) != PAR_OK) return st;
+        }
+    return PAR_OK;
+}
+
+/* The walk on the unified layout: MindSpore's algorithm proper. 0 with
+   nothing written when the layouts have no unified view with one device dim
+   per dim (see par__rd_unify). */
+static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, const par__rd_costs *costs,
+                                  par_plan *plan, par_status *st) {
+    par_layout ufrom, uto;
+    par__rd_problem pb;
+    par__rd_walk w;
+    par_plan inner;
+    if (!par__rd_unify(from, to, &ufrom, &uto)) {
+        ufrom = *from; /* same shapes with single splits need no unified view */
+        uto = *to;
+        if (!par__rd_same_shape(from, to)) return 0;
+    }
+    par__rd_setup(&pb, &ufrom, &uto, costs);
+    if (!par__rd_single_splits(&pb.from_map, ufrom.ndim) || !par__rd_single_splits(&pb.to_map, uto.ndim)) return 0;
+    par__rd_plan_begin(&inner, &ufrom, &uto, &pb, 1);
+    w.plan = &inner;
+    w.pb = &pb;
+    w.map = pb.from_map;
+    w.shape = 0;
+    if ((*st = par__rd_greedy_reduce(&w)) != PAR_OK) return 1;
+    if ((*st = par__rd_ms_infer(&w, &pb.to_map, !costs->no_all_to_all)) != PAR_OK) return 1;
+    if (par__rd_same_shape(&ufrom, from) && par__rd_same_shape(&ufrom, to)) {
+        *plan = inner;
+        plan->from = *from;
+        plan->to = *to;
+        return 1;
+    }
+    *st = par__rd_wrap_unified(&inner, from, to, &ufrom, plan);
+    return 1;
+}
+
 PARALLEL_DEF par_status par_plan_greedy(const par_layout *from, const par_layout *to, const par_cost_model *cost,
                                         par_plan *plan) {
     par__rd_costs costs;
     par__rd_problem pb;
     par__rd_walk w;
-    par_status st;
+    par_status st = PAR_OK;
     char saved[512];
-    int v;
     if (!from || !to || !plan) return par__fail(PAR_EINVAL, "par_plan_greedy: NULL argument");
     if ((st = par__rd_costs_init(cost, &from->mesh, &costs)) != PAR_OK) return st;
     if ((st = par__rd_validate(from, to, &costs)) != PAR_OK) return st;
     snprintf(saved, sizeof saved, "%s", par_last_error());
+    if (par__rd_greedy_unified(from, to, &costs, plan, &st)) {
+        if (st == PAR_OK) par__fail(PAR_OK, "%s", saved);
+        return st;
+    }
+    /* no unified view: the walk on the tensor's own shapes */
     par__rd_setup(&pb, from, to, &costs);
     par__rd_plan_begin(plan, from, to, &pb, 1);
     w.plan = plan;
     w.pb = &pb;
     w.map = pb.from_map;
     w.shape = 0;
-    for (v = 0; v < PARALLEL_MAX_DIMS; v++)
-        if (w.map.partial & ~pb.inert & (1u << v)) {
-            par_tensor_map next = w.map;
-            next.partial &= ~(1u << v);
-            if ((st = par__rd_walk_op(&w, PAR_REDIST_ALL_REDUCE, -1, -1, v, &next, 0)) != PAR_OK) return st;
-        }
+    if ((st = par__rd_greedy_reduce(&w)) != PAR_OK) return st;
     st = pb.reshape ? par__rd_greedy_reshape(&w, &pb.to_map) : par__rd_greedy_to(&w, &pb.to_map);
     if (st == PAR_OK) par__fail(PAR_OK, "%s", saved);
     return st;

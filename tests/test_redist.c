@@ -45,6 +45,14 @@ static const char *plan_text(const par_plan *plan) {
     return buf;
 }
 
+/* Kind of the first op that is not a local reshape (-1 if none). */
+static int first_collective(const par_plan *plan) {
+    int i;
+    for (i = 0; i < plan->num_ops; i++)
+        if (plan->ops[i].kind != PAR_REDIST_RESHAPE) return (int)plan->ops[i].kind;
+    return -1;
+}
+
 static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(a) > 1 ? fabs(a) : 1); }
 
 /* ---- simulation helpers ------------------------------------------------- */
@@ -198,10 +206,16 @@ static void test_greedy_cycle(void) {
     par_layout a = make_layout(&m, 2, shape, "[0,1]"), b = make_layout(&m, 2, shape, "[1,0]");
     par_plan greedy, best;
     CHECK_OK(par_plan_greedy(&a, &b, NULL, &greedy));
-    CHECK_STR(plan_text(&greedy), "all_gather tensor_dim=0 device_dim=0 group=2 bytes=16\n"
-                                  "all_to_all tensor_dim=1 to_dim=0 device_dim=1 group=2 bytes=16\n"
-                                  "split tensor_dim=1 device_dim=0 group=2 bytes=0\n"
-                                  "total bytes=32 ops=3\n");
+    /* MindSpore's loop on [0,-1,1,-1] -> [1,-1,0,-1]: nothing splits, permutes
+       or concats, so the round gathers the first pending dim (0); then dim 0 is
+       free and dim 2 holds the device dim it wants: an all_to_all; then dim 2
+       splits locally */
+    CHECK_STR(plan_text(&greedy), "reshape group=1 bytes=0\n"
+                                  "all_gather tensor_dim=0 device_dim=0 group=2 bytes=16\n"
+                                  "all_to_all tensor_dim=2 to_dim=0 device_dim=1 group=2 bytes=16\n"
+                                  "split tensor_dim=2 device_dim=0 group=2 bytes=0\n"
+                                  "reshape group=1 bytes=0\n"
+                                  "total bytes=32 ops=5\n");
     CHECK_INT(greedy.greedy, 1);
     CHECK(simulate_ok(&greedy));
     CHECK_OK(par_plan_redistribution(&a, &b, NULL, &best));
@@ -212,8 +226,8 @@ static void test_greedy_cycle(void) {
         par_layout p = make_layout(&m, 2, shape, "[-1,-1] partial=(1,0)"), t = make_layout(&m, 2, shape, "[0,1]");
         CHECK_OK(par_plan_greedy(&p, &t, NULL, &greedy));
         CHECK_OK(par_plan_redistribution(&p, &t, NULL, &best));
-        CHECK_INT(greedy.ops[0].kind, PAR_REDIST_ALL_REDUCE);
-        CHECK_INT(best.ops[0].kind, PAR_REDIST_REDUCE_SCATTER);
+        CHECK_INT(first_collective(&greedy), PAR_REDIST_ALL_REDUCE);
+        CHECK_INT(first_collective(&best), PAR_REDIST_REDUCE_SCATTER);
         CHECK(best.cost < greedy.cost);
         CHECK(simulate_ok(&greedy) && simulate_ok(&best));
     }
@@ -903,6 +917,28 @@ static void property_case(par_planner *pl, property_stats *st) {
     if (!(best.cost <= greedy.cost + 1e-9 * (1 + greedy.cost))) ok = 0, fprintf(stderr, "  greedy is cheaper\n");
     if (!suffixes_ok(pl, &best, cmp)) ok = 0, fprintf(stderr, "  a suffix of the optimal plan is not optimal\n");
     st->greedy_worse += best.cost < greedy.cost - 1e-9 * (1 + greedy.cost);
+    { /* MindSpore's enable_alltoall off (its default): both planners without all_to_all */
+        par_cost_model off;
+        par_plan best_off, greedy_off;
+        int k;
+        if (cmp) off = cm;
+        else memset(&off, 0, sizeof off);
+        off.no_all_to_all = 1;
+        if (par_planner_plan(pl, &from, &to, &off, &best_off) != PAR_OK ||
+            par_plan_greedy(&from, &to, &off, &greedy_off) != PAR_OK) {
+            ok = 0, fprintf(stderr, "  planning without all_to_all failed: %s\n", par_last_error());
+        } else {
+            for (k = 0; k < greedy_off.num_ops; k++)
+                if (greedy_off.ops[k].kind == PAR_REDIST_ALL_TO_ALL || (k < best_off.num_ops && best_off.ops[k].kind == PAR_REDIST_ALL_TO_ALL))
+                    ok = 0, fprintf(stderr, "  an all_to_all with enable_alltoall off\n");
+            if (!plan_consistent(&greedy_off, &off) || !simulate_ok(&greedy_off))
+                ok = 0, fprintf(stderr, "  greedy plan without all_to_all is wrong\n");
+            if (!(best_off.cost <= greedy_off.cost + 1e-9 * (1 + greedy_off.cost)))
+                ok = 0, fprintf(stderr, "  greedy without all_to_all is cheaper\n");
+            if (!(best.cost <= best_off.cost + 1e-9 * (1 + best_off.cost)))
+                ok = 0, fprintf(stderr, "  all_to_all made the optimum dearer\n");
+        }
+    }
     memset(&rp, 0, sizeof rp);
     rp.from = &from;
     rp.to = &to;
