@@ -663,8 +663,9 @@ typedef struct par_link {
 typedef struct par_cost_model {
     par_link link[PARALLEL_MAX_DIMS];
     int elem_size;     /* bytes per element; 0 = default 4 (f32) */
-    int no_all_to_all; /* 1: plans never use all_to_all (MindSpore's enable_alltoall: false);
-                          a dim moves by all_gather + local split instead (optimal among the rest) */
+    int no_all_to_all; /* 1: plans never use all_to_all (MindSpore's enable_alltoall: false, its
+                          default); a dim moves by all_gather + local split instead (optimal among
+                          the rest; par_plan_greedy follows MindSpore's non-all_to_all path) */
 } par_cost_model;
 
 #define PAR_MAX_PLAN_OPS 48
@@ -701,10 +702,18 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner);
 
 /* The cheapest plan turning `from` into `to` (same mesh; shapes equal, or equal in
    element count when a local reshape can bridge them). Optimal under `cost`
-   (NULL = bytes) among plans of split, all_gather, all_to_all, all_reduce,
-   reduce_scatter and at most one local reshape: A* over (per tensor dim an ordered
-   list of device dims, partial set) with an admissible bound. Allocates nothing
-   once the planner has warmed up; cached by (from, to, cost). Errors:
+   (NULL = bytes) over the extended move set: plans of split, all_gather,
+   all_to_all, all_reduce and reduce_scatter either on the tensor's own shapes
+   (at most one local reshape between them) or on MindSpore's unified shape (every
+   dim of both shapes cut at each shard boundary of both layouts, e.g. 1024 split
+   4 and 16 ways -> 4 x 4 x 64; entered and left by local reshapes, so collectives
+   act on sub-dims, and reshape redistributions go through the common shape).
+   A* over (per tensor dim an ordered list of device dims, partial set) with an
+   admissible bound, once per view; the cheaper plan wins. The unified shape is
+   that of the two layouts given (a mid-plan layout may cut finer); device dims
+   are never factored, so a view where one device dim would straddle two cuts is
+   not used. Allocates nothing once the planner has warmed up; cached by
+   (from, to, cost). Errors:
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
    PAR_ESHAPE (element counts differ), PAR_EUNSUPPORTED (target partial over a
    dim the source is not), PAR_ECAPACITY (max_states or PAR_MAX_PLAN_OPS). */
@@ -715,11 +724,19 @@ PARALLEL_DEF par_status par_planner_plan(par_planner *planner, const par_layout 
 PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const par_layout *to,
                                                 const par_cost_model *cost, par_plan *plan);
 
-/* The MindSpore-style greedy baseline: all_reduce every partial dim, then loop
-   split -> all_to_all -> all_gather, forcing an all_gather to break cycles. For
-   comparison only: never cheaper than par_planner_plan. Between shapes it
-   reshapes last when the target has a source-shape twin that reshapes back to
-   it, else first when the source reshapes, else after gathering everything. */
+/* MindSpore's algorithm, as the baseline: all_reduce every partial dim (MindSpore
+   has no partial layouts), then its RedistributionOperatorInfer loop on the
+   unified layout (both layouts viewed on the unified shape above, one device dim
+   per dim): split passes, permute passes (all_to_all; with cost->no_all_to_all,
+   MindSpore's default enable_alltoall = false, an all_gather and a local split),
+   a concat pass (all_gather of device dims the target does not use), and a
+   forced all_gather of the first pending dim to break cycles. For comparison
+   only: never cheaper than par_planner_plan under the same no_all_to_all. Where
+   no unified view exists (cuts that do not nest, as 6 split 2 and 3 ways) it
+   walks the tensor's own shapes instead: split -> all_to_all -> all_gather, and
+   between shapes it reshapes last when the target has a source-shape twin that
+   reshapes back to it, else first when the source reshapes, else after
+   gathering everything. */
 PARALLEL_DEF par_status par_plan_greedy(const par_layout *from, const par_layout *to,
                                         const par_cost_model *cost, par_plan *plan);
 
@@ -6203,15 +6220,15 @@ static par_status par__rd_greedy_reduce(par__rd_walk *w) {
    per dim (see par__rd_unify). */
 static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, const par__rd_costs *costs,
                                   par_plan *plan, par_status *st) {
-    par_layout ufrom, uto;
+    par_layout ufrom = *from, uto = *to;
     par__rd_problem pb;
     par__rd_walk w;
     par_plan inner;
-    if (!par__rd_unify(from, to, &ufrom, &uto)) {
-        ufrom = *from; /* same shapes with single splits need no unified view */
-        uto = *to;
-        if (!par__rd_same_shape(from, to)) return 0;
-    }
+    par_tensor_map fm = par__map_without_unit_dims(from), tm = par__map_without_unit_dims(to);
+    /* like MindSpore, expand the tensor shape only where the layouts need it:
+       another shape, or a dim split by several device dims */
+    if (!par__rd_same_shape(from, to) || !par__rd_single_splits(&fm, from->ndim) || !par__rd_single_splits(&tm, to->ndim))
+        if (!par__rd_unify(from, to, &ufrom, &uto)) return 0;
     par__rd_setup(&pb, &ufrom, &uto, costs);
     if (!par__rd_single_splits(&pb.from_map, ufrom.ndim) || !par__rd_single_splits(&pb.to_map, uto.ndim)) return 0;
     par__rd_plan_begin(&inner, &ufrom, &uto, &pb, 1);

@@ -57,7 +57,9 @@ static const char *const usage_text =
     "      --mesh 2,4 --shape 8,16 --from \"[1,-1]\" --to \"[-1,0]\"\n"
     "      [--to-shape 8,2,8]       target shape (a local, layout-preserving reshape)\n"
     "      [--dtype f32]            element type (bytes)\n"
-    "      [--greedy]               print the MindSpore-style greedy baseline instead\n"
+    "      [--greedy]               print MindSpore's algorithm (the baseline) instead\n"
+    "      [--all-to-all on|off]    may plans use all_to_all (default on; off is MindSpore's\n"
+    "                               default enable_alltoall = false: all_gather + split)\n"
     "      [--latency d=x,...]      alpha per device dim (number or axis name), or one\n"
     "                               value for all dims\n"
     "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n"
@@ -611,12 +613,18 @@ static void show_plan(const par_layout *from, const par_layout *to, const par_co
     par_plan_format(plan, buf, sizeof buf);
     fputs(buf, stdout);
     if (buf[0] && buf[strlen(buf) - 1] != '\n') putchar('\n');
+    if (plan->unified_ndim > 0) { /* the shape the ops between the two reshapes act on */
+        int i;
+        printf("unified shape [");
+        for (i = 0; i < plan->unified_ndim; i++) printf("%s%lld", i ? "," : "", (long long)plan->unified_shape[i]);
+        printf("]\n");
+    }
 }
 
 static int cmd_redistribute(int argc, char **argv) {
     static const opt_spec specs[] = {{"mesh", 1, 0},     {"shape", 1, 0},   {"from", 1, 0},      {"to", 1, 0},
                                      {"dtype", 1, 0},    {"greedy", 0, 0},  {"to-shape", 1, 0},  {"latency", 1, 0},
-                                     {"bandwidth", 1, 0}, {NULL, 0, 0}};
+                                     {"bandwidth", 1, 0}, {"all-to-all", 1, 0}, {NULL, 0, 0}};
     args a;
     par_mesh mesh;
     par_layout from, to;
@@ -639,6 +647,11 @@ static int cmd_redistribute(int argc, char **argv) {
     set_elem_size(&cm, parse_dtype(&a));
     if ((text = arg_get(&a, "latency")) != NULL) parse_links(text, &mesh, 0, &cm);
     if ((text = arg_get(&a, "bandwidth")) != NULL) parse_links(text, &mesh, 1, &cm);
+    if ((text = arg_get(&a, "all-to-all")) != NULL) {
+        if (strcmp(text, "on") != 0 && strcmp(text, "off") != 0)
+            die("--all-to-all: '%s' must be on or off (off = MindSpore's enable_alltoall false)", text);
+        cm.no_all_to_all = strcmp(text, "off") == 0;
+    }
     check(par_layout_parse(&from, &mesh, ndim, shape, arg_need(&a, "from")), "--from");
     check(par_layout_parse(&to, &mesh, to_ndim, to_shape, arg_need(&a, "to")), "--to");
     show_plan(&from, &to, &cm, arg_flag(&a, "greedy"), &plan);
