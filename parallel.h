@@ -348,7 +348,7 @@ PARALLEL_DEF par_status par_layout_init(par_layout *layout, const par_mesh *mesh
                                         const int *map, uint32_t partial);
 
 /* Parse the text form: "[1,-1]", "[(1,0),-1]", "[1,-1] partial=0",
-   "[-1,-1] partial=(1,0)", or with a named mesh "[dp,None]", "[(dp,cp),None]",
+   "[-1,-1] partial=(1,0)" or "[-1,-1] partial=1,0" (a set: order is free), or with a named mesh "[dp,None]", "[(dp,cp),None]",
    "partial=tp". The entry count must equal ndim. Validated as par_layout_check. */
 PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mesh, int ndim, const int64_t *shape,
                                          const char *text);
@@ -2876,10 +2876,14 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
             return par__fail(PAR_EPARSE, "layout '%.64s': expected '=' after 'partial' at position %d", text, par__scan_pos(&s));
         if (par__accept(&s, '(')) {
             if ((st = par__parse_dev_tuple(&s, mesh, devs, &count)) != PAR_OK) return st;
-        } else {
-            if ((st = par__parse_dev_dim(&s, mesh, &d)) != PAR_OK) return st;
-            devs[0] = (int8_t)d;
-            count = 1;
+        } else { /* "partial=0" or, the partial set being a set, the bare list "partial=0,2" */
+            do {
+                if (count >= mesh->ndim)
+                    return par__fail(PAR_ELAYOUT, "layout '%.64s': the partial set at position %d lists more device dims "
+                                     "than the mesh's %d", text, par__scan_pos(&s), mesh->ndim);
+                if ((st = par__parse_dev_dim(&s, mesh, &d)) != PAR_OK) return st;
+                devs[count++] = (int8_t)d;
+            } while (par__accept(&s, ','));
         }
         for (k = 0; k < count; k++) {
             if (layout->map.partial & (1u << devs[k]))
@@ -2888,7 +2892,11 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
         }
     }
     par__skip_space(&s);
-    if (*s.p) return par__fail(PAR_EPARSE, "layout '%.64s': unexpected '%c' at position %d", text, *s.p, par__scan_pos(&s));
+    if (*s.p)
+        return par__fail(PAR_EPARSE,
+                         "layout '%.64s': unexpected '%c' at position %d (a layout is \"[map] partial=dims\", "
+                         "dims one device dim or several as 0,2 or (0,2))",
+                         text, *s.p, par__scan_pos(&s));
     return par_layout_check(layout);
 }
 

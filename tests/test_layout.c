@@ -87,6 +87,14 @@ static void test_parse_format(void) {
     CHECK_INT(l.map.partial, 3);
     par_layout_format(&l, buf, sizeof buf);
     CHECK_STR(buf, "[-1,-1] partial=(1,0)");
+    /* issue 14: the partial set is a set, so the bare list form is accepted too */
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0,1"));
+    CHECK_INT(l.map.partial, 3);
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=1, 0"));
+    CHECK_INT(l.map.partial, 3);
+    CHECK_ERR(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0,0"), PAR_ELAYOUT, "device dim 0 is listed twice");
+    CHECK_ERR(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0,"), PAR_EPARSE, "expected a device dim");
+    CHECK_ERR(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0;1"), PAR_EPARSE, "several as 0,2 or (0,2)");
     CHECK_OK(par_layout_parse(&l, &named, 2, shape, "[dp,None] partial=tp"));
     par_layout_format(&l, buf, sizeof buf);
     CHECK_STR(buf, "[1,-1] partial=0");
