@@ -704,16 +704,18 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner);
    element count when a local reshape can bridge them). Optimal under `cost`
    (NULL = bytes) over the extended move set: plans of split, all_gather,
    all_to_all, all_reduce and reduce_scatter either on the tensor's own shapes
-   (at most one local reshape between them) or on MindSpore's unified shape (every
-   dim of both shapes cut at each shard boundary of both layouts, e.g. 1024 split
-   4 and 16 ways -> 4 x 4 x 64; entered and left by local reshapes, so collectives
-   act on sub-dims, and reshape redistributions go through the common shape).
-   A* over (per tensor dim an ordered list of device dims, partial set) with an
-   admissible bound, once per view; the cheaper plan wins. The unified shape is
-   that of the two layouts given (a mid-plan layout may cut finer); device dims
-   are never factored, so a view where one device dim would straddle two cuts is
-   not used. Allocates nothing once the planner has warmed up; cached by
-   (from, to, cost). Errors:
+   (at most one local reshape between them) or on a unified shape of the two
+   layouts, entered and left by local reshapes: every dim of both shapes cut at
+   shard boundaries of both layouts, so collectives act on sub-dims and reshape
+   redistributions go through the common shape. Two cuts: MindSpore's (where
+   every shard but a dim's minor-most ends: 1024 split 4 and 16 ways -> 4 x 256)
+   and a fine one (at every shard end: 4 x 4 x 64). A* over (per tensor dim an
+   ordered list of device dims, partial set) with an admissible bound, once per
+   view; the cheapest plan wins. The unified shapes are those of the two
+   layouts given (a mid-plan layout may cut finer); device dims are never
+   factored, so a view where one device dim would straddle a cut is not used.
+   Allocates nothing once the planner has warmed up; cached by (from, to, cost).
+   Errors:
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
    PAR_ESHAPE (element counts differ), PAR_EUNSUPPORTED (target partial over a
    dim the source is not), PAR_ECAPACITY (max_states or PAR_MAX_PLAN_OPS). */
@@ -726,7 +728,7 @@ PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const pa
 
 /* MindSpore's algorithm, as the baseline: all_reduce every partial dim (MindSpore
    has no partial layouts), then its RedistributionOperatorInfer loop on the
-   unified layout (both layouts viewed on the unified shape above, one device dim
+   unified layout (both layouts viewed on MindSpore's unified shape above, one device dim
    per dim): split passes, permute passes (all_to_all; with cost->no_all_to_all,
    MindSpore's default enable_alltoall = false, an all_gather and a local split),
    a concat pass (all_gather of device dims the target does not use), and a
@@ -5768,13 +5770,13 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner) {
 /* Add the flat-index strides at which `l` starts a new tensor dim or a new
    shard: the inner size of every dim, and within dim t (inner size I, extent S,
    split by n1, n2, ... major first) I*S/n1, I*S/(n1*n2), ... */
-static void par__rd_add_strides(const par_layout *l, int64_t *strides, int *count) {
+static void par__rd_add_strides(const par_layout *l, int fine, int64_t *strides, int *count) {
     int64_t inner = 1;
     int t, k;
     for (t = l->ndim - 1; t >= 0; t--) {
         int64_t block = l->shape[t];
         strides[(*count)++] = inner;
-        for (k = 0; k < l->map.count[t]; k++) {
+        for (k = 0; k < l->map.count[t] - !fine; k++) {
             block /= par_mesh_dev_size(&l->mesh, l->map.dev[t][k]);
             strides[(*count)++] = block * inner;
         }
@@ -5783,19 +5785,26 @@ static void par__rd_add_strides(const par_layout *l, int64_t *strides, int *coun
     strides[(*count)++] = inner;
 }
 
-/* The unified shape of two layouts of one tensor: the flat index factored at
-   every dim and shard boundary of both (MindSpore's unified tensor shape, e.g.
-   1024 split 4 ways in one and 16 ways in the other -> 4 x 4 x 64). Each shard
-   of either layout is then one unified dim split by one device dim, so moving a
-   device dim between sub-dims of one real dim is an ordinary all_to_all there.
+/* A unified shape of two layouts of one tensor: the flat index factored at the
+   dim boundaries of both shapes and at shard boundaries of both layouts, so that
+   moving a device dim between sub-dims of one real dim is an ordinary
+   all_to_all there. Two cuts are useful:
+     - coarse (MindSpore's unified tensor shape): a dim split by (a, b, c) is cut
+       where a's and b's shards end, so each sub-dim is split by one device dim
+       and c splits the last one (1024 split 4 and 16 ways -> 4 x 256);
+     - fine: also where the minor-most shard ends (-> 4 x 4 x 64), so every
+       shard of either layout is a sub-dim of its own.
+   Neither view contains the other's moves (a device dim may straddle a fine cut
+   the coarse view does not make), so the planner searches both.
    0 when the boundaries do not nest (6 split 2 and 3 ways), the result needs
    more than PARALLEL_MAX_DIMS dims, or either layout does not reshape to it
-   locally; the layouts on it in *ufrom, *uto otherwise. */
-static int par__rd_unify(const par_layout *from, const par_layout *to, par_layout *ufrom, par_layout *uto) {
+   locally (a device dim would straddle a cut: mesh axes are not factored);
+   the layouts on it in *ufrom, *uto otherwise. */
+static int par__rd_unify(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
     int64_t strides[4 * PARALLEL_MAX_DIMS * (PARALLEL_MAX_DIMS + 2)], shape[PARALLEL_MAX_DIMS];
     int count = 0, i, j, ndim = 0;
-    par__rd_add_strides(from, strides, &count);
-    par__rd_add_strides(to, strides, &count);
+    par__rd_add_strides(from, fine, strides, &count);
+    par__rd_add_strides(to, fine, strides, &count);
     for (i = 1; i < count; i++) /* insertion sort, largest first */
         for (j = i; j > 0 && strides[j - 1] < strides[j]; j--) {
             int64_t x = strides[j];
@@ -5866,35 +5875,48 @@ static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *
         op->after = par__map_without_unit_dims(to);
     }
     plan->num_ops = n;
+    if (n == 2 && plan->ops[0].kind == PAR_REDIST_RESHAPE && plan->ops[1].kind == PAR_REDIST_RESHAPE) {
+        par_layout direct; /* nothing ran on the unified shape: one local reshape does it */
+        if (par_layout_reshape(from, to->ndim, to->shape, &direct) == PAR_OK && par_layout_equal(&direct, to)) {
+            plan->ops[0] = plan->ops[1];
+            plan->num_ops = 1;
+            plan->unified_ndim = 0;
+        }
+    }
     return PAR_OK;
 }
 
-/* The search runs twice: on the tensor's own shapes (one local reshape between
-   them) and on the unified shape; the cheaper plan wins (ties: the first, which
-   needs no view changes). A refused or failed unified search leaves the first. */
+/* The search runs up to three times: on the tensor's own shapes (one local
+   reshape between them), on the fine and on the coarse unified shape; the
+   cheapest plan wins (ties: the earlier, which needs fewer view changes). A
+   refused or failed unified search leaves the others. The lower bound is the
+   smallest of the searches' bounds, a bound for the union of their moves. */
 static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from, const par_layout *to,
                                         const par__rd_costs *costs, par_plan *plan) {
-    par_layout ufrom, uto;
+    par_layout ufrom, uto, seen;
     par_plan inner, wrapped;
-    char saved[512];
-    par_status st, st_unified = PAR_EUNSUPPORTED;
+    char saved[512], first[512];
+    par_status st;
+    int fine, views = 0;
     snprintf(saved, sizeof saved, "%s", par_last_error());
     st = par__rd_search_plan(pl, from, to, costs, plan);
-    if (par__rd_unify(from, to, &ufrom, &uto) && !(par__rd_same_shape(&ufrom, from) && par__rd_same_shape(&ufrom, to))) {
-        char first[512];
-        snprintf(first, sizeof first, "%s", par_last_error());
-        st_unified = par__rd_search_plan(pl, &ufrom, &uto, costs, &inner);
-        if (st_unified == PAR_OK) st_unified = par__rd_wrap_unified(&inner, from, to, &ufrom, &wrapped);
-        if (st_unified == PAR_OK && (st != PAR_OK || wrapped.cost < plan->cost)) {
-            wrapped.lower_bound = st == PAR_OK && plan->lower_bound < wrapped.lower_bound ? plan->lower_bound
-                                                                                          : wrapped.lower_bound;
+    snprintf(first, sizeof first, "%s", par_last_error());
+    for (fine = 1; fine >= 0; fine--) {
+        double bound;
+        if (!par__rd_unify(from, to, fine, &ufrom, &uto)) continue;
+        if (par__rd_same_shape(&ufrom, from) && par__rd_same_shape(&ufrom, to)) continue; /* the first search */
+        if (views++ && par__rd_same_shape(&ufrom, &seen)) continue;                       /* coarse == fine */
+        seen = ufrom;
+        if (par__rd_search_plan(pl, &ufrom, &uto, costs, &inner) != PAR_OK) continue;
+        if (par__rd_wrap_unified(&inner, from, to, &ufrom, &wrapped) != PAR_OK) continue;
+        bound = st == PAR_OK && plan->lower_bound < wrapped.lower_bound ? plan->lower_bound : wrapped.lower_bound;
+        if (st != PAR_OK || wrapped.cost < plan->cost) {
             *plan = wrapped;
             st = PAR_OK;
-        } else if (st != PAR_OK) {
-            par__fail(st, "%s", first);
         }
+        plan->lower_bound = bound;
     }
-    if (st != PAR_OK) return st;
+    if (st != PAR_OK) return par__fail(st, "%s", first);
     par__fail(PAR_OK, "%s", saved);
     return PAR_OK;
 }
@@ -6236,7 +6258,7 @@ static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, 
     /* like MindSpore, expand the tensor shape only where the layouts need it:
        another shape, or a dim split by several device dims */
     if (!par__rd_same_shape(from, to) || !par__rd_single_splits(&fm, from->ndim) || !par__rd_single_splits(&tm, to->ndim))
-        if (!par__rd_unify(from, to, &ufrom, &uto)) return 0;
+        if (!par__rd_unify(from, to, 0, &ufrom, &uto)) return 0;
     par__rd_setup(&pb, &ufrom, &uto, costs);
     if (!par__rd_single_splits(&pb.from_map, ufrom.ndim) || !par__rd_single_splits(&pb.to_map, uto.ndim)) return 0;
     par__rd_plan_begin(&inner, &ufrom, &uto, &pb, 1);

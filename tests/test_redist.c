@@ -273,6 +273,182 @@ static void test_unified_cases(void) {
     CHECK(simulate_ok(&own));
 }
 
+/* ---- MindSpore's own unit tests (tests/ut/cpp/parallel/tensor_layout/) ---
+   Ported expectations. MindSpore lets the two layouts of a redistribution use
+   different device arrangements ([8,4] and [2,16]); here both live on one mesh,
+   MindSpore's unified device arrangement, and a device dim of an arrangement
+   that the unified one splits becomes a tuple of mesh dims ([8,4] on mesh
+   2,4,4: the 8 is (2,1), the 4 is 0). Device dims count from the right, as in
+   MindSpore. For every case: our plans for both enable_alltoall settings are
+   correct on the simulator and move no more bytes than MindSpore's algorithm
+   (par_plan_greedy) with the same setting. */
+
+static int plan_consistent(const par_plan *plan, const par_cost_model *cm); /* below, with the property test */
+
+typedef struct ms_case {
+    const char *source;  /* "file: test" */
+    const char *mesh;    /* the unified device arrangement */
+    int ndim, to_ndim;
+    int64_t shape[MAXD], to_shape[MAXD];
+    const char *from, *to;
+    /* MindSpore's expected unified tensor shape and maps (0 dims: none given) */
+    int u_ndim;
+    int64_t u_shape[MAXD];
+    int u_from[MAXD], u_to[MAXD];
+    /* MindSpore's expected operator names with enable_alltoall off, in our op
+       kinds (AllGather + Split + Concat is one all_gather; StridedSlice a split);
+       NULL: none given */
+    const char *ops_off;
+} ms_case;
+
+static const ms_case ms_cases[] = {
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer1 (in [8,4] [1,0], out [2,16] [1,0])",
+     "2,4,4", 2, 2, {512, 1024}, {512, 1024}, "[(2,1),0]", "[2,(1,0)]",
+     4, {2, 256, 4, 256}, {2, 1, 0, -1}, {2, -1, 1, 0}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer2 (in [8,4] [1,0], out [2,16] [0,1])",
+     "2,2,2,4", 2, 2, {512, 1024}, {512, 1024}, "[(3,2,1),0]", "[(2,1,0),3]",
+     4, {2, 2, 128, 1024}, {3, 2, 1, 0}, {2, 1, 0, 3}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer3 (in [8] [0,-1], out [2,2,2] [2,1])",
+     "2,2,2", 2, 2, {512, 1024}, {512, 1024}, "[(2,1,0),-1]", "[2,1]",
+     4, {2, 2, 128, 1024}, {2, 1, 0, -1}, {2, -1, -1, 1}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer4 (in [16,1,1] [2,0], out [1,16,1] [2,1])",
+     "16", 2, 2, {512, 1024}, {512, 1024}, "[0,-1]", "[-1,0]",
+     2, {512, 1024}, {0, -1}, {-1, 0}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer5", "16", 2, 2, {512, 1024}, {512, 1024},
+     "[0,-1]", "[-1,0]", 2, {512, 1024}, {0, -1}, {-1, 0}, NULL},
+    {"reshape_layout_transfer_test.cc: InferUnifiedLayout1", "8,4", 2, 2, {512, 1024}, {128, 4096}, "[1,0]", "[1,0]",
+     3, {128, 4, 1024}, {1, -1, 0}, {1, 0, -1}, NULL},
+    {"reshape_layout_transfer_test.cc: InferUnifiedLayout2 (arrangement [8,4] unified to [4,2,4])", "4,2,4", 2, 2,
+     {512, 1024}, {128, 4096}, "[(2,1),0]", "[0,(2,1)]", 4, {4, 32, 4, 1024}, {2, 1, -1, 0}, {0, -1, 2, 1}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck1", "8,4", 2, 2, {512, 1024}, {128, 4096}, "[1,0]",
+     "[0,1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck2", "8,4", 2, 2, {512, 1024}, {128, 4096}, "[1,-1]",
+     "[0,-1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck3", "2", 2, 2, {4, 2}, {2, 4}, "[-1,-1]", "[-1,-1]",
+     0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck4", "4,8", 3, 3, {8, 2, 2}, {2, 2, 8}, "[-1,-1,-1]",
+     "[-1,-1,0]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck5", "2,2", 2, 2, {2, 2}, {2, 2}, "[0,-1]", "[0,-1]",
+     0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck6", "2,2", 2, 2, {2, 8}, {2, 8}, "[0,1]", "[0,1]",
+     0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck7", "2,4,4", 3, 3, {2, 4, 4}, {2, 2, 8},
+     "[-1,0,-1]", "[-1,-1,0]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck8", "4,2,4", 3, 3, {4, 4, 2}, {2, 4, 4}, "[2,0,1]",
+     "[-1,-1,-1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck9", "2,2,2", 4, 2, {2, 2, 128, 1024}, {512, 1024},
+     "[2,1,0,-1]", "[2,1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck10", "2,2,2", 4, 2, {2, 2, 2, 2}, {8, 2},
+     "[2,1,0,-1]", "[2,1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck11", "2", 2, 1, {2, 2}, {4}, "[0,-1]", "[0]", 0,
+     {0}, {0}, {0}, NULL},
+    {"tensor_redistribution_test.cc: TestInferRedistribution1 (in [2,4,2] [2,0], out [4,2,2] [2,1])", "2,2,2,2", 2, 2,
+     {512, 1024}, {512, 1024}, "[3,0]", "[(3,2),1]", 0, {0}, {0}, {0}, "reshape split all_gather split reshape"},
+    {"tensor_redistribution_test.cc: TestInferRedistribution2 (in [16,1,1] [2,0], out [1,16,1] [2,1])", "16", 2, 2,
+     {512, 1024}, {512, 1024}, "[0,-1]", "[-1,0]", 0, {0}, {0}, {0}, "all_gather split"},
+    {"tensor_redistribution_test.cc: TestInferRedistribution3", "8", 4, 2, {128, 64, 1, 1}, {128, 64}, "[0,-1,-1,-1]",
+     "[0,-1]", 0, {0}, {0}, {0}, "reshape"},
+};
+
+static void plan_kinds(const par_plan *plan, char *buf, size_t size) {
+    size_t len = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < plan->num_ops && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? " " : "", par_redist_kind_name(plan->ops[i].kind));
+}
+
+static void ms_check_case(const ms_case *c) {
+    par_mesh m = make_mesh(c->mesh);
+    par_layout from = make_layout(&m, c->ndim, c->shape, c->from), to = make_layout(&m, c->to_ndim, c->to_shape, c->to);
+    int setting;
+    if (c->u_ndim) { /* MindSpore's unified layouts are local views of ours: same slices on every rank */
+        par_layout uf, ut, want_f, want_t;
+        CHECK_OK(par_layout_init(&want_f, &m, c->u_ndim, c->u_shape, c->u_from, 0));
+        CHECK_OK(par_layout_init(&want_t, &m, c->u_ndim, c->u_shape, c->u_to, 0));
+        CHECK_MSG(par_layout_reshape(&from, c->u_ndim, c->u_shape, &uf) == PAR_OK && par_layout_equal(&uf, &want_f),
+                  "%s: the source does not view as MindSpore's unified source", c->source);
+        CHECK_MSG(par_layout_reshape(&to, c->u_ndim, c->u_shape, &ut) == PAR_OK && par_layout_equal(&ut, &want_t),
+                  "%s: the target does not view as MindSpore's unified target", c->source);
+        for (setting = 0; setting < 2; setting++) { /* MindSpore's loop on its own unified layout */
+            par_cost_model cm;
+            par_plan ms, best;
+            memset(&cm, 0, sizeof cm);
+            cm.no_all_to_all = setting;
+            CHECK_OK(par_plan_greedy(&want_f, &want_t, &cm, &ms));
+            CHECK_OK(par_plan_redistribution(&from, &to, &cm, &best));
+            CHECK_MSG(best.total_bytes <= ms.total_bytes, "%s, enable_alltoall %s: ours %lld bytes, MindSpore's %lld",
+                      c->source, setting ? "off" : "on", (long long)best.total_bytes, (long long)ms.total_bytes);
+        }
+    }
+    for (setting = 0; setting < 2; setting++) {
+        par_cost_model cm;
+        par_plan best, greedy;
+        char kinds[512];
+        memset(&cm, 0, sizeof cm);
+        cm.no_all_to_all = setting;
+        CHECK_OK(par_plan_redistribution(&from, &to, &cm, &best));
+        CHECK_OK(par_plan_greedy(&from, &to, &cm, &greedy));
+        CHECK_MSG(simulate_ok(&best) && simulate_ok(&greedy), "%s: a plan simulates wrong: %s", c->source,
+                  par_last_error());
+        CHECK_MSG(plan_consistent(&best, &cm) && plan_consistent(&greedy, &cm), "%s: a plan is inconsistent", c->source);
+        CHECK_MSG(best.total_bytes <= greedy.total_bytes, "%s, enable_alltoall %s: ours %lld bytes, MindSpore's %lld",
+                  c->source, setting ? "off" : "on", (long long)best.total_bytes, (long long)greedy.total_bytes);
+        if (setting == 1 && c->ops_off) {
+            plan_kinds(&greedy, kinds, sizeof kinds);
+            CHECK_MSG(strcmp(kinds, c->ops_off) == 0, "%s: MindSpore's ops are \"%s\", ours \"%s\"", c->source,
+                      c->ops_off, kinds);
+        }
+    }
+}
+
+/* redistribution_operator_infer_test.cc: TestInferOperatorAll. Every pair of
+   valid tensor maps of a [2,2,2] tensor on device matrix [2,2,2]: the operator
+   list must turn one into the other (here: simulated on real values), for both
+   enable_alltoall settings; and our optimum is never dearer. */
+static void test_mindspore_infer_all(void) {
+    par_mesh m = make_mesh("2,2,2");
+    int64_t shape[3] = {2, 2, 2};
+    int maps[64][3], count = 0, a, b, c, i, j, setting, cheaper = 0;
+    for (a = -1; a < 3; a++)
+        for (b = -1; b < 3; b++)
+            for (c = -1; c < 3; c++)
+                if ((a < 0 || (a != b && a != c)) && (b < 0 || b != c)) {
+                    maps[count][0] = a, maps[count][1] = b, maps[count][2] = c;
+                    count++;
+                }
+    CHECK_INT(count, 34);
+    for (i = 0; i < count; i++)
+        for (j = 0; j < count; j++) {
+            par_layout from, to;
+            if (i == j) continue;
+            CHECK_OK(par_layout_init(&from, &m, 3, shape, maps[i], 0));
+            CHECK_OK(par_layout_init(&to, &m, 3, shape, maps[j], 0));
+            for (setting = 0; setting < 2; setting++) {
+                par_cost_model cm;
+                par_plan best, greedy;
+                memset(&cm, 0, sizeof cm);
+                cm.no_all_to_all = setting;
+                if (par_plan_greedy(&from, &to, &cm, &greedy) != PAR_OK ||
+                    par_plan_redistribution(&from, &to, &cm, &best) != PAR_OK) {
+                    CHECK_MSG(0, "pair %d -> %d: %s", i, j, par_last_error());
+                    continue;
+                }
+                if (!simulate_ok(&greedy) || !plan_consistent(&greedy, &cm) || best.total_bytes > greedy.total_bytes)
+                    CHECK_MSG(0, "pair %d -> %d, enable_alltoall %s: greedy wrong or cheaper", i, j, setting ? "off" : "on");
+                cheaper += best.total_bytes < greedy.total_bytes;
+            }
+        }
+    printf("MindSpore TestInferOperatorAll: %d pairs x 2 settings, optimum strictly cheaper in %d\n", count * (count - 1),
+           cheaper);
+}
+
+static void test_mindspore_cases(void) {
+    size_t i;
+    for (i = 0; i < sizeof ms_cases / sizeof ms_cases[0]; i++) ms_check_case(&ms_cases[i]);
+    test_mindspore_infer_all();
+}
+
 /* ---- errors ------------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -622,7 +798,7 @@ static double ref_optimum(const ref_problem *p, int *states_seen) {
    chain of cuts, largest first, and exists only when each cut divides the one
    above it. The library's par_layout_reshape decides, as above, whether a layout
    views onto it locally. 0 when there is no unified view or it adds nothing. */
-static int ref_cuts(const par_layout *l, int64_t *cuts, int n) {
+static int ref_cuts(const par_layout *l, int fine, int64_t *cuts, int n) {
     int64_t numel = 1, after;
     int t, k;
     for (t = 0; t < l->ndim; t++) numel *= l->shape[t];
@@ -630,16 +806,18 @@ static int ref_cuts(const par_layout *l, int64_t *cuts, int n) {
     cuts[n++] = numel;
     for (t = 0; t < l->ndim; t++) { /* outer to inner: a dim of extent S with A elements above it */
         int64_t piece = after;
-        for (k = 0; k < l->map.count[t]; k++) cuts[n++] = piece /= par_mesh_dev_size(&l->mesh, l->map.dev[t][k]);
+        /* fine: every shard boundary; coarse (MindSpore's): all but the minor-most split's */
+        for (k = 0; k < l->map.count[t] - (fine ? 0 : 1); k++)
+            cuts[n++] = piece /= par_mesh_dev_size(&l->mesh, l->map.dev[t][k]);
         after /= l->shape[t];
         cuts[n++] = after;
     }
     return n;
 }
 
-static int ref_unified(const par_layout *from, const par_layout *to, par_layout *ufrom, par_layout *uto) {
+static int ref_unified(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
     int64_t cuts[4 * MAXD * (MAXD + 2)], shape[MAXD], cur;
-    int n = ref_cuts(to, cuts, ref_cuts(from, cuts, 0)), ndim = 0, i;
+    int n = ref_cuts(to, fine, cuts, ref_cuts(from, fine, cuts, 0)), ndim = 0, i;
     cur = cuts[0];
     for (;;) { /* the next cut: the largest one below cur */
         int64_t next = 0;
@@ -660,21 +838,26 @@ static int ref_unified(const par_layout *from, const par_layout *to, par_layout 
 }
 
 /* The optimum over the extended move set: plans on the tensor's own shapes
-   (one reshape), or plans on the unified shape (entered and left by local
-   reshapes, which are free). -1 if a search gave up. */
+   (one reshape), or plans on the fine or the coarse unified shape (entered and
+   left by local reshapes, which are free). -1 if a search gave up. */
 static double ref_optimum_extended(const ref_problem *p, int *states_seen) {
-    par_layout uf, ut;
-    ref_problem u = *p;
-    double real = ref_optimum(p, states_seen), unified;
-    int seen = 0;
-    if (!ref_unified(p->from, p->to, &uf, &ut)) return real;
-    u.from = &uf;
-    u.to = &ut;
-    u.reshape = 0;
-    unified = ref_optimum(&u, &seen);
-    if (seen > *states_seen) *states_seen = seen;
-    if (real < 0 || unified < 0) return -1;
-    return unified < real ? unified : real;
+    double best = ref_optimum(p, states_seen);
+    int fine;
+    for (fine = 0; fine < 2 && best >= 0; fine++) {
+        par_layout uf, ut;
+        ref_problem u = *p;
+        double unified;
+        int seen = 0;
+        if (!ref_unified(p->from, p->to, fine, &uf, &ut)) continue;
+        u.from = &uf;
+        u.to = &ut;
+        u.reshape = 0;
+        unified = ref_optimum(&u, &seen);
+        if (seen > *states_seen) *states_seen = seen;
+        if (unified < 0) return -1;
+        if (unified < best) best = unified;
+    }
+    return best;
 }
 
 /* ---- random cases ------------------------------------------------------- */
@@ -1079,6 +1262,7 @@ int main(void) {
     test_framework_cases();
     test_greedy_cycle();
     test_unified_cases();
+    test_mindspore_cases();
     test_no_all_to_all();
     test_errors();
     test_simulator_detects();
