@@ -438,8 +438,12 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
 #define PAR_MAX_OUTPUTS 2
 
 /* Operators with strategies. Inputs, in order:
-   MATMUL          a [M,K] (or [K,M] with transpose_a), b [K,N] (or [N,K] with transpose_b)
-   BATCH_MATMUL    a [...,M,K], b [...,K,N] or b [K,N] (shared); batch dims must agree
+   MATMUL          a [...,M,K] (or [...,K,M] with transpose_a), b [...,K,N] (or [...,N,K]
+                   with transpose_b); 2-D, or batched as BATCH_MATMUL
+   BATCH_MATMUL    a [...,M,K], b [...,K,N]: the batch dims broadcast numpy-style
+                   (aligned from the right; a missing or size-1 batch dim is shared,
+                   e.g. a [M,K] with b [B,K,N], or b [1,K,N] as a weight for every
+                   batch), and a broadcast dim may not be split
    ELEMENTWISE     1..4 inputs broadcast numpy-style against each other
    RMSNORM         x [...,H], gamma [H...] (the normalized trailing dims)
    LAYERNORM       x, gamma, beta
@@ -453,7 +457,14 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
    FLASH_ATTENTION q [B,Nq,S,D], k [B,Nkv,S,D], v [B,Nkv,S,D] (BNSD); heads and
                    batch may be split; S needs a context-parallel algorithm
    REDUCE_SUM      x; reduced axes (default all); split reduced axes -> AllReduce
-   REDUCE_MEAN     as REDUCE_SUM */
+   REDUCE_MEAN     as REDUCE_SUM
+   LOG_SOFTMAX     x; the axis (axes bit, default last) may not be split
+   L2_NORMALIZE    x; x / sqrt(sum of squares over the axis); the axis (axes bit,
+                   default last) may not be split
+   PRELU           x [N,C,...], weight [C] (per channel: split like x's dim 1) or
+                   [1] (shared: not split); x needs at least 2 dims
+   DROPOUT         x; outputs y and the keep mask, both laid out like x; build the
+                   mask with par_dropout_mask so replicas agree */
 typedef enum par_op_kind {
     PAR_OP_MATMUL = 0,
     PAR_OP_BATCH_MATMUL,
@@ -468,17 +479,21 @@ typedef enum par_op_kind {
     PAR_OP_FLASH_ATTENTION,
     PAR_OP_REDUCE_SUM,
     PAR_OP_REDUCE_MEAN,
+    PAR_OP_LOG_SOFTMAX,
+    PAR_OP_L2_NORMALIZE,
+    PAR_OP_PRELU,
+    PAR_OP_DROPOUT,
     PAR_OP_COUNT
 } par_op_kind;
 
 /* "matmul", "batch_matmul", "elementwise", "rmsnorm", "layernorm", "softmax",
    "gather", "cross_entropy", "reshape", "transpose", "flash_attention",
-   "reduce_sum", "reduce_mean". */
+   "reduce_sum", "reduce_mean", "log_softmax", "l2_normalize", "prelu", "dropout". */
 PARALLEL_DEF const char *par_op_kind_name(par_op_kind kind);
 /* Parse a name above (also MindSpore's "MatMul", "BatchMatMul", "Add", "Mul",
    "RmsNorm", "LayerNorm", "Softmax", "Gather", "SoftmaxCrossEntropyWithLogits",
    "Reshape", "Transpose", "FlashAttentionScore", "ReduceSum", "ReduceMean",
-   case-insensitive). */
+   "LogSoftmax", "L2Normalize", "PReLU", "Dropout", case-insensitive). */
 PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind);
 
 /* A strategy: one shard tuple per input, "((2,1),(1,4))". A strategy written
@@ -517,7 +532,7 @@ typedef struct par_op_desc {
     par_dtype dtype;      /* element type of the float tensors (default f32) */
     uint32_t params;      /* bit i: input i is a trainable parameter (gets a mirror op) */
     int transpose_a, transpose_b;  /* MATMUL, BATCH_MATMUL */
-    uint32_t axes;        /* SOFTMAX: the axis bit (default last); norms: normalized
+    uint32_t axes;        /* SOFTMAX, LOG_SOFTMAX, L2_NORMALIZE: the axis bit (default last); norms: normalized
                              axes (default last; must be trailing); REDUCE_*: reduced
                              axes (default all). Bit i = input 0's dim i */
     int keep_dims;        /* REDUCE_*: keep reduced dims with size 1 */
@@ -617,6 +632,15 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
    `info`. PAR_EINVAL names the axes that do not match. */
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out);
+
+/* Dropout's keep mask for `rank`'s slice of `layout` (par_layout_local_numel
+   bytes, row-major): mask[i] = 1 keeps the element. Each element's coin is a
+   hash of (seed, its GLOBAL index), so every rank holding the same element
+   draws the same coin: replicas (repeated calculation) agree, and the mask of
+   the whole tensor is the same under every strategy and mesh. keep_prob in
+   [0,1] (1 keeps all). PAR_EINVAL / PAR_ELAYOUT as par_layout_copy_slice. */
+PARALLEL_DEF par_status par_dropout_mask(const par_layout *layout, int rank, uint64_t seed, double keep_prob,
+                                         uint8_t *mask);
 
 /* ============================================================================
    >>redistribute
@@ -3243,7 +3267,8 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
 
 static const char *const par__st_op_names[PAR_OP_COUNT] = {
     "matmul",        "batch_matmul", "elementwise", "rmsnorm",         "layernorm",  "softmax",    "gather",
-    "cross_entropy", "reshape",      "transpose",   "flash_attention", "reduce_sum", "reduce_mean"};
+    "cross_entropy", "reshape",      "transpose",   "flash_attention", "reduce_sum", "reduce_mean", "log_softmax",
+    "l2_normalize",  "prelu",        "dropout"};
 
 typedef struct par__st_alias {
     const char *name;
@@ -3266,10 +3291,14 @@ static const par__st_alias par__st_op_aliases[] = {
     {"FlashAttentionScore", PAR_OP_FLASH_ATTENTION},
     {"ReduceSum", PAR_OP_REDUCE_SUM},
     {"ReduceMean", PAR_OP_REDUCE_MEAN},
+    {"LogSoftmax", PAR_OP_LOG_SOFTMAX},
+    {"L2Normalize", PAR_OP_L2_NORMALIZE},
+    {"PReLU", PAR_OP_PRELU},
+    {"Dropout", PAR_OP_DROPOUT},
 };
 
 /* Inputs each operator takes (ELEMENTWISE: the default of its 1..4). */
-static const int par__st_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1};
+static const int par__st_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1, 1, 1, 2, 1};
 
 static const char *const par__st_comm_names[] = {"none", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
 
@@ -3540,36 +3569,48 @@ static void par__st_iter_like_input0(par__st_spec *s) {
 
 /* Builders indexing fixed dims exist only where PARALLEL_MAX_DIMS holds them. */
 #if PARALLEL_MAX_DIMS >= 3
-/* MATMUL and BATCH_MATMUL: iteration space [batch..., M, K, N]. */
+/* MATMUL and BATCH_MATMUL: iteration space [batch..., M, K, N]. Batch dims
+   broadcast numpy-style, aligned from the right: an operand without a batch
+   dim, or with size 1 there, is shared along it (broadcast, never split). */
 static par_status par__st_spec_matmul(par__st_spec *s) {
     const par_op_desc *op = s->op;
-    int an = op->ndim[0], bn = op->ndim[1], nb = an - 2, bb = bn - 2, i;
+    int an = op->ndim[0], bn = op->ndim[1], nb_a = an - 2, nb_b = bn - 2, nb, i;
     int a_m, a_k, b_k, b_n; /* which dims of a and b hold M, K, K, N */
-    if (op->kind == PAR_OP_MATMUL && (an != 2 || bn != 2))
-        return par__fail(PAR_ESHAPE, "%s: inputs must be 2-D (got %d-D and %d-D)", s->name, an, bn);
-    if (an < 2 || nb + 3 > PARALLEL_MAX_DIMS)
-        return par__fail(PAR_ESHAPE, "%s: input 0 must have 2 to %d dims (got %d)", s->name, PARALLEL_MAX_DIMS - 1, an);
-    if (bn != 2 && bn != an)
-        return par__fail(PAR_ESHAPE, "%s: input 1 must be 2-D (shared weights) or have input 0's %d dims (got %d)",
+    if (an < 2 || bn < 2)
+        return par__fail(PAR_ESHAPE, "%s: inputs need at least 2 dims [...,M,K] and [...,K,N] (got %d-D and %d-D)",
                          s->name, an, bn);
-    a_m = nb + (op->transpose_a ? 1 : 0);
-    a_k = nb + (op->transpose_a ? 0 : 1);
-    b_k = bb + (op->transpose_b ? 1 : 0);
-    b_n = bb + (op->transpose_b ? 0 : 1);
+    nb = nb_a > nb_b ? nb_a : nb_b;
+    if (nb + 3 > PARALLEL_MAX_DIMS)
+        return par__fail(PAR_ESHAPE, "%s: %d batch dims; at most %d fit PARALLEL_MAX_DIMS", s->name, nb,
+                         PARALLEL_MAX_DIMS - 3);
+    a_m = nb_a + (op->transpose_a ? 1 : 0);
+    a_k = nb_a + (op->transpose_a ? 0 : 1);
+    b_k = nb_b + (op->transpose_b ? 1 : 0);
+    b_n = nb_b + (op->transpose_b ? 0 : 1);
     if (op->shape[0][a_k] != op->shape[1][b_k])
         return par__fail(PAR_ESHAPE, "%s: contraction sizes differ: input 0 dim %d is %lld, input 1 dim %d is %lld",
                          s->name, a_k, (long long)op->shape[0][a_k], b_k, (long long)op->shape[1][b_k]);
-    for (i = 0; i < bb; i++)
-        if (op->shape[0][i] != op->shape[1][i])
-            return par__fail(PAR_ESHAPE, "%s: batch dim %d differs: %lld in input 0, %lld in input 1", s->name, i,
-                             (long long)op->shape[0][i], (long long)op->shape[1][i]);
     s->num_iter = nb + 3;
     s->out_ndim = nb + 2;
     for (i = 0; i < nb; i++) {
-        s->iter_size[i] = s->out_shape[i] = op->shape[0][i];
+        int da = i - (nb - nb_a), db = i - (nb - nb_b); /* the operands' dims on output batch dim i, if any */
+        int64_t sa = da >= 0 ? op->shape[0][da] : 1, sb = db >= 0 ? op->shape[1][db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return par__fail(PAR_ESHAPE,
+                             "%s: batch dim %d differs: %lld in input 0 (dim %d), %lld in input 1 (dim %d); batch "
+                             "dims must be equal or 1 (broadcast)",
+                             s->name, i, (long long)sa, da, (long long)sb, db);
+        s->iter_size[i] = s->out_shape[i] = sa > sb ? sa : sb;
         snprintf(s->iter_role[i], sizeof s->iter_role[i], "batch dim %d", i);
-        s->in_iter[0][i] = s->out_iter[i] = i;
-        if (i < bb) s->in_iter[1][i] = i;
+        s->out_iter[i] = i;
+        if (da >= 0) {
+            s->in_iter[0][da] = i;
+            if (sa == 1 && s->iter_size[i] > 1) s->in_bcast[0] |= 1u << da;
+        }
+        if (db >= 0) {
+            s->in_iter[1][db] = i;
+            if (sb == 1 && s->iter_size[i] > 1) s->in_bcast[1] |= 1u << db;
+        }
     }
     s->iter_size[nb] = s->out_shape[nb] = op->shape[0][a_m];
     s->iter_size[nb + 1] = op->shape[0][a_k];
@@ -3658,6 +3699,7 @@ static par_status par__st_spec_norm(par__st_spec *s) {
     return PAR_OK;
 }
 
+/* SOFTMAX, LOG_SOFTMAX, L2_NORMALIZE: one axis, reduced over locally, unsplit. */
 static par_status par__st_spec_softmax(par__st_spec *s) {
     int nd = s->op->ndim[0];
     uint32_t axes = s->op->axes ? s->op->axes : 1u << (nd - 1);
@@ -3665,7 +3707,27 @@ static par_status par__st_spec_softmax(par__st_spec *s) {
         return par__fail(PAR_EINVAL, "%s: axes 0x%x must name exactly one of input 0's %d dims", s->name,
                          (unsigned)axes, nd);
     par__st_iter_like_input0(s);
-    s->fixed_what[par__st_lowest_bit(axes)] = "the softmax axis";
+    s->fixed_what[par__st_lowest_bit(axes)] = s->op->kind == PAR_OP_SOFTMAX       ? "the softmax axis"
+                                              : s->op->kind == PAR_OP_LOG_SOFTMAX ? "the log_softmax axis"
+                                                                                  : "the normalized axis";
+    return PAR_OK;
+}
+
+/* PRELU: x [N,C,...] elementwise; the weight walks the channel dim, or is one
+   shared slope (size 1: broadcast, never split). */
+static par_status par__st_spec_prelu(par__st_spec *s) {
+    const par_op_desc *op = s->op;
+    if (op->ndim[0] < 2)
+        return par__fail(PAR_ESHAPE, "%s: input 0 (x) needs at least 2 dims [N,C,...] (got %d)", s->name, op->ndim[0]);
+    if (op->ndim[1] != 1 || (op->shape[1][0] != op->shape[0][1] && op->shape[1][0] != 1))
+        return par__fail(PAR_ESHAPE,
+                         "%s: input 1 (weight) must be 1-D with x's %lld channels (dim 1) or 1 shared slope "
+                         "(got %d-D, first dim %lld)",
+                         s->name, (long long)op->shape[0][1], op->ndim[1], (long long)op->shape[1][0]);
+    par__st_iter_like_input0(s);
+    snprintf(s->iter_role[1], sizeof s->iter_role[1], "channel dim");
+    s->in_iter[1][0] = 1;
+    if (op->shape[1][0] == 1 && op->shape[0][1] > 1) s->in_bcast[1] = 1u;
     return PAR_OK;
 }
 
@@ -3884,7 +3946,14 @@ static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
     case PAR_OP_LAYERNORM:
         return par__st_spec_norm(s);
     case PAR_OP_SOFTMAX:
+    case PAR_OP_LOG_SOFTMAX:
+    case PAR_OP_L2_NORMALIZE:
         return par__st_spec_softmax(s);
+    case PAR_OP_PRELU:
+        return par__st_spec_prelu(s);
+    case PAR_OP_DROPOUT:
+        par__st_iter_like_input0(s);
+        return PAR_OK;
 #if PARALLEL_MAX_DIMS >= 3
     case PAR_OP_GATHER:
         return par__st_spec_gather(s);
@@ -4184,6 +4253,10 @@ static par_status par__st_output(const par__st_spec *s, const par_strategy *st, 
     for (d = 0; d < s->out_ndim; d++) map[d] = s->out_iter[d] < 0 ? -1 : par__st_dev(n, s->out_iter[d]);
     status = par_layout_init(&info->outputs[0], &info->dev_matrix, s->out_ndim, s->out_shape, map, partial);
     if (status != PAR_OK) return status;
+    if (s->op->kind == PAR_OP_DROPOUT) { /* the keep mask, laid out like y */
+        info->outputs[1] = info->outputs[0];
+        info->num_outputs = 2;
+    }
     bytes = par__st_local_bytes(&info->outputs[0], s->out_dtype);
     if (s->class_dim >= 0 && shards[s->class_dim] > 1) {
         /* vocab-parallel loss: all-reduce the row max, the sum of exps and the target logit (f32 each) */
@@ -4259,7 +4332,12 @@ static double par__st_flops(const par__st_spec *s, const int64_t *shards, const 
     case PAR_OP_RMSNORM:
     case PAR_OP_LAYERNORM:
     case PAR_OP_SOFTMAX:
+    case PAR_OP_LOG_SOFTMAX:
+    case PAR_OP_L2_NORMALIZE:
         return 5.0 * (double)par_layout_local_numel(&info->inputs[0]);
+    case PAR_OP_PRELU:
+    case PAR_OP_DROPOUT:
+        return 2.0 * (double)par_layout_local_numel(&info->inputs[0]);
     case PAR_OP_CROSS_ENTROPY:
         return 4.0 * (double)par_layout_local_numel(&info->inputs[0]);
     case PAR_OP_REDUCE_SUM:
@@ -4284,6 +4362,7 @@ static void par__st_cost(const par__st_spec *s, const int64_t *shards, par_op_in
     for (i = 0; i < info->num_forward; i++) c->comm_bytes += (double)info->forward[i].bytes * info->forward[i].count;
     for (i = 0; i < info->num_inputs; i++) c->comm_bytes += (double)info->mirror[i].bytes;
     c->memory_bytes = (double)par__st_local_bytes(&info->outputs[0], s->out_dtype);
+    if (info->num_outputs == 2) c->memory_bytes += (double)par_layout_local_numel(&info->outputs[1]); /* u8 mask */
     for (i = 0; i < info->num_inputs; i++)
         c->memory_bytes += (double)par__st_local_bytes(&info->inputs[i], s->in_dtype[i]);
     c->total = c->compute_flops / flops_rate + c->comm_bytes / bandwidth;
@@ -4720,6 +4799,46 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
     for (i = 0; i < PAR_MAX_INPUTS; i++)
         r.backward[i].dev_mask = par__st_mask_to_mesh(r.backward[i].dev_mask, &dev_to_mesh, n);
     *out = r;
+    return PAR_OK;
+}
+
+/* ---- dropout's mask ------------------------------------------------------------ */
+
+/* splitmix64's finalizer: a well-mixed 64-bit hash of x. */
+static uint64_t par__st_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+PARALLEL_DEF par_status par_dropout_mask(const par_layout *layout, int rank, uint64_t seed, double keep_prob,
+                                         uint8_t *mask) {
+    int64_t local_shape[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], numel, i;
+    uint64_t key = par__st_mix64(seed);
+    par_status st;
+    if (!layout || !mask) return par__fail(PAR_EINVAL, "par_dropout_mask: NULL argument");
+    if (!(keep_prob >= 0 && keep_prob <= 1))
+        return par__fail(PAR_EINVAL, "par_dropout_mask: keep_prob %g must be in [0,1]", keep_prob);
+    if ((st = par_layout_check(layout)) != PAR_OK) return st;
+    if (rank < 0 || rank >= par_mesh_size(&layout->mesh))
+        return par__fail(PAR_EINVAL, "par_dropout_mask: rank %d is outside the mesh's %d ranks", rank,
+                         par_mesh_size(&layout->mesh));
+    if ((st = par_layout_local_offset(layout, rank, offset)) != PAR_OK) return st;
+    par_layout_local_shape(layout, local_shape);
+    numel = par_layout_local_numel(layout);
+    for (i = 0; i < numel; i++) {
+        int64_t rest = i, index = 0, stride = 1;
+        int t;
+        for (t = layout->ndim - 1; t >= 0; t--) { /* the element's global row-major index */
+            index += (offset[t] + rest % local_shape[t]) * stride;
+            rest /= local_shape[t];
+            stride *= layout->shape[t];
+        }
+        /* top 53 bits as a uniform double in [0,1): keep when below keep_prob */
+        mask[i] = (uint8_t)((double)(par__st_mix64(key ^ (uint64_t)index) >> 11) * (1.0 / 9007199254740992.0) <
+                            keep_prob);
+    }
     return PAR_OK;
 }
 
