@@ -450,8 +450,12 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
    SOFTMAX         x; the softmax axis (axes bit, default last) may not be split
    GATHER          table [V,H] (embedding), indices [...]; out [...,H]. Splitting V
                    is vocab-parallel (partial output, AllReduce over V's dim)
-   CROSS_ENTROPY   logits [...,C], labels [...] (int); out per-row loss [...].
-                   Splitting C is the vocab-parallel loss (AllReduce max, sum, sum)
+   CROSS_ENTROPY   logits [...,C], labels [...] (int, sparse) or [...,C] (float, dense:
+                   MindSpore's SoftmaxCrossEntropyWithLogits, split like the logits);
+                   out per-row loss [...]; dense labels add a second output, the
+                   logits' gradient softmax * sum(labels) - labels [...,C], laid out
+                   like the logits. Splitting C is the vocab-parallel loss (AllReduce
+                   max, sum, sum)
    RESHAPE         x; out_shape; must be layout-preserving for the strategy
    TRANSPOSE       x; perm
    FLASH_ATTENTION q [B,Nq,S,D], k [B,Nkv,S,D], v [B,Nkv,S,D] (BNSD); heads and
@@ -3767,8 +3771,22 @@ static par_status par__st_spec_cross_entropy(par__st_spec *s) {
     int nd = op->ndim[0], d;
     if (nd < 2)
         return par__fail(PAR_ESHAPE, "%s: input 0 (logits) needs at least 2 dims [...,C] (got %d)", s->name, nd);
+    if (op->ndim[1] == nd && par__st_same_dims(nd, op->shape[0], op->shape[1])) { /* dense labels */
+        par__st_iter_like_input0(s);
+        s->out_ndim = nd - 1;
+        for (d = 0; d < nd - 1; d++) {
+            snprintf(s->iter_role[d], sizeof s->iter_role[d], "row dim %d", d);
+            s->in_iter[1][d] = d;
+        }
+        snprintf(s->iter_role[nd - 1], sizeof s->iter_role[nd - 1], "class dim");
+        s->in_iter[1][nd - 1] = nd - 1;
+        s->class_dim = nd - 1;
+        return PAR_OK;
+    }
     if (op->ndim[1] != nd - 1 || !par__st_same_dims(nd - 1, op->shape[0], op->shape[1]))
-        return par__fail(PAR_ESHAPE, "%s: input 1 (labels) has shape %s; it must be %s, the leading dims of input 0",
+        return par__fail(PAR_ESHAPE,
+                         "%s: input 1 (labels) has shape %s; it must be %s, the leading dims of input 0 (sparse "
+                         "class indices), or input 0's own shape (dense labels)",
                          s->name, par__st_dims_text(got, sizeof got, op->ndim[1], op->shape[1]),
                          par__st_dims_text(want, sizeof want, nd - 1, op->shape[0]));
     par__st_iter_like_input0(s);
@@ -3781,6 +3799,12 @@ static par_status par__st_spec_cross_entropy(par__st_spec *s) {
     snprintf(s->iter_role[nd - 1], sizeof s->iter_role[nd - 1], "class dim");
     s->class_dim = nd - 1;
     return PAR_OK;
+}
+
+/* 1 if CROSS_ENTROPY's labels are dense: the logits' shape, float. */
+static int par__st_dense_labels(const par_op_desc *op) {
+    return op->kind == PAR_OP_CROSS_ENTROPY && op->ndim[1] == op->ndim[0] &&
+           par__st_same_dims(op->ndim[0], op->shape[0], op->shape[1]);
 }
 
 /* RESHAPE: the output layout comes from par_layout_reshape at infer time. */
@@ -4257,6 +4281,10 @@ static par_status par__st_output(const par__st_spec *s, const par_strategy *st, 
         info->outputs[1] = info->outputs[0];
         info->num_outputs = 2;
     }
+    if (par__st_dense_labels(s->op)) { /* the logits' gradient, complete once the loss's sums are */
+        info->outputs[1] = info->inputs[0];
+        info->num_outputs = 2;
+    }
     bytes = par__st_local_bytes(&info->outputs[0], s->out_dtype);
     if (s->class_dim >= 0 && shards[s->class_dim] > 1) {
         /* vocab-parallel loss: all-reduce the row max, the sum of exps and the target logit (f32 each) */
@@ -4362,7 +4390,8 @@ static void par__st_cost(const par__st_spec *s, const int64_t *shards, par_op_in
     for (i = 0; i < info->num_forward; i++) c->comm_bytes += (double)info->forward[i].bytes * info->forward[i].count;
     for (i = 0; i < info->num_inputs; i++) c->comm_bytes += (double)info->mirror[i].bytes;
     c->memory_bytes = (double)par__st_local_bytes(&info->outputs[0], s->out_dtype);
-    if (info->num_outputs == 2) c->memory_bytes += (double)par_layout_local_numel(&info->outputs[1]); /* u8 mask */
+    if (s->op->kind == PAR_OP_DROPOUT) c->memory_bytes += (double)par_layout_local_numel(&info->outputs[1]); /* u8 */
+    else if (info->num_outputs == 2) c->memory_bytes += (double)par__st_local_bytes(&info->outputs[1], s->out_dtype);
     for (i = 0; i < info->num_inputs; i++)
         c->memory_bytes += (double)par__st_local_bytes(&info->inputs[i], s->in_dtype[i]);
     c->total = c->compute_flops / flops_rate + c->comm_bytes / bandwidth;

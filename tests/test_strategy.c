@@ -1521,6 +1521,133 @@ static void test_matmul_broadcast(void) {
     simulate_op(&op, "((1,1,4,1),(1,1,5))", 20);
 }
 
+
+/* Dense-label cross entropy on each rank's slices, the class-split sums on the
+   simulator (Z = sum exp(x), L = sum labels, D = sum labels * x per row, all
+   plain sums, so one all_reduce of a [rows...,3] partial tensor), then loss =
+   log(Z) L - D and gradient = exp(x) / Z * L - labels. Compared with the whole
+   tensors within 1e-12 (the class sums add in another order). */
+static void simulate_dense_cross_entropy(const par_op_desc *op, const char *strategy, int devices) {
+    par_op_info info;
+    par_layout sums_l, sums_done;
+    int nd = op->ndim[0], ranks, r, t, k;
+    int64_t C = op->shape[0][nd - 1], rows = numel_of(nd - 1, op->shape[0]), i, c;
+    int64_t lshape[PARALLEL_MAX_DIMS], off[PARALLEL_MAX_DIMS], sums_shape[PARALLEL_MAX_DIMS];
+    double *x, *lab, *want_loss, *want_grad, *lx[64], *ll[64], *sums[64];
+    double worst = 0;
+    if (infer(op, strategy, devices, &info) != PAR_OK) {
+        CHECK_MSG(0, "cross_entropy %s: %s", strategy, par_last_error());
+        return;
+    }
+    CHECK_INT(info.num_outputs, 2);
+    ranks = par_mesh_size(&info.dev_matrix);
+    x = (double *)malloc(sizeof(double) * (size_t)(rows * C));
+    lab = (double *)malloc(sizeof(double) * (size_t)(rows * C));
+    want_loss = (double *)malloc(sizeof(double) * (size_t)rows);
+    want_grad = (double *)malloc(sizeof(double) * (size_t)(rows * C));
+    for (i = 0; i < rows * C; i++) {
+        x[i] = (double)((i * 5) % 9) / 4 - 1;
+        lab[i] = (double)((i * 3) % 4) / 8;
+    }
+    for (i = 0; i < rows; i++) { /* the whole tensors */
+        double z = 0, l = 0, d = 0;
+        for (c = 0; c < C; c++) z += exp(x[i * C + c]), l += lab[i * C + c], d += lab[i * C + c] * x[i * C + c];
+        want_loss[i] = log(z) * l - d;
+        for (c = 0; c < C; c++) want_grad[i * C + c] = exp(x[i * C + c]) / z * l - lab[i * C + c];
+    }
+    /* the sums tensor [rows...,3]: split like the loss, partial over the class split */
+    memcpy(sums_shape, op->shape[0], sizeof(int64_t) * (size_t)(nd - 1));
+    sums_shape[nd - 1] = 3;
+    sums_l = info.inputs[0];
+    sums_l.shape[nd - 1] = 3;
+    sums_l.map.count[nd - 1] = 0;
+    sums_l.map.partial = info.forward[0].dev_mask;
+    sums_done = sums_l;
+    sums_done.map.partial = 0;
+    CHECK_OK(par_layout_check(&sums_l));
+    par_layout_local_shape(&info.inputs[0], lshape);
+    for (r = 0; r < ranks; r++) {
+        lx[r] = (double *)malloc(sizeof(double) * (size_t)par_layout_local_numel(&info.inputs[0]));
+        ll[r] = (double *)malloc(sizeof(double) * (size_t)par_layout_local_numel(&info.inputs[1]));
+        sums[r] = (double *)malloc(sizeof(double) * (size_t)par_layout_local_numel(&sums_l));
+    }
+    CHECK_OK(par_sim_scatter(&info.inputs[0], x, lx));
+    CHECK_OK(par_sim_scatter(&info.inputs[1], lab, ll));
+    {
+        int64_t lrows = par_layout_local_numel(&info.inputs[0]) / lshape[nd - 1], lc = lshape[nd - 1];
+        for (r = 0; r < ranks; r++)
+            for (i = 0; i < lrows; i++) {
+                double z = 0, l = 0, d = 0;
+                for (c = 0; c < lc; c++) z += exp(lx[r][i * lc + c]), l += ll[r][i * lc + c], d += ll[r][i * lc + c] * lx[r][i * lc + c];
+                sums[r][i * 3] = z, sums[r][i * 3 + 1] = l, sums[r][i * 3 + 2] = d;
+            }
+        if (sums_l.map.partial) { /* the forward all_reduce, on the simulator */
+            par_plan plan;
+            CHECK_OK(par_plan_redistribution(&sums_l, &sums_done, NULL, &plan));
+            CHECK_INT(plan.ops[0].kind, PAR_REDIST_ALL_REDUCE);
+            CHECK_INT(plan.ops[0].group, info.forward[0].group);
+            CHECK_OK(par_sim_run(&plan, sums));
+        } else {
+            CHECK_INT(info.num_forward, 0);
+        }
+        for (r = 0; r < ranks; r++) { /* finish on every rank, compare with the whole result */
+            CHECK_OK(par_layout_local_offset(&info.inputs[0], r, off));
+            for (i = 0; i < lrows; i++) {
+                int64_t row = 0, rest = i;
+                double z = sums[r][i * 3], l = sums[r][i * 3 + 1], d = sums[r][i * 3 + 2];
+                for (t = nd - 2, k = 1; t >= 0; t--) { /* the global row of local row i */
+                    row += (off[t] + rest % lshape[t]) * k;
+                    rest /= lshape[t];
+                    k = (int)(k * op->shape[0][t]);
+                }
+                worst = fmax(worst, fabs(log(z) * l - d - want_loss[row]));
+                for (c = 0; c < lc; c++)
+                    worst = fmax(worst, fabs(exp(lx[r][i * lc + c]) / z * l - ll[r][i * lc + c] -
+                                             want_grad[row * C + off[nd - 1] + c]));
+            }
+        }
+    }
+    CHECK_MSG(worst < 1e-12, "dense cross_entropy %s on %d devices: off by %g", strategy, devices, worst);
+    for (r = 0; r < ranks; r++) free(lx[r]), free(ll[r]), free(sums[r]);
+    free(x), free(lab), free(want_loss), free(want_grad);
+    (void)sums_shape;
+}
+
+/* softmax_entropy_loss_info_test.cc (MindSpore): logits and dense labels
+   [2,4,8,16], strategy ((2,4,8,1),(2,4,8,1)) on 64 devices: device matrix
+   [2,4,8,1], both maps [3,2,1,0], the gradient output [3,2,1,0], no forward and
+   no mirror ops; CheckStrategy1-2 refuse mismatched tuples. (MindSpore's loss
+   there is 1-D [2], map [3]; ours keeps every row, [2,4,8], map [3,2,1].) */
+static void test_dense_cross_entropy(void) {
+    par_op_desc op = make_op(PAR_OP_CROSS_ENTROPY, "2x4x8x16,2x4x8x16");
+    par_op_info info;
+    CHECK_OK(infer(&op, "((2,4,8,1),(2,4,8,1))", 64, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,1]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[3,2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,1]");
+    CHECK_STR(L(&info.outputs[1]), "[3,2,1,0]");
+    CHECK_STR(shape_text(&info.outputs[1]), "[2,4,8,16]");
+    CHECK_INT(info.num_outputs, 2);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    CHECK_ERR(infer(&op, "((2,2,8,16),(2,4,16,1))", 64, &info), PAR_ESTRATEGY, "input 1 dim 2 (size 8) is not divisible by its shard 16");
+    CHECK_ERR(infer(&op, "((2,2,1,1),(2,4,1,1))", 16, &info), PAR_ESTRATEGY, "row dim 1 split 2 in input 0 dim 1 but 4 in input 1 dim 1");
+    CHECK_ERR(infer(&op, "((2,4,8),)", 64, &info), PAR_ESTRATEGY, "strategy has 1 input");
+    /* vocab-parallel: the class dim split 4 ways, three all-reduces per row */
+    CHECK_OK(infer(&op, "((2,1,1,4),(2,1,1,4))", 8, &info));
+    CHECK_INT(info.num_forward, 1);
+    CHECK_INT(info.forward[0].count, 3);
+    CHECK_INT(info.forward[0].group, 4);
+    op = make_op(PAR_OP_CROSS_ENTROPY, "8x512,8x500");
+    CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_ESHAPE, "or input 0's own shape (dense labels)");
+    op = make_op(PAR_OP_CROSS_ENTROPY, "4x6x10,4x6x10");
+    simulate_dense_cross_entropy(&op, "((2,3,1),(2,3,1))", 6);
+    simulate_dense_cross_entropy(&op, "((2,1,5),(2,1,5))", 10);
+    simulate_dense_cross_entropy(&op, "((1,1,2),(1,1,2))", 4);
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1548,5 +1675,6 @@ int main(void) {
     test_prelu();
     test_dropout();
     test_matmul_broadcast();
+    test_dense_cross_entropy();
     return TEST_END("strategy");
 }
