@@ -1648,6 +1648,64 @@ static void test_dense_cross_entropy(void) {
     simulate_dense_cross_entropy(&op, "((1,1,2),(1,1,2))", 4);
 }
 
+
+/* matmul_info_test.cc (MindSpore), TestMatmulInfo: batched MatMul inputs and a
+   2-D left operand against a batched right one, on a 1024-device stage. */
+static void test_mindspore_matmul_info(void) {
+    par_op_desc m1 = make_op(PAR_OP_MATMUL, "2x4x8x16,2x4x16x32");
+    par_op_desc m2 = make_op(PAR_OP_MATMUL, "2x4x8x16,32x16");
+    par_op_desc m3 = make_op(PAR_OP_MATMUL, "8x16,2x4x32x16");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    m2.transpose_b = m3.transpose_b = 1;
+    m1.params = m2.params = m3.params = 2;
+    /* InferDevMatrixShape1, InferTensorMap1, InferSliceShape1, GetForwardOp1 */
+    CHECK_OK(infer(&m1, "((2,4,8,16),(2,4,16,1))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,16,1]");
+    CHECK_STR(L(&info.inputs[0]), "[4,3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[4,3,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[4,3,2,0] partial=1");
+    par_layout_local_shape(&info.inputs[1], slice);
+    CHECK(slice[0] == 1 && slice[1] == 1 && slice[2] == 1 && slice[3] == 32);
+    CHECK_INT(info.num_forward, 1);
+    CHECK_INT(info.forward[0].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.forward[0].group, 16);
+    /* GetMirrorOPs1: b is not split along M (dev 2, 8 ways): its mirror group */
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.mirror[1].group, 8);
+    /* InferDevMatrixShape2 */
+    CHECK_OK(infer(&m1, "((2,4,8,8),(2,4,8,2))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,8,2]");
+    /* GetForwardOp2: contraction unsplit, no forward op */
+    CHECK_OK(infer(&m1, "((2,4,8,1),(2,4,1,16))", 1024, &info));
+    CHECK_INT(info.num_forward, 0);
+    /* CheckStrategy1-3: batch mismatch, wrong entry count, contraction mismatch */
+    CHECK_ERR(infer(&m1, "((2,2,8,16),(2,4,16,1))", 1024, &info), PAR_ESTRATEGY, "batch dim 1 split 2");
+    CHECK_ERR(infer(&m1, "((2,4,8,16),(4,16,1))", 1024, &info), PAR_ESTRATEGY, "input 1 strategy has 3 entries");
+    CHECK_ERR(infer(&m1, "((2,4,8,16),(2,4,8,1))", 1024, &info), PAR_ESTRATEGY, "contraction dim split 16");
+    /* matmul2 (transpose_b, shared 2-D weight): InferDevMatrixShape3-4, InferTensorMap2, InferSliceShape2 */
+    CHECK_OK(infer(&m2, "((2,4,8,16),(1,16))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,16,1]");
+    CHECK_STR(L(&info.inputs[0]), "[4,3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[0,1]");
+    CHECK_STR(L(&info.outputs[0]), "[4,3,2,0] partial=1");
+    par_layout_local_shape(&info.inputs[1], slice);
+    CHECK(slice[0] == 32 && slice[1] == 1);
+    CHECK_OK(infer(&m2, "((2,4,8,8),(2,8))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,8,2]");
+    /* matmul3 (a 2-D left operand, batched right): InferDevMatrixShape5-6, InferTensorMap3, InferSliceShape3 */
+    CHECK_OK(infer(&m3, "((8,16),(2,4,1,16))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,16,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[4,3,0,1]");
+    CHECK_STR(L(&info.outputs[0]), "[4,3,2,0] partial=1");
+    CHECK_STR(shape_text(&info.outputs[0]), "[2,4,8,32]");
+    par_layout_local_shape(&info.inputs[1], slice);
+    CHECK(slice[0] == 1 && slice[1] == 1 && slice[2] == 32 && slice[3] == 1);
+    CHECK_OK(infer(&m3, "((8,8),(2,4,2,8))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,8,2]");
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1676,5 +1734,6 @@ int main(void) {
     test_dropout();
     test_matmul_broadcast();
     test_dense_cross_entropy();
+    test_mindspore_matmul_info();
     return TEST_END("strategy");
 }
