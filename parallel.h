@@ -468,7 +468,11 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
    PRELU           x [N,C,...], weight [C] (per channel: split like x's dim 1) or
                    [1] (shared: not split); x needs at least 2 dims
    DROPOUT         x; outputs y and the keep mask, both laid out like x; build the
-                   mask with par_dropout_mask so replicas agree */
+                   mask with par_dropout_mask so replicas agree
+   ONE_HOT         indices [...] (int); out [..., depth] (desc.depth). The strategy
+                   has one entry more than the indices, the last splitting depth
+                   (MindSpore's ((8,1),(),()) is ((8,1)) here): each rank writes its
+                   own class range, no communication */
 typedef enum par_op_kind {
     PAR_OP_MATMUL = 0,
     PAR_OP_BATCH_MATMUL,
@@ -487,17 +491,19 @@ typedef enum par_op_kind {
     PAR_OP_L2_NORMALIZE,
     PAR_OP_PRELU,
     PAR_OP_DROPOUT,
+    PAR_OP_ONE_HOT,
     PAR_OP_COUNT
 } par_op_kind;
 
 /* "matmul", "batch_matmul", "elementwise", "rmsnorm", "layernorm", "softmax",
    "gather", "cross_entropy", "reshape", "transpose", "flash_attention",
-   "reduce_sum", "reduce_mean", "log_softmax", "l2_normalize", "prelu", "dropout". */
+   "reduce_sum", "reduce_mean", "log_softmax", "l2_normalize", "prelu", "dropout",
+   "one_hot". */
 PARALLEL_DEF const char *par_op_kind_name(par_op_kind kind);
 /* Parse a name above (also MindSpore's "MatMul", "BatchMatMul", "Add", "Mul",
    "RmsNorm", "LayerNorm", "Softmax", "Gather", "SoftmaxCrossEntropyWithLogits",
    "Reshape", "Transpose", "FlashAttentionScore", "ReduceSum", "ReduceMean",
-   "LogSoftmax", "L2Normalize", "PReLU", "Dropout", case-insensitive). */
+   "LogSoftmax", "L2Normalize", "PReLU", "Dropout", "OneHot", case-insensitive). */
 PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind);
 
 /* A strategy: one shard tuple per input, "((2,1),(1,4))". A strategy written
@@ -543,6 +549,7 @@ typedef struct par_op_desc {
     int out_ndim;         /* RESHAPE */
     int64_t out_shape[PARALLEL_MAX_DIMS];
     int perm[PARALLEL_MAX_DIMS]; /* TRANSPOSE: out dim i = input dim perm[i] */
+    int64_t depth;        /* ONE_HOT: number of classes (>= 1) */
     int reduce_scatter;   /* forward AllReduce of a partial output becomes ReduceScatter
                              over the output's dim 0 (Megatron sequence parallel) */
     double device_flops;  /* cost model: flop/s per device (default 1e12) */
@@ -3272,7 +3279,7 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
 static const char *const par__st_op_names[PAR_OP_COUNT] = {
     "matmul",        "batch_matmul", "elementwise", "rmsnorm",         "layernorm",  "softmax",    "gather",
     "cross_entropy", "reshape",      "transpose",   "flash_attention", "reduce_sum", "reduce_mean", "log_softmax",
-    "l2_normalize",  "prelu",        "dropout"};
+    "l2_normalize",  "prelu",        "dropout",     "one_hot"};
 
 typedef struct par__st_alias {
     const char *name;
@@ -3299,10 +3306,11 @@ static const par__st_alias par__st_op_aliases[] = {
     {"L2Normalize", PAR_OP_L2_NORMALIZE},
     {"PReLU", PAR_OP_PRELU},
     {"Dropout", PAR_OP_DROPOUT},
+    {"OneHot", PAR_OP_ONE_HOT},
 };
 
 /* Inputs each operator takes (ELEMENTWISE: the default of its 1..4). */
-static const int par__st_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1, 1, 1, 2, 1};
+static const int par__st_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1};
 
 static const char *const par__st_comm_names[] = {"none", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
 
@@ -3519,7 +3527,11 @@ typedef struct par__st_spec {
     const char *fixed_what[PARALLEL_MAX_DIMS]; /* non-NULL: may not be split ("the softmax axis") */
     const char *fixed_why[PARALLEL_MAX_DIMS];  /* appended to that error */
     int num_inputs;
-    int in_iter[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS]; /* iteration dim walked by each input dim */
+    /* what a strategy tuple describes per input: the input's dims, or (ONE_HOT)
+       one more, the depth */
+    int st_ndim[PAR_MAX_INPUTS];
+    int64_t st_shape[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS];
+    int in_iter[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS]; /* iteration dim walked by each strategy entry */
     uint32_t in_bcast[PAR_MAX_INPUTS];              /* bit d: dim d has size 1 against a larger dim */
     par_dtype in_dtype[PAR_MAX_INPUTS];
     int out_ndim;
@@ -3714,6 +3726,30 @@ static par_status par__st_spec_softmax(par__st_spec *s) {
     s->fixed_what[par__st_lowest_bit(axes)] = s->op->kind == PAR_OP_SOFTMAX       ? "the softmax axis"
                                               : s->op->kind == PAR_OP_LOG_SOFTMAX ? "the log_softmax axis"
                                                                                   : "the normalized axis";
+    return PAR_OK;
+}
+
+/* ONE_HOT: iteration space [indices dims..., depth]; the strategy's extra last
+   entry walks depth. */
+static par_status par__st_spec_one_hot(par__st_spec *s) {
+    const par_op_desc *op = s->op;
+    int nd = op->ndim[0], d;
+    if (op->depth < 1)
+        return par__fail(PAR_EINVAL, "%s: depth is %lld; set par_op_desc.depth to the number of classes (>= 1)",
+                         s->name, (long long)op->depth);
+    if (nd + 1 > PARALLEL_MAX_DIMS)
+        return par__fail(PAR_ESHAPE, "%s: input 0 (indices) may have at most %d dims (got %d)", s->name,
+                         PARALLEL_MAX_DIMS - 1, nd);
+    par__st_iter_like_input0(s);
+    s->in_dtype[0] = PAR_I32;
+    for (d = 0; d < nd; d++) snprintf(s->iter_role[d], sizeof s->iter_role[d], "indices dim %d", d);
+    s->num_iter = s->out_ndim = nd + 1;
+    s->iter_size[nd] = s->out_shape[nd] = op->depth;
+    s->out_iter[nd] = nd;
+    snprintf(s->iter_role[nd], sizeof s->iter_role[nd], "depth dim");
+    s->st_ndim[0] = nd + 1;
+    s->st_shape[0][nd] = op->depth;
+    s->in_iter[0][nd] = nd;
     return PAR_OK;
 }
 
@@ -3956,7 +3992,11 @@ static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
     s->class_dim = -1;
     for (i = 0; i < n; i++) {
         s->in_dtype[i] = op->dtype;
-        for (d = 0; d < PARALLEL_MAX_DIMS; d++) s->in_iter[i][d] = -1;
+        s->st_ndim[i] = op->ndim[i];
+        for (d = 0; d < PARALLEL_MAX_DIMS; d++) {
+            s->in_iter[i][d] = -1;
+            s->st_shape[i][d] = d < op->ndim[i] ? op->shape[i][d] : 1;
+        }
     }
     switch (op->kind) {
 #if PARALLEL_MAX_DIMS >= 3
@@ -3978,6 +4018,8 @@ static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
     case PAR_OP_DROPOUT:
         par__st_iter_like_input0(s);
         return PAR_OK;
+    case PAR_OP_ONE_HOT:
+        return par__st_spec_one_hot(s);
 #if PARALLEL_MAX_DIMS >= 3
     case PAR_OP_GATHER:
         return par__st_spec_gather(s);
@@ -4012,10 +4054,14 @@ static par_status par__st_check_form(const par__st_spec *s, const par_strategy *
         return par__fail(PAR_ESTRATEGY, "%s: strategy has %d input%s, the operator takes %d", s->name, st->num_inputs,
                          par__st_plural(st->num_inputs), s->num_inputs);
     for (i = 0; i < s->num_inputs; i++) {
-        if (st->ndim[i] != s->op->ndim[i])
+        if (st->ndim[i] != s->st_ndim[i] && s->st_ndim[i] == s->op->ndim[i])
             return par__fail(PAR_ESTRATEGY, "%s: input %d strategy has %d entr%s, the input has %d dim%s", s->name, i,
                              st->ndim[i], st->ndim[i] == 1 ? "y" : "ies", s->op->ndim[i],
                              par__st_plural(s->op->ndim[i]));
+        if (st->ndim[i] != s->st_ndim[i])
+            return par__fail(PAR_ESTRATEGY,
+                             "%s: input %d strategy has %d entr%s; it needs %d, one per index dim and one for depth",
+                             s->name, i, st->ndim[i], st->ndim[i] == 1 ? "y" : "ies", s->st_ndim[i]);
         for (d = 0; d < st->ndim[i]; d++)
             if (st->shard[i][d] < 1)
                 return par__fail(PAR_ESTRATEGY, "%s: input %d dim %d has shard %lld; shards must be positive integers",
@@ -4045,7 +4091,7 @@ static par_status par__st_check_dims(const par__st_spec *s, const par_strategy *
     int i, d;
     for (i = 0; i < s->num_inputs; i++)
         for (d = 0; d < st->ndim[i]; d++) {
-            int64_t size = s->op->shape[i][d], shard = st->shard[i][d];
+            int64_t size = s->st_shape[i][d], shard = st->shard[i][d];
             int j = s->in_iter[i][d];
             if (shard > 1 && (s->in_bcast[i] & (1u << d)))
                 return par__fail(PAR_ESTRATEGY,
@@ -4069,7 +4115,7 @@ static par_status par__st_iter_shards(const par__st_spec *s, const par_strategy 
     int i, d, j;
     for (j = 0; j < s->num_iter; j++) shards[j] = from_in[j] = from_dim[j] = 0;
     for (i = 0; i < s->num_inputs; i++)
-        for (d = 0; d < s->op->ndim[i]; d++) {
+        for (d = 0; d < s->st_ndim[i]; d++) {
             j = s->in_iter[i][d];
             if (j < 0 || (s->in_bcast[i] & (1u << d))) continue;
             if (!shards[j]) {
@@ -4366,6 +4412,8 @@ static double par__st_flops(const par__st_spec *s, const int64_t *shards, const 
     case PAR_OP_PRELU:
     case PAR_OP_DROPOUT:
         return 2.0 * (double)par_layout_local_numel(&info->inputs[0]);
+    case PAR_OP_ONE_HOT:
+        return (double)par_layout_local_numel(&info->outputs[0]);
     case PAR_OP_CROSS_ENTROPY:
         return 4.0 * (double)par_layout_local_numel(&info->inputs[0]);
     case PAR_OP_REDUCE_SUM:
@@ -4460,7 +4508,7 @@ static int64_t par__st_used_devices(const par__st_spec *s, const par_strategy *s
     int64_t product = 1;
     int i, d;
     for (i = 0; i < s->num_inputs; i++)
-        for (d = 0; d < s->op->ndim[i]; d++)
+        for (d = 0; d < s->st_ndim[i]; d++)
             if (!(s->in_bcast[i] & (1u << d))) shards[s->in_iter[i][d]] = st->shard[i][d];
     for (d = 0; d < s->num_iter; d++) product *= shards[d];
     return product;
@@ -4536,7 +4584,7 @@ static void par__st_try(par__st_enum *e) {
     memset(&st, 0, sizeof st);
     st.num_inputs = s->num_inputs;
     for (i = 0; i < s->num_inputs; i++) {
-        st.ndim[i] = s->op->ndim[i];
+        st.ndim[i] = s->st_ndim[i];
         for (d = 0; d < st.ndim[i]; d++)
             st.shard[i][d] = (s->in_bcast[i] & (1u << d)) ? 1 : e->shards[s->in_iter[i][d]];
     }
@@ -4575,10 +4623,10 @@ static void par__st_limits(par__st_enum *e) {
     int i, d, j;
     for (j = 0; j < s->num_iter; j++) e->limit[j] = s->fixed_what[j] ? 1 : e->devices;
     for (i = 0; i < s->num_inputs; i++)
-        for (d = 0; d < s->op->ndim[i]; d++)
+        for (d = 0; d < s->st_ndim[i]; d++)
             if (!(s->in_bcast[i] & (1u << d))) {
                 j = s->in_iter[i][d];
-                e->limit[j] = par__st_gcd(e->limit[j], s->op->shape[i][d]);
+                e->limit[j] = par__st_gcd(e->limit[j], s->st_shape[i][d]);
             }
 }
 

@@ -35,7 +35,7 @@ static const char *const usage_text =
     "      --op matmul              operator (matmul, batch_matmul, elementwise, rmsnorm,\n"
     "                               layernorm, softmax, gather, cross_entropy, reshape,\n"
     "                               transpose, flash_attention, reduce_sum, reduce_mean,\n"
-    "                               log_softmax, l2_normalize, prelu, dropout)\n"
+    "                               log_softmax, l2_normalize, prelu, dropout, one_hot)\n"
     "      --devices 8              devices of the stage\n"
     "      --shapes 16x32,32x64     input shapes, comma between inputs, x between dims\n"
     "      --strategy \"((2,1),(1,4))\" one shard tuple per input (MindSpore form); with\n"
@@ -48,6 +48,7 @@ static const char *const usage_text =
     "      [--perm 1,0]             transpose permutation\n"
     "      [--out-shape 8,2,8]      reshape target shape\n"
     "      [--keep-dims]            reduce_sum / reduce_mean keep reduced dims\n"
+    "      [--depth 10]             one_hot classes (its strategy has one more entry, for depth)\n"
     "      [--reduce-scatter]       forward all_reduce becomes reduce_scatter\n"
     "      [--dtype f32]            element type\n"
     "      [--device-flops F] [--link-bandwidth B]   cost model (flop/s, bytes/s)\n"
@@ -383,7 +384,7 @@ static const opt_spec op_specs[] = {
     {"param", 1, 1},       {"transpose-a", 0, 0}, {"transpose-b", 0, 0},    {"axes", 1, 0},
     {"perm", 1, 0},        {"out-shape", 1, 0},   {"keep-dims", 0, 0},      {"reduce-scatter", 0, 0},
     {"dtype", 1, 0},       {"device-flops", 1, 0}, {"link-bandwidth", 1, 0}, {"mesh", 1, 0},
-    {NULL, 0, 0}};
+    {"depth", 1, 0},       {NULL, 0, 0}};
 
 /* Fill an operator desc from the options shared by `strategy` and `strategies`. */
 static void parse_op(const args *a, par_op_desc *op, int *devices) {
@@ -440,6 +441,7 @@ static void parse_op(const args *a, par_op_desc *op, int *devices) {
         for (i = 0; i < n; i++) op->perm[i] = (int)v[i];
     }
     if ((text = arg_get(a, "out-shape")) != NULL) op->out_ndim = parse_shape(text, op->out_shape, "--out-shape");
+    if ((text = arg_get(a, "depth")) != NULL) op->depth = parse_int(text, 1, INT64_MAX / 2, "--depth");
     if ((text = arg_get(a, "device-flops")) != NULL) op->device_flops = parse_double(text, "--device-flops");
     if ((text = arg_get(a, "link-bandwidth")) != NULL) op->link_bandwidth = parse_double(text, "--link-bandwidth");
 }

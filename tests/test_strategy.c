@@ -1191,6 +1191,13 @@ static void test_readme_strategies(void) {
    wrong strategy rule (a split axis that needed the whole row, a broadcast dim
    split, a missing AllReduce) shows as a mismatch. */
 
+static int64_t numel_of(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    int t;
+    for (t = 0; t < ndim; t++) n *= shape[t];
+    return n;
+}
+
 /* Row-major [outer, n, inner] around dim d. */
 static void around(int ndim, const int64_t *shape, int d, int64_t *outer, int64_t *inner) {
     int t;
@@ -1287,15 +1294,18 @@ static void run_op(const par_op_desc *op, int ndim0, const int64_t *s0, const do
         free(mask);
         break;
     }
+    case PAR_OP_ONE_HOT: { /* y[..., c] = (index == c), c counted from this rank's class offset */
+        int64_t off[PARALLEL_MAX_DIMS], n = numel_of(ndim0, s0), c, i, lc = y_layout->shape[ndim0];
+        int64_t ls[PARALLEL_MAX_DIMS];
+        CHECK_OK(par_layout_local_offset(y_layout, rank, off));
+        par_layout_local_shape(y_layout, ls);
+        lc = ls[ndim0];
+        for (i = 0; i < n; i++)
+            for (c = 0; c < lc; c++) y[i * lc + c] = x0[i] == (double)(off[ndim0] + c) ? 1.0 : 0.0;
+        break;
+    }
     default: CHECK_MSG(0, "run_op: no reference for %s", par_op_kind_name(op->kind));
     }
-}
-
-static int64_t numel_of(int ndim, const int64_t *shape) {
-    int64_t n = 1;
-    int t;
-    for (t = 0; t < ndim; t++) n *= shape[t];
-    return n;
 }
 
 /* Infer `strategy` on `devices`, run every rank, complete the forward comm on
@@ -1706,6 +1716,58 @@ static void test_mindspore_matmul_info(void) {
     CHECK_STR(M(&info.dev_matrix), "[2,4,8,8,2]");
 }
 
+
+/* onehot_info_test.cc (MindSpore): indices [64], depth 10, on an 8-device
+   stage. ((8,1)): device matrix [8,1], maps [1] and [1,0], slices [8] and
+   [8,10]; ((4,1)): [4,1,2] (2 copies); ((4,2)): [4,2], output slice [16,5];
+   ((2,2)): output slice [32,5]; no mirror ops; CheckStrategy1: ((16,)) fails.
+   MindSpore's empty tuples for on/off values are not written here. */
+static void test_one_hot(void) {
+    par_op_desc op = make_op(PAR_OP_ONE_HOT, "64");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    op.depth = 10;
+    CHECK_OK(infer(&op, "((8,1),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[8,1]");
+    CHECK_STR(L(&info.inputs[0]), "[1]");
+    CHECK_STR(L(&info.outputs[0]), "[1,0]");
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 8 && slice[1] == 10);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE); /* integer indices have no gradient */
+    CHECK_OK(infer(&op, "((4,1),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,1,2]");
+    CHECK_OK(infer(&op, "((4,2),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,2]");
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 16 && slice[1] == 5);
+    CHECK_OK(infer(&op, "((2,2),)", 8, &info));
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 32 && slice[1] == 5);
+    CHECK_ERR(infer(&op, "((16,),)", 8, &info), PAR_ESTRATEGY,
+              "one_hot: input 0 strategy has 1 entry; it needs 2, one per index dim and one for depth");
+    CHECK_ERR(infer(&op, "((1,3),)", 3, &info), PAR_ESTRATEGY, "input 0 dim 1 (size 10) is not divisible by its shard 3");
+    op.depth = 0;
+    CHECK_ERR(infer(&op, "((8,1),)", 8, &info), PAR_EINVAL, "set par_op_desc.depth");
+    {   /* enumeration writes the depth entry too */
+        par_strategy all[64];
+        int count = 0, k, seen_depth_split = 0;
+        op.depth = 10;
+        CHECK_OK(par_op_strategies(&op, 4, all, NULL, 64, &count));
+        for (k = 0; k < count && k < 64; k++) {
+            CHECK_INT(all[k].ndim[0], 2);
+            seen_depth_split |= all[k].shard[0][1] > 1;
+        }
+        CHECK(seen_depth_split);
+    }
+    op = make_op(PAR_OP_ONE_HOT, "6x4");
+    op.depth = 6;
+    simulate_op(&op, "((2,2,3),)", 12);
+    simulate_op(&op, "((3,1,2),)", 12);
+    simulate_op(&op, "((1,1,1),)", 2);
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1735,5 +1797,6 @@ int main(void) {
     test_matmul_broadcast();
     test_dense_cross_entropy();
     test_mindspore_matmul_info();
+    test_one_hot();
     return TEST_END("strategy");
 }
