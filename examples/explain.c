@@ -817,8 +817,9 @@ static int cmd_tour(int argc, char **argv) {
     tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 1, &greedy);
     say("   Optimal:");
     tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 0, &plan);
-    say("   Swapping the two device dims of a 2x4 mesh, [0,1] -> [1,0], is a cycle that only an\n"
-        "   all_gather can break; which dim to gather decides the bytes. Greedy:");
+    say("   Swapping the two device dims of a 2x4 mesh, [0,1] -> [1,0], is a cycle; here only an\n"
+        "   all_gather breaks it (no unified view helps: the 4-way dim would straddle the 2-way\n"
+        "   one's cut), and which dim to gather decides the bytes. Greedy:");
     tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 1, &greedy);
     say("   Optimal:");
     tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 0, &plan);
