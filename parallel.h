@@ -717,9 +717,12 @@ typedef struct par_plan {
     /* MindSpore's unified tensor shape: both shapes with every dim factored at its
        shard boundaries (1024 split 4 ways -> 4 x 256), so that collectives can act on
        sub-dims. Ops with on_unified run on it; local reshapes enter and leave it.
-       unified_ndim is 0 when no op does. */
+       unified_ndim is 0 when no op does. unified_mesh is the mesh they run on: the
+       plan's mesh, or it with some axes factored (a 4-way axis as 2 x 2, major
+       first: the same ranks), their device dims naming its dims. */
     int unified_ndim;
     int64_t unified_shape[PARALLEL_MAX_DIMS];
+    par_mesh unified_mesh;
 } par_plan;
 
 /* Planner: reusable search workspace plus a plan cache. Not thread-safe: one per
@@ -746,9 +749,11 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner);
    every shard but a dim's minor-most ends: 1024 split 4 and 16 ways -> 4 x 256)
    and a fine one (at every shard end: 4 x 4 x 64). A* over (per tensor dim an
    ordered list of device dims, partial set) with an admissible bound, once per
-   view; the cheapest plan wins. The unified shapes are those of the two
-   layouts given (a mid-plan layout may cut finer); device dims are never
-   factored, so a view where one device dim would straddle a cut is not used.
+   view; the cheapest plan wins. Where a cut falls inside a device dim's shards
+   the mesh axis is factored too (a 4-way axis as 2 x 2, major first, the same
+   ranks; plan->unified_mesh), as MindSpore unifies device arrangements; the
+   executor then takes such an op's group by rank list. The unified views are
+   those of the two layouts given (a mid-plan layout may cut finer).
    Allocates nothing once the planner has warmed up; cached by (from, to, cost).
    Errors:
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
@@ -5453,6 +5458,11 @@ static int par__rd_same_shape(const par_layout *a, const par_layout *b) {
     return a->ndim == b->ndim && (a->ndim == 0 || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0);
 }
 
+/* Same shape on the same mesh axes: no local view change between them. */
+static int par__rd_same_view(const par_layout *a, const par_layout *b) {
+    return par__rd_same_shape(a, b) && par__mesh_same_shape(&a->mesh, &b->mesh);
+}
+
 /* Fill everything but the heuristic tables. Layouts must be validated. */
 static void par__rd_setup(par__rd_problem *pb, const par_layout *from, const par_layout *to, const par__rd_costs *costs) {
     int v, t, k;
@@ -5996,9 +6006,90 @@ static void par__rd_add_strides(const par_layout *l, int fine, int64_t *strides,
    more than PARALLEL_MAX_DIMS dims, or either layout does not reshape to it
    locally (a device dim would straddle a cut: mesh axes are not factored);
    the layouts on it in *ufrom, *uto otherwise. */
+/* Cuts inside device dim v's shard range of one layout: v (size n) splits the
+   flat range [pos/n, pos); a cut c strictly inside needs v factored there,
+   its major part pos/c ways. Adds those sizes to fp[v]; 0 if one does not
+   divide n (the cut falls inside one of v's shards). */
+static int par__rd_factor_points(const par_layout *l, const int64_t *cuts, int ncuts, int64_t fp[][2 * PARALLEL_MAX_DIMS],
+                                 int *nfp) {
+    int64_t inner = 1;
+    int t, k, c;
+    for (t = l->ndim - 1; t >= 0; t--) {
+        int64_t pos = inner * l->shape[t];
+        for (k = 0; k < l->map.count[t]; k++) {
+            int v = l->map.dev[t][k];
+            int64_t n = par_mesh_dev_size(&l->mesh, v), lo = pos / n;
+            for (c = 0; c < ncuts; c++)
+                if (cuts[c] > lo && cuts[c] < pos) {
+                    if (pos % cuts[c] != 0 || n % (pos / cuts[c]) != 0 || nfp[v] == 2 * PARALLEL_MAX_DIMS) return 0;
+                    fp[v][nfp[v]++] = pos / cuts[c];
+                }
+            pos = lo;
+        }
+        inner *= l->shape[t];
+    }
+    return 1;
+}
+
+/* Layout `l` seen on the unified shape (cuts[0..ndim], cuts[u] the flat stride
+   where unified dim u starts) and the factored mesh: device dim v's shards are
+   its sub-dims sub[v][0..nsub[v]) (major first) of sizes subsize[v][..]. Each
+   sub-dim splits the unified dim holding its position; a unified dim's first
+   split must start at its major end. 0 if that fails or the result is invalid. */
+static int par__rd_view_on(const par_layout *l, const par_mesh *umesh, const int64_t *cuts, int ndim,
+                           const int64_t *shape, int sub[][PARALLEL_MAX_DIMS], int64_t subsize[][PARALLEL_MAX_DIMS],
+                           const int *nsub, par_layout *out) {
+    int64_t inner = 1;
+    int t, k, j, v;
+    memset(out, 0, sizeof *out);
+    out->mesh = *umesh;
+    out->ndim = ndim;
+    memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    for (t = l->ndim - 1; t >= 0; t--) {
+        int64_t pos = inner * l->shape[t];
+        for (k = 0; k < l->map.count[t]; k++) {
+            v = l->map.dev[t][k];
+            for (j = 0; j < nsub[v]; j++) {
+                int u = 0;
+                while (u < ndim && !(cuts[u] >= pos && cuts[u + 1] < pos)) u++;
+                if (u == ndim || (out->map.count[u] == 0 && cuts[u] != pos) || out->map.count[u] == PARALLEL_MAX_DIMS)
+                    return 0;
+                out->map.dev[u][out->map.count[u]++] = (int8_t)sub[v][j];
+                pos /= subsize[v][j];
+            }
+        }
+        inner *= l->shape[t];
+    }
+    for (v = 0; v < l->mesh.ndim; v++)
+        if (l->map.partial & (1u << v))
+            for (j = 0; j < nsub[v]; j++) out->map.partial |= 1u << sub[v][j];
+    return par_layout_check(out) == PAR_OK;
+}
+
+/* A unified shape of two layouts of one tensor: the flat index factored at the
+   dim boundaries of both shapes and at shard boundaries of both layouts, so that
+   moving a device dim between sub-dims of one real dim is an ordinary
+   all_to_all there. Two cuts are useful:
+     - coarse (MindSpore's unified tensor shape): a dim split by (a, b, c) is cut
+       where a's and b's shards end, so each sub-dim is split by one device dim
+       and c splits the last one (1024 split 4 and 16 ways -> 4 x 256);
+     - fine: also where the minor-most shard ends (-> 4 x 4 x 64), so every
+       shard of either layout is a sub-dim of its own.
+   Neither view contains the other's moves, so the planner searches both. When a
+   cut falls inside a device dim's range (one layout splits 512 rows 4 ways on
+   dim 0, the other 2 ways on dim 1), that mesh axis is factored too, as
+   MindSpore unifies device arrangements: a 4-way axis becomes 2 x 2, major
+   first, which numbers the ranks the same. *ufrom and *uto then live on that
+   finer mesh.
+   0 when the boundaries do not nest (6 split 2 and 3 ways), the result needs
+   more than PARALLEL_MAX_DIMS dims, or a cut falls inside a shard. */
 static int par__rd_unify(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
     int64_t strides[4 * PARALLEL_MAX_DIMS * (PARALLEL_MAX_DIMS + 2)], shape[PARALLEL_MAX_DIMS];
-    int count = 0, i, j, ndim = 0;
+    int64_t cuts[PARALLEL_MAX_DIMS + 1], fp[PARALLEL_MAX_DIMS][2 * PARALLEL_MAX_DIMS];
+    int64_t subsize[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS];
+    int sub[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS], nsub[PARALLEL_MAX_DIMS], nfp[PARALLEL_MAX_DIMS];
+    int dims[PARALLEL_MAX_DIMS], count = 0, i, j, ndim = 0, undim = 0, v, a;
+    par_mesh umesh;
     par__rd_add_strides(from, fine, strides, &count);
     par__rd_add_strides(to, fine, strides, &count);
     for (i = 1; i < count; i++) /* insertion sort, largest first */
@@ -6007,15 +6098,64 @@ static int par__rd_unify(const par_layout *from, const par_layout *to, int fine,
             strides[j] = strides[j - 1];
             strides[j - 1] = x;
         }
+    cuts[0] = strides[0];
     for (i = 1; i < count; i++) {
         if (strides[i] == strides[i - 1]) continue;
         if (strides[i - 1] % strides[i] != 0 || ndim == PARALLEL_MAX_DIMS) return 0;
         shape[ndim++] = strides[i - 1] / strides[i]; /* equal strides sit together: [i-1] is the previous distinct one */
+        cuts[ndim] = strides[i];
     }
     if (ndim == 0) return 0; /* one element: nothing to factor */
-    if (par_layout_reshape(from, ndim, shape, ufrom) != PAR_OK) return 0;
-    if (par_layout_reshape(to, ndim, shape, uto) != PAR_OK) return 0;
-    return 1;
+    if (par_layout_reshape(from, ndim, shape, ufrom) == PAR_OK && par_layout_reshape(to, ndim, shape, uto) == PAR_OK)
+        return 1; /* no mesh axis needs factoring */
+    /* factor the mesh axes the cuts fall into */
+    memset(nfp, 0, sizeof nfp);
+    if (!par__rd_factor_points(from, cuts, ndim + 1, fp, nfp) || !par__rd_factor_points(to, cuts, ndim + 1, fp, nfp))
+        return 0;
+    for (a = 0; a < from->mesh.ndim; a++) { /* axes left to right; device dim v = ndim - 1 - a */
+        int64_t n, prev = 1;
+        v = from->mesh.ndim - 1 - a;
+        n = from->mesh.dims[a];
+        fp[v][nfp[v]++] = n;
+        for (i = 1; i < nfp[v]; i++) /* ascending */
+            for (j = i; j > 0 && fp[v][j - 1] > fp[v][j]; j--) {
+                int64_t x = fp[v][j];
+                fp[v][j] = fp[v][j - 1];
+                fp[v][j - 1] = x;
+            }
+        nsub[v] = 0;
+        for (i = 0; i < nfp[v]; i++) {
+            if (fp[v][i] == prev && !(n == 1 && nsub[v] == 0)) continue;
+            if (fp[v][i] % prev != 0 || undim == PARALLEL_MAX_DIMS) return 0;
+            subsize[v][nsub[v]] = fp[v][i] / prev;
+            sub[v][nsub[v]++] = undim; /* the axis index for now; device dims once the count is known */
+            dims[undim++] = (int)(fp[v][i] / prev);
+            prev = fp[v][i];
+        }
+    }
+    for (v = 0; v < from->mesh.ndim; v++)
+        for (j = 0; j < nsub[v]; j++) sub[v][j] = undim - 1 - sub[v][j];
+    if (par_mesh_init(&umesh, undim, dims, NULL) != PAR_OK) return 0;
+    return par__rd_view_on(from, &umesh, cuts, ndim, shape, sub, subsize, nsub, ufrom) &&
+           par__rd_view_on(to, &umesh, cuts, ndim, shape, sub, subsize, nsub, uto);
+}
+
+/* The cost model on a factored mesh: every sub-dim keeps its axis's link. */
+static void par__rd_unified_costs(const par__rd_costs *c, const par_mesh *mesh, const par_mesh *umesh,
+                                  par__rd_costs *out) {
+    int a, b = 0;
+    *out = *c;
+    for (a = 0; a < mesh->ndim; a++) {
+        int v = mesh->ndim - 1 - a;
+        int64_t prod = 1;
+        while (b < umesh->ndim && (prod < mesh->dims[a] || (mesh->dims[a] == 1 && prod == 1))) {
+            int u = umesh->ndim - 1 - b;
+            out->latency[u] = c->latency[v];
+            out->bandwidth[u] = c->bandwidth[v];
+            prod *= umesh->dims[b++];
+            if (mesh->dims[a] == 1) break;
+        }
+    }
 }
 
 /* par_layout_reshape reports refusals through par_last_error; a search tries
@@ -6038,7 +6178,7 @@ static par_status par__rd_search_plan(par_planner *pl, const par_layout *from, c
    reshape to the target shape (each reshape only where the shapes differ). */
 static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *from, const par_layout *to,
                                        const par_layout *ufrom, par_plan *plan) {
-    int enter = !par__rd_same_shape(from, ufrom), leave = !par__rd_same_shape(to, ufrom), i, n = 0;
+    int enter = !par__rd_same_view(from, ufrom), leave = !par__rd_same_view(to, ufrom), i, n = 0;
     if (inner->num_ops + enter + leave > PAR_MAX_PLAN_OPS)
         return par__fail(PAR_ECAPACITY, "redistribution plan needs more than PAR_MAX_PLAN_OPS (%d) ops",
                          PAR_MAX_PLAN_OPS);
@@ -6047,6 +6187,7 @@ static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *
     plan->to = *to;
     plan->unified_ndim = ufrom->ndim;
     memcpy(plan->unified_shape, ufrom->shape, sizeof plan->unified_shape);
+    plan->unified_mesh = ufrom->mesh;
     if (enter) {
         par_redist_op *op = &plan->ops[n++];
         memset(op, 0, sizeof *op);
@@ -6091,6 +6232,7 @@ static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from,
                                         const par__rd_costs *costs, par_plan *plan) {
     par_layout ufrom, uto, seen;
     par_plan inner, wrapped;
+    par__rd_costs ucosts;
     char saved[512], first[512];
     par_status st;
     int fine, views = 0;
@@ -6100,10 +6242,12 @@ static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from,
     for (fine = 1; fine >= 0; fine--) {
         double bound;
         if (!par__rd_unify(from, to, fine, &ufrom, &uto)) continue;
-        if (par__rd_same_shape(&ufrom, from) && par__rd_same_shape(&ufrom, to)) continue; /* the first search */
-        if (views++ && par__rd_same_shape(&ufrom, &seen)) continue;                       /* coarse == fine */
+        if (par__rd_same_view(&ufrom, from) && par__rd_same_view(&ufrom, to)) continue; /* the first search */
+        if (views++ && par__rd_same_shape(&ufrom, &seen) && par__mesh_same_shape(&ufrom.mesh, &seen.mesh))
+            continue; /* coarse == fine */
         seen = ufrom;
-        if (par__rd_search_plan(pl, &ufrom, &uto, costs, &inner) != PAR_OK) continue;
+        par__rd_unified_costs(costs, &from->mesh, &ufrom.mesh, &ucosts);
+        if (par__rd_search_plan(pl, &ufrom, &uto, &ucosts, &inner) != PAR_OK) continue;
         if (par__rd_wrap_unified(&inner, from, to, &ufrom, &wrapped) != PAR_OK) continue;
         bound = st == PAR_OK && plan->lower_bound < wrapped.lower_bound ? plan->lower_bound : wrapped.lower_bound;
         if (st != PAR_OK || wrapped.cost < plan->cost) {
@@ -6450,12 +6594,14 @@ static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, 
     par__rd_problem pb;
     par__rd_walk w;
     par_plan inner;
+    par__rd_costs ucosts;
     par_tensor_map fm = par__map_without_unit_dims(from), tm = par__map_without_unit_dims(to);
     /* like MindSpore, expand the tensor shape only where the layouts need it:
        another shape, or a dim split by several device dims */
     if (!par__rd_same_shape(from, to) || !par__rd_single_splits(&fm, from->ndim) || !par__rd_single_splits(&tm, to->ndim))
         if (!par__rd_unify(from, to, 0, &ufrom, &uto)) return 0;
-    par__rd_setup(&pb, &ufrom, &uto, costs);
+    par__rd_unified_costs(costs, &from->mesh, &ufrom.mesh, &ucosts);
+    par__rd_setup(&pb, &ufrom, &uto, &ucosts);
     if (!par__rd_single_splits(&pb.from_map, ufrom.ndim) || !par__rd_single_splits(&pb.to_map, uto.ndim)) return 0;
     par__rd_plan_begin(&inner, &ufrom, &uto, &pb, 1);
     w.plan = &inner;
@@ -6464,7 +6610,7 @@ static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, 
     w.shape = 0;
     if ((*st = par__rd_greedy_reduce(&w)) != PAR_OK) return 1;
     if ((*st = par__rd_ms_infer(&w, &pb.to_map, !costs->no_all_to_all)) != PAR_OK) return 1;
-    if (par__rd_same_shape(&ufrom, from) && par__rd_same_shape(&ufrom, to)) {
+    if (par__rd_same_view(&ufrom, from) && par__rd_same_view(&ufrom, to)) {
         *plan = inner;
         plan->from = *from;
         plan->to = *to;
@@ -6523,6 +6669,7 @@ PARALLEL_DEF par_status par_plan_layout_after(const par_plan *plan, int i, par_l
             return par__fail(PAR_EINVAL, "par_plan_layout_after: op %d is on the unified shape but the plan has none", i);
         layout->ndim = plan->unified_ndim;
         memcpy(layout->shape, plan->unified_shape, sizeof layout->shape);
+        layout->mesh = plan->unified_mesh;
     }
     layout->map = plan->ops[i].after;
     return PAR_OK;
@@ -6595,7 +6742,8 @@ static par_status par__sim_rank(par__sim_step *s, const par_redist_op *op, const
     par_layout_local_shape(before, shape_before);
     par_layout_local_shape(after, shape_after);
     if (op->kind != PAR_REDIST_RESHAPE) {
-        if ((st = par_mesh_group(s->mesh, r, 1u << op->device_dim, s->group, &count)) != PAR_OK) return st;
+        /* the op's own mesh: on the unified view some axes may be factored (same ranks) */
+        if ((st = par_mesh_group(&before->mesh, r, 1u << op->device_dim, s->group, &count)) != PAR_OK) return st;
         if (count != n) return par__fail(PAR_EINVAL, "simulator: op group %d but device dim %d has %d ranks", n, op->device_dim, count);
         while (s->group[c] != r) c++;
     }
@@ -11985,7 +12133,14 @@ static par_status par__exec_op(par_executor *e, const par_redist_op *op, const p
     par_comm_group *group = NULL;
     int index = 0, n = 1, j;
     par_status st;
-    if (op->kind != PAR_REDIST_RESHAPE) {
+    if (op->kind != PAR_REDIST_RESHAPE && !par__mesh_same_shape(&before->mesh, &e->ctx->mesh)) {
+        /* an op on a factored mesh (the unified view): its group by rank list, same rank numbers */
+        int *ranks = e->ctx->scratch_ranks;
+        if ((st = par_mesh_group(&before->mesh, e->ctx->rank, 1u << op->device_dim, ranks, &n)) != PAR_OK) return st;
+        for (j = 0; j < n; j++)
+            if (ranks[j] == e->ctx->rank) index = j;
+        if ((st = par_ctx_group_ranks(e->ctx, ranks, n, &group)) != PAR_OK) return st;
+    } else if (op->kind != PAR_REDIST_RESHAPE) {
         if ((st = par_ctx_group(e->ctx, 1u << op->device_dim, &group, &index, &n)) != PAR_OK) return st;
         if (n != op->group)
             return par__fail(PAR_EINVAL, "executor: plan op wants a group of %d on device dim %d, the mesh has %d",

@@ -817,9 +817,10 @@ static int cmd_tour(int argc, char **argv) {
     tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 1, &greedy);
     say("   Optimal:");
     tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 0, &plan);
-    say("   Swapping the two device dims of a 2x4 mesh, [0,1] -> [1,0], is a cycle; here only an\n"
-        "   all_gather breaks it (no unified view helps: the 4-way dim would straddle the 2-way\n"
-        "   one's cut), and which dim to gather decides the bytes. Greedy:");
+    say("   Swapping the two device dims of a 2x4 mesh, [0,1] -> [1,0], is a cycle. MindSpore's\n"
+        "   walk breaks it with an all_gather; the planner cuts both dims at every shard\n"
+        "   boundary (16 -> 2 x 2 x 4) and factors the 4-way mesh axis into 2 x 2, where four\n"
+        "   all_to_alls of single sub-dims swap them. Greedy:");
     tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 1, &greedy);
     say("   Optimal:");
     tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 0, &plan);

@@ -540,6 +540,69 @@ static void test_simulator_detects(void) {
     sim_free(&b);
 }
 
+
+/* ---- views: the same distribution on another shape or a factored mesh ------ */
+
+static int64_t layout_numel(const par_layout *l) {
+    int64_t n = 1;
+    int t;
+    for (t = 0; t < l->ndim; t++) n *= l->shape[t];
+    return n;
+}
+
+/* Global flat index of every element of rank r's slice, in slice order. */
+static void slice_indices(const par_layout *l, int r, int64_t *out) {
+    int64_t local[MAXD], off[MAXD], n = par_layout_local_numel(l), i;
+    par_layout_local_shape(l, local);
+    par_layout_local_offset(l, r, off);
+    for (i = 0; i < n; i++) {
+        int64_t rest = i, index = 0, stride = 1;
+        int t;
+        for (t = l->ndim - 1; t >= 0; t--) {
+            index += (off[t] + rest % local[t]) * stride;
+            rest /= local[t];
+            stride *= l->shape[t];
+        }
+        out[i] = index;
+    }
+}
+
+/* 1 if a and b (same ranks, any shapes and meshes) give every rank the same
+   elements in the same order, and the same partial groups: a local view. */
+static int same_distribution(const par_layout *a, const par_layout *b) {
+    static int64_t ia[1 << 19], ib[1 << 19];
+    int ranks = par_mesh_size(&a->mesh), r, k;
+    int64_t n = par_layout_local_numel(a);
+    if (ranks != par_mesh_size(&b->mesh) || n != par_layout_local_numel(b) || n > (1 << 19) ||
+        layout_numel(a) != layout_numel(b))
+        return 0;
+    for (r = 0; r < ranks; r++) {
+        int ga[64], gb[64], na = 0, nb = 0;
+        slice_indices(a, r, ia);
+        slice_indices(b, r, ib);
+        if (memcmp(ia, ib, sizeof(int64_t) * (size_t)n) != 0) return 0;
+        par_mesh_group(&a->mesh, r, a->map.partial, ga, &na);
+        par_mesh_group(&b->mesh, r, b->map.partial, gb, &nb);
+        if (na != nb) return 0;
+        for (k = 0; k < na; k++) /* both ascending by rank */
+            if (ga[k] != gb[k]) return 0;
+    }
+    return 1;
+}
+
+/* Device dim of `mesh` that device dim u of its refinement `fine` belongs to. */
+static int parent_dim(const par_mesh *mesh, const par_mesh *fine, int u) {
+    int a, b = 0, target = fine->ndim - 1 - u;
+    for (a = 0; a < mesh->ndim; a++) {
+        int64_t prod = 1;
+        do {
+            if (b == target) return mesh->ndim - 1 - a;
+            prod *= fine->dims[b++];
+        } while (prod < mesh->dims[a] && b < fine->ndim);
+    }
+    return -1;
+}
+
 /* ---- the independent reference: uniform-cost search over all plans ------ */
 
 typedef struct ref_state { /* zero-filled so states compare bytewise */
@@ -815,6 +878,106 @@ static int ref_cuts(const par_layout *l, int fine, int64_t *cuts, int n) {
     return n;
 }
 
+/* When a cut falls inside a device dim's shard range, that mesh axis is
+   factored (MindSpore unifies device arrangements): the cut at c inside v's
+   range [pos/n, pos) asks for v's major part to be pos/c ways. Every axis's
+   asked-for parts, with its size, must form a divisibility chain; the axis then
+   becomes its consecutive ratios, major first. The layouts are rebuilt on the
+   unified shape, each factor splitting the unified dim at its position, and
+   must give every rank the same elements as the originals. */
+typedef struct ref_factoring {
+    int64_t points[MAXD][2 * MAXD];
+    int npoints[MAXD];
+    int sub[MAXD][MAXD], nsub[MAXD]; /* device dims of the factored mesh, major first */
+    int64_t size[MAXD][MAXD];
+} ref_factoring;
+
+static int ref_points(const par_layout *l, const int64_t *cut, int ncut, ref_factoring *f) {
+    int64_t after = layout_numel(l);
+    int t, k, c;
+    for (t = 0; t < l->ndim; t++) {
+        int64_t pos = after;
+        for (k = 0; k < l->map.count[t]; k++) {
+            int v = l->map.dev[t][k];
+            int64_t n = par_mesh_dev_size(&l->mesh, v), lo = pos / n;
+            for (c = 0; c < ncut; c++)
+                if (cut[c] > lo && cut[c] < pos) {
+                    if (pos % cut[c] || n % (pos / cut[c]) || f->npoints[v] == 2 * MAXD) return 0;
+                    f->points[v][f->npoints[v]++] = pos / cut[c];
+                }
+            pos = lo;
+        }
+        after /= l->shape[t];
+    }
+    return 1;
+}
+
+static int ref_rebuild(const par_layout *l, const par_mesh *fine, const int64_t *cut, int ndim, const int64_t *shape,
+                       const ref_factoring *f, par_layout *out) {
+    int64_t after = layout_numel(l);
+    int t, k, j, v;
+    memset(out, 0, sizeof *out);
+    out->mesh = *fine;
+    out->ndim = ndim;
+    memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    for (t = 0; t < l->ndim; t++) {
+        int64_t pos = after;
+        for (k = 0; k < l->map.count[t]; k++)
+            for (v = l->map.dev[t][k], j = 0; j < f->nsub[v]; j++) {
+                int u;
+                for (u = 0; u < ndim && !(cut[u] >= pos && cut[u + 1] < pos); u++) {}
+                if (u == ndim || (out->map.count[u] == 0 && cut[u] != pos)) return 0;
+                out->map.dev[u][out->map.count[u]++] = (int8_t)f->sub[v][j];
+                pos /= f->size[v][j];
+            }
+        after /= l->shape[t];
+    }
+    for (v = 0; v < l->mesh.ndim; v++)
+        if (l->map.partial >> v & 1u)
+            for (j = 0; j < f->nsub[v]; j++) out->map.partial |= 1u << f->sub[v][j];
+    return par_layout_check(out) == PAR_OK;
+}
+
+static int ref_factored(const par_layout *from, const par_layout *to, int ndim, const int64_t *shape,
+                        par_layout *ufrom, par_layout *uto) {
+    ref_factoring f;
+    par_mesh fine;
+    int64_t cut[MAXD + 1];
+    int dims[MAXD], nd = 0, a, i, j, v;
+    memset(&f, 0, sizeof f);
+    for (cut[ndim] = 1, i = ndim - 1; i >= 0; i--) cut[i] = cut[i + 1] * shape[i];
+    if (!ref_points(from, cut, ndim + 1, &f) || !ref_points(to, cut, ndim + 1, &f)) return 0;
+    for (a = 0; a < from->mesh.ndim; a++) {
+        int64_t n = from->mesh.dims[a], prev = 1;
+        v = from->mesh.ndim - 1 - a;
+        f.points[v][f.npoints[v]++] = n;
+        for (;;) { /* the smallest point above prev: the next factor boundary */
+            int64_t next = 0;
+            for (j = 0; j < f.npoints[v]; j++)
+                if (f.points[v][j] > prev && (next == 0 || f.points[v][j] < next)) next = f.points[v][j];
+            if (next == 0) break;
+            if (next % prev || nd == MAXD) return 0;
+            f.size[v][f.nsub[v]] = next / prev;
+            f.sub[v][f.nsub[v]++] = nd;
+            dims[nd++] = (int)(next / prev);
+            prev = next;
+        }
+        if (n == 1) { /* a size-1 axis stays */
+            if (nd == MAXD) return 0;
+            f.size[v][f.nsub[v]] = 1;
+            f.sub[v][f.nsub[v]++] = nd;
+            dims[nd++] = 1;
+        }
+    }
+    for (v = 0; v < from->mesh.ndim; v++)
+        for (j = 0; j < f.nsub[v]; j++) f.sub[v][j] = nd - 1 - f.sub[v][j]; /* axis index -> device dim */
+    if (par_mesh_init(&fine, nd, dims, NULL) != PAR_OK) return 0;
+    if (!ref_rebuild(from, &fine, cut, ndim, shape, &f, ufrom) || !ref_rebuild(to, &fine, cut, ndim, shape, &f, uto))
+        return 0;
+    CHECK_MSG(same_distribution(from, ufrom) && same_distribution(to, uto), "reference: a factored view is wrong");
+    return 1;
+}
+
 static int ref_unified(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
     int64_t cuts[4 * MAXD * (MAXD + 2)], shape[MAXD], cur;
     int n = ref_cuts(to, fine, cuts, ref_cuts(from, fine, cuts, 0)), ndim = 0, i;
@@ -828,9 +991,9 @@ static int ref_unified(const par_layout *from, const par_layout *to, int fine, p
         shape[ndim++] = cur / next;
         cur = next;
     }
-    if (ndim == 0 || par_layout_reshape(from, ndim, shape, ufrom) != PAR_OK ||
-        par_layout_reshape(to, ndim, shape, uto) != PAR_OK)
-        return 0;
+    if (ndim == 0) return 0;
+    if (par_layout_reshape(from, ndim, shape, ufrom) != PAR_OK || par_layout_reshape(to, ndim, shape, uto) != PAR_OK)
+        return ref_factored(from, to, ndim, shape, ufrom, uto);
     if (ndim == from->ndim && ndim == to->ndim && !memcmp(shape, from->shape, sizeof(int64_t) * (size_t)ndim) &&
         !memcmp(shape, to->shape, sizeof(int64_t) * (size_t)ndim))
         return 0;
@@ -848,10 +1011,17 @@ static double ref_optimum_extended(const ref_problem *p, int *states_seen) {
         ref_problem u = *p;
         double unified;
         int seen = 0;
+        int w;
         if (!ref_unified(p->from, p->to, fine, &uf, &ut)) continue;
         u.from = &uf;
         u.to = &ut;
         u.reshape = 0;
+        for (w = 0; w < uf.mesh.ndim; w++) { /* a factor of an axis keeps the axis's link */
+            int v = parent_dim(&p->from->mesh, &uf.mesh, w);
+            u.size[w] = par_mesh_dev_size(&uf.mesh, w);
+            u.latency[w] = p->latency[v];
+            u.bandwidth[w] = p->bandwidth[v];
+        }
         unified = ref_optimum(&u, &seen);
         if (seen > *states_seen) *states_seen = seen;
         if (unified < 0) return -1;
@@ -933,11 +1103,8 @@ static void random_cost_model(par_cost_model *cm, const par_mesh *m) {
 static int op_transition_ok(const par_layout *before, const par_redist_op *op, const par_layout *after) {
     par_layout want = *before;
     int t = op->tensor_dim, v = op->device_dim, n;
-    if (op->kind == PAR_REDIST_RESHAPE) {
-        par_layout reshaped;
-        return par_layout_reshape(before, after->ndim, after->shape, &reshaped) == PAR_OK &&
-               par_layout_equal(&reshaped, after);
-    }
+    if (op->kind == PAR_REDIST_RESHAPE) /* a view change: shape and maybe a factored mesh */
+        return same_distribution(before, after);
     n = v >= 0 && v < before->mesh.ndim ? par_mesh_dev_size(&before->mesh, v) : 0;
     if (op->group != n || n < 2) return 0;
     switch (op->kind) {
@@ -1006,9 +1173,11 @@ static int plan_consistent(const par_plan *plan, const par_cost_model *cm) {
         if (par_plan_layout_after(plan, i, &after) != PAR_OK || par_layout_check(&after) != PAR_OK) return 0;
         if (!op_transition_ok(&before, op, &after)) return 0;
         if (op->bytes_sent != expected_bytes(op, &before, es) || op->bytes_recv != op->bytes_sent) return 0;
-        if (cm && op->device_dim >= 0) {
-            lat = cm->link[op->device_dim].latency;
-            bw = cm->link[op->device_dim].bandwidth > 0 ? cm->link[op->device_dim].bandwidth : 1;
+        if (cm && op->device_dim >= 0) { /* on a factored mesh a sub-dim keeps its axis's link */
+            int v = op->on_unified ? parent_dim(&plan->from.mesh, &plan->unified_mesh, op->device_dim) : op->device_dim;
+            if (v < 0) return 0;
+            lat = cm->link[v].latency;
+            bw = cm->link[v].bandwidth > 0 ? cm->link[v].bandwidth : 1;
         }
         if (op->kind == PAR_REDIST_SPLIT || op->kind == PAR_REDIST_RESHAPE) lat = 0;
         if (!close_to(op->cost, lat + (double)op->bytes_sent / bw)) return 0;
@@ -1029,6 +1198,10 @@ static int plan_consistent(const par_plan *plan, const par_cost_model *cm) {
 static int suffixes_ok(par_planner *pl, const par_plan *best, const par_cost_model *cm) {
     double rest = best->cost;
     int i;
+    /* a mid-plan layout on a factored mesh is no query (its mesh is not the target's) */
+    if (best->unified_ndim && (best->unified_mesh.ndim != best->from.mesh.ndim ||
+                               memcmp(best->unified_mesh.dims, best->from.mesh.dims, sizeof(int) * (size_t)best->from.mesh.ndim)))
+        return 1;
     for (i = 0; i < best->num_ops; i++) {
         par_layout here;
         par_plan again;
