@@ -456,7 +456,10 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
                    logits' gradient softmax * sum(labels) - labels [...,C], laid out
                    like the logits. Splitting C is the vocab-parallel loss (AllReduce
                    max, sum, sum)
-   RESHAPE         x; out_shape; must be layout-preserving for the strategy
+   RESHAPE         x; out_shape; must be layout-preserving for the strategy, unless
+                   desc.out_map gives the layout the next operator wants (MindSpore
+                   lets the consumer decide): then info.output_redistribution says
+                   the forward step is par_plan_redistribution(&inputs[0], &outputs[0])
    TRANSPOSE       x; perm
    FLASH_ATTENTION q [B,Nq,S,D], k [B,Nkv,S,D], v [B,Nkv,S,D] (BNSD); heads and
                    batch may be split; S needs a context-parallel algorithm
@@ -547,6 +550,9 @@ typedef struct par_op_desc {
                              axes (default all). Bit i = input 0's dim i */
     int keep_dims;        /* REDUCE_*: keep reduced dims with size 1 */
     int out_ndim;         /* RESHAPE */
+    const int *out_map;   /* RESHAPE: the consumer's tensor map for the output (out_ndim entries, device
+                             dims of this op's device matrix or -1); NULL = the input's split read in
+                             the new shape, which must then be a local reshape */
     int64_t out_shape[PARALLEL_MAX_DIMS];
     int perm[PARALLEL_MAX_DIMS]; /* TRANSPOSE: out dim i = input dim perm[i] */
     int64_t depth;        /* ONE_HOT: number of classes (>= 1) */
@@ -606,6 +612,9 @@ typedef struct par_op_info {
     par_comm_op backward[PAR_MAX_INPUTS]; /* gradient AllReduce for activation inputs (above);
                                              not counted in cost.comm_bytes */
     par_op_cost cost;
+    int output_redistribution; /* RESHAPE with desc.out_map: 1 if outputs[0] is not a local view of
+                                  inputs[0]; the forward step is then the reshape redistribution
+                                  par_plan_redistribution(&inputs[0], &outputs[0]) (not in cost) */
 } par_op_info;
 
 /* Check `strategy` for `op` on a stage of `devices` devices and infer its device
@@ -4285,9 +4294,26 @@ static par_status par__st_input_layouts(const par__st_spec *s, par_op_info *info
     return PAR_OK;
 }
 
-/* RESHAPE's output: the input layout read in the new shape, if that is local. */
+/* RESHAPE's output: the consumer's layout when desc.out_map gives one (data moves
+   unless it is the local view), else the input layout read in the new shape, if
+   that is local. */
 static par_status par__st_reshape_output(const par__st_spec *s, const par_strategy *st, par_op_info *info) {
     char reason[sizeof par__error_text], text[128];
+    if (s->op->out_map) {
+        par_layout view;
+        int d, n = info->dev_matrix.ndim;
+        for (d = 0; d < s->out_ndim; d++)
+            if (s->op->out_map[d] < -1 || s->op->out_map[d] >= n)
+                return par__fail(PAR_ESTRATEGY, "%s: out_map[%d] is %d; it must be -1 or a device dim 0..%d of the device matrix",
+                                 s->name, d, s->op->out_map[d], n - 1);
+        if (par_layout_init(&info->outputs[0], &info->dev_matrix, s->out_ndim, s->out_shape, s->op->out_map, 0) != PAR_OK) {
+            memcpy(reason, par_last_error(), sizeof reason);
+            return par__fail(PAR_ESTRATEGY, "%s: out_map is no layout of the output: %s", s->name, reason);
+        }
+        info->output_redistribution = !(par_layout_reshape(&info->inputs[0], s->out_ndim, s->out_shape, &view) == PAR_OK &&
+                                         par_layout_equal(&view, &info->outputs[0]));
+        return PAR_OK;
+    }
     if (par_layout_reshape(&info->inputs[0], s->out_ndim, s->out_shape, &info->outputs[0]) == PAR_OK) return PAR_OK;
     memcpy(reason, par_last_error(), sizeof reason);
     par_strategy_format(st, text, sizeof text);

@@ -47,6 +47,8 @@ static const char *const usage_text =
     "                               (list of input-0 dims)\n"
     "      [--perm 1,0]             transpose permutation\n"
     "      [--out-shape 8,2,8]      reshape target shape\n"
+    "      [--out-map -1,0]         reshape: the layout the next operator wants for the output\n"
+    "                               (device dims of this op's matrix); data may then move\n"
     "      [--keep-dims]            reduce_sum / reduce_mean keep reduced dims\n"
     "      [--depth 10]             one_hot classes (its strategy has one more entry, for depth)\n"
     "      [--reduce-scatter]       forward all_reduce becomes reduce_scatter\n"
@@ -384,7 +386,7 @@ static const opt_spec op_specs[] = {
     {"param", 1, 1},       {"transpose-a", 0, 0}, {"transpose-b", 0, 0},    {"axes", 1, 0},
     {"perm", 1, 0},        {"out-shape", 1, 0},   {"keep-dims", 0, 0},      {"reduce-scatter", 0, 0},
     {"dtype", 1, 0},       {"device-flops", 1, 0}, {"link-bandwidth", 1, 0}, {"mesh", 1, 0},
-    {"depth", 1, 0},       {NULL, 0, 0}};
+    {"depth", 1, 0},       {"out-map", 1, 0},     {NULL, 0, 0}};
 
 /* Fill an operator desc from the options shared by `strategy` and `strategies`. */
 static void parse_op(const args *a, par_op_desc *op, int *devices) {
@@ -442,6 +444,13 @@ static void parse_op(const args *a, par_op_desc *op, int *devices) {
     }
     if ((text = arg_get(a, "out-shape")) != NULL) op->out_ndim = parse_shape(text, op->out_shape, "--out-shape");
     if ((text = arg_get(a, "depth")) != NULL) op->depth = parse_int(text, 1, INT64_MAX / 2, "--depth");
+    if ((text = arg_get(a, "out-map")) != NULL) { /* reshape: the consumer's map of the output */
+        static int out_map[PARALLEL_MAX_DIMS];
+        n = parse_int_list(text, ",", -1, PARALLEL_MAX_DIMS - 1, v, PARALLEL_MAX_DIMS, "--out-map");
+        if (n != op->out_ndim) die("--out-map: %d entries for an output of %d dims (give --out-shape first)", n, op->out_ndim);
+        for (i = 0; i < n; i++) out_map[i] = (int)v[i];
+        op->out_map = out_map;
+    }
     if ((text = arg_get(a, "device-flops")) != NULL) op->device_flops = parse_double(text, "--device-flops");
     if ((text = arg_get(a, "link-bandwidth")) != NULL) op->link_bandwidth = parse_double(text, "--link-bandwidth");
 }
@@ -484,7 +493,10 @@ static void show_op_info(const par_op_desc *op, const par_op_info *info) {
         print_dims(local, info->outputs[i].ndim);
         putchar('\n');
     }
-    if (info->num_forward == 0) printf("forward_comm: none\n");
+    if (info->output_redistribution) /* a Reshape whose consumer chose the output layout */
+        printf("forward_comm: reshape redistribution (par-explain redistribute from input0 to output)\n");
+    else if (info->num_forward == 0)
+        printf("forward_comm: none\n");
     for (i = 0; i < info->num_forward && i < 2; i++) print_comm("forward_comm: ", &info->forward[i]);
     for (i = 0; i < info->num_inputs; i++) {
         char prefix[32];

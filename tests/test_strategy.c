@@ -1768,6 +1768,72 @@ static void test_one_hot(void) {
     simulate_op(&op, "((1,1,1),)", 2);
 }
 
+
+/* Reshape whose output layout the next operator decides (MindSpore's default):
+   desc.out_map gives the consumer's map; when it is not the local view the
+   forward step is a reshape redistribution, run here on the simulator. */
+static void test_reshape_consumer(void) {
+    par_op_desc op = make_op(PAR_OP_RESHAPE, "4x8x6");
+    par_op_info info;
+    int want_cols[2] = {-1, 0}, local_view[2] = {2, 1}, bad_dim[2] = {-1, 5}, bad_div[2] = {0, -1};
+    op.out_ndim = 2;
+    op.out_shape[0] = 4;
+    op.out_shape[1] = 48;
+    /* ((1,1,2)) alone is refused (8 runs of 3 per rank); with the consumer's [-1,0] it is a redistribution */
+    op.out_map = want_cols;
+    CHECK_OK(infer(&op, "((1,1,2),)", 2, &info));
+    CHECK_STR(M(&info.dev_matrix), "[1,1,2]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[-1,0]");
+    CHECK_INT(info.output_redistribution, 1);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    { /* the forward step on the simulator: every rank ends with its slice of the reshaped tensor */
+        double global[192], *locals[2];
+        par_plan plan;
+        int r, i;
+        for (i = 0; i < 192; i++) global[i] = i + 1;
+        CHECK_OK(par_plan_redistribution(&info.inputs[0], &info.outputs[0], NULL, &plan));
+        CHECK(plan.total_bytes > 0);
+        for (r = 0; r < 2; r++) locals[r] = (double *)malloc(sizeof(double) * (size_t)plan.max_local_numel);
+        CHECK_OK(par_sim_scatter(&info.inputs[0], global, locals));
+        CHECK_OK(par_sim_run(&plan, locals));
+        CHECK_MSG(par_sim_matches(&info.outputs[0], global, locals), "reshape to the consumer's layout: %s",
+                  par_last_error());
+        for (r = 0; r < 2; r++) free(locals[r]);
+    }
+    /* the consumer asks for the local view: nothing moves */
+    op.out_map = local_view;
+    CHECK_OK(infer(&op, "((2,2,1),)", 4, &info));
+    CHECK_STR(L(&info.outputs[0]), "[2,1]");
+    CHECK_INT(info.output_redistribution, 0);
+    op.out_map = bad_dim;
+    CHECK_ERR(infer(&op, "((2,2,1),)", 4, &info), PAR_ESTRATEGY,
+              "reshape: out_map[1] is 5; it must be -1 or a device dim 0..2 of the device matrix");
+    op.out_map = bad_div;
+    CHECK_ERR(infer(&op, "((1,1,3),)", 3, &info), PAR_ESTRATEGY, "reshape: out_map is no layout of the output");
+    {   /* a 2-D consumer on a batched reshape, simulated the same way: [2,4,6] -> [8,6], rows split 2 */
+        int rows[2] = {1, -1};
+        double global[48], *locals[4];
+        par_plan plan;
+        int r, i;
+        op = make_op(PAR_OP_RESHAPE, "2x4x6");
+        op.out_ndim = 2;
+        op.out_shape[0] = 8;
+        op.out_shape[1] = 6;
+        op.out_map = rows;
+        CHECK_OK(infer(&op, "((1,2,2),)", 4, &info)); /* dev [1,2,2]: the 4 by dev 1, the 6 by dev 0 */
+        CHECK_INT(info.output_redistribution, 1);
+        for (i = 0; i < 48; i++) global[i] = 2 * i + 1;
+        CHECK_OK(par_plan_redistribution(&info.inputs[0], &info.outputs[0], NULL, &plan));
+        for (r = 0; r < 4; r++) locals[r] = (double *)malloc(sizeof(double) * (size_t)plan.max_local_numel);
+        CHECK_OK(par_sim_scatter(&info.inputs[0], global, locals));
+        CHECK_OK(par_sim_run(&plan, locals));
+        CHECK_MSG(par_sim_matches(&info.outputs[0], global, locals), "batched reshape: %s", par_last_error());
+        for (r = 0; r < 4; r++) free(locals[r]);
+    }
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1798,5 +1864,6 @@ int main(void) {
     test_dense_cross_entropy();
     test_mindspore_matmul_info();
     test_one_hot();
+    test_reshape_consumer();
     return TEST_END("strategy");
 }
