@@ -1834,6 +1834,39 @@ static void test_reshape_consumer(void) {
     }
 }
 
+
+/* tensor_add_info_test.cc (MindSpore), TestTensorAddInfo on a 32-device stage. */
+static void test_mindspore_tensor_add_info(void) {
+    par_op_desc op = make_op(PAR_OP_ELEMENTWISE, "32x64x96,32x64x96");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    /* InferDevMatrixShape1, InferSliceShape1, GetTensorLayout1, GetForwardOp1, GetMirrorOPs1, CheckStrategy4 */
+    CHECK_OK(infer(&op, "((2,4,4),(2,4,4))", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,4]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,1,0]");
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 16 && slice[1] == 16 && slice[2] == 24);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_NONE);
+    /* CheckStrategy1-3: mismatched split (64 is not divisible by 6), too many devices, one tuple */
+    CHECK_ERR(infer(&op, "((2,4,4),(2,6,4))", 32, &info), PAR_ESTRATEGY, "input 1 dim 1 (size 64) is not divisible");
+    CHECK_ERR(infer(&op, "((2,4,8),(2,4,8))", 32, &info), PAR_ESTRATEGY, "shards multiply to 64");
+    CHECK_ERR(infer(&op, "((2,4,6),)", 32, &info), PAR_ESTRATEGY, "strategy has 1 input, the operator takes 2");
+    /* mirror_ops: [1,48] + [48,1] -> [48,48], ((1,8),(4,1)); input 1 (a parameter here) is
+       summed over the 8-way dim it does not see */
+    op = make_op(PAR_OP_ELEMENTWISE, "1x48,48x1");
+    op.params = 2;
+    CHECK_OK(infer(&op, "((1,8),(4,1))", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,8]");
+    CHECK_STR(L(&info.outputs[0]), "[1,0]");
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.mirror[1].group, 8);
+    CHECK_INT(info.mirror[1].dev_mask, 0x1);
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1865,5 +1898,6 @@ int main(void) {
     test_mindspore_matmul_info();
     test_one_hot();
     test_reshape_consumer();
+    test_mindspore_tensor_add_info();
     return TEST_END("strategy");
 }
