@@ -1867,6 +1867,42 @@ static void test_mindspore_tensor_add_info(void) {
     CHECK_INT(info.mirror[1].dev_mask, 0x1);
 }
 
+
+/* reduce_method_test.cc (MindSpore), TestReduceSumInfo: x [16,32,64], axis -1,
+   keep_dims false, 32-device stage (the input treated as a parameter, as the
+   test's mirror expectations assume). */
+static void test_mindspore_reduce_sum_info(void) {
+    par_op_desc op = make_op(PAR_OP_REDUCE_SUM, "16x32x64");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    op.axes = 1u << 2;
+    op.params = 1;
+    /* InferDevMatrixShape1, InferSliceShape1, GetTensorLayout1, GetForwardOp1, GetMirrorOPs1, CheckStrategy4 */
+    CHECK_OK(infer(&op, "((4,8,1),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,8,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,1]");
+    par_layout_local_shape(&info.inputs[0], slice);
+    CHECK(slice[0] == 4 && slice[1] == 4 && slice[2] == 64);
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 4 && slice[1] == 4);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    /* GetForwardOp2, CheckStrategy3: the reduced axis split 2 ways -> AllReduce (sum) */
+    CHECK_OK(infer(&op, "((4,4,2),)", 32, &info));
+    CHECK_INT(info.num_forward, 1);
+    CHECK_INT(info.forward[0].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.forward[0].group, 2);
+    /* GetMirrorOPs2: 16 of 32 devices used, the repeated dim (2) holds copies */
+    CHECK_OK(infer(&op, "((4,4,1),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,4,1,2]");
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.mirror[0].group, 2);
+    /* CheckStrategy1-2: four entries, two tuples */
+    CHECK_ERR(infer(&op, "((2,2,8,16),)", 32, &info), PAR_ESTRATEGY, "input 0 strategy has 4 entries");
+    CHECK_ERR(infer(&op, "((2,4,8),(2,4,8))", 32, &info), PAR_ESTRATEGY, "strategy has 2 inputs");
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1899,5 +1935,6 @@ int main(void) {
     test_one_hot();
     test_reshape_consumer();
     test_mindspore_tensor_add_info();
+    test_mindspore_reduce_sum_info();
     return TEST_END("strategy");
 }
