@@ -6075,6 +6075,7 @@ static int par__rd_view_on(const par_layout *l, const par_mesh *umesh, const int
         int64_t pos = inner * l->shape[t];
         for (k = 0; k < l->map.count[t]; k++) {
             v = l->map.dev[t][k];
+            if (par_mesh_dev_size(&l->mesh, v) == 1) continue; /* splits nothing */
             for (j = 0; j < nsub[v]; j++) {
                 int u = 0;
                 while (u < ndim && !(cuts[u] >= pos && cuts[u + 1] < pos)) u++;

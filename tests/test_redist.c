@@ -923,7 +923,7 @@ static int ref_rebuild(const par_layout *l, const par_mesh *fine, const int64_t 
     for (t = 0; t < l->ndim; t++) {
         int64_t pos = after;
         for (k = 0; k < l->map.count[t]; k++)
-            for (v = l->map.dev[t][k], j = 0; j < f->nsub[v]; j++) {
+            for (v = l->map.dev[t][k], j = 0; j < f->nsub[v] && par_mesh_dev_size(&l->mesh, v) > 1; j++) {
                 int u;
                 for (u = 0; u < ndim && !(cut[u] >= pos && cut[u + 1] < pos); u++) {}
                 if (u == ndim || (out->map.count[u] == 0 && cut[u] != pos)) return 0;
