@@ -1903,6 +1903,41 @@ static void test_mindspore_reduce_sum_info(void) {
     CHECK_ERR(infer(&op, "((2,4,8),(2,4,8))", 32, &info), PAR_ESTRATEGY, "strategy has 2 inputs");
 }
 
+
+/* transpose_test.cc (MindSpore), TestTransposeInfo: x [128,64], perm (1,0), on
+   a 32-device stage. */
+static void test_mindspore_transpose_info(void) {
+    par_op_desc op = make_op(PAR_OP_TRANSPOSE, "128x64");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    int ranks[32], n = 0;
+    op.perm[0] = 1;
+    op.perm[1] = 0;
+    /* InferDevMatrixShape1, InferSliceShape1, GetTensorLayout1, GetForwardOp1, GetMirrorOPs1, CheckStrategy3 */
+    CHECK_OK(infer(&op, "((4,8),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,8]");
+    CHECK_STR(L(&info.inputs[0]), "[1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[0,1]");
+    par_layout_local_shape(&info.inputs[0], slice);
+    CHECK(slice[0] == 32 && slice[1] == 8);
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 8 && slice[1] == 32);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    /* InferDevMatrixShape2: ((4,1)) on 32 devices; MindSpore's expected [8,4,1] has the
+       8 copies on the left, ours on the right ([4,1,8]): the same partition, 8 ranks per slice */
+    CHECK_OK(infer(&op, "((4,1),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,1,8]");
+    CHECK_INT(info.repeated, 8);
+    par_layout_local_shape(&info.inputs[0], slice);
+    CHECK(slice[0] == 32 && slice[1] == 64);
+    CHECK_OK(par_layout_replica_group(&info.inputs[0], 0, ranks, &n));
+    CHECK_INT(n, 8);
+    /* CheckStrategy1-2: three entries, two tuples */
+    CHECK_ERR(infer(&op, "((1,4,8),)", 32, &info), PAR_ESTRATEGY, "input 0 strategy has 3 entries");
+    CHECK_ERR(infer(&op, "((2,4,8),(2,4,8))", 32, &info), PAR_ESTRATEGY, "strategy has 2 inputs");
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1936,5 +1971,6 @@ int main(void) {
     test_reshape_consumer();
     test_mindspore_tensor_add_info();
     test_mindspore_reduce_sum_info();
+    test_mindspore_transpose_info();
     return TEST_END("strategy");
 }
