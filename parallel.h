@@ -762,7 +762,9 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner);
    the mesh axis is factored too (a 4-way axis as 2 x 2, major first, the same
    ranks; plan->unified_mesh), as MindSpore unifies device arrangements; the
    executor then takes such an op's group by rank list. The unified views are
-   those of the two layouts given (a mid-plan layout may cut finer).
+   those of the two layouts given (a mid-plan layout may cut finer); a view
+   whose search passes max_states or PAR_MAX_PLAN_OPS is skipped, not an error
+   (the plan is then the best of the other searches).
    Allocates nothing once the planner has warmed up; cached by (from, to, cost).
    Errors:
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
