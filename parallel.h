@@ -348,7 +348,7 @@ PARALLEL_DEF par_status par_layout_init(par_layout *layout, const par_mesh *mesh
                                         const int *map, uint32_t partial);
 
 /* Parse the text form: "[1,-1]", "[(1,0),-1]", "[1,-1] partial=0",
-   "[-1,-1] partial=(1,0)", or with a named mesh "[dp,None]", "[(dp,cp),None]",
+   "[-1,-1] partial=(1,0)" or "[-1,-1] partial=1,0" (a set: order is free), or with a named mesh "[dp,None]", "[(dp,cp),None]",
    "partial=tp". The entry count must equal ndim. Validated as par_layout_check. */
 PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mesh, int ndim, const int64_t *shape,
                                          const char *text);
@@ -438,22 +438,44 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
 #define PAR_MAX_OUTPUTS 2
 
 /* Operators with strategies. Inputs, in order:
-   MATMUL          a [M,K] (or [K,M] with transpose_a), b [K,N] (or [N,K] with transpose_b)
-   BATCH_MATMUL    a [...,M,K], b [...,K,N] or b [K,N] (shared); batch dims must agree
+   MATMUL          a [...,M,K] (or [...,K,M] with transpose_a), b [...,K,N] (or [...,N,K]
+                   with transpose_b); 2-D, or batched as BATCH_MATMUL
+   BATCH_MATMUL    a [...,M,K], b [...,K,N]: the batch dims broadcast numpy-style
+                   (aligned from the right; a missing or size-1 batch dim is shared,
+                   e.g. a [M,K] with b [B,K,N], or b [1,K,N] as a weight for every
+                   batch), and a broadcast dim may not be split
    ELEMENTWISE     1..4 inputs broadcast numpy-style against each other
    RMSNORM         x [...,H], gamma [H...] (the normalized trailing dims)
    LAYERNORM       x, gamma, beta
    SOFTMAX         x; the softmax axis (axes bit, default last) may not be split
    GATHER          table [V,H] (embedding), indices [...]; out [...,H]. Splitting V
                    is vocab-parallel (partial output, AllReduce over V's dim)
-   CROSS_ENTROPY   logits [...,C], labels [...] (int); out per-row loss [...].
-                   Splitting C is the vocab-parallel loss (AllReduce max, sum, sum)
-   RESHAPE         x; out_shape; must be layout-preserving for the strategy
+   CROSS_ENTROPY   logits [...,C], labels [...] (int, sparse) or [...,C] (float, dense:
+                   MindSpore's SoftmaxCrossEntropyWithLogits, split like the logits);
+                   out per-row loss [...]; dense labels add a second output, the
+                   logits' gradient softmax * sum(labels) - labels [...,C], laid out
+                   like the logits. Splitting C is the vocab-parallel loss (AllReduce
+                   max, sum, sum)
+   RESHAPE         x; out_shape; must be layout-preserving for the strategy, unless
+                   desc.out_map gives the layout the next operator wants (MindSpore
+                   lets the consumer decide): then info.output_redistribution says
+                   the forward step is par_plan_redistribution(&inputs[0], &outputs[0])
    TRANSPOSE       x; perm
    FLASH_ATTENTION q [B,Nq,S,D], k [B,Nkv,S,D], v [B,Nkv,S,D] (BNSD); heads and
                    batch may be split; S needs a context-parallel algorithm
    REDUCE_SUM      x; reduced axes (default all); split reduced axes -> AllReduce
-   REDUCE_MEAN     as REDUCE_SUM */
+   REDUCE_MEAN     as REDUCE_SUM
+   LOG_SOFTMAX     x; the axis (axes bit, default last) may not be split
+   L2_NORMALIZE    x; x / sqrt(sum of squares over the axis); the axis (axes bit,
+                   default last) may not be split
+   PRELU           x [N,C,...], weight [C] (per channel: split like x's dim 1) or
+                   [1] (shared: not split); x needs at least 2 dims
+   DROPOUT         x; outputs y and the keep mask, both laid out like x; build the
+                   mask with par_dropout_mask so replicas agree
+   ONE_HOT         indices [...] (int); out [..., depth] (desc.depth). The strategy
+                   has one entry more than the indices, the last splitting depth
+                   (MindSpore's ((8,1),(),()) is ((8,1)) here): each rank writes its
+                   own class range, no communication */
 typedef enum par_op_kind {
     PAR_OP_MATMUL = 0,
     PAR_OP_BATCH_MATMUL,
@@ -468,17 +490,23 @@ typedef enum par_op_kind {
     PAR_OP_FLASH_ATTENTION,
     PAR_OP_REDUCE_SUM,
     PAR_OP_REDUCE_MEAN,
+    PAR_OP_LOG_SOFTMAX,
+    PAR_OP_L2_NORMALIZE,
+    PAR_OP_PRELU,
+    PAR_OP_DROPOUT,
+    PAR_OP_ONE_HOT,
     PAR_OP_COUNT
 } par_op_kind;
 
 /* "matmul", "batch_matmul", "elementwise", "rmsnorm", "layernorm", "softmax",
    "gather", "cross_entropy", "reshape", "transpose", "flash_attention",
-   "reduce_sum", "reduce_mean". */
+   "reduce_sum", "reduce_mean", "log_softmax", "l2_normalize", "prelu", "dropout",
+   "one_hot". */
 PARALLEL_DEF const char *par_op_kind_name(par_op_kind kind);
 /* Parse a name above (also MindSpore's "MatMul", "BatchMatMul", "Add", "Mul",
    "RmsNorm", "LayerNorm", "Softmax", "Gather", "SoftmaxCrossEntropyWithLogits",
    "Reshape", "Transpose", "FlashAttentionScore", "ReduceSum", "ReduceMean",
-   case-insensitive). */
+   "LogSoftmax", "L2Normalize", "PReLU", "Dropout", "OneHot", case-insensitive). */
 PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind);
 
 /* A strategy: one shard tuple per input, "((2,1),(1,4))". A strategy written
@@ -517,13 +545,17 @@ typedef struct par_op_desc {
     par_dtype dtype;      /* element type of the float tensors (default f32) */
     uint32_t params;      /* bit i: input i is a trainable parameter (gets a mirror op) */
     int transpose_a, transpose_b;  /* MATMUL, BATCH_MATMUL */
-    uint32_t axes;        /* SOFTMAX: the axis bit (default last); norms: normalized
+    uint32_t axes;        /* SOFTMAX, LOG_SOFTMAX, L2_NORMALIZE: the axis bit (default last); norms: normalized
                              axes (default last; must be trailing); REDUCE_*: reduced
                              axes (default all). Bit i = input 0's dim i */
     int keep_dims;        /* REDUCE_*: keep reduced dims with size 1 */
     int out_ndim;         /* RESHAPE */
+    const int *out_map;   /* RESHAPE: the consumer's tensor map for the output (out_ndim entries, device
+                             dims of this op's device matrix or -1); NULL = the input's split read in
+                             the new shape, which must then be a local reshape */
     int64_t out_shape[PARALLEL_MAX_DIMS];
     int perm[PARALLEL_MAX_DIMS]; /* TRANSPOSE: out dim i = input dim perm[i] */
+    int64_t depth;        /* ONE_HOT: number of classes (>= 1) */
     int reduce_scatter;   /* forward AllReduce of a partial output becomes ReduceScatter
                              over the output's dim 0 (Megatron sequence parallel) */
     double device_flops;  /* cost model: flop/s per device (default 1e12) */
@@ -580,6 +612,9 @@ typedef struct par_op_info {
     par_comm_op backward[PAR_MAX_INPUTS]; /* gradient AllReduce for activation inputs (above);
                                              not counted in cost.comm_bytes */
     par_op_cost cost;
+    int output_redistribution; /* RESHAPE with desc.out_map: 1 if outputs[0] is not a local view of
+                                  inputs[0]; the forward step is then the reshape redistribution
+                                  par_plan_redistribution(&inputs[0], &outputs[0]) (not in cost) */
 } par_op_info;
 
 /* Check `strategy` for `op` on a stage of `devices` devices and infer its device
@@ -618,6 +653,15 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out);
 
+/* Dropout's keep mask for `rank`'s slice of `layout` (par_layout_local_numel
+   bytes, row-major): mask[i] = 1 keeps the element. Each element's coin is a
+   hash of (seed, its GLOBAL index), so every rank holding the same element
+   draws the same coin: replicas (repeated calculation) agree, and the mask of
+   the whole tensor is the same under every strategy and mesh. keep_prob in
+   [0,1] (1 keeps all). PAR_EINVAL / PAR_ELAYOUT as par_layout_copy_slice. */
+PARALLEL_DEF par_status par_dropout_mask(const par_layout *layout, int rank, uint64_t seed, double keep_prob,
+                                         uint8_t *mask);
+
 /* ============================================================================
    >>redistribute
    ========================================================================== */
@@ -647,6 +691,7 @@ typedef struct par_redist_op {
     double cost;          /* under the plan's cost model */
     int on_to_shape;      /* the layout after this op has the target shape */
     par_tensor_map after; /* tensor map after this op */
+    int on_unified;       /* the layout after this op has the plan's unified shape (wins over on_to_shape) */
 } par_redist_op;
 
 /* Alpha-beta cost of one collective on a device dim: latency + bytes / bandwidth. */
@@ -662,8 +707,9 @@ typedef struct par_link {
 typedef struct par_cost_model {
     par_link link[PARALLEL_MAX_DIMS];
     int elem_size;     /* bytes per element; 0 = default 4 (f32) */
-    int no_all_to_all; /* 1: plans never use all_to_all (MindSpore's enable_alltoall: false);
-                          a dim moves by all_gather + local split instead (optimal among the rest) */
+    int no_all_to_all; /* 1: plans never use all_to_all (MindSpore's enable_alltoall: false, its
+                          default); a dim moves by all_gather + local split instead (optimal among
+                          the rest; par_plan_greedy follows MindSpore's non-all_to_all path) */
 } par_cost_model;
 
 #define PAR_MAX_PLAN_OPS 48
@@ -677,6 +723,15 @@ typedef struct par_plan {
     int64_t total_bytes;     /* sum of bytes_sent over the ops (per rank) */
     int64_t max_local_numel; /* largest local slice any step holds */
     int greedy;              /* 1 if made by par_plan_greedy */
+    /* MindSpore's unified tensor shape: both shapes with every dim factored at its
+       shard boundaries (1024 split 4 ways -> 4 x 256), so that collectives can act on
+       sub-dims. Ops with on_unified run on it; local reshapes enter and leave it.
+       unified_ndim is 0 when no op does. unified_mesh is the mesh they run on: the
+       plan's mesh, or it with some axes factored (a 4-way axis as 2 x 2, major
+       first: the same ranks), their device dims naming its dims. */
+    int unified_ndim;
+    int64_t unified_shape[PARALLEL_MAX_DIMS];
+    par_mesh unified_mesh;
 } par_plan;
 
 /* Planner: reusable search workspace plus a plan cache. Not thread-safe: one per
@@ -694,10 +749,24 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner);
 
 /* The cheapest plan turning `from` into `to` (same mesh; shapes equal, or equal in
    element count when a local reshape can bridge them). Optimal under `cost`
-   (NULL = bytes) among plans of split, all_gather, all_to_all, all_reduce,
-   reduce_scatter and at most one local reshape: A* over (per tensor dim an ordered
-   list of device dims, partial set) with an admissible bound. Allocates nothing
-   once the planner has warmed up; cached by (from, to, cost). Errors:
+   (NULL = bytes) over the extended move set: plans of split, all_gather,
+   all_to_all, all_reduce and reduce_scatter either on the tensor's own shapes
+   (at most one local reshape between them) or on a unified shape of the two
+   layouts, entered and left by local reshapes: every dim of both shapes cut at
+   shard boundaries of both layouts, so collectives act on sub-dims and reshape
+   redistributions go through the common shape. Two cuts: MindSpore's (where
+   every shard but a dim's minor-most ends: 1024 split 4 and 16 ways -> 4 x 256)
+   and a fine one (at every shard end: 4 x 4 x 64). A* over (per tensor dim an
+   ordered list of device dims, partial set) with an admissible bound, once per
+   view; the cheapest plan wins. Where a cut falls inside a device dim's shards
+   the mesh axis is factored too (a 4-way axis as 2 x 2, major first, the same
+   ranks; plan->unified_mesh), as MindSpore unifies device arrangements; the
+   executor then takes such an op's group by rank list. The unified views are
+   those of the two layouts given (a mid-plan layout may cut finer); a view
+   whose search passes max_states or PAR_MAX_PLAN_OPS is skipped, not an error
+   (the plan is then the best of the other searches).
+   Allocates nothing once the planner has warmed up; cached by (from, to, cost).
+   Errors:
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
    PAR_ESHAPE (element counts differ), PAR_EUNSUPPORTED (target partial over a
    dim the source is not), PAR_ECAPACITY (max_states or PAR_MAX_PLAN_OPS). */
@@ -708,11 +777,19 @@ PARALLEL_DEF par_status par_planner_plan(par_planner *planner, const par_layout 
 PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const par_layout *to,
                                                 const par_cost_model *cost, par_plan *plan);
 
-/* The MindSpore-style greedy baseline: all_reduce every partial dim, then loop
-   split -> all_to_all -> all_gather, forcing an all_gather to break cycles. For
-   comparison only: never cheaper than par_planner_plan. Between shapes it
-   reshapes last when the target has a source-shape twin that reshapes back to
-   it, else first when the source reshapes, else after gathering everything. */
+/* MindSpore's algorithm, as the baseline: all_reduce every partial dim (MindSpore
+   has no partial layouts), then its RedistributionOperatorInfer loop on the
+   unified layout (both layouts viewed on MindSpore's unified shape above, one device dim
+   per dim): split passes, permute passes (all_to_all; with cost->no_all_to_all,
+   MindSpore's default enable_alltoall = false, an all_gather and a local split),
+   a concat pass (all_gather of device dims the target does not use), and a
+   forced all_gather of the first pending dim to break cycles. For comparison
+   only: never cheaper than par_planner_plan under the same no_all_to_all. Where
+   no unified view exists (cuts that do not nest, as 6 split 2 and 3 ways) it
+   walks the tensor's own shapes instead: split -> all_to_all -> all_gather, and
+   between shapes it reshapes last when the target has a source-shape twin that
+   reshapes back to it, else first when the source reshapes, else after
+   gathering everything. */
 PARALLEL_DEF par_status par_plan_greedy(const par_layout *from, const par_layout *to,
                                         const par_cost_model *cost, par_plan *plan);
 
@@ -2883,10 +2960,14 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
             return par__fail(PAR_EPARSE, "layout '%.64s': expected '=' after 'partial' at position %d", text, par__scan_pos(&s));
         if (par__accept(&s, '(')) {
             if ((st = par__parse_dev_tuple(&s, mesh, devs, &count)) != PAR_OK) return st;
-        } else {
-            if ((st = par__parse_dev_dim(&s, mesh, &d)) != PAR_OK) return st;
-            devs[0] = (int8_t)d;
-            count = 1;
+        } else { /* "partial=0" or, the partial set being a set, the bare list "partial=0,2" */
+            do {
+                if (count >= mesh->ndim)
+                    return par__fail(PAR_ELAYOUT, "layout '%.64s': the partial set at position %d lists more device dims "
+                                     "than the mesh's %d", text, par__scan_pos(&s), mesh->ndim);
+                if ((st = par__parse_dev_dim(&s, mesh, &d)) != PAR_OK) return st;
+                devs[count++] = (int8_t)d;
+            } while (par__accept(&s, ','));
         }
         for (k = 0; k < count; k++) {
             if (layout->map.partial & (1u << devs[k]))
@@ -2895,7 +2976,11 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
         }
     }
     par__skip_space(&s);
-    if (*s.p) return par__fail(PAR_EPARSE, "layout '%.64s': unexpected '%c' at position %d", text, *s.p, par__scan_pos(&s));
+    if (*s.p)
+        return par__fail(PAR_EPARSE,
+                         "layout '%.64s': unexpected '%c' at position %d (a layout is \"[map] partial=dims\", "
+                         "dims one device dim or several as 0,2 or (0,2))",
+                         text, *s.p, par__scan_pos(&s));
     return par_layout_check(layout);
 }
 
@@ -3240,7 +3325,8 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
 
 static const char *const par__st_op_names[PAR_OP_COUNT] = {
     "matmul",        "batch_matmul", "elementwise", "rmsnorm",         "layernorm",  "softmax",    "gather",
-    "cross_entropy", "reshape",      "transpose",   "flash_attention", "reduce_sum", "reduce_mean"};
+    "cross_entropy", "reshape",      "transpose",   "flash_attention", "reduce_sum", "reduce_mean", "log_softmax",
+    "l2_normalize",  "prelu",        "dropout",     "one_hot"};
 
 typedef struct par__st_alias {
     const char *name;
@@ -3263,10 +3349,15 @@ static const par__st_alias par__st_op_aliases[] = {
     {"FlashAttentionScore", PAR_OP_FLASH_ATTENTION},
     {"ReduceSum", PAR_OP_REDUCE_SUM},
     {"ReduceMean", PAR_OP_REDUCE_MEAN},
+    {"LogSoftmax", PAR_OP_LOG_SOFTMAX},
+    {"L2Normalize", PAR_OP_L2_NORMALIZE},
+    {"PReLU", PAR_OP_PRELU},
+    {"Dropout", PAR_OP_DROPOUT},
+    {"OneHot", PAR_OP_ONE_HOT},
 };
 
 /* Inputs each operator takes (ELEMENTWISE: the default of its 1..4). */
-static const int par__st_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1};
+static const int par__st_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1};
 
 static const char *const par__st_comm_names[] = {"none", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
 
@@ -3483,7 +3574,11 @@ typedef struct par__st_spec {
     const char *fixed_what[PARALLEL_MAX_DIMS]; /* non-NULL: may not be split ("the softmax axis") */
     const char *fixed_why[PARALLEL_MAX_DIMS];  /* appended to that error */
     int num_inputs;
-    int in_iter[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS]; /* iteration dim walked by each input dim */
+    /* what a strategy tuple describes per input: the input's dims, or (ONE_HOT)
+       one more, the depth */
+    int st_ndim[PAR_MAX_INPUTS];
+    int64_t st_shape[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS];
+    int in_iter[PAR_MAX_INPUTS][PARALLEL_MAX_DIMS]; /* iteration dim walked by each strategy entry */
     uint32_t in_bcast[PAR_MAX_INPUTS];              /* bit d: dim d has size 1 against a larger dim */
     par_dtype in_dtype[PAR_MAX_INPUTS];
     int out_ndim;
@@ -3537,36 +3632,48 @@ static void par__st_iter_like_input0(par__st_spec *s) {
 
 /* Builders indexing fixed dims exist only where PARALLEL_MAX_DIMS holds them. */
 #if PARALLEL_MAX_DIMS >= 3
-/* MATMUL and BATCH_MATMUL: iteration space [batch..., M, K, N]. */
+/* MATMUL and BATCH_MATMUL: iteration space [batch..., M, K, N]. Batch dims
+   broadcast numpy-style, aligned from the right: an operand without a batch
+   dim, or with size 1 there, is shared along it (broadcast, never split). */
 static par_status par__st_spec_matmul(par__st_spec *s) {
     const par_op_desc *op = s->op;
-    int an = op->ndim[0], bn = op->ndim[1], nb = an - 2, bb = bn - 2, i;
+    int an = op->ndim[0], bn = op->ndim[1], nb_a = an - 2, nb_b = bn - 2, nb, i;
     int a_m, a_k, b_k, b_n; /* which dims of a and b hold M, K, K, N */
-    if (op->kind == PAR_OP_MATMUL && (an != 2 || bn != 2))
-        return par__fail(PAR_ESHAPE, "%s: inputs must be 2-D (got %d-D and %d-D)", s->name, an, bn);
-    if (an < 2 || nb + 3 > PARALLEL_MAX_DIMS)
-        return par__fail(PAR_ESHAPE, "%s: input 0 must have 2 to %d dims (got %d)", s->name, PARALLEL_MAX_DIMS - 1, an);
-    if (bn != 2 && bn != an)
-        return par__fail(PAR_ESHAPE, "%s: input 1 must be 2-D (shared weights) or have input 0's %d dims (got %d)",
+    if (an < 2 || bn < 2)
+        return par__fail(PAR_ESHAPE, "%s: inputs need at least 2 dims [...,M,K] and [...,K,N] (got %d-D and %d-D)",
                          s->name, an, bn);
-    a_m = nb + (op->transpose_a ? 1 : 0);
-    a_k = nb + (op->transpose_a ? 0 : 1);
-    b_k = bb + (op->transpose_b ? 1 : 0);
-    b_n = bb + (op->transpose_b ? 0 : 1);
+    nb = nb_a > nb_b ? nb_a : nb_b;
+    if (nb + 3 > PARALLEL_MAX_DIMS)
+        return par__fail(PAR_ESHAPE, "%s: %d batch dims; at most %d fit PARALLEL_MAX_DIMS", s->name, nb,
+                         PARALLEL_MAX_DIMS - 3);
+    a_m = nb_a + (op->transpose_a ? 1 : 0);
+    a_k = nb_a + (op->transpose_a ? 0 : 1);
+    b_k = nb_b + (op->transpose_b ? 1 : 0);
+    b_n = nb_b + (op->transpose_b ? 0 : 1);
     if (op->shape[0][a_k] != op->shape[1][b_k])
         return par__fail(PAR_ESHAPE, "%s: contraction sizes differ: input 0 dim %d is %lld, input 1 dim %d is %lld",
                          s->name, a_k, (long long)op->shape[0][a_k], b_k, (long long)op->shape[1][b_k]);
-    for (i = 0; i < bb; i++)
-        if (op->shape[0][i] != op->shape[1][i])
-            return par__fail(PAR_ESHAPE, "%s: batch dim %d differs: %lld in input 0, %lld in input 1", s->name, i,
-                             (long long)op->shape[0][i], (long long)op->shape[1][i]);
     s->num_iter = nb + 3;
     s->out_ndim = nb + 2;
     for (i = 0; i < nb; i++) {
-        s->iter_size[i] = s->out_shape[i] = op->shape[0][i];
+        int da = i - (nb - nb_a), db = i - (nb - nb_b); /* the operands' dims on output batch dim i, if any */
+        int64_t sa = da >= 0 ? op->shape[0][da] : 1, sb = db >= 0 ? op->shape[1][db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return par__fail(PAR_ESHAPE,
+                             "%s: batch dim %d differs: %lld in input 0 (dim %d), %lld in input 1 (dim %d); batch "
+                             "dims must be equal or 1 (broadcast)",
+                             s->name, i, (long long)sa, da, (long long)sb, db);
+        s->iter_size[i] = s->out_shape[i] = sa > sb ? sa : sb;
         snprintf(s->iter_role[i], sizeof s->iter_role[i], "batch dim %d", i);
-        s->in_iter[0][i] = s->out_iter[i] = i;
-        if (i < bb) s->in_iter[1][i] = i;
+        s->out_iter[i] = i;
+        if (da >= 0) {
+            s->in_iter[0][da] = i;
+            if (sa == 1 && s->iter_size[i] > 1) s->in_bcast[0] |= 1u << da;
+        }
+        if (db >= 0) {
+            s->in_iter[1][db] = i;
+            if (sb == 1 && s->iter_size[i] > 1) s->in_bcast[1] |= 1u << db;
+        }
     }
     s->iter_size[nb] = s->out_shape[nb] = op->shape[0][a_m];
     s->iter_size[nb + 1] = op->shape[0][a_k];
@@ -3655,6 +3762,7 @@ static par_status par__st_spec_norm(par__st_spec *s) {
     return PAR_OK;
 }
 
+/* SOFTMAX, LOG_SOFTMAX, L2_NORMALIZE: one axis, reduced over locally, unsplit. */
 static par_status par__st_spec_softmax(par__st_spec *s) {
     int nd = s->op->ndim[0];
     uint32_t axes = s->op->axes ? s->op->axes : 1u << (nd - 1);
@@ -3662,7 +3770,51 @@ static par_status par__st_spec_softmax(par__st_spec *s) {
         return par__fail(PAR_EINVAL, "%s: axes 0x%x must name exactly one of input 0's %d dims", s->name,
                          (unsigned)axes, nd);
     par__st_iter_like_input0(s);
-    s->fixed_what[par__st_lowest_bit(axes)] = "the softmax axis";
+    s->fixed_what[par__st_lowest_bit(axes)] = s->op->kind == PAR_OP_SOFTMAX       ? "the softmax axis"
+                                              : s->op->kind == PAR_OP_LOG_SOFTMAX ? "the log_softmax axis"
+                                                                                  : "the normalized axis";
+    return PAR_OK;
+}
+
+/* ONE_HOT: iteration space [indices dims..., depth]; the strategy's extra last
+   entry walks depth. */
+static par_status par__st_spec_one_hot(par__st_spec *s) {
+    const par_op_desc *op = s->op;
+    int nd = op->ndim[0], d;
+    if (op->depth < 1)
+        return par__fail(PAR_EINVAL, "%s: depth is %lld; set par_op_desc.depth to the number of classes (>= 1)",
+                         s->name, (long long)op->depth);
+    if (nd + 1 > PARALLEL_MAX_DIMS)
+        return par__fail(PAR_ESHAPE, "%s: input 0 (indices) may have at most %d dims (got %d)", s->name,
+                         PARALLEL_MAX_DIMS - 1, nd);
+    par__st_iter_like_input0(s);
+    s->in_dtype[0] = PAR_I32;
+    for (d = 0; d < nd; d++) snprintf(s->iter_role[d], sizeof s->iter_role[d], "indices dim %d", d);
+    s->num_iter = s->out_ndim = nd + 1;
+    s->iter_size[nd] = s->out_shape[nd] = op->depth;
+    s->out_iter[nd] = nd;
+    snprintf(s->iter_role[nd], sizeof s->iter_role[nd], "depth dim");
+    s->st_ndim[0] = nd + 1;
+    s->st_shape[0][nd] = op->depth;
+    s->in_iter[0][nd] = nd;
+    return PAR_OK;
+}
+
+/* PRELU: x [N,C,...] elementwise; the weight walks the channel dim, or is one
+   shared slope (size 1: broadcast, never split). */
+static par_status par__st_spec_prelu(par__st_spec *s) {
+    const par_op_desc *op = s->op;
+    if (op->ndim[0] < 2)
+        return par__fail(PAR_ESHAPE, "%s: input 0 (x) needs at least 2 dims [N,C,...] (got %d)", s->name, op->ndim[0]);
+    if (op->ndim[1] != 1 || (op->shape[1][0] != op->shape[0][1] && op->shape[1][0] != 1))
+        return par__fail(PAR_ESHAPE,
+                         "%s: input 1 (weight) must be 1-D with x's %lld channels (dim 1) or 1 shared slope "
+                         "(got %d-D, first dim %lld)",
+                         s->name, (long long)op->shape[0][1], op->ndim[1], (long long)op->shape[1][0]);
+    par__st_iter_like_input0(s);
+    snprintf(s->iter_role[1], sizeof s->iter_role[1], "channel dim");
+    s->in_iter[1][0] = 1;
+    if (op->shape[1][0] == 1 && op->shape[0][1] > 1) s->in_bcast[1] = 1u;
     return PAR_OK;
 }
 
@@ -3702,8 +3854,22 @@ static par_status par__st_spec_cross_entropy(par__st_spec *s) {
     int nd = op->ndim[0], d;
     if (nd < 2)
         return par__fail(PAR_ESHAPE, "%s: input 0 (logits) needs at least 2 dims [...,C] (got %d)", s->name, nd);
+    if (op->ndim[1] == nd && par__st_same_dims(nd, op->shape[0], op->shape[1])) { /* dense labels */
+        par__st_iter_like_input0(s);
+        s->out_ndim = nd - 1;
+        for (d = 0; d < nd - 1; d++) {
+            snprintf(s->iter_role[d], sizeof s->iter_role[d], "row dim %d", d);
+            s->in_iter[1][d] = d;
+        }
+        snprintf(s->iter_role[nd - 1], sizeof s->iter_role[nd - 1], "class dim");
+        s->in_iter[1][nd - 1] = nd - 1;
+        s->class_dim = nd - 1;
+        return PAR_OK;
+    }
     if (op->ndim[1] != nd - 1 || !par__st_same_dims(nd - 1, op->shape[0], op->shape[1]))
-        return par__fail(PAR_ESHAPE, "%s: input 1 (labels) has shape %s; it must be %s, the leading dims of input 0",
+        return par__fail(PAR_ESHAPE,
+                         "%s: input 1 (labels) has shape %s; it must be %s, the leading dims of input 0 (sparse "
+                         "class indices), or input 0's own shape (dense labels)",
                          s->name, par__st_dims_text(got, sizeof got, op->ndim[1], op->shape[1]),
                          par__st_dims_text(want, sizeof want, nd - 1, op->shape[0]));
     par__st_iter_like_input0(s);
@@ -3716,6 +3882,12 @@ static par_status par__st_spec_cross_entropy(par__st_spec *s) {
     snprintf(s->iter_role[nd - 1], sizeof s->iter_role[nd - 1], "class dim");
     s->class_dim = nd - 1;
     return PAR_OK;
+}
+
+/* 1 if CROSS_ENTROPY's labels are dense: the logits' shape, float. */
+static int par__st_dense_labels(const par_op_desc *op) {
+    return op->kind == PAR_OP_CROSS_ENTROPY && op->ndim[1] == op->ndim[0] &&
+           par__st_same_dims(op->ndim[0], op->shape[0], op->shape[1]);
 }
 
 /* RESHAPE: the output layout comes from par_layout_reshape at infer time. */
@@ -3867,7 +4039,11 @@ static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
     s->class_dim = -1;
     for (i = 0; i < n; i++) {
         s->in_dtype[i] = op->dtype;
-        for (d = 0; d < PARALLEL_MAX_DIMS; d++) s->in_iter[i][d] = -1;
+        s->st_ndim[i] = op->ndim[i];
+        for (d = 0; d < PARALLEL_MAX_DIMS; d++) {
+            s->in_iter[i][d] = -1;
+            s->st_shape[i][d] = d < op->ndim[i] ? op->shape[i][d] : 1;
+        }
     }
     switch (op->kind) {
 #if PARALLEL_MAX_DIMS >= 3
@@ -3881,7 +4057,16 @@ static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
     case PAR_OP_LAYERNORM:
         return par__st_spec_norm(s);
     case PAR_OP_SOFTMAX:
+    case PAR_OP_LOG_SOFTMAX:
+    case PAR_OP_L2_NORMALIZE:
         return par__st_spec_softmax(s);
+    case PAR_OP_PRELU:
+        return par__st_spec_prelu(s);
+    case PAR_OP_DROPOUT:
+        par__st_iter_like_input0(s);
+        return PAR_OK;
+    case PAR_OP_ONE_HOT:
+        return par__st_spec_one_hot(s);
 #if PARALLEL_MAX_DIMS >= 3
     case PAR_OP_GATHER:
         return par__st_spec_gather(s);
@@ -3916,10 +4101,14 @@ static par_status par__st_check_form(const par__st_spec *s, const par_strategy *
         return par__fail(PAR_ESTRATEGY, "%s: strategy has %d input%s, the operator takes %d", s->name, st->num_inputs,
                          par__st_plural(st->num_inputs), s->num_inputs);
     for (i = 0; i < s->num_inputs; i++) {
-        if (st->ndim[i] != s->op->ndim[i])
+        if (st->ndim[i] != s->st_ndim[i] && s->st_ndim[i] == s->op->ndim[i])
             return par__fail(PAR_ESTRATEGY, "%s: input %d strategy has %d entr%s, the input has %d dim%s", s->name, i,
                              st->ndim[i], st->ndim[i] == 1 ? "y" : "ies", s->op->ndim[i],
                              par__st_plural(s->op->ndim[i]));
+        if (st->ndim[i] != s->st_ndim[i])
+            return par__fail(PAR_ESTRATEGY,
+                             "%s: input %d strategy has %d entr%s; it needs %d, one per index dim and one for depth",
+                             s->name, i, st->ndim[i], st->ndim[i] == 1 ? "y" : "ies", s->st_ndim[i]);
         for (d = 0; d < st->ndim[i]; d++)
             if (st->shard[i][d] < 1)
                 return par__fail(PAR_ESTRATEGY, "%s: input %d dim %d has shard %lld; shards must be positive integers",
@@ -3949,7 +4138,7 @@ static par_status par__st_check_dims(const par__st_spec *s, const par_strategy *
     int i, d;
     for (i = 0; i < s->num_inputs; i++)
         for (d = 0; d < st->ndim[i]; d++) {
-            int64_t size = s->op->shape[i][d], shard = st->shard[i][d];
+            int64_t size = s->st_shape[i][d], shard = st->shard[i][d];
             int j = s->in_iter[i][d];
             if (shard > 1 && (s->in_bcast[i] & (1u << d)))
                 return par__fail(PAR_ESTRATEGY,
@@ -3973,7 +4162,7 @@ static par_status par__st_iter_shards(const par__st_spec *s, const par_strategy 
     int i, d, j;
     for (j = 0; j < s->num_iter; j++) shards[j] = from_in[j] = from_dim[j] = 0;
     for (i = 0; i < s->num_inputs; i++)
-        for (d = 0; d < s->op->ndim[i]; d++) {
+        for (d = 0; d < s->st_ndim[i]; d++) {
             j = s->in_iter[i][d];
             if (j < 0 || (s->in_bcast[i] & (1u << d))) continue;
             if (!shards[j]) {
@@ -4138,9 +4327,26 @@ static par_status par__st_input_layouts(const par__st_spec *s, par_op_info *info
     return PAR_OK;
 }
 
-/* RESHAPE's output: the input layout read in the new shape, if that is local. */
+/* RESHAPE's output: the consumer's layout when desc.out_map gives one (data moves
+   unless it is the local view), else the input layout read in the new shape, if
+   that is local. */
 static par_status par__st_reshape_output(const par__st_spec *s, const par_strategy *st, par_op_info *info) {
     char reason[sizeof par__error_text], text[128];
+    if (s->op->out_map) {
+        par_layout view;
+        int d, n = info->dev_matrix.ndim;
+        for (d = 0; d < s->out_ndim; d++)
+            if (s->op->out_map[d] < -1 || s->op->out_map[d] >= n)
+                return par__fail(PAR_ESTRATEGY, "%s: out_map[%d] is %d; it must be -1 or a device dim 0..%d of the device matrix",
+                                 s->name, d, s->op->out_map[d], n - 1);
+        if (par_layout_init(&info->outputs[0], &info->dev_matrix, s->out_ndim, s->out_shape, s->op->out_map, 0) != PAR_OK) {
+            memcpy(reason, par_last_error(), sizeof reason);
+            return par__fail(PAR_ESTRATEGY, "%s: out_map is no layout of the output: %s", s->name, reason);
+        }
+        info->output_redistribution = !(par_layout_reshape(&info->inputs[0], s->out_ndim, s->out_shape, &view) == PAR_OK &&
+                                         par_layout_equal(&view, &info->outputs[0]));
+        return PAR_OK;
+    }
     if (par_layout_reshape(&info->inputs[0], s->out_ndim, s->out_shape, &info->outputs[0]) == PAR_OK) return PAR_OK;
     memcpy(reason, par_last_error(), sizeof reason);
     par_strategy_format(st, text, sizeof text);
@@ -4181,6 +4387,14 @@ static par_status par__st_output(const par__st_spec *s, const par_strategy *st, 
     for (d = 0; d < s->out_ndim; d++) map[d] = s->out_iter[d] < 0 ? -1 : par__st_dev(n, s->out_iter[d]);
     status = par_layout_init(&info->outputs[0], &info->dev_matrix, s->out_ndim, s->out_shape, map, partial);
     if (status != PAR_OK) return status;
+    if (s->op->kind == PAR_OP_DROPOUT) { /* the keep mask, laid out like y */
+        info->outputs[1] = info->outputs[0];
+        info->num_outputs = 2;
+    }
+    if (par__st_dense_labels(s->op)) { /* the logits' gradient, complete once the loss's sums are */
+        info->outputs[1] = info->inputs[0];
+        info->num_outputs = 2;
+    }
     bytes = par__st_local_bytes(&info->outputs[0], s->out_dtype);
     if (s->class_dim >= 0 && shards[s->class_dim] > 1) {
         /* vocab-parallel loss: all-reduce the row max, the sum of exps and the target logit (f32 each) */
@@ -4256,7 +4470,14 @@ static double par__st_flops(const par__st_spec *s, const int64_t *shards, const 
     case PAR_OP_RMSNORM:
     case PAR_OP_LAYERNORM:
     case PAR_OP_SOFTMAX:
+    case PAR_OP_LOG_SOFTMAX:
+    case PAR_OP_L2_NORMALIZE:
         return 5.0 * (double)par_layout_local_numel(&info->inputs[0]);
+    case PAR_OP_PRELU:
+    case PAR_OP_DROPOUT:
+        return 2.0 * (double)par_layout_local_numel(&info->inputs[0]);
+    case PAR_OP_ONE_HOT:
+        return (double)par_layout_local_numel(&info->outputs[0]);
     case PAR_OP_CROSS_ENTROPY:
         return 4.0 * (double)par_layout_local_numel(&info->inputs[0]);
     case PAR_OP_REDUCE_SUM:
@@ -4281,6 +4502,8 @@ static void par__st_cost(const par__st_spec *s, const int64_t *shards, par_op_in
     for (i = 0; i < info->num_forward; i++) c->comm_bytes += (double)info->forward[i].bytes * info->forward[i].count;
     for (i = 0; i < info->num_inputs; i++) c->comm_bytes += (double)info->mirror[i].bytes;
     c->memory_bytes = (double)par__st_local_bytes(&info->outputs[0], s->out_dtype);
+    if (s->op->kind == PAR_OP_DROPOUT) c->memory_bytes += (double)par_layout_local_numel(&info->outputs[1]); /* u8 */
+    else if (info->num_outputs == 2) c->memory_bytes += (double)par__st_local_bytes(&info->outputs[1], s->out_dtype);
     for (i = 0; i < info->num_inputs; i++)
         c->memory_bytes += (double)par__st_local_bytes(&info->inputs[i], s->in_dtype[i]);
     c->total = c->compute_flops / flops_rate + c->comm_bytes / bandwidth;
@@ -4349,7 +4572,7 @@ static int64_t par__st_used_devices(const par__st_spec *s, const par_strategy *s
     int64_t product = 1;
     int i, d;
     for (i = 0; i < s->num_inputs; i++)
-        for (d = 0; d < s->op->ndim[i]; d++)
+        for (d = 0; d < s->st_ndim[i]; d++)
             if (!(s->in_bcast[i] & (1u << d))) shards[s->in_iter[i][d]] = st->shard[i][d];
     for (d = 0; d < s->num_iter; d++) product *= shards[d];
     return product;
@@ -4425,7 +4648,7 @@ static void par__st_try(par__st_enum *e) {
     memset(&st, 0, sizeof st);
     st.num_inputs = s->num_inputs;
     for (i = 0; i < s->num_inputs; i++) {
-        st.ndim[i] = s->op->ndim[i];
+        st.ndim[i] = s->st_ndim[i];
         for (d = 0; d < st.ndim[i]; d++)
             st.shard[i][d] = (s->in_bcast[i] & (1u << d)) ? 1 : e->shards[s->in_iter[i][d]];
     }
@@ -4464,10 +4687,10 @@ static void par__st_limits(par__st_enum *e) {
     int i, d, j;
     for (j = 0; j < s->num_iter; j++) e->limit[j] = s->fixed_what[j] ? 1 : e->devices;
     for (i = 0; i < s->num_inputs; i++)
-        for (d = 0; d < s->op->ndim[i]; d++)
+        for (d = 0; d < s->st_ndim[i]; d++)
             if (!(s->in_bcast[i] & (1u << d))) {
                 j = s->in_iter[i][d];
-                e->limit[j] = par__st_gcd(e->limit[j], s->op->shape[i][d]);
+                e->limit[j] = par__st_gcd(e->limit[j], s->st_shape[i][d]);
             }
 }
 
@@ -4717,6 +4940,46 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
     for (i = 0; i < PAR_MAX_INPUTS; i++)
         r.backward[i].dev_mask = par__st_mask_to_mesh(r.backward[i].dev_mask, &dev_to_mesh, n);
     *out = r;
+    return PAR_OK;
+}
+
+/* ---- dropout's mask ------------------------------------------------------------ */
+
+/* splitmix64's finalizer: a well-mixed 64-bit hash of x. */
+static uint64_t par__st_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+PARALLEL_DEF par_status par_dropout_mask(const par_layout *layout, int rank, uint64_t seed, double keep_prob,
+                                         uint8_t *mask) {
+    int64_t local_shape[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], numel, i;
+    uint64_t key = par__st_mix64(seed);
+    par_status st;
+    if (!layout || !mask) return par__fail(PAR_EINVAL, "par_dropout_mask: NULL argument");
+    if (!(keep_prob >= 0 && keep_prob <= 1))
+        return par__fail(PAR_EINVAL, "par_dropout_mask: keep_prob %g must be in [0,1]", keep_prob);
+    if ((st = par_layout_check(layout)) != PAR_OK) return st;
+    if (rank < 0 || rank >= par_mesh_size(&layout->mesh))
+        return par__fail(PAR_EINVAL, "par_dropout_mask: rank %d is outside the mesh's %d ranks", rank,
+                         par_mesh_size(&layout->mesh));
+    if ((st = par_layout_local_offset(layout, rank, offset)) != PAR_OK) return st;
+    par_layout_local_shape(layout, local_shape);
+    numel = par_layout_local_numel(layout);
+    for (i = 0; i < numel; i++) {
+        int64_t rest = i, index = 0, stride = 1;
+        int t;
+        for (t = layout->ndim - 1; t >= 0; t--) { /* the element's global row-major index */
+            index += (offset[t] + rest % local_shape[t]) * stride;
+            rest /= local_shape[t];
+            stride *= layout->shape[t];
+        }
+        /* top 53 bits as a uniform double in [0,1): keep when below keep_prob */
+        mask[i] = (uint8_t)((double)(par__st_mix64(key ^ (uint64_t)index) >> 11) * (1.0 / 9007199254740992.0) <
+                            keep_prob);
+    }
     return PAR_OK;
 }
 
@@ -5254,6 +5517,11 @@ static int par__rd_same_shape(const par_layout *a, const par_layout *b) {
     return a->ndim == b->ndim && (a->ndim == 0 || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0);
 }
 
+/* Same shape on the same mesh axes: no local view change between them. */
+static int par__rd_same_view(const par_layout *a, const par_layout *b) {
+    return par__rd_same_shape(a, b) && par__mesh_same_shape(&a->mesh, &b->mesh);
+}
+
 /* Fill everything but the heuristic tables. Layouts must be validated. */
 static void par__rd_setup(par__rd_problem *pb, const par_layout *from, const par_layout *to, const par__rd_costs *costs) {
     int v, t, k;
@@ -5762,21 +6030,293 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner) {
     par__alloc_free(&a, planner);
 }
 
+/* ---- the unified layout (MindSpore's layout transfer) ------------------- */
+
+/* Add the flat-index strides at which `l` starts a new tensor dim or a new
+   shard: the inner size of every dim, and within dim t (inner size I, extent S,
+   split by n1, n2, ... major first) I*S/n1, I*S/(n1*n2), ... */
+static void par__rd_add_strides(const par_layout *l, int fine, int64_t *strides, int *count) {
+    int64_t inner = 1;
+    int t, k;
+    for (t = l->ndim - 1; t >= 0; t--) {
+        int64_t block = l->shape[t];
+        strides[(*count)++] = inner;
+        for (k = 0; k < l->map.count[t] - !fine; k++) {
+            block /= par_mesh_dev_size(&l->mesh, l->map.dev[t][k]);
+            strides[(*count)++] = block * inner;
+        }
+        inner *= l->shape[t];
+    }
+    strides[(*count)++] = inner;
+}
+
+/* A unified shape of two layouts of one tensor: the flat index factored at the
+   dim boundaries of both shapes and at shard boundaries of both layouts, so that
+   moving a device dim between sub-dims of one real dim is an ordinary
+   all_to_all there. Two cuts are useful:
+     - coarse (MindSpore's unified tensor shape): a dim split by (a, b, c) is cut
+       where a's and b's shards end, so each sub-dim is split by one device dim
+       and c splits the last one (1024 split 4 and 16 ways -> 4 x 256);
+     - fine: also where the minor-most shard ends (-> 4 x 4 x 64), so every
+       shard of either layout is a sub-dim of its own.
+   Neither view contains the other's moves (a device dim may straddle a fine cut
+   the coarse view does not make), so the planner searches both.
+   0 when the boundaries do not nest (6 split 2 and 3 ways), the result needs
+   more than PARALLEL_MAX_DIMS dims, or either layout does not reshape to it
+   locally (a device dim would straddle a cut: mesh axes are not factored);
+   the layouts on it in *ufrom, *uto otherwise. */
+/* Cuts inside device dim v's shard range of one layout: v (size n) splits the
+   flat range [pos/n, pos); a cut c strictly inside needs v factored there,
+   its major part pos/c ways. Adds those sizes to fp[v]; 0 if one does not
+   divide n (the cut falls inside one of v's shards). */
+static int par__rd_factor_points(const par_layout *l, const int64_t *cuts, int ncuts, int64_t fp[][2 * PARALLEL_MAX_DIMS],
+                                 int *nfp) {
+    int64_t inner = 1;
+    int t, k, c;
+    for (t = l->ndim - 1; t >= 0; t--) {
+        int64_t pos = inner * l->shape[t];
+        for (k = 0; k < l->map.count[t]; k++) {
+            int v = l->map.dev[t][k];
+            int64_t n = par_mesh_dev_size(&l->mesh, v), lo = pos / n;
+            for (c = 0; c < ncuts; c++)
+                if (cuts[c] > lo && cuts[c] < pos) {
+                    if (pos % cuts[c] != 0 || n % (pos / cuts[c]) != 0 || nfp[v] == 2 * PARALLEL_MAX_DIMS) return 0;
+                    fp[v][nfp[v]++] = pos / cuts[c];
+                }
+            pos = lo;
+        }
+        inner *= l->shape[t];
+    }
+    return 1;
+}
+
+/* Layout `l` seen on the unified shape (cuts[0..ndim], cuts[u] the flat stride
+   where unified dim u starts) and the factored mesh: device dim v's shards are
+   its sub-dims sub[v][0..nsub[v]) (major first) of sizes subsize[v][..]. Each
+   sub-dim splits the unified dim holding its position; a unified dim's first
+   split must start at its major end. 0 if that fails or the result is invalid. */
+static int par__rd_view_on(const par_layout *l, const par_mesh *umesh, const int64_t *cuts, int ndim,
+                           const int64_t *shape, int sub[][PARALLEL_MAX_DIMS], int64_t subsize[][PARALLEL_MAX_DIMS],
+                           const int *nsub, par_layout *out) {
+    int64_t inner = 1;
+    int t, k, j, v;
+    memset(out, 0, sizeof *out);
+    out->mesh = *umesh;
+    out->ndim = ndim;
+    memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    for (t = l->ndim - 1; t >= 0; t--) {
+        int64_t pos = inner * l->shape[t];
+        for (k = 0; k < l->map.count[t]; k++) {
+            v = l->map.dev[t][k];
+            if (par_mesh_dev_size(&l->mesh, v) == 1) continue; /* splits nothing */
+            for (j = 0; j < nsub[v]; j++) {
+                int u = 0;
+                while (u < ndim && !(cuts[u] >= pos && cuts[u + 1] < pos)) u++;
+                if (u == ndim || (out->map.count[u] == 0 && cuts[u] != pos) || out->map.count[u] == PARALLEL_MAX_DIMS)
+                    return 0;
+                out->map.dev[u][out->map.count[u]++] = (int8_t)sub[v][j];
+                pos /= subsize[v][j];
+            }
+        }
+        inner *= l->shape[t];
+    }
+    for (v = 0; v < l->mesh.ndim; v++)
+        if (l->map.partial & (1u << v))
+            for (j = 0; j < nsub[v]; j++) out->map.partial |= 1u << sub[v][j];
+    return par_layout_check(out) == PAR_OK;
+}
+
+/* A unified shape of two layouts of one tensor: the flat index factored at the
+   dim boundaries of both shapes and at shard boundaries of both layouts, so that
+   moving a device dim between sub-dims of one real dim is an ordinary
+   all_to_all there. Two cuts are useful:
+     - coarse (MindSpore's unified tensor shape): a dim split by (a, b, c) is cut
+       where a's and b's shards end, so each sub-dim is split by one device dim
+       and c splits the last one (1024 split 4 and 16 ways -> 4 x 256);
+     - fine: also where the minor-most shard ends (-> 4 x 4 x 64), so every
+       shard of either layout is a sub-dim of its own.
+   Neither view contains the other's moves, so the planner searches both. When a
+   cut falls inside a device dim's range (one layout splits 512 rows 4 ways on
+   dim 0, the other 2 ways on dim 1), that mesh axis is factored too, as
+   MindSpore unifies device arrangements: a 4-way axis becomes 2 x 2, major
+   first, which numbers the ranks the same. *ufrom and *uto then live on that
+   finer mesh.
+   0 when the boundaries do not nest (6 split 2 and 3 ways), the result needs
+   more than PARALLEL_MAX_DIMS dims, or a cut falls inside a shard. */
+static int par__rd_unify(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
+    int64_t strides[4 * PARALLEL_MAX_DIMS * (PARALLEL_MAX_DIMS + 2)], shape[PARALLEL_MAX_DIMS];
+    int64_t cuts[PARALLEL_MAX_DIMS + 1], fp[PARALLEL_MAX_DIMS][2 * PARALLEL_MAX_DIMS];
+    int64_t subsize[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS];
+    int sub[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS], nsub[PARALLEL_MAX_DIMS], nfp[PARALLEL_MAX_DIMS];
+    int dims[PARALLEL_MAX_DIMS], count = 0, i, j, ndim = 0, undim = 0, v, a;
+    par_mesh umesh;
+    par__rd_add_strides(from, fine, strides, &count);
+    par__rd_add_strides(to, fine, strides, &count);
+    for (i = 1; i < count; i++) /* insertion sort, largest first */
+        for (j = i; j > 0 && strides[j - 1] < strides[j]; j--) {
+            int64_t x = strides[j];
+            strides[j] = strides[j - 1];
+            strides[j - 1] = x;
+        }
+    cuts[0] = strides[0];
+    for (i = 1; i < count; i++) {
+        if (strides[i] == strides[i - 1]) continue;
+        if (strides[i - 1] % strides[i] != 0 || ndim == PARALLEL_MAX_DIMS) return 0;
+        shape[ndim++] = strides[i - 1] / strides[i]; /* equal strides sit together: [i-1] is the previous distinct one */
+        cuts[ndim] = strides[i];
+    }
+    if (ndim == 0) return 0; /* one element: nothing to factor */
+    if (par_layout_reshape(from, ndim, shape, ufrom) == PAR_OK && par_layout_reshape(to, ndim, shape, uto) == PAR_OK)
+        return 1; /* no mesh axis needs factoring */
+    /* factor the mesh axes the cuts fall into */
+    memset(nfp, 0, sizeof nfp);
+    if (!par__rd_factor_points(from, cuts, ndim + 1, fp, nfp) || !par__rd_factor_points(to, cuts, ndim + 1, fp, nfp))
+        return 0;
+    for (a = 0; a < from->mesh.ndim; a++) { /* axes left to right; device dim v = ndim - 1 - a */
+        int64_t n, prev = 1;
+        v = from->mesh.ndim - 1 - a;
+        n = from->mesh.dims[a];
+        fp[v][nfp[v]++] = n;
+        for (i = 1; i < nfp[v]; i++) /* ascending */
+            for (j = i; j > 0 && fp[v][j - 1] > fp[v][j]; j--) {
+                int64_t x = fp[v][j];
+                fp[v][j] = fp[v][j - 1];
+                fp[v][j - 1] = x;
+            }
+        nsub[v] = 0;
+        for (i = 0; i < nfp[v]; i++) {
+            if (fp[v][i] == prev && !(n == 1 && nsub[v] == 0)) continue;
+            if (fp[v][i] % prev != 0 || undim == PARALLEL_MAX_DIMS) return 0;
+            subsize[v][nsub[v]] = fp[v][i] / prev;
+            sub[v][nsub[v]++] = undim; /* the axis index for now; device dims once the count is known */
+            dims[undim++] = (int)(fp[v][i] / prev);
+            prev = fp[v][i];
+        }
+    }
+    for (v = 0; v < from->mesh.ndim; v++)
+        for (j = 0; j < nsub[v]; j++) sub[v][j] = undim - 1 - sub[v][j];
+    if (par_mesh_init(&umesh, undim, dims, NULL) != PAR_OK) return 0;
+    return par__rd_view_on(from, &umesh, cuts, ndim, shape, sub, subsize, nsub, ufrom) &&
+           par__rd_view_on(to, &umesh, cuts, ndim, shape, sub, subsize, nsub, uto);
+}
+
+/* The cost model on a factored mesh: every sub-dim keeps its axis's link. */
+static void par__rd_unified_costs(const par__rd_costs *c, const par_mesh *mesh, const par_mesh *umesh,
+                                  par__rd_costs *out) {
+    int a, b = 0;
+    *out = *c;
+    for (a = 0; a < mesh->ndim; a++) {
+        int v = mesh->ndim - 1 - a;
+        int64_t prod = 1;
+        while (b < umesh->ndim && (prod < mesh->dims[a] || (mesh->dims[a] == 1 && prod == 1))) {
+            int u = umesh->ndim - 1 - b;
+            out->latency[u] = c->latency[v];
+            out->bandwidth[u] = c->bandwidth[v];
+            prod *= umesh->dims[b++];
+            if (mesh->dims[a] == 1) break;
+        }
+    }
+}
+
 /* par_layout_reshape reports refusals through par_last_error; a search tries
    many, so keep the caller's sentence when the search itself succeeds. */
-static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from, const par_layout *to,
-                                        const par__rd_costs *costs, par_plan *plan) {
+static par_status par__rd_search_plan(par_planner *pl, const par_layout *from, const par_layout *to,
+                                      const par__rd_costs *costs, par_plan *plan) {
     par__rd_problem pb;
-    char saved[512];
     int goal = -1;
     par_status st;
-    snprintf(saved, sizeof saved, "%s", par_last_error());
     par__rd_setup(&pb, from, to, costs);
     par__rd_prepare_heuristic(&pb);
     par__rd_plan_begin(plan, from, to, &pb, 0);
     plan->lower_bound = par__rd_heuristic(&pb, pb.start);
     if ((st = par__rd_astar(pl, &pb, &goal)) != PAR_OK) return st;
-    if ((st = par__rd_extract(pl, &pb, goal, plan)) != PAR_OK) return st;
+    return par__rd_extract(pl, &pb, goal, plan);
+}
+
+/* Wrap a plan found between the unified layouts (*inner) as a plan between the
+   real layouts: a local reshape onto the unified shape, its ops, a local
+   reshape to the target shape (each reshape only where the shapes differ). */
+static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *from, const par_layout *to,
+                                       const par_layout *ufrom, par_plan *plan) {
+    int enter = !par__rd_same_view(from, ufrom), leave = !par__rd_same_view(to, ufrom), i, n = 0;
+    if (inner->num_ops + enter + leave > PAR_MAX_PLAN_OPS)
+        return par__fail(PAR_ECAPACITY, "redistribution plan needs more than PAR_MAX_PLAN_OPS (%d) ops",
+                         PAR_MAX_PLAN_OPS);
+    *plan = *inner;
+    plan->from = *from;
+    plan->to = *to;
+    plan->unified_ndim = ufrom->ndim;
+    memcpy(plan->unified_shape, ufrom->shape, sizeof plan->unified_shape);
+    plan->unified_mesh = ufrom->mesh;
+    if (enter) {
+        par_redist_op *op = &plan->ops[n++];
+        memset(op, 0, sizeof *op);
+        op->kind = PAR_REDIST_RESHAPE;
+        op->tensor_dim = op->to_dim = op->device_dim = -1;
+        op->group = 1;
+        op->on_unified = 1;
+        op->after = par__map_without_unit_dims(ufrom);
+    }
+    for (i = 0; i < inner->num_ops; i++, n++) {
+        plan->ops[n] = inner->ops[i];
+        plan->ops[n].on_to_shape = 0;
+        plan->ops[n].on_unified = 1;
+    }
+    if (leave) {
+        par_redist_op *op = &plan->ops[n++];
+        memset(op, 0, sizeof *op);
+        op->kind = PAR_REDIST_RESHAPE;
+        op->tensor_dim = op->to_dim = op->device_dim = -1;
+        op->group = 1;
+        op->on_to_shape = 1;
+        op->after = par__map_without_unit_dims(to);
+    }
+    plan->num_ops = n;
+    if (n == 2 && plan->ops[0].kind == PAR_REDIST_RESHAPE && plan->ops[1].kind == PAR_REDIST_RESHAPE) {
+        par_layout direct; /* nothing ran on the unified shape: one local reshape does it */
+        if (par_layout_reshape(from, to->ndim, to->shape, &direct) == PAR_OK && par_layout_equal(&direct, to)) {
+            plan->ops[0] = plan->ops[1];
+            plan->num_ops = 1;
+            plan->unified_ndim = 0;
+        }
+    }
+    return PAR_OK;
+}
+
+/* The search runs up to three times: on the tensor's own shapes (one local
+   reshape between them), on the fine and on the coarse unified shape; the
+   cheapest plan wins (ties: the earlier, which needs fewer view changes). A
+   refused or failed unified search leaves the others. The lower bound is the
+   smallest of the searches' bounds, a bound for the union of their moves. */
+static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from, const par_layout *to,
+                                        const par__rd_costs *costs, par_plan *plan) {
+    par_layout ufrom, uto, seen;
+    par_plan inner, wrapped;
+    par__rd_costs ucosts;
+    char saved[512], first[512];
+    par_status st;
+    int fine, views = 0;
+    snprintf(saved, sizeof saved, "%s", par_last_error());
+    st = par__rd_search_plan(pl, from, to, costs, plan);
+    snprintf(first, sizeof first, "%s", par_last_error());
+    for (fine = 1; fine >= 0; fine--) {
+        double bound;
+        if (!par__rd_unify(from, to, fine, &ufrom, &uto)) continue;
+        if (par__rd_same_view(&ufrom, from) && par__rd_same_view(&ufrom, to)) continue; /* the first search */
+        if (views++ && par__rd_same_shape(&ufrom, &seen) && par__mesh_same_shape(&ufrom.mesh, &seen.mesh))
+            continue; /* coarse == fine */
+        seen = ufrom;
+        par__rd_unified_costs(costs, &from->mesh, &ufrom.mesh, &ucosts);
+        if (par__rd_search_plan(pl, &ufrom, &uto, &ucosts, &inner) != PAR_OK) continue;
+        if (par__rd_wrap_unified(&inner, from, to, &ufrom, &wrapped) != PAR_OK) continue;
+        bound = st == PAR_OK && plan->lower_bound < wrapped.lower_bound ? plan->lower_bound : wrapped.lower_bound;
+        if (st != PAR_OK || wrapped.cost < plan->cost) {
+            *plan = wrapped;
+            st = PAR_OK;
+        }
+        plan->lower_bound = bound;
+    }
+    if (st != PAR_OK) return par__fail(st, "%s", first);
     par__fail(PAR_OK, "%s", saved);
     return PAR_OK;
 }
@@ -5839,6 +6379,12 @@ static par_status par__rd_walk_op(par__rd_walk *w, par_redist_kind kind, int t, 
 static par_status par__rd_walk_take(par__rd_walk *w, int t, int to_dim) {
     par_tensor_map next = w->map;
     int v = next.dev[t][--next.count[t]];
+    par_status st;
+    if (to_dim >= 0 && w->pb->costs.no_all_to_all) { /* enable_alltoall off: all_gather, then a local split */
+        if ((st = par__rd_walk_op(w, PAR_REDIST_ALL_GATHER, t, -1, v, &next, w->shape)) != PAR_OK) return st;
+        next.dev[to_dim][next.count[to_dim]++] = (int8_t)v;
+        return par__rd_walk_op(w, PAR_REDIST_SPLIT, to_dim, -1, v, &next, w->shape);
+    }
     if (to_dim >= 0) next.dev[to_dim][next.count[to_dim]++] = (int8_t)v;
     return par__rd_walk_op(w, to_dim >= 0 ? PAR_REDIST_ALL_TO_ALL : PAR_REDIST_ALL_GATHER, t, to_dim, v, &next, w->shape);
 }
@@ -5942,30 +6488,221 @@ static par_status par__rd_greedy_reshape(par__rd_walk *w, const par_tensor_map *
     return par__rd_greedy_to(w, target);
 }
 
+/* ---- MindSpore's operator inference on the unified layout --------------- */
+
+/* On the unified shape every dim is split by at most one device dim (-1: none);
+   cur[] is the walker's map, out[] the target's, pending[] the dims MindSpore's
+   loop still holds in its work map. */
+typedef struct par__rd_ms {
+    par__rd_walk *w;
+    int ndim, alltoall;
+    int cur[PARALLEL_MAX_DIMS], out[PARALLEL_MAX_DIMS], pending[PARALLEL_MAX_DIMS];
+} par__rd_ms;
+
+static par_status par__rd_ms_op(par__rd_ms *m, par_redist_kind kind, int t, int to_dim, int v) {
+    par_tensor_map next = m->w->map;
+    if (kind == PAR_REDIST_ALL_GATHER || kind == PAR_REDIST_ALL_TO_ALL) next.count[t] = 0;
+    if (kind == PAR_REDIST_SPLIT || kind == PAR_REDIST_ALL_TO_ALL) {
+        int d = kind == PAR_REDIST_SPLIT ? t : to_dim;
+        next.dev[d][0] = (int8_t)v;
+        next.count[d] = 1;
+    }
+    return par__rd_walk_op(m->w, kind, t, to_dim, v, &next, m->w->shape);
+}
+
+/* The pending dim currently split by device dim v, or -1. */
+static int par__rd_ms_holder(const par__rd_ms *m, int v) {
+    int i;
+    for (i = 0; i < m->ndim; i++)
+        if (m->pending[i] && m->cur[i] == v) return i;
+    return -1;
+}
+
+/* Split a dim whose target device dim no pending dim holds (a local slice). */
+static par_status par__rd_ms_split_pass(par__rd_ms *m) {
+    par_status st;
+    int i;
+    for (i = 0; i < m->ndim; i++) {
+        if (!m->pending[i]) continue;
+        if (m->cur[i] == m->out[i]) {
+            m->pending[i] = 0;
+        } else if (m->cur[i] < 0 && par__rd_ms_holder(m, m->out[i]) < 0) {
+            if ((st = par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i])) != PAR_OK) return st;
+            m->cur[i] = m->out[i];
+            m->pending[i] = 0;
+        }
+    }
+    return PAR_OK;
+}
+
+/* Move a device dim another pending dim holds to the free dim that wants it:
+   an all_to_all, or (enable_alltoall off) an all_gather then a local split. */
+static par_status par__rd_ms_permute_pass(par__rd_ms *m) {
+    par_status st;
+    int i, j;
+    for (i = 0; i < m->ndim; i++) {
+        if (!m->pending[i]) continue;
+        if (m->cur[i] == m->out[i]) {
+            m->pending[i] = 0;
+            continue;
+        }
+        if (m->cur[i] >= 0 || (j = par__rd_ms_holder(m, m->out[i])) < 0) continue;
+        if (m->alltoall) {
+            if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_TO_ALL, j, i, m->out[i])) != PAR_OK) return st;
+        } else {
+            if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, j, -1, m->out[i])) != PAR_OK) return st;
+            if ((st = par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i])) != PAR_OK) return st;
+        }
+        m->cur[i] = m->out[i];
+        m->pending[i] = 0;
+        m->cur[j] = -1;
+    }
+    return PAR_OK;
+}
+
+/* Gather every device dim the target does not use at all. */
+static par_status par__rd_ms_concat_pass(par__rd_ms *m) {
+    par_status st;
+    int i, k, wanted;
+    for (i = 0; i < m->ndim; i++) {
+        if (!m->pending[i] || m->cur[i] < 0) continue;
+        for (wanted = 0, k = 0; k < m->ndim; k++) wanted |= m->out[k] == m->cur[i];
+        if (wanted) continue;
+        if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, i, -1, m->cur[i])) != PAR_OK) return st;
+        m->cur[i] = -1;
+        if (m->out[i] < 0) m->pending[i] = 0;
+    }
+    return PAR_OK;
+}
+
+static int par__rd_ms_any_pending(const par__rd_ms *m) {
+    int i;
+    for (i = 0; i < m->ndim; i++)
+        if (m->pending[i]) return 1;
+    return 0;
+}
+
+/* MindSpore's RedistributionOperatorInfer loop, followed step for step: split
+   and permute passes until neither adds an op, then the concat pass; a round
+   that adds nothing (a cycle such as [0,1] -> [1,0]) gathers the first pending
+   dim. Dims are visited in index order, as its ordered work map does. */
+static par_status par__rd_ms_infer(par__rd_walk *w, const par_tensor_map *target, int alltoall) {
+    par__rd_ms m;
+    par_status st;
+    int i;
+    memset(&m, 0, sizeof m);
+    m.w = w;
+    m.ndim = w->pb->ndim[w->shape];
+    m.alltoall = alltoall;
+    for (i = 0; i < m.ndim; i++) {
+        m.cur[i] = w->map.count[i] ? w->map.dev[i][0] : -1;
+        m.out[i] = target->count[i] ? target->dev[i][0] : -1;
+        m.pending[i] = 1;
+    }
+    while (par__rd_ms_any_pending(&m)) {
+        int round = w->plan->num_ops;
+        for (;;) {
+            int before_split = w->plan->num_ops;
+            if ((st = par__rd_ms_split_pass(&m)) != PAR_OK) return st;
+            for (;;) {
+                int before_permute = w->plan->num_ops;
+                if (!par__rd_ms_any_pending(&m)) break;
+                if ((st = par__rd_ms_permute_pass(&m)) != PAR_OK) return st;
+                if (before_permute == w->plan->num_ops) break;
+            }
+            if (!par__rd_ms_any_pending(&m) || before_split == w->plan->num_ops) break;
+        }
+        if ((st = par__rd_ms_concat_pass(&m)) != PAR_OK) return st;
+        if (round == w->plan->num_ops && par__rd_ms_any_pending(&m)) {
+            for (i = 0; !m.pending[i]; i++) {}
+            if (m.cur[i] < 0) return par__fail(PAR_EUNSUPPORTED, "redistribution: greedy walk stuck at unified dim %d", i);
+            if ((st = par__rd_ms_op(&m, PAR_REDIST_ALL_GATHER, i, -1, m.cur[i])) != PAR_OK) return st;
+            m.cur[i] = -1;
+        }
+    }
+    return PAR_OK;
+}
+
+/* 1 if no tensor dim of `map` is split by more than one device dim. */
+static int par__rd_single_splits(const par_tensor_map *map, int ndim) {
+    int t;
+    for (t = 0; t < ndim; t++)
+        if (map->count[t] > 1) return 0;
+    return 1;
+}
+
+/* All-reduce every partial dim the target does not keep (MindSpore has no
+   partial layouts: its operators reduce before redistributing). */
+static par_status par__rd_greedy_reduce(par__rd_walk *w) {
+    par_status st;
+    int v;
+    for (v = 0; v < PARALLEL_MAX_DIMS; v++)
+        if (w->map.partial & ~w->pb->inert & (1u << v)) {
+            par_tensor_map next = w->map;
+            next.partial &= ~(1u << v);
+            if ((st = par__rd_walk_op(w, PAR_REDIST_ALL_REDUCE, -1, -1, v, &next, w->shape)) != PAR_OK) return st;
+        }
+    return PAR_OK;
+}
+
+/* The walk on the unified layout: MindSpore's algorithm proper. 0 with
+   nothing written when the layouts have no unified view with one device dim
+   per dim (see par__rd_unify). */
+static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, const par__rd_costs *costs,
+                                  par_plan *plan, par_status *st) {
+    par_layout ufrom = *from, uto = *to;
+    par__rd_problem pb;
+    par__rd_walk w;
+    par_plan inner;
+    par__rd_costs ucosts;
+    par_tensor_map fm = par__map_without_unit_dims(from), tm = par__map_without_unit_dims(to);
+    /* like MindSpore, expand the tensor shape only where the layouts need it:
+       another shape, or a dim split by several device dims */
+    if (!par__rd_same_shape(from, to) || !par__rd_single_splits(&fm, from->ndim) || !par__rd_single_splits(&tm, to->ndim))
+        if (!par__rd_unify(from, to, 0, &ufrom, &uto)) return 0;
+    par__rd_unified_costs(costs, &from->mesh, &ufrom.mesh, &ucosts);
+    par__rd_setup(&pb, &ufrom, &uto, &ucosts);
+    if (!par__rd_single_splits(&pb.from_map, ufrom.ndim) || !par__rd_single_splits(&pb.to_map, uto.ndim)) return 0;
+    par__rd_plan_begin(&inner, &ufrom, &uto, &pb, 1);
+    w.plan = &inner;
+    w.pb = &pb;
+    w.map = pb.from_map;
+    w.shape = 0;
+    if ((*st = par__rd_greedy_reduce(&w)) != PAR_OK) return 1;
+    if ((*st = par__rd_ms_infer(&w, &pb.to_map, !costs->no_all_to_all)) != PAR_OK) return 1;
+    if (par__rd_same_view(&ufrom, from) && par__rd_same_view(&ufrom, to)) {
+        *plan = inner;
+        plan->from = *from;
+        plan->to = *to;
+        return 1;
+    }
+    *st = par__rd_wrap_unified(&inner, from, to, &ufrom, plan);
+    return 1;
+}
+
 PARALLEL_DEF par_status par_plan_greedy(const par_layout *from, const par_layout *to, const par_cost_model *cost,
                                         par_plan *plan) {
     par__rd_costs costs;
     par__rd_problem pb;
     par__rd_walk w;
-    par_status st;
+    par_status st = PAR_OK;
     char saved[512];
-    int v;
     if (!from || !to || !plan) return par__fail(PAR_EINVAL, "par_plan_greedy: NULL argument");
     if ((st = par__rd_costs_init(cost, &from->mesh, &costs)) != PAR_OK) return st;
     if ((st = par__rd_validate(from, to, &costs)) != PAR_OK) return st;
     snprintf(saved, sizeof saved, "%s", par_last_error());
+    if (par__rd_greedy_unified(from, to, &costs, plan, &st)) {
+        if (st == PAR_OK) par__fail(PAR_OK, "%s", saved);
+        return st;
+    }
+    /* no unified view: the walk on the tensor's own shapes */
     par__rd_setup(&pb, from, to, &costs);
     par__rd_plan_begin(plan, from, to, &pb, 1);
     w.plan = plan;
     w.pb = &pb;
     w.map = pb.from_map;
     w.shape = 0;
-    for (v = 0; v < PARALLEL_MAX_DIMS; v++)
-        if (w.map.partial & ~pb.inert & (1u << v)) {
-            par_tensor_map next = w.map;
-            next.partial &= ~(1u << v);
-            if ((st = par__rd_walk_op(&w, PAR_REDIST_ALL_REDUCE, -1, -1, v, &next, 0)) != PAR_OK) return st;
-        }
+    if ((st = par__rd_greedy_reduce(&w)) != PAR_OK) return st;
     st = pb.reshape ? par__rd_greedy_reshape(&w, &pb.to_map) : par__rd_greedy_to(&w, &pb.to_map);
     if (st == PAR_OK) par__fail(PAR_OK, "%s", saved);
     return st;
@@ -5987,6 +6724,13 @@ PARALLEL_DEF par_status par_plan_layout_after(const par_plan *plan, int i, par_l
     layout->mesh = plan->from.mesh;
     layout->ndim = shape_of->ndim;
     memcpy(layout->shape, shape_of->shape, sizeof layout->shape);
+    if (plan->ops[i].on_unified) {
+        if (plan->unified_ndim < 1 || plan->unified_ndim > PARALLEL_MAX_DIMS)
+            return par__fail(PAR_EINVAL, "par_plan_layout_after: op %d is on the unified shape but the plan has none", i);
+        layout->ndim = plan->unified_ndim;
+        memcpy(layout->shape, plan->unified_shape, sizeof layout->shape);
+        layout->mesh = plan->unified_mesh;
+    }
     layout->map = plan->ops[i].after;
     return PAR_OK;
 }
@@ -6058,7 +6802,8 @@ static par_status par__sim_rank(par__sim_step *s, const par_redist_op *op, const
     par_layout_local_shape(before, shape_before);
     par_layout_local_shape(after, shape_after);
     if (op->kind != PAR_REDIST_RESHAPE) {
-        if ((st = par_mesh_group(s->mesh, r, 1u << op->device_dim, s->group, &count)) != PAR_OK) return st;
+        /* the op's own mesh: on the unified view some axes may be factored (same ranks) */
+        if ((st = par_mesh_group(&before->mesh, r, 1u << op->device_dim, s->group, &count)) != PAR_OK) return st;
         if (count != n) return par__fail(PAR_EINVAL, "simulator: op group %d but device dim %d has %d ranks", n, op->device_dim, count);
         while (s->group[c] != r) c++;
     }
@@ -11448,7 +12193,14 @@ static par_status par__exec_op(par_executor *e, const par_redist_op *op, const p
     par_comm_group *group = NULL;
     int index = 0, n = 1, j;
     par_status st;
-    if (op->kind != PAR_REDIST_RESHAPE) {
+    if (op->kind != PAR_REDIST_RESHAPE && !par__mesh_same_shape(&before->mesh, &e->ctx->mesh)) {
+        /* an op on a factored mesh (the unified view): its group by rank list, same rank numbers */
+        int *ranks = e->ctx->scratch_ranks;
+        if ((st = par_mesh_group(&before->mesh, e->ctx->rank, 1u << op->device_dim, ranks, &n)) != PAR_OK) return st;
+        for (j = 0; j < n; j++)
+            if (ranks[j] == e->ctx->rank) index = j;
+        if ((st = par_ctx_group_ranks(e->ctx, ranks, n, &group)) != PAR_OK) return st;
+    } else if (op->kind != PAR_REDIST_RESHAPE) {
         if ((st = par_ctx_group(e->ctx, 1u << op->device_dim, &group, &index, &n)) != PAR_OK) return st;
         if (n != op->group)
             return par__fail(PAR_EINVAL, "executor: plan op wants a group of %d on device dim %d, the mesh has %d",

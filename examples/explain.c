@@ -34,7 +34,8 @@ static const char *const usage_text =
     "  strategy      what an operator strategy implies\n"
     "      --op matmul              operator (matmul, batch_matmul, elementwise, rmsnorm,\n"
     "                               layernorm, softmax, gather, cross_entropy, reshape,\n"
-    "                               transpose, flash_attention, reduce_sum, reduce_mean)\n"
+    "                               transpose, flash_attention, reduce_sum, reduce_mean,\n"
+    "                               log_softmax, l2_normalize, prelu, dropout, one_hot)\n"
     "      --devices 8              devices of the stage\n"
     "      --shapes 16x32,32x64     input shapes, comma between inputs, x between dims\n"
     "      --strategy \"((2,1),(1,4))\" one shard tuple per input (MindSpore form); with\n"
@@ -42,10 +43,14 @@ static const char *const usage_text =
     "      [--param 1]              input index that is a trainable parameter\n"
     "                               (repeat the flag or give a list: --param 0,1)\n"
     "      [--transpose-a] [--transpose-b]   matmul / batch_matmul\n"
-    "      [--axes 1]               softmax / norm / reduce axes (list of input-0 dims)\n"
+    "      [--axes 1]               softmax / log_softmax / l2_normalize / norm / reduce axes\n"
+    "                               (list of input-0 dims)\n"
     "      [--perm 1,0]             transpose permutation\n"
     "      [--out-shape 8,2,8]      reshape target shape\n"
+    "      [--out-map -1,0]         reshape: the layout the next operator wants for the output\n"
+    "                               (device dims of this op's matrix); data may then move\n"
     "      [--keep-dims]            reduce_sum / reduce_mean keep reduced dims\n"
+    "      [--depth 10]             one_hot classes (its strategy has one more entry, for depth)\n"
     "      [--reduce-scatter]       forward all_reduce becomes reduce_scatter\n"
     "      [--dtype f32]            element type\n"
     "      [--device-flops F] [--link-bandwidth B]   cost model (flop/s, bytes/s)\n"
@@ -57,7 +62,9 @@ static const char *const usage_text =
     "      --mesh 2,4 --shape 8,16 --from \"[1,-1]\" --to \"[-1,0]\"\n"
     "      [--to-shape 8,2,8]       target shape (a local, layout-preserving reshape)\n"
     "      [--dtype f32]            element type (bytes)\n"
-    "      [--greedy]               print the MindSpore-style greedy baseline instead\n"
+    "      [--greedy]               print MindSpore's algorithm (the baseline) instead\n"
+    "      [--all-to-all on|off]    may plans use all_to_all (default on; off is MindSpore's\n"
+    "                               default enable_alltoall = false: all_gather + split)\n"
     "      [--latency d=x,...]      alpha per device dim (number or axis name), or one\n"
     "                               value for all dims\n"
     "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n"
@@ -379,7 +386,7 @@ static const opt_spec op_specs[] = {
     {"param", 1, 1},       {"transpose-a", 0, 0}, {"transpose-b", 0, 0},    {"axes", 1, 0},
     {"perm", 1, 0},        {"out-shape", 1, 0},   {"keep-dims", 0, 0},      {"reduce-scatter", 0, 0},
     {"dtype", 1, 0},       {"device-flops", 1, 0}, {"link-bandwidth", 1, 0}, {"mesh", 1, 0},
-    {NULL, 0, 0}};
+    {"depth", 1, 0},       {"out-map", 1, 0},     {NULL, 0, 0}};
 
 /* Fill an operator desc from the options shared by `strategy` and `strategies`. */
 static void parse_op(const args *a, par_op_desc *op, int *devices) {
@@ -436,6 +443,14 @@ static void parse_op(const args *a, par_op_desc *op, int *devices) {
         for (i = 0; i < n; i++) op->perm[i] = (int)v[i];
     }
     if ((text = arg_get(a, "out-shape")) != NULL) op->out_ndim = parse_shape(text, op->out_shape, "--out-shape");
+    if ((text = arg_get(a, "depth")) != NULL) op->depth = parse_int(text, 1, INT64_MAX / 2, "--depth");
+    if ((text = arg_get(a, "out-map")) != NULL) { /* reshape: the consumer's map of the output */
+        static int out_map[PARALLEL_MAX_DIMS];
+        n = parse_int_list(text, ",", -1, PARALLEL_MAX_DIMS - 1, v, PARALLEL_MAX_DIMS, "--out-map");
+        if (n != op->out_ndim) die("--out-map: %d entries for an output of %d dims (give --out-shape first)", n, op->out_ndim);
+        for (i = 0; i < n; i++) out_map[i] = (int)v[i];
+        op->out_map = out_map;
+    }
     if ((text = arg_get(a, "device-flops")) != NULL) op->device_flops = parse_double(text, "--device-flops");
     if ((text = arg_get(a, "link-bandwidth")) != NULL) op->link_bandwidth = parse_double(text, "--link-bandwidth");
 }
@@ -478,7 +493,10 @@ static void show_op_info(const par_op_desc *op, const par_op_info *info) {
         print_dims(local, info->outputs[i].ndim);
         putchar('\n');
     }
-    if (info->num_forward == 0) printf("forward_comm: none\n");
+    if (info->output_redistribution) /* a Reshape whose consumer chose the output layout */
+        printf("forward_comm: reshape redistribution (par-explain redistribute from input0 to output)\n");
+    else if (info->num_forward == 0)
+        printf("forward_comm: none\n");
     for (i = 0; i < info->num_forward && i < 2; i++) print_comm("forward_comm: ", &info->forward[i]);
     for (i = 0; i < info->num_inputs; i++) {
         char prefix[32];
@@ -611,12 +629,18 @@ static void show_plan(const par_layout *from, const par_layout *to, const par_co
     par_plan_format(plan, buf, sizeof buf);
     fputs(buf, stdout);
     if (buf[0] && buf[strlen(buf) - 1] != '\n') putchar('\n');
+    if (plan->unified_ndim > 0) { /* the shape the ops between the two reshapes act on */
+        int i;
+        printf("unified shape [");
+        for (i = 0; i < plan->unified_ndim; i++) printf("%s%lld", i ? "," : "", (long long)plan->unified_shape[i]);
+        printf("]\n");
+    }
 }
 
 static int cmd_redistribute(int argc, char **argv) {
     static const opt_spec specs[] = {{"mesh", 1, 0},     {"shape", 1, 0},   {"from", 1, 0},      {"to", 1, 0},
                                      {"dtype", 1, 0},    {"greedy", 0, 0},  {"to-shape", 1, 0},  {"latency", 1, 0},
-                                     {"bandwidth", 1, 0}, {NULL, 0, 0}};
+                                     {"bandwidth", 1, 0}, {"all-to-all", 1, 0}, {NULL, 0, 0}};
     args a;
     par_mesh mesh;
     par_layout from, to;
@@ -639,6 +663,11 @@ static int cmd_redistribute(int argc, char **argv) {
     set_elem_size(&cm, parse_dtype(&a));
     if ((text = arg_get(&a, "latency")) != NULL) parse_links(text, &mesh, 0, &cm);
     if ((text = arg_get(&a, "bandwidth")) != NULL) parse_links(text, &mesh, 1, &cm);
+    if ((text = arg_get(&a, "all-to-all")) != NULL) {
+        if (strcmp(text, "on") != 0 && strcmp(text, "off") != 0)
+            die("--all-to-all: '%s' must be on or off (off = MindSpore's enable_alltoall false)", text);
+        cm.no_all_to_all = strcmp(text, "off") == 0;
+    }
     check(par_layout_parse(&from, &mesh, ndim, shape, arg_need(&a, "from")), "--from");
     check(par_layout_parse(&to, &mesh, to_ndim, to_shape, arg_need(&a, "to")), "--to");
     show_plan(&from, &to, &cm, arg_flag(&a, "greedy"), &plan);
@@ -801,8 +830,10 @@ static int cmd_tour(int argc, char **argv) {
     tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 1, &greedy);
     say("   Optimal:");
     tour_redistribute("4", "16,16", "[-1,-1] partial=0", NULL, "[0,-1]", 0, &plan);
-    say("   Swapping the two device dims of a 2x4 mesh, [0,1] -> [1,0], is a cycle that only an\n"
-        "   all_gather can break; which dim to gather decides the bytes. Greedy:");
+    say("   Swapping the two device dims of a 2x4 mesh, [0,1] -> [1,0], is a cycle. MindSpore's\n"
+        "   walk breaks it with an all_gather; the planner cuts both dims at every shard\n"
+        "   boundary (16 -> 2 x 2 x 4) and factors the 4-way mesh axis into 2 x 2, where four\n"
+        "   all_to_alls of single sub-dims swap them. Greedy:");
     tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 1, &greedy);
     say("   Optimal:");
     tour_redistribute("2,4", "16,16", "[0,1]", NULL, "[1,0]", 0, &plan);

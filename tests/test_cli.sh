@@ -184,10 +184,13 @@ ok "reshape" redistribute --mesh tp=4 --shape 2,8,32 --from "[None,None,tp]" --t
 has_match "reshape" '^reshape'
 has_line "reshape" "total bytes=0 ops=1"
 
-# A reshape that is not local needs data movement around one local reshape step; it
-# must not cost more than gathering the whole 2x8x32 f32 tensor (2048 bytes): 3/4 * 2048.
+# A reshape that is not local needs data movement between local view changes (one
+# reshape, or two around ops on the unified shape, here [2,8,2,2,2,4] with tp factored
+# 2 x 2); it must not cost more than gathering the whole 2x8x32 f32 tensor (2048
+# bytes): 3/4 * 2048.
 ok "reshape moving data" redistribute --mesh tp=4 --shape 2,8,32 --from "[None,None,tp]" --to "[None,None,None,tp]" --to-shape 2,8,2,16
-same "reshape moving data: one reshape" "$(printf '%s\n' "$OUT" | grep -c '^reshape group=1 bytes=0$')" "1"
+views=$(printf '%s\n' "$OUT" | grep -c '^reshape group=1 bytes=0$')
+if [ "$views" -ge 1 ] && [ "$views" -le 2 ]; then pass; else fail "reshape moving data: $views reshapes, want 1 or 2"; fi
 bytes=$(printf '%s\n' "$OUT" | sed -n 's/^total bytes=\([0-9]*\) ops=[0-9]*$/\1/p')
 if [ -n "$bytes" ] && [ "$bytes" -gt 0 ] && [ "$bytes" -le 1536 ]; then pass; else
     fail "reshape moving data: total bytes '$bytes' not in 1..1536"

@@ -25,6 +25,11 @@ static par_status run_cases(par_ctx *ctx, void *p) {
     return PAR_OK;
 }
 
+/* Plans that run on MindSpore's unified shape (sub-dim collectives between two
+   local reshapes): the executor must meet some of them, or this test proves
+   nothing about them. */
+static int unified_plans, factored_plans;
+
 static void test_mesh(const char *mesh_text) {
     exec_case *cases = NULL;
     int n = exec_cases_make(mesh_text, CASES, &cases), r, ranks;
@@ -34,6 +39,11 @@ static void test_mesh(const char *mesh_text) {
     memset(&desc, 0, sizeof desc);
     CHECK_MSG(n == CASES, "mesh %s: only %d of %d cases could be planned", mesh_text, n, CASES);
     ranks = n ? cases[0].ranks : 1;
+    for (r = 0; r < n; r++) {
+        const par_plan *p = &cases[r].plan;
+        unified_plans += p->unified_ndim > 0;
+        factored_plans += p->unified_ndim > 0 && p->unified_mesh.ndim != p->from.mesh.ndim; /* groups by rank list */
+    }
     arg.cases = cases;
     arg.n = n;
     desc.mesh = mesh_text;
@@ -77,6 +87,10 @@ int main(void) {
     test_mesh("2x4");
     test_mesh("8");
     test_mesh("2x3");
+    CHECK_MSG(unified_plans >= 10, "only %d random plans use the unified shape", unified_plans);
+    CHECK_MSG(factored_plans >= 1, "no random plan runs on a factored mesh");
+    printf("executor: %d of the random plans run on the unified shape, %d of them on a factored mesh\n", unified_plans,
+           factored_plans);
     memset(&desc, 0, sizeof desc);
     desc.mesh = "dp=2,tp=4";
     CHECK_OK(par_run_threads_desc(&desc, 8, run_errors, &e));

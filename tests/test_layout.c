@@ -87,6 +87,14 @@ static void test_parse_format(void) {
     CHECK_INT(l.map.partial, 3);
     par_layout_format(&l, buf, sizeof buf);
     CHECK_STR(buf, "[-1,-1] partial=(1,0)");
+    /* issue 14: the partial set is a set, so the bare list form is accepted too */
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0,1"));
+    CHECK_INT(l.map.partial, 3);
+    CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=1, 0"));
+    CHECK_INT(l.map.partial, 3);
+    CHECK_ERR(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0,0"), PAR_ELAYOUT, "device dim 0 is listed twice");
+    CHECK_ERR(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0,"), PAR_EPARSE, "expected a device dim");
+    CHECK_ERR(par_layout_parse(&l, &m, 2, shape, "[-1,-1] partial=0;1"), PAR_EPARSE, "several as 0,2 or (0,2)");
     CHECK_OK(par_layout_parse(&l, &named, 2, shape, "[dp,None] partial=tp"));
     par_layout_format(&l, buf, sizeof buf);
     CHECK_STR(buf, "[1,-1] partial=0");
@@ -361,6 +369,49 @@ static void test_copy_slice(void) {
     CHECK_ERR(par_layout_copy_slice(&l, 0, 4, g, loc), PAR_ELAYOUT, "tensor dim 0 (size 3) is not divisible by its shard 2");
 }
 
+
+/* tensor_layout_test.cc (MindSpore): ExpandTensorShape and
+   ReshapeExpandDeviceArrangement expect a layout, viewed on a finer tensor shape
+   (and device arrangement), to have a given map. Here the mesh is the finer
+   arrangement from the start (MindSpore's [8,4] on [4,2,2,2] is the tuples
+   (3,2) and (1,0)) and the view is par_layout_reshape, which must find the same
+   map and call it local. */
+static void test_mindspore_tensor_layout(void) {
+    static const struct {
+        const char *test, *mesh, *map, *want;
+        int ndim, new_ndim;
+        int64_t shape[4], new_shape[4];
+    } cases[] = {
+        {"ExpandTensorShape1", "4,2,4", "[(2,1),0]", "[2,1,0]", 2, 3, {512, 1024}, {4, 128, 1024}},
+        {"ExpandTensorShape2", "8,4", "[1,0]", "[1,0,-1]", 2, 3, {128, 4096}, {128, 4, 1024}},
+        {"ReshapeExpandDeviceArrangement1", "4,2,2,2", "[(3,2),(1,0)]", "[3,2,1,0]", 2, 4, {512, 1024}, {4, 128, 2, 512}},
+        {"ReshapeExpandDeviceArrangement2", "4,2,2,2", "[(1,0),(3,2)]", "[1,0,3,2]", 2, 4, {512, 1024}, {2, 256, 4, 256}},
+        {"ReshapeExpandDeviceArrangement3", "4,2,2,2", "[(3,2),-1]", "[3,2,-1]", 2, 3, {512, 1024}, {4, 128, 1024}},
+        {"ReshapeExpandDeviceArrangement4", "4,2,4", "[0,(2,1)]", "[0,2,1]", 2, 3, {512, 1024}, {512, 4, 256}},
+        {"ReshapeExpandDeviceArrangement5", "8,4", "[1,-1,0]", "[1,-1,0]", 3, 3, {128, 4, 1024}, {128, 4, 1024}},
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        par_mesh m = mesh_of(cases[i].mesh);
+        par_layout from, view;
+        char buf[128];
+        CHECK_OK(par_layout_parse(&from, &m, cases[i].ndim, cases[i].shape, cases[i].map));
+        CHECK_MSG(par_layout_reshape(&from, cases[i].new_ndim, cases[i].new_shape, &view) == PAR_OK,
+                  "tensor_layout_test.cc %s: %s", cases[i].test, par_last_error());
+        par_layout_format(&view, buf, sizeof buf);
+        CHECK_MSG(strcmp(buf, cases[i].want) == 0, "tensor_layout_test.cc %s: got %s, want %s", cases[i].test, buf,
+                  cases[i].want);
+    }
+    { /* GetSliceShape: [8,4], [1,-1] on [512,1024] -> slice [64,1024] */
+        par_mesh m = mesh_of("8,4");
+        par_layout l;
+        int64_t shape[2] = {512, 1024}, slice[2];
+        CHECK_OK(par_layout_parse(&l, &m, 2, shape, "[1,-1]"));
+        par_layout_local_shape(&l, slice);
+        CHECK(slice[0] == 64 && slice[1] == 1024);
+    }
+}
+
 int main(void) {
     test_mesh();
     test_parse_format();
@@ -368,6 +419,7 @@ int main(void) {
     test_placements();
     test_reshape();
     test_copy_slice();
+    test_mindspore_tensor_layout();
     /* par_set_error: what host-written hook tables use to report failures */
     CHECK(par_set_error(PAR_ECOMM, "rank %d gone", 3) == PAR_ECOMM);
     CHECK_STR(par_last_error(), "rank 3 gone");

@@ -45,6 +45,14 @@ static const char *plan_text(const par_plan *plan) {
     return buf;
 }
 
+/* Kind of the first op that is not a local reshape (-1 if none). */
+static int first_collective(const par_plan *plan) {
+    int i;
+    for (i = 0; i < plan->num_ops; i++)
+        if (plan->ops[i].kind != PAR_REDIST_RESHAPE) return (int)plan->ops[i].kind;
+    return -1;
+}
+
 static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(a) > 1 ? fabs(a) : 1); }
 
 /* ---- simulation helpers ------------------------------------------------- */
@@ -188,14 +196,20 @@ static void test_framework_cases(void) {
 }
 
 /* The greedy baseline breaks the [0,1] -> [1,0] cycle with a forced all_gather,
-   as MindSpore does (on this small mesh that is also optimal); with partial
-   sources the optimum is strictly cheaper. */
+   as MindSpore does (32 bytes). On the tensor's own shape that is also the
+   optimum; on the unified shape [2,2,2,2] ([0,-1,1,-1] -> [1,-1,0,-1]) three
+   all_to_alls of 8 bytes each do it for 24. With partial sources the optimum
+   is strictly cheaper too. */
 static void test_greedy_cycle(void) {
     par_mesh m = make_mesh("2,2");
     int64_t shape[2] = {4, 4}; /* 64 bytes; a 2x2-split slice is 16 bytes */
     par_layout a = make_layout(&m, 2, shape, "[0,1]"), b = make_layout(&m, 2, shape, "[1,0]");
     par_plan greedy, best;
     CHECK_OK(par_plan_greedy(&a, &b, NULL, &greedy));
+    /* MindSpore's loop (same shape, one device dim per dim: no expansion):
+       nothing splits, permutes or concats, so the round gathers the first
+       pending dim (0); then dim 0 is free and dim 1 holds the device dim it
+       wants: an all_to_all; then dim 1 splits locally */
     CHECK_STR(plan_text(&greedy), "all_gather tensor_dim=0 device_dim=0 group=2 bytes=16\n"
                                   "all_to_all tensor_dim=1 to_dim=0 device_dim=1 group=2 bytes=16\n"
                                   "split tensor_dim=1 device_dim=0 group=2 bytes=0\n"
@@ -203,17 +217,236 @@ static void test_greedy_cycle(void) {
     CHECK_INT(greedy.greedy, 1);
     CHECK(simulate_ok(&greedy));
     CHECK_OK(par_plan_redistribution(&a, &b, NULL, &best));
-    CHECK_INT(best.total_bytes, 32);
+    CHECK_INT(best.total_bytes, 24);
+    CHECK_INT(best.unified_ndim, 4);
     CHECK(simulate_ok(&best));
     {   /* partial source: greedy all-reduces first, the optimum reduce-scatters */
         par_layout p = make_layout(&m, 2, shape, "[-1,-1] partial=(1,0)"), t = make_layout(&m, 2, shape, "[0,1]");
         CHECK_OK(par_plan_greedy(&p, &t, NULL, &greedy));
         CHECK_OK(par_plan_redistribution(&p, &t, NULL, &best));
-        CHECK_INT(greedy.ops[0].kind, PAR_REDIST_ALL_REDUCE);
-        CHECK_INT(best.ops[0].kind, PAR_REDIST_REDUCE_SCATTER);
+        CHECK_INT(first_collective(&greedy), PAR_REDIST_ALL_REDUCE);
+        CHECK_INT(first_collective(&best), PAR_REDIST_REDUCE_SCATTER);
         CHECK(best.cost < greedy.cost);
         CHECK(simulate_ok(&greedy) && simulate_ok(&best));
     }
+}
+
+/* Issue 14's two cases, from MindSpore's own unit tests: collectives on the
+   unified shape beat every plan on the tensor's own shape. */
+static void test_unified_cases(void) {
+    par_mesh m3 = make_mesh("2,4,4"), m2 = make_mesh("8,4");
+    int64_t shape[2] = {512, 1024}, wide[2] = {128, 4096};
+    par_plan plan, own;
+    par_cost_model no_a2a;
+    /* 512x1024 f32 on 32 ranks: 64 KiB slices. 1024 = 4 (dim 1) x 4 (dim 0) x 64
+       in the target; two all_to_alls of 3/4 x 64 KiB: 98,304 bytes. */
+    par_layout a = make_layout(&m3, 2, shape, "[(2,1),0]"), b = make_layout(&m3, 2, shape, "[2,(1,0)]");
+    par_layout c = make_layout(&m2, 2, shape, "[1,0]"), d = make_layout(&m2, 2, wide, "[1,0]");
+    CHECK_OK(par_plan_redistribution(&a, &b, NULL, &plan));
+    CHECK_INT(plan.total_bytes, 98304);
+    CHECK_INT(plan.unified_ndim, 6);
+    CHECK_STR(plan_text(&plan), "reshape group=1 bytes=0\n"
+                                "all_to_all tensor_dim=3 to_dim=4 device_dim=0 group=4 bytes=49152\n"
+                                "all_to_all tensor_dim=1 to_dim=3 device_dim=1 group=4 bytes=49152\n"
+                                "reshape group=1 bytes=0\n"
+                                "total bytes=98304 ops=4\n");
+    CHECK(simulate_ok(&plan));
+    /* the same request seen only on its own shape costs 393,216 bytes (the old
+       planner's answer): the unified view is what wins */
+    {
+        par_layout here;
+        CHECK_OK(par_plan_layout_after(&plan, 0, &here));
+        CHECK_INT(here.ndim, 6);
+        CHECK_INT(here.shape[0] * here.shape[1] * here.shape[2], 512);
+    }
+    /* a reshape redistribution: 512x1024 -> 128x4096, one all_to_all on the
+       common shape [8,16,4,4,256] moves 3/4 of a 64 KiB slice */
+    CHECK_OK(par_plan_redistribution(&c, &d, NULL, &plan));
+    CHECK_INT(plan.total_bytes, 49152);
+    CHECK(simulate_ok(&plan));
+    /* without all_to_all the unified view still helps: gather dim 0's split
+       on the sub-dim, split the other */
+    memset(&no_a2a, 0, sizeof no_a2a);
+    no_a2a.no_all_to_all = 1;
+    CHECK_OK(par_plan_redistribution(&c, &d, &no_a2a, &own));
+    CHECK(own.total_bytes >= plan.total_bytes);
+    CHECK(simulate_ok(&own));
+}
+
+/* ---- MindSpore's own unit tests (tests/ut/cpp/parallel/tensor_layout/) ---
+   Ported expectations. MindSpore lets the two layouts of a redistribution use
+   different device arrangements ([8,4] and [2,16]); here both live on one mesh,
+   MindSpore's unified device arrangement, and a device dim of an arrangement
+   that the unified one splits becomes a tuple of mesh dims ([8,4] on mesh
+   2,4,4: the 8 is (2,1), the 4 is 0). Device dims count from the right, as in
+   MindSpore. For every case: our plans for both enable_alltoall settings are
+   correct on the simulator and move no more bytes than MindSpore's algorithm
+   (par_plan_greedy) with the same setting. */
+
+static int plan_consistent(const par_plan *plan, const par_cost_model *cm); /* below, with the property test */
+
+typedef struct ms_case {
+    const char *source;  /* "file: test" */
+    const char *mesh;    /* the unified device arrangement */
+    int ndim, to_ndim;
+    int64_t shape[MAXD], to_shape[MAXD];
+    const char *from, *to;
+    /* MindSpore's expected unified tensor shape and maps (0 dims: none given) */
+    int u_ndim;
+    int64_t u_shape[MAXD];
+    int u_from[MAXD], u_to[MAXD];
+    /* MindSpore's expected operator names with enable_alltoall off, in our op
+       kinds (AllGather + Split + Concat is one all_gather; StridedSlice a split);
+       NULL: none given */
+    const char *ops_off;
+} ms_case;
+
+static const ms_case ms_cases[] = {
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer1 (in [8,4] [1,0], out [2,16] [1,0])",
+     "2,4,4", 2, 2, {512, 1024}, {512, 1024}, "[(2,1),0]", "[2,(1,0)]",
+     4, {2, 256, 4, 256}, {2, 1, 0, -1}, {2, -1, 1, 0}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer2 (in [8,4] [1,0], out [2,16] [0,1])",
+     "2,2,2,4", 2, 2, {512, 1024}, {512, 1024}, "[(3,2,1),0]", "[(2,1,0),3]",
+     4, {2, 2, 128, 1024}, {3, 2, 1, 0}, {2, 1, 0, 3}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer3 (in [8] [0,-1], out [2,2,2] [2,1])",
+     "2,2,2", 2, 2, {512, 1024}, {512, 1024}, "[(2,1,0),-1]", "[2,1]",
+     4, {2, 2, 128, 1024}, {2, 1, 0, -1}, {2, -1, -1, 1}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer4 (in [16,1,1] [2,0], out [1,16,1] [2,1])",
+     "16", 2, 2, {512, 1024}, {512, 1024}, "[0,-1]", "[-1,0]",
+     2, {512, 1024}, {0, -1}, {-1, 0}, NULL},
+    {"redistribution_layout_transfer_test.cc: RedistributionLayoutTransfer5", "16", 2, 2, {512, 1024}, {512, 1024},
+     "[0,-1]", "[-1,0]", 2, {512, 1024}, {0, -1}, {-1, 0}, NULL},
+    {"reshape_layout_transfer_test.cc: InferUnifiedLayout1", "8,4", 2, 2, {512, 1024}, {128, 4096}, "[1,0]", "[1,0]",
+     3, {128, 4, 1024}, {1, -1, 0}, {1, 0, -1}, NULL},
+    {"reshape_layout_transfer_test.cc: InferUnifiedLayout2 (arrangement [8,4] unified to [4,2,4])", "4,2,4", 2, 2,
+     {512, 1024}, {128, 4096}, "[(2,1),0]", "[0,(2,1)]", 4, {4, 32, 4, 1024}, {2, 1, -1, 0}, {0, -1, 2, 1}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck1", "8,4", 2, 2, {512, 1024}, {128, 4096}, "[1,0]",
+     "[0,1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck2", "8,4", 2, 2, {512, 1024}, {128, 4096}, "[1,-1]",
+     "[0,-1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck3", "2", 2, 2, {4, 2}, {2, 4}, "[-1,-1]", "[-1,-1]",
+     0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck4", "4,8", 3, 3, {8, 2, 2}, {2, 2, 8}, "[-1,-1,-1]",
+     "[-1,-1,0]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck5", "2,2", 2, 2, {2, 2}, {2, 2}, "[0,-1]", "[0,-1]",
+     0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck6", "2,2", 2, 2, {2, 8}, {2, 8}, "[0,1]", "[0,1]",
+     0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck7", "2,4,4", 3, 3, {2, 4, 4}, {2, 2, 8},
+     "[-1,0,-1]", "[-1,-1,0]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck8", "4,2,4", 3, 3, {4, 4, 2}, {2, 4, 4}, "[2,0,1]",
+     "[-1,-1,-1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck9", "2,2,2", 4, 2, {2, 2, 128, 1024}, {512, 1024},
+     "[2,1,0,-1]", "[2,1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck10", "2,2,2", 4, 2, {2, 2, 2, 2}, {8, 2},
+     "[2,1,0,-1]", "[2,1]", 0, {0}, {0}, {0}, NULL},
+    {"reshape_layout_transfer_test.cc: ValidInferUnifiedLayoutCheck11", "2", 2, 1, {2, 2}, {4}, "[0,-1]", "[0]", 0,
+     {0}, {0}, {0}, NULL},
+    {"tensor_redistribution_test.cc: TestInferRedistribution1 (in [2,4,2] [2,0], out [4,2,2] [2,1])", "2,2,2,2", 2, 2,
+     {512, 1024}, {512, 1024}, "[3,0]", "[(3,2),1]", 0, {0}, {0}, {0}, "reshape split all_gather split reshape"},
+    {"tensor_redistribution_test.cc: TestInferRedistribution2 (in [16,1,1] [2,0], out [1,16,1] [2,1])", "16", 2, 2,
+     {512, 1024}, {512, 1024}, "[0,-1]", "[-1,0]", 0, {0}, {0}, {0}, "all_gather split"},
+    {"tensor_redistribution_test.cc: TestInferRedistribution3", "8", 4, 2, {128, 64, 1, 1}, {128, 64}, "[0,-1,-1,-1]",
+     "[0,-1]", 0, {0}, {0}, {0}, "reshape"},
+};
+
+static void plan_kinds(const par_plan *plan, char *buf, size_t size) {
+    size_t len = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < plan->num_ops && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? " " : "", par_redist_kind_name(plan->ops[i].kind));
+}
+
+static void ms_check_case(const ms_case *c) {
+    par_mesh m = make_mesh(c->mesh);
+    par_layout from = make_layout(&m, c->ndim, c->shape, c->from), to = make_layout(&m, c->to_ndim, c->to_shape, c->to);
+    int setting;
+    if (c->u_ndim) { /* MindSpore's unified layouts are local views of ours: same slices on every rank */
+        par_layout uf, ut, want_f, want_t;
+        CHECK_OK(par_layout_init(&want_f, &m, c->u_ndim, c->u_shape, c->u_from, 0));
+        CHECK_OK(par_layout_init(&want_t, &m, c->u_ndim, c->u_shape, c->u_to, 0));
+        CHECK_MSG(par_layout_reshape(&from, c->u_ndim, c->u_shape, &uf) == PAR_OK && par_layout_equal(&uf, &want_f),
+                  "%s: the source does not view as MindSpore's unified source", c->source);
+        CHECK_MSG(par_layout_reshape(&to, c->u_ndim, c->u_shape, &ut) == PAR_OK && par_layout_equal(&ut, &want_t),
+                  "%s: the target does not view as MindSpore's unified target", c->source);
+        for (setting = 0; setting < 2; setting++) { /* MindSpore's loop on its own unified layout */
+            par_cost_model cm;
+            par_plan ms, best;
+            memset(&cm, 0, sizeof cm);
+            cm.no_all_to_all = setting;
+            CHECK_OK(par_plan_greedy(&want_f, &want_t, &cm, &ms));
+            CHECK_OK(par_plan_redistribution(&from, &to, &cm, &best));
+            CHECK_MSG(best.total_bytes <= ms.total_bytes, "%s, enable_alltoall %s: ours %lld bytes, MindSpore's %lld",
+                      c->source, setting ? "off" : "on", (long long)best.total_bytes, (long long)ms.total_bytes);
+        }
+    }
+    for (setting = 0; setting < 2; setting++) {
+        par_cost_model cm;
+        par_plan best, greedy;
+        char kinds[512];
+        memset(&cm, 0, sizeof cm);
+        cm.no_all_to_all = setting;
+        CHECK_OK(par_plan_redistribution(&from, &to, &cm, &best));
+        CHECK_OK(par_plan_greedy(&from, &to, &cm, &greedy));
+        CHECK_MSG(simulate_ok(&best) && simulate_ok(&greedy), "%s: a plan simulates wrong: %s", c->source,
+                  par_last_error());
+        CHECK_MSG(plan_consistent(&best, &cm) && plan_consistent(&greedy, &cm), "%s: a plan is inconsistent", c->source);
+        CHECK_MSG(best.total_bytes <= greedy.total_bytes, "%s, enable_alltoall %s: ours %lld bytes, MindSpore's %lld",
+                  c->source, setting ? "off" : "on", (long long)best.total_bytes, (long long)greedy.total_bytes);
+        if (setting == 1 && c->ops_off) {
+            plan_kinds(&greedy, kinds, sizeof kinds);
+            CHECK_MSG(strcmp(kinds, c->ops_off) == 0, "%s: MindSpore's ops are \"%s\", ours \"%s\"", c->source,
+                      c->ops_off, kinds);
+        }
+    }
+}
+
+/* redistribution_operator_infer_test.cc: TestInferOperatorAll. Every pair of
+   valid tensor maps of a [2,2,2] tensor on device matrix [2,2,2]: the operator
+   list must turn one into the other (here: simulated on real values), for both
+   enable_alltoall settings; and our optimum is never dearer. */
+static void test_mindspore_infer_all(void) {
+    par_mesh m = make_mesh("2,2,2");
+    int64_t shape[3] = {2, 2, 2};
+    int maps[64][3], count = 0, a, b, c, i, j, setting, cheaper = 0;
+    for (a = -1; a < 3; a++)
+        for (b = -1; b < 3; b++)
+            for (c = -1; c < 3; c++)
+                if ((a < 0 || (a != b && a != c)) && (b < 0 || b != c)) {
+                    maps[count][0] = a, maps[count][1] = b, maps[count][2] = c;
+                    count++;
+                }
+    CHECK_INT(count, 34);
+    for (i = 0; i < count; i++)
+        for (j = 0; j < count; j++) {
+            par_layout from, to;
+            if (i == j) continue;
+            CHECK_OK(par_layout_init(&from, &m, 3, shape, maps[i], 0));
+            CHECK_OK(par_layout_init(&to, &m, 3, shape, maps[j], 0));
+            for (setting = 0; setting < 2; setting++) {
+                par_cost_model cm;
+                par_plan best, greedy;
+                memset(&cm, 0, sizeof cm);
+                cm.no_all_to_all = setting;
+                if (par_plan_greedy(&from, &to, &cm, &greedy) != PAR_OK ||
+                    par_plan_redistribution(&from, &to, &cm, &best) != PAR_OK) {
+                    CHECK_MSG(0, "pair %d -> %d: %s", i, j, par_last_error());
+                    continue;
+                }
+                if (!simulate_ok(&greedy) || !plan_consistent(&greedy, &cm) || best.total_bytes > greedy.total_bytes)
+                    CHECK_MSG(0, "pair %d -> %d, enable_alltoall %s: greedy wrong or cheaper", i, j, setting ? "off" : "on");
+                cheaper += best.total_bytes < greedy.total_bytes;
+            }
+        }
+    printf("MindSpore TestInferOperatorAll: %d pairs x 2 settings, optimum strictly cheaper in %d\n", count * (count - 1),
+           cheaper);
+}
+
+static void test_mindspore_cases(void) {
+    size_t i;
+    for (i = 0; i < sizeof ms_cases / sizeof ms_cases[0]; i++) ms_check_case(&ms_cases[i]);
+    test_mindspore_infer_all();
 }
 
 /* ---- errors ------------------------------------------------------------- */
@@ -305,6 +538,69 @@ static void test_simulator_detects(void) {
     CHECK(!par_sim_matches(&part, b.global, b.locals));
     CHECK(strstr(par_last_error(), "partial") != NULL);
     sim_free(&b);
+}
+
+
+/* ---- views: the same distribution on another shape or a factored mesh ------ */
+
+static int64_t layout_numel(const par_layout *l) {
+    int64_t n = 1;
+    int t;
+    for (t = 0; t < l->ndim; t++) n *= l->shape[t];
+    return n;
+}
+
+/* Global flat index of every element of rank r's slice, in slice order. */
+static void slice_indices(const par_layout *l, int r, int64_t *out) {
+    int64_t local[MAXD], off[MAXD], n = par_layout_local_numel(l), i;
+    par_layout_local_shape(l, local);
+    par_layout_local_offset(l, r, off);
+    for (i = 0; i < n; i++) {
+        int64_t rest = i, index = 0, stride = 1;
+        int t;
+        for (t = l->ndim - 1; t >= 0; t--) {
+            index += (off[t] + rest % local[t]) * stride;
+            rest /= local[t];
+            stride *= l->shape[t];
+        }
+        out[i] = index;
+    }
+}
+
+/* 1 if a and b (same ranks, any shapes and meshes) give every rank the same
+   elements in the same order, and the same partial groups: a local view. */
+static int same_distribution(const par_layout *a, const par_layout *b) {
+    static int64_t ia[1 << 19], ib[1 << 19];
+    int ranks = par_mesh_size(&a->mesh), r, k;
+    int64_t n = par_layout_local_numel(a);
+    if (ranks != par_mesh_size(&b->mesh) || n != par_layout_local_numel(b) || n > (1 << 19) ||
+        layout_numel(a) != layout_numel(b))
+        return 0;
+    for (r = 0; r < ranks; r++) {
+        int ga[64], gb[64], na = 0, nb = 0;
+        slice_indices(a, r, ia);
+        slice_indices(b, r, ib);
+        if (memcmp(ia, ib, sizeof(int64_t) * (size_t)n) != 0) return 0;
+        par_mesh_group(&a->mesh, r, a->map.partial, ga, &na);
+        par_mesh_group(&b->mesh, r, b->map.partial, gb, &nb);
+        if (na != nb) return 0;
+        for (k = 0; k < na; k++) /* both ascending by rank */
+            if (ga[k] != gb[k]) return 0;
+    }
+    return 1;
+}
+
+/* Device dim of `mesh` that device dim u of its refinement `fine` belongs to. */
+static int parent_dim(const par_mesh *mesh, const par_mesh *fine, int u) {
+    int a, b = 0, target = fine->ndim - 1 - u;
+    for (a = 0; a < mesh->ndim; a++) {
+        int64_t prod = 1;
+        do {
+            if (b == target) return mesh->ndim - 1 - a;
+            prod *= fine->dims[b++];
+        } while (prod < mesh->dims[a] && b < fine->ndim);
+    }
+    return -1;
 }
 
 /* ---- the independent reference: uniform-cost search over all plans ------ */
@@ -558,6 +854,182 @@ static double ref_optimum(const ref_problem *p, int *states_seen) {
     return result;
 }
 
+/* The extended move set (issue 14, MindSpore's unified layout): the same moves
+   on the tensor viewed with every dim cut at each dim and shard boundary of
+   either layout. Written here from that definition: a cut is a flat-index
+   stride (elements per step of a dim or of a shard); the unified shape is the
+   chain of cuts, largest first, and exists only when each cut divides the one
+   above it. The library's par_layout_reshape decides, as above, whether a layout
+   views onto it locally. 0 when there is no unified view or it adds nothing. */
+static int ref_cuts(const par_layout *l, int fine, int64_t *cuts, int n) {
+    int64_t numel = 1, after;
+    int t, k;
+    for (t = 0; t < l->ndim; t++) numel *= l->shape[t];
+    after = numel;
+    cuts[n++] = numel;
+    for (t = 0; t < l->ndim; t++) { /* outer to inner: a dim of extent S with A elements above it */
+        int64_t piece = after;
+        /* fine: every shard boundary; coarse (MindSpore's): all but the minor-most split's */
+        for (k = 0; k < l->map.count[t] - (fine ? 0 : 1); k++)
+            cuts[n++] = piece /= par_mesh_dev_size(&l->mesh, l->map.dev[t][k]);
+        after /= l->shape[t];
+        cuts[n++] = after;
+    }
+    return n;
+}
+
+/* When a cut falls inside a device dim's shard range, that mesh axis is
+   factored (MindSpore unifies device arrangements): the cut at c inside v's
+   range [pos/n, pos) asks for v's major part to be pos/c ways. Every axis's
+   asked-for parts, with its size, must form a divisibility chain; the axis then
+   becomes its consecutive ratios, major first. The layouts are rebuilt on the
+   unified shape, each factor splitting the unified dim at its position, and
+   must give every rank the same elements as the originals. */
+typedef struct ref_factoring {
+    int64_t points[MAXD][2 * MAXD];
+    int npoints[MAXD];
+    int sub[MAXD][MAXD], nsub[MAXD]; /* device dims of the factored mesh, major first */
+    int64_t size[MAXD][MAXD];
+} ref_factoring;
+
+static int ref_points(const par_layout *l, const int64_t *cut, int ncut, ref_factoring *f) {
+    int64_t after = layout_numel(l);
+    int t, k, c;
+    for (t = 0; t < l->ndim; t++) {
+        int64_t pos = after;
+        for (k = 0; k < l->map.count[t]; k++) {
+            int v = l->map.dev[t][k];
+            int64_t n = par_mesh_dev_size(&l->mesh, v), lo = pos / n;
+            for (c = 0; c < ncut; c++)
+                if (cut[c] > lo && cut[c] < pos) {
+                    if (pos % cut[c] || n % (pos / cut[c]) || f->npoints[v] == 2 * MAXD) return 0;
+                    f->points[v][f->npoints[v]++] = pos / cut[c];
+                }
+            pos = lo;
+        }
+        after /= l->shape[t];
+    }
+    return 1;
+}
+
+static int ref_rebuild(const par_layout *l, const par_mesh *fine, const int64_t *cut, int ndim, const int64_t *shape,
+                       const ref_factoring *f, par_layout *out) {
+    int64_t after = layout_numel(l);
+    int t, k, j, v;
+    memset(out, 0, sizeof *out);
+    out->mesh = *fine;
+    out->ndim = ndim;
+    memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    for (t = 0; t < l->ndim; t++) {
+        int64_t pos = after;
+        for (k = 0; k < l->map.count[t]; k++)
+            for (v = l->map.dev[t][k], j = 0; j < f->nsub[v] && par_mesh_dev_size(&l->mesh, v) > 1; j++) {
+                int u;
+                for (u = 0; u < ndim && !(cut[u] >= pos && cut[u + 1] < pos); u++) {}
+                if (u == ndim || (out->map.count[u] == 0 && cut[u] != pos)) return 0;
+                out->map.dev[u][out->map.count[u]++] = (int8_t)f->sub[v][j];
+                pos /= f->size[v][j];
+            }
+        after /= l->shape[t];
+    }
+    for (v = 0; v < l->mesh.ndim; v++)
+        if (l->map.partial >> v & 1u)
+            for (j = 0; j < f->nsub[v]; j++) out->map.partial |= 1u << f->sub[v][j];
+    return par_layout_check(out) == PAR_OK;
+}
+
+static int ref_factored(const par_layout *from, const par_layout *to, int ndim, const int64_t *shape,
+                        par_layout *ufrom, par_layout *uto) {
+    ref_factoring f;
+    par_mesh fine;
+    int64_t cut[MAXD + 1];
+    int dims[MAXD], nd = 0, a, i, j, v;
+    memset(&f, 0, sizeof f);
+    for (cut[ndim] = 1, i = ndim - 1; i >= 0; i--) cut[i] = cut[i + 1] * shape[i];
+    if (!ref_points(from, cut, ndim + 1, &f) || !ref_points(to, cut, ndim + 1, &f)) return 0;
+    for (a = 0; a < from->mesh.ndim; a++) {
+        int64_t n = from->mesh.dims[a], prev = 1;
+        v = from->mesh.ndim - 1 - a;
+        f.points[v][f.npoints[v]++] = n;
+        for (;;) { /* the smallest point above prev: the next factor boundary */
+            int64_t next = 0;
+            for (j = 0; j < f.npoints[v]; j++)
+                if (f.points[v][j] > prev && (next == 0 || f.points[v][j] < next)) next = f.points[v][j];
+            if (next == 0) break;
+            if (next % prev || nd == MAXD) return 0;
+            f.size[v][f.nsub[v]] = next / prev;
+            f.sub[v][f.nsub[v]++] = nd;
+            dims[nd++] = (int)(next / prev);
+            prev = next;
+        }
+        if (n == 1) { /* a size-1 axis stays */
+            if (nd == MAXD) return 0;
+            f.size[v][f.nsub[v]] = 1;
+            f.sub[v][f.nsub[v]++] = nd;
+            dims[nd++] = 1;
+        }
+    }
+    for (v = 0; v < from->mesh.ndim; v++)
+        for (j = 0; j < f.nsub[v]; j++) f.sub[v][j] = nd - 1 - f.sub[v][j]; /* axis index -> device dim */
+    if (par_mesh_init(&fine, nd, dims, NULL) != PAR_OK) return 0;
+    if (!ref_rebuild(from, &fine, cut, ndim, shape, &f, ufrom) || !ref_rebuild(to, &fine, cut, ndim, shape, &f, uto))
+        return 0;
+    CHECK_MSG(same_distribution(from, ufrom) && same_distribution(to, uto), "reference: a factored view is wrong");
+    return 1;
+}
+
+static int ref_unified(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
+    int64_t cuts[4 * MAXD * (MAXD + 2)], shape[MAXD], cur;
+    int n = ref_cuts(to, fine, cuts, ref_cuts(from, fine, cuts, 0)), ndim = 0, i;
+    cur = cuts[0];
+    for (;;) { /* the next cut: the largest one below cur */
+        int64_t next = 0;
+        for (i = 0; i < n; i++)
+            if (cuts[i] < cur && cuts[i] > next) next = cuts[i];
+        if (next == 0) break;
+        if (cur % next || ndim == MAXD) return 0;
+        shape[ndim++] = cur / next;
+        cur = next;
+    }
+    if (ndim == 0) return 0;
+    if (par_layout_reshape(from, ndim, shape, ufrom) != PAR_OK || par_layout_reshape(to, ndim, shape, uto) != PAR_OK)
+        return ref_factored(from, to, ndim, shape, ufrom, uto);
+    if (ndim == from->ndim && ndim == to->ndim && !memcmp(shape, from->shape, sizeof(int64_t) * (size_t)ndim) &&
+        !memcmp(shape, to->shape, sizeof(int64_t) * (size_t)ndim))
+        return 0;
+    return 1;
+}
+
+/* The optimum over the extended move set: plans on the tensor's own shapes
+   (one reshape), or plans on the fine or the coarse unified shape (entered and
+   left by local reshapes, which are free). -1 if a search gave up. */
+static double ref_optimum_extended(const ref_problem *p, int *states_seen) {
+    double best = ref_optimum(p, states_seen);
+    int fine;
+    for (fine = 0; fine < 2 && best >= 0; fine++) {
+        par_layout uf, ut;
+        ref_problem u = *p;
+        double unified;
+        int seen = 0;
+        int w;
+        if (!ref_unified(p->from, p->to, fine, &uf, &ut)) continue;
+        u.from = &uf;
+        u.to = &ut;
+        u.reshape = 0;
+        for (w = 0; w < uf.mesh.ndim; w++) { /* a factor of an axis keeps the axis's link */
+            int v = parent_dim(&p->from->mesh, &uf.mesh, w);
+            u.size[w] = par_mesh_dev_size(&uf.mesh, w);
+            u.latency[w] = p->latency[v];
+            u.bandwidth[w] = p->bandwidth[v];
+        }
+        unified = ref_optimum(&u, &seen);
+        if (seen > *states_seen) *states_seen = seen;
+        if (unified < 0) return -1;
+        if (unified < best) best = unified;
+    }
+    return best;
+}
+
 /* ---- random cases ------------------------------------------------------- */
 
 /* Mostly 1-4 dims and up to 16 devices; one mesh in five up to 6 dims and 64
@@ -631,11 +1103,8 @@ static void random_cost_model(par_cost_model *cm, const par_mesh *m) {
 static int op_transition_ok(const par_layout *before, const par_redist_op *op, const par_layout *after) {
     par_layout want = *before;
     int t = op->tensor_dim, v = op->device_dim, n;
-    if (op->kind == PAR_REDIST_RESHAPE) {
-        par_layout reshaped;
-        return par_layout_reshape(before, after->ndim, after->shape, &reshaped) == PAR_OK &&
-               par_layout_equal(&reshaped, after);
-    }
+    if (op->kind == PAR_REDIST_RESHAPE) /* a view change: shape and maybe a factored mesh */
+        return same_distribution(before, after);
     n = v >= 0 && v < before->mesh.ndim ? par_mesh_dev_size(&before->mesh, v) : 0;
     if (op->group != n || n < 2) return 0;
     switch (op->kind) {
@@ -704,9 +1173,11 @@ static int plan_consistent(const par_plan *plan, const par_cost_model *cm) {
         if (par_plan_layout_after(plan, i, &after) != PAR_OK || par_layout_check(&after) != PAR_OK) return 0;
         if (!op_transition_ok(&before, op, &after)) return 0;
         if (op->bytes_sent != expected_bytes(op, &before, es) || op->bytes_recv != op->bytes_sent) return 0;
-        if (cm && op->device_dim >= 0) {
-            lat = cm->link[op->device_dim].latency;
-            bw = cm->link[op->device_dim].bandwidth > 0 ? cm->link[op->device_dim].bandwidth : 1;
+        if (cm && op->device_dim >= 0) { /* on a factored mesh a sub-dim keeps its axis's link */
+            int v = op->on_unified ? parent_dim(&plan->from.mesh, &plan->unified_mesh, op->device_dim) : op->device_dim;
+            if (v < 0) return 0;
+            lat = cm->link[v].latency;
+            bw = cm->link[v].bandwidth > 0 ? cm->link[v].bandwidth : 1;
         }
         if (op->kind == PAR_REDIST_SPLIT || op->kind == PAR_REDIST_RESHAPE) lat = 0;
         if (!close_to(op->cost, lat + (double)op->bytes_sent / bw)) return 0;
@@ -727,6 +1198,10 @@ static int plan_consistent(const par_plan *plan, const par_cost_model *cm) {
 static int suffixes_ok(par_planner *pl, const par_plan *best, const par_cost_model *cm) {
     double rest = best->cost;
     int i;
+    /* a mid-plan layout on a factored mesh is no query (its mesh is not the target's) */
+    if (best->unified_ndim && (best->unified_mesh.ndim != best->from.mesh.ndim ||
+                               memcmp(best->unified_mesh.dims, best->from.mesh.dims, sizeof(int) * (size_t)best->from.mesh.ndim)))
+        return 1;
     for (i = 0; i < best->num_ops; i++) {
         par_layout here;
         par_plan again;
@@ -734,7 +1209,12 @@ static int suffixes_ok(par_planner *pl, const par_plan *best, const par_cost_mod
         if (par_plan_layout_after(best, i, &here) != PAR_OK ||
             par_planner_plan(pl, &here, &best->to, cm, &again) != PAR_OK)
             return 0;
-        if (!close_to(again.cost, rest) || again.lower_bound > rest + 1e-9 * (1 + rest)) {
+        /* The unified view is fixed by the two layouts of a query, and a mid-plan
+           layout may cut the tensor finer than the source did: such a suffix
+           query searches a larger set and may only come out cheaper. */
+        int exact = !best->unified_ndim && !again.unified_ndim;
+        if ((exact ? !close_to(again.cost, rest) : again.cost > rest + 1e-9 * (1 + rest)) ||
+            again.lower_bound > rest + 1e-9 * (1 + rest)) {
             fprintf(stderr, "  after op %d: rest %.6f, replanned %.6f, lower bound %.6f\n", i, rest, again.cost,
                     again.lower_bound);
             return 0;
@@ -791,6 +1271,28 @@ static void property_case(par_planner *pl, property_stats *st) {
     if (!(best.cost <= greedy.cost + 1e-9 * (1 + greedy.cost))) ok = 0, fprintf(stderr, "  greedy is cheaper\n");
     if (!suffixes_ok(pl, &best, cmp)) ok = 0, fprintf(stderr, "  a suffix of the optimal plan is not optimal\n");
     st->greedy_worse += best.cost < greedy.cost - 1e-9 * (1 + greedy.cost);
+    { /* MindSpore's enable_alltoall off (its default): both planners without all_to_all */
+        par_cost_model off;
+        par_plan best_off, greedy_off;
+        int k;
+        if (cmp) off = cm;
+        else memset(&off, 0, sizeof off);
+        off.no_all_to_all = 1;
+        if (par_planner_plan(pl, &from, &to, &off, &best_off) != PAR_OK ||
+            par_plan_greedy(&from, &to, &off, &greedy_off) != PAR_OK) {
+            ok = 0, fprintf(stderr, "  planning without all_to_all failed: %s\n", par_last_error());
+        } else {
+            for (k = 0; k < greedy_off.num_ops; k++)
+                if (greedy_off.ops[k].kind == PAR_REDIST_ALL_TO_ALL || (k < best_off.num_ops && best_off.ops[k].kind == PAR_REDIST_ALL_TO_ALL))
+                    ok = 0, fprintf(stderr, "  an all_to_all with enable_alltoall off\n");
+            if (!plan_consistent(&greedy_off, &off) || !simulate_ok(&greedy_off))
+                ok = 0, fprintf(stderr, "  greedy plan without all_to_all is wrong\n");
+            if (!(best_off.cost <= greedy_off.cost + 1e-9 * (1 + greedy_off.cost)))
+                ok = 0, fprintf(stderr, "  greedy without all_to_all is cheaper\n");
+            if (!(best.cost <= best_off.cost + 1e-9 * (1 + best_off.cost)))
+                ok = 0, fprintf(stderr, "  all_to_all made the optimum dearer\n");
+        }
+    }
     memset(&rp, 0, sizeof rp);
     rp.from = &from;
     rp.to = &to;
@@ -801,7 +1303,7 @@ static void property_case(par_planner *pl, property_stats *st) {
         rp.latency[v] = cmp ? cm.link[v].latency : 0;
         rp.bandwidth[v] = cmp && cm.link[v].bandwidth > 0 ? cm.link[v].bandwidth : 1;
     }
-    want = ref_optimum(&rp, &seen);
+    want = ref_optimum_extended(&rp, &seen);
     if (seen > st->largest_search) st->largest_search = seen;
     if (want >= 0) {
         st->exhaustive++;
@@ -932,6 +1434,8 @@ int main(void) {
     test_seed_cases();
     test_framework_cases();
     test_greedy_cycle();
+    test_unified_cases();
+    test_mindspore_cases();
     test_no_all_to_all();
     test_errors();
     test_simulator_detects();

@@ -267,8 +267,8 @@ static void test_matmul(void) {
     op = make_op(PAR_OP_MATMUL, "16x32,30x64");
     CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_ESHAPE,
               "contraction sizes differ: input 0 dim 1 is 32, input 1 dim 0 is 30");
-    op = make_op(PAR_OP_MATMUL, "2x16x32,32x64");
-    CHECK_ERR(infer(&op, "((1,1,1),(1,1))", 1, &info), PAR_ESHAPE, "matmul: inputs must be 2-D");
+    op = make_op(PAR_OP_MATMUL, "16,32x64");
+    CHECK_ERR(infer(&op, "((1,),(1,1))", 1, &info), PAR_ESHAPE, "matmul: inputs need at least 2 dims");
     op = make_op(PAR_OP_MATMUL, "16x0,32x64");
     CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_ESHAPE, "input 0 dim 1 has size 0");
     op = make_op(PAR_OP_MATMUL, "16x32,32x64");
@@ -338,10 +338,12 @@ static void test_batch_matmul(void) {
     check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 2, 0x8, 2048);
 
     op = make_op(PAR_OP_BATCH_MATMUL, "4x16x32,2x32x64");
-    CHECK_ERR(infer(&op, "((1,1,1),(1,1,1))", 1, &info), PAR_ESHAPE, "batch dim 0 differs: 4 in input 0, 2 in input 1");
-    op = make_op(PAR_OP_BATCH_MATMUL, "2x4x16x32,4x32x64");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,1,1))", 1, &info), PAR_ESHAPE,
+              "batch dim 0 differs: 4 in input 0 (dim 0), 2 in input 1 (dim 0); batch dims must be equal or 1");
+    /* batch dims align from the right: b's 3 meets a's dim 1 (4) */
+    op = make_op(PAR_OP_BATCH_MATMUL, "2x4x16x32,3x32x64");
     CHECK_ERR(infer(&op, "((1,1,1,1),(1,1,1))", 1, &info), PAR_ESHAPE,
-              "must be 2-D (shared weights) or have input 0's 4 dims");
+              "batch dim 1 differs: 4 in input 0 (dim 1), 3 in input 1 (dim 0)");
 }
 
 static void test_elementwise(void) {
@@ -1179,6 +1181,763 @@ static void test_readme_strategies(void) {
     free(readme);
 }
 
+
+/* ---- issue 14's operators, simulated end to end ------------------------------
+   Every rank computes the operator on its own slices (par_sim_scatter gives
+   each its input slices as laid out by par_op_infer), the forward collective
+   runs on the mesh simulator (an all_reduce plan for a partial output), and
+   every rank must then hold exactly its slice of the operator applied to the
+   whole tensors. The local and the global computation are the same code, so a
+   wrong strategy rule (a split axis that needed the whole row, a broadcast dim
+   split, a missing AllReduce) shows as a mismatch. */
+
+static int64_t numel_of(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    int t;
+    for (t = 0; t < ndim; t++) n *= shape[t];
+    return n;
+}
+
+/* Row-major [outer, n, inner] around dim d. */
+static void around(int ndim, const int64_t *shape, int d, int64_t *outer, int64_t *inner) {
+    int t;
+    *outer = *inner = 1;
+    for (t = 0; t < d; t++) *outer *= shape[t];
+    for (t = d + 1; t < ndim; t++) *inner *= shape[t];
+}
+
+/* LOG_SOFTMAX / L2_NORMALIZE along `axis` of x (shape). */
+static void ref_axis_op(par_op_kind kind, int ndim, const int64_t *shape, int axis, const double *x, double *y) {
+    int64_t outer, inner, n = shape[axis], o, i, k;
+    around(ndim, shape, axis, &outer, &inner);
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            const double *px = x + o * n * inner + i;
+            double *py = y + o * n * inner + i, acc = 0, mx = px[0];
+            if (kind == PAR_OP_LOG_SOFTMAX) {
+                for (k = 1; k < n; k++) mx = px[k * inner] > mx ? px[k * inner] : mx;
+                for (k = 0; k < n; k++) acc += exp(px[k * inner] - mx);
+                for (k = 0; k < n; k++) py[k * inner] = px[k * inner] - mx - log(acc);
+            } else {
+                for (k = 0; k < n; k++) acc += px[k * inner] * px[k * inner];
+                for (k = 0; k < n; k++) py[k * inner] = px[k * inner] / sqrt(acc > 1e-24 ? acc : 1e-24);
+            }
+        }
+}
+
+/* PRELU: y = x if x > 0 else slope * x, slope per channel (dim 1) or shared. */
+static void ref_prelu(int ndim, const int64_t *shape, const double *x, int64_t wlen, const double *w, double *y) {
+    int64_t outer, inner, numel = 1, i;
+    int t;
+    for (t = 0; t < ndim; t++) numel *= shape[t];
+    around(ndim, shape, 1, &outer, &inner);
+    for (i = 0; i < numel; i++) {
+        int64_t c = (i / inner) % shape[1];
+        double slope = w[wlen == 1 ? 0 : c];
+        y[i] = x[i] > 0 ? x[i] : slope * x[i];
+    }
+}
+
+/* Batched matmul with numpy batch broadcasting (no transposes). */
+static void ref_matmul(int an, const int64_t *as, const double *a, int bn, const int64_t *bs, const double *b,
+                       double *y) {
+    int nb_a = an - 2, nb_b = bn - 2, nb = nb_a > nb_b ? nb_a : nb_b, i;
+    int64_t M = as[an - 2], K = as[an - 1], N = bs[bn - 1], batches = 1, bi, m, n, k;
+    int64_t out_batch[8];
+    for (i = 0; i < nb; i++) {
+        int da = i - (nb - nb_a), db = i - (nb - nb_b);
+        int64_t sa = da >= 0 ? as[da] : 1, sb = db >= 0 ? bs[db] : 1;
+        out_batch[i] = sa > sb ? sa : sb;
+        batches *= out_batch[i];
+    }
+    for (bi = 0; bi < batches; bi++) {
+        int64_t rest = bi, ao = 0, bo = 0, astride = 1, bstride = 1;
+        for (i = nb - 1; i >= 0; i--) { /* this batch's offsets in a and b (broadcast dims stay at 0) */
+            int da = i - (nb - nb_a), db = i - (nb - nb_b);
+            int64_t idx = rest % out_batch[i];
+            rest /= out_batch[i];
+            if (da >= 0) {
+                ao += (as[da] == 1 ? 0 : idx) * astride;
+                astride *= as[da];
+            }
+            if (db >= 0) {
+                bo += (bs[db] == 1 ? 0 : idx) * bstride;
+                bstride *= bs[db];
+            }
+        }
+        for (m = 0; m < M; m++)
+            for (n = 0; n < N; n++) {
+                double acc = 0;
+                for (k = 0; k < K; k++) acc += a[ao * M * K + m * K + k] * b[bo * K * N + k * N + n];
+                y[(bi * M + m) * N + n] = acc;
+            }
+    }
+}
+
+/* The operator on one set of tensors (whole or one rank's slices). */
+static void run_op(const par_op_desc *op, int ndim0, const int64_t *s0, const double *x0, int ndim1, const int64_t *s1,
+                   const double *x1, const par_layout *y_layout, int rank, double *y) {
+    int axis = 0;
+    if (op->axes) while (!(op->axes >> axis & 1u)) axis++;
+    else axis = ndim0 - 1;
+    switch (op->kind) {
+    case PAR_OP_LOG_SOFTMAX:
+    case PAR_OP_L2_NORMALIZE: ref_axis_op(op->kind, ndim0, s0, axis, x0, y); break;
+    case PAR_OP_PRELU: ref_prelu(ndim0, s0, x0, s1[0], x1, y); break;
+    case PAR_OP_MATMUL:
+    case PAR_OP_BATCH_MATMUL: ref_matmul(ndim0, s0, x0, ndim1, s1, x1, y); break;
+    case PAR_OP_DROPOUT: { /* y = x * mask / keep, the mask from the global element index */
+        int64_t n = par_layout_local_numel(y_layout), i;
+        uint8_t *mask = (uint8_t *)malloc((size_t)n);
+        CHECK_OK(par_dropout_mask(y_layout, rank, 1234, 0.75, mask));
+        for (i = 0; i < n; i++) y[i] = mask[i] ? x0[i] / 0.75 : 0.0;
+        free(mask);
+        break;
+    }
+    case PAR_OP_ONE_HOT: { /* y[..., c] = (index == c), c counted from this rank's class offset */
+        int64_t off[PARALLEL_MAX_DIMS], n = numel_of(ndim0, s0), c, i, lc = y_layout->shape[ndim0];
+        int64_t ls[PARALLEL_MAX_DIMS];
+        CHECK_OK(par_layout_local_offset(y_layout, rank, off));
+        par_layout_local_shape(y_layout, ls);
+        lc = ls[ndim0];
+        for (i = 0; i < n; i++)
+            for (c = 0; c < lc; c++) y[i * lc + c] = x0[i] == (double)(off[ndim0] + c) ? 1.0 : 0.0;
+        break;
+    }
+    default: CHECK_MSG(0, "run_op: no reference for %s", par_op_kind_name(op->kind));
+    }
+}
+
+/* Infer `strategy` on `devices`, run every rank, complete the forward comm on
+   the simulator and compare with the whole-tensor result. */
+static void simulate_op(const par_op_desc *op, const char *strategy, int devices) {
+    par_op_info info;
+    par_layout whole_y, y_done;
+    par_mesh one;
+    double *global[2] = {NULL, NULL}, *ref, *locals_in[2][64], *locals_out[64];
+    int64_t local_shape[2][PARALLEL_MAX_DIMS], cap, i;
+    int ranks, r, k, ones[1] = {1};
+    if (infer(op, strategy, devices, &info) != PAR_OK) {
+        CHECK_MSG(0, "%s %s: %s", par_op_kind_name(op->kind), strategy, par_last_error());
+        return;
+    }
+    ranks = par_mesh_size(&info.dev_matrix);
+    for (k = 0; k < info.num_inputs; k++) {
+        int64_t n = numel_of(op->ndim[k], op->shape[k]);
+        global[k] = (double *)malloc(sizeof(double) * (size_t)n);
+        for (i = 0; i < n; i++) global[k][i] = (double)((i * 7 + k * 3) % 11) - 5; /* small integers, both signs */
+    }
+    /* the whole result: the same code on one device */
+    CHECK_OK(par_mesh_init(&one, 1, ones, NULL));
+    CHECK_OK(par_layout_init(&whole_y, &one, info.outputs[0].ndim, info.outputs[0].shape, NULL, 0));
+    ref = (double *)malloc(sizeof(double) * (size_t)numel_of(whole_y.ndim, whole_y.shape));
+    run_op(op, op->ndim[0], op->shape[0], global[0], op->ndim[1], op->shape[1], global[1], &whole_y, 0, ref);
+    /* every rank on its slices */
+    y_done = info.outputs[0];
+    y_done.map.partial = 0;
+    cap = par_layout_local_numel(&info.outputs[0]);
+    for (k = 0; k < info.num_inputs; k++) {
+        par_layout_local_shape(&info.inputs[k], local_shape[k]);
+        for (r = 0; r < ranks; r++)
+            locals_in[k][r] = (double *)malloc(sizeof(double) * (size_t)par_layout_local_numel(&info.inputs[k]));
+        CHECK_OK(par_sim_scatter(&info.inputs[k], global[k], locals_in[k]));
+    }
+    for (r = 0; r < ranks; r++) {
+        locals_out[r] = (double *)malloc(sizeof(double) * (size_t)cap);
+        run_op(op, op->ndim[0], local_shape[0], locals_in[0][r], op->ndim[1], local_shape[1],
+               info.num_inputs > 1 ? locals_in[1][r] : NULL, &info.outputs[0], r, locals_out[r]);
+    }
+    if (info.outputs[0].map.partial) { /* the forward AllReduce, as a plan on the simulator */
+        par_plan plan;
+        CHECK_INT(info.num_forward, 1);
+        CHECK_OK(par_plan_redistribution(&info.outputs[0], &y_done, NULL, &plan));
+        CHECK_INT(plan.num_ops, 1);
+        CHECK_INT(plan.ops[0].kind, PAR_REDIST_ALL_REDUCE);
+        CHECK_INT(plan.ops[0].group, info.forward[0].group);
+        CHECK_OK(par_sim_run(&plan, locals_out));
+    } else {
+        CHECK_INT(info.num_forward, 0);
+    }
+    CHECK_MSG(par_sim_matches(&y_done, ref, locals_out), "%s %s on %d devices: %s", par_op_kind_name(op->kind),
+              strategy, devices, par_last_error());
+    for (r = 0; r < ranks; r++) {
+        free(locals_out[r]);
+        for (k = 0; k < info.num_inputs; k++) free(locals_in[k][r]);
+    }
+    for (k = 0; k < info.num_inputs; k++) free(global[k]);
+    free(ref);
+}
+
+/* log_softmax_info_test.cc (MindSpore): x [2,4,8,16], axis -2, strategy
+   ((2,4,1,16)) on 128 devices: device matrix [2,4,1,16], maps [3,2,1,0], no
+   forward and no mirror ops; CheckStrategy1-3 refuse two tuples, three entries
+   and a split axis. Here the same expectations, then simulated. */
+static void test_log_softmax(void) {
+    par_op_desc op = make_op(PAR_OP_LOG_SOFTMAX, "2x4x8x16");
+    par_op_info info;
+    op.axes = 1u << 2;
+    CHECK_OK(infer(&op, "((2,4,1,16),)", 128, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,1,16]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,1,0]");
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_ERR(infer(&op, "((2,2,8,16),(2,4,16,1))", 128, &info), PAR_ESTRATEGY, "strategy has 2 inputs");
+    CHECK_ERR(infer(&op, "((2,4,8),)", 128, &info), PAR_ESTRATEGY, "input 0 strategy has 3 entries");
+    CHECK_ERR(infer(&op, "((2,4,8,16),)", 1024, &info), PAR_ESTRATEGY,
+              "log_softmax: input 0 dim 2 is the log_softmax axis and may not be split (shard 8)");
+    CHECK_INT(par_op_kind_parse("LogSoftmax", &op.kind), PAR_OK);
+    CHECK_INT(op.kind, PAR_OP_LOG_SOFTMAX);
+    op = make_op(PAR_OP_LOG_SOFTMAX, "4x6x8");
+    simulate_op(&op, "((2,3,1),)", 6);
+    simulate_op(&op, "((1,1,1),)", 4); /* repeated calculation */
+    op.axes = 1u;
+    simulate_op(&op, "((1,3,4),)", 12);
+}
+
+/* l2_normalize_info_test.cc (MindSpore): x [32,64,96], axis 0 there, strategy
+   ((1,4,8)) on 32 devices: device matrix [1,4,8], no forward op; a split axis
+   is refused. */
+static void test_l2_normalize(void) {
+    par_op_desc op = make_op(PAR_OP_L2_NORMALIZE, "32x64x96");
+    par_op_info info;
+    op.axes = 1u;
+    CHECK_OK(infer(&op, "((1,4,8),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[1,4,8]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]"); /* MindSpore's map too; dim 2 has size 1 and splits nothing */
+    CHECK_INT(info.num_forward, 0);
+    CHECK_ERR(infer(&op, "((2,4,4),)", 32, &info), PAR_ESTRATEGY,
+              "l2_normalize: input 0 dim 0 is the normalized axis and may not be split (shard 2)");
+    CHECK_ERR(infer(&op, "((1,4,8),)", 12, &info), PAR_ESTRATEGY, "does not divide the 12 devices");
+    op = make_op(PAR_OP_L2_NORMALIZE, "6x8x4");
+    simulate_op(&op, "((3,2,1),)", 6);
+    op.axes = 2u;
+    simulate_op(&op, "((2,1,4),)", 16);
+}
+
+/* prelu_test.cc (MindSpore): x [64,4,8,16], weight [4], strategy
+   ((2,1,8,16),(1,)) on 256 devices: device matrix [2,1,8,16]; the weight's
+   split must match x's channel split (CheckStrategy: ((2,4,8,16),(2,)) fails);
+   the weight is a parameter, so its gradient is all-reduced over the dims it
+   does not use (mirror). */
+static void test_prelu(void) {
+    par_op_desc op = make_op(PAR_OP_PRELU, "64x4x8x16,4");
+    par_op_info info;
+    op.params = 2;
+    CHECK_OK(infer(&op, "((2,1,8,16),(1,))", 256, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,1,8,16]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[2]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,1,0]");
+    CHECK_INT(info.num_forward, 0);
+    /* weight unsplit: summed over devs 3 (2), 1 (8), 0 (16) = 256 ranks; [4] f32 = 16 B, 2*255/256*16 */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 256, 0xb, 31);
+    CHECK_ERR(infer(&op, "((2,4,8,16),(2,))", 1024, &info), PAR_ESTRATEGY,
+              "prelu: channel dim split 4 in input 0 dim 1 but 2 in input 1 dim 0 (they must match)");
+    /* one shared slope: broadcast, never split */
+    op = make_op(PAR_OP_PRELU, "8x4x6,1");
+    CHECK_ERR(infer(&op, "((1,2,1),(2,))", 2, &info), PAR_ESTRATEGY, "input 1 dim 0 has size 1 and is broadcast");
+    op = make_op(PAR_OP_PRELU, "8x4x6,3");
+    CHECK_ERR(infer(&op, "((1,1,1),(1,))", 1, &info), PAR_ESHAPE, "with x's 4 channels (dim 1) or 1 shared slope");
+    op = make_op(PAR_OP_PRELU, "8,8");
+    CHECK_ERR(infer(&op, "((1,),(1,))", 1, &info), PAR_ESHAPE, "needs at least 2 dims");
+    op = make_op(PAR_OP_PRELU, "4x6x5,6");
+    op.params = 2;
+    simulate_op(&op, "((2,3,1),(3,))", 6);
+    simulate_op(&op, "((2,1,1),(1,))", 4);
+    op = make_op(PAR_OP_PRELU, "4x6x5,1");
+    simulate_op(&op, "((2,3,1),(1,))", 6);
+}
+
+/* dropout_do_mask_info_test.cc (MindSpore) splits Dropout like any elementwise
+   op; the keep mask is a second output laid out like y, and replicas must draw
+   the same mask: par_dropout_mask hashes the global element index. */
+static void test_dropout(void) {
+    par_op_desc op = make_op(PAR_OP_DROPOUT, "8x12");
+    par_op_info info;
+    par_mesh mesh, one;
+    par_layout split, whole;
+    uint8_t full[96], part[96];
+    int r, ones[1] = {1}, kept = 0;
+    int64_t off[2], i, j;
+    CHECK_OK(infer(&op, "((2,3),)", 12, &info));
+    CHECK_INT(info.num_outputs, 2);
+    CHECK_STR(L(&info.outputs[1]), L(&info.outputs[0]));
+    CHECK_STR(M(&info.dev_matrix), "[2,3,2]"); /* repeated dim 2 on the right */
+    CHECK_INT(info.num_forward, 0);
+    /* the whole mask once; every rank's slice of any layout must be its part of it */
+    CHECK_OK(par_mesh_init(&one, 1, ones, NULL));
+    CHECK_OK(par_layout_init(&whole, &one, 2, op.shape[0], NULL, 0));
+    CHECK_OK(par_dropout_mask(&whole, 0, 99, 0.5, full));
+    for (i = 0; i < 96; i++) kept += full[i];
+    CHECK_MSG(kept > 30 && kept < 66, "keep_prob 0.5 kept %d of 96", kept);
+    CHECK_OK(par_mesh_parse("2,3,2", &mesh));
+    CHECK_OK(par_layout_parse(&split, &mesh, 2, op.shape[0], "[2,1]"));
+    for (r = 0; r < 12; r++) { /* ranks 2k and 2k+1 are replicas: both must match the whole mask */
+        CHECK_OK(par_dropout_mask(&split, r, 99, 0.5, part));
+        CHECK_OK(par_layout_local_offset(&split, r, off));
+        for (i = 0; i < 4; i++)
+            for (j = 0; j < 4; j++)
+                CHECK_MSG(part[i * 4 + j] == full[(off[0] + i) * 12 + off[1] + j], "rank %d element (%lld,%lld)", r,
+                          (long long)i, (long long)j);
+    }
+    CHECK_OK(par_dropout_mask(&whole, 0, 99, 1.0, part));
+    for (i = 0, kept = 0; i < 96; i++) kept += part[i];
+    CHECK_INT(kept, 96);
+    CHECK_ERR(par_dropout_mask(&whole, 0, 99, 1.5, part), PAR_EINVAL, "keep_prob 1.5 must be in [0,1]");
+    CHECK_ERR(par_dropout_mask(&split, 12, 99, 0.5, part), PAR_EINVAL, "rank 12 is outside");
+    CHECK_ERR(par_dropout_mask(NULL, 0, 99, 0.5, part), PAR_EINVAL, "NULL");
+    CHECK_ERR(infer(&op, "((2,3,1),)", 12, &info), PAR_ESTRATEGY, "input 0 strategy has 3 entries");
+    simulate_op(&op, "((2,3),)", 12);
+    simulate_op(&op, "((4,1),)", 8);
+}
+
+/* MatMul / BatchMatMul batch broadcasting: the seed's data-parallel example
+   ((2^N,1,1),(1,1,1)) with a [1,K,N] weight, a 2-D left operand against a
+   batched right one, and batched inputs to matmul. */
+static void test_matmul_broadcast(void) {
+    par_op_desc op = make_op(PAR_OP_BATCH_MATMUL, "8x4x6,1x6x10");
+    par_op_info info;
+    op.params = 2;
+    CHECK_OK(infer(&op, "((8,1,1),(1,1,1))", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[8,1,1,1]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[-1,1,0]"); /* the size-1 batch dim is broadcast: never split */
+    CHECK_STR(L(&info.outputs[0]), "[3,2,0]");
+    CHECK_INT(info.num_forward, 0);
+    /* the weight [1,6,10] f32 = 240 B is the same on all 8 ranks: 2*7/8*240 */
+    check_comm(&info.mirror[1], PAR_COMM_ALL_REDUCE, 8, 0x8, 420);
+    CHECK_ERR(infer(&op, "((8,1,1),(2,1,1))", 16, &info), PAR_ESTRATEGY,
+              "input 1 dim 0 has size 1 and is broadcast against size 8, so it may not be split");
+    simulate_op(&op, "((8,1,1),(1,1,1))", 8);
+    simulate_op(&op, "((2,2,3),(1,3,1))", 12); /* contraction split: partial output, all_reduce */
+    simulate_op(&op, "((2,1,1),(1,1,2))", 4);
+    /* a [M,K] against b [B,K,N]: out [B,M,N]; a is shared by every batch */
+    op = make_op(PAR_OP_BATCH_MATMUL, "4x6,3x6x10");
+    CHECK_OK(infer(&op, "((2,1),(3,1,1))", 6, &info));
+    CHECK_STR(shape_text(&info.outputs[0]), "[3,4,10]");
+    /* device matrix [batch 3, M 2, K 1, N 1]: batch -> 3, M -> 2, K -> 1, N -> 0 */
+    CHECK_STR(L(&info.inputs[0]), "[2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[3,1,0]");
+    /* a's gradient is summed over the batch split it does not see: a local [2,6] f32 = 48 B, 2*2/3*48 */
+    check_comm(&info.backward[0], PAR_COMM_ALL_REDUCE, 3, 0x8, 64);
+    simulate_op(&op, "((2,1),(3,1,1))", 6);
+    simulate_op(&op, "((1,2),(3,2,5))", 30);
+    /* matmul takes batched inputs like batch_matmul */
+    op = make_op(PAR_OP_MATMUL, "2x3x4x6,3x6x5");
+    CHECK_OK(infer(&op, "((2,3,1,2),(3,2,1))", 12, &info));
+    CHECK_STR(shape_text(&info.outputs[0]), "[2,3,4,5]");
+    simulate_op(&op, "((2,3,1,2),(3,2,1))", 12);
+    simulate_op(&op, "((1,1,4,1),(1,1,5))", 20);
+}
+
+
+/* Dense-label cross entropy on each rank's slices, the class-split sums on the
+   simulator (Z = sum exp(x), L = sum labels, D = sum labels * x per row, all
+   plain sums, so one all_reduce of a [rows...,3] partial tensor), then loss =
+   log(Z) L - D and gradient = exp(x) / Z * L - labels. Compared with the whole
+   tensors within 1e-12 (the class sums add in another order). */
+static void simulate_dense_cross_entropy(const par_op_desc *op, const char *strategy, int devices) {
+    par_op_info info;
+    par_layout sums_l, sums_done;
+    int nd = op->ndim[0], ranks, r, t, k;
+    int64_t C = op->shape[0][nd - 1], rows = numel_of(nd - 1, op->shape[0]), i, c;
+    int64_t lshape[PARALLEL_MAX_DIMS], off[PARALLEL_MAX_DIMS], sums_shape[PARALLEL_MAX_DIMS];
+    double *x, *lab, *want_loss, *want_grad, *lx[64], *ll[64], *sums[64];
+    double worst = 0;
+    if (infer(op, strategy, devices, &info) != PAR_OK) {
+        CHECK_MSG(0, "cross_entropy %s: %s", strategy, par_last_error());
+        return;
+    }
+    CHECK_INT(info.num_outputs, 2);
+    ranks = par_mesh_size(&info.dev_matrix);
+    x = (double *)malloc(sizeof(double) * (size_t)(rows * C));
+    lab = (double *)malloc(sizeof(double) * (size_t)(rows * C));
+    want_loss = (double *)malloc(sizeof(double) * (size_t)rows);
+    want_grad = (double *)malloc(sizeof(double) * (size_t)(rows * C));
+    for (i = 0; i < rows * C; i++) {
+        x[i] = (double)((i * 5) % 9) / 4 - 1;
+        lab[i] = (double)((i * 3) % 4) / 8;
+    }
+    for (i = 0; i < rows; i++) { /* the whole tensors */
+        double z = 0, l = 0, d = 0;
+        for (c = 0; c < C; c++) z += exp(x[i * C + c]), l += lab[i * C + c], d += lab[i * C + c] * x[i * C + c];
+        want_loss[i] = log(z) * l - d;
+        for (c = 0; c < C; c++) want_grad[i * C + c] = exp(x[i * C + c]) / z * l - lab[i * C + c];
+    }
+    /* the sums tensor [rows...,3]: split like the loss, partial over the class split */
+    memcpy(sums_shape, op->shape[0], sizeof(int64_t) * (size_t)(nd - 1));
+    sums_shape[nd - 1] = 3;
+    sums_l = info.inputs[0];
+    sums_l.shape[nd - 1] = 3;
+    sums_l.map.count[nd - 1] = 0;
+    sums_l.map.partial = info.forward[0].dev_mask;
+    sums_done = sums_l;
+    sums_done.map.partial = 0;
+    CHECK_OK(par_layout_check(&sums_l));
+    par_layout_local_shape(&info.inputs[0], lshape);
+    for (r = 0; r < ranks; r++) {
+        lx[r] = (double *)malloc(sizeof(double) * (size_t)par_layout_local_numel(&info.inputs[0]));
+        ll[r] = (double *)malloc(sizeof(double) * (size_t)par_layout_local_numel(&info.inputs[1]));
+        sums[r] = (double *)malloc(sizeof(double) * (size_t)par_layout_local_numel(&sums_l));
+    }
+    CHECK_OK(par_sim_scatter(&info.inputs[0], x, lx));
+    CHECK_OK(par_sim_scatter(&info.inputs[1], lab, ll));
+    {
+        int64_t lrows = par_layout_local_numel(&info.inputs[0]) / lshape[nd - 1], lc = lshape[nd - 1];
+        for (r = 0; r < ranks; r++)
+            for (i = 0; i < lrows; i++) {
+                double z = 0, l = 0, d = 0;
+                for (c = 0; c < lc; c++) z += exp(lx[r][i * lc + c]), l += ll[r][i * lc + c], d += ll[r][i * lc + c] * lx[r][i * lc + c];
+                sums[r][i * 3] = z, sums[r][i * 3 + 1] = l, sums[r][i * 3 + 2] = d;
+            }
+        if (sums_l.map.partial) { /* the forward all_reduce, on the simulator */
+            par_plan plan;
+            CHECK_OK(par_plan_redistribution(&sums_l, &sums_done, NULL, &plan));
+            CHECK_INT(plan.ops[0].kind, PAR_REDIST_ALL_REDUCE);
+            CHECK_INT(plan.ops[0].group, info.forward[0].group);
+            CHECK_OK(par_sim_run(&plan, sums));
+        } else {
+            CHECK_INT(info.num_forward, 0);
+        }
+        for (r = 0; r < ranks; r++) { /* finish on every rank, compare with the whole result */
+            CHECK_OK(par_layout_local_offset(&info.inputs[0], r, off));
+            for (i = 0; i < lrows; i++) {
+                int64_t row = 0, rest = i;
+                double z = sums[r][i * 3], l = sums[r][i * 3 + 1], d = sums[r][i * 3 + 2];
+                for (t = nd - 2, k = 1; t >= 0; t--) { /* the global row of local row i */
+                    row += (off[t] + rest % lshape[t]) * k;
+                    rest /= lshape[t];
+                    k = (int)(k * op->shape[0][t]);
+                }
+                worst = fmax(worst, fabs(log(z) * l - d - want_loss[row]));
+                for (c = 0; c < lc; c++)
+                    worst = fmax(worst, fabs(exp(lx[r][i * lc + c]) / z * l - ll[r][i * lc + c] -
+                                             want_grad[row * C + off[nd - 1] + c]));
+            }
+        }
+    }
+    CHECK_MSG(worst < 1e-12, "dense cross_entropy %s on %d devices: off by %g", strategy, devices, worst);
+    for (r = 0; r < ranks; r++) free(lx[r]), free(ll[r]), free(sums[r]);
+    free(x), free(lab), free(want_loss), free(want_grad);
+    (void)sums_shape;
+}
+
+/* softmax_entropy_loss_info_test.cc (MindSpore): logits and dense labels
+   [2,4,8,16], strategy ((2,4,8,1),(2,4,8,1)) on 64 devices: device matrix
+   [2,4,8,1], both maps [3,2,1,0], the gradient output [3,2,1,0], no forward and
+   no mirror ops; CheckStrategy1-2 refuse mismatched tuples. (MindSpore's loss
+   there is 1-D [2], map [3]; ours keeps every row, [2,4,8], map [3,2,1].) */
+static void test_dense_cross_entropy(void) {
+    par_op_desc op = make_op(PAR_OP_CROSS_ENTROPY, "2x4x8x16,2x4x8x16");
+    par_op_info info;
+    CHECK_OK(infer(&op, "((2,4,8,1),(2,4,8,1))", 64, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,1]");
+    CHECK_STR(L(&info.inputs[0]), "[3,2,1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[3,2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[3,2,1]");
+    CHECK_STR(L(&info.outputs[1]), "[3,2,1,0]");
+    CHECK_STR(shape_text(&info.outputs[1]), "[2,4,8,16]");
+    CHECK_INT(info.num_outputs, 2);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[1].kind, PAR_COMM_NONE);
+    CHECK_ERR(infer(&op, "((2,2,8,16),(2,4,16,1))", 64, &info), PAR_ESTRATEGY, "input 1 dim 2 (size 8) is not divisible by its shard 16");
+    CHECK_ERR(infer(&op, "((2,2,1,1),(2,4,1,1))", 16, &info), PAR_ESTRATEGY, "row dim 1 split 2 in input 0 dim 1 but 4 in input 1 dim 1");
+    CHECK_ERR(infer(&op, "((2,4,8),)", 64, &info), PAR_ESTRATEGY, "strategy has 1 input");
+    /* vocab-parallel: the class dim split 4 ways, three all-reduces per row */
+    CHECK_OK(infer(&op, "((2,1,1,4),(2,1,1,4))", 8, &info));
+    CHECK_INT(info.num_forward, 1);
+    CHECK_INT(info.forward[0].count, 3);
+    CHECK_INT(info.forward[0].group, 4);
+    op = make_op(PAR_OP_CROSS_ENTROPY, "8x512,8x500");
+    CHECK_ERR(infer(&op, "((1,1),(1,1))", 1, &info), PAR_ESHAPE, "or input 0's own shape (dense labels)");
+    op = make_op(PAR_OP_CROSS_ENTROPY, "4x6x10,4x6x10");
+    simulate_dense_cross_entropy(&op, "((2,3,1),(2,3,1))", 6);
+    simulate_dense_cross_entropy(&op, "((2,1,5),(2,1,5))", 10);
+    simulate_dense_cross_entropy(&op, "((1,1,2),(1,1,2))", 4);
+}
+
+
+/* matmul_info_test.cc (MindSpore), TestMatmulInfo: batched MatMul inputs and a
+   2-D left operand against a batched right one, on a 1024-device stage. */
+static void test_mindspore_matmul_info(void) {
+    par_op_desc m1 = make_op(PAR_OP_MATMUL, "2x4x8x16,2x4x16x32");
+    par_op_desc m2 = make_op(PAR_OP_MATMUL, "2x4x8x16,32x16");
+    par_op_desc m3 = make_op(PAR_OP_MATMUL, "8x16,2x4x32x16");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    m2.transpose_b = m3.transpose_b = 1;
+    m1.params = m2.params = m3.params = 2;
+    /* InferDevMatrixShape1, InferTensorMap1, InferSliceShape1, GetForwardOp1 */
+    CHECK_OK(infer(&m1, "((2,4,8,16),(2,4,16,1))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,16,1]");
+    CHECK_STR(L(&info.inputs[0]), "[4,3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[4,3,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[4,3,2,0] partial=1");
+    par_layout_local_shape(&info.inputs[1], slice);
+    CHECK(slice[0] == 1 && slice[1] == 1 && slice[2] == 1 && slice[3] == 32);
+    CHECK_INT(info.num_forward, 1);
+    CHECK_INT(info.forward[0].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.forward[0].group, 16);
+    /* GetMirrorOPs1: b is not split along M (dev 2, 8 ways): its mirror group */
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.mirror[1].group, 8);
+    /* InferDevMatrixShape2 */
+    CHECK_OK(infer(&m1, "((2,4,8,8),(2,4,8,2))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,8,2]");
+    /* GetForwardOp2: contraction unsplit, no forward op */
+    CHECK_OK(infer(&m1, "((2,4,8,1),(2,4,1,16))", 1024, &info));
+    CHECK_INT(info.num_forward, 0);
+    /* CheckStrategy1-3: batch mismatch, wrong entry count, contraction mismatch */
+    CHECK_ERR(infer(&m1, "((2,2,8,16),(2,4,16,1))", 1024, &info), PAR_ESTRATEGY, "batch dim 1 split 2");
+    CHECK_ERR(infer(&m1, "((2,4,8,16),(4,16,1))", 1024, &info), PAR_ESTRATEGY, "input 1 strategy has 3 entries");
+    CHECK_ERR(infer(&m1, "((2,4,8,16),(2,4,8,1))", 1024, &info), PAR_ESTRATEGY, "contraction dim split 16");
+    /* matmul2 (transpose_b, shared 2-D weight): InferDevMatrixShape3-4, InferTensorMap2, InferSliceShape2 */
+    CHECK_OK(infer(&m2, "((2,4,8,16),(1,16))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,16,1]");
+    CHECK_STR(L(&info.inputs[0]), "[4,3,2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[0,1]");
+    CHECK_STR(L(&info.outputs[0]), "[4,3,2,0] partial=1");
+    par_layout_local_shape(&info.inputs[1], slice);
+    CHECK(slice[0] == 32 && slice[1] == 1);
+    CHECK_OK(infer(&m2, "((2,4,8,8),(2,8))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,8,2]");
+    /* matmul3 (a 2-D left operand, batched right): InferDevMatrixShape5-6, InferTensorMap3, InferSliceShape3 */
+    CHECK_OK(infer(&m3, "((8,16),(2,4,1,16))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,16,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1]");
+    CHECK_STR(L(&info.inputs[1]), "[4,3,0,1]");
+    CHECK_STR(L(&info.outputs[0]), "[4,3,2,0] partial=1");
+    CHECK_STR(shape_text(&info.outputs[0]), "[2,4,8,32]");
+    par_layout_local_shape(&info.inputs[1], slice);
+    CHECK(slice[0] == 1 && slice[1] == 1 && slice[2] == 32 && slice[3] == 1);
+    CHECK_OK(infer(&m3, "((8,8),(2,4,2,8))", 1024, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,8,8,2]");
+}
+
+
+/* onehot_info_test.cc (MindSpore): indices [64], depth 10, on an 8-device
+   stage. ((8,1)): device matrix [8,1], maps [1] and [1,0], slices [8] and
+   [8,10]; ((4,1)): [4,1,2] (2 copies); ((4,2)): [4,2], output slice [16,5];
+   ((2,2)): output slice [32,5]; no mirror ops; CheckStrategy1: ((16,)) fails.
+   MindSpore's empty tuples for on/off values are not written here. */
+static void test_one_hot(void) {
+    par_op_desc op = make_op(PAR_OP_ONE_HOT, "64");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    op.depth = 10;
+    CHECK_OK(infer(&op, "((8,1),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[8,1]");
+    CHECK_STR(L(&info.inputs[0]), "[1]");
+    CHECK_STR(L(&info.outputs[0]), "[1,0]");
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 8 && slice[1] == 10);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.backward[0].kind, PAR_COMM_NONE); /* integer indices have no gradient */
+    CHECK_OK(infer(&op, "((4,1),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,1,2]");
+    CHECK_OK(infer(&op, "((4,2),)", 8, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,2]");
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 16 && slice[1] == 5);
+    CHECK_OK(infer(&op, "((2,2),)", 8, &info));
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 32 && slice[1] == 5);
+    CHECK_ERR(infer(&op, "((16,),)", 8, &info), PAR_ESTRATEGY,
+              "one_hot: input 0 strategy has 1 entry; it needs 2, one per index dim and one for depth");
+    CHECK_ERR(infer(&op, "((1,3),)", 3, &info), PAR_ESTRATEGY, "input 0 dim 1 (size 10) is not divisible by its shard 3");
+    op.depth = 0;
+    CHECK_ERR(infer(&op, "((8,1),)", 8, &info), PAR_EINVAL, "set par_op_desc.depth");
+    {   /* enumeration writes the depth entry too */
+        par_strategy all[64];
+        int count = 0, k, seen_depth_split = 0;
+        op.depth = 10;
+        CHECK_OK(par_op_strategies(&op, 4, all, NULL, 64, &count));
+        for (k = 0; k < count && k < 64; k++) {
+            CHECK_INT(all[k].ndim[0], 2);
+            seen_depth_split |= all[k].shard[0][1] > 1;
+        }
+        CHECK(seen_depth_split);
+    }
+    op = make_op(PAR_OP_ONE_HOT, "6x4");
+    op.depth = 6;
+    simulate_op(&op, "((2,2,3),)", 12);
+    simulate_op(&op, "((3,1,2),)", 12);
+    simulate_op(&op, "((1,1,1),)", 2);
+}
+
+
+/* Reshape whose output layout the next operator decides (MindSpore's default):
+   desc.out_map gives the consumer's map; when it is not the local view the
+   forward step is a reshape redistribution, run here on the simulator. */
+static void test_reshape_consumer(void) {
+    par_op_desc op = make_op(PAR_OP_RESHAPE, "4x8x6");
+    par_op_info info;
+    int want_cols[2] = {-1, 0}, local_view[2] = {2, 1}, bad_dim[2] = {-1, 5}, bad_div[2] = {0, -1};
+    op.out_ndim = 2;
+    op.out_shape[0] = 4;
+    op.out_shape[1] = 48;
+    /* ((1,1,2)) alone is refused (8 runs of 3 per rank); with the consumer's [-1,0] it is a redistribution */
+    op.out_map = want_cols;
+    CHECK_OK(infer(&op, "((1,1,2),)", 2, &info));
+    CHECK_STR(M(&info.dev_matrix), "[1,1,2]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[-1,0]");
+    CHECK_INT(info.output_redistribution, 1);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    { /* the forward step on the simulator: every rank ends with its slice of the reshaped tensor */
+        double global[192], *locals[2];
+        par_plan plan;
+        int r, i;
+        for (i = 0; i < 192; i++) global[i] = i + 1;
+        CHECK_OK(par_plan_redistribution(&info.inputs[0], &info.outputs[0], NULL, &plan));
+        CHECK(plan.total_bytes > 0);
+        for (r = 0; r < 2; r++) locals[r] = (double *)malloc(sizeof(double) * (size_t)plan.max_local_numel);
+        CHECK_OK(par_sim_scatter(&info.inputs[0], global, locals));
+        CHECK_OK(par_sim_run(&plan, locals));
+        CHECK_MSG(par_sim_matches(&info.outputs[0], global, locals), "reshape to the consumer's layout: %s",
+                  par_last_error());
+        for (r = 0; r < 2; r++) free(locals[r]);
+    }
+    /* the consumer asks for the local view: nothing moves */
+    op.out_map = local_view;
+    CHECK_OK(infer(&op, "((2,2,1),)", 4, &info));
+    CHECK_STR(L(&info.outputs[0]), "[2,1]");
+    CHECK_INT(info.output_redistribution, 0);
+    op.out_map = bad_dim;
+    CHECK_ERR(infer(&op, "((2,2,1),)", 4, &info), PAR_ESTRATEGY,
+              "reshape: out_map[1] is 5; it must be -1 or a device dim 0..2 of the device matrix");
+    op.out_map = bad_div;
+    CHECK_ERR(infer(&op, "((1,1,3),)", 3, &info), PAR_ESTRATEGY, "reshape: out_map is no layout of the output");
+    {   /* a 2-D consumer on a batched reshape, simulated the same way: [2,4,6] -> [8,6], rows split 2 */
+        int rows[2] = {1, -1};
+        double global[48], *locals[4];
+        par_plan plan;
+        int r, i;
+        op = make_op(PAR_OP_RESHAPE, "2x4x6");
+        op.out_ndim = 2;
+        op.out_shape[0] = 8;
+        op.out_shape[1] = 6;
+        op.out_map = rows;
+        CHECK_OK(infer(&op, "((1,2,2),)", 4, &info)); /* dev [1,2,2]: the 4 by dev 1, the 6 by dev 0 */
+        CHECK_INT(info.output_redistribution, 1);
+        for (i = 0; i < 48; i++) global[i] = 2 * i + 1;
+        CHECK_OK(par_plan_redistribution(&info.inputs[0], &info.outputs[0], NULL, &plan));
+        for (r = 0; r < 4; r++) locals[r] = (double *)malloc(sizeof(double) * (size_t)plan.max_local_numel);
+        CHECK_OK(par_sim_scatter(&info.inputs[0], global, locals));
+        CHECK_OK(par_sim_run(&plan, locals));
+        CHECK_MSG(par_sim_matches(&info.outputs[0], global, locals), "batched reshape: %s", par_last_error());
+        for (r = 0; r < 4; r++) free(locals[r]);
+    }
+}
+
+
+/* tensor_add_info_test.cc (MindSpore), TestTensorAddInfo on a 32-device stage. */
+static void test_mindspore_tensor_add_info(void) {
+    par_op_desc op = make_op(PAR_OP_ELEMENTWISE, "32x64x96,32x64x96");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    /* InferDevMatrixShape1, InferSliceShape1, GetTensorLayout1, GetForwardOp1, GetMirrorOPs1, CheckStrategy4 */
+    CHECK_OK(infer(&op, "((2,4,4),(2,4,4))", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[2,4,4]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.inputs[1]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,1,0]");
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 16 && slice[1] == 16 && slice[2] == 24);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_NONE);
+    /* CheckStrategy1-3: mismatched split (64 is not divisible by 6), too many devices, one tuple */
+    CHECK_ERR(infer(&op, "((2,4,4),(2,6,4))", 32, &info), PAR_ESTRATEGY, "input 1 dim 1 (size 64) is not divisible");
+    CHECK_ERR(infer(&op, "((2,4,8),(2,4,8))", 32, &info), PAR_ESTRATEGY, "shards multiply to 64");
+    CHECK_ERR(infer(&op, "((2,4,6),)", 32, &info), PAR_ESTRATEGY, "strategy has 1 input, the operator takes 2");
+    /* mirror_ops: [1,48] + [48,1] -> [48,48], ((1,8),(4,1)); input 1 (a parameter here) is
+       summed over the 8-way dim it does not see */
+    op = make_op(PAR_OP_ELEMENTWISE, "1x48,48x1");
+    op.params = 2;
+    CHECK_OK(infer(&op, "((1,8),(4,1))", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,8]");
+    CHECK_STR(L(&info.outputs[0]), "[1,0]");
+    CHECK_INT(info.mirror[1].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.mirror[1].group, 8);
+    CHECK_INT(info.mirror[1].dev_mask, 0x1);
+}
+
+
+/* reduce_method_test.cc (MindSpore), TestReduceSumInfo: x [16,32,64], axis -1,
+   keep_dims false, 32-device stage (the input treated as a parameter, as the
+   test's mirror expectations assume). */
+static void test_mindspore_reduce_sum_info(void) {
+    par_op_desc op = make_op(PAR_OP_REDUCE_SUM, "16x32x64");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    op.axes = 1u << 2;
+    op.params = 1;
+    /* InferDevMatrixShape1, InferSliceShape1, GetTensorLayout1, GetForwardOp1, GetMirrorOPs1, CheckStrategy4 */
+    CHECK_OK(infer(&op, "((4,8,1),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,8,1]");
+    CHECK_STR(L(&info.inputs[0]), "[2,1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[2,1]");
+    par_layout_local_shape(&info.inputs[0], slice);
+    CHECK(slice[0] == 4 && slice[1] == 4 && slice[2] == 64);
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 4 && slice[1] == 4);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    /* GetForwardOp2, CheckStrategy3: the reduced axis split 2 ways -> AllReduce (sum) */
+    CHECK_OK(infer(&op, "((4,4,2),)", 32, &info));
+    CHECK_INT(info.num_forward, 1);
+    CHECK_INT(info.forward[0].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.forward[0].group, 2);
+    /* GetMirrorOPs2: 16 of 32 devices used, the repeated dim (2) holds copies */
+    CHECK_OK(infer(&op, "((4,4,1),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,4,1,2]");
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_ALL_REDUCE);
+    CHECK_INT(info.mirror[0].group, 2);
+    /* CheckStrategy1-2: four entries, two tuples */
+    CHECK_ERR(infer(&op, "((2,2,8,16),)", 32, &info), PAR_ESTRATEGY, "input 0 strategy has 4 entries");
+    CHECK_ERR(infer(&op, "((2,4,8),(2,4,8))", 32, &info), PAR_ESTRATEGY, "strategy has 2 inputs");
+}
+
+
+/* transpose_test.cc (MindSpore), TestTransposeInfo: x [128,64], perm (1,0), on
+   a 32-device stage. */
+static void test_mindspore_transpose_info(void) {
+    par_op_desc op = make_op(PAR_OP_TRANSPOSE, "128x64");
+    par_op_info info;
+    int64_t slice[PARALLEL_MAX_DIMS];
+    int ranks[32], n = 0;
+    op.perm[0] = 1;
+    op.perm[1] = 0;
+    /* InferDevMatrixShape1, InferSliceShape1, GetTensorLayout1, GetForwardOp1, GetMirrorOPs1, CheckStrategy3 */
+    CHECK_OK(infer(&op, "((4,8),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,8]");
+    CHECK_STR(L(&info.inputs[0]), "[1,0]");
+    CHECK_STR(L(&info.outputs[0]), "[0,1]");
+    par_layout_local_shape(&info.inputs[0], slice);
+    CHECK(slice[0] == 32 && slice[1] == 8);
+    par_layout_local_shape(&info.outputs[0], slice);
+    CHECK(slice[0] == 8 && slice[1] == 32);
+    CHECK_INT(info.num_forward, 0);
+    CHECK_INT(info.mirror[0].kind, PAR_COMM_NONE);
+    /* InferDevMatrixShape2: ((4,1)) on 32 devices; MindSpore's expected [8,4,1] has the
+       8 copies on the left, ours on the right ([4,1,8]): the same partition, 8 ranks per slice */
+    CHECK_OK(infer(&op, "((4,1),)", 32, &info));
+    CHECK_STR(M(&info.dev_matrix), "[4,1,8]");
+    CHECK_INT(info.repeated, 8);
+    par_layout_local_shape(&info.inputs[0], slice);
+    CHECK(slice[0] == 32 && slice[1] == 64);
+    CHECK_OK(par_layout_replica_group(&info.inputs[0], 0, ranks, &n));
+    CHECK_INT(n, 8);
+    /* CheckStrategy1-2: three entries, two tuples */
+    CHECK_ERR(infer(&op, "((1,4,8),)", 32, &info), PAR_ESTRATEGY, "input 0 strategy has 3 entries");
+    CHECK_ERR(infer(&op, "((2,4,8),(2,4,8))", 32, &info), PAR_ESTRATEGY, "strategy has 2 inputs");
+}
+
 int main(void) {
     test_names();
     test_parse_format();
@@ -1201,5 +1960,17 @@ int main(void) {
     test_named();
     test_readme_strategies();
     test_backward();
+    test_log_softmax();
+    test_l2_normalize();
+    test_prelu();
+    test_dropout();
+    test_matmul_broadcast();
+    test_dense_cross_entropy();
+    test_mindspore_matmul_info();
+    test_one_hot();
+    test_reshape_consumer();
+    test_mindspore_tensor_add_info();
+    test_mindspore_reduce_sum_info();
+    test_mindspore_transpose_info();
     return TEST_END("strategy");
 }
