@@ -157,6 +157,8 @@
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
      >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1), their
                       text form, a checker and an executor
+     >>planner        automatic parallel: operator graph, costs, strategy search
+                      under a memory cap (three search modes), whole-plan search
    The implementation follows the same order; backends sit between the context
    and the executor (implementation-only banners):
      >>comm-threads   in-process threads backend: par_run_threads (the default)
@@ -2165,6 +2167,128 @@ typedef struct par_pp_run_desc {
    activations travel on one group and gradients on another, so the two kinds
    never meet in one queue. */
 PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *desc);
+
+/* ============================================================================
+   >>planner
+   Automatic parallel (MindSpore's AUTO_PARALLEL). Two searches:
+
+   1. An operator graph the host describes (ops with shapes and kinds, edges =
+      tensors from one op's output to another's input), built by calls or read
+      from a text form. Each op's candidates are its valid strategies
+      (par_op_strategies, cheapest first) or the one strategy the host fixed
+      (semi-auto). Costs, in seconds: an op's compute and forward + mirror
+      communication as >>strategy derives them, its memory the input and
+      output slices; an edge's the cheapest redistribution (>>redistribute)
+      from the producer's output layout, after its forward communication, to
+      the consumer's input layout. A search picks one candidate per op
+      minimizing ops + edges with the ops' memory summed under a per-device
+      cap:
+        dynamic_programming    exact: a DP over a topological order whose
+                               state is the strategies of the ops later edges
+                               still need, keeping per state the Pareto set of
+                               (memory, cost). On a chain this is MindSpore's
+                               op/edge elimination + DP; it stays exact on
+                               trees and DAGs with shared inputs, its work
+                               growing with the graph's width.
+        sharding_propagation   from the fixed ops along edges in both
+                               directions, each new op taking the candidate
+                               with the cheapest redistribution to its placed
+                               neighbours (plus its own cost)
+        recursive_programming  a fast one-pass heuristic: in topological
+                               order each op takes the candidate cheapest
+                               with its placed inputs (not MindSpore's
+                               recursive partitioning of the device count)
+      Every mode honours the cap: an op only takes a candidate that leaves
+      room for the smallest candidates of the ops still open.
+
+   2. A whole-plan search for a decoder-only transformer (llama) on a cluster
+      (par_auto_search): dp x tp (+ sp) x cp (ring / ulysses) x pp (schedule,
+      micro-batches) x ZeRO level, each predicted (per-rank memory, step
+      time), cut with a reason or ranked.
+   ========================================================================== */
+
+typedef enum par_search_mode {
+    PAR_SEARCH_DYNAMIC_PROGRAMMING = 0,
+    PAR_SEARCH_SHARDING_PROPAGATION,
+    PAR_SEARCH_RECURSIVE_PROGRAMMING,
+    PAR_SEARCH_MODE_COUNT
+} par_search_mode;
+
+/* "dynamic_programming", "sharding_propagation", "recursive_programming". */
+PARALLEL_DEF const char *par_search_mode_name(par_search_mode mode);
+/* One of the names above (case-insensitive; also "dp", "propagation", "rec");
+   PAR_EINVAL listing them otherwise. */
+PARALLEL_DEF par_status par_search_mode_parse(const char *text, par_search_mode *mode);
+
+typedef struct par_graph par_graph;
+
+typedef struct par_graph_desc {
+    int devices;             /* devices per stage (>= 1); the text form's "devices N" sets it when 0 */
+    int max_candidates;      /* strategies kept per searched op, cheapest first; default 32 */
+    double device_flops;     /* flop/s per device for ops that leave it 0 (default 1e12) */
+    double link_bandwidth;   /* bytes/s per device, ops and edges (default 1e10) */
+    double link_latency;     /* seconds per collective of a redistribution (default 0) */
+    par_allocator allocator;
+} par_graph_desc;
+
+PARALLEL_DEF par_status par_graph_create(const par_graph_desc *desc, par_graph **graph);
+PARALLEL_DEF void par_graph_destroy(par_graph *graph);
+
+/* Add an op (copied; its name, default "op<id>", must be unique and at most 31
+   bytes). `fixed` NULL: searched over its candidates; else that strategy only,
+   checked now (PAR_ESTRATEGY naming the op). *id = its index (may be NULL). */
+PARALLEL_DEF par_status par_graph_add_op(par_graph *graph, const par_op_desc *op, const par_strategy *fixed,
+                                         int *id);
+/* Output `out` of op `from` feeds input `in` of op `to`. A dangling edge (an
+   op or port that does not exist, an input fed twice, element counts that
+   differ) is PAR_EINVAL naming it. Cycles are found by the search. */
+PARALLEL_DEF par_status par_graph_add_edge(par_graph *graph, int from, int out, int to, int in);
+
+/* Text form, one item per line ('#' starts a comment):
+     devices 8
+     op NAME KIND SHAPE... [params=I,J] [dtype=bf16] [transpose_a] [transpose_b]
+                           [reduce_scatter] [flops=F] [strategy=((2,1),(1,4))]
+     edge FROM[.OUT] -> TO.IN
+   SHAPE is one input's global shape "[16,64]"; KIND as par_op_kind_parse;
+   `strategy=` fixes the op. Errors: PAR_EPARSE naming the line, or what
+   add_op / add_edge say, prefixed with the line. */
+PARALLEL_DEF par_status par_graph_parse(const char *text, const par_graph_desc *desc, par_graph **graph);
+
+PARALLEL_DEF int par_graph_num_ops(const par_graph *graph);
+PARALLEL_DEF int par_graph_num_edges(const par_graph *graph);
+/* Op `op`'s name and candidate count (0 for a bad op). */
+PARALLEL_DEF const char *par_graph_op_name(const par_graph *graph, int op);
+PARALLEL_DEF int par_graph_num_candidates(const par_graph *graph, int op);
+/* Candidate k of op `op`: its strategy, cost (seconds in total) and memory per device. */
+PARALLEL_DEF par_status par_graph_candidate(const par_graph *graph, int op, int k, par_strategy *strategy,
+                                            par_op_cost *cost);
+/* Edge e's endpoints and its redistribution cost (seconds) when its producer
+   takes candidate ka and its consumer kb. */
+PARALLEL_DEF par_status par_graph_edge(const par_graph *graph, int e, int *from, int *out, int *to, int *in);
+PARALLEL_DEF par_status par_graph_edge_cost(par_graph *graph, int e, int ka, int kb, double *cost);
+
+typedef struct par_graph_result {
+    double cost;          /* seconds: compute + comm + redistribution */
+    double compute;       /* ops' compute */
+    double comm;          /* ops' forward and mirror communication */
+    double redistribution;/* edges */
+    double memory_bytes;  /* per device: the ops' memory summed */
+    int64_t states;       /* search states visited (Pareto points for the DP) */
+} par_graph_result;
+
+/* Choose a candidate for every op under `memory_cap` bytes per device (<= 0:
+   none). Errors: PAR_EINVAL (a cycle, naming an op on it), PAR_ECAPACITY when
+   nothing fits (the message gives the smallest plan's memory) or the DP's
+   Pareto sets outgrow its limit (the graph is too wide: use another mode),
+   PAR_ENOMEM. The choice stays in the graph for par_graph_chosen. */
+PARALLEL_DEF par_status par_graph_search(par_graph *graph, par_search_mode mode, double memory_cap,
+                                         par_graph_result *result);
+/* The candidate index the last search chose for `op` (-1 before a search). */
+PARALLEL_DEF int par_graph_chosen(const par_graph *graph, int op);
+/* One line per op "NAME KIND strategy=... cost=... memory=...", then the totals.
+   Returns the length snprintf would. */
+PARALLEL_DEF int par_graph_format_result(const par_graph *graph, const par_graph_result *result, char *buf,
+                                         size_t size);
 
 #ifdef __cplusplus
 }
@@ -17246,6 +17370,1049 @@ PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *d) {
     par__ctx_free(ctx, reqs);
     par__ctx_free(ctx, ranks);
     return st;
+}
+
+// >>planner
+
+static const char *const par__search_mode_names[PAR_SEARCH_MODE_COUNT] = {
+    "dynamic_programming", "sharding_propagation", "recursive_programming"};
+
+PARALLEL_DEF const char *par_search_mode_name(par_search_mode mode) {
+    return (int)mode >= 0 && mode < PAR_SEARCH_MODE_COUNT ? par__search_mode_names[mode] : "?";
+}
+
+static int par__gr_ieq(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        int x = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, y = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
+PARALLEL_DEF par_status par_search_mode_parse(const char *text, par_search_mode *mode) {
+    static const char *const aliases[PAR_SEARCH_MODE_COUNT] = {"dp", "propagation", "rec"};
+    int i;
+    if (!text || !mode) return par__fail(PAR_EINVAL, "par_search_mode_parse: NULL argument");
+    for (i = 0; i < PAR_SEARCH_MODE_COUNT; i++)
+        if (par__gr_ieq(text, par__search_mode_names[i]) || par__gr_ieq(text, aliases[i])) {
+            *mode = (par_search_mode)i;
+            return PAR_OK;
+        }
+    return par__fail(PAR_EINVAL,
+                     "unknown search_mode '%.40s' (expected dynamic_programming, sharding_propagation or "
+                     "recursive_programming)",
+                     text);
+}
+
+#define PAR__GR_NAME 32
+
+typedef struct par__gr_op {
+    char name[PAR__GR_NAME];
+    par_op_desc desc;   /* desc.name points at name */
+    int fixed;
+    int ncand;
+    par_strategy *cand; /* ncand */
+    par_op_info *info;  /* ncand */
+} par__gr_op;
+
+typedef struct par__gr_edge {
+    int from, out, to, in;
+    double *cost; /* lazily: ncand(from) x ncand(to), row-major */
+} par__gr_edge;
+
+struct par_graph {
+    par_graph_desc d;
+    par__gr_op *ops;
+    int nops, cap_ops;
+    par__gr_edge *edges;
+    int nedges, cap_edges;
+    int *chosen;
+    par_planner *planner;
+};
+
+static void *par__gr_alloc(const par_graph *g, size_t n) { return par__alloc_malloc(&g->d.allocator, n ? n : 1); }
+static void par__gr_free(const par_graph *g, void *p) { par__alloc_free(&g->d.allocator, p); }
+
+PARALLEL_DEF par_status par_graph_create(const par_graph_desc *desc, par_graph **graph) {
+    par_graph *g;
+    par_planner_desc pd;
+    par_graph_desc d;
+    par_status st;
+    if (!graph) return par__fail(PAR_EINVAL, "par_graph_create: NULL argument");
+    *graph = NULL;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    PAR__CHECK(par__allocator_check(&d.allocator, "par_graph_desc.allocator"));
+    if (d.devices < 0 || d.devices > PAR__MAX_DEVICES)
+        return par__fail(PAR_EINVAL, "par_graph_desc.devices is %d; it must be 1 to %d", d.devices, PAR__MAX_DEVICES);
+    if (d.max_candidates < 0) return par__fail(PAR_EINVAL, "par_graph_desc.max_candidates is negative");
+    if (!(d.device_flops >= 0) || !(d.link_bandwidth >= 0) || !(d.link_latency >= 0) ||
+        d.device_flops > 1e30 || d.link_bandwidth > 1e30 || d.link_latency > 1e30)
+        return par__fail(PAR_EINVAL, "par_graph_desc: device_flops, link_bandwidth and link_latency must be finite "
+                                     "and >= 0 (0 = default)");
+    if (!d.max_candidates) d.max_candidates = 32;
+    if (d.device_flops == 0) d.device_flops = 1e12;
+    if (d.link_bandwidth == 0) d.link_bandwidth = 1e10;
+    g = (par_graph *)par__alloc_malloc(&d.allocator, sizeof *g);
+    if (!g) return par__fail(PAR_ENOMEM, "par_graph_create: out of memory");
+    memset(g, 0, sizeof *g);
+    g->d = d;
+    memset(&pd, 0, sizeof pd);
+    pd.allocator = d.allocator;
+    if ((st = par_planner_create(&pd, &g->planner)) != PAR_OK) {
+        par__alloc_free(&d.allocator, g);
+        return st;
+    }
+    *graph = g;
+    return PAR_OK;
+}
+
+PARALLEL_DEF void par_graph_destroy(par_graph *g) {
+    int i;
+    if (!g) return;
+    for (i = 0; i < g->nops; i++) {
+        par__gr_free(g, g->ops[i].cand);
+        par__gr_free(g, g->ops[i].info);
+    }
+    for (i = 0; i < g->nedges; i++) par__gr_free(g, g->edges[i].cost);
+    par__gr_free(g, g->ops);
+    par__gr_free(g, g->edges);
+    par__gr_free(g, g->chosen);
+    par_planner_destroy(g->planner);
+    par__alloc_free(&g->d.allocator, g);
+}
+
+static int par__gr_find(const par_graph *g, const char *name) {
+    int i;
+    for (i = 0; i < g->nops; i++)
+        if (!strcmp(g->ops[i].name, name)) return i;
+    return -1;
+}
+
+/* Grow an array of `elem`-byte items to hold `need`. */
+static par_status par__gr_reserve(const par_graph *g, void **p, int *cap, int need, size_t elem) {
+    void *q;
+    int n;
+    if (need <= *cap) return PAR_OK;
+    n = *cap ? *cap * 2 : 16;
+    while (n < need) n *= 2;
+    q = par__alloc_realloc(&g->d.allocator, *p, (size_t)n * elem);
+    if (!q) return par__fail(PAR_ENOMEM, "par_graph: out of memory");
+    *p = q;
+    *cap = n;
+    return PAR_OK;
+}
+
+/* Fill the op's candidates: its fixed strategy, or the cheapest max_candidates. */
+static par_status par__gr_candidates(par_graph *g, par__gr_op *o, const par_strategy *fixed) {
+    int count = 0, n, k;
+    par_status st;
+    if (fixed) {
+        n = 1;
+    } else {
+        st = par_op_strategies(&o->desc, g->d.devices, NULL, NULL, 0, &count);
+        if (st != PAR_OK && st != PAR_ECAPACITY) return st;
+        n = count < g->d.max_candidates ? count : g->d.max_candidates;
+        if (n < 1) return par__fail(PAR_ESTRATEGY, "op '%s': no valid strategy on %d devices", o->name, g->d.devices);
+    }
+    o->cand = (par_strategy *)par__gr_alloc(g, (size_t)n * sizeof *o->cand);
+    o->info = (par_op_info *)par__gr_alloc(g, (size_t)n * sizeof *o->info);
+    if (!o->cand || !o->info) return par__fail(PAR_ENOMEM, "par_graph_add_op: out of memory");
+    if (fixed) {
+        o->cand[0] = *fixed;
+    } else {
+        st = par_op_strategies(&o->desc, g->d.devices, o->cand, NULL, n, &count);
+        if (st != PAR_OK && st != PAR_ECAPACITY) return st;
+    }
+    for (k = 0; k < n; k++)
+        if ((st = par_op_infer(&o->desc, &o->cand[k], g->d.devices, &o->info[k])) != PAR_OK) return st;
+    o->ncand = n;
+    o->fixed = fixed != NULL;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_graph_add_op(par_graph *g, const par_op_desc *op, const par_strategy *fixed, int *id) {
+    par__gr_op *o;
+    char name[PAR__GR_NAME];
+    par_status st;
+    if (!g || !op) return par__fail(PAR_EINVAL, "par_graph_add_op: NULL argument");
+    if (g->d.devices < 1) return par__fail(PAR_EINVAL, "par_graph_add_op: the graph has no device count (devices)");
+    if (op->name && strlen(op->name) >= PAR__GR_NAME)
+        return par__fail(PAR_EINVAL, "op name '%.40s...' is longer than %d bytes", op->name, PAR__GR_NAME - 1);
+    if (op->name) par__copy_text(name, sizeof name, op->name);
+    else snprintf(name, sizeof name, "op%d", g->nops);
+    if (!name[0] || par__gr_find(g, name) >= 0)
+        return par__fail(PAR_EINVAL, "op name '%s' is %s", name, name[0] ? "used twice" : "empty");
+    PAR__CHECK(par__gr_reserve(g, (void **)&g->ops, &g->cap_ops, g->nops + 1, sizeof *g->ops));
+    o = &g->ops[g->nops];
+    memset(o, 0, sizeof *o);
+    par__copy_text(o->name, sizeof o->name, name);
+    o->desc = *op;
+    o->desc.name = o->name;
+    if (o->desc.device_flops <= 0) o->desc.device_flops = g->d.device_flops;
+    if (o->desc.link_bandwidth <= 0) o->desc.link_bandwidth = g->d.link_bandwidth;
+    if ((st = par__gr_candidates(g, o, fixed)) != PAR_OK) {
+        par__gr_free(g, o->cand);
+        par__gr_free(g, o->info);
+        return st;
+    }
+    if (id) *id = g->nops;
+    g->nops++;
+    par__gr_free(g, g->chosen);
+    g->chosen = NULL;
+    return PAR_OK;
+}
+
+static int64_t par__gr_numel(const par_layout *l) {
+    int64_t n = 1;
+    int d;
+    for (d = 0; d < l->ndim; d++) n *= l->shape[d];
+    return n;
+}
+
+PARALLEL_DEF par_status par_graph_add_edge(par_graph *g, int from, int out, int to, int in) {
+    const par__gr_op *a, *b;
+    int e;
+    if (!g) return par__fail(PAR_EINVAL, "par_graph_add_edge: NULL graph");
+    if (from < 0 || from >= g->nops || to < 0 || to >= g->nops)
+        return par__fail(PAR_EINVAL, "dangling edge %d.%d -> %d.%d: the graph has ops 0 to %d", from, out, to, in,
+                         g->nops - 1);
+    a = &g->ops[from];
+    b = &g->ops[to];
+    if (out < 0 || out >= a->info[0].num_outputs)
+        return par__fail(PAR_EINVAL, "dangling edge %s.%d -> %s.%d: op '%s' has %d output(s)", a->name, out, b->name,
+                         in, a->name, a->info[0].num_outputs);
+    if (in < 0 || in >= b->info[0].num_inputs)
+        return par__fail(PAR_EINVAL, "dangling edge %s.%d -> %s.%d: op '%s' has %d input(s)", a->name, out, b->name,
+                         in, b->name, b->info[0].num_inputs);
+    for (e = 0; e < g->nedges; e++)
+        if (g->edges[e].to == to && g->edges[e].in == in)
+            return par__fail(PAR_EINVAL, "edge %s.%d -> %s.%d: input %d of '%s' is already fed by '%s'", a->name, out,
+                             b->name, in, in, b->name, g->ops[g->edges[e].from].name);
+    if (par__gr_numel(&a->info[0].outputs[out]) != par__gr_numel(&b->info[0].inputs[in]))
+        return par__fail(PAR_EINVAL, "edge %s.%d -> %s.%d: the output has %lld elements, the input %lld", a->name,
+                         out, b->name, in, (long long)par__gr_numel(&a->info[0].outputs[out]),
+                         (long long)par__gr_numel(&b->info[0].inputs[in]));
+    PAR__CHECK(par__gr_reserve(g, (void **)&g->edges, &g->cap_edges, g->nedges + 1, sizeof *g->edges));
+    g->edges[g->nedges].from = from;
+    g->edges[g->nedges].out = out;
+    g->edges[g->nedges].to = to;
+    g->edges[g->nedges].in = in;
+    g->edges[g->nedges].cost = NULL;
+    g->nedges++;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_graph_num_ops(const par_graph *g) { return g ? g->nops : 0; }
+PARALLEL_DEF int par_graph_num_edges(const par_graph *g) { return g ? g->nedges : 0; }
+PARALLEL_DEF const char *par_graph_op_name(const par_graph *g, int op) {
+    return g && op >= 0 && op < g->nops ? g->ops[op].name : "?";
+}
+PARALLEL_DEF int par_graph_num_candidates(const par_graph *g, int op) {
+    return g && op >= 0 && op < g->nops ? g->ops[op].ncand : 0;
+}
+
+PARALLEL_DEF par_status par_graph_candidate(const par_graph *g, int op, int k, par_strategy *strategy,
+                                            par_op_cost *cost) {
+    if (!g || op < 0 || op >= g->nops || k < 0 || k >= g->ops[op].ncand)
+        return par__fail(PAR_EINVAL, "par_graph_candidate: no candidate %d of op %d", k, op);
+    if (strategy) *strategy = g->ops[op].cand[k];
+    if (cost) *cost = g->ops[op].info[k].cost;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_graph_edge(const par_graph *g, int e, int *from, int *out, int *to, int *in) {
+    if (!g || e < 0 || e >= g->nedges) return par__fail(PAR_EINVAL, "par_graph_edge: no edge %d", e);
+    if (from) *from = g->edges[e].from;
+    if (out) *out = g->edges[e].out;
+    if (to) *to = g->edges[e].to;
+    if (in) *in = g->edges[e].in;
+    return PAR_OK;
+}
+
+/* ---- edge costs: layouts of two device matrices on one mesh ----------------------- */
+
+/* Every op's device matrix holds the same devices in row-major order, so
+   splitting each axis into its prime factors (ascending) keeps the ranks in
+   place: [2,4] and [4,2] both become [2,2,2], and a layout on either becomes a
+   layout on that common mesh. Returns 0 when the factors do not fit
+   PARALLEL_MAX_DIMS. */
+static int par__gr_expand(const par_layout *in, par_layout *outl) {
+    int start[PARALLEL_MAX_DIMS], count[PARALLEL_MAX_DIMS], dims[PARALLEL_MAX_DIMS];
+    int n = in->mesh.ndim, e = 0, i, t, c, v, f;
+    par_layout o;
+    for (i = 0; i < n; i++) {
+        int d = in->mesh.dims[i];
+        start[i] = e;
+        for (f = 2; d > 1; f++)
+            while (d % f == 0) {
+                if (e == PARALLEL_MAX_DIMS) return 0;
+                dims[e++] = f;
+                d /= f;
+            }
+        count[i] = e - start[i];
+    }
+    memset(&o, 0, sizeof o);
+    if (e == 0) dims[e++] = 1;
+    o.mesh.ndim = e;
+    for (i = 0; i < e; i++) o.mesh.dims[i] = dims[i];
+    o.ndim = in->ndim;
+    for (t = 0; t < in->ndim; t++) {
+        o.shape[t] = in->shape[t];
+        for (c = 0; c < in->map.count[t]; c++) {
+            i = n - 1 - in->map.dev[t][c]; /* the original axis, major first */
+            for (v = 0; v < count[i]; v++) {
+                if (o.map.count[t] == PARALLEL_MAX_DIMS) return 0;
+                o.map.dev[t][o.map.count[t]++] = (int8_t)(e - 1 - (start[i] + v));
+            }
+        }
+    }
+    for (v = 0; v < n; v++)
+        if (in->map.partial >> v & 1u) {
+            i = n - 1 - v;
+            for (c = 0; c < count[i]; c++) o.map.partial |= 1u << (e - 1 - (start[i] + c));
+        }
+    *outl = o;
+    return 1;
+}
+
+/* The producer's output after its forward communication: an all-reduce
+   leaves no partial sums (a reduce-scatter output is already scattered). */
+static par_layout par__gr_produced(const par_op_info *info, int out) {
+    par_layout l = info->outputs[out];
+    int i;
+    for (i = 0; i < info->num_forward; i++) l.map.partial &= ~info->forward[i].dev_mask;
+    return l;
+}
+
+static par_status par__gr_plan_cost(par_graph *g, const par_layout *from, const par_layout *to, int elem,
+                                    double *cost) {
+    par_cost_model cm;
+    par_plan plan;
+    par_status st;
+    int v;
+    memset(&cm, 0, sizeof cm);
+    for (v = 0; v < PARALLEL_MAX_DIMS; v++) {
+        cm.link[v].latency = g->d.link_latency;
+        cm.link[v].bandwidth = g->d.link_bandwidth;
+    }
+    cm.elem_size = elem;
+    if ((st = par_planner_plan(g->planner, from, to, &cm, &plan)) != PAR_OK) return st;
+    *cost = plan.cost;
+    return PAR_OK;
+}
+
+/* Cost of edge e for candidates (ka, kb): the optimal plan on the common mesh;
+   when the device matrices share no mesh (e.g. [2,3] and [3,2]) or the planner
+   cannot bridge the shapes, gather the producer's output to every device
+   (a local split then gives any input layout). */
+static par_status par__gr_edge_cost(par_graph *g, const par__gr_edge *ed, int ka, int kb, double *cost) {
+    const par__gr_op *a = &g->ops[ed->from], *b = &g->ops[ed->to];
+    par_layout from = par__gr_produced(&a->info[ka], ed->out), to = b->info[kb].inputs[ed->in], fe, te, full;
+    int elem = (int)par_dtype_size(a->desc.dtype);
+    if (elem <= 0) elem = 4;
+    if (par__gr_expand(&from, &fe) && par__gr_expand(&to, &te) && par_mesh_size(&fe.mesh) == par_mesh_size(&te.mesh) &&
+        fe.mesh.ndim == te.mesh.ndim && !memcmp(fe.mesh.dims, te.mesh.dims, sizeof(int) * (size_t)fe.mesh.ndim) &&
+        par__gr_plan_cost(g, &fe, &te, elem, cost) == PAR_OK)
+        return PAR_OK;
+    full = from;
+    memset(&full.map, 0, sizeof full.map);
+    if (par__gr_plan_cost(g, &from, &full, elem, cost) == PAR_OK) return PAR_OK;
+    return par__fail(PAR_EUNSUPPORTED, "edge %s.%d -> %s.%d: no redistribution between candidates %d and %d",
+                     a->name, ed->out, b->name, ed->in, ka, kb);
+}
+
+/* Every edge's cost table (once per graph). */
+static par_status par__gr_edge_tables(par_graph *g) {
+    int e, ka, kb;
+    for (e = 0; e < g->nedges; e++) {
+        par__gr_edge *ed = &g->edges[e];
+        const int na = g->ops[ed->from].ncand, nb = g->ops[ed->to].ncand;
+        if (ed->cost) continue;
+        ed->cost = (double *)par__gr_alloc(g, (size_t)na * (size_t)nb * sizeof(double));
+        if (!ed->cost) return par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+        for (ka = 0; ka < na; ka++)
+            for (kb = 0; kb < nb; kb++) {
+                par_status st = par__gr_edge_cost(g, ed, ka, kb, &ed->cost[ka * nb + kb]);
+                if (st != PAR_OK) {
+                    par__gr_free(g, ed->cost);
+                    ed->cost = NULL;
+                    return st;
+                }
+            }
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_graph_edge_cost(par_graph *g, int e, int ka, int kb, double *cost) {
+    const par__gr_edge *ed;
+    if (!g || !cost || e < 0 || e >= g->nedges) return par__fail(PAR_EINVAL, "par_graph_edge_cost: no edge %d", e);
+    ed = &g->edges[e];
+    if (ka < 0 || ka >= g->ops[ed->from].ncand || kb < 0 || kb >= g->ops[ed->to].ncand)
+        return par__fail(PAR_EINVAL, "par_graph_edge_cost: no candidates (%d, %d) on edge %d", ka, kb, e);
+    PAR__CHECK(par__gr_edge_tables(g));
+    *cost = ed->cost[ka * g->ops[ed->to].ncand + kb];
+    return PAR_OK;
+}
+
+static double par__gr_ecost(const par_graph *g, const par__gr_edge *ed, int ka, int kb) {
+    return ed->cost[ka * g->ops[ed->to].ncand + kb];
+}
+
+/* ---- search --------------------------------------------------------------------- */
+
+/* Kahn's order; a cycle is PAR_EINVAL naming an op on it. */
+static par_status par__gr_topo(const par_graph *g, int *order, int *indeg) {
+    int i, e, head = 0, tail = 0;
+    for (i = 0; i < g->nops; i++) indeg[i] = 0;
+    for (e = 0; e < g->nedges; e++) indeg[g->edges[e].to]++;
+    for (i = 0; i < g->nops; i++)
+        if (!indeg[i]) order[tail++] = i;
+    while (head < tail) {
+        const int x = order[head++];
+        for (e = 0; e < g->nedges; e++)
+            if (g->edges[e].from == x && --indeg[g->edges[e].to] == 0) order[tail++] = g->edges[e].to;
+    }
+    if (tail < g->nops) {
+        for (i = 0; i < g->nops && !indeg[i]; i++) {
+        }
+        /* walk back along unfinished inputs until an op repeats: it is on a cycle */
+        {
+            int steps, x = i;
+            for (steps = 0; steps < g->nops; steps++)
+                for (e = 0; e < g->nedges; e++)
+                    if (g->edges[e].to == x && indeg[g->edges[e].from]) {
+                        x = g->edges[e].from;
+                        break;
+                    }
+            return par__fail(PAR_EINVAL, "the graph has a cycle through op '%s': an op's input may not depend on "
+                                         "its own output",
+                             g->ops[x].name);
+        }
+    }
+    return PAR_OK;
+}
+
+typedef struct par__gr_ctx {
+    par_graph *g;
+    int *order, *pos, *scratch;
+    double *minmem, *suffix_min; /* per op; suffix over the order */
+    double cap;
+} par__gr_ctx;
+
+/* Memory the smallest candidate of each op needs. */
+static double par__gr_min_mem(const par__gr_op *o) {
+    double m = o->info[0].cost.memory_bytes;
+    int k;
+    for (k = 1; k < o->ncand; k++)
+        if (o->info[k].cost.memory_bytes < m) m = o->info[k].cost.memory_bytes;
+    return m;
+}
+
+/* A point of the DP: (memory, cost) reached with op order[step] at `strat`,
+   coming from point `parent` of the previous step, in new state `state`. */
+typedef struct par__gr_point {
+    double mem, cost;
+    int64_t parent;
+    int strat, state;
+} par__gr_point;
+
+static int par__gr_point_cmp(const void *pa, const void *pb) {
+    const par__gr_point *a = (const par__gr_point *)pa, *b = (const par__gr_point *)pb;
+    if (a->state != b->state) return a->state < b->state ? -1 : 1;
+    if (a->mem != b->mem) return a->mem < b->mem ? -1 : 1;
+    if (a->cost != b->cost) return a->cost < b->cost ? -1 : 1;
+    return 0;
+}
+
+#define PAR__GR_MAX_POINTS (1 << 22)
+
+typedef struct par__gr_dp {
+    int *frontier, nf;       /* ops whose strategies later edges still need (by topological position) */
+    int *keys;               /* states x nf strategies */
+    int nstates, cap_states;
+    int *hash;               /* open addressing over state indices, -1 empty */
+    int hash_size;
+    par__gr_point *pts;      /* this step's points, grouped by state after pruning */
+    int64_t npts, cap_pts;
+    int64_t *first;          /* per state: its first point in pts (nstates + 1) */
+} par__gr_dp;
+
+static uint64_t par__gr_key_hash(const int *key, int n) {
+    uint64_t h = 1469598103934665603ull;
+    int i;
+    for (i = 0; i < n; i++) h = (h ^ (uint64_t)(unsigned)key[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The state with this key, added if new; -1 out of memory. */
+static int par__gr_state(par_graph *g, par__gr_dp *s, const int *key) {
+    uint64_t h;
+    int i;
+    if (2 * (s->nstates + 1) > s->hash_size) {
+        int n = s->hash_size ? s->hash_size * 2 : 64, j;
+        int *nh = (int *)par__gr_alloc(g, (size_t)n * sizeof(int));
+        if (!nh) return -1;
+        for (j = 0; j < n; j++) nh[j] = -1;
+        for (j = 0; j < s->nstates; j++) {
+            uint64_t hh = par__gr_key_hash(s->keys + (size_t)j * (size_t)s->nf, s->nf) & (uint64_t)(n - 1);
+            while (nh[hh] >= 0) hh = (hh + 1) & (uint64_t)(n - 1);
+            nh[hh] = j;
+        }
+        par__gr_free(g, s->hash);
+        s->hash = nh;
+        s->hash_size = n;
+    }
+    h = par__gr_key_hash(key, s->nf) & (uint64_t)(s->hash_size - 1);
+    for (; s->hash[h] >= 0; h = (h + 1) & (uint64_t)(s->hash_size - 1))
+        if (!memcmp(s->keys + (size_t)s->hash[h] * (size_t)s->nf, key, (size_t)s->nf * sizeof(int)))
+            return s->hash[h];
+    if (s->nstates == s->cap_states) {
+        int n = s->cap_states ? s->cap_states * 2 : 64;
+        int *nk = (int *)par__alloc_realloc(&g->d.allocator, s->keys, (size_t)n * (size_t)(s->nf ? s->nf : 1) * sizeof(int));
+        if (!nk) return -1;
+        s->keys = nk;
+        s->cap_states = n;
+    }
+    i = s->nstates++;
+    if (s->nf) memcpy(s->keys + (size_t)i * (size_t)s->nf, key, (size_t)s->nf * sizeof(int));
+    s->hash[h] = i;
+    return i;
+}
+
+static void par__gr_dp_free(par_graph *g, par__gr_dp *s) {
+    par__gr_free(g, s->frontier);
+    par__gr_free(g, s->keys);
+    par__gr_free(g, s->hash);
+    par__gr_free(g, s->pts);
+    par__gr_free(g, s->first);
+    memset(s, 0, sizeof *s);
+}
+
+/* Sort the step's points by state, drop the dominated ones and index them. */
+static par_status par__gr_dp_prune(par_graph *g, par__gr_dp *s) {
+    int64_t i, n = 0;
+    int st = -1;
+    double best = 0;
+    qsort(s->pts, (size_t)s->npts, sizeof *s->pts, par__gr_point_cmp);
+    for (i = 0; i < s->npts; i++) {
+        const par__gr_point p = s->pts[i];
+        if (p.state != st) st = p.state, best = p.cost + 1.0;
+        if (p.cost < best) { /* less memory came first: keep only what is also cheaper */
+            s->pts[n++] = p;
+            best = p.cost;
+        }
+    }
+    s->npts = n;
+    s->first = (int64_t *)par__gr_alloc(g, (size_t)(s->nstates + 1) * sizeof(int64_t));
+    if (!s->first) return par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+    for (i = 0; i <= s->nstates; i++) s->first[i] = n;
+    for (i = n - 1; i >= 0; i--) s->first[s->pts[i].state] = i;
+    for (i = s->nstates - 1; i >= 0; i--)
+        if (s->first[i] > s->first[i + 1]) s->first[i] = s->first[i + 1];
+    return PAR_OK;
+}
+
+/* Last topological position that reads op x's output (its own if none). */
+static int par__gr_last_use(const par__gr_ctx *c, int x) {
+    int e, last = c->pos[x];
+    for (e = 0; e < c->g->nedges; e++)
+        if (c->g->edges[e].from == x && c->pos[c->g->edges[e].to] > last) last = c->pos[c->g->edges[e].to];
+    return last;
+}
+
+static par_status par__gr_search_dp(par__gr_ctx *c, par_graph_result *res) {
+    par_graph *g = c->g;
+    par__gr_dp prev, cur;
+    par__gr_point **hist = NULL, *init = NULL; /* hist[t]: step t's points, for the walk back */
+    int t, e, i, k, s, nf;
+    int *key = NULL, *lastuse = NULL;
+    par_status st = PAR_OK;
+    int64_t total = 0, p, bestp = -1;
+    memset(&prev, 0, sizeof prev);
+    memset(&cur, 0, sizeof cur);
+    hist = (par__gr_point **)par__gr_alloc(g, (size_t)g->nops * sizeof *hist);
+    key = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    lastuse = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    init = (par__gr_point *)par__gr_alloc(g, sizeof *init);
+    prev.first = (int64_t *)par__gr_alloc(g, 2 * sizeof(int64_t));
+    if (hist) memset(hist, 0, (size_t)g->nops * sizeof *hist);
+    if (!hist || !key || !lastuse || !init || !prev.first) {
+        st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+        goto done;
+    }
+    for (i = 0; i < g->nops; i++) lastuse[i] = par__gr_last_use(c, i);
+    /* before the first op: one empty state holding the point (0, 0) */
+    memset(init, 0, sizeof *init);
+    init->parent = -1;
+    prev.pts = init;
+    prev.npts = 1;
+    prev.nstates = 1;
+    prev.first[0] = 0, prev.first[1] = 1;
+    for (t = 0; t < g->nops; t++) {
+        const int x = c->order[t];
+        const par__gr_op *o = &g->ops[x];
+        /* the new frontier: the old one and x, less the ops nothing after t reads */
+        cur.frontier = (int *)par__gr_alloc(g, (size_t)(prev.nf + 1) * sizeof(int));
+        if (!cur.frontier) {
+            st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+            goto done;
+        }
+        for (nf = 0, i = 0; i < prev.nf; i++)
+            if (lastuse[prev.frontier[i]] > t) cur.frontier[nf++] = prev.frontier[i];
+        if (lastuse[x] > t) cur.frontier[nf++] = x;
+        cur.nf = nf;
+        for (s = 0; s < prev.nstates; s++) {
+            const int *pk = prev.keys ? prev.keys + (size_t)s * (size_t)prev.nf : NULL;
+            if (prev.first[s] == prev.first[s + 1]) continue;
+            for (k = 0; k < o->ncand; k++) {
+                double add = o->info[k].cost.total, m = o->info[k].cost.memory_bytes;
+                int ns = -2, j;
+                for (e = 0; e < g->nedges; e++) {
+                    const par__gr_edge *ed = &g->edges[e];
+                    if (ed->to != x) continue;
+                    for (j = 0; j < prev.nf && prev.frontier[j] != ed->from; j++) {
+                    }
+                    add += par__gr_ecost(g, ed, pk[j], k);
+                }
+                for (j = 0, i = 0; i < prev.nf; i++)
+                    if (lastuse[prev.frontier[i]] > t) key[j++] = pk[i];
+                if (lastuse[x] > t) key[j++] = k;
+                for (p = prev.first[s]; p < prev.first[s + 1]; p++) {
+                    const par__gr_point *q = &prev.pts[p];
+                    par__gr_point np;
+                    /* prune: the ops after t could not fit even with their smallest candidates */
+                    if (c->cap > 0 && q->mem + m + c->suffix_min[t + 1] > c->cap) continue;
+                    if (ns == -2 && (ns = par__gr_state(g, &cur, key)) < 0) {
+                        st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+                        goto done;
+                    }
+                    if (cur.npts == cur.cap_pts) {
+                        int64_t n = cur.cap_pts ? cur.cap_pts * 2 : 256;
+                        par__gr_point *grown;
+                        if (n > PAR__GR_MAX_POINTS) {
+                            st = par__fail(PAR_ECAPACITY,
+                                           "dynamic_programming: more than %d Pareto points at op '%s' (the graph is "
+                                           "too wide); use sharding_propagation or recursive_programming",
+                                           PAR__GR_MAX_POINTS, o->name);
+                            goto done;
+                        }
+                        grown = (par__gr_point *)par__alloc_realloc(&g->d.allocator, cur.pts, (size_t)n * sizeof *grown);
+                        if (!grown) {
+                            st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+                            goto done;
+                        }
+                        cur.pts = grown;
+                        cur.cap_pts = n;
+                    }
+                    np.mem = q->mem + m;
+                    np.cost = q->cost + add;
+                    np.parent = p;
+                    np.strat = k;
+                    np.state = ns;
+                    cur.pts[cur.npts++] = np;
+                }
+            }
+        }
+        if ((st = par__gr_dp_prune(g, &cur)) != PAR_OK) goto done;
+        total += cur.npts;
+        hist[t] = cur.pts; /* hist owns the points from here on */
+        prev.pts = NULL;
+        par__gr_dp_free(g, &prev);
+        prev = cur;
+        memset(&cur, 0, sizeof cur);
+        if (prev.npts == 0) break;
+    }
+    if (prev.npts == 0) {
+        st = PAR_ECAPACITY; /* the caller words it: nothing fits */
+        goto done;
+    }
+    for (p = 0; p < prev.npts; p++)
+        if (bestp < 0 || prev.pts[p].cost < prev.pts[bestp].cost) bestp = p;
+    res->states = total;
+    for (t = g->nops - 1, p = bestp; t >= 0; t--) {
+        g->chosen[c->order[t]] = hist[t][p].strat;
+        p = hist[t][p].parent;
+    }
+done:
+    prev.pts = NULL; /* init's or a hist entry */
+    par__gr_dp_free(g, &prev);
+    par__gr_dp_free(g, &cur);
+    for (t = 0; hist && t < g->nops; t++) par__gr_free(g, hist[t]);
+    par__gr_free(g, hist);
+    par__gr_free(g, init);
+    par__gr_free(g, key);
+    par__gr_free(g, lastuse);
+    return st;
+}
+
+/* Whether op x may take candidate k with `used` bytes placed and `open` the
+   smallest memory of the other ops still open. */
+static int par__gr_fits(const par__gr_ctx *c, int x, int k, double used, double open) {
+    return c->cap <= 0 || used + c->g->ops[x].info[k].cost.memory_bytes + open <= c->cap;
+}
+
+/* The candidate of op x cheapest with its placed neighbours (inputs only when
+   `inputs_only`), among those that fit. */
+static int par__gr_pick(const par__gr_ctx *c, int x, int inputs_only, double used, double open) {
+    const par_graph *g = c->g;
+    const par__gr_op *o = &g->ops[x];
+    double best = 0;
+    int k, e, bk = -1;
+    for (k = 0; k < o->ncand; k++) {
+        double v = o->info[k].cost.total;
+        if (!par__gr_fits(c, x, k, used, open)) continue;
+        for (e = 0; e < g->nedges; e++) {
+            const par__gr_edge *ed = &g->edges[e];
+            if (ed->to == x && g->chosen[ed->from] >= 0) v += par__gr_ecost(g, ed, g->chosen[ed->from], k);
+            if (!inputs_only && ed->from == x && g->chosen[ed->to] >= 0) v += par__gr_ecost(g, ed, k, g->chosen[ed->to]);
+        }
+        if (bk < 0 || v < best) best = v, bk = k;
+    }
+    return bk;
+}
+
+/* Sharding propagation: fixed ops first, then breadth-first along edges. */
+static void par__gr_search_propagate(par__gr_ctx *c, double open) {
+    par_graph *g = c->g;
+    int *queue = c->scratch, head = 0, tail = 0, i, e;
+    double used = 0;
+    for (i = 0; i < g->nops; i++)
+        if (g->ops[i].fixed) {
+            g->chosen[i] = 0;
+            used += g->ops[i].info[0].cost.memory_bytes;
+            open -= c->minmem[i];
+            queue[tail++] = i;
+        }
+    for (;;) {
+        while (head < tail) {
+            const int y = queue[head++];
+            for (e = 0; e < g->nedges; e++) {
+                const par__gr_edge *ed = &g->edges[e];
+                const int z = ed->from == y ? ed->to : ed->to == y ? ed->from : -1;
+                if (z < 0 || g->chosen[z] >= 0) continue;
+                open -= c->minmem[z];
+                g->chosen[z] = par__gr_pick(c, z, 0, used, open);
+                used += g->ops[z].info[g->chosen[z]].cost.memory_bytes;
+                queue[tail++] = z;
+            }
+        }
+        if (tail == g->nops) return;
+        { /* a part nothing fixed: seed it at its most expensive op, placed alone */
+            int seed = -1;
+            for (i = 0; i < g->nops; i++)
+                if (g->chosen[i] < 0 && (seed < 0 || g->ops[i].info[0].cost.total > g->ops[seed].info[0].cost.total))
+                    seed = i;
+            open -= c->minmem[seed];
+            g->chosen[seed] = par__gr_pick(c, seed, 0, used, open);
+            used += g->ops[seed].info[g->chosen[seed]].cost.memory_bytes;
+            queue[tail++] = seed;
+        }
+    }
+}
+
+/* The fast heuristic: one pass in topological order. */
+static void par__gr_search_greedy(par__gr_ctx *c, double open) {
+    par_graph *g = c->g;
+    double used = 0;
+    int t;
+    for (t = 0; t < g->nops; t++) {
+        const int x = c->order[t];
+        open -= c->minmem[x];
+        g->chosen[x] = par__gr_pick(c, x, 1, used, open);
+        used += g->ops[x].info[g->chosen[x]].cost.memory_bytes;
+    }
+}
+
+static void par__gr_totals(const par_graph *g, par_graph_result *r) {
+    int i, e;
+    r->cost = r->compute = r->comm = r->redistribution = r->memory_bytes = 0;
+    for (i = 0; i < g->nops; i++) {
+        const par__gr_op *o = &g->ops[i];
+        const par_op_cost *k = &o->info[g->chosen[i]].cost;
+        r->compute += k->compute_flops / o->desc.device_flops;
+        r->comm += k->comm_bytes / o->desc.link_bandwidth;
+        r->cost += k->total;
+        r->memory_bytes += k->memory_bytes;
+    }
+    for (e = 0; e < g->nedges; e++) {
+        const par__gr_edge *ed = &g->edges[e];
+        r->redistribution += par__gr_ecost(g, ed, g->chosen[ed->from], g->chosen[ed->to]);
+    }
+    r->cost += r->redistribution;
+}
+
+PARALLEL_DEF par_status par_graph_search(par_graph *g, par_search_mode mode, double memory_cap,
+                                         par_graph_result *result) {
+    par__gr_ctx c;
+    par_graph_result r;
+    double smallest = 0;
+    par_status st = PAR_OK;
+    int i, t;
+    if (!g || !result) return par__fail(PAR_EINVAL, "par_graph_search: NULL argument");
+    if ((int)mode < 0 || mode >= PAR_SEARCH_MODE_COUNT)
+        return par__fail(PAR_EINVAL, "par_graph_search: unknown search_mode %d (expected dynamic_programming, "
+                                     "sharding_propagation or recursive_programming)",
+                         (int)mode);
+    if (!(memory_cap == memory_cap)) return par__fail(PAR_EINVAL, "par_graph_search: the memory cap is NaN");
+    if (g->nops == 0) return par__fail(PAR_EINVAL, "par_graph_search: the graph has no ops");
+    memset(&c, 0, sizeof c);
+    memset(&r, 0, sizeof r);
+    c.g = g;
+    c.cap = memory_cap;
+    par__gr_free(g, g->chosen);
+    g->chosen = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.order = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.pos = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.scratch = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.minmem = (double *)par__gr_alloc(g, (size_t)g->nops * sizeof(double));
+    c.suffix_min = (double *)par__gr_alloc(g, (size_t)(g->nops + 1) * sizeof(double));
+    if (!g->chosen || !c.order || !c.pos || !c.scratch || !c.minmem || !c.suffix_min) {
+        st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+        goto done;
+    }
+    for (i = 0; i < g->nops; i++) g->chosen[i] = -1;
+    if ((st = par__gr_topo(g, c.order, c.scratch)) != PAR_OK) goto done;
+    if ((st = par__gr_edge_tables(g)) != PAR_OK) goto done;
+    for (t = 0; t < g->nops; t++) c.pos[c.order[t]] = t;
+    for (i = 0; i < g->nops; i++) smallest += c.minmem[i] = par__gr_min_mem(&g->ops[i]);
+    c.suffix_min[g->nops] = 0;
+    for (t = g->nops - 1; t >= 0; t--) c.suffix_min[t] = c.suffix_min[t + 1] + c.minmem[c.order[t]];
+    if (memory_cap > 0 && smallest > memory_cap) {
+        st = par__fail(PAR_ECAPACITY,
+                       "no plan fits the memory cap of %.0f bytes per device: the smallest plan needs %.0f bytes",
+                       memory_cap, smallest);
+        goto done;
+    }
+    if (mode == PAR_SEARCH_DYNAMIC_PROGRAMMING) {
+        st = par__gr_search_dp(&c, &r);
+        if (st == PAR_ECAPACITY && !strstr(par_last_error(), "Pareto")) /* cannot happen: smallest fits */
+            st = par__fail(PAR_ECAPACITY, "no plan fits the memory cap of %.0f bytes per device: the smallest plan "
+                                          "needs %.0f bytes",
+                           memory_cap, smallest);
+    } else if (mode == PAR_SEARCH_SHARDING_PROPAGATION) {
+        par__gr_search_propagate(&c, smallest);
+        r.states = g->nops;
+    } else {
+        par__gr_search_greedy(&c, smallest);
+        r.states = g->nops;
+    }
+    if (st == PAR_OK) {
+        par__gr_totals(g, &r);
+        *result = r;
+    }
+done:
+    if (st != PAR_OK && g->chosen)
+        for (i = 0; i < g->nops; i++) g->chosen[i] = -1;
+    par__gr_free(g, c.order);
+    par__gr_free(g, c.pos);
+    par__gr_free(g, c.scratch);
+    par__gr_free(g, c.minmem);
+    par__gr_free(g, c.suffix_min);
+    return st;
+}
+
+/* ---- text form ------------------------------------------------------------------ */
+
+/* Re-word the latest error with the line it came from. */
+static par_status par__gr_at_line(par_status st, int line) {
+    char why[400];
+    par__copy_text(why, sizeof why, par_last_error());
+    return par__fail(st, "graph line %d: %s", line, why);
+}
+
+/* "[16,64]" -> ndim, shape. */
+static int par__gr_parse_shape(const char *t, int *ndim, int64_t *shape) {
+    int n = 0;
+    if (*t++ != '[') return 0;
+    if (*t == ']') return t[1] == 0 && (*ndim = 0, 1);
+    for (;;) {
+        char *end;
+        long long v = strtoll(t, &end, 10);
+        if (end == t || v < 1 || n == PARALLEL_MAX_DIMS) return 0;
+        shape[n++] = v;
+        t = end;
+        if (*t == ',') t++;
+        else if (*t == ']' && t[1] == 0) break;
+        else return 0;
+    }
+    *ndim = n;
+    return 1;
+}
+
+/* "name" or "name.3" -> op index and port (default 0); -1 when the op is unknown. */
+static int par__gr_parse_port(const par_graph *g, const char *t, int *port) {
+    char name[PAR__GR_NAME];
+    const char *dot = strchr(t, '.');
+    size_t n = dot ? (size_t)(dot - t) : strlen(t);
+    char *end;
+    *port = 0;
+    if (n == 0 || n >= sizeof name) return -1;
+    memcpy(name, t, n);
+    name[n] = 0;
+    if (dot) {
+        long v = strtol(dot + 1, &end, 10);
+        if (end == dot + 1 || *end) return -2;
+        *port = (int)v;
+    }
+    return par__gr_find(g, name);
+}
+
+static par_status par__gr_parse_op(par_graph *g, char **tok, int n, int line) {
+    par_op_desc d;
+    par_strategy fixed;
+    int have_fixed = 0, i, j;
+    par_status st;
+    memset(&d, 0, sizeof d);
+    if (n < 4) return par__fail(PAR_EPARSE, "graph line %d: 'op' needs a name, a kind and the input shapes", line);
+    d.name = tok[1];
+    if (par_op_kind_parse(tok[2], &d.kind) != PAR_OK)
+        return par__fail(PAR_EPARSE, "graph line %d: unknown op kind '%.40s'", line, tok[2]);
+    for (i = 3; i < n; i++) {
+        const char *t = tok[i];
+        if (t[0] == '[') {
+            if (d.num_inputs == PAR_MAX_INPUTS || !par__gr_parse_shape(t, &d.ndim[d.num_inputs], d.shape[d.num_inputs]))
+                return par__fail(PAR_EPARSE, "graph line %d: bad input shape '%.40s' (want [16,64], at most %d inputs)",
+                                 line, t, PAR_MAX_INPUTS);
+            d.num_inputs++;
+        } else if (!strncmp(t, "params=", 7)) {
+            const char *p = t + 7;
+            while (*p) {
+                char *end;
+                long v = strtol(p, &end, 10);
+                if (end == p || v < 0 || v >= PAR_MAX_INPUTS)
+                    return par__fail(PAR_EPARSE, "graph line %d: bad params '%.40s' (input indices 0 to %d)", line, t,
+                                     PAR_MAX_INPUTS - 1);
+                d.params |= 1u << v;
+                p = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') return par__fail(PAR_EPARSE, "graph line %d: bad params '%.40s'", line, t);
+            }
+        } else if (!strncmp(t, "dtype=", 6)) {
+            if (par_dtype_parse(t + 6, &d.dtype) != PAR_OK) return par__gr_at_line(PAR_EPARSE, line);
+        } else if (!strncmp(t, "flops=", 6)) {
+            char *end;
+            d.device_flops = strtod(t + 6, &end);
+            if (*end || !(d.device_flops > 0))
+                return par__fail(PAR_EPARSE, "graph line %d: flops must be a positive number", line);
+        } else if (!strcmp(t, "transpose_a")) {
+            d.transpose_a = 1;
+        } else if (!strcmp(t, "transpose_b")) {
+            d.transpose_b = 1;
+        } else if (!strcmp(t, "reduce_scatter")) {
+            d.reduce_scatter = 1;
+        } else if (!strncmp(t, "strategy=", 9)) {
+            if ((st = par_strategy_parse(t + 9, &fixed)) != PAR_OK) return par__gr_at_line(st, line);
+            have_fixed = 1;
+        } else {
+            return par__fail(PAR_EPARSE, "graph line %d: unknown op option '%.40s'", line, t);
+        }
+    }
+    for (j = 0; j < d.num_inputs; j++)
+        if (d.ndim[j] == 0) return par__fail(PAR_EPARSE, "graph line %d: input %d has no dims", line, j);
+    if ((st = par_graph_add_op(g, &d, have_fixed ? &fixed : NULL, NULL)) != PAR_OK) return par__gr_at_line(st, line);
+    return PAR_OK;
+}
+
+static par_status par__gr_parse_line(par_graph *g, char *s, int line) {
+    char *tok[32];
+    int n = 0;
+    par_status st;
+    char *hash = strchr(s, '#');
+    if (hash) *hash = 0;
+    while (*s) {
+        while (*s == ' ' || *s == '\t' || *s == '\r') *s++ = 0;
+        if (!*s) break;
+        if (n == 32) return par__fail(PAR_EPARSE, "graph line %d: more than 32 words", line);
+        tok[n++] = s;
+        while (*s && *s != ' ' && *s != '\t' && *s != '\r') s++;
+    }
+    if (n == 0) return PAR_OK;
+    if (!strcmp(tok[0], "devices")) {
+        char *end;
+        long v = n == 2 ? strtol(tok[1], &end, 10) : 0;
+        if (n != 2 || *end || v < 1 || v > PAR__MAX_DEVICES)
+            return par__fail(PAR_EPARSE, "graph line %d: 'devices N' needs N from 1 to %d", line, PAR__MAX_DEVICES);
+        if (g->nops) return par__fail(PAR_EPARSE, "graph line %d: 'devices' must come before the ops", line);
+        g->d.devices = (int)v;
+        return PAR_OK;
+    }
+    if (!strcmp(tok[0], "op")) {
+        if (g->d.devices < 1)
+            return par__fail(PAR_EINVAL, "graph line %d: no device count: write 'devices N' before the ops", line);
+        return par__gr_parse_op(g, tok, n, line);
+    }
+    if (!strcmp(tok[0], "edge")) {
+        int from, to, out, in;
+        if (n != 4 || strcmp(tok[2], "->"))
+            return par__fail(PAR_EPARSE, "graph line %d: want 'edge FROM[.OUT] -> TO.IN'", line);
+        from = par__gr_parse_port(g, tok[1], &out);
+        to = par__gr_parse_port(g, tok[3], &in);
+        if (from == -2 || to == -2) return par__fail(PAR_EPARSE, "graph line %d: bad port number", line);
+        if (from < 0 || to < 0)
+            return par__fail(PAR_EINVAL, "graph line %d: dangling edge %s -> %s: no op '%.31s'", line, tok[1], tok[3],
+                             from < 0 ? tok[1] : tok[3]);
+        if ((st = par_graph_add_edge(g, from, out, to, in)) != PAR_OK) return par__gr_at_line(st, line);
+        return PAR_OK;
+    }
+    return par__fail(PAR_EPARSE, "graph line %d: unknown item '%.40s' (expected devices, op or edge)", line, tok[0]);
+}
+
+PARALLEL_DEF par_status par_graph_parse(const char *text, const par_graph_desc *desc, par_graph **graph) {
+    par_graph *g = NULL;
+    par_status st;
+    const char *p;
+    int line = 0;
+    if (!text || !graph) return par__fail(PAR_EINVAL, "par_graph_parse: NULL argument");
+    *graph = NULL;
+    if ((st = par_graph_create(desc, &g)) != PAR_OK) return st;
+    for (p = text; *p && st == PAR_OK; line++) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char buf[1024];
+        if (len >= sizeof buf) {
+            st = par__fail(PAR_EPARSE, "graph line %d: longer than %d bytes", line + 1, (int)sizeof buf - 1);
+            break;
+        }
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        st = par__gr_parse_line(g, buf, line + 1);
+        p += len + (nl != NULL);
+    }
+    if (st == PAR_OK && g->nops == 0) st = par__fail(PAR_EPARSE, "graph text has no ops");
+    if (st != PAR_OK) {
+        par_graph_destroy(g);
+        return st;
+    }
+    *graph = g;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_graph_chosen(const par_graph *g, int op) {
+    return g && g->chosen && op >= 0 && op < g->nops ? g->chosen[op] : -1;
+}
+
+PARALLEL_DEF int par_graph_format_result(const par_graph *g, const par_graph_result *r, char *buf, size_t size) {
+    size_t n = 0;
+    int i;
+    char sbuf[160];
+#define PAR__GR_PUT(...)                                                                       \
+    do {                                                                                       \
+        int w_ = snprintf(buf && n < size ? buf + n : NULL, buf && n < size ? size - n : 0, __VA_ARGS__); \
+        if (w_ > 0) n += (size_t)w_;                                                           \
+    } while (0)
+    if (!g || !r) return 0;
+    for (i = 0; i < g->nops; i++) {
+        const int k = par_graph_chosen(g, i);
+        if (k < 0) continue;
+        par_strategy_format(&g->ops[i].cand[k], sbuf, sizeof sbuf);
+        PAR__GR_PUT("%-12s %-14s strategy=%s%s cost=%.3gs memory=%.0fB\n", g->ops[i].name,
+                    par_op_kind_name(g->ops[i].desc.kind), sbuf, g->ops[i].fixed ? " (fixed)" : "",
+                    g->ops[i].info[k].cost.total, g->ops[i].info[k].cost.memory_bytes);
+    }
+    PAR__GR_PUT("total cost=%.4gs (compute %.4gs, comm %.4gs, redistribution %.4gs) memory=%.0fB per device\n",
+                r->cost, r->compute, r->comm, r->redistribution, r->memory_bytes);
+#undef PAR__GR_PUT
+    return (int)n;
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */
