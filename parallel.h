@@ -2290,6 +2290,105 @@ PARALLEL_DEF int par_graph_chosen(const par_graph *graph, int op);
 PARALLEL_DEF int par_graph_format_result(const par_graph *graph, const par_graph_result *result, char *buf,
                                          size_t size);
 
+/* ---- whole-plan search ---------------------------------------------------------- */
+
+/* A cluster: `devices` in nodes of `devices_per_node`; bandwidths in bytes/s
+   per device, latencies in seconds per collective step, memory in bytes and
+   compute in flop/s per device. */
+typedef struct par_cluster {
+    int devices;
+    int devices_per_node;   /* 0 = devices (one node) */
+    double intra_bandwidth, intra_latency;
+    double inter_bandwidth, inter_latency; /* 0 = the intra values (one node) */
+    double memory_bytes;
+    double flops;
+} par_cluster;
+
+/* PAR_EINVAL naming the field and the rule: devices 1 to 2^24,
+   devices_per_node dividing devices, bandwidths, memory and flops finite and
+   > 0, latencies finite, >= 0 and under an hour. */
+PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
+/* "key: value" lines ('#' comments): devices, devices_per_node,
+   intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
+   inter_node_latency, memory_per_device, flops_per_device. Numbers may end in
+   K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
+   numbers are PAR_EPARSE naming the line; then par_cluster_check. */
+PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
+
+/* A decoder-only transformer (Llama: GQA attention, SwiGLU MLP, untied
+   embedding and head, RMSNorms), f32 weights and AdamW state. */
+typedef struct par_model_shape {
+    int layers, hidden, heads, kv_heads, ffn, vocab, seq;
+    int batch;            /* global batch: samples per step */
+    par_dtype dtype;      /* activations and weights (default f32) */
+} par_model_shape;
+
+/* The MindFormers YAML keys num_layers, hidden_size, num_heads, n_kv_heads,
+   intermediate_size, vocab_size, seq_length and batch_size, wherever they
+   sit (other keys are ignored); PAR_EINVAL naming a missing or bad one. */
+PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape *model);
+
+typedef struct par_auto_plan {
+    int dp, tp, cp, pp;
+    int sp;                  /* sequence parallel over tp */
+    par_cp_algo cp_algo;     /* with cp > 1: ring or ulysses */
+    par_pp_kind schedule;    /* with pp > 1 */
+    int chunks;              /* model chunks per rank (interleaved: 2) */
+    int micro_batches;       /* per step per dp rank (pp = 1: gradient accumulation) */
+    int zero;                /* 0, 1 (optimizer state over dp x cp) or 2 (and gradients) */
+    /* predictions, per rank (the busiest stage) */
+    double memory_bytes;
+    double weights_bytes, grads_bytes, optimizer_bytes, activation_bytes;
+    double step_time;        /* seconds */
+    double compute_time, tp_comm_time, cp_comm_time, pp_comm_time, dp_comm_time;
+    double bubble;           /* idle share of the pipeline (the >>pipeline checker's) */
+} par_auto_plan;
+
+/* Bits of par_auto_desc.search: which parallel modes to enumerate. */
+enum {
+    PAR_AUTO_DP = 1u << 0, PAR_AUTO_TP = 1u << 1, PAR_AUTO_SP = 1u << 2, PAR_AUTO_CP = 1u << 3,
+    PAR_AUTO_PP = 1u << 4, PAR_AUTO_ZERO = 1u << 5, PAR_AUTO_ACCUMULATE = 1u << 6,
+    PAR_AUTO_ALL = (1u << 7) - 1
+};
+
+typedef struct par_auto_desc {
+    par_model_shape model;
+    par_cluster cluster;
+    double memory_cap;        /* bytes per rank; 0 = cluster.memory_bytes */
+    uint32_t search;          /* PAR_AUTO_* bits; 0 = PAR_AUTO_ALL */
+    uint32_t schedules;       /* bit per par_pp_kind; 0 = gpipe and 1f1b */
+    uint32_t cp_algos;        /* bit per par_cp_algo (ring, ulysses); 0 = both */
+    int max_micro_batches;    /* default 16 */
+    int max_zero;             /* highest ZeRO level searched (0..2); default 2 */
+    /* Optional: the host's own predictions (e.g. a trainer's memory plan) in
+       place of the built-in model; called with the plan's fields set and
+       the built-in predictions filled in. */
+    void *user;
+    double (*memory)(void *user, const par_auto_plan *plan);
+    double (*step_time)(void *user, const par_auto_plan *plan);
+} par_auto_desc;
+
+/* Why candidate plans were cut: counts and one example sentence each. */
+typedef struct par_auto_cuts {
+    int64_t considered, ranked;
+    int64_t not_divisible, over_memory, schedule;
+    char not_divisible_example[160], over_memory_example[160], schedule_example[160];
+    double smallest_memory;   /* the least memory any divisible plan needs */
+} par_auto_cuts;
+
+/* Enumerate dp x tp x cp x pp = cluster.devices with sp, the cp algorithm, the
+   schedule, micro-batches and ZeRO level; predict each (memory per rank, step
+   time); cut what does not divide, what the schedule refuses and what is
+   over the cap; write the best min(count, capacity) plans, fastest first
+   (*count: how many fit). Errors: PAR_EINVAL (bad model, cluster or desc),
+   PAR_ECAPACITY when no plan fits the cap (the message gives the smallest
+   plan's memory). `cuts` may be NULL. */
+PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan *plans, int capacity, int *count,
+                                        par_auto_cuts *cuts);
+/* "dp=2 tp=4 sp cp=1 pp=2 1f1b m=4 zero=1" (the plan's knobs); returns the
+   length snprintf would. */
+PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif
@@ -18413,6 +18512,476 @@ PARALLEL_DEF int par_graph_format_result(const par_graph *g, const par_graph_res
                 r->cost, r->compute, r->comm, r->redistribution, r->memory_bytes);
 #undef PAR__GR_PUT
     return (int)n;
+}
+
+/* ---- whole-plan search ---------------------------------------------------------- */
+
+static int par__au_finite(double x) { return x == x && x < 1e300 && x > -1e300; }
+
+PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
+    if (!c) return par__fail(PAR_EINVAL, "par_cluster_check: NULL argument");
+    if (c->devices < 1 || c->devices > PAR__MAX_DEVICES)
+        return par__fail(PAR_EINVAL, "cluster: devices is %d; it must be 1 to %d", c->devices, PAR__MAX_DEVICES);
+    if (c->devices_per_node < 0 || (c->devices_per_node > 0 && c->devices % c->devices_per_node))
+        return par__fail(PAR_EINVAL, "cluster: devices_per_node is %d; it must divide devices (%d)",
+                         c->devices_per_node, c->devices);
+    if (!par__au_finite(c->intra_bandwidth) || c->intra_bandwidth <= 0)
+        return par__fail(PAR_EINVAL, "cluster: intra_node_bandwidth is %g; it must be a finite number of bytes/s > 0",
+                         c->intra_bandwidth);
+    if (!par__au_finite(c->inter_bandwidth) || c->inter_bandwidth < 0)
+        return par__fail(PAR_EINVAL, "cluster: inter_node_bandwidth is %g; it must be a finite number of bytes/s > 0",
+                         c->inter_bandwidth);
+    if (!par__au_finite(c->intra_latency) || c->intra_latency < 0 || c->intra_latency > 3600 ||
+        !par__au_finite(c->inter_latency) || c->inter_latency < 0 || c->inter_latency > 3600)
+        return par__fail(PAR_EINVAL, "cluster: latencies are %g and %g s; each must be finite, >= 0 and under an hour",
+                         c->intra_latency, c->inter_latency);
+    if (!par__au_finite(c->memory_bytes) || c->memory_bytes <= 0)
+        return par__fail(PAR_EINVAL, "cluster: memory_per_device is %g; it must be a finite number of bytes > 0",
+                         c->memory_bytes);
+    if (!par__au_finite(c->flops) || c->flops <= 0)
+        return par__fail(PAR_EINVAL, "cluster: flops_per_device is %g; it must be a finite flop/s > 0", c->flops);
+    if (c->devices_per_node > 0 && c->devices_per_node < c->devices && c->inter_bandwidth == 0)
+        return par__fail(PAR_EINVAL, "cluster: %d nodes need inter_node_bandwidth", c->devices / c->devices_per_node);
+    return PAR_OK;
+}
+
+/* "80Gi", "1.5e9", "25G" -> a number; 0 for text that is no number. */
+static int par__au_number(const char *t, double *v) {
+    char *end;
+    double x = strtod(t, &end), scale = 1;
+    if (end == t) return 0;
+    if (*end == 'K' || *end == 'M' || *end == 'G' || *end == 'T') {
+        const int pow = *end == 'K' ? 1 : *end == 'M' ? 2 : *end == 'G' ? 3 : 4;
+        const double base = end[1] == 'i' ? 1024.0 : 1000.0;
+        int i;
+        for (i = 0; i < pow; i++) scale *= base;
+        end += end[1] == 'i' ? 2 : 1;
+        if (*end == 'B') end++;
+    }
+    if (*end) return 0;
+    *v = x * scale;
+    return 1;
+}
+
+/* Split "  key: value  # note" into trimmed key and value (in place); 0 if the
+   line has no key. */
+static int par__au_key_value(char *line, char **key, char **value) {
+    char *p = strchr(line, '#'), *colon, *e;
+    if (p) *p = 0;
+    while (*line == ' ' || *line == '\t' || *line == '-') line++;
+    colon = strchr(line, ':');
+    if (!colon) return 0;
+    *colon = 0;
+    for (e = colon; e > line && (e[-1] == ' ' || e[-1] == '\t'); e--) e[-1] = 0;
+    p = colon + 1;
+    while (*p == ' ' || *p == '\t') p++;
+    for (e = p + strlen(p); e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'); e--) e[-1] = 0;
+    *key = line;
+    *value = p;
+    return *line != 0;
+}
+
+PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
+    static const char *const keys[] = {"devices",            "devices_per_node",   "intra_node_bandwidth",
+                                       "intra_node_latency", "inter_node_bandwidth", "inter_node_latency",
+                                       "memory_per_device",  "flops_per_device"};
+    par_cluster c;
+    const char *p;
+    int line = 0, seen = 0, i;
+    if (!text || !out) return par__fail(PAR_EINVAL, "par_cluster_parse: NULL argument");
+    memset(&c, 0, sizeof c);
+    for (p = text; *p; line++) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char buf[256], *key, *value;
+        double v;
+        if (len >= sizeof buf) return par__fail(PAR_EPARSE, "cluster line %d: longer than 255 bytes", line + 1);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        p += len + (nl != NULL);
+        if (!par__au_key_value(buf, &key, &value)) {
+            for (i = 0; buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r'; i++) {
+            }
+            if (buf[i]) return par__fail(PAR_EPARSE, "cluster line %d: want 'key: value'", line + 1);
+            continue;
+        }
+        for (i = 0; i < 8 && strcmp(key, keys[i]); i++) {
+        }
+        if (i == 8)
+            return par__fail(PAR_EPARSE,
+                             "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
+                             "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
+                             "flops_per_device)",
+                             line + 1, key);
+        if (!par__au_number(value, &v))
+            return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
+        if ((i == 0 || i == 1) && (v != (double)(int)v || v < 0 || v > 2e9))
+            return par__fail(PAR_EINVAL, "cluster line %d: %s is %g; it must be a whole number >= 1", line + 1, key, v);
+        seen |= 1 << i;
+        switch (i) {
+        case 0: c.devices = (int)v; break;
+        case 1: c.devices_per_node = (int)v; break;
+        case 2: c.intra_bandwidth = v; break;
+        case 3: c.intra_latency = v; break;
+        case 4: c.inter_bandwidth = v; break;
+        case 5: c.inter_latency = v; break;
+        case 6: c.memory_bytes = v; break;
+        default: c.flops = v; break;
+        }
+    }
+    for (i = 0; i < 8; i++)
+        if ((0x45 >> i & 1) && !(seen >> i & 1)) /* devices, intra_node_bandwidth, memory_per_device */
+            return par__fail(PAR_EINVAL, "cluster: %s is missing", keys[i]);
+    if (!(seen >> 7 & 1)) return par__fail(PAR_EINVAL, "cluster: flops_per_device is missing");
+    PAR__CHECK(par_cluster_check(&c));
+    *out = c;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape *out) {
+    static const char *const keys[] = {"num_layers", "hidden_size",  "num_heads",  "n_kv_heads",
+                                       "intermediate_size", "vocab_size", "seq_length", "batch_size"};
+    long vals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    par_model_shape m;
+    const char *p;
+    int line = 0, seen = 0, i;
+    if (!text || !out) return par__fail(PAR_EINVAL, "par_model_shape_parse: NULL argument");
+    for (p = text; *p; line++) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char buf[256], *key, *value, *end;
+        p += len + (nl != NULL);
+        if (len >= sizeof buf) continue; /* no key of ours is that long */
+        memcpy(buf, p - len - (nl != NULL), len);
+        buf[len] = 0;
+        if (!par__au_key_value(buf, &key, &value)) continue;
+        for (i = 0; i < 8 && strcmp(key, keys[i]); i++) {
+        }
+        if (i == 8) continue;
+        vals[i] = strtol(value, &end, 10);
+        if (end == value || *end || vals[i] < 0 || vals[i] > (1L << 30))
+            return par__fail(PAR_EINVAL, "model line %d: %s: '%.40s' is not a whole number >= 0", line + 1, key,
+                             value);
+        seen |= 1 << i;
+    }
+    for (i = 0; i < 8; i++)
+        if (i != 3 && !(seen >> i & 1)) return par__fail(PAR_EINVAL, "model: %s is missing", keys[i]);
+    memset(&m, 0, sizeof m);
+    m.layers = (int)vals[0], m.hidden = (int)vals[1], m.heads = (int)vals[2];
+    m.kv_heads = vals[3] ? (int)vals[3] : (int)vals[2];
+    m.ffn = (int)vals[4], m.vocab = (int)vals[5], m.seq = (int)vals[6], m.batch = (int)vals[7];
+    *out = m;
+    return PAR_OK;
+}
+
+static par_status par__au_check_model(const par_model_shape *m) {
+    if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->kv_heads < 1 || m->ffn < 1 || m->vocab < 1 ||
+        m->seq < 1 || m->batch < 1)
+        return par__fail(PAR_EINVAL, "model: layers, hidden, heads, kv_heads, ffn, vocab, seq and batch must be >= 1");
+    if (m->hidden % m->heads || m->heads % m->kv_heads)
+        return par__fail(PAR_EINVAL, "model: hidden (%d) must divide by heads (%d) and heads by kv_heads (%d)",
+                         m->hidden, m->heads, m->kv_heads);
+    if ((int)m->dtype < 0 || m->dtype >= PAR_DTYPE_COUNT) return par__fail(PAR_EINVAL, "model: unknown dtype");
+    return PAR_OK;
+}
+
+/* Pipeline figures per (schedule, stages, micro-batches), from the checker. */
+typedef struct par__au_pp {
+    int kind, p, m, ok;
+    double bubble;
+    int in_flight;
+} par__au_pp;
+
+typedef struct par__au {
+    const par_auto_desc *d;
+    par_model_shape m;
+    par_cluster c;
+    double cap;
+    par__au_pp *pp;
+    int npp, cap_pp;
+    par_auto_plan *out;
+    int capacity, count;
+    par_auto_cuts cuts;
+    double smallest;
+} par__au;
+
+static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, int chunks, int m) {
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_check chk;
+    par__au_pp e;
+    int i;
+    for (i = 0; i < a->npp; i++)
+        if (a->pp[i].kind == (int)kind && a->pp[i].p == p && a->pp[i].m == m) return &a->pp[i];
+    if (a->npp == a->cap_pp) {
+        int n = a->cap_pp ? 2 * a->cap_pp : 64;
+        par__au_pp *q = (par__au_pp *)PARALLEL_REALLOC(a->pp, (size_t)n * sizeof *q);
+        if (!q) return NULL;
+        a->pp = q;
+        a->cap_pp = n;
+    }
+    memset(&e, 0, sizeof e);
+    e.kind = (int)kind, e.p = p, e.m = m;
+    memset(&sd, 0, sizeof sd);
+    sd.stages = p;
+    sd.chunks = chunks;
+    sd.micro_batches = m;
+    sd.kind = kind;
+    if (par_pp_schedule_make(&sd, &s) == PAR_OK && par_pp_schedule_check(s, &chk, NULL, 0) == PAR_OK) {
+        e.ok = 1;
+        e.bubble = chk.bubble;
+        e.in_flight = chk.max_in_flight;
+    }
+    par_pp_schedule_destroy(s);
+    a->pp[a->npp++] = e;
+    return &a->pp[a->npp - 1];
+}
+
+/* Time of one collective step pattern over a group spanning `span` consecutive
+   ranks: within a node when the span fits one. */
+static double par__au_coll(const par__au *a, int span, int steps, double bytes) {
+    const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
+    const int intra = span <= dpn;
+    const double bw = intra || a->c.inter_bandwidth <= 0 ? a->c.intra_bandwidth : a->c.inter_bandwidth;
+    const double lat = intra ? a->c.intra_latency : a->c.inter_latency;
+    return steps * lat + bytes / bw;
+}
+
+/* The built-in prediction (see the section's notes in the README): weights,
+   gradients and AdamW state of the busiest stage; activations a layer saves
+   for its backward times the micro-batches the schedule keeps in flight, plus
+   the logits; compute at the cluster's flop rate; ring collectives. */
+static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
+    const par_model_shape *m = &a->m;
+    const double e = (double)par_dtype_size(m->dtype), h = m->hidden, hd = (double)m->hidden / m->heads;
+    const double q = m->heads * hd, kv = m->kv_heads * hd, f = m->ffn, V = m->vocab, S = m->seq;
+    const int tp = pl->tp, cp = pl->cp, pp = pl->pp, dp = pl->dp;
+    const double layers = (double)m->layers / pp;
+    const double layer_mm = h * q * 2 + h * kv * 2 + 3 * h * f; /* matmul weights of one layer */
+    const double layer_params = layer_mm / tp + 2 * h;
+    const double first = layers * layer_params + V * h / tp + (pp == 1 ? V * h / tp + h : 0);
+    const double last = layers * layer_params + V * h / tp + h;
+    const double params = first > last ? first : last;
+    const double shard = (double)dp * cp; /* ranks holding the same weights: ZeRO's group */
+    const double tokens = (double)m->batch / (dp * pl->micro_batches) * S / cp; /* per micro-batch and rank */
+    const double rep = 4 * h / (pl->sp ? tp : 1), split = (2 * q + 2 * kv + 3 * f + m->heads) / tp;
+    const double act_layer = tokens * (rep + split) * e;
+    const double chunk_layers = layers / (pl->chunks > 0 ? pl->chunks : 1);
+    double per_mb, tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, work;
+    pl->weights_bytes = params * e;
+    pl->grads_bytes = params * e / (pl->zero >= 2 ? shard : 1);
+    pl->optimizer_bytes = params * 8 / (pl->zero >= 1 ? shard : 1);
+    pl->activation_bytes = (pp > 1 ? in_flight * chunk_layers : layers) * act_layer + 2 * tokens * V / tp * e;
+    pl->memory_bytes = pl->weights_bytes + pl->grads_bytes + pl->optimizer_bytes + pl->activation_bytes;
+    /* compute: 6 flops per weight and token (forward + backward), causal attention 6 S d per head and token */
+    per_mb = tokens * (layers * (6 * layer_mm / tp + 6 * S * q / tp) + 6 * V * h / tp) / a->c.flops;
+    pl->compute_time = per_mb * pl->micro_batches;
+    if (tp > 1) /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
+        tp_t = layers * 4 * par__au_coll(a, tp, 2 * (tp - 1), 2.0 * (tp - 1) / tp * tokens * h * e);
+    if (cp > 1 && pl->cp_algo == PAR_CP_RING) /* k, v around the ring forward; k, v, dk, dv backward */
+        cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, (cp - 1) * tokens * 2 * kv / tp * e);
+    else if (cp > 1) /* four all-to-alls forward, four backward */
+        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4 * (cp - 1), (double)(cp - 1) / cp * tokens * (2 * q + 2 * kv) / tp * e);
+    if (pp > 1) pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, tokens * h * e / (pl->sp ? tp : 1));
+    pl->tp_comm_time = tp_t * pl->micro_batches;
+    pl->cp_comm_time = cp_t * pl->micro_batches;
+    pl->pp_comm_time = pp_t * pl->micro_batches * (pl->chunks > 0 ? pl->chunks : 1);
+    if (shard > 1) /* gradients (ZeRO: reduce-scatter, then the weights all-gathered): one all-reduce's volume */
+        dp_t = par__au_coll(a, dp > 1 ? a->c.devices : tp * cp, 2 * ((int)shard - 1), 2.0 * (shard - 1) / shard * params * e);
+    pl->dp_comm_time = dp_t;
+    pl->bubble = bubble;
+    work = pl->compute_time + pl->tp_comm_time + pl->cp_comm_time;
+    pl->step_time = work / (1 - bubble) + pl->pp_comm_time + pl->dp_comm_time;
+}
+
+static void par__au_cut(char *example, int64_t *counter, const par_auto_plan *pl, const char *why) {
+    if (!*counter) {
+        char name[96];
+        size_t n;
+        par_auto_plan_name(pl, name, sizeof name);
+        par__copy_text(example, 160, name);
+        n = strlen(example);
+        if (n + 2 < 160) {
+            example[n] = ':', example[n + 1] = ' ';
+            par__copy_text(example + n + 2, 160 - n - 2, why);
+        }
+    }
+    (*counter)++;
+}
+
+/* Plans kept sorted, fastest first (ties: less memory). */
+static void par__au_keep(par__au *a, const par_auto_plan *pl) {
+    int i;
+    a->count++;
+    if (a->capacity < 1) return;
+    i = a->count - 1 < a->capacity ? a->count - 1 : a->capacity;
+    if (i == a->capacity) {
+        const par_auto_plan *w = &a->out[a->capacity - 1];
+        if (pl->step_time > w->step_time || (pl->step_time == w->step_time && pl->memory_bytes >= w->memory_bytes))
+            return;
+        i = a->capacity - 1;
+    }
+    for (; i > 0; i--) {
+        const par_auto_plan *b = &a->out[i - 1];
+        if (b->step_time < pl->step_time || (b->step_time == pl->step_time && b->memory_bytes <= pl->memory_bytes))
+            break;
+        a->out[i] = *b;
+    }
+    a->out[i] = *pl;
+}
+
+static void par__au_finish(par__au *a, par_auto_plan *pl) {
+    char why[96];
+    const int chunks = pl->chunks > 0 ? pl->chunks : 1;
+    double bubble = 0;
+    int in_flight = 1;
+    a->cuts.considered++;
+    if (pl->pp > 1) {
+        const par__au_pp *r = par__au_pipeline(a, pl->schedule, pl->pp, chunks, pl->micro_batches);
+        if (!r || !r->ok) {
+            par__au_cut(a->cuts.schedule_example, &a->cuts.schedule, pl,
+                        pl->schedule == PAR_PP_INTERLEAVED ? "interleaved needs micro-batches a multiple of the stages"
+                                                           : "the schedule is refused");
+            return;
+        }
+        bubble = r->bubble, in_flight = r->in_flight;
+    }
+    par__au_predict(a, pl, in_flight, bubble);
+    if (a->d->memory) pl->memory_bytes = a->d->memory(a->d->user, pl);
+    if (a->d->step_time) pl->step_time = a->d->step_time(a->d->user, pl);
+    if (a->smallest == 0 || pl->memory_bytes < a->smallest) a->smallest = pl->memory_bytes;
+    if (pl->memory_bytes > a->cap) {
+        snprintf(why, sizeof why, "%.4g MiB per rank is over the cap of %.4g MiB", pl->memory_bytes / 1048576.0,
+                 a->cap / 1048576.0);
+        par__au_cut(a->cuts.over_memory_example, &a->cuts.over_memory, pl, why);
+        return;
+    }
+    par__au_keep(a, pl);
+}
+
+/* The first rule of the model the degrees break, or NULL. */
+static const char *par__au_divides(const par__au *a, const par_auto_plan *pl, char *why, size_t size) {
+    const par_model_shape *m = &a->m;
+    const int chunks = pl->chunks > 0 ? pl->chunks : 1;
+    if (m->heads % pl->tp || m->kv_heads % pl->tp || m->ffn % pl->tp || m->vocab % pl->tp)
+        snprintf(why, size, "tp %d does not divide the heads (%d), kv heads (%d), ffn (%d) and vocab (%d)", pl->tp,
+                 m->heads, m->kv_heads, m->ffn, m->vocab);
+    else if (m->layers % (pl->pp * chunks))
+        snprintf(why, size, "%d layers do not split into %d stages x %d chunks", m->layers, pl->pp, chunks);
+    else if (m->batch % (pl->dp * pl->micro_batches))
+        snprintf(why, size, "batch %d does not split into dp %d x %d micro-batches", m->batch, pl->dp,
+                 pl->micro_batches);
+    else if (pl->cp > 1 && pl->cp_algo == PAR_CP_RING && m->seq % (2 * pl->cp))
+        snprintf(why, size, "seq %d does not split into 2 x cp %d zigzag chunks", m->seq, pl->cp);
+    else if (pl->cp > 1 && pl->cp_algo == PAR_CP_ULYSSES &&
+             (m->seq % pl->cp || m->heads % (pl->tp * pl->cp) || m->kv_heads % pl->tp))
+        snprintf(why, size, "ulysses needs seq (%d) and heads / tp (%d) divisible by cp %d", m->seq,
+                 m->heads / pl->tp, pl->cp);
+    else if (pl->sp && m->seq / pl->cp % pl->tp)
+        snprintf(why, size, "sequence parallel needs the tokens per rank (%d) divisible by tp %d", m->seq / pl->cp,
+                 pl->tp);
+    else
+        return NULL;
+    return why;
+}
+
+/* Every knob beyond the four degrees. */
+static void par__au_knobs(par__au *a, par_auto_plan base) {
+    const uint32_t s = a->d->search ? a->d->search : (uint32_t)PAR_AUTO_ALL;
+    const uint32_t kinds = a->d->schedules ? a->d->schedules : (1u << PAR_PP_GPIPE) | (1u << PAR_PP_1F1B);
+    const uint32_t algos = a->d->cp_algos ? a->d->cp_algos : (1u << PAR_CP_RING) | (1u << PAR_CP_ULYSSES);
+    const int max_m = a->d->max_micro_batches > 0 ? a->d->max_micro_batches : 16;
+    const int max_zero = !(s & PAR_AUTO_ZERO) ? 0 : a->d->max_zero > 0 ? (a->d->max_zero < 2 ? a->d->max_zero : 2) : 2;
+    int sp, algo, kind, mb, zero;
+    char why[160];
+    for (sp = 0; sp <= (base.tp > 1 && (s & PAR_AUTO_SP) ? 1 : 0); sp++)
+        for (algo = 0; algo <= PAR_CP_ULYSSES; algo++) {
+            if (base.cp == 1 ? algo > 0 : !(algos >> algo & 1u)) continue;
+            for (kind = 0; kind < PAR_PP_KIND_COUNT; kind++) {
+                if (base.pp == 1 ? kind != PAR_PP_1F1B : !(kinds >> kind & 1u)) continue;
+                for (mb = 1; mb <= max_m; mb++) {
+                    if (mb > 1 && base.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
+                    if (a->m.batch % mb) continue;
+                    for (zero = 0; zero <= (base.dp * base.cp > 1 ? max_zero : 0); zero++) {
+                        par_auto_plan pl = base;
+                        pl.sp = sp;
+                        pl.cp_algo = (par_cp_algo)algo;
+                        pl.schedule = (par_pp_kind)kind;
+                        pl.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
+                        pl.micro_batches = mb;
+                        pl.zero = zero;
+                        if (par__au_divides(a, &pl, why, sizeof why)) {
+                            a->cuts.considered++;
+                            par__au_cut(a->cuts.not_divisible_example, &a->cuts.not_divisible, &pl, why);
+                            continue;
+                        }
+                        par__au_finish(a, &pl);
+                    }
+                }
+            }
+        }
+}
+
+PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan *plans, int capacity, int *count,
+                                        par_auto_cuts *cuts) {
+    par__au a;
+    const uint32_t s = desc && desc->search ? desc->search : (uint32_t)PAR_AUTO_ALL;
+    int n, tp, cp, pp;
+    if (!desc || !count || capacity < 0 || (capacity > 0 && !plans))
+        return par__fail(PAR_EINVAL, "par_auto_search: NULL argument or negative capacity");
+    PAR__CHECK(par__au_check_model(&desc->model));
+    PAR__CHECK(par_cluster_check(&desc->cluster));
+    if (!(desc->memory_cap >= 0) || !par__au_finite(desc->memory_cap))
+        return par__fail(PAR_EINVAL, "par_auto_desc.memory_cap is %g; it must be finite and >= 0", desc->memory_cap);
+    if (desc->max_zero < 0 || desc->max_zero > 2 || desc->max_micro_batches < 0)
+        return par__fail(PAR_EINVAL, "par_auto_desc: max_zero must be 0 to 2 and max_micro_batches >= 0");
+    memset(&a, 0, sizeof a);
+    a.d = desc;
+    a.m = desc->model;
+    a.c = desc->cluster;
+    a.cap = desc->memory_cap > 0 ? desc->memory_cap : desc->cluster.memory_bytes;
+    a.out = plans;
+    a.capacity = capacity;
+    n = a.c.devices;
+    for (tp = 1; tp <= n; tp++) {
+        if (n % tp || (tp > 1 && !(s & PAR_AUTO_TP))) continue;
+        for (cp = 1; cp <= n / tp; cp++) {
+            if ((n / tp) % cp || (cp > 1 && !(s & PAR_AUTO_CP))) continue;
+            for (pp = 1; pp <= n / tp / cp; pp++) {
+                par_auto_plan base;
+                if ((n / tp / cp) % pp || (pp > 1 && !(s & PAR_AUTO_PP))) continue;
+                memset(&base, 0, sizeof base);
+                base.tp = tp, base.cp = cp, base.pp = pp, base.dp = n / tp / cp / pp;
+                if (base.dp > 1 && !(s & PAR_AUTO_DP)) continue;
+                par__au_knobs(&a, base);
+            }
+        }
+    }
+    PARALLEL_FREE(a.pp);
+    a.cuts.ranked = a.count;
+    a.cuts.smallest_memory = a.smallest;
+    if (cuts) *cuts = a.cuts;
+    *count = a.count;
+    if (a.count == 0) {
+        if (a.smallest > 0)
+            return par__fail(PAR_ECAPACITY,
+                             "no plan fits the memory cap of %.4g MiB per rank: the smallest plan needs %.4g MiB "
+                             "(%lld plans considered)",
+                             a.cap / 1048576.0, a.smallest / 1048576.0, (long long)a.cuts.considered);
+        return par__fail(PAR_EINVAL, "no plan divides the model on %d devices (e.g. %s)", n,
+                         a.cuts.not_divisible_example[0] ? a.cuts.not_divisible_example
+                                                         : a.cuts.schedule_example);
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *p, char *buf, size_t size) {
+    char cpb[32] = "", ppb[48] = "";
+    if (!p) return 0;
+    if (p->cp > 1) snprintf(cpb, sizeof cpb, " cp=%d %s", p->cp, p->cp_algo == PAR_CP_RING ? "ring" : "ulysses");
+    if (p->pp > 1) snprintf(ppb, sizeof ppb, " pp=%d %s", p->pp, par_pp_kind_name(p->schedule));
+    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d", p->dp, p->tp, p->sp ? " sp" : "", cpb, ppb,
+                    p->micro_batches, p->zero);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

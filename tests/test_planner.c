@@ -300,9 +300,154 @@ static void text_form(void) {
     CHECK(g == NULL);
 }
 
+/* ---- whole-plan search ---------------------------------------------------------- */
+
+static const char *tiny_yaml = "model:\n  model_config:\n    vocab_size: 256\n    hidden_size: 64\n    num_layers: 4\n"
+                               "    num_heads: 4\n    n_kv_heads: 2\n    intermediate_size: 172\n    seq_length: 64\n"
+                               "runner_config:\n  batch_size: 8   # global\n";
+static const char *cluster_text = "# 8 threads\ndevices: 8\ndevices_per_node: 4\nintra_node_bandwidth: 10G\n"
+                                  "intra_node_latency: 5e-6\ninter_node_bandwidth: 1.25G\ninter_node_latency: 2e-5\n"
+                                  "memory_per_device: 16Gi\nflops_per_device: 2e10\n";
+
+/* A host model the test can enumerate on its own: the search must rank by it. */
+static double host_step(void *user, const par_auto_plan *p) {
+    (void)user;
+    return 1.0 / p->tp + 0.3 * p->pp + 0.05 * p->micro_batches + 0.2 * p->cp + 0.01 * p->zero + (p->sp ? 0.001 : 0);
+}
+static double host_memory(void *user, const par_auto_plan *p) {
+    (void)user;
+    return 1000.0 / (p->tp * p->pp) + 100.0 / p->micro_batches - 10.0 * p->zero;
+}
+
+static void whole_plan(void) {
+    par_auto_desc d;
+    par_auto_plan plans[400];
+    par_auto_cuts cuts;
+    par_cluster c;
+    int count = 0, i, tp, pp, m, z, sp, best_found = 0;
+    double params, best = 0, smallest;
+    char want[200];
+    memset(&d, 0, sizeof d);
+    CHECK_OK(par_model_shape_parse(tiny_yaml, &d.model));
+    CHECK(d.model.layers == 4 && d.model.kv_heads == 2 && d.model.batch == 8 && d.model.ffn == 172);
+    CHECK_OK(par_cluster_parse(cluster_text, &d.cluster));
+    CHECK(d.cluster.devices == 8 && d.cluster.intra_bandwidth == 1e10 && d.cluster.memory_bytes == 16.0 * (1 << 30));
+
+    /* the built-in memory model counts the Llama's parameters: checked against a
+       count by tensor (embedding, q, k, v, o, gate, up, down, 2 norms, final norm, head) */
+    params = 256.0 * 64 + 4 * (64.0 * 64 + 2 * 64.0 * 32 + 64.0 * 64 + 3 * 64.0 * 172 + 2 * 64) + 64 + 256.0 * 64;
+    d.cluster.devices = 1;
+    d.cluster.devices_per_node = 1;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count >= 1);
+    for (i = 0; i < count && i < 400; i++)
+        if (plans[i].micro_batches == 1) {
+            CHECK_MSG(plans[i].weights_bytes == params * 4, "%g vs %g", plans[i].weights_bytes, params * 4);
+            CHECK(plans[i].optimizer_bytes == params * 8 && plans[i].grads_bytes == params * 4);
+        }
+    /* ZeRO shards the optimizer state over dp (level 2 the gradients too) */
+    d.cluster.devices = 8;
+    d.cluster.devices_per_node = 4;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count > 400); /* more fit than the array holds: it keeps the fastest */
+    for (i = 0; i < 400; i++) {
+        const par_auto_plan *p = &plans[i];
+        CHECK(p->dp * p->tp * p->cp * p->pp == 8);
+        CHECK(i == 0 || plans[i - 1].step_time <= p->step_time);
+        CHECK(p->memory_bytes <= d.cluster.memory_bytes);
+        if (p->zero >= 1) CHECK(p->optimizer_bytes * p->dp * p->cp == p->weights_bytes * 2);
+        if (p->zero == 2) CHECK(p->grads_bytes * p->dp * p->cp == p->weights_bytes);
+        CHECK(p->pp == 1 || p->bubble > 0);
+    }
+    CHECK_INT(cuts.considered, cuts.ranked + cuts.not_divisible + cuts.over_memory + cuts.schedule);
+    CHECK(cuts.not_divisible > 0 && strstr(cuts.not_divisible_example, "does not") != NULL);
+
+    /* with the host's model the best plan is the enumeration's best, found here independently
+       (tp, pp, micro-batches, zero, sp; no cp: the search is told so) */
+    d.search = PAR_AUTO_DP | PAR_AUTO_TP | PAR_AUTO_SP | PAR_AUTO_PP | PAR_AUTO_ZERO | PAR_AUTO_ACCUMULATE;
+    d.schedules = 1u << PAR_PP_1F1B;
+    d.memory = host_memory;
+    d.step_time = host_step;
+    d.memory_cap = 300;
+    for (tp = 1; tp <= 4; tp *= 2)           /* heads 4, kv 2: tp <= 2 divides both */
+        for (pp = 1; pp * tp <= 8; pp *= 2)
+            for (m = 1; m <= 8; m++)
+                for (z = 0; z <= 2; z++)
+                    for (sp = 0; sp <= (tp > 1); sp++) {
+                        par_auto_plan p;
+                        const int dp = 8 / tp / pp;
+                        double mem, t;
+                        memset(&p, 0, sizeof p);
+                        p.dp = dp, p.tp = tp, p.pp = pp, p.cp = 1, p.micro_batches = m, p.zero = z, p.sp = sp;
+                        if (4 % tp || 2 % tp || 172 % tp || 8 % (dp * m) || 4 % pp || (dp == 1 && z > 0)) continue;
+                        if (sp && 64 % tp) continue;
+                        mem = host_memory(NULL, &p);
+                        t = host_step(NULL, &p);
+                        if (mem > 300) continue;
+                        if (!best_found || t < best) best = t;
+                        best_found = 1;
+                    }
+    CHECK(best_found);
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count > 0 && plans[0].step_time == best);
+    CHECK(cuts.over_memory > 0 && strstr(cuts.over_memory_example, "over the cap") != NULL);
+    d.memory = NULL;
+    d.step_time = NULL;
+    d.search = 0;
+    d.schedules = 0;
+
+    /* a cap nothing fits: the message gives the smallest plan's memory, found here among all plans */
+    d.memory_cap = 0;
+    CHECK_OK(par_auto_search(&d, NULL, 0, &count, &cuts));
+    {
+        par_auto_plan *all = (par_auto_plan *)malloc((size_t)count * sizeof *all);
+        CHECK_OK(par_auto_search(&d, all, count, &count, &cuts));
+        smallest = all[0].memory_bytes;
+        for (i = 0; i < count; i++)
+            if (all[i].memory_bytes < smallest) smallest = all[i].memory_bytes;
+        free(all);
+    }
+    d.memory_cap = smallest * 0.99;
+    snprintf(want, sizeof want, "the smallest plan needs %.4g MiB", smallest / 1048576.0);
+    CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_ECAPACITY, want);
+    d.memory_cap = smallest;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+
+    /* impossible clusters, each refused naming the field */
+    c = d.cluster;
+    c.devices_per_node = 3;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "devices_per_node");
+    c = d.cluster;
+    c.intra_bandwidth = -1;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "intra_node_bandwidth");
+    c = d.cluster;
+    c.flops = 0;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "flops_per_device");
+    c = d.cluster;
+    c.memory_bytes = 1.0 / 0.0;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "memory_per_device");
+    c = d.cluster;
+    c.inter_latency = -1e-6;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "latencies");
+    CHECK_ERR(par_cluster_parse("devices: 0\nintra_node_bandwidth: 1G\nmemory_per_device: 1G\nflops_per_device: 1G\n", &c),
+              PAR_EINVAL, "devices is 0");
+    CHECK_ERR(par_cluster_parse("devices: 8\ndevices_per_node: 3\nintra_node_bandwidth: 1G\nmemory_per_device: 1G\n"
+                                "flops_per_device: 1G\ninter_node_bandwidth: 1G\n", &c),
+              PAR_EINVAL, "must divide devices");
+    CHECK_ERR(par_cluster_parse("devices: 8\nintra_node_bandwidth: fast\n", &c), PAR_EPARSE, "line 2");
+    CHECK_ERR(par_cluster_parse("devices: 8\ngpus: 8\n", &c), PAR_EPARSE, "unknown key 'gpus'");
+    CHECK_ERR(par_cluster_parse("devices: 8\nintra_node_bandwidth: 1G\nflops_per_device: 1G\n", &c), PAR_EINVAL,
+              "memory_per_device is missing");
+    CHECK_ERR(par_cluster_parse("devices: 2.5\n", &c), PAR_EINVAL, "whole number");
+    CHECK_ERR(par_model_shape_parse("num_layers: 2\n", &d.model), PAR_EINVAL, "hidden_size is missing");
+    d.model.hidden = 0;
+    CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "model");
+}
+
 int main(void) {
     property_dp_equals_enumeration();
     errors();
     text_form();
+    whole_plan();
     return TEST_END("test_planner");
 }
