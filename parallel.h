@@ -18448,8 +18448,11 @@ static par_status par__gr_parse_line(par_graph *g, char *s, int line) {
         to = par__gr_parse_port(g, tok[3], &in);
         if (from == -2 || to == -2) return par__fail(PAR_EPARSE, "graph line %d: bad port number", line);
         if (from < 0 || to < 0)
-            return par__fail(PAR_EINVAL, "graph line %d: dangling edge %s -> %s: no op '%.31s'", line, tok[1], tok[3],
-                             from < 0 ? tok[1] : tok[3]);
+        {
+            const char *bad = from < 0 ? tok[1] : tok[3], *dot = strchr(bad, '.');
+            return par__fail(PAR_EINVAL, "graph line %d: dangling edge %.40s -> %.40s: no op '%.*s'", line, tok[1],
+                             tok[3], (int)(dot && dot - bad < 32 ? dot - bad : 31), bad);
+        }
         if ((st = par_graph_add_edge(g, from, out, to, in)) != PAR_OK) return par__gr_at_line(st, line);
         return PAR_OK;
     }
