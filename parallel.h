@@ -2389,6 +2389,26 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
    length snprintf would. */
 PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t size);
 
+/* Calibration: measure this machine's constants for a cluster description.
+   Collective over the context's world (call it from every rank): each rank
+   times an n x n x n f32 GEMM through the compute table at the same time (so
+   ranks sharing cores see their share), then an all-reduce of one float
+   (latency: its time over the 2(p-1) ring steps) and one of `bytes` (the
+   bandwidth of the rest) over the world, each the median of `repeats`.
+   Writes devices = devices_per_node = the world size, memory_bytes from the
+   desc. Takes well under a second with the defaults. */
+typedef struct par_calibrate_desc {
+    int gemm_size;        /* default 256 */
+    int64_t bytes;        /* default 4 MiB */
+    int repeats;          /* default 5 */
+    double memory_bytes;  /* per device; default 8 GiB */
+} par_calibrate_desc;
+
+PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *cluster);
+/* The cluster in par_cluster_parse's form (a profile file); returns the
+   length snprintf would. */
+PARALLEL_DEF int par_cluster_format(const par_cluster *cluster, char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif
@@ -18985,6 +19005,127 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *p, char *buf, size_t si
     if (p->pp > 1) snprintf(ppb, sizeof ppb, " pp=%d %s", p->pp, par_pp_kind_name(p->schedule));
     return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d", p->dp, p->tp, p->sp ? " sp" : "", cpb, ppb,
                     p->micro_batches, p->zero);
+}
+
+/* ---- calibration ---------------------------------------------------------------- */
+
+static double par__au_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int par__au_cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median seconds of `repeats` runs of one collective or GEMM (kind 0: GEMM,
+   1: all-reduce of `count` floats), every rank in step. */
+static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, int64_t n, int repeats, float *a,
+                               float *b, float *c, double *median) {
+    const par_compute_table *ct = par_ctx_compute(ctx);
+    const par_comm_table *cm = par_ctx_comm(ctx);
+    double t[16];
+    int i;
+    for (i = 0; i <= repeats; i++) { /* the first run warms up */
+        double t0;
+        PAR__CHECK(par_barrier(ctx, world));
+        t0 = par__au_now();
+        if (kind == 0) {
+            par_gemm_desc g;
+            memset(&g, 0, sizeof g);
+            g.m = g.n = g.k = n;
+            g.alpha = 1.0f;
+            PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+            if (ct->synchronize) PAR__CHECK(ct->synchronize(ct->user));
+        } else {
+            PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
+        }
+        if (i > 0) t[i - 1] = par__au_now() - t0;
+    }
+    qsort(t, (size_t)repeats, sizeof t[0], par__au_cmp);
+    *median = t[repeats / 2];
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *out) {
+    const par_compute_table *ct;
+    par_calibrate_desc d;
+    par_comm_group *world = NULL;
+    par_cluster c;
+    float *a = NULL, *b = NULL, *cc = NULL;
+    double t_gemm = 0, t_small = 0, t_big = 0, gemm_flops;
+    int64_t n, count, elems;
+    int p;
+    uint32_t all;
+    par_status st;
+    if (!ctx || !out) return par__fail(PAR_EINVAL, "par_calibrate: NULL argument");
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (d.gemm_size < 0 || d.gemm_size > 8192 || d.bytes < 0 || d.bytes > ((int64_t)1 << 32) || d.repeats < 0 ||
+        d.repeats > 15 || !(d.memory_bytes >= 0))
+        return par__fail(PAR_EINVAL, "par_calibrate_desc: gemm_size 0..8192, bytes 0..4 GiB, repeats 0..15 and "
+                                     "memory_bytes >= 0 (0 = defaults)");
+    n = d.gemm_size ? d.gemm_size : 256;
+    count = (d.bytes ? d.bytes : 4 << 20) / 4;
+    if (count < 1) count = 1;
+    if (!d.repeats) d.repeats = 5;
+    ct = par_ctx_compute(ctx);
+    if (!ct->gemm || !ct->alloc || !ct->memset)
+        return par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
+    p = par_ctx_size(ctx);
+    all = (1u << par_ctx_mesh(ctx)->ndim) - 1;
+    if ((st = par_ctx_group(ctx, all, &world, NULL, NULL)) != PAR_OK) return st;
+    elems = n * n > count ? n * n : count;
+    st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&a);
+    if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&b);
+    if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&cc);
+    if (st == PAR_OK) st = ct->memset(ct->user, a, 0, (size_t)elems * sizeof(float));
+    if (st == PAR_OK) st = ct->memset(ct->user, b, 0, (size_t)elems * sizeof(float));
+    if (st == PAR_OK) st = par__au_time(ctx, world, 0, n, d.repeats, a, b, cc, &t_gemm);
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, d.repeats, a, b, cc, &t_small);
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, count, d.repeats, a, b, cc, &t_big);
+    if (cc) ct->free(ct->user, cc);
+    if (b) ct->free(ct->user, b);
+    if (a) ct->free(ct->user, a);
+    if (st != PAR_OK) return st;
+    memset(&c, 0, sizeof c);
+    c.devices = c.devices_per_node = p;
+    gemm_flops = 2.0 * (double)n * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
+    c.flops = gemm_flops;
+    if (p > 1) {
+        const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
+        c.intra_latency = t_small / steps;
+        c.intra_bandwidth = bytes / (t_big - t_small > 1e-9 ? t_big - t_small : 1e-9);
+    } else {
+        c.intra_bandwidth = 1e12; /* one device: nothing to move; any bandwidth predicts the same */
+    }
+    c.memory_bytes = d.memory_bytes > 0 ? d.memory_bytes : 8.0 * (1u << 30);
+    /* every rank reports rank 0's figures, so that all of them plan alike */
+    {
+        const par_comm_table *cm = par_ctx_comm(ctx);
+        double v[4];
+        v[0] = par_ctx_rank(ctx) == 0 ? c.flops : 0, v[1] = par_ctx_rank(ctx) == 0 ? c.intra_latency : 0;
+        v[2] = par_ctx_rank(ctx) == 0 ? c.intra_bandwidth : 0, v[3] = 0;
+        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 4, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
+            return st;
+        c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2];
+    }
+    PAR__CHECK(par_cluster_check(&c));
+    *out = c;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size) {
+    if (!c) return 0;
+    return snprintf(buf, size,
+                    "devices: %d\ndevices_per_node: %d\nintra_node_bandwidth: %.6g\nintra_node_latency: %.6g\n"
+                    "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
+                    "flops_per_device: %.6g\n",
+                    c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
+                    c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
+                    c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

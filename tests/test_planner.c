@@ -444,10 +444,51 @@ static void whole_plan(void) {
     CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "model");
 }
 
+/* ---- calibration ---------------------------------------------------------------- */
+
+typedef struct calib_arg {
+    par_cluster c[2];
+    par_status st[2];
+} calib_arg;
+
+static par_status calib_rank(par_ctx *ctx, void *p) {
+    calib_arg *a = (calib_arg *)p;
+    par_calibrate_desc d;
+    const int r = par_ctx_rank(ctx);
+    memset(&d, 0, sizeof d);
+    d.gemm_size = 64;
+    d.bytes = 1 << 18;
+    d.repeats = 3;
+    d.memory_bytes = 1 << 30;
+    a->st[r] = par_calibrate(ctx, &d, &a->c[r]);
+    return a->st[r];
+}
+
+static void calibration(void) {
+    calib_arg a;
+    par_cluster back;
+    char text[512];
+    memset(&a, 0, sizeof a);
+    CHECK_OK(par_run_threads(2, calib_rank, &a));
+    CHECK(a.st[0] == PAR_OK && a.st[1] == PAR_OK);
+    CHECK(a.c[0].devices == 2 && a.c[0].devices_per_node == 2 && a.c[0].memory_bytes == (double)(1 << 30));
+    /* 2 * 64^3 flops take more than a nanosecond and less than a second here */
+    CHECK(a.c[0].flops > 2.0 * 64 * 64 * 64 && a.c[0].flops < 2.0 * 64 * 64 * 64 * 1e9);
+    CHECK(a.c[0].intra_bandwidth > 0 && a.c[0].intra_latency >= 0);
+    /* every rank reports the same figures (they plan alike) */
+    CHECK(a.c[0].flops == a.c[1].flops && a.c[0].intra_bandwidth == a.c[1].intra_bandwidth);
+    /* the profile file reads back */
+    CHECK(par_cluster_format(&a.c[0], text, sizeof text) > 0);
+    CHECK_OK(par_cluster_parse(text, &back));
+    CHECK(back.devices == 2 && fabs(back.flops / a.c[0].flops - 1) < 1e-5 &&
+          fabs(back.intra_bandwidth / a.c[0].intra_bandwidth - 1) < 1e-5);
+}
+
 int main(void) {
     property_dp_equals_enumeration();
     errors();
     text_form();
     whole_plan();
+    calibration();
     return TEST_END("test_planner");
 }
