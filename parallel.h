@@ -2360,6 +2360,18 @@ typedef struct par_auto_desc {
     uint32_t cp_algos;        /* bit per par_cp_algo (ring, ulysses); 0 = both */
     int max_micro_batches;    /* default 16 */
     int max_zero;             /* highest ZeRO level searched (0..2); default 2 */
+    /* How the degrees (dp, tp, cp, pp) are searched; the other knobs are
+       always enumerated for each degree tuple visited:
+         dynamic_programming    every tuple (exact under the model)
+         sharding_propagation   every tuple that keeps the degrees `fixed`
+                                gives (> 0), the host's semi-auto choices
+         recursive_programming  from pure dp, move one prime factor of dp
+                                at a time to tp, cp or pp while the best
+                                predicted step time falls (first toward
+                                less memory while nothing fits): a few
+                                tuples instead of all */
+    par_search_mode mode;
+    par_auto_plan fixed;      /* dp, tp, cp, pp > 0: kept (sharding_propagation; 0 = searched) */
     /* Optional: the host's own predictions (e.g. a trainer's memory plan) in
        place of the built-in model; called with the plan's fields set and
        the built-in predictions filled in. */
@@ -18726,6 +18738,9 @@ typedef struct par__au {
     int capacity, count;
     par_auto_cuts cuts;
     double smallest;
+    int base_found;            /* the degree tuple being enumerated: its fastest plan that fits */
+    par_auto_plan base_best;
+    double base_min_mem;       /* and its smallest memory */
 } par__au;
 
 static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, int chunks, int m) {
@@ -18873,12 +18888,14 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
     if (a->d->memory) pl->memory_bytes = a->d->memory(a->d->user, pl);
     if (a->d->step_time) pl->step_time = a->d->step_time(a->d->user, pl);
     if (a->smallest == 0 || pl->memory_bytes < a->smallest) a->smallest = pl->memory_bytes;
+    if (a->base_min_mem == 0 || pl->memory_bytes < a->base_min_mem) a->base_min_mem = pl->memory_bytes;
     if (pl->memory_bytes > a->cap) {
         snprintf(why, sizeof why, "%.4g MiB per rank is over the cap of %.4g MiB", pl->memory_bytes / 1048576.0,
                  a->cap / 1048576.0);
         par__au_cut(a->cuts.over_memory_example, &a->cuts.over_memory, pl, why);
         return;
     }
+    if (!a->base_found || pl->step_time < a->base_best.step_time) a->base_best = *pl, a->base_found = 1;
     par__au_keep(a, pl);
 }
 
@@ -18945,6 +18962,70 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
         }
 }
 
+/* One degree tuple: its knobs, unless a degree the host fixed differs
+   (sharding_propagation) or the mode it needs is off. 1 if visited. */
+static int par__au_base(par__au *a, uint32_t s, int dp, int tp, int cp, int pp) {
+    const par_auto_plan *f = &a->d->fixed;
+    par_auto_plan base;
+    if (a->d->mode == PAR_SEARCH_SHARDING_PROPAGATION &&
+        ((f->dp > 0 && f->dp != dp) || (f->tp > 0 && f->tp != tp) || (f->cp > 0 && f->cp != cp) ||
+         (f->pp > 0 && f->pp != pp)))
+        return 0;
+    if ((dp > 1 && !(s & PAR_AUTO_DP)) || (tp > 1 && !(s & PAR_AUTO_TP)) || (cp > 1 && !(s & PAR_AUTO_CP)) ||
+        (pp > 1 && !(s & PAR_AUTO_PP)))
+        return 0;
+    memset(&base, 0, sizeof base);
+    base.dp = dp, base.tp = tp, base.cp = cp, base.pp = pp;
+    a->base_found = 0;
+    a->base_min_mem = 0;
+    par__au_knobs(a, base);
+    return 1;
+}
+
+/* recursive_programming: see par_auto_desc.mode. */
+static void par__au_recursive(par__au *a, uint32_t s) {
+    int cur[4], steps;
+    par_auto_plan best;
+    int have;
+    cur[0] = a->c.devices, cur[1] = cur[2] = cur[3] = 1; /* dp, tp, cp, pp */
+    par__au_base(a, s, cur[0], cur[1], cur[2], cur[3]);
+    have = a->base_found;
+    best = a->base_best;
+    for (steps = 0; steps < 64; steps++) {
+        int nb[4], fast[4] = {0, 0, 0, 0}, small[4] = {0, 0, 0, 0}, q, t, got_fast = 0, got_small = 0;
+        double small_mem = 0;
+        par_auto_plan fast_plan;
+        memset(&fast_plan, 0, sizeof fast_plan);
+        for (q = 2; q <= cur[0] && cur[0] % q; q++) {
+        }
+        if (q > cur[0]) return; /* dp is 1: nothing left to move */
+        for (t = 1; t < 4; t++) { /* the smallest prime factor of dp moves to tp, cp or pp */
+            memcpy(nb, cur, sizeof nb);
+            nb[0] /= q, nb[t] *= q;
+            if (!par__au_base(a, s, nb[0], nb[1], nb[2], nb[3])) continue;
+            if (a->base_found && (!got_fast || a->base_best.step_time < fast_plan.step_time)) {
+                memcpy(fast, nb, sizeof fast);
+                fast_plan = a->base_best;
+                got_fast = 1;
+            }
+            if (a->base_min_mem > 0 && (!got_small || a->base_min_mem < small_mem)) {
+                memcpy(small, nb, sizeof small);
+                small_mem = a->base_min_mem;
+                got_small = 1;
+            }
+        }
+        if (got_fast && (!have || fast_plan.step_time < best.step_time)) {
+            memcpy(cur, fast, sizeof cur);
+            best = fast_plan;
+            have = 1;
+        } else if (!have && got_small) {
+            memcpy(cur, small, sizeof cur); /* nothing fits yet: toward less memory */
+        } else {
+            return;
+        }
+    }
+}
+
 PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan *plans, int capacity, int *count,
                                         par_auto_cuts *cuts) {
     par__au a;
@@ -18958,6 +19039,12 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
         return par__fail(PAR_EINVAL, "par_auto_desc.memory_cap is %g; it must be finite and >= 0", desc->memory_cap);
     if (desc->max_zero < 0 || desc->max_zero > 2 || desc->max_micro_batches < 0)
         return par__fail(PAR_EINVAL, "par_auto_desc: max_zero must be 0 to 2 and max_micro_batches >= 0");
+    if ((int)desc->mode < 0 || desc->mode >= PAR_SEARCH_MODE_COUNT)
+        return par__fail(PAR_EINVAL, "par_auto_desc: unknown search_mode %d (expected dynamic_programming, "
+                                     "sharding_propagation or recursive_programming)",
+                         (int)desc->mode);
+    if (desc->fixed.dp < 0 || desc->fixed.tp < 0 || desc->fixed.cp < 0 || desc->fixed.pp < 0)
+        return par__fail(PAR_EINVAL, "par_auto_desc.fixed: degrees must be >= 0 (0 = searched)");
     memset(&a, 0, sizeof a);
     a.d = desc;
     a.m = desc->model;
@@ -18966,17 +19053,17 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
     a.out = plans;
     a.capacity = capacity;
     n = a.c.devices;
-    for (tp = 1; tp <= n; tp++) {
-        if (n % tp || (tp > 1 && !(s & PAR_AUTO_TP))) continue;
-        for (cp = 1; cp <= n / tp; cp++) {
-            if ((n / tp) % cp || (cp > 1 && !(s & PAR_AUTO_CP))) continue;
-            for (pp = 1; pp <= n / tp / cp; pp++) {
-                par_auto_plan base;
-                if ((n / tp / cp) % pp || (pp > 1 && !(s & PAR_AUTO_PP))) continue;
-                memset(&base, 0, sizeof base);
-                base.tp = tp, base.cp = cp, base.pp = pp, base.dp = n / tp / cp / pp;
-                if (base.dp > 1 && !(s & PAR_AUTO_DP)) continue;
-                par__au_knobs(&a, base);
+    if (desc->mode == PAR_SEARCH_RECURSIVE_PROGRAMMING) {
+        par__au_recursive(&a, s);
+    } else {
+        for (tp = 1; tp <= n; tp++) {
+            if (n % tp || (tp > 1 && !(s & PAR_AUTO_TP))) continue;
+            for (cp = 1; cp <= n / tp; cp++) {
+                if ((n / tp) % cp || (cp > 1 && !(s & PAR_AUTO_CP))) continue;
+                for (pp = 1; pp <= n / tp / cp; pp++) {
+                    if ((n / tp / cp) % pp || (pp > 1 && !(s & PAR_AUTO_PP))) continue;
+                    par__au_base(&a, s, n / tp / cp / pp, tp, cp, pp);
+                }
             }
         }
     }

@@ -413,6 +413,31 @@ static void whole_plan(void) {
     d.memory_cap = smallest;
     CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
 
+    /* the search modes: dynamic_programming visits every degree tuple, so nothing the
+       others find is faster; sharding_propagation keeps the fixed degrees;
+       recursive_programming visits fewer plans */
+    {
+        par_auto_plan dp_best, one[1];
+        par_auto_cuts dp_cuts;
+        int n2 = 0;
+        d.memory_cap = 0;
+        CHECK_OK(par_auto_search(&d, one, 1, &n2, &dp_cuts));
+        dp_best = one[0];
+        d.mode = PAR_SEARCH_SHARDING_PROPAGATION;
+        d.fixed.tp = 2;
+        CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+        for (i = 0; i < count && i < 400; i++) CHECK(plans[i].tp == 2);
+        CHECK(plans[0].step_time >= dp_best.step_time && cuts.considered < dp_cuts.considered);
+        d.mode = PAR_SEARCH_RECURSIVE_PROGRAMMING;
+        d.fixed.tp = 0;
+        CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+        CHECK(count > 0 && plans[0].step_time >= dp_best.step_time && cuts.considered < dp_cuts.considered);
+        d.mode = (par_search_mode)9;
+        CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "unknown search_mode");
+        d.mode = PAR_SEARCH_DYNAMIC_PROGRAMMING;
+        d.memory_cap = smallest;
+    }
+
     /* impossible clusters, each refused naming the field */
     c = d.cluster;
     c.devices_per_node = 3;
