@@ -128,7 +128,7 @@ TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
 # The second example (examples/mlp/mlp.c): dp x tp x ZeRO in one file; with mpicc it
 # also runs one rank per process under mpirun (par_launch). tests/test_mlp_example.c runs it.
 MLP        := $(B)/mlp
-TRAIN_TEST_ALL := $(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp
+TRAIN_TEST_ALL := $(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp $(B)/llama_test_auto
 TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(TRAIN_TEST_ALL))
 # The CUDA trainer (--backend nccl: CUDA compute table + NCCL, launched by mpirun):
 # linked in CI like the CUDA tests, run by `make test-cuda`.

@@ -2397,6 +2397,11 @@ typedef struct par_auto_cuts {
    plan's memory). `cuts` may be NULL. */
 PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan *plans, int capacity, int *count,
                                         par_auto_cuts *cuts);
+/* The predictions for one plan whose knobs are set (dp x tp x cp x pp =
+   cluster.devices, sp, cp_algo, schedule, chunks, micro_batches, zero), as
+   the search makes them (host callbacks included). PAR_EINVAL naming the
+   rule when the degrees do not divide the model or the schedule is refused. */
+PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_plan *plan);
 /* "dp=2 tp=4 sp cp=1 pp=2 1f1b m=4 zero=1" (the plan's knobs); returns the
    length snprintf would. */
 PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t size);
@@ -19082,6 +19087,29 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
                          a.cuts.not_divisible_example[0] ? a.cuts.not_divisible_example
                                                          : a.cuts.schedule_example);
     }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_plan *plan) {
+    par__au a;
+    char why[160];
+    if (!desc || !plan) return par__fail(PAR_EINVAL, "par_auto_predict: NULL argument");
+    PAR__CHECK(par__au_check_model(&desc->model));
+    PAR__CHECK(par_cluster_check(&desc->cluster));
+    if (plan->dp < 1 || plan->tp < 1 || plan->cp < 1 || plan->pp < 1 || plan->micro_batches < 1 || plan->zero < 0 ||
+        plan->zero > 2 || (long long)plan->dp * plan->tp * plan->cp * plan->pp != desc->cluster.devices)
+        return par__fail(PAR_EINVAL, "par_auto_predict: dp x tp x cp x pp must be the cluster's %d devices, "
+                                     "micro_batches >= 1 and zero 0 to 2",
+                         desc->cluster.devices);
+    memset(&a, 0, sizeof a);
+    a.d = desc;
+    a.m = desc->model;
+    a.c = desc->cluster;
+    a.cap = 1e300; /* predict, do not cut */
+    if (par__au_divides(&a, plan, why, sizeof why)) return par__fail(PAR_EINVAL, "par_auto_predict: %s", why);
+    par__au_finish(&a, plan);
+    PARALLEL_FREE(a.pp);
+    if (a.cuts.schedule) return par__fail(PAR_EINVAL, "par_auto_predict: %s", a.cuts.schedule_example);
     return PAR_OK;
 }
 
