@@ -2302,6 +2302,7 @@ typedef struct par_cluster {
     double inter_bandwidth, inter_latency; /* 0 = the intra values (one node) */
     double memory_bytes;
     double flops;
+    double memory_bandwidth; /* bytes/s a device streams through its memory; 0 = not counted */
 } par_cluster;
 
 /* PAR_EINVAL naming the field and the rule: devices 1 to 2^24,
@@ -2310,7 +2311,8 @@ typedef struct par_cluster {
 PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
 /* "key: value" lines ('#' comments): devices, devices_per_node,
    intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
-   inter_node_latency, memory_per_device, flops_per_device. Numbers may end in
+   inter_node_latency, memory_per_device, flops_per_device and (optional)
+   memory_bandwidth. Numbers may end in
    K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
    numbers are PAR_EPARSE naming the line; then par_cluster_check. */
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
@@ -2375,6 +2377,8 @@ typedef struct par_auto_desc {
     /* Optional: the host's own predictions (e.g. a trainer's memory plan) in
        place of the built-in model; called with the plan's fields set and
        the built-in predictions filled in. */
+    const par_compute_table *compute; /* optional: the ranks' compute table; its scratch_bound sizes the
+                                         kernels' own scratch in the memory prediction */
     void *user;
     double (*memory)(void *user, const par_auto_plan *plan);
     double (*step_time)(void *user, const par_auto_plan *plan);
@@ -2408,8 +2412,9 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t
 
 /* Calibration: measure this machine's constants for a cluster description.
    Collective over the context's world (call it from every rank): each rank
-   times an n x n x n f32 GEMM through the compute table at the same time (so
-   ranks sharing cores see their share), then an all-reduce of one float
+   times n x n x n f32 GEMMs and copies of `bytes` through the compute table
+   at the same time (so ranks sharing cores see their share: the GEMM rate
+   and the memory bandwidth), then an all-reduce of one float
    (latency: its time over the 2(p-1) ring steps) and one of `bytes` (the
    bandwidth of the rest) over the world, each the median of `repeats`.
    Writes devices = devices_per_node = the world size, memory_bytes from the
@@ -18580,6 +18585,9 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
                          c->memory_bytes);
     if (!par__au_finite(c->flops) || c->flops <= 0)
         return par__fail(PAR_EINVAL, "cluster: flops_per_device is %g; it must be a finite flop/s > 0", c->flops);
+    if (!par__au_finite(c->memory_bandwidth) || c->memory_bandwidth < 0)
+        return par__fail(PAR_EINVAL, "cluster: memory_bandwidth is %g; it must be a finite number of bytes/s >= 0",
+                         c->memory_bandwidth);
     if (c->devices_per_node > 0 && c->devices_per_node < c->devices && c->inter_bandwidth == 0)
         return par__fail(PAR_EINVAL, "cluster: %d nodes need inter_node_bandwidth", c->devices / c->devices_per_node);
     return PAR_OK;
@@ -18624,7 +18632,7 @@ static int par__au_key_value(char *line, char **key, char **value) {
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
     static const char *const keys[] = {"devices",            "devices_per_node",   "intra_node_bandwidth",
                                        "intra_node_latency", "inter_node_bandwidth", "inter_node_latency",
-                                       "memory_per_device",  "flops_per_device"};
+                                       "memory_per_device",  "flops_per_device",     "memory_bandwidth"};
     par_cluster c;
     const char *p;
     int line = 0, seen = 0, i;
@@ -18645,13 +18653,13 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
             if (buf[i]) return par__fail(PAR_EPARSE, "cluster line %d: want 'key: value'", line + 1);
             continue;
         }
-        for (i = 0; i < 8 && strcmp(key, keys[i]); i++) {
+        for (i = 0; i < 9 && strcmp(key, keys[i]); i++) {
         }
-        if (i == 8)
+        if (i == 9)
             return par__fail(PAR_EPARSE,
                              "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
                              "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
-                             "flops_per_device)",
+                             "flops_per_device, memory_bandwidth)",
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
@@ -18666,7 +18674,8 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
         case 4: c.inter_bandwidth = v; break;
         case 5: c.inter_latency = v; break;
         case 6: c.memory_bytes = v; break;
-        default: c.flops = v; break;
+        case 7: c.flops = v; break;
+        default: c.memory_bandwidth = v; break;
         }
     }
     for (i = 0; i < 8; i++)
@@ -18790,15 +18799,38 @@ static double par__au_coll(const par__au *a, int span, int steps, double bytes) 
     return steps * lat + bytes / bw;
 }
 
-/* The built-in prediction (see the section's notes in the README): weights,
-   gradients and AdamW state of the busiest stage; activations a layer saves
-   for its backward times the micro-batches the schedule keeps in flight, plus
-   the logits; compute at the cluster's flop rate; ring collectives. */
+/* Kernel scratch the host's compute table keeps for GEMMs up to these sizes. */
+static double par__au_table_scratch(const par__au *a, double rows, double feat, double attn_rows) {
+    const par_compute_table *ct = a->d->compute;
+    par_scratch_query q;
+    size_t b = 0;
+    if (!ct || !ct->scratch_bound) return 0;
+    q.gemm_m = q.gemm_k = (int64_t)(rows > feat ? rows : feat);
+    q.gemm_n = (int64_t)feat;
+    q.attn_rows = (int64_t)attn_rows;
+    return ct->scratch_bound(ct->user, &q, &b) == PAR_OK ? (double)b : 0;
+}
+
+/* The built-in prediction: how parallel.h's blocks hold a Llama (the example
+   trainer's layout, examples/llama/model.h), per rank of the busiest stage.
+   Memory: weights, gradients (ZeRO-2: this rank's shard plus two bucket
+   buffers of the largest bucket, a layer; every bucket under a pipeline) and
+   AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
+   in flight (the schedule's peak, from the >>pipeline checker) the saved
+   activations of each layer and the final norm and logits; the backward
+   scratch of one layer; the tensor-parallel executor's 4 buffers of the
+   residual stream; the pipeline's boundary buffers; context parallel's ring
+   or all-to-all buffers; the compute table's own scratch (desc.compute).
+   Time: the flops at the cluster's GEMM rate, the bytes the step moves
+   through memory (activations written and read back, weights read three
+   times) at its memory bandwidth, ring collectives (alpha-beta), the bubble
+   stretching the busiest stage. */
 static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
     const par_model_shape *m = &a->m;
     const double e = (double)par_dtype_size(m->dtype), h = m->hidden, hd = (double)m->hidden / m->heads;
     const double q = m->heads * hd, kv = m->kv_heads * hd, f = m->ffn, V = m->vocab, S = m->seq;
-    const int tp = pl->tp, cp = pl->cp, pp = pl->pp, dp = pl->dp;
+    const int tp = pl->tp, cp = pl->cp, pp = pl->pp, dp = pl->dp, chunks = pl->chunks > 0 ? pl->chunks : 1;
+    const double ql = q / tp, kvl = kv / tp, fl = f / tp, Vl = V / tp, hl = (double)m->heads / tp;
     const double layers = (double)m->layers / pp;
     const double layer_mm = h * q * 2 + h * kv * 2 + 3 * h * f; /* matmul weights of one layer */
     const double layer_params = layer_mm / tp + 2 * h;
@@ -18806,29 +18838,58 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     const double last = layers * layer_params + V * h / tp + h;
     const double params = first > last ? first : last;
     const double shard = (double)dp * cp; /* ranks holding the same weights: ZeRO's group */
-    const double tokens = (double)m->batch / (dp * pl->micro_batches) * S / cp; /* per micro-batch and rank */
-    const double rep = 4 * h / (pl->sp ? tp : 1), split = (2 * q + 2 * kv + 3 * f + m->heads) / tp;
-    const double act_layer = tokens * (rep + split) * e;
-    const double chunk_layers = layers / (pl->chunks > 0 ? pl->chunks : 1);
-    double per_mb, tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, work;
+    const double bmb = (double)m->batch / (dp * pl->micro_batches); /* samples per micro-batch and rank */
+    const double n = bmb * S / cp, rows = pl->sp ? n / tp : n;      /* its tokens; the residual stream's rows */
+    double bucket = layer_params > V * h / tp ? layer_params : V * h / tp;
+    double per_layer, slot, scratch, comm = 0, cpf = 0, feat, per_mb, traffic;
+    double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, work;
+    /* weights, gradients, optimizer */
     pl->weights_bytes = params * e;
-    pl->grads_bytes = params * e / (pl->zero >= 2 ? shard : 1);
+    if (pl->zero >= 2)
+        pl->grads_bytes = params * e / shard + (pp > 1 ? params : (2 * bucket < params ? 2 * bucket : params)) * e;
+    else
+        pl->grads_bytes = params * e;
     pl->optimizer_bytes = params * 8 / (pl->zero >= 1 ? shard : 1);
-    pl->activation_bytes = (pp > 1 ? in_flight * chunk_layers : layers) * act_layer + 2 * tokens * V / tp * e;
-    pl->memory_bytes = pl->weights_bytes + pl->grads_bytes + pl->optimizer_bytes + pl->activation_bytes;
+    /* activations of one micro-batch: per layer the norms' inputs and outputs (rows), q, k, v, the
+       attention output, its log-sum-exp (and Ulysses' saved blocks), the MLP's gate, up and product */
+    per_layer = rows * (4 * h + 2) + n * (2 * ql + 2 * kvl) + bmb * hl * S / cp + 3 * n * fl;
+    if (cp > 1 && pl->cp_algo == PAR_CP_ULYSSES)
+        per_layer += bmb * S * 2 * (hl / cp + (kvl / hd >= cp ? kvl / hd / cp : 1)) * hd;
+    slot = layers * per_layer + rows * (2 * h + 1) + n * Vl + n;
+    pl->activation_bytes = (pp > 1 ? in_flight : 1) * (slot * e + n * 16); /* + token ids, targets, positions */
+    /* one layer's backward scratch (+ the tp gather and sequence-parallel rows) */
+    scratch = n * (2 * h + 2 * ql + 2 * kvl + 3 * fl) + (tp > 1 ? n * h : 0) + (pl->sp ? n * h : 0);
+    if (tp > 1) comm += 4 * n * h * 4;
+    if (pp > 1) comm += pl->micro_batches * chunks * 4 * rows * h * 4;
+    if (cp > 1 && pl->cp_algo == PAR_CP_RING) {
+        const double kvn = bmb * S / cp * kvl, qn = bmb * S / cp * ql;
+        cpf = 12 * kvn + qn + bmb * hl * S / cp;
+    } else if (cp > 1) {
+        const double hqh = hl / cp, hkvh = kvl / hd >= cp ? kvl / hd / cp : 1;
+        const double blk = bmb * S / cp * (hqh + 2 * hkvh) * hd;
+        cpf = 2 * cp * blk + 2 * bmb * S * hqh * hd + 2 * bmb * S * hkvh * hd;
+    }
+    feat = h;
+    if (ql > feat) feat = ql;
+    if (fl > feat) feat = fl;
+    if (Vl > feat) feat = Vl;
+    pl->memory_bytes = pl->weights_bytes + pl->grads_bytes + pl->optimizer_bytes + pl->activation_bytes +
+                       scratch * e + comm + cpf * 4 + (cp > 1 ? S * 8 : 0) +
+                       par__au_table_scratch(a, n, feat, bmb * hl * S / cp);
     /* compute: 6 flops per weight and token (forward + backward), causal attention 6 S d per head and token */
-    per_mb = tokens * (layers * (6 * layer_mm / tp + 6 * S * q / tp) + 6 * V * h / tp) / a->c.flops;
-    pl->compute_time = per_mb * pl->micro_batches;
+    per_mb = n * (layers * (6 * layer_mm / tp + 6 * S / cp * q / tp) + 6 * V * h / tp) / a->c.flops;
+    traffic = a->c.memory_bandwidth > 0 ? (3 * slot * e + 3 * params * e) / a->c.memory_bandwidth : 0;
+    pl->compute_time = (per_mb + traffic) * pl->micro_batches;
     if (tp > 1) /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
-        tp_t = layers * 4 * par__au_coll(a, tp, 2 * (tp - 1), 2.0 * (tp - 1) / tp * tokens * h * e);
+        tp_t = layers * 4 * par__au_coll(a, tp, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
     if (cp > 1 && pl->cp_algo == PAR_CP_RING) /* k, v around the ring forward; k, v, dk, dv backward */
-        cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, (cp - 1) * tokens * 2 * kv / tp * e);
+        cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, (cp - 1) * n * 2 * kvl * e);
     else if (cp > 1) /* four all-to-alls forward, four backward */
-        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4 * (cp - 1), (double)(cp - 1) / cp * tokens * (2 * q + 2 * kv) / tp * e);
-    if (pp > 1) pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, tokens * h * e / (pl->sp ? tp : 1));
+        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4 * (cp - 1), (double)(cp - 1) / cp * n * (2 * ql + 2 * kvl) * e);
+    if (pp > 1) pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, rows * h * e);
     pl->tp_comm_time = tp_t * pl->micro_batches;
     pl->cp_comm_time = cp_t * pl->micro_batches;
-    pl->pp_comm_time = pp_t * pl->micro_batches * (pl->chunks > 0 ? pl->chunks : 1);
+    pl->pp_comm_time = pp_t * pl->micro_batches * chunks;
     if (shard > 1) /* gradients (ZeRO: reduce-scatter, then the weights all-gathered): one all-reduce's volume */
         dp_t = par__au_coll(a, dp > 1 ? a->c.devices : tp * cp, 2 * ((int)shard - 1), 2.0 * (shard - 1) / shard * params * e);
     pl->dp_comm_time = dp_t;
@@ -19135,28 +19196,34 @@ static int par__au_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Median seconds of `repeats` runs of one collective or GEMM (kind 0: GEMM,
-   1: all-reduce of `count` floats), every rank in step. */
-static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, int64_t n, int repeats, float *a,
-                               float *b, float *c, double *median) {
+/* Median seconds of `repeats` runs (every rank in step) of `inner` GEMMs
+   n x n x n (kind 0), one all-reduce of n floats (kind 1) or `inner` copies
+   of n floats (kind 2). */
+static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, int64_t n, int inner, int repeats,
+                               float *a, float *b, float *c, double *median) {
     const par_compute_table *ct = par_ctx_compute(ctx);
     const par_comm_table *cm = par_ctx_comm(ctx);
     double t[16];
-    int i;
+    int i, k;
     for (i = 0; i <= repeats; i++) { /* the first run warms up */
         double t0;
         PAR__CHECK(par_barrier(ctx, world));
         t0 = par__au_now();
-        if (kind == 0) {
-            par_gemm_desc g;
-            memset(&g, 0, sizeof g);
-            g.m = g.n = g.k = n;
-            g.alpha = 1.0f;
-            PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
-            if (ct->synchronize) PAR__CHECK(ct->synchronize(ct->user));
-        } else {
-            PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
+        for (k = 0; k < inner; k++) {
+            if (kind == 0) {
+                par_gemm_desc g;
+                memset(&g, 0, sizeof g);
+                g.m = g.n = g.k = n;
+                g.alpha = 1.0f;
+                PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+            } else if (kind == 1) {
+                PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
+            } else {
+                PAR__CHECK(ct->memcpy(ct->user, c, k & 1 ? b : a, (size_t)n * sizeof(float),
+                                      ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST));
+            }
         }
+        if (ct->synchronize) PAR__CHECK(ct->synchronize(ct->user));
         if (i > 0) t[i - 1] = par__au_now() - t0;
     }
     qsort(t, (size_t)repeats, sizeof t[0], par__au_cmp);
@@ -19170,8 +19237,9 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     par_comm_group *world = NULL;
     par_cluster c;
     float *a = NULL, *b = NULL, *cc = NULL;
-    double t_gemm = 0, t_small = 0, t_big = 0, gemm_flops;
+    double t_gemm = 0, t_small = 0, t_big = 0, t_copy = 0, gemm_flops;
     int64_t n, count, elems;
+    int inner_gemm, inner_copy;
     int p;
     uint32_t all;
     par_status st;
@@ -19186,6 +19254,9 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     count = (d.bytes ? d.bytes : 4 << 20) / 4;
     if (count < 1) count = 1;
     if (!d.repeats) d.repeats = 5;
+    /* enough work per timing (~0.2 Gflop, ~0.2 GB) that ranks sharing cores overlap */
+    inner_gemm = (int)(2e8 / (2.0 * (double)n * (double)n * (double)n)) + 1;
+    inner_copy = (int)(2e8 / (8.0 * (double)count)) + 1;
     ct = par_ctx_compute(ctx);
     if (!ct->gemm || !ct->alloc || !ct->memset)
         return par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
@@ -19198,17 +19269,19 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&cc);
     if (st == PAR_OK) st = ct->memset(ct->user, a, 0, (size_t)elems * sizeof(float));
     if (st == PAR_OK) st = ct->memset(ct->user, b, 0, (size_t)elems * sizeof(float));
-    if (st == PAR_OK) st = par__au_time(ctx, world, 0, n, d.repeats, a, b, cc, &t_gemm);
-    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, d.repeats, a, b, cc, &t_small);
-    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, count, d.repeats, a, b, cc, &t_big);
+    if (st == PAR_OK) st = par__au_time(ctx, world, 0, n, inner_gemm, d.repeats, a, b, cc, &t_gemm);
+    if (st == PAR_OK) st = par__au_time(ctx, world, 2, count, inner_copy, d.repeats, a, b, cc, &t_copy);
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_small);
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, count, 1, d.repeats, a, b, cc, &t_big);
     if (cc) ct->free(ct->user, cc);
     if (b) ct->free(ct->user, b);
     if (a) ct->free(ct->user, a);
     if (st != PAR_OK) return st;
     memset(&c, 0, sizeof c);
     c.devices = c.devices_per_node = p;
-    gemm_flops = 2.0 * (double)n * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
+    gemm_flops = inner_gemm * 2.0 * (double)n * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
     c.flops = gemm_flops;
+    c.memory_bandwidth = inner_copy * 8.0 * (double)count / (t_copy > 1e-9 ? t_copy : 1e-9); /* read + write */
     if (p > 1) {
         const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
         c.intra_latency = t_small / steps;
@@ -19222,10 +19295,10 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
         const par_comm_table *cm = par_ctx_comm(ctx);
         double v[4];
         v[0] = par_ctx_rank(ctx) == 0 ? c.flops : 0, v[1] = par_ctx_rank(ctx) == 0 ? c.intra_latency : 0;
-        v[2] = par_ctx_rank(ctx) == 0 ? c.intra_bandwidth : 0, v[3] = 0;
+        v[2] = par_ctx_rank(ctx) == 0 ? c.intra_bandwidth : 0, v[3] = par_ctx_rank(ctx) == 0 ? c.memory_bandwidth : 0;
         if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 4, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
             return st;
-        c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2];
+        c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2], c.memory_bandwidth = v[3];
     }
     PAR__CHECK(par_cluster_check(&c));
     *out = c;
@@ -19237,10 +19310,11 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size
     return snprintf(buf, size,
                     "devices: %d\ndevices_per_node: %d\nintra_node_bandwidth: %.6g\nintra_node_latency: %.6g\n"
                     "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
-                    "flops_per_device: %.6g\n",
+                    "flops_per_device: %.6g\nmemory_bandwidth: %.6g\n",
                     c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
                     c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
-                    c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops);
+                    c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
+                    c->memory_bandwidth);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

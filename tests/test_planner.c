@@ -356,7 +356,12 @@ static void whole_plan(void) {
         CHECK(i == 0 || plans[i - 1].step_time <= p->step_time);
         CHECK(p->memory_bytes <= d.cluster.memory_bytes);
         if (p->zero >= 1) CHECK(p->optimizer_bytes * p->dp * p->cp == p->weights_bytes * 2);
-        if (p->zero == 2) CHECK(p->grads_bytes * p->dp * p->cp == p->weights_bytes);
+        /* ZeRO-2: this rank's gradient shard plus bucket buffers (under a pipeline: all of them) */
+        if (p->zero == 2 && p->pp > 1) CHECK(p->grads_bytes == p->weights_bytes / (p->dp * p->cp) + p->weights_bytes);
+        if (p->zero == 2 && p->pp == 1)
+            CHECK(p->grads_bytes > p->weights_bytes / (p->dp * p->cp) &&
+                  p->grads_bytes <= p->weights_bytes / (p->dp * p->cp) + p->weights_bytes);
+        if (p->zero < 2) CHECK(p->grads_bytes == p->weights_bytes);
         CHECK(p->pp == 1 || p->bubble > 0);
     }
     CHECK_INT(cuts.considered, cuts.ranked + cuts.not_divisible + cuts.over_memory + cuts.schedule);

@@ -41,6 +41,7 @@ static double llama__auto_size(const char *t) {
 typedef struct llama__calib {
     par_cluster cluster;
     double memory;
+    int gemm, threads;
 } llama__calib;
 
 static par_status llama__auto_calibrate(par_ctx *ctx, void *arg) {
@@ -49,7 +50,9 @@ static par_status llama__auto_calibrate(par_ctx *ctx, void *arg) {
     par_cluster mine;
     memset(&d, 0, sizeof d);
     d.memory_bytes = c->memory;
+    d.gemm_size = c->gemm; /* the model's GEMMs are this narrow: their rate, not a large GEMM's */
     par_status st = par_calibrate(ctx, &d, &mine);
+    if (st == PAR_OK && par_ctx_rank(ctx) == 0) c->threads = par_ctx_kernel_threads(ctx);
     if (st == PAR_OK && par_ctx_rank(ctx) == 0) c->cluster = mine;
     return st;
 }
@@ -77,8 +80,10 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
     par_auto_desc d;
     par_auto_plan plans[TOP];
     par_auto_cuts cuts;
-    int count = 0, i;
+    int count = 0, i, threads = 1, rc = -1;
     char name[128], why[512] = "";
+    par_cpu_desc cd;
+    par_compute_table table;
     memset(&d, 0, sizeof d);
     if (world <= 0) world = cfg->data_parallel * cfg->model_parallel * cfg->context_parallel * cfg->pipeline_stage;
     if (max_memory && (d.memory_cap = llama__auto_size(max_memory)) <= 0)
@@ -103,10 +108,16 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
         llama__calib c;
         memset(&c, 0, sizeof c);
         c.memory = d.memory_cap > 0 ? d.memory_cap : 0;
+        c.gemm = cfg->hidden_size < 32 ? 32 : cfg->hidden_size > 1024 ? 1024 : cfg->hidden_size;
         if (par_run_threads(world, llama__auto_calibrate, &c) != PAR_OK)
             return snprintf(err, errsize, "auto_parallel: measuring this machine failed: %s", par_last_error()), -1;
         d.cluster = c.cluster;
+        threads = c.threads;
     }
+    /* the CPU table a rank will have: its GEMM scratch counts in the memory prediction */
+    memset(&cd, 0, sizeof cd);
+    cd.threads = threads;
+    if (par_compute_cpu(&cd, &table) == PAR_OK) d.compute = &table;
     d.model.layers = cfg->num_layers, d.model.hidden = cfg->hidden_size, d.model.heads = cfg->num_heads;
     d.model.kv_heads = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->num_heads, d.model.ffn = cfg->intermediate_size;
     d.model.vocab = cfg->vocab_size, d.model.seq = cfg->seq_length, d.model.batch = llama_config_global_batch(cfg);
@@ -120,8 +131,10 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
         d.fixed.cp = cfg->context_parallel > 1 ? cfg->context_parallel : 0;
         d.fixed.pp = cfg->pipeline_stage > 1 ? cfg->pipeline_stage : 0;
     }
-    if (par_auto_search(&d, plans, TOP, &count, &cuts) != PAR_OK)
-        return snprintf(err, errsize, "auto_parallel: %s", par_last_error()), -1;
+    if (par_auto_search(&d, plans, TOP, &count, &cuts) != PAR_OK) {
+        snprintf(err, errsize, "auto_parallel: %s", par_last_error());
+        goto done;
+    }
     for (i = 0; i < count && i < TOP; i++) {
         llama_config c = *cfg;
         llama__auto_apply(&plans[i], &c);
@@ -138,11 +151,14 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
                     cluster_path ? " (--cluster)" : " (measured now)");
         }
         *cfg = c;
-        return 0;
+        rc = 0;
+        goto done;
     }
-    return snprintf(err, errsize, "auto_parallel: none of the %d plans that fit passes the trainer's rules (last: %s)",
-                    count, why),
-           -1;
+    snprintf(err, errsize, "auto_parallel: none of the %d plans that fit passes the trainer's rules (last: %s)", count,
+             why);
+done:
+    if (d.compute) table.destroy(table.user);
+    return rc;
 }
 
 #endif /* LLAMA_AUTO_H */
