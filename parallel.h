@@ -2303,6 +2303,8 @@ typedef struct par_cluster {
     double memory_bytes;
     double flops;
     double memory_bandwidth; /* bytes/s a device streams through its memory; 0 = not counted */
+    double activation_rate;  /* elements/s of a SwiGLU forward + backward (the activation function's
+                                exp per element); 0 = not counted */
 } par_cluster;
 
 /* PAR_EINVAL naming the field and the rule: devices 1 to 2^24,
@@ -2312,7 +2314,7 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
 /* "key: value" lines ('#' comments): devices, devices_per_node,
    intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
    inter_node_latency, memory_per_device, flops_per_device and (optional)
-   memory_bandwidth. Numbers may end in
+   memory_bandwidth, activation_rate. Numbers may end in
    K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
    numbers are PAR_EPARSE naming the line; then par_cluster_check. */
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
@@ -18585,6 +18587,9 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
                          c->memory_bytes);
     if (!par__au_finite(c->flops) || c->flops <= 0)
         return par__fail(PAR_EINVAL, "cluster: flops_per_device is %g; it must be a finite flop/s > 0", c->flops);
+    if (!par__au_finite(c->activation_rate) || c->activation_rate < 0)
+        return par__fail(PAR_EINVAL, "cluster: activation_rate is %g; it must be a finite number of elements/s >= 0",
+                         c->activation_rate);
     if (!par__au_finite(c->memory_bandwidth) || c->memory_bandwidth < 0)
         return par__fail(PAR_EINVAL, "cluster: memory_bandwidth is %g; it must be a finite number of bytes/s >= 0",
                          c->memory_bandwidth);
@@ -18632,7 +18637,8 @@ static int par__au_key_value(char *line, char **key, char **value) {
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
     static const char *const keys[] = {"devices",            "devices_per_node",   "intra_node_bandwidth",
                                        "intra_node_latency", "inter_node_bandwidth", "inter_node_latency",
-                                       "memory_per_device",  "flops_per_device",     "memory_bandwidth"};
+                                       "memory_per_device",  "flops_per_device",     "memory_bandwidth",
+                                       "activation_rate"};
     par_cluster c;
     const char *p;
     int line = 0, seen = 0, i;
@@ -18653,13 +18659,13 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
             if (buf[i]) return par__fail(PAR_EPARSE, "cluster line %d: want 'key: value'", line + 1);
             continue;
         }
-        for (i = 0; i < 9 && strcmp(key, keys[i]); i++) {
+        for (i = 0; i < 10 && strcmp(key, keys[i]); i++) {
         }
-        if (i == 9)
+        if (i == 10)
             return par__fail(PAR_EPARSE,
                              "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
                              "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
-                             "flops_per_device, memory_bandwidth)",
+                             "flops_per_device, memory_bandwidth, activation_rate)",
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
@@ -18675,7 +18681,8 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
         case 5: c.inter_latency = v; break;
         case 6: c.memory_bytes = v; break;
         case 7: c.flops = v; break;
-        default: c.memory_bandwidth = v; break;
+        case 8: c.memory_bandwidth = v; break;
+        default: c.activation_rate = v; break;
         }
     }
     for (i = 0; i < 8; i++)
@@ -18823,8 +18830,10 @@ static double par__au_table_scratch(const par__au *a, double rows, double feat, 
    or all-to-all buffers; the compute table's own scratch (desc.compute).
    Time: the flops at the cluster's GEMM rate, the bytes the step moves
    through memory (activations written and read back, weights read three
-   times) at its memory bandwidth, ring collectives (alpha-beta), the bubble
-   stretching the busiest stage. */
+   times) at its memory bandwidth, the MLP's activation function (an exp per
+   element, forward and backward: on a CPU it outweighs the small GEMMs) at
+   its activation rate, ring collectives (alpha-beta), the bubble stretching
+   the busiest stage. */
 static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
     const par_model_shape *m = &a->m;
     const double e = (double)par_dtype_size(m->dtype), h = m->hidden, hd = (double)m->hidden / m->heads;
@@ -18879,6 +18888,7 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     /* compute: 6 flops per weight and token (forward + backward), causal attention 6 S d per head and token */
     per_mb = n * (layers * (6 * layer_mm / tp + 6 * S / cp * q / tp) + 6 * V * h / tp) / a->c.flops;
     traffic = a->c.memory_bandwidth > 0 ? (3 * slot * e + 3 * params * e) / a->c.memory_bandwidth : 0;
+    if (a->c.activation_rate > 0) traffic += layers * n * fl / a->c.activation_rate; /* SwiGLU's exps */
     pl->compute_time = (per_mb + traffic) * pl->micro_batches;
     if (tp > 1) /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
         tp_t = layers * 4 * par__au_coll(a, tp, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
@@ -19197,8 +19207,9 @@ static int par__au_cmp(const void *a, const void *b) {
 }
 
 /* Median seconds of `repeats` runs (every rank in step) of `inner` GEMMs
-   n x n x n (kind 0), one all-reduce of n floats (kind 1) or `inner` copies
-   of n floats (kind 2). */
+   n x n x n (kind 0), one all-reduce of n floats (kind 1), `inner` copies
+   of n floats (kind 2) or `inner` SwiGLU forward + backward of n elements
+   (kind 3). */
 static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, int64_t n, int inner, int repeats,
                                float *a, float *b, float *c, double *median) {
     const par_compute_table *ct = par_ctx_compute(ctx);
@@ -19218,9 +19229,12 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, in
                 PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
             } else if (kind == 1) {
                 PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
-            } else {
+            } else if (kind == 2) {
                 PAR__CHECK(ct->memcpy(ct->user, c, k & 1 ? b : a, (size_t)n * sizeof(float),
                                       ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST));
+            } else { /* SwiGLU forward and backward on n elements: g, u in the first halves, h, dg, du after */
+                PAR__CHECK(ct->swiglu_fwd(ct->user, n, a, b, c));
+                PAR__CHECK(ct->swiglu_bwd(ct->user, n, a, b, c, a + n, b + n));
             }
         }
         if (ct->synchronize) PAR__CHECK(ct->synchronize(ct->user));
@@ -19237,7 +19251,7 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     par_comm_group *world = NULL;
     par_cluster c;
     float *a = NULL, *b = NULL, *cc = NULL;
-    double t_gemm = 0, t_small = 0, t_big = 0, t_copy = 0, gemm_flops;
+    double t_gemm = 0, t_small = 0, t_big = 0, t_copy = 0, t_act = 0, gemm_flops;
     int64_t n, count, elems;
     int inner_gemm, inner_copy;
     int p;
@@ -19271,6 +19285,8 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (st == PAR_OK) st = ct->memset(ct->user, b, 0, (size_t)elems * sizeof(float));
     if (st == PAR_OK) st = par__au_time(ctx, world, 0, n, inner_gemm, d.repeats, a, b, cc, &t_gemm);
     if (st == PAR_OK) st = par__au_time(ctx, world, 2, count, inner_copy, d.repeats, a, b, cc, &t_copy);
+    if (st == PAR_OK && ct->swiglu_fwd && ct->swiglu_bwd)
+        st = par__au_time(ctx, world, 3, count / 2, inner_copy, d.repeats, a, b, cc, &t_act);
     if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_small);
     if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, count, 1, d.repeats, a, b, cc, &t_big);
     if (cc) ct->free(ct->user, cc);
@@ -19282,6 +19298,7 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     gemm_flops = inner_gemm * 2.0 * (double)n * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
     c.flops = gemm_flops;
     c.memory_bandwidth = inner_copy * 8.0 * (double)count / (t_copy > 1e-9 ? t_copy : 1e-9); /* read + write */
+    c.activation_rate = t_act > 0 ? inner_copy * (double)(count / 2) / t_act : 0;
     if (p > 1) {
         const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
         c.intra_latency = t_small / steps;
@@ -19293,12 +19310,14 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     /* every rank reports rank 0's figures, so that all of them plan alike */
     {
         const par_comm_table *cm = par_ctx_comm(ctx);
-        double v[4];
-        v[0] = par_ctx_rank(ctx) == 0 ? c.flops : 0, v[1] = par_ctx_rank(ctx) == 0 ? c.intra_latency : 0;
-        v[2] = par_ctx_rank(ctx) == 0 ? c.intra_bandwidth : 0, v[3] = par_ctx_rank(ctx) == 0 ? c.memory_bandwidth : 0;
-        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 4, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
+        const int me = par_ctx_rank(ctx) == 0;
+        double v[5];
+        v[0] = me ? c.flops : 0, v[1] = me ? c.intra_latency : 0, v[2] = me ? c.intra_bandwidth : 0;
+        v[3] = me ? c.memory_bandwidth : 0, v[4] = me ? c.activation_rate : 0;
+        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 5, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
             return st;
         c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2], c.memory_bandwidth = v[3];
+        c.activation_rate = v[4];
     }
     PAR__CHECK(par_cluster_check(&c));
     *out = c;
@@ -19310,11 +19329,11 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size
     return snprintf(buf, size,
                     "devices: %d\ndevices_per_node: %d\nintra_node_bandwidth: %.6g\nintra_node_latency: %.6g\n"
                     "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
-                    "flops_per_device: %.6g\nmemory_bandwidth: %.6g\n",
+                    "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n",
                     c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
                     c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
                     c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
-                    c->memory_bandwidth);
+                    c->memory_bandwidth, c->activation_rate);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

@@ -15,7 +15,9 @@
    measured beside the other plans that fit (the predicted fastest few), and
    the bench prints how far the pick is from the best measured one.
 
-   usage: build/bench_autoplan [--steps N] [--candidates K]   (defaults 8, 8)
+   usage: build/bench_autoplan [--steps N] [--candidates K] [--rounds R]   (defaults 8, 8, 3)
+   Each measurement is the median over R rounds, every configuration once per
+   round, so that the machine's drift spreads over all of them.
    The machine is shared: timings move with other jobs; rerun to compare. */
 #define _DEFAULT_SOURCE
 #define PARALLEL_IMPLEMENTATION
@@ -36,7 +38,7 @@ static const conf confs[] = {
     {1, 1, 0, 1, 0, 2, 1, 4, 0}, {2, 1, 0, 1, 0, 2, 0, 2, 1}, {1, 2, 1, 2, 0, 1, 0, 1, 0}, {4, 1, 0, 1, 0, 1, 0, 2, 2},
 };
 
-static int steps = 8;
+static int steps = 8, rounds = 3;
 static par_model_shape model;
 static par_cluster clusters[9];
 static par_compute_table tables[9]; /* the CPU table a rank gets on that many ranks: its GEMM scratch */
@@ -155,42 +157,60 @@ static double spearman(const double *a, const double *b, int n) {
     return sab / sqrt(saa * sbb);
 }
 
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+/* Every configuration once per round (so the machine's drift spreads over all of
+   them); per configuration the median of its rounds' step times. */
 static void table(void) {
-    const int n = (int)(sizeof confs / sizeof confs[0]);
-    double pt[64], mt[64], worst = 0;
-    int i, ok = 0;
-    printf("| plan | ranks | predicted MiB | measured MiB | error | predicted step ms | measured step ms |\n");
-    printf("|---|---|---|---|---|---|---|\n");
-    for (i = 0; i < n; i++) {
+    enum { N = (int)(sizeof confs / sizeof confs[0]) };
+    par_auto_plan pred[N];
+    double peak[N], times[N][9], pt[N], mt[N], worst = 0;
+    int ok[N], i, r, good = 0;
+    for (i = 0; i < N; i++) {
         const conf *c = &confs[i];
-        const int world = c->dp * c->tp * c->cp * c->pp;
         par_auto_desc d;
-        par_auto_plan p;
-        char args[1024], name[128];
-        double peak, step_s, err;
         memset(&d, 0, sizeof d);
         d.model = model;
-        d.cluster = *cluster_for(world, &d.compute);
-        plan_of(c, &p);
-        if (par_auto_predict(&d, &p) != PAR_OK) {
-            printf("predict failed: %s\n", par_last_error());
-            continue;
-        }
-        conf_args(&p, args, sizeof args);
-        par_auto_plan_name(&p, name, sizeof name);
-        if (measure(args, &peak, &step_s, NULL, 0) != 0) {
-            printf("| %s | %d | trainer run failed |\n", name, world);
-            continue;
-        }
-        err = p.memory_bytes / peak - 1;
-        if (fabs(err) > worst) worst = fabs(err);
-        pt[ok] = p.step_time, mt[ok] = step_s, ok++;
-        printf("| %s | %d | %.3f | %.3f | %+.1f%% | %.2f | %.2f |\n", name, world, p.memory_bytes / 1048576.0,
-               peak / 1048576.0, 100 * err, 1e3 * p.step_time, 1e3 * step_s);
-        fflush(stdout);
+        d.cluster = *cluster_for(c->dp * c->tp * c->cp * c->pp, &d.compute);
+        plan_of(c, &pred[i]);
+        ok[i] = par_auto_predict(&d, &pred[i]) == PAR_OK;
+        if (!ok[i]) printf("predict failed: %s\n", par_last_error());
     }
-    printf("\n%d configurations: worst memory error %.1f%%, Spearman rho of step times %.3f\n", ok, 100 * worst,
-           spearman(pt, mt, ok));
+    for (r = 0; r < rounds; r++)
+        for (i = 0; i < N; i++) {
+            char args[1024];
+            double pk, st;
+            if (!ok[i]) continue;
+            conf_args(&pred[i], args, sizeof args);
+            if (measure(args, &pk, &st, NULL, 0) != 0) {
+                ok[i] = 0;
+                continue;
+            }
+            peak[i] = pk, times[i][r] = st;
+        }
+    printf("| plan | ranks | predicted MiB | measured MiB | error | predicted step ms | measured step ms |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (i = 0; i < N; i++) {
+        char name[128];
+        double err;
+        par_auto_plan_name(&pred[i], name, sizeof name);
+        if (!ok[i]) {
+            printf("| %s | trainer run failed |\n", name);
+            continue;
+        }
+        err = pred[i].memory_bytes / peak[i] - 1;
+        if (fabs(err) > worst) worst = fabs(err);
+        pt[good] = pred[i].step_time, mt[good] = median_of(times[i], rounds), good++;
+        printf("| %s | %d | %.3f | %.3f | %+.1f%% | %.2f | %.2f |\n", name,
+               pred[i].dp * pred[i].tp * pred[i].cp * pred[i].pp, pred[i].memory_bytes / 1048576.0,
+               peak[i] / 1048576.0, 100 * err, 1e3 * pred[i].step_time, 1e3 * mt[good - 1]);
+    }
+    printf("\n%d configurations: worst memory error %.1f%%, Spearman rho of step times %.3f (median of %d rounds "
+           "of %d steps)\n",
+           good, 100 * worst, spearman(pt, mt, good), rounds, steps);
 }
 
 static void capped(int candidates) {
@@ -227,23 +247,44 @@ static void capped(int candidates) {
         printf("auto_parallel run failed\n");
         return;
     }
-    printf("auto_parallel chose %s: measured step %.2f ms, peak %.3f MiB\n", chosen, 1e3 * pick_s, peak / 1048576.0);
-    best_s = pick_s;
-    printf("| plan | predicted step ms | measured step ms | measured MiB |\n|---|---|---|---|\n");
-    for (i = 0; i < count && i < 512 && measured < candidates; i++) {
-        conf_args(&all[i], args, sizeof args);
-        par_auto_plan_name(&all[i], name, sizeof name);
-        if (measure(args, &peak, &step_s, NULL, 0) != 0) {
-            printf("| %s | %.2f | (refused by the trainer) | |\n", name, 1e3 * all[i].step_time);
-            continue;
+    printf("auto_parallel chose %s (its own run: %.2f ms a step, peak %.3f MiB)\n", chosen, 1e3 * pick_s,
+           peak / 1048576.0);
+    {
+        enum { K = 32 };
+        double t[K][9], med[K];
+        int idx[K], nk = 0, pick = -1, r, k;
+        char names[K][128];
+        for (i = 0; i < count && i < 512 && nk < candidates && nk < K; i++) idx[nk++] = i;
+        for (i = 0; i < count && i < 512 && pick < 0; i++) { /* the pick, wherever it ranks */
+            par_auto_plan_name(&all[i], name, sizeof name);
+            if (strcmp(name, chosen) != 0) continue;
+            for (k = 0; k < nk; k++)
+                if (idx[k] == i) pick = k;
+            if (pick < 0 && nk < K) idx[nk] = i, pick = nk++;
         }
-        measured++;
-        if (step_s < best_s) best_s = step_s;
-        printf("| %s | %.2f | %.2f | %.3f |\n", name, 1e3 * all[i].step_time, 1e3 * step_s, peak / 1048576.0);
-        fflush(stdout);
+        for (k = 0; k < nk; k++) par_auto_plan_name(&all[idx[k]], names[k], sizeof names[k]);
+        for (r = 0; r < rounds; r++)
+            for (k = 0; k < nk; k++) {
+                conf_args(&all[idx[k]], args, sizeof args);
+                if (measure(args, &peak, &step_s, NULL, 0) != 0) step_s = 1e9; /* refused by the trainer */
+                t[k][r] = step_s;
+            }
+        printf("| plan | predicted step ms | measured step ms |\n|---|---|---|\n");
+        for (k = 0; k < nk; k++) {
+            med[k] = median_of(t[k], rounds);
+            if (best_s == 0 || med[k] < best_s) best_s = med[k];
+            printf("| %s%s | %.2f | %.2f |\n", names[k], k == pick ? " (auto_parallel's pick)" : "",
+                   1e3 * all[idx[k]].step_time, 1e3 * med[k]);
+            measured++;
+        }
+        if (pick < 0) {
+            printf("the pick is not among the plans that fit: %s\n", chosen);
+            return;
+        }
+        printf("auto_parallel's pick: %.2f ms; best of the %d measured: %.2f ms; the pick is %.1f%% slower (median "
+               "of %d rounds of %d steps)\n",
+               1e3 * med[pick], measured, 1e3 * best_s, 100 * (med[pick] / best_s - 1), rounds, steps);
     }
-    printf("auto_parallel's pick: %.2f ms; best of the %d measured: %.2f ms; the pick is %.1f%% slower\n", 1e3 * pick_s,
-           measured + 1, 1e3 * best_s, 100 * (pick_s / best_s - 1));
 }
 
 int main(int argc, char **argv) {
@@ -251,8 +292,10 @@ int main(int argc, char **argv) {
     for (i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--candidates")) candidates = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
     }
     if (steps < 2) steps = 2;
+    if (rounds < 1 || rounds > 9) rounds = 3;
     model.layers = 4, model.hidden = 64, model.heads = 4, model.kv_heads = 2, model.ffn = 172;
     model.vocab = 256, model.seq = 64, model.batch = 8;
     table();
