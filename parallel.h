@@ -28,6 +28,10 @@
        context parallel (>>context-parallel: ring, Ulysses, hybrid) and
        pipeline schedules as data with a checker and an executor
        (>>pipeline), model-agnostic.
+     - automatic parallel (>>planner): strategies for an operator graph by
+       dynamic programming, sharding propagation or a fast heuristic under
+       a per-device memory cap, and a whole-plan search (dp, tp, sp, cp, pp,
+       ZeRO) for a Llama-shaped model on a cluster, with a calibration.
 
    HOW TO USE IT
    -------------
