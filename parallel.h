@@ -19291,8 +19291,19 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&a);
     if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&b);
     if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&cc);
-    if (st == PAR_OK) st = ct->memset(ct->user, a, 0, (size_t)elems * sizeof(float));
-    if (st == PAR_OK) st = ct->memset(ct->user, b, 0, (size_t)elems * sizeof(float));
+    if (st == PAR_OK) { /* values like activations: zeros would take expf's fast path and flatter SwiGLU */
+        float *host = (float *)PARALLEL_MALLOC((size_t)elems * sizeof(float));
+        int64_t i;
+        if (!host) st = par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
+        for (i = 0; host && i < elems; i++) host[i] = 0.25f * (float)(i % 17 - 8);
+        if (st == PAR_OK)
+            st = ct->memcpy(ct->user, a, host, (size_t)elems * sizeof(float),
+                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+        if (st == PAR_OK)
+            st = ct->memcpy(ct->user, b, host, (size_t)elems * sizeof(float),
+                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+        PARALLEL_FREE(host);
+    }
     if (st == PAR_OK) st = par__au_time(ctx, world, 0, n, inner_gemm, d.repeats, a, b, cc, &t_gemm);
     if (st == PAR_OK) st = par__au_time(ctx, world, 2, count, inner_copy, d.repeats, a, b, cc, &t_copy);
     if (st == PAR_OK && ct->swiglu_fwd && ct->swiglu_bwd)
