@@ -145,7 +145,7 @@ BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(C
 # each for FUZZ_SECONDS; `make test` for FUZZ_CI_SECONDS (tests/fuzz/run.sh).
 FUZZ_FLAGS := -std=c11 -g -O1 -Wall -Wextra -Wpedantic -Werror -fsanitize=address,undefined \
               -fno-sanitize-recover=all -fno-omit-frame-pointer -MMD -MP
-FUZZ_ALL   := mesh layout strategy safetensors config config_set pipeline ckpt_index
+FUZZ_ALL   := mesh layout strategy safetensors config config_set pipeline ckpt_index planner
 FUZZ_YAML  := config config_set
 FUZZ_NAMES := $(if $(filter yes,$(HAVE_FUZZER)),$(if $(filter yes,$(HAVE_YAML)),$(FUZZ_ALL),$(filter-out $(FUZZ_YAML),$(FUZZ_ALL))))
 FUZZ_BINS  := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_NAMES))

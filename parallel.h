@@ -18675,7 +18675,7 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
-        if ((i == 0 || i == 1) && (v != (double)(int)v || v < 0 || v > 2e9))
+        if ((i == 0 || i == 1) && (v < 0 || v > 2e9 || v != floor(v))) /* range first: the cast of 1e10 is UB */
             return par__fail(PAR_EINVAL, "cluster line %d: %s is %g; it must be a whole number >= 1", line + 1, key, v);
         seen |= 1 << i;
         switch (i) {
