@@ -469,6 +469,7 @@ static void whole_plan(void) {
     CHECK_ERR(par_cluster_parse("devices: 8\nintra_node_bandwidth: 1G\nflops_per_device: 1G\n", &c), PAR_EINVAL,
               "memory_per_device is missing");
     CHECK_ERR(par_cluster_parse("devices: 2.5\n", &c), PAR_EINVAL, "whole number");
+    CHECK_ERR(par_cluster_parse("devices: 1e10\n", &c), PAR_EINVAL, "whole number"); /* found by fuzz_planner */
     CHECK_ERR(par_model_shape_parse("num_layers: 2\n", &d.model), PAR_EINVAL, "hidden_size is missing");
     d.model.hidden = 0;
     CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "model");
