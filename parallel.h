@@ -2422,8 +2422,10 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t
    backward through the compute table at the same time (so ranks sharing
    cores see their share: the GEMM rate, the memory bandwidth and the
    activation rate), then an all-reduce of one float (latency: its time over
-   the 2(p-1) ring steps) and one of `bytes` (the bandwidth of the rest) over
-   the world, each the fastest of `repeats` (a shared machine's neighbours
+   the 2(p-1) ring steps; timed between 256^3 GEMMs against the same GEMMs
+   without it, so the latency includes what waiting for unevenly arriving,
+   oversubscribed ranks costs) and one of `bytes` (the bandwidth of the rest)
+   over the world, each the fastest of `repeats` (a shared machine's neighbours
    slow some runs; the fastest is the machine's own rate). Writes devices =
    devices_per_node = the world size, memory_bytes from the desc. Takes
    about 0.1 to 0.2 s per rank sharing a core with the defaults. */
@@ -19215,7 +19217,10 @@ static int par__au_cmp(const void *a, const void *b) {
 /* Least seconds of `repeats` runs (every rank in step) of `inner` GEMMs
    n x n x n (kind 0), one all-reduce of n floats (kind 1), `inner` copies
    of n floats (kind 2) or `inner` SwiGLU forward + backward of n elements
-   (kind 3). */
+   (kind 3); kinds 4 and 5: `inner` 256^3 GEMMs each followed (4) or not (5)
+   by a one-float all-reduce: their difference is what a blocking collective
+   costs between real compute (ranks arriving unevenly, oversubscribed
+   threads waking up). */
 static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, int64_t n, int inner, int repeats,
                                float *a, float *b, float *c, double *median) {
     const par_compute_table *ct = par_ctx_compute(ctx);
@@ -19227,7 +19232,14 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, in
         PAR__CHECK(par_barrier(ctx, world));
         t0 = par__au_now();
         for (k = 0; k < inner; k++) {
-            if (kind == 0) {
+            if (kind == 4 || kind == 5) { /* a 256^3 GEMM, then (kind 4) a one-float all-reduce */
+                par_gemm_desc g;
+                memset(&g, 0, sizeof g);
+                g.m = g.n = g.k = 256;
+                g.alpha = 1.0f;
+                PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+                if (kind == 4) PAR__CHECK(cm->all_reduce(cm->user, world, a, c, 1, PAR_F32, PAR_REDUCE_SUM, NULL));
+            } else if (kind == 0) {
                 par_gemm_desc g;
                 memset(&g, 0, sizeof g);
                 g.m = g.n = g.k = n;
@@ -19259,7 +19271,8 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     par_comm_group *world = NULL;
     par_cluster c;
     float *a = NULL, *b = NULL, *cc = NULL;
-    double t_gemm = 0, t_small = 0, t_big = 0, t_copy = 0, t_act = 0, gemm_flops;
+    double t_gemm = 0, t_small = 0, t_hot = 0, t_big = 0, t_copy = 0, t_act = 0, t_sync = 0, t_nosync = 0;
+    double gemm_flops;
     int64_t n, count, elems;
     int inner_gemm, inner_copy, inner_act;
     int p;
@@ -19308,7 +19321,14 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (st == PAR_OK) st = par__au_time(ctx, world, 2, count, inner_copy, d.repeats, a, b, cc, &t_copy);
     if (st == PAR_OK && ct->swiglu_fwd && ct->swiglu_bwd)
         st = par__au_time(ctx, world, 3, count / 2, inner_act, d.repeats, a, b, cc, &t_act);
-    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_small);
+    if (st == PAR_OK && p > 1 && elems >= 256 * 256) {
+        st = par__au_time(ctx, world, 4, 1, 16, d.repeats, a, b, cc, &t_sync);
+        if (st == PAR_OK) st = par__au_time(ctx, world, 5, 1, 16, d.repeats, a, b, cc, &t_nosync);
+        t_small = t_sync > t_nosync ? (t_sync - t_nosync) / 16 : 0;
+    } else if (st == PAR_OK && p > 1) {
+        st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_small);
+    }
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_hot);
     if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, count, 1, d.repeats, a, b, cc, &t_big);
     if (cc) ct->free(ct->user, cc);
     if (b) ct->free(ct->user, b);
@@ -19323,7 +19343,7 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (p > 1) {
         const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
         c.intra_latency = t_small / steps;
-        c.intra_bandwidth = bytes / (t_big - t_small > 1e-9 ? t_big - t_small : 1e-9);
+        c.intra_bandwidth = bytes / (t_big - t_hot > 1e-9 ? t_big - t_hot : 1e-9);
     } else {
         c.intra_bandwidth = 1e12; /* one device: nothing to move; any bandwidth predicts the same */
     }
