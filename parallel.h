@@ -2428,7 +2428,8 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t
    over the world, each the fastest of `repeats` (a shared machine's neighbours
    slow some runs; the fastest is the machine's own rate). Writes devices =
    devices_per_node = the world size, memory_bytes from the desc. Takes
-   about 0.1 to 0.2 s per rank sharing a core with the defaults. */
+   about 0.1 to 0.2 s per rank sharing a core with the defaults (busy
+   neighbours make it longer). */
 typedef struct par_calibrate_desc {
     int gemm_size;        /* default 256 */
     int64_t bytes;        /* default 4 MiB */
@@ -19289,11 +19290,11 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     count = (d.bytes ? d.bytes : 4 << 20) / 4;
     if (count < 1) count = 1;
     if (!d.repeats) d.repeats = 5;
-    /* enough work per timing (~1 Gflop, ~0.5 GB: tens of ms) that ranks sharing cores run at the
+    /* enough work per timing (~0.5 Gflop, ~0.25 GB: tens of ms) that ranks sharing cores run at the
        same time rather than one after another within the scheduler's time slices */
-    inner_gemm = (int)(1e9 / (2.0 * (double)n * (double)n * (double)n)) + 1;
-    inner_copy = (int)(2.5e8 / (8.0 * (double)count)) + 1;
-    inner_act = (int)(4e6 / (double)(count / 2 > 0 ? count / 2 : 1)) + 1;
+    inner_gemm = (int)(5e8 / (2.0 * (double)n * (double)n * (double)n)) + 1;
+    inner_copy = (int)(1.25e8 / (8.0 * (double)count)) + 1;
+    inner_act = (int)(2e6 / (double)(count / 2 > 0 ? count / 2 : 1)) + 1;
     ct = par_ctx_compute(ctx);
     if (!ct->gemm || !ct->alloc || !ct->memset)
         return par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
@@ -19322,9 +19323,9 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (st == PAR_OK && ct->swiglu_fwd && ct->swiglu_bwd)
         st = par__au_time(ctx, world, 3, count / 2, inner_act, d.repeats, a, b, cc, &t_act);
     if (st == PAR_OK && p > 1 && elems >= 256 * 256) {
-        st = par__au_time(ctx, world, 4, 1, 16, d.repeats, a, b, cc, &t_sync);
-        if (st == PAR_OK) st = par__au_time(ctx, world, 5, 1, 16, d.repeats, a, b, cc, &t_nosync);
-        t_small = t_sync > t_nosync ? (t_sync - t_nosync) / 16 : 0;
+        st = par__au_time(ctx, world, 4, 1, 8, d.repeats, a, b, cc, &t_sync);
+        if (st == PAR_OK) st = par__au_time(ctx, world, 5, 1, 8, d.repeats, a, b, cc, &t_nosync);
+        t_small = t_sync > t_nosync ? (t_sync - t_nosync) / 8 : 0;
     } else if (st == PAR_OK && p > 1) {
         st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_small);
     }
