@@ -1786,6 +1786,30 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
 
 typedef struct par_tp par_tp;
 
+/* Multi-copy (MindSpore's micro_batch_interleave_num): a micro-batch's rows
+   are cut into K copies that run the same layers, each copy on its own
+   thread with its own par_tp (desc.copies, desc.copy) and buffers. On each
+   rank one copy computes at a time; at a tensor-parallel collective the
+   running copy hands the turn to the next copy and runs its collective while
+   that one computes, then waits for its turn again. The turn goes round
+   robin and every rank runs the same code, so each rank issues its
+   collectives in the same order (one at a time, by ticket) and they meet.
+   Results are those of running the copies one after another; other
+   collectives inside the copies (the host's own) are not allowed: make them
+   before or after par_copies_run. Without threads (PARALLEL_NO_THREADS) the
+   copies run one after another. */
+typedef struct par_copies par_copies;
+
+/* K >= 1 copies on this rank (K = 1: par_copies_run calls fn once, inline).
+   trace (optional): each stretch a copy holds the turn becomes a "compute"
+   span "copy K", so the trace shows which copy computed while which copy's
+   collective (a "comm" span of its par_tp) was in flight. */
+PARALLEL_DEF par_status par_copies_create(par_ctx *ctx, int copies, struct par_trace *trace, par_copies **mc);
+PARALLEL_DEF void par_copies_destroy(par_copies *mc);
+/* fn(user, copy) for copy 0 .. K-1, interleaved as above; the first failure
+   (its message too) is returned once every copy has stopped. */
+PARALLEL_DEF par_status par_copies_run(par_copies *mc, par_status (*fn)(void *user, int copy), void *user);
+
 typedef struct par_tp_desc {
     int64_t rows;           /* global rows of one micro-batch (all data-parallel ranks' tokens) */
     int64_t hidden;         /* features of the residual stream */
@@ -1797,6 +1821,8 @@ typedef struct par_tp_desc {
     int sequence_parallel;  /* Megatron sequence parallelism */
     int no_all_to_all;      /* plans never use all_to_all (MindSpore enable_alltoall: false) */
     struct par_trace *trace;/* optional: each blocking collective as a "comm" span */
+    par_copies *copies;     /* optional: this region is copy `copy` of a multi-copy run */
+    int copy;
 } par_tp_desc;
 
 /* Check the strategies against each other and the mesh (the row strategy's
@@ -2106,6 +2132,11 @@ PARALLEL_DEF int par_pp_schedule_chunks(const par_pp_schedule *s);
 PARALLEL_DEF int par_pp_schedule_micro_batches(const par_pp_schedule *s);
 /* Rank r's actions (count in *n); NULL for a bad rank. */
 PARALLEL_DEF const par_pp_action *par_pp_schedule_actions(const par_pp_schedule *s, int rank, int *n);
+/* The most micro-batches rank `rank` holds at once when a host keeps a whole
+   micro-batch (all its chunks here) in one activation slot: from the first
+   forward of any of its chunks to the last of their backwards (B, or W after
+   I). The slots to allocate up front. */
+PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank, int *slots);
 
 /* Text form: a header line "pipeline stages=P chunks=V micro_batches=M", then
    one line per rank "rank R: F 0 0, SA 0 0, RG 0 0, B 0 0, ..." (actions
@@ -15858,6 +15889,189 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
 
 // >>tensor-parallel
 
+/* ---- multi-copy: the turn and the comm tickets ------------------------------------ */
+
+struct par_copies {
+    par_ctx *ctx;
+    int k;
+#ifndef PARALLEL_NO_THREADS
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+    int turn;                  /* the copy that may compute */
+    int *done;                 /* per copy: finished */
+    long next_ticket, serving; /* collectives: issued in ticket order */
+    int running;               /* inside par_copies_run: 1 on threads, -1 one after another */
+    par_status first;          /* the first failure, its message below */
+    char why[512];
+    par_status (*fn)(void *user, int copy);
+    void *user;
+    struct par_trace *trace;
+    double since;              /* when the current turn began (trace clock) */
+};
+
+PARALLEL_DEF par_status par_copies_create(par_ctx *ctx, int copies, struct par_trace *trace, par_copies **out) {
+    par_copies *mc;
+    if (out) *out = NULL;
+    if (!ctx || !out) return par__fail(PAR_EINVAL, "par_copies_create: NULL argument");
+    if (copies < 1 || copies > 64)
+        return par__fail(PAR_EINVAL, "par_copies_create: %d copies; use 1 to 64 (micro_batch_interleave_num)", copies);
+    mc = (par_copies *)par__ctx_malloc(ctx, sizeof *mc);
+    if (!mc) return par__fail(PAR_ENOMEM, "par_copies_create: out of memory");
+    memset(mc, 0, sizeof *mc);
+    mc->ctx = ctx, mc->k = copies, mc->trace = trace;
+    mc->done = (int *)par__ctx_malloc(ctx, sizeof(int) * (size_t)copies);
+    if (!mc->done) return par__ctx_free(ctx, mc), par__fail(PAR_ENOMEM, "par_copies_create: out of memory");
+#ifndef PARALLEL_NO_THREADS
+    pthread_mutex_init(&mc->mu, NULL);
+    pthread_cond_init(&mc->cv, NULL);
+#endif
+    *out = mc;
+    return PAR_OK;
+}
+
+PARALLEL_DEF void par_copies_destroy(par_copies *mc) {
+    if (!mc) return;
+#ifndef PARALLEL_NO_THREADS
+    pthread_cond_destroy(&mc->cv);
+    pthread_mutex_destroy(&mc->mu);
+#endif
+    par__ctx_free(mc->ctx, mc->done);
+    par__ctx_free(mc->ctx, mc);
+}
+
+#ifndef PARALLEL_NO_THREADS
+/* The turn of `copy` begins / ends: its stretch as a span (called by the
+   turn's holder, so one thread writes the trace at a time). */
+static void par__copies_turn_begins(par_copies *mc) {
+#ifndef PARALLEL_NO_TRACE
+    if (mc->trace) mc->since = par_trace_now_us();
+#else
+    (void)mc;
+#endif
+}
+
+static void par__copies_turn_ends(par_copies *mc, int copy) {
+#ifndef PARALLEL_NO_TRACE
+    char name[32];
+    if (!mc->trace) return;
+    snprintf(name, sizeof name, "copy %d", copy);
+    (void)par_trace_span(mc->trace, name, "compute", mc->since, par_trace_now_us());
+#else
+    (void)mc, (void)copy;
+#endif
+}
+
+/* Under mu: the turn to the next copy after `from` that has not finished
+   (from itself when it is the only one left). */
+static void par__copies_pass(par_copies *mc, int from) {
+    int j;
+    for (j = 1; j <= mc->k; j++)
+        if (!mc->done[(from + j) % mc->k]) {
+            mc->turn = (from + j) % mc->k;
+            break;
+        }
+    pthread_cond_broadcast(&mc->cv);
+}
+
+/* Copy `copy` (holding the turn) is about to run a collective: it takes the
+   next ticket, hands the turn on and waits until its ticket is served. */
+static void par__copies_comm_begin(par_copies *mc, int copy, long *ticket) {
+    if (!mc || mc->running <= 0) return;
+    par__copies_turn_ends(mc, copy);
+    pthread_mutex_lock(&mc->mu);
+    *ticket = mc->next_ticket++;
+    par__copies_pass(mc, copy);
+    while (mc->serving != *ticket) pthread_cond_wait(&mc->cv, &mc->mu);
+    pthread_mutex_unlock(&mc->mu);
+}
+
+/* Its collective is done: the next ticket may run; wait for the turn. */
+static void par__copies_comm_end(par_copies *mc, int copy) {
+    if (!mc || mc->running <= 0) return;
+    pthread_mutex_lock(&mc->mu);
+    mc->serving++;
+    pthread_cond_broadcast(&mc->cv);
+    while (mc->turn != copy) pthread_cond_wait(&mc->cv, &mc->mu);
+    pthread_mutex_unlock(&mc->mu);
+    par__copies_turn_begins(mc);
+}
+
+typedef struct par__copy_arg {
+    par_copies *mc;
+    int copy;
+} par__copy_arg;
+
+static void *par__copy_main(void *p) {
+    par__copy_arg *a = (par__copy_arg *)p;
+    par_copies *mc = a->mc;
+    par_status st;
+    pthread_mutex_lock(&mc->mu);
+    while (mc->turn != a->copy) pthread_cond_wait(&mc->cv, &mc->mu);
+    pthread_mutex_unlock(&mc->mu);
+    par__copies_turn_begins(mc);
+    st = mc->fn(mc->user, a->copy);
+    par__copies_turn_ends(mc, a->copy);
+    pthread_mutex_lock(&mc->mu);
+    if (st != PAR_OK && mc->first == PAR_OK) {
+        mc->first = st;
+        const char *text = par_last_error();
+        const int head = snprintf(mc->why, sizeof mc->why, "copy %d of %d: ", a->copy, mc->k);
+        if (head > 0 && (size_t)head < sizeof mc->why) { /* the copy's message, cut to fit */
+            size_t room = sizeof mc->why - (size_t)head - 1, len = strlen(text);
+            memcpy(mc->why + head, text, len < room ? len : room), mc->why[head + (len < room ? len : room)] = 0;
+        }
+    }
+    mc->done[a->copy] = 1;
+    par__copies_pass(mc, a->copy);
+    pthread_mutex_unlock(&mc->mu);
+    return NULL;
+}
+#else
+static void par__copies_comm_begin(par_copies *mc, int copy, long *ticket) { (void)mc, (void)copy, (void)ticket; }
+static void par__copies_comm_end(par_copies *mc, int copy) { (void)mc, (void)copy; }
+#endif
+
+PARALLEL_DEF par_status par_copies_run(par_copies *mc, par_status (*fn)(void *user, int copy), void *user) {
+    int c;
+    if (!mc || !fn) return par__fail(PAR_EINVAL, "par_copies_run: NULL argument");
+    if (mc->running) return par__fail(PAR_EINVAL, "par_copies_run: already running (copies do not nest)");
+#ifndef PARALLEL_NO_THREADS
+    if (mc->k > 1) {
+        pthread_t tids[64];
+        par__copy_arg args[64];
+        int started = 0;
+        mc->fn = fn, mc->user = user, mc->first = PAR_OK, mc->why[0] = 0;
+        mc->turn = 0, mc->next_ticket = mc->serving = 0, mc->running = 1;
+        for (c = 0; c < mc->k; c++) mc->done[c] = 0;
+        for (c = 0; c < mc->k; c++) {
+            args[c].mc = mc, args[c].copy = c;
+            if (pthread_create(&tids[c], NULL, par__copy_main, &args[c]) != 0) break;
+            started++;
+        }
+        if (started < mc->k) { /* the copies never started are done; those that did run to the end */
+            pthread_mutex_lock(&mc->mu);
+            for (c = started; c < mc->k; c++) mc->done[c] = 1;
+            if (mc->first == PAR_OK) mc->first = PAR_ENOMEM;
+            snprintf(mc->why, sizeof mc->why, "cannot start the thread of copy %d of %d", started, mc->k);
+            if (mc->done[mc->turn]) par__copies_pass(mc, mc->turn);
+            pthread_mutex_unlock(&mc->mu);
+        }
+        for (c = 0; c < started; c++) pthread_join(tids[c], NULL);
+        mc->running = 0;
+        if (mc->first != PAR_OK) return par__fail(mc->first, "par_copies_run: %.400s", mc->why);
+        return PAR_OK;
+    }
+#endif
+    { /* one after another (one copy, or no threads): no hand-over */
+        par_status st = PAR_OK;
+        mc->running = -1;
+        for (c = 0; c < mc->k && st == PAR_OK; c++) st = fn(user, c);
+        mc->running = 0;
+        return st;
+    }
+}
+
 struct par_tp {
     par_ctx *ctx;
     const par_compute_table *ct;
@@ -15874,6 +16088,8 @@ struct par_tp {
     par_plan plan;
     struct par_trace *trace;
     double comm_us;
+    par_copies *copies;
+    int copy;
 };
 
 PARALLEL_DEF void par_tp_destroy(par_tp *tp) {
@@ -15934,6 +16150,10 @@ PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par
     tp->ctx = ctx, tp->ct = par_ctx_compute(ctx), tp->cm = par_ctx_comm(ctx);
     tp->rows = desc->rows, tp->hidden = desc->hidden, tp->sp = desc->sequence_parallel != 0;
     tp->no_a2a = desc->no_all_to_all != 0, tp->trace = desc->trace;
+    tp->copies = desc->copies, tp->copy = desc->copy;
+    if (desc->copies && (desc->copy < 0 || desc->copy >= desc->copies->k))
+        return par_tp_destroy(tp), par__fail(PAR_EINVAL, "par_tp_create: copy %d of %d copies", desc->copy,
+                                             desc->copies->k);
     if ((st = par__tp_parse(tp, desc->column, "column", &tp->column)) != PAR_OK ||
         (st = par__tp_parse(tp, desc->row, "row", &tp->row)) != PAR_OK)
         return par_tp_destroy(tp), st;
@@ -15985,17 +16205,27 @@ static par_status par__tp_rows_layout(const par_tp *tp, int64_t global, int64_t 
     return par_layout_check(l);
 }
 
+/* A collective of this region begins: under multi-copy it waits for its
+   ticket while the next copy computes. */
+static void par__tp_comm_begin(par_tp *tp) {
+    long ticket = 0;
+    par__copies_comm_begin(tp->copies, tp->copy, &ticket);
+}
+
+/* ... and ends: the span is recorded once the turn is back (the trace is
+   written by one thread at a time), from its start to its completion. */
 static void par__tp_done(par_tp *tp, double t0, const char *what) {
 #ifndef PARALLEL_NO_TRACE
     char name[PAR_TRACE_NAME_MAX];
-    double t1;
+    const double t1 = tp->trace ? par_trace_now_us() : 0.0;
+    par__copies_comm_end(tp->copies, tp->copy);
     if (!tp->trace) return;
-    t1 = par_trace_now_us();
     snprintf(name, sizeof name, "tp %s", what);
     (void)par_trace_span(tp->trace, name, "comm", t0, t1);
     tp->comm_us += t1 - t0;
 #else
-    (void)tp, (void)t0, (void)what;
+    par__copies_comm_end(tp->copies, tp->copy);
+    (void)t0, (void)what;
 #endif
 }
 
@@ -16010,14 +16240,17 @@ static double par__tp_now(const par_tp *tp) {
 
 static par_status par__tp_redistribute(par_tp *tp, const par_layout *from, const par_layout *to, const void *in,
                                        void *out, const char *what) {
-    const double t0 = par__tp_now(tp);
+    double t0;
     par_cost_model cost;
+    par_status st;
     memset(&cost, 0, sizeof cost);
     cost.no_all_to_all = tp->no_a2a;
     PAR__CHECK(par_planner_plan(tp->planner, from, to, &cost, &tp->plan));
-    PAR__CHECK(par_execute_plan(tp->exec, &tp->plan, PAR_F32, in, out));
-    par__tp_done(tp, t0, what);
-    return PAR_OK;
+    par__tp_comm_begin(tp);
+    t0 = par__tp_now(tp);
+    st = par_execute_plan(tp->exec, &tp->plan, PAR_F32, in, out);
+    par__tp_done(tp, t0, what); /* also on failure: the turn comes back */
+    return st;
 }
 
 static par_status par__tp_check_n(const par_tp *tp, const char *fn, int64_t n, int64_t cols, const void *a) {
@@ -16230,10 +16463,13 @@ PARALLEL_DEF par_status par_tp_embedding_bwd(par_tp *tp, const par_embedding *e,
 }
 
 static par_status par__tp_all_reduce(par_tp *tp, float *x, int64_t n, par_reduce_op op, const char *what) {
-    const double t0 = par__tp_now(tp);
-    PAR__CHECK(tp->cm->all_reduce(tp->cm->user, tp->group, x, x, n, PAR_F32, op, NULL));
+    double t0;
+    par_status st;
+    par__tp_comm_begin(tp);
+    t0 = par__tp_now(tp);
+    st = tp->cm->all_reduce(tp->cm->user, tp->group, x, x, n, PAR_F32, op, NULL);
     par__tp_done(tp, t0, what);
-    return PAR_OK;
+    return st;
 }
 
 PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, float *logits,
@@ -16925,6 +17161,26 @@ PARALLEL_DEF const par_pp_action *par_pp_schedule_actions(const par_pp_schedule 
     return s->a[rank];
 }
 
+PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank, int *slots) {
+    int *seen, k, held = 0, peak = 0;
+    if (slots) *slots = 0;
+    if (!s || !slots || rank < 0 || rank >= s->p)
+        return par__fail(PAR_EINVAL, "par_pp_schedule_slots: NULL schedule or slots, or rank %d outside %d stages",
+                         rank, s ? s->p : 0);
+    /* per micro-batch: forwards seen (in the low half) and backwards finished */
+    seen = (int *)PARALLEL_MALLOC(sizeof(int) * 2 * (size_t)s->m);
+    if (!seen) return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    memset(seen, 0, sizeof(int) * 2 * (size_t)s->m);
+    for (k = 0; k < s->count[rank]; k++) {
+        const par_pp_action *a = &s->a[rank][k];
+        if (a->op == PAR_PP_F && seen[a->micro_batch]++ == 0 && ++held > peak) peak = held;
+        if ((a->op == PAR_PP_B || a->op == PAR_PP_W) && ++seen[s->m + a->micro_batch] == s->v) held--;
+    }
+    PARALLEL_FREE(seen);
+    *slots = peak;
+    return PAR_OK;
+}
+
 /* ---- generators ------------------------------------------------------------------- */
 
 /* Virtual stage of (rank, chunk), and whether it is the first / last one. */
@@ -16970,47 +17226,36 @@ static par_status par__pp_gen_1f1b(par_pp_schedule *s, int r) {
     return PAR_OK;
 }
 
-/* ZB-H1 (zero bubble at 1F1B's peak memory): backward split into I (on the
-   critical path) and W (not). Built by running the pipeline in unit time
-   steps (F = I = W = 1, the published setting): each free rank does, in this
-   order of priority, the oldest I whose gradient has arrived, the next F when
-   its input has arrived and it holds fewer than p micro-batches (1F1B's peak,
-   that of its first stage), or the oldest pending W; W thus fills what 1F1B
-   leaves idle. A greedy construction: at p 4, m 8 its bubble is 0.17 against
-   1F1B's 0.27 and the ideal (p-1)/(3m+p-1) = 0.11. */
-static par_status par__pp_gen_zb_h1(par_pp_schedule *s) {
+/* ZB-H1 (zero bubble at 1F1B's peak memory): backward split into I (input
+   gradient, on the critical path) and W (weight gradient, not). Rank r warms
+   up with 1F1B's p - r - 1 forwards, then runs r rounds of F, I that leave
+   their W for later, then F, I, W rounds while forwards remain, I, W rounds
+   after, and ends with the r deferred W. The deferred W are what makes it
+   work: the last micro-batch's input gradients reach the first stage without
+   waiting behind weight gradients, and the W fill the tail 1F1B leaves idle.
+   Each rank holds at most p micro-batches (F done, W not), 1F1B's peak. With
+   F = I = W = 1 and m >= p the bubble is (p - 1) / (3m + p - 1), a third of
+   1F1B's (p - 1)(F + B), the published ideal; for m < p it is what the
+   warm-up allows. */
+static par_status par__pp_gen_zb_h1(par_pp_schedule *s, int r) {
     const int p = s->p, m = s->m;
-    /* per rank: next F, next I, next W (all in micro-batch order), and the
-       times each micro-batch's F and I finished (for the neighbours) */
-    int *nf = (int *)PARALLEL_MALLOC(sizeof(int) * 3 * (size_t)p), *ni = nf ? nf + p : NULL, *nw = nf ? nf + 2 * p : NULL;
-    long *f_at = (long *)PARALLEL_MALLOC(sizeof(long) * 2 * (size_t)p * (size_t)m), *i_at = f_at ? f_at + (size_t)p * m : NULL;
-    par_status st = PAR_OK;
-    long t;
-    int r, left = 3 * p * m;
-    if (!nf || !f_at) return PARALLEL_FREE(nf), PARALLEL_FREE(f_at), par__fail(PAR_ENOMEM, "pipeline: out of memory");
-    memset(nf, 0, sizeof(int) * 3 * (size_t)p);
-    for (t = 0; t < 2 * (long)p * m; t++) f_at[t] = -1;
-    for (t = 0; left > 0 && st == PAR_OK; t++)
-        for (r = 0; r < p && st == PAR_OK; r++) {
-            const int i_ok = ni[r] < nf[r] && (r == p - 1 || (i_at[(size_t)(r + 1) * m + ni[r]] >= 0 &&
-                                                           i_at[(size_t)(r + 1) * m + ni[r]] <= t));
-            const int f_ok = nf[r] < m && nf[r] - nw[r] < p &&
-                             (r == 0 || (f_at[(size_t)(r - 1) * m + nf[r]] >= 0 && f_at[(size_t)(r - 1) * m + nf[r]] <= t));
-            if (i_ok) {
-                st = par__pp_emit_bwd(s, r, ni[r], 0, PAR_PP_I);
-                i_at[(size_t)r * m + ni[r]++] = t + 1;
-            } else if (f_ok) {
-                st = par__pp_emit_fwd(s, r, nf[r], 0);
-                f_at[(size_t)r * m + nf[r]++] = t + 1;
-            } else if (nw[r] < ni[r]) {
-                st = par_pp_schedule_append(s, r, PAR_PP_W, nw[r]++, 0);
-            } else {
-                continue;
-            }
-            left--;
-        }
-    PARALLEL_FREE(nf), PARALLEL_FREE(f_at);
-    return st;
+    int f = 0, i = 0, w = 0, k;
+    for (k = 0; k < p - r - 1 && f < m; k++) PAR__CHECK(par__pp_emit_fwd(s, r, f++, 0));
+    for (k = 0; k < r && f < m; k++) {
+        PAR__CHECK(par__pp_emit_fwd(s, r, f++, 0));
+        PAR__CHECK(par__pp_emit_bwd(s, r, i++, 0, PAR_PP_I));
+    }
+    for (; f < m; w++) {
+        PAR__CHECK(par__pp_emit_fwd(s, r, f++, 0));
+        PAR__CHECK(par__pp_emit_bwd(s, r, i++, 0, PAR_PP_I));
+        PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, w, 0));
+    }
+    for (; i < m; w++) {
+        PAR__CHECK(par__pp_emit_bwd(s, r, i++, 0, PAR_PP_I));
+        PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, w, 0));
+    }
+    for (; w < m; w++) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, w, 0));
+    return PAR_OK;
 }
 
 /* Megatron's interleaved 1F1B: forward k of rank r runs chunk (k / p) % v of
@@ -17052,11 +17297,11 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
         return par__fail(PAR_ECAPACITY, "pipeline: %d stages x %d chunks x %d micro-batches is more than the "
                                         "generators make (2^24 micro-batch chunks)", d->stages, v, d->micro_batches);
     PAR__CHECK(par_pp_schedule_create(d->stages, v, d->micro_batches, &s));
-    if (d->kind == PAR_PP_ZB_H1) st = par__pp_gen_zb_h1(s);
-    for (r = 0; r < s->p && st == PAR_OK && d->kind != PAR_PP_ZB_H1; r++) {
+    for (r = 0; r < s->p && st == PAR_OK; r++) {
         switch (d->kind) {
         case PAR_PP_GPIPE: st = par__pp_gen_gpipe(s, r); break;
         case PAR_PP_1F1B: st = par__pp_gen_1f1b(s, r); break;
+        case PAR_PP_ZB_H1: st = par__pp_gen_zb_h1(s, r); break;
         default: st = par__pp_gen_interleaved(s, r); break;
         }
     }

@@ -10,7 +10,13 @@
    table. Measured bubble = 1 - (sum over ranks of the time in forward and
    backward callbacks) / (ranks x the step's wall time), median of 3 steps;
    predicted = par_pp_schedule_check's bubble for the same costs (transfers
-   free). Prints a table and JSON lines {"bench":"pipeline",...}. */
+   free). Prints a table and JSON lines {"bench":"pipeline",...}.
+
+   Activation memory: each forward allocates the activations its backward
+   needs (SAVED_FLOATS per micro-batch on a stage, half per chunk of the
+   interleaved schedule) and the last backward pass over them (B, or W after
+   I) frees them; measured = the most bytes a stage held at once during the
+   run, per stage, against the checker's peak in flight x those bytes. */
 #define _DEFAULT_SOURCE
 #define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
@@ -24,6 +30,7 @@
 #define MB 8
 #define UNIT_MS 20.0
 #define ACT_FLOATS (16 * 1024)
+#define SAVED_FLOATS (256 * 1024) /* 1 MiB of saved activations per micro-batch and stage */
 
 static double now_s(void) {
     struct timespec ts;
@@ -43,20 +50,30 @@ typedef struct run {
     int chunks;
     double busy[STAGES], wall[STAGES];
     float *bufs[STAGES];
+    int64_t peak_bytes[STAGES];
 } run;
 
 typedef struct stage {
     run *r;
     int rank;
     double busy;
+    float *saved[MB * 2];     /* per (micro-batch, chunk): what its backward needs */
+    int64_t live, peak;       /* bytes of saved activations held now, at most */
 } stage;
+
+static int64_t saved_floats(const stage *s) { return SAVED_FLOATS / s->r->chunks; }
 
 static double unit(const stage *s) { return UNIT_MS / (double)s->r->chunks; }
 
 static par_status fwd(void *u, int mb, int c) {
     stage *s = (stage *)u;
     const double t0 = now_s();
-    (void)mb, (void)c;
+    float **saved = &s->saved[mb * s->r->chunks + c];
+    if (!(*saved = (float *)malloc((size_t)saved_floats(s) * sizeof(float))))
+        return par_set_error(PAR_ENOMEM, "bench_pipeline: out of memory");
+    memset(*saved, 0, (size_t)saved_floats(s) * sizeof(float)); /* touched: real pages */
+    s->live += saved_floats(s) * (int64_t)sizeof(float);
+    if (s->live > s->peak) s->peak = s->live;
     work(unit(s));
     s->busy += now_s() - t0;
     return PAR_OK;
@@ -65,8 +82,13 @@ static par_status fwd(void *u, int mb, int c) {
 static par_status bwd(void *u, int mb, int c, par_pp_op op) {
     stage *s = (stage *)u;
     const double t0 = now_s();
-    (void)mb, (void)c;
+    float **saved = &s->saved[mb * s->r->chunks + c];
+    if (!*saved) return par_set_error(PAR_EINVAL, "bench_pipeline: backward of micro-batch %d chunk %d before its forward", mb, c);
     work(op == PAR_PP_B ? 2 * unit(s) : unit(s));
+    if (op != PAR_PP_I) { /* its last use: freed */
+        free(*saved), *saved = NULL;
+        s->live -= saved_floats(s) * (int64_t)sizeof(float);
+    }
     s->busy += now_s() - t0;
     return PAR_OK;
 }
@@ -99,7 +121,7 @@ static par_status body(par_ctx *ctx, void *arg) {
     t0 = now_s();
     if (rc == PAR_OK) rc = par_pp_run(ctx, &d);
     if (rc == PAR_OK) rc = par_barrier(ctx, NULL); /* the step ends when the last stage is done */
-    r->wall[rank] = now_s() - t0, r->busy[rank] = st.busy;
+    r->wall[rank] = now_s() - t0, r->busy[rank] = st.busy, r->peak_bytes[rank] = st.peak;
     par_pp_schedule_destroy(s);
     return rc;
 }
@@ -116,6 +138,7 @@ int main(void) {
     } kinds[] = {{PAR_PP_GPIPE, 1}, {PAR_PP_1F1B, 1}, {PAR_PP_INTERLEAVED, 2}, {PAR_PP_ZB_H1, 1}};
     par_ctx_desc pd;
     double measured_1f1b = 0, measured_zb = 0;
+    int64_t peak_measured[4][STAGES], peak_predicted[4][STAGES];
     size_t k;
     int i;
     memset(&pd, 0, sizeof pd);
@@ -146,6 +169,8 @@ int main(void) {
             for (i = 0; i < STAGES; i++) {
                 busy += r.busy[i], wall = r.wall[i] > wall ? r.wall[i] : wall;
                 free(r.bufs[i]);
+                peak_measured[k][i] = r.peak_bytes[i];
+                peak_predicted[k][i] = (int64_t)c.peak_in_flight[i] * (SAVED_FLOATS / kinds[k].chunks) * 4;
             }
             bubbles[rep] = 1.0 - busy / (STAGES * wall);
         }
@@ -159,5 +184,19 @@ int main(void) {
     }
     printf("zb-h1 / 1f1b measured bubble: %.2f (target <= 0.5; the published ideal is 1/3)\n",
            measured_1f1b > 0 ? measured_zb / measured_1f1b : 0.0);
+    printf("\npeak saved activations per stage, MiB (1 MiB per micro-batch; measured / checker's prediction)\n");
+    printf("%-12s", "schedule");
+    for (i = 0; i < STAGES; i++) printf("    stage %d", i);
+    printf("\n");
+    for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        printf("%-12s", par_pp_kind_name(kinds[k].kind));
+        for (i = 0; i < STAGES; i++)
+            printf("  %4.1f/%4.1f", (double)peak_measured[k][i] / 1048576.0, (double)peak_predicted[k][i] / 1048576.0);
+        printf("\n");
+        for (i = 0; i < STAGES; i++)
+            printf("{\"bench\":\"pipeline_memory\",\"schedule\":\"%s\",\"stage\":%d,\"measured_bytes\":%lld,"
+                   "\"predicted_bytes\":%lld}\n", par_pp_kind_name(kinds[k].kind), i, (long long)peak_measured[k][i],
+                   (long long)peak_predicted[k][i]);
+    }
     return 0;
 }

@@ -733,10 +733,11 @@ static int cmd_pipeline(int argc, char **argv) {
     par_pp_schedule_format(s, text, (size_t)n + 1);
     fputs(text, stdout);
     free(text);
-    printf("check: ok (no deadlock; every micro-batch's forward and backward once, each after what it needs)\n");
-    printf("bubble %.4f of the ranks' time, makespan %.0f (F = 1, B = 2, I = W = 1; transfers free)\n", c.bubble,
+    /* the figures as comments: the whole output is a schedule --file and --pp-schedule read back */
+    printf("# check: ok (no deadlock; every micro-batch's forward and backward once, each after what it needs)\n");
+    printf("# bubble %.4f of the ranks' time, makespan %.0f (F = 1, B = 2, I = W = 1; transfers free)\n", c.bubble,
            c.makespan);
-    printf("peak micro-batches in flight per rank:");
+    printf("# peak micro-batches in flight per rank:");
     for (r = 0; r < par_pp_schedule_stages(s) && r < 64; r++) printf(" %d", c.peak_in_flight[r]);
     printf("\n");
     par_pp_schedule_destroy(s);

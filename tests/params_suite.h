@@ -685,6 +685,116 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
     PS_ERR(c, par_tp_create(ctx, &d, &tp), PAR_EINVAL, "rows 0 and hidden 4 must be >= 1");
 }
 
+/* ---- multi-copy ------------------------------------------------------------------ */
+
+enum { TC_LAYERS = 3, TC_MAXK = 3 };
+
+typedef struct tc_state {
+    par_tp *tp[TC_MAXK + 1];     /* one region per copy; [TC_MAXK] without copies */
+    float x[TC_MAXK + 1][TS_N * TS_C], w1[TS_F * TS_C], w2[TS_C * TS_F];
+    float work[TC_MAXK + 1][TS_N * TS_C * 2], a[TC_MAXK + 1][TS_N * TS_F], yp[TC_MAXK + 1][TS_N * TS_C];
+    int log[TC_MAXK * TC_LAYERS * 2], nlog; /* the order compute ran in: copy * 100 + step */
+    int fail_copy;                          /* this copy fails at its start (-1: none) */
+    par_status st[TC_MAXK + 1];
+} tc_state;
+
+/* TC_LAYERS MLP layers on copy k's rows (k = TC_MAXK: the region without
+   copies): x = reduce(gather(x) W1^T W2^T), local math in float. */
+static par_status tc_layers(void *user, int k) {
+    tc_state *s = (tc_state *)user;
+    par_tp *tp = s->tp[k];
+    const par_linear_kind col = PAR_LINEAR_COLUMN;
+    par_linear l1, l2;
+    int64_t r, f, j;
+    int layer;
+    (void)col;
+    if (k == s->fail_copy) return par_set_error(PAR_EINVAL, "copy %d fails on purpose", k);
+    PAR__CHECK(par_tp_linear(tp, "w1", PAR_LINEAR_COLUMN, TS_C, TS_F, &l1));
+    PAR__CHECK(par_tp_linear(tp, "w2", PAR_LINEAR_ROW, TS_F, TS_C, &l2));
+    for (layer = 0; layer < TC_LAYERS; layer++) {
+        const float *full;
+        float *out;
+        PAR__CHECK(par_tp_gather_rows(tp, TS_N, TS_C, s->x[k], s->work[k], &full));
+        if (k < TC_MAXK) s->log[s->nlog++] = k * 100 + 2 * layer; /* holds the turn: one writer at a time */
+        for (r = 0; r < TS_N; r++)
+            for (f = 0; f < l1.out_local; f++) {
+                float acc = 0;
+                for (j = 0; j < TS_C; j++) acc += full[r * TS_C + j] * s->w1[(l1.out_start + f) * TS_C + j];
+                s->a[k][r * l1.out_local + f] = acc;
+            }
+        for (r = 0; r < TS_N; r++)
+            for (j = 0; j < TS_C; j++) {
+                float acc = 0;
+                for (f = 0; f < l2.in_local; f++) acc += s->a[k][r * l2.in_local + f] * s->w2[j * TS_F + l2.in_start + f];
+                s->yp[k][r * TS_C + j] = acc;
+            }
+        PAR__CHECK(par_tp_reduce_rows(tp, TS_N, TS_C, s->yp[k], s->work[k] + TS_N * TS_C, &out));
+        if (k < TC_MAXK) s->log[s->nlog++] = k * 100 + 2 * layer + 1;
+        memcpy(s->x[k], out, (size_t)par_tp_rows(tp, TS_N) * TS_C * sizeof(float));
+    }
+    return PAR_OK;
+}
+
+static par_status tc_nested(void *user, int k) {
+    (void)k;
+    return par_copies_run((par_copies *)user, tc_layers, NULL);
+}
+
+/* K copies of a tensor-parallel MLP, each its own rows, against the same
+   copies run one after another on a region without copies: bit-identical,
+   and (with collectives to hand over at) interleaved: a copy computed before
+   the one before it finished. A failing copy is reported with its number. */
+static void tc_case(par_ctx *ctx, int sp, int K, ps_counts *c) {
+    const par_mesh *m = par_ctx_mesh(ctx);
+    int D = m->ndim == 2 ? m->dims[0] : 1, T = m->dims[m->ndim - 1];
+    static tc_state s_[64];
+    tc_state *s = &s_[par_ctx_rank(ctx) % 64];
+    char col[64], row[64];
+    par_copies *mc = NULL;
+    par_tp_desc d;
+    int k, i, r, interleaved = 0, same = 1;
+    if (m->ndim == 1) D = 1;
+    memset(s, 0, sizeof *s);
+    s->fail_copy = -1;
+    snprintf(col, sizeof col, "((%d,1),(%d,1))", D, T);
+    snprintf(row, sizeof row, "((%d,%d),(1,%d))", D, T, T);
+    memset(&d, 0, sizeof d);
+    d.rows = (int64_t)TS_N * D, d.hidden = TS_C, d.column = col, d.row = row, d.sequence_parallel = sp;
+    PS_OK(c, par_copies_create(ctx, K, NULL, &mc));
+    if (!mc) return;
+    for (k = 0; k <= K; k++) {
+        d.copies = k < K ? mc : NULL, d.copy = k < K ? k : 0;
+        PS_OK(c, par_tp_create(ctx, &d, &s->tp[k < K ? k : TC_MAXK]));
+    }
+    for (i = 0; i < TS_F * TS_C; i++) s->w1[i] = (float)ts_w1(i / TS_C, i % TS_C), s->w2[i] = (float)ts_w2(i / TS_F, i % TS_F);
+    for (k = 0; k < K; k++)
+        for (i = 0; i < TS_N * TS_C; i++) s->x[k][i] = (float)ts_x(1000 * k + par_ctx_rank(ctx), i);
+    PS_OK(c, par_copies_run(mc, tc_layers, s));
+    for (k = 0; k < K; k++) { /* the same copy alone, on the plain region */
+        for (i = 0; i < TS_N * TS_C; i++) s->x[TC_MAXK][i] = (float)ts_x(1000 * k + par_ctx_rank(ctx), i);
+        PS_OK(c, tc_layers(s, TC_MAXK));
+        for (i = 0; i < (int)par_tp_rows(s->tp[TC_MAXK], TS_N) * TS_C; i++) same &= s->x[k][i] == s->x[TC_MAXK][i];
+    }
+    PS_CHECK(c, same, "sp %d, %d copies: results differ from the copies run one after another", sp, K);
+    PS_CHECK(c, s->nlog == 2 * K * TC_LAYERS, "%d compute steps logged", s->nlog);
+    for (i = 1; i < s->nlog; i++) interleaved |= s->log[i] / 100 < s->log[i - 1] / 100;
+    for (r = 0, i = 0; i < s->nlog; i++) r += s->log[i] / 100 != (i ? s->log[i - 1] / 100 : 0);
+    if (T > 1 && K > 1)
+        PS_CHECK(c, interleaved && r >= 2 * TC_LAYERS, "sp %d, %d copies: no interleaving (%d switches)", sp, K, r);
+    else PS_CHECK(c, !interleaved, "one copy, or one tp rank (no collective): no hand-over expected");
+    /* a failing copy: named, the others run to the end */
+    s->fail_copy = K - 1, s->nlog = 0;
+    PS_ERR(c, par_copies_run(mc, tc_layers, s), PAR_EINVAL, "fails on purpose");
+    PS_CHECK(c, strstr(par_last_error(), "copy") != NULL, "error names the copy: %s", par_last_error());
+    PS_ERR(c, par_copies_run(mc, tc_nested, mc), PAR_EINVAL, "do not nest");
+    for (k = 0; k < K; k++) par_tp_destroy(s->tp[k]);
+    par_tp_destroy(s->tp[TC_MAXK]);
+    d.copies = mc, d.copy = K;
+    PS_ERR(c, par_tp_create(ctx, &d, &s->tp[0]), PAR_EINVAL, "copy");
+    par_copies_destroy(mc);
+    PS_ERR(c, par_copies_create(ctx, 0, NULL, &mc), PAR_EINVAL, "0 copies; use 1 to 64");
+}
+
 /* Everything for this rank's mesh; returns the failures (and *passed). */
 static int params_suite_run(par_ctx *ctx, int *passed) {
     ps_counts c;
@@ -697,6 +807,8 @@ static int params_suite_run(par_ctx *ctx, int *passed) {
         int sp, vp;
         for (sp = 0; sp < 2; sp++)
             for (vp = 0; vp < 2; vp++) ts_case(ctx, sp, vp, &c);
+        for (sp = 0; sp < 2; sp++)
+            for (vp = 1; vp <= TC_MAXK; vp++) tc_case(ctx, sp, vp, &c);
     }
     *passed = c.passed;
     return c.failed;

@@ -366,16 +366,21 @@ bad "tour with args" tour --mesh 2
 # pipeline: generated schedules with the textbook figures, a file, bad input
 
 ok "pipeline 1f1b" pipeline --schedule 1f1b --stages 4 --micro-batches 8
-has_line "1f1b bubble" "bubble 0.2727 of the ranks' time, makespan 33 (F = 1, B = 2, I = W = 1; transfers free)"
-has_line "1f1b memory" "peak micro-batches in flight per rank: 4 3 2 1"
+has_line "1f1b bubble" "# bubble 0.2727 of the ranks' time, makespan 33 (F = 1, B = 2, I = W = 1; transfers free)"
+has_line "1f1b memory" "# peak micro-batches in flight per rank: 4 3 2 1"
 has_match "1f1b last rank" "^rank 3: RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0,"
 ok "pipeline gpipe" pipeline --schedule gpipe --stages 2 --micro-batches 3
-has_line "gpipe memory" "peak micro-batches in flight per rank: 3 3"
-has_line "gpipe bubble" "bubble 0.2500 of the ranks' time, makespan 12 (F = 1, B = 2, I = W = 1; transfers free)"
+has_line "gpipe memory" "# peak micro-batches in flight per rank: 3 3"
+has_line "gpipe bubble" "# bubble 0.2500 of the ranks' time, makespan 12 (F = 1, B = 2, I = W = 1; transfers free)"
 PIPEF=$(mktemp)
+ok "pipeline zb-h1" pipeline --schedule zb-h1 --stages 4 --micro-batches 8
+has_line "zb-h1 bubble" "# bubble 0.1111 of the ranks' time, makespan 27 (F = 1, B = 2, I = W = 1; transfers free)"
+printf '%s\n' "$OUT" >"$PIPEF"
+ok "pipeline output read back" pipeline --file "$PIPEF"
+has_line "read back bubble" "# bubble 0.1111 of the ranks' time, makespan 27 (F = 1, B = 2, I = W = 1; transfers free)"
 printf 'pipeline stages=2 chunks=1 micro_batches=1\n# a comment\nrank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n' >"$PIPEF"
 ok "pipeline file" pipeline --file "$PIPEF"
-has_line "file bubble" "bubble 0.5000 of the ranks' time, makespan 6 (F = 1, B = 2, I = W = 1; transfers free)"
+has_line "file bubble" "# bubble 0.5000 of the ranks' time, makespan 6 (F = 1, B = 2, I = W = 1; transfers free)"
 printf 'pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n' >"$PIPEF"
 bad_says "pipeline deadlock" "deadlock: every unfinished rank waits for a message no rank will send: rank 0 step 1 (RG 0 0)" \
     pipeline --file "$PIPEF"

@@ -30,6 +30,25 @@ static par_pp_schedule *make(int p, int v, int m, par_pp_kind kind) {
     return s;
 }
 
+/* Whole-micro-batch slots per rank: with one chunk a slot is exactly what the
+   checker counts in flight (F done, B or W not); with v chunks a slot holds
+   up to v of them. */
+static void check_slots(const par_pp_schedule *s, const par_pp_check *c, const char *what) {
+    const int p = par_pp_schedule_stages(s), v = par_pp_schedule_chunks(s), m = par_pp_schedule_micro_batches(s);
+    int r, slots = -1;
+    for (r = 0; r < p && r < 64; r++) {
+        CHECK_OK(par_pp_schedule_slots(s, r, &slots));
+        if (v == 1)
+            CHECK_MSG(slots == c->peak_in_flight[r], "%s p %d m %d rank %d: %d slots, checker %d in flight", what, p,
+                      m, r, slots, c->peak_in_flight[r]);
+        else
+            CHECK_MSG(slots <= m && slots * v >= c->peak_in_flight[r] && slots <= c->peak_in_flight[r],
+                      "%s p %d v %d m %d rank %d: %d slots for %d chunks in flight", what, p, v, m, r, slots,
+                      c->peak_in_flight[r]);
+    }
+    CHECK(par_pp_schedule_slots(s, p, &slots) == PAR_EINVAL && slots == 0);
+}
+
 static void test_generators(void) {
     static const int ps[] = {1, 2, 3, 4, 8};
     size_t i;
@@ -62,6 +81,11 @@ static void test_generators(void) {
             CHECK_MSG(p == 1 || m < 2 || cz.bubble < c1.bubble, "zb-h1 p %d m %d bubble %.4f vs 1f1b %.4f", p, m,
                       cz.bubble, c1.bubble);
             CHECK_MSG(cz.max_in_flight <= (p < m ? p : m), "zb-h1 p %d m %d holds %d", p, m, cz.max_in_flight);
+            /* with m >= p the published ideal: every rank idles p - 1 units of
+               its 3m (F = I = W = 1), a third of 1F1B's 3(p - 1) */
+            CHECK_MSG(m < p || fabs(cz.bubble - (double)(p - 1) / (3 * m + p - 1)) < 1e-12,
+                      "zb-h1 p %d m %d bubble %.4f, ideal %.4f", p, m, cz.bubble, (double)(p - 1) / (3 * m + p - 1));
+            check_slots(s1, &c1, "1f1b"), check_slots(sg, &cg, "gpipe"), check_slots(sz, &cz, "zb-h1");
             if (p == 4 && m == 2 * p) printf("  p 4 m 8: bubble 1f1b %.3f, gpipe %.3f, zb-h1 %.3f\n", c1.bubble,
                                              cg.bubble, cz.bubble);
             par_pp_schedule_destroy(s1), par_pp_schedule_destroy(sg), par_pp_schedule_destroy(sz);
@@ -74,6 +98,7 @@ static void test_generators(void) {
             CHECK_MSG(par_pp_schedule_check(si, &ci, grid, sizeof grid) == PAR_OK, "interleaved p %d m %d:\n%s", p, m,
                       grid);
             CHECK_MSG(par_pp_schedule_check(s1, &c1, NULL, 0) == PAR_OK, "1f1b");
+            check_slots(si, &ci, "interleaved");
             /* chunks of half the work: the fill and drain cost half as much */
             CHECK_MSG(ci.bubble < c1.bubble, "interleaved p %d m %d bubble %.4f vs 1f1b %.4f", p, m, ci.bubble,
                       c1.bubble);
@@ -211,6 +236,55 @@ static void test_executor(void) {
         }
 }
 
+/* A schedule whose stage count is not the ranks along the stage dims: refused
+   by every rank before any message moves (3 stages on pp=2; 2 stages on pp=4). */
+static par_status noop_fwd(void *u, int mb, int c) { return (void)u, (void)mb, (void)c, PAR_OK; }
+static par_status noop_bwd(void *u, int mb, int c, par_pp_op op) { return (void)u, (void)mb, (void)c, (void)op, PAR_OK; }
+static par_status noop_buf(void *u, int mb, int c, int g, int in, float **p, int64_t *n) {
+    static float cell[4];
+    (void)u, (void)mb, (void)c, (void)g, (void)in;
+    *p = cell, *n = 1;
+    return PAR_OK;
+}
+
+static par_status mismatch_body(par_ctx *ctx, void *arg) {
+    const int stages = *(const int *)arg;
+    int *ok = (int *)arg + 1 + par_ctx_rank(ctx);
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    char want[128];
+    memset(&sd, 0, sizeof sd);
+    sd.stages = stages, sd.micro_batches = stages, sd.kind = PAR_PP_1F1B;
+    PAR__CHECK(par_pp_schedule_make(&sd, &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = 1u;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
+    snprintf(want, sizeof want, "the schedule has %d stages but the stage dims (mask 0x1) hold %d ranks", stages,
+             par_ctx_size(ctx));
+    *ok = par_pp_run(ctx, &d) == PAR_EINVAL && strstr(par_last_error(), want) != NULL;
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+static void test_stage_mismatch(void) {
+    static const int cases[2][2] = {{2, 3}, {4, 2}}; /* ranks, schedule stages */
+    int c, r;
+    for (c = 0; c < 2; c++) {
+        int arg[1 + 8] = {0};
+        par_ctx_desc pd;
+        char mesh[16];
+        memset(&pd, 0, sizeof pd);
+        snprintf(mesh, sizeof mesh, "pp=%d", cases[c][0]);
+        pd.mesh = mesh, pd.timeout_ms = 20000, pd.kernel_threads = 1;
+        arg[0] = cases[c][1];
+        CHECK_OK(par_run_threads_desc(&pd, cases[c][0], mismatch_body, arg));
+        for (r = 0; r < cases[c][0]; r++)
+            CHECK_MSG(arg[1 + r], "%d ranks, %d-stage schedule: rank %d not refused as expected", cases[c][0],
+                      cases[c][1], r);
+    }
+}
+
 /* ---- 5. parameter sets per stage (par_params_desc.stage_dims) ------------------------- */
 
 typedef struct stage_run {
@@ -312,6 +386,7 @@ int main(void) {
     test_text();
     test_bad_schedules();
     test_executor();
+    test_stage_mismatch();
     test_stage_params();
     return TEST_END("pipeline");
 }

@@ -9,7 +9,8 @@
        all-reduces, well under a second);
      - the cap: --max-device-memory, else the cluster's memory per device;
      - the modes the trainer runs: dp, tp (+ sp), cp (ring = colossalai_cp,
-       ulysses = ulysses_cp), pp (1f1b, gpipe), micro-batches, ZeRO level 1/2;
+       ulysses = ulysses_cp), pp (1f1b, gpipe, interleaved with 2 chunks,
+       zb-h1), micro-batches, ZeRO level 1/2;
      - parallel.search_mode: how the degrees are searched (par_auto_desc.mode);
        sharding_propagation keeps the degrees written above 1.
    The fastest predicted plan that also passes llama_config_validate becomes
@@ -67,7 +68,9 @@ static void llama__auto_apply(const par_auto_plan *p, llama_config *c) {
     snprintf(c->context_parallel_algo, sizeof c->context_parallel_algo, "%s",
              p->cp > 1 && p->cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp");
     snprintf(c->pipeline_scheduler, sizeof c->pipeline_scheduler, "%s",
-             p->pp > 1 && p->schedule == PAR_PP_GPIPE ? "gpipe" : "1f1b");
+             p->pp > 1 && p->schedule == PAR_PP_GPIPE ? "gpipe" : p->pp > 1 && p->schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b");
+    c->pipeline_interleave = p->pp > 1 && p->schedule == PAR_PP_INTERLEAVED;
+    c->pp_interleave_num = c->pipeline_interleave ? p->chunks : 1;
     c->enable_parallel_optimizer = p->zero > 0;
     c->optimizer_level = p->zero > 1 ? 2 : 1;
 }
@@ -121,7 +124,7 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
     d.model.layers = cfg->num_layers, d.model.hidden = cfg->hidden_size, d.model.heads = cfg->num_heads;
     d.model.kv_heads = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->num_heads, d.model.ffn = cfg->intermediate_size;
     d.model.vocab = cfg->vocab_size, d.model.seq = cfg->seq_length, d.model.batch = llama_config_global_batch(cfg);
-    d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE);
+    d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE) | (1u << PAR_PP_INTERLEAVED) | (1u << PAR_PP_ZB_H1);
     d.cp_algos = (1u << PAR_CP_RING) | (1u << PAR_CP_ULYSSES);
     if (par_search_mode_parse(cfg->search_mode, &d.mode) != PAR_OK)
         return snprintf(err, errsize, "parallel.search_mode = %s: %s", cfg->search_mode, par_last_error()), -1;

@@ -84,7 +84,7 @@ typedef struct llama_config {
     int pp_interleave_num;           /* model_config: 1 (virtual pipeline stages) */
     int offset;                      /* model_config: 0 (layers moved between pipeline stages) */
     int pipeline_interleave;         /* parallel.pipeline_config: bool, false */
-    char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default) or "gpipe" */
+    char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default), "gpipe" or "zb-h1" */
     int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
     int recompute;                   /* recompute_config: bool, false */
     int select_recompute;            /* recompute_config: bool, false */
@@ -116,6 +116,7 @@ typedef struct llama_options {
     const char *backend;              /* --backend threads|mpi|nccl (default threads) */
     const char *metrics_path;         /* --metrics FILE.jsonl */
     const char *trace_path;           /* --trace FILE.json: per-rank timeline (Chrome trace JSON) */
+    const char *pp_schedule_path;     /* --pp-schedule FILE: the pipeline schedule in parallel.h's text form */
     const char *cluster_path;         /* --cluster FILE: auto_parallel's cluster description (NULL: measure) */
     const char *max_device_memory;    /* --max-device-memory SIZE: auto_parallel's cap per rank ("64MiB") */
     int64_t seed;                     /* --seed N (-1: the config's seed) */
@@ -193,10 +194,6 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
-#define LLAMA__TODO_MULTICOPY "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"
-#define LLAMA__TODO_FINE_GRAIN                                                                        \
-    "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it " \
-    "also requires parallel_config.use_seq_parallel)"
 #define LLAMA__NO_RECOMPUTE "activation recomputation is not implemented; use false"
 #define LLAMA__NO_GRAD_ACCUM                                                                             \
     "not supported: gradient accumulation here is parallel_config.micro_batch_num, which splits each "  \
@@ -244,7 +241,9 @@ typedef struct llama__key {
 #define LLAMA__DEG 65536.0 /* largest parallel degree */
 #define LLAMA__MAX_BATCH 1048576 /* largest batch_size, and largest global batch */
 
-static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0}, {"gpipe", "gpipe", 1}, {NULL, NULL, 0}};
+static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0},   {"gpipe", "gpipe", 1},
+                                                     {"zb-h1", "zb-h1", 2}, {"zbh1", "zb-h1", 2},
+                                                     {"zero_bubble", "zb-h1", 2}, {NULL, NULL, 0}};
 static const llama__choice llama__cp_algos[] = {{"colossalai_cp", "colossalai_cp", 0},
                                                 {"ulysses_cp", "ulysses_cp", 1},
                                                 {"hybrid_cp", "hybrid_cp", 2},
@@ -317,7 +316,7 @@ static const llama__key llama__keys[] = {
      NULL, "ring attention over the context-parallel group: true asks for context_parallel_algo colossalai_cp (the default; the other algorithms are an error with true); false changes nothing (context_parallel_algo decides)"},
     {"model.model_config.fine_grain_interleave", LLAMA__T_INT, LLAMA__AT(fine_grain_interleave), 0, 1, LLAMA__DEG, 0,
      NULL, "1", NULL,
-     "fine-grained interleave: each layer's tokens in slices whose communication overlaps the other slices' compute (MindFormers requires use_seq_parallel for it); only 1 until it lands"},
+     "fine-grained interleave: each micro-batch's samples cut into this many slices that run every layer interleaved (one slice computes while another's all-gather or reduce-scatter is in flight) and rejoin after it, as MindFormers' interleaved decoder layer; needs use_seq_parallel true, not with micro_batch_interleave_num > 1, pipeline_stage or context_parallel > 1"},
     {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
      "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule); > 1 needs parallel.pipeline_config.pipeline_interleave true and micro_batch_num a multiple of pipeline_stage"},
@@ -378,7 +377,7 @@ static const llama__key llama__keys[] = {
      "interleaved pipeline schedule (Megatron's interleaved 1F1B over model_config.pp_interleave_num chunks per rank); true needs pp_interleave_num > 1 and the reverse"},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__T_CHOICE, LLAMA__AT(pipeline_scheduler),
      sizeof(((llama_config *)0)->pipeline_scheduler), 0, 0, 0, llama__pp_schedulers, "1f1b", NULL,
-     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down) or gpipe (all forwards, then all backwards); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
+     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
     {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__AT(search_mode), sizeof(((llama_config *)0)->search_mode), 0, 0,
      0, llama__search_modes, "recursive_programming", NULL,
      "auto_parallel's search over the degrees (parallel.h par_auto_search): dynamic_programming visits every dp x tp x cp x pp, sharding_propagation keeps the parallel_config degrees set above 1 and searches the rest, recursive_programming moves data-parallel factors to tp, cp or pp while the predicted step time falls"},
@@ -443,7 +442,7 @@ static const llama__key llama__keys[] = {
     {"seed", LLAMA__T_U64, LLAMA__AT(seed), 0, 0, 0, 0, NULL, "1234", NULL, "seed of the weight init and the data shuffle"},
     {"micro_batch_interleave_num", LLAMA__T_INT, LLAMA__AT(micro_batch_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
-     "multi-copy interleave: each micro-batch split into copies whose communication overlaps the other copies' compute; only 1 until it lands"},
+     "multi-copy interleave: each micro-batch's samples split into this many copies, each on its own thread; one copy computes while another's tensor-parallel collective is in flight (parallel.h par_copies); losses equal those of micro_batch_num x this many micro-batches; needs pipeline_stage and context_parallel 1"},
     {"run_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__run_modes, "train", NULL, "accepted and ignored"},
     {"use_parallel", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted and ignored: --backend and the launcher decide"},
@@ -830,6 +829,12 @@ static int llama__check_pp(const llama_config *c, char *err, size_t errsize) {
                            "parallel.pipeline_config.pipeline_interleave = %s with " LLAMA__K("pp_interleave_num")
                            " = %d: the interleaved schedule needs both (true and more than 1 chunk per rank), or neither",
                            c->pipeline_interleave ? "true" : "false", v);
+    if (v > 1 && strcmp(c->pipeline_scheduler, "1f1b") != 0)
+        return llama__fail(err, errsize,
+                           "parallel.pipeline_config.pipeline_interleave = true with "
+                           "parallel.pipeline_config.pipeline_scheduler = %s: the interleaved schedule is 1F1B over "
+                           "model chunks; use pipeline_scheduler 1f1b, or no interleave",
+                           c->pipeline_scheduler);
     if (p == 1 && (v > 1 || c->offset != 0))
         return llama__fail(err, errsize,
                            LLAMA__K("%s") " = %d needs " LLAMA__P("pipeline_stage") " > 1",
@@ -933,8 +938,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
             int value, def;
             const char *reason;
         } todo[] = {
-            {"micro_batch_interleave_num", c->micro_batch_interleave_num, 1, LLAMA__TODO_MULTICOPY},
-            {LLAMA__K("fine_grain_interleave"), c->fine_grain_interleave, 1, LLAMA__TODO_FINE_GRAIN},
             {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
             {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
             {"runner_config.gradient_accumulation_steps", c->gradient_accumulation_steps, 1, LLAMA__NO_GRAD_ACCUM},
@@ -967,6 +970,37 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
         return llama__fail(err, errsize,
                            LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
                            c->context_parallel, c->ulysses_degree_in_cp);
+    /* multi-copy and fine-grained interleave: copies of the tensor-parallel layers (no pipeline or
+       cp collectives inside), one kind at a time, whole samples per copy */
+    const int fg = c->fine_grain_interleave > 1, copies = fg ? c->fine_grain_interleave : c->micro_batch_interleave_num;
+    const char *copies_key = fg ? LLAMA__K("fine_grain_interleave") " (or parallel_config.fine_grain_interleave)"
+                                : "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num)";
+    if (fg && c->micro_batch_interleave_num > 1)
+        return llama__fail(err, errsize,
+                           "micro_batch_interleave_num = %d and " LLAMA__K("fine_grain_interleave") " = %d: use one "
+                           "of them (both cut the micro-batch into copies)",
+                           c->micro_batch_interleave_num, c->fine_grain_interleave);
+    if (fg && !c->use_seq_parallel)
+        return llama__fail(err, errsize,
+                           "%s = %d needs " LLAMA__P("use_seq_parallel") " true (as in MindFormers: the slices' "
+                           "all-gathers and reduce-scatters are what it overlaps)", copies_key, copies);
+    if (copies > 1 && (c->pipeline_stage > 1 || c->context_parallel > 1))
+        return llama__fail(err, errsize,
+                           "%s = %d with " LLAMA__P("%s") " = %d: the copies run the tensor-parallel layers and are "
+                           "not supported with %s yet; use 1 there, or 1 copy",
+                           copies_key, copies, c->pipeline_stage > 1 ? "pipeline_stage" : "context_parallel",
+                           c->pipeline_stage > 1 ? c->pipeline_stage : c->context_parallel,
+                           c->pipeline_stage > 1 ? "pipeline parallelism" : "context parallelism");
+    if (copies > 1) {
+        const long long per = (long long)c->micro_batch_num * copies * (c->full_batch ? c->data_parallel : 1);
+        if (c->batch_size % per != 0)
+            return llama__fail(err, errsize,
+                               "runner_config.batch_size = %d is not divisible by %s%.0d%s" LLAMA__P("micro_batch_num")
+                               " (%d) x %s (%d): every copy of a micro-batch gets whole samples",
+                               c->batch_size, c->full_batch ? LLAMA__P("data_parallel") " (" : "",
+                               c->full_batch ? c->data_parallel : 0, c->full_batch ? ") x " : "", c->micro_batch_num,
+                               fg ? "fine_grain_interleave" : "micro_batch_interleave_num", copies);
+    }
     /* the batch: global (full_batch) or per data-parallel rank */
     long long split = (long long)c->data_parallel * c->micro_batch_num;
     if (c->full_batch && c->batch_size % split != 0)
@@ -1500,6 +1534,9 @@ void llama_print_usage(FILE *f) {
             "  --sample N             after training, generate N bytes from the model\n"
             "  --quiet                no per-step lines\n"
             "  --trace FILE.json      Chrome trace of every rank's compute and comm spans (Perfetto)\n"
+            "  --pp-schedule FILE     run this pipeline schedule (the text form `par-explain pipeline` prints:\n"
+            "                         edit one or write your own); its stages, chunks and micro-batches must\n"
+            "                         be the config's; checked before training; replaces pipeline_scheduler\n"
             "  --cluster FILE         parallel_mode auto_parallel: the cluster description (par-explain plan's\n"
             "                         format; default: measure this machine's ranks for a moment)\n"
             "  --max-device-memory S  parallel_mode auto_parallel: memory cap per rank (bytes, or 64MiB, 1GB, ...)\n"
@@ -1528,14 +1565,15 @@ static int llama__arg_int(const char *opt, const char *v, long long max, long lo
 
 int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size_t errsize) {
     enum { O_CONFIG, O_SET, O_STEPS, O_DATA, O_INIT, O_SAVE, O_BACKEND, O_METRICS, O_TRACE, O_SEED, O_SHUFFLE,
-           O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_CLUSTER, O_MAX_MEM, O_COUNT };
+           O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_PP_SCHEDULE, O_CLUSTER, O_MAX_MEM,
+           O_COUNT };
     static const struct {
         const char *name;
         int takes_value;
     } table[O_COUNT] = {{"--config", 1},  {"--set", 1},     {"--steps", 1},   {"--data", 1},    {"--init-from", 1},
                         {"--save", 1},    {"--backend", 1}, {"--metrics", 1}, {"--trace", 1},   {"--seed", 1},
                         {"--shuffle", 0}, {"--sample", 1},  {"--quiet", 0},   {"--help", 0},
-                        {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1},
+                        {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1}, {"--pp-schedule", 1},
                         {"--cluster", 1}, {"--max-device-memory", 1}};
     int given[O_COUNT] = {0};
     llama_options o;
@@ -1619,6 +1657,7 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
             break;
         case O_METRICS: o.metrics_path = v; break;
         case O_TRACE: o.trace_path = v; break;
+        case O_PP_SCHEDULE: o.pp_schedule_path = v; break;
         case O_CLUSTER: o.cluster_path = v; break;
         case O_MAX_MEM: o.max_device_memory = v; break;
         case O_SEED:

@@ -64,6 +64,8 @@ typedef struct llama_model {
     par_linear q, k, v, o, gate, up, down, head;
     par_embedding emb;
     par_cp *cp;             /* context parallelism, or NULL: the table's attention on whole samples */
+    int split_backward;     /* backward may run as input gradient, then weight gradient later (zero-bubble
+                               pipelines): a micro-batch's slot also keeps the output gradients W needs */
     int64_t cp_lse, cp_saved; /* floats of attention state per layer under cp (par_cp_info) */
 } llama_model;
 
@@ -105,9 +107,12 @@ typedef struct llama_block {
     float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
 } llama_block;
 
-/* What one micro-batch keeps from forward for backward. */
+/* What one micro-batch keeps from forward for backward. With a split
+   backward the input-gradient half leaves the weight-gradient half its
+   linears' output gradients: dq, dk, dv, dg, du over q, k, v, g, u (dead by
+   then) and o_proj's and down_proj's in dy_o, dy_down (split_backward only). */
 typedef struct llama_block_acts {
-    float *x_in, *rstd1, *h1, *q, *k, *v, *o, *lse, *cp_saved, *x_mid, *rstd2, *h2, *g, *u, *m;
+    float *x_in, *rstd1, *h1, *q, *k, *v, *o, *lse, *cp_saved, *x_mid, *rstd2, *h2, *g, *u, *m, *dy_o, *dy_down;
 } llama_block_acts;
 
 typedef struct llama_acts {
@@ -158,6 +163,8 @@ LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch
         b->cp_saved = llama_carve(&c, m->cp_saved);
         b->x_mid = llama_carve(&c, rows * d->dim), b->rstd2 = llama_carve(&c, rows), b->h2 = llama_carve(&c, rows * d->dim);
         b->g = llama_carve(&c, n * d->ffn), b->u = llama_carve(&c, n * d->ffn), b->m = llama_carve(&c, n * d->ffn);
+        b->dy_o = llama_carve(&c, m->split_backward ? n * d->dim : 0);
+        b->dy_down = llama_carve(&c, m->split_backward ? n * d->dim : 0);
     }
     a->x_final = llama_carve(&c, rows * d->dim), a->rstdf = llama_carve(&c, rows);
     a->hf = llama_carve(&c, rows * d->dim), a->logits = llama_carve(&c, n * d->vocab), a->losses = llama_carve(&c, n);
@@ -188,14 +195,25 @@ LLAMA_FN par_status llama_linear_fwd(const par_compute_table *ct, const float *x
     return ct->gemm(ct->user, &d, x, w, y);
 }
 
-/* dx[n,in] (+)= dy[n,out] W;  dW[out,in] += dy^T x. */
-LLAMA_FN par_status llama_linear_bwd(const par_compute_table *ct, const float *x, const float *w, const float *dy,
-                                     float *dx, float *dw, int64_t n, int64_t in, int64_t out, int accumulate_dx) {
-    par_gemm_desc d = {0}, e = {0};
-    d.m = n, d.n = in, d.k = out, d.alpha = 1.0f, d.beta = accumulate_dx ? 1.0f : 0.0f;
-    LLAMA_CHECK(ct->gemm(ct->user, &d, dy, w, dx));
+/* dW[out,in] += dy[n,out]^T x[n,in]. */
+LLAMA_FN par_status llama_linear_bwd_weight(const par_compute_table *ct, const float *x, const float *dy, float *dw,
+                                            int64_t n, int64_t in, int64_t out) {
+    par_gemm_desc e = {0};
     e.transa = 1, e.m = out, e.n = in, e.k = n, e.alpha = 1.0f, e.beta = 1.0f;
     return ct->gemm(ct->user, &e, dy, x, dw);
+}
+
+/* dx[n,in] (+)= dy[n,out] W; then dW += dy^T x, or, with keep_dy, dy is kept
+   there for a later llama_linear_bwd_weight (a split backward). */
+LLAMA_FN par_status llama_linear_bwd(const par_compute_table *ct, const float *x, const float *w, const float *dy,
+                                     float *dx, float *dw, int64_t n, int64_t in, int64_t out, int accumulate_dx,
+                                     float *keep_dy) {
+    par_gemm_desc d = {0};
+    d.m = n, d.n = in, d.k = out, d.alpha = 1.0f, d.beta = accumulate_dx ? 1.0f : 0.0f;
+    LLAMA_CHECK(ct->gemm(ct->user, &d, dy, w, dx));
+    if (!keep_dy) return llama_linear_bwd_weight(ct, x, dy, dw, n, in, out);
+    if (keep_dy == dy) return PAR_OK;
+    return ct->memcpy(ct->user, keep_dy, dy, (size_t)(n * out) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE);
 }
 
 LLAMA_FN par_attn_desc llama_attn_desc(const llama_dims *d, int64_t batch, int64_t seq) {
@@ -278,54 +296,102 @@ LLAMA_FN par_status llama_head_fwd(const llama_model *m, const float *norm_w, co
 /* ---- backward ----------------------------------------------------------------- */
 
 /* dx holds dL/d(block output) on entry and dL/d(block input) on return (this
-   rank's rows). Weight gradients accumulate into g. */
-LLAMA_FN par_status llama_block_bwd(const llama_model *m, const llama_block *w, const llama_block *g,
-                                    const llama_block_acts *a, const int64_t *pos, int64_t batch, int64_t seq,
-                                    llama_scratch *s) {
+   rank's rows). Weight gradients accumulate into g, or (defer_w, a split
+   backward: the model's split_backward) wait in a for llama_block_bwd_weight;
+   the norms' weight gradients, small reductions, are always done here. */
+LLAMA_FN par_status llama_block_bwd_part(const llama_model *m, const llama_block *w, const llama_block *g,
+                                         llama_block_acts *a, const int64_t *pos, int64_t batch, int64_t seq,
+                                         llama_scratch *s, int defer_w) {
     const par_compute_table *ct = m->ct;
     const llama_dims *d = &m->local;
     const int64_t n = batch * seq, C = d->dim, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
     const par_attn_desc ad = llama_attn_desc(d, batch, seq);
     void *u = ct->user;
-    const float *dy, *h;
+    const float *dy, *h = NULL;
+    if (defer_w && !m->split_backward)
+        return par_set_error(PAR_EINVAL, "llama: a split backward needs the model's split_backward set before the "
+                                         "activations are carved");
     /* MLP: out = x_mid + down(silu(gate h2) * up h2) */
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, s->dx, s->dh, &dy));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->m, w->wd, dy, s->dm, g->wd, n, d->ffn, C, 0));
+    LLAMA_CHECK(llama_linear_bwd(ct, a->m, w->wd, dy, s->dm, g->wd, n, d->ffn, C, 0, defer_w ? a->dy_down : NULL));
     LLAMA_CHECK(ct->swiglu_bwd(u, n * d->ffn, a->g, a->u, s->dm, s->dg, s->du));
-    LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h2, s->gath, &h)); /* gathered again, not kept */
-    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wg, s->dg, s->dh, g->wg, n, C, d->ffn, 0));
-    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wu, s->du, s->dh, g->wu, n, C, d->ffn, 1));
+    if (!defer_w) LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h2, s->gath, &h)); /* gathered again, not kept */
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wg, s->dg, s->dh, g->wg, n, C, d->ffn, 0, defer_w ? a->g : NULL));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wu, s->du, s->dh, g->wu, n, C, d->ffn, 1, defer_w ? a->u : NULL));
     LLAMA_CHECK(llama_norm_bwd(m, a->x_mid, w->ln2, a->rstd2, s->dh, s->dl, g->ln2, s->dx, n, C));
     /* attention: x_mid = x_in + o_proj(attn(rope(q h1), rope(k h1), v h1)) */
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, s->dx, s->dh, &dy));
-    LLAMA_CHECK(llama_linear_bwd(ct, a->o, w->wo, dy, s->dattn, g->wo, n, qd, C, 0));
+    LLAMA_CHECK(llama_linear_bwd(ct, a->o, w->wo, dy, s->dattn, g->wo, n, qd, C, 0, defer_w ? a->dy_o : NULL));
     if (m->cp)
         LLAMA_CHECK(par_cp_attention_bwd(m->cp, a->q, a->k, a->v, a->o, a->lse, a->cp_saved, s->dattn, s->dq, s->dk, s->dv));
     else LLAMA_CHECK(ct->attention_bwd(u, &ad, a->q, a->k, a->v, a->o, a->lse, s->dattn, s->dq, s->dk, s->dv, 0));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->heads, d->head_dim, pos, d->theta, s->dq, s->dq));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, s->dk, s->dk));
-    LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h1, s->gath, &h));
-    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wq, s->dq, s->dh, g->wq, n, C, qd, 0));
-    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wk, s->dk, s->dh, g->wk, n, C, kvd, 1));
-    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wv, s->dv, s->dh, g->wv, n, C, kvd, 1));
+    if (!defer_w) LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h1, s->gath, &h));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wq, s->dq, s->dh, g->wq, n, C, qd, 0, defer_w ? a->q : NULL));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wk, s->dk, s->dh, g->wk, n, C, kvd, 1, defer_w ? a->k : NULL));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, w->wv, s->dv, s->dh, g->wv, n, C, kvd, 1, defer_w ? a->v : NULL));
     return llama_norm_bwd(m, a->x_in, w->ln1, a->rstd1, s->dh, s->dl, g->ln1, s->dx, n, C);
+}
+
+/* The whole backward of a block. */
+LLAMA_FN par_status llama_block_bwd(const llama_model *m, const llama_block *w, const llama_block *g,
+                                    llama_block_acts *a, const int64_t *pos, int64_t batch, int64_t seq,
+                                    llama_scratch *s) {
+    return llama_block_bwd_part(m, w, g, a, pos, batch, seq, s, 0);
+}
+
+/* The weight-gradient half of a split backward: the linears' dW += dy^T x
+   from what llama_block_bwd_part(defer_w) kept (the inputs gathered again
+   under sequence parallelism). */
+LLAMA_FN par_status llama_block_bwd_weight(const llama_model *m, const llama_block *g, const llama_block_acts *a,
+                                           int64_t batch, int64_t seq, llama_scratch *s) {
+    const par_compute_table *ct = m->ct;
+    const llama_dims *d = &m->local;
+    const int64_t n = batch * seq, C = d->dim, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
+    const float *h;
+    LLAMA_CHECK(llama_linear_bwd_weight(ct, a->m, a->dy_down, g->wd, n, d->ffn, C));
+    LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h2, s->gath, &h));
+    LLAMA_CHECK(llama_linear_bwd_weight(ct, h, a->g, g->wg, n, C, d->ffn));
+    LLAMA_CHECK(llama_linear_bwd_weight(ct, h, a->u, g->wu, n, C, d->ffn));
+    LLAMA_CHECK(llama_linear_bwd_weight(ct, a->o, a->dy_o, g->wo, n, qd, C));
+    LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h1, s->gath, &h));
+    LLAMA_CHECK(llama_linear_bwd_weight(ct, h, a->q, g->wq, n, C, qd));
+    LLAMA_CHECK(llama_linear_bwd_weight(ct, h, a->k, g->wk, n, C, kvd));
+    return llama_linear_bwd_weight(ct, h, a->v, g->wv, n, C, kvd);
 }
 
 /* Loss and the head's backward: per-row losses into a->losses (the
    vocabulary-parallel cross-entropy: the full logits never exist on one
    rank), dlogits scaled by `scale` in place of the logits, then s->dx =
-   dL/d x_final on this rank's rows. */
-LLAMA_FN par_status llama_head_bwd(const llama_model *m, const float *norm_w, const float *lm_head, float *g_norm,
-                                   float *g_lm_head, llama_acts *a, int64_t n, float scale, llama_scratch *s) {
+   dL/d x_final on this rank's rows. With defer_w lm_head's weight gradient
+   waits (dlogits stay in a->logits) for llama_head_bwd_weight. */
+LLAMA_FN par_status llama_head_bwd_part(const llama_model *m, const float *norm_w, const float *lm_head, float *g_norm,
+                                        float *g_lm_head, llama_acts *a, int64_t n, float scale, llama_scratch *s,
+                                        int defer_w) {
     const par_compute_table *ct = m->ct;
     const llama_dims *d = &m->local;
     const int64_t C = d->dim, rows = par_tp_rows(m->tp, n);
-    const float *h;
+    const float *h = NULL;
     LLAMA_CHECK(par_tp_cross_entropy(m->tp, &m->head, n, a->logits, a->targets, a->losses, scale, s->dl));
-    LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->hf, s->gath, &h));
-    LLAMA_CHECK(llama_linear_bwd(ct, h, lm_head, a->logits, s->dh, g_lm_head, n, C, d->vocab, 0));
+    if (!defer_w) LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->hf, s->gath, &h));
+    LLAMA_CHECK(llama_linear_bwd(ct, h, lm_head, a->logits, s->dh, g_lm_head, n, C, d->vocab, 0,
+                                 defer_w ? a->logits : NULL));
     LLAMA_CHECK(ct->memset(ct->user, s->dx, 0, (size_t)(rows * C) * sizeof(float)));
     return llama_norm_bwd(m, a->x_final, norm_w, a->rstdf, s->dh, s->dl, g_norm, s->dx, n, C);
+}
+
+LLAMA_FN par_status llama_head_bwd(const llama_model *m, const float *norm_w, const float *lm_head, float *g_norm,
+                                   float *g_lm_head, llama_acts *a, int64_t n, float scale, llama_scratch *s) {
+    return llama_head_bwd_part(m, norm_w, lm_head, g_norm, g_lm_head, a, n, scale, s, 0);
+}
+
+/* lm_head's weight gradient from the dlogits llama_head_bwd_part(defer_w) left. */
+LLAMA_FN par_status llama_head_bwd_weight(const llama_model *m, float *g_lm_head, const llama_acts *a, int64_t n,
+                                          llama_scratch *s) {
+    const float *h;
+    LLAMA_CHECK(par_tp_gather_rows(m->tp, n, m->local.dim, a->hf, s->gath, &h));
+    return llama_linear_bwd_weight(m->ct, h, a->logits, g_lm_head, n, m->local.dim, m->local.vocab);
 }
 
 #endif /* LLAMA_MODEL_H */

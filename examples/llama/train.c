@@ -234,6 +234,15 @@ typedef struct shared_run {
     int init_sharded;  /* --init-from names a sharded checkpoint directory */
 } shared_run;
 
+/* What one copy of a micro-batch runs on (multi-copy: micro_batch_interleave_num):
+   the model placed on its own tensor-parallel region, its activations and scratch. */
+typedef struct lane {
+    llama_model model;
+    llama_acts acts;
+    llama_scratch scratch;
+    float *acts_base, *scratch_base;
+} lane;
+
 typedef struct trainer {
     par_ctx *ctx;
     const par_compute_table *ct;
@@ -260,7 +269,10 @@ typedef struct trainer {
     float **slot_base;
     int *slot_of, *slot_busy; /* micro-batch -> slot (-1 none); slot in use */
     int *chunks_left;         /* per micro-batch: chunk backwards still to run on this rank */
-    int *bwd_done;            /* per chunk: backwards run this step */
+    int *bwd_done;            /* per chunk: input-gradient passes (B or I) run this step, then (at V + chunk)
+                                 weight-gradient passes (B or W): each chunk's gradients are complete
+                                 at the m-th of its kind (a schedule may mix B with I and W) */
+    par_pp_kind sched_kind;
     float *bnd;               /* boundary tensors [micro-batch][chunk][4][rows x hidden] */
     double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
     int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
@@ -275,6 +287,12 @@ typedef struct trainer {
     llama_acts acts;
     llama_scratch scratch;
     float *acts_base, *scratch_base; /* the two allocations acts and scratch are carved from */
+    int copies;               /* micro_batch_interleave_num or fine_grain_interleave: lanes[k] (lanes[0]
+                                 mirrors the above) */
+    int fine_grain;           /* the copies rejoin after every pass (fine_grain_interleave) */
+    int pass;                 /* fine-grained: the pass the slices run now */
+    par_copies *mc;
+    lane *lanes;
     int32_t *host_ids, *host_tgt;
     int64_t *host_pos;
     float *host_losses;
@@ -344,9 +362,74 @@ static par_status place_model(trainer *t) {
     td.rows = (int64_t)t->global_batch / c->micro_batch_num * c->seq_length / c->context_parallel, td.hidden = d.dim;
     td.column = "((dp,1),(tp,1))", td.row = "((dp,tp),(1,tp))", td.sequence_parallel = c->use_seq_parallel && c->model_parallel > 1;
     td.no_all_to_all = !c->enable_alltoall, td.trace = t->trace;
+    if (t->copies > 1) { /* multi-copy: every copy its own region over its share of the rows */
+        int k;
+        td.rows /= t->copies;
+        LLAMA_CHECK(par_copies_create(t->ctx, t->copies, t->trace, &t->mc));
+        if (!(t->lanes = (lane *)calloc((size_t)t->copies, sizeof(lane))))
+            return par_set_error(PAR_ENOMEM, "out of host memory");
+        for (k = 1; k < t->copies; k++) {
+            par_tp *tp;
+            td.copies = t->mc, td.copy = k;
+            LLAMA_CHECK(par_tp_create(t->ctx, &td, &tp));
+            if (llama_model_place(&t->lanes[k].model, t->ct, tp, &d, !c->vocab_emb_dp) != PAR_OK)
+                return par_tp_destroy(tp), PAR_EINVAL;
+        }
+        td.copies = t->mc, td.copy = 0;
+    }
     LLAMA_CHECK(par_tp_create(t->ctx, &td, &t->tp));
     LLAMA_CHECK(llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp));
+    /* zero bubble: backward runs as I then W, the slot keeps what W needs */
+    t->model.split_backward = t->sched && t->sched_kind == PAR_PP_ZB_H1;
     return make_cp(t);
+}
+
+/* --pp-schedule FILE: a schedule in par_pp_schedule_format's text form, for
+   P stages, V chunks and m micro-batches, which must pass the checker (its
+   message and grid are the error). main checks it before any rank starts
+   (a bad file is bad input); each rank then loads it for itself. */
+static par_status load_schedule(const char *path, int P, int V, int m, par_pp_schedule **out) {
+    FILE *f = fopen(path, "rb");
+    char *text = NULL, grid[4096], why[512];
+    long size;
+    par_status st;
+    *out = NULL;
+    if (!f) return par_set_error(PAR_EIO, "--pp-schedule %s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 || size > (64l << 20))
+        return fclose(f), par_set_error(PAR_EIO, "--pp-schedule %s: cannot read it (or larger than 64 MiB)", path);
+    if (!(text = (char *)malloc((size_t)size + 1))) return fclose(f), par_set_error(PAR_ENOMEM, "out of host memory");
+    if (fread(text, 1, (size_t)size, f) != (size_t)size)
+        return free(text), fclose(f), par_set_error(PAR_EIO, "--pp-schedule %s: read failed", path);
+    fclose(f);
+    text[size] = 0;
+    st = par_pp_schedule_parse(text, out);
+    free(text);
+    snprintf(why, sizeof why, "%s", par_last_error()); /* par_set_error below writes where it points */
+    if (st != PAR_OK) return par_set_error(st, "--pp-schedule %s: %s", path, why);
+    if (par_pp_schedule_stages(*out) != P || par_pp_schedule_chunks(*out) != V ||
+        par_pp_schedule_micro_batches(*out) != m)
+        st = par_set_error(PAR_EINVAL, "--pp-schedule %s: stages=%d chunks=%d micro_batches=%d, but the config has "
+                                       "parallel_config.pipeline_stage %d, pp_interleave_num %d and "
+                                       "parallel_config.micro_batch_num %d", path, par_pp_schedule_stages(*out),
+                           par_pp_schedule_chunks(*out), par_pp_schedule_micro_batches(*out), P, V, m);
+    grid[0] = 0;
+    if (st == PAR_OK && (st = par_pp_schedule_check(*out, NULL, grid, sizeof grid)) != PAR_OK) {
+        snprintf(why, sizeof why, "%s", par_last_error());
+        st = par_set_error(st, "--pp-schedule %s: %s\n%s", path, why, grid);
+    }
+    if (st != PAR_OK) par_pp_schedule_destroy(*out), *out = NULL;
+    return st;
+}
+
+/* Whether a schedule splits backward in I and W (then the model must too). */
+static int schedule_splits_backward(const par_pp_schedule *s) {
+    int r, k, n;
+    for (r = 0; r < par_pp_schedule_stages(s); r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+        for (k = 0; k < n; k++)
+            if (a[k].op == PAR_PP_I || a[k].op == PAR_PP_W) return 1;
+    }
+    return 0;
 }
 
 /* The pipeline's shape on this rank (identity maps with one stage): the
@@ -390,25 +473,24 @@ static par_status pipeline_setup(trainer *t) {
     t->nslots = 1;
     if (P > 1) {
         par_pp_schedule_desc sd;
-        const par_pp_action *a;
-        int n, in_flight = 0, peak = 0, *seen = (int *)calloc((size_t)t->micro_batches, sizeof(int));
-        if (!seen) return par_set_error(PAR_ENOMEM, "out of host memory");
+        int peak;
         memset(&sd, 0, sizeof sd);
-        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches;
-        sd.kind = V > 1 ? PAR_PP_INTERLEAVED : strcmp(c->pipeline_scheduler, "gpipe") == 0 ? PAR_PP_GPIPE : PAR_PP_1F1B;
-        if (par_pp_schedule_make(&sd, &t->sched) != PAR_OK) return free(seen), PAR_EINVAL;
-        /* a micro-batch holds a slot from its first forward here to its last backward */
-        a = par_pp_schedule_actions(t->sched, t->stage, &n);
-        for (i = 0; i < n; i++) {
-            if (a[i].op == PAR_PP_F && seen[a[i].micro_batch]++ == 0 && ++in_flight > peak) peak = in_flight;
-            if (a[i].op == PAR_PP_B && ++seen[a[i].micro_batch] == 2 * V) in_flight--;
+        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches, sd.kind = PAR_PP_INTERLEAVED;
+        if (V == 1) LLAMA_CHECK(par_pp_kind_parse(c->pipeline_scheduler, &sd.kind));
+        t->sched_kind = sd.kind;
+        if (t->opt->pp_schedule_path) { /* the user's own */
+            LLAMA_CHECK(load_schedule(t->opt->pp_schedule_path, P, V, t->micro_batches, &t->sched));
+            t->sched_kind = schedule_splits_backward(t->sched) ? PAR_PP_ZB_H1 : PAR_PP_KIND_COUNT;
+        } else {
+            LLAMA_CHECK(par_pp_schedule_make(&sd, &t->sched));
         }
-        free(seen);
+        /* a micro-batch holds a slot from its first forward here to its last backward */
+        LLAMA_CHECK(par_pp_schedule_slots(t->sched, t->stage, &peak));
         t->nslots = peak > 0 ? peak : 1;
         t->slot_of = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->chunks_left = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->slot_busy = (int *)calloc((size_t)t->nslots, sizeof(int));
-        t->bwd_done = (int *)calloc((size_t)V, sizeof(int));
+        t->bwd_done = (int *)calloc(2 * (size_t)V, sizeof(int));
         if (!t->slot_of || !t->chunks_left || !t->slot_busy || !t->bwd_done) return par_set_error(PAR_ENOMEM, "out of host memory");
     }
     return PAR_OK;
@@ -445,8 +527,10 @@ static par_status make_params(trainer *t) {
     memset(&desc, 0, sizeof desc);
     desc.params = pd, desc.num_params = k, desc.batch = &t->tokens_layout, desc.stage_dims = t->pp_dims;
     /* a pipelined step is one accumulation window: every bucket's gradient
-       stays until the last micro-batch's backward (ZeRO-2 then holds them all) */
-    desc.grad_slots = t->pp > 1 ? buckets : 0;
+       stays until the last micro-batch's backward (ZeRO-2 then holds them all);
+       so it does under multi-copy, whose copies' gradients complete together */
+    desc.grad_slots = t->pp > 1 || c->micro_batch_interleave_num > 1 ? buckets : 0;
+    if (c->fine_grain_interleave > 1) desc.grad_slots = 0; /* its layers' gradients complete one by one */
     desc.zero_level = !c->enable_parallel_optimizer ? 0 : c->optimizer_level >= 2 ? 2 : 1;
     desc.bucket_bytes = -1, desc.sum_gradients = !c->gradients_mean, desc.trace = t->trace;
     if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
@@ -486,6 +570,14 @@ static par_status acts_alloc(trainer *t) {
                                 (void **)&t->bnd));
     LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&t->scratch_base));
     llama_scratch_carve(m, n, t->scratch_base, &t->scratch);
+    for (k = 1; k < t->copies; k++) { /* the other copies' activations and scratch */
+        lane *l = &t->lanes[k];
+        l->model.local.layers = m->local.layers;
+        LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base));
+        LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&l->scratch_base));
+        llama_scratch_carve(m, n, l->scratch_base, &l->scratch);
+    }
+    if (t->copies > 1) t->lanes[0].model = t->model, t->lanes[0].acts = t->acts, t->lanes[0].scratch = t->scratch;
     t->host_ids = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     t->host_tgt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     t->host_pos = (int64_t *)malloc((size_t)n * sizeof(int64_t));
@@ -506,8 +598,11 @@ static par_status plan_memory(trainer *t) {
     t->plan.bytes[PAR_MEM_ACTIVATIONS] += t->nslots * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * f +
                                                        n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
     if (t->pp > 1) t->plan.bytes[PAR_MEM_COMM] += (int64_t)t->micro_batches * t->chunks * 4 * boundary_floats(t) * f;
-    t->plan.bytes[PAR_MEM_WORKSPACE] += llama_scratch_carve(m, n, NULL, NULL) * f;
-    t->plan.bytes[PAR_MEM_COMM] += par_tp_workspace_bytes(t->tp, n, m->local.dim);
+    /* multi-copy: every copy holds a micro-batch's share of activations, scratch and tp workspace */
+    t->plan.bytes[PAR_MEM_ACTIVATIONS] += (t->copies - 1) * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * f +
+                                                             n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
+    t->plan.bytes[PAR_MEM_WORKSPACE] += t->copies * llama_scratch_carve(m, n, NULL, NULL) * f;
+    t->plan.bytes[PAR_MEM_COMM] += t->copies * par_tp_workspace_bytes(t->tp, n, m->local.dim);
     if (t->cp) {
         int64_t cp_bytes[PAR_MEM_CATEGORY_COUNT];
         int k;
@@ -530,6 +625,16 @@ static void trainer_free(trainer *t) {
         free(t->slots[k].blocks);
     }
     if (ct && t->scratch_base) ct->free(ct->user, t->scratch_base);
+    for (k = 1; t->lanes && k < t->copies; k++) {
+        lane *l = &t->lanes[k];
+        void *ptrs[] = {l->acts.ids, l->acts.targets, l->acts.pos, l->acts_base, l->scratch_base};
+        size_t i;
+        for (i = 0; ct && i < sizeof ptrs / sizeof ptrs[0]; i++)
+            if (ptrs[i]) ct->free(ct->user, ptrs[i]);
+        free(l->acts.blocks);
+        par_tp_destroy(l->model.tp);
+    }
+    free(t->lanes);
     if (ct && t->bnd) ct->free(ct->user, t->bnd);
     free(t->slots), free(t->slot_base), free(t->slot_of), free(t->slot_busy), free(t->chunks_left), free(t->bwd_done);
     free(t->layer_of), free(t->pidx);
@@ -539,6 +644,7 @@ static void trainer_free(trainer *t) {
     par_cp_destroy(t->cp);
     free(t->cp_pos);
     par_tp_destroy(t->tp);
+    par_copies_destroy(t->mc);
     free(t->specs);
 }
 
@@ -848,7 +954,6 @@ static par_status load_micro_batch_into(trainer *t, int64_t step, int mb, llama_
     return t->ct->memcpy(t->ct->user, a->pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE);
 }
 
-static par_status load_micro_batch(trainer *t, int64_t step, int mb) { return load_micro_batch_into(t, step, mb, &t->acts); }
 
 /* Block l's tensors (l: this rank's layer index): the weights, or (grads)
    where its gradients accumulate. */
@@ -872,58 +977,119 @@ static par_status grads_ready(trainer *t, int first, int count) {
     return PAR_OK;
 }
 
-static par_status forward(trainer *t, int64_t batch, int64_t seq) {
-    const llama_model *m = &t->model;
-    llama_acts *a = &t->acts;
-    const int64_t n = batch * seq;
-    double t0 = trace_now(t);
-    int l;
-    LLAMA_CHECK(par_tp_embedding_fwd(t->tp, &m->emb, n, a->ids, par_params_value(t->ps, local_param(t, 0)),
-                                     m->local.layers ? a->blocks[0].x_in : a->x_final, t->scratch.dh));
-    trace_span(t, "compute", t0, "fwd embedding");
-    for (l = 0; l < m->local.layers; l++) {
-        float *out = l + 1 < m->local.layers ? a->blocks[l + 1].x_in : a->x_final;
-        llama_block w;
-        LLAMA_CHECK(bind_block(t, l, 0, &w));
-        t0 = trace_now(t);
-        LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[l], a->pos, batch, seq, out, &t->scratch));
-        trace_span(t, "compute", t0, "fwd block %d", l);
-    }
-    t0 = trace_now(t);
-    LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, local_param(t, t->ntensors - 2)),
-                               par_params_value(t->ps, local_param(t, t->ntensors - 1)), a, n, &t->scratch));
-    trace_span(t, "compute", t0, "fwd head+loss");
-    return PAR_OK;
+/* The layers' own spans: off inside multi-copy, where a layer's wall time
+   includes the other copies' turns (par_copies traces each copy's turns). */
+static double layer_now(trainer *t) { return t->copies > 1 ? 0.0 : trace_now(t); }
+
+static void layer_span(trainer *t, double t0, const char *what, int l) {
+    if (t->copies > 1) return;
+    if (l < 0) trace_span(t, "compute", t0, "%s", what);
+    else trace_span(t, "compute", t0, "%s %d", what, l);
 }
 
-static par_status backward(trainer *t, float scale) {
-    const llama_model *m = &t->model;
-    llama_acts *a = &t->acts;
-    const int tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
-    float *g_norm, *g_head, *g_emb;
-    double t0;
-    int l;
-    LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
-    LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
-    t0 = trace_now(t);
-    LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, t->sz.n,
-                               scale, &t->scratch));
-    trace_span(t, "compute", t0, "bwd head+loss");
-    LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
-    for (l = (int)m->local.layers - 1; l >= 0; l--) {
+/* The passes of a micro-batch (or copy) through the model, in step order:
+   0 the embedding, 1..L block p - 1, L + 1 the head and loss (forward);
+   L + 2 the loss and head, L + 3 .. 2L + 2 block 2L + 2 - p, 2L + 3 the
+   embedding (backward). One pass = one layer's forward or backward. */
+static int num_passes(const llama_model *m) { return 2 * (int)m->local.layers + 4; }
+
+/* Pass p on (m, a, s); scale: the loss's; ready: a backward pass marks the
+   gradients it completed ready (their bucket's reduction starts). */
+static par_status model_pass(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, int64_t batch,
+                             int64_t seq, int p, float scale, int ready) {
+    const int L = (int)m->local.layers, tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
+    const int64_t n = batch * seq;
+    const double t0 = layer_now(t);
+    if (p == 0) {
+        LLAMA_CHECK(par_tp_embedding_fwd(m->tp, &m->emb, n, a->ids, par_params_value(t->ps, local_param(t, 0)),
+                                         L ? a->blocks[0].x_in : a->x_final, s->dh));
+        layer_span(t, t0, "fwd embedding", -1);
+    } else if (p <= L) {
+        const int l = p - 1;
+        llama_block w;
+        LLAMA_CHECK(bind_block(t, l, 0, &w));
+        LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[l], a->pos, batch, seq, l + 1 < L ? a->blocks[l + 1].x_in : a->x_final, s));
+        layer_span(t, t0, "fwd block", l);
+    } else if (p == L + 1) {
+        LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), a, n, s));
+        layer_span(t, t0, "fwd head+loss", -1);
+    } else if (p == L + 2) {
+        float *g_norm, *g_head;
+        LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
+        LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
+        LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, n,
+                                   scale, s));
+        layer_span(t, t0, "bwd head+loss", -1);
+        if (ready) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+    } else if (p < 2 * L + 3) {
+        const int l = 2 * L + 2 - p;
         llama_block w, g;
         LLAMA_CHECK(bind_block(t, l, 0, &w));
         LLAMA_CHECK(bind_block(t, l, 1, &g));
-        t0 = trace_now(t);
-        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[l], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
-        trace_span(t, "compute", t0, "bwd block %d", l);
-        LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[l], 0), LLAMA_PER_BLOCK));
+        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[l], a->pos, batch, seq, s));
+        layer_span(t, t0, "bwd block", l);
+        if (ready) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[l], 0), LLAMA_PER_BLOCK));
+    } else {
+        float *g_emb;
+        LLAMA_CHECK(par_params_grad(t->ps, local_param(t, 0), &g_emb));
+        LLAMA_CHECK(par_tp_embedding_bwd(m->tp, &m->emb, n, a->ids, s->dx, g_emb, s->dh));
+        layer_span(t, t0, "bwd embedding", -1);
+        if (ready) LLAMA_CHECK(grads_ready(t, 0, 1));
     }
-    LLAMA_CHECK(par_params_grad(t->ps, local_param(t, 0), &g_emb));
-    t0 = trace_now(t);
-    LLAMA_CHECK(par_tp_embedding_bwd(t->tp, &m->emb, t->sz.n, a->ids, t->scratch.dx, g_emb, t->scratch.dh));
-    trace_span(t, "compute", t0, "bwd embedding");
-    return grads_ready(t, 0, 1);
+    return PAR_OK;
+}
+
+static par_status forward(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, int64_t batch,
+                          int64_t seq) {
+    int p;
+    for (p = 0; p <= (int)m->local.layers + 1; p++) LLAMA_CHECK(model_pass(t, m, a, s, batch, seq, p, 0.0f, 0));
+    return PAR_OK;
+}
+
+static par_status backward(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, float scale, int ready) {
+    int p;
+    for (p = (int)m->local.layers + 2; p < num_passes(m); p++)
+        LLAMA_CHECK(model_pass(t, m, a, s, t->sz.batch, t->sz.seq, p, scale, ready));
+    return PAR_OK;
+}
+
+/* Multi-copy: copy k of the current micro-batch, forward and backward on its
+   lane (par_copies_run calls this on copy k's thread). */
+static par_status copy_step(void *u, int k) {
+    trainer *t = (trainer *)u;
+    lane *l = &t->lanes[k];
+    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
+    LLAMA_CHECK(forward(t, &l->model, &l->acts, &l->scratch, t->sz.batch, t->sz.seq));
+    return backward(t, &l->model, &l->acts, &l->scratch, scale, 0);
+}
+
+/* Fine-grained interleave: copy k's slice through pass t->pass only; the
+   slices rejoin after every layer (MindFormers' interleaved decoder layer). */
+static par_status slice_pass(void *u, int k) {
+    trainer *t = (trainer *)u;
+    lane *l = &t->lanes[k];
+    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
+    return model_pass(t, &l->model, &l->acts, &l->scratch, t->sz.batch, t->sz.seq, t->pass, scale, 0);
+}
+
+/* One micro-batch's copies (or slices): interleaved by par_copies_run; the
+   gradients are marked ready on this thread, after the copies of their pass
+   (fine-grained) or of the whole step (multi-copy). */
+static par_status copies_step(trainer *t) {
+    int p;
+    if (!t->fine_grain) {
+        LLAMA_CHECK(par_copies_run(t->mc, copy_step, t));
+        return grads_ready(t, 0, t->ntensors);
+    }
+    for (p = 0; p < num_passes(&t->model); p++) {
+        const int L = (int)t->model.local.layers;
+        t->pass = p;
+        LLAMA_CHECK(par_copies_run(t->mc, slice_pass, t));
+        if (p == L + 2) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+        else if (p > L + 2 && p < 2 * L + 3) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[2 * L + 2 - p], 0), LLAMA_PER_BLOCK));
+        else if (p == 2 * L + 3) LLAMA_CHECK(grads_ready(t, 0, 1));
+    }
+    return PAR_OK;
 }
 
 /* ---- pipeline: the executor's callbacks -------------------------------------- */
@@ -985,30 +1151,66 @@ static par_status pp_forward(void *u, int mb, int c) {
     return PAR_OK;
 }
 
-/* Its backward; the last micro-batch's marks the chunk's gradients ready. */
+/* The weight-gradient half (W) of a split backward of chunk c: the blocks'
+   and the head's linears from what the input half kept in the slot; the last
+   micro-batch's marks their gradients ready and frees nothing else (the
+   embedding's and the norms' gradients were done by I). */
+static par_status pp_backward_weight(trainer *t, int mb, int c, llama_acts *a) {
+    const llama_model *m = &t->model;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
+    const int final = ++t->bwd_done[t->chunks + c] == t->micro_batches;
+    int j;
+    (void)mb; /* every micro-batch's I came before its W: the norms' gradients are complete too */
+    if (vs == t->pp * t->chunks - 1) {
+        float *g_head;
+        LLAMA_CHECK(par_params_grad(t->ps, local_param(t, t->ntensors - 1), &g_head));
+        LLAMA_CHECK(llama_head_bwd_weight(m, g_head, a, t->sz.n, &t->scratch));
+        if (final) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+    }
+    for (j = j1 - 1; j >= j0; j--) {
+        llama_block g;
+        LLAMA_CHECK(bind_block(t, j, 1, &g));
+        LLAMA_CHECK(llama_block_bwd_weight(m, &g, &a->blocks[j], t->sz.batch, t->sz.seq, &t->scratch));
+        if (final) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+    }
+    return PAR_OK;
+}
+
+/* Its backward: op B the whole of it, I the input gradient only (the weight
+   gradients wait for W). The last micro-batch's marks the chunk's gradients
+   ready (under I: only the embedding's, W does the rest). */
 static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
     trainer *t = (trainer *)u;
     const llama_model *m = &t->model;
-    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
-    const int last = vs == t->pp * t->chunks - 1, final = ++t->bwd_done[c] == t->micro_batches;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage, defer = op == PAR_PP_I;
+    const int last = vs == t->pp * t->chunks - 1;
     const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
     const double t0 = trace_now(t);
     llama_acts *a;
-    int j;
+    int j, final, final_w = 0;
     int64_t i;
-    if (op != PAR_PP_B) return par_set_error(PAR_EINVAL, "pipeline: the trainer runs whole backwards (B), not %d", (int)op);
+    if (op != PAR_PP_B && !(m->split_backward && (op == PAR_PP_I || op == PAR_PP_W)))
+        return par_set_error(PAR_EINVAL, "pipeline: backward op %d needs a split backward (the zb-h1 schedule)", (int)op);
     LLAMA_CHECK(pp_slot(t, mb, &a));
+    if (op == PAR_PP_W) {
+        LLAMA_CHECK(pp_backward_weight(t, mb, c, a));
+        if (--t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0; /* W was its last use here */
+        trace_span(t, "compute", t0, "wgrad mb %d chunk %d", mb, c);
+        return PAR_OK;
+    }
+    final = ++t->bwd_done[c] == t->micro_batches;                     /* the embedding's gradient */
+    if (!defer) final_w = ++t->bwd_done[t->chunks + c] == t->micro_batches; /* the layers' and the head's */
     if (last) {
         const int tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
         float *g_norm, *g_head;
         LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
         LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
-        LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a,
-                                   t->sz.n, scale, &t->scratch));
+        LLAMA_CHECK(llama_head_bwd_part(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head,
+                                        a, t->sz.n, scale, &t->scratch, defer));
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, a->losses, (size_t)t->sz.n * 4, PAR_COPY_DEVICE_TO_HOST));
         for (i = 0; i < t->sz.n; i++) t->pp_loss += t->host_losses[i];
         t->pp_count += (double)t->sz.n;
-        if (final) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
+        if (final_w) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
     } else {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->scratch.dx, boundary(t, mb, c, 3),
                                   (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
@@ -1017,8 +1219,8 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         llama_block w, g;
         LLAMA_CHECK(bind_block(t, j, 0, &w));
         LLAMA_CHECK(bind_block(t, j, 1, &g));
-        LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
-        if (final) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+        LLAMA_CHECK(llama_block_bwd_part(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch, defer));
+        if (final_w) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
     }
     if (vs == 0) {
         float *g_emb;
@@ -1029,8 +1231,9 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, boundary(t, mb, c, 2), t->scratch.dx,
                                   (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
     }
-    if (--t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0; /* its last backward here: the slot is free */
-    trace_span(t, "compute", t0, "bwd mb %d chunk %d", mb, c);
+    /* after its last backward here the slot is free (after I it still holds what W needs) */
+    if (!defer && --t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0;
+    trace_span(t, "compute", t0, "%s mb %d chunk %d", defer ? "igrad" : "bwd", mb, c);
     return PAR_OK;
 }
 
@@ -1041,7 +1244,7 @@ static par_status pp_step(trainer *t, double *loss, double *count) {
     int k;
     for (k = 0; k < t->micro_batches; k++) t->slot_of[k] = -1;
     for (k = 0; k < t->nslots; k++) t->slot_busy[k] = 0;
-    for (k = 0; k < t->chunks; k++) t->bwd_done[k] = 0;
+    for (k = 0; k < 2 * t->chunks; k++) t->bwd_done[k] = 0;
     t->pp_loss = t->pp_count = 0;
     memset(&d, 0, sizeof d);
     d.schedule = t->sched, d.stage_dims = t->pp_dims, d.trace = t->trace;
@@ -1061,7 +1264,7 @@ typedef struct step_stats {
 
 static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     const llama_config *c = t->cfg;
-    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
+    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
     double loss = 0.0, count = 0.0, t0 = now_s(), step_us = trace_now(t), t1;
     const float lr = lr_at(c, t->step, total_steps);
     par_adamw opt;
@@ -1070,17 +1273,26 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     int64_t i;
     if (t->pp > 1) LLAMA_CHECK(pp_step(t, &loss, &count));
     for (mb = 0; mb < t->micro_batches && t->pp == 1; mb++) {
+        int k;
         t1 = trace_now(t);
-        LLAMA_CHECK(load_micro_batch(t, t->step, mb));
+        /* copy k of micro-batch mb: the samples micro-batch mb x copies + k would have */
+        for (k = 0; k < t->copies; k++)
+            LLAMA_CHECK(load_micro_batch_into(t, t->step, mb * t->copies + k, k ? &t->lanes[k].acts : &t->acts));
         trace_span(t, "io", t1, "load micro-batch %d", mb);
         LLAMA_CHECK(par_params_grads_begin(t->ps, mb, t->micro_batches));
-        LLAMA_CHECK(forward(t, t->sz.batch, t->sz.seq));
-        LLAMA_CHECK(backward(t, scale));
+        if (t->copies > 1) {
+            LLAMA_CHECK(copies_step(t));
+        } else {
+            LLAMA_CHECK(forward(t, &t->model, &t->acts, &t->scratch, t->sz.batch, t->sz.seq));
+            LLAMA_CHECK(backward(t, &t->model, &t->acts, &t->scratch, scale, 1));
+        }
         LLAMA_CHECK(par_params_grads_wait(t->ps));
-        LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, t->acts.losses, (size_t)t->sz.n * 4,
-                                  PAR_COPY_DEVICE_TO_HOST));
-        for (i = 0; i < t->sz.n; i++) loss += t->host_losses[i];
-        count += (double)t->sz.n;
+        for (k = 0; k < t->copies; k++) {
+            LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, k ? t->lanes[k].acts.losses : t->acts.losses,
+                                      (size_t)t->sz.n * 4, PAR_COPY_DEVICE_TO_HOST));
+            for (i = 0; i < t->sz.n; i++) loss += t->host_losses[i];
+            count += (double)t->sz.n;
+        }
     }
     t1 = trace_now(t);
     LLAMA_CHECK(par_params_reduce_loss(t->ps, &loss, &count)); /* over the whole global batch */
@@ -1234,8 +1446,10 @@ static void print_summary(const trainer *t, const char *backend) {
                                      t->layer_of[t->chunk_first[c + 1] - 1]);
         par_pp_schedule_check(t->sched, &pc, NULL, 0);
         printf("  pipeline   pp %d, %s, %d micro-batches, %d chunk(s) per rank: layers %s on rank 0; bubble %.3f "
-               "predicted (F = 1, B = 2); %d micro-batch(es) of activations in flight on rank 0\n",
-               t->pp, t->chunks > 1 ? "interleaved 1F1B" : t->cfg->pipeline_scheduler, t->micro_batches, t->chunks,
+               "predicted (F = 1, B = 2, I = W = 1); %d micro-batch(es) of activations in flight on rank 0\n",
+               t->pp, t->opt->pp_schedule_path ? t->opt->pp_schedule_path : t->chunks > 1 ? "interleaved 1F1B"
+                                                                                          : t->cfg->pipeline_scheduler,
+               t->micro_batches, t->chunks,
                layers, pc.bubble, t->nslots);
     }
     printf("  attention  causal from token positions: no [seq, seq] mask is built (what use_attn_mask_compression "
@@ -1286,7 +1500,7 @@ static par_status next_logits(trainer *t, const unsigned char *ctx, int64_t n, f
     for (k = 0; k < n_run; k++) t->host_ids[k] = k < n ? ctx[k] : 0, t->host_pos[k] = k;
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n_run * 4, PAR_COPY_HOST_TO_DEVICE));
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n_run * 8, PAR_COPY_HOST_TO_DEVICE));
-    LLAMA_CHECK(forward(t, 1, n_run));
+    LLAMA_CHECK(forward(t, &t->model, &t->acts, &t->scratch, 1, n_run));
     LLAMA_CHECK(par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + (n - 1) * vl, t->scratch.dh));
     return t->ct->memcpy(t->ct->user, row, t->scratch.dh, (size_t)t->model.dims.vocab * 4, PAR_COPY_DEVICE_TO_HOST);
 }
@@ -1307,7 +1521,7 @@ static par_status next_logits_cp(trainer *t, const unsigned char *ctx, int64_t n
     }
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)t->sz.n * 4, PAR_COPY_HOST_TO_DEVICE));
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE));
-    LLAMA_CHECK(forward(t, t->sz.batch, T));
+    LLAMA_CHECK(forward(t, &t->model, &t->acts, &t->scratch, t->sz.batch, T));
     memset(row, 0, (size_t)V * sizeof(float));
     if (at >= 0) { /* the tp ranks of one cp rank hold the same tokens: all of them gather */
         LLAMA_CHECK(par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + at * vl, t->scratch.dh));
@@ -1375,7 +1589,9 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     LLAMA_CHECK(par_layout_parse(&t->tokens_layout, par_ctx_mesh(ctx), 2, shape,
                                  c->context_parallel > 1 ? "[dp,cp]" : "[dp,None]"));
     par_layout_local_shape(&t->tokens_layout, local);
-    t->sz.batch = local[0] / t->micro_batches, t->sz.seq = local[1], t->sz.n = t->sz.batch * t->sz.seq;
+    t->copies = c->micro_batch_interleave_num * c->fine_grain_interleave; /* one of them is 1 (config rule) */
+    t->fine_grain = c->fine_grain_interleave > 1;
+    t->sz.batch = local[0] / (t->micro_batches * t->copies), t->sz.seq = local[1], t->sz.n = t->sz.batch * t->sz.seq;
     t->ntensors = num_tensors(&d);
     if (!(t->specs = (tensor_spec *)calloc((size_t)t->ntensors, sizeof *t->specs)))
         return par_set_error(PAR_ENOMEM, "out of host memory");
@@ -1406,7 +1622,17 @@ static void report_comm_share(trainer *t, double loop_t0_us, double loop_t1_us, 
     if (par_trace_coverage(t->trace, "comm", hiding, 3, loop_t0_us, loop_t1_us, &busy, &exposed) != PAR_OK ||
         step_seconds <= 0 || par_tp_get_info(t->tp, &ti) != PAR_OK)
         return;
-    exposed += ti.comm_us; /* the layers' tp collectives block them: never hidden */
+    if (t->copies > 1) { /* multi-copy: a copy's tp collective overlaps the other copies' turns (compute spans) */
+        const double hidden = busy > 0 ? 1.0 - exposed / busy : 0.0;
+        printf("multi-copy: %d copies; %.1f%% of the time collectives were in flight on rank 0 another copy computed "
+               "(in flight %.3f s, exposed %.3f s)\n", t->copies, 100.0 * hidden, busy * 1e-6, exposed * 1e-6);
+        if (t->metrics)
+            fprintf(t->metrics, "{\"event\":\"copies_overlap\",\"rank\":0,\"copies\":%d,\"hidden_share\":%.6f,"
+                                "\"in_flight_s\":%.6f,\"exposed_s\":%.6f}\n",
+                    t->copies, hidden, busy * 1e-6, exposed * 1e-6);
+    } else {
+        exposed += ti.comm_us; /* the layers' tp collectives block them: never hidden */
+    }
     if (t->cp) {
         par_cp_info ci;
         if (par_cp_get_info(t->cp, &ci) == PAR_OK) exposed += ci.comm_us; /* all-to-alls and ring waits: likewise */
@@ -1660,6 +1886,16 @@ int main(int argc, char **argv) {
     if (opt.trace_path && !dir_writable(opt.trace_path))
         return free(data.bytes), free(data.order),
                bad_input(silent, "--trace %s: its directory is not writable", opt.trace_path);
+    if (opt.pp_schedule_path) { /* checked here, so a bad file is bad input before any rank starts */
+        par_pp_schedule *s = NULL;
+        if (cfg.pipeline_stage == 1)
+            return free(data.bytes), free(data.order),
+                   bad_input(silent, "--pp-schedule %s needs parallel_config.pipeline_stage > 1", opt.pp_schedule_path);
+        if (load_schedule(opt.pp_schedule_path, cfg.pipeline_stage, cfg.pp_interleave_num, cfg.micro_batch_num, &s) !=
+            PAR_OK)
+            return free(data.bytes), free(data.order), bad_input(silent, "%s", par_last_error());
+        par_pp_schedule_destroy(s);
+    }
 
     sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
     sh.init_step = step0, sh.init_has_optimizer = has_opt, sh.init_sharded = sharded;

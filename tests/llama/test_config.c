@@ -940,9 +940,40 @@ static void test_cross_rules(void) {
                          "parallel_config.micro_batch_num=2"};
     expect_rule(ppl, 5, "num_layers = 2 does not split into parallel_config.pipeline_stage x "
                         "model.model_config.pp_interleave_num = 2 x 2 = 4 stages", NULL);
+    const char *ppz[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                         "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                         "parallel_config.micro_batch_num=2", "parallel.pipeline_config.pipeline_scheduler=zero_bubble"};
+    expect_rule(ppz, 6, "parallel.pipeline_config.pipeline_scheduler = zb-h1: the interleaved schedule is 1F1B",
+                "use pipeline_scheduler 1f1b");
+    /* multi-copy: whole samples per copy; not with pp or cp */
+    const char *mc_ok[] = {"micro_batch_interleave_num=2", "runner_config.batch_size=4"};
+    CHECK_MSG(load_text(NULL, mc_ok, 2, &c) == 0 && c.micro_batch_interleave_num == 2, "multi-copy 2: %s", err_);
+    const char *mc_b[] = {"micro_batch_interleave_num=3", "runner_config.batch_size=4"};
+    expect_rule(mc_b, 2, "runner_config.batch_size = 4 is not divisible by parallel_config.data_parallel (1) x "
+                         "parallel_config.micro_batch_num (1) x micro_batch_interleave_num (3)", "whole samples");
+    const char *mc_pp[] = {"parallel_config.micro_batch_interleave_num=2", "parallel_config.pipeline_stage=2",
+                           "model.model_config.num_layers=2", "parallel_config.micro_batch_num=2"};
+    expect_rule(mc_pp, 4, "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2 with "
+                          "parallel_config.pipeline_stage = 2", "not supported with pipeline parallelism");
+    const char *mc_cp[] = {"micro_batch_interleave_num=2", "parallel_config.context_parallel=2"};
+    expect_rule(mc_cp, 2, "parallel_config.context_parallel = 2", "not supported with context parallelism");
+    /* fine-grained interleave: needs sequence parallel; one kind of copies at a time */
+    const char *fg_ok[] = {"parallel_config.fine_grain_interleave=2", "runner_config.batch_size=4",
+                           "parallel_config.model_parallel=2", "parallel_config.use_seq_parallel=true"};
+    CHECK_MSG(load_text(NULL, fg_ok, 4, &c) == 0 && c.fine_grain_interleave == 2, "fine grain 2: %s", err_);
+    const char *fg_sp[] = {"model.model_config.fine_grain_interleave=2", "runner_config.batch_size=4"};
+    expect_rule(fg_sp, 2, "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 2 "
+                          "needs parallel_config.use_seq_parallel true", "MindFormers");
+    const char *fg_both[] = {"parallel_config.fine_grain_interleave=2", "micro_batch_interleave_num=2",
+                             "parallel_config.use_seq_parallel=true", "runner_config.batch_size=8"};
+    expect_rule(fg_both, 4, "micro_batch_interleave_num = 2 and model.model_config.fine_grain_interleave = 2: use one",
+                NULL);
+    const char *fg_b[] = {"parallel_config.fine_grain_interleave=3", "parallel_config.use_seq_parallel=true",
+                          "runner_config.batch_size=4"};
+    expect_rule(fg_b, 3, "x fine_grain_interleave (3): every copy of a micro-batch gets whole samples", NULL);
     const char *pps[] = {"parallel.pipeline_config.pipeline_scheduler=zb-v"};
     CHECK(load_text(NULL, pps, 1, &c) == -1);
-    CHECK_HAS(err_, "not one of 1f1b, gpipe");
+    CHECK_HAS(err_, "not one of 1f1b, gpipe, zb-h1");
     const char *z3[] = {"parallel.parallel_optimizer_config.optimizer_level=level3"};
     expect_rule(z3, 1, "parallel.parallel_optimizer_config.optimizer_level", "not implemented");
     /* ... also from a file */
@@ -1151,18 +1182,6 @@ typedef struct {
 } todo_case;
 
 static const todo_case todo_cases[] = {
-    {"micro_batch_interleave_num", "2", "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2",
-     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet; use 1"},
-    {"parallel_config.micro_batch_interleave_num", "4",
-     "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 4",
-     "multi-copy interleave (micro_batch_interleave_num) is not implemented yet"},
-    {"model.model_config.fine_grain_interleave", "2",
-     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 2",
-     "fine-grained interleave (fine_grain_interleave) is not implemented yet; use 1 (in MindFormers it also requires "
-     "parallel_config.use_seq_parallel)"},
-    {"parallel_config.fine_grain_interleave", "3",
-     "model.model_config.fine_grain_interleave (or parallel_config.fine_grain_interleave) = 3",
-     "fine-grained interleave (fine_grain_interleave) is not implemented yet"},
     {"recompute_config.recompute", "True", "recompute_config.recompute = true",
      "activation recomputation is not implemented; use false"},
     {"recompute_config.select_recompute", "on", "recompute_config.select_recompute = true",
@@ -1203,9 +1222,7 @@ static void test_not_landed(void) {
         CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
     }
     /* every stored switch of the kind has a case */
-    static const char *const stored[] = {"micro_batch_interleave_num",
-                                         "model.model_config.fine_grain_interleave",
-                                         "recompute_config.recompute", "recompute_config.select_recompute",
+    static const char *const stored[] = {"recompute_config.recompute", "recompute_config.select_recompute",
                                          "runner_config.gradient_accumulation_steps"};
     for (size_t j = 0; j < sizeof stored / sizeof stored[0]; j++) {
         int found = 0;

@@ -280,7 +280,7 @@ static void check_equivalent(const char *name, const char *metrics, const char *
     dl = max_rel_diff(loss, base_loss, got), dg = max_rel_diff(gnorm, base_gnorm, got);
     CHECK_MSG(dl <= EQ_LOSS_REL, "%s: losses differ from one device by %g relative", name, dl);
     CHECK_MSG(dg <= EQ_GNORM_REL, "%s: grad norms differ from one device by %g relative", name, dg);
-    if (!weights) { /* a pipelined run cannot save yet: the losses and the norm of every gradient, each step */
+    if (!weights) { /* no weights to compare: the losses and the norm of every gradient, each step */
         printf("  %-22s loss rel diff %.2e, grad norm rel diff %.2e\n", name, dl, dg);
         return;
     }
@@ -645,31 +645,68 @@ static const char *pp_base = "--config examples/configs/tiny.yaml --data tests/d
                              "--set model.model_config.num_layers=4 --set model.model_config.seq_length=16 "
                              "--set runner_config.batch_size=24";
 
+/* The final weights of a pipelined run as one file: it saves sharded (each
+   stage its own layers; a consolidated --save is refused under pp) and one
+   rank loads that and re-exports it (byte-identical, test_sharded_pipeline). */
+static int pp_final_weights(const char *base, int mb, const char *dir, const char *out) {
+    int rc = run_cmd(0, "%s --steps 0 --set parallel_config.micro_batch_num=%d --init-from %s --save %s", base, mb,
+                     dir, out);
+    CHECK_MSG(rc == 0, "re-export of %s failed: %s", dir, err_text);
+    return rc;
+}
+
 /* A pipelined run against one device with the same micro-batches (gradient
    accumulation: the same sums; "dp1 micro4" above ties accumulation to the
-   whole batch). Losses and grad norms, every step; the memory plan. */
+   whole batch). Losses and grad norms every step, the final weights, the
+   memory plan. */
 static void pp_row(const char *name, const char *base, int mb, const char *sets) {
     /* the one-device runs, once per (base, micro-batches) */
     static const char *cached_base[16];
-    static int cached_mb[16], ncached;
+    static int cached_mb[16], ncached, rows;
     static double cl[16][EQ_STEPS + 1], cg[16][EQ_STEPS + 1];
+    static char cw[16][512];
     double *bl = NULL, *bg = NULL;
+    const char *bw = NULL;
+    char dir[512];
     int rc, k;
     for (k = 0; k < ncached; k++)
-        if (cached_base[k] == base && cached_mb[k] == mb) bl = cl[k], bg = cg[k];
+        if (cached_base[k] == base && cached_mb[k] == mb) bl = cl[k], bg = cg[k], bw = cw[k];
     if (!bl && ncached < 16) {
-        rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s", base, mb,
-                     test_path("pp1.jsonl"));
+        snprintf(cw[ncached], sizeof cw[ncached], "%s/pp1_%d.safetensors", test_dir, ncached);
+        rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s", base, mb,
+                     test_path("pp1.jsonl"), cw[ncached]);
         CHECK_MSG(rc == 0, "%s: one-device run failed: %s", name, err_text);
         CHECK_INT(read_metrics(test_path("pp1.jsonl"), cl[ncached], cg[ncached], EQ_STEPS + 1), EQ_STEPS);
-        cached_base[ncached] = base, cached_mb[ncached] = mb, bl = cl[ncached], bg = cg[ncached], ncached++;
+        cached_base[ncached] = base, cached_mb[ncached] = mb, bl = cl[ncached], bg = cg[ncached], bw = cw[ncached];
+        ncached++;
     }
     if (!bl) return;
-    rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d %s --metrics %s", base, mb, sets,
-                 test_path("pp.jsonl"));
+    snprintf(dir, sizeof dir, "%s/pprow%d", test_dir, rows++);
+    rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d %s --metrics %s --save-dir %s", base, mb,
+                 sets, test_path("pp.jsonl"), dir);
     CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
-    if (rc == 0) check_equivalent(name, test_path("pp.jsonl"), NULL, bl, bg, NULL);
+    if (rc == 0 && pp_final_weights(base, mb, dir, test_path("ppw.safetensors")) == 0)
+        check_equivalent(name, test_path("pp.jsonl"), test_path("ppw.safetensors"), bl, bg, bw);
     if (rc == 0) check_plan_holds(name, test_path("pp.jsonl"));
+}
+
+/* The same under mpirun -np 4 (one process per rank, the MPI backend). */
+static void pp_mpi_row(const char *name, int mb, const char *sets) {
+    double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1];
+    char cmd[2048], dir[512];
+    int rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s", pp_base, mb,
+                     test_path("pp1.jsonl"), test_path("ppm1.safetensors"));
+    CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
+    static int rows;
+    snprintf(dir, sizeof dir, "%s/ppmpi%d", test_dir, rows++);
+    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
+                              "--set parallel_config.micro_batch_num=%d %s --metrics %s --save-dir %s",
+             mpirun, train_bin, pp_base, mb, sets, test_path("ppm.jsonl"), dir);
+    rc = run_cmd(1, "%s", cmd);
+    CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
+    if (rc == 0 && pp_final_weights(pp_base, mb, dir, test_path("ppmw.safetensors")) == 0)
+        check_equivalent(name, test_path("ppm.jsonl"), test_path("ppmw.safetensors"), bl, bg,
+                         test_path("ppm1.safetensors"));
 }
 
 static void test_pipeline(void) {
@@ -683,6 +720,10 @@ static void test_pipeline(void) {
         {"pp2 1f1b mb3", 3, "--set parallel_config.pipeline_stage=2"},
         {"pp2 gpipe mb2", 2, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
         {"pp2 gpipe mb3", 3, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp2 gpipe mb4", 4, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp2 zb-h1 mb2", 2, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp2 zb-h1 mb4", 4, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp2 zb-h1 mb3", 3, "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
         {"pp2 interleaved mb2", 2, "--set parallel_config.pipeline_stage=2 --set model.model_config.pp_interleave_num=2 "
                                    "--set parallel.pipeline_config.pipeline_interleave=true"},
         {"pp2 interleaved mb4", 4, "--set parallel_config.pipeline_stage=2 --set model.model_config.pp_interleave_num=2 "
@@ -692,6 +733,10 @@ static void test_pipeline(void) {
         {"pp4 1f1b mb3 (< stages)", 3, "--set parallel_config.pipeline_stage=4"},
         {"pp4 gpipe mb4", 4, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
         {"pp4 gpipe mb3", 3, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp4 gpipe mb8", 8, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp4 zb-h1 mb4", 4, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp4 zb-h1 mb8", 8, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp4 zb-h1 mb3 (< stages)", 3, "--set parallel_config.pipeline_stage=4 --set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
         {"pp2 offset 1 (1+3 layers)", 2, "--set parallel_config.pipeline_stage=2 --set model.model_config.offset=1"},
         {"dp2 x pp2", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2"},
         {"tp2 x pp2 sp", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
@@ -701,6 +746,13 @@ static void test_pipeline(void) {
                                      "--set parallel.enable_parallel_optimizer=true "
                                      "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
         {"cp2 x pp2", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.context_parallel=2"},
+        {"tp2 x pp2 sp zb-h1", 4, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                                  "--set parallel_config.use_seq_parallel=true "
+                                  "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"dp2 x cp2 x pp2 zb-h1 zero1", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
+                                           "--set parallel_config.context_parallel=2 "
+                                           "--set parallel.enable_parallel_optimizer=true "
+                                           "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
     };
     static char base8[1024];
     size_t i;
@@ -711,27 +763,68 @@ static void test_pipeline(void) {
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
     pp_row("pp4 interleaved mb8", base8, 8, "--set parallel_config.pipeline_stage=4 --set model.model_config.pp_interleave_num=2 "
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
+    /* a schedule of one's own (--pp-schedule): B on one rank, I and W on the other, a W out of
+       micro-batch order; and files the trainer refuses before any rank starts */
+    {
+        static const char own[] = "pipeline stages=2 chunks=1 micro_batches=2\n"
+                                  "# rank 0 splits its backward, defers W and runs W 1 before W 0\n"
+                                  "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, I 0 0, RG 1 0, I 1 0, W 1 0, W 0 0\n"
+                                  "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, I 1 0, SG 1 0, W 1 0\n";
+        static const char deadlock[] = "pipeline stages=2 chunks=1 micro_batches=1\n"
+                                       "rank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\n"
+                                       "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
+        static char sets[600];
+        struct {
+            const char *name, *file, *extra, *needle;
+        } bads[] = {
+            {"schedule that deadlocks", "dead.txt", "--set parallel_config.micro_batch_num=1",
+             "deadlock: every unfinished rank waits for a message no rank will send: rank 0 step 1 (RG 0 0)"},
+            {"schedule for other micro-batches", "own.txt", "--set parallel_config.micro_batch_num=4",
+             "stages=2 chunks=1 micro_batches=2, but the config has parallel_config.pipeline_stage 2"},
+            {"schedule that does not parse", "junk.txt", "--set parallel_config.micro_batch_num=2", "--pp-schedule"},
+            {"schedule without a pipeline", "own.txt", "--set parallel_config.pipeline_stage=1", "needs parallel_config.pipeline_stage > 1"},
+        };
+        size_t b;
+        test_write_file(test_path("own.txt"), own, sizeof own - 1);
+        test_write_file(test_path("dead.txt"), deadlock, sizeof deadlock - 1);
+        test_write_file(test_path("junk.txt"), "pipeline stages=2\nrank 0: X 0 0\n", 31);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("own.txt"));
+        pp_row("pp2 own schedule file", pp_base, 2, sets);
+        for (b = 0; b < sizeof bads / sizeof bads[0]; b++) {
+            const int rc = run_cmd(0, "%s --steps 1 --set parallel_config.pipeline_stage=2 %s --pp-schedule %s", pp_base,
+                                   bads[b].extra, test_path(bads[b].file));
+            CHECK_MSG(rc == 2, "%s: exit status %d, want 2 (stderr: %s)", bads[b].name, rc, err_text);
+            CHECK_MSG(strstr(err_text, bads[b].needle) != NULL, "%s: stderr lacks \"%s\": %s", bads[b].name,
+                      bads[b].needle, err_text);
+        }
+    }
+    /* multi-copy: micro-batch_num 2 x copies K against one device with 2K micro-batches */
+    pp_row("tp2 copies 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+                                       "--set parallel_config.model_parallel=2");
+    pp_row("tp2 sp copies 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+                                          "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("tp2 sp copies 3", pp_base, 6, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=3 "
+                                          "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("tp2 sp fine-grain 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 "
+                                              "--set parallel_config.fine_grain_interleave=2 "
+                                              "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("dp2 x tp2 sp fine-grain 3 zero2", pp_base, 6,
+           "--set parallel_config.micro_batch_num=2 --set model.model_config.fine_grain_interleave=3 "
+           "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+           "--set parallel_config.use_seq_parallel=true --set parallel.enable_parallel_optimizer=true "
+           "--set parallel.parallel_optimizer_config.optimizer_level=level2");
+    pp_row("dp2 x tp2 sp copies 2 zero2", pp_base, 4,
+           "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+           "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+           "--set parallel_config.use_seq_parallel=true --set parallel.enable_parallel_optimizer=true "
+           "--set parallel.parallel_optimizer_config.optimizer_level=level2");
     if (mpi_run("dp2 x pp2 mpirun -np 4")) {
-        double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1];
-        char cmd[2048];
-        int rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=3 --metrics %s", pp_base, test_path("pp1.jsonl"));
-        CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
-        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
-                                  "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
-                                  "--set parallel_config.micro_batch_num=3 --metrics %s",
-                 mpirun, train_bin, pp_base, test_path("ppm.jsonl"));
-        rc = run_cmd(1, "%s", cmd);
-        CHECK_MSG(rc == 0, "mpirun -np 4 dp2 x pp2 failed: %s", err_text);
-        if (rc == 0) check_equivalent("dp2 x pp2 mpirun -np 4", test_path("ppm.jsonl"), NULL, bl, bg, NULL);
-        rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=8 --metrics %s", pp_base, test_path("pp1.jsonl"));
-        CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
-        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
-                                  "--set parallel_config.pipeline_stage=4 --set parallel_config.micro_batch_num=8 "
-                                  "--metrics %s",
-                 mpirun, train_bin, pp_base, test_path("ppm.jsonl"));
-        rc = run_cmd(1, "%s", cmd);
-        CHECK_MSG(rc == 0, "mpirun -np 4 pp4 failed: %s", err_text);
-        if (rc == 0) check_equivalent("pp4 1f1b mpirun -np 4", test_path("ppm.jsonl"), NULL, bl, bg, NULL);
+        pp_mpi_row("dp2 x pp2 zb-h1 mpirun -np 4", 3, "--set parallel_config.pipeline_stage=2 "
+                   "--set parallel_config.data_parallel=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1");
+        pp_mpi_row("pp4 1f1b mpirun -np 4", 8, "--set parallel_config.pipeline_stage=4");
+        pp_mpi_row("dp2 x tp2 sp copies 2 mpirun -np 4", 4, "--set parallel_config.micro_batch_num=2 "
+                   "--set micro_batch_interleave_num=2 --set parallel_config.data_parallel=2 "
+                   "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
     }
 }
 
