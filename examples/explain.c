@@ -71,6 +71,10 @@ static const char *const usage_text =
     "                               model (MindFormers keys) on the cluster, predicted\n"
     "                               memory and step time, and why the others were cut\n"
     "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
+    "  calibrate     measure this machine for the planner: GEMM rate, memory bandwidth,\n"
+    "                activation rate, all-reduce latency and bandwidth on rank threads;\n"
+    "                prints a cluster file (save it, pass it to plan or train --cluster)\n"
+    "      [--ranks 2] [--memory BYTES] [--gemm 256]\n"
     "  graph FILE    strategies for an operator graph (the >>planner text form)\n"
     "      [--search-mode dynamic_programming]  or sharding_propagation, recursive_programming\n"
     "      [--memory-cap BYTES]     per device\n"
@@ -815,6 +819,40 @@ static int cmd_plan(int argc, char **argv) {
     return 0;
 }
 
+typedef struct calibrate_arg {
+    par_calibrate_desc desc;
+    par_cluster cluster;
+} calibrate_arg;
+
+static par_status calibrate_rank(par_ctx *ctx, void *p) {
+    calibrate_arg *a = (calibrate_arg *)p;
+    par_cluster c;
+    par_status st = par_calibrate(ctx, &a->desc, &c);
+    if (st == PAR_OK && par_ctx_rank(ctx) == 0) a->cluster = c;
+    return st;
+}
+
+/* Measure this machine on rank threads and print the profile (a cluster file). */
+static int cmd_calibrate(int argc, char **argv) {
+    static const opt_spec specs[] = {{"ranks", 1, 0}, {"memory", 1, 0}, {"gemm", 1, 0}, {NULL, 0, 0}};
+    calibrate_arg c;
+    args a;
+    char text[1024];
+    int ranks;
+    parse_args(argc, argv, "calibrate", specs, &a);
+    memset(&c, 0, sizeof c);
+    ranks = arg_get(&a, "ranks") ? (int)parse_int(arg_get(&a, "ranks"), 1, 256, "--ranks") : 2;
+    if (arg_get(&a, "memory")) {
+        c.desc.memory_bytes = parse_double(arg_get(&a, "memory"), "--memory");
+        if (!(c.desc.memory_bytes > 0)) die("--memory: must be a number of bytes > 0");
+    }
+    if (arg_get(&a, "gemm")) c.desc.gemm_size = (int)parse_int(arg_get(&a, "gemm"), 16, 8192, "--gemm");
+    check(par_run_threads(ranks, calibrate_rank, &c), "calibrate");
+    par_cluster_format(&c.cluster, text, sizeof text);
+    printf("# par-explain calibrate --ranks %d: this machine, measured now (a cluster file)\n%s", ranks, text);
+    return 0;
+}
+
 /* Strategies for an operator graph file. */
 static int cmd_graph(int argc, char **argv) {
     static const opt_spec specs[] = {{"search-mode", 1, 0}, {"memory-cap", 1, 0}, {NULL, 0, 0}};
@@ -968,6 +1006,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "pipeline") == 0) return cmd_pipeline(argc - 2, argv + 2);
     if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc - 2, argv + 2);
     if (strcmp(argv[1], "graph") == 0) return cmd_graph(argc - 2, argv + 2);
+    if (strcmp(argv[1], "calibrate") == 0) return cmd_calibrate(argc - 2, argv + 2);
     die("unknown command '%.64s' (commands: layout, strategy, strategies, redistribute, pipeline, tour)", argv[1]);
     return EXIT_USAGE;
 }

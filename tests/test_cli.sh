@@ -408,6 +408,12 @@ printf 'devices 4\nop a softmax [4,4]\nop b softmax [4,4]\nedge a -> b.0\nedge b
 bad_says "graph cycle" "cycle through op" graph "$PLANF"
 printf 'devices 4\nop a softmax [4,4]\nedge a -> c.0\n' >"$PLANF"
 bad_says "graph dangling" "dangling edge a -> c.0: no op 'c'" graph "$PLANF"
+ok "calibrate" calibrate --ranks 2 --gemm 64
+has_match "calibrate devices" '^devices: 2$'
+has_match "calibrate flops" '^flops_per_device: [0-9.e+]+$'
+printf '%s\n' "$OUT" >"$PLANF"
+ok "plan from a calibration" plan examples/configs/tiny.yaml "$PLANF" --top 1
+bad_says "calibrate ranks" "is not an integer in [1, 256]" calibrate --ranks 0
 rm -f "$PLANF"
 
 nasty=("" "-1" "99999999999999999999" "((" "None" "[-1,-1] partial=" "1e400"
