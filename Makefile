@@ -128,7 +128,7 @@ TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
 # The second example (examples/mlp/mlp.c): dp x tp x ZeRO in one file; with mpicc it
 # also runs one rank per process under mpirun (par_launch). tests/test_mlp_example.c runs it.
 MLP        := $(B)/mlp
-TRAIN_TEST_ALL := $(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp
+TRAIN_TEST_ALL := $(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp $(B)/llama_test_auto
 TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(TRAIN_TEST_ALL))
 # The CUDA trainer (--backend nccl: CUDA compute table + NCCL, launched by mpirun):
 # linked in CI like the CUDA tests, run by `make test-cuda`.
@@ -145,7 +145,7 @@ BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(C
 # each for FUZZ_SECONDS; `make test` for FUZZ_CI_SECONDS (tests/fuzz/run.sh).
 FUZZ_FLAGS := -std=c11 -g -O1 -Wall -Wextra -Wpedantic -Werror -fsanitize=address,undefined \
               -fno-sanitize-recover=all -fno-omit-frame-pointer -MMD -MP
-FUZZ_ALL   := mesh layout strategy safetensors config config_set pipeline ckpt_index
+FUZZ_ALL   := mesh layout strategy safetensors config config_set pipeline ckpt_index planner
 FUZZ_YAML  := config config_set
 FUZZ_NAMES := $(if $(filter yes,$(HAVE_FUZZER)),$(if $(filter yes,$(HAVE_YAML)),$(FUZZ_ALL),$(filter-out $(FUZZ_YAML),$(FUZZ_ALL))))
 FUZZ_BINS  := $(patsubst %,build/fuzz/fuzz_%,$(FUZZ_NAMES))
@@ -159,7 +159,7 @@ FUZZ_CI_SECONDS ?= 10
 # minute on 2 cores. Not under SAN= (that run is sanitized already).
 SAN_CI_JOBS ?= 2
 SAN_CI_CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Wpedantic -Werror
-ASAN_CI := $(if $(SAN),,$(patsubst %,build/ci-asan/test_%,layout strategy safetensors fuzz redist pipeline ckpt))
+ASAN_CI := $(if $(SAN),,$(patsubst %,build/ci-asan/test_%,layout strategy safetensors fuzz redist pipeline ckpt planner))
 TSAN_CI := $(if $(SAN),,$(patsubst %,build/ci-tsan/test_%,comm_threads comm_fault params exec pipeline))
 
 # What `make test` leaves out for a missing piece: "name: why" items, each ended

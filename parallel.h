@@ -28,6 +28,10 @@
        context parallel (>>context-parallel: ring, Ulysses, hybrid) and
        pipeline schedules as data with a checker and an executor
        (>>pipeline), model-agnostic.
+     - automatic parallel (>>planner): strategies for an operator graph by
+       dynamic programming, sharding propagation or a fast heuristic under
+       a per-device memory cap, and a whole-plan search (dp, tp, sp, cp, pp,
+       ZeRO) for a Llama-shaped model on a cluster, with a calibration.
 
    HOW TO USE IT
    -------------
@@ -157,6 +161,8 @@
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
      >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1), their
                       text form, a checker and an executor
+     >>planner        automatic parallel: operator graph, costs, strategy search
+                      under a memory cap (three search modes), whole-plan search
    The implementation follows the same order; backends sit between the context
    and the executor (implementation-only banners):
      >>comm-threads   in-process threads backend: par_run_threads (the default)
@@ -2273,6 +2279,276 @@ typedef struct par_pp_run_desc {
    activations travel on one group and gradients on another, so the two kinds
    never meet in one queue. */
 PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *desc);
+
+/* ============================================================================
+   >>planner
+   Automatic parallel (MindSpore's AUTO_PARALLEL). Two searches:
+
+   1. An operator graph the host describes (ops with shapes and kinds, edges =
+      tensors from one op's output to another's input), built by calls or read
+      from a text form. Each op's candidates are its valid strategies
+      (par_op_strategies, cheapest first) or the one strategy the host fixed
+      (semi-auto). Costs, in seconds: an op's compute and forward + mirror
+      communication as >>strategy derives them, its memory the input and
+      output slices; an edge's the cheapest redistribution (>>redistribute)
+      from the producer's output layout, after its forward communication, to
+      the consumer's input layout. A search picks one candidate per op
+      minimizing ops + edges with the ops' memory summed under a per-device
+      cap:
+        dynamic_programming    exact: a DP over a topological order whose
+                               state is the strategies of the ops later edges
+                               still need, keeping per state the Pareto set of
+                               (memory, cost). On a chain this is MindSpore's
+                               op/edge elimination + DP; it stays exact on
+                               trees and DAGs with shared inputs, its work
+                               growing with the graph's width.
+        sharding_propagation   from the fixed ops along edges in both
+                               directions, each new op taking the candidate
+                               with the cheapest redistribution to its placed
+                               neighbours (plus its own cost)
+        recursive_programming  a fast one-pass heuristic: in topological
+                               order each op takes the candidate cheapest
+                               with its placed inputs (not MindSpore's
+                               recursive partitioning of the device count)
+      Every mode honours the cap: an op only takes a candidate that leaves
+      room for the smallest candidates of the ops still open.
+
+   2. A whole-plan search for a decoder-only transformer (llama) on a cluster
+      (par_auto_search): dp x tp (+ sp) x cp (ring / ulysses) x pp (schedule,
+      micro-batches) x ZeRO level, each predicted (per-rank memory, step
+      time), cut with a reason or ranked.
+   ========================================================================== */
+
+typedef enum par_search_mode {
+    PAR_SEARCH_DYNAMIC_PROGRAMMING = 0,
+    PAR_SEARCH_SHARDING_PROPAGATION,
+    PAR_SEARCH_RECURSIVE_PROGRAMMING,
+    PAR_SEARCH_MODE_COUNT
+} par_search_mode;
+
+/* "dynamic_programming", "sharding_propagation", "recursive_programming". */
+PARALLEL_DEF const char *par_search_mode_name(par_search_mode mode);
+/* One of the names above (case-insensitive; also "dp", "propagation", "rec");
+   PAR_EINVAL listing them otherwise. */
+PARALLEL_DEF par_status par_search_mode_parse(const char *text, par_search_mode *mode);
+
+typedef struct par_graph par_graph;
+
+typedef struct par_graph_desc {
+    int devices;             /* devices per stage (>= 1); the text form's "devices N" sets it when 0 */
+    int max_candidates;      /* strategies kept per searched op, cheapest first; default 32 */
+    double device_flops;     /* flop/s per device for ops that leave it 0 (default 1e12) */
+    double link_bandwidth;   /* bytes/s per device, ops and edges (default 1e10) */
+    double link_latency;     /* seconds per collective of a redistribution (default 0) */
+    par_allocator allocator;
+} par_graph_desc;
+
+PARALLEL_DEF par_status par_graph_create(const par_graph_desc *desc, par_graph **graph);
+PARALLEL_DEF void par_graph_destroy(par_graph *graph);
+
+/* Add an op (copied; its name, default "op<id>", must be unique and at most 31
+   bytes). `fixed` NULL: searched over its candidates; else that strategy only,
+   checked now (PAR_ESTRATEGY naming the op). *id = its index (may be NULL). */
+PARALLEL_DEF par_status par_graph_add_op(par_graph *graph, const par_op_desc *op, const par_strategy *fixed,
+                                         int *id);
+/* Output `out` of op `from` feeds input `in` of op `to`. A dangling edge (an
+   op or port that does not exist, an input fed twice, element counts that
+   differ) is PAR_EINVAL naming it. Cycles are found by the search. */
+PARALLEL_DEF par_status par_graph_add_edge(par_graph *graph, int from, int out, int to, int in);
+
+/* Text form, one item per line ('#' starts a comment):
+     devices 8
+     op NAME KIND SHAPE... [params=I,J] [dtype=bf16] [transpose_a] [transpose_b]
+                           [reduce_scatter] [flops=F] [strategy=((2,1),(1,4))]
+     edge FROM[.OUT] -> TO.IN
+   SHAPE is one input's global shape "[16,64]"; KIND as par_op_kind_parse;
+   `strategy=` fixes the op. Errors: PAR_EPARSE naming the line, or what
+   add_op / add_edge say, prefixed with the line. */
+PARALLEL_DEF par_status par_graph_parse(const char *text, const par_graph_desc *desc, par_graph **graph);
+
+PARALLEL_DEF int par_graph_num_ops(const par_graph *graph);
+PARALLEL_DEF int par_graph_num_edges(const par_graph *graph);
+/* Op `op`'s name and candidate count (0 for a bad op). */
+PARALLEL_DEF const char *par_graph_op_name(const par_graph *graph, int op);
+PARALLEL_DEF int par_graph_num_candidates(const par_graph *graph, int op);
+/* Candidate k of op `op`: its strategy, cost (seconds in total) and memory per device. */
+PARALLEL_DEF par_status par_graph_candidate(const par_graph *graph, int op, int k, par_strategy *strategy,
+                                            par_op_cost *cost);
+/* Edge e's endpoints and its redistribution cost (seconds) when its producer
+   takes candidate ka and its consumer kb. */
+PARALLEL_DEF par_status par_graph_edge(const par_graph *graph, int e, int *from, int *out, int *to, int *in);
+PARALLEL_DEF par_status par_graph_edge_cost(par_graph *graph, int e, int ka, int kb, double *cost);
+
+typedef struct par_graph_result {
+    double cost;          /* seconds: compute + comm + redistribution */
+    double compute;       /* ops' compute */
+    double comm;          /* ops' forward and mirror communication */
+    double redistribution;/* edges */
+    double memory_bytes;  /* per device: the ops' memory summed */
+    int64_t states;       /* search states visited (Pareto points for the DP) */
+} par_graph_result;
+
+/* Choose a candidate for every op under `memory_cap` bytes per device (<= 0:
+   none). Errors: PAR_EINVAL (a cycle, naming an op on it), PAR_ECAPACITY when
+   nothing fits (the message gives the smallest plan's memory) or the DP's
+   Pareto sets outgrow its limit (the graph is too wide: use another mode),
+   PAR_ENOMEM. The choice stays in the graph for par_graph_chosen. */
+PARALLEL_DEF par_status par_graph_search(par_graph *graph, par_search_mode mode, double memory_cap,
+                                         par_graph_result *result);
+/* The candidate index the last search chose for `op` (-1 before a search). */
+PARALLEL_DEF int par_graph_chosen(const par_graph *graph, int op);
+/* One line per op "NAME KIND strategy=... cost=... memory=...", then the totals.
+   Returns the length snprintf would. */
+PARALLEL_DEF int par_graph_format_result(const par_graph *graph, const par_graph_result *result, char *buf,
+                                         size_t size);
+
+/* ---- whole-plan search ---------------------------------------------------------- */
+
+/* A cluster: `devices` in nodes of `devices_per_node`; bandwidths in bytes/s
+   per device, latencies in seconds per collective step, memory in bytes and
+   compute in flop/s per device. */
+typedef struct par_cluster {
+    int devices;
+    int devices_per_node;   /* 0 = devices (one node) */
+    double intra_bandwidth, intra_latency;
+    double inter_bandwidth, inter_latency; /* 0 = the intra values (one node) */
+    double memory_bytes;
+    double flops;
+    double memory_bandwidth; /* bytes/s a device streams through its memory; 0 = not counted */
+    double activation_rate;  /* elements/s of a SwiGLU forward + backward (the activation function's
+                                exp per element); 0 = not counted */
+} par_cluster;
+
+/* PAR_EINVAL naming the field and the rule: devices 1 to 2^24,
+   devices_per_node dividing devices, bandwidths, memory and flops finite and
+   > 0, latencies finite, >= 0 and under an hour. */
+PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
+/* "key: value" lines ('#' comments): devices, devices_per_node,
+   intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
+   inter_node_latency, memory_per_device, flops_per_device and (optional)
+   memory_bandwidth, activation_rate. Numbers may end in
+   K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
+   numbers are PAR_EPARSE naming the line; then par_cluster_check. */
+PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
+
+/* A decoder-only transformer (Llama: GQA attention, SwiGLU MLP, untied
+   embedding and head, RMSNorms), f32 weights and AdamW state. */
+typedef struct par_model_shape {
+    int layers, hidden, heads, kv_heads, ffn, vocab, seq;
+    int batch;            /* global batch: samples per step */
+    par_dtype dtype;      /* activations and weights (default f32) */
+} par_model_shape;
+
+/* The MindFormers YAML keys num_layers, hidden_size, num_heads, n_kv_heads,
+   intermediate_size, vocab_size, seq_length and batch_size, wherever they
+   sit (other keys are ignored); PAR_EINVAL naming a missing or bad one. */
+PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape *model);
+
+typedef struct par_auto_plan {
+    int dp, tp, cp, pp;
+    int sp;                  /* sequence parallel over tp */
+    par_cp_algo cp_algo;     /* with cp > 1: ring or ulysses */
+    par_pp_kind schedule;    /* with pp > 1 */
+    int chunks;              /* model chunks per rank (interleaved: 2) */
+    int micro_batches;       /* per step per dp rank (pp = 1: gradient accumulation) */
+    int zero;                /* 0, 1 (optimizer state over dp x cp) or 2 (and gradients) */
+    /* predictions, per rank (the busiest stage) */
+    double memory_bytes;
+    double weights_bytes, grads_bytes, optimizer_bytes, activation_bytes;
+    double step_time;        /* seconds */
+    double compute_time, tp_comm_time, cp_comm_time, pp_comm_time, dp_comm_time;
+    double bubble;           /* idle share of the pipeline (the >>pipeline checker's) */
+} par_auto_plan;
+
+/* Bits of par_auto_desc.search: which parallel modes to enumerate. */
+enum {
+    PAR_AUTO_DP = 1u << 0, PAR_AUTO_TP = 1u << 1, PAR_AUTO_SP = 1u << 2, PAR_AUTO_CP = 1u << 3,
+    PAR_AUTO_PP = 1u << 4, PAR_AUTO_ZERO = 1u << 5, PAR_AUTO_ACCUMULATE = 1u << 6,
+    PAR_AUTO_ALL = (1u << 7) - 1
+};
+
+typedef struct par_auto_desc {
+    par_model_shape model;
+    par_cluster cluster;
+    double memory_cap;        /* bytes per rank; 0 = cluster.memory_bytes */
+    uint32_t search;          /* PAR_AUTO_* bits; 0 = PAR_AUTO_ALL */
+    uint32_t schedules;       /* bit per par_pp_kind; 0 = gpipe and 1f1b */
+    uint32_t cp_algos;        /* bit per par_cp_algo (ring, ulysses); 0 = both */
+    int max_micro_batches;    /* default 16 */
+    int max_zero;             /* highest ZeRO level searched (0..2); default 2 */
+    /* How the degrees (dp, tp, cp, pp) are searched; the other knobs are
+       always enumerated for each degree tuple visited:
+         dynamic_programming    every tuple (exact under the model)
+         sharding_propagation   every tuple that keeps the degrees `fixed`
+                                gives (> 0), the host's semi-auto choices
+         recursive_programming  from pure dp, move one prime factor of dp
+                                at a time to tp, cp or pp while the best
+                                predicted step time falls (first toward
+                                less memory while nothing fits): a few
+                                tuples instead of all */
+    par_search_mode mode;
+    par_auto_plan fixed;      /* dp, tp, cp, pp > 0: kept (sharding_propagation; 0 = searched) */
+    /* Optional: the host's own predictions (e.g. a trainer's memory plan) in
+       place of the built-in model; called with the plan's fields set and
+       the built-in predictions filled in. */
+    const par_compute_table *compute; /* optional: the ranks' compute table; its scratch_bound sizes the
+                                         kernels' own scratch in the memory prediction */
+    void *user;
+    double (*memory)(void *user, const par_auto_plan *plan);
+    double (*step_time)(void *user, const par_auto_plan *plan);
+} par_auto_desc;
+
+/* Why candidate plans were cut: counts and one example sentence each. */
+typedef struct par_auto_cuts {
+    int64_t considered, ranked;
+    int64_t not_divisible, over_memory, schedule;
+    char not_divisible_example[160], over_memory_example[160], schedule_example[160];
+    double smallest_memory;   /* the least memory any divisible plan needs */
+} par_auto_cuts;
+
+/* Enumerate dp x tp x cp x pp = cluster.devices with sp, the cp algorithm, the
+   schedule, micro-batches and ZeRO level; predict each (memory per rank, step
+   time); cut what does not divide, what the schedule refuses and what is
+   over the cap; write the best min(count, capacity) plans, fastest first
+   (*count: how many fit). Errors: PAR_EINVAL (bad model, cluster or desc),
+   PAR_ECAPACITY when no plan fits the cap (the message gives the smallest
+   plan's memory). `cuts` may be NULL. */
+PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan *plans, int capacity, int *count,
+                                        par_auto_cuts *cuts);
+/* The predictions for one plan whose knobs are set (dp x tp x cp x pp =
+   cluster.devices, sp, cp_algo, schedule, chunks, micro_batches, zero), as
+   the search makes them (host callbacks included). PAR_EINVAL naming the
+   rule when the degrees do not divide the model or the schedule is refused. */
+PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_plan *plan);
+/* "dp=2 tp=4 sp cp=1 pp=2 1f1b m=4 zero=1" (the plan's knobs); returns the
+   length snprintf would. */
+PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t size);
+
+/* Calibration: measure this machine's constants for a cluster description.
+   Collective over the context's world (call it from every rank): each rank
+   times n x n x n f32 GEMMs, copies of `bytes` and SwiGLU forward +
+   backward through the compute table at the same time (so ranks sharing
+   cores see their share: the GEMM rate, the memory bandwidth and the
+   activation rate), then an all-reduce of one float (latency: its time over
+   the 2(p-1) ring steps; timed between 256^3 GEMMs against the same GEMMs
+   without it, so the latency includes what waiting for unevenly arriving,
+   oversubscribed ranks costs) and one of `bytes` (the bandwidth of the rest)
+   over the world, each the fastest of `repeats` (a shared machine's neighbours
+   slow some runs; the fastest is the machine's own rate). Writes devices =
+   devices_per_node = the world size, memory_bytes from the desc. Takes
+   about 0.1 to 0.2 s per rank sharing a core with the defaults (busy
+   neighbours make it longer). */
+typedef struct par_calibrate_desc {
+    int gemm_size;        /* default 256 */
+    int64_t bytes;        /* default 4 MiB */
+    int repeats;          /* default 5 */
+    double memory_bytes;  /* per device; default 8 GiB */
+} par_calibrate_desc;
+
+PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *cluster);
+/* The cluster in par_cluster_parse's form (a profile file); returns the
+   length snprintf would. */
+PARALLEL_DEF int par_cluster_format(const par_cluster *cluster, char *buf, size_t size);
 
 #ifdef __cplusplus
 }
@@ -18243,6 +18519,1860 @@ PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *d) {
     par__ctx_free(ctx, reqs);
     par__ctx_free(ctx, ranks);
     return st;
+}
+
+// >>planner
+
+static const char *const par__search_mode_names[PAR_SEARCH_MODE_COUNT] = {
+    "dynamic_programming", "sharding_propagation", "recursive_programming"};
+
+PARALLEL_DEF const char *par_search_mode_name(par_search_mode mode) {
+    return (int)mode >= 0 && mode < PAR_SEARCH_MODE_COUNT ? par__search_mode_names[mode] : "?";
+}
+
+static int par__gr_ieq(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        int x = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, y = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
+PARALLEL_DEF par_status par_search_mode_parse(const char *text, par_search_mode *mode) {
+    static const char *const aliases[PAR_SEARCH_MODE_COUNT] = {"dp", "propagation", "rec"};
+    int i;
+    if (!text || !mode) return par__fail(PAR_EINVAL, "par_search_mode_parse: NULL argument");
+    for (i = 0; i < PAR_SEARCH_MODE_COUNT; i++)
+        if (par__gr_ieq(text, par__search_mode_names[i]) || par__gr_ieq(text, aliases[i])) {
+            *mode = (par_search_mode)i;
+            return PAR_OK;
+        }
+    return par__fail(PAR_EINVAL,
+                     "unknown search_mode '%.40s' (expected dynamic_programming, sharding_propagation or "
+                     "recursive_programming)",
+                     text);
+}
+
+#define PAR__GR_NAME 32
+
+typedef struct par__gr_op {
+    char name[PAR__GR_NAME];
+    par_op_desc desc;   /* desc.name points at name */
+    int fixed;
+    int ncand;
+    par_strategy *cand; /* ncand */
+    par_op_info *info;  /* ncand */
+} par__gr_op;
+
+typedef struct par__gr_edge {
+    int from, out, to, in;
+    double *cost; /* lazily: ncand(from) x ncand(to), row-major */
+} par__gr_edge;
+
+struct par_graph {
+    par_graph_desc d;
+    par__gr_op *ops;
+    int nops, cap_ops;
+    par__gr_edge *edges;
+    int nedges, cap_edges;
+    int *chosen;
+    par_planner *planner;
+};
+
+static void *par__gr_alloc(const par_graph *g, size_t n) { return par__alloc_malloc(&g->d.allocator, n ? n : 1); }
+static void par__gr_free(const par_graph *g, void *p) { par__alloc_free(&g->d.allocator, p); }
+
+PARALLEL_DEF par_status par_graph_create(const par_graph_desc *desc, par_graph **graph) {
+    par_graph *g;
+    par_planner_desc pd;
+    par_graph_desc d;
+    par_status st;
+    if (!graph) return par__fail(PAR_EINVAL, "par_graph_create: NULL argument");
+    *graph = NULL;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    PAR__CHECK(par__allocator_check(&d.allocator, "par_graph_desc.allocator"));
+    if (d.devices < 0 || d.devices > PAR__MAX_DEVICES)
+        return par__fail(PAR_EINVAL, "par_graph_desc.devices is %d; it must be 1 to %d", d.devices, PAR__MAX_DEVICES);
+    if (d.max_candidates < 0) return par__fail(PAR_EINVAL, "par_graph_desc.max_candidates is negative");
+    if (!(d.device_flops >= 0) || !(d.link_bandwidth >= 0) || !(d.link_latency >= 0) ||
+        d.device_flops > 1e30 || d.link_bandwidth > 1e30 || d.link_latency > 1e30)
+        return par__fail(PAR_EINVAL, "par_graph_desc: device_flops, link_bandwidth and link_latency must be finite "
+                                     "and >= 0 (0 = default)");
+    if (!d.max_candidates) d.max_candidates = 32;
+    if (d.device_flops == 0) d.device_flops = 1e12;
+    if (d.link_bandwidth == 0) d.link_bandwidth = 1e10;
+    g = (par_graph *)par__alloc_malloc(&d.allocator, sizeof *g);
+    if (!g) return par__fail(PAR_ENOMEM, "par_graph_create: out of memory");
+    memset(g, 0, sizeof *g);
+    g->d = d;
+    memset(&pd, 0, sizeof pd);
+    pd.allocator = d.allocator;
+    if ((st = par_planner_create(&pd, &g->planner)) != PAR_OK) {
+        par__alloc_free(&d.allocator, g);
+        return st;
+    }
+    *graph = g;
+    return PAR_OK;
+}
+
+PARALLEL_DEF void par_graph_destroy(par_graph *g) {
+    int i;
+    if (!g) return;
+    for (i = 0; i < g->nops; i++) {
+        par__gr_free(g, g->ops[i].cand);
+        par__gr_free(g, g->ops[i].info);
+    }
+    for (i = 0; i < g->nedges; i++) par__gr_free(g, g->edges[i].cost);
+    par__gr_free(g, g->ops);
+    par__gr_free(g, g->edges);
+    par__gr_free(g, g->chosen);
+    par_planner_destroy(g->planner);
+    par__alloc_free(&g->d.allocator, g);
+}
+
+static int par__gr_find(const par_graph *g, const char *name) {
+    int i;
+    for (i = 0; i < g->nops; i++)
+        if (!strcmp(g->ops[i].name, name)) return i;
+    return -1;
+}
+
+/* Grow an array of `elem`-byte items to hold `need`. */
+static par_status par__gr_reserve(const par_graph *g, void **p, int *cap, int need, size_t elem) {
+    void *q;
+    int n;
+    if (need <= *cap) return PAR_OK;
+    n = *cap ? *cap * 2 : 16;
+    while (n < need) n *= 2;
+    q = par__alloc_realloc(&g->d.allocator, *p, (size_t)n * elem);
+    if (!q) return par__fail(PAR_ENOMEM, "par_graph: out of memory");
+    *p = q;
+    *cap = n;
+    return PAR_OK;
+}
+
+/* Fill the op's candidates: its fixed strategy, or the cheapest max_candidates. */
+static par_status par__gr_candidates(par_graph *g, par__gr_op *o, const par_strategy *fixed) {
+    int count = 0, n, k;
+    par_status st;
+    if (fixed) {
+        n = 1;
+    } else {
+        st = par_op_strategies(&o->desc, g->d.devices, NULL, NULL, 0, &count);
+        if (st != PAR_OK && st != PAR_ECAPACITY) return st;
+        n = count < g->d.max_candidates ? count : g->d.max_candidates;
+        if (n < 1) return par__fail(PAR_ESTRATEGY, "op '%s': no valid strategy on %d devices", o->name, g->d.devices);
+    }
+    o->cand = (par_strategy *)par__gr_alloc(g, (size_t)n * sizeof *o->cand);
+    o->info = (par_op_info *)par__gr_alloc(g, (size_t)n * sizeof *o->info);
+    if (!o->cand || !o->info) return par__fail(PAR_ENOMEM, "par_graph_add_op: out of memory");
+    if (fixed) {
+        o->cand[0] = *fixed;
+    } else {
+        st = par_op_strategies(&o->desc, g->d.devices, o->cand, NULL, n, &count);
+        if (st != PAR_OK && st != PAR_ECAPACITY) return st;
+    }
+    for (k = 0; k < n; k++)
+        if ((st = par_op_infer(&o->desc, &o->cand[k], g->d.devices, &o->info[k])) != PAR_OK) return st;
+    o->ncand = n;
+    o->fixed = fixed != NULL;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_graph_add_op(par_graph *g, const par_op_desc *op, const par_strategy *fixed, int *id) {
+    par__gr_op *o;
+    char name[PAR__GR_NAME];
+    par_status st;
+    if (!g || !op) return par__fail(PAR_EINVAL, "par_graph_add_op: NULL argument");
+    if (g->d.devices < 1) return par__fail(PAR_EINVAL, "par_graph_add_op: the graph has no device count (devices)");
+    if (op->name && strlen(op->name) >= PAR__GR_NAME)
+        return par__fail(PAR_EINVAL, "op name '%.40s...' is longer than %d bytes", op->name, PAR__GR_NAME - 1);
+    if (op->name) par__copy_text(name, sizeof name, op->name);
+    else snprintf(name, sizeof name, "op%d", g->nops);
+    if (!name[0] || par__gr_find(g, name) >= 0)
+        return par__fail(PAR_EINVAL, "op name '%s' is %s", name, name[0] ? "used twice" : "empty");
+    PAR__CHECK(par__gr_reserve(g, (void **)&g->ops, &g->cap_ops, g->nops + 1, sizeof *g->ops));
+    o = &g->ops[g->nops];
+    memset(o, 0, sizeof *o);
+    par__copy_text(o->name, sizeof o->name, name);
+    o->desc = *op;
+    o->desc.name = o->name;
+    if (o->desc.device_flops <= 0) o->desc.device_flops = g->d.device_flops;
+    if (o->desc.link_bandwidth <= 0) o->desc.link_bandwidth = g->d.link_bandwidth;
+    if ((st = par__gr_candidates(g, o, fixed)) != PAR_OK) {
+        par__gr_free(g, o->cand);
+        par__gr_free(g, o->info);
+        return st;
+    }
+    if (id) *id = g->nops;
+    g->nops++;
+    par__gr_free(g, g->chosen);
+    g->chosen = NULL;
+    return PAR_OK;
+}
+
+static int64_t par__gr_numel(const par_layout *l) {
+    int64_t n = 1;
+    int d;
+    for (d = 0; d < l->ndim; d++) n *= l->shape[d];
+    return n;
+}
+
+PARALLEL_DEF par_status par_graph_add_edge(par_graph *g, int from, int out, int to, int in) {
+    const par__gr_op *a, *b;
+    int e;
+    if (!g) return par__fail(PAR_EINVAL, "par_graph_add_edge: NULL graph");
+    if (from < 0 || from >= g->nops || to < 0 || to >= g->nops)
+        return par__fail(PAR_EINVAL, "dangling edge %d.%d -> %d.%d: the graph has ops 0 to %d", from, out, to, in,
+                         g->nops - 1);
+    a = &g->ops[from];
+    b = &g->ops[to];
+    if (out < 0 || out >= a->info[0].num_outputs)
+        return par__fail(PAR_EINVAL, "dangling edge %s.%d -> %s.%d: op '%s' has %d output(s)", a->name, out, b->name,
+                         in, a->name, a->info[0].num_outputs);
+    if (in < 0 || in >= b->info[0].num_inputs)
+        return par__fail(PAR_EINVAL, "dangling edge %s.%d -> %s.%d: op '%s' has %d input(s)", a->name, out, b->name,
+                         in, b->name, b->info[0].num_inputs);
+    for (e = 0; e < g->nedges; e++)
+        if (g->edges[e].to == to && g->edges[e].in == in)
+            return par__fail(PAR_EINVAL, "edge %s.%d -> %s.%d: input %d of '%s' is already fed by '%s'", a->name, out,
+                             b->name, in, in, b->name, g->ops[g->edges[e].from].name);
+    if (par__gr_numel(&a->info[0].outputs[out]) != par__gr_numel(&b->info[0].inputs[in]))
+        return par__fail(PAR_EINVAL, "edge %s.%d -> %s.%d: the output has %lld elements, the input %lld", a->name,
+                         out, b->name, in, (long long)par__gr_numel(&a->info[0].outputs[out]),
+                         (long long)par__gr_numel(&b->info[0].inputs[in]));
+    PAR__CHECK(par__gr_reserve(g, (void **)&g->edges, &g->cap_edges, g->nedges + 1, sizeof *g->edges));
+    g->edges[g->nedges].from = from;
+    g->edges[g->nedges].out = out;
+    g->edges[g->nedges].to = to;
+    g->edges[g->nedges].in = in;
+    g->edges[g->nedges].cost = NULL;
+    g->nedges++;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_graph_num_ops(const par_graph *g) { return g ? g->nops : 0; }
+PARALLEL_DEF int par_graph_num_edges(const par_graph *g) { return g ? g->nedges : 0; }
+PARALLEL_DEF const char *par_graph_op_name(const par_graph *g, int op) {
+    return g && op >= 0 && op < g->nops ? g->ops[op].name : "?";
+}
+PARALLEL_DEF int par_graph_num_candidates(const par_graph *g, int op) {
+    return g && op >= 0 && op < g->nops ? g->ops[op].ncand : 0;
+}
+
+PARALLEL_DEF par_status par_graph_candidate(const par_graph *g, int op, int k, par_strategy *strategy,
+                                            par_op_cost *cost) {
+    if (!g || op < 0 || op >= g->nops || k < 0 || k >= g->ops[op].ncand)
+        return par__fail(PAR_EINVAL, "par_graph_candidate: no candidate %d of op %d", k, op);
+    if (strategy) *strategy = g->ops[op].cand[k];
+    if (cost) *cost = g->ops[op].info[k].cost;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_graph_edge(const par_graph *g, int e, int *from, int *out, int *to, int *in) {
+    if (!g || e < 0 || e >= g->nedges) return par__fail(PAR_EINVAL, "par_graph_edge: no edge %d", e);
+    if (from) *from = g->edges[e].from;
+    if (out) *out = g->edges[e].out;
+    if (to) *to = g->edges[e].to;
+    if (in) *in = g->edges[e].in;
+    return PAR_OK;
+}
+
+/* ---- edge costs: layouts of two device matrices on one mesh ----------------------- */
+
+/* Every op's device matrix holds the same devices in row-major order, so
+   splitting each axis into its prime factors (ascending) keeps the ranks in
+   place: [2,4] and [4,2] both become [2,2,2], and a layout on either becomes a
+   layout on that common mesh. Returns 0 when the factors do not fit
+   PARALLEL_MAX_DIMS. */
+static int par__gr_expand(const par_layout *in, par_layout *outl) {
+    int start[PARALLEL_MAX_DIMS], count[PARALLEL_MAX_DIMS], dims[PARALLEL_MAX_DIMS];
+    int n = in->mesh.ndim, e = 0, i, t, c, v, f;
+    par_layout o;
+    for (i = 0; i < n; i++) {
+        int d = in->mesh.dims[i];
+        start[i] = e;
+        for (f = 2; d > 1; f++)
+            while (d % f == 0) {
+                if (e == PARALLEL_MAX_DIMS) return 0;
+                dims[e++] = f;
+                d /= f;
+            }
+        count[i] = e - start[i];
+    }
+    memset(&o, 0, sizeof o);
+    if (e == 0) dims[e++] = 1;
+    o.mesh.ndim = e;
+    for (i = 0; i < e; i++) o.mesh.dims[i] = dims[i];
+    o.ndim = in->ndim;
+    for (t = 0; t < in->ndim; t++) {
+        o.shape[t] = in->shape[t];
+        for (c = 0; c < in->map.count[t]; c++) {
+            i = n - 1 - in->map.dev[t][c]; /* the original axis, major first */
+            for (v = 0; v < count[i]; v++) {
+                if (o.map.count[t] == PARALLEL_MAX_DIMS) return 0;
+                o.map.dev[t][o.map.count[t]++] = (int8_t)(e - 1 - (start[i] + v));
+            }
+        }
+    }
+    for (v = 0; v < n; v++)
+        if (in->map.partial >> v & 1u) {
+            i = n - 1 - v;
+            for (c = 0; c < count[i]; c++) o.map.partial |= 1u << (e - 1 - (start[i] + c));
+        }
+    *outl = o;
+    return 1;
+}
+
+/* The producer's output after its forward communication: an all-reduce
+   leaves no partial sums (a reduce-scatter output is already scattered). */
+static par_layout par__gr_produced(const par_op_info *info, int out) {
+    par_layout l = info->outputs[out];
+    int i;
+    for (i = 0; i < info->num_forward; i++) l.map.partial &= ~info->forward[i].dev_mask;
+    return l;
+}
+
+static par_status par__gr_plan_cost(par_graph *g, const par_layout *from, const par_layout *to, int elem,
+                                    double *cost) {
+    par_cost_model cm;
+    par_plan plan;
+    par_status st;
+    int v;
+    memset(&cm, 0, sizeof cm);
+    for (v = 0; v < PARALLEL_MAX_DIMS; v++) {
+        cm.link[v].latency = g->d.link_latency;
+        cm.link[v].bandwidth = g->d.link_bandwidth;
+    }
+    cm.elem_size = elem;
+    if ((st = par_planner_plan(g->planner, from, to, &cm, &plan)) != PAR_OK) return st;
+    *cost = plan.cost;
+    return PAR_OK;
+}
+
+/* Cost of edge e for candidates (ka, kb): the optimal plan on the common mesh;
+   when the device matrices share no mesh (e.g. [2,3] and [3,2]) or the planner
+   cannot bridge the shapes, gather the producer's output to every device
+   (a local split then gives any input layout). */
+static par_status par__gr_edge_cost(par_graph *g, const par__gr_edge *ed, int ka, int kb, double *cost) {
+    const par__gr_op *a = &g->ops[ed->from], *b = &g->ops[ed->to];
+    par_layout from = par__gr_produced(&a->info[ka], ed->out), to = b->info[kb].inputs[ed->in], fe, te, full;
+    int elem = (int)par_dtype_size(a->desc.dtype);
+    if (elem <= 0) elem = 4;
+    if (par__gr_expand(&from, &fe) && par__gr_expand(&to, &te) && par_mesh_size(&fe.mesh) == par_mesh_size(&te.mesh) &&
+        fe.mesh.ndim == te.mesh.ndim && !memcmp(fe.mesh.dims, te.mesh.dims, sizeof(int) * (size_t)fe.mesh.ndim) &&
+        par__gr_plan_cost(g, &fe, &te, elem, cost) == PAR_OK)
+        return PAR_OK;
+    full = from;
+    memset(&full.map, 0, sizeof full.map);
+    if (par__gr_plan_cost(g, &from, &full, elem, cost) == PAR_OK) return PAR_OK;
+    return par__fail(PAR_EUNSUPPORTED, "edge %s.%d -> %s.%d: no redistribution between candidates %d and %d",
+                     a->name, ed->out, b->name, ed->in, ka, kb);
+}
+
+/* Every edge's cost table (once per graph). */
+static par_status par__gr_edge_tables(par_graph *g) {
+    int e, ka, kb;
+    for (e = 0; e < g->nedges; e++) {
+        par__gr_edge *ed = &g->edges[e];
+        const int na = g->ops[ed->from].ncand, nb = g->ops[ed->to].ncand;
+        if (ed->cost) continue;
+        ed->cost = (double *)par__gr_alloc(g, (size_t)na * (size_t)nb * sizeof(double));
+        if (!ed->cost) return par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+        for (ka = 0; ka < na; ka++)
+            for (kb = 0; kb < nb; kb++) {
+                par_status st = par__gr_edge_cost(g, ed, ka, kb, &ed->cost[ka * nb + kb]);
+                if (st != PAR_OK) {
+                    par__gr_free(g, ed->cost);
+                    ed->cost = NULL;
+                    return st;
+                }
+            }
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_graph_edge_cost(par_graph *g, int e, int ka, int kb, double *cost) {
+    const par__gr_edge *ed;
+    if (!g || !cost || e < 0 || e >= g->nedges) return par__fail(PAR_EINVAL, "par_graph_edge_cost: no edge %d", e);
+    ed = &g->edges[e];
+    if (ka < 0 || ka >= g->ops[ed->from].ncand || kb < 0 || kb >= g->ops[ed->to].ncand)
+        return par__fail(PAR_EINVAL, "par_graph_edge_cost: no candidates (%d, %d) on edge %d", ka, kb, e);
+    PAR__CHECK(par__gr_edge_tables(g));
+    *cost = ed->cost[ka * g->ops[ed->to].ncand + kb];
+    return PAR_OK;
+}
+
+static double par__gr_ecost(const par_graph *g, const par__gr_edge *ed, int ka, int kb) {
+    return ed->cost[ka * g->ops[ed->to].ncand + kb];
+}
+
+/* ---- search --------------------------------------------------------------------- */
+
+/* Kahn's order; a cycle is PAR_EINVAL naming an op on it. */
+static par_status par__gr_topo(const par_graph *g, int *order, int *indeg) {
+    int i, e, head = 0, tail = 0;
+    for (i = 0; i < g->nops; i++) indeg[i] = 0;
+    for (e = 0; e < g->nedges; e++) indeg[g->edges[e].to]++;
+    for (i = 0; i < g->nops; i++)
+        if (!indeg[i]) order[tail++] = i;
+    while (head < tail) {
+        const int x = order[head++];
+        for (e = 0; e < g->nedges; e++)
+            if (g->edges[e].from == x && --indeg[g->edges[e].to] == 0) order[tail++] = g->edges[e].to;
+    }
+    if (tail < g->nops) {
+        for (i = 0; i < g->nops && !indeg[i]; i++) {
+        }
+        /* walk back along unfinished inputs until an op repeats: it is on a cycle */
+        {
+            int steps, x = i;
+            for (steps = 0; steps < g->nops; steps++)
+                for (e = 0; e < g->nedges; e++)
+                    if (g->edges[e].to == x && indeg[g->edges[e].from]) {
+                        x = g->edges[e].from;
+                        break;
+                    }
+            return par__fail(PAR_EINVAL, "the graph has a cycle through op '%s': an op's input may not depend on "
+                                         "its own output",
+                             g->ops[x].name);
+        }
+    }
+    return PAR_OK;
+}
+
+typedef struct par__gr_ctx {
+    par_graph *g;
+    int *order, *pos, *scratch;
+    double *minmem, *suffix_min; /* per op; suffix over the order */
+    double cap;
+} par__gr_ctx;
+
+/* Memory the smallest candidate of each op needs. */
+static double par__gr_min_mem(const par__gr_op *o) {
+    double m = o->info[0].cost.memory_bytes;
+    int k;
+    for (k = 1; k < o->ncand; k++)
+        if (o->info[k].cost.memory_bytes < m) m = o->info[k].cost.memory_bytes;
+    return m;
+}
+
+/* A point of the DP: (memory, cost) reached with op order[step] at `strat`,
+   coming from point `parent` of the previous step, in new state `state`. */
+typedef struct par__gr_point {
+    double mem, cost;
+    int64_t parent;
+    int strat, state;
+} par__gr_point;
+
+static int par__gr_point_cmp(const void *pa, const void *pb) {
+    const par__gr_point *a = (const par__gr_point *)pa, *b = (const par__gr_point *)pb;
+    if (a->state != b->state) return a->state < b->state ? -1 : 1;
+    if (a->mem != b->mem) return a->mem < b->mem ? -1 : 1;
+    if (a->cost != b->cost) return a->cost < b->cost ? -1 : 1;
+    return 0;
+}
+
+#define PAR__GR_MAX_POINTS (1 << 22)
+
+typedef struct par__gr_dp {
+    int *frontier, nf;       /* ops whose strategies later edges still need (by topological position) */
+    int *keys;               /* states x nf strategies */
+    int nstates, cap_states;
+    int *hash;               /* open addressing over state indices, -1 empty */
+    int hash_size;
+    par__gr_point *pts;      /* this step's points, grouped by state after pruning */
+    int64_t npts, cap_pts;
+    int64_t *first;          /* per state: its first point in pts (nstates + 1) */
+} par__gr_dp;
+
+static uint64_t par__gr_key_hash(const int *key, int n) {
+    uint64_t h = 1469598103934665603ull;
+    int i;
+    for (i = 0; i < n; i++) h = (h ^ (uint64_t)(unsigned)key[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The state with this key, added if new; -1 out of memory. */
+static int par__gr_state(par_graph *g, par__gr_dp *s, const int *key) {
+    uint64_t h;
+    int i;
+    if (2 * (s->nstates + 1) > s->hash_size) {
+        int n = s->hash_size ? s->hash_size * 2 : 64, j;
+        int *nh = (int *)par__gr_alloc(g, (size_t)n * sizeof(int));
+        if (!nh) return -1;
+        for (j = 0; j < n; j++) nh[j] = -1;
+        for (j = 0; j < s->nstates; j++) {
+            uint64_t hh = par__gr_key_hash(s->keys + (size_t)j * (size_t)s->nf, s->nf) & (uint64_t)(n - 1);
+            while (nh[hh] >= 0) hh = (hh + 1) & (uint64_t)(n - 1);
+            nh[hh] = j;
+        }
+        par__gr_free(g, s->hash);
+        s->hash = nh;
+        s->hash_size = n;
+    }
+    h = par__gr_key_hash(key, s->nf) & (uint64_t)(s->hash_size - 1);
+    for (; s->hash[h] >= 0; h = (h + 1) & (uint64_t)(s->hash_size - 1))
+        if (!memcmp(s->keys + (size_t)s->hash[h] * (size_t)s->nf, key, (size_t)s->nf * sizeof(int)))
+            return s->hash[h];
+    if (s->nstates == s->cap_states) {
+        int n = s->cap_states ? s->cap_states * 2 : 64;
+        int *nk = (int *)par__alloc_realloc(&g->d.allocator, s->keys, (size_t)n * (size_t)(s->nf ? s->nf : 1) * sizeof(int));
+        if (!nk) return -1;
+        s->keys = nk;
+        s->cap_states = n;
+    }
+    i = s->nstates++;
+    if (s->nf) memcpy(s->keys + (size_t)i * (size_t)s->nf, key, (size_t)s->nf * sizeof(int));
+    s->hash[h] = i;
+    return i;
+}
+
+static void par__gr_dp_free(par_graph *g, par__gr_dp *s) {
+    par__gr_free(g, s->frontier);
+    par__gr_free(g, s->keys);
+    par__gr_free(g, s->hash);
+    par__gr_free(g, s->pts);
+    par__gr_free(g, s->first);
+    memset(s, 0, sizeof *s);
+}
+
+/* Sort the step's points by state, drop the dominated ones and index them. */
+static par_status par__gr_dp_prune(par_graph *g, par__gr_dp *s) {
+    int64_t i, n = 0;
+    int st = -1;
+    double best = 0;
+    qsort(s->pts, (size_t)s->npts, sizeof *s->pts, par__gr_point_cmp);
+    for (i = 0; i < s->npts; i++) {
+        const par__gr_point p = s->pts[i];
+        if (p.state != st) st = p.state, best = p.cost + 1.0;
+        if (p.cost < best) { /* less memory came first: keep only what is also cheaper */
+            s->pts[n++] = p;
+            best = p.cost;
+        }
+    }
+    s->npts = n;
+    s->first = (int64_t *)par__gr_alloc(g, (size_t)(s->nstates + 1) * sizeof(int64_t));
+    if (!s->first) return par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+    for (i = 0; i <= s->nstates; i++) s->first[i] = n;
+    for (i = n - 1; i >= 0; i--) s->first[s->pts[i].state] = i;
+    for (i = s->nstates - 1; i >= 0; i--)
+        if (s->first[i] > s->first[i + 1]) s->first[i] = s->first[i + 1];
+    return PAR_OK;
+}
+
+/* Last topological position that reads op x's output (its own if none). */
+static int par__gr_last_use(const par__gr_ctx *c, int x) {
+    int e, last = c->pos[x];
+    for (e = 0; e < c->g->nedges; e++)
+        if (c->g->edges[e].from == x && c->pos[c->g->edges[e].to] > last) last = c->pos[c->g->edges[e].to];
+    return last;
+}
+
+static par_status par__gr_search_dp(par__gr_ctx *c, par_graph_result *res) {
+    par_graph *g = c->g;
+    par__gr_dp prev, cur;
+    par__gr_point **hist = NULL, *init = NULL; /* hist[t]: step t's points, for the walk back */
+    int t, e, i, k, s, nf;
+    int *key = NULL, *lastuse = NULL;
+    par_status st = PAR_OK;
+    int64_t total = 0, p, bestp = -1;
+    memset(&prev, 0, sizeof prev);
+    memset(&cur, 0, sizeof cur);
+    hist = (par__gr_point **)par__gr_alloc(g, (size_t)g->nops * sizeof *hist);
+    key = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    lastuse = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    init = (par__gr_point *)par__gr_alloc(g, sizeof *init);
+    prev.first = (int64_t *)par__gr_alloc(g, 2 * sizeof(int64_t));
+    if (hist) memset(hist, 0, (size_t)g->nops * sizeof *hist);
+    if (!hist || !key || !lastuse || !init || !prev.first) {
+        st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+        goto done;
+    }
+    for (i = 0; i < g->nops; i++) lastuse[i] = par__gr_last_use(c, i);
+    /* before the first op: one empty state holding the point (0, 0) */
+    memset(init, 0, sizeof *init);
+    init->parent = -1;
+    prev.pts = init;
+    prev.npts = 1;
+    prev.nstates = 1;
+    prev.first[0] = 0, prev.first[1] = 1;
+    for (t = 0; t < g->nops; t++) {
+        const int x = c->order[t];
+        const par__gr_op *o = &g->ops[x];
+        /* the new frontier: the old one and x, less the ops nothing after t reads */
+        cur.frontier = (int *)par__gr_alloc(g, (size_t)(prev.nf + 1) * sizeof(int));
+        if (!cur.frontier) {
+            st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+            goto done;
+        }
+        for (nf = 0, i = 0; i < prev.nf; i++)
+            if (lastuse[prev.frontier[i]] > t) cur.frontier[nf++] = prev.frontier[i];
+        if (lastuse[x] > t) cur.frontier[nf++] = x;
+        cur.nf = nf;
+        for (s = 0; s < prev.nstates; s++) {
+            const int *pk = prev.keys ? prev.keys + (size_t)s * (size_t)prev.nf : NULL;
+            if (prev.first[s] == prev.first[s + 1]) continue;
+            for (k = 0; k < o->ncand; k++) {
+                double add = o->info[k].cost.total, m = o->info[k].cost.memory_bytes;
+                int ns = -2, j;
+                for (e = 0; e < g->nedges; e++) {
+                    const par__gr_edge *ed = &g->edges[e];
+                    if (ed->to != x) continue;
+                    for (j = 0; j < prev.nf && prev.frontier[j] != ed->from; j++) {
+                    }
+                    add += par__gr_ecost(g, ed, pk[j], k);
+                }
+                for (j = 0, i = 0; i < prev.nf; i++)
+                    if (lastuse[prev.frontier[i]] > t) key[j++] = pk[i];
+                if (lastuse[x] > t) key[j++] = k;
+                for (p = prev.first[s]; p < prev.first[s + 1]; p++) {
+                    const par__gr_point *q = &prev.pts[p];
+                    par__gr_point np;
+                    /* prune: the ops after t could not fit even with their smallest candidates */
+                    if (c->cap > 0 && q->mem + m + c->suffix_min[t + 1] > c->cap) continue;
+                    if (ns == -2 && (ns = par__gr_state(g, &cur, key)) < 0) {
+                        st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+                        goto done;
+                    }
+                    if (cur.npts == cur.cap_pts) {
+                        int64_t n = cur.cap_pts ? cur.cap_pts * 2 : 256;
+                        par__gr_point *grown;
+                        if (n > PAR__GR_MAX_POINTS) {
+                            st = par__fail(PAR_ECAPACITY,
+                                           "dynamic_programming: more than %d Pareto points at op '%s' (the graph is "
+                                           "too wide); use sharding_propagation or recursive_programming",
+                                           PAR__GR_MAX_POINTS, o->name);
+                            goto done;
+                        }
+                        grown = (par__gr_point *)par__alloc_realloc(&g->d.allocator, cur.pts, (size_t)n * sizeof *grown);
+                        if (!grown) {
+                            st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+                            goto done;
+                        }
+                        cur.pts = grown;
+                        cur.cap_pts = n;
+                    }
+                    np.mem = q->mem + m;
+                    np.cost = q->cost + add;
+                    np.parent = p;
+                    np.strat = k;
+                    np.state = ns;
+                    cur.pts[cur.npts++] = np;
+                }
+            }
+        }
+        if ((st = par__gr_dp_prune(g, &cur)) != PAR_OK) goto done;
+        total += cur.npts;
+        hist[t] = cur.pts; /* hist owns the points from here on */
+        prev.pts = NULL;
+        par__gr_dp_free(g, &prev);
+        prev = cur;
+        memset(&cur, 0, sizeof cur);
+        if (prev.npts == 0) break;
+    }
+    if (prev.npts == 0) {
+        st = PAR_ECAPACITY; /* the caller words it: nothing fits */
+        goto done;
+    }
+    for (p = 0; p < prev.npts; p++)
+        if (bestp < 0 || prev.pts[p].cost < prev.pts[bestp].cost) bestp = p;
+    res->states = total;
+    for (t = g->nops - 1, p = bestp; t >= 0; t--) {
+        g->chosen[c->order[t]] = hist[t][p].strat;
+        p = hist[t][p].parent;
+    }
+done:
+    prev.pts = NULL; /* init's or a hist entry */
+    par__gr_dp_free(g, &prev);
+    par__gr_dp_free(g, &cur);
+    for (t = 0; hist && t < g->nops; t++) par__gr_free(g, hist[t]);
+    par__gr_free(g, hist);
+    par__gr_free(g, init);
+    par__gr_free(g, key);
+    par__gr_free(g, lastuse);
+    return st;
+}
+
+/* Whether op x may take candidate k with `used` bytes placed and `open` the
+   smallest memory of the other ops still open. */
+static int par__gr_fits(const par__gr_ctx *c, int x, int k, double used, double open) {
+    return c->cap <= 0 || used + c->g->ops[x].info[k].cost.memory_bytes + open <= c->cap;
+}
+
+/* The candidate of op x cheapest with its placed neighbours (inputs only when
+   `inputs_only`), among those that fit. */
+static int par__gr_pick(const par__gr_ctx *c, int x, int inputs_only, double used, double open) {
+    const par_graph *g = c->g;
+    const par__gr_op *o = &g->ops[x];
+    double best = 0;
+    int k, e, bk = -1;
+    for (k = 0; k < o->ncand; k++) {
+        double v = o->info[k].cost.total;
+        if (!par__gr_fits(c, x, k, used, open)) continue;
+        for (e = 0; e < g->nedges; e++) {
+            const par__gr_edge *ed = &g->edges[e];
+            if (ed->to == x && g->chosen[ed->from] >= 0) v += par__gr_ecost(g, ed, g->chosen[ed->from], k);
+            if (!inputs_only && ed->from == x && g->chosen[ed->to] >= 0) v += par__gr_ecost(g, ed, k, g->chosen[ed->to]);
+        }
+        if (bk < 0 || v < best) best = v, bk = k;
+    }
+    return bk;
+}
+
+/* Sharding propagation: fixed ops first, then breadth-first along edges. */
+static void par__gr_search_propagate(par__gr_ctx *c, double open) {
+    par_graph *g = c->g;
+    int *queue = c->scratch, head = 0, tail = 0, i, e;
+    double used = 0;
+    for (i = 0; i < g->nops; i++)
+        if (g->ops[i].fixed) {
+            g->chosen[i] = 0;
+            used += g->ops[i].info[0].cost.memory_bytes;
+            open -= c->minmem[i];
+            queue[tail++] = i;
+        }
+    for (;;) {
+        while (head < tail) {
+            const int y = queue[head++];
+            for (e = 0; e < g->nedges; e++) {
+                const par__gr_edge *ed = &g->edges[e];
+                const int z = ed->from == y ? ed->to : ed->to == y ? ed->from : -1;
+                if (z < 0 || g->chosen[z] >= 0) continue;
+                open -= c->minmem[z];
+                g->chosen[z] = par__gr_pick(c, z, 0, used, open);
+                used += g->ops[z].info[g->chosen[z]].cost.memory_bytes;
+                queue[tail++] = z;
+            }
+        }
+        if (tail == g->nops) return;
+        { /* a part nothing fixed: seed it at its most expensive op, placed alone */
+            int seed = -1;
+            for (i = 0; i < g->nops; i++)
+                if (g->chosen[i] < 0 && (seed < 0 || g->ops[i].info[0].cost.total > g->ops[seed].info[0].cost.total))
+                    seed = i;
+            open -= c->minmem[seed];
+            g->chosen[seed] = par__gr_pick(c, seed, 0, used, open);
+            used += g->ops[seed].info[g->chosen[seed]].cost.memory_bytes;
+            queue[tail++] = seed;
+        }
+    }
+}
+
+/* The fast heuristic: one pass in topological order. */
+static void par__gr_search_greedy(par__gr_ctx *c, double open) {
+    par_graph *g = c->g;
+    double used = 0;
+    int t;
+    for (t = 0; t < g->nops; t++) {
+        const int x = c->order[t];
+        open -= c->minmem[x];
+        g->chosen[x] = par__gr_pick(c, x, 1, used, open);
+        used += g->ops[x].info[g->chosen[x]].cost.memory_bytes;
+    }
+}
+
+static void par__gr_totals(const par_graph *g, par_graph_result *r) {
+    int i, e;
+    r->cost = r->compute = r->comm = r->redistribution = r->memory_bytes = 0;
+    for (i = 0; i < g->nops; i++) {
+        const par__gr_op *o = &g->ops[i];
+        const par_op_cost *k = &o->info[g->chosen[i]].cost;
+        r->compute += k->compute_flops / o->desc.device_flops;
+        r->comm += k->comm_bytes / o->desc.link_bandwidth;
+        r->cost += k->total;
+        r->memory_bytes += k->memory_bytes;
+    }
+    for (e = 0; e < g->nedges; e++) {
+        const par__gr_edge *ed = &g->edges[e];
+        r->redistribution += par__gr_ecost(g, ed, g->chosen[ed->from], g->chosen[ed->to]);
+    }
+    r->cost += r->redistribution;
+}
+
+PARALLEL_DEF par_status par_graph_search(par_graph *g, par_search_mode mode, double memory_cap,
+                                         par_graph_result *result) {
+    par__gr_ctx c;
+    par_graph_result r;
+    double smallest = 0;
+    par_status st = PAR_OK;
+    int i, t;
+    if (!g || !result) return par__fail(PAR_EINVAL, "par_graph_search: NULL argument");
+    if ((int)mode < 0 || mode >= PAR_SEARCH_MODE_COUNT)
+        return par__fail(PAR_EINVAL, "par_graph_search: unknown search_mode %d (expected dynamic_programming, "
+                                     "sharding_propagation or recursive_programming)",
+                         (int)mode);
+    if (!(memory_cap == memory_cap)) return par__fail(PAR_EINVAL, "par_graph_search: the memory cap is NaN");
+    if (g->nops == 0) return par__fail(PAR_EINVAL, "par_graph_search: the graph has no ops");
+    memset(&c, 0, sizeof c);
+    memset(&r, 0, sizeof r);
+    c.g = g;
+    c.cap = memory_cap;
+    par__gr_free(g, g->chosen);
+    g->chosen = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.order = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.pos = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.scratch = (int *)par__gr_alloc(g, (size_t)g->nops * sizeof(int));
+    c.minmem = (double *)par__gr_alloc(g, (size_t)g->nops * sizeof(double));
+    c.suffix_min = (double *)par__gr_alloc(g, (size_t)(g->nops + 1) * sizeof(double));
+    if (!g->chosen || !c.order || !c.pos || !c.scratch || !c.minmem || !c.suffix_min) {
+        st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+        goto done;
+    }
+    for (i = 0; i < g->nops; i++) g->chosen[i] = -1;
+    if ((st = par__gr_topo(g, c.order, c.scratch)) != PAR_OK) goto done;
+    if ((st = par__gr_edge_tables(g)) != PAR_OK) goto done;
+    for (t = 0; t < g->nops; t++) c.pos[c.order[t]] = t;
+    for (i = 0; i < g->nops; i++) smallest += c.minmem[i] = par__gr_min_mem(&g->ops[i]);
+    c.suffix_min[g->nops] = 0;
+    for (t = g->nops - 1; t >= 0; t--) c.suffix_min[t] = c.suffix_min[t + 1] + c.minmem[c.order[t]];
+    if (memory_cap > 0 && smallest > memory_cap) {
+        st = par__fail(PAR_ECAPACITY,
+                       "no plan fits the memory cap of %.0f bytes per device: the smallest plan needs %.0f bytes",
+                       memory_cap, smallest);
+        goto done;
+    }
+    if (mode == PAR_SEARCH_DYNAMIC_PROGRAMMING) {
+        st = par__gr_search_dp(&c, &r);
+        if (st == PAR_ECAPACITY && !strstr(par_last_error(), "Pareto")) /* cannot happen: smallest fits */
+            st = par__fail(PAR_ECAPACITY, "no plan fits the memory cap of %.0f bytes per device: the smallest plan "
+                                          "needs %.0f bytes",
+                           memory_cap, smallest);
+    } else if (mode == PAR_SEARCH_SHARDING_PROPAGATION) {
+        par__gr_search_propagate(&c, smallest);
+        r.states = g->nops;
+    } else {
+        par__gr_search_greedy(&c, smallest);
+        r.states = g->nops;
+    }
+    if (st == PAR_OK) {
+        par__gr_totals(g, &r);
+        *result = r;
+    }
+done:
+    if (st != PAR_OK && g->chosen)
+        for (i = 0; i < g->nops; i++) g->chosen[i] = -1;
+    par__gr_free(g, c.order);
+    par__gr_free(g, c.pos);
+    par__gr_free(g, c.scratch);
+    par__gr_free(g, c.minmem);
+    par__gr_free(g, c.suffix_min);
+    return st;
+}
+
+/* ---- text form ------------------------------------------------------------------ */
+
+/* Re-word the latest error with the line it came from. */
+static par_status par__gr_at_line(par_status st, int line) {
+    char why[400];
+    par__copy_text(why, sizeof why, par_last_error());
+    return par__fail(st, "graph line %d: %s", line, why);
+}
+
+/* "[16,64]" -> ndim, shape. */
+static int par__gr_parse_shape(const char *t, int *ndim, int64_t *shape) {
+    int n = 0;
+    if (*t++ != '[') return 0;
+    if (*t == ']') return t[1] == 0 && (*ndim = 0, 1);
+    for (;;) {
+        char *end;
+        long long v = strtoll(t, &end, 10);
+        if (end == t || v < 1 || n == PARALLEL_MAX_DIMS) return 0;
+        shape[n++] = v;
+        t = end;
+        if (*t == ',') t++;
+        else if (*t == ']' && t[1] == 0) break;
+        else return 0;
+    }
+    *ndim = n;
+    return 1;
+}
+
+/* "name" or "name.3" -> op index and port (default 0); -1 when the op is unknown. */
+static int par__gr_parse_port(const par_graph *g, const char *t, int *port) {
+    char name[PAR__GR_NAME];
+    const char *dot = strchr(t, '.');
+    size_t n = dot ? (size_t)(dot - t) : strlen(t);
+    char *end;
+    *port = 0;
+    if (n == 0 || n >= sizeof name) return -1;
+    memcpy(name, t, n);
+    name[n] = 0;
+    if (dot) {
+        long v = strtol(dot + 1, &end, 10);
+        if (end == dot + 1 || *end) return -2;
+        *port = (int)v;
+    }
+    return par__gr_find(g, name);
+}
+
+static par_status par__gr_parse_op(par_graph *g, char **tok, int n, int line) {
+    par_op_desc d;
+    par_strategy fixed;
+    int have_fixed = 0, i, j;
+    par_status st;
+    memset(&d, 0, sizeof d);
+    if (n < 4) return par__fail(PAR_EPARSE, "graph line %d: 'op' needs a name, a kind and the input shapes", line);
+    d.name = tok[1];
+    if (par_op_kind_parse(tok[2], &d.kind) != PAR_OK)
+        return par__fail(PAR_EPARSE, "graph line %d: unknown op kind '%.40s'", line, tok[2]);
+    for (i = 3; i < n; i++) {
+        const char *t = tok[i];
+        if (t[0] == '[') {
+            if (d.num_inputs == PAR_MAX_INPUTS || !par__gr_parse_shape(t, &d.ndim[d.num_inputs], d.shape[d.num_inputs]))
+                return par__fail(PAR_EPARSE, "graph line %d: bad input shape '%.40s' (want [16,64], at most %d inputs)",
+                                 line, t, PAR_MAX_INPUTS);
+            d.num_inputs++;
+        } else if (!strncmp(t, "params=", 7)) {
+            const char *p = t + 7;
+            while (*p) {
+                char *end;
+                long v = strtol(p, &end, 10);
+                if (end == p || v < 0 || v >= PAR_MAX_INPUTS)
+                    return par__fail(PAR_EPARSE, "graph line %d: bad params '%.40s' (input indices 0 to %d)", line, t,
+                                     PAR_MAX_INPUTS - 1);
+                d.params |= 1u << v;
+                p = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') return par__fail(PAR_EPARSE, "graph line %d: bad params '%.40s'", line, t);
+            }
+        } else if (!strncmp(t, "dtype=", 6)) {
+            if (par_dtype_parse(t + 6, &d.dtype) != PAR_OK) return par__gr_at_line(PAR_EPARSE, line);
+        } else if (!strncmp(t, "flops=", 6)) {
+            char *end;
+            d.device_flops = strtod(t + 6, &end);
+            if (*end || !(d.device_flops > 0))
+                return par__fail(PAR_EPARSE, "graph line %d: flops must be a positive number", line);
+        } else if (!strcmp(t, "transpose_a")) {
+            d.transpose_a = 1;
+        } else if (!strcmp(t, "transpose_b")) {
+            d.transpose_b = 1;
+        } else if (!strcmp(t, "reduce_scatter")) {
+            d.reduce_scatter = 1;
+        } else if (!strncmp(t, "strategy=", 9)) {
+            if ((st = par_strategy_parse(t + 9, &fixed)) != PAR_OK) return par__gr_at_line(st, line);
+            have_fixed = 1;
+        } else {
+            return par__fail(PAR_EPARSE, "graph line %d: unknown op option '%.40s'", line, t);
+        }
+    }
+    for (j = 0; j < d.num_inputs; j++)
+        if (d.ndim[j] == 0) return par__fail(PAR_EPARSE, "graph line %d: input %d has no dims", line, j);
+    if ((st = par_graph_add_op(g, &d, have_fixed ? &fixed : NULL, NULL)) != PAR_OK) return par__gr_at_line(st, line);
+    return PAR_OK;
+}
+
+static par_status par__gr_parse_line(par_graph *g, char *s, int line) {
+    char *tok[32];
+    int n = 0;
+    par_status st;
+    char *hash = strchr(s, '#');
+    if (hash) *hash = 0;
+    while (*s) {
+        while (*s == ' ' || *s == '\t' || *s == '\r') *s++ = 0;
+        if (!*s) break;
+        if (n == 32) return par__fail(PAR_EPARSE, "graph line %d: more than 32 words", line);
+        tok[n++] = s;
+        while (*s && *s != ' ' && *s != '\t' && *s != '\r') s++;
+    }
+    if (n == 0) return PAR_OK;
+    if (!strcmp(tok[0], "devices")) {
+        char *end;
+        long v = n == 2 ? strtol(tok[1], &end, 10) : 0;
+        if (n != 2 || *end || v < 1 || v > PAR__MAX_DEVICES)
+            return par__fail(PAR_EPARSE, "graph line %d: 'devices N' needs N from 1 to %d", line, PAR__MAX_DEVICES);
+        if (g->nops) return par__fail(PAR_EPARSE, "graph line %d: 'devices' must come before the ops", line);
+        g->d.devices = (int)v;
+        return PAR_OK;
+    }
+    if (!strcmp(tok[0], "op")) {
+        if (g->d.devices < 1)
+            return par__fail(PAR_EINVAL, "graph line %d: no device count: write 'devices N' before the ops", line);
+        return par__gr_parse_op(g, tok, n, line);
+    }
+    if (!strcmp(tok[0], "edge")) {
+        int from, to, out, in;
+        if (n != 4 || strcmp(tok[2], "->"))
+            return par__fail(PAR_EPARSE, "graph line %d: want 'edge FROM[.OUT] -> TO.IN'", line);
+        from = par__gr_parse_port(g, tok[1], &out);
+        to = par__gr_parse_port(g, tok[3], &in);
+        if (from == -2 || to == -2) return par__fail(PAR_EPARSE, "graph line %d: bad port number", line);
+        if (from < 0 || to < 0)
+        {
+            const char *bad = from < 0 ? tok[1] : tok[3], *dot = strchr(bad, '.');
+            return par__fail(PAR_EINVAL, "graph line %d: dangling edge %.40s -> %.40s: no op '%.*s'", line, tok[1],
+                             tok[3], (int)(dot && dot - bad < 32 ? dot - bad : 31), bad);
+        }
+        if ((st = par_graph_add_edge(g, from, out, to, in)) != PAR_OK) return par__gr_at_line(st, line);
+        return PAR_OK;
+    }
+    return par__fail(PAR_EPARSE, "graph line %d: unknown item '%.40s' (expected devices, op or edge)", line, tok[0]);
+}
+
+PARALLEL_DEF par_status par_graph_parse(const char *text, const par_graph_desc *desc, par_graph **graph) {
+    par_graph *g = NULL;
+    par_status st;
+    const char *p;
+    int line = 0;
+    if (!text || !graph) return par__fail(PAR_EINVAL, "par_graph_parse: NULL argument");
+    *graph = NULL;
+    if ((st = par_graph_create(desc, &g)) != PAR_OK) return st;
+    for (p = text; *p && st == PAR_OK; line++) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char buf[1024];
+        if (len >= sizeof buf) {
+            st = par__fail(PAR_EPARSE, "graph line %d: longer than %d bytes", line + 1, (int)sizeof buf - 1);
+            break;
+        }
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        st = par__gr_parse_line(g, buf, line + 1);
+        p += len + (nl != NULL);
+    }
+    if (st == PAR_OK && g->nops == 0) st = par__fail(PAR_EPARSE, "graph text has no ops");
+    if (st != PAR_OK) {
+        par_graph_destroy(g);
+        return st;
+    }
+    *graph = g;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_graph_chosen(const par_graph *g, int op) {
+    return g && g->chosen && op >= 0 && op < g->nops ? g->chosen[op] : -1;
+}
+
+PARALLEL_DEF int par_graph_format_result(const par_graph *g, const par_graph_result *r, char *buf, size_t size) {
+    size_t n = 0;
+    int i;
+    char sbuf[160];
+#define PAR__GR_PUT(...)                                                                       \
+    do {                                                                                       \
+        int w_ = snprintf(buf && n < size ? buf + n : NULL, buf && n < size ? size - n : 0, __VA_ARGS__); \
+        if (w_ > 0) n += (size_t)w_;                                                           \
+    } while (0)
+    if (!g || !r) return 0;
+    for (i = 0; i < g->nops; i++) {
+        const int k = par_graph_chosen(g, i);
+        if (k < 0) continue;
+        par_strategy_format(&g->ops[i].cand[k], sbuf, sizeof sbuf);
+        PAR__GR_PUT("%-12s %-14s strategy=%s%s cost=%.3gs memory=%.0fB\n", g->ops[i].name,
+                    par_op_kind_name(g->ops[i].desc.kind), sbuf, g->ops[i].fixed ? " (fixed)" : "",
+                    g->ops[i].info[k].cost.total, g->ops[i].info[k].cost.memory_bytes);
+    }
+    PAR__GR_PUT("total cost=%.4gs (compute %.4gs, comm %.4gs, redistribution %.4gs) memory=%.0fB per device\n",
+                r->cost, r->compute, r->comm, r->redistribution, r->memory_bytes);
+#undef PAR__GR_PUT
+    return (int)n;
+}
+
+/* ---- whole-plan search ---------------------------------------------------------- */
+
+static int par__au_finite(double x) { return x == x && x < 1e300 && x > -1e300; }
+
+PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
+    if (!c) return par__fail(PAR_EINVAL, "par_cluster_check: NULL argument");
+    if (c->devices < 1 || c->devices > PAR__MAX_DEVICES)
+        return par__fail(PAR_EINVAL, "cluster: devices is %d; it must be 1 to %d", c->devices, PAR__MAX_DEVICES);
+    if (c->devices_per_node < 0 || (c->devices_per_node > 0 && c->devices % c->devices_per_node))
+        return par__fail(PAR_EINVAL, "cluster: devices_per_node is %d; it must divide devices (%d)",
+                         c->devices_per_node, c->devices);
+    if (!par__au_finite(c->intra_bandwidth) || c->intra_bandwidth <= 0)
+        return par__fail(PAR_EINVAL, "cluster: intra_node_bandwidth is %g; it must be a finite number of bytes/s > 0",
+                         c->intra_bandwidth);
+    if (!par__au_finite(c->inter_bandwidth) || c->inter_bandwidth < 0)
+        return par__fail(PAR_EINVAL, "cluster: inter_node_bandwidth is %g; it must be a finite number of bytes/s > 0",
+                         c->inter_bandwidth);
+    if (!par__au_finite(c->intra_latency) || c->intra_latency < 0 || c->intra_latency > 3600 ||
+        !par__au_finite(c->inter_latency) || c->inter_latency < 0 || c->inter_latency > 3600)
+        return par__fail(PAR_EINVAL, "cluster: latencies are %g and %g s; each must be finite, >= 0 and under an hour",
+                         c->intra_latency, c->inter_latency);
+    if (!par__au_finite(c->memory_bytes) || c->memory_bytes <= 0)
+        return par__fail(PAR_EINVAL, "cluster: memory_per_device is %g; it must be a finite number of bytes > 0",
+                         c->memory_bytes);
+    if (!par__au_finite(c->flops) || c->flops <= 0)
+        return par__fail(PAR_EINVAL, "cluster: flops_per_device is %g; it must be a finite flop/s > 0", c->flops);
+    if (!par__au_finite(c->activation_rate) || c->activation_rate < 0)
+        return par__fail(PAR_EINVAL, "cluster: activation_rate is %g; it must be a finite number of elements/s >= 0",
+                         c->activation_rate);
+    if (!par__au_finite(c->memory_bandwidth) || c->memory_bandwidth < 0)
+        return par__fail(PAR_EINVAL, "cluster: memory_bandwidth is %g; it must be a finite number of bytes/s >= 0",
+                         c->memory_bandwidth);
+    if (c->devices_per_node > 0 && c->devices_per_node < c->devices && c->inter_bandwidth == 0)
+        return par__fail(PAR_EINVAL, "cluster: %d nodes need inter_node_bandwidth", c->devices / c->devices_per_node);
+    return PAR_OK;
+}
+
+/* "80Gi", "1.5e9", "25G" -> a number; 0 for text that is no number. */
+static int par__au_number(const char *t, double *v) {
+    char *end;
+    double x = strtod(t, &end), scale = 1;
+    if (end == t) return 0;
+    if (*end == 'K' || *end == 'M' || *end == 'G' || *end == 'T') {
+        const int pow = *end == 'K' ? 1 : *end == 'M' ? 2 : *end == 'G' ? 3 : 4;
+        const double base = end[1] == 'i' ? 1024.0 : 1000.0;
+        int i;
+        for (i = 0; i < pow; i++) scale *= base;
+        end += end[1] == 'i' ? 2 : 1;
+        if (*end == 'B') end++;
+    }
+    if (*end) return 0;
+    *v = x * scale;
+    return 1;
+}
+
+/* Split "  key: value  # note" into trimmed key and value (in place); 0 if the
+   line has no key. */
+static int par__au_key_value(char *line, char **key, char **value) {
+    char *p = strchr(line, '#'), *colon, *e;
+    if (p) *p = 0;
+    while (*line == ' ' || *line == '\t' || *line == '-') line++;
+    colon = strchr(line, ':');
+    if (!colon) return 0;
+    *colon = 0;
+    for (e = colon; e > line && (e[-1] == ' ' || e[-1] == '\t'); e--) e[-1] = 0;
+    p = colon + 1;
+    while (*p == ' ' || *p == '\t') p++;
+    for (e = p + strlen(p); e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'); e--) e[-1] = 0;
+    *key = line;
+    *value = p;
+    return *line != 0;
+}
+
+PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
+    static const char *const keys[] = {"devices",            "devices_per_node",   "intra_node_bandwidth",
+                                       "intra_node_latency", "inter_node_bandwidth", "inter_node_latency",
+                                       "memory_per_device",  "flops_per_device",     "memory_bandwidth",
+                                       "activation_rate"};
+    par_cluster c;
+    const char *p;
+    int line = 0, seen = 0, i;
+    if (!text || !out) return par__fail(PAR_EINVAL, "par_cluster_parse: NULL argument");
+    memset(&c, 0, sizeof c);
+    for (p = text; *p; line++) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char buf[256], *key, *value;
+        double v;
+        if (len >= sizeof buf) return par__fail(PAR_EPARSE, "cluster line %d: longer than 255 bytes", line + 1);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        p += len + (nl != NULL);
+        if (!par__au_key_value(buf, &key, &value)) {
+            for (i = 0; buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r'; i++) {
+            }
+            if (buf[i]) return par__fail(PAR_EPARSE, "cluster line %d: want 'key: value'", line + 1);
+            continue;
+        }
+        for (i = 0; i < 10 && strcmp(key, keys[i]); i++) {
+        }
+        if (i == 10)
+            return par__fail(PAR_EPARSE,
+                             "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
+                             "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
+                             "flops_per_device, memory_bandwidth, activation_rate)",
+                             line + 1, key);
+        if (!par__au_number(value, &v))
+            return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
+        if ((i == 0 || i == 1) && (v < 0 || v > 2e9 || v != floor(v))) /* range first: the cast of 1e10 is UB */
+            return par__fail(PAR_EINVAL, "cluster line %d: %s is %g; it must be a whole number >= 1", line + 1, key, v);
+        seen |= 1 << i;
+        switch (i) {
+        case 0: c.devices = (int)v; break;
+        case 1: c.devices_per_node = (int)v; break;
+        case 2: c.intra_bandwidth = v; break;
+        case 3: c.intra_latency = v; break;
+        case 4: c.inter_bandwidth = v; break;
+        case 5: c.inter_latency = v; break;
+        case 6: c.memory_bytes = v; break;
+        case 7: c.flops = v; break;
+        case 8: c.memory_bandwidth = v; break;
+        default: c.activation_rate = v; break;
+        }
+    }
+    for (i = 0; i < 8; i++)
+        if ((0x45 >> i & 1) && !(seen >> i & 1)) /* devices, intra_node_bandwidth, memory_per_device */
+            return par__fail(PAR_EINVAL, "cluster: %s is missing", keys[i]);
+    if (!(seen >> 7 & 1)) return par__fail(PAR_EINVAL, "cluster: flops_per_device is missing");
+    PAR__CHECK(par_cluster_check(&c));
+    *out = c;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape *out) {
+    static const char *const keys[] = {"num_layers", "hidden_size",  "num_heads",  "n_kv_heads",
+                                       "intermediate_size", "vocab_size", "seq_length", "batch_size"};
+    long vals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    par_model_shape m;
+    const char *p;
+    int line = 0, seen = 0, i;
+    if (!text || !out) return par__fail(PAR_EINVAL, "par_model_shape_parse: NULL argument");
+    for (p = text; *p; line++) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char buf[256], *key, *value, *end;
+        p += len + (nl != NULL);
+        if (len >= sizeof buf) continue; /* no key of ours is that long */
+        memcpy(buf, p - len - (nl != NULL), len);
+        buf[len] = 0;
+        if (!par__au_key_value(buf, &key, &value)) continue;
+        for (i = 0; i < 8 && strcmp(key, keys[i]); i++) {
+        }
+        if (i == 8) continue;
+        vals[i] = strtol(value, &end, 10);
+        if (end == value || *end || vals[i] < 0 || vals[i] > (1L << 30))
+            return par__fail(PAR_EINVAL, "model line %d: %s: '%.40s' is not a whole number >= 0", line + 1, key,
+                             value);
+        seen |= 1 << i;
+    }
+    for (i = 0; i < 8; i++)
+        if (i != 3 && !(seen >> i & 1)) return par__fail(PAR_EINVAL, "model: %s is missing", keys[i]);
+    memset(&m, 0, sizeof m);
+    m.layers = (int)vals[0], m.hidden = (int)vals[1], m.heads = (int)vals[2];
+    m.kv_heads = vals[3] ? (int)vals[3] : (int)vals[2];
+    m.ffn = (int)vals[4], m.vocab = (int)vals[5], m.seq = (int)vals[6], m.batch = (int)vals[7];
+    *out = m;
+    return PAR_OK;
+}
+
+static par_status par__au_check_model(const par_model_shape *m) {
+    if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->kv_heads < 1 || m->ffn < 1 || m->vocab < 1 ||
+        m->seq < 1 || m->batch < 1)
+        return par__fail(PAR_EINVAL, "model: layers, hidden, heads, kv_heads, ffn, vocab, seq and batch must be >= 1");
+    if (m->hidden % m->heads || m->heads % m->kv_heads)
+        return par__fail(PAR_EINVAL, "model: hidden (%d) must divide by heads (%d) and heads by kv_heads (%d)",
+                         m->hidden, m->heads, m->kv_heads);
+    if ((int)m->dtype < 0 || m->dtype >= PAR_DTYPE_COUNT) return par__fail(PAR_EINVAL, "model: unknown dtype");
+    return PAR_OK;
+}
+
+/* Pipeline figures per (schedule, stages, micro-batches), from the checker. */
+typedef struct par__au_pp {
+    int kind, p, m, ok;
+    double bubble;
+    int in_flight;
+} par__au_pp;
+
+typedef struct par__au {
+    const par_auto_desc *d;
+    par_model_shape m;
+    par_cluster c;
+    double cap;
+    par__au_pp *pp;
+    int npp, cap_pp;
+    par_auto_plan *out;
+    int capacity, count;
+    par_auto_cuts cuts;
+    double smallest;
+    int base_found;            /* the degree tuple being enumerated: its fastest plan that fits */
+    par_auto_plan base_best;
+    double base_min_mem;       /* and its smallest memory */
+} par__au;
+
+static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, int chunks, int m) {
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_check chk;
+    par__au_pp e;
+    int i;
+    for (i = 0; i < a->npp; i++)
+        if (a->pp[i].kind == (int)kind && a->pp[i].p == p && a->pp[i].m == m) return &a->pp[i];
+    if (a->npp == a->cap_pp) {
+        int n = a->cap_pp ? 2 * a->cap_pp : 64;
+        par__au_pp *q = (par__au_pp *)PARALLEL_REALLOC(a->pp, (size_t)n * sizeof *q);
+        if (!q) return NULL;
+        a->pp = q;
+        a->cap_pp = n;
+    }
+    memset(&e, 0, sizeof e);
+    e.kind = (int)kind, e.p = p, e.m = m;
+    memset(&sd, 0, sizeof sd);
+    sd.stages = p;
+    sd.chunks = chunks;
+    sd.micro_batches = m;
+    sd.kind = kind;
+    if (par_pp_schedule_make(&sd, &s) == PAR_OK && par_pp_schedule_check(s, &chk, NULL, 0) == PAR_OK) {
+        e.ok = 1;
+        e.bubble = chk.bubble;
+        e.in_flight = chk.max_in_flight;
+    }
+    par_pp_schedule_destroy(s);
+    a->pp[a->npp++] = e;
+    return &a->pp[a->npp - 1];
+}
+
+/* Time of one collective step pattern over a group spanning `span` consecutive
+   ranks: within a node when the span fits one. */
+static double par__au_coll(const par__au *a, int span, int steps, double bytes) {
+    const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
+    const int intra = span <= dpn;
+    const double bw = intra || a->c.inter_bandwidth <= 0 ? a->c.intra_bandwidth : a->c.inter_bandwidth;
+    const double lat = intra ? a->c.intra_latency : a->c.inter_latency;
+    return steps * lat + bytes / bw;
+}
+
+/* Kernel scratch the host's compute table keeps for GEMMs up to these sizes. */
+static double par__au_table_scratch(const par__au *a, double rows, double feat, double attn_rows) {
+    const par_compute_table *ct = a->d->compute;
+    par_scratch_query q;
+    size_t b = 0;
+    if (!ct || !ct->scratch_bound) return 0;
+    q.gemm_m = q.gemm_k = (int64_t)(rows > feat ? rows : feat);
+    q.gemm_n = (int64_t)feat;
+    q.attn_rows = (int64_t)attn_rows;
+    return ct->scratch_bound(ct->user, &q, &b) == PAR_OK ? (double)b : 0;
+}
+
+/* The built-in prediction: how parallel.h's blocks hold a Llama (the example
+   trainer's layout, examples/llama/model.h), per rank of the busiest stage.
+   Memory: weights, gradients (ZeRO-2: this rank's shard plus two bucket
+   buffers of the largest bucket, a layer; every bucket under a pipeline) and
+   AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
+   in flight (the schedule's peak, from the >>pipeline checker) the saved
+   activations of each layer and the final norm and logits; the backward
+   scratch of one layer; the tensor-parallel executor's 4 buffers of the
+   residual stream; the pipeline's boundary buffers; context parallel's ring
+   or all-to-all buffers; the compute table's own scratch (desc.compute).
+   Time: the flops at the cluster's GEMM rate, the bytes the step moves
+   through memory (activations written and read back, weights read three
+   times) at its memory bandwidth, the MLP's activation function (an exp per
+   element, forward and backward: on a CPU it outweighs the small GEMMs) at
+   its activation rate, ring collectives (alpha-beta), the bubble stretching
+   the busiest stage. */
+static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
+    const par_model_shape *m = &a->m;
+    const double e = (double)par_dtype_size(m->dtype), h = m->hidden, hd = (double)m->hidden / m->heads;
+    const double q = m->heads * hd, kv = m->kv_heads * hd, f = m->ffn, V = m->vocab, S = m->seq;
+    const int tp = pl->tp, cp = pl->cp, pp = pl->pp, dp = pl->dp, chunks = pl->chunks > 0 ? pl->chunks : 1;
+    const double ql = q / tp, kvl = kv / tp, fl = f / tp, Vl = V / tp, hl = (double)m->heads / tp;
+    const double layers = (double)m->layers / pp;
+    const double layer_mm = h * q * 2 + h * kv * 2 + 3 * h * f; /* matmul weights of one layer */
+    const double layer_params = layer_mm / tp + 2 * h;
+    const double first = layers * layer_params + V * h / tp + (pp == 1 ? V * h / tp + h : 0);
+    const double last = layers * layer_params + V * h / tp + h;
+    const double params = first > last ? first : last;
+    const double shard = (double)dp * cp; /* ranks holding the same weights: ZeRO's group */
+    const double bmb = (double)m->batch / (dp * pl->micro_batches); /* samples per micro-batch and rank */
+    const double n = bmb * S / cp, rows = pl->sp ? n / tp : n;      /* its tokens; the residual stream's rows */
+    double bucket = layer_params > V * h / tp ? layer_params : V * h / tp;
+    double per_layer, slot, scratch, comm = 0, cpf = 0, feat, per_mb, traffic;
+    double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, work;
+    /* weights, gradients, optimizer */
+    pl->weights_bytes = params * e;
+    if (pl->zero >= 2)
+        pl->grads_bytes = params * e / shard + (pp > 1 ? params : (2 * bucket < params ? 2 * bucket : params)) * e;
+    else
+        pl->grads_bytes = params * e;
+    pl->optimizer_bytes = params * 8 / (pl->zero >= 1 ? shard : 1);
+    /* activations of one micro-batch: per layer the norms' inputs and outputs (rows), q, k, v, the
+       attention output, its log-sum-exp (and Ulysses' saved blocks), the MLP's gate, up and product */
+    per_layer = rows * (4 * h + 2) + n * (2 * ql + 2 * kvl) + bmb * hl * S / cp + 3 * n * fl;
+    if (cp > 1 && pl->cp_algo == PAR_CP_ULYSSES)
+        per_layer += bmb * S * 2 * (hl / cp + (kvl / hd >= cp ? kvl / hd / cp : 1)) * hd;
+    slot = layers * per_layer + rows * (2 * h + 1) + n * Vl + n;
+    pl->activation_bytes = (pp > 1 ? in_flight : 1) * (slot * e + n * 16); /* + token ids, targets, positions */
+    /* one layer's backward scratch (+ the tp gather and sequence-parallel rows) */
+    scratch = n * (2 * h + 2 * ql + 2 * kvl + 3 * fl) + (tp > 1 ? n * h : 0) + (pl->sp ? n * h : 0);
+    if (tp > 1) comm += 4 * n * h * 4;
+    if (pp > 1) comm += pl->micro_batches * chunks * 4 * rows * h * 4;
+    if (cp > 1 && pl->cp_algo == PAR_CP_RING) {
+        const double kvn = bmb * S / cp * kvl, qn = bmb * S / cp * ql;
+        cpf = 12 * kvn + qn + bmb * hl * S / cp;
+    } else if (cp > 1) {
+        const double hqh = hl / cp, hkvh = kvl / hd >= cp ? kvl / hd / cp : 1;
+        const double blk = bmb * S / cp * (hqh + 2 * hkvh) * hd;
+        cpf = 2 * cp * blk + 2 * bmb * S * hqh * hd + 2 * bmb * S * hkvh * hd;
+    }
+    feat = h;
+    if (ql > feat) feat = ql;
+    if (fl > feat) feat = fl;
+    if (Vl > feat) feat = Vl;
+    pl->memory_bytes = pl->weights_bytes + pl->grads_bytes + pl->optimizer_bytes + pl->activation_bytes +
+                       scratch * e + comm + cpf * 4 + (cp > 1 ? S * 8 : 0) +
+                       par__au_table_scratch(a, n, feat, bmb * hl * S / cp);
+    /* compute: 6 flops per weight and token (forward + backward), causal attention 6 S d per head and token */
+    per_mb = n * (layers * (6 * layer_mm / tp + 6 * S / cp * q / tp) + 6 * V * h / tp) / a->c.flops;
+    traffic = a->c.memory_bandwidth > 0 ? (3 * slot * e + 3 * params * e) / a->c.memory_bandwidth : 0;
+    if (a->c.activation_rate > 0) traffic += layers * n * fl / a->c.activation_rate; /* SwiGLU's exps */
+    pl->compute_time = (per_mb + traffic) * pl->micro_batches;
+    if (tp > 1) /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
+        tp_t = layers * 4 * par__au_coll(a, tp, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
+    if (cp > 1 && pl->cp_algo == PAR_CP_RING) /* k, v around the ring forward; k, v, dk, dv backward */
+        cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, (cp - 1) * n * 2 * kvl * e);
+    else if (cp > 1) /* four all-to-alls forward, four backward */
+        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4 * (cp - 1), (double)(cp - 1) / cp * n * (2 * ql + 2 * kvl) * e);
+    if (pp > 1) pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, rows * h * e);
+    pl->tp_comm_time = tp_t * pl->micro_batches;
+    pl->cp_comm_time = cp_t * pl->micro_batches;
+    pl->pp_comm_time = pp_t * pl->micro_batches * chunks;
+    if (shard > 1) /* gradients (ZeRO: reduce-scatter, then the weights all-gathered): one all-reduce's volume */
+        dp_t = par__au_coll(a, dp > 1 ? a->c.devices : tp * cp, 2 * ((int)shard - 1), 2.0 * (shard - 1) / shard * params * e);
+    pl->dp_comm_time = dp_t;
+    pl->bubble = bubble;
+    work = pl->compute_time + pl->tp_comm_time + pl->cp_comm_time;
+    pl->step_time = work / (1 - bubble) + pl->pp_comm_time + pl->dp_comm_time;
+}
+
+static void par__au_cut(char *example, int64_t *counter, const par_auto_plan *pl, const char *why) {
+    if (!*counter) {
+        char name[96];
+        size_t n;
+        par_auto_plan_name(pl, name, sizeof name);
+        par__copy_text(example, 160, name);
+        n = strlen(example);
+        if (n + 2 < 160) {
+            example[n] = ':', example[n + 1] = ' ';
+            par__copy_text(example + n + 2, 160 - n - 2, why);
+        }
+    }
+    (*counter)++;
+}
+
+/* Plans kept sorted, fastest first (ties: less memory). */
+static void par__au_keep(par__au *a, const par_auto_plan *pl) {
+    int i;
+    a->count++;
+    if (a->capacity < 1) return;
+    i = a->count - 1 < a->capacity ? a->count - 1 : a->capacity;
+    if (i == a->capacity) {
+        const par_auto_plan *w = &a->out[a->capacity - 1];
+        if (pl->step_time > w->step_time || (pl->step_time == w->step_time && pl->memory_bytes >= w->memory_bytes))
+            return;
+        i = a->capacity - 1;
+    }
+    for (; i > 0; i--) {
+        const par_auto_plan *b = &a->out[i - 1];
+        if (b->step_time < pl->step_time || (b->step_time == pl->step_time && b->memory_bytes <= pl->memory_bytes))
+            break;
+        a->out[i] = *b;
+    }
+    a->out[i] = *pl;
+}
+
+static void par__au_finish(par__au *a, par_auto_plan *pl) {
+    char why[96];
+    const int chunks = pl->chunks > 0 ? pl->chunks : 1;
+    double bubble = 0;
+    int in_flight = 1;
+    a->cuts.considered++;
+    if (pl->pp > 1) {
+        const par__au_pp *r = par__au_pipeline(a, pl->schedule, pl->pp, chunks, pl->micro_batches);
+        if (!r || !r->ok) {
+            par__au_cut(a->cuts.schedule_example, &a->cuts.schedule, pl,
+                        pl->schedule == PAR_PP_INTERLEAVED ? "interleaved needs micro-batches a multiple of the stages"
+                                                           : "the schedule is refused");
+            return;
+        }
+        bubble = r->bubble, in_flight = r->in_flight;
+    }
+    par__au_predict(a, pl, in_flight, bubble);
+    if (a->d->memory) pl->memory_bytes = a->d->memory(a->d->user, pl);
+    if (a->d->step_time) pl->step_time = a->d->step_time(a->d->user, pl);
+    if (a->smallest == 0 || pl->memory_bytes < a->smallest) a->smallest = pl->memory_bytes;
+    if (a->base_min_mem == 0 || pl->memory_bytes < a->base_min_mem) a->base_min_mem = pl->memory_bytes;
+    if (pl->memory_bytes > a->cap) {
+        snprintf(why, sizeof why, "%.4g MiB per rank is over the cap of %.4g MiB", pl->memory_bytes / 1048576.0,
+                 a->cap / 1048576.0);
+        par__au_cut(a->cuts.over_memory_example, &a->cuts.over_memory, pl, why);
+        return;
+    }
+    if (!a->base_found || pl->step_time < a->base_best.step_time) a->base_best = *pl, a->base_found = 1;
+    par__au_keep(a, pl);
+}
+
+/* The first rule of the model the degrees break, or NULL. */
+static const char *par__au_divides(const par__au *a, const par_auto_plan *pl, char *why, size_t size) {
+    const par_model_shape *m = &a->m;
+    const int chunks = pl->chunks > 0 ? pl->chunks : 1;
+    if (m->heads % pl->tp || m->kv_heads % pl->tp || m->ffn % pl->tp || m->vocab % pl->tp)
+        snprintf(why, size, "tp %d does not divide the heads (%d), kv heads (%d), ffn (%d) and vocab (%d)", pl->tp,
+                 m->heads, m->kv_heads, m->ffn, m->vocab);
+    else if (m->layers % (pl->pp * chunks))
+        snprintf(why, size, "%d layers do not split into %d stages x %d chunks", m->layers, pl->pp, chunks);
+    else if (m->batch % (pl->dp * pl->micro_batches))
+        snprintf(why, size, "batch %d does not split into dp %d x %d micro-batches", m->batch, pl->dp,
+                 pl->micro_batches);
+    else if (pl->cp > 1 && pl->cp_algo == PAR_CP_RING && m->seq % (2 * pl->cp))
+        snprintf(why, size, "seq %d does not split into 2 x cp %d zigzag chunks", m->seq, pl->cp);
+    else if (pl->cp > 1 && pl->cp_algo == PAR_CP_ULYSSES &&
+             (m->seq % pl->cp || m->heads % (pl->tp * pl->cp) || m->kv_heads % pl->tp))
+        snprintf(why, size, "ulysses needs seq (%d) and heads / tp (%d) divisible by cp %d", m->seq,
+                 m->heads / pl->tp, pl->cp);
+    else if (pl->sp && m->seq / pl->cp % pl->tp)
+        snprintf(why, size, "sequence parallel needs the tokens per rank (%d) divisible by tp %d", m->seq / pl->cp,
+                 pl->tp);
+    else
+        return NULL;
+    return why;
+}
+
+/* Every knob beyond the four degrees. */
+static void par__au_knobs(par__au *a, par_auto_plan base) {
+    const uint32_t s = a->d->search ? a->d->search : (uint32_t)PAR_AUTO_ALL;
+    const uint32_t kinds = a->d->schedules ? a->d->schedules : (1u << PAR_PP_GPIPE) | (1u << PAR_PP_1F1B);
+    const uint32_t algos = a->d->cp_algos ? a->d->cp_algos : (1u << PAR_CP_RING) | (1u << PAR_CP_ULYSSES);
+    const int max_m = a->d->max_micro_batches > 0 ? a->d->max_micro_batches : 16;
+    const int max_zero = !(s & PAR_AUTO_ZERO) ? 0 : a->d->max_zero > 0 ? (a->d->max_zero < 2 ? a->d->max_zero : 2) : 2;
+    int sp, algo, kind, mb, zero;
+    char why[160];
+    for (sp = 0; sp <= (base.tp > 1 && (s & PAR_AUTO_SP) ? 1 : 0); sp++)
+        for (algo = 0; algo <= PAR_CP_ULYSSES; algo++) {
+            if (base.cp == 1 ? algo > 0 : !(algos >> algo & 1u)) continue;
+            for (kind = 0; kind < PAR_PP_KIND_COUNT; kind++) {
+                if (base.pp == 1 ? kind != PAR_PP_1F1B : !(kinds >> kind & 1u)) continue;
+                for (mb = 1; mb <= max_m; mb++) {
+                    if (mb > 1 && base.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
+                    if (a->m.batch % mb) continue;
+                    for (zero = 0; zero <= (base.dp * base.cp > 1 ? max_zero : 0); zero++) {
+                        par_auto_plan pl = base;
+                        pl.sp = sp;
+                        pl.cp_algo = (par_cp_algo)algo;
+                        pl.schedule = (par_pp_kind)kind;
+                        pl.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
+                        pl.micro_batches = mb;
+                        pl.zero = zero;
+                        if (par__au_divides(a, &pl, why, sizeof why)) {
+                            a->cuts.considered++;
+                            par__au_cut(a->cuts.not_divisible_example, &a->cuts.not_divisible, &pl, why);
+                            continue;
+                        }
+                        par__au_finish(a, &pl);
+                    }
+                }
+            }
+        }
+}
+
+/* One degree tuple: its knobs, unless a degree the host fixed differs
+   (sharding_propagation) or the mode it needs is off. 1 if visited. */
+static int par__au_base(par__au *a, uint32_t s, int dp, int tp, int cp, int pp) {
+    const par_auto_plan *f = &a->d->fixed;
+    par_auto_plan base;
+    if (a->d->mode == PAR_SEARCH_SHARDING_PROPAGATION &&
+        ((f->dp > 0 && f->dp != dp) || (f->tp > 0 && f->tp != tp) || (f->cp > 0 && f->cp != cp) ||
+         (f->pp > 0 && f->pp != pp)))
+        return 0;
+    if ((dp > 1 && !(s & PAR_AUTO_DP)) || (tp > 1 && !(s & PAR_AUTO_TP)) || (cp > 1 && !(s & PAR_AUTO_CP)) ||
+        (pp > 1 && !(s & PAR_AUTO_PP)))
+        return 0;
+    memset(&base, 0, sizeof base);
+    base.dp = dp, base.tp = tp, base.cp = cp, base.pp = pp;
+    a->base_found = 0;
+    a->base_min_mem = 0;
+    par__au_knobs(a, base);
+    return 1;
+}
+
+/* recursive_programming: see par_auto_desc.mode. */
+static void par__au_recursive(par__au *a, uint32_t s) {
+    int cur[4], steps;
+    par_auto_plan best;
+    int have;
+    cur[0] = a->c.devices, cur[1] = cur[2] = cur[3] = 1; /* dp, tp, cp, pp */
+    par__au_base(a, s, cur[0], cur[1], cur[2], cur[3]);
+    have = a->base_found;
+    best = a->base_best;
+    for (steps = 0; steps < 64; steps++) {
+        int nb[4], fast[4] = {0, 0, 0, 0}, small[4] = {0, 0, 0, 0}, q, t, got_fast = 0, got_small = 0;
+        double small_mem = 0;
+        par_auto_plan fast_plan;
+        memset(&fast_plan, 0, sizeof fast_plan);
+        for (q = 2; q <= cur[0] && cur[0] % q; q++) {
+        }
+        if (q > cur[0]) return; /* dp is 1: nothing left to move */
+        for (t = 1; t < 4; t++) { /* the smallest prime factor of dp moves to tp, cp or pp */
+            memcpy(nb, cur, sizeof nb);
+            nb[0] /= q, nb[t] *= q;
+            if (!par__au_base(a, s, nb[0], nb[1], nb[2], nb[3])) continue;
+            if (a->base_found && (!got_fast || a->base_best.step_time < fast_plan.step_time)) {
+                memcpy(fast, nb, sizeof fast);
+                fast_plan = a->base_best;
+                got_fast = 1;
+            }
+            if (a->base_min_mem > 0 && (!got_small || a->base_min_mem < small_mem)) {
+                memcpy(small, nb, sizeof small);
+                small_mem = a->base_min_mem;
+                got_small = 1;
+            }
+        }
+        if (got_fast && (!have || fast_plan.step_time < best.step_time)) {
+            memcpy(cur, fast, sizeof cur);
+            best = fast_plan;
+            have = 1;
+        } else if (!have && got_small) {
+            memcpy(cur, small, sizeof cur); /* nothing fits yet: toward less memory */
+        } else {
+            return;
+        }
+    }
+}
+
+PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan *plans, int capacity, int *count,
+                                        par_auto_cuts *cuts) {
+    par__au a;
+    const uint32_t s = desc && desc->search ? desc->search : (uint32_t)PAR_AUTO_ALL;
+    int n, tp, cp, pp;
+    if (!desc || !count || capacity < 0 || (capacity > 0 && !plans))
+        return par__fail(PAR_EINVAL, "par_auto_search: NULL argument or negative capacity");
+    PAR__CHECK(par__au_check_model(&desc->model));
+    PAR__CHECK(par_cluster_check(&desc->cluster));
+    if (!(desc->memory_cap >= 0) || !par__au_finite(desc->memory_cap))
+        return par__fail(PAR_EINVAL, "par_auto_desc.memory_cap is %g; it must be finite and >= 0", desc->memory_cap);
+    if (desc->max_zero < 0 || desc->max_zero > 2 || desc->max_micro_batches < 0)
+        return par__fail(PAR_EINVAL, "par_auto_desc: max_zero must be 0 to 2 and max_micro_batches >= 0");
+    if ((int)desc->mode < 0 || desc->mode >= PAR_SEARCH_MODE_COUNT)
+        return par__fail(PAR_EINVAL, "par_auto_desc: unknown search_mode %d (expected dynamic_programming, "
+                                     "sharding_propagation or recursive_programming)",
+                         (int)desc->mode);
+    if (desc->fixed.dp < 0 || desc->fixed.tp < 0 || desc->fixed.cp < 0 || desc->fixed.pp < 0)
+        return par__fail(PAR_EINVAL, "par_auto_desc.fixed: degrees must be >= 0 (0 = searched)");
+    memset(&a, 0, sizeof a);
+    a.d = desc;
+    a.m = desc->model;
+    a.c = desc->cluster;
+    a.cap = desc->memory_cap > 0 ? desc->memory_cap : desc->cluster.memory_bytes;
+    a.out = plans;
+    a.capacity = capacity;
+    n = a.c.devices;
+    if (desc->mode == PAR_SEARCH_RECURSIVE_PROGRAMMING) {
+        par__au_recursive(&a, s);
+    } else {
+        for (tp = 1; tp <= n; tp++) {
+            if (n % tp || (tp > 1 && !(s & PAR_AUTO_TP))) continue;
+            for (cp = 1; cp <= n / tp; cp++) {
+                if ((n / tp) % cp || (cp > 1 && !(s & PAR_AUTO_CP))) continue;
+                for (pp = 1; pp <= n / tp / cp; pp++) {
+                    if ((n / tp / cp) % pp || (pp > 1 && !(s & PAR_AUTO_PP))) continue;
+                    par__au_base(&a, s, n / tp / cp / pp, tp, cp, pp);
+                }
+            }
+        }
+    }
+    PARALLEL_FREE(a.pp);
+    a.cuts.ranked = a.count;
+    a.cuts.smallest_memory = a.smallest;
+    if (cuts) *cuts = a.cuts;
+    *count = a.count;
+    if (a.count == 0) {
+        if (a.smallest > 0)
+            return par__fail(PAR_ECAPACITY,
+                             "no plan fits the memory cap of %.4g MiB per rank: the smallest plan needs %.4g MiB "
+                             "(%lld plans considered)",
+                             a.cap / 1048576.0, a.smallest / 1048576.0, (long long)a.cuts.considered);
+        return par__fail(PAR_EINVAL, "no plan divides the model on %d devices (e.g. %s)", n,
+                         a.cuts.not_divisible_example[0] ? a.cuts.not_divisible_example
+                                                         : a.cuts.schedule_example);
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_plan *plan) {
+    par__au a;
+    char why[160];
+    if (!desc || !plan) return par__fail(PAR_EINVAL, "par_auto_predict: NULL argument");
+    PAR__CHECK(par__au_check_model(&desc->model));
+    PAR__CHECK(par_cluster_check(&desc->cluster));
+    if (plan->dp < 1 || plan->tp < 1 || plan->cp < 1 || plan->pp < 1 || plan->micro_batches < 1 || plan->zero < 0 ||
+        plan->zero > 2 || (long long)plan->dp * plan->tp * plan->cp * plan->pp != desc->cluster.devices)
+        return par__fail(PAR_EINVAL, "par_auto_predict: dp x tp x cp x pp must be the cluster's %d devices, "
+                                     "micro_batches >= 1 and zero 0 to 2",
+                         desc->cluster.devices);
+    memset(&a, 0, sizeof a);
+    a.d = desc;
+    a.m = desc->model;
+    a.c = desc->cluster;
+    a.cap = 1e300; /* predict, do not cut */
+    if (par__au_divides(&a, plan, why, sizeof why)) return par__fail(PAR_EINVAL, "par_auto_predict: %s", why);
+    par__au_finish(&a, plan);
+    PARALLEL_FREE(a.pp);
+    if (a.cuts.schedule) return par__fail(PAR_EINVAL, "par_auto_predict: %s", a.cuts.schedule_example);
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *p, char *buf, size_t size) {
+    char cpb[32] = "", ppb[48] = "";
+    if (!p) return 0;
+    if (p->cp > 1) snprintf(cpb, sizeof cpb, " cp=%d %s", p->cp, p->cp_algo == PAR_CP_RING ? "ring" : "ulysses");
+    if (p->pp > 1) snprintf(ppb, sizeof ppb, " pp=%d %s", p->pp, par_pp_kind_name(p->schedule));
+    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d", p->dp, p->tp, p->sp ? " sp" : "", cpb, ppb,
+                    p->micro_batches, p->zero);
+}
+
+/* ---- calibration ---------------------------------------------------------------- */
+
+static double par__au_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int par__au_cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Least seconds of `repeats` runs (every rank in step) of `inner` GEMMs
+   n x n x n (kind 0), one all-reduce of n floats (kind 1), `inner` copies
+   of n floats (kind 2) or `inner` SwiGLU forward + backward of n elements
+   (kind 3); kinds 4 and 5: `inner` 256^3 GEMMs each followed (4) or not (5)
+   by a one-float all-reduce: their difference is what a blocking collective
+   costs between real compute (ranks arriving unevenly, oversubscribed
+   threads waking up). */
+static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, int64_t n, int inner, int repeats,
+                               float *a, float *b, float *c, double *median) {
+    const par_compute_table *ct = par_ctx_compute(ctx);
+    const par_comm_table *cm = par_ctx_comm(ctx);
+    double t[16];
+    int i, k;
+    for (i = 0; i <= repeats; i++) { /* the first run warms up */
+        double t0;
+        PAR__CHECK(par_barrier(ctx, world));
+        t0 = par__au_now();
+        for (k = 0; k < inner; k++) {
+            if (kind == 4 || kind == 5) { /* a 256^3 GEMM, then (kind 4) a one-float all-reduce */
+                par_gemm_desc g;
+                memset(&g, 0, sizeof g);
+                g.m = g.n = g.k = 256;
+                g.alpha = 1.0f;
+                PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+                if (kind == 4) PAR__CHECK(cm->all_reduce(cm->user, world, a, c, 1, PAR_F32, PAR_REDUCE_SUM, NULL));
+            } else if (kind == 0) {
+                par_gemm_desc g;
+                memset(&g, 0, sizeof g);
+                g.m = g.n = g.k = n;
+                g.alpha = 1.0f;
+                PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+            } else if (kind == 1) {
+                PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
+            } else if (kind == 2) {
+                PAR__CHECK(ct->memcpy(ct->user, c, k & 1 ? b : a, (size_t)n * sizeof(float),
+                                      ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST));
+            } else { /* SwiGLU forward and backward on n elements: g, u in the first halves, h, dg, du after */
+                PAR__CHECK(ct->swiglu_fwd(ct->user, n, a, b, c));
+                PAR__CHECK(ct->swiglu_bwd(ct->user, n, a, b, c, a + n, b + n));
+            }
+        }
+        if (ct->synchronize) PAR__CHECK(ct->synchronize(ct->user));
+        if (i > 0) t[i - 1] = par__au_now() - t0;
+    }
+    /* the fastest run: what the machine does when nothing else disturbs it (on a shared machine
+       the median moves with the neighbours' load) */
+    qsort(t, (size_t)repeats, sizeof t[0], par__au_cmp);
+    *median = t[0];
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *out) {
+    const par_compute_table *ct;
+    par_calibrate_desc d;
+    par_comm_group *world = NULL;
+    par_cluster c;
+    float *a = NULL, *b = NULL, *cc = NULL;
+    double t_gemm = 0, t_small = 0, t_hot = 0, t_big = 0, t_copy = 0, t_act = 0, t_sync = 0, t_nosync = 0;
+    double gemm_flops;
+    int64_t n, count, elems;
+    int inner_gemm, inner_copy, inner_act;
+    int p;
+    uint32_t all;
+    par_status st;
+    if (!ctx || !out) return par__fail(PAR_EINVAL, "par_calibrate: NULL argument");
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (d.gemm_size < 0 || d.gemm_size > 8192 || d.bytes < 0 || d.bytes > ((int64_t)1 << 32) || d.repeats < 0 ||
+        d.repeats > 15 || !(d.memory_bytes >= 0))
+        return par__fail(PAR_EINVAL, "par_calibrate_desc: gemm_size 0..8192, bytes 0..4 GiB, repeats 0..15 and "
+                                     "memory_bytes >= 0 (0 = defaults)");
+    n = d.gemm_size ? d.gemm_size : 256;
+    count = (d.bytes ? d.bytes : 4 << 20) / 4;
+    if (count < 1) count = 1;
+    if (!d.repeats) d.repeats = 5;
+    /* enough work per timing (~0.5 Gflop, ~0.25 GB: tens of ms) that ranks sharing cores run at the
+       same time rather than one after another within the scheduler's time slices */
+    inner_gemm = (int)(5e8 / (2.0 * (double)n * (double)n * (double)n)) + 1;
+    inner_copy = (int)(1.25e8 / (8.0 * (double)count)) + 1;
+    inner_act = (int)(2e6 / (double)(count / 2 > 0 ? count / 2 : 1)) + 1;
+    ct = par_ctx_compute(ctx);
+    if (!ct->gemm || !ct->alloc || !ct->memset)
+        return par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
+    p = par_ctx_size(ctx);
+    all = (1u << par_ctx_mesh(ctx)->ndim) - 1;
+    if ((st = par_ctx_group(ctx, all, &world, NULL, NULL)) != PAR_OK) return st;
+    elems = n * n > count ? n * n : count;
+    st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&a);
+    if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&b);
+    if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&cc);
+    if (st == PAR_OK) { /* values like activations: zeros would take expf's fast path and flatter SwiGLU */
+        float *host = (float *)PARALLEL_MALLOC((size_t)elems * sizeof(float));
+        int64_t i;
+        if (!host) st = par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
+        for (i = 0; host && i < elems; i++) host[i] = 0.25f * (float)(i % 17 - 8);
+        if (st == PAR_OK)
+            st = ct->memcpy(ct->user, a, host, (size_t)elems * sizeof(float),
+                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+        if (st == PAR_OK)
+            st = ct->memcpy(ct->user, b, host, (size_t)elems * sizeof(float),
+                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+        PARALLEL_FREE(host);
+    }
+    if (st == PAR_OK) st = par__au_time(ctx, world, 0, n, inner_gemm, d.repeats, a, b, cc, &t_gemm);
+    if (st == PAR_OK) st = par__au_time(ctx, world, 2, count, inner_copy, d.repeats, a, b, cc, &t_copy);
+    if (st == PAR_OK && ct->swiglu_fwd && ct->swiglu_bwd)
+        st = par__au_time(ctx, world, 3, count / 2, inner_act, d.repeats, a, b, cc, &t_act);
+    if (st == PAR_OK && p > 1 && elems >= 256 * 256) {
+        st = par__au_time(ctx, world, 4, 1, 8, d.repeats, a, b, cc, &t_sync);
+        if (st == PAR_OK) st = par__au_time(ctx, world, 5, 1, 8, d.repeats, a, b, cc, &t_nosync);
+        t_small = t_sync > t_nosync ? (t_sync - t_nosync) / 8 : 0;
+    } else if (st == PAR_OK && p > 1) {
+        st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_small);
+    }
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_hot);
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, count, 1, d.repeats, a, b, cc, &t_big);
+    if (cc) ct->free(ct->user, cc);
+    if (b) ct->free(ct->user, b);
+    if (a) ct->free(ct->user, a);
+    if (st != PAR_OK) return st;
+    memset(&c, 0, sizeof c);
+    c.devices = c.devices_per_node = p;
+    gemm_flops = inner_gemm * 2.0 * (double)n * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
+    c.flops = gemm_flops;
+    c.memory_bandwidth = inner_copy * 8.0 * (double)count / (t_copy > 1e-9 ? t_copy : 1e-9); /* read + write */
+    c.activation_rate = t_act > 0 ? inner_act * (double)(count / 2) / t_act : 0;
+    if (p > 1) {
+        const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
+        c.intra_latency = t_small / steps;
+        c.intra_bandwidth = bytes / (t_big - t_hot > 1e-9 ? t_big - t_hot : 1e-9);
+    } else {
+        c.intra_bandwidth = 1e12; /* one device: nothing to move; any bandwidth predicts the same */
+    }
+    c.memory_bytes = d.memory_bytes > 0 ? d.memory_bytes : 8.0 * (1u << 30);
+    /* every rank reports rank 0's figures, so that all of them plan alike */
+    {
+        const par_comm_table *cm = par_ctx_comm(ctx);
+        const int me = par_ctx_rank(ctx) == 0;
+        double v[5];
+        v[0] = me ? c.flops : 0, v[1] = me ? c.intra_latency : 0, v[2] = me ? c.intra_bandwidth : 0;
+        v[3] = me ? c.memory_bandwidth : 0, v[4] = me ? c.activation_rate : 0;
+        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 5, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
+            return st;
+        c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2], c.memory_bandwidth = v[3];
+        c.activation_rate = v[4];
+    }
+    PAR__CHECK(par_cluster_check(&c));
+    *out = c;
+    return PAR_OK;
+}
+
+PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size) {
+    if (!c) return 0;
+    return snprintf(buf, size,
+                    "devices: %d\ndevices_per_node: %d\nintra_node_bandwidth: %.6g\nintra_node_latency: %.6g\n"
+                    "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
+                    "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n",
+                    c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
+                    c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
+                    c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
+                    c->memory_bandwidth, c->activation_rate);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

@@ -73,6 +73,18 @@ static const char *const usage_text =
     "      --stages 4 --micro-batches 8 [--chunks 2]\n"
     "      or --file S.txt          a schedule in the text form this command prints\n"
     "                               (edit one to write your own)\n"
+    "  plan MODEL.yaml CLUSTER.yaml   automatic parallel: the best whole plans (dp, tp,\n"
+    "                               sp, cp, pp + schedule + micro-batches, ZeRO) for the\n"
+    "                               model (MindFormers keys) on the cluster, predicted\n"
+    "                               memory and step time, and why the others were cut\n"
+    "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
+    "  calibrate     measure this machine for the planner: GEMM rate, memory bandwidth,\n"
+    "                activation rate, all-reduce latency and bandwidth on rank threads;\n"
+    "                prints a cluster file (save it, pass it to plan or train --cluster)\n"
+    "      [--ranks 2] [--memory BYTES] [--gemm 256]\n"
+    "  graph FILE    strategies for an operator graph (the >>planner text form)\n"
+    "      [--search-mode dynamic_programming]  or sharding_propagation, recursive_programming\n"
+    "      [--memory-cap BYTES]     per device\n"
     "  tour          a guided tour with explanations (make tour)\n"
     "\n"
     "Invalid input prints one line starting with \"error:\" and exits with status 2.\n";
@@ -765,6 +777,149 @@ static int cmd_pipeline(int argc, char **argv) {
     return 0;
 }
 
+/* A whole file as a string (exits on failure). */
+static char *read_text_file(const char *path, const char *what) {
+    FILE *f = fopen(path, "rb");
+    long size;
+    char *text;
+    if (!f) die("%s: %.200s: %s", what, path, strerror(errno));
+    fseek(f, 0, SEEK_END), size = ftell(f), fseek(f, 0, SEEK_SET);
+    if (size < 0 || size > (1 << 24)) fclose(f), die("%s: %.200s: unreadable or larger than 16 MiB", what, path);
+    text = (char *)malloc((size_t)size + 1);
+    if (!text || fread(text, 1, (size_t)size, f) != (size_t)size) fclose(f), die("%s: %.200s: read failed", what, path);
+    fclose(f);
+    text[size] = 0;
+    return text;
+}
+
+static void print_auto_plan(int rank, const par_auto_plan *p) {
+    char name[128];
+    par_auto_plan_name(p, name, sizeof name);
+    printf("%2d. %-44s step %9.4g s  memory %9.4g MiB\n", rank, name, p->step_time, p->memory_bytes / 1048576.0);
+    printf("    compute %.3g s, tp comm %.3g s, cp comm %.3g s, pp p2p %.3g s, dp/ZeRO comm %.3g s, bubble %.1f%%\n",
+           p->compute_time, p->tp_comm_time, p->cp_comm_time, p->pp_comm_time, p->dp_comm_time, 100 * p->bubble);
+    printf("    memory: weights %.4g, gradients %.4g, optimizer %.4g, activations %.4g MiB\n",
+           p->weights_bytes / 1048576.0, p->grads_bytes / 1048576.0, p->optimizer_bytes / 1048576.0,
+           p->activation_bytes / 1048576.0);
+}
+
+/* The whole-plan search for a model file and a cluster file. */
+static int cmd_plan(int argc, char **argv) {
+    static const opt_spec specs[] = {{"top", 1, 0}, {"memory-cap", 1, 0}, {NULL, 0, 0}};
+    par_auto_desc d;
+    par_auto_cuts cuts;
+    par_auto_plan plans[64];
+    args a;
+    char *text;
+    int top, count = 0, i;
+    par_status st;
+    if (argc < 2 || !strncmp(argv[0], "--", 2) || !strncmp(argv[1], "--", 2))
+        die("plan: usage: par-explain plan MODEL.yaml CLUSTER.yaml [--top N] [--memory-cap BYTES]");
+    parse_args(argc - 2, argv + 2, "plan", specs, &a);
+    memset(&d, 0, sizeof d);
+    text = read_text_file(argv[0], "plan: model");
+    st = par_model_shape_parse(text, &d.model);
+    free(text);
+    check(st, argv[0]);
+    text = read_text_file(argv[1], "plan: cluster");
+    st = par_cluster_parse(text, &d.cluster);
+    free(text);
+    check(st, argv[1]);
+    top = arg_get(&a, "top") ? (int)parse_int(arg_get(&a, "top"), 1, 64, "--top") : 5;
+    if (arg_get(&a, "memory-cap")) {
+        d.memory_cap = parse_double(arg_get(&a, "memory-cap"), "--memory-cap");
+        if (!(d.memory_cap > 0)) die("--memory-cap: must be a number of bytes > 0");
+    }
+    st = par_auto_search(&d, plans, top, &count, &cuts);
+    check(st, "plan"); /* nothing fits: the message gives the smallest plan's memory */
+    printf("model: %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, seq %d, batch %d\n", d.model.layers,
+           d.model.hidden, d.model.heads, d.model.kv_heads, d.model.ffn, d.model.vocab, d.model.seq, d.model.batch);
+    printf("cluster: %d devices, %d per node, %.4g MiB and %.4g Gflop/s each\n", d.cluster.devices,
+           d.cluster.devices_per_node ? d.cluster.devices_per_node : d.cluster.devices, d.cluster.memory_bytes / 1048576.0,
+           d.cluster.flops / 1e9);
+    printf("top %d of %d plans that fit, fastest first:\n", count < top ? count : top, count);
+    for (i = 0; i < count && i < top; i++) print_auto_plan(i + 1, &plans[i]);
+    printf("considered %lld plans: %lld fit, %lld over memory, %lld not divisible, %lld refused by the schedule\n",
+           (long long)cuts.considered, (long long)cuts.ranked, (long long)cuts.over_memory, (long long)cuts.not_divisible,
+           (long long)cuts.schedule);
+    if (cuts.over_memory) printf("  over memory, e.g. %s\n", cuts.over_memory_example);
+    if (cuts.not_divisible) printf("  not divisible, e.g. %s\n", cuts.not_divisible_example);
+    if (cuts.schedule) printf("  schedule, e.g. %s\n", cuts.schedule_example);
+    return 0;
+}
+
+typedef struct calibrate_arg {
+    par_calibrate_desc desc;
+    par_cluster cluster;
+} calibrate_arg;
+
+static par_status calibrate_rank(par_ctx *ctx, void *p) {
+    calibrate_arg *a = (calibrate_arg *)p;
+    par_cluster c;
+    par_status st = par_calibrate(ctx, &a->desc, &c);
+    if (st == PAR_OK && par_ctx_rank(ctx) == 0) a->cluster = c;
+    return st;
+}
+
+/* Measure this machine on rank threads and print the profile (a cluster file). */
+static int cmd_calibrate(int argc, char **argv) {
+    static const opt_spec specs[] = {{"ranks", 1, 0}, {"memory", 1, 0}, {"gemm", 1, 0}, {NULL, 0, 0}};
+    calibrate_arg c;
+    args a;
+    char text[1024];
+    int ranks;
+    parse_args(argc, argv, "calibrate", specs, &a);
+    memset(&c, 0, sizeof c);
+    ranks = arg_get(&a, "ranks") ? (int)parse_int(arg_get(&a, "ranks"), 1, 256, "--ranks") : 2;
+    if (arg_get(&a, "memory")) {
+        c.desc.memory_bytes = parse_double(arg_get(&a, "memory"), "--memory");
+        if (!(c.desc.memory_bytes > 0)) die("--memory: must be a number of bytes > 0");
+    }
+    if (arg_get(&a, "gemm")) c.desc.gemm_size = (int)parse_int(arg_get(&a, "gemm"), 16, 8192, "--gemm");
+    check(par_run_threads(ranks, calibrate_rank, &c), "calibrate");
+    par_cluster_format(&c.cluster, text, sizeof text);
+    printf("# par-explain calibrate --ranks %d: this machine, measured now (a cluster file)\n%s", ranks, text);
+    return 0;
+}
+
+/* Strategies for an operator graph file. */
+static int cmd_graph(int argc, char **argv) {
+    static const opt_spec specs[] = {{"search-mode", 1, 0}, {"memory-cap", 1, 0}, {NULL, 0, 0}};
+    par_search_mode mode = PAR_SEARCH_DYNAMIC_PROGRAMMING;
+    par_graph *g = NULL;
+    par_graph_result r;
+    args a;
+    double cap = 0;
+    char *text, *out;
+    int n;
+    par_status st;
+    if (argc < 1 || !strncmp(argv[0], "--", 2))
+        die("graph: usage: par-explain graph FILE [--search-mode MODE] [--memory-cap BYTES]");
+    parse_args(argc - 1, argv + 1, "graph", specs, &a);
+    if (arg_get(&a, "search-mode")) check(par_search_mode_parse(arg_get(&a, "search-mode"), &mode), "--search-mode");
+    if (arg_get(&a, "memory-cap")) {
+        cap = parse_double(arg_get(&a, "memory-cap"), "--memory-cap");
+        if (!(cap > 0)) die("--memory-cap: must be a number of bytes > 0");
+    }
+    text = read_text_file(argv[0], "graph");
+    st = par_graph_parse(text, NULL, &g);
+    free(text);
+    check(st, argv[0]);
+    st = par_graph_search(g, mode, cap, &r);
+    if (st != PAR_OK) par_graph_destroy(g);
+    check(st, par_search_mode_name(mode));
+    n = par_graph_format_result(g, &r, NULL, 0);
+    out = (char *)malloc((size_t)n + 1);
+    if (!out) die("graph: out of memory");
+    par_graph_format_result(g, &r, out, (size_t)n + 1);
+    printf("%s: %d ops, %d edges on %s\n", par_search_mode_name(mode), par_graph_num_ops(g), par_graph_num_edges(g),
+           argv[0]);
+    fputs(out, stdout);
+    free(out);
+    par_graph_destroy(g);
+    return 0;
+}
+
 static int cmd_tour(int argc, char **argv) {
     static const opt_spec specs[] = {{NULL, 0, 0}};
     args a;
@@ -880,6 +1035,9 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "redistribute") == 0) return cmd_redistribute(argc - 2, argv + 2);
     if (strcmp(argv[1], "tour") == 0) return cmd_tour(argc - 2, argv + 2);
     if (strcmp(argv[1], "pipeline") == 0) return cmd_pipeline(argc - 2, argv + 2);
+    if (strcmp(argv[1], "plan") == 0) return cmd_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "graph") == 0) return cmd_graph(argc - 2, argv + 2);
+    if (strcmp(argv[1], "calibrate") == 0) return cmd_calibrate(argc - 2, argv + 2);
     die("unknown command '%.64s' (commands: layout, strategy, strategies, redistribute, pipeline, tour)", argv[1]);
     return EXIT_USAGE;
 }

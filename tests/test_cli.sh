@@ -394,6 +394,31 @@ bad_says "pipeline file and schedule" "drop --schedule" pipeline --file "$PIPEF"
 bad_says "pipeline missing file" "No such file" pipeline --file /nonexistent/s.txt
 rm -f "$PIPEF"
 
+# plan and graph: the >>planner searches, their output and bad input
+PLANF=$(mktemp)
+printf 'devices: 8\ndevices_per_node: 4\nintra_node_bandwidth: 100G\ninter_node_bandwidth: 10G\nmemory_per_device: 16Gi\nflops_per_device: 1e14\n' >"$PLANF"
+ok "plan" plan examples/configs/tiny.yaml "$PLANF" --top 2
+has_match "plan top" '^ 1\. dp=[0-9]+ tp=[0-9]+ .* step +[0-9.e+-]+ s +memory +[0-9.e+-]+ MiB$'
+has_match "plan cuts" '^considered [0-9]+ plans: [0-9]+ fit, 0 over memory, [0-9]+ not divisible'
+bad_says "plan cap" "the smallest plan needs" plan examples/configs/tiny.yaml "$PLANF" --memory-cap 1000
+printf 'devices: 8\ndevices_per_node: 3\nintra_node_bandwidth: 100G\nmemory_per_device: 16Gi\nflops_per_device: 1e14\n' >"$PLANF"
+bad_says "plan cluster" "devices_per_node is 3; it must divide devices (8)" plan examples/configs/tiny.yaml "$PLANF"
+printf 'devices 4\nop up matmul [16,8] [8,32] params=1\nop down matmul [16,32] [32,8] params=1\nedge up -> down.0\n' >"$PLANF"
+ok "graph" graph "$PLANF" --search-mode sharding_propagation
+has_match "graph total" '^total cost=.* memory=[0-9]+B per device$'
+bad_says "graph mode" "unknown search_mode 'greedy'" graph "$PLANF" --search-mode greedy
+printf 'devices 4\nop a softmax [4,4]\nop b softmax [4,4]\nedge a -> b.0\nedge b -> a.0\n' >"$PLANF"
+bad_says "graph cycle" "cycle through op" graph "$PLANF"
+printf 'devices 4\nop a softmax [4,4]\nedge a -> c.0\n' >"$PLANF"
+bad_says "graph dangling" "dangling edge a -> c.0: no op 'c'" graph "$PLANF"
+ok "calibrate" calibrate --ranks 2 --gemm 64
+has_match "calibrate devices" '^devices: 2$'
+has_match "calibrate flops" '^flops_per_device: [0-9.e+]+$'
+printf '%s\n' "$OUT" >"$PLANF"
+ok "plan from a calibration" plan examples/configs/tiny.yaml "$PLANF" --top 1
+bad_says "calibrate ranks" "is not an integer in [1, 256]" calibrate --ranks 0
+rm -f "$PLANF"
+
 nasty=("" "-1" "99999999999999999999" "((" "None" "[-1,-1] partial=" "1e400"
        "$(printf '%0300d' 7)" "((((((((((((((((((((((((((((((((((((((((" "8x0" $'1\n2')
 commands=(

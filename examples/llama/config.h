@@ -52,6 +52,8 @@ typedef struct llama_config {
     int optimizer_level;           /* parallel_optimizer_config.optimizer_level: 1 or 2 ("level1"/"level2") */
     int enable_alltoall;           /* bool, default false: the redistribution planner may use all_to_all (false:
                                       all-gather + local split instead) */
+    char search_mode[24];          /* auto_parallel: "recursive_programming" (default), "dynamic_programming" or
+                                      "sharding_propagation" (parallel.h's par_auto_desc.mode) */
 
     /* optimizer (AdamW, PyTorch semantics) */
     float learning_rate;   /* 1e-3 */
@@ -93,7 +95,7 @@ typedef struct llama_config {
 enum {
     LLAMA_PARALLEL_MODE_DATA = 0,      /* data_parallel: pure data parallel (other degrees 1), batch per rank */
     LLAMA_PARALLEL_MODE_SEMI_AUTO = 1, /* semi_auto_parallel: the layouts of parallel_config (default) */
-    LLAMA_PARALLEL_MODE_AUTO = 2,      /* auto_parallel: refused (strategy search not implemented yet) */
+    LLAMA_PARALLEL_MODE_AUTO = 2,      /* auto_parallel: the planner picks the degrees (examples/llama/auto.h) */
     LLAMA_PARALLEL_MODE_HYBRID = 3,    /* hybrid_parallel: refused */
     LLAMA_PARALLEL_MODE_STAND_ALONE = 4 /* stand_alone: one device */
 };
@@ -115,6 +117,8 @@ typedef struct llama_options {
     const char *metrics_path;         /* --metrics FILE.jsonl */
     const char *trace_path;           /* --trace FILE.json: per-rank timeline (Chrome trace JSON) */
     const char *pp_schedule_path;     /* --pp-schedule FILE: the pipeline schedule in parallel.h's text form */
+    const char *cluster_path;         /* --cluster FILE: auto_parallel's cluster description (NULL: measure) */
+    const char *max_device_memory;    /* --max-device-memory SIZE: auto_parallel's cap per rank ("64MiB") */
     int64_t seed;                     /* --seed N (-1: the config's seed) */
     int shuffle;                      /* --shuffle */
     int sample_tokens;                /* --sample N: generate N bytes after training (0 = none) */
@@ -141,7 +145,8 @@ int llama_config_load(const char *path, const char *const *sets, int num_sets, l
 
 /* Every stored key's own range, then the cross-key rules: the parallel mode
    (data_parallel: model/context/pipeline degrees 1 and full_batch false;
-   stand_alone: one rank; auto_parallel and hybrid_parallel refused);
+   stand_alone: one rank; hybrid_parallel refused; auto_parallel passes,
+   its degrees then come from llama_auto_parallel in auto.h);
    divisibility (hidden % heads, heads % kv heads, even head dim, the global
    batch (llama_config_global_batch) % (dp * micro_batch_num); heads, kv heads,
    ffn, vocab and, with use_seq_parallel, seq_length by model_parallel); and
@@ -186,7 +191,6 @@ void llama_config_print_reference(FILE *f);
 /* Features whose switch exists in the YAML but whose code has not landed.
    One place, so that the messages follow the issue tracker. */
 #define LLAMA__TODO_ZERO3 "optimizer level3 (parameter sharding) is not implemented yet; use level1 or level2"
-#define LLAMA__TODO_AUTO "auto_parallel (strategy search) is not implemented yet; use semi_auto_parallel"
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
@@ -354,7 +358,7 @@ static const llama__key llama__keys[] = {
     /* parallel */
     {"parallel.parallel_mode", LLAMA__T_CHOICE, LLAMA__AT(parallel_mode), 0, 0, 0, 0, llama__parallel_modes,
      "semi_auto_parallel", NULL,
-     "semi_auto_parallel: the layouts of parallel_config; data_parallel: pure data parallel (model_parallel, context_parallel and pipeline_stage 1, and full_batch false: each rank reads its own batch_size samples, as in MindSpore); stand_alone: one device (every degree 1); auto_parallel (strategy search) is not implemented yet; hybrid_parallel is not supported"},
+     "semi_auto_parallel: the layouts of parallel_config; data_parallel: pure data parallel (model_parallel, context_parallel and pipeline_stage 1, and full_batch false: each rank reads its own batch_size samples, as in MindSpore); stand_alone: one device (every degree 1); auto_parallel: the planner (parallel.h >>planner) picks data_parallel, model_parallel, use_seq_parallel, context_parallel (+ algo), pipeline_stage (+ scheduler), micro_batch_num and the ZeRO level for the ranks the degrees as written ask for, under --max-device-memory, from --cluster FILE or a short measurement, prints the plan and trains; hybrid_parallel is not supported"},
     {"parallel.full_batch", LLAMA__T_BOOL, LLAMA__AT(full_batch), 0, 0, 0, 0, NULL, "true", NULL,
      "true: runner_config.batch_size is the global batch, split over data_parallel; false: batch_size samples per data-parallel rank (global batch = batch_size x data_parallel), as MindFormers reads batch_size"},
     {"parallel.parameter_broadcast", LLAMA__T_BOOL, LLAMA__AT(parameter_broadcast), 0, 0, 0, 0, NULL, "false", NULL,
@@ -374,8 +378,9 @@ static const llama__key llama__keys[] = {
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__T_CHOICE, LLAMA__AT(pipeline_scheduler),
      sizeof(((llama_config *)0)->pipeline_scheduler), 0, 0, 0, llama__pp_schedulers, "1f1b", NULL,
      "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
-    {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__search_modes, "recursive_programming",
-     NULL, "auto_parallel's strategy search; accepted and ignored (auto_parallel is not implemented yet)"},
+    {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__AT(search_mode), sizeof(((llama_config *)0)->search_mode), 0, 0,
+     0, llama__search_modes, "recursive_programming", NULL,
+     "auto_parallel's search over the degrees (parallel.h par_auto_search): dynamic_programming visits every dp x tp x cp x pp, sharding_propagation keeps the parallel_config degrees set above 1 and searches the rest, recursive_programming moves data-parallel factors to tp, cp or pp while the predicted step time falls"},
     {"parallel.strategy_ckpt_save_file", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "./ckpt_strategy.ckpt", NULL,
      "accepted and ignored: no strategy file is written; checkpoints are saved whole, so they load into any layout without one"},
 
@@ -903,8 +908,6 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
     }
 
     /* the parallel mode */
-    if (c->parallel_mode == LLAMA_PARALLEL_MODE_AUTO)
-        return llama__fail(err, errsize, "parallel.parallel_mode = auto_parallel: " LLAMA__TODO_AUTO);
     if (c->parallel_mode == LLAMA_PARALLEL_MODE_HYBRID)
         return llama__fail(err, errsize, "parallel.parallel_mode = hybrid_parallel: " LLAMA__NO_HYBRID);
     if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA &&
@@ -1534,6 +1537,9 @@ void llama_print_usage(FILE *f) {
             "  --pp-schedule FILE     run this pipeline schedule (the text form `par-explain pipeline` prints:\n"
             "                         edit one or write your own); its stages, chunks and micro-batches must\n"
             "                         be the config's; checked before training; replaces pipeline_scheduler\n"
+            "  --cluster FILE         parallel_mode auto_parallel: the cluster description (par-explain plan's\n"
+            "                         format; default: measure this machine's ranks for a moment)\n"
+            "  --max-device-memory S  parallel_mode auto_parallel: memory cap per rank (bytes, or 64MiB, 1GB, ...)\n"
             "  -h, --help             this text\n"
             "\n"
             "examples:\n"
@@ -1559,14 +1565,16 @@ static int llama__arg_int(const char *opt, const char *v, long long max, long lo
 
 int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size_t errsize) {
     enum { O_CONFIG, O_SET, O_STEPS, O_DATA, O_INIT, O_SAVE, O_BACKEND, O_METRICS, O_TRACE, O_SEED, O_SHUFFLE,
-           O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_PP_SCHEDULE, O_COUNT };
+           O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_PP_SCHEDULE, O_CLUSTER, O_MAX_MEM,
+           O_COUNT };
     static const struct {
         const char *name;
         int takes_value;
     } table[O_COUNT] = {{"--config", 1},  {"--set", 1},     {"--steps", 1},   {"--data", 1},    {"--init-from", 1},
                         {"--save", 1},    {"--backend", 1}, {"--metrics", 1}, {"--trace", 1},   {"--seed", 1},
                         {"--shuffle", 0}, {"--sample", 1},  {"--quiet", 0},   {"--help", 0},
-                        {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1}, {"--pp-schedule", 1}};
+                        {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1}, {"--pp-schedule", 1},
+                        {"--cluster", 1}, {"--max-device-memory", 1}};
     int given[O_COUNT] = {0};
     llama_options o;
     if (!opts) return llama__fail(err, errsize, "llama_parse_args: opts is NULL");
@@ -1650,6 +1658,8 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
         case O_METRICS: o.metrics_path = v; break;
         case O_TRACE: o.trace_path = v; break;
         case O_PP_SCHEDULE: o.pp_schedule_path = v; break;
+        case O_CLUSTER: o.cluster_path = v; break;
+        case O_MAX_MEM: o.max_device_memory = v; break;
         case O_SEED:
             if (llama__arg_int(name, v, LLONG_MAX, &n, err, errsize)) return -1;
             o.seed = (int64_t)n;

@@ -35,6 +35,7 @@
 #define LLAMA_CONFIG_IMPLEMENTATION
 #include "examples/llama/config.h"
 #include "examples/llama/model.h"
+#include "examples/llama/auto.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1830,6 +1831,16 @@ int main(int argc, char **argv) {
     if (llama_config_load(opt.config_path, opt.sets, opt.num_sets, &cfg, silent ? NULL : stderr, err, sizeof err) != 0)
         return bad_input(silent, "%s", err);
     if (opt.seed >= 0) cfg.seed = (uint64_t)opt.seed;
+    if (cfg.parallel_mode != LLAMA_PARALLEL_MODE_AUTO && (opt.cluster_path || opt.max_device_memory))
+        return bad_input(silent, "%s is for parallel.parallel_mode auto_parallel (this config is not)",
+                         opt.cluster_path ? "--cluster" : "--max-device-memory");
+    if (cfg.parallel_mode == LLAMA_PARALLEL_MODE_AUTO && mpi && !opt.cluster_path)
+        return bad_input(silent, "auto_parallel under --backend %s needs --cluster FILE (it measures this machine "
+                                 "only on the threads backend)", opt.backend);
+    if (cfg.parallel_mode == LLAMA_PARALLEL_MODE_AUTO &&
+        llama_auto_parallel(&cfg, mpi ? launch_size : 0, opt.cluster_path, opt.max_device_memory,
+                            silent ? NULL : stdout, err, sizeof err) != 0)
+        return bad_input(silent, "%s", err);
     world = cfg.data_parallel * cfg.model_parallel * cfg.pipeline_stage * cfg.context_parallel;
     if (!mpi && world > 256)
         return bad_input(silent, "the parallel degrees ask for %d ranks; the threads backend runs at most 256", world);

@@ -336,7 +336,7 @@ static const key_case key_cases[] = {
     {"parallel.parallel_optimizer_config.optimizer_level", "level2", K_INT, AT(optimizer_level), 2, NULL},
     {"parallel.pipeline_config.pipeline_interleave", "true", K_BOOL, AT(pipeline_interleave), 1, NULL},
     {"parallel.pipeline_config.pipeline_scheduler", "gpipe", K_STR, AT(pipeline_scheduler), 0, "gpipe"},
-    {"parallel.search_mode", "sharding_propagation", K_IGNORED, 0, 0, NULL},
+    {"parallel.search_mode", "sharding_propagation", K_STR, AT(search_mode), 0, "sharding_propagation"},
     {"parallel.strategy_ckpt_save_file", "./strategy/ckpt_strategy.ckpt", K_IGNORED, 0, 0, NULL},
     {"recompute_config.recompute", "True", K_BOOL, AT(recompute), 1, NULL},
     {"recompute_config.select_recompute", "yes", K_BOOL, AT(select_recompute), 1, NULL},
@@ -1029,11 +1029,11 @@ static void test_parallel_mode(void) {
     CHECK(load_set("parallel.parallel_mode=1", &c) == 0 && c.parallel_mode == LLAMA_PARALLEL_MODE_SEMI_AUTO);
     CHECK(load_set("parallel.parallel_mode=semi_auto_parallel", &c) == 0 && c.parallel_mode == 1);
 
-    /* auto_parallel and hybrid_parallel: parsed (a later --set may undo them), then refused by name */
+    /* auto_parallel passes validation (examples/llama/auto.h then picks the degrees);
+       hybrid_parallel: parsed (a later --set may undo it), then refused by name */
     static const char *const autos[] = {"parallel.parallel_mode=auto_parallel", "parallel.parallel_mode=2"};
     for (int i = 0; i < 2; i++)
-        expect_rule(&autos[i], 1, "parallel.parallel_mode = auto_parallel: ",
-                    "auto_parallel (strategy search) is not implemented yet; use semi_auto_parallel");
+        CHECK_MSG(load_set(autos[i], &c) == 0 && c.parallel_mode == LLAMA_PARALLEL_MODE_AUTO, "%s", err_);
     static const char *const hybrids[] = {"parallel.parallel_mode=hybrid_parallel", "parallel.parallel_mode=3"};
     for (int i = 0; i < 2; i++) {
         expect_rule(&hybrids[i], 1, "parallel.parallel_mode = hybrid_parallel: ", "is not supported");
@@ -1041,8 +1041,10 @@ static void test_parallel_mode(void) {
     }
     const char *undo[] = {"parallel.parallel_mode=semi_auto_parallel"};
     CHECK_MSG(load_text("parallel:\n  parallel_mode: 2\n", undo, 1, &c) == 0 && c.parallel_mode == 1, "%s", err_);
-    CHECK(load_text("parallel:\n  parallel_mode: auto_parallel\n", NULL, 0, &c) == -1);
-    CHECK_HAS(err_, "parallel.parallel_mode = auto_parallel: auto_parallel (strategy search)");
+    CHECK(load_text("parallel:\n  parallel_mode: auto_parallel\n  search_mode: dynamic_programming\n", NULL, 0, &c) == 0);
+    CHECK(c.parallel_mode == LLAMA_PARALLEL_MODE_AUTO && strcmp(c.search_mode, "dynamic_programming") == 0);
+    CHECK(load_text("parallel:\n  parallel_mode: auto_parallel\n  search_mode: greedy\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "not one of");
 
     /* data_parallel: pure data parallel, batch per rank */
     const char *dp_ok[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
@@ -1100,8 +1102,7 @@ static void test_parallel_mode(void) {
     CHECK_HAS(err, "parallel.parallel_mode = 9: must be one of");
     llama_config_defaults(&c);
     c.parallel_mode = LLAMA_PARALLEL_MODE_AUTO;
-    CHECK(llama_config_validate(&c, err, sizeof err) == -1);
-    CHECK_HAS(err, "parallel.parallel_mode = auto_parallel");
+    CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
 }
 
 static void test_full_batch(void) {

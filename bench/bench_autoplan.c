@@ -1,0 +1,304 @@
+/* bench/bench_autoplan.c - the planner's predictions against the trainer's
+   measurements, on this machine (threads backend).
+
+   For each configuration below the trainer (build/train, built first) runs
+   examples/configs/tiny.yaml with 4 layers for a few steps with --metrics;
+   measured = the peak memory over the ranks (the trainer's allocator count)
+   and the median step time after the first step; predicted =
+   par_auto_predict for the same plan on a cluster measured by par_calibrate
+   on that many rank threads (what auto_parallel does). Printed: the table,
+   the worst memory error, and Spearman's rank correlation of the step times.
+
+   Then the capped case: 8 ranks and a memory cap just under the smallest pure
+   data-parallel plan's predicted memory. The trainer runs with parallel_mode
+   auto_parallel (dynamic_programming) under that cap; the plan it picks is
+   measured beside the other plans that fit (the predicted fastest few), and
+   the bench prints how far the pick is from the best measured one.
+
+   usage: build/bench_autoplan [--steps N] [--candidates K] [--rounds R]   (defaults 8, 8, 3)
+   Each measurement is the median over R rounds, every configuration once per
+   round, so that the machine's drift spreads over all of them.
+   The machine is shared: timings move with other jobs; rerun to compare. */
+#define _DEFAULT_SOURCE
+#define PARALLEL_IMPLEMENTATION
+#include "../parallel.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct conf {
+    int dp, tp, sp, cp, ulysses, pp, gpipe, m, zero;
+} conf;
+
+static const conf confs[] = {
+    {1, 1, 0, 1, 0, 1, 0, 1, 0}, {2, 1, 0, 1, 0, 1, 0, 1, 0}, {4, 1, 0, 1, 0, 1, 0, 1, 0}, {1, 1, 0, 1, 0, 1, 0, 2, 0},
+    {2, 1, 0, 1, 0, 1, 0, 1, 1}, {2, 1, 0, 1, 0, 1, 0, 1, 2}, {1, 2, 0, 1, 0, 1, 0, 1, 0}, {1, 2, 1, 1, 0, 1, 0, 1, 0},
+    {2, 2, 0, 1, 0, 1, 0, 1, 0}, {1, 1, 0, 2, 0, 1, 0, 1, 0}, {1, 1, 0, 2, 1, 1, 0, 1, 0}, {1, 1, 0, 1, 0, 2, 0, 2, 0},
+    {1, 1, 0, 1, 0, 2, 1, 4, 0}, {2, 1, 0, 1, 0, 2, 0, 2, 1}, {1, 2, 1, 2, 0, 1, 0, 1, 0}, {4, 1, 0, 1, 0, 1, 0, 2, 2},
+};
+
+static int steps = 8, rounds = 3;
+static par_model_shape model;
+static par_cluster clusters[9];
+static par_compute_table tables[9]; /* the CPU table a rank gets on that many ranks: its GEMM scratch */
+static int have_cluster[9];
+
+typedef struct calib_arg {
+    par_cluster c;
+    int threads;
+} calib_arg;
+
+static par_status calib(par_ctx *ctx, void *p) {
+    par_calibrate_desc d;
+    par_cluster c;
+    par_status st;
+    memset(&d, 0, sizeof d);
+    d.gemm_size = model.hidden; /* the model's GEMMs are this narrow: their rate, not a large GEMM's */
+    st = par_calibrate(ctx, &d, &c);
+    if (st == PAR_OK && par_ctx_rank(ctx) == 0) ((calib_arg *)p)->c = c, ((calib_arg *)p)->threads = par_ctx_kernel_threads(ctx);
+    return st;
+}
+
+static const par_cluster *cluster_for(int world, const par_compute_table **table) {
+    if (!have_cluster[world]) {
+        calib_arg a;
+        par_cpu_desc cd;
+        if (par_run_threads(world, calib, &a) != PAR_OK) {
+            fprintf(stderr, "calibration failed: %s\n", par_last_error());
+            exit(1);
+        }
+        clusters[world] = a.c;
+        memset(&cd, 0, sizeof cd);
+        cd.threads = a.threads;
+        if (par_compute_cpu(&cd, &tables[world]) != PAR_OK) exit(1);
+        have_cluster[world] = 1;
+    }
+    *table = &tables[world];
+    return &clusters[world];
+}
+
+static void plan_of(const conf *c, par_auto_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->dp = c->dp, p->tp = c->tp, p->sp = c->sp, p->cp = c->cp, p->pp = c->pp;
+    p->cp_algo = c->ulysses ? PAR_CP_ULYSSES : PAR_CP_RING;
+    p->schedule = c->gpipe ? PAR_PP_GPIPE : PAR_PP_1F1B;
+    p->chunks = 1, p->micro_batches = c->m, p->zero = c->zero;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Run the trainer; measured peak bytes (max over ranks) and median step seconds. */
+static int measure(const char *extra, double *peak, double *step_s, char *chosen, size_t chosen_size) {
+    char cmd[2048], line[1024];
+    double t[256];
+    int n = 0;
+    FILE *f;
+    snprintf(cmd, sizeof cmd,
+             "build/train --config examples/configs/tiny.yaml --data README.md --steps %d --quiet "
+             "--set model.model_config.num_layers=4 --metrics /tmp/bench_autoplan.jsonl %s 2>&1",
+             steps, extra);
+    f = popen(cmd, "r");
+    if (!f) return -1;
+    if (chosen) chosen[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *c = strstr(line, "chose ");
+        if (c && chosen) snprintf(chosen, chosen_size, "%.*s", (int)strcspn(c + 6, ":\n"), c + 6);
+    }
+    if (pclose(f) != 0) return -1;
+    f = fopen("/tmp/bench_autoplan.jsonl", "r");
+    if (!f) return -1;
+    *peak = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"peak_mem_bytes\":"), *s = strstr(line, "\"step_s\":");
+        if (p && atof(p + 17) > *peak) *peak = atof(p + 17);
+        if (s && strstr(line, "\"step\":0,") == NULL && n < 256) t[n++] = atof(s + 9);
+    }
+    fclose(f);
+    if (!n) return -1;
+    qsort(t, (size_t)n, sizeof t[0], cmp_double);
+    *step_s = t[n / 2];
+    return 0;
+}
+
+static void conf_args(const par_auto_plan *p, char *buf, size_t size) {
+    snprintf(buf, size,
+             "--set parallel_config.data_parallel=%d --set parallel_config.model_parallel=%d "
+             "--set parallel_config.use_seq_parallel=%s --set parallel_config.context_parallel=%d "
+             "--set parallel_config.context_parallel_algo=%s --set parallel_config.pipeline_stage=%d "
+             "--set parallel.pipeline_config.pipeline_scheduler=%s --set parallel_config.micro_batch_num=%d "
+             "--set parallel.enable_parallel_optimizer=%s --set parallel.parallel_optimizer_config.optimizer_level=%s",
+             p->dp, p->tp, p->sp ? "true" : "false", p->cp, p->cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp",
+             p->pp, p->schedule == PAR_PP_GPIPE ? "gpipe" : "1f1b", p->micro_batches, p->zero ? "true" : "false",
+             p->zero == 2 ? "level2" : "level1");
+}
+
+/* Spearman's rho with average ranks for ties. */
+static void ranks(const double *x, int n, double *r) {
+    int i, j;
+    for (i = 0; i < n; i++) {
+        double less = 0, same = 0;
+        for (j = 0; j < n; j++) less += x[j] < x[i], same += x[j] == x[i];
+        r[i] = less + (same + 1) / 2;
+    }
+}
+
+static double spearman(const double *a, const double *b, int n) {
+    double ra[64], rb[64], ma = 0, mb = 0, sab = 0, saa = 0, sbb = 0;
+    int i;
+    ranks(a, n, ra);
+    ranks(b, n, rb);
+    for (i = 0; i < n; i++) ma += ra[i] / n, mb += rb[i] / n;
+    for (i = 0; i < n; i++)
+        sab += (ra[i] - ma) * (rb[i] - mb), saa += (ra[i] - ma) * (ra[i] - ma), sbb += (rb[i] - mb) * (rb[i] - mb);
+    return sab / sqrt(saa * sbb);
+}
+
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+/* Every configuration once per round (so the machine's drift spreads over all of
+   them); per configuration the median of its rounds' step times. */
+static void table(void) {
+    enum { N = (int)(sizeof confs / sizeof confs[0]) };
+    par_auto_plan pred[N];
+    double peak[N], times[N][9], pt[N], mt[N], worst = 0;
+    int ok[N], i, r, good = 0;
+    for (i = 0; i < N; i++) {
+        const conf *c = &confs[i];
+        par_auto_desc d;
+        memset(&d, 0, sizeof d);
+        d.model = model;
+        d.cluster = *cluster_for(c->dp * c->tp * c->cp * c->pp, &d.compute);
+        plan_of(c, &pred[i]);
+        ok[i] = par_auto_predict(&d, &pred[i]) == PAR_OK;
+        if (!ok[i]) printf("predict failed: %s\n", par_last_error());
+    }
+    for (r = 0; r < rounds; r++)
+        for (i = 0; i < N; i++) {
+            char args[1024];
+            double pk, st;
+            if (!ok[i]) continue;
+            conf_args(&pred[i], args, sizeof args);
+            if (measure(args, &pk, &st, NULL, 0) != 0) {
+                ok[i] = 0;
+                continue;
+            }
+            peak[i] = pk, times[i][r] = st;
+        }
+    printf("| plan | ranks | predicted MiB | measured MiB | error | predicted step ms | measured step ms |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (i = 0; i < N; i++) {
+        char name[128];
+        double err;
+        par_auto_plan_name(&pred[i], name, sizeof name);
+        if (!ok[i]) {
+            printf("| %s | trainer run failed |\n", name);
+            continue;
+        }
+        err = pred[i].memory_bytes / peak[i] - 1;
+        if (fabs(err) > worst) worst = fabs(err);
+        pt[good] = pred[i].step_time, mt[good] = median_of(times[i], rounds), good++;
+        printf("| %s | %d | %.3f | %.3f | %+.1f%% | %.2f | %.2f |\n", name,
+               pred[i].dp * pred[i].tp * pred[i].cp * pred[i].pp, pred[i].memory_bytes / 1048576.0,
+               peak[i] / 1048576.0, 100 * err, 1e3 * pred[i].step_time, 1e3 * mt[good - 1]);
+    }
+    printf("\n%d configurations: worst memory error %.1f%%, Spearman rho of step times %.3f (median of %d rounds "
+           "of %d steps)\n",
+           good, 100 * worst, spearman(pt, mt, good), rounds, steps);
+}
+
+static void capped(int candidates) {
+    par_auto_desc d;
+    par_auto_plan all[512], p;
+    par_auto_cuts cuts;
+    char args[1024], name[128], chosen[128], cap_text[64];
+    double cap, dp_min = 0, peak, step_s, pick_s = 0, best_s = 0;
+    int count = 0, i, z, m, measured = 0;
+    memset(&d, 0, sizeof d);
+    d.model = model;
+    d.cluster = *cluster_for(8, &d.compute);
+    for (z = 0; z <= 2; z++)
+        for (m = 1; m <= 8; m++) {
+            if (model.batch % (8 * m)) continue;
+            memset(&p, 0, sizeof p);
+            p.dp = 8, p.tp = p.cp = p.pp = 1, p.zero = z, p.micro_batches = m;
+            if (par_auto_predict(&d, &p) == PAR_OK && (dp_min == 0 || p.memory_bytes < dp_min)) dp_min = p.memory_bytes;
+        }
+    cap = floor(dp_min) - 1;
+    d.memory_cap = cap;
+    d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE);
+    if (par_auto_search(&d, all, 512, &count, &cuts) != PAR_OK) {
+        printf("capped search failed: %s\n", par_last_error());
+        return;
+    }
+    printf("\n8 ranks, cap %.0f bytes (pure dp needs at least %.0f): %d plans fit\n", cap, dp_min, count);
+    snprintf(cap_text, sizeof cap_text, "%.0f", cap);
+    snprintf(args, sizeof args,
+             "--set parallel.parallel_mode=auto_parallel --set parallel_config.data_parallel=8 "
+             "--set parallel.search_mode=dynamic_programming --max-device-memory %s",
+             cap_text);
+    if (measure(args, &peak, &pick_s, chosen, sizeof chosen) != 0) {
+        printf("auto_parallel run failed\n");
+        return;
+    }
+    printf("auto_parallel chose %s (its own run: %.2f ms a step, peak %.3f MiB)\n", chosen, 1e3 * pick_s,
+           peak / 1048576.0);
+    {
+        enum { K = 32 };
+        double t[K][9], med[K];
+        int idx[K], nk = 0, pick = -1, r, k;
+        char names[K][128];
+        for (i = 0; i < count && i < 512 && nk < candidates && nk < K; i++) idx[nk++] = i;
+        for (i = 0; i < count && i < 512 && pick < 0; i++) { /* the pick, wherever it ranks */
+            par_auto_plan_name(&all[i], name, sizeof name);
+            if (strcmp(name, chosen) != 0) continue;
+            for (k = 0; k < nk; k++)
+                if (idx[k] == i) pick = k;
+            if (pick < 0 && nk < K) idx[nk] = i, pick = nk++;
+        }
+        for (k = 0; k < nk; k++) par_auto_plan_name(&all[idx[k]], names[k], sizeof names[k]);
+        for (r = 0; r < rounds; r++)
+            for (k = 0; k < nk; k++) {
+                conf_args(&all[idx[k]], args, sizeof args);
+                if (measure(args, &peak, &step_s, NULL, 0) != 0) step_s = 1e9; /* refused by the trainer */
+                t[k][r] = step_s;
+            }
+        printf("| plan | predicted step ms | measured step ms |\n|---|---|---|\n");
+        for (k = 0; k < nk; k++) {
+            med[k] = median_of(t[k], rounds);
+            if (best_s == 0 || med[k] < best_s) best_s = med[k];
+            printf("| %s%s | %.2f | %.2f |\n", names[k], k == pick ? " (auto_parallel's pick)" : "",
+                   1e3 * all[idx[k]].step_time, 1e3 * med[k]);
+            measured++;
+        }
+        if (pick < 0) {
+            printf("the pick is not among the plans that fit: %s\n", chosen);
+            return;
+        }
+        printf("auto_parallel's pick: %.2f ms; best of the %d measured: %.2f ms; the pick is %.1f%% slower (median "
+               "of %d rounds of %d steps)\n",
+               1e3 * med[pick], measured, 1e3 * best_s, 100 * (med[pick] / best_s - 1), rounds, steps);
+    }
+}
+
+int main(int argc, char **argv) {
+    int i, candidates = 8;
+    for (i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--candidates")) candidates = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    }
+    if (steps < 2) steps = 2;
+    if (rounds < 1 || rounds > 9) rounds = 3;
+    model.layers = 4, model.hidden = 64, model.heads = 4, model.kv_heads = 2, model.ffn = 172;
+    model.vocab = 256, model.seq = 64, model.batch = 8;
+    table();
+    capped(candidates);
+    return 0;
+}

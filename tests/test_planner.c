@@ -1,0 +1,525 @@
+/* tests/test_planner.c - the >>planner section: the operator graph, its costs
+   and the three search modes under a memory cap.
+
+   The oracle for the dynamic programming search is an exhaustive enumeration
+   written here: every combination of the ops' candidates, cost = the ops'
+   totals plus the edges' costs (read through the graph's accessors), kept
+   when the summed memory fits the cap. On random chains, trees and DAGs with
+   shared inputs, under random caps, the DP's cost must equal the enumeration's
+   minimum, and every mode must respect the cap. */
+#define PARALLEL_IMPLEMENTATION
+#include "test.h"
+#include <math.h>
+#include <stdlib.h>
+
+static unsigned rng_state = 12345u;
+static unsigned rnd(unsigned n) {
+    rng_state = rng_state * 1103515245u + 12345u;
+    return (rng_state >> 8) % n;
+}
+
+enum { M = 16, H = 8, MAX_OPS = 7 };
+
+/* One random op on [M,H] activations; returns its input count. */
+static int random_op(par_op_desc *d, int kind_pick) {
+    memset(d, 0, sizeof *d);
+    switch (kind_pick) {
+    case 0: /* x[M,H] . W[H,H] */
+        d->kind = PAR_OP_MATMUL;
+        d->num_inputs = 2;
+        d->ndim[0] = d->ndim[1] = 2;
+        d->shape[0][0] = M, d->shape[0][1] = H, d->shape[1][0] = H, d->shape[1][1] = H;
+        d->params = 2u;
+        return 1;
+    case 1:
+        d->kind = PAR_OP_RMSNORM;
+        d->num_inputs = 2;
+        d->ndim[0] = 2, d->ndim[1] = 1;
+        d->shape[0][0] = M, d->shape[0][1] = H, d->shape[1][0] = H;
+        d->params = 2u;
+        return 1;
+    case 2:
+        d->kind = PAR_OP_SOFTMAX;
+        d->num_inputs = 1;
+        d->ndim[0] = 2;
+        d->shape[0][0] = M, d->shape[0][1] = H;
+        return 1;
+    default: /* x + y: two activation inputs */
+        d->kind = PAR_OP_ELEMENTWISE;
+        d->num_inputs = 2;
+        d->ndim[0] = d->ndim[1] = 2;
+        d->shape[0][0] = d->shape[1][0] = M, d->shape[0][1] = d->shape[1][1] = H;
+        return 2;
+    }
+}
+
+typedef struct oracle {
+    par_graph *g;
+    int n, ne, cand[MAX_OPS], pick[MAX_OPS];
+    double cap, best, best_mem, min_sum, max_sum;
+    int found;
+} oracle;
+
+static double assignment_cost(oracle *o, const int *pick, double *mem) {
+    double c = 0;
+    int i, e;
+    *mem = 0;
+    for (i = 0; i < o->n; i++) {
+        par_op_cost k;
+        par_graph_candidate(o->g, i, pick[i], NULL, &k);
+        c += k.total;
+        *mem += k.memory_bytes;
+    }
+    for (e = 0; e < o->ne; e++) {
+        int from = 0, to = 0;
+        double ec = 0;
+        par_graph_edge(o->g, e, &from, NULL, &to, NULL);
+        par_graph_edge_cost(o->g, e, pick[from], pick[to], &ec);
+        c += ec;
+    }
+    return c;
+}
+
+static void enumerate(oracle *o, int i) {
+    if (i == o->n) {
+        double mem, c = assignment_cost(o, o->pick, &mem);
+        if (o->cap > 0 && mem > o->cap) return;
+        if (!o->found || c < o->best) o->best = c, o->best_mem = mem;
+        o->found = 1;
+        return;
+    }
+    for (o->pick[i] = 0; o->pick[i] < o->cand[i]; o->pick[i]++) enumerate(o, i + 1);
+}
+
+static int close_to(double a, double b) { return fabs(a - b) <= 1e-9 * (fabs(a) + fabs(b)) + 1e-15; }
+
+/* shape: 0 chain, 1 out-tree (an output shared by several consumers), 2 DAG */
+static par_graph *random_graph(int shape, int devices, int *n_out) {
+    par_graph_desc gd;
+    par_graph *g = NULL;
+    int n = 3 + (int)rnd(MAX_OPS - 2), i;
+    memset(&gd, 0, sizeof gd);
+    gd.devices = devices;
+    gd.max_candidates = 2 + (int)rnd(3);
+    gd.link_latency = rnd(2) ? 1e-6 : 0;
+    if (par_graph_create(&gd, &g) != PAR_OK) return NULL;
+    for (i = 0; i < n; i++) {
+        par_op_desc d;
+        int ins = random_op(&d, shape == 2 ? (int)rnd(4) : (int)rnd(3)), id, k;
+        if (par_graph_add_op(g, &d, NULL, &id) != PAR_OK) break;
+        if (i == 0) continue;
+        for (k = 0; k < ins; k++) {
+            int from = shape == 0 ? i - 1 : (int)rnd((unsigned)i);
+            if (shape == 2 && k == 1 && rnd(3) == 0) from = i - 1; /* often the same producer as input 0 */
+            if (par_graph_add_edge(g, from, 0, i, k) != PAR_OK) break;
+        }
+    }
+    *n_out = par_graph_num_ops(g);
+    return g;
+}
+
+static void property_dp_equals_enumeration(void) {
+    int trial, mismatches = 0, checked = 0, capped = 0;
+    for (trial = 0; trial < 150; trial++) {
+        const int shape = trial % 3, devices = trial % 5 == 4 ? 6 : (rnd(2) ? 4 : 8);
+        oracle o;
+        par_graph_result r[PAR_SEARCH_MODE_COUNT];
+        int i, mode;
+        memset(&o, 0, sizeof o);
+        o.g = random_graph(shape, devices, &o.n);
+        CHECK(o.g != NULL);
+        if (!o.g) continue;
+        o.ne = par_graph_num_edges(o.g);
+        for (i = 0; i < o.n; i++) {
+            double lo = 0, hi = 0;
+            int k;
+            o.cand[i] = par_graph_num_candidates(o.g, i);
+            for (k = 0; k < o.cand[i]; k++) {
+                par_op_cost c;
+                par_graph_candidate(o.g, i, k, NULL, &c);
+                if (k == 0 || c.memory_bytes < lo) lo = c.memory_bytes;
+                if (k == 0 || c.memory_bytes > hi) hi = c.memory_bytes;
+            }
+            o.min_sum += lo, o.max_sum += hi;
+        }
+        /* caps: none, or random between the smallest and the largest plan */
+        o.cap = trial % 4 == 0 ? 0 : o.min_sum + (o.max_sum - o.min_sum) * (double)rnd(1000) / 1000.0;
+        capped += o.cap > 0 && o.cap < o.max_sum;
+        enumerate(&o, 0);
+        CHECK(o.found);
+        for (mode = 0; mode < PAR_SEARCH_MODE_COUNT; mode++) {
+            int pick[MAX_OPS];
+            double mem, c;
+            CHECK_OK(par_graph_search(o.g, (par_search_mode)mode, o.cap, &r[mode]));
+            for (i = 0; i < o.n; i++) pick[i] = par_graph_chosen(o.g, i);
+            c = assignment_cost(&o, pick, &mem);
+            /* the reported totals are the chosen plan's */
+            CHECK_MSG(close_to(c, r[mode].cost) && close_to(mem, r[mode].memory_bytes), "mode %d: %g vs %g", mode, c,
+                      r[mode].cost);
+            CHECK_MSG(o.cap <= 0 || mem <= o.cap, "mode %d over the cap: %g > %g", mode, mem, o.cap);
+            CHECK_MSG(c >= o.best * (1 - 1e-9), "mode %d cheaper than the exhaustive optimum", mode);
+        }
+        checked++;
+        if (!close_to(r[0].cost, o.best)) {
+            mismatches++;
+            fprintf(stderr, "trial %d (shape %d, %d ops, %d devices, cap %g): dp %.12g, exhaustive %.12g\n", trial,
+                    shape, o.n, devices, o.cap, r[0].cost, o.best);
+        }
+        par_graph_destroy(o.g);
+    }
+    CHECK_INT(mismatches, 0);
+    CHECK(checked == 150);
+    CHECK(capped > 50); /* most trials had a cap that binds somewhere */
+}
+
+/* a -> b -> c -> (back to b's second input): a cycle */
+static void errors(void) {
+    par_graph_desc gd;
+    par_graph *g = NULL;
+    par_graph_result r;
+    par_op_desc add;
+    par_search_mode mode;
+    int a, b, c, k;
+    double smallest = 0;
+    char want[160];
+    memset(&gd, 0, sizeof gd);
+    gd.devices = 4;
+    CHECK_OK(par_graph_create(&gd, &g));
+    random_op(&add, 3);
+    add.name = "a";
+    CHECK_OK(par_graph_add_op(g, &add, NULL, &a));
+    add.name = "b";
+    CHECK_OK(par_graph_add_op(g, &add, NULL, &b));
+    add.name = "c";
+    CHECK_OK(par_graph_add_op(g, &add, NULL, &c));
+    CHECK_ERR(par_graph_add_op(g, &add, NULL, NULL), PAR_EINVAL, "used twice");
+    CHECK_OK(par_graph_add_edge(g, a, 0, b, 0));
+    CHECK_OK(par_graph_add_edge(g, b, 0, c, 0));
+    CHECK_ERR(par_graph_add_edge(g, a, 0, b, 0), PAR_EINVAL, "already fed");
+    CHECK_ERR(par_graph_add_edge(g, a, 0, 7, 0), PAR_EINVAL, "dangling edge");
+    CHECK_ERR(par_graph_add_edge(g, a, 1, c, 1), PAR_EINVAL, "dangling edge");
+    CHECK_ERR(par_graph_add_edge(g, a, 0, c, 2), PAR_EINVAL, "has 2 input(s)");
+    CHECK_OK(par_graph_search(g, PAR_SEARCH_DYNAMIC_PROGRAMMING, 0, &r));
+    /* nothing fits: the message names the smallest plan's memory, summed here */
+    for (k = 0; k < 3; k++) {
+        double lo = 0;
+        int j;
+        for (j = 0; j < par_graph_num_candidates(g, k); j++) {
+            par_op_cost cst;
+            par_graph_candidate(g, k, j, NULL, &cst);
+            if (j == 0 || cst.memory_bytes < lo) lo = cst.memory_bytes;
+        }
+        smallest += lo;
+    }
+    snprintf(want, sizeof want, "the smallest plan needs %.0f bytes", smallest);
+    for (k = 0; k < PAR_SEARCH_MODE_COUNT; k++) {
+        CHECK_ERR(par_graph_search(g, (par_search_mode)k, smallest - 1, &r), PAR_ECAPACITY, want);
+        CHECK_INT(par_graph_chosen(g, 0), -1);
+        CHECK_OK(par_graph_search(g, (par_search_mode)k, smallest, &r)); /* exactly the smallest fits */
+        CHECK(close_to(r.memory_bytes, smallest));
+    }
+    CHECK_OK(par_graph_add_edge(g, c, 0, b, 1)); /* b -> c -> b */
+    CHECK_ERR(par_graph_search(g, PAR_SEARCH_DYNAMIC_PROGRAMMING, 0, &r), PAR_EINVAL, "cycle through op");
+    CHECK_ERR(par_graph_search(g, PAR_SEARCH_SHARDING_PROPAGATION, 0, &r), PAR_EINVAL, "cycle");
+    CHECK_ERR(par_graph_search(g, (par_search_mode)7, 0, &r), PAR_EINVAL, "unknown search_mode");
+    par_graph_destroy(g);
+    CHECK_ERR(par_search_mode_parse("greedy", &mode), PAR_EINVAL, "unknown search_mode 'greedy'");
+    CHECK_OK(par_search_mode_parse("Sharding_Propagation", &mode));
+    CHECK_INT(mode, PAR_SEARCH_SHARDING_PROPAGATION);
+    CHECK_OK(par_search_mode_parse("recursive_programming", &mode));
+    CHECK_INT(mode, PAR_SEARCH_RECURSIVE_PROGRAMMING);
+    CHECK_STR(par_search_mode_name(PAR_SEARCH_DYNAMIC_PROGRAMMING), "dynamic_programming");
+    gd.devices = 0;
+    CHECK_OK(par_graph_create(&gd, &g));
+    CHECK_ERR(par_graph_add_op(g, &add, NULL, NULL), PAR_EINVAL, "no device count");
+    par_graph_destroy(g);
+    gd.link_bandwidth = -1;
+    CHECK_ERR(par_graph_create(&gd, &g), PAR_EINVAL, "link_bandwidth");
+}
+
+/* The text form, semi-auto (a fixed op keeps its strategy), propagation
+   following the fixed op, and an edge whose two ends agree costing nothing. */
+static void text_form(void) {
+    static const char *text = "# an MLP block\n"
+                              "devices 4\n"
+                              "op up   matmul [16,8] [8,32] params=1\n"
+                              "op act  elementwise [16,32] [16,32]\n"
+                              "op down matmul [16,32] [32,8] params=1 strategy=((1,4),(4,1))\n"
+                              "edge up -> act.0\n"
+                              "edge up.0 -> act.1\n"
+                              "edge act -> down.0\n";
+    par_graph *g = NULL;
+    par_graph_result r;
+    par_strategy s, want;
+    char buf[2048];
+    int mode, e;
+    CHECK_OK(par_graph_parse(text, NULL, &g));
+    CHECK_INT(par_graph_num_ops(g), 3);
+    CHECK_INT(par_graph_num_edges(g), 3);
+    CHECK_INT(par_graph_num_candidates(g, 2), 1);
+    CHECK_OK(par_strategy_parse("((1,4),(4,1))", &want));
+    for (mode = 0; mode < PAR_SEARCH_MODE_COUNT; mode++) {
+        CHECK_OK(par_graph_search(g, (par_search_mode)mode, 0, &r));
+        CHECK_OK(par_graph_candidate(g, 2, par_graph_chosen(g, 2), &s, NULL));
+        CHECK(s.shard[0][1] == 4 && s.shard[1][0] == 4);
+        CHECK(par_graph_format_result(g, &r, buf, sizeof buf) > 0 && strstr(buf, "(fixed)") != NULL);
+    }
+    /* every edge whose producer's output layout equals the consumer's input layout costs 0 */
+    for (e = 0; e < par_graph_num_edges(g); e++) {
+        int from = 0, to = 0, in = 0, ka, kb, zero = 0, pairs = 0;
+        par_graph_edge(g, e, &from, NULL, &to, &in);
+        for (ka = 0; ka < par_graph_num_candidates(g, from); ka++)
+            for (kb = 0; kb < par_graph_num_candidates(g, to); kb++) {
+                par_strategy sa, sb;
+                double c = -1;
+                CHECK_OK(par_graph_edge_cost(g, e, ka, kb, &c));
+                CHECK(c >= 0);
+                par_graph_candidate(g, from, ka, &sa, NULL);
+                par_graph_candidate(g, to, kb, &sb, NULL);
+                /* elementwise x + x split like the matmul's row split of its output: same layout */
+                if (sa.shard[0][0] == 4 && sa.shard[0][1] == 1 && sa.shard[1][1] == 1 && sb.ndim[0] == 2 &&
+                    sb.shard[in][0] == 4 && sb.shard[in][1] == 1 && to == 1) {
+                    zero += c == 0;
+                    pairs++;
+                }
+            }
+        CHECK(zero == pairs);
+    }
+    par_graph_destroy(g);
+    CHECK_ERR(par_graph_parse("devices 4\nop a softmax [4,4]\nedge a -> b.0\n", NULL, &g), PAR_EINVAL,
+              "line 3");
+    CHECK_OK(par_graph_parse("devices 4\nop a softmax [4,4]\nop b softmax [4,4]\nedge a -> b.0\nedge b -> a.0\n",
+                             NULL, &g));
+    CHECK_ERR(par_graph_search(g, PAR_SEARCH_RECURSIVE_PROGRAMMING, 0, &r), PAR_EINVAL, "cycle");
+    par_graph_destroy(g);
+    g = NULL;
+    CHECK_ERR(par_graph_parse("devices 4\nop a frobnicate [4,4]\n", NULL, &g), PAR_EPARSE, "line 2");
+    CHECK_ERR(par_graph_parse("devices 4\nop a softmax [4,4] strategy=((3,1),)\n", NULL, &g), PAR_ESTRATEGY,
+              "line 2");
+    CHECK_ERR(par_graph_parse("op a softmax [4,4]\n", NULL, &g), PAR_EINVAL, "devices");
+    CHECK(g == NULL);
+}
+
+/* ---- whole-plan search ---------------------------------------------------------- */
+
+static const char *tiny_yaml = "model:\n  model_config:\n    vocab_size: 256\n    hidden_size: 64\n    num_layers: 4\n"
+                               "    num_heads: 4\n    n_kv_heads: 2\n    intermediate_size: 172\n    seq_length: 64\n"
+                               "runner_config:\n  batch_size: 8   # global\n";
+static const char *cluster_text = "# 8 threads\ndevices: 8\ndevices_per_node: 4\nintra_node_bandwidth: 10G\n"
+                                  "intra_node_latency: 5e-6\ninter_node_bandwidth: 1.25G\ninter_node_latency: 2e-5\n"
+                                  "memory_per_device: 16Gi\nflops_per_device: 2e10\n";
+
+/* A host model the test can enumerate on its own: the search must rank by it. */
+static double host_step(void *user, const par_auto_plan *p) {
+    (void)user;
+    return 1.0 / p->tp + 0.3 * p->pp + 0.05 * p->micro_batches + 0.2 * p->cp + 0.01 * p->zero + (p->sp ? 0.001 : 0);
+}
+static double host_memory(void *user, const par_auto_plan *p) {
+    (void)user;
+    return 1000.0 / (p->tp * p->pp) + 100.0 / p->micro_batches - 10.0 * p->zero;
+}
+
+static void whole_plan(void) {
+    par_auto_desc d;
+    par_auto_plan plans[400];
+    par_auto_cuts cuts;
+    par_cluster c;
+    int count = 0, i, tp, pp, m, z, sp, best_found = 0;
+    double params, best = 0, smallest;
+    char want[200];
+    memset(&d, 0, sizeof d);
+    CHECK_OK(par_model_shape_parse(tiny_yaml, &d.model));
+    CHECK(d.model.layers == 4 && d.model.kv_heads == 2 && d.model.batch == 8 && d.model.ffn == 172);
+    CHECK_OK(par_cluster_parse(cluster_text, &d.cluster));
+    CHECK(d.cluster.devices == 8 && d.cluster.intra_bandwidth == 1e10 && d.cluster.memory_bytes == 16.0 * (1 << 30));
+
+    /* the built-in memory model counts the Llama's parameters: checked against a
+       count by tensor (embedding, q, k, v, o, gate, up, down, 2 norms, final norm, head) */
+    params = 256.0 * 64 + 4 * (64.0 * 64 + 2 * 64.0 * 32 + 64.0 * 64 + 3 * 64.0 * 172 + 2 * 64) + 64 + 256.0 * 64;
+    d.cluster.devices = 1;
+    d.cluster.devices_per_node = 1;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count >= 1);
+    for (i = 0; i < count && i < 400; i++)
+        if (plans[i].micro_batches == 1) {
+            CHECK_MSG(plans[i].weights_bytes == params * 4, "%g vs %g", plans[i].weights_bytes, params * 4);
+            CHECK(plans[i].optimizer_bytes == params * 8 && plans[i].grads_bytes == params * 4);
+        }
+    /* ZeRO shards the optimizer state over dp (level 2 the gradients too) */
+    d.cluster.devices = 8;
+    d.cluster.devices_per_node = 4;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count > 400); /* more fit than the array holds: it keeps the fastest */
+    for (i = 0; i < 400; i++) {
+        const par_auto_plan *p = &plans[i];
+        CHECK(p->dp * p->tp * p->cp * p->pp == 8);
+        CHECK(i == 0 || plans[i - 1].step_time <= p->step_time);
+        CHECK(p->memory_bytes <= d.cluster.memory_bytes);
+        if (p->zero >= 1) CHECK(p->optimizer_bytes * p->dp * p->cp == p->weights_bytes * 2);
+        /* ZeRO-2: this rank's gradient shard plus bucket buffers (under a pipeline: all of them) */
+        if (p->zero == 2 && p->pp > 1) CHECK(p->grads_bytes == p->weights_bytes / (p->dp * p->cp) + p->weights_bytes);
+        if (p->zero == 2 && p->pp == 1)
+            CHECK(p->grads_bytes > p->weights_bytes / (p->dp * p->cp) &&
+                  p->grads_bytes <= p->weights_bytes / (p->dp * p->cp) + p->weights_bytes);
+        if (p->zero < 2) CHECK(p->grads_bytes == p->weights_bytes);
+        CHECK(p->pp == 1 || p->bubble > 0);
+    }
+    CHECK_INT(cuts.considered, cuts.ranked + cuts.not_divisible + cuts.over_memory + cuts.schedule);
+    CHECK(cuts.not_divisible > 0 && strstr(cuts.not_divisible_example, "does not") != NULL);
+
+    /* with the host's model the best plan is the enumeration's best, found here independently
+       (tp, pp, micro-batches, zero, sp; no cp: the search is told so) */
+    d.search = PAR_AUTO_DP | PAR_AUTO_TP | PAR_AUTO_SP | PAR_AUTO_PP | PAR_AUTO_ZERO | PAR_AUTO_ACCUMULATE;
+    d.schedules = 1u << PAR_PP_1F1B;
+    d.memory = host_memory;
+    d.step_time = host_step;
+    d.memory_cap = 300;
+    for (tp = 1; tp <= 4; tp *= 2)           /* heads 4, kv 2: tp <= 2 divides both */
+        for (pp = 1; pp * tp <= 8; pp *= 2)
+            for (m = 1; m <= 8; m++)
+                for (z = 0; z <= 2; z++)
+                    for (sp = 0; sp <= (tp > 1); sp++) {
+                        par_auto_plan p;
+                        const int dp = 8 / tp / pp;
+                        double mem, t;
+                        memset(&p, 0, sizeof p);
+                        p.dp = dp, p.tp = tp, p.pp = pp, p.cp = 1, p.micro_batches = m, p.zero = z, p.sp = sp;
+                        if (4 % tp || 2 % tp || 172 % tp || 8 % (dp * m) || 4 % pp || (dp == 1 && z > 0)) continue;
+                        if (sp && 64 % tp) continue;
+                        mem = host_memory(NULL, &p);
+                        t = host_step(NULL, &p);
+                        if (mem > 300) continue;
+                        if (!best_found || t < best) best = t;
+                        best_found = 1;
+                    }
+    CHECK(best_found);
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count > 0 && plans[0].step_time == best);
+    CHECK(cuts.over_memory > 0 && strstr(cuts.over_memory_example, "over the cap") != NULL);
+    d.memory = NULL;
+    d.step_time = NULL;
+    d.search = 0;
+    d.schedules = 0;
+
+    /* a cap nothing fits: the message gives the smallest plan's memory, found here among all plans */
+    d.memory_cap = 0;
+    CHECK_OK(par_auto_search(&d, NULL, 0, &count, &cuts));
+    {
+        par_auto_plan *all = (par_auto_plan *)malloc((size_t)count * sizeof *all);
+        CHECK_OK(par_auto_search(&d, all, count, &count, &cuts));
+        smallest = all[0].memory_bytes;
+        for (i = 0; i < count; i++)
+            if (all[i].memory_bytes < smallest) smallest = all[i].memory_bytes;
+        free(all);
+    }
+    d.memory_cap = smallest * 0.99;
+    snprintf(want, sizeof want, "the smallest plan needs %.4g MiB", smallest / 1048576.0);
+    CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_ECAPACITY, want);
+    d.memory_cap = smallest;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+
+    /* the search modes: dynamic_programming visits every degree tuple, so nothing the
+       others find is faster; sharding_propagation keeps the fixed degrees;
+       recursive_programming visits fewer plans */
+    {
+        par_auto_plan dp_best, one[1];
+        par_auto_cuts dp_cuts;
+        int n2 = 0;
+        d.memory_cap = 0;
+        CHECK_OK(par_auto_search(&d, one, 1, &n2, &dp_cuts));
+        dp_best = one[0];
+        d.mode = PAR_SEARCH_SHARDING_PROPAGATION;
+        d.fixed.tp = 2;
+        CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+        for (i = 0; i < count && i < 400; i++) CHECK(plans[i].tp == 2);
+        CHECK(plans[0].step_time >= dp_best.step_time && cuts.considered < dp_cuts.considered);
+        d.mode = PAR_SEARCH_RECURSIVE_PROGRAMMING;
+        d.fixed.tp = 0;
+        CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+        CHECK(count > 0 && plans[0].step_time >= dp_best.step_time && cuts.considered < dp_cuts.considered);
+        d.mode = (par_search_mode)9;
+        CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "unknown search_mode");
+        d.mode = PAR_SEARCH_DYNAMIC_PROGRAMMING;
+        d.memory_cap = smallest;
+    }
+
+    /* impossible clusters, each refused naming the field */
+    c = d.cluster;
+    c.devices_per_node = 3;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "devices_per_node");
+    c = d.cluster;
+    c.intra_bandwidth = -1;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "intra_node_bandwidth");
+    c = d.cluster;
+    c.flops = 0;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "flops_per_device");
+    c = d.cluster;
+    c.memory_bytes = 1.0 / 0.0;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "memory_per_device");
+    c = d.cluster;
+    c.inter_latency = -1e-6;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "latencies");
+    CHECK_ERR(par_cluster_parse("devices: 0\nintra_node_bandwidth: 1G\nmemory_per_device: 1G\nflops_per_device: 1G\n", &c),
+              PAR_EINVAL, "devices is 0");
+    CHECK_ERR(par_cluster_parse("devices: 8\ndevices_per_node: 3\nintra_node_bandwidth: 1G\nmemory_per_device: 1G\n"
+                                "flops_per_device: 1G\ninter_node_bandwidth: 1G\n", &c),
+              PAR_EINVAL, "must divide devices");
+    CHECK_ERR(par_cluster_parse("devices: 8\nintra_node_bandwidth: fast\n", &c), PAR_EPARSE, "line 2");
+    CHECK_ERR(par_cluster_parse("devices: 8\ngpus: 8\n", &c), PAR_EPARSE, "unknown key 'gpus'");
+    CHECK_ERR(par_cluster_parse("devices: 8\nintra_node_bandwidth: 1G\nflops_per_device: 1G\n", &c), PAR_EINVAL,
+              "memory_per_device is missing");
+    CHECK_ERR(par_cluster_parse("devices: 2.5\n", &c), PAR_EINVAL, "whole number");
+    CHECK_ERR(par_cluster_parse("devices: 1e10\n", &c), PAR_EINVAL, "whole number"); /* found by fuzz_planner */
+    CHECK_ERR(par_model_shape_parse("num_layers: 2\n", &d.model), PAR_EINVAL, "hidden_size is missing");
+    d.model.hidden = 0;
+    CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "model");
+}
+
+/* ---- calibration ---------------------------------------------------------------- */
+
+typedef struct calib_arg {
+    par_cluster c[2];
+    par_status st[2];
+} calib_arg;
+
+static par_status calib_rank(par_ctx *ctx, void *p) {
+    calib_arg *a = (calib_arg *)p;
+    par_calibrate_desc d;
+    const int r = par_ctx_rank(ctx);
+    memset(&d, 0, sizeof d);
+    d.gemm_size = 64;
+    d.bytes = 1 << 18;
+    d.repeats = 3;
+    d.memory_bytes = 1 << 30;
+    a->st[r] = par_calibrate(ctx, &d, &a->c[r]);
+    return a->st[r];
+}
+
+static void calibration(void) {
+    calib_arg a;
+    par_cluster back;
+    char text[512];
+    memset(&a, 0, sizeof a);
+    CHECK_OK(par_run_threads(2, calib_rank, &a));
+    CHECK(a.st[0] == PAR_OK && a.st[1] == PAR_OK);
+    CHECK(a.c[0].devices == 2 && a.c[0].devices_per_node == 2 && a.c[0].memory_bytes == (double)(1 << 30));
+    /* 2 * 64^3 flops take more than a nanosecond and less than a second here */
+    CHECK(a.c[0].flops > 2.0 * 64 * 64 * 64 && a.c[0].flops < 2.0 * 64 * 64 * 64 * 1e9);
+    CHECK(a.c[0].intra_bandwidth > 0 && a.c[0].intra_latency >= 0);
+    /* every rank reports the same figures (they plan alike) */
+    CHECK(a.c[0].flops == a.c[1].flops && a.c[0].intra_bandwidth == a.c[1].intra_bandwidth);
+    /* the profile file reads back */
+    CHECK(par_cluster_format(&a.c[0], text, sizeof text) > 0);
+    CHECK_OK(par_cluster_parse(text, &back));
+    CHECK(back.devices == 2 && fabs(back.flops / a.c[0].flops - 1) < 1e-5 &&
+          fabs(back.intra_bandwidth / a.c[0].intra_bandwidth - 1) < 1e-5);
+}
+
+int main(void) {
+    property_dp_equals_enumeration();
+    errors();
+    text_form();
+    whole_plan();
+    calibration();
+    return TEST_END("test_planner");
+}
