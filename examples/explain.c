@@ -20,6 +20,7 @@
 
 #define EXIT_USAGE 2
 
+/* In two pieces: C99 compilers need only take string literals up to 4095 bytes. */
 static const char *const usage_text =
     "usage: par-explain <command> [options]\n"
     "\n"
@@ -67,7 +68,9 @@ static const char *const usage_text =
     "                               default enable_alltoall = false: all_gather + split)\n"
     "      [--latency d=x,...]      alpha per device dim (number or axis name), or one\n"
     "                               value for all dims\n"
-    "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n"
+    "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n";
+
+static const char *const usage_text_more =
     "  pipeline      a pipeline schedule, every rank's actions, checked: bubble, memory\n"
     "      --schedule 1f1b          gpipe, 1f1b, interleaved (needs --chunks >= 2), zb-h1\n"
     "      --stages 4 --micro-batches 8 [--chunks 2]\n"
@@ -1022,10 +1025,12 @@ static int cmd_tour(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     int i;
-    if (argc < 2) die("no command given (commands: layout, strategy, strategies, redistribute, pipeline, tour; see --help)");
+    if (argc < 2)
+        die("no command given (commands: layout, strategy, strategies, redistribute, pipeline, plan, calibrate, graph, "
+            "tour; see --help)");
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 || (i == 1 && strcmp(argv[i], "help") == 0)) {
-            fputs(usage_text, stdout);
+            fputs(usage_text, stdout), fputs(usage_text_more, stdout);
             return 0;
         }
     }
