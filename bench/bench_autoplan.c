@@ -125,15 +125,18 @@ static int measure(const char *extra, double *peak, double *step_s, char *chosen
 }
 
 static void conf_args(const par_auto_plan *p, char *buf, size_t size) {
+    const int interleaved = p->pp > 1 && p->schedule == PAR_PP_INTERLEAVED;
     snprintf(buf, size,
              "--set parallel_config.data_parallel=%d --set parallel_config.model_parallel=%d "
              "--set parallel_config.use_seq_parallel=%s --set parallel_config.context_parallel=%d "
              "--set parallel_config.context_parallel_algo=%s --set parallel_config.pipeline_stage=%d "
              "--set parallel.pipeline_config.pipeline_scheduler=%s --set parallel_config.micro_batch_num=%d "
-             "--set parallel.enable_parallel_optimizer=%s --set parallel.parallel_optimizer_config.optimizer_level=%s",
+             "--set parallel.enable_parallel_optimizer=%s --set parallel.parallel_optimizer_config.optimizer_level=%s "
+             "--set model.model_config.pp_interleave_num=%d --set parallel.pipeline_config.pipeline_interleave=%s",
              p->dp, p->tp, p->sp ? "true" : "false", p->cp, p->cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp",
-             p->pp, p->schedule == PAR_PP_GPIPE ? "gpipe" : "1f1b", p->micro_batches, p->zero ? "true" : "false",
-             p->zero == 2 ? "level2" : "level1");
+             p->pp, p->schedule == PAR_PP_GPIPE ? "gpipe" : p->schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b",
+             p->micro_batches, p->zero ? "true" : "false", p->zero == 2 ? "level2" : "level1",
+             interleaved ? (p->chunks > 1 ? p->chunks : 2) : 1, interleaved ? "true" : "false");
 }
 
 /* Spearman's rho with average ranks for ties. */
@@ -232,7 +235,8 @@ static void capped(int candidates) {
         }
     cap = floor(dp_min) - 1;
     d.memory_cap = cap;
-    d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE);
+    /* the schedules the trainer's auto_parallel searches (examples/llama/auto.h) */
+    d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE) | (1u << PAR_PP_INTERLEAVED) | (1u << PAR_PP_ZB_H1);
     if (par_auto_search(&d, all, 512, &count, &cuts) != PAR_OK) {
         printf("capped search failed: %s\n", par_last_error());
         return;
