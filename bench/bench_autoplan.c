@@ -15,7 +15,8 @@
    measured beside the other plans that fit (the predicted fastest few), and
    the bench prints how far the pick is from the best measured one.
 
-   usage: build/bench_autoplan [--steps N] [--candidates K] [--rounds R]   (defaults 8, 8, 3)
+   usage: build/bench_autoplan [--steps N] [--candidates K] [--rounds R] [--model tiny|medium]
+   (defaults 8, 8, 3, tiny; medium: hidden 128, 8 heads, seq 128, batch 16, 16x the work)
    Each measurement is the median over R rounds, every configuration once per
    round, so that the machine's drift spreads over all of them.
    The machine is shared: timings move with other jobs; rerun to compare. */
@@ -99,8 +100,11 @@ static int measure(const char *extra, double *peak, double *step_s, char *chosen
     FILE *f;
     snprintf(cmd, sizeof cmd,
              "build/train --config examples/configs/tiny.yaml --data README.md --steps %d --quiet "
-             "--set model.model_config.num_layers=4 --metrics /tmp/bench_autoplan.jsonl %s 2>&1",
-             steps, extra);
+             "--set model.model_config.num_layers=%d --set model.model_config.hidden_size=%d "
+             "--set model.model_config.num_heads=%d --set model.model_config.n_kv_heads=%d "
+             "--set model.model_config.intermediate_size=%d --set model.model_config.seq_length=%d "
+             "--set runner_config.batch_size=%d --metrics /tmp/bench_autoplan.jsonl %s 2>&1",
+             steps, model.layers, model.hidden, model.heads, model.kv_heads, model.ffn, model.seq, model.batch, extra);
     f = popen(cmd, "r");
     if (!f) return -1;
     if (chosen) chosen[0] = 0;
@@ -292,16 +296,21 @@ static void capped(int candidates) {
 }
 
 int main(int argc, char **argv) {
-    int i, candidates = 8;
+    int i, candidates = 8, medium = 0;
     for (i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--candidates")) candidates = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--model")) medium = !strcmp(argv[i + 1], "medium");
     }
     if (steps < 2) steps = 2;
     if (rounds < 1 || rounds > 9) rounds = 3;
     model.layers = 4, model.hidden = 64, model.heads = 4, model.kv_heads = 2, model.ffn = 172;
     model.vocab = 256, model.seq = 64, model.batch = 8;
+    if (medium) /* 16x the tiny model's work per step: compute, not per-call overheads, dominates */
+        model.hidden = 128, model.heads = 8, model.kv_heads = 4, model.ffn = 344, model.seq = 128, model.batch = 16;
+    printf("model: %d layers, hidden %d, %d heads (%d kv), ffn %d, seq %d, batch %d\n\n", model.layers, model.hidden,
+           model.heads, model.kv_heads, model.ffn, model.seq, model.batch);
     table();
     capped(candidates);
     return 0;
