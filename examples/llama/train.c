@@ -272,7 +272,6 @@ typedef struct trainer {
     int *bwd_done;            /* per chunk: input-gradient passes (B or I) run this step, then (at V + chunk)
                                  weight-gradient passes (B or W): each chunk's gradients are complete
                                  at the m-th of its kind (a schedule may mix B with I and W) */
-    par_pp_kind sched_kind;
     float *bnd;               /* boundary tensors [micro-batch][chunk][4][rows x hidden] */
     double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
     int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
@@ -349,6 +348,17 @@ static par_status make_cp(trainer *t) {
     return llama_model_set_cp(&t->model, t->cp);
 }
 
+/* Whether a schedule splits backward in I and W (then the model must too). */
+static int schedule_splits_backward(const par_pp_schedule *s) {
+    int r, k, n;
+    for (r = 0; r < par_pp_schedule_stages(s); r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+        for (k = 0; k < n; k++)
+            if (a[k].op == PAR_PP_I || a[k].op == PAR_PP_W) return 1;
+    }
+    return 0;
+}
+
 /* The strategies of the model's operators, MindSpore style: the
    column-parallel MatMuls (q/k/v, gate, up, lm_head) split the rows of x over
    dp and W's output over tp; the row-parallel ones (o, down) split the
@@ -380,7 +390,7 @@ static par_status place_model(trainer *t) {
     LLAMA_CHECK(par_tp_create(t->ctx, &td, &t->tp));
     LLAMA_CHECK(llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp));
     /* zero bubble: backward runs as I then W, the slot keeps what W needs */
-    t->model.split_backward = t->sched && t->sched_kind == PAR_PP_ZB_H1;
+    t->model.split_backward = t->sched && schedule_splits_backward(t->sched);
     return make_cp(t);
 }
 
@@ -421,16 +431,6 @@ static par_status load_schedule(const char *path, int P, int V, int m, par_pp_sc
     return st;
 }
 
-/* Whether a schedule splits backward in I and W (then the model must too). */
-static int schedule_splits_backward(const par_pp_schedule *s) {
-    int r, k, n;
-    for (r = 0; r < par_pp_schedule_stages(s); r++) {
-        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
-        for (k = 0; k < n; k++)
-            if (a[k].op == PAR_PP_I || a[k].op == PAR_PP_W) return 1;
-    }
-    return 0;
-}
 
 /* The pipeline's shape on this rank (identity maps with one stage): the
    model's layers split into pipeline_stage x pp_interleave_num virtual
@@ -477,13 +477,10 @@ static par_status pipeline_setup(trainer *t) {
         memset(&sd, 0, sizeof sd);
         sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches, sd.kind = PAR_PP_INTERLEAVED;
         if (V == 1) LLAMA_CHECK(par_pp_kind_parse(c->pipeline_scheduler, &sd.kind));
-        t->sched_kind = sd.kind;
-        if (t->opt->pp_schedule_path) { /* the user's own */
+        if (t->opt->pp_schedule_path) /* the user's own */
             LLAMA_CHECK(load_schedule(t->opt->pp_schedule_path, P, V, t->micro_batches, &t->sched));
-            t->sched_kind = schedule_splits_backward(t->sched) ? PAR_PP_ZB_H1 : PAR_PP_KIND_COUNT;
-        } else {
+        else
             LLAMA_CHECK(par_pp_schedule_make(&sd, &t->sched));
-        }
         /* a micro-batch holds a slot from its first forward here to its last backward */
         LLAMA_CHECK(par_pp_schedule_slots(t->sched, t->stage, &peak));
         t->nslots = peak > 0 ? peak : 1;
@@ -993,8 +990,17 @@ static void layer_span(trainer *t, double t0, const char *what, int l) {
    embedding (backward). One pass = one layer's forward or backward. */
 static int num_passes(const llama_model *m) { return 2 * (int)m->local.layers + 4; }
 
+/* The gradients backward pass p (of a model of L local layers) completes are
+   ready: their bucket's reduction starts. Forward passes complete none. */
+static par_status pass_grads_ready(trainer *t, int L, int p) {
+    if (p == L + 2) return grads_ready(t, t->ntensors - 2, 2);
+    if (p > L + 2 && p < 2 * L + 3) return grads_ready(t, t_block(t->layer_of[2 * L + 2 - p], 0), LLAMA_PER_BLOCK);
+    if (p == 2 * L + 3) return grads_ready(t, 0, 1);
+    return PAR_OK;
+}
+
 /* Pass p on (m, a, s); scale: the loss's; ready: a backward pass marks the
-   gradients it completed ready (their bucket's reduction starts). */
+   gradients it completed ready. */
 static par_status model_pass(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, int64_t batch,
                              int64_t seq, int p, float scale, int ready) {
     const int L = (int)m->local.layers, tn = local_param(t, t->ntensors - 2), th = local_param(t, t->ntensors - 1);
@@ -1020,7 +1026,6 @@ static par_status model_pass(trainer *t, const llama_model *m, llama_acts *a, ll
         LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, n,
                                    scale, s));
         layer_span(t, t0, "bwd head+loss", -1);
-        if (ready) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
     } else if (p < 2 * L + 3) {
         const int l = 2 * L + 2 - p;
         llama_block w, g;
@@ -1028,15 +1033,13 @@ static par_status model_pass(trainer *t, const llama_model *m, llama_acts *a, ll
         LLAMA_CHECK(bind_block(t, l, 1, &g));
         LLAMA_CHECK(llama_block_bwd(m, &w, &g, &a->blocks[l], a->pos, batch, seq, s));
         layer_span(t, t0, "bwd block", l);
-        if (ready) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[l], 0), LLAMA_PER_BLOCK));
     } else {
         float *g_emb;
         LLAMA_CHECK(par_params_grad(t->ps, local_param(t, 0), &g_emb));
         LLAMA_CHECK(par_tp_embedding_bwd(m->tp, &m->emb, n, a->ids, s->dx, g_emb, s->dh));
         layer_span(t, t0, "bwd embedding", -1);
-        if (ready) LLAMA_CHECK(grads_ready(t, 0, 1));
     }
-    return PAR_OK;
+    return ready ? pass_grads_ready(t, L, p) : PAR_OK;
 }
 
 static par_status forward(trainer *t, const llama_model *m, llama_acts *a, llama_scratch *s, int64_t batch,
@@ -1082,12 +1085,9 @@ static par_status copies_step(trainer *t) {
         return grads_ready(t, 0, t->ntensors);
     }
     for (p = 0; p < num_passes(&t->model); p++) {
-        const int L = (int)t->model.local.layers;
         t->pass = p;
         LLAMA_CHECK(par_copies_run(t->mc, slice_pass, t));
-        if (p == L + 2) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
-        else if (p > L + 2 && p < 2 * L + 3) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[2 * L + 2 - p], 0), LLAMA_PER_BLOCK));
-        else if (p == 2 * L + 3) LLAMA_CHECK(grads_ready(t, 0, 1));
+        LLAMA_CHECK(pass_grads_ready(t, (int)t->model.local.layers, p));
     }
     return PAR_OK;
 }
