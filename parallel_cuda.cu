@@ -2355,6 +2355,22 @@ static par_status par_cuda__nccl_int_avg(par_cuda__nccl *nc, par_comm_group *g, 
     return par_cuda__launched("nccl avg: integer division");
 }
 
+/* A reduction over a group of one rank is a copy (sum, max and avg of one value
+   are the value). Done here, not by NCCL: on the first H100 run (2026-11-27,
+   the machine's own libnccl) bf16 ncclAvg on a one-rank communicator left the
+   last element of an odd count unwritten out of place (all_reduce and
+   reduce_scatter, n=1048577; f32/f16 avg and every sum were right), and a copy
+   is cheaper anyway. */
+static par_status par_cuda__nccl_one_rank(par_cuda__nccl *nc, par_comm_group *g, const void *send, void *recv,
+                                          int64_t count, par_dtype dtype, const char *op, par_request **req) {
+    if (send != recv) {
+        cudaError_t e = cudaMemcpyAsync(recv, send, (size_t)count * par_dtype_size(dtype), cudaMemcpyDeviceToDevice,
+                                        nc->stream);
+        if (e != cudaSuccess) return par_cuda__runtime(e, op);
+    }
+    return par_cuda__nccl_finish(nc, g, op, req);
+}
+
 static par_status par_cuda__nccl_all_reduce(void *user, par_comm_group *g, const void *send, void *recv,
                                             int64_t count, par_dtype dtype, par_reduce_op op, par_request **req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
@@ -2362,8 +2378,9 @@ static par_status par_cuda__nccl_all_reduce(void *user, par_comm_group *g, const
     par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_ALL_REDUCE, send, recv, count, dtype, op, 0, &t, req);
     if (st != PAR_OK) return st;
     if (count > 0) {
-        ncclResult_t r = ncclAllReduce(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
-                                       nc->stream);
+        ncclResult_t r;
+        if (g->count == 1) return par_cuda__nccl_one_rank(nc, g, send, recv, count, dtype, "all_reduce", req);
+        r = ncclAllReduce(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm, nc->stream);
         if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "all_reduce", r);
         if ((st = par_cuda__nccl_int_avg(nc, g, recv, count, dtype, op)) != PAR_OK) return st;
     }
@@ -2393,8 +2410,9 @@ static par_status par_cuda__nccl_reduce_scatter(void *user, par_comm_group *g, c
     par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_REDUCE_SCATTER, send, recv, count, dtype, op, 0, &t, req);
     if (st != PAR_OK) return st;
     if (count > 0) {
-        ncclResult_t r = ncclReduceScatter(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
-                                           nc->stream);
+        ncclResult_t r;
+        if (g->count == 1) return par_cuda__nccl_one_rank(nc, g, send, recv, count, dtype, "reduce_scatter", req);
+        r = ncclReduceScatter(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm, nc->stream);
         if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "reduce_scatter", r);
         if ((st = par_cuda__nccl_int_avg(nc, g, recv, count, dtype, op)) != PAR_OK) return st;
     }

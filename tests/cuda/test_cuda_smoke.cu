@@ -17,6 +17,7 @@ int main(void) {
     CHECK_OK(par_cuda_nccl_version(&version));
     CHECK_MSG(version >= 20900 && version < 30000, "NCCL version %d", version);
     CHECK_INT(par_cuda_nccl_version(NULL), PAR_EINVAL);
+    printf("NCCL %d\n", version);
 
     CHECK_OK(par_cuda_device_info(&count, name, sizeof name));
     CHECK_MSG(count >= 1, "%d CUDA devices", count);
