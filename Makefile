@@ -12,6 +12,7 @@
 #   make deps                 only install the missing packages of .ci/packages (what make test does
 #                             first; PARALLEL_NO_INSTALL=1 turns installing off, see .ci/deps)
 #   make tour                 the par-explain guided tour of layouts and plans
+#   make bench-cuda           GPU GEMM / flash-attention figures beside PyTorch's, trainer on one GPU
 #   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun;
 #                             the trainer's PyTorch reference test on one GPU)
 #   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
@@ -109,7 +110,7 @@ BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
 BENCH_BINS := $(patsubst bench/%.c,build/%,$(BENCH_SRCS))
 EXPLAIN    := $(if $(wildcard examples/explain.c),$(B)/par-explain)
 # Always in build/: nvcc gets no sanitizer flags, so a SAN build reuses it.
-CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute)
+CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute build/bench_cuda)
 # The NCCL comm test is bootstrapped over MPI, so it also needs mpicc.
 CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm build/test_cuda_cp))
 # MPI tests (tests/mpi/test_*.c): built with mpicc and PARALLEL_WITH_MPI, run by
@@ -180,7 +181,7 @@ SKIPS := $(strip \
     $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm test_cuda_cp train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
 
-.PHONY: all detect deps test run-tests test-programs san-ci-programs fuzz bench demo run-demo tour cuda cuda-available test-cuda install clean FORCE
+.PHONY: all detect deps test run-tests test-programs san-ci-programs fuzz bench bench-cuda demo run-demo tour cuda cuda-available test-cuda install clean FORCE
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
@@ -275,6 +276,11 @@ build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/t
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_$*.cu -o $@ $(CUDA_LIBS)
 
+# The GPU benchmark (make bench-cuda); linked with the tests so CI proves it builds.
+build/bench_cuda: parallel_cuda.cu bench/bench_cuda.cu parallel.h $(STAMP) | build
+	@rm -f $@
+	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu bench/bench_cuda.cu -o $@ $(CUDA_LIBS)
+
 build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h tests/comm_suite.h $(STAMP) | build
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
@@ -355,6 +361,22 @@ test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train)
 	if [ -x build/train_cuda ]; then \
 	  LLAMA_TEST_ONLY=reference TRAIN="$(MPIRUN) -np 1 build/train_cuda --backend nccl" build/llama_test_train; \
 	else echo "llama on GPU: skipped (no libyaml or mpicc)"; fi
+
+# GPU figures: the CUDA table's GEMM and flash attention (bench_cuda), PyTorch's
+# on the same GPU and shapes when python3 has torch with CUDA, then the trainer
+# (CUDA table + NCCL, one rank) on the bench model and a larger one.
+BENCH_CUDA_STEPS ?= 30
+bench-cuda: cuda-available build/bench_cuda $(TRAIN_CUDA)
+	@set -e; ./build/bench_cuda; \
+	if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then \
+	  python3 bench/bench_cuda_torch.py; else echo "bench_cuda_torch: skipped (python3 has no torch with CUDA)"; fi; \
+	if [ -x build/train_cuda ]; then \
+	  cat README.md parallel.h > build/bench_data.txt; \
+	  $(MPIRUN) -np 1 build/train_cuda --backend nccl --config examples/configs/bench.yaml --data build/bench_data.txt --steps $(BENCH_CUDA_STEPS); \
+	  $(MPIRUN) -np 1 build/train_cuda --backend nccl --config examples/configs/bench.yaml --data build/bench_data.txt --steps $(BENCH_CUDA_STEPS) \
+	    --set model.model_config.hidden_size=1024 --set model.model_config.num_heads=16 --set model.model_config.n_kv_heads=4 \
+	    --set model.model_config.intermediate_size=2816 --set model.model_config.num_layers=8 --set model.model_config.seq_length=1024; \
+	else echo "trainer on GPU: skipped (no libyaml or mpicc)"; fi
 
 cuda-available:
 	@test -z "$(CUDA_SKIP)" || { echo "cannot build the CUDA code: $(CUDA_SKIP)" >&2; exit 1; }
