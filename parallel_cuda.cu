@@ -2196,7 +2196,7 @@ static par_status par_cuda__attention_bwd_hook(void *user, const par_attn_desc *
     if (st != PAR_OK) return st;
     {
         const void *ptrs[8] = {q, k, v, o, do_, dq, dk, dv};
-        if (par_cuda__fa_fits(cu, d, ptrs, a.k_len > 0 ? 8 : 5)) {
+        if (par_cuda__fa_fits(cu, d, ptrs, 8)) { /* NULL (no keys) counts as aligned */
             st = d->dtype == PAR_BF16
                      ? par_cuda__fa_bwd_dispatch<__nv_bfloat16>(a, cu->stream, q, k, v, o, lse, (float *)dsum, do_,
                                                                 dq, dk, dv, accumulate)
