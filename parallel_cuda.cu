@@ -86,6 +86,8 @@ typedef struct par_cuda_desc {
     int device;     /* CUDA device ordinal */
     void *stream;   /* cudaStream_t to run on (the host's, not destroyed); NULL = a new one */
     int allow_tf32; /* nonzero: f32 GEMM may use TF32 tensor cores (about 10 mantissa bits) */
+    int attention_kernel; /* 0 = auto (tensor cores where supported), 1 = portable SIMT kernels only,
+                             2 = tensor cores required (PAR_EUNSUPPORTED where this build/device lacks them) */
 } par_cuda_desc;
 
 /* Fill `table` with the CUDA kernels (DESIGN.md 3.7) on one device. Semantics
@@ -99,6 +101,14 @@ typedef struct par_cuda_desc {
      (exact f32 unless allow_tf32). Sizes and leading dims must fit in int;
    - attention: dtype f32, bf16 or f16 (o likewise; lse, merge in f32),
      head_dim <= 256 (else PAR_EUNSUPPORTED); backward is deterministic (no atomics);
+   - attention kernels (par_cuda_desc.attention_kernel): bf16/f16 with head_dim
+     64 or 128 and 16-byte aligned tensors run FlashAttention-2 style kernels on
+     the tensor cores (mma.sync m16n8k16, f32 accumulation and softmax) when the
+     device is sm_80+ AND this file was compiled for sm_80+ (e.g. -arch=sm_90;
+     nvcc's default target gets the SIMT kernels everywhere). They round the
+     probabilities P and dS to the dtype before multiplying them (as
+     FlashAttention-2 does); everything else, f32 and other head_dims use the
+     portable SIMT kernels, which attention_kernel = 1 selects for every case;
    - embedding_bwd and rmsnorm_bwd's dw use float atomics (order of additions
      varies run to run at the last bit);
    - bf16/f16 all-reduce and xent are unaffected (those kernels are f32).
@@ -1033,6 +1043,525 @@ __global__ void __launch_bounds__(PAR_CUDA__AW * 32)
     }
 }
 
+/* ------------------------------------------- attention on tensor cores
+
+   FlashAttention-2 style kernels for bf16/f16 with head_dim 64 or 128 on
+   sm_80+: warp-level mma.sync.m16n8k16 (bf16/f16 in, f32 accumulate). Same
+   contract and masking as the SIMT kernels above; only the arithmetic order
+   and one rounding differ: the probabilities P (forward, dV) and dS (dQ, dK)
+   are rounded to the dtype before they enter the tensor cores, as in
+   FlashAttention-2; scores, the online softmax, l, m and every accumulator
+   stay f32, and outputs are rounded to the dtype once.
+
+   Blocks are 4 warps. Forward and dQ: a block owns 64 queries (16 per warp) of
+   one q head and walks 64-key tiles staged in shared memory. dK/dV: a block
+   owns 64 keys (16 per warp) of one kv head and walks 32-query tiles of every
+   q head of its group. Every output row is written by exactly one warp, so the
+   backward is deterministic (no atomics). Tiles are staged as raw 16-bit
+   values, rows padded to D + 8 elements (row pitch = 4 banks mod 32, which
+   makes the fragment reads below conflict-free); rows past q_len / k_len are
+   zero-filled and masked.
+
+   mma.m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
+   floating point type"), lane = 4 * g + t (g = groupID 0..7, t = 0..3):
+     A 16x16 (row-major), 4 regs of 2 elements (low half = lower column):
+       a0 = A[g][2t, 2t+1]   a1 = A[g+8][2t, 2t+1]
+       a2 = A[g][2t+8, +9]   a3 = A[g+8][2t+8, +9]
+     B 16x8 (k x n), 2 regs:  b0 = B[2t, 2t+1][g]   b1 = B[2t+8, 2t+9][g]
+     C 16x8 f32, 4 floats:    c0, c1 = C[g][2t, 2t+1]   c2, c3 = C[g+8][2t, 2t+1]
+   Example, lane 13 (g = 3, t = 1): a0 holds A[3][2..3], a3 holds A[11][10..11],
+   b1 holds B[10..11][3], c2 holds C[11][2]. */
+
+#define PAR_CUDA__FA_BQ 64 /* queries per block (forward, dQ) */
+#define PAR_CUDA__FA_BK 64 /* keys per tile (forward, dQ) and per block (dK/dV) */
+#define PAR_CUDA__FA_BQ2 32 /* queries per tile in dK/dV (fewer live registers) */
+#define PAR_CUDA__FA_THREADS 128
+#define PAR_CUDA__LOG2E 1.4426950408889634f
+#define PAR_CUDA__LN2 0.6931471805599453f
+
+typedef unsigned short par_cuda__u16;
+
+/* Two consecutive 16-bit elements (p 4-byte aligned) as one mma register. */
+__host__ __device__ __forceinline__ uint32_t par_cuda__ld2(const par_cuda__u16 *p) {
+#ifdef __CUDA_ARCH__
+    return *(const uint32_t *)p;
+#else
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 16);
+#endif
+}
+__host__ __device__ __forceinline__ uint32_t par_cuda__pack2(par_cuda__u16 lo, par_cuda__u16 hi) {
+    return (uint32_t)lo | ((uint32_t)hi << 16);
+}
+
+/* A fragment of rows r0..r0+15, columns k0..k0+15 of a row-major tile s
+   (pitch elements per row): see the layout above. */
+__host__ __device__ __forceinline__ void par_cuda__frag_a(const par_cuda__u16 *s, int pitch, int r0, int k0,
+                                                          int lane, uint32_t a[4]) {
+    const par_cuda__u16 *p = s + (r0 + (lane >> 2)) * pitch + k0 + 2 * (lane & 3);
+    a[0] = par_cuda__ld2(p);
+    a[1] = par_cuda__ld2(p + 8 * pitch);
+    a[2] = par_cuda__ld2(p + 8);
+    a[3] = par_cuda__ld2(p + 8 * pitch + 8);
+}
+
+/* B fragment (k0..k0+15) x (n0..n0+7) where B[kk][nn] = s[n0 + nn][k0 + kk]:
+   the tile's rows are B's columns (K for Q K^T, Q for K Q^T), so the two
+   elements of a register are adjacent in memory. */
+__host__ __device__ __forceinline__ void par_cuda__frag_b_rows_n(const par_cuda__u16 *s, int pitch, int n0, int k0,
+                                                                 int lane, uint32_t b[2]) {
+    const par_cuda__u16 *p = s + (n0 + (lane >> 2)) * pitch + k0 + 2 * (lane & 3);
+    b[0] = par_cuda__ld2(p);
+    b[1] = par_cuda__ld2(p + 8);
+}
+
+/* B fragment where B[kk][nn] = s[k0 + kk][n0 + nn]: the tile's rows are B's
+   rows (V for P V, K for dS K, Q and dO for dK and dV), so a register's two
+   elements come from two rows. Lane 13 (g = 3, t = 1): b0 = (s[k0+2][n0+3],
+   s[k0+3][n0+3]), b1 = (s[k0+10][n0+3], s[k0+11][n0+3]). */
+__host__ __device__ __forceinline__ void par_cuda__frag_b_rows_k(const par_cuda__u16 *s, int pitch, int k0, int n0,
+                                                                 int lane, uint32_t b[2]) {
+    const par_cuda__u16 *p = s + (k0 + 2 * (lane & 3)) * pitch + n0 + (lane >> 2);
+    b[0] = par_cuda__pack2(p[0], p[pitch]);
+    b[1] = par_cuda__pack2(p[8 * pitch], p[9 * pitch]);
+}
+
+/* Round two floats to the dtype and pack them (lo in the low half). */
+template <typename T> __host__ __device__ __forceinline__ uint32_t par_cuda__pack_f2(float lo, float hi);
+template <> __host__ __device__ __forceinline__ uint32_t par_cuda__pack_f2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat16_raw a = __float2bfloat16_rn(lo), b = __float2bfloat16_rn(hi);
+    return par_cuda__pack2(a.x, b.x);
+}
+template <> __host__ __device__ __forceinline__ uint32_t par_cuda__pack_f2<__half>(float lo, float hi) {
+    __half_raw a = __float2half_rn(lo), b = __float2half_rn(hi);
+    return par_cuda__pack2(a.x, b.x);
+}
+
+/* Accumulator tiles -> A fragment: C tiles c0 (columns 0..7) and c1 (columns
+   8..15) of a 16-row result become the A operand of the next product, 16 wide:
+   a0 = (row g, cols 2t, 2t+1) = c0[0], c0[1]; a1 = row g+8 = c0[2], c0[3];
+   a2 = (row g, cols 8+2t, 9+2t) = c1[0], c1[1]; a3 = c1[2], c1[3]. */
+template <typename T>
+__host__ __device__ __forceinline__ void par_cuda__frag_c_to_a(const float c0[4], const float c1[4], uint32_t a[4]) {
+    a[0] = par_cuda__pack_f2<T>(c0[0], c0[1]);
+    a[1] = par_cuda__pack_f2<T>(c0[2], c0[3]);
+    a[2] = par_cuda__pack_f2<T>(c1[0], c1[1]);
+    a[3] = par_cuda__pack_f2<T>(c1[2], c1[3]);
+}
+
+/* c += A B on the tensor cores (one warp, all lanes). Only reached on sm_80+:
+   the host picks these kernels only when they were compiled for sm_80+. */
+template <typename T> __device__ __forceinline__ void par_cuda__mma(float c[4], const uint32_t a[4], const uint32_t b[2]);
+template <>
+__device__ __forceinline__ void par_cuda__mma<__nv_bfloat16>(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)c, (void)a, (void)b;
+    __trap();
+#endif
+}
+template <> __device__ __forceinline__ void par_cuda__mma<__half>(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)c, (void)a, (void)b;
+    __trap();
+#endif
+}
+
+/* Copy rows r0..r0+rows-1 of a [len, stride] tensor (D elements from src) into
+   a [rows][D + 8] tile, 16 bytes per thread and step; rows >= len become zero. */
+template <typename T, int D>
+__device__ __forceinline__ void par_cuda__fa_stage(par_cuda__u16 *dst, const T *src, int64_t stride, int64_t r0,
+                                                   int64_t len, int rows) {
+    constexpr int CH = D / 8;
+    for (int idx = threadIdx.x; idx < rows * CH; idx += blockDim.x) {
+        const int r = idx / CH, c = (idx % CH) * 8;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (r0 + r < len) val = *(const uint4 *)(src + (r0 + r) * stride + c);
+        *(uint4 *)(dst + r * (D + 8) + c) = val;
+    }
+}
+
+/* Store an output pair (columns c, c+1 of one row) rounded to T, optionally
+   adding what is there. */
+template <typename T>
+__device__ __forceinline__ void par_cuda__fa_put2(T *p, float x0, float x1, int accumulate) {
+    if (accumulate) {
+        x0 += par_cuda__ld(p[0]);
+        x1 += par_cuda__ld(p[1]);
+    }
+    *(uint32_t *)p = par_cuda__pack_f2<T>(x0, x1);
+}
+
+__device__ __forceinline__ long long par_cuda__warp_max_ll(long long v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const long long u = __shfl_xor_sync(PAR_CUDA__FULL, v, o);
+        v = u > v ? u : v;
+    }
+    return v;
+}
+__device__ __forceinline__ long long par_cuda__warp_min_ll(long long v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const long long u = __shfl_xor_sync(PAR_CUDA__FULL, v, o);
+        v = u < v ? u : v;
+    }
+    return v;
+}
+
+/* Max over the 4 lanes of a quad (the lanes holding one accumulator row). */
+__device__ __forceinline__ float par_cuda__quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(PAR_CUDA__FULL, v, 1));
+    return fmaxf(v, __shfl_xor_sync(PAR_CUDA__FULL, v, 2));
+}
+__device__ __forceinline__ float par_cuda__quad_sum(float v) {
+    v += __shfl_xor_sync(PAR_CUDA__FULL, v, 1);
+    return v + __shfl_xor_sync(PAR_CUDA__FULL, v, 2);
+}
+
+/* Bytes of dynamic shared memory of each kernel (tiles + positions/stats). */
+template <int D> static constexpr size_t par_cuda__fa_fwd_smem() {
+    return (size_t)(PAR_CUDA__FA_BQ + 2 * PAR_CUDA__FA_BK) * (D + 8) * 2 + PAR_CUDA__FA_BK * 8;
+}
+template <int D> static constexpr size_t par_cuda__fa_dq_smem() {
+    return (size_t)(2 * PAR_CUDA__FA_BQ + 2 * PAR_CUDA__FA_BK) * (D + 8) * 2 + PAR_CUDA__FA_BK * 8;
+}
+template <int D> static constexpr size_t par_cuda__fa_dkdv_smem() {
+    return (size_t)(2 * PAR_CUDA__FA_BK + 2 * PAR_CUDA__FA_BQ2) * (D + 8) * 2 + PAR_CUDA__FA_BQ2 * 16;
+}
+
+/* Forward. Warp w owns block rows w*16 .. w*16+15; its lane holds rows
+   rr[0] = w*16 + g and rr[1] = rr[0] + 8, i.e. accumulator elements 0,1 (row
+   rr[0]) and 2,3 (row rr[1]) of every 8-column tile. Scores are kept in log2
+   units (s * scale * log2 e) so that exp2f gives the exponentials. */
+template <typename T, int D>
+__global__ void __launch_bounds__(PAR_CUDA__FA_THREADS)
+    par_cuda__fa_fwd_k(par_cuda__attn_args a, const T *q, const T *k, const T *v, T *o, float *lse) {
+    constexpr int P = D + 8, BQ = PAR_CUDA__FA_BQ, BK = PAR_CUDA__FA_BK;
+    constexpr int NT = BK / 8, KD = D / 16, ND = D / 8;
+    extern __shared__ uint4 par_cuda__fa_smem[];
+    par_cuda__u16 *qs = (par_cuda__u16 *)par_cuda__fa_smem;
+    par_cuda__u16 *ks = qs + BQ * P, *vs = ks + BK * P;
+    long long *kp = (long long *)(vs + BK * P); /* byte offset (BQ + 2 BK) P 2: a multiple of 8 */
+    __shared__ long long red[PAR_CUDA__FA_THREADS / 32];
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, h = blockIdx.y, kvh = h / a.group;
+    /* Last query tile first: under a causal mask it has the most keys to visit. */
+    const int64_t i0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ;
+    const int64_t qstride = (int64_t)a.q_heads * D, kstride = (int64_t)a.kv_heads * D;
+    const T *qb = q + (int64_t)b * a.q_len * qstride + (int64_t)h * D;
+    const T *kb = k + (int64_t)b * a.k_len * kstride + (int64_t)kvh * D;
+    const T *vb = v + (int64_t)b * a.k_len * kstride + (int64_t)kvh * D;
+    const float sl2 = a.scale * PAR_CUDA__LOG2E;
+    int64_t rr[2];
+    long long qp[2], qmax;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, acc[ND][4];
+    uint32_t qf[KD][4];
+
+    for (int r = 0; r < 2; r++) {
+        rr[r] = i0 + w * 16 + g + 8 * r;
+        qp[r] = rr[r] < a.q_len ? (long long)par_cuda__pos(a.q_pos, rr[r]) : LLONG_MIN;
+    }
+    qmax = par_cuda__warp_max_ll(qp[0] > qp[1] ? qp[0] : qp[1]);
+    if (lane == 0) red[w] = qmax;
+    par_cuda__fa_stage<T, D>(qs, qb, qstride, i0, a.q_len, BQ);
+    for (int dn = 0; dn < ND; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    __syncthreads();
+    for (int ww = 0; ww < PAR_CUDA__FA_THREADS / 32; ww++) qmax = red[ww] > qmax ? red[ww] : qmax;
+    for (int kk = 0; kk < KD; kk++) par_cuda__frag_a(qs, P, w * 16, kk * 16, lane, qf[kk]);
+
+    for (int64_t j0 = 0; j0 < a.k_len; j0 += BK) {
+        const int nk = (int)(a.k_len - j0 < BK ? a.k_len - j0 : BK);
+        float s[NT][4], mx[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], psum[2] = {0.0f, 0.0f};
+        __syncthreads(); /* everyone is done with the previous tile */
+        if (a.causal) { /* skip a tile no query of the block can see */
+            const int vis = tid < nk && (long long)par_cuda__pos(a.k_pos, j0 + tid) <= qmax;
+            if (!__syncthreads_or(vis)) continue;
+        }
+        par_cuda__fa_stage<T, D>(ks, kb, kstride, j0, a.k_len, BK);
+        par_cuda__fa_stage<T, D>(vs, vb, kstride, j0, a.k_len, BK);
+        if (tid < BK) kp[tid] = tid < nk ? (long long)par_cuda__pos(a.k_pos, j0 + tid) : LLONG_MAX;
+        __syncthreads();
+
+        /* S = Q K^T: tile nt holds keys nt*8 .. nt*8+7. */
+        for (int nt = 0; nt < NT; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t bf[2];
+                par_cuda__frag_b_rows_n(ks, P, nt * 8, kk * 16, lane, bf);
+                par_cuda__mma<T>(s[nt], qf[kk], bf);
+            }
+        }
+        /* Mask: element e of tile nt is (row rr[e >> 1], key nt*8 + 2t + (e & 1)). */
+        for (int nt = 0; nt < NT; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int jj = nt * 8 + 2 * t + (e & 1), r = e >> 1;
+                const bool ok = jj < nk && (!a.causal || kp[jj] <= qp[r]);
+                s[nt][e] = ok ? s[nt][e] * sl2 : -INFINITY;
+                mx[r] = fmaxf(mx[r], s[nt][e]);
+            }
+        for (int r = 0; r < 2; r++) {
+            const float mn = fmaxf(m[r], par_cuda__quad_max(mx[r]));
+            base[r] = mn == -INFINITY ? 0.0f : mn; /* a row that has seen nothing yet stays at p = 0 */
+            alpha[r] = exp2f(m[r] - base[r]);     /* 0 while m is -inf */
+            m[r] = mn;
+        }
+        for (int nt = 0; nt < NT; nt++)
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(s[nt][e] - base[e >> 1]); /* -inf -> 0 */
+                s[nt][e] = p;
+                psum[e >> 1] += p;
+            }
+        for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + psum[r]; /* this lane's columns; quad-summed at the end */
+        for (int dn = 0; dn < ND; dn++) {
+            acc[dn][0] *= alpha[0], acc[dn][1] *= alpha[0];
+            acc[dn][2] *= alpha[1], acc[dn][3] *= alpha[1];
+        }
+        /* O += P V: P's 16-key slices (tiles 2ks, 2ks+1) are the A operand. */
+        for (int ks2 = 0; ks2 < BK / 16; ks2++) {
+            uint32_t pf[4];
+            par_cuda__frag_c_to_a<T>(s[2 * ks2], s[2 * ks2 + 1], pf);
+            for (int dn = 0; dn < ND; dn++) {
+                uint32_t bf[2];
+                par_cuda__frag_b_rows_k(vs, P, ks2 * 16, dn * 8, lane, bf);
+                par_cuda__mma<T>(acc[dn], pf, bf);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        const float lr = par_cuda__quad_sum(l[r]);
+        if (rr[r] < a.q_len) {
+            const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+            T *orow = o + ((int64_t)b * a.q_len + rr[r]) * qstride + (int64_t)h * D;
+            for (int dn = 0; dn < ND; dn++)
+                par_cuda__fa_put2<T>(orow + dn * 8 + 2 * t, acc[dn][2 * r] * inv, acc[dn][2 * r + 1] * inv, 0);
+            if (t == 0)
+                lse[((int64_t)b * a.q_heads + h) * a.q_len + rr[r]] =
+                    lr > 0.0f ? m[r] * PAR_CUDA__LN2 + logf(lr) : -INFINITY;
+        }
+    }
+}
+
+/* dQ = scale * dS K with P = exp(S - lse), dS = P (dO V^T - D). Rows as in the
+   forward (warp w: block rows w*16.., lane: rr[0], rr[1]). */
+template <typename T, int D>
+__global__ void __launch_bounds__(PAR_CUDA__FA_THREADS)
+    par_cuda__fa_dq_k(par_cuda__attn_args a, const T *q, const T *k, const T *v, const float *lse, const float *dsum,
+                      const T *dout, T *dq, int accumulate) {
+    constexpr int P = D + 8, BQ = PAR_CUDA__FA_BQ, BK = PAR_CUDA__FA_BK;
+    constexpr int NT = BK / 8, KD = D / 16, ND = D / 8;
+    extern __shared__ uint4 par_cuda__fa_smem[];
+    par_cuda__u16 *qs = (par_cuda__u16 *)par_cuda__fa_smem;
+    par_cuda__u16 *dos = qs + BQ * P, *ks = dos + BQ * P, *vs = ks + BK * P;
+    long long *kp = (long long *)(vs + BK * P);
+    __shared__ long long red[PAR_CUDA__FA_THREADS / 32];
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, h = blockIdx.y, kvh = h / a.group;
+    const int64_t i0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ;
+    const int64_t qstride = (int64_t)a.q_heads * D, kstride = (int64_t)a.kv_heads * D;
+    const T *qb = q + (int64_t)b * a.q_len * qstride + (int64_t)h * D;
+    const T *db = dout + (int64_t)b * a.q_len * qstride + (int64_t)h * D;
+    const T *kb = k + (int64_t)b * a.k_len * kstride + (int64_t)kvh * D;
+    const T *vb = v + (int64_t)b * a.k_len * kstride + (int64_t)kvh * D;
+    const float sl2 = a.scale * PAR_CUDA__LOG2E;
+    int64_t rr[2];
+    long long qp[2], qmax;
+    float l2[2], di[2], acc[ND][4];
+
+    for (int r = 0; r < 2; r++) {
+        rr[r] = i0 + w * 16 + g + 8 * r;
+        const int64_t li = ((int64_t)b * a.q_heads + h) * a.q_len + rr[r];
+        l2[r] = rr[r] < a.q_len ? lse[li] * PAR_CUDA__LOG2E : -INFINITY;
+        di[r] = rr[r] < a.q_len ? dsum[li] : 0.0f;
+        /* A row that saw no key (lse = -inf) has zero gradients: it sees nothing. */
+        qp[r] = l2[r] != -INFINITY ? (long long)par_cuda__pos(a.q_pos, rr[r]) : LLONG_MIN;
+    }
+    qmax = par_cuda__warp_max_ll(qp[0] > qp[1] ? qp[0] : qp[1]);
+    if (lane == 0) red[w] = qmax;
+    par_cuda__fa_stage<T, D>(qs, qb, qstride, i0, a.q_len, BQ);
+    par_cuda__fa_stage<T, D>(dos, db, qstride, i0, a.q_len, BQ);
+    for (int dn = 0; dn < ND; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    __syncthreads();
+    for (int ww = 0; ww < PAR_CUDA__FA_THREADS / 32; ww++) qmax = red[ww] > qmax ? red[ww] : qmax;
+
+    for (int64_t j0 = 0; j0 < a.k_len; j0 += BK) {
+        const int nk = (int)(a.k_len - j0 < BK ? a.k_len - j0 : BK);
+        float s[NT][4], dp[NT][4];
+        __syncthreads();
+        {
+            /* Skip tiles no live row of the block can see (all rows dead: every tile). */
+            const int vis = tid < nk && qmax != LLONG_MIN &&
+                            (!a.causal || (long long)par_cuda__pos(a.k_pos, j0 + tid) <= qmax);
+            if (!__syncthreads_or(vis)) continue;
+        }
+        par_cuda__fa_stage<T, D>(ks, kb, kstride, j0, a.k_len, BK);
+        par_cuda__fa_stage<T, D>(vs, vb, kstride, j0, a.k_len, BK);
+        if (tid < BK) kp[tid] = tid < nk ? (long long)par_cuda__pos(a.k_pos, j0 + tid) : LLONG_MAX;
+        __syncthreads();
+
+        /* S = Q K^T and dP = dO V^T, tile nt = keys nt*8 .. nt*8+7. */
+        for (int nt = 0; nt < NT; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t af[4], bf[2];
+                par_cuda__frag_a(qs, P, w * 16, kk * 16, lane, af);
+                par_cuda__frag_b_rows_n(ks, P, nt * 8, kk * 16, lane, bf);
+                par_cuda__mma<T>(s[nt], af, bf);
+                par_cuda__frag_a(dos, P, w * 16, kk * 16, lane, af);
+                par_cuda__frag_b_rows_n(vs, P, nt * 8, kk * 16, lane, bf);
+                par_cuda__mma<T>(dp[nt], af, bf);
+            }
+        }
+        /* dS in place of S (element e: row rr[e >> 1], key nt*8 + 2t + (e & 1)). */
+        for (int nt = 0; nt < NT; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int jj = nt * 8 + 2 * t + (e & 1), r = e >> 1;
+                const bool ok = jj < nk && l2[r] != -INFINITY && (!a.causal || kp[jj] <= qp[r]);
+                const float p = ok ? exp2f(s[nt][e] * sl2 - l2[r]) : 0.0f;
+                s[nt][e] = p * (dp[nt][e] - di[r]);
+            }
+        /* dQ += dS K (K's rows are the reduction index). */
+        for (int ks2 = 0; ks2 < BK / 16; ks2++) {
+            uint32_t af[4];
+            par_cuda__frag_c_to_a<T>(s[2 * ks2], s[2 * ks2 + 1], af);
+            for (int dn = 0; dn < ND; dn++) {
+                uint32_t bf[2];
+                par_cuda__frag_b_rows_k(ks, P, ks2 * 16, dn * 8, lane, bf);
+                par_cuda__mma<T>(acc[dn], af, bf);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        if (rr[r] >= a.q_len) continue;
+        T *row = dq + ((int64_t)b * a.q_len + rr[r]) * qstride + (int64_t)h * D;
+        for (int dn = 0; dn < ND; dn++)
+            par_cuda__fa_put2<T>(row + dn * 8 + 2 * t, acc[dn][2 * r] * a.scale, acc[dn][2 * r + 1] * a.scale,
+                                 accumulate);
+    }
+}
+
+/* dV = P^T dO and dK = scale * dS^T Q over every query of every q head of kv
+   head kvh. Warp w owns block keys w*16 ..; its lane holds keys kr[0] = w*16 + g
+   and kr[1] = kr[0] + 8: the transposed scores S^T = K Q^T have keys as rows,
+   so the same accumulator layout serves (element e of query tile nt: key
+   kr[e >> 1], query nt*8 + 2t + (e & 1)). */
+template <typename T, int D>
+__global__ void __launch_bounds__(PAR_CUDA__FA_THREADS)
+    par_cuda__fa_dkdv_k(par_cuda__attn_args a, const T *q, const T *k, const T *v, const float *lse,
+                        const float *dsum, const T *dout, T *dk, T *dv, int accumulate) {
+    constexpr int P = D + 8, BK = PAR_CUDA__FA_BK, BQ = PAR_CUDA__FA_BQ2;
+    constexpr int NT = BQ / 8, KD = D / 16, ND = D / 8;
+    extern __shared__ uint4 par_cuda__fa_smem[];
+    par_cuda__u16 *ks = (par_cuda__u16 *)par_cuda__fa_smem;
+    par_cuda__u16 *vs = ks + BK * P, *qs = vs + BK * P, *dos = qs + BQ * P;
+    long long *qpt = (long long *)(dos + BQ * P);
+    float *lt = (float *)(qpt + BQ), *dt = lt + BQ;
+    __shared__ long long red[PAR_CUDA__FA_THREADS / 32];
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, kvh = blockIdx.y;
+    const int64_t j0 = (int64_t)blockIdx.x * BK;
+    const int64_t qstride = (int64_t)a.q_heads * D, kstride = (int64_t)a.kv_heads * D;
+    const T *kb = k + (int64_t)b * a.k_len * kstride + (int64_t)kvh * D;
+    const T *vb = v + (int64_t)b * a.k_len * kstride + (int64_t)kvh * D;
+    const float sl2 = a.scale * PAR_CUDA__LOG2E;
+    int64_t kr[2];
+    long long kpos[2], kmin;
+    float dka[ND][4], dva[ND][4];
+
+    for (int r = 0; r < 2; r++) {
+        kr[r] = j0 + w * 16 + g + 8 * r;
+        kpos[r] = kr[r] < a.k_len ? (long long)par_cuda__pos(a.k_pos, kr[r]) : LLONG_MAX;
+    }
+    kmin = par_cuda__warp_min_ll(kpos[0] < kpos[1] ? kpos[0] : kpos[1]);
+    if (lane == 0) red[w] = kmin;
+    par_cuda__fa_stage<T, D>(ks, kb, kstride, j0, a.k_len, BK);
+    par_cuda__fa_stage<T, D>(vs, vb, kstride, j0, a.k_len, BK);
+    for (int dn = 0; dn < ND; dn++)
+        for (int e = 0; e < 4; e++) dka[dn][e] = dva[dn][e] = 0.0f;
+    __syncthreads();
+    for (int ww = 0; ww < PAR_CUDA__FA_THREADS / 32; ww++) kmin = red[ww] < kmin ? red[ww] : kmin;
+
+    for (int hq = 0; hq < a.group; hq++) {
+        const int h = kvh * a.group + hq;
+        const T *qb = q + (int64_t)b * a.q_len * qstride + (int64_t)h * D;
+        const T *db = dout + (int64_t)b * a.q_len * qstride + (int64_t)h * D;
+        const float *lb = lse + ((int64_t)b * a.q_heads + h) * a.q_len;
+        const float *dsb = dsum + ((int64_t)b * a.q_heads + h) * a.q_len;
+        for (int64_t i0 = 0; i0 < a.q_len; i0 += BQ) {
+            const int nq = (int)(a.q_len - i0 < BQ ? a.q_len - i0 : BQ);
+            float st[NT][4], dpt[NT][4];
+            __syncthreads();
+            {
+                const int vis = tid < nq && lb[i0 + tid] != -INFINITY &&
+                                (!a.causal || (long long)par_cuda__pos(a.q_pos, i0 + tid) >= kmin);
+                if (!__syncthreads_or(vis)) continue;
+            }
+            par_cuda__fa_stage<T, D>(qs, qb, qstride, i0, a.q_len, BQ);
+            par_cuda__fa_stage<T, D>(dos, db, qstride, i0, a.q_len, BQ);
+            if (tid < BQ) {
+                qpt[tid] = tid < nq ? (long long)par_cuda__pos(a.q_pos, i0 + tid) : LLONG_MIN;
+                lt[tid] = tid < nq ? lb[i0 + tid] * PAR_CUDA__LOG2E : -INFINITY;
+                dt[tid] = tid < nq ? dsb[i0 + tid] : 0.0f;
+            }
+            __syncthreads();
+
+            /* S^T = K Q^T and dP^T = V dO^T: tile nt = queries nt*8 .. nt*8+7. */
+            for (int nt = 0; nt < NT; nt++) {
+                st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
+                dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
+                for (int kk = 0; kk < KD; kk++) {
+                    uint32_t af[4], bf[2];
+                    par_cuda__frag_a(ks, P, w * 16, kk * 16, lane, af);
+                    par_cuda__frag_b_rows_n(qs, P, nt * 8, kk * 16, lane, bf);
+                    par_cuda__mma<T>(st[nt], af, bf);
+                    par_cuda__frag_a(vs, P, w * 16, kk * 16, lane, af);
+                    par_cuda__frag_b_rows_n(dos, P, nt * 8, kk * 16, lane, bf);
+                    par_cuda__mma<T>(dpt[nt], af, bf);
+                }
+            }
+            /* P^T in st, dS^T in dpt. */
+            for (int nt = 0; nt < NT; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int ii = nt * 8 + 2 * t + (e & 1), r = e >> 1;
+                    const bool ok = ii < nq && kr[r] < a.k_len && lt[ii] != -INFINITY &&
+                                    (!a.causal || kpos[r] <= qpt[ii]);
+                    const float p = ok ? exp2f(st[nt][e] * sl2 - lt[ii]) : 0.0f;
+                    st[nt][e] = p;
+                    dpt[nt][e] = p * (dpt[nt][e] - dt[ii]);
+                }
+            /* dV += P^T dO and dK += dS^T Q (queries are the reduction index). */
+            for (int ks2 = 0; ks2 < BQ / 16; ks2++) {
+                uint32_t pf[4], sf[4];
+                par_cuda__frag_c_to_a<T>(st[2 * ks2], st[2 * ks2 + 1], pf);
+                par_cuda__frag_c_to_a<T>(dpt[2 * ks2], dpt[2 * ks2 + 1], sf);
+                for (int dn = 0; dn < ND; dn++) {
+                    uint32_t bf[2];
+                    par_cuda__frag_b_rows_k(dos, P, ks2 * 16, dn * 8, lane, bf);
+                    par_cuda__mma<T>(dva[dn], pf, bf);
+                    par_cuda__frag_b_rows_k(qs, P, ks2 * 16, dn * 8, lane, bf);
+                    par_cuda__mma<T>(dka[dn], sf, bf);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) {
+        if (kr[r] >= a.k_len) continue;
+        const int64_t off = ((int64_t)b * a.k_len + kr[r]) * kstride + (int64_t)kvh * D;
+        for (int dn = 0; dn < ND; dn++) {
+            par_cuda__fa_put2<T>(dk + off + dn * 8 + 2 * t, dka[dn][2 * r] * a.scale, dka[dn][2 * r + 1] * a.scale,
+                                 accumulate);
+            par_cuda__fa_put2<T>(dv + off + dn * 8 + 2 * t, dva[dn][2 * r], dva[dn][2 * r + 1], accumulate);
+        }
+    }
+}
+
 /* Merge one block's (o_b, lse_b) into (o, lse): one warp per (b, s, h) row. */
 __global__ void par_cuda__attn_merge_k(par_cuda__attn_args a, float *o, float *lse, const float *o_b,
                                        const float *lse_b) {
@@ -1100,6 +1629,7 @@ typedef struct par_cuda__compute {
     size_t work_bytes;
     double *parts; /* sumsq partials [PAR_CUDA__PARTS + 1] */
     int *flags;    /* device data-error flags */
+    int tensor_attn; /* 1: bf16/f16 attention may use the tensor-core kernels (par_cuda__fa_*) */
 } par_cuda__compute;
 
 #define PAR_CUDA__PARTS 1024
@@ -1442,6 +1972,108 @@ static void par_cuda__attn_bwd_launch(const par_cuda__attn_args &a, cudaStream_t
     }
 }
 
+/* The tensor-core kernels: bf16/f16, head_dim 64 or 128, every tensor 16-byte
+   aligned (tiles are staged 8 elements at a time), on a table that enabled them. */
+static bool par_cuda__fa_fits(const par_cuda__compute *cu, const par_attn_desc *d, const void *const *ptrs, int n) {
+    if (!cu->tensor_attn || (d->dtype != PAR_BF16 && d->dtype != PAR_F16) || (d->head_dim != 64 && d->head_dim != 128))
+        return false;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)ptrs[i] % 16 != 0) return false;
+    return true;
+}
+
+/* Dynamic shared memory above 48 KiB must be opted into per kernel. */
+template <typename K> static par_status par_cuda__fa_smem_opt_in(K kernel, size_t bytes, const char *what) {
+    cudaError_t e = cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    return e == cudaSuccess ? PAR_OK : par_cuda__runtime(e, what);
+}
+
+template <typename T, int D>
+static par_status par_cuda__fa_fwd_launch(const par_cuda__attn_args &a, cudaStream_t s, const void *q, const void *k,
+                                          const void *v, void *o, float *lse) {
+    const size_t smem = par_cuda__fa_fwd_smem<D>();
+    dim3 grid((unsigned)((a.q_len + PAR_CUDA__FA_BQ - 1) / PAR_CUDA__FA_BQ), (unsigned)a.q_heads, (unsigned)a.batch);
+    par_status st = par_cuda__fa_smem_opt_in(par_cuda__fa_fwd_k<T, D>, smem, "cuda attention_fwd: shared memory");
+    if (st != PAR_OK) return st;
+    par_cuda__fa_fwd_k<T, D><<<grid, PAR_CUDA__FA_THREADS, smem, s>>>(a, (const T *)q, (const T *)k, (const T *)v,
+                                                                      (T *)o, lse);
+    return PAR_OK;
+}
+
+template <typename T, int D>
+static par_status par_cuda__fa_bwd_launch(const par_cuda__attn_args &a, cudaStream_t s, const void *q, const void *k,
+                                          const void *v, const float *lse, const float *dsum, const void *dout,
+                                          void *dq, void *dk, void *dv, int accumulate) {
+    const size_t smem_dq = par_cuda__fa_dq_smem<D>(), smem_kv = par_cuda__fa_dkdv_smem<D>();
+    par_status st;
+    if ((st = par_cuda__fa_smem_opt_in(par_cuda__fa_dq_k<T, D>, smem_dq, "cuda attention_bwd: shared memory")) !=
+            PAR_OK ||
+        (st = par_cuda__fa_smem_opt_in(par_cuda__fa_dkdv_k<T, D>, smem_kv, "cuda attention_bwd: shared memory")) !=
+            PAR_OK)
+        return st;
+    if (a.q_len > 0) {
+        dim3 grid((unsigned)((a.q_len + PAR_CUDA__FA_BQ - 1) / PAR_CUDA__FA_BQ), (unsigned)a.q_heads,
+                  (unsigned)a.batch);
+        par_cuda__fa_dq_k<T, D><<<grid, PAR_CUDA__FA_THREADS, smem_dq, s>>>(
+            a, (const T *)q, (const T *)k, (const T *)v, lse, dsum, (const T *)dout, (T *)dq, accumulate);
+    }
+    if (a.k_len > 0) {
+        dim3 grid((unsigned)((a.k_len + PAR_CUDA__FA_BK - 1) / PAR_CUDA__FA_BK), (unsigned)a.kv_heads,
+                  (unsigned)a.batch);
+        par_cuda__fa_dkdv_k<T, D><<<grid, PAR_CUDA__FA_THREADS, smem_kv, s>>>(
+            a, (const T *)q, (const T *)k, (const T *)v, lse, dsum, (const T *)dout, (T *)dk, (T *)dv, accumulate);
+    }
+    return PAR_OK;
+}
+
+template <typename T>
+static par_status par_cuda__fa_fwd_dispatch(const par_cuda__attn_args &a, cudaStream_t s, const void *q,
+                                            const void *k, const void *v, void *o, float *lse) {
+    return a.head_dim == 64 ? par_cuda__fa_fwd_launch<T, 64>(a, s, q, k, v, o, lse)
+                            : par_cuda__fa_fwd_launch<T, 128>(a, s, q, k, v, o, lse);
+}
+
+template <typename T>
+static par_status par_cuda__fa_bwd_dispatch(const par_cuda__attn_args &a, cudaStream_t s, const void *q,
+                                            const void *k, const void *v, const void *o, const float *lse,
+                                            float *dsum, const void *dout, void *dq, void *dk, void *dv,
+                                            int accumulate) {
+    const int64_t rows = (int64_t)a.batch * a.q_len * a.q_heads;
+    if (rows > 0)
+        par_cuda__attn_dsum_k<T><<<par_cuda__blocks(rows, PAR_CUDA__THREADS / 32), PAR_CUDA__THREADS, 0, s>>>(
+            a, (const T *)o, (const T *)dout, dsum);
+    return a.head_dim == 64 ? par_cuda__fa_bwd_launch<T, 64>(a, s, q, k, v, lse, dsum, dout, dq, dk, dv, accumulate)
+                            : par_cuda__fa_bwd_launch<T, 128>(a, s, q, k, v, lse, dsum, dout, dq, dk, dv, accumulate);
+}
+
+/* 1 if this build's tensor-core kernels can run on `device`: the device is
+   sm_80+ and the kernels were compiled (or JIT-compiled from PTX) for sm_80+,
+   which a build for nvcc's default target is not. */
+static int par_cuda__fa_available(int device, char *why, size_t why_size) {
+    cudaDeviceProp prop;
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaGetDeviceProperties(&prop, device);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, (const void *)par_cuda__fa_fwd_k<__nv_bfloat16, 64>);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(why, why_size, "cannot query the device or kernel: %s", cudaGetErrorString(e));
+        return 0;
+    }
+    if (prop.major < 8) {
+        snprintf(why, why_size, "device %d is sm_%d%d (tensor-core attention needs sm_80+)", device, prop.major,
+                 prop.minor);
+        return 0;
+    }
+    if (fa.ptxVersion < 80) {
+        snprintf(why, why_size,
+                 "parallel_cuda.cu was compiled for sm_%d (build with e.g. -arch=sm_80 or -arch=sm_90 for "
+                 "tensor-core attention)",
+                 fa.ptxVersion);
+        return 0;
+    }
+    return 1;
+}
+
 template <typename T>
 static void par_cuda__attn_fwd_dispatch(const par_cuda__attn_args &a, cudaStream_t s, const void *q, const void *k,
                                         const void *v, void *o, float *lse) {
@@ -1487,6 +2119,15 @@ static par_status par_cuda__attention_fwd_hook(void *user, const par_attn_desc *
     PAR_CUDA__ATTN_PTR(fn, lse, a.q_len);
     if (a.q_len == 0) return PAR_OK; /* k_len == 0: o = 0, lse = -inf, k and v unread */
     PAR_CUDA__ENTER(cu, "cuda attention_fwd");
+    if (a.k_len > 0) {
+        const void *ptrs[4] = {q, k, v, o};
+        if (par_cuda__fa_fits(cu, d, ptrs, 4)) {
+            st = d->dtype == PAR_BF16 ? par_cuda__fa_fwd_dispatch<__nv_bfloat16>(a, cu->stream, q, k, v, o, lse)
+                                      : par_cuda__fa_fwd_dispatch<__half>(a, cu->stream, q, k, v, o, lse);
+            if (st != PAR_OK) return st;
+            return par_cuda__launched("cuda attention_fwd");
+        }
+    }
     if (d->dtype == PAR_F32)
         par_cuda__attn_fwd_dispatch<float>(a, cu->stream, q, k, v, o, lse);
     else if (d->dtype == PAR_BF16)
@@ -1553,6 +2194,18 @@ static par_status par_cuda__attention_bwd_hook(void *user, const par_attn_desc *
     }
     st = par_cuda__workspace(cu, (size_t)a.batch * (size_t)a.q_heads * (size_t)a.q_len * sizeof(float), &dsum);
     if (st != PAR_OK) return st;
+    {
+        const void *ptrs[8] = {q, k, v, o, do_, dq, dk, dv};
+        if (par_cuda__fa_fits(cu, d, ptrs, 8)) { /* NULL (no keys) counts as aligned */
+            st = d->dtype == PAR_BF16
+                     ? par_cuda__fa_bwd_dispatch<__nv_bfloat16>(a, cu->stream, q, k, v, o, lse, (float *)dsum, do_,
+                                                                dq, dk, dv, accumulate)
+                     : par_cuda__fa_bwd_dispatch<__half>(a, cu->stream, q, k, v, o, lse, (float *)dsum, do_, dq, dk,
+                                                         dv, accumulate);
+            if (st != PAR_OK) return st;
+            return par_cuda__launched("cuda attention_bwd");
+        }
+    }
     if (d->dtype == PAR_F32)
         par_cuda__attn_bwd_dispatch<float>(a, cu->stream, q, k, v, o, lse, (float *)dsum, do_, dq, dk, dv,
                                            accumulate);
@@ -1864,6 +2517,11 @@ extern "C" par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_ta
     memset(cu, 0, sizeof *cu);
     cu->device = device;
     cu->f32_compute = desc && desc->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if (desc && (desc->attention_kernel < 0 || desc->attention_kernel > 2)) {
+        st = par_cuda__fail(PAR_EINVAL, "par_compute_cuda: attention_kernel %d (need 0 auto, 1 SIMT, 2 tensor cores)",
+                            desc->attention_kernel);
+        goto fail;
+    }
 #define PAR_CUDA__INIT(call, what)                     \
     do {                                               \
         e = (call);                                    \
@@ -1873,6 +2531,14 @@ extern "C" par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_ta
         }                                              \
     } while (0)
     PAR_CUDA__INIT(cudaSetDevice(device), "par_compute_cuda: cudaSetDevice");
+    if (!desc || desc->attention_kernel != 1) {
+        char why[200];
+        cu->tensor_attn = par_cuda__fa_available(device, why, sizeof why);
+        if (!cu->tensor_attn && desc && desc->attention_kernel == 2) {
+            st = par_cuda__fail(PAR_EUNSUPPORTED, "par_compute_cuda: tensor-core attention unavailable: %s", why);
+            goto fail;
+        }
+    }
     if (desc && desc->stream) {
         cu->stream = (cudaStream_t)desc->stream;
     } else {

@@ -9,7 +9,12 @@
      attn    causal flash attention, batch 1, 32 query heads, 8 kv heads (GQA),
              head dim 128, bf16 and f32, forward and backward; TFLOP/s counts the
              causal half of the score matrix: forward 4 * s^2/2 * heads * d, backward
-             2.5x the forward (the FlashAttention papers' convention).
+             2.5x the forward (the FlashAttention papers' convention). Each row
+             names its kernel: "tc" = a table with attention_kernel = 2 (the
+             tensor-core kernels for bf16/f16, head dim 128; absent when this
+             build or GPU lacks them, e.g. nvcc's default arch), "simt" = a
+             table with attention_kernel = 1 (the portable kernels; f32 always
+             runs these).
    bench/bench_cuda_torch.py times the same attention shapes with PyTorch's
    scaled_dot_product_attention on the same GPU for the side-by-side ratio.
    Prints a table and JSON lines {"bench":"cuda",...}.
@@ -143,7 +148,7 @@ static void attn_bwd_once(void *arg) {
     TRY(a->t->attention_bwd(a->t->user, &a->d, a->q, a->k, a->v, a->o, a->lse, a->dout, a->dq, a->dk, a->dv, 0));
 }
 
-static void bench_attention(par_compute_table *t, int64_t seq, par_dtype dtype) {
+static void bench_attention(par_compute_table *t, const char *kernel, int64_t seq, par_dtype dtype) {
     attn_run a;
     size_t nq, nkv;
     float fwd_ms, bwd_ms;
@@ -173,11 +178,11 @@ static void bench_attention(par_compute_table *t, int64_t seq, par_dtype dtype) 
     fwd_flop = 4.0 * (double)seq * (double)seq / 2.0 * 32 * 128;
     fwd_tf = fwd_flop / (fwd_ms * 1e-3) / 1e12;
     bwd_tf = 2.5 * fwd_flop / (bwd_ms * 1e-3) / 1e12;
-    printf("  attn %-5s causal seq %-6lld fwd %9.3f ms %7.1f TFLOP/s | bwd %9.3f ms %7.1f TFLOP/s\n",
+    printf("  attn %-4s %-5s causal seq %-6lld fwd %9.3f ms %7.1f TFLOP/s | bwd %9.3f ms %7.1f TFLOP/s\n", kernel,
            par_dtype_name(dtype), (long long)seq, fwd_ms, fwd_tf, bwd_ms, bwd_tf);
-    printf("{\"bench\":\"cuda\",\"op\":\"attention\",\"dtype\":\"%s\",\"seq\":%lld,\"heads\":32,\"kv_heads\":8,"
-           "\"head_dim\":128,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"bwd_ms\":%.4f,\"bwd_tflops\":%.2f}\n",
-           par_dtype_name(dtype), (long long)seq, fwd_ms, fwd_tf, bwd_ms, bwd_tf);
+    printf("{\"bench\":\"cuda\",\"op\":\"attention\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"seq\":%lld,\"heads\":32,"
+           "\"kv_heads\":8,\"head_dim\":128,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"bwd_ms\":%.4f,\"bwd_tflops\":%.2f}\n",
+           kernel, par_dtype_name(dtype), (long long)seq, fwd_ms, fwd_tf, bwd_ms, bwd_tf);
     t->free(t->user, a.q);
     t->free(t->user, a.k);
     t->free(t->user, a.v);
@@ -190,7 +195,8 @@ static void bench_attention(par_compute_table *t, int64_t seq, par_dtype dtype) 
 }
 
 int main(int argc, char **argv) {
-    par_compute_table exact, tf32;
+    par_compute_table exact, tf32, simt, tc;
+    int have_tc;
     par_cuda_desc desc;
     char name[256];
     int count = 0;
@@ -201,6 +207,12 @@ int main(int argc, char **argv) {
     TRY(par_compute_cuda(&desc, &exact));
     desc.allow_tf32 = 1;
     TRY(par_compute_cuda(&desc, &tf32));
+    desc.allow_tf32 = 0;
+    desc.attention_kernel = 1;
+    TRY(par_compute_cuda(&desc, &simt));
+    desc.attention_kernel = 2;
+    have_tc = par_compute_cuda(&desc, &tc) == PAR_OK;
+    if (!have_tc) printf("  (no tensor-core attention rows: %s)\n", par_last_error());
 
     bench_gemm(&exact, "f32", 4096, PAR_F32, PAR_F32);
     bench_gemm(&tf32, "f32-tf32", 4096, PAR_F32, PAR_F32);
@@ -209,12 +221,20 @@ int main(int argc, char **argv) {
     bench_gemm(&exact, "bf16", 8192, PAR_BF16, PAR_BF16);
     bench_gemm(&exact, "f16", 8192, PAR_F16, PAR_F16);
 
-    bench_attention(&exact, 1024, PAR_BF16);
-    bench_attention(&exact, 4096, PAR_BF16);
-    bench_attention(&exact, 16384, PAR_BF16);
-    bench_attention(&exact, 4096, PAR_F32);
+    if (have_tc) {
+        bench_attention(&tc, "tc", 1024, PAR_BF16);
+        bench_attention(&tc, "tc", 4096, PAR_BF16);
+        bench_attention(&tc, "tc", 16384, PAR_BF16);
+        bench_attention(&tc, "tc", 4096, PAR_F16);
+    }
+    bench_attention(&simt, "simt", 1024, PAR_BF16);
+    bench_attention(&simt, "simt", 4096, PAR_BF16);
+    bench_attention(&simt, "simt", 16384, PAR_BF16);
+    bench_attention(&simt, "simt", 4096, PAR_F32);
 
     exact.destroy(exact.user);
     tf32.destroy(tf32.user);
+    simt.destroy(simt.user);
+    if (have_tc) tc.destroy(tc.user);
     return 0;
 }

@@ -612,10 +612,61 @@ static void test_attention_empty(void) {
     free(h), free(zero), free(neg), free(back);
 }
 
+/* The bf16/f16 cases, run on every attention kernel choice (test_attention_kernels):
+   with tensor cores, head_dim 64 and 128 take the mma kernels (64-query and
+   64-key tiles, 32-query tiles in dK/dV), so the lengths below are chosen off
+   those multiples (ragged last tiles), with GQA, zigzag positions, rows with no
+   visible key and q longer than k. */
+static void test_attention_half(void) {
+    const par_dtype types[2] = {PAR_BF16, PAR_F16};
+    for (int t = 0; t < 2; t++) {
+        test_attention_case(types[t], 2, 4, 2, 64, 65, 65, 1, 0);
+        test_attention_case(types[t], 1, 8, 1, 128, 33, 97, 0, 1);
+        test_attention_case(types[t], 1, 2, 2, 256, 20, 40, 1, 1);   /* SIMT on every table */
+        test_attention_case(types[t], 1, 4, 2, 128, 100, 150, 1, 2); /* zigzag, GQA 2 */
+        test_attention_case(types[t], 2, 2, 2, 64, 50, 100, 1, 2);   /* zigzag */
+        test_attention_case(types[t], 1, 2, 1, 64, 40, 70, 1, 3);    /* rows with no visible key */
+        test_attention_case(types[t], 1, 2, 2, 128, 70, 200, 1, 3);  /* same, two query tiles */
+        test_attention_case(types[t], 1, 2, 2, 128, 130, 17, 0, 1);  /* q longer than k */
+        test_attention_case(types[t], 1, 4, 1, 128, 300, 300, 1, 0); /* several tiles each way, MQA */
+        test_attention_case(types[t], 1, 8, 2, 64, 257, 513, 1, 1);  /* queries at the end of the keys */
+        test_attention_case(types[t], 1, 2, 2, 128, 1, 1, 1, 0);     /* one query, one key */
+        test_attention_case(types[t], 1, 2, 2, 64, 5, 0, 0, 0);      /* no keys at all */
+    }
+}
+
+/* attention_kernel: 0 (the main table G) uses tensor cores where this build and
+   device allow, 2 requires them, 1 is the SIMT kernels; the bf16/f16 cases run
+   again on a SIMT table so that both kernels are checked on a GPU that has both. */
+static void test_attention_kernels(void) {
+    par_cuda_desc d;
+    par_compute_table t, saved;
+    par_status st;
+    memset(&d, 0, sizeof d);
+    d.attention_kernel = 3;
+    CHECK_ERR(par_compute_cuda(&d, &t), PAR_EINVAL, "attention_kernel");
+    d.attention_kernel = 2;
+    st = par_compute_cuda(&d, &t);
+    if (st == PAR_OK) {
+        printf("cuda_compute: bf16/f16 attention (head_dim 64, 128) ran on tensor cores; now the SIMT kernels\n");
+        t.destroy(t.user);
+    } else {
+        CHECK_MSG(st == PAR_EUNSUPPORTED, "attention_kernel = 2: %s", par_status_string(st));
+        printf("cuda_compute: no tensor-core attention (%s); both runs use the SIMT kernels\n", par_cuda_last_error());
+    }
+    d.attention_kernel = 1;
+    CHECK_OK(par_compute_cuda(&d, &t));
+    if (!t.user) return;
+    saved = G;
+    G = t; /* up(), down() and gfree() follow G */
+    test_attention_half();
+    G = saved;
+    t.destroy(t.user);
+}
+
 static void test_attention(void) {
     static const int groups[][2] = {{4, 4}, {4, 2}, {4, 1}, {8, 2}}; /* GQA 1, 2, 4 and MQA */
     static const int dims[] = {16, 64, 80, 128, 256};
-    const par_dtype types[3] = {PAR_F32, PAR_BF16, PAR_F16};
     par_attn_desc d;
     for (unsigned g = 0; g < 4; g++)
         for (int causal = 0; causal < 2; causal++) test_attention_case(PAR_F32, 2, groups[g][0], groups[g][1], 64, 37, 37, causal, 0);
@@ -625,11 +676,7 @@ static void test_attention(void) {
     test_attention_case(PAR_F32, 1, 2, 1, 64, 40, 70, 1, 3);  /* rows with no visible key */
     test_attention_case(PAR_F32, 1, 2, 2, 64, 130, 17, 0, 1); /* q longer than k */
     test_attention_case(PAR_F32, 1, 2, 2, 64, 5, 0, 0, 0);    /* no keys at all */
-    for (int t = 1; t < 3; t++) {
-        test_attention_case(types[t], 2, 4, 2, 64, 65, 65, 1, 0);
-        test_attention_case(types[t], 1, 8, 1, 128, 33, 97, 0, 1);
-        test_attention_case(types[t], 1, 2, 2, 256, 20, 40, 1, 1);
-    }
+    test_attention_half();
     test_merge(4, 2, 64, 50, 90, 0);
     test_merge(4, 1, 32, 64, 64, 1);
     test_merge(2, 2, 128, 33, 100, 1);
@@ -938,6 +985,7 @@ int main(void) {
     test_memory();
     test_gemm();
     test_attention();
+    test_attention_kernels();
     test_rmsnorm(1, 7);
     test_rmsnorm(33, 4096);
     test_rmsnorm(300, 130);
