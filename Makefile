@@ -83,7 +83,11 @@ FUZZ_CC ?= clang
 HAVE_FUZZER := $(shell printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' | \
   $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1 && echo yes || echo no)
 
-FEATURES := MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML) libFuzzer=$(HAVE_FUZZER)
+# NVCC_ARCH: with a GPU on this machine, its own architecture (-arch=native: the
+# tensor-core attention kernels need sm_80 or newer code); without one (CI) nvcc's
+# default target, which only proves the code compiles and links.
+NVCC_ARCH  ?= $(if $(shell nvidia-smi -L 2>/dev/null),-arch=native,)
+FEATURES := MPI=$(HAVE_MPI) CUDA=$(HAVE_CUDA) NCCL=$(HAVE_NCCL) cuBLAS=$(HAVE_CUBLAS) OpenBLAS=$(HAVE_OPENBLAS) (cblas.h=$(HAVE_CBLAS)) libyaml=$(HAVE_YAML) libFuzzer=$(HAVE_FUZZER) nvcc_arch=$(NVCC_ARCH)
 # Rewritten only when the detected set changes; every program whose flags, compiler
 # or libraries follow detection depends on it, so installing (or removing) MPI,
 # OpenBLAS, CUDA or libyaml rebuilds those programs (their sources did not change,
@@ -96,8 +100,6 @@ CUDA_SKIP := $(if $(filter no,$(HAVE_CUDA)),no nvcc on PATH or in $(CUDA_HOME)/b
   $(filter no,$(HAVE_CUBLAS)),no cublas_v2.h in $(CUDA_HOME)/include)))
 
 # nvcc compiles .cu as C++; the host compiler gets the same warning bar as the C code.
-# NVCC_ARCH is empty (nvcc's default target, JIT-able on newer GPUs); e.g. -arch=native.
-NVCC_ARCH  ?=
 NVCCFLAGS  ?= -std=c++17 -O2 -g $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart
 
