@@ -11077,19 +11077,19 @@ static PAR__MAYBE_UNUSED par_status par__cpu_sumsq(int64_t n, const float *x, do
    memory or registers, and the arithmetic runs unconditionally in its own pass.
    The int -> float reinterpretation goes through a union of arrays (defined in C;
    gcc and clang document it for C++ too). */
-static float par__attn_exp_sum_c(float *x, float sub) {
+static float par__attn_exp_sum_c(float *x, float sub, int w) {
     union {
         int32_t i[PAR__ATTN_BK];
         float f[PAR__ATTN_BK];
     } two_n;
     float c[PAR__ATTN_BK], p[PAR__ATTN_BK], lanes[16], sum = 0.0f;
     int j, u;
-    for (j = 0; j < PAR__ATTN_BK; j++) { /* clamp: NaN -> -87 keeps the int conversion defined */
+    for (j = 0; j < w; j++) { /* clamp: NaN -> -87 keeps the int conversion defined */
         const float t = x[j] - sub;
         const float lo = t > -87.0f ? t : -87.0f;
         c[j] = lo < 88.0f ? lo : 88.0f;
     }
-    for (j = 0; j < PAR__ATTN_BK; j++) {
+    for (j = 0; j < w; j++) {
         const float n = (c[j] * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
         float r = c[j] - n * 0.693359375f, q;
         r = r - n * -2.12194440054690583e-4f;
@@ -11097,38 +11097,38 @@ static float par__attn_exp_sum_c(float *x, float sub) {
         p[j] = q;
         two_n.i[j] = ((int32_t)n + 127) * 8388608; /* exponent field; a multiply, not a shift of a signed value */
     }
-    for (j = 0; j < PAR__ATTN_BK; j++) p[j] = p[j] * two_n.f[j];
-    for (j = 0; j < PAR__ATTN_BK; j++) { /* below -87: 0; NaN stays NaN */
+    for (j = 0; j < w; j++) p[j] = p[j] * two_n.f[j];
+    for (j = 0; j < w; j++) { /* below -87: 0; NaN stays NaN */
         const float t = x[j] - sub;
         c[j] = t;
         x[j] = t < -87.0f ? 0.0f : p[j];
     }
-    for (j = 0; j < PAR__ATTN_BK; j++) x[j] = c[j] == c[j] ? x[j] : c[j];
+    for (j = 0; j < w; j++) x[j] = c[j] == c[j] ? x[j] : c[j];
     for (u = 0; u < 16; u++) lanes[u] = 0.0f;
-    for (j = 0; j + 16 <= PAR__ATTN_BK; j += 16)
+    for (j = 0; j + 16 <= w; j += 16)
         for (u = 0; u < 16; u++) lanes[u] += x[j + u];
-    for (; j < PAR__ATTN_BK; j++) lanes[0] += x[j];
+    for (; j < w; j++) lanes[0] += x[j];
     for (u = 0; u < 16; u++) sum += lanes[u];
     return sum;
 }
 
 /* Row max through 16 independent lanes (a fixed inner loop the vectorizer packs). */
-static float par__attn_max_c(const float *x) {
+static float par__attn_max_c(const float *x, int w) {
     float lanes[16], m;
     int j, u;
     for (u = 0; u < 16; u++) lanes[u] = x[0];
-    for (j = 0; j + 16 <= PAR__ATTN_BK; j += 16)
+    for (j = 0; j + 16 <= w; j += 16)
         for (u = 0; u < 16; u++) lanes[u] = x[j + u] > lanes[u] ? x[j + u] : lanes[u];
-    for (; j < PAR__ATTN_BK; j++) lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
+    for (; j < w; j++) lanes[0] = x[j] > lanes[0] ? x[j] : lanes[0];
     m = lanes[0];
     for (u = 1; u < 16; u++) m = lanes[u] > m ? lanes[u] : m;
     return m;
 }
 
 /* ds[j] = p[j] * (ds[j] - dsum): dS = P (dP - D) in place over dP. */
-static void par__attn_ds_c(float *ds, const float *p, float dsum) {
+static void par__attn_ds_c(float *ds, const float *p, float dsum, int w) {
     int j;
-    for (j = 0; j < PAR__ATTN_BK; j++) ds[j] = p[j] * (ds[j] - dsum);
+    for (j = 0; j < w; j++) ds[j] = p[j] * (ds[j] - dsum);
 }
 
 /* PAR__ATTN_NO_SIMD (private, for tests) keeps only the portable row kernels. */
@@ -11137,7 +11137,7 @@ static void par__attn_ds_c(float *ds, const float *p, float dsum) {
 /* Only intrinsics whose gcc definitions avoid _mm512_undefined_*: g++ 12 reports
    those as -Wuninitialized (hence the mask_ forms with all lanes set and the
    scalar final reductions). */
-__attribute__((target("avx512f"))) static float par__attn_exp_sum_avx512(float *x, float sub) {
+__attribute__((target("avx512f"))) static float par__attn_exp_sum_avx512(float *x, float sub, int w) {
     const __m512 vsub = _mm512_set1_ps(sub), lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
     const __m512 log2e = _mm512_set1_ps(1.44269504088896341f), magic = _mm512_set1_ps(12582912.0f);
     const __m512 ln2hi = _mm512_set1_ps(0.693359375f), ln2lo = _mm512_set1_ps(-2.12194440054690583e-4f);
@@ -11145,7 +11145,7 @@ __attribute__((target("avx512f"))) static float par__attn_exp_sum_avx512(float *
     __m512 acc = _mm512_setzero_ps();
     float lanes[16], sum = 0.0f;
     int j;
-    for (j = 0; j < PAR__ATTN_BK; j += 16) {
+    for (j = 0; j < w; j += 16) {
         const __m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + j), vsub);
         /* max(t, lo) gives lo for NaN t (vmaxps returns the second operand) */
         const __m512 c = _mm512_mask_min_ps(hi, 0xFFFF, _mm512_mask_max_ps(lo, 0xFFFF, t, lo), hi);
@@ -11173,20 +11173,20 @@ __attribute__((target("avx512f"))) static float par__attn_exp_sum_avx512(float *
     for (j = 0; j < 16; j++) sum += lanes[j];
     return sum;
 }
-__attribute__((target("avx512f"))) static float par__attn_max_avx512(const float *x) {
+__attribute__((target("avx512f"))) static float par__attn_max_avx512(const float *x, int w) {
     __m512 m = _mm512_loadu_ps(x);
     float lanes[16], r;
     int j;
-    for (j = 16; j < PAR__ATTN_BK; j += 16) m = _mm512_mask_max_ps(m, 0xFFFF, _mm512_loadu_ps(x + j), m);
+    for (j = 16; j < w; j += 16) m = _mm512_mask_max_ps(m, 0xFFFF, _mm512_loadu_ps(x + j), m);
     _mm512_storeu_ps(lanes, m);
     r = lanes[0];
     for (j = 1; j < 16; j++) r = lanes[j] > r ? lanes[j] : r;
     return r;
 }
-__attribute__((target("avx512f"))) static void par__attn_ds_avx512(float *ds, const float *p, float dsum) {
+__attribute__((target("avx512f"))) static void par__attn_ds_avx512(float *ds, const float *p, float dsum, int w) {
     const __m512 d = _mm512_set1_ps(dsum);
     int j;
-    for (j = 0; j < PAR__ATTN_BK; j += 16)
+    for (j = 0; j < w; j += 16)
         _mm512_storeu_ps(ds + j, _mm512_mul_ps(_mm512_loadu_ps(p + j), _mm512_sub_ps(_mm512_loadu_ps(ds + j), d)));
 }
 #endif
@@ -11200,29 +11200,34 @@ static int par__attn_isa(void) {
     return 0;
 #endif
 }
-static float par__attn_exp_sum(int isa, float *x, float sub) {
+/* The row kernels run over the first w columns of a BK-wide tile row: the key
+   tile's valid columns rounded up to 16 (par__attn_width); the GEMMs read only
+   the valid ones, so short tiles (a ring step's block, a short sequence) do not
+   pay for BK. */
+static int par__attn_width(int64_t nk) { return (int)((nk + 15) / 16 * 16); }
+static float par__attn_exp_sum(int isa, float *x, float sub, int w) {
 #ifdef PAR__ATTN_AVX512
-    if (isa) return par__attn_exp_sum_avx512(x, sub);
+    if (isa) return par__attn_exp_sum_avx512(x, sub, w);
 #endif
     (void)isa;
-    return par__attn_exp_sum_c(x, sub);
+    return par__attn_exp_sum_c(x, sub, w);
 }
-static float par__attn_max(int isa, const float *x) {
+static float par__attn_max(int isa, const float *x, int w) {
 #ifdef PAR__ATTN_AVX512
-    if (isa) return par__attn_max_avx512(x);
+    if (isa) return par__attn_max_avx512(x, w);
 #endif
     (void)isa;
-    return par__attn_max_c(x);
+    return par__attn_max_c(x, w);
 }
-static void par__attn_ds(int isa, float *ds, const float *p, float dsum) {
+static void par__attn_ds(int isa, float *ds, const float *p, float dsum, int w) {
 #ifdef PAR__ATTN_AVX512
     if (isa) {
-        par__attn_ds_avx512(ds, p, dsum);
+        par__attn_ds_avx512(ds, p, dsum, w);
         return;
     }
 #endif
     (void)isa;
-    par__attn_ds_c(ds, p, dsum);
+    par__attn_ds_c(ds, p, dsum, w);
 }
 
 /* Validation shared by the three entries; `fn` names the table entry. Pointers may
@@ -11374,19 +11379,20 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_fwd(const par_allocator *
                     for (i = 0; i < nq * dim; i++) acc[i] = 0.0f;
                     for (j0 = 0; j0 < d->k_len; j0 += PAR__ATTN_BK) {
                         const int64_t nk = d->k_len - j0 < PAR__ATTN_BK ? d->k_len - j0 : PAR__ATTN_BK;
+                        const int w = par__attn_width(nk);
                         if (!par__attn_score_tile(alloc, d, scale, qh + i0 * ldq, ldq, kh + j0 * ldk, ldk, i0, nq,
                                                   j0, nk, s, kp))
                             continue;
                         for (i = 0; i < nq; i++) {
                             float *si = s + i * PAR__ATTN_BK, *ai = acc + i * dim;
-                            const float mt = par__attn_max(isa, si), mn = mt > m[i] ? mt : m[i];
+                            const float mt = par__attn_max(isa, si, w), mn = mt > m[i] ? mt : m[i];
                             float alpha;
                             if (mn == -INFINITY) { /* nothing visible to this row yet: P row = 0 */
-                                for (c = 0; c < PAR__ATTN_BK; c++) si[c] = 0.0f;
+                                for (c = 0; c < w; c++) si[c] = 0.0f;
                                 continue;
                             }
                             alpha = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
-                            l[i] = l[i] * alpha + par__attn_exp_sum(isa, si, mn);
+                            l[i] = l[i] * alpha + par__attn_exp_sum(isa, si, mn, w);
                             m[i] = mn;
                             if (alpha != 1.0f)
                                 for (c = 0; c < dim; c++) ai[c] *= alpha;
@@ -11466,13 +11472,14 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_allocator *
                     for (j0 = 0; j0 < d->k_len; j0 += PAR__ATTN_BK) {
                         const int64_t nk = d->k_len - j0 < PAR__ATTN_BK ? d->k_len - j0 : PAR__ATTN_BK;
                         const float *kt = k + koff + j0 * ldk, *vt = v + koff + j0 * ldk;
+                        const int w = par__attn_width(nk);
                         if (!par__attn_score_tile(alloc, d, scale, qt, ldq, kt, ldk, i0, nq, j0, nk, p, kp)) continue;
                         for (i = 0; i < nq; i++) { /* P = exp(S - lse); a row with no visible key has P = 0 */
                             float *pi = p + i * PAR__ATTN_BK;
                             if (lh[i0 + i] == -INFINITY)
-                                for (j = 0; j < PAR__ATTN_BK; j++) pi[j] = 0.0f;
+                                for (j = 0; j < w; j++) pi[j] = 0.0f;
                             else
-                                (void)par__attn_exp_sum(isa, pi, lh[i0 + i]);
+                                (void)par__attn_exp_sum(isa, pi, lh[i0 + i], w);
                         }
                         /* dV_t += P^T dO_t */
                         par__cpu_sgemm_a(alloc, 1, 0, nk, dim, nq, 1.0f, p, PAR__ATTN_BK, dot, ldq, 1.0f,
@@ -11484,8 +11491,8 @@ static PAR__MAYBE_UNUSED par_status par__cpu_attention_bwd(const par_allocator *
                             float *dsi = ds + i * PAR__ATTN_BK;
                             /* padding columns are never read by the GEMMs below; zeroed so
                                the row kernel never computes on uninitialized memory */
-                            for (j = nk; j < PAR__ATTN_BK; j++) dsi[j] = 0.0f;
-                            par__attn_ds(isa, dsi, pi, drow[i]);
+                            for (j = nk; j < w; j++) dsi[j] = 0.0f;
+                            par__attn_ds(isa, dsi, pi, drow[i], w);
                         }
                         /* dQ_t += scale dS K_t;  dK_t += scale dS^T Q_t */
                         par__cpu_sgemm_a(alloc, 0, 0, nq, dim, nk, scale, ds, PAR__ATTN_BK, kt, ldk, 1.0f, dqt, ldq);
