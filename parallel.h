@@ -2417,16 +2417,30 @@ typedef struct par_cluster {
     double memory_bandwidth; /* bytes/s a device streams through its memory; 0 = not counted */
     double activation_rate;  /* elements/s of a SwiGLU forward + backward (the activation function's
                                 exp per element); 0 = not counted */
+    double attention_rate;   /* flop/s of causal flash attention forward + backward, counted as the
+                                model counts them (6 x keys x head_dim per query head and token);
+                                0 = at flops */
+    double attention_row_cost; /* seconds per query row and head of one attention call (forward +
+                                  backward) beyond its flops: the per-row softmax bookkeeping that
+                                  makes short blocks (ring steps) slow; 0 = not counted */
+    double kernel_latency;   /* seconds each kernel call costs beyond its work (dispatch, waking
+                                kernel threads); 0 = not counted */
+    int node_parallelism;    /* ranks of one node that compute at full speed at once: ranks that
+                                share a node's CPU cores (threads or processes) take turns beyond
+                                it, so a node's summed work bounds the step; 0 = every rank
+                                (one accelerator each) */
 } par_cluster;
 
 /* PAR_EINVAL naming the field and the rule: devices 1 to 2^24,
    devices_per_node dividing devices, bandwidths, memory and flops finite and
-   > 0, latencies finite, >= 0 and under an hour. */
+   > 0, latencies (kernel_latency too) finite, >= 0 and under an hour, the
+   optional rates finite and >= 0, node_parallelism 0 to 2^24. */
 PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
 /* "key: value" lines ('#' comments): devices, devices_per_node,
    intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
    inter_node_latency, memory_per_device, flops_per_device and (optional)
-   memory_bandwidth, activation_rate. Numbers may end in
+   memory_bandwidth, activation_rate, attention_rate, attention_row_cost,
+   kernel_latency, node_parallelism. Numbers may end in
    K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
    numbers are PAR_EPARSE naming the line; then par_cluster_check. */
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
@@ -2457,6 +2471,10 @@ typedef struct par_auto_plan {
     double weights_bytes, grads_bytes, optimizer_bytes, activation_bytes;
     double step_time;        /* seconds */
     double compute_time, tp_comm_time, cp_comm_time, pp_comm_time, dp_comm_time;
+    double critical_time;    /* the busiest rank's own path: its compute and collectives stretched
+                                by the bubble (the step when every rank has its own compute) */
+    double shared_time;      /* ranks sharing a node's cores: its summed work over node_parallelism
+                                (the step is the larger of the two); 0 = not bound by it */
     double bubble;           /* idle share of the pipeline (the >>pipeline checker's) */
 } par_auto_plan;
 
@@ -2525,21 +2543,31 @@ PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_pla
 PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t size);
 
 /* Calibration: measure this machine's constants for a cluster description.
-   Collective over the context's world (call it from every rank): each rank
-   times n x n x n f32 GEMMs, copies of `bytes` and SwiGLU forward +
-   backward through the compute table at the same time (so ranks sharing
-   cores see their share: the GEMM rate, the memory bandwidth and the
-   activation rate), then an all-reduce of one float (latency: its time over
-   the 2(p-1) ring steps; timed between 256^3 GEMMs against the same GEMMs
-   without it, so the latency includes what waiting for unevenly arriving,
-   oversubscribed ranks costs) and one of `bytes` (the bandwidth of the rest)
-   over the world, each the fastest of `repeats` (a shared machine's neighbours
-   slow some runs; the fastest is the machine's own rate). Writes devices =
-   devices_per_node = the world size, memory_bytes from the desc. Takes
-   about 0.1 to 0.2 s per rank sharing a core with the defaults (busy
-   neighbours make it longer). */
+   Collective over the context's world (call it from every rank). Rank 0
+   alone, with its kernel threads, while the others wait (a rank's own rates:
+   what it gets when it has its cores to itself) times gemm_rows x n x n f32
+   GEMMs, copies of `bytes` (memory bandwidth), SwiGLU forward + backward
+   (activation rate), causal attention forward + backward of `seq` tokens at
+   `head_dim` and of four times the samples of a quarter of the tokens (the
+   same query rows, a quarter of the flops: their difference gives the
+   attention rate, the rest a cost per query row) and calls of a tiny kernel
+   (kernel latency).
+   node_parallelism is how many ranks the host's cores run at once (cores /
+   kernel threads per rank, at least 1; 0 for a device compute table): ranks
+   beyond it take turns, which the prediction bounds by the node's summed
+   work. Then over the world: an all-reduce of one float (latency: its time
+   over the 2(p-1) ring steps; timed between 256^3 GEMMs against the same
+   GEMMs without it, so the latency includes what waiting for unevenly
+   arriving, oversubscribed ranks costs) and one of `bytes` (the bandwidth of
+   the rest). Each figure is the fastest of `repeats` (a shared machine's
+   neighbours slow some runs; the fastest is the machine's own rate). Writes
+   devices = devices_per_node = the world size, memory_bytes from the desc.
+   Takes about 0.1 to 0.3 s with the defaults (busy neighbours make it
+   longer). */
 typedef struct par_calibrate_desc {
-    int gemm_size;        /* default 256 */
+    int gemm_size;        /* n of the timed GEMM (the model's hidden size); default 256 */
+    int gemm_rows;        /* m of the timed GEMM (the tokens a rank holds); default gemm_size */
+    int head_dim, seq;    /* of the timed attention; defaults 64 and 256 */
     int64_t bytes;        /* default 4 MiB */
     int repeats;          /* default 5 */
     double memory_bytes;  /* per device; default 8 GiB */
@@ -19629,6 +19657,18 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
     if (!par__au_finite(c->memory_bandwidth) || c->memory_bandwidth < 0)
         return par__fail(PAR_EINVAL, "cluster: memory_bandwidth is %g; it must be a finite number of bytes/s >= 0",
                          c->memory_bandwidth);
+    if (!par__au_finite(c->attention_rate) || c->attention_rate < 0)
+        return par__fail(PAR_EINVAL, "cluster: attention_rate is %g; it must be a finite flop/s >= 0",
+                         c->attention_rate);
+    if (!par__au_finite(c->attention_row_cost) || c->attention_row_cost < 0 || c->attention_row_cost > 3600)
+        return par__fail(PAR_EINVAL, "cluster: attention_row_cost is %g s; it must be finite, >= 0 and under an hour",
+                         c->attention_row_cost);
+    if (!par__au_finite(c->kernel_latency) || c->kernel_latency < 0 || c->kernel_latency > 3600)
+        return par__fail(PAR_EINVAL, "cluster: kernel_latency is %g s; it must be finite, >= 0 and under an hour",
+                         c->kernel_latency);
+    if (c->node_parallelism < 0 || c->node_parallelism > PAR__MAX_DEVICES)
+        return par__fail(PAR_EINVAL, "cluster: node_parallelism is %d; it must be 0 (every rank) to %d",
+                         c->node_parallelism, PAR__MAX_DEVICES);
     if (c->devices_per_node > 0 && c->devices_per_node < c->devices && c->inter_bandwidth == 0)
         return par__fail(PAR_EINVAL, "cluster: %d nodes need inter_node_bandwidth", c->devices / c->devices_per_node);
     return PAR_OK;
@@ -19674,7 +19714,9 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
     static const char *const keys[] = {"devices",            "devices_per_node",   "intra_node_bandwidth",
                                        "intra_node_latency", "inter_node_bandwidth", "inter_node_latency",
                                        "memory_per_device",  "flops_per_device",     "memory_bandwidth",
-                                       "activation_rate"};
+                                       "activation_rate",    "attention_rate",       "kernel_latency",
+                                       "node_parallelism",   "attention_row_cost"};
+    enum { nkeys = (int)(sizeof keys / sizeof keys[0]) };
     par_cluster c;
     const char *p;
     int line = 0, seen = 0, i;
@@ -19695,18 +19737,20 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
             if (buf[i]) return par__fail(PAR_EPARSE, "cluster line %d: want 'key: value'", line + 1);
             continue;
         }
-        for (i = 0; i < 10 && strcmp(key, keys[i]); i++) {
+        for (i = 0; i < nkeys && strcmp(key, keys[i]); i++) {
         }
-        if (i == 10)
+        if (i == nkeys)
             return par__fail(PAR_EPARSE,
                              "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
                              "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
-                             "flops_per_device, memory_bandwidth, activation_rate)",
+                             "flops_per_device, memory_bandwidth, activation_rate, attention_rate, kernel_latency, "
+                             "node_parallelism, attention_row_cost)",
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
-        if ((i == 0 || i == 1) && (v < 0 || v > 2e9 || v != floor(v))) /* range first: the cast of 1e10 is UB */
-            return par__fail(PAR_EINVAL, "cluster line %d: %s is %g; it must be a whole number >= 1", line + 1, key, v);
+        if ((i == 0 || i == 1 || i == 12) && (v < 0 || v > 2e9 || v != floor(v))) /* range first: casting 1e10 is UB */
+            return par__fail(PAR_EINVAL, "cluster line %d: %s is %g; it must be a whole number >= %d", line + 1, key, v,
+                             i == 12 ? 0 : 1);
         seen |= 1 << i;
         switch (i) {
         case 0: c.devices = (int)v; break;
@@ -19718,7 +19762,11 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
         case 6: c.memory_bytes = v; break;
         case 7: c.flops = v; break;
         case 8: c.memory_bandwidth = v; break;
-        default: c.activation_rate = v; break;
+        case 9: c.activation_rate = v; break;
+        case 10: c.attention_rate = v; break;
+        case 11: c.kernel_latency = v; break;
+        case 12: c.node_parallelism = (int)v; break;
+        default: c.attention_row_cost = v; break;
         }
     }
     for (i = 0; i < 8; i++)
@@ -19842,6 +19890,15 @@ static double par__au_coll(const par__au *a, int span, int steps, double bytes) 
     return steps * lat + bytes / bw;
 }
 
+/* Its bytes-moving part alone: the work a rank's cores do for it when they
+   copy (rank threads), which ranks sharing cores add up; the latency is waiting,
+   in which the others run. */
+static double par__au_coll_copy(const par__au *a, int span, double bytes) {
+    const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
+    const double bw = span <= dpn || a->c.inter_bandwidth <= 0 ? a->c.intra_bandwidth : a->c.inter_bandwidth;
+    return bytes / bw;
+}
+
 /* Kernel scratch the host's compute table keeps for GEMMs up to these sizes. */
 static double par__au_table_scratch(const par__au *a, double rows, double feat, double attn_rows) {
     const par_compute_table *ct = a->d->compute;
@@ -19864,12 +19921,22 @@ static double par__au_table_scratch(const par__au *a, double rows, double feat, 
    scratch of one layer; the tensor-parallel executor's 4 buffers of the
    residual stream; the pipeline's boundary buffers; context parallel's ring
    or all-to-all buffers; the compute table's own scratch (desc.compute).
-   Time: the flops at the cluster's GEMM rate, the bytes the step moves
-   through memory (activations written and read back, weights read three
-   times) at its memory bandwidth, the MLP's activation function (an exp per
-   element, forward and backward: on a CPU it outweighs the small GEMMs) at
-   its activation rate, ring collectives (alpha-beta), the bubble stretching
-   the busiest stage. */
+   Time: the linears' flops at the cluster's GEMM rate and attention's at its
+   attention rate, the bytes the step moves through memory (activations
+   written and read back, weights read three times, AdamW's state) at its
+   memory bandwidth, the MLP's activation function (an exp per element,
+   forward and backward: on a CPU it outweighs the small GEMMs) at its
+   activation rate, a latency per kernel call, ring collectives
+   (alpha-beta; gradients in per-layer buckets, ZeRO-2's every micro-batch),
+   the bubble stretching the busiest stage; and where a node's ranks share
+   its cores (node_parallelism), at least the node's summed work over them. */
+
+/* Kernel calls of one layer's forward + backward (examples/llama/model.h: norms, 7 linears,
+   rope, attention, SwiGLU, residual adds; backward about twice that) and of the embedding,
+   head and loss: what kernel_latency is paid for. */
+#define PAR__AU_LAYER_CALLS 40.0
+#define PAR__AU_HEAD_CALLS 12.0
+
 static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
     const par_model_shape *m = &a->m;
     const double e = (double)par_dtype_size(m->dtype), h = m->hidden, hd = (double)m->hidden / m->heads;
@@ -19886,8 +19953,8 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     const double bmb = (double)m->batch / (dp * pl->micro_batches); /* samples per micro-batch and rank */
     const double n = bmb * S / cp, rows = pl->sp ? n / tp : n;      /* its tokens; the residual stream's rows */
     double bucket = layer_params > V * h / tp ? layer_params : V * h / tp;
-    double per_layer, slot, scratch, comm = 0, cpf = 0, feat, per_mb, traffic;
-    double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, work;
+    double per_layer, slot, scratch, comm = 0, cpf = 0, feat, gemm, attn, traffic, calls, opt;
+    double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, work, copies = 0;
     /* weights, gradients, optimizer */
     pl->weights_bytes = params * e;
     if (pl->zero >= 2)
@@ -19921,27 +19988,77 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     pl->memory_bytes = pl->weights_bytes + pl->grads_bytes + pl->optimizer_bytes + pl->activation_bytes +
                        scratch * e + comm + cpf * 4 + (cp > 1 ? S * 8 : 0) +
                        par__au_table_scratch(a, n, feat, bmb * hl * S / cp);
-    /* compute: 6 flops per weight and token (forward + backward), causal attention 6 S d per head and token */
-    per_mb = n * (layers * (6 * layer_mm / tp + 6 * S / cp * q / tp) + 6 * V * h / tp) / a->c.flops;
+    /* compute per micro-batch: 6 flops per weight and token (forward + backward) at the GEMM rate,
+       causal attention 6 S d per head and token at the attention rate (S the whole sequence, also
+   under context parallelism), the bytes the step moves
+       through memory, SwiGLU's exps, and a cost per kernel call */
+    gemm = n * (layers * 6 * layer_mm / tp + 6 * V * h / tp) / a->c.flops;
+    /* every query sees the whole sequence's keys: context parallelism splits the queries (and brings
+       the keys round), not the keys a query attends to */
+    attn = n * layers * 6 * S * q / tp / (a->c.attention_rate > 0 ? a->c.attention_rate : a->c.flops);
+    /* and per query row and head of each call: a ring step's call takes every local query again */
+    attn += n * layers * hl * (cp > 1 && pl->cp_algo == PAR_CP_RING ? cp : 1) * a->c.attention_row_cost;
     traffic = a->c.memory_bandwidth > 0 ? (3 * slot * e + 3 * params * e) / a->c.memory_bandwidth : 0;
     if (a->c.activation_rate > 0) traffic += layers * n * fl / a->c.activation_rate; /* SwiGLU's exps */
-    pl->compute_time = (per_mb + traffic) * pl->micro_batches;
-    if (tp > 1) /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
+    calls = layers * (PAR__AU_LAYER_CALLS + (cp > 1 ? 3.0 * (cp - 1) : 0)) + PAR__AU_HEAD_CALLS;
+    pl->compute_time = (gemm + attn + traffic + calls * a->c.kernel_latency) * pl->micro_batches;
+    /* AdamW: p, g, m and v read, p, m and v written, over this rank's share of the weights */
+    opt = a->c.memory_bandwidth > 0 ? params * 28 / (pl->zero >= 1 ? shard : 1) / a->c.memory_bandwidth : 0;
+    opt += (layers * 9 + 3) * a->c.kernel_latency;
+    pl->compute_time += opt;
+    if (tp > 1) { /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
         tp_t = layers * 4 * par__au_coll(a, tp, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
-    if (cp > 1 && pl->cp_algo == PAR_CP_RING) /* k, v around the ring forward; k, v, dk, dv backward */
+        copies += layers * 4 * par__au_coll_copy(a, tp, 2.0 * (tp - 1) / tp * n * h * e) * pl->micro_batches;
+    }
+    if (cp > 1 && pl->cp_algo == PAR_CP_RING) { /* k, v around the ring forward; k, v, dk, dv backward */
         cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, (cp - 1) * n * 2 * kvl * e);
-    else if (cp > 1) /* four all-to-alls forward, four backward */
-        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4 * (cp - 1), (double)(cp - 1) / cp * n * (2 * ql + 2 * kvl) * e);
-    if (pp > 1) pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, rows * h * e);
+        copies += layers * 3 * par__au_coll_copy(a, tp * cp, (cp - 1) * n * 2 * kvl * e) * pl->micro_batches;
+    } else if (cp > 1) { /* four all-to-alls forward, four backward */
+        const double bytes = (double)(cp - 1) / cp * n * (2 * ql + 2 * kvl) * e;
+        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4 * (cp - 1), bytes);
+        copies += layers * 2 * par__au_coll_copy(a, tp * cp, bytes) * pl->micro_batches;
+    }
+    if (pp > 1) {
+        pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, rows * h * e);
+        copies += 2 * par__au_coll_copy(a, tp * cp * pp, rows * h * e) * pl->micro_batches * chunks;
+    }
     pl->tp_comm_time = tp_t * pl->micro_batches;
     pl->cp_comm_time = cp_t * pl->micro_batches;
     pl->pp_comm_time = pp_t * pl->micro_batches * chunks;
-    if (shard > 1) /* gradients (ZeRO: reduce-scatter, then the weights all-gathered): one all-reduce's volume */
-        dp_t = par__au_coll(a, dp > 1 ? a->c.devices : tp * cp, 2 * ((int)shard - 1), 2.0 * (shard - 1) / shard * params * e);
+    if (shard > 1) {
+        /* gradients in buckets of a layer (+ the embedding and the head): all-reduced once a step;
+           ZeRO-1 reduce-scatters them once and all-gathers the weights; ZeRO-2 reduce-scatters every
+           micro-batch's (the sharded buffer holds no sum of unreduced micro-batches) */
+        const double buckets = layers + 2, span = dp > 1 ? a->c.devices : tp * cp;
+        const double rs = (shard - 1) / shard * params * e, steps = shard - 1;
+        if (pl->zero >= 2)
+            dp_t = pl->micro_batches * par__au_coll(a, (int)span, (int)(buckets * steps), rs) +
+                   par__au_coll(a, (int)span, (int)(buckets * steps), rs);
+        else if (pl->zero == 1)
+            dp_t = 2 * par__au_coll(a, (int)span, (int)(buckets * steps), rs);
+        else
+            dp_t = par__au_coll(a, (int)span, (int)(2 * buckets * steps), 2 * rs);
+        copies += (pl->zero >= 2 ? pl->micro_batches + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
+    }
     pl->dp_comm_time = dp_t;
     pl->bubble = bubble;
-    work = pl->compute_time + pl->tp_comm_time + pl->cp_comm_time;
-    pl->step_time = work / (1 - bubble) + pl->pp_comm_time + pl->dp_comm_time;
+    work = pl->compute_time - opt + pl->tp_comm_time + pl->cp_comm_time;
+    pl->step_time = pl->critical_time = work / (1 - bubble) + opt + pl->pp_comm_time + pl->dp_comm_time;
+    /* ranks sharing a node's cores beyond node_parallelism take turns: the node's summed work
+       (compute and copying; idle pipeline ranks lend their cores, so no bubble here) over its
+       parallelism, plus the collectives' latencies, bounds the step */
+    pl->shared_time = 0;
+    if (a->c.node_parallelism > 0) {
+        const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
+        const int on_node = dpn < a->c.devices ? dpn : a->c.devices;
+        if (on_node > a->c.node_parallelism) {
+            /* collectives' latencies are paid once per collective, by all its ranks together (the
+               calibration measures them with every rank running) */
+            const double comm = pl->tp_comm_time + pl->cp_comm_time + pl->pp_comm_time + pl->dp_comm_time;
+            pl->shared_time = (pl->compute_time + copies) * on_node / a->c.node_parallelism + (comm - copies);
+            if (pl->shared_time > pl->step_time) pl->step_time = pl->shared_time;
+        }
+    }
 }
 
 static void par__au_cut(char *example, int64_t *counter, const par_auto_plan *pl, const char *why) {
@@ -19960,23 +20077,25 @@ static void par__au_cut(char *example, int64_t *counter, const par_auto_plan *pl
 }
 
 /* Plans kept sorted, fastest first (ties: less memory). */
+/* The ranking: faster first; at equal step time (ranks sharing cores: the node's
+   work bounds both) the shorter critical path (a smaller bubble, fewer
+   collectives), then less memory. */
+static int par__au_before(const par_auto_plan *x, const par_auto_plan *y) {
+    if (x->step_time != y->step_time) return x->step_time < y->step_time;
+    if (x->critical_time != y->critical_time) return x->critical_time < y->critical_time;
+    return x->memory_bytes < y->memory_bytes;
+}
+
 static void par__au_keep(par__au *a, const par_auto_plan *pl) {
     int i;
     a->count++;
     if (a->capacity < 1) return;
     i = a->count - 1 < a->capacity ? a->count - 1 : a->capacity;
     if (i == a->capacity) {
-        const par_auto_plan *w = &a->out[a->capacity - 1];
-        if (pl->step_time > w->step_time || (pl->step_time == w->step_time && pl->memory_bytes >= w->memory_bytes))
-            return;
+        if (!par__au_before(pl, &a->out[a->capacity - 1])) return;
         i = a->capacity - 1;
     }
-    for (; i > 0; i--) {
-        const par_auto_plan *b = &a->out[i - 1];
-        if (b->step_time < pl->step_time || (b->step_time == pl->step_time && b->memory_bytes <= pl->memory_bytes))
-            break;
-        a->out[i] = *b;
-    }
+    for (; i > 0 && par__au_before(pl, &a->out[i - 1]); i--) a->out[i] = a->out[i - 1];
     a->out[i] = *pl;
 }
 
@@ -20007,7 +20126,7 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
         par__au_cut(a->cuts.over_memory_example, &a->cuts.over_memory, pl, why);
         return;
     }
-    if (!a->base_found || pl->step_time < a->base_best.step_time) a->base_best = *pl, a->base_found = 1;
+    if (!a->base_found || par__au_before(pl, &a->base_best)) a->base_best = *pl, a->base_found = 1;
     par__au_keep(a, pl);
 }
 
@@ -20242,20 +20361,34 @@ static int par__au_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* What par__au_time runs: kinds 0, 2, 3, 6 and 7 on rank 0 alone (the others
+   wait at the barriers), 1, 4 and 5 on every rank. */
+typedef struct par__au_work {
+    int kind;
+    int64_t n;      /* GEMM columns and depth; floats copied or reduced; SwiGLU elements */
+    int64_t rows;   /* GEMM rows */
+    par_attn_desc attn;
+    int inner;
+} par__au_work;
+
 /* Least seconds of `repeats` runs (every rank in step) of `inner` GEMMs
-   n x n x n (kind 0), one all-reduce of n floats (kind 1), `inner` copies
-   of n floats (kind 2) or `inner` SwiGLU forward + backward of n elements
-   (kind 3); kinds 4 and 5: `inner` 256^3 GEMMs each followed (4) or not (5)
-   by a one-float all-reduce: their difference is what a blocking collective
-   costs between real compute (ranks arriving unevenly, oversubscribed
-   threads waking up). */
-static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, int64_t n, int inner, int repeats,
+   rows x n x n (kind 0), one all-reduce of n floats (kind 1), `inner` copies
+   of n floats (kind 2), `inner` SwiGLU forward + backward of n elements
+   (kind 3), `inner` attention forward + backward (kind 6) or `inner` SwiGLU
+   forwards of n elements (kind 7: n tiny, the per-call cost); kinds 4 and 5:
+   `inner` 256^3 GEMMs each followed (4) or not (5) by a one-float all-reduce:
+   their difference is what a blocking collective costs between real compute
+   (ranks arriving unevenly, oversubscribed threads waking up). */
+static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__au_work *w, int repeats, int warm,
                                float *a, float *b, float *c, double *median) {
     const par_compute_table *ct = par_ctx_compute(ctx);
     const par_comm_table *cm = par_ctx_comm(ctx);
+    const int kind = w->kind, solo = kind == 0 || kind == 2 || kind == 3 || kind >= 6;
+    const int64_t n = w->n;
+    const int inner = solo && par_ctx_rank(ctx) != 0 ? 0 : w->inner;
     double t[16];
     int i, k;
-    for (i = 0; i <= repeats; i++) { /* the first run warms up */
+    for (i = warm ? 0 : 1; i <= repeats; i++) { /* run 0 (when warm) warms up */
         double t0;
         PAR__CHECK(par_barrier(ctx, world));
         t0 = par__au_now();
@@ -20270,9 +20403,16 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, in
             } else if (kind == 0) {
                 par_gemm_desc g;
                 memset(&g, 0, sizeof g);
-                g.m = g.n = g.k = n;
+                g.m = w->rows, g.n = g.k = n;
                 g.alpha = 1.0f;
                 PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+            } else if (kind == 6) { /* q, k, v, o, lse in a; do, dq, dk, dv in b */
+                const int64_t e = (int64_t)w->attn.batch * w->attn.q_len * w->attn.q_heads * w->attn.head_dim;
+                PAR__CHECK(ct->attention_fwd(ct->user, &w->attn, a, a + e, a + 2 * e, a + 3 * e, c));
+                PAR__CHECK(ct->attention_bwd(ct->user, &w->attn, a, a + e, a + 2 * e, a + 3 * e, c, b, b + e,
+                                             b + 2 * e, b + 3 * e, 0));
+            } else if (kind == 7) {
+                PAR__CHECK(ct->swiglu_fwd(ct->user, n, a, b, c));
             } else if (kind == 1) {
                 PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
             } else if (kind == 2) {
@@ -20293,42 +20433,67 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, int kind, in
     return PAR_OK;
 }
 
+/* The timed attention: `seq` tokens, 256 / head_dim heads (at least 1), one
+   sample; its flops as par__au_predict counts them. */
+static par_attn_desc par__au_calib_attn(int head_dim, int seq) {
+    par_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.batch = 1;
+    d.q_heads = d.kv_heads = 256 / head_dim > 1 ? 256 / head_dim : 1;
+    d.head_dim = head_dim;
+    d.q_len = d.k_len = seq;
+    d.causal = 1;
+    d.dtype = PAR_F32;
+    return d;
+}
+
 PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *out) {
     const par_compute_table *ct;
     par_calibrate_desc d;
     par_comm_group *world = NULL;
     par_cluster c;
+    par__au_work w;
+    par_attn_desc attn;
     float *a = NULL, *b = NULL, *cc = NULL;
     double t_gemm = 0, t_small = 0, t_hot = 0, t_big = 0, t_copy = 0, t_act = 0, t_sync = 0, t_nosync = 0;
-    double gemm_flops;
-    int64_t n, count, elems;
-    int inner_gemm, inner_copy, inner_act;
-    int p;
+    double t_attn = 0, t_attn_half = 0, t_call = 0;
+    int64_t n, rows, count, elems, attn_elems;
+    int inner_gemm, inner_copy, inner_act, inner_attn;
+    const int inner_call = 256;
+    int p, threads;
     uint32_t all;
     par_status st;
     if (!ctx || !out) return par__fail(PAR_EINVAL, "par_calibrate: NULL argument");
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
-    if (d.gemm_size < 0 || d.gemm_size > 8192 || d.bytes < 0 || d.bytes > ((int64_t)1 << 32) || d.repeats < 0 ||
-        d.repeats > 15 || !(d.memory_bytes >= 0))
-        return par__fail(PAR_EINVAL, "par_calibrate_desc: gemm_size 0..8192, bytes 0..4 GiB, repeats 0..15 and "
-                                     "memory_bytes >= 0 (0 = defaults)");
+    if (d.gemm_size < 0 || d.gemm_size > 8192 || d.gemm_rows < 0 || d.gemm_rows > (1 << 20) || d.head_dim < 0 ||
+        d.head_dim > 256 || d.seq < 0 || d.seq > 8192 || d.bytes < 0 || d.bytes > ((int64_t)1 << 32) ||
+        d.repeats < 0 || d.repeats > 15 || !(d.memory_bytes >= 0))
+        return par__fail(PAR_EINVAL, "par_calibrate_desc: gemm_size 0..8192, gemm_rows 0..2^20, head_dim 0..256, "
+                                     "seq 0..8192, bytes 0..4 GiB, repeats 0..15 and memory_bytes >= 0 (0 = defaults)");
     n = d.gemm_size ? d.gemm_size : 256;
+    rows = d.gemm_rows ? d.gemm_rows : n;
     count = (d.bytes ? d.bytes : 4 << 20) / 4;
     if (count < 1) count = 1;
     if (!d.repeats) d.repeats = 5;
-    /* enough work per timing (~0.5 Gflop, ~0.25 GB: tens of ms) that ranks sharing cores run at the
-       same time rather than one after another within the scheduler's time slices */
-    inner_gemm = (int)(5e8 / (2.0 * (double)n * (double)n * (double)n)) + 1;
+    attn = par__au_calib_attn(d.head_dim ? d.head_dim : 64, d.seq ? d.seq : 256);
+    attn_elems = attn.q_len * attn.q_heads * attn.head_dim;
+    /* enough work per timing (~0.5 Gflop, ~0.25 GB: tens of ms) that the clock's and the scheduler's
+       granularity do not matter */
+    inner_gemm = (int)(5e8 / (2.0 * (double)rows * (double)n * (double)n)) + 1;
     inner_copy = (int)(1.25e8 / (8.0 * (double)count)) + 1;
     inner_act = (int)(2e6 / (double)(count / 2 > 0 ? count / 2 : 1)) + 1;
+    inner_attn = (int)(2e8 / (6.0 * (double)attn.q_len * (double)attn_elems)) + 1;
     ct = par_ctx_compute(ctx);
     if (!ct->gemm || !ct->alloc || !ct->memset)
         return par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
     p = par_ctx_size(ctx);
+    threads = par_ctx_kernel_threads(ctx);
     all = (1u << par_ctx_mesh(ctx)->ndim) - 1;
     if ((st = par_ctx_group(ctx, all, &world, NULL, NULL)) != PAR_OK) return st;
-    elems = n * n > count ? n * n : count;
+    elems = (rows > n ? rows : n) * n;
+    if (count > elems) elems = count;
+    if (4 * attn_elems > elems) elems = 4 * attn_elems;
     st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&a);
     if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&b);
     if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&cc);
@@ -20345,29 +20510,68 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
                             ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
         PARALLEL_FREE(host);
     }
-    if (st == PAR_OK) st = par__au_time(ctx, world, 0, n, inner_gemm, d.repeats, a, b, cc, &t_gemm);
-    if (st == PAR_OK) st = par__au_time(ctx, world, 2, count, inner_copy, d.repeats, a, b, cc, &t_copy);
-    if (st == PAR_OK && ct->swiglu_fwd && ct->swiglu_bwd)
-        st = par__au_time(ctx, world, 3, count / 2, inner_act, d.repeats, a, b, cc, &t_act);
+    /* rank 0's own rates, interleaved: each repeat times every kind once, so that a slow spell of
+       a shared machine lands on one sample of each kind rather than on every sample of one */
+    {
+        par__au_work ws[6];
+        double *outs[6];
+        int nk = 0, r, k;
+        memset(ws, 0, sizeof ws);
+        ws[nk].kind = 0, ws[nk].n = n, ws[nk].rows = rows, ws[nk].inner = inner_gemm, outs[nk++] = &t_gemm;
+        ws[nk].kind = 2, ws[nk].n = count, ws[nk].inner = inner_copy, outs[nk++] = &t_copy;
+        if (ct->swiglu_fwd && ct->swiglu_bwd) ws[nk].kind = 3, ws[nk].n = count / 2, ws[nk].inner = inner_act, outs[nk++] = &t_act;
+        if (ct->swiglu_fwd) ws[nk].kind = 7, ws[nk].n = 64, ws[nk].inner = inner_call, outs[nk++] = &t_call;
+        if (ct->attention_fwd && ct->attention_bwd) {
+            ws[nk].kind = 6, ws[nk].attn = attn, ws[nk].inner = inner_attn, outs[nk++] = &t_attn;
+            ws[nk] = ws[nk - 1], outs[nk] = &t_attn_half;
+            ws[nk].attn.batch = 4, ws[nk].attn.q_len = ws[nk].attn.k_len = attn.q_len / 4 > 0 ? attn.q_len / 4 : 1;
+            nk++;
+        }
+        for (r = 0; st == PAR_OK && r < d.repeats; r++)
+            for (k = 0; st == PAR_OK && k < nk; k++) {
+                double t = 0;
+                st = par__au_time(ctx, world, &ws[k], 1, r == 0, a, b, cc, &t);
+                if (st == PAR_OK && (r == 0 || t < *outs[k])) *outs[k] = t;
+            }
+    }
+    memset(&w, 0, sizeof w);
     if (st == PAR_OK && p > 1 && elems >= 256 * 256) {
-        st = par__au_time(ctx, world, 4, 1, 8, d.repeats, a, b, cc, &t_sync);
-        if (st == PAR_OK) st = par__au_time(ctx, world, 5, 1, 8, d.repeats, a, b, cc, &t_nosync);
+        w.kind = 4, w.n = 1, w.inner = 8;
+        st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_sync);
+        w.kind = 5;
+        if (st == PAR_OK) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_nosync);
         t_small = t_sync > t_nosync ? (t_sync - t_nosync) / 8 : 0;
     } else if (st == PAR_OK && p > 1) {
-        st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_small);
+        w.kind = 1, w.n = 1, w.inner = 1;
+        st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_small);
     }
-    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, 1, 1, d.repeats, a, b, cc, &t_hot);
-    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, 1, count, 1, d.repeats, a, b, cc, &t_big);
+    w.kind = 1, w.n = 1, w.inner = 1;
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_hot);
+    w.n = count;
+    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_big);
     if (cc) ct->free(ct->user, cc);
     if (b) ct->free(ct->user, b);
     if (a) ct->free(ct->user, a);
     if (st != PAR_OK) return st;
     memset(&c, 0, sizeof c);
     c.devices = c.devices_per_node = p;
-    gemm_flops = inner_gemm * 2.0 * (double)n * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
-    c.flops = gemm_flops;
+    c.flops = inner_gemm * 2.0 * (double)rows * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
     c.memory_bandwidth = inner_copy * 8.0 * (double)count / (t_copy > 1e-9 ? t_copy : 1e-9); /* read + write */
     c.activation_rate = t_act > 0 ? inner_act * (double)(count / 2) / t_act : 0;
+    if (t_attn > 0) { /* t = flops / rate + rows x row cost, at two sizes with the same rows */
+        const double rows = (double)attn.q_len * attn.q_heads, quarter = (double)(attn.q_len / 4 > 0 ? attn.q_len / 4 : 1);
+        const double f1 = 6.0 * (double)attn.q_len * (double)attn_elems,
+                     f2 = 6.0 * quarter * 4 * quarter * attn.q_heads * attn.head_dim;
+        const double t1 = t_attn / inner_attn, t2 = t_attn_half / inner_attn;
+        double per_flop = f1 > f2 && t1 > t2 ? (t1 - t2) / (f1 - f2) : t1 / f1;
+        double row = (t1 - per_flop * f1) / rows;
+        if (row < 0 || t2 <= 0) row = 0, per_flop = t1 / f1;
+        c.attention_rate = 1.0 / per_flop;
+        c.attention_row_cost = row;
+    }
+    c.kernel_latency = t_call > 0 ? t_call / inner_call : 0;
+    c.node_parallelism = ct->device_memory ? 0 : par__host_cores() / (threads > 0 ? threads : 1);
+    if (!ct->device_memory && c.node_parallelism < 1) c.node_parallelism = 1;
     if (p > 1) {
         const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
         c.intra_latency = t_small / steps;
@@ -20380,13 +20584,17 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     {
         const par_comm_table *cm = par_ctx_comm(ctx);
         const int me = par_ctx_rank(ctx) == 0;
-        double v[5];
+        double v[9];
         v[0] = me ? c.flops : 0, v[1] = me ? c.intra_latency : 0, v[2] = me ? c.intra_bandwidth : 0;
-        v[3] = me ? c.memory_bandwidth : 0, v[4] = me ? c.activation_rate : 0;
-        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 5, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
+        v[3] = me ? c.memory_bandwidth : 0, v[4] = me ? c.activation_rate : 0, v[5] = me ? c.attention_rate : 0;
+        v[6] = me ? c.kernel_latency : 0, v[7] = me ? (double)c.node_parallelism : 0;
+        v[8] = me ? c.attention_row_cost : 0;
+        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 9, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
             return st;
         c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2], c.memory_bandwidth = v[3];
-        c.activation_rate = v[4];
+        c.activation_rate = v[4], c.attention_rate = v[5], c.kernel_latency = v[6];
+        c.node_parallelism = (int)v[7];
+        c.attention_row_cost = v[8];
     }
     PAR__CHECK(par_cluster_check(&c));
     *out = c;
@@ -20398,11 +20606,13 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size
     return snprintf(buf, size,
                     "devices: %d\ndevices_per_node: %d\nintra_node_bandwidth: %.6g\nintra_node_latency: %.6g\n"
                     "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
-                    "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n",
+                    "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n"
+                    "attention_rate: %.6g\nattention_row_cost: %.6g\nkernel_latency: %.6g\nnode_parallelism: %d\n",
                     c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
                     c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
                     c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
-                    c->memory_bandwidth, c->activation_rate);
+                    c->memory_bandwidth, c->activation_rate, c->attention_rate, c->attention_row_cost,
+                    c->kernel_latency, c->node_parallelism);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

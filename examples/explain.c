@@ -81,10 +81,11 @@ static const char *const usage_text_more =
     "                               model (MindFormers keys) on the cluster, predicted\n"
     "                               memory and step time, and why the others were cut\n"
     "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
-    "  calibrate     measure this machine for the planner: GEMM rate, memory bandwidth,\n"
-    "                activation rate, all-reduce latency and bandwidth on rank threads;\n"
+    "  calibrate     measure this machine for the planner: GEMM rate (rows x gemm x gemm),\n"
+    "                memory bandwidth, activation and attention rates, kernel latency, how\n"
+    "                many rank threads the cores run at once, all-reduce latency and bandwidth;\n"
     "                prints a cluster file (save it, pass it to plan or train --cluster)\n"
-    "      [--ranks 2] [--memory BYTES] [--gemm 256]\n"
+    "      [--ranks 2] [--memory BYTES] [--gemm 256] [--rows N] [--head-dim 64] [--seq 256]\n"
     "  graph FILE    strategies for an operator graph (the >>planner text form)\n"
     "      [--search-mode dynamic_programming]  or sharding_propagation, recursive_programming\n"
     "      [--memory-cap BYTES]     per device\n"
@@ -866,7 +867,8 @@ static par_status calibrate_rank(par_ctx *ctx, void *p) {
 
 /* Measure this machine on rank threads and print the profile (a cluster file). */
 static int cmd_calibrate(int argc, char **argv) {
-    static const opt_spec specs[] = {{"ranks", 1, 0}, {"memory", 1, 0}, {"gemm", 1, 0}, {NULL, 0, 0}};
+    static const opt_spec specs[] = {{"ranks", 1, 0}, {"memory", 1, 0}, {"gemm", 1, 0}, {"rows", 1, 0},
+                                     {"head-dim", 1, 0}, {"seq", 1, 0}, {NULL, 0, 0}};
     calibrate_arg c;
     args a;
     char text[1024];
@@ -879,6 +881,9 @@ static int cmd_calibrate(int argc, char **argv) {
         if (!(c.desc.memory_bytes > 0)) die("--memory: must be a number of bytes > 0");
     }
     if (arg_get(&a, "gemm")) c.desc.gemm_size = (int)parse_int(arg_get(&a, "gemm"), 16, 8192, "--gemm");
+    if (arg_get(&a, "rows")) c.desc.gemm_rows = (int)parse_int(arg_get(&a, "rows"), 1, 1 << 20, "--rows");
+    if (arg_get(&a, "head-dim")) c.desc.head_dim = (int)parse_int(arg_get(&a, "head-dim"), 1, 256, "--head-dim");
+    if (arg_get(&a, "seq")) c.desc.seq = (int)parse_int(arg_get(&a, "seq"), 1, 8192, "--seq");
     check(par_run_threads(ranks, calibrate_rank, &c), "calibrate");
     par_cluster_format(&c.cluster, text, sizeof text);
     printf("# par-explain calibrate --ranks %d: this machine, measured now (a cluster file)\n%s", ranks, text);

@@ -414,9 +414,12 @@ bad_says "graph dangling" "dangling edge a -> c.0: no op 'c'" graph "$PLANF"
 ok "calibrate" calibrate --ranks 2 --gemm 64
 has_match "calibrate devices" '^devices: 2$'
 has_match "calibrate flops" '^flops_per_device: [0-9.e+]+$'
+has_match "calibrate attention" '^attention_rate: [0-9.e+]+$'
+has_match "calibrate cores" '^node_parallelism: [0-9]+$'
 printf '%s\n' "$OUT" >"$PLANF"
 ok "plan from a calibration" plan examples/configs/tiny.yaml "$PLANF" --top 1
 bad_says "calibrate ranks" "is not an integer in [1, 256]" calibrate --ranks 0
+bad_says "calibrate head dim" "is not an integer in [1, 256]" calibrate --head-dim 512
 rm -f "$PLANF"
 
 nasty=("" "-1" "99999999999999999999" "((" "None" "[-1,-1] partial=" "1e400"

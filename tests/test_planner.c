@@ -470,9 +470,136 @@ static void whole_plan(void) {
               "memory_per_device is missing");
     CHECK_ERR(par_cluster_parse("devices: 2.5\n", &c), PAR_EINVAL, "whole number");
     CHECK_ERR(par_cluster_parse("devices: 1e10\n", &c), PAR_EINVAL, "whole number"); /* found by fuzz_planner */
+    c = d.cluster;
+    c.attention_rate = -1;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "attention_rate");
+    c = d.cluster;
+    c.kernel_latency = 0.0 / 0.0;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "kernel_latency");
+    c = d.cluster;
+    c.attention_row_cost = 1e9;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "attention_row_cost");
+    c = d.cluster;
+    c.node_parallelism = -2;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "node_parallelism is -2");
+    CHECK_ERR(par_cluster_parse("devices: 2\nnode_parallelism: 1.5\n", &c), PAR_EINVAL, "node_parallelism is 1.5");
+    CHECK_ERR(par_cluster_parse("devices: 2\nkernel_latency: soon\n", &c), PAR_EPARSE, "kernel_latency");
     CHECK_ERR(par_model_shape_parse("num_layers: 2\n", &d.model), PAR_EINVAL, "hidden_size is missing");
     d.model.hidden = 0;
     CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "model");
+}
+
+/* ---- the step-time model's terms ------------------------------------------------------ */
+
+static par_auto_plan predicted(const par_auto_desc *d, int dp, int tp, int m, int zero) {
+    par_auto_plan p;
+    memset(&p, 0, sizeof p);
+    p.dp = dp, p.tp = tp, p.cp = 1, p.pp = 1, p.micro_batches = m, p.zero = zero;
+    CHECK_OK(par_auto_predict(d, &p));
+    return p;
+}
+
+static void time_model(void) {
+    par_auto_desc d;
+    par_auto_plan a, b;
+    const char *extra = "memory_bandwidth: 2e10\nactivation_rate: 1e8\nattention_rate: 5e9\n";
+    char text[1024];
+    double calls;
+    memset(&d, 0, sizeof d);
+    CHECK_OK(par_model_shape_parse(tiny_yaml, &d.model));
+    snprintf(text, sizeof text, "%s%s", cluster_text, extra);
+    CHECK_OK(par_cluster_parse(text, &d.cluster));
+    CHECK(d.cluster.attention_rate == 5e9 && d.cluster.kernel_latency == 0 && d.cluster.node_parallelism == 0);
+
+    /* the kernel-call latency adds the same number of calls per micro-batch, plus the optimizer's */
+    a = predicted(&d, 8, 1, 1, 0);
+    d.cluster.kernel_latency = 1e-5;
+    b = predicted(&d, 8, 1, 1, 0);
+    calls = 4 * 40.0 + 12 + (4 * 9 + 3); /* 4 layers, head; AdamW per tensor */
+    CHECK_MSG(fabs((b.compute_time - a.compute_time) - calls * 1e-5) < 1e-12, "%g", b.compute_time - a.compute_time);
+    a = predicted(&d, 4, 2, 2, 0);
+    b = predicted(&d, 4, 2, 1, 0);
+    CHECK(fabs((a.compute_time - b.compute_time) - (4 * 40.0 + 12) * 1e-5) < 0.05 * (4 * 40.0 + 12) * 1e-5);
+
+    /* attention at its own rate: half the rate, the attention time twice */
+    d.cluster.kernel_latency = 0;
+    a = predicted(&d, 8, 1, 1, 0);
+    d.cluster.attention_rate = 2.5e9;
+    b = predicted(&d, 8, 1, 1, 0);
+    /* tokens per rank 8 x 64 / 8, 4 layers, 6 S d per head: 64 x 6 x 64 x 64 per layer and token... */
+    CHECK_MSG(fabs((b.compute_time - a.compute_time) - 64.0 * 4 * 6 * 64 * 64 / 5e9) < 1e-12, "%g vs %g",
+              b.compute_time - a.compute_time, 64.0 * 4 * 6 * 64 * 64 / 5e9);
+    d.cluster.attention_rate = 5e9;
+
+    /* context parallelism splits the queries, not the keys each one sees: a rank with the same
+       tokens does the same attention work as under data parallelism (plus the ring's calls) */
+    a = predicted(&d, 8, 1, 1, 0);
+    {
+        par_auto_plan c;
+        memset(&c, 0, sizeof c);
+        c.dp = 4, c.tp = 1, c.cp = 2, c.pp = 1, c.micro_batches = 1, c.cp_algo = PAR_CP_ULYSSES;
+        CHECK_OK(par_auto_predict(&d, &c));
+        CHECK_MSG(c.compute_time >= a.compute_time, "cp %g s < dp %g s", c.compute_time, a.compute_time);
+    }
+
+    /* a cost per query row and head of each attention call: a ring step calls attention with
+       every local query again (cp times), Ulysses once with all the tokens of fewer heads */
+    d.cluster.attention_row_cost = 1e-6;
+    b = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(fabs((b.compute_time - a.compute_time) - 64.0 * 4 * 4 * 1e-6) < 1e-12, "%g",
+              b.compute_time - a.compute_time); /* 64 tokens, 4 layers, 4 heads */
+    {
+        par_auto_plan with[2], without[2];
+        int k;
+        memset(with, 0, sizeof with);
+        for (k = 0; k < 2; k++) {
+            with[k].dp = 4, with[k].tp = 1, with[k].cp = 2, with[k].pp = 1, with[k].micro_batches = 1;
+            with[k].cp_algo = k ? PAR_CP_ULYSSES : PAR_CP_RING;
+            without[k] = with[k];
+        }
+        for (k = 0; k < 2; k++) CHECK_OK(par_auto_predict(&d, &with[k]));
+        d.cluster.attention_row_cost = 0;
+        for (k = 0; k < 2; k++) CHECK_OK(par_auto_predict(&d, &without[k]));
+        CHECK_MSG(fabs((with[0].compute_time - without[0].compute_time) - 2 * 64.0 * 4 * 4 * 1e-6) < 1e-12, "ring %g",
+                  with[0].compute_time - without[0].compute_time);
+        CHECK_MSG(fabs((with[1].compute_time - without[1].compute_time) - 64.0 * 4 * 4 * 1e-6) < 1e-12, "ulysses %g",
+                  with[1].compute_time - without[1].compute_time);
+    }
+
+    /* ZeRO-2 reduce-scatters every micro-batch's gradients; plain dp and ZeRO-1 once a step */
+    a = predicted(&d, 4, 2, 1, 2);
+    b = predicted(&d, 4, 2, 2, 2);
+    CHECK(b.dp_comm_time > a.dp_comm_time * 1.4);
+    a = predicted(&d, 4, 2, 1, 1);
+    b = predicted(&d, 4, 2, 2, 1);
+    CHECK(b.dp_comm_time == a.dp_comm_time);
+
+    /* ranks sharing cores: beyond node_parallelism the node's summed work bounds the step */
+    d.cluster.devices = 4;
+    d.cluster.devices_per_node = 4;
+    a = predicted(&d, 4, 1, 1, 0);
+    CHECK(a.shared_time == 0);
+    d.cluster.node_parallelism = 2;
+    b = predicted(&d, 4, 1, 1, 0);
+    /* the node's work (compute and the copying of collectives) over its parallelism, and the
+       collectives' latency once (all ranks wait it together) */
+    CHECK(b.shared_time > 2 * b.compute_time + b.dp_comm_time / 2 &&
+          b.shared_time < 2 * (b.compute_time + b.dp_comm_time));
+    CHECK(b.step_time == (b.shared_time > a.step_time ? b.shared_time : a.step_time));
+    CHECK(b.critical_time == a.step_time);
+    d.cluster.intra_latency = 0; /* then a collective is all copying */
+    b = predicted(&d, 4, 1, 1, 0);
+    CHECK_MSG(fabs(b.shared_time - 2 * (b.compute_time + b.dp_comm_time)) < 1e-12 * b.shared_time, "%g", b.shared_time);
+    d.cluster.intra_latency = 5e-6;
+    d.cluster.node_parallelism = 4; /* every rank has its cores: no bound */
+    b = predicted(&d, 4, 1, 1, 0);
+    CHECK(b.shared_time == 0 && b.step_time == a.step_time);
+    /* one core for 4 ranks: splitting the batch 4 ways buys nothing over one rank's work */
+    d.cluster.node_parallelism = 1;
+    b = predicted(&d, 4, 1, 1, 0);
+    d.cluster.devices = d.cluster.devices_per_node = 1;
+    a = predicted(&d, 1, 1, 1, 0);
+    CHECK_MSG(b.step_time >= 0.9 * a.step_time, "dp 4 on one core %g s, one rank %g s", b.step_time, a.step_time);
 }
 
 /* ---- calibration ---------------------------------------------------------------- */
@@ -506,6 +633,9 @@ static void calibration(void) {
     /* 2 * 64^3 flops take more than a nanosecond and less than a second here */
     CHECK(a.c[0].flops > 2.0 * 64 * 64 * 64 && a.c[0].flops < 2.0 * 64 * 64 * 64 * 1e9);
     CHECK(a.c[0].intra_bandwidth > 0 && a.c[0].intra_latency >= 0);
+    /* the attention and per-call figures are measured too; two rank threads on this host's cores */
+    CHECK(a.c[0].attention_rate > 0 && a.c[0].kernel_latency > 0 && a.c[0].kernel_latency < 0.01);
+    CHECK(a.c[0].node_parallelism >= 1 && a.c[0].node_parallelism == a.c[1].node_parallelism);
     /* every rank reports the same figures (they plan alike) */
     CHECK(a.c[0].flops == a.c[1].flops && a.c[0].intra_bandwidth == a.c[1].intra_bandwidth);
     /* the profile file reads back */
@@ -513,6 +643,11 @@ static void calibration(void) {
     CHECK_OK(par_cluster_parse(text, &back));
     CHECK(back.devices == 2 && fabs(back.flops / a.c[0].flops - 1) < 1e-5 &&
           fabs(back.intra_bandwidth / a.c[0].intra_bandwidth - 1) < 1e-5);
+    CHECK(fabs(back.attention_rate / a.c[0].attention_rate - 1) < 1e-5 &&
+          fabs(back.kernel_latency / a.c[0].kernel_latency - 1) < 1e-5 &&
+          back.attention_row_cost >= 0 && fabs(back.attention_row_cost - a.c[0].attention_row_cost) <=
+                                               1e-5 * a.c[0].attention_row_cost &&
+          back.node_parallelism == a.c[0].node_parallelism);
 }
 
 int main(void) {
@@ -520,6 +655,7 @@ int main(void) {
     errors();
     text_form();
     whole_plan();
+    time_model();
     calibration();
     return TEST_END("test_planner");
 }

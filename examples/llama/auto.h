@@ -24,6 +24,8 @@
 
 #include "parallel.h" /* and examples/llama/config.h before this file (its implementation is not guarded) */
 
+static int llama__auto_clamp(double v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : (int)v; }
+
 /* "64MiB", "1GB", "123456" -> bytes; -1 if it is no size. */
 static double llama__auto_size(const char *t) {
     char *end;
@@ -42,7 +44,7 @@ static double llama__auto_size(const char *t) {
 typedef struct llama__calib {
     par_cluster cluster;
     double memory;
-    int gemm, threads;
+    int gemm, rows, head_dim, seq, threads;
 } llama__calib;
 
 static par_status llama__auto_calibrate(par_ctx *ctx, void *arg) {
@@ -52,6 +54,8 @@ static par_status llama__auto_calibrate(par_ctx *ctx, void *arg) {
     memset(&d, 0, sizeof d);
     d.memory_bytes = c->memory;
     d.gemm_size = c->gemm; /* the model's GEMMs are this narrow: their rate, not a large GEMM's */
+    d.gemm_rows = c->rows, d.head_dim = c->head_dim, d.seq = c->seq;
+    d.repeats = 9; /* the fastest of more runs: shared machines' timings scatter */
     par_status st = par_calibrate(ctx, &d, &mine);
     if (st == PAR_OK && par_ctx_rank(ctx) == 0) c->threads = par_ctx_kernel_threads(ctx);
     if (st == PAR_OK && par_ctx_rank(ctx) == 0) c->cluster = mine;
@@ -112,6 +116,9 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
         memset(&c, 0, sizeof c);
         c.memory = d.memory_cap > 0 ? d.memory_cap : 0;
         c.gemm = cfg->hidden_size < 32 ? 32 : cfg->hidden_size > 1024 ? 1024 : cfg->hidden_size;
+        c.rows = llama__auto_clamp((double)llama_config_global_batch(cfg) * cfg->seq_length / world, 16, 65536);
+        c.head_dim = llama__auto_clamp((double)cfg->hidden_size / (cfg->num_heads > 0 ? cfg->num_heads : 1), 1, 256);
+        c.seq = llama__auto_clamp(cfg->seq_length, 1, 8192);
         if (par_run_threads(world, llama__auto_calibrate, &c) != PAR_OK)
             return snprintf(err, errsize, "auto_parallel: measuring this machine failed: %s", par_last_error()), -1;
         d.cluster = c.cluster;
