@@ -156,9 +156,12 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
                      d.memory_cap > 0 ? ", cap " : "", d.memory_cap > 0 ? max_memory : "");
             fprintf(out, "  chose %s: predicted step %.4g s, %.3f MiB per rank\n", name, plans[i].step_time,
                     plans[i].memory_bytes / 1048576.0);
-            fprintf(out, "  cluster: %.4g Gflop/s per rank, all-reduce %.4g GB/s and %.3g us per step%s\n",
-                    d.cluster.flops / 1e9, d.cluster.intra_bandwidth / 1e9, d.cluster.intra_latency * 1e6,
-                    cluster_path ? " (--cluster)" : " (measured now)");
+            fprintf(out, "  cluster: %.4g Gflop/s per rank (attention %.3g), all-reduce %.4g GB/s and %.3g us per step%s\n",
+                    d.cluster.flops / 1e9, d.cluster.attention_rate / 1e9, d.cluster.intra_bandwidth / 1e9,
+                    d.cluster.intra_latency * 1e6, cluster_path ? " (--cluster)" : " (measured now)");
+            if (d.cluster.node_parallelism > 0 && d.cluster.node_parallelism < world)
+                fprintf(out, "  the cores run %d of the %d ranks at once: the step is at least the node's work over %d\n",
+                        d.cluster.node_parallelism, world, d.cluster.node_parallelism);
         }
         *cfg = c;
         rc = 0;
