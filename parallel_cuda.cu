@@ -1175,6 +1175,29 @@ template <> __device__ __forceinline__ void par_cuda__mma<__half>(float c[4], co
 #endif
 }
 
+/* Two products side by side over the head dim, for this warp's 16 rows from r0
+   and NT tiles of 8 columns: c1 = A1 B1^T and c2 = A2 B2^T (row-major tiles of
+   pitch P; B's rows are the columns). The backward needs S and dP (dQ kernel:
+   Q K^T and dO V^T) or their transposes (dK/dV kernel: K Q^T and V dO^T). */
+template <typename T, int NT, int KD>
+__device__ __forceinline__ void par_cuda__mma_pair(const par_cuda__u16 *a1, const par_cuda__u16 *b1,
+                                                   const par_cuda__u16 *a2, const par_cuda__u16 *b2, int P, int r0,
+                                                   int lane, float c1[NT][4], float c2[NT][4]) {
+    for (int nt = 0; nt < NT; nt++) {
+        c1[nt][0] = c1[nt][1] = c1[nt][2] = c1[nt][3] = 0.0f;
+        c2[nt][0] = c2[nt][1] = c2[nt][2] = c2[nt][3] = 0.0f;
+        for (int kk = 0; kk < KD; kk++) {
+            uint32_t af[4], bf[2];
+            par_cuda__frag_a(a1, P, r0, kk * 16, lane, af);
+            par_cuda__frag_b_rows_n(b1, P, nt * 8, kk * 16, lane, bf);
+            par_cuda__mma<T>(c1[nt], af, bf);
+            par_cuda__frag_a(a2, P, r0, kk * 16, lane, af);
+            par_cuda__frag_b_rows_n(b2, P, nt * 8, kk * 16, lane, bf);
+            par_cuda__mma<T>(c2[nt], af, bf);
+        }
+    }
+}
+
 /* Copy rows r0..r0+rows-1 of a [len, stride] tensor (D elements from src) into
    a [rows][D + 8] tile, 16 bytes per thread and step; rows >= len become zero. */
 template <typename T, int D>
@@ -1406,19 +1429,7 @@ __global__ void __launch_bounds__(PAR_CUDA__FA_THREADS)
         __syncthreads();
 
         /* S = Q K^T and dP = dO V^T, tile nt = keys nt*8 .. nt*8+7. */
-        for (int nt = 0; nt < NT; nt++) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
-            for (int kk = 0; kk < KD; kk++) {
-                uint32_t af[4], bf[2];
-                par_cuda__frag_a(qs, P, w * 16, kk * 16, lane, af);
-                par_cuda__frag_b_rows_n(ks, P, nt * 8, kk * 16, lane, bf);
-                par_cuda__mma<T>(s[nt], af, bf);
-                par_cuda__frag_a(dos, P, w * 16, kk * 16, lane, af);
-                par_cuda__frag_b_rows_n(vs, P, nt * 8, kk * 16, lane, bf);
-                par_cuda__mma<T>(dp[nt], af, bf);
-            }
-        }
+        par_cuda__mma_pair<T, NT, KD>(qs, ks, dos, vs, P, w * 16, lane, s, dp);
         /* dS in place of S (element e: row rr[e >> 1], key nt*8 + 2t + (e & 1)). */
         for (int nt = 0; nt < NT; nt++)
             for (int e = 0; e < 4; e++) {
@@ -1513,19 +1524,7 @@ __global__ void __launch_bounds__(PAR_CUDA__FA_THREADS)
             __syncthreads();
 
             /* S^T = K Q^T and dP^T = V dO^T: tile nt = queries nt*8 .. nt*8+7. */
-            for (int nt = 0; nt < NT; nt++) {
-                st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
-                dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
-                for (int kk = 0; kk < KD; kk++) {
-                    uint32_t af[4], bf[2];
-                    par_cuda__frag_a(ks, P, w * 16, kk * 16, lane, af);
-                    par_cuda__frag_b_rows_n(qs, P, nt * 8, kk * 16, lane, bf);
-                    par_cuda__mma<T>(st[nt], af, bf);
-                    par_cuda__frag_a(vs, P, w * 16, kk * 16, lane, af);
-                    par_cuda__frag_b_rows_n(dos, P, nt * 8, kk * 16, lane, bf);
-                    par_cuda__mma<T>(dpt[nt], af, bf);
-                }
-            }
+            par_cuda__mma_pair<T, NT, KD>(ks, qs, vs, dos, P, w * 16, lane, st, dpt);
             /* P^T in st, dS^T in dpt. */
             for (int nt = 0; nt < NT; nt++)
                 for (int e = 0; e < 4; e++) {
