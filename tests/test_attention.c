@@ -539,11 +539,12 @@ static void test_memory(void) {
 
 /* The private exp row kernel (portable and, where the CPU has it, AVX-512) against
    exp() in double: <= 4 ulp relative over the softmax range, exact 0 below -87 and
-   for -inf, NaN kept, and the returned sum. */
-static void check_exp_row(const char *name, float (*fn)(float *, float)) {
+   for -inf, NaN kept, and the returned sum; over the first w columns only (a short
+   key tile's width), the rest of the row left as it was. */
+static void check_exp_row(const char *name, float (*fn)(float *, float, int), int w) {
     float x[PAR__ATTN_BK];
     double worst = 0;
-    int j, ok = 1, round;
+    int j, ok = 1, round, beyond = 1;
     for (round = 0; round < 200; round++) {
         const float sub = (float)(urand() * 4.0);
         float got;
@@ -555,8 +556,9 @@ static void check_exp_row(const char *name, float (*fn)(float *, float)) {
         {
             float t[PAR__ATTN_BK];
             for (j = 0; j < PAR__ATTN_BK; j++) t[j] = x[j] - sub;
-            got = fn(x, sub);
-            for (j = 0; j < PAR__ATTN_BK; j++) {
+            got = fn(x, sub, w);
+            for (j = w; j < PAR__ATTN_BK; j++) beyond &= x[j] == t[j] + sub;
+            for (j = 0; j < w; j++) {
                 if (j == 5) {
                     ok &= x[j] != x[j];
                     continue;
@@ -574,23 +576,26 @@ static void check_exp_row(const char *name, float (*fn)(float *, float)) {
         ok &= got != got; /* the NaN entry makes the sum NaN */
         x[5] = 0.0f;
     }
-    CHECK_MSG(ok, "%s: special values (-inf, < -87, NaN) wrong", name);
-    CHECK_MSG(worst <= 4 * 5.96e-8, "%s: exp relative error %.3g > 4 ulp", name, worst);
+    CHECK_MSG(ok, "%s w=%d: special values (-inf, < -87, NaN) wrong", name, w);
+    CHECK_MSG(beyond, "%s w=%d: columns past the width were written", name, w);
+    CHECK_MSG(worst <= 4 * 5.96e-8, "%s w=%d: exp relative error %.3g > 4 ulp", name, w, worst);
     { /* sum of a row without NaN equals the sum of what it wrote */
         double s2 = 0;
         float got;
         for (j = 0; j < PAR__ATTN_BK; j++) x[j] = (float)(urand() * 10.0 - 10.0);
-        got = fn(x, 0.0f);
-        for (j = 0; j < PAR__ATTN_BK; j++) s2 += x[j];
-        CHECK_MSG(fabs(got - s2) <= 1e-6 * s2, "%s: returned sum %.9g, entries sum to %.9g", name, got, s2);
+        got = fn(x, 0.0f, w);
+        for (j = 0; j < w; j++) s2 += x[j];
+        CHECK_MSG(fabs(got - s2) <= 1e-6 * s2, "%s w=%d: returned sum %.9g, entries sum to %.9g", name, w, got, s2);
     }
-    printf("  exp row %-22s max rel err %.2g\n", name, worst);
+    printf("  exp row %-22s w=%3d max rel err %.2g\n", name, w, worst);
 }
 
 static void test_exp(void) {
-    check_exp_row("portable", par__attn_exp_sum_c);
+    check_exp_row("portable", par__attn_exp_sum_c, PAR__ATTN_BK);
+    check_exp_row("portable", par__attn_exp_sum_c, 48);
 #ifdef PAR__ATTN_AVX512
-    if (par__attn_isa()) check_exp_row("avx512", par__attn_exp_sum_avx512);
+    if (par__attn_isa()) check_exp_row("avx512", par__attn_exp_sum_avx512, PAR__ATTN_BK);
+    if (par__attn_isa()) check_exp_row("avx512", par__attn_exp_sum_avx512, 48);
 #endif
 }
 
