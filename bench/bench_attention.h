@@ -65,10 +65,10 @@ static void battn_naive_fwd(const battn_prob *p, float *P, int isa) {
             if (p->causal)
                 for (j = i + 1; j < S; j++) row[j] = -INFINITY;
             for (j = 0; j < S; j += PAR__ATTN_BK) {
-                const float m = par__attn_max(isa, row + j);
+                const float m = par__attn_max(isa, row + j, PAR__ATTN_BK);
                 mx = m > mx ? m : mx;
             }
-            for (j = 0; j < S; j += PAR__ATTN_BK) sum += par__attn_exp_sum(isa, row + j, mx);
+            for (j = 0; j < S; j += PAR__ATTN_BK) sum += par__attn_exp_sum(isa, row + j, mx, PAR__ATTN_BK);
             inv = 1.0f / sum;
             for (j = 0; j < S; j++) row[j] *= inv;
             p->lse[h * S + i] = mx + logf(sum);
@@ -92,7 +92,7 @@ static void battn_naive_bwd(const battn_prob *p, const float *P, float *dS, int 
             float di = 0.0f;
             int c;
             for (c = 0; c < p->D; c++) di += oi[c] * doi[c];
-            for (j = 0; j < S; j += PAR__ATTN_BK) par__attn_ds(isa, dS + i * S + j, Ph + i * S + j, di);
+            for (j = 0; j < S; j += PAR__ATTN_BK) par__attn_ds(isa, dS + i * S + j, Ph + i * S + j, di, PAR__ATTN_BK);
         }
         par__cpu_sgemm(0, 0, S, p->D, S, p->scale, dS, S, p->k + off, ld, 0.0f, p->dq + off, ld);
         par__cpu_sgemm(1, 0, S, p->D, S, p->scale, dS, S, p->q + off, ld, 0.0f, p->dk + off, ld);
