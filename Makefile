@@ -274,24 +274,29 @@ build/bench_comm: bench/bench_comm.c $(STAMP) | build
 
 # The .cu carries no copy of the implementation (it includes parallel.h plain);
 # the smoke test does. Linked here even without a GPU so CI proves it builds.
-build/test_cuda_%: parallel_cuda.cu tests/cuda/test_cuda_%.cu parallel.h tests/test.h $(STAMP) | build
+# parallel_cuda.cu is compiled once per flavour (its kernels take most of nvcc's
+# time): build/parallel_cuda.o, and build/parallel_cuda_mpi.o with MPI (above).
+build/parallel_cuda.o: parallel_cuda.cu parallel.h $(STAMP) | build
+	$(NVCC) $(NVCCFLAGS) -I. -c parallel_cuda.cu -o $@
+
+build/test_cuda_%: tests/cuda/test_cuda_%.cu build/parallel_cuda.o parallel.h tests/test.h $(STAMP) | build
 	@rm -f $@
-	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu tests/cuda/test_cuda_$*.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) -I. $< build/parallel_cuda.o -o $@ $(CUDA_LIBS)
 
 # The GPU benchmark (make bench-cuda); linked with the tests so CI proves it builds.
-build/bench_cuda: parallel_cuda.cu bench/bench_cuda.cu parallel.h $(STAMP) | build
+build/bench_cuda: bench/bench_cuda.cu build/parallel_cuda.o parallel.h $(STAMP) | build
 	@rm -f $@
-	$(NVCC) $(NVCCFLAGS) -I. parallel_cuda.cu bench/bench_cuda.cu -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) -I. $< build/parallel_cuda.o -o $@ $(CUDA_LIBS)
 
-build/test_cuda_comm: parallel_cuda.cu tests/cuda/test_cuda_comm.cu parallel.h tests/test.h tests/comm_suite.h $(STAMP) | build
+build/test_cuda_comm: tests/cuda/test_cuda_comm.cu build/parallel_cuda_mpi.o parallel.h tests/test.h tests/comm_suite.h $(STAMP) | build
 	@rm -f $@
-	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
-	  tests/cuda/test_cuda_comm.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
+	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) $< build/parallel_cuda_mpi.o \
+	  -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
 
-build/test_cuda_cp: parallel_cuda.cu tests/cuda/test_cuda_cp.cu parallel.h tests/test.h tests/cp_suite.h $(STAMP) | build
+build/test_cuda_cp: tests/cuda/test_cuda_cp.cu build/parallel_cuda_mpi.o parallel.h tests/test.h tests/cp_suite.h $(STAMP) | build
 	@rm -f $@
-	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) parallel_cuda.cu \
-	  tests/cuda/test_cuda_cp.cu -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
+	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) $< build/parallel_cuda_mpi.o \
+	  -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
@@ -311,8 +316,11 @@ test:
 	@sh .ci/deps test
 	@$(MAKE) --no-print-directory run-tests
 
+# Programs build BUILD_JOBS at a time (each one compiles the whole header: on 2 cores
+# a serial build was over half of `make test`'s time).
+BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 run-tests: detect
-	@$(MAKE) --no-print-directory -k test-programs || \
+	@$(MAKE) --no-print-directory -k -j$(BUILD_JOBS) test-programs || \
 	  echo "note: some programs failed to build; tests/run.sh reports them as failed"
 	@$(MAKE) --no-print-directory san-ci-programs
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' MPIRUN='$(MPIRUN)' \

@@ -39,18 +39,32 @@ LIBS="-lm -lpthread"
 passed=0
 failed=0
 
-# check NAME CMD...: run CMD as one counted check; on failure show why.
+# check NAME CMD...: run CMD as one counted check, in the background, at most
+# JOBS at a time (each compiles the whole header; serially they were a fifth of
+# `make test`); report() prints the results in order, and on failure why.
+JOBS=${CONVENTIONS_JOBS:-$(nproc 2>/dev/null || echo 2)}
+names=()
+rm -f "$OUT"/*.status
 check() {
     local name=$1
     shift
-    if "$@" >"$OUT/$name.log" 2>&1; then
-        passed=$((passed + 1))
-        echo "ok    $name"
-    else
-        failed=$((failed + 1))
-        echo "FAIL  $name"
-        head -n 40 "$OUT/$name.log" | sed 's/^/    /'
-    fi
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n 2>/dev/null || true; done
+    (if "$@" >"$OUT/$name.log" 2>&1; then echo ok; else echo FAIL; fi >"$OUT/$name.status") &
+    names+=("$name")
+}
+report() {
+    local name
+    wait
+    for name in "${names[@]}"; do
+        if [ "$(cat "$OUT/$name.status" 2>/dev/null)" = ok ]; then
+            passed=$((passed + 1))
+            echo "ok    $name"
+        else
+            failed=$((failed + 1))
+            echo "FAIL  $name"
+            head -n 40 "$OUT/$name.log" | sed 's/^/    /'
+        fi
+    done
 }
 
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -103,20 +117,22 @@ check static-two-tu-c link_run static-c c c tests/tu_static_a.c tests/tu_static_
 check static-two-tu-cxx link_run static-cxx c++ c++ tests/tu_static_a.c tests/tu_static_b.c
 
 # --- 4. allocator macros: all three or none ------------------------------------
-# must_reject SOURCE_TEXT: the compile must fail, and with the library's own
+# must_reject NAME SOURCE_TEXT: the compile must fail, and with the library's own
 # message (which names PARALLEL_REALLOC, a macro these sources never define).
+# Files per NAME: checks run side by side.
 must_reject() {
-    printf '%s\n#define PARALLEL_IMPLEMENTATION\n#include "parallel.h"\n' "$1" >"$OUT/alloc.c"
-    if $CC -x c $C11 -I. -c "$OUT/alloc.c" -o "$OUT/alloc.o" >"$OUT/alloc.err" 2>&1; then
+    local f="$OUT/alloc-$1"
+    printf '%s\n#define PARALLEL_IMPLEMENTATION\n#include "parallel.h"\n' "$2" >"$f.c"
+    if $CC -x c $C11 -I. -c "$f.c" -o "$f.o" >"$f.err" 2>&1; then
         echo "compiled, but a partial allocator set must be an #error"
         return 1
     fi
-    cat "$OUT/alloc.err"
-    grep -q 'PARALLEL_REALLOC' "$OUT/alloc.err"
+    cat "$f.err"
+    grep -q 'PARALLEL_REALLOC' "$f.err"
 }
-check alloc-only-malloc-rejected must_reject '#include <stdlib.h>
+check alloc-only-malloc-rejected must_reject only-malloc '#include <stdlib.h>
 #define PARALLEL_MALLOC(sz) malloc(sz)'
-check alloc-malloc-free-rejected must_reject '#include <stdlib.h>
+check alloc-malloc-free-rejected must_reject malloc-free '#include <stdlib.h>
 #define PARALLEL_MALLOC(sz) malloc(sz)
 #define PARALLEL_FREE(p) free(p)'
 # All three, pointing at the user's own functions, must compile and link.
@@ -139,14 +155,14 @@ check alloc-all-three-accepted link_run alloc-all c c "$OUT/alloc_all.c" "$OUT/d
 # a C++ mangled name means a definition escaped the extern "C" block).
 only_par_symbols() {
     local bad
-    nm -g --defined-only "$1" | awk '{ print $NF }' >"$OUT/symbols.txt" || return 1
-    bad=$(grep -v -E '^par_[a-z0-9]' "$OUT/symbols.txt")
+    nm -g --defined-only "$1" | awk '{ print $NF }' >"$1.symbols" || return 1
+    bad=$(grep -v -E '^par_[a-z0-9]' "$1.symbols")
     if [ -n "$bad" ]; then
         echo "exported symbols without the public par_ prefix:"
         echo "$bad"
         return 1
     fi
-    echo "$(wc -l <"$OUT/symbols.txt") exported symbols, all par_*"
+    echo "$(wc -l <"$1.symbols") exported symbols, all par_*"
 }
 no_symbols() {
     local syms
@@ -287,5 +303,6 @@ printf '%s\n' '#include "parallel.h"' '#include <stdio.h>' '#include <string.h>'
 version_agrees() { $CC -x c $C11 -I. "$OUT/version.c" -o "$OUT/version" && "$OUT/version"; }
 check version-macros-agree version_agrees
 
+report
 echo "conventions: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
