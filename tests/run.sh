@@ -261,7 +261,10 @@ if [ $((cuda_p + cuda_f)) -gt 0 ]; then
     record cuda_link "$cuda_p" "$cuda_f" "$detail"
 fi
 for name in "${cuda_linked[@]}"; do
-    skip "$name" "linked, not run: needs a GPU; make test-cuda runs it"
+    case $name in
+    bench_*) skip "$name" "linked, not run: needs a GPU; make bench-cuda runs it" ;;
+    *) skip "$name" "linked, not run: needs a GPU; make test-cuda runs it" ;;
+    esac
 done
 
 # 8. Sanitizers on a bounded subset (the Makefile's ASAN_CI, TSAN_CI; `make test
