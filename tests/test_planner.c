@@ -607,6 +607,7 @@ static void time_model(void) {
 typedef struct calib_arg {
     par_cluster c[2];
     par_status st[2];
+    int refused[2]; /* the bad descs were refused, naming the field */
 } calib_arg;
 
 static par_status calib_rank(par_ctx *ctx, void *p) {
@@ -618,6 +619,14 @@ static par_status calib_rank(par_ctx *ctx, void *p) {
     d.bytes = 1 << 18;
     d.repeats = 3;
     d.memory_bytes = 1 << 30;
+    { /* the new shape fields are range-checked before anything runs (every rank the same) */
+        par_calibrate_desc bad = d;
+        bad.head_dim = 512;
+        a->refused[r] = par_calibrate(ctx, &bad, &a->c[r]) == PAR_EINVAL && strstr(par_last_error(), "head_dim 0..256");
+        bad = d;
+        bad.gemm_rows = -1;
+        a->refused[r] &= par_calibrate(ctx, &bad, &a->c[r]) == PAR_EINVAL && strstr(par_last_error(), "gemm_rows");
+    }
     a->st[r] = par_calibrate(ctx, &d, &a->c[r]);
     return a->st[r];
 }
@@ -629,6 +638,7 @@ static void calibration(void) {
     memset(&a, 0, sizeof a);
     CHECK_OK(par_run_threads(2, calib_rank, &a));
     CHECK(a.st[0] == PAR_OK && a.st[1] == PAR_OK);
+    CHECK_MSG(a.refused[0] && a.refused[1], "par_calibrate_desc head_dim 512 / gemm_rows -1 not refused");
     CHECK(a.c[0].devices == 2 && a.c[0].devices_per_node == 2 && a.c[0].memory_bytes == (double)(1 << 30));
     /* 2 * 64^3 flops take more than a nanosecond and less than a second here */
     CHECK(a.c[0].flops > 2.0 * 64 * 64 * 64 && a.c[0].flops < 2.0 * 64 * 64 * 64 * 1e9);
