@@ -120,7 +120,12 @@ run_program() {
         fi
     fi
     if [ "$f" -gt 0 ] || [ "${VERBOSE:-0}" = 1 ]; then
-        # Enough of the log to see what went wrong without opening the file.
+        # Enough of the log to see what went wrong without opening the file:
+        # the failed checks first (a CI summary may show only the tail of its
+        # output, and a long program's failure can be far from its last lines).
+        if [ "$f" -gt 0 ] && grep -q 'FAILED' "$log"; then
+            grep -n -A 2 'FAILED' "$log" | head -n 40 | sed 's/^/    ! /'
+        fi
         tail -n 60 "$log" | sed 's/^/    | /'
     fi
     record "$name" "$p" "$f" "$summary  ($secs, log: $log)"
@@ -312,6 +317,12 @@ done
 echo
 if [ ${#failed_names[@]} -gt 0 ]; then
     echo "failed: ${failed_names[*]}"
+    # Again at the end, where a truncated CI log still shows it: each failed
+    # program's first failed checks.
+    for name in "${failed_names[@]}"; do
+        [ -f "$LOGS/$name.log" ] || continue
+        grep -m 5 'FAILED' "$LOGS/$name.log" | sed "s/^/  $name: /"
+    done
 fi
 echo "$total_passed passed, $total_failed failed, $total_skipped skipped"
 [ "$total_failed" -eq 0 ]
