@@ -2574,6 +2574,19 @@ typedef struct par_calibrate_desc {
 } par_calibrate_desc;
 
 PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *cluster);
+/* The timed shapes of a model on `ranks` ranks under pure data parallelism:
+   gemm_size = the hidden size, gemm_rows = the tokens a rank holds, head_dim
+   and seq = the model's, each clamped into a range that times in tens of ms
+   (gemm_size 16..1024; rows at least 16 and at most a 1-Gflop GEMM; head_dim
+   1..256; seq 1..8192). The desc's other fields are left as they are.
+   PAR_EINVAL naming a model size or rank count below 1. */
+PARALLEL_DEF par_status par_calibrate_desc_for_model(const par_model_shape *model, int ranks, par_calibrate_desc *desc);
+/* par_calibrate on `ranks` rank threads of this process (the threads backend,
+   what a run on that many threads gets): rank 0's cluster into *cluster and
+   its kernel threads (what par_cpu_desc.threads should be for the CPU table a
+   rank of such a run has) into *kernel_threads (may be NULL). */
+PARALLEL_DEF par_status par_calibrate_threads(int ranks, const par_calibrate_desc *desc, par_cluster *cluster,
+                                              int *kernel_threads);
 /* The cluster in par_cluster_parse's form (a profile file); returns the
    length snprintf would. */
 PARALLEL_DEF int par_cluster_format(const par_cluster *cluster, char *buf, size_t size);
@@ -20598,6 +20611,53 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     }
     PAR__CHECK(par_cluster_check(&c));
     *out = c;
+    return PAR_OK;
+}
+
+static int64_t par__au_clamp(double v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : (int64_t)v; }
+
+PARALLEL_DEF par_status par_calibrate_desc_for_model(const par_model_shape *m, int ranks, par_calibrate_desc *d) {
+    int64_t n;
+    double rows_max;
+    if (!m || !d) return par__fail(PAR_EINVAL, "par_calibrate_desc_for_model: NULL argument");
+    if (ranks < 1 || m->hidden < 1 || m->heads < 1 || m->seq < 1 || m->batch < 1)
+        return par__fail(PAR_EINVAL,
+                         "par_calibrate_desc_for_model: ranks %d, hidden %d, heads %d, seq %d and batch %d must all be >= 1",
+                         ranks, m->hidden, m->heads, m->seq, m->batch);
+    n = par__au_clamp(m->hidden, 16, 1024); /* the model's GEMMs are this narrow: their rate, not a large GEMM's */
+    rows_max = 1e9 / (2.0 * (double)n * (double)n);
+    if (rows_max > (1 << 20)) rows_max = 1 << 20; /* par_calibrate's limit */
+    d->gemm_size = (int)n;
+    d->gemm_rows = (int)par__au_clamp((double)m->batch * m->seq / ranks, 16, rows_max > 16 ? (int64_t)rows_max : 16);
+    d->head_dim = (int)par__au_clamp((double)m->hidden / m->heads, 1, 256);
+    d->seq = (int)par__au_clamp(m->seq, 1, 8192);
+    return PAR_OK;
+}
+
+typedef struct par__au_threads_arg {
+    const par_calibrate_desc *desc;
+    par_cluster cluster;
+    int threads;
+} par__au_threads_arg;
+
+static par_status par__au_threads_rank(par_ctx *ctx, void *p) {
+    par__au_threads_arg *a = (par__au_threads_arg *)p;
+    par_cluster c;
+    par_status st = par_calibrate(ctx, a->desc, &c);
+    if (st == PAR_OK && par_ctx_rank(ctx) == 0) a->cluster = c, a->threads = par_ctx_kernel_threads(ctx);
+    return st;
+}
+
+PARALLEL_DEF par_status par_calibrate_threads(int ranks, const par_calibrate_desc *desc, par_cluster *cluster,
+                                              int *kernel_threads) {
+    par__au_threads_arg a;
+    par_status st;
+    if (!cluster) return par__fail(PAR_EINVAL, "par_calibrate_threads: NULL cluster");
+    memset(&a, 0, sizeof a);
+    a.desc = desc;
+    if ((st = par_run_threads(ranks, par__au_threads_rank, &a)) != PAR_OK) return st;
+    *cluster = a.cluster;
+    if (kernel_threads) *kernel_threads = a.threads;
     return PAR_OK;
 }
 

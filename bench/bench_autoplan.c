@@ -48,36 +48,20 @@ static par_cluster clusters[9];
 static par_compute_table tables[9]; /* the CPU table a rank gets on that many ranks: its GEMM scratch */
 static int have_cluster[9];
 
-typedef struct calib_arg {
-    par_cluster c;
-    int threads;
-} calib_arg;
-
-static par_status calib(par_ctx *ctx, void *p) {
-    par_calibrate_desc d;
-    par_cluster c;
-    par_status st;
-    memset(&d, 0, sizeof d);
-    d.gemm_size = model.hidden; /* the model's GEMMs are this narrow: their rate, not a large GEMM's */
-    d.gemm_rows = model.batch * model.seq / par_ctx_size(ctx); /* and this many rows under pure dp */
-    d.head_dim = model.hidden / model.heads, d.seq = model.seq;
-    d.repeats = 9; /* the fastest of more runs: this machine's timings scatter by tens of percent */
-    st = par_calibrate(ctx, &d, &c);
-    if (st == PAR_OK && par_ctx_rank(ctx) == 0) ((calib_arg *)p)->c = c, ((calib_arg *)p)->threads = par_ctx_kernel_threads(ctx);
-    return st;
-}
-
 static const par_cluster *cluster_for(int world, const par_compute_table **table) {
     if (!have_cluster[world]) {
-        calib_arg a;
+        par_calibrate_desc d;
         par_cpu_desc cd;
-        if (par_run_threads(world, calib, &a) != PAR_OK) {
+        int threads = 1;
+        memset(&d, 0, sizeof d);
+        d.repeats = 9; /* the fastest of more runs: this machine's timings scatter by tens of percent */
+        if (par_calibrate_desc_for_model(&model, world, &d) != PAR_OK ||
+            par_calibrate_threads(world, &d, &clusters[world], &threads) != PAR_OK) {
             fprintf(stderr, "calibration failed: %s\n", par_last_error());
             exit(1);
         }
-        clusters[world] = a.c;
         memset(&cd, 0, sizeof cd);
-        cd.threads = a.threads;
+        cd.threads = threads;
         if (par_compute_cpu(&cd, &tables[world]) != PAR_OK) exit(1);
         have_cluster[world] = 1;
     }

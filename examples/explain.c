@@ -85,7 +85,9 @@ static const char *const usage_text_more =
     "                memory bandwidth, activation and attention rates, kernel latency, how\n"
     "                many rank threads the cores run at once, all-reduce latency and bandwidth;\n"
     "                prints a cluster file (save it, pass it to plan or train --cluster)\n"
-    "      [--ranks 2] [--memory BYTES] [--gemm 256] [--rows N] [--head-dim 64] [--seq 256]\n"
+    "      [--ranks 2] [--memory BYTES] [--model MODEL.yaml]  (its shapes on that many\n"
+    "                ranks: what train's auto_parallel times)  [--gemm 256] [--rows N]\n"
+    "                [--head-dim 64] [--seq 256]  (each overrides the model's)\n"
     "  graph FILE    strategies for an operator graph (the >>planner text form)\n"
     "      [--search-mode dynamic_programming]  or sharding_propagation, recursive_programming\n"
     "      [--memory-cap BYTES]     per device\n"
@@ -852,40 +854,36 @@ static int cmd_plan(int argc, char **argv) {
     return 0;
 }
 
-typedef struct calibrate_arg {
-    par_calibrate_desc desc;
-    par_cluster cluster;
-} calibrate_arg;
-
-static par_status calibrate_rank(par_ctx *ctx, void *p) {
-    calibrate_arg *a = (calibrate_arg *)p;
-    par_cluster c;
-    par_status st = par_calibrate(ctx, &a->desc, &c);
-    if (st == PAR_OK && par_ctx_rank(ctx) == 0) a->cluster = c;
-    return st;
-}
-
 /* Measure this machine on rank threads and print the profile (a cluster file). */
 static int cmd_calibrate(int argc, char **argv) {
-    static const opt_spec specs[] = {{"ranks", 1, 0}, {"memory", 1, 0}, {"gemm", 1, 0}, {"rows", 1, 0},
-                                     {"head-dim", 1, 0}, {"seq", 1, 0}, {NULL, 0, 0}};
-    calibrate_arg c;
+    static const opt_spec specs[] = {{"ranks", 1, 0}, {"memory", 1, 0}, {"model", 1, 0}, {"gemm", 1, 0},
+                                     {"rows", 1, 0}, {"head-dim", 1, 0}, {"seq", 1, 0}, {NULL, 0, 0}};
+    par_calibrate_desc desc;
+    par_cluster cluster;
     args a;
     char text[1024];
     int ranks;
     parse_args(argc, argv, "calibrate", specs, &a);
-    memset(&c, 0, sizeof c);
+    memset(&desc, 0, sizeof desc);
     ranks = arg_get(&a, "ranks") ? (int)parse_int(arg_get(&a, "ranks"), 1, 256, "--ranks") : 2;
     if (arg_get(&a, "memory")) {
-        c.desc.memory_bytes = parse_double(arg_get(&a, "memory"), "--memory");
-        if (!(c.desc.memory_bytes > 0)) die("--memory: must be a number of bytes > 0");
+        desc.memory_bytes = parse_double(arg_get(&a, "memory"), "--memory");
+        if (!(desc.memory_bytes > 0)) die("--memory: must be a number of bytes > 0");
     }
-    if (arg_get(&a, "gemm")) c.desc.gemm_size = (int)parse_int(arg_get(&a, "gemm"), 16, 8192, "--gemm");
-    if (arg_get(&a, "rows")) c.desc.gemm_rows = (int)parse_int(arg_get(&a, "rows"), 1, 1 << 20, "--rows");
-    if (arg_get(&a, "head-dim")) c.desc.head_dim = (int)parse_int(arg_get(&a, "head-dim"), 1, 256, "--head-dim");
-    if (arg_get(&a, "seq")) c.desc.seq = (int)parse_int(arg_get(&a, "seq"), 1, 8192, "--seq");
-    check(par_run_threads(ranks, calibrate_rank, &c), "calibrate");
-    par_cluster_format(&c.cluster, text, sizeof text);
+    if (arg_get(&a, "model")) {
+        par_model_shape model;
+        char *yaml = read_text_file(arg_get(&a, "model"), "calibrate: model");
+        par_status st = par_model_shape_parse(yaml, &model);
+        free(yaml);
+        check(st, arg_get(&a, "model"));
+        check(par_calibrate_desc_for_model(&model, ranks, &desc), arg_get(&a, "model"));
+    }
+    if (arg_get(&a, "gemm")) desc.gemm_size = (int)parse_int(arg_get(&a, "gemm"), 16, 8192, "--gemm");
+    if (arg_get(&a, "rows")) desc.gemm_rows = (int)parse_int(arg_get(&a, "rows"), 1, 1 << 20, "--rows");
+    if (arg_get(&a, "head-dim")) desc.head_dim = (int)parse_int(arg_get(&a, "head-dim"), 1, 256, "--head-dim");
+    if (arg_get(&a, "seq")) desc.seq = (int)parse_int(arg_get(&a, "seq"), 1, 8192, "--seq");
+    check(par_calibrate_threads(ranks, &desc, &cluster, NULL), "calibrate");
+    par_cluster_format(&cluster, text, sizeof text);
     printf("# par-explain calibrate --ranks %d: this machine, measured now (a cluster file)\n%s", ranks, text);
     return 0;
 }

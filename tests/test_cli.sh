@@ -420,6 +420,10 @@ printf '%s\n' "$OUT" >"$PLANF"
 ok "plan from a calibration" plan examples/configs/tiny.yaml "$PLANF" --top 1
 bad_says "calibrate ranks" "is not an integer in [1, 256]" calibrate --ranks 0
 bad_says "calibrate head dim" "is not an integer in [1, 256]" calibrate --head-dim 512
+ok "calibrate for a model" calibrate --ranks 2 --model examples/configs/tiny.yaml
+has_match "calibrate for a model devices" '^devices: 2$'
+printf 'model:\n  model_config:\n    hidden_size: 0\n' >"$PLANF"
+bad_says "calibrate model" "num_layers is missing" calibrate --model "$PLANF"
 rm -f "$PLANF"
 
 nasty=("" "-1" "99999999999999999999" "((" "None" "[-1,-1] partial=" "1e400"

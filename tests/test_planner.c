@@ -660,6 +660,50 @@ static void calibration(void) {
           back.node_parallelism == a.c[0].node_parallelism);
 }
 
+/* The timed shapes of a model: its hidden size, the tokens a rank holds, its head
+   dim and sequence, clamped into the ranges par_calibrate accepts; then the
+   same calibration through par_calibrate_threads (rank 0's figures, the
+   kernel threads a rank had). */
+static void calibration_for_model(void) {
+    par_model_shape m;
+    par_calibrate_desc d;
+    par_cluster c;
+    int threads = -1;
+    memset(&m, 0, sizeof m);
+    m.layers = 2, m.hidden = 64, m.heads = 4, m.kv_heads = 2, m.ffn = 172, m.vocab = 256, m.seq = 64, m.batch = 8;
+    memset(&d, 0, sizeof d);
+    d.repeats = 2, d.bytes = 1 << 16;
+    CHECK_OK(par_calibrate_desc_for_model(&m, 2, &d));
+    CHECK_INT(d.gemm_size, 64);
+    CHECK_INT(d.gemm_rows, 8 * 64 / 2);
+    CHECK_INT(d.head_dim, 16);
+    CHECK_INT(d.seq, 64);
+    CHECK(d.repeats == 2 && d.bytes == 1 << 16); /* the rest is the caller's */
+    /* clamped: a wide model times a 1024-wide GEMM of at most a Gflop; a tiny one at least 16 of each */
+    m.hidden = 8192, m.heads = 16, m.seq = 100000, m.batch = 64;
+    CHECK_OK(par_calibrate_desc_for_model(&m, 1, &d));
+    CHECK(d.gemm_size == 1024 && d.head_dim == 256 && d.seq == 8192);
+    CHECK_MSG(2.0 * d.gemm_rows * 1024 * 1024 <= 1e9 && d.gemm_rows >= 16, "gemm_rows %d", d.gemm_rows);
+    m.hidden = 4, m.heads = 4, m.seq = 2, m.batch = 1;
+    CHECK_OK(par_calibrate_desc_for_model(&m, 8, &d));
+    CHECK(d.gemm_size == 16 && d.gemm_rows == 16 && d.head_dim == 1 && d.seq == 2);
+    m.hidden = 0;
+    CHECK(par_calibrate_desc_for_model(&m, 2, &d) == PAR_EINVAL && strstr(par_last_error(), "hidden 0"));
+    m.hidden = 64;
+    CHECK(par_calibrate_desc_for_model(&m, 0, &d) == PAR_EINVAL && strstr(par_last_error(), "ranks 0"));
+    CHECK(par_calibrate_desc_for_model(NULL, 2, &d) == PAR_EINVAL);
+    /* on rank threads */
+    m.hidden = 64, m.heads = 4, m.seq = 64, m.batch = 8;
+    CHECK_OK(par_calibrate_desc_for_model(&m, 2, &d));
+    CHECK_OK(par_calibrate_threads(2, &d, &c, &threads));
+    CHECK(c.devices == 2 && c.flops > 0 && c.attention_rate > 0 && c.node_parallelism >= 1);
+    CHECK_MSG(threads >= 1, "kernel threads %d", threads);
+    CHECK(par_calibrate_threads(2, &d, NULL, NULL) == PAR_EINVAL);
+    CHECK(par_calibrate_threads(0, &d, &c, NULL) == PAR_EINVAL && strstr(par_last_error(), "0 ranks"));
+    d.head_dim = 512; /* a bad desc: refused by every rank, the message kept */
+    CHECK(par_calibrate_threads(2, &d, &c, NULL) == PAR_EINVAL && strstr(par_last_error(), "head_dim 0..256"));
+}
+
 int main(void) {
     property_dp_equals_enumeration();
     errors();
@@ -667,5 +711,6 @@ int main(void) {
     whole_plan();
     time_model();
     calibration();
+    calibration_for_model();
     return TEST_END("test_planner");
 }

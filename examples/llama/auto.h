@@ -24,7 +24,6 @@
 
 #include "parallel.h" /* and examples/llama/config.h before this file (its implementation is not guarded) */
 
-static int llama__auto_clamp(double v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : (int)v; }
 
 /* "64MiB", "1GB", "123456" -> bytes; -1 if it is no size. */
 static double llama__auto_size(const char *t) {
@@ -39,27 +38,6 @@ static double llama__auto_size(const char *t) {
     }
     if (*end == 'B') end++;
     return *end ? -1 : v * scale;
-}
-
-typedef struct llama__calib {
-    par_cluster cluster;
-    double memory;
-    int gemm, rows, head_dim, seq, threads;
-} llama__calib;
-
-static par_status llama__auto_calibrate(par_ctx *ctx, void *arg) {
-    llama__calib *c = (llama__calib *)arg;
-    par_calibrate_desc d;
-    par_cluster mine;
-    memset(&d, 0, sizeof d);
-    d.memory_bytes = c->memory;
-    d.gemm_size = c->gemm; /* the model's GEMMs are this narrow: their rate, not a large GEMM's */
-    d.gemm_rows = c->rows, d.head_dim = c->head_dim, d.seq = c->seq;
-    d.repeats = 9; /* the fastest of more runs: shared machines' timings scatter */
-    par_status st = par_calibrate(ctx, &d, &mine);
-    if (st == PAR_OK && par_ctx_rank(ctx) == 0) c->threads = par_ctx_kernel_threads(ctx);
-    if (st == PAR_OK && par_ctx_rank(ctx) == 0) c->cluster = mine;
-    return st;
 }
 
 /* The plan's degrees written into a copy of the config. */
@@ -95,6 +73,9 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
     if (world <= 0) world = cfg->data_parallel * cfg->model_parallel * cfg->context_parallel * cfg->pipeline_stage;
     if (max_memory && (d.memory_cap = llama__auto_size(max_memory)) <= 0)
         return snprintf(err, errsize, "--max-device-memory %s: not a size (bytes, or e.g. 64MiB, 1GB)", max_memory), -1;
+    d.model.layers = cfg->num_layers, d.model.hidden = cfg->hidden_size, d.model.heads = cfg->num_heads;
+    d.model.kv_heads = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->num_heads, d.model.ffn = cfg->intermediate_size;
+    d.model.vocab = cfg->vocab_size, d.model.seq = cfg->seq_length, d.model.batch = llama_config_global_batch(cfg);
     if (cluster_path) {
         FILE *f = fopen(cluster_path, "rb");
         char text[4096];
@@ -111,26 +92,19 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
                             "parallel_config degrees as written)",
                             cluster_path, d.cluster.devices, world),
                    -1;
-    } else {
-        llama__calib c;
-        memset(&c, 0, sizeof c);
-        c.memory = d.memory_cap > 0 ? d.memory_cap : 0;
-        c.gemm = cfg->hidden_size < 32 ? 32 : cfg->hidden_size > 1024 ? 1024 : cfg->hidden_size;
-        c.rows = llama__auto_clamp((double)llama_config_global_batch(cfg) * cfg->seq_length / world, 16, 65536);
-        c.head_dim = llama__auto_clamp((double)cfg->hidden_size / (cfg->num_heads > 0 ? cfg->num_heads : 1), 1, 256);
-        c.seq = llama__auto_clamp(cfg->seq_length, 1, 8192);
-        if (par_run_threads(world, llama__auto_calibrate, &c) != PAR_OK)
+    } else { /* measure this machine on `world` rank threads, at the model's shapes */
+        par_calibrate_desc cal;
+        memset(&cal, 0, sizeof cal);
+        cal.memory_bytes = d.memory_cap > 0 ? d.memory_cap : 0;
+        cal.repeats = 9; /* the fastest of more runs: shared machines' timings scatter */
+        if (par_calibrate_desc_for_model(&d.model, world, &cal) != PAR_OK ||
+            par_calibrate_threads(world, &cal, &d.cluster, &threads) != PAR_OK)
             return snprintf(err, errsize, "auto_parallel: measuring this machine failed: %s", par_last_error()), -1;
-        d.cluster = c.cluster;
-        threads = c.threads;
     }
     /* the CPU table a rank will have: its GEMM scratch counts in the memory prediction */
     memset(&cd, 0, sizeof cd);
     cd.threads = threads;
     if (par_compute_cpu(&cd, &table) == PAR_OK) d.compute = &table;
-    d.model.layers = cfg->num_layers, d.model.hidden = cfg->hidden_size, d.model.heads = cfg->num_heads;
-    d.model.kv_heads = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->num_heads, d.model.ffn = cfg->intermediate_size;
-    d.model.vocab = cfg->vocab_size, d.model.seq = cfg->seq_length, d.model.batch = llama_config_global_batch(cfg);
     d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE) | (1u << PAR_PP_INTERLEAVED) | (1u << PAR_PP_ZB_H1);
     d.cp_algos = (1u << PAR_CP_RING) | (1u << PAR_CP_ULYSSES);
     if (par_search_mode_parse(cfg->search_mode, &d.mode) != PAR_OK)
