@@ -2425,6 +2425,8 @@ typedef struct par_cluster {
                                   makes short blocks (ring steps) slow; 0 = not counted */
     double kernel_latency;   /* seconds each kernel call costs beyond its work (dispatch, waking
                                 kernel threads); 0 = not counted */
+    double norm_rate;        /* elements/s of an RMSNorm forward + backward; 0 = not counted */
+    double rope_rate;        /* elements/s of a RoPE forward + backward; 0 = not counted */
     int node_parallelism;    /* ranks of one node that compute at full speed at once: ranks that
                                 share a node's CPU cores (threads or processes) take turns beyond
                                 it, so a node's summed work bounds the step; 0 = every rank
@@ -2440,7 +2442,7 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
    intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
    inter_node_latency, memory_per_device, flops_per_device and (optional)
    memory_bandwidth, activation_rate, attention_rate, attention_row_cost,
-   kernel_latency, node_parallelism. Numbers may end in
+   kernel_latency, node_parallelism, norm_rate, rope_rate. Numbers may end in
    K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
    numbers are PAR_EPARSE naming the line; then par_cluster_check. */
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
@@ -2545,8 +2547,10 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t
 /* Calibration: measure this machine's constants for a cluster description.
    Collective over the context's world (call it from every rank). Rank 0
    alone, with its kernel threads, while the others wait (a rank's own rates:
-   what it gets when it has its cores to itself) times gemm_rows x n x n f32
-   GEMMs, copies of `bytes` (memory bandwidth), SwiGLU forward + backward
+   what it gets when it has its cores to itself) times a linear layer's three
+   f32 GEMMs (forward gemm_rows x gemm_size x gemm_cols, and its input and
+   weight gradients; with desc.model, those of each of a decoder layer's seven
+   weights), RMSNorm and RoPE forward + backward over gemm_rows x gemm_size, copies of `bytes` (memory bandwidth), SwiGLU forward + backward
    (activation rate), causal attention forward + backward of `seq` tokens at
    `head_dim` and of four times the samples of a quarter of the tokens (the
    same query rows, a quarter of the flops: their difference gives the
@@ -2565,8 +2569,12 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t
    Takes about 0.1 to 0.3 s with the defaults (busy neighbours make it
    longer). */
 typedef struct par_calibrate_desc {
-    int gemm_size;        /* n of the timed GEMM (the model's hidden size); default 256 */
-    int gemm_rows;        /* m of the timed GEMM (the tokens a rank holds); default gemm_size */
+    int gemm_size;        /* depth of the timed GEMMs (the model's hidden size); default 256 */
+    int gemm_rows;        /* their rows (the tokens a rank holds); default gemm_size */
+    int gemm_cols;        /* their columns (the MLP's width); default gemm_size */
+    par_model_shape model; /* optional (model.layers > 0): time one layer's linear GEMMs of this
+                              model instead (q, k, v, o, gate, up, down at gemm_rows tokens,
+                              forward and both gradients): the shapes a step runs */
     int head_dim, seq;    /* of the timed attention; defaults 64 and 256 */
     int64_t bytes;        /* default 4 MiB */
     int repeats;          /* default 5 */
@@ -2575,10 +2583,13 @@ typedef struct par_calibrate_desc {
 
 PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *cluster);
 /* The timed shapes of a model on `ranks` ranks under pure data parallelism:
-   gemm_size = the hidden size, gemm_rows = the tokens a rank holds, head_dim
-   and seq = the model's, each clamped into a range that times in tens of ms
-   (gemm_size 16..1024; rows at least 16 and at most a 1-Gflop GEMM; head_dim
-   1..256; seq 1..8192). The desc's other fields are left as they are.
+   model = *model where a layer's GEMMs are small enough to time whole (at
+   least 16 tokens in 2 Gflop; else zero), gemm_size = the hidden size,
+   gemm_cols = the MLP's width (ffn), gemm_rows = the tokens a rank holds,
+   head_dim and seq = the model's, each clamped into a range that times in
+   tens of ms (gemm_size 16..1024; gemm_cols 16..4096; rows at least 16 and at
+   most a Gflop for the three GEMMs, or 2 for the layer's; head_dim 1..256;
+   seq 1..8192). The desc's other fields are left as they are.
    PAR_EINVAL naming a model size or rank count below 1. */
 PARALLEL_DEF par_status par_calibrate_desc_for_model(const par_model_shape *model, int ranks, par_calibrate_desc *desc);
 /* par_calibrate on `ranks` rank threads of this process (the threads backend,
@@ -10747,9 +10758,14 @@ static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, i
     if (tokens > 0 && heads > 0) {
         PAR__CPU_PTR(fn, pos); PAR__CPU_PTR(fn, x); PAR__CPU_PTR(fn, y);
     }
+    /* the frequencies once per call, not per token (the same doubles: the same results) */
+    double inv_freq[128];
+    const int cached = half <= 128;
+    for (i = 0; cached && i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * (double)i / (double)head_dim);
     for (t = 0; t < tokens; t++) {
         for (i = 0; i < half; i++) {
-            const double a = (double)pos[t] * pow((double)theta, -2.0 * (double)i / (double)head_dim);
+            const double f = cached ? inv_freq[i] : pow((double)theta, -2.0 * (double)i / (double)head_dim);
+            const double a = (double)pos[t] * f;
             const float c = (float)cos(a), s = (float)(sign * sin(a));
             for (hh = 0; hh < heads; hh++) {
                 const float *xv = x + (t * heads + hh) * head_dim;
@@ -19679,6 +19695,12 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
     if (!par__au_finite(c->kernel_latency) || c->kernel_latency < 0 || c->kernel_latency > 3600)
         return par__fail(PAR_EINVAL, "cluster: kernel_latency is %g s; it must be finite, >= 0 and under an hour",
                          c->kernel_latency);
+    if (!par__au_finite(c->norm_rate) || c->norm_rate < 0)
+        return par__fail(PAR_EINVAL, "cluster: norm_rate is %g; it must be a finite number of elements/s >= 0",
+                         c->norm_rate);
+    if (!par__au_finite(c->rope_rate) || c->rope_rate < 0)
+        return par__fail(PAR_EINVAL, "cluster: rope_rate is %g; it must be a finite number of elements/s >= 0",
+                         c->rope_rate);
     if (c->node_parallelism < 0 || c->node_parallelism > PAR__MAX_DEVICES)
         return par__fail(PAR_EINVAL, "cluster: node_parallelism is %d; it must be 0 (every rank) to %d",
                          c->node_parallelism, PAR__MAX_DEVICES);
@@ -19728,7 +19750,8 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                                        "intra_node_latency", "inter_node_bandwidth", "inter_node_latency",
                                        "memory_per_device",  "flops_per_device",     "memory_bandwidth",
                                        "activation_rate",    "attention_rate",       "kernel_latency",
-                                       "node_parallelism",   "attention_row_cost"};
+                                       "node_parallelism",   "attention_row_cost",   "norm_rate",
+                                       "rope_rate"};
     enum { nkeys = (int)(sizeof keys / sizeof keys[0]) };
     par_cluster c;
     const char *p;
@@ -19757,7 +19780,7 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                              "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
                              "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
                              "flops_per_device, memory_bandwidth, activation_rate, attention_rate, kernel_latency, "
-                             "node_parallelism, attention_row_cost)",
+                             "node_parallelism, attention_row_cost, norm_rate, rope_rate)",
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
@@ -19779,7 +19802,9 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
         case 10: c.attention_rate = v; break;
         case 11: c.kernel_latency = v; break;
         case 12: c.node_parallelism = (int)v; break;
-        default: c.attention_row_cost = v; break;
+        case 13: c.attention_row_cost = v; break;
+        case 14: c.norm_rate = v; break;
+        default: c.rope_rate = v; break;
         }
     }
     for (i = 0; i < 8; i++)
@@ -20012,7 +20037,11 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     /* and per query row and head of each call: a ring step's call takes every local query again */
     attn += n * layers * hl * (cp > 1 && pl->cp_algo == PAR_CP_RING ? cp : 1) * a->c.attention_row_cost;
     traffic = a->c.memory_bandwidth > 0 ? (3 * slot * e + 3 * params * e) / a->c.memory_bandwidth : 0;
-    if (a->c.activation_rate > 0) traffic += layers * n * fl / a->c.activation_rate; /* SwiGLU's exps */
+    if (a->c.activation_rate > 0) /* SwiGLU's exps, and the loss's softmax over this rank's vocab share */
+        traffic += (layers * n * fl + n * Vl) / a->c.activation_rate;
+    /* two RMSNorms a layer and the final one over the residual stream's rows; RoPE on q and k */
+    if (a->c.norm_rate > 0) traffic += (2 * layers + 1) * rows * h / a->c.norm_rate;
+    if (a->c.rope_rate > 0) traffic += layers * n * (ql + kvl) / a->c.rope_rate;
     calls = layers * (PAR__AU_LAYER_CALLS + (cp > 1 ? 3.0 * (cp - 1) : 0)) + PAR__AU_HEAD_CALLS;
     pl->compute_time = (gemm + attn + traffic + calls * a->c.kernel_latency) * pl->micro_batches;
     /* AdamW: p, g, m and v read, p, m and v written, over this rank's share of the weights */
@@ -20378,17 +20407,23 @@ static int par__au_cmp(const void *a, const void *b) {
    wait at the barriers), 1, 4 and 5 on every rank. */
 typedef struct par__au_work {
     int kind;
-    int64_t n;      /* GEMM columns and depth; floats copied or reduced; SwiGLU elements */
+    int64_t n;      /* GEMM depth; floats copied or reduced; SwiGLU elements */
     int64_t rows;   /* GEMM rows */
+    int64_t cols;   /* GEMM columns */
     par_attn_desc attn;
     int inner;
+    int64_t head_dim;      /* RoPE's */
+    const int64_t *pos;    /* RoPE's positions [rows] (the table's memory) */
+    int64_t shapes[7][2];  /* kind 0: (depth, columns) of each linear GEMM triple */
+    int nshapes;
 } par__au_work;
 
-/* Least seconds of `repeats` runs (every rank in step) of `inner` GEMMs
-   rows x n x n (kind 0), one all-reduce of n floats (kind 1), `inner` copies
+/* Least seconds of `repeats` runs (every rank in step) of `inner` forward
+   GEMMs rows x n x cols and their two backward GEMMs (kind 0), one all-reduce of n floats (kind 1), `inner` copies
    of n floats (kind 2), `inner` SwiGLU forward + backward of n elements
-   (kind 3), `inner` attention forward + backward (kind 6) or `inner` SwiGLU
-   forwards of n elements (kind 7: n tiny, the per-call cost); kinds 4 and 5:
+   (kind 3), `inner` attention forward + backward (kind 6), `inner` SwiGLU
+   forwards of n elements (kind 7: n tiny, the per-call cost), `inner`
+   RMSNorm (kind 8) or RoPE (kind 9) forward + backward over rows x n; kinds 4 and 5:
    `inner` 256^3 GEMMs each followed (4) or not (5) by a one-float all-reduce:
    their difference is what a blocking collective costs between real compute
    (ranks arriving unevenly, oversubscribed threads waking up). */
@@ -20396,7 +20431,7 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__a
                                float *a, float *b, float *c, double *median) {
     const par_compute_table *ct = par_ctx_compute(ctx);
     const par_comm_table *cm = par_ctx_comm(ctx);
-    const int kind = w->kind, solo = kind == 0 || kind == 2 || kind == 3 || kind >= 6;
+    const int kind = w->kind, solo = kind == 0 || kind == 2 || kind == 3 || kind >= 6; /* rank 0 alone */
     const int64_t n = w->n;
     const int inner = solo && par_ctx_rank(ctx) != 0 ? 0 : w->inner;
     double t[16];
@@ -20413,12 +20448,20 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__a
                 g.alpha = 1.0f;
                 PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
                 if (kind == 4) PAR__CHECK(cm->all_reduce(cm->user, world, a, c, 1, PAR_F32, PAR_REDUCE_SUM, NULL));
-            } else if (kind == 0) {
-                par_gemm_desc g;
-                memset(&g, 0, sizeof g);
-                g.m = w->rows, g.n = g.k = n;
-                g.alpha = 1.0f;
-                PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+            } else if (kind == 0) { /* Y = X W, dX = dY W^T, dW = X^T dY: a linear layer's three */
+                int s;
+                for (s = 0; s < w->nshapes; s++) {
+                    const int64_t r = w->rows, dk = w->shapes[s][0], cols = w->shapes[s][1];
+                    par_gemm_desc g;
+                    memset(&g, 0, sizeof g);
+                    g.alpha = 1.0f;
+                    g.m = r, g.n = cols, g.k = dk;
+                    PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
+                    g.m = r, g.n = dk, g.k = cols, g.transb = 1;
+                    PAR__CHECK(ct->gemm(ct->user, &g, a + r * dk, b, c + r * cols));
+                    g.m = dk, g.n = cols, g.k = r, g.transa = 1, g.transb = 0;
+                    PAR__CHECK(ct->gemm(ct->user, &g, a, a + r * dk, b + dk * cols));
+                }
             } else if (kind == 6) { /* q, k, v, o, lse in a; do, dq, dk, dv in b */
                 const int64_t e = (int64_t)w->attn.batch * w->attn.q_len * w->attn.q_heads * w->attn.head_dim;
                 PAR__CHECK(ct->attention_fwd(ct->user, &w->attn, a, a + e, a + 2 * e, a + 3 * e, c));
@@ -20426,6 +20469,14 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__a
                                              b + 2 * e, b + 3 * e, 0));
             } else if (kind == 7) {
                 PAR__CHECK(ct->swiglu_fwd(ct->user, n, a, b, c));
+            } else if (kind == 8) { /* RMSNorm over rows x n: x in a, w in b; y (then dy, dx), rstd, dw in c */
+                float *rstd = c + w->rows * n;
+                PAR__CHECK(ct->rmsnorm_fwd(ct->user, w->rows, n, a, b, 1e-5f, c, rstd));
+                PAR__CHECK(ct->rmsnorm_bwd(ct->user, w->rows, n, a, b, rstd, c, c, rstd + w->rows));
+            } else if (kind == 9) { /* RoPE over rows x n as heads of head_dim */
+                PAR__CHECK(ct->rope_fwd(ct->user, w->rows, n / w->head_dim, w->head_dim, w->pos, 10000.0f, a, c));
+                PAR__CHECK(ct->rope_bwd(ct->user, w->rows, n / w->head_dim, w->head_dim, w->pos, 10000.0f, c,
+                                        c + w->rows * n));
             } else if (kind == 1) {
                 PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
             } else if (kind == 2) {
@@ -20444,6 +20495,37 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__a
     qsort(t, (size_t)repeats, sizeof t[0], par__au_cmp);
     *median = t[0];
     return PAR_OK;
+}
+
+/* At most this many floats in each of calibration's three buffers (256 MiB). */
+#define PAR__AU_CALIB_FLOATS (1 << 26)
+
+/* The (depth, columns) of the timed GEMMs: desc.model's seven layer weights (q,
+   k, v, o, gate, up, down), or the one n x cols; -1 (the reason set) for a bad
+   model. */
+static int par__au_gemm_shapes(const par_calibrate_desc *d, int64_t n, int64_t cols, int64_t shapes[7][2]) {
+    const par_model_shape *m = &d->model;
+    int64_t h, q, kv, f;
+    if (m->layers <= 0) {
+        shapes[0][0] = n, shapes[0][1] = cols;
+        return 1;
+    }
+    if (par__au_check_model(m) != PAR_OK) { /* the reason, named as the desc's field */
+        char why[sizeof par__error_text];
+        memcpy(why, par__error_text, sizeof why);
+        par__fail(PAR_EINVAL, "par_calibrate_desc.%s", why);
+        return -1;
+    }
+    h = m->hidden, q = (int64_t)m->heads * (m->hidden / m->heads), kv = (int64_t)m->kv_heads * (m->hidden / m->heads);
+    f = m->ffn;
+    shapes[0][0] = h, shapes[0][1] = q;  /* q */
+    shapes[1][0] = h, shapes[1][1] = kv; /* k */
+    shapes[2][0] = h, shapes[2][1] = kv; /* v */
+    shapes[3][0] = q, shapes[3][1] = h;  /* o */
+    shapes[4][0] = h, shapes[4][1] = f;  /* gate */
+    shapes[5][0] = h, shapes[5][1] = f;  /* up */
+    shapes[6][0] = f, shapes[6][1] = h;  /* down */
+    return 7;
 }
 
 /* The timed attention: `seq` tokens, 256 / head_dim heads (at least 1), one
@@ -20469,9 +20551,11 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     par_attn_desc attn;
     float *a = NULL, *b = NULL, *cc = NULL;
     double t_gemm = 0, t_small = 0, t_hot = 0, t_big = 0, t_copy = 0, t_act = 0, t_sync = 0, t_nosync = 0;
-    double t_attn = 0, t_attn_half = 0, t_call = 0;
-    int64_t n, rows, count, elems, attn_elems;
-    int inner_gemm, inner_copy, inner_act, inner_attn;
+    double t_attn = 0, t_attn_half = 0, t_call = 0, t_norm = 0, t_rope = 0;
+    int64_t n, rows, cols, count, elems, attn_elems, rope_hd, *pos = NULL, shapes[7][2], big_kn = 0, big_rowk = 0;
+    double layer_kn = 0;
+    int nshapes, k;
+    int inner_gemm, inner_copy, inner_act, inner_attn, inner_norm, inner_rope;
     const int inner_call = 256;
     int p, threads;
     uint32_t all;
@@ -20479,13 +20563,28 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (!ctx || !out) return par__fail(PAR_EINVAL, "par_calibrate: NULL argument");
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
-    if (d.gemm_size < 0 || d.gemm_size > 8192 || d.gemm_rows < 0 || d.gemm_rows > (1 << 20) || d.head_dim < 0 ||
+    if (d.gemm_size < 0 || d.gemm_size > 8192 || d.gemm_rows < 0 || d.gemm_rows > (1 << 20) || d.gemm_cols < 0 ||
+        d.gemm_cols > 65536 || d.head_dim < 0 ||
         d.head_dim > 256 || d.seq < 0 || d.seq > 8192 || d.bytes < 0 || d.bytes > ((int64_t)1 << 32) ||
         d.repeats < 0 || d.repeats > 15 || !(d.memory_bytes >= 0))
-        return par__fail(PAR_EINVAL, "par_calibrate_desc: gemm_size 0..8192, gemm_rows 0..2^20, head_dim 0..256, "
+        return par__fail(PAR_EINVAL, "par_calibrate_desc: gemm_size 0..8192, gemm_rows 0..2^20, gemm_cols 0..65536, "
+                                     "head_dim 0..256, "
                                      "seq 0..8192, bytes 0..4 GiB, repeats 0..15 and memory_bytes >= 0 (0 = defaults)");
     n = d.gemm_size ? d.gemm_size : 256;
     rows = d.gemm_rows ? d.gemm_rows : n;
+    cols = d.gemm_cols ? d.gemm_cols : n;
+    nshapes = par__au_gemm_shapes(&d, n, cols, shapes);
+    if (nshapes < 0) return PAR_EINVAL;
+    for (k = 0; k < nshapes; k++) {
+        layer_kn += (double)shapes[k][0] * (double)shapes[k][1];
+        if (shapes[k][0] * shapes[k][1] > big_kn) big_kn = shapes[k][0] * shapes[k][1];
+        if (shapes[k][0] + shapes[k][1] > big_rowk) big_rowk = shapes[k][0] + shapes[k][1];
+    }
+    if (rows * big_rowk > PAR__AU_CALIB_FLOATS || 2 * big_kn > PAR__AU_CALIB_FLOATS)
+        return par__fail(PAR_EINVAL,
+                         "par_calibrate_desc: GEMMs of %lld rows and up to %lld x %lld weights need more than %d M "
+                         "floats a buffer (fewer gemm_rows, or leave desc.model zero to time gemm_size x gemm_cols)",
+                         (long long)rows, (long long)(big_rowk), (long long)big_kn, PAR__AU_CALIB_FLOATS >> 20);
     count = (d.bytes ? d.bytes : 4 << 20) / 4;
     if (count < 1) count = 1;
     if (!d.repeats) d.repeats = 5;
@@ -20493,10 +20592,15 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     attn_elems = attn.q_len * attn.q_heads * attn.head_dim;
     /* enough work per timing (~0.5 Gflop, ~0.25 GB: tens of ms) that the clock's and the scheduler's
        granularity do not matter */
-    inner_gemm = (int)(5e8 / (2.0 * (double)rows * (double)n * (double)n)) + 1;
+    inner_gemm = (int)(5e8 / (6.0 * (double)rows * layer_kn)) + 1;
     inner_copy = (int)(1.25e8 / (8.0 * (double)count)) + 1;
     inner_act = (int)(2e6 / (double)(count / 2 > 0 ? count / 2 : 1)) + 1;
     inner_attn = (int)(2e8 / (6.0 * (double)attn.q_len * (double)attn_elems)) + 1;
+    inner_norm = (int)(2e7 / ((double)rows * (double)n)) + 1;
+    inner_rope = (int)(4e6 / ((double)rows * (double)n)) + 1;
+    /* RoPE over the hidden size as heads of the model's head dim (even, at most the hidden size) */
+    rope_hd = attn.head_dim < n ? attn.head_dim : n;
+    rope_hd -= rope_hd % 2;
     ct = par_ctx_compute(ctx);
     if (!ct->gemm || !ct->alloc || !ct->memset)
         return par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
@@ -20504,9 +20608,12 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     threads = par_ctx_kernel_threads(ctx);
     all = (1u << par_ctx_mesh(ctx)->ndim) - 1;
     if ((st = par_ctx_group(ctx, all, &world, NULL, NULL)) != PAR_OK) return st;
-    elems = (rows > n ? rows : n) * n;
+    elems = rows * big_rowk; /* X and dY; Y and dX; W and dW */
+    if (2 * big_kn > elems) elems = 2 * big_kn;
+    if (256 * 256 > elems) elems = 256 * 256; /* the latency's GEMMs */
     if (count > elems) elems = count;
     if (4 * attn_elems > elems) elems = 4 * attn_elems;
+    if (2 * rows * n + rows + n > elems) elems = 2 * rows * n + rows + n; /* RMSNorm's and RoPE's */
     st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&a);
     if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&b);
     if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&cc);
@@ -20523,17 +20630,35 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
                             ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
         PARALLEL_FREE(host);
     }
+    if (st == PAR_OK && ct->rope_fwd && ct->rope_bwd && rope_hd >= 2) { /* positions 0..rows-1 */
+        int64_t *host = (int64_t *)PARALLEL_MALLOC((size_t)rows * sizeof(int64_t)), i;
+        st = host ? ct->alloc(ct->user, (size_t)rows * sizeof(int64_t), PAR_MEM_WORKSPACE, (void **)&pos)
+                  : par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
+        for (i = 0; host && i < rows; i++) host[i] = i;
+        if (st == PAR_OK)
+            st = ct->memcpy(ct->user, pos, host, (size_t)rows * sizeof(int64_t),
+                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+        PARALLEL_FREE(host);
+    }
     /* rank 0's own rates, interleaved: each repeat times every kind once, so that a slow spell of
        a shared machine lands on one sample of each kind rather than on every sample of one */
     {
-        par__au_work ws[6];
-        double *outs[6];
+        par__au_work ws[8];
+        double *outs[8];
         int nk = 0, r, k;
         memset(ws, 0, sizeof ws);
-        ws[nk].kind = 0, ws[nk].n = n, ws[nk].rows = rows, ws[nk].inner = inner_gemm, outs[nk++] = &t_gemm;
+        ws[nk].kind = 0, ws[nk].rows = rows, ws[nk].inner = inner_gemm, ws[nk].nshapes = nshapes;
+        memcpy(ws[nk].shapes, shapes, sizeof shapes);
+        outs[nk++] = &t_gemm;
         ws[nk].kind = 2, ws[nk].n = count, ws[nk].inner = inner_copy, outs[nk++] = &t_copy;
         if (ct->swiglu_fwd && ct->swiglu_bwd) ws[nk].kind = 3, ws[nk].n = count / 2, ws[nk].inner = inner_act, outs[nk++] = &t_act;
         if (ct->swiglu_fwd) ws[nk].kind = 7, ws[nk].n = 64, ws[nk].inner = inner_call, outs[nk++] = &t_call;
+        if (ct->rmsnorm_fwd && ct->rmsnorm_bwd)
+            ws[nk].kind = 8, ws[nk].n = n, ws[nk].rows = rows, ws[nk].inner = inner_norm, outs[nk++] = &t_norm;
+        if (pos) {
+            ws[nk].kind = 9, ws[nk].n = n / rope_hd * rope_hd, ws[nk].rows = rows, ws[nk].head_dim = rope_hd;
+            ws[nk].pos = pos, ws[nk].inner = inner_rope, outs[nk++] = &t_rope;
+        }
         if (ct->attention_fwd && ct->attention_bwd) {
             ws[nk].kind = 6, ws[nk].attn = attn, ws[nk].inner = inner_attn, outs[nk++] = &t_attn;
             ws[nk] = ws[nk - 1], outs[nk] = &t_attn_half;
@@ -20548,27 +20673,25 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
             }
     }
     memset(&w, 0, sizeof w);
-    if (st == PAR_OK && p > 1 && elems >= 256 * 256) {
+    if (st == PAR_OK && p > 1) {
         w.kind = 4, w.n = 1, w.inner = 8;
         st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_sync);
         w.kind = 5;
         if (st == PAR_OK) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_nosync);
         t_small = t_sync > t_nosync ? (t_sync - t_nosync) / 8 : 0;
-    } else if (st == PAR_OK && p > 1) {
-        w.kind = 1, w.n = 1, w.inner = 1;
-        st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_small);
     }
     w.kind = 1, w.n = 1, w.inner = 1;
     if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_hot);
     w.n = count;
     if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_big);
+    if (pos) ct->free(ct->user, pos);
     if (cc) ct->free(ct->user, cc);
     if (b) ct->free(ct->user, b);
     if (a) ct->free(ct->user, a);
     if (st != PAR_OK) return st;
     memset(&c, 0, sizeof c);
     c.devices = c.devices_per_node = p;
-    c.flops = inner_gemm * 2.0 * (double)rows * (double)n * (double)n / (t_gemm > 1e-9 ? t_gemm : 1e-9);
+    c.flops = inner_gemm * 6.0 * (double)rows * layer_kn / (t_gemm > 1e-9 ? t_gemm : 1e-9);
     c.memory_bandwidth = inner_copy * 8.0 * (double)count / (t_copy > 1e-9 ? t_copy : 1e-9); /* read + write */
     c.activation_rate = t_act > 0 ? inner_act * (double)(count / 2) / t_act : 0;
     if (t_attn > 0) { /* t = flops / rate + rows x row cost, at two sizes with the same rows */
@@ -20583,6 +20706,8 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
         c.attention_row_cost = row;
     }
     c.kernel_latency = t_call > 0 ? t_call / inner_call : 0;
+    c.norm_rate = t_norm > 0 ? inner_norm * (double)rows * (double)n / t_norm : 0;
+    c.rope_rate = t_rope > 0 ? inner_rope * (double)rows * (double)(n / rope_hd * rope_hd) / t_rope : 0;
     c.node_parallelism = ct->device_memory ? 0 : par__host_cores() / (threads > 0 ? threads : 1);
     if (!ct->device_memory && c.node_parallelism < 1) c.node_parallelism = 1;
     if (p > 1) {
@@ -20597,17 +20722,17 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     {
         const par_comm_table *cm = par_ctx_comm(ctx);
         const int me = par_ctx_rank(ctx) == 0;
-        double v[9];
+        double v[11];
         v[0] = me ? c.flops : 0, v[1] = me ? c.intra_latency : 0, v[2] = me ? c.intra_bandwidth : 0;
         v[3] = me ? c.memory_bandwidth : 0, v[4] = me ? c.activation_rate : 0, v[5] = me ? c.attention_rate : 0;
         v[6] = me ? c.kernel_latency : 0, v[7] = me ? (double)c.node_parallelism : 0;
-        v[8] = me ? c.attention_row_cost : 0;
-        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 9, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
+        v[8] = me ? c.attention_row_cost : 0, v[9] = me ? c.norm_rate : 0, v[10] = me ? c.rope_rate : 0;
+        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 11, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
             return st;
         c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2], c.memory_bandwidth = v[3];
         c.activation_rate = v[4], c.attention_rate = v[5], c.kernel_latency = v[6];
         c.node_parallelism = (int)v[7];
-        c.attention_row_cost = v[8];
+        c.attention_row_cost = v[8], c.norm_rate = v[9], c.rope_rate = v[10];
     }
     PAR__CHECK(par_cluster_check(&c));
     *out = c;
@@ -20617,18 +20742,45 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
 static int64_t par__au_clamp(double v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : (int64_t)v; }
 
 PARALLEL_DEF par_status par_calibrate_desc_for_model(const par_model_shape *m, int ranks, par_calibrate_desc *d) {
-    int64_t n;
+    int64_t n, cols;
     double rows_max;
     if (!m || !d) return par__fail(PAR_EINVAL, "par_calibrate_desc_for_model: NULL argument");
     if (ranks < 1 || m->hidden < 1 || m->heads < 1 || m->seq < 1 || m->batch < 1)
         return par__fail(PAR_EINVAL,
                          "par_calibrate_desc_for_model: ranks %d, hidden %d, heads %d, seq %d and batch %d must all be >= 1",
                          ranks, m->hidden, m->heads, m->seq, m->batch);
-    n = par__au_clamp(m->hidden, 16, 1024); /* the model's GEMMs are this narrow: their rate, not a large GEMM's */
-    rows_max = 1e9 / (2.0 * (double)n * (double)n);
+    /* the model's GEMMs are this deep: their rate, not a large GEMM's; and as wide as the MLP's,
+       which hold most of a layer's weights */
+    n = par__au_clamp(m->hidden, 16, 1024);
+    cols = par__au_clamp(m->ffn > 0 ? m->ffn : m->hidden, 16, 4096);
+    rows_max = 1e9 / (6.0 * (double)n * (double)cols); /* the three GEMMs take at most a Gflop */
     if (rows_max > (1 << 20)) rows_max = 1 << 20; /* par_calibrate's limit */
     d->gemm_size = (int)n;
+    d->gemm_cols = (int)cols;
+    memset(&d->model, 0, sizeof d->model);
     d->gemm_rows = (int)par__au_clamp((double)m->batch * m->seq / ranks, 16, rows_max > 16 ? (int64_t)rows_max : 16);
+    /* a layer small enough to time whole (its GEMMs at 16 tokens or more in 2 Gflop, its weights in
+       a sixteenth of a buffer): its own seven weights' shapes, at the tokens a rank holds */
+    if (par__au_check_model(m) == PAR_OK) {
+        par_calibrate_desc probe;
+        int64_t shapes[7][2], big = 0, wide = 0;
+        double kn = 0;
+        int k;
+        memset(&probe, 0, sizeof probe);
+        probe.model = *m;
+        for (k = par__au_gemm_shapes(&probe, 0, 0, shapes) - 1; k >= 0; k--) {
+            kn += (double)shapes[k][0] * (double)shapes[k][1];
+            if (shapes[k][0] * shapes[k][1] > big) big = shapes[k][0] * shapes[k][1];
+            if (shapes[k][0] + shapes[k][1] > wide) wide = shapes[k][0] + shapes[k][1];
+        }
+        rows_max = 2e9 / (6.0 * kn);
+        if (rows_max > (double)(PAR__AU_CALIB_FLOATS / 16) / (double)wide)
+            rows_max = (double)(PAR__AU_CALIB_FLOATS / 16) / (double)wide;
+        if (rows_max >= 16 && 2 * big <= PAR__AU_CALIB_FLOATS / 16) {
+            d->model = *m;
+            d->gemm_rows = (int)par__au_clamp((double)m->batch * m->seq / ranks, 16, (int64_t)rows_max);
+        }
+    }
     d->head_dim = (int)par__au_clamp((double)m->hidden / m->heads, 1, 256);
     d->seq = (int)par__au_clamp(m->seq, 1, 8192);
     return PAR_OK;
@@ -20667,12 +20819,13 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size
                     "devices: %d\ndevices_per_node: %d\nintra_node_bandwidth: %.6g\nintra_node_latency: %.6g\n"
                     "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
                     "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n"
-                    "attention_rate: %.6g\nattention_row_cost: %.6g\nkernel_latency: %.6g\nnode_parallelism: %d\n",
+                    "attention_rate: %.6g\nattention_row_cost: %.6g\nkernel_latency: %.6g\nnode_parallelism: %d\n"
+                    "norm_rate: %.6g\nrope_rate: %.6g\n",
                     c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
                     c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
                     c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
                     c->memory_bandwidth, c->activation_rate, c->attention_rate, c->attention_row_cost,
-                    c->kernel_latency, c->node_parallelism);
+                    c->kernel_latency, c->node_parallelism, c->norm_rate, c->rope_rate);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

@@ -81,13 +81,14 @@ static const char *const usage_text_more =
     "                               model (MindFormers keys) on the cluster, predicted\n"
     "                               memory and step time, and why the others were cut\n"
     "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
-    "  calibrate     measure this machine for the planner: GEMM rate (rows x gemm x gemm),\n"
+    "  calibrate     measure this machine for the planner: GEMM rate (rows x gemm x cols,\n"
+    "                forward and backward),\n"
     "                memory bandwidth, activation and attention rates, kernel latency, how\n"
     "                many rank threads the cores run at once, all-reduce latency and bandwidth;\n"
     "                prints a cluster file (save it, pass it to plan or train --cluster)\n"
     "      [--ranks 2] [--memory BYTES] [--model MODEL.yaml]  (its shapes on that many\n"
     "                ranks: what train's auto_parallel times)  [--gemm 256] [--rows N]\n"
-    "                [--head-dim 64] [--seq 256]  (each overrides the model's)\n"
+    "                [--cols N] [--head-dim 64] [--seq 256]  (each overrides the model's)\n"
     "  graph FILE    strategies for an operator graph (the >>planner text form)\n"
     "      [--search-mode dynamic_programming]  or sharding_propagation, recursive_programming\n"
     "      [--memory-cap BYTES]     per device\n"
@@ -857,7 +858,7 @@ static int cmd_plan(int argc, char **argv) {
 /* Measure this machine on rank threads and print the profile (a cluster file). */
 static int cmd_calibrate(int argc, char **argv) {
     static const opt_spec specs[] = {{"ranks", 1, 0}, {"memory", 1, 0}, {"model", 1, 0}, {"gemm", 1, 0},
-                                     {"rows", 1, 0}, {"head-dim", 1, 0}, {"seq", 1, 0}, {NULL, 0, 0}};
+                                     {"rows", 1, 0}, {"cols", 1, 0}, {"head-dim", 1, 0}, {"seq", 1, 0}, {NULL, 0, 0}};
     par_calibrate_desc desc;
     par_cluster cluster;
     args a;
@@ -880,6 +881,7 @@ static int cmd_calibrate(int argc, char **argv) {
     }
     if (arg_get(&a, "gemm")) desc.gemm_size = (int)parse_int(arg_get(&a, "gemm"), 16, 8192, "--gemm");
     if (arg_get(&a, "rows")) desc.gemm_rows = (int)parse_int(arg_get(&a, "rows"), 1, 1 << 20, "--rows");
+    if (arg_get(&a, "cols")) desc.gemm_cols = (int)parse_int(arg_get(&a, "cols"), 1, 65536, "--cols");
     if (arg_get(&a, "head-dim")) desc.head_dim = (int)parse_int(arg_get(&a, "head-dim"), 1, 256, "--head-dim");
     if (arg_get(&a, "seq")) desc.seq = (int)parse_int(arg_get(&a, "seq"), 1, 8192, "--seq");
     check(par_calibrate_threads(ranks, &desc, &cluster, NULL), "calibrate");

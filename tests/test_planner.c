@@ -480,6 +480,13 @@ static void whole_plan(void) {
     c.attention_row_cost = 1e9;
     CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "attention_row_cost");
     c = d.cluster;
+    c.norm_rate = -1;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "norm_rate is -1");
+    c = d.cluster;
+    c.rope_rate = 1.0 / 0.0;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "rope_rate");
+    CHECK_ERR(par_cluster_parse("devices: 2\nrope_rate: quick\n", &c), PAR_EPARSE, "rope_rate");
+    c = d.cluster;
     c.node_parallelism = -2;
     CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "node_parallelism is -2");
     CHECK_ERR(par_cluster_parse("devices: 2\nnode_parallelism: 1.5\n", &c), PAR_EINVAL, "node_parallelism is 1.5");
@@ -566,6 +573,36 @@ static void time_model(void) {
                   with[1].compute_time - without[1].compute_time);
     }
 
+    /* RMSNorm (two a layer and the final one, over the residual rows: split by sequence parallel)
+       and RoPE (q and k) at their own rates */
+    a = predicted(&d, 8, 1, 1, 0);
+    d.cluster.norm_rate = 1e8;
+    b = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(fabs((b.compute_time - a.compute_time) - (2 * 4 + 1) * 64.0 * 64 / 1e8) < 1e-12, "norms %g",
+              b.compute_time - a.compute_time); /* 64 tokens of hidden 64, 4 layers */
+    {
+        par_auto_plan t1, t2;
+        memset(&t1, 0, sizeof t1);
+        t1.dp = 4, t1.tp = 2, t1.cp = 1, t1.pp = 1, t1.micro_batches = 1;
+        t2 = t1, t2.sp = 1;
+        CHECK_OK(par_auto_predict(&d, &t1));
+        CHECK_OK(par_auto_predict(&d, &t2));
+        d.cluster.norm_rate = 0;
+        a = t1, b = t2;
+        CHECK_OK(par_auto_predict(&d, &a));
+        CHECK_OK(par_auto_predict(&d, &b));
+        /* 128 tokens a tp pair: sequence parallel norms half the rows */
+        CHECK_MSG(fabs((t1.compute_time - a.compute_time) - 9 * 128.0 * 64 / 1e8) < 1e-12 &&
+                      fabs((t2.compute_time - b.compute_time) - 9 * 64.0 * 64 / 1e8) < 1e-12,
+                  "tp norms %g, sp %g", t1.compute_time - a.compute_time, t2.compute_time - b.compute_time);
+    }
+    a = predicted(&d, 8, 1, 1, 0);
+    d.cluster.rope_rate = 1e8;
+    b = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(fabs((b.compute_time - a.compute_time) - 4 * 64.0 * (64 + 32) / 1e8) < 1e-12, "rope %g",
+              b.compute_time - a.compute_time); /* q 64 and k 32 wide (4 heads, 2 kv heads of 16) */
+    d.cluster.rope_rate = 0;
+
     /* ZeRO-2 reduce-scatters every micro-batch's gradients; plain dp and ZeRO-1 once a step */
     a = predicted(&d, 4, 2, 1, 2);
     b = predicted(&d, 4, 2, 2, 2);
@@ -626,6 +663,9 @@ static par_status calib_rank(par_ctx *ctx, void *p) {
         bad = d;
         bad.gemm_rows = -1;
         a->refused[r] &= par_calibrate(ctx, &bad, &a->c[r]) == PAR_EINVAL && strstr(par_last_error(), "gemm_rows");
+        bad = d;
+        bad.gemm_cols = 70000;
+        a->refused[r] &= par_calibrate(ctx, &bad, &a->c[r]) == PAR_EINVAL && strstr(par_last_error(), "gemm_cols 0..65536");
     }
     a->st[r] = par_calibrate(ctx, &d, &a->c[r]);
     return a->st[r];
@@ -638,13 +678,14 @@ static void calibration(void) {
     memset(&a, 0, sizeof a);
     CHECK_OK(par_run_threads(2, calib_rank, &a));
     CHECK(a.st[0] == PAR_OK && a.st[1] == PAR_OK);
-    CHECK_MSG(a.refused[0] && a.refused[1], "par_calibrate_desc head_dim 512 / gemm_rows -1 not refused");
+    CHECK_MSG(a.refused[0] && a.refused[1], "par_calibrate_desc head_dim 512 / gemm_rows -1 / gemm_cols 70000 not refused");
     CHECK(a.c[0].devices == 2 && a.c[0].devices_per_node == 2 && a.c[0].memory_bytes == (double)(1 << 30));
     /* 2 * 64^3 flops take more than a nanosecond and less than a second here */
     CHECK(a.c[0].flops > 2.0 * 64 * 64 * 64 && a.c[0].flops < 2.0 * 64 * 64 * 64 * 1e9);
     CHECK(a.c[0].intra_bandwidth > 0 && a.c[0].intra_latency >= 0);
     /* the attention and per-call figures are measured too; two rank threads on this host's cores */
     CHECK(a.c[0].attention_rate > 0 && a.c[0].kernel_latency > 0 && a.c[0].kernel_latency < 0.01);
+    CHECK(a.c[0].norm_rate > 0 && a.c[0].rope_rate > 0);
     CHECK(a.c[0].node_parallelism >= 1 && a.c[0].node_parallelism == a.c[1].node_parallelism);
     /* every rank reports the same figures (they plan alike) */
     CHECK(a.c[0].flops == a.c[1].flops && a.c[0].intra_bandwidth == a.c[1].intra_bandwidth);
@@ -658,6 +699,7 @@ static void calibration(void) {
           back.attention_row_cost >= 0 && fabs(back.attention_row_cost - a.c[0].attention_row_cost) <=
                                                1e-5 * a.c[0].attention_row_cost &&
           back.node_parallelism == a.c[0].node_parallelism);
+    CHECK(fabs(back.norm_rate / a.c[0].norm_rate - 1) < 1e-5 && fabs(back.rope_rate / a.c[0].rope_rate - 1) < 1e-5);
 }
 
 /* The timed shapes of a model: its hidden size, the tokens a rank holds, its head
@@ -675,18 +717,24 @@ static void calibration_for_model(void) {
     d.repeats = 2, d.bytes = 1 << 16;
     CHECK_OK(par_calibrate_desc_for_model(&m, 2, &d));
     CHECK_INT(d.gemm_size, 64);
+    CHECK_INT(d.gemm_cols, 172);
     CHECK_INT(d.gemm_rows, 8 * 64 / 2);
     CHECK_INT(d.head_dim, 16);
     CHECK_INT(d.seq, 64);
     CHECK(d.repeats == 2 && d.bytes == 1 << 16); /* the rest is the caller's */
-    /* clamped: a wide model times a 1024-wide GEMM of at most a Gflop; a tiny one at least 16 of each */
-    m.hidden = 8192, m.heads = 16, m.seq = 100000, m.batch = 64;
+    /* a layer this small is timed whole: its own seven weights */
+    CHECK(d.model.layers == 2 && d.model.hidden == 64 && d.model.ffn == 172);
+    /* clamped: a wide model times 1024 x 4096 GEMMs of at most a Gflop (the three); a tiny one at
+       least 16 of each */
+    m.hidden = 8192, m.heads = 16, m.ffn = 28672, m.seq = 100000, m.batch = 64;
     CHECK_OK(par_calibrate_desc_for_model(&m, 1, &d));
-    CHECK(d.gemm_size == 1024 && d.head_dim == 256 && d.seq == 8192);
-    CHECK_MSG(2.0 * d.gemm_rows * 1024 * 1024 <= 1e9 && d.gemm_rows >= 16, "gemm_rows %d", d.gemm_rows);
-    m.hidden = 4, m.heads = 4, m.seq = 2, m.batch = 1;
+    CHECK(d.gemm_size == 1024 && d.gemm_cols == 4096 && d.head_dim == 256 && d.seq == 8192);
+    CHECK_MSG(d.model.layers == 0, "a layer of 8192 x 28672 weights is not timed whole");
+    CHECK_MSG(6.0 * d.gemm_rows * 1024 * 4096 <= 1e9 && d.gemm_rows >= 16, "gemm_rows %d", d.gemm_rows);
+    m.hidden = 4, m.heads = 4, m.ffn = 8, m.seq = 2, m.batch = 1;
     CHECK_OK(par_calibrate_desc_for_model(&m, 8, &d));
-    CHECK(d.gemm_size == 16 && d.gemm_rows == 16 && d.head_dim == 1 && d.seq == 2);
+    CHECK(d.gemm_size == 16 && d.gemm_cols == 16 && d.gemm_rows == 16 && d.head_dim == 1 && d.seq == 2);
+    m.ffn = 172;
     m.hidden = 0;
     CHECK(par_calibrate_desc_for_model(&m, 2, &d) == PAR_EINVAL && strstr(par_last_error(), "hidden 0"));
     m.hidden = 64;
@@ -702,6 +750,12 @@ static void calibration_for_model(void) {
     CHECK(par_calibrate_threads(0, &d, &c, NULL) == PAR_EINVAL && strstr(par_last_error(), "0 ranks"));
     d.head_dim = 512; /* a bad desc: refused by every rank, the message kept */
     CHECK(par_calibrate_threads(2, &d, &c, NULL) == PAR_EINVAL && strstr(par_last_error(), "head_dim 0..256"));
+    d.head_dim = 16;
+    d.model.heads = 3; /* hidden 64 does not divide by 3 */
+    CHECK(par_calibrate_threads(1, &d, &c, NULL) == PAR_EINVAL &&
+          strstr(par_last_error(), "par_calibrate_desc.model: hidden (64) must divide by heads (3)"));
+    d.model.heads = 4, d.model.hidden = 4096, d.model.ffn = 16384; /* its weights exceed a buffer */
+    CHECK(par_calibrate_threads(1, &d, &c, NULL) == PAR_EINVAL && strstr(par_last_error(), "floats a buffer"));
 }
 
 int main(void) {
