@@ -15,14 +15,20 @@
    measured beside the other plans that fit (the predicted fastest few), and
    the bench prints how far the pick is from the best measured one.
 
-   usage: build/bench_autoplan [--steps N] [--candidates K] [--rounds R] [--model tiny|medium]
-   (defaults 8, 8, 3, tiny; medium: hidden 128, 8 heads, seq 128, batch 16, 16x the work)
-   Each measurement is the fastest of R rounds' median step times, every
-   configuration once per round, so that the machine's drift spreads over all
-   of them (a shared machine's neighbours only ever slow a run: the fastest
-   round is the configuration's own speed, as par_calibrate takes the fastest
-   of its repeats).
-   The machine is shared: timings move with other jobs; rerun to compare. */
+   usage: build/bench_autoplan [--steps N] [--candidates K] [--rounds R] [--model tiny|medium] [--verbose 1]
+   (--verbose 1: each calibration's figures and each prediction's parts)
+   [--save FILE] the table's measurements; [--load FILE] predict against a saved
+   table (same --rounds) without running the trainer or the capped case: for work
+   on the step-time model, whose calibration still runs here and now)
+   (defaults 8, 8, 8 (at most 32), tiny; medium: hidden 128, 8 heads, seq 128, batch 16, 16x the work)
+   Every configuration runs once per round (R rounds) and a run's time is its
+   median step. The machine is shared and its speed drifts by tens of percent
+   over minutes as neighbours come and go, while the configurations of one
+   round see about the same machine: so each round is a block, and a
+   configuration's measured time is the median over rounds of its time over
+   its round's geometric mean, times the geometric mean of all the rounds
+   (drift_corrected). Drift common to a round cancels; one disturbed run moves
+   one sample of one configuration. */
 #define _DEFAULT_SOURCE
 #define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
@@ -40,9 +46,14 @@ static const conf confs[] = {
     {2, 1, 0, 1, 0, 1, 0, 1, 1}, {2, 1, 0, 1, 0, 1, 0, 1, 2}, {1, 2, 0, 1, 0, 1, 0, 1, 0}, {1, 2, 1, 1, 0, 1, 0, 1, 0},
     {2, 2, 0, 1, 0, 1, 0, 1, 0}, {1, 1, 0, 2, 0, 1, 0, 1, 0}, {1, 1, 0, 2, 1, 1, 0, 1, 0}, {1, 1, 0, 1, 0, 2, 0, 2, 0},
     {1, 1, 0, 1, 0, 2, 1, 4, 0}, {2, 1, 0, 1, 0, 2, 0, 2, 1}, {1, 2, 1, 2, 0, 1, 0, 1, 0}, {4, 1, 0, 1, 0, 1, 0, 2, 2},
+    {1, 1, 0, 1, 0, 1, 0, 4, 0}, {1, 1, 0, 4, 1, 1, 0, 1, 0}, {1, 1, 0, 1, 0, 4, 0, 4, 0}, {1, 1, 0, 1, 0, 4, 1, 1, 0},
+    {8, 1, 0, 1, 0, 1, 0, 1, 0}, {4, 2, 1, 1, 0, 1, 0, 1, 0}, {2, 1, 0, 1, 0, 4, 0, 2, 1}, {1, 1, 0, 8, 0, 1, 0, 1, 0},
+    {2, 2, 1, 1, 0, 2, 0, 2, 0},
 };
 
-static int steps = 8, rounds = 3;
+#define MAX_ROUNDS 32
+static int steps = 8, rounds = 8, verbose;
+static const char *save_path, *load_path; /* the table's measurements to a file, or from one */
 static par_model_shape model;
 static par_cluster clusters[9];
 static par_compute_table tables[9]; /* the CPU table a rank gets on that many ranks: its GEMM scratch */
@@ -64,6 +75,15 @@ static const par_cluster *cluster_for(int world, const par_compute_table **table
         cd.threads = threads;
         if (par_compute_cpu(&cd, &tables[world]) != PAR_OK) exit(1);
         have_cluster[world] = 1;
+        if (verbose) {
+            const par_cluster *c = &clusters[world];
+            printf("calibrated on %d rank thread(s), %d kernel thread(s) each: GEMM %.2f Gflop/s, attention %.2f "
+                   "Gflop/s + %.2f us a row, SwiGLU %.1f M/s, copies %.1f GB/s, call %.2f us, all-reduce %.1f us + "
+                   "%.2f GB/s, norm %.0f M/s, rope %.0f M/s, node_parallelism %d\n",
+                   world, threads, c->flops / 1e9, c->attention_rate / 1e9, c->attention_row_cost * 1e6,
+                   c->activation_rate / 1e6, c->memory_bandwidth / 1e9, c->kernel_latency * 1e6, c->intra_latency * 1e6,
+                   c->intra_bandwidth / 1e9, c->norm_rate / 1e6, c->rope_rate / 1e6, c->node_parallelism);
+        }
     }
     *table = &tables[world];
     return &clusters[world];
@@ -154,17 +174,39 @@ static double spearman(const double *a, const double *b, int n) {
     return sab / sqrt(saa * sbb);
 }
 
-static double fastest_of(double *v, int n) {
+static double median_of(double *v, int n) {
     qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    return v[0];
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Every configuration once per round (so the machine's drift spreads over all of
-   them); per configuration the fastest of its rounds' median step times. */
+/* t[i][r]: configuration i's time in round r (<= 0: no run). out[i]: the median
+   over rounds of t[i][r] / (round r's geometric mean over the configurations
+   that ran), times the geometric mean of the rounds' means. */
+static void drift_corrected(double t[][MAX_ROUNDS], int n, double *out) {
+    double mean[MAX_ROUNDS], all = 0, rel[MAX_ROUNDS];
+    int i, r, used = 0;
+    for (r = 0; r < rounds; r++) {
+        double logs = 0;
+        int k = 0;
+        for (i = 0; i < n; i++)
+            if (t[i][r] > 0) logs += log(t[i][r]), k++;
+        mean[r] = k ? exp(logs / k) : 0;
+        if (k) all += logs / k, used++;
+    }
+    all = used ? exp(all / used) : 0;
+    for (i = 0; i < n; i++) {
+        int k = 0;
+        for (r = 0; r < rounds; r++)
+            if (t[i][r] > 0 && mean[r] > 0) rel[k++] = t[i][r] / mean[r];
+        out[i] = k ? median_of(rel, k) * all : 0;
+    }
+}
+
+/* Every configuration once per round; measured times drift-corrected. */
 static void table(void) {
     enum { N = (int)(sizeof confs / sizeof confs[0]) };
     par_auto_plan pred[N];
-    double peak[N], times[N][9], pt[N], mt[N], worst = 0;
+    double peak[N], times[N][MAX_ROUNDS], corrected[N], pt[N], mt[N], worst = 0;
     int ok[N], i, r, good = 0;
     for (i = 0; i < N; i++) {
         const conf *c = &confs[i];
@@ -176,7 +218,18 @@ static void table(void) {
         ok[i] = par_auto_predict(&d, &pred[i]) == PAR_OK;
         if (!ok[i]) printf("predict failed: %s\n", par_last_error());
     }
-    for (r = 0; r < rounds; r++)
+    memset(times, 0, sizeof times);
+    if (load_path) { /* a saved table's measurements: predictions only (for work on the model) */
+        FILE *f = fopen(load_path, "r");
+        int n = 0;
+        if (!f) fprintf(stderr, "cannot read %s\n", load_path), exit(1);
+        for (i = 0; i < N && fscanf(f, "%lf", &peak[i]) == 1; i++, n++)
+            for (r = 0; r < rounds; r++)
+                if (fscanf(f, "%lf", &times[i][r]) != 1) fprintf(stderr, "%s: short\n", load_path), exit(1);
+        fclose(f);
+        if (n != N) fprintf(stderr, "%s: %d configurations, want %d\n", load_path, n, N), exit(1);
+    }
+    for (r = 0; r < rounds && !load_path; r++)
         for (i = 0; i < N; i++) {
             char args[1024];
             double pk, st;
@@ -188,6 +241,19 @@ static void table(void) {
             }
             peak[i] = pk, times[i][r] = st;
         }
+    for (i = 0; i < N; i++)
+        if (!ok[i]) memset(times[i], 0, sizeof times[i]); /* a configuration that failed leaves the means */
+    drift_corrected(times, N, corrected);
+    if (save_path) { /* per configuration: its peak, then its time in each round */
+        FILE *f = fopen(save_path, "w");
+        if (!f) fprintf(stderr, "cannot write %s\n", save_path), exit(1);
+        for (i = 0; i < N; i++) {
+            fprintf(f, "%.17g", ok[i] ? peak[i] : 0);
+            for (r = 0; r < rounds; r++) fprintf(f, " %.17g", times[i][r]);
+            fprintf(f, "\n");
+        }
+        fclose(f);
+    }
     printf("| plan | ranks | predicted MiB | measured MiB | error | predicted step ms | measured step ms |\n");
     printf("|---|---|---|---|---|---|---|\n");
     for (i = 0; i < N; i++) {
@@ -200,13 +266,24 @@ static void table(void) {
         }
         err = pred[i].memory_bytes / peak[i] - 1;
         if (fabs(err) > worst) worst = fabs(err);
-        pt[good] = pred[i].step_time, mt[good] = fastest_of(times[i], rounds), good++;
+        pt[good] = pred[i].step_time, mt[good] = corrected[i], good++;
         printf("| %s | %d | %.3f | %.3f | %+.1f%% | %.2f | %.2f |\n", name,
                pred[i].dp * pred[i].tp * pred[i].cp * pred[i].pp, pred[i].memory_bytes / 1048576.0,
                peak[i] / 1048576.0, 100 * err, 1e3 * pred[i].step_time, 1e3 * mt[good - 1]);
     }
-    printf("\n%d configurations: worst memory error %.1f%%, Spearman rho of step times %.3f (fastest of %d rounds "
-           "of %d steps, median step each)\n",
+    if (verbose) {
+        printf("\nthe predictions' parts, ms (critical: the busiest rank's path; shared: the node's summed work)\n");
+        for (i = 0; i < N; i++) {
+            char name[128];
+            const par_auto_plan *p = &pred[i];
+            par_auto_plan_name(p, name, sizeof name);
+            printf("  %-36s compute %6.2f tp %5.2f cp %5.2f pp %5.2f dp %5.2f bubble %.2f critical %6.2f shared %6.2f\n",
+                   name, 1e3 * p->compute_time, 1e3 * p->tp_comm_time, 1e3 * p->cp_comm_time, 1e3 * p->pp_comm_time,
+                   1e3 * p->dp_comm_time, p->bubble, 1e3 * p->critical_time, 1e3 * p->shared_time);
+        }
+    }
+    printf("\n%d configurations: worst memory error %.1f%%, Spearman rho of step times %.3f (%d rounds of %d steps, "
+           "median step each, drift-corrected)\n",
            good, 100 * worst, spearman(pt, mt, good), rounds, steps);
 }
 
@@ -249,7 +326,7 @@ static void capped(int candidates) {
            peak / 1048576.0);
     {
         enum { K = 32 };
-        double t[K][9], med[K];
+        double t[K][MAX_ROUNDS], med[K];
         int idx[K], nk = 0, pick = -1, r, k;
         char names[K][128];
         for (i = 0; i < count && i < 512 && nk < candidates && nk < K; i++) idx[nk++] = i;
@@ -264,37 +341,44 @@ static void capped(int candidates) {
         for (r = 0; r < rounds; r++)
             for (k = 0; k < nk; k++) {
                 conf_args(&all[idx[k]], args, sizeof args);
-                if (measure(args, &peak, &step_s, NULL, 0) != 0) step_s = 1e9; /* refused by the trainer */
-                t[k][r] = step_s;
+                /* a plan the trainer refuses has no time (0) and stays out of the means */
+                t[k][r] = measure(args, &peak, &step_s, NULL, 0) == 0 ? step_s : 0;
             }
         printf("| plan | predicted step ms | measured step ms |\n|---|---|---|\n");
+        drift_corrected(t, nk, med);
         for (k = 0; k < nk; k++) {
-            med[k] = fastest_of(t[k], rounds);
+            if (med[k] <= 0) {
+                printf("| %s | %.2f | the trainer refused it |\n", names[k], 1e3 * all[idx[k]].step_time);
+                continue;
+            }
             if (best_s == 0 || med[k] < best_s) best_s = med[k];
             printf("| %s%s | %.2f | %.2f |\n", names[k], k == pick ? " (auto_parallel's pick)" : "",
                    1e3 * all[idx[k]].step_time, 1e3 * med[k]);
             measured++;
         }
-        if (pick < 0) {
-            printf("the pick is not among the plans that fit: %s\n", chosen);
+        if (pick < 0 || med[pick] <= 0) {
+            printf("the pick is not among the plans that fit, or the trainer refused it: %s\n", chosen);
             return;
         }
-        printf("auto_parallel's pick: %.2f ms; best of the %d measured: %.2f ms; the pick is %.1f%% slower (fastest "
-               "of %d rounds of %d steps, median step each)\n",
+        printf("auto_parallel's pick: %.2f ms; best of the %d measured: %.2f ms; the pick is %.1f%% slower (%d rounds "
+               "of %d steps, median step each, drift-corrected)\n",
                1e3 * med[pick], measured, 1e3 * best_s, 100 * (med[pick] / best_s - 1), rounds, steps);
     }
 }
 
 int main(int argc, char **argv) {
-    int i, candidates = 8, medium = 0;
+    int i, candidates = 8, medium = 0, skip_capped = 0;
     for (i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--candidates")) candidates = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--model")) medium = !strcmp(argv[i + 1], "medium");
+        else if (!strcmp(argv[i], "--verbose")) verbose = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--save")) save_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--load")) load_path = argv[i + 1], skip_capped = 1;
     }
     if (steps < 2) steps = 2;
-    if (rounds < 1 || rounds > 9) rounds = 3;
+    if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 8;
     model.layers = 4, model.hidden = 64, model.heads = 4, model.kv_heads = 2, model.ffn = 172;
     model.vocab = 256, model.seq = 64, model.batch = 8;
     if (medium) /* 16x the tiny model's work per step: compute, not per-call overheads, dominates */
@@ -302,6 +386,6 @@ int main(int argc, char **argv) {
     printf("model: %d layers, hidden %d, %d heads (%d kv), ffn %d, seq %d, batch %d\n\n", model.layers, model.hidden,
            model.heads, model.kv_heads, model.ffn, model.seq, model.batch);
     table();
-    capped(candidates);
+    if (!skip_capped) capped(candidates);
     return 0;
 }
