@@ -2472,7 +2472,10 @@ typedef struct par_auto_plan {
     double memory_bytes;
     double weights_bytes, grads_bytes, optimizer_bytes, activation_bytes;
     double step_time;        /* seconds */
-    double compute_time, tp_comm_time, cp_comm_time, pp_comm_time, dp_comm_time;
+    double compute_time, tp_comm_time, cp_comm_time, pp_comm_time;
+    double dp_comm_time;     /* the gradient reductions (and ZeRO's all-gather); step_time counts
+                                what the backward does not hide: the last bucket's share, the rest
+                                beyond the backward's time, the all-gather */
     double critical_time;    /* the busiest rank's own path: its compute and collectives stretched
                                 by the bubble (the step when every rank has its own compute) */
     double shared_time;      /* ranks sharing a node's cores: its summed work over node_parallelism
@@ -19992,7 +19995,7 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     const double n = bmb * S / cp, rows = pl->sp ? n / tp : n;      /* its tokens; the residual stream's rows */
     double bucket = layer_params > V * h / tp ? layer_params : V * h / tp;
     double per_layer, slot, scratch, comm = 0, cpf = 0, feat, gemm, attn, traffic, calls, opt;
-    double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, work, copies = 0;
+    double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, dp_exposed = 0, dp_copies = 0, work, copies = 0;
     /* weights, gradients, optimizer */
     pl->weights_bytes = params * e;
     if (pl->zero >= 2)
@@ -20073,19 +20076,27 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
            micro-batch's (the sharded buffer holds no sum of unreduced micro-batches) */
         const double buckets = layers + 2, span = dp > 1 ? a->c.devices : tp * cp;
         const double rs = (shard - 1) / shard * params * e, steps = shard - 1;
+        /* the reductions start as each bucket's gradients are complete and run under the rest of
+           the backward (the last micro-batch's; ZeRO-2's under every micro-batch's): what shows is
+           the last bucket's share, or what the backward cannot cover; ZeRO's all-gather of the
+           updated weights follows the optimizer, in full */
+        const double bwd = (pl->compute_time - opt) * 2.0 / 3.0 / (pl->zero >= 2 ? 1 : pl->micro_batches);
+        double red, gather = 0;
         if (pl->zero >= 2)
-            dp_t = pl->micro_batches * par__au_coll(a, (int)span, (int)(buckets * steps), rs) +
-                   par__au_coll(a, (int)span, (int)(buckets * steps), rs);
+            red = pl->micro_batches * par__au_coll(a, (int)span, (int)(buckets * steps), rs),
+            gather = par__au_coll(a, (int)span, (int)(buckets * steps), rs);
         else if (pl->zero == 1)
-            dp_t = 2 * par__au_coll(a, (int)span, (int)(buckets * steps), rs);
+            red = gather = par__au_coll(a, (int)span, (int)(buckets * steps), rs);
         else
-            dp_t = par__au_coll(a, (int)span, (int)(2 * buckets * steps), 2 * rs);
-        copies += (pl->zero >= 2 ? pl->micro_batches + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
+            red = par__au_coll(a, (int)span, (int)(2 * buckets * steps), 2 * rs);
+        dp_t = red + gather;
+        dp_exposed = (red - bwd > red / buckets ? red - bwd : red / buckets) + gather;
+        dp_copies = (pl->zero >= 2 ? pl->micro_batches + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
     }
     pl->dp_comm_time = dp_t;
     pl->bubble = bubble;
     work = pl->compute_time - opt + pl->tp_comm_time + pl->cp_comm_time;
-    pl->step_time = pl->critical_time = work / (1 - bubble) + opt + pl->pp_comm_time + pl->dp_comm_time;
+    pl->step_time = pl->critical_time = work / (1 - bubble) + opt + pl->pp_comm_time + dp_exposed;
     /* ranks sharing a node's cores beyond node_parallelism take turns: the node's summed work
        (compute and copying; idle pipeline ranks lend their cores, so no bubble here) over its
        parallelism, plus the collectives' latencies, bounds the step */
@@ -20095,9 +20106,12 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
         const int on_node = dpn < a->c.devices ? dpn : a->c.devices;
         if (on_node > a->c.node_parallelism) {
             /* collectives' latencies are paid once per collective, by all its ranks together (the
-               calibration measures them with every rank running) */
-            const double comm = pl->tp_comm_time + pl->cp_comm_time + pl->pp_comm_time + pl->dp_comm_time;
-            pl->shared_time = (pl->compute_time + copies) * on_node / a->c.node_parallelism + (comm - copies);
+               calibration measures them with every rank running); of the gradient reductions'
+               latency, the share the backward does not hide */
+            const double comm = pl->tp_comm_time + pl->cp_comm_time + pl->pp_comm_time;
+            const double dp_latency = dp_t > 0 ? (dp_t - dp_copies) * dp_exposed / dp_t : 0;
+            pl->shared_time = (pl->compute_time + copies + dp_copies) * on_node / a->c.node_parallelism +
+                              (comm - copies) + dp_latency;
             if (pl->shared_time > pl->step_time) pl->step_time = pl->shared_time;
         }
     }

@@ -603,6 +603,20 @@ static void time_model(void) {
               b.compute_time - a.compute_time); /* q 64 and k 32 wide (4 heads, 2 kv heads of 16) */
     d.cluster.rope_rate = 0;
 
+    /* the gradient all-reduce runs bucket by bucket under the rest of the backward: a step shows
+       the last bucket's share (6 buckets: 4 layers, the embedding, the head) or, when the
+       reductions outlast the backward, what it cannot cover */
+    a = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(a.dp_comm_time > 0 && fabs((a.step_time - a.compute_time) - a.dp_comm_time / 6) < 1e-12,
+              "exposed %g of %g", a.step_time - a.compute_time, a.dp_comm_time);
+    d.cluster.intra_latency = d.cluster.inter_latency = 1e-2;
+    b = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(b.step_time - b.compute_time > b.dp_comm_time - b.compute_time &&
+                  b.step_time - b.compute_time < b.dp_comm_time - 0.5 * b.compute_time,
+              "exposed %g of %g (compute %g)", b.step_time - b.compute_time, b.dp_comm_time, b.compute_time);
+    CHECK_OK(par_cluster_parse(text, &d.cluster)); /* the cluster as it was */
+    d.cluster.kernel_latency = 0, d.cluster.attention_rate = 5e9;
+
     /* ZeRO-2 reduce-scatters every micro-batch's gradients; plain dp and ZeRO-1 once a step */
     a = predicted(&d, 4, 2, 1, 2);
     b = predicted(&d, 4, 2, 2, 2);
