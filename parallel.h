@@ -2425,6 +2425,9 @@ typedef struct par_cluster {
                                   makes short blocks (ring steps) slow; 0 = not counted */
     double kernel_latency;   /* seconds each kernel call costs beyond its work (dispatch, waking
                                 kernel threads); 0 = not counted */
+    double call_latency;     /* seconds each collective (or message) costs once, whatever its
+                                group's size (a rendezvous of rank threads, a launch), beyond
+                                the latency per step; 0 = not counted */
     double norm_rate;        /* elements/s of an RMSNorm forward + backward; 0 = not counted */
     double rope_rate;        /* elements/s of a RoPE forward + backward; 0 = not counted */
     int node_parallelism;    /* ranks of one node that compute at full speed at once: ranks that
@@ -2442,7 +2445,7 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
    intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
    inter_node_latency, memory_per_device, flops_per_device and (optional)
    memory_bandwidth, activation_rate, attention_rate, attention_row_cost,
-   kernel_latency, node_parallelism, norm_rate, rope_rate. Numbers may end in
+   kernel_latency, node_parallelism, norm_rate, rope_rate, call_latency. Numbers may end in
    K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
    numbers are PAR_EPARSE naming the line; then par_cluster_check. */
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
@@ -2553,24 +2556,25 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t
    what it gets when it has its cores to itself) times a linear layer's three
    f32 GEMMs (forward gemm_rows x gemm_size x gemm_cols, and its input and
    weight gradients; with desc.model, those of each of a decoder layer's seven
-   weights), RMSNorm and RoPE forward + backward over gemm_rows x gemm_size, copies of `bytes` (memory bandwidth), SwiGLU forward + backward
+   weights), RMSNorm and RoPE forward + backward over gemm_rows x gemm_size,
+   copies of `bytes` (memory bandwidth), SwiGLU forward + backward
    (activation rate), causal attention forward + backward of `seq` tokens at
    `head_dim` and of four times the samples of a quarter of the tokens (the
    same query rows, a quarter of the flops: their difference gives the
    attention rate, the rest a cost per query row) and calls of a tiny kernel
-   (kernel latency).
+   (kernel latency); each kind once per repeat, the fastest kept.
    node_parallelism is how many ranks the host's cores run at once (cores /
    kernel threads per rank, at least 1; 0 for a device compute table): ranks
    beyond it take turns, which the prediction bounds by the node's summed
-   work. Then over the world: an all-reduce of one float (latency: its time
-   over the 2(p-1) ring steps; timed between 256^3 GEMMs against the same
-   GEMMs without it, so the latency includes what waiting for unevenly
-   arriving, oversubscribed ranks costs) and one of `bytes` (the bandwidth of
-   the rest). Each figure is the fastest of `repeats` (a shared machine's
-   neighbours slow some runs; the fastest is the machine's own rate). Writes
-   devices = devices_per_node = the world size, memory_bytes from the desc.
-   Takes about 0.1 to 0.3 s with the defaults (busy neighbours make it
-   longer). */
+   work. Then over the world: one-float all-reduces between 256^3 GEMMs,
+   over the world and (from 4 ranks) over pairs, against the same GEMMs alone
+   (so the latency includes what waiting for unevenly arriving, oversubscribed
+   ranks costs; the median of each repeat's difference): the world's over its
+   2(p-1) ring steps and the pairs' over 2 split it into call_latency and the
+   latency per step (2 or 3 ranks: all of it per call); and all-reduces of
+   `bytes` (the bandwidth). Writes devices = devices_per_node = the world
+   size, memory_bytes from the desc. Takes about 0.5 to 2 s with the
+   defaults on a CPU (busy neighbours make it longer). */
 typedef struct par_calibrate_desc {
     int gemm_size;        /* depth of the timed GEMMs (the model's hidden size); default 256 */
     int gemm_rows;        /* their rows (the tokens a rank holds); default gemm_size */
@@ -19698,6 +19702,9 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
     if (!par__au_finite(c->kernel_latency) || c->kernel_latency < 0 || c->kernel_latency > 3600)
         return par__fail(PAR_EINVAL, "cluster: kernel_latency is %g s; it must be finite, >= 0 and under an hour",
                          c->kernel_latency);
+    if (!par__au_finite(c->call_latency) || c->call_latency < 0 || c->call_latency > 3600)
+        return par__fail(PAR_EINVAL, "cluster: call_latency is %g s; it must be finite, >= 0 and under an hour",
+                         c->call_latency);
     if (!par__au_finite(c->norm_rate) || c->norm_rate < 0)
         return par__fail(PAR_EINVAL, "cluster: norm_rate is %g; it must be a finite number of elements/s >= 0",
                          c->norm_rate);
@@ -19754,7 +19761,7 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                                        "memory_per_device",  "flops_per_device",     "memory_bandwidth",
                                        "activation_rate",    "attention_rate",       "kernel_latency",
                                        "node_parallelism",   "attention_row_cost",   "norm_rate",
-                                       "rope_rate"};
+                                       "rope_rate",          "call_latency"};
     enum { nkeys = (int)(sizeof keys / sizeof keys[0]) };
     par_cluster c;
     const char *p;
@@ -19783,7 +19790,7 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                              "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
                              "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
                              "flops_per_device, memory_bandwidth, activation_rate, attention_rate, kernel_latency, "
-                             "node_parallelism, attention_row_cost, norm_rate, rope_rate)",
+                             "node_parallelism, attention_row_cost, norm_rate, rope_rate, call_latency)",
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
@@ -19807,7 +19814,8 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
         case 12: c.node_parallelism = (int)v; break;
         case 13: c.attention_row_cost = v; break;
         case 14: c.norm_rate = v; break;
-        default: c.rope_rate = v; break;
+        case 15: c.rope_rate = v; break;
+        default: c.call_latency = v; break;
         }
     }
     for (i = 0; i < 8; i++)
@@ -19921,14 +19929,14 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
     return &a->pp[a->npp - 1];
 }
 
-/* Time of one collective step pattern over a group spanning `span` consecutive
-   ranks: within a node when the span fits one. */
-static double par__au_coll(const par__au *a, int span, int steps, double bytes) {
+/* Time of `calls` collectives of `steps` steps in all over a group spanning
+   `span` consecutive ranks: within a node when the span fits one. */
+static double par__au_coll(const par__au *a, int span, int calls, int steps, double bytes) {
     const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
     const int intra = span <= dpn;
     const double bw = intra || a->c.inter_bandwidth <= 0 ? a->c.intra_bandwidth : a->c.inter_bandwidth;
     const double lat = intra ? a->c.intra_latency : a->c.inter_latency;
-    return steps * lat + bytes / bw;
+    return calls * a->c.call_latency + steps * lat + bytes / bw;
 }
 
 /* Its bytes-moving part alone: the work a rank's cores do for it when they
@@ -20052,19 +20060,19 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     opt += (layers * 9 + 3) * a->c.kernel_latency;
     pl->compute_time += opt;
     if (tp > 1) { /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
-        tp_t = layers * 4 * par__au_coll(a, tp, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
+        tp_t = layers * 4 * par__au_coll(a, tp, 1, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
         copies += layers * 4 * par__au_coll_copy(a, tp, 2.0 * (tp - 1) / tp * n * h * e) * pl->micro_batches;
     }
     if (cp > 1 && pl->cp_algo == PAR_CP_RING) { /* k, v around the ring forward; k, v, dk, dv backward */
-        cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, (cp - 1) * n * 2 * kvl * e);
+        cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, cp - 1, (cp - 1) * n * 2 * kvl * e);
         copies += layers * 3 * par__au_coll_copy(a, tp * cp, (cp - 1) * n * 2 * kvl * e) * pl->micro_batches;
     } else if (cp > 1) { /* four all-to-alls forward, four backward */
         const double bytes = (double)(cp - 1) / cp * n * (2 * ql + 2 * kvl) * e;
-        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4 * (cp - 1), bytes);
+        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4, 4 * (cp - 1), bytes);
         copies += layers * 2 * par__au_coll_copy(a, tp * cp, bytes) * pl->micro_batches;
     }
     if (pp > 1) {
-        pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, rows * h * e);
+        pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, 1, rows * h * e);
         copies += 2 * par__au_coll_copy(a, tp * cp * pp, rows * h * e) * pl->micro_batches * chunks;
     }
     pl->tp_comm_time = tp_t * pl->micro_batches;
@@ -20083,12 +20091,12 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
         const double bwd = (pl->compute_time - opt) * 2.0 / 3.0 / (pl->zero >= 2 ? 1 : pl->micro_batches);
         double red, gather = 0;
         if (pl->zero >= 2)
-            red = pl->micro_batches * par__au_coll(a, (int)span, (int)(buckets * steps), rs),
-            gather = par__au_coll(a, (int)span, (int)(buckets * steps), rs);
+            red = pl->micro_batches * par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
+            gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
         else if (pl->zero == 1)
-            red = gather = par__au_coll(a, (int)span, (int)(buckets * steps), rs);
+            red = gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
         else
-            red = par__au_coll(a, (int)span, (int)(2 * buckets * steps), 2 * rs);
+            red = par__au_coll(a, (int)span, (int)buckets, (int)(2 * buckets * steps), 2 * rs);
         dp_t = red + gather;
         dp_exposed = (red - bwd > red / buckets ? red - bwd : red / buckets) + gather;
         dp_copies = (pl->zero >= 2 ? pl->micro_batches + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
@@ -20430,6 +20438,7 @@ typedef struct par__au_work {
     const int64_t *pos;    /* RoPE's positions [rows] (the table's memory) */
     int64_t shapes[7][2];  /* kind 0: (depth, columns) of each linear GEMM triple */
     int nshapes;
+    par_comm_group *group; /* kind 4's all-reduce: NULL = the world */
 } par__au_work;
 
 /* Least seconds of `repeats` runs (every rank in step) of `inner` forward
@@ -20461,7 +20470,9 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__a
                 g.m = g.n = g.k = 256;
                 g.alpha = 1.0f;
                 PAR__CHECK(ct->gemm(ct->user, &g, a, b, c));
-                if (kind == 4) PAR__CHECK(cm->all_reduce(cm->user, world, a, c, 1, PAR_F32, PAR_REDUCE_SUM, NULL));
+                if (kind == 4)
+                    PAR__CHECK(cm->all_reduce(cm->user, w->group ? w->group : world, a, c, 1, PAR_F32, PAR_REDUCE_SUM,
+                                              NULL));
             } else if (kind == 0) { /* Y = X W, dX = dY W^T, dW = X^T dY: a linear layer's three */
                 int s;
                 for (s = 0; s < w->nshapes; s++) {
@@ -20564,8 +20575,8 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     par__au_work w;
     par_attn_desc attn;
     float *a = NULL, *b = NULL, *cc = NULL;
-    double t_gemm = 0, t_small = 0, t_hot = 0, t_big = 0, t_copy = 0, t_act = 0, t_sync = 0, t_nosync = 0;
-    double t_attn = 0, t_attn_half = 0, t_call = 0, t_norm = 0, t_rope = 0;
+    double t_gemm = 0, t_small = 0, t_hot = 0, t_big = 0, t_copy = 0, t_act = 0;
+    double t_attn = 0, t_attn_half = 0, t_call = 0, t_norm = 0, t_rope = 0, t_pair = 0;
     int64_t n, rows, cols, count, elems, attn_elems, rope_hd, *pos = NULL, shapes[7][2], big_kn = 0, big_rowk = 0;
     double layer_kn = 0;
     int nshapes, k;
@@ -20686,13 +20697,38 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
                 if (st == PAR_OK && (r == 0 || t < *outs[k])) *outs[k] = t;
             }
     }
+    /* the latencies: 256^3 GEMMs each followed by a one-float all-reduce over the world, or over
+       pairs (0 1, 2 3, ...; from 4 ranks; an odd last rank only computes), against the same GEMMs
+       alone. Each repeat times the three back to back and the median of the repeats' differences
+       is kept: a difference of two times a drifting machine moves alike cancels the drift, and
+       the median drops a repeat a neighbour disturbed */
     memset(&w, 0, sizeof w);
     if (st == PAR_OK && p > 1) {
-        w.kind = 4, w.n = 1, w.inner = 8;
-        st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_sync);
-        w.kind = 5;
-        if (st == PAR_OK) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_nosync);
-        t_small = t_sync > t_nosync ? (t_sync - t_nosync) / 8 : 0;
+        const par_comm_table *cm = par_ctx_comm(ctx);
+        const int me = par_ctx_rank(ctx), partner = me ^ 1;
+        par_comm_group *pair = NULL;
+        par__au_work lw[3];
+        double dw[16], dpair[16], t3[3];
+        int r, k;
+        if (p >= 4 && partner < p) {
+            const int members[2] = {me < partner ? me : partner, me < partner ? partner : me};
+            st = cm->group_create(cm->user, members, 2, &pair);
+        }
+        memset(lw, 0, sizeof lw);
+        for (k = 0; k < 3; k++) lw[k].n = 1, lw[k].inner = 8;
+        lw[0].kind = 5, lw[1].kind = 4, lw[2].kind = pair ? 4 : 5, lw[2].group = pair;
+        for (r = 0; st == PAR_OK && r < d.repeats; r++) {
+            for (k = 0; st == PAR_OK && k < (p >= 4 ? 3 : 2); k++)
+                st = par__au_time(ctx, world, &lw[k], 1, r == 0, a, b, cc, &t3[k]);
+            dw[r] = t3[1] - t3[0], dpair[r] = p >= 4 ? t3[2] - t3[0] : 0;
+        }
+        if (pair) cm->group_destroy(cm->user, pair);
+        if (st == PAR_OK) {
+            qsort(dw, (size_t)d.repeats, sizeof dw[0], par__au_cmp);
+            qsort(dpair, (size_t)d.repeats, sizeof dpair[0], par__au_cmp);
+            t_small = dw[d.repeats / 2] > 0 ? dw[d.repeats / 2] / 8 : 0;
+            t_pair = dpair[d.repeats / 2] > 0 ? dpair[d.repeats / 2] / 8 : 0;
+        }
     }
     w.kind = 1, w.n = 1, w.inner = 1;
     if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_hot);
@@ -20726,7 +20762,12 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (!ct->device_memory && c.node_parallelism < 1) c.node_parallelism = 1;
     if (p > 1) {
         const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
-        c.intra_latency = t_small / steps;
+        /* t = call + 2 (p - 1) step for the world, call + 2 step for a pair; two or three ranks:
+           all of it per call */
+        double step = p >= 4 && t_small > t_pair ? (t_small - t_pair) / (steps - 2) : 0;
+        if (step * 2 > t_pair) step = t_pair / 2;
+        c.intra_latency = step;
+        c.call_latency = p >= 4 ? t_pair - 2 * step : t_small;
         c.intra_bandwidth = bytes / (t_big - t_hot > 1e-9 ? t_big - t_hot : 1e-9);
     } else {
         c.intra_bandwidth = 1e12; /* one device: nothing to move; any bandwidth predicts the same */
@@ -20736,17 +20777,18 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     {
         const par_comm_table *cm = par_ctx_comm(ctx);
         const int me = par_ctx_rank(ctx) == 0;
-        double v[11];
+        double v[12];
         v[0] = me ? c.flops : 0, v[1] = me ? c.intra_latency : 0, v[2] = me ? c.intra_bandwidth : 0;
         v[3] = me ? c.memory_bandwidth : 0, v[4] = me ? c.activation_rate : 0, v[5] = me ? c.attention_rate : 0;
         v[6] = me ? c.kernel_latency : 0, v[7] = me ? (double)c.node_parallelism : 0;
         v[8] = me ? c.attention_row_cost : 0, v[9] = me ? c.norm_rate : 0, v[10] = me ? c.rope_rate : 0;
-        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 11, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
+        v[11] = me ? c.call_latency : 0;
+        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 12, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
             return st;
         c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2], c.memory_bandwidth = v[3];
         c.activation_rate = v[4], c.attention_rate = v[5], c.kernel_latency = v[6];
         c.node_parallelism = (int)v[7];
-        c.attention_row_cost = v[8], c.norm_rate = v[9], c.rope_rate = v[10];
+        c.attention_row_cost = v[8], c.norm_rate = v[9], c.rope_rate = v[10], c.call_latency = v[11];
     }
     PAR__CHECK(par_cluster_check(&c));
     *out = c;
@@ -20834,12 +20876,12 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size
                     "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
                     "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n"
                     "attention_rate: %.6g\nattention_row_cost: %.6g\nkernel_latency: %.6g\nnode_parallelism: %d\n"
-                    "norm_rate: %.6g\nrope_rate: %.6g\n",
+                    "norm_rate: %.6g\nrope_rate: %.6g\ncall_latency: %.6g\n",
                     c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
                     c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
                     c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
                     c->memory_bandwidth, c->activation_rate, c->attention_rate, c->attention_row_cost,
-                    c->kernel_latency, c->node_parallelism, c->norm_rate, c->rope_rate);
+                    c->kernel_latency, c->node_parallelism, c->norm_rate, c->rope_rate, c->call_latency);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

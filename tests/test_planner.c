@@ -487,6 +487,9 @@ static void whole_plan(void) {
     CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "rope_rate");
     CHECK_ERR(par_cluster_parse("devices: 2\nrope_rate: quick\n", &c), PAR_EPARSE, "rope_rate");
     c = d.cluster;
+    c.call_latency = -1e-6;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "call_latency");
+    c = d.cluster;
     c.node_parallelism = -2;
     CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "node_parallelism is -2");
     CHECK_ERR(par_cluster_parse("devices: 2\nnode_parallelism: 1.5\n", &c), PAR_EINVAL, "node_parallelism is 1.5");
@@ -617,6 +620,24 @@ static void time_model(void) {
     CHECK_OK(par_cluster_parse(text, &d.cluster)); /* the cluster as it was */
     d.cluster.kernel_latency = 0, d.cluster.attention_rate = 5e9;
 
+    /* a cost per collective call, whatever its group's size: tp 2's four all-reduces a layer and
+       micro-batch (4 layers, 2 micro-batches) cost 32 calls more */
+    {
+        par_auto_plan t1, t2;
+        memset(&t1, 0, sizeof t1);
+        t1.dp = 4, t1.tp = 2, t1.cp = 1, t1.pp = 1, t1.micro_batches = 2;
+        t2 = t1;
+        CHECK_OK(par_auto_predict(&d, &t1));
+        d.cluster.call_latency = 1e-4;
+        CHECK_OK(par_auto_predict(&d, &t2));
+        d.cluster.call_latency = 0;
+        CHECK_MSG(fabs((t2.tp_comm_time - t1.tp_comm_time) - 32 * 1e-4) < 1e-12, "tp calls %g",
+                  t2.tp_comm_time - t1.tp_comm_time);
+        /* and the gradients' reductions one a bucket (6) */
+        CHECK_MSG(fabs((t2.dp_comm_time - t1.dp_comm_time) - 6 * 1e-4) < 1e-12, "dp calls %g",
+                  t2.dp_comm_time - t1.dp_comm_time);
+    }
+
     /* ZeRO-2 reduce-scatters every micro-batch's gradients; plain dp and ZeRO-1 once a step */
     a = predicted(&d, 4, 2, 1, 2);
     b = predicted(&d, 4, 2, 2, 2);
@@ -700,6 +721,8 @@ static void calibration(void) {
     /* the attention and per-call figures are measured too; two rank threads on this host's cores */
     CHECK(a.c[0].attention_rate > 0 && a.c[0].kernel_latency > 0 && a.c[0].kernel_latency < 0.01);
     CHECK(a.c[0].norm_rate > 0 && a.c[0].rope_rate > 0);
+    /* two ranks: the all-reduce's latency is all per call (no pair to tell it from the steps) */
+    CHECK(a.c[0].call_latency >= 0 && a.c[0].intra_latency == 0);
     CHECK(a.c[0].node_parallelism >= 1 && a.c[0].node_parallelism == a.c[1].node_parallelism);
     /* every rank reports the same figures (they plan alike) */
     CHECK(a.c[0].flops == a.c[1].flops && a.c[0].intra_bandwidth == a.c[1].intra_bandwidth);
@@ -714,6 +737,7 @@ static void calibration(void) {
                                                1e-5 * a.c[0].attention_row_cost &&
           back.node_parallelism == a.c[0].node_parallelism);
     CHECK(fabs(back.norm_rate / a.c[0].norm_rate - 1) < 1e-5 && fabs(back.rope_rate / a.c[0].rope_rate - 1) < 1e-5);
+    CHECK(fabs(back.call_latency - a.c[0].call_latency) <= 1e-5 * a.c[0].call_latency);
 }
 
 /* The timed shapes of a model: its hidden size, the tokens a rank holds, its head
@@ -760,6 +784,19 @@ static void calibration_for_model(void) {
     CHECK_OK(par_calibrate_threads(2, &d, &c, &threads));
     CHECK(c.devices == 2 && c.flops > 0 && c.attention_rate > 0 && c.node_parallelism >= 1);
     CHECK_MSG(threads >= 1, "kernel threads %d", threads);
+    /* from 4 ranks the latency splits into a part per call and one per step (pairs against the
+       world); 5: the odd last rank computes while the pairs reduce */
+    {
+        int ranks;
+        for (ranks = 4; ranks <= 5; ranks++) {
+            CHECK_OK(par_calibrate_desc_for_model(&m, ranks, &d));
+            CHECK_OK(par_calibrate_threads(ranks, &d, &c, NULL));
+            CHECK_MSG(c.devices == ranks && c.intra_latency >= 0 && c.call_latency >= 0 &&
+                          c.intra_latency < 1 && c.call_latency < 1,
+                      "%d ranks: latency %g a step, %g a call", ranks, c.intra_latency, c.call_latency);
+        }
+        CHECK_OK(par_calibrate_desc_for_model(&m, 2, &d));
+    }
     CHECK(par_calibrate_threads(2, &d, NULL, NULL) == PAR_EINVAL);
     CHECK(par_calibrate_threads(0, &d, &c, NULL) == PAR_EINVAL && strstr(par_last_error(), "0 ranks"));
     d.head_dim = 512; /* a bad desc: refused by every rank, the message kept */
