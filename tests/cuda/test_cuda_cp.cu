@@ -42,6 +42,41 @@ static void run_case(const cp_cfg *c, const char *label, int rank) {
     cp_world_free(w);
 }
 
+/* par_calibrate on the CUDA table (the planner's profile of a GPU): a layer's GEMM shapes,
+   RMSNorm and RoPE (positions in device memory), attention; no node sharing on a device
+   table. */
+static void calibrate_case(const char *mesh, int rank) {
+    par_ctx_desc d;
+    par_ctx *ctx = NULL;
+    par_calibrate_desc cd;
+    par_cluster c;
+    par_model_shape m;
+    par_status st;
+    memset(&d, 0, sizeof d);
+    d.mesh = mesh, d.timeout_ms = 60000;
+    if (par_ctx_init_nccl(&d, &ctx) != PAR_OK) {
+        CHECK_MSG(0, "calibrate: par_ctx_init_nccl: %s", par_last_error());
+        return;
+    }
+    memset(&m, 0, sizeof m);
+    m.layers = 2, m.hidden = 512, m.heads = 8, m.kv_heads = 2, m.ffn = 1376, m.vocab = 1024, m.seq = 512, m.batch = 8;
+    memset(&cd, 0, sizeof cd);
+    cd.repeats = 3;
+    CHECK_OK(par_calibrate_desc_for_model(&m, par_ctx_size(ctx), &cd));
+    CHECK(cd.model.layers == 2);
+    st = par_calibrate(ctx, &cd, &c);
+    CHECK_MSG(st == PAR_OK, "par_calibrate on the CUDA table: %s", par_last_error());
+    if (st == PAR_OK) {
+        CHECK(c.node_parallelism == 0 && c.flops > 1e9 && c.attention_rate > 0 && c.norm_rate > 0 && c.rope_rate > 0);
+        CHECK(c.activation_rate > 0 && c.memory_bandwidth > 0 && c.kernel_latency > 0);
+        if (rank == 0)
+            printf("  calibrate: GEMM %.1f Tflop/s (a layer's shapes), attention %.1f Tflop/s, norm %.2g/s, rope %.2g/s, "
+                   "call %.1f us\n", c.flops / 1e12, c.attention_rate / 1e12, c.norm_rate, c.rope_rate,
+                   c.kernel_latency * 1e6);
+    }
+    par_ctx_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
     int rank = 0, n = 1, totals[2], sums[2];
     char mesh[32];
@@ -74,6 +109,7 @@ int main(int argc, char **argv) {
         c.algo = PAR_CP_RING, c.full = 1;
         run_case(&c, "ring zigzag, full attention", rank);
     }
+    calibrate_case(mesh, rank);
     totals[0] = test_passed_, totals[1] = test_failed_;
     MPI_Reduce(totals, sums, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("cuda_cp: %d passed, %d failed (%d ranks)\n", sums[0], sums[1], n);
