@@ -19665,6 +19665,20 @@ PARALLEL_DEF int par_graph_format_result(const par_graph *g, const par_graph_res
 
 static int par__au_finite(double x) { return x == x && x < 1e300 && x > -1e300; }
 
+/* An optional rate of the cluster (0 = not counted): finite and >= 0. */
+static par_status par__au_rate_ok(const char *key, double v, const char *unit) {
+    if (!par__au_finite(v) || v < 0)
+        return par__fail(PAR_EINVAL, "cluster: %s is %g; it must be a finite number of %s >= 0", key, v, unit);
+    return PAR_OK;
+}
+
+/* An optional cost in seconds: finite, >= 0 and under an hour. */
+static par_status par__au_seconds_ok(const char *key, double v) {
+    if (!par__au_finite(v) || v < 0 || v > 3600)
+        return par__fail(PAR_EINVAL, "cluster: %s is %g s; it must be finite, >= 0 and under an hour", key, v);
+    return PAR_OK;
+}
+
 PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
     if (!c) return par__fail(PAR_EINVAL, "par_cluster_check: NULL argument");
     if (c->devices < 1 || c->devices > PAR__MAX_DEVICES)
@@ -19687,30 +19701,14 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
                          c->memory_bytes);
     if (!par__au_finite(c->flops) || c->flops <= 0)
         return par__fail(PAR_EINVAL, "cluster: flops_per_device is %g; it must be a finite flop/s > 0", c->flops);
-    if (!par__au_finite(c->activation_rate) || c->activation_rate < 0)
-        return par__fail(PAR_EINVAL, "cluster: activation_rate is %g; it must be a finite number of elements/s >= 0",
-                         c->activation_rate);
-    if (!par__au_finite(c->memory_bandwidth) || c->memory_bandwidth < 0)
-        return par__fail(PAR_EINVAL, "cluster: memory_bandwidth is %g; it must be a finite number of bytes/s >= 0",
-                         c->memory_bandwidth);
-    if (!par__au_finite(c->attention_rate) || c->attention_rate < 0)
-        return par__fail(PAR_EINVAL, "cluster: attention_rate is %g; it must be a finite flop/s >= 0",
-                         c->attention_rate);
-    if (!par__au_finite(c->attention_row_cost) || c->attention_row_cost < 0 || c->attention_row_cost > 3600)
-        return par__fail(PAR_EINVAL, "cluster: attention_row_cost is %g s; it must be finite, >= 0 and under an hour",
-                         c->attention_row_cost);
-    if (!par__au_finite(c->kernel_latency) || c->kernel_latency < 0 || c->kernel_latency > 3600)
-        return par__fail(PAR_EINVAL, "cluster: kernel_latency is %g s; it must be finite, >= 0 and under an hour",
-                         c->kernel_latency);
-    if (!par__au_finite(c->call_latency) || c->call_latency < 0 || c->call_latency > 3600)
-        return par__fail(PAR_EINVAL, "cluster: call_latency is %g s; it must be finite, >= 0 and under an hour",
-                         c->call_latency);
-    if (!par__au_finite(c->norm_rate) || c->norm_rate < 0)
-        return par__fail(PAR_EINVAL, "cluster: norm_rate is %g; it must be a finite number of elements/s >= 0",
-                         c->norm_rate);
-    if (!par__au_finite(c->rope_rate) || c->rope_rate < 0)
-        return par__fail(PAR_EINVAL, "cluster: rope_rate is %g; it must be a finite number of elements/s >= 0",
-                         c->rope_rate);
+    PAR__CHECK(par__au_rate_ok("activation_rate", c->activation_rate, "elements/s"));
+    PAR__CHECK(par__au_rate_ok("memory_bandwidth", c->memory_bandwidth, "bytes/s"));
+    PAR__CHECK(par__au_rate_ok("attention_rate", c->attention_rate, "flop/s"));
+    PAR__CHECK(par__au_rate_ok("norm_rate", c->norm_rate, "elements/s"));
+    PAR__CHECK(par__au_rate_ok("rope_rate", c->rope_rate, "elements/s"));
+    PAR__CHECK(par__au_seconds_ok("attention_row_cost", c->attention_row_cost));
+    PAR__CHECK(par__au_seconds_ok("kernel_latency", c->kernel_latency));
+    PAR__CHECK(par__au_seconds_ok("call_latency", c->call_latency));
     if (c->node_parallelism < 0 || c->node_parallelism > PAR__MAX_DEVICES)
         return par__fail(PAR_EINVAL, "cluster: node_parallelism is %d; it must be 0 (every rank) to %d",
                          c->node_parallelism, PAR__MAX_DEVICES);
