@@ -879,6 +879,8 @@ static int cmd_calibrate(int argc, char **argv) {
         check(st, arg_get(&a, "model"));
         check(par_calibrate_desc_for_model(&model, ranks, &desc), arg_get(&a, "model"));
     }
+    /* a GEMM shape given here is what is timed, not the model's layer */
+    if (arg_get(&a, "gemm") || arg_get(&a, "cols")) memset(&desc.model, 0, sizeof desc.model);
     if (arg_get(&a, "gemm")) desc.gemm_size = (int)parse_int(arg_get(&a, "gemm"), 16, 8192, "--gemm");
     if (arg_get(&a, "rows")) desc.gemm_rows = (int)parse_int(arg_get(&a, "rows"), 1, 1 << 20, "--rows");
     if (arg_get(&a, "cols")) desc.gemm_cols = (int)parse_int(arg_get(&a, "cols"), 1, 65536, "--cols");
