@@ -716,6 +716,12 @@ typedef struct par_cost_model {
     int no_all_to_all; /* 1: plans never use all_to_all (MindSpore's enable_alltoall: false, its
                           default); a dim moves by all_gather + local split instead (optimal among
                           the rest; par_plan_greedy follows MindSpore's non-all_to_all path) */
+    uint32_t independent_dims; /* device dims across which the ranks hold DIFFERENT tensors although
+                          the layouts call them replicated: pipeline stages, context-parallel
+                          slices, a region that is one part of a larger mesh. A plan never
+                          communicates over them (it could otherwise borrow such a dim to
+                          split a reduction, mixing other stages' data and waiting on ranks
+                          that are busy elsewhere); both layouts must be free over them */
 } par_cost_model;
 
 #define PAR_MAX_PLAN_OPS 48
@@ -5358,6 +5364,7 @@ typedef struct par__rd_costs {
     double bandwidth[PARALLEL_MAX_DIMS];
     int elem_size;
     int no_all_to_all;
+    uint32_t independent; /* dims no op may touch (par_cost_model.independent_dims) */
 } par__rd_costs;
 
 /* Everything one query needs, computed once before the search. Shape index 0 is
@@ -5484,6 +5491,10 @@ static par_status par__rd_costs_init(const par_cost_model *model, const par_mesh
         return par__fail(PAR_EINVAL, "cost model elem_size %d must be >= 0 (0 = 4 bytes, f32)", model->elem_size);
     if (model->elem_size > 0) c->elem_size = model->elem_size;
     c->no_all_to_all = model->no_all_to_all != 0;
+    if (mesh->ndim < 32 && model->independent_dims >> mesh->ndim)
+        return par__fail(PAR_EINVAL, "cost model independent_dims 0x%x names device dims the %d-axis mesh does not have",
+                         (unsigned)model->independent_dims, mesh->ndim);
+    c->independent = model->independent_dims;
     return PAR_OK;
 }
 
@@ -5838,6 +5849,15 @@ static par_status par__rd_validate(const par_layout *from, const par_layout *to,
                          (long long)par__rd_numel(from->ndim, from->shape), costs->elem_size, par_mesh_size(&from->mesh));
     fm = par__map_without_unit_dims(from);
     tm = par__map_without_unit_dims(to);
+    for (v = 0; v < from->mesh.ndim; v++) {
+        const char *which = (par_layout_split_dims(from) | fm.partial) >> v & 1u ? "source" : "target";
+        if (!(costs->independent >> v & 1u) || par_mesh_dev_size(&from->mesh, v) == 1) continue;
+        if (((par_layout_split_dims(from) | fm.partial | par_layout_split_dims(to) | tm.partial) >> v & 1u) == 0) continue;
+        return par__fail(PAR_EINVAL,
+                         "redistribution: the %s layout is split or partial over device dim %d, which the cost model "
+                         "names independent (ranks along it hold different tensors, so no plan may move data over it)",
+                         which, v);
+    }
     created = tm.partial & ~fm.partial;
     for (v = 0; created; v++)
         if (created & (1u << v))
@@ -5871,7 +5891,8 @@ static void par__rd_setup(par__rd_problem *pb, const par_layout *from, const par
     pb->costs = *costs;
     pb->from_map = par__map_without_unit_dims(from);
     pb->to_map = par__map_without_unit_dims(to);
-    pb->inert = pb->from_map.partial & pb->to_map.partial;
+    /* reducing is irreversible, and an independent dim is not ours to use: both stay untouched */
+    pb->inert = (pb->from_map.partial & pb->to_map.partial) | costs->independent;
     for (v = 0; v < from->mesh.ndim; v++) {
         pb->size[v] = par_mesh_dev_size(&from->mesh, v);
         if (pb->size[v] == 1) continue;
@@ -6269,6 +6290,7 @@ static uint64_t par__rd_hash_query(const par_layout *from, const par_layout *to,
         h = par__rd_mix_double(h, c->latency[v]);
         h = par__rd_mix_double(h, c->bandwidth[v]);
     }
+    h = par__rd_mix(h, (uint64_t)c->independent);
     return par__rd_mix(h, (uint64_t)c->elem_size * 2u + (uint64_t)c->no_all_to_all);
 }
 
@@ -6288,7 +6310,8 @@ static int par__rd_layout_identical(const par_layout *a, const par_layout *b) {
 
 static int par__rd_costs_equal(const par__rd_costs *a, const par__rd_costs *b, int mesh_ndim) {
     int v;
-    if (a->elem_size != b->elem_size || a->no_all_to_all != b->no_all_to_all) return 0;
+    if (a->elem_size != b->elem_size || a->no_all_to_all != b->no_all_to_all || a->independent != b->independent)
+        return 0;
     for (v = 0; v < mesh_ndim; v++)
         if (a->latency[v] != b->latency[v] || a->bandwidth[v] != b->bandwidth[v]) return 0;
     return 1;
@@ -6540,6 +6563,7 @@ static void par__rd_unified_costs(const par__rd_costs *c, const par_mesh *mesh, 
                                   par__rd_costs *out) {
     int a, b = 0;
     *out = *c;
+    out->independent = 0; /* re-laid: a factored independent axis is independent in each factor */
     for (a = 0; a < mesh->ndim; a++) {
         int v = mesh->ndim - 1 - a;
         int64_t prod = 1;
@@ -6547,6 +6571,7 @@ static void par__rd_unified_costs(const par__rd_costs *c, const par_mesh *mesh, 
             int u = umesh->ndim - 1 - b;
             out->latency[u] = c->latency[v];
             out->bandwidth[u] = c->bandwidth[v];
+            out->independent |= (c->independent >> v & 1u) << u;
             prod *= umesh->dims[b++];
             if (mesh->dims[a] == 1) break;
         }
@@ -15785,6 +15810,7 @@ PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field,
     const float *src;
     par_layout rep;
     par_plan plan;
+    par_cost_model cost;
     int64_t global = 1;
     int d;
     PAR__CHECK(par__params_index(ps, i, "par_params_gather"));
@@ -15798,7 +15824,9 @@ PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field,
         if (!ps->planner) PAR__CHECK(par__ctx_planner_create(ps->ctx, NULL, &ps->planner));
         if (!ps->exec) PAR__CHECK(par_executor_create(ps->ctx, &ps->exec));
         PAR__CHECK(par_layout_init(&rep, &p->layout.mesh, p->layout.ndim, p->layout.shape, NULL, 0));
-        PAR__CHECK(par_planner_plan(ps->planner, &p->layout, &rep, NULL, &plan));
+        memset(&cost, 0, sizeof cost);
+        cost.independent_dims = ps->stage_dims; /* other stages hold other tensors */
+        PAR__CHECK(par_planner_plan(ps->planner, &p->layout, &rep, &cost, &plan));
         PAR__CHECK(par__params_tmp(ps, &ps->tmp_whole, &ps->tmp_whole_n, plan.max_local_numel > global ? plan.max_local_numel : global));
         PAR__CHECK(par_execute_plan(ps->exec, &plan, PAR_F32, local, ps->tmp_whole));
         src = ps->tmp_whole;
@@ -17091,6 +17119,10 @@ static par_status par__tp_redistribute(par_tp *tp, const par_layout *from, const
     par_status st;
     memset(&cost, 0, sizeof cost);
     cost.no_all_to_all = tp->no_a2a;
+    /* the region's tensors are one stage's, one context slice's: ranks along
+       any other dim hold other data and may be busy elsewhere (a pipeline's
+       receive), so the plan must keep to the region's own dims */
+    cost.independent_dims = par__mesh_dims_mask(par_ctx_mesh(tp->ctx)) & ~(tp->tp_dims | tp->data_dims);
     PAR__CHECK(par_planner_plan(tp->planner, from, to, &cost, &tp->plan));
     par__tp_comm_begin(tp);
     t0 = par__tp_now(tp);
@@ -17256,9 +17288,17 @@ PARALLEL_DEF par_status par_tp_embedding(const par_tp *tp, const char *name, int
     st.num_inputs = 2, st.ndim[0] = 2, st.ndim[1] = 1;
     st.shard[0][0] = vocab_parallel ? tp->degree : 1, st.shard[0][1] = 1, st.shard[1][0] = tp->data_degree;
     if (vocab_parallel && tp->degree > 1) {
-        PAR__CHECK(par_op_infer(&op, &st, par_mesh_size(par_ctx_mesh(tp->ctx)), &info));
-        PAR__CHECK(par_op_info_on_mesh(&info, par_ctx_mesh(tp->ctx), NULL, &info));
-        emb->table = info.inputs[0];
+        int k;
+        /* the strategy's check (shapes divisible, the indices' split) on the
+           region's own dims; the table's layout then names the region's tp dims
+           directly: inferred on the whole mesh, its device matrix would have to
+           be matched to the mesh by sizes alone, which goes wrong as soon as a
+           pipeline or context dim has a size of its own (tp 2 beside pp 2 is
+           ambiguous, tp 4 beside pp 2 has no one-to-one match) */
+        PAR__CHECK(par_op_infer(&op, &st, tp->degree * tp->data_degree, &info));
+        PAR__CHECK(par_layout_init(&emb->table, par_ctx_mesh(tp->ctx), 2, op.shape[0], NULL, 0));
+        for (k = 0; k < tp->n_tp; k++) emb->table.map.dev[0][emb->table.map.count[0]++] = (int8_t)tp->tp_order[k];
+        PAR__CHECK(par_layout_check(&emb->table));
         emb->grad_partial = tp->data_dims;
     } else {
         PAR__CHECK(par_layout_init(&emb->table, par_ctx_mesh(tp->ctx), 2, op.shape[0], NULL, 0));

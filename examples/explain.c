@@ -68,7 +68,10 @@ static const char *const usage_text =
     "                               default enable_alltoall = false: all_gather + split)\n"
     "      [--latency d=x,...]      alpha per device dim (number or axis name), or one\n"
     "                               value for all dims\n"
-    "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n";
+    "      [--bandwidth d=x,...]    bytes per unit time per device dim (default 1)\n"
+    "      [--independent pp,...]   device dims (numbers or axis names) whose ranks hold\n"
+    "                               different tensors (pipeline stages, context slices):\n"
+    "                               the plan never moves data over them\n";
 
 static const char *const usage_text_more =
     "  pipeline      a pipeline schedule, every rank's actions, checked: bubble, memory\n"
@@ -603,6 +606,26 @@ static int cmd_strategies(int argc, char **argv) {
    ------------------------------------------------------------------------- */
 
 /* "--latency 0=1e-6,1=5e-6", "--latency tp=1e-6", or "--latency 1e-6" (every dim). */
+/* --independent pp,cp or 1,2: a device-dim mask. */
+static uint32_t parse_dims(const char *text, const par_mesh *mesh, const char *what) {
+    char buf[256], *p = buf;
+    uint32_t mask = 0;
+    if (strlen(text) >= sizeof buf) die("%s: '%.64s...' is too long", what, text);
+    strcpy(buf, text);
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char sep = p[len];
+        int v;
+        p[len] = 0;
+        v = par_mesh_dev_dim(mesh, p);
+        if (v < 0) v = (int)parse_int(p, 0, mesh->ndim - 1, what);
+        mask |= 1u << v;
+        if (!sep) break;
+        p += len + 1;
+    }
+    return mask;
+}
+
 static void parse_links(const char *text, const par_mesh *mesh, int bandwidth, par_cost_model *cm) {
     const char *what = bandwidth ? "--bandwidth" : "--latency";
     char buf[256], *p;
@@ -659,7 +682,8 @@ static void show_plan(const par_layout *from, const par_layout *to, const par_co
 static int cmd_redistribute(int argc, char **argv) {
     static const opt_spec specs[] = {{"mesh", 1, 0},     {"shape", 1, 0},   {"from", 1, 0},      {"to", 1, 0},
                                      {"dtype", 1, 0},    {"greedy", 0, 0},  {"to-shape", 1, 0},  {"latency", 1, 0},
-                                     {"bandwidth", 1, 0}, {"all-to-all", 1, 0}, {NULL, 0, 0}};
+                                     {"bandwidth", 1, 0}, {"all-to-all", 1, 0}, {"independent", 1, 0},
+                                     {NULL, 0, 0}};
     args a;
     par_mesh mesh;
     par_layout from, to;
@@ -687,6 +711,7 @@ static int cmd_redistribute(int argc, char **argv) {
             die("--all-to-all: '%s' must be on or off (off = MindSpore's enable_alltoall false)", text);
         cm.no_all_to_all = strcmp(text, "off") == 0;
     }
+    if ((text = arg_get(&a, "independent")) != NULL) cm.independent_dims = parse_dims(text, &mesh, "--independent");
     check(par_layout_parse(&from, &mesh, ndim, shape, arg_need(&a, "from")), "--from");
     check(par_layout_parse(&to, &mesh, to_ndim, to_shape, arg_need(&a, "to")), "--to");
     show_plan(&from, &to, &cm, arg_flag(&a, "greedy"), &plan);

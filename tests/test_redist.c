@@ -1430,6 +1430,76 @@ static void test_no_all_to_all(void) {
     CHECK_MSG(any_a2a, "no case used all_to_all by default: the test would prove nothing");
 }
 
+/* Op k of plan moves data over more than the mesh's last axis (device dim 0)?
+   On a unified mesh that axis may be factored: the op's device dims from 0 up
+   to its own must multiply to at most the last axis's size. Local ops move
+   nothing. */
+static int moves_beyond_last_axis(const par_plan *plan, int k, const par_mesh *mesh) {
+    const par_redist_op *op = &plan->ops[k];
+    const par_mesh *m = op->on_unified ? &plan->unified_mesh : mesh;
+    int64_t prod = 1;
+    int v;
+    if (op->kind == PAR_REDIST_RESHAPE || op->kind == PAR_REDIST_SPLIT || op->device_dim < 0) return 0;
+    for (v = 0; v <= op->device_dim; v++) prod *= par_mesh_dev_size(m, v);
+    return prod > mesh->dims[mesh->ndim - 1];
+}
+
+/* par_cost_model.independent_dims: the tp x pp hang of the llama trainer. On
+   mesh pp=2,tp=4 a partial sum over tp is cheapest as split over pp, a 2x
+   smaller all_reduce over tp, all_gather over pp: a plan that runs a
+   collective across pipeline stages (which hold different activations and
+   are busy elsewhere). Named independent, pp must never be used; every
+   other dim still may be (and the plan still simulates correctly). */
+static void test_independent_dims(void) {
+    static const char *const cases[][3] = {{"pp=2,tp=4", "[-1,-1] partial=0", "[-1,-1]"},
+                                           {"pp=2,tp=4", "[-1,-1] partial=0", "[tp,None]"},
+                                           {"cp=2,pp=2,tp=4", "[-1,-1] partial=0", "[-1,-1]"},
+                                           {"pp=2,tp=4", "[tp,None]", "[None,tp]"}};
+    const int64_t shape[2] = {64, 64};
+    size_t i;
+    int k, borrowed = 0;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        par_mesh mesh;
+        par_layout from, to;
+        par_plan free_plan, kept;
+        par_cost_model cost;
+        uint32_t tp_dim;
+        memset(&cost, 0, sizeof cost);
+        CHECK_OK(par_mesh_parse(cases[i][0], &mesh));
+        tp_dim = 1u << par_mesh_dev_dim(&mesh, "tp");
+        cost.independent_dims = ((1u << mesh.ndim) - 1) & ~tp_dim;
+        CHECK_OK(par_layout_parse(&from, &mesh, 2, shape, cases[i][1]));
+        CHECK_OK(par_layout_parse(&to, &mesh, 2, shape, cases[i][2]));
+        CHECK_OK(par_plan_redistribution(&from, &to, NULL, &free_plan));
+        CHECK_OK(par_plan_redistribution(&from, &to, &cost, &kept));
+        for (k = 0; k < free_plan.num_ops; k++)
+            borrowed |= free_plan.ops[k].kind != PAR_REDIST_RESHAPE && free_plan.ops[k].device_dim >= 0 &&
+                        !(tp_dim >> free_plan.ops[k].device_dim & 1u);
+        for (k = 0; k < kept.num_ops; k++)
+            CHECK_MSG(!moves_beyond_last_axis(&kept, k, &mesh), "%s %s -> %s: op %d (%s) runs over device dim %d, which is independent", cases[i][0],
+                      cases[i][1], cases[i][2], k, par_redist_kind_name(kept.ops[k].kind), kept.ops[k].device_dim);
+        CHECK_MSG(kept.cost >= free_plan.cost, "%s -> %s: restricted plan cheaper (%g < %g)", cases[i][1], cases[i][2],
+                  kept.cost, free_plan.cost);
+        CHECK(simulate_ok(&kept));
+    }
+    CHECK_MSG(borrowed, "no unrestricted plan borrowed an idle dim: the test would prove nothing");
+    { /* a layout split over an independent dim is refused, naming the dim */
+        par_mesh mesh;
+        par_layout from, to;
+        par_plan plan;
+        par_cost_model cost;
+        memset(&cost, 0, sizeof cost);
+        CHECK_OK(par_mesh_parse("pp=2,tp=4", &mesh));
+        cost.independent_dims = 2u;
+        CHECK_OK(par_layout_parse(&from, &mesh, 2, shape, "[pp,None]"));
+        CHECK_OK(par_layout_parse(&to, &mesh, 2, shape, "[-1,-1]"));
+        CHECK_ERR(par_plan_redistribution(&from, &to, &cost, &plan), PAR_EINVAL,
+                  "device dim 1, which the cost model names independent");
+        cost.independent_dims = 4u;
+        CHECK_ERR(par_plan_redistribution(&from, &to, &cost, &plan), PAR_EINVAL, "independent_dims 0x4 names device dims");
+    }
+}
+
 int main(void) {
     test_seed_cases();
     test_framework_cases();
@@ -1437,6 +1507,7 @@ int main(void) {
     test_unified_cases();
     test_mindspore_cases();
     test_no_all_to_all();
+    test_independent_dims();
     test_errors();
     test_simulator_detects();
     test_cache_and_allocation();
