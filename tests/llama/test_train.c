@@ -690,23 +690,78 @@ static void pp_row(const char *name, const char *base, int mb, const char *sets)
     if (rc == 0) check_plan_holds(name, test_path("pp.jsonl"));
 }
 
-/* The same under mpirun -np 4 (one process per rank, the MPI backend). */
-static void pp_mpi_row(const char *name, int mb, const char *sets) {
+/* The same under mpirun -np np (one process per rank, the MPI backend). */
+static void pp_mpi_row_on(const char *name, const char *base, int np, int mb, const char *sets) {
     double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1];
     char cmd[2048], dir[512];
-    int rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s", pp_base, mb,
+    int rc = run_cmd(0, "%s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s", base, mb,
                      test_path("pp1.jsonl"), test_path("ppm1.safetensors"));
     CHECK_MSG(rc == 0 && read_metrics(test_path("pp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS, "one-device run");
     static int rows;
     snprintf(dir, sizeof dir, "%s/ppmpi%d", test_dir, rows++);
-    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps 20 "
+    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np %d %s --backend mpi %s --steps 20 "
                               "--set parallel_config.micro_batch_num=%d %s --metrics %s --save-dir %s",
-             mpirun, train_bin, pp_base, mb, sets, test_path("ppm.jsonl"), dir);
+             mpirun, np, train_bin, base, mb, sets, test_path("ppm.jsonl"), dir);
     rc = run_cmd(1, "%s", cmd);
     CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
-    if (rc == 0 && pp_final_weights(pp_base, mb, dir, test_path("ppmw.safetensors")) == 0)
+    if (rc == 0 && pp_final_weights(base, mb, dir, test_path("ppmw.safetensors")) == 0)
         check_equivalent(name, test_path("ppm.jsonl"), test_path("ppmw.safetensors"), bl, bg,
                          test_path("ppm1.safetensors"));
+}
+
+static void pp_mpi_row(const char *name, int mb, const char *sets) { pp_mpi_row_on(name, pp_base, 4, mb, sets); }
+
+/* Tensor parallel 4 and 8 inside pipeline stages (issue: tp >= 4 with any
+   pipeline hung: the residual add's all-reduce was planned as a split over
+   the pipeline dim, an all-reduce over tp and an all-gather across stages).
+   The tp table's model (16 heads, 8 kv heads, ffn 176: every degree up to 8
+   divides them; 4 layers for pp 4). vocab_emb_dp false splits the
+   embedding's vocabulary over tp (MindFormers' VocabEmbedding). */
+static void test_pipeline_wide_tp(void) {
+    static char base4l[1024], base4lsv[1200];
+    static const struct {
+        const char *name;
+        int mb;
+        const char *sets;
+    } cases[] = {
+        {"tp4 x pp2", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4"},
+        {"tp4 x pp2 sp", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4 "
+                               "--set parallel_config.use_seq_parallel=true"},
+        {"tp4 x pp2 vocab split", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4 "
+                                        "--set parallel_config.vocab_emb_dp=false"},
+        {"tp2 x pp2 vocab split", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                                        "--set parallel_config.vocab_emb_dp=false"},
+        {"tp4 x pp2 zb-h1 mb4", 4, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4 "
+                                      "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"tp4 x cp2 x pp2 sp", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4 "
+                                     "--set parallel_config.context_parallel=2 --set parallel_config.use_seq_parallel=true"},
+        {"dp2 x tp4 x pp2 zero2", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4 "
+                                        "--set parallel_config.data_parallel=2 --set parallel.enable_parallel_optimizer=true "
+                                        "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+        {"tp8 x pp2", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=8"},
+        {"tp8 x pp2 sp vocab split", 2, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=8 "
+                                           "--set parallel_config.use_seq_parallel=true "
+                                           "--set parallel_config.vocab_emb_dp=false"},
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) pp_row(cases[i].name, tp_base, cases[i].mb, cases[i].sets);
+    /* pp 4 needs 4 layers; on 4 layers tp 4 ALONE already leaves one device's
+       grad norm by 2.2e-6 at step 19 (the bound, 2e-6, was measured on 2): so
+       these rows are held to the tp 4 run without a pipeline, where a pipeline
+       must change nothing at all (0.00e+00 expected) */
+    snprintf(base4l, sizeof base4l, "%s --set model.model_config.num_layers=4 --set parallel_config.model_parallel=4",
+             tp_base);
+    pp_row("tp4 x pp4 (vs tp4)", base4l, 4, "--set parallel_config.pipeline_stage=4");
+    snprintf(base4lsv, sizeof base4lsv, "%s --set parallel_config.use_seq_parallel=true "
+             "--set parallel_config.vocab_emb_dp=false", base4l);
+    pp_row("tp4 x pp4 sp vocab split (vs tp4)", base4lsv, 4, "--set parallel_config.pipeline_stage=4");
+    if (mpi_run("tp4 x pp2 mpirun -np 8")) {
+        pp_mpi_row_on("tp4 x pp2 mpirun -np 8", tp_base, 8, 2,
+                      "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4");
+        pp_mpi_row_on("tp4 x pp2 sp vocab split mpirun -np 8", tp_base, 8, 2,
+                      "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=4 "
+                      "--set parallel_config.use_seq_parallel=true --set parallel_config.vocab_emb_dp=false");
+    }
 }
 
 static void test_pipeline(void) {
@@ -1356,8 +1411,15 @@ int main(void) {
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
         return TEST_END("llama_train");
     }
+    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "wide-tp") == 0) { /* a developer's shortcut */
+        test_pipeline_wide_tp();
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
+        return TEST_END("llama_train");
+    }
     if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "pipeline") == 0) { /* a developer's shortcut */
         test_pipeline();
+        test_pipeline_wide_tp();
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
         return TEST_END("llama_train");
@@ -1374,6 +1436,7 @@ int main(void) {
         test_tp_memory();
         test_context_parallel();
         test_pipeline();
+        test_pipeline_wide_tp();
         test_sharded_matrix();
         test_sharded_pipeline();
         test_sharded_resume();
