@@ -169,6 +169,15 @@ has_line "bf16" "total bytes=384 ops=1"
 ok "f64" redistribute --mesh 4 --shape 16,16 --from "[0,-1]" --to "[-1,-1]" --dtype f64
 has_line "f64" "total bytes=1536 ops=1"
 
+# --independent: pp holds other stages' data. Free, the plan borrows pp for the
+# tp reduction (20,480 bytes); told, it keeps to tp (one all_reduce, 24,576).
+ok "borrows pp" redistribute --mesh pp=2,tp=4 --shape 64,64 --from "[-1,-1] partial=0" --to "[-1,-1]"
+has_line "borrows pp" "total bytes=20480 ops=3"
+ok "independent pp" redistribute --mesh pp=2,tp=4 --shape 64,64 --from "[-1,-1] partial=0" --to "[-1,-1]" --independent pp
+has_line "independent pp" "total bytes=24576 ops=1"
+bad "split over independent" redistribute --mesh pp=2,tp=4 --shape 64,64 --from "[pp,None]" --to "[-1,-1]" --independent pp
+same "split over independent" "$(printf '%s' "$ERR" | grep -c 'which the cost model names independent')" "1"
+
 # Named mesh and named maps.
 ok "named" redistribute --mesh dp=2,tp=4 --shape 8,16 --from "[dp,None]" --to "[None,None]"
 has_line "named" "all_gather tensor_dim=0 device_dim=1 group=2 bytes=256"
