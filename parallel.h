@@ -6543,18 +6543,20 @@ static int par__rd_unify(const par_layout *from, const par_layout *to, int fine,
 
 /* par__rd_unify repeated on its own result until nothing changes. Factoring a
    mesh axis can leave a dim split by two of its parts: 512 x 1024 [1,0] ->
-   128 x 4096 [0,1] on mesh 8,4 factors the 8 as 4 x 2 (4096 is cut at 1024),
-   and the source's 128 is then split (4, 2) ways, so only the 2 may move.
-   MindSpore expands such a dim as it expands the device arrangement
+   128 x 4096 [0,1] on mesh 8,4 factors the 8 as 4 x 2 (4096 is cut at 1024), and
+   the source's 128 is then split (4, 2) ways, so only the 2 may move. MindSpore
+   expands such a dim as it expands the device arrangement
    (TensorLayout::ExpandDeviceArrangement in
-   mindspore/ccsrc/frontend/parallel/tensor_layout/tensor_layout.cc; its
-   ReshapeLayoutTransfer::UnifyDeviceArrangementAndTensorShape loops until
-   both shapes agree), 128 -> 4 x 32, so that each part moves alone: the
+   mindspore/ccsrc/frontend/parallel/tensor_layout/tensor_layout.cc at commit
+   022005b94afb953ea3daf6cb51813143c6f35ef1; its
+   ReshapeLayoutTransfer::UnifyDeviceArrangementAndTensorShape, in
+   reshape_layout_transfer.cc at a5e8c1eab3df81163e77a796a6a2d6fca01e1307, loops
+   until both shapes agree), 128 -> 4 x 32, so that each part moves alone: the
    next round here makes that cut. With fine == 0 the result is MindSpore's
    unified layout (reshape_layout_transfer_test.cc: InferUnifiedLayout2,
-   [4,32,4,1024] on [4,2,4]). Every round only adds cuts or factors, so it
-   ends; a round that fails (too many dims) leaves the last view that worked.
-   0 only when the first round fails. */
+   [4,32,4,1024] on [4,2,4]). Every round only adds cuts or factors, so it ends;
+   a round that fails (too many dims) leaves the last view that worked. 0 only
+   when the first round fails. */
 static int par__rd_unify_settled(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom,
                                  par_layout *uto) {
     par_layout a, b;

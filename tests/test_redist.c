@@ -1045,7 +1045,8 @@ static int ref_unified(const par_layout *from, const par_layout *to, int fine, p
 /* MindSpore does not stop at one round: once an axis is factored (8 -> 4 x 2),
    a dim split by both parts is cut between them too, and so on until the two
    layouts agree (ReshapeLayoutTransfer::UnifyDeviceArrangementAndTensorShape,
-   mindspore/ccsrc/frontend/parallel/tensor_layout/reshape_layout_transfer.cc).
+   mindspore/ccsrc/frontend/parallel/tensor_layout/reshape_layout_transfer.cc,
+   commit a5e8c1eab3df81163e77a796a6a2d6fca01e1307).
    Here: ref_unified on its own result until it adds nothing. A round that
    fails leaves the last view. */
 static int ref_settled(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
