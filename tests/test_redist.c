@@ -482,6 +482,20 @@ static void test_mindspore_reshape_arrangement(void) {
     CHECK_OK(par_layout_init(&want, &um, 4, want_shape, want_from, 0));
     CHECK_MSG(par_layout_equal(&entered, &want), "InferUnifiedLayout2 on [8,4]: greedy did not enter MindSpore's "
               "unified source [2,1,-1,0] on [4,32,4,1024]");
+    { /* enable_alltoall off (MindSpore's default): each permute is an AllGather
+         of the 64 KiB slice, (n-1) x 65,536, then a local split */
+        const int64_t ms_off = 3 * 65536 + 3 * 65536 + 65536;
+        par_cost_model off;
+        memset(&off, 0, sizeof off);
+        off.no_all_to_all = 1;
+        CHECK_OK(par_plan_greedy(&from, &to, &off, &greedy));
+        CHECK_OK(par_plan_redistribution(&from, &to, &off, &best));
+        CHECK(simulate_ok(&greedy) && simulate_ok(&best));
+        CHECK_INT(greedy.total_bytes, ms_off);
+        CHECK(best.total_bytes <= ms_off);
+        plan_kinds(&greedy, kinds, sizeof kinds);
+        CHECK_STR(kinds, "reshape all_gather split all_gather split all_gather split reshape");
+    }
 }
 
 static void test_mindspore_cases(void) {
