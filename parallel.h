@@ -773,10 +773,15 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner);
    view; the cheapest plan wins. Where a cut falls inside a device dim's shards
    the mesh axis is factored too (a 4-way axis as 2 x 2, major first, the same
    ranks; plan->unified_mesh), as MindSpore unifies device arrangements; the
-   executor then takes such an op's group by rank list. The unified views are
-   those of the two layouts given (a mid-plan layout may cut finer); a view
-   whose search passes max_states or PAR_MAX_PLAN_OPS is skipped, not an error
-   (the plan is then the best of the other searches).
+   executor then takes such an op's group by rank list. A factored axis can
+   leave a dim split by two of its parts; each cut is then also searched
+   settled, cut again on the factored mesh until nothing changes, as MindSpore
+   expands the tensor shape with the device arrangement (512 x 1024 [1,0] ->
+   128 x 4096 [0,1] on 8,4: [4,32,4,1024] on 4,2,4, so each part of the 8
+   moves alone). The unified views are those of the two layouts given (a
+   mid-plan layout may cut finer); a view whose search passes max_states or
+   PAR_MAX_PLAN_OPS is skipped, not an error (the plan is then the best of the
+   other searches).
    Allocates nothing once the planner has warmed up; cached by (from, to, cost).
    Errors:
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
@@ -791,11 +796,12 @@ PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const pa
 
 /* MindSpore's algorithm, as the baseline: all_reduce every partial dim (MindSpore
    has no partial layouts), then its RedistributionOperatorInfer loop on the
-   unified layout (both layouts viewed on MindSpore's unified shape above, one device dim
-   per dim): split passes, permute passes (all_to_all; with cost->no_all_to_all,
-   MindSpore's default enable_alltoall = false, an all_gather and a local split),
-   a concat pass (all_gather of device dims the target does not use), and a
-   forced all_gather of the first pending dim to break cycles. For comparison
+   unified layout (both layouts viewed on MindSpore's unified shape above,
+   settled on the factored mesh, one device dim per dim): split passes, permute
+   passes (all_to_all; with cost->no_all_to_all, MindSpore's default
+   enable_alltoall = false, an all_gather and a local split), a concat pass
+   (all_gather of device dims the target does not use), and a forced
+   all_gather of the first pending dim to break cycles. For comparison
    only: never cheaper than par_planner_plan under the same no_all_to_all. Where
    no unified view exists (cuts that do not nest, as 6 split 2 and 3 ways) it
    walks the tensor's own shapes instead: split -> all_to_all -> all_gather, and
@@ -6558,6 +6564,35 @@ static int par__rd_unify(const par_layout *from, const par_layout *to, int fine,
            par__rd_view_on(to, &umesh, cuts, ndim, shape, sub, subsize, nsub, uto);
 }
 
+/* par__rd_unify repeated on its own result until nothing changes. Factoring a
+   mesh axis can leave a dim split by two of its parts: 512 x 1024 [1,0] ->
+   128 x 4096 [0,1] on mesh 8,4 factors the 8 as 4 x 2 (4096 is cut at 1024), and
+   the source's 128 is then split (4, 2) ways, so only the 2 may move. MindSpore
+   expands such a dim as it expands the device arrangement
+   (TensorLayout::ExpandDeviceArrangement in
+   mindspore/ccsrc/frontend/parallel/tensor_layout/tensor_layout.cc at commit
+   022005b94afb953ea3daf6cb51813143c6f35ef1; its
+   ReshapeLayoutTransfer::UnifyDeviceArrangementAndTensorShape, in
+   reshape_layout_transfer.cc at a5e8c1eab3df81163e77a796a6a2d6fca01e1307, loops
+   until both shapes agree), 128 -> 4 x 32, so that each part moves alone: the
+   next round here makes that cut. With fine == 0 the result is MindSpore's
+   unified layout (reshape_layout_transfer_test.cc: InferUnifiedLayout2,
+   [4,32,4,1024] on [4,2,4]). Every round only adds cuts or factors, so it ends;
+   a round that fails (too many dims) leaves the last view that worked. 0 only
+   when the first round fails. */
+static int par__rd_unify_settled(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom,
+                                 par_layout *uto) {
+    par_layout a, b;
+    int round;
+    if (!par__rd_unify(from, to, fine, ufrom, uto)) return 0;
+    for (round = 0; round < 2 * PARALLEL_MAX_DIMS; round++) {
+        if (!par__rd_unify(ufrom, uto, fine, &a, &b) || par__rd_same_view(&a, ufrom)) break;
+        *ufrom = a;
+        *uto = b;
+    }
+    return 1;
+}
+
 /* The cost model on a factored mesh: every sub-dim keeps its axis's link. */
 static void par__rd_unified_costs(const par__rd_costs *c, const par_mesh *mesh, const par_mesh *umesh,
                                   par__rd_costs *out) {
@@ -6643,29 +6678,43 @@ static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *
     return PAR_OK;
 }
 
-/* The search runs up to three times: on the tensor's own shapes (one local
-   reshape between them), on the fine and on the coarse unified shape; the
-   cheapest plan wins (ties: the earlier, which needs fewer view changes). A
-   refused or failed unified search leaves the others. The lower bound is the
-   smallest of the searches' bounds, a bound for the union of their moves. */
+/* The unified views the planner searches, in this order (ties keep the
+   earlier): fine, coarse, then each settled (par__rd_unify_settled; the
+   settled coarse one is MindSpore's unified layout). A settled view cuts
+   finer, which also drops moves (a 128 split 8 ways is no longer possible
+   once it is 4 x 32), so the first-round views stay: the union of the moves
+   only grows. */
+#define PAR__RD_UNIFIED_VIEWS 4
+
+static int par__rd_unified_view(const par_layout *from, const par_layout *to, int view, par_layout *ufrom,
+                                par_layout *uto) {
+    int fine = view % 2 == 0;
+    return view < 2 ? par__rd_unify(from, to, fine, ufrom, uto) : par__rd_unify_settled(from, to, fine, ufrom, uto);
+}
+
+/* The search runs on the tensor's own shapes (one local reshape between
+   them), then on each distinct unified view; the cheapest plan wins (ties:
+   the earlier, which needs fewer view changes). A refused or failed unified
+   search leaves the others. The lower bound is the smallest of the searches'
+   bounds, a bound for the union of their moves. */
 static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from, const par_layout *to,
                                         const par__rd_costs *costs, par_plan *plan) {
-    par_layout ufrom, uto, seen;
+    par_layout ufrom, uto, seen[PAR__RD_UNIFIED_VIEWS];
     par_plan inner, wrapped;
     par__rd_costs ucosts;
     char saved[512], first[512];
     par_status st;
-    int fine, views = 0;
+    int view, views = 0, k, again;
     snprintf(saved, sizeof saved, "%s", par_last_error());
     st = par__rd_search_plan(pl, from, to, costs, plan);
     snprintf(first, sizeof first, "%s", par_last_error());
-    for (fine = 1; fine >= 0; fine--) {
+    for (view = 0; view < PAR__RD_UNIFIED_VIEWS; view++) {
         double bound;
-        if (!par__rd_unify(from, to, fine, &ufrom, &uto)) continue;
+        if (!par__rd_unified_view(from, to, view, &ufrom, &uto)) continue;
         if (par__rd_same_view(&ufrom, from) && par__rd_same_view(&ufrom, to)) continue; /* the first search */
-        if (views++ && par__rd_same_shape(&ufrom, &seen) && par__mesh_same_shape(&ufrom.mesh, &seen.mesh))
-            continue; /* coarse == fine */
-        seen = ufrom;
+        for (again = 0, k = 0; k < views; k++) again |= par__rd_same_view(&ufrom, &seen[k]);
+        if (again) continue; /* an earlier view cut the same way (coarse == fine, or already settled) */
+        seen[views++] = ufrom;
         par__rd_unified_costs(costs, &from->mesh, &ufrom.mesh, &ucosts);
         if (par__rd_search_plan(pl, &ufrom, &uto, &ucosts, &inner) != PAR_OK) continue;
         if (par__rd_wrap_unified(&inner, from, to, &ufrom, &wrapped) != PAR_OK) continue;
@@ -7007,7 +7056,7 @@ static par_status par__rd_greedy_reduce(par__rd_walk *w) {
 
 /* The walk on the unified layout: MindSpore's algorithm proper. 0 with
    nothing written when the layouts have no unified view with one device dim
-   per dim (see par__rd_unify). */
+   per dim (see par__rd_unify_settled). */
 static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, const par__rd_costs *costs,
                                   par_plan *plan, par_status *st) {
     par_layout ufrom = *from, uto = *to;
@@ -7019,7 +7068,7 @@ static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, 
     /* like MindSpore, expand the tensor shape only where the layouts need it:
        another shape, or a dim split by several device dims */
     if (!par__rd_same_shape(from, to) || !par__rd_single_splits(&fm, from->ndim) || !par__rd_single_splits(&tm, to->ndim))
-        if (!par__rd_unify(from, to, 0, &ufrom, &uto)) return 0;
+        if (!par__rd_unify_settled(from, to, 0, &ufrom, &uto)) return 0;
     par__rd_unified_costs(costs, &from->mesh, &ufrom.mesh, &ucosts);
     par__rd_setup(&pb, &ufrom, &uto, &ucosts);
     if (!par__rd_single_splits(&pb.from_map, ufrom.ndim) || !par__rd_single_splits(&pb.to_map, uto.ndim)) return 0;

@@ -443,9 +443,65 @@ static void test_mindspore_infer_all(void) {
            cheaper);
 }
 
+/* reshape_layout_transfer_test.cc: InferUnifiedLayout2 on MindSpore's own
+   arrangement [8,4], not on the unified [4,2,4] the table above starts from
+   (tests/ut/cpp/parallel/tensor_layout/reshape_layout_transfer_test.cc, commit
+   19e45ccdb1bc5f210ee7b2a30f5630e8907ebcfd). 512 x 1024 [1,0] -> 128 x 4096
+   [0,1]: MindSpore unifies to [4,32,4,1024] on [4,2,4], [2,1,-1,0] ->
+   [0,-1,2,1], and its loop (redistribution_operator_infer.cc) permutes three
+   times on 64 KiB slices (f32, 32 ranks): device dim 2 (4 ways) dim 0 -> 2,
+   device dim 0 (4 ways) dim 3 -> 0, device dim 1 (2 ways) dim 1 -> 3:
+   3/4 + 3/4 + 1/2 of 65,536 = 131,072 bytes per rank. par_plan_greedy must be
+   that plan, on that unified layout; the optimum may only be cheaper. */
+static void test_mindspore_reshape_arrangement(void) {
+    static const int64_t want_shape[4] = {4, 32, 4, 1024};
+    static const int want_mesh[3] = {4, 2, 4}, want_from[4] = {2, 1, -1, 0};
+    const int64_t ms_bytes = 3 * 65536 / 4 + 3 * 65536 / 4 + 65536 / 2;
+    par_mesh m = make_mesh("8,4"), um;
+    int64_t shape[2] = {512, 1024}, wide[2] = {128, 4096};
+    par_layout from = make_layout(&m, 2, shape, "[1,0]"), to = make_layout(&m, 2, wide, "[0,1]"), entered, want;
+    par_plan best, greedy;
+    char kinds[256];
+    CHECK_INT(ms_bytes, 131072);
+    CHECK_OK(par_plan_greedy(&from, &to, NULL, &greedy));
+    CHECK_OK(par_plan_redistribution(&from, &to, NULL, &best));
+    CHECK_MSG(simulate_ok(&greedy) && simulate_ok(&best), "InferUnifiedLayout2 on [8,4]: a plan simulates wrong: %s",
+              par_last_error());
+    CHECK(plan_consistent(&greedy, NULL) && plan_consistent(&best, NULL));
+    CHECK_INT(greedy.total_bytes, ms_bytes);
+    CHECK_MSG(best.total_bytes <= ms_bytes, "InferUnifiedLayout2 on [8,4]: optimum %lld bytes, MindSpore's %lld",
+              (long long)best.total_bytes, (long long)ms_bytes);
+    plan_kinds(&greedy, kinds, sizeof kinds);
+    CHECK_STR(kinds, "reshape all_to_all all_to_all all_to_all reshape");
+    /* the greedy walk ran on MindSpore's unified layout */
+    CHECK_INT(greedy.unified_ndim, 4);
+    CHECK(memcmp(greedy.unified_shape, want_shape, sizeof want_shape) == 0);
+    CHECK_OK(par_mesh_init(&um, 3, want_mesh, NULL));
+    CHECK(par__mesh_same_shape(&greedy.unified_mesh, &um));
+    CHECK_OK(par_plan_layout_after(&greedy, 0, &entered));
+    CHECK_OK(par_layout_init(&want, &um, 4, want_shape, want_from, 0));
+    CHECK_MSG(par_layout_equal(&entered, &want), "InferUnifiedLayout2 on [8,4]: greedy did not enter MindSpore's "
+              "unified source [2,1,-1,0] on [4,32,4,1024]");
+    { /* enable_alltoall off (MindSpore's default): each permute is an AllGather
+         of the 64 KiB slice, (n-1) x 65,536, then a local split */
+        const int64_t ms_off = 3 * 65536 + 3 * 65536 + 65536;
+        par_cost_model off;
+        memset(&off, 0, sizeof off);
+        off.no_all_to_all = 1;
+        CHECK_OK(par_plan_greedy(&from, &to, &off, &greedy));
+        CHECK_OK(par_plan_redistribution(&from, &to, &off, &best));
+        CHECK(simulate_ok(&greedy) && simulate_ok(&best));
+        CHECK_INT(greedy.total_bytes, ms_off);
+        CHECK(best.total_bytes <= ms_off);
+        plan_kinds(&greedy, kinds, sizeof kinds);
+        CHECK_STR(kinds, "reshape all_gather split all_gather split all_gather split reshape");
+    }
+}
+
 static void test_mindspore_cases(void) {
     size_t i;
     for (i = 0; i < sizeof ms_cases / sizeof ms_cases[0]; i++) ms_check_case(&ms_cases[i]);
+    test_mindspore_reshape_arrangement();
     test_mindspore_infer_all();
 }
 
@@ -1000,19 +1056,41 @@ static int ref_unified(const par_layout *from, const par_layout *to, int fine, p
     return 1;
 }
 
+/* MindSpore does not stop at one round: once an axis is factored (8 -> 4 x 2),
+   a dim split by both parts is cut between them too, and so on until the two
+   layouts agree (ReshapeLayoutTransfer::UnifyDeviceArrangementAndTensorShape,
+   mindspore/ccsrc/frontend/parallel/tensor_layout/reshape_layout_transfer.cc,
+   commit a5e8c1eab3df81163e77a796a6a2d6fca01e1307).
+   Here: ref_unified on its own result until it adds nothing. A round that
+   fails leaves the last view. */
+static int ref_settled(const par_layout *from, const par_layout *to, int fine, par_layout *ufrom, par_layout *uto) {
+    par_layout a, b;
+    int round;
+    if (!ref_unified(from, to, fine, ufrom, uto)) return 0;
+    for (round = 0; round < 2 * MAXD && ref_unified(ufrom, uto, fine, &a, &b); round++) {
+        if (a.ndim == ufrom->ndim && !memcmp(a.shape, ufrom->shape, sizeof(int64_t) * (size_t)a.ndim) &&
+            a.mesh.ndim == ufrom->mesh.ndim && !memcmp(a.mesh.dims, ufrom->mesh.dims, sizeof(int) * (size_t)a.mesh.ndim))
+            break;
+        *ufrom = a;
+        *uto = b;
+    }
+    return 1;
+}
+
 /* The optimum over the extended move set: plans on the tensor's own shapes
-   (one reshape), or plans on the fine or the coarse unified shape (entered and
-   left by local reshapes, which are free). -1 if a search gave up. */
+   (one reshape), or plans on the fine or the coarse unified shape, after one
+   round or settled (entered and left by local reshapes, which are free). -1
+   if a search gave up. */
 static double ref_optimum_extended(const ref_problem *p, int *states_seen) {
     double best = ref_optimum(p, states_seen);
-    int fine;
-    for (fine = 0; fine < 2 && best >= 0; fine++) {
+    int view;
+    for (view = 0; view < 4 && best >= 0; view++) {
         par_layout uf, ut;
         ref_problem u = *p;
         double unified;
-        int seen = 0;
+        int seen = 0, fine = view & 1;
         int w;
-        if (!ref_unified(p->from, p->to, fine, &uf, &ut)) continue;
+        if (!(view < 2 ? ref_unified : ref_settled)(p->from, p->to, fine, &uf, &ut)) continue;
         u.from = &uf;
         u.to = &ut;
         u.reshape = 0;
