@@ -1968,6 +1968,18 @@ PARALLEL_DEF par_status par_tp_norm_param(const par_tp *tp, const char *name, in
 /* The parameter description of a linear's weight (name copied by the set). Local. */
 PARALLEL_DEF par_status par_tp_linear_param(const par_linear *lin, const char *name, par_param_desc *pd);
 
+/* The parameter description of a linear's bias b [out] (y = x W^T + b), laid
+   out where the linear's output columns are: a column-parallel bias is split
+   like W's output rows (this rank holds b[lin->out_start, + lin->out_local),
+   the columns of y it computes), its gradient (the column sums of dy over this
+   rank's rows) partial over the data-parallel dims like W's; a row-parallel
+   bias is whole on every rank (added once, after par_tp_reduce_rows), its
+   gradient partial over the dims that split the residual rows (the
+   tensor-parallel dims too under sequence parallelism), as a norm weight's.
+   Rank 1, so PAR_DECAY_AUTO leaves it undecayed. Local. */
+PARALLEL_DEF par_status par_tp_linear_bias_param(const par_tp *tp, const par_linear *lin, const char *name,
+                                                 par_param_desc *pd);
+
 /* Heads this rank computes: q heads split over the tensor-parallel ranks, kv
    heads too; kv heads are never replicated, so both must be divisible by
    the degree (GQA groups stay whole on a rank). PAR_ESHAPE naming the count. Local. */
@@ -17264,6 +17276,30 @@ PARALLEL_DEF par_status par_tp_linear_param(const par_linear *lin, const char *n
     if (!lin || !pd) return par__fail(PAR_EINVAL, "par_tp_linear_param: NULL argument");
     memset(pd, 0, sizeof *pd);
     pd->name = name, pd->layout = lin->weight, pd->grad_partial = lin->grad_partial;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_linear_bias_param(const par_tp *tp, const par_linear *lin, const char *name,
+                                                 par_param_desc *pd) {
+    if (!tp || !lin || !pd) return par__fail(PAR_EINVAL, "par_tp_linear_bias_param: NULL argument");
+    if ((unsigned)lin->kind > (unsigned)PAR_LINEAR_ROW || lin->weight.ndim != 2 || lin->weight.shape[0] != lin->out)
+        return par__fail(PAR_EINVAL, "par_tp_linear_bias_param: %s: not a linear placed by par_tp_linear",
+                         name ? name : "bias");
+    if (lin->kind == PAR_LINEAR_ROW) return par_tp_norm_param(tp, name, lin->out, pd);
+    /* a split contraction leaves y partial over those dims: b would be added once per part */
+    if (lin->in_local != lin->in)
+        return par__fail(PAR_EINVAL, "par_tp_linear_bias_param: %s: the column strategy splits the linear's input "
+                                     "(%lld of %lld on this rank), so its output is a partial sum; a bias needs it whole",
+                         name ? name : "bias", (long long)lin->in_local, (long long)lin->in);
+    memset(pd, 0, sizeof *pd);
+    /* W's layout cut to its first dim: b[j] goes with W's row j (output column j) */
+    pd->layout = lin->weight;
+    pd->layout.ndim = 1;
+    pd->layout.shape[1] = 0;
+    pd->layout.map.count[1] = 0;
+    memset(pd->layout.map.dev[1], 0, sizeof pd->layout.map.dev[1]);
+    PAR__CHECK(par_layout_check(&pd->layout));
+    pd->name = name, pd->grad_partial = lin->grad_partial;
     return PAR_OK;
 }
 

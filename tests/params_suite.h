@@ -649,6 +649,34 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
         PS_OK(c, par_tp_linear_param(&l1, "w1", &pd));
         PS_CHECK(c, par_layout_equal(&pd.layout, &l1.weight) && pd.grad_partial == info.data_dims, "linear param");
     }
+    /* a linear's bias: a column-parallel one goes with the output columns this
+       rank computes (W's rows), a row-parallel one is whole and, like a norm,
+       partial over the dims that split the rows it is added to */
+    {
+        par_param_desc pd;
+        par_linear odd;
+        int64_t shp[PARALLEL_MAX_DIMS], off[PARALLEL_MAX_DIMS];
+        PS_OK(c, par_tp_linear_bias_param(tp, &l1, "b1", &pd));
+        par_layout_local_shape(&pd.layout, shp);
+        PS_OK(c, par_layout_local_offset(&pd.layout, rank, off));
+        PS_CHECK(c, pd.layout.ndim == 1 && pd.layout.shape[0] == TS_F && par_layout_shards(&pd.layout, 0) == T,
+                 "column bias layout: ndim %d shape %lld shards %lld", pd.layout.ndim, (long long)pd.layout.shape[0],
+                 (long long)par_layout_shards(&pd.layout, 0));
+        PS_CHECK(c, shp[0] == l1.out_local && off[0] == l1.out_start, "column bias slice [%lld, +%lld), W rows [%lld, +%lld)",
+                 (long long)off[0], (long long)shp[0], (long long)l1.out_start, (long long)l1.out_local);
+        PS_CHECK(c, pd.grad_partial == info.data_dims && pd.decay == PAR_DECAY_AUTO && strcmp(pd.name, "b1") == 0,
+                 "column bias grad_partial 0x%x", (unsigned)pd.grad_partial);
+        PS_OK(c, par_tp_linear_bias_param(tp, &l2, "b2", &pd));
+        par_layout_local_shape(&pd.layout, shp);
+        PS_CHECK(c, pd.layout.ndim == 1 && shp[0] == TS_C && par_layout_shards(&pd.layout, 0) == 1 &&
+                        pd.grad_partial == (info.data_dims | (sp ? info.tp_dims : 0u)),
+                 "row bias: local %lld, grad_partial 0x%x", (long long)shp[0], (unsigned)pd.grad_partial);
+        PS_ERR(c, par_tp_linear_bias_param(tp, NULL, "b", &pd), PAR_EINVAL, "NULL argument");
+        odd = l2, odd.kind = PAR_LINEAR_COLUMN; /* a column-parallel linear whose input is split */
+        if (T > 1) PS_ERR(c, par_tp_linear_bias_param(tp, &odd, "b3", &pd), PAR_EINVAL, "b3: the column strategy splits");
+        odd = l1, odd.weight.ndim = 1;
+        PS_ERR(c, par_tp_linear_bias_param(tp, &odd, "b4", &pd), PAR_EINVAL, "b4: not a linear placed by par_tp_linear");
+    }
     /* bad input */
     PS_ERR(c, par_tp_linear(tp, "w3", PAR_LINEAR_COLUMN, TS_C, 0, &l1), PAR_EINVAL, "w3: in 4 and out 0 must be >= 1");
     if (T > 1) {

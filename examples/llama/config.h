@@ -28,6 +28,7 @@ typedef struct llama_config {
     float rms_norm_eps;    /* 1e-5 */
     float theta;           /* RoPE base, 10000 */
     float initializer_range; /* std of the normal init, 0.02 */
+    int qkv_has_bias;      /* bool, default false: q_proj, k_proj and v_proj have biases (Qwen2) */
 
     /* parallel_config */
     int data_parallel;     /* dp degree */
@@ -310,6 +311,8 @@ static const llama__key llama__keys[] = {
      NULL, "RoPE base"},
     {"model.model_config.initializer_range", LLAMA__T_FLOAT, LLAMA__AT(initializer_range), 0, 0, LLAMA__NOMAX, 0, NULL,
      "0.02", NULL, "standard deviation of the normal weight init (norm weights start at 1)"},
+    {"model.model_config.qkv_has_bias", LLAMA__T_BOOL, LLAMA__AT(qkv_has_bias), 0, 0, 0, 0, NULL, "false", NULL,
+     "biases on q_proj, k_proj and v_proj (Qwen2): added after each projection, before RoPE; split over tensor parallel with the projections' output columns; never weight-decayed; start at 0; checkpoints name them model.layers.N.self_attn.{q,k,v}_proj.bias as Hugging Face Qwen2 does"},
     {"model.model_config.use_attn_mask_compression", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted either way: attention never builds an S x S mask (causal masking comes from the token positions, which is what true asks for), so false changes nothing"},
     {"model.model_config.use_ring_attention", LLAMA__T_BOOL, LLAMA__AT(use_ring_attention), 0, 0, 0, 0, NULL, "false",

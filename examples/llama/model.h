@@ -25,11 +25,18 @@
    token by token and does not notice.
 
    Shapes (row-major): a micro-batch is B samples of T tokens, n = B*T rows.
-   Linear weights are stored as Hugging Face does, [out, in], so y = x W^T. */
+   Linear weights are stored as Hugging Face does, [out, in], so y = x W^T.
+   With llama_dims.qkv_bias (Qwen2) q/k/v are y = x W^T + b: the bias is a
+   rank-1 GEMM update with a ones column (y += 1 b^T) and its gradient a GEMM
+   with it too (db += dy^T 1), so the compute table needs no kernel of its own
+   for either (llama_scratch.ones holds the column). */
 #ifndef LLAMA_MODEL_H
 #define LLAMA_MODEL_H
 
 #include "parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 /* Every function is static (the header is included by the trainer and by the
    tests, each using a part); LLAMA_PRINTF checks printf-style arguments. */
@@ -52,6 +59,7 @@
 typedef struct llama_dims {
     int64_t vocab, dim, layers, heads, kv_heads, head_dim, ffn, seq;
     float eps, theta;
+    int qkv_bias; /* q_proj, k_proj and v_proj have biases (Qwen2) */
 } llama_dims;
 
 /* The model placed on the mesh: one placement per kind of linear (every
@@ -102,9 +110,11 @@ LLAMA_FN par_status llama_model_place(llama_model *m, const par_compute_table *c
     return PAR_OK;
 }
 
-/* Pointers to one block's tensors (weights, or their gradients). */
+/* Pointers to one block's tensors (weights, or their gradients); bq, bk, bv
+   ([local q/kv columns]) only with dims.qkv_bias. */
 typedef struct llama_block {
     float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
+    float *bq, *bk, *bv;
 } llama_block;
 
 /* What one micro-batch keeps from forward for backward. With a split
@@ -125,9 +135,11 @@ typedef struct llama_acts {
 /* Backward scratch, shared by all layers (dx holds dL/d residual on this
    rank's rows). Forward uses dh and dl as temporaries too (dl only under
    tensor parallelism); gath receives a norm output gathered to all n rows
-   under sequence parallelism. */
+   under sequence parallelism. ones: n ones (qkv_bias only; set by
+   llama_scratch_init), the column the biases' GEMMs multiply by. */
 typedef struct llama_scratch {
     float *dx, *dh, *dattn, *dq, *dk, *dv, *dg, *du, *dm, *dl, *gath;
+    float *ones;
 } llama_scratch;
 
 /* ---- memory: one list sizes and carves --------------------------------------- */
@@ -182,7 +194,25 @@ LLAMA_FN int64_t llama_scratch_carve(const llama_model *m, int64_t n, float *bas
     s->dq = llama_carve(&c, n * qd), s->dk = llama_carve(&c, n * kvd), s->dv = llama_carve(&c, n * kvd);
     s->dg = llama_carve(&c, n * d->ffn), s->du = llama_carve(&c, n * d->ffn), s->dm = llama_carve(&c, n * d->ffn);
     s->dl = llama_carve(&c, m->tp_degree > 1 ? n * d->dim : 0), s->gath = llama_carve(&c, m->sp ? n * d->dim : 0);
+    s->ones = llama_carve(&c, d->qkv_bias ? n : 0);
     return c.used;
+}
+
+/* Fill what a carved scratch of n rows must hold before the first layer
+   runs (the ones column of the biases); nothing without qkv_bias. */
+LLAMA_FN par_status llama_scratch_init(const llama_model *m, int64_t n, llama_scratch *s) {
+    const par_compute_table *ct = m->ct;
+    float *host;
+    int64_t i;
+    par_status st;
+    if (!m->local.qkv_bias) return PAR_OK;
+    if (!s->ones || n < 1) return par_set_error(PAR_EINVAL, "llama_scratch_init: no ones column for %lld rows", (long long)n);
+    if (!(host = (float *)malloc((size_t)n * sizeof(float)))) return par_set_error(PAR_ENOMEM, "out of host memory");
+    for (i = 0; i < n; i++) host[i] = 1.0f;
+    st = ct->memcpy(ct->user, s->ones, host, (size_t)n * sizeof(float), PAR_COPY_HOST_TO_DEVICE);
+    if (st == PAR_OK) st = ct->synchronize(ct->user); /* host is freed next: a device table may copy it later */
+    free(host);
+    return st;
 }
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -214,6 +244,22 @@ LLAMA_FN par_status llama_linear_bwd(const par_compute_table *ct, const float *x
     if (!keep_dy) return llama_linear_bwd_weight(ct, x, dy, dw, n, in, out);
     if (keep_dy == dy) return PAR_OK;
     return ct->memcpy(ct->user, keep_dy, dy, (size_t)(n * out) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE);
+}
+
+/* y[n,out] += 1 b^T: the bias on every row (a rank-1 GEMM update; ones [n]). */
+LLAMA_FN par_status llama_bias_fwd(const par_compute_table *ct, const float *ones, const float *b, float *y, int64_t n,
+                                   int64_t out) {
+    par_gemm_desc d = {0};
+    d.m = n, d.n = out, d.k = 1, d.alpha = 1.0f, d.beta = 1.0f;
+    return ct->gemm(ct->user, &d, ones, b, y);
+}
+
+/* db[out] += dy[n,out]^T 1: the column sums of dy. */
+LLAMA_FN par_status llama_bias_bwd(const par_compute_table *ct, const float *ones, const float *dy, float *db, int64_t n,
+                                   int64_t out) {
+    par_gemm_desc e = {0};
+    e.transa = 1, e.m = out, e.n = 1, e.k = n, e.alpha = 1.0f, e.beta = 1.0f;
+    return ct->gemm(ct->user, &e, dy, ones, db);
 }
 
 LLAMA_FN par_attn_desc llama_attn_desc(const llama_dims *d, int64_t batch, int64_t seq) {
@@ -267,6 +313,11 @@ LLAMA_FN par_status llama_block_fwd(const llama_model *m, const llama_block *w, 
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wq, a->q, n, C, qd));
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wk, a->k, n, C, kvd));
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wv, a->v, n, C, kvd));
+    if (d->qkv_bias) { /* before RoPE, as Hugging Face Qwen2 (the bias is part of the projection) */
+        LLAMA_CHECK(llama_bias_fwd(ct, s->ones, w->bq, a->q, n, qd));
+        LLAMA_CHECK(llama_bias_fwd(ct, s->ones, w->bk, a->k, n, kvd));
+        LLAMA_CHECK(llama_bias_fwd(ct, s->ones, w->bv, a->v, n, kvd));
+    }
     LLAMA_CHECK(ct->rope_fwd(u, n, d->heads, d->head_dim, pos, d->theta, a->q, a->q));
     LLAMA_CHECK(ct->rope_fwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, a->k, a->k));
     if (m->cp) LLAMA_CHECK(par_cp_attention_fwd(m->cp, a->q, a->k, a->v, a->o, a->lse, a->cp_saved));
@@ -327,6 +378,11 @@ LLAMA_FN par_status llama_block_bwd_part(const llama_model *m, const llama_block
     else LLAMA_CHECK(ct->attention_bwd(u, &ad, a->q, a->k, a->v, a->o, a->lse, s->dattn, s->dq, s->dk, s->dv, 0));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->heads, d->head_dim, pos, d->theta, s->dq, s->dq));
     LLAMA_CHECK(ct->rope_bwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, s->dk, s->dk));
+    if (d->qkv_bias) { /* small reductions: done here even in a split backward, as the norms' */
+        LLAMA_CHECK(llama_bias_bwd(ct, s->ones, s->dq, g->bq, n, qd));
+        LLAMA_CHECK(llama_bias_bwd(ct, s->ones, s->dk, g->bk, n, kvd));
+        LLAMA_CHECK(llama_bias_bwd(ct, s->ones, s->dv, g->bv, n, kvd));
+    }
     if (!defer_w) LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h1, s->gath, &h));
     LLAMA_CHECK(llama_linear_bwd(ct, h, w->wq, s->dq, s->dh, g->wq, n, C, qd, 0, defer_w ? a->q : NULL));
     LLAMA_CHECK(llama_linear_bwd(ct, h, w->wk, s->dk, s->dh, g->wk, n, C, kvd, 1, defer_w ? a->k : NULL));

@@ -117,14 +117,17 @@ static int data_load(const char *path, int64_t seq, llama_data *d, char *err, si
    2. the model's tensors
    ========================================================================== */
 
-/* Tensor i: 0 the embedding, 1 + 9 l + k block l's k-th, then the final norm
-   and lm_head (Hugging Face order and names). */
-enum { LLAMA_PER_BLOCK = 9 };
+/* Tensor i: 0 the embedding, 1 + P l + k block l's k-th (P = per_block: the 9
+   weights of every Llama block, then with qkv_bias the 3 biases of q/k/v, so a
+   block's tensors stay consecutive: one gradient bucket), then the final norm
+   and lm_head (Hugging Face names). */
+enum { LLAMA_PER_BLOCK = 9, LLAMA_QKV_BIASES = 3 };
 
 typedef struct tensor_spec {
     char name[80];
     int ndim;
     int64_t shape[2];
+    int zero_init; /* starts at 0 (biases, as Hugging Face initializes them), not at 1 like a norm */
 } tensor_spec;
 
 static llama_dims dims_from_config(const llama_config *c) {
@@ -133,32 +136,37 @@ static llama_dims dims_from_config(const llama_config *c) {
     d.vocab = c->vocab_size, d.dim = c->hidden_size, d.layers = c->num_layers, d.heads = c->num_heads;
     d.kv_heads = c->n_kv_heads ? c->n_kv_heads : c->num_heads, d.head_dim = c->hidden_size / c->num_heads;
     d.ffn = c->intermediate_size, d.seq = c->seq_length, d.eps = c->rms_norm_eps, d.theta = c->theta;
+    d.qkv_bias = c->qkv_has_bias;
     return d;
 }
 
-static int num_tensors(const llama_dims *d) { return 3 + (int)d->layers * LLAMA_PER_BLOCK; }
-static int t_block(int l, int k) { return 1 + l * LLAMA_PER_BLOCK + k; }
+static int per_block(const llama_dims *d) { return LLAMA_PER_BLOCK + (d->qkv_bias ? LLAMA_QKV_BIASES : 0); }
+static int num_tensors(const llama_dims *d) { return 3 + (int)d->layers * per_block(d); }
+static int t_block(const llama_dims *d, int l, int k) { return 1 + l * per_block(d) + k; }
 
-static const char *const block_names[LLAMA_PER_BLOCK] = {
+static const char *const block_names[LLAMA_PER_BLOCK + LLAMA_QKV_BIASES] = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
     "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight",   "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+    "mlp.gate_proj.weight",   "mlp.up_proj.weight",      "mlp.down_proj.weight",
+    "self_attn.q_proj.bias",  "self_attn.k_proj.bias",   "self_attn.v_proj.bias"};
 
 /* Every tensor's name and global shape; returns their count (specs holds num_tensors). */
 static int tensor_specs(const llama_dims *d, tensor_spec *specs) {
     const int64_t qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim, n = num_tensors(d);
-    const int64_t shapes[LLAMA_PER_BLOCK][2] = {{d->dim, 0}, {qd, d->dim},     {kvd, d->dim},    {kvd, d->dim}, {d->dim, qd},
-                                                {d->dim, 0}, {d->ffn, d->dim}, {d->ffn, d->dim}, {d->dim, d->ffn}};
+    const int64_t shapes[LLAMA_PER_BLOCK + LLAMA_QKV_BIASES][2] = {
+        {d->dim, 0}, {qd, d->dim},     {kvd, d->dim},    {kvd, d->dim},    {d->dim, qd}, {d->dim, 0},
+        {d->ffn, d->dim}, {d->ffn, d->dim}, {d->dim, d->ffn}, {qd, 0},     {kvd, 0},     {kvd, 0}};
     int l, k;
     tensor_spec *s;
     memset(specs, 0, (size_t)n * sizeof *specs);
     snprintf(specs[0].name, sizeof specs[0].name, "model.embed_tokens.weight");
     specs[0].ndim = 2, specs[0].shape[0] = d->vocab, specs[0].shape[1] = d->dim;
     for (l = 0; l < d->layers; l++)
-        for (k = 0; k < LLAMA_PER_BLOCK; k++) {
-            s = &specs[t_block(l, k)];
+        for (k = 0; k < per_block(d); k++) {
+            s = &specs[t_block(d, l, k)];
             snprintf(s->name, sizeof s->name, "model.layers.%d.%s", l, block_names[k]);
             s->ndim = shapes[k][1] ? 2 : 1, s->shape[0] = shapes[k][0], s->shape[1] = shapes[k][1];
+            s->zero_init = k >= LLAMA_PER_BLOCK;
         }
     s = &specs[n - 2];
     snprintf(s->name, sizeof s->name, "model.norm.weight");
@@ -444,6 +452,7 @@ static par_status load_schedule(const char *path, int P, int V, int m, par_pp_sc
 static par_status pipeline_setup(trainer *t) {
     const llama_config *c = t->cfg;
     const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, L = c->num_layers, per = L / (P * V);
+    const llama_dims dims = dims_from_config(c); /* the model is placed after this */
     int start = 0, vs, ch, j = 0, i, k, *owned;
     t->pp = P, t->chunks = V;
     t->layer_of = (int *)malloc(sizeof(int) * (size_t)(L ? L : 1));
@@ -468,7 +477,7 @@ static par_status pipeline_setup(trainer *t) {
     }
     t->chunk_first[V] = j;
     for (i = 0, k = 0; i < t->ntensors; i++) {
-        const int layer = i >= 1 && i < t->ntensors - 2 ? (i - 1) / LLAMA_PER_BLOCK : -1;
+        const int layer = i >= 1 && i < t->ntensors - 2 ? (i - 1) / per_block(&dims) : -1;
         const int here = i == 0 ? t->stage == 0 : layer >= 0 ? owned[layer] : t->stage == P - 1;
         t->pidx[i] = here ? k++ : -1;
     }
@@ -509,13 +518,17 @@ static par_status make_params(trainer *t) {
     if (!pd) return par_set_error(PAR_ENOMEM, "out of host memory");
     st = par_tp_embedding_param(&m->emb, t->specs[0].name, &pd[0]);
     for (l = 0; l < m->dims.layers && st == PAR_OK; l++) {
-        const par_linear *lin[LLAMA_PER_BLOCK] = {NULL, &m->q, &m->k, &m->v, &m->o, NULL, &m->gate, &m->up, &m->down};
-        for (k = 0; k < LLAMA_PER_BLOCK && st == PAR_OK; k++) {
-            const tensor_spec *s = &t->specs[t_block(l, k)];
-            st = lin[k] ? par_tp_linear_param(lin[k], s->name, &pd[t_block(l, k)])
-                        : par_tp_norm_param(t->tp, s->name, s->shape[0], &pd[t_block(l, k)]);
+        const par_linear *lin[LLAMA_PER_BLOCK + LLAMA_QKV_BIASES] = {NULL,     &m->q,  &m->k,    &m->v,
+                                                                     &m->o,    NULL,   &m->gate, &m->up,
+                                                                     &m->down, &m->q,  &m->k,    &m->v};
+        for (k = 0; k < per_block(&m->dims) && st == PAR_OK; k++) {
+            const int i = t_block(&m->dims, l, k);
+            const tensor_spec *s = &t->specs[i];
+            st = k >= LLAMA_PER_BLOCK ? par_tp_linear_bias_param(t->tp, lin[k], s->name, &pd[i])
+                 : lin[k]             ? par_tp_linear_param(lin[k], s->name, &pd[i])
+                                      : par_tp_norm_param(t->tp, s->name, s->shape[0], &pd[i]);
         }
-        pd[t_block(l, 0)].new_bucket = 1;
+        pd[t_block(&m->dims, l, 0)].new_bucket = 1;
     }
     if (st == PAR_OK) st = par_tp_norm_param(t->tp, t->specs[t->ntensors - 2].name, m->dims.dim, &pd[t->ntensors - 2]);
     if (st == PAR_OK) st = par_tp_linear_param(&m->head, t->specs[t->ntensors - 1].name, &pd[t->ntensors - 1]);
@@ -570,12 +583,14 @@ static par_status acts_alloc(trainer *t) {
                                 (void **)&t->bnd));
     LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&t->scratch_base));
     llama_scratch_carve(m, n, t->scratch_base, &t->scratch);
+    LLAMA_CHECK(llama_scratch_init(m, n, &t->scratch));
     for (k = 1; k < t->copies; k++) { /* the other copies' activations and scratch */
         lane *l = &t->lanes[k];
         l->model.local.layers = m->local.layers;
         LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base));
         LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&l->scratch_base));
         llama_scratch_carve(m, n, l->scratch_base, &l->scratch);
+        LLAMA_CHECK(llama_scratch_init(m, n, &l->scratch));
     }
     if (t->copies > 1) t->lanes[0].model = t->model, t->lanes[0].acts = t->acts, t->lanes[0].scratch = t->scratch;
     t->host_ids = (int32_t *)malloc((size_t)n * sizeof(int32_t));
@@ -686,7 +701,7 @@ static par_status init_params(trainer *t, uint64_t seed) {
             /* the slice's element (r, c) is element (start0 + r, start1 + c) of the tensor */
             const int64_t r = s->ndim == 2 ? in.start[0] + e / in.local_shape[1] : 0;
             const int64_t c = s->ndim == 2 ? in.start[1] + e % in.local_shape[1] : 0;
-            w[e] = s->ndim == 1 ? 1.0f : init_normal(key, r * s->shape[1] + c, t->cfg->initializer_range);
+            w[e] = s->zero_init ? 0.0f : s->ndim == 1 ? 1.0f : init_normal(key, r * s->shape[1] + c, t->cfg->initializer_range);
         }
         st = par_params_set_local(t->ps, PAR_PARAM_VALUE, local_param(t, i), w);
         free(w);
@@ -884,9 +899,9 @@ static par_status save_checkpoint(trainer *t, const char *path) {
    resume under another model is refused by name before any rank starts. */
 static void model_text(const llama_config *c, char *buf, size_t size) {
     const llama_dims d = dims_from_config(c);
-    snprintf(buf, size, "vocab=%lld dim=%lld layers=%lld heads=%lld kv_heads=%lld ffn=%lld seq=%lld",
+    snprintf(buf, size, "vocab=%lld dim=%lld layers=%lld heads=%lld kv_heads=%lld ffn=%lld seq=%lld%s",
              (long long)d.vocab, (long long)d.dim, (long long)d.layers, (long long)d.heads, (long long)d.kv_heads,
-             (long long)d.ffn, (long long)d.seq);
+             (long long)d.ffn, (long long)d.seq, d.qkv_bias ? " qkv_bias" : ""); /* absent when off: older checkpoints match */
 }
 
 /* --save-dir: every rank writes its own shard (parallel.h's sharded
@@ -958,10 +973,12 @@ static par_status load_micro_batch_into(trainer *t, int64_t step, int mb, llama_
 /* Block l's tensors (l: this rank's layer index): the weights, or (grads)
    where its gradients accumulate. */
 static par_status bind_block(trainer *t, int l, int grads, llama_block *b) {
-    float **f[LLAMA_PER_BLOCK] = {&b->ln1, &b->wq, &b->wk, &b->wv, &b->wo, &b->ln2, &b->wg, &b->wu, &b->wd};
+    float **f[LLAMA_PER_BLOCK + LLAMA_QKV_BIASES] = {&b->ln1, &b->wq, &b->wk, &b->wv, &b->wo, &b->ln2,
+                                                     &b->wg,  &b->wu, &b->wd, &b->bq, &b->bk, &b->bv};
     int k;
-    for (k = 0; k < LLAMA_PER_BLOCK; k++) {
-        const int i = local_param(t, t_block(t->layer_of[l], k));
+    memset(b, 0, sizeof *b);
+    for (k = 0; k < per_block(&t->model.dims); k++) {
+        const int i = local_param(t, t_block(&t->model.dims, t->layer_of[l], k));
         if (grads) LLAMA_CHECK(par_params_grad(t->ps, i, f[k]));
         else if (!(*f[k] = par_params_value(t->ps, i))) return PAR_EINVAL;
     }
@@ -997,7 +1014,7 @@ static int num_passes(const llama_model *m) { return 2 * (int)m->local.layers + 
    ready: their bucket's reduction starts. Forward passes complete none. */
 static par_status pass_grads_ready(trainer *t, int L, int p) {
     if (p == L + 2) return grads_ready(t, t->ntensors - 2, 2);
-    if (p > L + 2 && p < 2 * L + 3) return grads_ready(t, t_block(t->layer_of[2 * L + 2 - p], 0), LLAMA_PER_BLOCK);
+    if (p > L + 2 && p < 2 * L + 3) return grads_ready(t, t_block(&t->model.dims, t->layer_of[2 * L + 2 - p], 0), per_block(&t->model.dims));
     if (p == 2 * L + 3) return grads_ready(t, 0, 1);
     return PAR_OK;
 }
@@ -1174,7 +1191,7 @@ static par_status pp_backward_weight(trainer *t, int mb, int c, llama_acts *a) {
         llama_block g;
         LLAMA_CHECK(bind_block(t, j, 1, &g));
         LLAMA_CHECK(llama_block_bwd_weight(m, &g, &a->blocks[j], t->sz.batch, t->sz.seq, &t->scratch));
-        if (final) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+        if (final) LLAMA_CHECK(grads_ready(t, t_block(&t->model.dims, t->layer_of[j], 0), per_block(&t->model.dims)));
     }
     return PAR_OK;
 }
@@ -1223,7 +1240,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         LLAMA_CHECK(bind_block(t, j, 0, &w));
         LLAMA_CHECK(bind_block(t, j, 1, &g));
         LLAMA_CHECK(llama_block_bwd_part(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch, defer));
-        if (final_w) LLAMA_CHECK(grads_ready(t, t_block(t->layer_of[j], 0), LLAMA_PER_BLOCK));
+        if (final_w) LLAMA_CHECK(grads_ready(t, t_block(&t->model.dims, t->layer_of[j], 0), per_block(&t->model.dims)));
     }
     if (vs == 0) {
         float *g_emb;
@@ -1415,9 +1432,9 @@ static void print_summary(const trainer *t, const char *backend) {
     par_layout_format(&t->tokens_layout, tok, sizeof tok);
     par_layout_format(&m->q.weight, col, sizeof col), par_layout_format(&m->o.weight, row, sizeof row);
     printf("parallel.h llama trainer\n");
-    printf("  model      vocab %lld, hidden %lld, layers %lld, heads %lld (kv %lld, head dim %lld), ffn %lld, seq %lld\n",
+    printf("  model      vocab %lld, hidden %lld, layers %lld, heads %lld (kv %lld, head dim %lld), ffn %lld, seq %lld%s\n",
            (long long)d->vocab, (long long)d->dim, (long long)d->layers, (long long)d->heads, (long long)d->kv_heads,
-           (long long)d->head_dim, (long long)d->ffn, (long long)d->seq);
+           (long long)d->head_dim, (long long)d->ffn, (long long)d->seq, d->qkv_bias ? ", q/k/v biases" : "");
     printf("  parameters %lld in %d tensors (%lld on this rank), %d gradient buckets\n", (long long)global_params(t),
            t->ntensors, (long long)mine, buckets);
     printf("  ranks      %d (%s backend), mesh %s, %d kernel thread(s) per rank\n", t->world, backend, mesh,

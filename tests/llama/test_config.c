@@ -107,6 +107,7 @@ static int same_config(const llama_config *a, const llama_config *b) {
            a->num_heads == b->num_heads && a->n_kv_heads == b->n_kv_heads &&
            a->intermediate_size == b->intermediate_size && a->seq_length == b->seq_length &&
            a->rms_norm_eps == b->rms_norm_eps && a->theta == b->theta && a->initializer_range == b->initializer_range &&
+           a->qkv_has_bias == b->qkv_has_bias &&
            a->data_parallel == b->data_parallel && a->model_parallel == b->model_parallel &&
            a->pipeline_stage == b->pipeline_stage && a->micro_batch_num == b->micro_batch_num &&
            a->context_parallel == b->context_parallel &&
@@ -145,6 +146,7 @@ static void test_defaults(void) {
     CHECK_FLT(c.rms_norm_eps, 1e-5f);
     CHECK_FLT(c.theta, 10000.0f);
     CHECK_FLT(c.initializer_range, 0.02f);
+    CHECK_INT(c.qkv_has_bias, 0);
     CHECK_INT(c.data_parallel, 1);
     CHECK_INT(c.model_parallel, 1);
     CHECK_INT(c.pipeline_stage, 1);
@@ -308,6 +310,7 @@ static const key_case key_cases[] = {
     {"model.model_config.rms_norm_eps", "1e-6", K_FLT, AT(rms_norm_eps), 1e-6, NULL},
     {"model.model_config.theta", "500000.0", K_FLT, AT(theta), 500000.0, NULL},
     {"model.model_config.initializer_range", "0.01", K_FLT, AT(initializer_range), 0.01, NULL},
+    {"model.model_config.qkv_has_bias", "True", K_BOOL, AT(qkv_has_bias), 1, NULL},
     {"model.model_config.use_attn_mask_compression", "True", K_IGNORED, 0, 0, NULL},
     {"model.model_config.use_ring_attention", "true", K_BOOL, AT(use_ring_attention), 1, NULL},
     {"model.model_config.fine_grain_interleave", "2", K_INT, AT(fine_grain_interleave), 2, NULL},

@@ -11,7 +11,11 @@
    parallelism, where they are partial), against the reference within f32
    reduction-order tolerance. The layers run in a par_tp region (parallel.h
    >>tensor-parallel) made from the trainer's strategies on a "dp=1,tp=T"
-   mesh; the one-device reference is the same code on "dp=1,tp=1". */
+   mesh; the one-device reference is the same code on "dp=1,tp=1".
+   Everything runs twice: without and with q/k/v biases (llama_dims.qkv_bias,
+   Qwen2), whose gradient shards are compared too; with biases the one-device
+   bias gradients are also checked against central finite differences of the
+   loss. */
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "examples/llama/model.h"
@@ -25,8 +29,11 @@ enum { B = 2, S = 8, N = B * S, C = 32, H = 8, KV = 4, HD = 4, F = 48, V = 64 };
 
 /* Global weights, ids and the reference results. */
 typedef struct model {
-    float *emb, *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd, *norm, *lm;
+    float *emb, *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd, *norm, *lm, *bq, *bk, *bv;
 } model;
+#define NT 15 /* tensors of a model */
+
+static int use_bias; /* this pass runs with q/k/v biases */
 
 static model W, G; /* weights, reference gradients */
 static int32_t ids[N], tgt[N];
@@ -41,14 +48,15 @@ static float frand(void) {
 static float *fa(int64_t n) { return (float *)calloc((size_t)n, sizeof(float)); }
 
 static void model_alloc(model *m, int random) {
-    float **f[12] = {&m->emb, &m->ln1, &m->wq, &m->wk, &m->wv, &m->wo, &m->ln2, &m->wg, &m->wu, &m->wd, &m->norm, &m->lm};
-    const int64_t sz[12] = {V * C, C, QD * C, KVD * C, KVD * C, C * QD, C, F * C, F * C, C * F, C, V * C};
+    float **f[NT] = {&m->emb, &m->ln1, &m->wq, &m->wk, &m->wv, &m->wo, &m->ln2, &m->wg, &m->wu, &m->wd, &m->norm, &m->lm,
+                     &m->bq,  &m->bk,  &m->bv};
+    const int64_t sz[NT] = {V * C, C, QD * C, KVD * C, KVD * C, C * QD, C, F * C, F * C, C * F, C, V * C, QD, KVD, KVD};
     int i;
     int64_t k;
-    for (i = 0; i < 12; i++) {
+    for (i = 0; i < NT; i++) {
         *f[i] = fa(sz[i]);
-        if (random)
-            for (k = 0; k < sz[i]; k++) (*f[i])[k] = (sz[i] == C ? 1.0f + 0.1f * frand() : 0.2f * frand());
+        if (random) /* norms near 1, biases larger than the weights so they matter */
+            for (k = 0; k < sz[i]; k++) (*f[i])[k] = (i >= 12 ? 0.5f : sz[i] == C ? 0.1f : 0.2f) * frand() + (sz[i] == C ? 1.0f : 0.0f);
     }
 }
 
@@ -68,23 +76,23 @@ static void buffers_alloc(buffers *b) {
     b->a.x_final = fa(N * C), b->a.rstdf = fa(N), b->a.hf = fa(N * C), b->a.logits = fa(N * V), b->a.losses = fa(N);
     b->s.dx = fa(N * C), b->s.dh = fa(N * C), b->s.dl = fa(N * C), b->s.dattn = fa(N * QD), b->s.dq = fa(N * QD);
     b->s.dk = fa(N * KVD), b->s.dv = fa(N * KVD), b->s.dg = fa(N * F), b->s.du = fa(N * F), b->s.dm = fa(N * F);
-    b->s.gath = fa(N * C);
-    for (int i = 0; i < N; i++) b->a.pos[i] = i % S;
+    b->s.gath = fa(N * C), b->s.ones = fa(N);
+    for (int i = 0; i < N; i++) b->a.pos[i] = i % S, b->s.ones[i] = 1.0f;
 }
 
 static void buffers_free(buffers *b) {
     float *f[] = {b->ba.x_in, b->ba.rstd1, b->ba.h1, b->ba.q, b->ba.k, b->ba.v, b->ba.o, b->ba.lse, b->ba.x_mid,
                   b->ba.rstd2, b->ba.h2, b->ba.g, b->ba.u, b->ba.m, b->a.x_final, b->a.rstdf, b->a.hf, b->a.logits,
                   b->a.losses, b->s.dx, b->s.dh, b->s.dl, b->s.dattn, b->s.dq, b->s.dk, b->s.dv, b->s.dg, b->s.du,
-                  b->s.dm, b->s.gath};
+                  b->s.dm, b->s.gath, b->s.ones};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
     free(b->a.pos);
 }
 
 /* Forward, loss and backward of embedding -> block -> head on one rank. */
 static par_status run_model(const llama_model *m, const model *w, model *g, buffers *b) {
-    llama_block bw = {w->ln1, w->wq, w->wk, w->wv, w->wo, w->ln2, w->wg, w->wu, w->wd};
-    llama_block bg = {g->ln1, g->wq, g->wk, g->wv, g->wo, g->ln2, g->wg, g->wu, g->wd};
+    llama_block bw = {w->ln1, w->wq, w->wk, w->wv, w->wo, w->ln2, w->wg, w->wu, w->wd, w->bq, w->bk, w->bv};
+    llama_block bg = {g->ln1, g->wq, g->wk, g->wv, g->wo, g->ln2, g->wg, g->wu, g->wd, g->bq, g->bk, g->bv};
     LLAMA_CHECK(par_tp_embedding_fwd(m->tp, &m->emb, N, ids, w->emb, b->ba.x_in, b->s.dh));
     LLAMA_CHECK(llama_block_fwd(m, &bw, &b->ba, b->a.pos, B, S, b->a.x_final, &b->s));
     LLAMA_CHECK(llama_head_fwd(m, w->norm, w->lm, &b->a, N, &b->s));
@@ -97,7 +105,7 @@ static llama_dims global_dims(void) {
     llama_dims d;
     memset(&d, 0, sizeof d);
     d.vocab = V, d.dim = C, d.layers = 1, d.heads = H, d.kv_heads = KV, d.head_dim = HD, d.ffn = F, d.seq = S;
-    d.eps = 1e-5f, d.theta = 10000.0f;
+    d.eps = 1e-5f, d.theta = 10000.0f, d.qkv_bias = use_bias;
     return d;
 }
 
@@ -134,8 +142,8 @@ static double max_diff(const float *got, const float *want, int64_t n) {
 }
 
 static void model_free(model *m) {
-    float *f[12] = {m->emb, m->ln1, m->wq, m->wk, m->wv, m->wo, m->ln2, m->wg, m->wu, m->wd, m->norm, m->lm};
-    for (int i = 0; i < 12; i++) free(f[i]);
+    float *f[NT] = {m->emb, m->ln1, m->wq, m->wk, m->wv, m->wo, m->ln2, m->wg, m->wu, m->wd, m->norm, m->lm, m->bq, m->bk, m->bv};
+    for (int i = 0; i < NT; i++) free(f[i]);
 }
 
 /* The one-device reference: weights W, gradients G, losses. */
@@ -153,6 +161,51 @@ static par_status ref_rank(par_ctx *ctx, void *arg) {
         memcpy(ref_loss, b.a.losses, sizeof ref_loss);
         buffers_free(&b);
     }
+    par_tp_destroy(tp);
+    return st;
+}
+
+/* The bias gradients of the reference against central differences of the
+   mean loss, for a spread of elements of bq, bk and bv: the largest error
+   relative to the largest gradient of that bias into *arg (double). h = 1e-2:
+   the f32 loss's rounding (~1e-7 of ~4) over 2h stays near 1e-5, the
+   truncation (h^2 times the third derivative) below that. */
+static par_status fd_rank(par_ctx *ctx, void *arg) {
+    const llama_dims d = global_dims();
+    const float h = 1e-2f;
+    float *bias[3] = {W.bq, W.bk, W.bv}, *grad[3] = {G.bq, G.bk, G.bv};
+    const int64_t len[3] = {QD, KVD, KVD};
+    double *worst = (double *)arg;
+    llama_model m;
+    model g;
+    buffers b;
+    par_tp *tp = NULL;
+    par_status st;
+    *worst = 1e30;
+    if ((st = make_region(ctx, 1, 0, &tp)) != PAR_OK) return st;
+    if ((st = llama_model_place(&m, par_ctx_compute(ctx), tp, &d, 0)) != PAR_OK) return par_tp_destroy(tp), st;
+    model_alloc(&g, 0), buffers_alloc(&b);
+    *worst = 0.0;
+    for (int t = 0; t < 3 && st == PAR_OK; t++) {
+        double gmax = 0.0, err = 0.0;
+        for (int64_t j = 0; j < len[t]; j++) gmax = fmax(gmax, fabs((double)grad[t][j]));
+        for (int64_t j = 0; j < len[t] && st == PAR_OK; j += 3) {
+            const float keep = bias[t][j];
+            double l[2] = {0.0, 0.0};
+            for (int side = 0; side < 2 && st == PAR_OK; side++) {
+                bias[t][j] = keep + (side ? -h : h);
+                st = run_model(&m, &W, &g, &b);
+                for (int i = 0; i < N; i++) l[side] += (double)b.a.losses[i] / N;
+            }
+            bias[t][j] = keep;
+            err = fmax(err, fabs((l[0] - l[1]) / (2.0 * (double)h) - (double)grad[t][j]));
+        }
+        err /= gmax > 0 ? gmax : 1.0;
+        printf("  finite differences: %s_proj bias gradient within %.2e of the largest (%.3e)\n", t == 0 ? "q" : t == 1 ? "k" : "v",
+               err, gmax);
+        if (err > *worst || gmax == 0.0) *worst = gmax == 0.0 ? 1e30 : err;
+    }
+    buffers_free(&b), model_free(&g);
     par_tp_destroy(tp);
     return st;
 }
@@ -195,6 +248,8 @@ static par_status tp_rank(par_ctx *ctx, void *arg) {
             take(s->wg, C, r * Fl, Fl, 0, C, t->wg), take(s->wu, C, r * Fl, Fl, 0, C, t->wu);
             take(s->wd, F, 0, C, r * Fl, Fl, t->wd);
             take(s->lm, C, r * Vl, Vl, 0, C, t->lm);
+            take(s->bq, 1, r * Hl * HD, Hl * HD, 0, 1, t->bq); /* a bias goes with its W's rows */
+            take(s->bk, 1, r * KVl * HD, KVl * HD, 0, 1, t->bk), take(s->bv, 1, r * KVl * HD, KVl * HD, 0, 1, t->bv);
         }
     }
     buffers_alloc(&b);
@@ -207,14 +262,14 @@ static par_status tp_rank(par_ctx *ctx, void *arg) {
             if (cnt[k]) st = cm->all_reduce(cm->user, grp, part[k], part[k], cnt[k], PAR_F32, PAR_REDUCE_SUM, NULL);
     }
     if (st == PAR_OK) {
-        const float *gw[12] = {g.emb, g.ln1, g.wq, g.wk, g.wv, g.wo, g.ln2, g.wg, g.wu, g.wd, g.norm, g.lm};
-        const float *ww[12] = {want.emb, want.ln1, want.wq, want.wk, want.wv, want.wo, want.ln2, want.wg, want.wu,
-                               want.wd, want.norm, want.lm};
-        const int64_t sz[12] = {(tc->emb_split ? Vl : V) * C, C, Hl * HD * C, KVl * HD * C, KVl * HD * C,
-                                C * Hl * HD, C, Fl * C, Fl * C, C * Fl, C, Vl * C};
+        const float *gw[NT] = {g.emb, g.ln1, g.wq, g.wk, g.wv, g.wo, g.ln2, g.wg, g.wu, g.wd, g.norm, g.lm, g.bq, g.bk, g.bv};
+        const float *ww[NT] = {want.emb, want.ln1, want.wq, want.wk, want.wv, want.wo, want.ln2, want.wg, want.wu,
+                               want.wd, want.norm, want.lm, want.bq, want.bk, want.bv};
+        const int64_t sz[NT] = {(tc->emb_split ? Vl : V) * C, C, Hl * HD * C, KVl * HD * C, KVl * HD * C,
+                                C * Hl * HD, C, Fl * C, Fl * C, C * Fl, C, Vl * C, Hl * HD, KVl * HD, KVl * HD};
         double e = max_diff(b.a.losses, ref_loss, N);
         if (e > worst) worst = e;
-        for (int k = 0; k < 12; k++) {
+        for (int k = 0; k < (use_bias ? NT : 12); k++) {
             e = max_diff(gw[k], ww[k], sz[k]);
             if (e > worst) worst = e;
         }
@@ -229,26 +284,36 @@ static par_status tp_rank(par_ctx *ctx, void *arg) {
 int main(void) {
     static const int cases[][3] = {{2, 0, 0}, {2, 1, 0}, {2, 0, 1}, {2, 1, 1}, {4, 0, 0}, {4, 1, 0}, {4, 1, 1}};
     par_ctx_desc one = {0};
-    model_alloc(&W, 1), model_alloc(&G, 0);
+    model_alloc(&W, 1);
     for (int i = 0; i < N; i++) ids[i] = (int32_t)((frand() + 1.0f) * 0.5f * V) % V, tgt[i] = (int32_t)((i * 7 + 3) % V);
     one.mesh = "dp=1,tp=1", one.kernel_threads = 1;
-    CHECK_OK(par_run_threads_desc(&one, 1, ref_rank, NULL));
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tp_case tc = {cases[i][0], cases[i][1], cases[i][2], {1e30, 1e30, 1e30, 1e30}};
-        par_ctx_desc desc = {0};
-        char mesh[32];
-        double worst = 0.0;
-        snprintf(mesh, sizeof mesh, "dp=1,tp=%d", tc.degree);
-        desc.mesh = mesh, desc.kernel_threads = 1;
-        CHECK_OK(par_run_threads_desc(&desc, tc.degree, tp_rank, &tc));
-        for (int r = 0; r < tc.degree; r++) worst = tc.worst[r] > worst ? tc.worst[r] : worst;
-        /* f32 sums in another order (split contractions, all-reduce): a few ulps,
-           relative to max(|value|, 1e-3) */
-        CHECK_MSG(worst <= 2e-4, "tp %d sp %d emb_split %d: worst relative difference %g", tc.degree, tc.sp,
-                  tc.emb_split, worst);
-        printf("  tp %d sp %d embedding %-10s worst relative difference %.2e\n", tc.degree, tc.sp,
-               tc.emb_split ? "split" : "replicated", worst);
+    for (use_bias = 0; use_bias < 2; use_bias++) {
+        printf(" %s q/k/v biases:\n", use_bias ? "with" : "without");
+        model_alloc(&G, 0); /* gradients accumulate: a fresh reference each pass */
+        CHECK_OK(par_run_threads_desc(&one, 1, ref_rank, NULL));
+        if (use_bias) {
+            double fd = 1e30;
+            CHECK_OK(par_run_threads_desc(&one, 1, fd_rank, &fd));
+            CHECK_MSG(fd <= 2e-3, "bias gradients differ from finite differences by %g of the largest", fd);
+        }
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            tp_case tc = {cases[i][0], cases[i][1], cases[i][2], {1e30, 1e30, 1e30, 1e30}};
+            par_ctx_desc desc = {0};
+            char mesh[32];
+            double worst = 0.0;
+            snprintf(mesh, sizeof mesh, "dp=1,tp=%d", tc.degree);
+            desc.mesh = mesh, desc.kernel_threads = 1;
+            CHECK_OK(par_run_threads_desc(&desc, tc.degree, tp_rank, &tc));
+            for (int r = 0; r < tc.degree; r++) worst = tc.worst[r] > worst ? tc.worst[r] : worst;
+            /* f32 sums in another order (split contractions, all-reduce): a few ulps,
+               relative to max(|value|, 1e-3) */
+            CHECK_MSG(worst <= 2e-4, "tp %d sp %d emb_split %d: worst relative difference %g", tc.degree, tc.sp,
+                      tc.emb_split, worst);
+            printf("  tp %d sp %d embedding %-10s worst relative difference %.2e\n", tc.degree, tc.sp,
+                   tc.emb_split ? "split" : "replicated", worst);
+        }
+        model_free(&G);
     }
-    model_free(&W), model_free(&G);
+    model_free(&W);
     return TEST_END("llama_model_tp");
 }

@@ -20,6 +20,14 @@
    - trace: --trace under dp 2 + ZeRO (threads, and mpirun when MPIRUN is set)
      writes valid Chrome trace JSON (tests/trace_json.h, an independent parser)
      with each rank's compute and comm spans, one per layer/bucket and step.
+   - q/k/v biases (qkv_has_bias, Qwen2): the PyTorch fixtures tests/ref/qkvb_*
+     (tests/ref/make_bias_ref.py, a Qwen2 model written in torch on its own) on
+     one rank, dp 2 + ZeRO-2, tp 2 + sp and cp 2; dp / tp / sp / cp / ZeRO,
+     pipelines (1F1B, zero bubble), multi-copy and fine-grained slices like one
+     device from random biases; the biases' Hugging Face names in --save, a
+     sharded save re-exported byte-identical under another configuration, a
+     resume like the uninterrupted run, and bias / no-bias mismatches refused.
+     LLAMA_TEST_ONLY=qkv_bias runs just these.
 
    Environment: TRAIN (default build/train; may be a command line, e.g.
    "mpirun -np 1 build/train_cuda --backend nccl"), MPIRUN (the launcher of the
@@ -1386,6 +1394,216 @@ static void test_trace(void) {
     }
 }
 
+/* ---- q/k/v biases (model.model_config.qkv_has_bias, Qwen2) ------------------------ */
+
+#define QB_ON "--set model.model_config.qkv_has_bias=true"
+
+/* The PyTorch fixtures of the biases (tests/ref/make_bias_ref.py, an
+   independent Qwen2 model in torch with large initial biases): losses and
+   grad norms per step within 1e-4 relative, final weights (biases included)
+   within 2e-5, on one rank and under dp + ZeRO-2, tp + sp and cp. */
+static void test_reference_bias(void) {
+    static const eq_case cases[] = {
+        {"qkv bias 1 rank", ""},
+        {"qkv bias dp2 zero2", "--set parallel_config.data_parallel=2 --set parallel.enable_parallel_optimizer=true "
+                               "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+        {"qkv bias tp2 sp", "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true"},
+        {"qkv bias cp2 zigzag", "--set parallel_config.context_parallel=2"},
+    };
+    double want_loss[16], want_gnorm[16];
+    FILE *f = fopen("tests/ref/qkvb_expected.txt", "r");
+    size_t i;
+    int n = 0, rc;
+    CHECK_MSG(f != NULL, "tests/ref/qkvb_expected.txt missing");
+    if (!f) return;
+    while (n < 16 && fscanf(f, " step %*d loss %lf gnorm %lf", &want_loss[n], &want_gnorm[n]) == 2) n++;
+    fclose(f);
+    CHECK_INT(n, 10);
+    for (i = 0; i < (only_reference ? 1 : sizeof cases / sizeof cases[0]); i++) {
+        double wdiff;
+        rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml " QB_ON " --init-from tests/ref/qkvb_init.safetensors "
+                        "--data tests/ref/gqa_data.txt --steps 10 --quiet --metrics %s --save %s %s",
+                     test_path("qbref.jsonl"), test_path("qbref.safetensors"), cases[i].sets);
+        CHECK_MSG(rc == 0, "%s failed: %s", cases[i].name, err_text);
+        if (rc != 0) continue;
+        check_against_pytorch(cases[i].name, test_path("qbref.jsonl"), want_loss, want_gnorm, n, 1);
+        wdiff = weights_max_diff(test_path("qbref.safetensors"), "tests/ref/qkvb_final.safetensors");
+        CHECK_MSG(wdiff >= 0 && wdiff <= 2e-5, "%s: final weights differ from PyTorch's by %g", cases[i].name, wdiff);
+        printf("  %-22s PyTorch's losses and grad norms within 1e-4, weights within %.2e\n", cases[i].name, wdiff);
+    }
+}
+
+/* src's tensors into dst with every bias replaced by uniform(-0.5, 0.5)
+   draws: the trainer starts biases at 0, where a bias dropped from the
+   forward or split wrongly would not show in the first steps. Returns the
+   number of biases, -1 on failure. */
+static int randomize_biases(const char *src, const char *dst) {
+    par_st_file *f = NULL;
+    par_st_writer *w = NULL;
+    float *bufs[256] = {0};
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int i, n, biases = 0, ok;
+    if (par_st_open(src, &f) != PAR_OK) return -1;
+    n = par_st_count(f);
+    ok = n <= 256 && par_st_writer_create(dst, &w) == PAR_OK;
+    for (i = 0; ok && i < n; i++) {
+        const par_st_tensor *t = par_st_tensor_at(f, i);
+        const size_t len = strlen(t->name);
+        int64_t k;
+        ok = (bufs[i] = (float *)malloc((size_t)t->numel * 4 + 4)) != NULL &&
+             par_st_read(f, t->name, t->ndim, t->shape, 0, t->numel, PAR_F32, bufs[i]) == PAR_OK;
+        if (ok && len > 5 && strcmp(t->name + len - 5, ".bias") == 0) {
+            for (k = 0; k < t->numel; k++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                bufs[i][k] = (float)((double)(rng >> 11) / 9007199254740992.0 - 0.5);
+            }
+            biases++;
+        }
+        ok = ok && par_st_writer_add(w, t->name, PAR_F32, t->ndim, t->shape, bufs[i]) == PAR_OK;
+    }
+    if (ok) ok = par_st_writer_finish(w) == PAR_OK;
+    else par_st_writer_abort(w);
+    for (i = 0; i < n && i < 256; i++) free(bufs[i]);
+    par_st_close(f);
+    return ok ? biases : -1;
+}
+
+/* One device against a parallel run with the same micro-batches, both from
+   the sharded checkpoint init_dir (pipelines refuse a consolidated
+   --init-from); the parallel run saves sharded and one rank re-exports it. */
+static void bias_sharded_row(const char *name, const char *base, const char *init_dir, int mb, const char *sets) {
+    double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1];
+    char dir[512];
+    static int rows;
+    int rc = run_cmd(0, "%s --init-from %s --steps 20 --set parallel_config.micro_batch_num=%d --metrics %s --save %s",
+                     base, init_dir, mb, test_path("qbp1.jsonl"), test_path("qbp1.safetensors"));
+    CHECK_MSG(rc == 0 && read_metrics(test_path("qbp1.jsonl"), bl, bg, EQ_STEPS + 1) == EQ_STEPS,
+              "%s: one-device run failed: %s", name, err_text);
+    if (rc != 0) return;
+    snprintf(dir, sizeof dir, "%s/qbrow%d", test_dir, rows++);
+    rc = run_cmd(0, "%s --init-from %s --steps 20 --set parallel_config.micro_batch_num=%d %s --metrics %s --save-dir %s",
+                 base, init_dir, mb, sets, test_path("qbp.jsonl"), dir);
+    CHECK_MSG(rc == 0, "%s failed: %s", name, err_text);
+    if (rc == 0 && pp_final_weights(base, mb, dir, test_path("qbpw.safetensors")) == 0)
+        check_equivalent(name, test_path("qbp.jsonl"), test_path("qbpw.safetensors"), bl, bg, test_path("qbp1.safetensors"));
+    if (rc == 0) check_plan_holds(name, test_path("qbp.jsonl"));
+}
+
+/* Every parallel configuration trains a model with q/k/v biases like one
+   device (from random biases: see randomize_biases); checkpoints carry the
+   biases under Hugging Face Qwen2's names and round-trip across
+   configurations; a checkpoint with biases and a model without them (and the
+   reverse) are refused by name. */
+static void test_qkv_bias(void) {
+    static const eq_case cases[] = {
+        {"qkv bias dp2", "--set parallel_config.data_parallel=2"},
+        {"qkv bias dp2 zero2 mb2", "--set parallel_config.data_parallel=2 --set parallel_config.micro_batch_num=2 "
+                                   "--set parallel.enable_parallel_optimizer=true "
+                                   "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+        {"qkv bias tp2", "--set parallel_config.model_parallel=2"},
+        {"qkv bias tp2 sp", "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true"},
+        {"qkv bias tp4 sp zero1", "--set parallel_config.model_parallel=4 --set parallel_config.use_seq_parallel=true "
+                                  "--set parallel.enable_parallel_optimizer=true"},
+        {"qkv bias dp2xtp2 sp zero2", "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+                                      "--set parallel_config.use_seq_parallel=true --set parallel.enable_parallel_optimizer=true "
+                                      "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+        {"qkv bias cp2 zigzag", "--set parallel_config.context_parallel=2"},
+        {"qkv bias cp2 ulysses", "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"qkv bias tp2 x cp2 sp", "--set parallel_config.model_parallel=2 --set parallel_config.context_parallel=2 "
+                                  "--set parallel_config.use_seq_parallel=true"},
+    };
+    static char base[2048], plain[1024], ppb[1024], ppdir[512], dir[512];
+    double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1], loss[EQ_STEPS + 1], g[EQ_STEPS + 1];
+    char a[512], b[512];
+    int rc, i, n;
+    /* the trainer's own init (same seed as tp_base's runs), then random biases */
+    snprintf(plain, sizeof plain, "%s " QB_ON, tp_base);
+    rc = run_cmd(0, "%s --steps 0 --save %s", plain, test_path("qb0.safetensors"));
+    CHECK_MSG(rc == 0, "qkv bias init run failed: %s", err_text);
+    n = randomize_biases(test_path("qb0.safetensors"), test_path("qbi.safetensors"));
+    CHECK_MSG(n == 6, "%d biases in the trainer's checkpoint, want 3 per layer x 2 layers", n);
+    snprintf(base, sizeof base, "%s --init-from %s", plain, test_path("qbi.safetensors"));
+    equivalence_table(base, "qb", cases, sizeof cases / sizeof cases[0], 1, bl, bg);
+    /* the biases are in the forward: without them the same weights give another first loss */
+    rc = run_cmd(0, "%s --steps 1 --metrics %s", tp_base, test_path("qbn.jsonl"));
+    CHECK_MSG(rc == 0 && read_metrics(test_path("qbn.jsonl"), loss, g, 2) == 1 && loss[0] != bl[0],
+              "the first loss with biases (%.9g) equals the one without (%.9g)", bl[0], loss[0]);
+    /* pipelines (zero bubble: the biases' gradients in the input half), multi-copy, fine-grained slices */
+    snprintf(ppb, sizeof ppb, "%s " QB_ON, pp_base);
+    snprintf(ppdir, sizeof ppdir, "%s/qbppi", test_dir);
+    rc = run_cmd(0, "%s --steps 0 --save %s", ppb, test_path("qbpp0.safetensors"));
+    CHECK_MSG(rc == 0, "pipeline init run failed: %s", err_text);
+    CHECK_INT(randomize_biases(test_path("qbpp0.safetensors"), test_path("qbppi.safetensors")), 12);
+    rc = run_cmd(0, "%s --steps 0 --init-from %s --save-dir %s", ppb, test_path("qbppi.safetensors"), ppdir);
+    CHECK_MSG(rc == 0, "sharded pipeline init failed: %s", err_text);
+    bias_sharded_row("qkv bias pp2 1f1b mb2", ppb, ppdir, 2, "--set parallel_config.pipeline_stage=2");
+    bias_sharded_row("qkv bias pp2 zb-h1 mb4", ppb, ppdir, 4,
+                     "--set parallel_config.pipeline_stage=2 --set parallel.pipeline_config.pipeline_scheduler=zb-h1");
+    bias_sharded_row("qkv bias tp2xpp2 sp zb-h1", ppb, ppdir, 4,
+                     "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                     "--set parallel_config.use_seq_parallel=true --set parallel.pipeline_config.pipeline_scheduler=zb-h1");
+    bias_sharded_row("qkv bias tp2 sp copies 2", ppb, ppdir, 4,
+                     "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+                     "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    bias_sharded_row("qkv bias tp2 sp fine-grain 2", ppb, ppdir, 4,
+                     "--set parallel_config.micro_batch_num=2 --set parallel_config.fine_grain_interleave=2 "
+                     "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    /* checkpoints: 10 steps under tp 2 + sp saved both ways; the sharded one
+       loaded under dp 2 + ZeRO-2 re-exports the same bytes (weights, moments,
+       step); one device continues from the consolidated one like the
+       uninterrupted run */
+    snprintf(dir, sizeof dir, "%s/qbdir", test_dir);
+    rc = run_cmd(0, "%s --steps 10 --set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true "
+                    "--save-dir %s --save %s", base, dir, test_path("qbs.safetensors"));
+    CHECK_MSG(rc == 0, "qkv bias save run failed: %s", err_text);
+    rc = run_cmd(0, "%s --steps 0 --set parallel_config.data_parallel=2 --set parallel.enable_parallel_optimizer=true "
+                    "--set parallel.parallel_optimizer_config.optimizer_level=level2 --init-from %s --save %s",
+                 plain, dir, test_path("qbs2.safetensors"));
+    CHECK_MSG(rc == 0, "qkv bias sharded load failed: %s", err_text);
+    CHECK_MSG(test_files_identical(test_path("qbs2.safetensors"), test_path("qbs.safetensors")),
+              "qkv bias: weights differ after the sharded load under dp 2 ZeRO-2");
+    snprintf(a, sizeof a, "%s", test_path("qbs2.optimizer.safetensors"));
+    snprintf(b, sizeof b, "%s", test_path("qbs.optimizer.safetensors"));
+    CHECK_MSG(test_files_identical(a, b), "qkv bias: AdamW state differs after the sharded load");
+    rc = run_cmd(0, "%s --steps 10 --init-from %s --metrics %s", plain, test_path("qbs.safetensors"), test_path("qbr.jsonl"));
+    CHECK_MSG(rc == 0, "qkv bias resume failed: %s", err_text);
+    n = read_metrics(test_path("qbr.jsonl"), loss, g, EQ_STEPS + 1);
+    CHECK_INT(n, 10);
+    for (i = 0; i < n && i < 10; i++)
+        CHECK_MSG(fabs(loss[i] - bl[10 + i]) <= EQ_LOSS_REL * fabs(bl[10 + i]), "qkv bias resumed step %d: %.9g vs %.9g",
+                  10 + i, loss[i], bl[10 + i]);
+    { /* Hugging Face Qwen2's names and shapes, trained values */
+        static const char *const which[3] = {"q", "k", "v"};
+        const int64_t want[3] = {64, 32, 32}; /* 16 heads and 8 kv heads of head dim 4 */
+        par_st_file *f = NULL, *f0 = NULL;
+        CHECK_OK(par_st_open(test_path("qbs.safetensors"), &f));
+        CHECK_OK(par_st_open(test_path("qbi.safetensors"), &f0));
+        for (i = 0; f && f0 && i < 6; i++) {
+            char name[96];
+            const par_st_tensor *t;
+            float now[64], then[64];
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s_proj.bias", i / 3, which[i % 3]);
+            t = par_st_find(f, name);
+            CHECK_MSG(t && t->ndim == 1 && t->shape[0] == want[i % 3], "%s: missing or of the wrong shape", name);
+            if (!t || t->ndim != 1 || t->shape[0] != want[i % 3]) continue;
+            CHECK_OK(par_st_read(f, name, 1, t->shape, 0, t->numel, PAR_F32, now));
+            CHECK_OK(par_st_read(f0, name, 1, t->shape, 0, t->numel, PAR_F32, then));
+            CHECK_MSG(memcmp(now, then, (size_t)t->numel * 4) != 0, "%s did not train", name);
+        }
+        if (f) par_st_close(f);
+        if (f0) par_st_close(f0);
+    }
+    /* a model and a checkpoint that disagree about the biases */
+    rc = run_cmd(0, "%s --steps 0 --save %s", tp_base, test_path("qbnone.safetensors"));
+    CHECK_MSG(rc == 0, "no-bias save failed: %s", err_text);
+    bad("biases into a model without", "unexpected tensor model.layers.0.self_attn.k_proj.bias",
+        "%s --steps 1 --init-from %s", tp_base, test_path("qbs.safetensors"));
+    bad("no biases into a model with", "tensor model.layers.0.self_attn.q_proj.bias is missing",
+        "%s --steps 1 --init-from %s", plain, test_path("qbnone.safetensors"));
+    bad("sharded biases into a model without", "the checkpoint is of another model", "%s --steps 1 --init-from %s",
+        tp_base, dir);
+}
+
 int main(void) {
     char tmpl[] = "/tmp/par_train_test_XXXXXX";
     char cmd[600];
@@ -1417,6 +1635,13 @@ int main(void) {
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
         return TEST_END("llama_train");
     }
+    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "qkv_bias") == 0) { /* a developer's shortcut */
+        test_reference_bias();
+        test_qkv_bias();
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
+        return TEST_END("llama_train");
+    }
     if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "pipeline") == 0) { /* a developer's shortcut */
         test_pipeline();
         test_pipeline_wide_tp();
@@ -1426,6 +1651,7 @@ int main(void) {
     }
     if (!only_reference) test_bad_input();
     test_reference();
+    test_reference_bias();
     if (!only_reference) {
         test_equivalence();
         test_config_semantics();
@@ -1441,6 +1667,7 @@ int main(void) {
         test_sharded_pipeline();
         test_sharded_resume();
         test_hf_export();
+        test_qkv_bias();
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
