@@ -1688,11 +1688,19 @@ PARALLEL_DEF par_status par_params_grad_ready(par_params *ps, int i);
    PAR_EINVAL naming one that was not); waits for the reductions in flight. */
 PARALLEL_DEF par_status par_params_grads_wait(par_params *ps);
 
-/* AdamW with PyTorch semantics (decoupled weight decay, bias correction). */
+/* AdamW with PyTorch semantics (decoupled weight decay, bias correction), or
+   MindSpore's AdamWeightDecay (the same update without the bias corrections:
+   m / (sqrt(v) + eps), as mindspore.ops.AdamWeightDecay documents it). */
 typedef struct par_adamw {
     float lr, beta1, beta2, eps, weight_decay;
-    float max_grad_norm; /* clip the global norm to this (PyTorch clip_grad_norm_); 0 = no clipping */
+    float max_grad_norm;    /* clip the global norm to this (PyTorch clip_grad_norm_); 0 = no clipping */
+    int no_bias_correction; /* 1: MindSpore's AdamWeightDecay; 0 (default): PyTorch's AdamW */
 } par_adamw;
+
+/* The step the adamw hook gets for no_bias_correction: beta^step is 0 for
+   every beta < 1, so both corrections 1 - beta^step are exactly 1 and the
+   hooks (CPU and CUDA alike) need no second code path. */
+#define PAR_ADAMW_NO_BIAS_CORRECTION INT64_MAX
 
 typedef struct par_step_stats {
     double grad_norm; /* global L2 norm of the reduced gradients, before clipping */
@@ -15724,7 +15732,8 @@ static par_status par__params_adamw(par_params *ps, const par_adamw *o, int64_t 
         const int64_t at = a - base;
         if (a >= e) continue;
         PAR__CHECK(ps->ct->adamw(ps->ct->user, e - a, p + at, g + at, m + at, v + at, o->lr, o->beta1, o->beta2, o->eps,
-                                 q->decay ? o->weight_decay : 0.0f, ps->step));
+                                 q->decay ? o->weight_decay : 0.0f,
+                                 o->no_bias_correction ? PAR_ADAMW_NO_BIAS_CORRECTION : ps->step));
     }
     return PAR_OK;
 }

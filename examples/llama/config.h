@@ -22,8 +22,11 @@ typedef struct llama_config {
     int hidden_size;       /* model width C */
     int num_layers;        /* decoder blocks */
     int num_heads;         /* query heads; hidden_size % num_heads == 0 */
-    int n_kv_heads;        /* key/value heads (GQA); 0 in YAML = num_heads; num_heads % n_kv_heads == 0 */
-    int intermediate_size; /* SwiGLU width */
+    int n_kv_heads;        /* key/value heads (GQA); absent or 0 = num_heads (MindFormers' None); divides num_heads */
+    int intermediate_size; /* SwiGLU width; absent or 0 = MindFormers' rule from hidden_size, multiple_of and
+                              ffn_dim_multiplier (llama_config_ffn_width; 11008 for Llama 2 7B) */
+    int multiple_of;       /* 256: the derived FFN width is rounded up to a multiple of this */
+    float ffn_dim_multiplier; /* 0 = none (MindFormers' None); scales 4 x hidden_size before the 2/3 */
     int seq_length;        /* tokens per sample T */
     float rms_norm_eps;    /* 1e-5 */
     float theta;           /* RoPE base, 10000 */
@@ -44,11 +47,13 @@ typedef struct llama_config {
 
     /* parallel */
     int parallel_mode;             /* LLAMA_PARALLEL_MODE_*: semi_auto_parallel (default), data_parallel, stand_alone */
-    int full_batch;                /* bool, default true: runner_config.batch_size is the global batch (see
-                                      llama_config_global_batch); false: it is per data-parallel rank */
+    int full_batch;                /* bool, default true: how MindSpore feeds the batch (every rank reads all of it,
+                                      or its own share); the same samples either way, so no effect on training */
     int parameter_broadcast;       /* bool, default false: true = broadcast the initial weights from the first
                                       rank of each replica group; false = each rank draws its own (identical) */
-    int gradients_mean;            /* bool, default true: average gradients over dp */
+    int gradients_mean;            /* bool, default false: parallel_mode data_parallel only: true averages the
+                                      ranks' gradients, false sums them; semi/auto parallel: the loss is the global
+                                      batch's mean, so the gradient is one device's either way */
     int enable_parallel_optimizer; /* bool: ZeRO over the dp group */
     int optimizer_level;           /* parallel_optimizer_config.optimizer_level: 1 or 2 ("level1"/"level2") */
     int enable_alltoall;           /* bool, default false: the redistribution planner may use all_to_all (false:
@@ -56,25 +61,35 @@ typedef struct llama_config {
     char search_mode[24];          /* auto_parallel: "recursive_programming" (default), "dynamic_programming" or
                                       "sharding_propagation" (parallel.h's par_auto_desc.mode) */
 
-    /* optimizer (AdamW, PyTorch semantics) */
+    /* optimizer */
+    int optimizer_type;    /* LLAMA_OPTIMIZER_*: AdamW (bias-corrected) or AdamWeightDecay (MindSpore's, without) */
     float learning_rate;   /* 1e-3 */
-    float beta1, beta2;    /* 0.9, 0.95 */
+    float beta1, beta2;    /* 0.9, 0.999 (MindFormers' AdamW; optimizer.betas: [beta1, beta2] sets both) */
     float eps;             /* 1e-8 */
-    float weight_decay;    /* 0.1, only on tensors of rank >= 2 */
+    float weight_decay;    /* 0.0 (MindFormers' default), only on tensors of rank >= 2 */
 
     /* lr_schedule */
     char lr_schedule[16];  /* "constant" (default) or "cosine" (linear warmup + cosine decay) */
     int warmup_steps;      /* 0 */
+    float warmup_ratio;    /* 0 = unused; > 0: warmup_steps = (int)(total steps x warmup_ratio), as MindFormers */
     int total_steps;       /* cosine: decay length; 0 = the run's --steps */
     float min_lr;          /* cosine floor, 0 */
 
     /* runner_config */
-    int batch_size;        /* full_batch true: the GLOBAL batch (samples per step over all dp ranks and
-                              micro-batches); false: samples per step per dp rank. Read the global batch
-                              with llama_config_global_batch() */
+    int batch_size;        /* MindFormers' batch_size: samples per data-parallel rank per micro-batch (pipeline)
+                              or per accumulation step; read the global batch with llama_config_global_batch() */
+    int global_batch_size; /* ours (Megatron's --global-batch-size): > 0 = the global batch as such, batch_size
+                              unused; 0 = MindFormers' product (llama_config_global_batch) */
+    int gradient_accumulation_steps; /* 1; without pipeline: micro-batches accumulated per step (they multiply
+                              the global batch, as in MindFormers); under pipeline no effect (as in MindFormers) */
 
-    /* top level */
-    float max_grad_norm;   /* 0 = no clipping */
+    /* runner_wrapper, top level */
+    int use_clip_grad;     /* runner_wrapper.use_clip_grad: bool, false */
+    float wrapper_max_grad_norm; /* runner_wrapper.max_grad_norm: 1.0 (MFTrainOneStepCell's default) */
+    float max_grad_norm;   /* ours, top level: 0 = no clipping; with use_clip_grad the effective norm is
+                              runner_wrapper.max_grad_norm (llama_config_load stores it here) */
+    char load_checkpoint[256]; /* "" = none; a .safetensors file or a --save-dir directory: --init-from */
+    int resume_training;   /* bool: with load_checkpoint, continue its step count and optimizer state */
     uint64_t seed;         /* init and shuffle seed */
 
     /* MindFormers switches of features that have not landed. Stored (rather than
@@ -89,8 +104,13 @@ typedef struct llama_config {
     int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
     int recompute;                   /* recompute_config: bool, false */
     int select_recompute;            /* recompute_config: bool, false */
-    int gradient_accumulation_steps; /* runner_config: 1 (here micro_batch_num accumulates) */
 } llama_config;
+
+/* optimizer.type */
+enum {
+    LLAMA_OPTIMIZER_ADAMW = 0,          /* AdamW, FusedAdamWeightDecay: PyTorch's AdamW (bias corrections) */
+    LLAMA_OPTIMIZER_ADAMWEIGHTDECAY = 1 /* AdamWeightDecay, FP32StateAdamWeightDecay: MindSpore's, without them */
+};
 
 /* parallel.parallel_mode; 0..3 are MindFormers' integer spellings. */
 enum {
@@ -138,29 +158,57 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
 void llama_print_usage(FILE *f);
 
 /* Load: defaults, then the YAML file (if path != NULL), then the --set
-   overrides in order, then validation (llama_config_validate). Warnings for
-   unknown keys go to `warn` (may be NULL). 0 on success; -1 with one sentence
-   in err naming the file/line/key and the rule. */
+   overrides in order, then MindFormers' derived values (n_kv_heads,
+   intermediate_size), then validation (llama_config_validate). The config
+   report: every problem at once. Errors go to err, one per line, each starting
+   with where it comes from (FILE:LINE, or "--set KEY=VALUE"; a cross-key rule
+   names where its other keys came from), "(N errors)" last when there are
+   several; a value refused by its own key does not also fail the rules that
+   read it. Warnings go to `warn` (may be NULL): one line per value that
+   changes training against MindFormers (a float16 compute_dtype, a
+   load_checkpoint without resume_training, ...), one per likely typo (an
+   unknown key close to a known one), and one line summing up the other
+   unknown keys. 0 on success; -1 with cfg untouched. */
 int llama_config_load(const char *path, const char *const *sets, int num_sets, llama_config *cfg, FILE *warn,
                       char *err, size_t errsize);
 
-/* Every stored key's own range, then the cross-key rules: the parallel mode
-   (data_parallel: model/context/pipeline degrees 1 and full_batch false;
-   stand_alone: one rank; hybrid_parallel refused; auto_parallel passes,
-   its degrees then come from llama_auto_parallel in auto.h);
-   divisibility (hidden % heads, heads % kv heads, even head dim, the global
-   batch (llama_config_global_batch) % (dp * micro_batch_num); heads, kv heads,
-   ffn, vocab and, with use_seq_parallel, seq_length by model_parallel); and
-   switches of features that have not landed (pipeline_stage, context_parallel
-   > 1, ZeRO level3, ring attention, interleaves, pipeline offsets,
-   recomputation, gradient_accumulation_steps) refused by name with the reason. */
+/* Every stored key's own range, then (when those pass) the cross-key rules:
+   the parallel mode (data_parallel: model/context/pipeline degrees 1 and
+   full_batch false; stand_alone: one rank; hybrid_parallel refused;
+   auto_parallel passes, its degrees then come from llama_auto_parallel in
+   auto.h); divisibility (hidden % heads, heads % kv heads, even head dim, the
+   global batch into data_parallel x micro-batches x copies; heads, kv heads,
+   ffn, vocab and, with use_seq_parallel, seq_length by model_parallel);
+   pipeline stages; clipping norms; load_checkpoint; and the switches of
+   features that are not here (ZeRO level3, recomputation) refused by name
+   with the reason. Every broken rule is reported, one line each in err. */
 int llama_config_validate(const llama_config *cfg, char *err, size_t errsize);
 
-/* Samples per optimizer step over all ranks: runner_config.batch_size with
-   parallel.full_batch true, batch_size x data_parallel with full_batch false.
+/* Samples per optimizer step over all ranks: runner_config.global_batch_size
+   if set, else MindFormers' product of runner_config.batch_size (per
+   data-parallel rank) with data_parallel, micro_batch_interleave_num and
+   micro_batch_num (pipeline) or gradient_accumulation_steps (no pipeline).
    For a config that passed llama_config_validate (which bounds it by 1048576);
    -1 for NULL or a product past INT_MAX. */
 int llama_config_global_batch(const llama_config *c);
+
+/* Micro-batches each rank runs per optimizer step (gradients accumulated):
+   micro_batch_num under pipeline, else gradient_accumulation_steps x
+   micro_batch_num (the latter only splits each accumulation step further). */
+int llama_config_micro_batches(const llama_config *c);
+
+/* The SwiGLU width: intermediate_size, or MindFormers' rule from hidden_size,
+   multiple_of and ffn_dim_multiplier when it is 0 (llama_config_load stores
+   the result in intermediate_size). */
+int llama_config_ffn_width(const llama_config *c);
+
+/* The gradient norm clipped to (0 = none): runner_wrapper.max_grad_norm with
+   use_clip_grad, else the top-level max_grad_norm. */
+float llama_config_clip_norm(const llama_config *c);
+
+/* Warm-up steps for a run of total_steps: warmup_ratio's share if > 0, else
+   warmup_steps. */
+int64_t llama_config_warmup_steps(const llama_config *c, int64_t total_steps);
 
 /* The device mesh the parallel_config degrees describe, as par_mesh_parse
    reads it: one named axis per degree, outermost first ("dp=2,tp=4"; the
@@ -185,6 +233,7 @@ void llama_config_print_reference(FILE *f);
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <ctype.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,12 +256,26 @@ void llama_config_print_reference(FILE *f);
 /* ---- the key table ------------------------------------------------------ */
 
 /* TEXT: any scalar, for keys accepted and ignored (never stored). */
-enum { LLAMA__T_INT, LLAMA__T_U64, LLAMA__T_FLOAT, LLAMA__T_BOOL, LLAMA__T_CHOICE, LLAMA__T_TEXT, LLAMA__T_ALIAS };
+/* PAIR: two floats stored side by side ("[0.9, 0.95]", optimizer.betas); STRING: text stored in a char
+   array of `size` bytes. */
+enum {
+    LLAMA__T_INT,
+    LLAMA__T_U64,
+    LLAMA__T_FLOAT,
+    LLAMA__T_BOOL,
+    LLAMA__T_CHOICE,
+    LLAMA__T_TEXT,
+    LLAMA__T_ALIAS,
+    LLAMA__T_PAIR,
+    LLAMA__T_STRING
+};
 
 enum {
     LLAMA__MIN_OPEN = 1,  /* value must be > min (not >=) */
     LLAMA__MAX_OPEN = 2,  /* value must be < max (not <=) */
-    LLAMA__NEG1_ZERO = 4  /* MindFormers writes -1 for "the whole run": read it as 0 */
+    LLAMA__NEG1_ZERO = 4, /* MindFormers writes -1 for "the whole run": read it as 0 */
+    LLAMA__CHANGES = 8    /* accepted and not honoured: a value other than the default changes training against
+                             MindFormers, which the config report lists (the help text says how) */
 };
 
 /* One accepted spelling of an enumerated value: `name` is what the YAML may
@@ -258,11 +321,16 @@ static const llama__choice llama__schedules[] = {{"constant", "constant", 0},
                                                  {"ConstantWarmUpLR", "constant", 0},
                                                  {"CosineWithWarmUpLR", "cosine", 1},
                                                  {NULL, NULL, 0}};
-static const llama__choice llama__optimizers[] = {{"AdamW", "AdamW", 0},
-                                                  {"adamw", "AdamW", 0},
-                                                  {"AdamWeightDecay", "AdamW", 0},
-                                                  {"FusedAdamWeightDecay", "AdamW", 0},
-                                                  {NULL, NULL, 0}};
+/* MindFormers' optimizers by their update (mindformers/core/optim at r1.5.0): AdamW (adamw.py) and
+   FusedAdamWeightDecay (optim.py _update_run_op) divide by the bias corrections; FP32StateAdamWeightDecay
+   (optim.py) is MindSpore's nn.AdamWeightDecay, which does not (ops.AdamWeightDecay's formula). */
+static const llama__choice llama__optimizers[] = {
+    {"AdamW", "AdamW", LLAMA_OPTIMIZER_ADAMW},
+    {"adamw", "AdamW", LLAMA_OPTIMIZER_ADAMW},
+    {"FusedAdamWeightDecay", "AdamW", LLAMA_OPTIMIZER_ADAMW},
+    {"AdamWeightDecay", "AdamWeightDecay", LLAMA_OPTIMIZER_ADAMWEIGHTDECAY},
+    {"FP32StateAdamWeightDecay", "AdamWeightDecay", LLAMA_OPTIMIZER_ADAMWEIGHTDECAY},
+    {NULL, NULL, 0}};
 static const llama__choice llama__parallel_modes[] = {
     {"semi_auto_parallel", "semi_auto_parallel", LLAMA_PARALLEL_MODE_SEMI_AUTO},
     {"data_parallel", "data_parallel", LLAMA_PARALLEL_MODE_DATA},
@@ -299,10 +367,15 @@ static const llama__key llama__keys[] = {
      "decoder blocks"},
     {"model.model_config.num_heads", LLAMA__T_INT, LLAMA__AT(num_heads), 0, 1, 4096, 0, NULL, "4", NULL,
      "query heads; must divide hidden_size"},
-    {"model.model_config.n_kv_heads", LLAMA__T_INT, LLAMA__AT(n_kv_heads), 0, 0, 4096, 0, NULL, "2", NULL,
-     "key/value heads (grouped-query attention); must divide num_heads; 0 = num_heads (multi-head)"},
-    {"model.model_config.intermediate_size", LLAMA__T_INT, LLAMA__AT(intermediate_size), 0, 1, 1048576, 0, NULL,
-     "172", NULL, "SwiGLU MLP width"},
+    {"model.model_config.n_kv_heads", LLAMA__T_INT, LLAMA__AT(n_kv_heads), 0, 0, 4096, 0, NULL, "0", NULL,
+     "key/value heads (grouped-query attention); must divide num_heads; absent or 0 = num_heads (multi-head), as MindFormers reads None"},
+    {"model.model_config.intermediate_size", LLAMA__T_INT, LLAMA__AT(intermediate_size), 0, 0, 1048576, 0, NULL,
+     "0", NULL,
+     "SwiGLU MLP width; absent or 0 = MindFormers' LlamaFeedForward rule: h = 4 x hidden_size, times (ffn_dim_multiplier + 0.01) if set, then int(2h/3) rounded up to a multiple of multiple_of (Llama 2 7B: 11008)"},
+    {"model.model_config.multiple_of", LLAMA__T_INT, LLAMA__AT(multiple_of), 0, 1, 1048576, 0, NULL, "256", NULL,
+     "the derived FFN width (intermediate_size absent) is rounded up to a multiple of this"},
+    {"model.model_config.ffn_dim_multiplier", LLAMA__T_FLOAT, LLAMA__AT(ffn_dim_multiplier), 0, 0, 64, 0, NULL, "0",
+     NULL, "scales 4 x hidden_size (by the value + 0.01, as MindFormers) before the 2/3 of the derived FFN width; 0 = none (Llama 3 70B: 1.3)"},
     {"model.model_config.seq_length", LLAMA__T_INT, LLAMA__AT(seq_length), 0, 1, 1048576, 0, NULL, "64", NULL,
      "tokens per sample"},
     {"model.model_config.rms_norm_eps", LLAMA__T_FLOAT, LLAMA__AT(rms_norm_eps), 0, 0, LLAMA__NOMAX, LLAMA__MIN_OPEN,
@@ -313,6 +386,28 @@ static const llama__key llama__keys[] = {
      "0.02", NULL, "standard deviation of the normal weight init (norm weights start at 1)"},
     {"model.model_config.qkv_has_bias", LLAMA__T_BOOL, LLAMA__AT(qkv_has_bias), 0, 0, 0, 0, NULL, "false", NULL,
      "biases on q_proj, k_proj and v_proj (Qwen2): added after each projection, before RoPE; split over tensor parallel with the projections' output columns; never weight-decayed; start at 0; checkpoints name them model.layers.N.self_attn.{q,k,v}_proj.bias as Hugging Face Qwen2 does"},
+    {"model.model_config.compute_dtype", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32", NULL,
+     "a value other than float32 changes training: matmuls here are float32 (MindFormers would compute in the given type)"},
+    {"model.model_config.layernorm_compute_type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32",
+     NULL, "a value other than float32 changes training: RMSNorm here is float32"},
+    {"model.model_config.softmax_compute_type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32",
+     NULL, "a value other than float32 changes training: the softmax here is float32"},
+    {"model.model_config.rotary_dtype", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32", NULL,
+     "a value other than float32 changes training: RoPE here is float32"},
+    {"model.model_config.param_init_type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32", NULL,
+     "a value other than float32 changes training: parameters here are float32"},
+    {"model.model_config.embedding_init_type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32",
+     NULL, "a value other than float32 changes training: the embedding here is float32"},
+    {"model.model_config.scaling_factor", LLAMA__T_FLOAT, LLAMA__NONE, 0, 0, LLAMA__NOMAX, LLAMA__CHANGES, NULL, "1.0",
+     NULL, "RoPE position scaling; a value other than 1 changes training (not implemented: positions are unscaled)"},
+    {"model.model_config.extend_method", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "None", NULL,
+     "RoPE extension (PI, NTK); a value other than None changes training (not implemented)"},
+    {"model.model_config.tie_word_embeddings", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
+     "true changes training: lm_head and the embedding are separate weights here"},
+    {"model.model_config.checkpoint_name_or_path", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "", NULL,
+     "a pretrained checkpoint to load changes training: nothing is downloaded or loaded here (use load_checkpoint or --init-from with a .safetensors file)"},
+    {"model.model_config.use_flash_attention", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted either way: attention is always exact (flash-style online softmax), the same numbers as MindFormers' flash attention up to rounding"},
     {"model.model_config.use_attn_mask_compression", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted either way: attention never builds an S x S mask (causal masking comes from the token positions, which is what true asks for), so false changes nothing"},
     {"model.model_config.use_ring_attention", LLAMA__T_BOOL, LLAMA__AT(use_ring_attention), 0, 0, 0, 0, NULL, "false",
@@ -363,11 +458,11 @@ static const llama__key llama__keys[] = {
      "semi_auto_parallel", NULL,
      "semi_auto_parallel: the layouts of parallel_config; data_parallel: pure data parallel (model_parallel, context_parallel and pipeline_stage 1, and full_batch false: each rank reads its own batch_size samples, as in MindSpore); stand_alone: one device (every degree 1); auto_parallel: the planner (parallel.h >>planner) picks data_parallel, model_parallel, use_seq_parallel, context_parallel (+ algo), pipeline_stage (+ scheduler), micro_batch_num and the ZeRO level for the ranks the degrees as written ask for, under --max-device-memory, from --cluster FILE or a short measurement, prints the plan and trains; hybrid_parallel is not supported"},
     {"parallel.full_batch", LLAMA__T_BOOL, LLAMA__AT(full_batch), 0, 0, 0, 0, NULL, "true", NULL,
-     "true: runner_config.batch_size is the global batch, split over data_parallel; false: batch_size samples per data-parallel rank (global batch = batch_size x data_parallel), as MindFormers reads batch_size"},
+     "how MindSpore feeds the batch (every rank reads the whole global batch, or only its share); the samples and the global batch are the same either way (runner_config.batch_size), so no effect here; data_parallel mode needs false, as in MindSpore"},
     {"parallel.parameter_broadcast", LLAMA__T_BOOL, LLAMA__AT(parameter_broadcast), 0, 0, 0, 0, NULL, "false", NULL,
      "true: the initial weights are broadcast from the first rank of each replica group; false: every rank draws its own, identical by construction (counter-based init from the seed)"},
-    {"parallel.gradients_mean", LLAMA__T_BOOL, LLAMA__AT(gradients_mean), 0, 0, 0, 0, NULL, "true", NULL,
-     "true: average gradients over data-parallel ranks; false: sum them"},
+    {"parallel.gradients_mean", LLAMA__T_BOOL, LLAMA__AT(gradients_mean), 0, 0, 0, 0, NULL, "false", NULL,
+     "parallel_mode data_parallel: true averages the ranks' gradients, false sums them (each rank's loss is the mean of its own samples); semi_auto_parallel and auto_parallel: the loss is the global batch's mean, so the summed gradient is one device's whatever this says (MindFormers' files set false for that reason)"},
     {"parallel.enable_parallel_optimizer", LLAMA__T_BOOL, LLAMA__AT(enable_parallel_optimizer), 0, 0, 0, 0, NULL,
      "false", NULL, "shard optimizer state over the data-parallel group (ZeRO)"},
     {"parallel.enable_alltoall", LLAMA__T_BOOL, LLAMA__AT(enable_alltoall), 0, 0, 0, 0, NULL, "false", NULL,
@@ -400,18 +495,20 @@ static const llama__key llama__keys[] = {
      "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
 
     /* optimizer */
-    {"optimizer.type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, 0, llama__optimizers, "AdamW", NULL,
-     "always AdamW with decoupled weight decay (PyTorch semantics); MindFormers names accepted"},
+    {"optimizer.type", LLAMA__T_CHOICE, LLAMA__AT(optimizer_type), 0, 0, 0, 0, llama__optimizers, "AdamW", NULL,
+     "AdamW (also FusedAdamWeightDecay): decoupled weight decay with bias correction, PyTorch's update; AdamWeightDecay (also FP32StateAdamWeightDecay): MindSpore's, the same without the bias corrections (m / (sqrt(v) + eps)); optimizer state is float32 either way"},
+    {"optimizer.betas", LLAMA__T_PAIR, LLAMA__AT(beta1), 0, 0, 1, LLAMA__MAX_OPEN, NULL, "[0.9, 0.999]", NULL,
+     "[beta1, beta2] in one list (MindFormers' AdamW spelling); sets optimizer.beta1 and optimizer.beta2"},
     {"optimizer.learning_rate", LLAMA__T_FLOAT, LLAMA__AT(learning_rate), 0, 0, LLAMA__NOMAX, 0, NULL, "1e-3", NULL,
      "peak learning rate"},
     {"optimizer.beta1", LLAMA__T_FLOAT, LLAMA__AT(beta1), 0, 0, 1, LLAMA__MAX_OPEN, NULL, "0.9", NULL,
      "AdamW first-moment decay"},
-    {"optimizer.beta2", LLAMA__T_FLOAT, LLAMA__AT(beta2), 0, 0, 1, LLAMA__MAX_OPEN, NULL, "0.95", NULL,
+    {"optimizer.beta2", LLAMA__T_FLOAT, LLAMA__AT(beta2), 0, 0, 1, LLAMA__MAX_OPEN, NULL, "0.999", NULL,
      "AdamW second-moment decay"},
     {"optimizer.eps", LLAMA__T_FLOAT, LLAMA__AT(eps), 0, 0, LLAMA__NOMAX, LLAMA__MIN_OPEN, NULL, "1e-8", NULL,
      "AdamW epsilon"},
-    {"optimizer.weight_decay", LLAMA__T_FLOAT, LLAMA__AT(weight_decay), 0, 0, LLAMA__NOMAX, 0, NULL, "0.1", NULL,
-     "decoupled weight decay, applied to tensors of rank >= 2 only (not norms)"},
+    {"optimizer.weight_decay", LLAMA__T_FLOAT, LLAMA__AT(weight_decay), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
+     "decoupled weight decay, applied to tensors of rank >= 2 only (not norms or biases); 0 when absent, as MindFormers' optimizers"},
 
     /* lr_schedule */
     {"lr_schedule.type", LLAMA__T_CHOICE, LLAMA__AT(lr_schedule), sizeof(((llama_config *)0)->lr_schedule), 0, 0, 0,
@@ -421,6 +518,8 @@ static const llama__key llama__keys[] = {
      "MindFormers spelling"},
     {"lr_schedule.warmup_steps", LLAMA__T_INT, LLAMA__AT(warmup_steps), 0, 0, INT_MAX, 0, NULL, "0", NULL,
      "steps of linear warmup from 0 to the learning rate"},
+    {"lr_schedule.warmup_ratio", LLAMA__T_FLOAT, LLAMA__AT(warmup_ratio), 0, 0, 1, 0, NULL, "0", NULL,
+     "> 0: warmup_steps = int(total steps x warmup_ratio), replacing warmup_steps (MindFormers' lr_schedule.py _get_warmup_steps); total steps = total_steps, or the run's --steps"},
     {"lr_schedule.total_steps", LLAMA__T_INT, LLAMA__AT(total_steps), 0, 0, INT_MAX, LLAMA__NEG1_ZERO, NULL, "0", NULL,
      "cosine: steps from start to min_lr (warmup included); 0 or -1 = the run's --steps"},
     {"lr_schedule.min_lr", LLAMA__T_FLOAT, LLAMA__AT(min_lr), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
@@ -430,18 +529,56 @@ static const llama__key llama__keys[] = {
 
     /* runner_config */
     {"runner_config.batch_size", LLAMA__T_INT, LLAMA__AT(batch_size), 0, 1, LLAMA__MAX_BATCH, 0, NULL, "8", NULL,
-     "with parallel.full_batch true (the default): the GLOBAL batch, samples per step over all data-parallel ranks and micro-batches; with full_batch false: samples per step on each data-parallel rank. MindFormers reads it per card (its global batch is batch_size x data_parallel x gradient_accumulation_steps), so a MindFormers config means the same here with full_batch false"},
+     "MindFormers' batch_size: samples per data-parallel rank per pipeline micro-batch, or per accumulation step; the global batch is batch_size x data_parallel x micro_batch_interleave_num x micro_batch_num (pipeline_stage > 1) or x gradient_accumulation_steps (pipeline_stage 1), as MindFormers' base_trainer.py computes it (parallel_mode data_parallel: batch_size x ranks x gradient_accumulation_steps)"},
+    {"runner_config.global_batch_size", LLAMA__T_INT, LLAMA__AT(global_batch_size), 0, 0, LLAMA__MAX_BATCH, 0, NULL,
+     "0", NULL,
+     "ours, not MindFormers' (Megatron's --global-batch-size): > 0 gives the global batch directly, split evenly over data_parallel, micro-batches and copies, and batch_size is then not used; 0 = batch_size's product"},
     {"runner_config.gradient_accumulation_steps", LLAMA__T_INT, LLAMA__AT(gradient_accumulation_steps), 0, 1, 1048576, 0,
      NULL, "1", NULL,
-     "MindFormers' gradient accumulation, which multiplies the batch; only 1: here parallel_config.micro_batch_num accumulates, splitting the batch"},
+     "gradient accumulation without pipeline: this many micro-batches of batch_size per rank are accumulated into one optimizer step (the global batch grows by it); under pipeline_stage > 1 no effect, as in MindFormers (micro_batch_num accumulates there)"},
     {"runner_config.epochs", LLAMA__T_INT, LLAMA__NONE, 0, 1, INT_MAX, 0, NULL, "1", NULL,
      "accepted and ignored: the run length is --steps"},
     {"runner_config.sink_mode", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL, "accepted and ignored"},
     {"runner_config.sink_size", LLAMA__T_INT, LLAMA__NONE, 0, -1, INT_MAX, 0, NULL, "1", NULL, "accepted and ignored"},
 
+    /* runner_wrapper */
+    {"runner_wrapper.type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "MFTrainOneStepCell", NULL,
+     "accepted and ignored: one training step is forward, backward, clipping (use_clip_grad) and the optimizer"},
+    {"runner_wrapper.use_clip_grad", LLAMA__T_BOOL, LLAMA__AT(use_clip_grad), 0, 0, 0, 0, NULL, "false", NULL,
+     "clip the global gradient norm to runner_wrapper.max_grad_norm (MFTrainOneStepCell)"},
+    {"runner_wrapper.max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(wrapper_max_grad_norm), 0, 0, LLAMA__NOMAX,
+     LLAMA__MIN_OPEN, NULL, "1.0", NULL, "the clipping norm when use_clip_grad is true (MFTrainOneStepCell's default 1.0)"},
+    {"runner_wrapper.scale_sense.type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "none", NULL,
+     "accepted and ignored: loss scaling guards float16 gradients; everything here is float32, so an unscaled loss trains the same"},
+    {"runner_wrapper.scale_sense.loss_scale_value", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "1", NULL,
+     "accepted and ignored (see scale_sense.type)"},
+    {"runner_wrapper.scale_sense.scale_factor", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "2", NULL,
+     "accepted and ignored (see scale_sense.type)"},
+    {"runner_wrapper.scale_sense.scale_window", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "1000", NULL,
+     "accepted and ignored (see scale_sense.type)"},
+
     /* top level */
     {"max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(max_grad_norm), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
-     "clip the global gradient norm to this; 0 = no clipping"},
+     "ours: clip the global gradient norm to this; 0 = no clipping (MindFormers: runner_wrapper.use_clip_grad and max_grad_norm, which win when use_clip_grad is true)"},
+    {"load_checkpoint", LLAMA__T_STRING, LLAMA__AT(load_checkpoint), sizeof(((llama_config *)0)->load_checkpoint), 0,
+     0, 0, NULL, "", NULL,
+     "a .safetensors file (Hugging Face names) or a --save-dir step directory to start from, as --init-from; MindSpore .ckpt files cannot be read (convert them to safetensors first)"},
+    {"resume_training", LLAMA__T_BOOL, LLAMA__AT(resume_training), 0, 0, 0, 0, NULL, "false", NULL,
+     "true: continue load_checkpoint's step count and optimizer state; false: its weights only would be MindFormers' reading, but a checkpoint with optimizer state resumes here (the report warns)"},
+    {"src_strategy_path_or_dir", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "", NULL,
+     "accepted and ignored: checkpoints here are whole or self-describing shards, loadable into any layout"},
+    {"auto_trans_ckpt", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted and ignored: any checkpoint loads into any layout here (see src_strategy_path_or_dir)"},
+    {"only_save_strategy", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
+     "true would stop after writing the strategy files; here the run trains (no strategy files exist)"},
+    {"output_dir", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "./output", NULL,
+     "accepted and ignored: --save and --save-dir name the outputs"},
+    {"lr_scale", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
+     "true would scale the learning rate by the global batch / lr_scale_factor; not done here"},
+    {"lr_scale_factor", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "256", NULL, "accepted and ignored (see lr_scale)"},
+    {"layer_scale", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
+     "true would decay the learning rate layer by layer (layer_decay); not done here"},
+    {"layer_decay", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "0.65", NULL, "accepted and ignored (see layer_scale)"},
     {"seed", LLAMA__T_U64, LLAMA__AT(seed), 0, 0, 0, 0, NULL, "1234", NULL, "seed of the weight init and the data shuffle"},
     {"micro_batch_interleave_num", LLAMA__T_INT, LLAMA__AT(micro_batch_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
@@ -680,7 +817,7 @@ static const void *llama__cfield(const llama_config *cfg, const llama__key *k) {
    ("not an integer", "must be >= 1") and cfg is unchanged. */
 static int llama__parse_value(const llama__key *k, const char *s, llama_config *cfg, char *why, size_t whysize) {
     int store = k->offset != LLAMA__NONE;
-    if (!*s) return llama__fail(why, whysize, "has no value");
+    if (!*s && k->type != LLAMA__T_STRING && k->type != LLAMA__T_TEXT) return llama__fail(why, whysize, "has no value");
     switch (k->type) {
     case LLAMA__T_INT: {
         long long v;
@@ -733,6 +870,30 @@ static int llama__parse_value(const llama__key *k, const char *s, llama_config *
     case LLAMA__T_TEXT:
         if (store) return llama__fail(why, whysize, "internal error: a text key cannot be stored");
         return 0;
+    case LLAMA__T_STRING:
+        if (strlen(s) >= k->size) return llama__fail(why, whysize, "longer than %zu characters", k->size - 1);
+        if (store) snprintf((char *)llama__field(cfg, k), k->size, "%s", s);
+        return 0;
+    case LLAMA__T_PAIR: {
+        /* "[a, b]", "a, b" or "a,b": two numbers, each in the key's range */
+        char buf[128], *end;
+        const char *p = s;
+        double v[2];
+        while (*p == ' ' || *p == '[') p++;
+        snprintf(buf, sizeof buf, "%s", p);
+        for (int i = 0; i < 2; i++) {
+            char *q = i == 0 ? buf : end;
+            while (*q == ' ' || (i == 1 && *q == ',')) q++;
+            errno = 0;
+            v[i] = strtod(q, &end);
+            if (end == q || strchr("xX", *q)) return llama__fail(why, whysize, "needs two numbers, [beta1, beta2]");
+            if (llama__check_float(k, v[i], why, whysize)) return -1;
+        }
+        while (*end == ' ' || *end == ']') end++;
+        if (*end) return llama__fail(why, whysize, "needs exactly two numbers, [beta1, beta2]");
+        if (store) ((float *)llama__field(cfg, k))[0] = (float)v[0], ((float *)llama__field(cfg, k))[1] = (float)v[1];
+        return 0;
+    }
     default:
         return llama__fail(why, whysize, "internal error: bad key type");
     }
@@ -757,6 +918,11 @@ static int llama__check_stored(const llama__key *k, const llama_config *cfg, cha
         llama__choice_list(k->choices, list, sizeof list);
         return llama__fail(why, whysize, "must be one of %s", list);
     }
+    case LLAMA__T_PAIR:
+        if (llama__check_float(k, ((const float *)p)[0], why, whysize)) return -1;
+        return llama__check_float(k, ((const float *)p)[1], why, whysize);
+    case LLAMA__T_STRING:
+        return memchr(p, 0, k->size) ? 0 : llama__fail(why, whysize, "not terminated");
     default: return 0; /* U64: every value is valid */
     }
 }
@@ -781,6 +947,14 @@ static void llama__value_text(const llama__key *k, const llama_config *cfg, char
                 }
         }
         break;
+    case LLAMA__T_PAIR: {
+        char a[32], b[32];
+        llama__format_float(((const float *)p)[0], a, sizeof a);
+        llama__format_float(((const float *)p)[1], b, sizeof b);
+        snprintf(buf, size, "[%s, %s]", a, b);
+        break;
+    }
+    case LLAMA__T_STRING: snprintf(buf, size, "\"%.*s\"", (int)k->size, (const char *)p); break;
     default: snprintf(buf, size, "?"); break;
     }
 }
@@ -792,17 +966,189 @@ void llama_config_defaults(llama_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
         const llama__key *k = &llama__keys[i];
-        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE) continue;
+        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE || !k->def) continue;
         /* defaults are table text read by the same parser (the tests check
            that each one parses) */
         (void)llama__parse_value(k, k->def, cfg, why, sizeof why);
     }
 }
 
+/* MindFormers' global batch (mindformers/trainer/base_trainer.py,
+   _check_global_batch_size_for_auto_parallel, r1.5.0 ece44cc): batch_size per
+   data-parallel rank, times micro_batch_num under pipeline (where
+   gradient_accumulation_steps "will not take effect") or times
+   gradient_accumulation_steps without, times micro_batch_interleave_num;
+   data_parallel mode: batch_size x device_num x gradient_accumulation_steps. */
 int llama_config_global_batch(const llama_config *c) {
     if (!c) return -1;
-    long long b = c->full_batch ? (long long)c->batch_size : (long long)c->batch_size * c->data_parallel;
+    if (c->global_batch_size > 0) return c->global_batch_size;
+    long long b = (long long)c->batch_size * c->data_parallel;
+    if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA) b *= c->gradient_accumulation_steps;
+    else if (c->pipeline_stage > 1) b *= (long long)c->micro_batch_num * c->micro_batch_interleave_num;
+    else b *= (long long)c->micro_batch_interleave_num * c->gradient_accumulation_steps;
     return b > INT_MAX ? -1 : (int)b;
+}
+
+int llama_config_micro_batches(const llama_config *c) {
+    if (!c) return -1;
+    long long m = c->pipeline_stage > 1 ? (long long)c->micro_batch_num
+                                        : (long long)c->micro_batch_num * c->gradient_accumulation_steps;
+    return m > INT_MAX ? -1 : (int)m;
+}
+
+/* MindFormers' LlamaFeedForward (mindformers/models/llama/llama_layer.py,
+   r1.5.0): intermediate_size if given, else h = 4 x hidden_size, scaled by
+   (ffn_dim_multiplier + 0.01) if given, int(2h / 3), rounded up to a multiple
+   of multiple_of. In double, as Python's floats. */
+int llama_config_ffn_width(const llama_config *c) {
+    if (!c) return -1;
+    if (c->intermediate_size > 0) return c->intermediate_size;
+    long long h = 4LL * c->hidden_size;
+    if (c->ffn_dim_multiplier > 0) h = (long long)(((double)c->ffn_dim_multiplier + 0.01) * (double)h);
+    h = (long long)(2.0 * (double)h / 3.0);
+    long long m = c->multiple_of > 0 ? c->multiple_of : 1;
+    h = m * ((h + m - 1) / m);
+    return h > INT_MAX ? -1 : (int)h;
+}
+
+float llama_config_clip_norm(const llama_config *c) {
+    if (!c) return 0.0f;
+    return c->use_clip_grad ? c->wrapper_max_grad_norm : c->max_grad_norm;
+}
+
+int64_t llama_config_warmup_steps(const llama_config *c, int64_t total_steps) {
+    if (!c) return 0;
+    if (c->warmup_ratio > 0) {
+        /* the ratio as written (0.03, not float's 0.0299999993), as Python reads it */
+        char text[32];
+        snprintf(text, sizeof text, "%.7g", (double)c->warmup_ratio);
+        return (int64_t)((double)total_steps * strtod(text, NULL));
+    }
+    return c->warmup_steps;
+}
+
+/* ---- the config report ---------------------------------------------------- */
+
+/* Every problem of one load at once: errors (one line each, into the caller's
+   err buffer), warnings of values that change training against MindFormers
+   (one line each, to `warn`), and the unknown keys (one summary line). Each
+   line says where: FILE:LINE for the file, "--set K=V" for an override. */
+typedef struct llama__report {
+    char *err;
+    size_t errsize, used;
+    int errors, changes;
+    FILE *warn;
+    const char *file;                      /* NULL: no file */
+    const char *const *sets;               /* the --set arguments */
+    int line[LLAMA__NUM_KEYS];             /* each key's line in the file (0: not there) */
+    int set_arg[LLAMA__NUM_KEYS];          /* 1 + the --set that gave each key (0: none) */
+    unsigned char bad[LLAMA__NUM_KEYS];    /* values refused: cross-key rules naming them stay silent */
+} llama__report;
+
+static void llama__report_line(llama__report *r, const char *text) {
+    r->errors++;
+    if (!r->err || r->errsize == 0 || r->used + 1 >= r->errsize) return;
+    int n = snprintf(r->err + r->used, r->errsize - r->used, "%s%s", r->used ? "\n" : "", text);
+    if (n < 0) return;
+    r->used += (size_t)n;
+    if (r->used >= r->errsize) r->used = r->errsize - 1;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static int llama__report_error(llama__report *r, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    llama__report_line(r, msg);
+    return -1;
+}
+
+/* Where key i was given: "FILE:LINE", "--set ARG", or "" (its default). */
+static void llama__origin(const llama__report *r, int i, char *buf, size_t size) {
+    buf[0] = 0;
+    if (r->line[i] && r->file) snprintf(buf, size, "%s:%d", r->file, r->line[i]);
+    else if (r->set_arg[i] && r->sets) snprintf(buf, size, "--set %s", r->sets[r->set_arg[i] - 1]);
+}
+
+/* Does `path` occur in msg as a whole key (not inside a longer one)? */
+static const char *llama__names_key(const char *msg, const char *path) {
+    size_t n = strlen(path);
+    for (const char *p = strstr(msg, path); p; p = strstr(p + 1, path)) {
+        const char before = p == msg ? ' ' : p[-1], after = p[n];
+        if (before != '.' && before != '_' && !(before >= 'a' && before <= 'z') && after != '.' && after != '_' &&
+            !(after >= 'a' && after <= 'z'))
+            return p;
+    }
+    return NULL;
+}
+
+/* A message that names keys by path, prefixed with where the first of them
+   that the file or a --set gave came from, and naming where the others came
+   from. Silent (returns 0) when a named key's own value was refused: the rule
+   then saw a default, not what the user wrote. */
+static int llama__locate(const llama__report *r, const char *msg, char *line, size_t size) {
+    char where[320], also[640];
+    int first = -1;
+    const char *first_at = NULL;
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        if (llama__keys[i].type == LLAMA__T_ALIAS) continue;
+        const char *at = llama__names_key(msg, llama__keys[i].path);
+        if (!at) continue;
+        if (r->bad[i]) return 0;
+        if (!r->line[i] && !r->set_arg[i]) continue;
+        if (!first_at || at < first_at) first = i, first_at = at;
+    }
+    size_t used = 0;
+    also[0] = 0;
+    for (int i = 0; i < LLAMA__NUM_KEYS && first >= 0; i++) {
+        if (i == first || llama__keys[i].type == LLAMA__T_ALIAS || (!r->line[i] && !r->set_arg[i]) ||
+            !llama__names_key(msg, llama__keys[i].path) || used + 1 >= sizeof also)
+            continue;
+        llama__origin(r, i, where, sizeof where);
+        used += (size_t)snprintf(also + used, sizeof also - used, "%s%s at %s", used ? ", " : " [", llama__keys[i].path,
+                                 where);
+    }
+    if (used && used + 1 < sizeof also) snprintf(also + used, sizeof also - used, "]");
+    if (first >= 0) {
+        llama__origin(r, first, where, sizeof where);
+        snprintf(line, size, "%s: %s%s", where, msg, also);
+    } else {
+        snprintf(line, size, "%s", msg);
+    }
+    return 1;
+}
+
+/* A cross-key rule broke: an error line, located. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static int llama__rule(llama__report *r, const char *fmt, ...) {
+    char msg[1024], line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (llama__locate(r, msg, line, sizeof line)) llama__report_line(r, line);
+    return -1;
+}
+
+/* A value that trains differently from MindFormers: a warning line, located. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void llama__changes(llama__report *r, const char *fmt, ...) {
+    char msg[1024], line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!llama__locate(r, msg, line, sizeof line)) return;
+    r->changes++;
+    if (r->warn) fprintf(r->warn, "warning: %s\n", line);
 }
 
 /* "path" or, with its alias spellings, "path (or alias, ...)": refusals name
@@ -822,40 +1168,37 @@ static void llama__key_names(const llama__key *k, char *buf, size_t size) {
 #define LLAMA__P(name) "parallel_config." name
 
 
-/* Pipeline: the layers split into pipeline_stage x pp_interleave_num virtual
-   stages (offset moving layers from the first to the last), the interleave
-   switches agreeing, and the interleaved schedule's micro-batch rule. */
-static int llama__check_pp(const llama_config *c, char *err, size_t errsize) {
+static int llama__check_pp(const llama_config *c, llama__report *r) {
     const int p = c->pipeline_stage, v = c->pp_interleave_num, vs = p * v;
     if (c->pipeline_interleave != (v > 1))
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            "parallel.pipeline_config.pipeline_interleave = %s with " LLAMA__K("pp_interleave_num")
                            " = %d: the interleaved schedule needs both (true and more than 1 chunk per rank), or neither",
                            c->pipeline_interleave ? "true" : "false", v);
     if (v > 1 && strcmp(c->pipeline_scheduler, "1f1b") != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            "parallel.pipeline_config.pipeline_interleave = true with "
                            "parallel.pipeline_config.pipeline_scheduler = %s: the interleaved schedule is 1F1B over "
                            "model chunks; use pipeline_scheduler 1f1b, or no interleave",
                            c->pipeline_scheduler);
     if (p == 1 && (v > 1 || c->offset != 0))
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("%s") " = %d needs " LLAMA__P("pipeline_stage") " > 1",
                            v > 1 ? "pp_interleave_num" : "offset", v > 1 ? v : c->offset);
     if (p == 1) return 0;
     if (c->num_layers % vs != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("num_layers") " = %d does not split into " LLAMA__P("pipeline_stage")
                            " x " LLAMA__K("pp_interleave_num") " = %d x %d = %d stages of equal size (layers are never "
                            "dropped: use a multiple of %d, and offset to make stages uneven)",
                            c->num_layers, p, v, vs, vs);
     if (c->num_layers / vs - c->offset < 1 || c->num_layers / vs + c->offset < 1)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("offset") " = %d leaves a stage without layers: %d layers per stage, the first gets "
                            "%d and the last %d",
                            c->offset, c->num_layers / vs, c->num_layers / vs - c->offset, c->num_layers / vs + c->offset);
     if (v > 1 && c->micro_batch_num % p != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__P("micro_batch_num") " = %d is not a multiple of " LLAMA__P("pipeline_stage")
                            " (%d): the interleaved schedule needs it (Megatron's constraint)",
                            c->micro_batch_num, p);
@@ -865,205 +1208,290 @@ static int llama__check_pp(const llama_config *c, char *err, size_t errsize) {
 /* Context parallel: the sequence split (zigzag needs 2 x ring degree chunks),
    the heads against the Ulysses degree (this rank's, after model_parallel),
    and use_ring_attention against the algorithm. Numbers and keys in the message. */
-static int llama__check_cp(const llama_config *c, int kv, char *err, size_t errsize) {
+static int llama__check_cp(const llama_config *c, int kv, llama__report *r) {
     const int cp = c->context_parallel, tp = c->model_parallel;
     const int hybrid = strcmp(c->context_parallel_algo, "hybrid_cp") == 0;
     const int u = strcmp(c->context_parallel_algo, "ulysses_cp") == 0 ? cp : hybrid ? c->ulysses_degree_in_cp : 1;
     const int ring = cp / u, heads = c->num_heads / tp, kvh = kv / tp;
     if (c->use_ring_attention && strcmp(c->context_parallel_algo, "colossalai_cp") != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("use_ring_attention") " = true asks for ring attention, but "
                            LLAMA__P("context_parallel_algo") " = %s; use colossalai_cp or set use_ring_attention false",
                            c->context_parallel_algo);
     if (c->seq_length % cp != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("context_parallel")
                            " (%d): each rank holds seq_length / context_parallel tokens (no padding)",
                            c->seq_length, cp);
     if (c->context_parallel_zigzag && ring > 1 && c->seq_length % (2 * ring) != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("seq_length") " = %d does not split into 2 x %d = %d zigzag chunks (ring degree "
                            "%d); use a multiple of %d or " LLAMA__P("context_parallel_zigzag") " = false",
                            c->seq_length, ring, 2 * ring, ring, 2 * cp);
     if (u > 1 && heads % u != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("num_heads") " / " LLAMA__P("model_parallel") " = %d heads per rank are not "
                            "divisible by the Ulysses degree %d (%s)",
                            heads, u, hybrid ? LLAMA__P("ulysses_degree_in_cp") : LLAMA__P("context_parallel") " under ulysses_cp");
     if (u > 1 && kvh % u != 0 && u % kvh != 0)
-        return llama__fail(err, errsize,
+        return llama__rule(r,
                            LLAMA__K("n_kv_heads") " / " LLAMA__P("model_parallel") " = %d kv heads per rank and the "
                            "Ulysses degree %d: one must divide the other (kv heads are split, or replicated)",
                            kvh, u);
     return 0;
 }
 
-int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
-    char why[256], val[64];
-    if (!c) return llama__fail(err, errsize, "llama_config_validate: config is NULL");
-    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
-        const llama__key *k = &llama__keys[i];
-        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE) continue;
-        if (llama__check_stored(k, c, why, sizeof why)) {
-            llama__value_text(k, c, val, sizeof val);
-            return llama__fail(err, errsize, "%s = %s: %s", k->path, val, why);
-        }
-    }
 
-    /* the parallel mode */
+/* The batch: the global batch (llama_config_global_batch) split into whole
+   samples over data_parallel x micro-batches x copies. The message spells
+   out the product MindFormers' keys make. */
+static void llama__check_batch(const llama_config *c, llama__report *r) {
+    const int fg = c->fine_grain_interleave > 1, copies = fg ? c->fine_grain_interleave : c->micro_batch_interleave_num;
+    const long long m = c->pipeline_stage > 1 ? (long long)c->micro_batch_num
+                                              : (long long)c->micro_batch_num * c->gradient_accumulation_steps;
+    const long long parts = (long long)c->data_parallel * m * copies;
+    if (m > LLAMA__MAX_BATCH) {
+        llama__rule(r, LLAMA__P("micro_batch_num") " x runner_config.gradient_accumulation_steps = %d x %d = %lld "
+                       "micro-batches per step is more than %d",
+                    c->micro_batch_num, c->gradient_accumulation_steps, m, LLAMA__MAX_BATCH);
+        return;
+    }
+    const int g = llama_config_global_batch(c);
+    char formula[320];
+    if (c->global_batch_size > 0)
+        snprintf(formula, sizeof formula, "runner_config.global_batch_size = %d", g);
+    else if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA)
+        snprintf(formula, sizeof formula,
+                 "the global batch runner_config.batch_size x " LLAMA__P("data_parallel")
+                 " x runner_config.gradient_accumulation_steps = %d x %d x %d = %lld",
+                 c->batch_size, c->data_parallel, c->gradient_accumulation_steps,
+                 (long long)c->batch_size * c->data_parallel * c->gradient_accumulation_steps);
+    else if (c->pipeline_stage > 1)
+        snprintf(formula, sizeof formula,
+                 "the global batch runner_config.batch_size x " LLAMA__P("data_parallel") " x " LLAMA__P("micro_batch_num")
+                 " x micro_batch_interleave_num = %d x %d x %d x %d = %lld",
+                 c->batch_size, c->data_parallel, c->micro_batch_num, c->micro_batch_interleave_num,
+                 (long long)c->batch_size * c->data_parallel * c->micro_batch_num * c->micro_batch_interleave_num);
+    else
+        snprintf(formula, sizeof formula,
+                 "the global batch runner_config.batch_size x " LLAMA__P("data_parallel") " x micro_batch_interleave_num"
+                 " x runner_config.gradient_accumulation_steps = %d x %d x %d x %d = %lld",
+                 c->batch_size, c->data_parallel, c->micro_batch_interleave_num, c->gradient_accumulation_steps,
+                 (long long)c->batch_size * c->data_parallel * c->micro_batch_interleave_num *
+                     c->gradient_accumulation_steps);
+    if (g < 0 || g > LLAMA__MAX_BATCH) {
+        llama__rule(r, "%s is larger than %d", formula, LLAMA__MAX_BATCH);
+        return;
+    }
+    if (g % parts == 0) return;
+    char split[320];
+    if (c->pipeline_stage > 1)
+        snprintf(split, sizeof split, LLAMA__P("data_parallel") " x " LLAMA__P("micro_batch_num") " x %s = %d x %d x %d",
+                 fg ? LLAMA__K("fine_grain_interleave") : "micro_batch_interleave_num", c->data_parallel,
+                 c->micro_batch_num, copies);
+    else
+        snprintf(split, sizeof split,
+                 LLAMA__P("data_parallel") " x runner_config.gradient_accumulation_steps x " LLAMA__P("micro_batch_num")
+                 " x %s = %d x %d x %d x %d",
+                 fg ? LLAMA__K("fine_grain_interleave") : "micro_batch_interleave_num", c->data_parallel,
+                 c->gradient_accumulation_steps, c->micro_batch_num, copies);
+    llama__rule(r, "%s does not split into %s = %lld equal parts of whole samples%s", formula, split, parts,
+                c->pipeline_stage == 1 && c->micro_batch_num > 1 && c->global_batch_size == 0
+                    ? " (MindFormers uses " LLAMA__P("micro_batch_num") " only under pipeline; 1 trains the same)"
+                    : "");
+}
+
+/* MindFormers switches of features that are not here, refused by name. */
+static void llama__check_todo(const llama_config *c, llama__report *r) {
+    char val[64];
+    if (c->optimizer_level == 3)
+        llama__rule(r, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
+    const struct {
+        const char *key;
+        int value, def;
+        const char *reason;
+    } todo[] = {
+        {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
+        {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
+    };
+    for (size_t i = 0; i < sizeof todo / sizeof todo[0]; i++) {
+        if (todo[i].value == todo[i].def) continue;
+        const llama__key *k = llama__find(todo[i].key, strlen(todo[i].key));
+        char names[2 * LLAMA__MAX_PATH + 16];
+        llama__key_names(k, names, sizeof names);
+        llama__value_text(k, c, val, sizeof val);
+        llama__rule(r, "%s = %s: %s", names, val, todo[i].reason);
+    }
+}
+
+static void llama__check_mode(const llama_config *c, llama__report *r) {
     if (c->parallel_mode == LLAMA_PARALLEL_MODE_HYBRID)
-        return llama__fail(err, errsize, "parallel.parallel_mode = hybrid_parallel: " LLAMA__NO_HYBRID);
+        llama__rule(r, "parallel.parallel_mode = hybrid_parallel: " LLAMA__NO_HYBRID);
     if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA &&
         (c->model_parallel > 1 || c->context_parallel > 1 || c->pipeline_stage > 1))
-        return llama__fail(err, errsize,
-                           "parallel.parallel_mode = data_parallel is pure data parallel: " LLAMA__P("model_parallel")
-                           " (%d), " LLAMA__P("context_parallel") " (%d) and " LLAMA__P("pipeline_stage")
-                           " (%d) must be 1; use semi_auto_parallel to combine data parallel with other splits",
-                           c->model_parallel, c->context_parallel, c->pipeline_stage);
+        llama__rule(r,
+                    "parallel.parallel_mode = data_parallel is pure data parallel: " LLAMA__P("model_parallel")
+                    " (%d), " LLAMA__P("context_parallel") " (%d) and " LLAMA__P("pipeline_stage")
+                    " (%d) must be 1; use semi_auto_parallel to combine data parallel with other splits",
+                    c->model_parallel, c->context_parallel, c->pipeline_stage);
     if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA && c->full_batch)
-        return llama__fail(err, errsize,
-                           "parallel.parallel_mode = data_parallel needs parallel.full_batch = false: in data_parallel "
-                           "mode each rank reads its own runner_config.batch_size samples (as in MindSpore); use "
-                           "semi_auto_parallel for a global batch_size");
+        llama__rule(r, "parallel.parallel_mode = data_parallel needs parallel.full_batch = false: in data_parallel "
+                       "mode each rank reads its own runner_config.batch_size samples (as in MindSpore)");
     if (c->parallel_mode == LLAMA_PARALLEL_MODE_STAND_ALONE &&
         (c->data_parallel > 1 || c->model_parallel > 1 || c->pipeline_stage > 1 || c->context_parallel > 1))
-        return llama__fail(err, errsize,
-                           "parallel.parallel_mode = stand_alone runs on one device, but " LLAMA__P("data_parallel")
-                           " x model_parallel x pipeline_stage x context_parallel = %d x %d x %d x %d ranks",
-                           c->data_parallel, c->model_parallel, c->pipeline_stage, c->context_parallel);
+        llama__rule(r,
+                    "parallel.parallel_mode = stand_alone runs on one device, but " LLAMA__P("data_parallel")
+                    " x model_parallel x pipeline_stage x context_parallel = %d x %d x %d x %d ranks",
+                    c->data_parallel, c->model_parallel, c->pipeline_stage, c->context_parallel);
+}
 
-    /* switches whose feature has not landed */
-    if (c->optimizer_level == 3)
-        return llama__fail(err, errsize, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
-    {
-        const struct {
-            const char *key;
-            int value, def;
-            const char *reason;
-        } todo[] = {
-            {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
-            {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
-            {"runner_config.gradient_accumulation_steps", c->gradient_accumulation_steps, 1, LLAMA__NO_GRAD_ACCUM},
-        };
-        for (size_t i = 0; i < sizeof todo / sizeof todo[0]; i++) {
-            if (todo[i].value == todo[i].def) continue;
-            const llama__key *k = llama__find(todo[i].key, strlen(todo[i].key));
-            char names[2 * LLAMA__MAX_PATH + 16];
-            llama__key_names(k, names, sizeof names);
-            llama__value_text(k, c, val, sizeof val);
-            return llama__fail(err, errsize, "%s = %s: %s", names, val, todo[i].reason);
-        }
-    }
-
-    /* cross-key rules */
+/* Heads, head dim, kv heads, and every dim tensor parallel splits. */
+static void llama__check_shapes(const llama_config *c, int kv, int ffn, llama__report *r) {
     if (c->hidden_size % c->num_heads != 0)
-        return llama__fail(err, errsize, LLAMA__K("hidden_size") " = %d is not divisible by " LLAMA__K("num_heads") " (%d)",
-                           c->hidden_size, c->num_heads);
-    if ((c->hidden_size / c->num_heads) % 2 != 0)
-        return llama__fail(err, errsize,
-                           "the head dim " LLAMA__K("hidden_size") " / " LLAMA__K("num_heads") " = %d / %d = %d is odd; "
-                           "RoPE rotates the two halves of each head, so it must be even",
-                           c->hidden_size, c->num_heads, c->hidden_size / c->num_heads);
-    int kv = c->n_kv_heads ? c->n_kv_heads : c->num_heads;
+        llama__rule(r, LLAMA__K("hidden_size") " = %d is not divisible by " LLAMA__K("num_heads") " (%d)", c->hidden_size,
+                    c->num_heads);
+    else if ((c->hidden_size / c->num_heads) % 2 != 0)
+        llama__rule(r,
+                    "the head dim " LLAMA__K("hidden_size") " / " LLAMA__K("num_heads") " = %d / %d = %d is odd; "
+                    "RoPE rotates the two halves of each head, so it must be even",
+                    c->hidden_size, c->num_heads, c->hidden_size / c->num_heads);
     if (c->num_heads % kv != 0)
-        return llama__fail(err, errsize, LLAMA__K("num_heads") " = %d is not divisible by " LLAMA__K("n_kv_heads") " (%d)",
-                           c->num_heads, kv);
-    int err_cp;
-    if (c->ulysses_degree_in_cp > 0 && c->context_parallel % c->ulysses_degree_in_cp != 0)
-        return llama__fail(err, errsize,
-                           LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
-                           c->context_parallel, c->ulysses_degree_in_cp);
-    /* multi-copy and fine-grained interleave: copies of the tensor-parallel layers (no pipeline or
-       cp collectives inside), one kind at a time, whole samples per copy */
+        llama__rule(r, LLAMA__K("num_heads") " = %d is not divisible by " LLAMA__K("n_kv_heads") " (%d)", c->num_heads,
+                    kv);
+    if (ffn < 1 || ffn > 1048576)
+        llama__rule(r, "the FFN width from " LLAMA__K("hidden_size") " = %d, " LLAMA__K("multiple_of") " = %d and "
+                       LLAMA__K("ffn_dim_multiplier") " is %d, outside [1, 1048576]; give "
+                       LLAMA__K("intermediate_size"), c->hidden_size, c->multiple_of, ffn);
+    if (c->model_parallel == 1) return;
+    /* every split dim divisible by model_parallel (checked here, before
+       anything is allocated); kv heads are not replicated across tp ranks */
+    const int tp = c->model_parallel;
+    const struct {
+        const char *key;
+        int value;
+    } dims[] = {{LLAMA__K("num_heads"), c->num_heads},
+                {LLAMA__K("n_kv_heads"), kv},
+                {LLAMA__K("hidden_size"), c->hidden_size},
+                {c->intermediate_size > 0 ? LLAMA__K("intermediate_size")
+                                          : "the FFN width (from " LLAMA__K("hidden_size") " and " LLAMA__K("multiple_of") ")",
+                 ffn},
+                {LLAMA__K("vocab_size"), c->vocab_size}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (i == 1 && kv < tp)
+            llama__rule(r,
+                        LLAMA__K("n_kv_heads") " = %d is smaller than " LLAMA__P("model_parallel") " (%d): "
+                        "each tensor-parallel rank needs its own kv heads (kv heads are not replicated); "
+                        "use model_parallel <= %d",
+                        kv, tp, kv);
+        else if (dims[i].value % tp != 0)
+            llama__rule(r, "%s = %d is not divisible by " LLAMA__P("model_parallel") " (%d)", dims[i].key, dims[i].value, tp);
+    }
+    if (c->use_seq_parallel && c->context_parallel == 1 && c->seq_length % tp != 0)
+        llama__rule(r,
+                    LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("model_parallel") " (%d), "
+                    "which " LLAMA__P("use_seq_parallel") " splits it over",
+                    c->seq_length, tp);
+    else if (c->use_seq_parallel && (c->seq_length / c->context_parallel) % tp != 0)
+        llama__rule(r,
+                    LLAMA__K("seq_length") " / " LLAMA__P("context_parallel") " = %d / %d tokens per rank "
+                    "are not divisible by " LLAMA__P("model_parallel") " (%d), which "
+                    LLAMA__P("use_seq_parallel") " splits them over",
+                    c->seq_length, c->context_parallel, tp);
+}
+
+/* Multi-copy and fine-grained interleave: copies of the tensor-parallel
+   layers (no pipeline or cp collectives inside), one kind at a time. */
+static void llama__check_copies(const llama_config *c, llama__report *r) {
     const int fg = c->fine_grain_interleave > 1, copies = fg ? c->fine_grain_interleave : c->micro_batch_interleave_num;
     const char *copies_key = fg ? LLAMA__K("fine_grain_interleave") " (or parallel_config.fine_grain_interleave)"
                                 : "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num)";
     if (fg && c->micro_batch_interleave_num > 1)
-        return llama__fail(err, errsize,
-                           "micro_batch_interleave_num = %d and " LLAMA__K("fine_grain_interleave") " = %d: use one "
-                           "of them (both cut the micro-batch into copies)",
-                           c->micro_batch_interleave_num, c->fine_grain_interleave);
+        llama__rule(r,
+                    "micro_batch_interleave_num = %d and " LLAMA__K("fine_grain_interleave") " = %d: use one "
+                    "of them (both cut the micro-batch into copies)",
+                    c->micro_batch_interleave_num, c->fine_grain_interleave);
     if (fg && !c->use_seq_parallel)
-        return llama__fail(err, errsize,
-                           "%s = %d needs " LLAMA__P("use_seq_parallel") " true (as in MindFormers: the slices' "
-                           "all-gathers and reduce-scatters are what it overlaps)", copies_key, copies);
+        llama__rule(r,
+                    "%s = %d needs " LLAMA__P("use_seq_parallel") " true (as in MindFormers: the slices' "
+                    "all-gathers and reduce-scatters are what it overlaps)",
+                    copies_key, copies);
     if (copies > 1 && (c->pipeline_stage > 1 || c->context_parallel > 1))
-        return llama__fail(err, errsize,
-                           "%s = %d with " LLAMA__P("%s") " = %d: the copies run the tensor-parallel layers and are "
-                           "not supported with %s yet; use 1 there, or 1 copy",
-                           copies_key, copies, c->pipeline_stage > 1 ? "pipeline_stage" : "context_parallel",
-                           c->pipeline_stage > 1 ? c->pipeline_stage : c->context_parallel,
-                           c->pipeline_stage > 1 ? "pipeline parallelism" : "context parallelism");
-    if (copies > 1) {
-        const long long per = (long long)c->micro_batch_num * copies * (c->full_batch ? c->data_parallel : 1);
-        if (c->batch_size % per != 0)
-            return llama__fail(err, errsize,
-                               "runner_config.batch_size = %d is not divisible by %s%.0d%s" LLAMA__P("micro_batch_num")
-                               " (%d) x %s (%d): every copy of a micro-batch gets whole samples",
-                               c->batch_size, c->full_batch ? LLAMA__P("data_parallel") " (" : "",
-                               c->full_batch ? c->data_parallel : 0, c->full_batch ? ") x " : "", c->micro_batch_num,
-                               fg ? "fine_grain_interleave" : "micro_batch_interleave_num", copies);
+        llama__rule(r,
+                    "%s = %d with " LLAMA__P("%s") " = %d: the copies run the tensor-parallel layers and are "
+                    "not supported with %s yet; use 1 there, or 1 copy",
+                    copies_key, copies, c->pipeline_stage > 1 ? "pipeline_stage" : "context_parallel",
+                    c->pipeline_stage > 1 ? c->pipeline_stage : c->context_parallel,
+                    c->pipeline_stage > 1 ? "pipeline parallelism" : "context parallelism");
+}
+
+/* Clipping, the schedule, the checkpoint to start from. */
+static void llama__check_training(const llama_config *c, llama__report *r) {
+    if (c->use_clip_grad && c->max_grad_norm > 0 && c->max_grad_norm != c->wrapper_max_grad_norm) {
+        char a[32], b[32];
+        llama__format_float(c->max_grad_norm, a, sizeof a);
+        llama__format_float(c->wrapper_max_grad_norm, b, sizeof b);
+        llama__rule(r, "max_grad_norm = %s and runner_wrapper.max_grad_norm = %s with runner_wrapper.use_clip_grad = "
+                       "true: two clipping norms; keep one",
+                    a, b);
     }
-    /* the batch: global (full_batch) or per data-parallel rank */
-    long long split = (long long)c->data_parallel * c->micro_batch_num;
-    if (c->full_batch && c->batch_size % split != 0)
-        return llama__fail(err, errsize,
-                           "runner_config.batch_size = %d is not divisible by " LLAMA__P("data_parallel") " (%d) x " LLAMA__P(
-                               "micro_batch_num") " (%d)",
-                           c->batch_size, c->data_parallel, c->micro_batch_num);
-    if (!c->full_batch && c->batch_size % c->micro_batch_num != 0)
-        return llama__fail(err, errsize,
-                           "runner_config.batch_size = %d (per data-parallel rank: parallel.full_batch is false) is not "
-                           "divisible by " LLAMA__P("micro_batch_num") " (%d)",
-                           c->batch_size, c->micro_batch_num);
-    if (!c->full_batch && (long long)c->batch_size * c->data_parallel > LLAMA__MAX_BATCH)
-        return llama__fail(err, errsize,
-                           "the global batch runner_config.batch_size x " LLAMA__P("data_parallel") " = %d x %d = %lld "
-                           "(parallel.full_batch is false) is larger than %d",
-                           c->batch_size, c->data_parallel, (long long)c->batch_size * c->data_parallel, LLAMA__MAX_BATCH);
-    /* tensor parallel: every split dim divisible by model_parallel (checked here,
-       before anything is allocated); kv heads are not replicated across tp ranks */
-    if (c->model_parallel > 1) {
-        const int tp = c->model_parallel;
-        const struct { const char *key; int value; } dims[] = {
-            {LLAMA__K("num_heads"), c->num_heads},     {LLAMA__K("n_kv_heads"), kv},
-            {LLAMA__K("hidden_size"), c->hidden_size}, {LLAMA__K("intermediate_size"), c->intermediate_size},
-            {LLAMA__K("vocab_size"), c->vocab_size}};
-        for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-            if (i == 1 && kv < tp)
-                return llama__fail(err, errsize,
-                                   LLAMA__K("n_kv_heads") " = %d is smaller than " LLAMA__P("model_parallel") " (%d): "
-                                   "each tensor-parallel rank needs its own kv heads (kv heads are not replicated); "
-                                   "use model_parallel <= %d",
-                                   kv, tp, kv);
-            if (dims[i].value % tp != 0)
-                return llama__fail(err, errsize, "%s = %d is not divisible by " LLAMA__P("model_parallel") " (%d)",
-                                   dims[i].key, dims[i].value, tp);
-        }
-        if (c->use_seq_parallel && c->context_parallel == 1 && c->seq_length % tp != 0)
-            return llama__fail(err, errsize,
-                               LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("model_parallel") " (%d), "
-                               "which " LLAMA__P("use_seq_parallel") " splits it over",
-                               c->seq_length, tp);
-        if (c->use_seq_parallel && (c->seq_length / c->context_parallel) % tp != 0)
-            return llama__fail(err, errsize,
-                               LLAMA__K("seq_length") " / " LLAMA__P("context_parallel") " = %d / %d tokens per rank "
-                               "are not divisible by " LLAMA__P("model_parallel") " (%d), which "
-                               LLAMA__P("use_seq_parallel") " splits them over",
-                               c->seq_length, c->context_parallel, tp);
-    }
-    if (c->context_parallel > 1 && (err_cp = llama__check_cp(c, kv, err, errsize)) != 0) return err_cp;
-    if ((err_cp = llama__check_pp(c, err, errsize)) != 0) return err_cp;
-    if (c->total_steps > 0 && c->warmup_steps > c->total_steps)
-        return llama__fail(err, errsize, "lr_schedule.warmup_steps = %d is larger than lr_schedule.total_steps (%d)",
-                           c->warmup_steps, c->total_steps);
+    if (c->total_steps > 0 && c->warmup_ratio <= 0 && c->warmup_steps > c->total_steps)
+        llama__rule(r, "lr_schedule.warmup_steps = %d is larger than lr_schedule.total_steps (%d)", c->warmup_steps,
+                    c->total_steps);
     if (strcmp(c->lr_schedule, "cosine") == 0 && c->min_lr > c->learning_rate) {
         char lo[32], hi[32];
         llama__format_float(c->min_lr, lo, sizeof lo);
         llama__format_float(c->learning_rate, hi, sizeof hi);
-        return llama__fail(err, errsize, "lr_schedule.min_lr = %s is larger than optimizer.learning_rate (%s)", lo, hi);
+        llama__rule(r, "lr_schedule.min_lr = %s is larger than optimizer.learning_rate (%s)", lo, hi);
     }
-    return 0;
+    const size_t n = strlen(c->load_checkpoint);
+    if (n >= 5 && strcmp(c->load_checkpoint + n - 5, ".ckpt") == 0)
+        llama__rule(r,
+                    "load_checkpoint = %s: MindSpore .ckpt files cannot be read here; convert it to a Hugging Face "
+                    ".safetensors file (MindFormers ships convert_weight.py for Llama) and name that",
+                    c->load_checkpoint);
+    if (c->resume_training && n == 0)
+        llama__rule(r, "resume_training = true needs load_checkpoint: the checkpoint (a --save-dir step directory or "
+                       "a .safetensors file) to resume");
+}
+
+static void llama__validate(const llama_config *c, llama__report *r) {
+    char why[256], val[300];
+    int out_of_range = 0;
+    for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
+        const llama__key *k = &llama__keys[i];
+        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE || r->bad[i]) continue;
+        if (llama__check_stored(k, c, why, sizeof why)) {
+            llama__value_text(k, c, val, sizeof val);
+            llama__report_error(r, "%s = %s: %s", k->path, val, why);
+            out_of_range = 1;
+        }
+    }
+    if (out_of_range) return; /* the rules below divide by these values */
+    const int kv = c->n_kv_heads ? c->n_kv_heads : c->num_heads, ffn = llama_config_ffn_width(c);
+    llama__check_mode(c, r);
+    llama__check_todo(c, r);
+    llama__check_shapes(c, kv, ffn, r);
+    if (c->context_parallel % c->ulysses_degree_in_cp != 0)
+        llama__rule(r, LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
+                    c->context_parallel, c->ulysses_degree_in_cp);
+    else if (c->context_parallel > 1)
+        llama__check_cp(c, kv, r);
+    llama__check_copies(c, r);
+    llama__check_batch(c, r);
+    llama__check_pp(c, r);
+    llama__check_training(c, r);
+}
+
+int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
+    if (!c) return llama__fail(err, errsize, "llama_config_validate: config is NULL");
+    llama__report *r = (llama__report *)calloc(1, sizeof *r);
+    if (!r) return llama__fail(err, errsize, "llama_config_validate: out of memory");
+    r->err = err, r->errsize = errsize;
+    if (err && errsize) err[0] = 0;
+    llama__validate(c, r);
+    int rc = r->errors ? -1 : 0;
+    free(r);
+    return rc;
 }
 
 /* ---- YAML file ------------------------------------------------------------- */
@@ -1071,15 +1499,14 @@ int llama_config_validate(const llama_config *c, char *err, size_t errsize) {
 typedef struct llama__loader {
     const char *file;
     llama_config *cfg;
-    FILE *warn;
-    char *err;
-    size_t errsize;
+    llama__report *rep;
     yaml_parser_t parser;
     char **seen;      /* every path met in the file, for duplicate keys */
     int *seen_line;
     int num_seen, cap_seen;
-    int set_by[sizeof(llama__keys) / sizeof(llama__keys[0])];   /* key index + 1 that set this field in the file */
-    int set_line[sizeof(llama__keys) / sizeof(llama__keys[0])];
+    int set_by[LLAMA__NUM_KEYS]; /* key index + 1 that set this field in the file */
+    char unknown[2048];          /* the unknown keys' summary, grouped by section */
+    int num_unknown;
 } llama__loader;
 
 static int llama__next(llama__loader *l, yaml_event_t *ev) {
@@ -1087,12 +1514,12 @@ static int llama__next(llama__loader *l, yaml_event_t *ev) {
     const yaml_parser_t *p = &l->parser;
     const char *problem = p->problem ? p->problem : "unknown error";
     if (p->error == YAML_READER_ERROR)
-        return llama__fail(l->err, l->errsize, "%s: malformed YAML: %s at byte %zu", l->file, problem, p->problem_offset);
+        return llama__report_error(l->rep, "%s: malformed YAML: %s at byte %zu", l->file, problem, p->problem_offset);
     if (p->context)
-        return llama__fail(l->err, l->errsize, "%s:%zu:%zu: malformed YAML: %s %s", l->file, p->problem_mark.line + 1,
-                           p->problem_mark.column + 1, p->context, problem);
-    return llama__fail(l->err, l->errsize, "%s:%zu:%zu: malformed YAML: %s", l->file, p->problem_mark.line + 1,
-                       p->problem_mark.column + 1, problem);
+        return llama__report_error(l->rep, "%s:%zu:%zu: malformed YAML: %s %s", l->file, p->problem_mark.line + 1,
+                                   p->problem_mark.column + 1, p->context, problem);
+    return llama__report_error(l->rep, "%s:%zu:%zu: malformed YAML: %s", l->file, p->problem_mark.line + 1,
+                               p->problem_mark.column + 1, problem);
 }
 
 static int llama__line(const yaml_event_t *ev) { return (int)ev->start_mark.line + 1; }
@@ -1101,8 +1528,10 @@ static const char *llama__node_kind(yaml_event_type_t t) {
     return t == YAML_SEQUENCE_START_EVENT ? "a sequence" : t == YAML_MAPPING_START_EVENT ? "a mapping" : "an alias";
 }
 
-/* Skip the rest of a mapping or sequence whose start event was just read. */
-static int llama__skip(llama__loader *l) {
+/* Skip the rest of a value whose first event was just read (nothing to skip
+   for a scalar or an alias). */
+static int llama__skip_value(llama__loader *l, const yaml_event_t *first) {
+    if (first->type != YAML_MAPPING_START_EVENT && first->type != YAML_SEQUENCE_START_EVENT) return 0;
     int depth = 1;
     while (depth > 0) {
         yaml_event_t ev;
@@ -1114,38 +1543,63 @@ static int llama__skip(llama__loader *l) {
     return 0;
 }
 
-/* Record a path; -1 with the error if the file already had it. */
+/* Record a path; 1 (an error reported: skip the value) if the file already had it. */
 static int llama__note_path(llama__loader *l, const char *path, int line) {
     for (int i = 0; i < l->num_seen; i++)
-        if (strcmp(l->seen[i], path) == 0)
-            return llama__fail(l->err, l->errsize, "%s:%d: duplicate key '%s' (first at line %d)", l->file, line, path,
-                               l->seen_line[i]);
+        if (strcmp(l->seen[i], path) == 0) {
+            llama__report_error(l->rep, "%s:%d: duplicate key '%s' (first at line %d)", l->file, line, path,
+                                l->seen_line[i]);
+            return 1;
+        }
     if (l->num_seen == l->cap_seen) {
         int cap = l->cap_seen ? 2 * l->cap_seen : 32;
         char **s = (char **)realloc(l->seen, (size_t)cap * sizeof *s);
         if (s) l->seen = s;
         int *n = (int *)realloc(l->seen_line, (size_t)cap * sizeof *n);
         if (n) l->seen_line = n;
-        if (!s || !n) return llama__fail(l->err, l->errsize, "%s: out of memory", l->file);
+        if (!s || !n) return llama__report_error(l->rep, "%s: out of memory", l->file);
         l->cap_seen = cap;
     }
     size_t len = strlen(path) + 1;
     char *copy = (char *)malloc(len);
-    if (!copy) return llama__fail(l->err, l->errsize, "%s: out of memory", l->file);
+    if (!copy) return llama__report_error(l->rep, "%s: out of memory", l->file);
     memcpy(copy, path, len);
     l->seen[l->num_seen] = copy;
     l->seen_line[l->num_seen++] = line;
     return 0;
 }
 
-static void llama__warn_unknown(llama__loader *l, const char *path, int line) {
-    if (!l->warn) return;
-    char hint[LLAMA__MAX_PATH + 1];
+/* The sections the trainer reads: an unknown key there is listed by name in
+   the summary; elsewhere (datasets, callbacks, context, ...) by section. */
+static int llama__read_section(const char *path) {
+    static const char *const read[] = {"model.",          "parallel.",      "parallel_config.", "optimizer.",
+                                       "lr_schedule.",    "runner_config.", "runner_wrapper.",  "recompute_config.",
+                                       NULL};
+    for (int i = 0; read[i]; i++)
+        if (strncmp(path, read[i], strlen(read[i])) == 0) return 1;
+    return !strchr(path, '.');
+}
+
+/* An unknown key: a likely typo (a close known key) gets its own warning;
+   the rest go into the one-line summary. */
+static void llama__unknown(llama__loader *l, const char *path, int line) {
+    char hint[LLAMA__MAX_PATH + 1], group[LLAMA__MAX_PATH + 1];
     llama__suggest(path, hint, sizeof hint);
-    if (hint[0])
-        fprintf(l->warn, "warning: %s:%d: unknown key '%s' ignored (did you mean '%s'?)\n", l->file, line, path, hint);
-    else
-        fprintf(l->warn, "warning: %s:%d: unknown key '%s' ignored\n", l->file, line, path);
+    if (hint[0]) {
+        if (l->rep->warn)
+            fprintf(l->rep->warn, "warning: %s:%d: unknown key '%s' ignored (did you mean '%s'?)\n", l->file, line, path,
+                    hint);
+        return;
+    }
+    l->num_unknown++;
+    const char *dot = strchr(path, '.');
+    if (llama__read_section(path)) snprintf(group, sizeof group, "'%s'", path);
+    else snprintf(group, sizeof group, "'%.*s.*'", (int)(dot - path), path);
+    /* one entry per group: "train_dataset.*" once, however many keys */
+    size_t n = strlen(group), used = strlen(l->unknown);
+    for (const char *p = strstr(l->unknown, group); p; p = strstr(p + 1, group))
+        if (p[n] == ',' || p[n] == 0) return;
+    if (used + n + 3 < sizeof l->unknown) snprintf(l->unknown + used, sizeof l->unknown - used, "%s%s", used ? ", " : "", group);
 }
 
 static int llama__is_null(const yaml_event_t *ev) {
@@ -1154,51 +1608,95 @@ static int llama__is_null(const yaml_event_t *ev) {
     return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
-/* A scalar value at `path`. */
-static int llama__file_scalar(llama__loader *l, const char *path, const yaml_event_t *ev) {
+static int llama__same_text(const char *a, const char *b) {
+    for (; *a && *b; a++, b++)
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) return 0;
+    return *a == *b;
+}
+
+/* A known key that is accepted but not honoured (LLAMA__CHANGES): does this
+   value differ from its default, so that training differs from MindFormers'? */
+static int llama__differs_from_default(const llama__key *k, const char *text) {
+    if (k->type == LLAMA__T_BOOL) {
+        int a = 0, b = 0;
+        return llama__parse_bool(text, &a) == 0 && llama__parse_bool(k->def, &b) == 0 && a != b;
+    }
+    if (k->type == LLAMA__T_FLOAT) return strtod(text, NULL) != strtod(k->def, NULL);
+    return !llama__same_text(text, k->def);
+}
+
+/* Key index k took `text` from `where` (a file line or a --set): report a
+   value that changes training. */
+static void llama__note_changes(llama__report *r, const llama__key *k, const char *text) {
+    if (!(k->flags & LLAMA__CHANGES) || !llama__differs_from_default(k, text)) return;
+    llama__changes(r, "%s = %.60s changes training: %s", k->path, text, k->help);
+}
+
+/* A scalar value at `path`. Problems are reported and loading goes on. */
+static void llama__file_scalar(llama__loader *l, const char *path, const yaml_event_t *ev) {
     int line = llama__line(ev);
     const char *text = (const char *)ev->data.scalar.value;
     const llama__key *k = llama__find(path, strlen(path));
     if (!k) {
         const llama__key *ex = llama__section_example(path, strlen(path));
-        if (ex && llama__is_null(ev)) return 0; /* "parallel:" with nothing under it */
+        if (ex && llama__is_null(ev)) return; /* "parallel:" with nothing under it */
         if (ex)
-            return llama__fail(l->err, l->errsize, "%s:%d: '%s' is a section and needs keys under it (e.g. %s), not '%.40s'",
-                               l->file, line, path, ex->path, text);
-        llama__warn_unknown(l, path, line);
-        return 0;
+            llama__report_error(l->rep, "%s:%d: '%s' is a section and needs keys under it (e.g. %s), not '%.40s'", l->file,
+                                line, path, ex->path, text);
+        else
+            llama__unknown(l, path, line);
+        return;
     }
     const llama__key *t = llama__resolve_alias(k);
+    const int ti = (int)(t - llama__keys), ki = (int)(k - llama__keys);
     char why[320];
-    if (llama__is_null(ev)) return llama__fail(l->err, l->errsize, "%s:%d: %s has no value", l->file, line, path);
-    if (t->offset == LLAMA__NONE) {
-        if (llama__parse_value(t, text, l->cfg, why, sizeof why))
-            return llama__fail(l->err, l->errsize, "%s:%d: %s = %.40s: %s", l->file, line, path, text, why);
-        return 0;
+    if (llama__is_null(ev)) {
+        if (t->type == LLAMA__T_STRING || t->type == LLAMA__T_TEXT) return; /* "load_checkpoint:" = none */
+        if (t == llama__find("model.model_config.n_kv_heads", 29) ||
+            t == llama__find("model.model_config.intermediate_size", 36) ||
+            t == llama__find("model.model_config.ffn_dim_multiplier", 37))
+            return; /* MindFormers' None: derived (the default) */
+        llama__report_error(l->rep, "%s:%d: %s has no value", l->file, line, path);
+        l->rep->bad[ti] = 1;
+        return;
     }
     /* Parse into a copy: an alias that contradicts its target (both spelled
        out in the file with different values) is an error, not a silent win. */
     llama_config before = *l->cfg;
-    if (llama__parse_value(t, text, l->cfg, why, sizeof why))
-        return llama__fail(l->err, l->errsize, "%s:%d: %s = %.40s: %s", l->file, line, path, text, why);
-    int ti = (int)(t - llama__keys), ki = (int)(k - llama__keys);
+    if (llama__parse_value(t, text, l->cfg, why, sizeof why)) {
+        llama__report_error(l->rep, "%s:%d: %s = %.40s: %s", l->file, line, path, text, why);
+        if (t->offset != LLAMA__NONE) l->rep->bad[ti] = 1;
+        return;
+    }
+    if (t->offset == LLAMA__NONE) {
+        l->rep->line[ti] = line;
+        llama__note_changes(l->rep, t, text);
+        return;
+    }
     if (l->set_by[ti] && l->set_by[ti] != ki + 1) {
-        size_t n = t->size ? t->size : t->type == LLAMA__T_U64 ? sizeof(uint64_t) : sizeof(int);
+        size_t n = t->size                    ? t->size
+                   : t->type == LLAMA__T_U64  ? sizeof(uint64_t)
+                   : t->type == LLAMA__T_PAIR ? 2 * sizeof(float)
+                                              : sizeof(int);
         if (memcmp(llama__cfield(&before, t), llama__cfield(l->cfg, t), n) != 0) {
-            char old[64];
+            char old[300];
             llama__value_text(t, &before, old, sizeof old);
             *l->cfg = before;
-            return llama__fail(l->err, l->errsize, "%s:%d: %s = %.40s contradicts %s = %s at line %d; keep one", l->file,
-                               line, path, text, llama__keys[l->set_by[ti] - 1].path, old, l->set_line[ti]);
+            llama__report_error(l->rep, "%s:%d: %s = %.40s contradicts %s = %s at line %d; keep one", l->file, line, path,
+                                text, llama__keys[l->set_by[ti] - 1].path, old, l->rep->line[ti]);
+            return;
         }
     }
     l->set_by[ti] = ki + 1;
-    l->set_line[ti] = line;
-    return 0;
+    l->rep->line[ti] = line;
+    if (t->type == LLAMA__T_PAIR) /* betas: both halves were given here */
+        for (int i = 0; i < LLAMA__NUM_KEYS; i++)
+            if (llama__keys[i].offset == t->offset + sizeof(float) || (llama__keys[i].offset == t->offset && i != ti))
+                l->rep->line[i] = line;
 }
 
 /* MindFormers also takes a list for a few keys: per-stage or per-operator
-   forms of features that have not landed. Such a list is refused with the
+   forms of features that are not here. Such a list is refused with the
    feature's reason rather than as a shape error. NULL for other keys. */
 static const char *llama__list_refusal(const llama__key *k) {
     static const struct {
@@ -1214,8 +1712,50 @@ static const char *llama__list_refusal(const llama__key *k) {
     return NULL;
 }
 
+/* A PAIR key written as a YAML list ("betas: [0.9, 0.95]"): the sequence's
+   scalars joined with commas and read as the --set text would be. */
+static int llama__file_pair(llama__loader *l, const char *path, int line) {
+    char text[128] = "";
+    size_t used = 0;
+    int items = 0, ok = 1;
+    for (;;) {
+        yaml_event_t ev;
+        if (llama__next(l, &ev)) return -1;
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (ev.type != YAML_SCALAR_EVENT) {
+            ok = 0;
+            int rc = llama__skip_value(l, &ev);
+            yaml_event_delete(&ev);
+            if (rc) return -1;
+            continue;
+        }
+        if (used + 1 < sizeof text)
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", items ? "," : "",
+                                     (const char *)ev.data.scalar.value);
+        items++;
+        yaml_event_delete(&ev);
+    }
+    if (!ok) {
+        llama__report_error(l->rep, "%s:%d: %s needs a list of numbers", l->file, line, path);
+        return 0;
+    }
+    yaml_event_t fake;
+    memset(&fake, 0, sizeof fake);
+    fake.type = YAML_SCALAR_EVENT;
+    fake.start_mark.line = (size_t)(line - 1);
+    fake.data.scalar.value = (yaml_char_t *)text;
+    fake.data.scalar.length = used;
+    fake.data.scalar.style = YAML_PLAIN_SCALAR_STYLE;
+    llama__file_scalar(l, path, &fake);
+    return 0;
+}
+
 /* The body of a mapping whose start event was just read; `path` is its
-   dotted path ("" at the top). */
+   dotted path ("" at the top). -1 only for malformed YAML (or no memory):
+   every other problem is reported and the load goes on. */
 static int llama__file_mapping(llama__loader *l, const char *path) {
     for (;;) {
         yaml_event_t key, val;
@@ -1227,38 +1767,59 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
         int line = llama__line(&key);
         if (key.type != YAML_SCALAR_EVENT) {
             const char *kind = llama__node_kind(key.type);
+            int rc = llama__skip_value(l, &key);
             yaml_event_delete(&key);
-            return llama__fail(l->err, l->errsize, "%s:%d: a key must be a plain name, not %s", l->file, line, kind);
+            if (rc) return -1;
+            llama__report_error(l->rep, "%s:%d: a key must be a plain name, not %s", l->file, line, kind);
+            if (llama__next(l, &val)) return -1; /* and its value */
+            rc = llama__skip_value(l, &val);
+            yaml_event_delete(&val);
+            if (rc) return -1;
+            continue;
         }
         char child[LLAMA__MAX_PATH + 1];
         int n = snprintf(child, sizeof child, "%s%s%s", path, *path ? "." : "", (const char *)key.data.scalar.value);
         yaml_event_delete(&key);
-        if (n < 0 || n >= (int)sizeof child)
-            return llama__fail(l->err, l->errsize, "%s:%d: key path '%.60s...' is too long", l->file, line, child);
-        if (llama__note_path(l, child, line)) return -1;
+        int skip = 0;
+        if (n < 0 || n >= (int)sizeof child) {
+            llama__report_error(l->rep, "%s:%d: key path '%.60s...' is too long", l->file, line, child);
+            skip = 1;
+        } else if ((skip = llama__note_path(l, child, line)) < 0) {
+            return -1;
+        }
         if (llama__next(l, &val)) return -1;
         int rc = 0;
-        const llama__key *k = llama__find(child, strlen(child));
-        const llama__key *section = k ? NULL : llama__section_example(child, strlen(child));
-        if (val.type == YAML_SCALAR_EVENT) {
-            rc = llama__file_scalar(l, child, &val);
+        const llama__key *k = skip ? NULL : llama__find(child, strlen(child));
+        const llama__key *t = k ? llama__resolve_alias(k) : NULL;
+        const llama__key *section = k || skip ? NULL : llama__section_example(child, strlen(child));
+        if (skip) {
+            rc = llama__skip_value(l, &val);
+        } else if (val.type == YAML_SCALAR_EVENT) {
+            llama__file_scalar(l, child, &val);
+        } else if (val.type == YAML_ALIAS_EVENT && !k && !section) {
+            llama__unknown(l, child, line); /* "dataset_config: *train_dataset" under a section we do not read */
         } else if (val.type == YAML_ALIAS_EVENT) {
-            rc = llama__fail(l->err, l->errsize, "%s:%d: %s: YAML aliases (*name) are not supported; write the value out",
-                             l->file, line, child);
-        } else if (k && val.type == YAML_SEQUENCE_START_EVENT && llama__list_refusal(llama__resolve_alias(k))) {
-            rc = llama__fail(l->err, l->errsize, "%s:%d: %s = [a list]: %s", l->file, line, child,
-                             llama__list_refusal(llama__resolve_alias(k)));
+            llama__report_error(l->rep, "%s:%d: %s: YAML aliases (*name) are not supported for keys the trainer reads; "
+                                "write the value out", l->file, line, child);
+        } else if (t && t->type == LLAMA__T_PAIR && val.type == YAML_SEQUENCE_START_EVENT) {
+            rc = llama__file_pair(l, child, line);
+        } else if (t && val.type == YAML_SEQUENCE_START_EVENT && llama__list_refusal(t)) {
+            llama__report_error(l->rep, "%s:%d: %s = [a list]: %s", l->file, line, child, llama__list_refusal(t));
+            l->rep->line[t - llama__keys] = line;
+            rc = llama__skip_value(l, &val);
         } else if (k) {
-            rc = llama__fail(l->err, l->errsize, "%s:%d: %s needs a single value, not %s", l->file, line, child,
-                             llama__node_kind(val.type));
+            llama__report_error(l->rep, "%s:%d: %s needs a single value, not %s", l->file, line, child,
+                                llama__node_kind(val.type));
+            rc = llama__skip_value(l, &val);
         } else if (section && val.type == YAML_MAPPING_START_EVENT) {
             rc = llama__file_mapping(l, child);
         } else if (section) {
-            rc = llama__fail(l->err, l->errsize, "%s:%d: '%s' is a section and needs a mapping of keys, not %s", l->file,
-                             line, child, llama__node_kind(val.type));
+            llama__report_error(l->rep, "%s:%d: '%s' is a section and needs a mapping of keys, not %s", l->file, line,
+                                child, llama__node_kind(val.type));
+            rc = llama__skip_value(l, &val);
         } else {
-            llama__warn_unknown(l, child, line);
-            rc = llama__skip(l);
+            llama__unknown(l, child, line);
+            rc = llama__skip_value(l, &val);
         }
         yaml_event_delete(&val);
         if (rc) return -1;
@@ -1281,17 +1842,18 @@ static int llama__file_stream(llama__loader *l) {
         int line = llama__line(&ev);
         yaml_event_delete(&ev); /* DOCUMENT-START */
         if (++documents > 1)
-            return llama__fail(l->err, l->errsize, "%s:%d: a config is one YAML document; found a second '---'", l->file,
-                               line);
+            return llama__report_error(l->rep, "%s:%d: a config is one YAML document; found a second '---'", l->file,
+                                       line);
         if (llama__next(l, &ev)) return -1;
         line = llama__line(&ev);
         int rc = 0;
         if (ev.type == YAML_MAPPING_START_EVENT)
             rc = llama__file_mapping(l, "");
         else if (!(ev.type == YAML_SCALAR_EVENT && llama__is_null(&ev)))
-            rc = llama__fail(l->err, l->errsize,
-                             "%s:%d: the top level must be a mapping of sections (model:, parallel_config:, ...), not %s",
-                             l->file, line, ev.type == YAML_SCALAR_EVENT ? "a scalar" : llama__node_kind(ev.type));
+            rc = llama__report_error(l->rep,
+                                     "%s:%d: the top level must be a mapping of sections (model:, parallel_config:, ...), "
+                                     "not %s",
+                                     l->file, line, ev.type == YAML_SCALAR_EVENT ? "a scalar" : llama__node_kind(ev.type));
         yaml_event_delete(&ev);
         if (rc) return -1;
         if (llama__next(l, &ev)) return -1; /* DOCUMENT-END */
@@ -1342,28 +1904,32 @@ static char *llama__read_file(const char *path, size_t *size, char *err, size_t 
     return buf;
 }
 
-static int llama__load_file(const char *path, llama_config *cfg, FILE *warn, char *err, size_t errsize) {
+/* The file into cfg; -1 only when it could not be read or parsed as YAML
+   (everything else is in the report). */
+static int llama__load_file(const char *path, llama_config *cfg, llama__report *rep) {
     size_t size = 0;
-    char *text = llama__read_file(path, &size, err, errsize);
-    if (!text) return -1;
+    char why[512];
+    char *text = llama__read_file(path, &size, why, sizeof why);
+    if (!text) return llama__report_error(rep, "%s", why);
     llama__loader *l = (llama__loader *)calloc(1, sizeof *l);
     if (!l) {
         free(text);
-        return llama__fail(err, errsize, "%s: out of memory", path);
+        return llama__report_error(rep, "%s: out of memory", path);
     }
     l->file = path;
     l->cfg = cfg;
-    l->warn = warn;
-    l->err = err;
-    l->errsize = errsize;
+    l->rep = rep;
     int rc = -1;
     if (!yaml_parser_initialize(&l->parser)) {
-        llama__fail(err, errsize, "%s: cannot initialize the YAML parser", path);
+        llama__report_error(rep, "%s: cannot initialize the YAML parser", path);
     } else {
         yaml_parser_set_input_string(&l->parser, (const unsigned char *)text, size);
         rc = llama__file_stream(l);
         yaml_parser_delete(&l->parser);
     }
+    if (l->num_unknown && rep->warn)
+        fprintf(rep->warn, "warning: %s: %d key%s this trainer does not read, ignored: %s\n", path, l->num_unknown,
+                l->num_unknown == 1 ? "" : "s", l->unknown);
     for (int i = 0; i < l->num_seen; i++) free(l->seen[i]);
     free(l->seen);
     free(l->seen_line);
@@ -1374,27 +1940,64 @@ static int llama__load_file(const char *path, llama_config *cfg, FILE *warn, cha
 
 /* ---- --set ---------------------------------------------------------------- */
 
-static int llama__apply_set(const char *arg, llama_config *cfg, char *err, size_t errsize) {
+static void llama__apply_set(const char *arg, int index, llama_config *cfg, llama__report *r) {
     const char *eq = strchr(arg, '=');
-    if (!eq) return llama__fail(err, errsize, "--set %s: expected key.path=value", arg);
+    if (!eq) {
+        llama__report_error(r, "--set %s: expected key.path=value", arg);
+        return;
+    }
     size_t klen = (size_t)(eq - arg);
-    if (klen == 0) return llama__fail(err, errsize, "--set %s: the key before '=' is missing", arg);
+    if (klen == 0) {
+        llama__report_error(r, "--set %s: the key before '=' is missing", arg);
+        return;
+    }
     const llama__key *k = llama__find(arg, klen);
     if (!k) {
         const llama__key *ex = llama__section_example(arg, klen);
-        if (ex)
-            return llama__fail(err, errsize, "--set %s: '%.*s' is a section, not a key; set one of its keys (e.g. %s)", arg,
-                               (int)klen, arg, ex->path);
         char key[LLAMA__MAX_PATH + 1], hint[LLAMA__MAX_PATH + 1];
         snprintf(key, sizeof key, "%.*s", (int)klen, arg);
         llama__suggest(key, hint, sizeof hint);
-        if (hint[0]) return llama__fail(err, errsize, "--set %s: unknown key '%s' (did you mean '%s'?)", arg, key, hint);
-        return llama__fail(err, errsize, "--set %s: unknown key '%s'", arg, key);
+        if (ex)
+            llama__report_error(r, "--set %s: '%.*s' is a section, not a key; set one of its keys (e.g. %s)", arg,
+                                (int)klen, arg, ex->path);
+        else if (hint[0])
+            llama__report_error(r, "--set %s: unknown key '%s' (did you mean '%s'?)", arg, key, hint);
+        else
+            llama__report_error(r, "--set %s: unknown key '%s'", arg, key);
+        return;
     }
+    const llama__key *t = llama__resolve_alias(k);
+    const int ti = (int)(t - llama__keys);
     char why[320];
-    if (llama__parse_value(llama__resolve_alias(k), eq + 1, cfg, why, sizeof why))
-        return llama__fail(err, errsize, "--set %s: %s", arg, why);
-    return 0;
+    if (llama__parse_value(t, eq + 1, cfg, why, sizeof why)) {
+        llama__report_error(r, "--set %s: %s", arg, why);
+        return;
+    }
+    r->bad[ti] = 0; /* a good value replaces a refused one */
+    r->line[ti] = 0, r->set_arg[ti] = index + 1;
+    if (t->type == LLAMA__T_PAIR)
+        for (int i = 0; i < LLAMA__NUM_KEYS; i++)
+            if (i != ti && llama__keys[i].type == LLAMA__T_FLOAT &&
+                (llama__keys[i].offset == t->offset || llama__keys[i].offset == t->offset + sizeof(float)))
+                r->line[i] = 0, r->set_arg[i] = index + 1;
+    llama__note_changes(r, t, eq + 1);
+}
+
+/* Values derived as MindFormers derives them, and cross-key notes that are
+   warnings, not errors. */
+static void llama__derive(llama_config *c, llama__report *r) {
+    if (c->n_kv_heads == 0) c->n_kv_heads = c->num_heads;
+    const int ffn = llama_config_ffn_width(c);
+    if (c->intermediate_size == 0 && ffn >= 1 && ffn <= 1048576) c->intermediate_size = ffn;
+    if (c->pipeline_stage > 1 && c->gradient_accumulation_steps > 1)
+        llama__changes(r,
+                       "runner_config.gradient_accumulation_steps = %d has no effect with " LLAMA__P("pipeline_stage")
+                       " = %d: " LLAMA__P("micro_batch_num") " (%d) accumulates, as in MindFormers",
+                       c->gradient_accumulation_steps, c->pipeline_stage, c->micro_batch_num);
+    if (c->load_checkpoint[0] && !c->resume_training)
+        llama__changes(r, "load_checkpoint = %s with resume_training = false: MindFormers would load the weights only; "
+                          "here a checkpoint that holds a step count and optimizer state continues them",
+                       c->load_checkpoint);
 }
 
 int llama_config_load(const char *path, const char *const *sets, int num_sets, llama_config *cfg, FILE *warn, char *err,
@@ -1402,17 +2005,28 @@ int llama_config_load(const char *path, const char *const *sets, int num_sets, l
     if (!cfg) return llama__fail(err, errsize, "llama_config_load: cfg is NULL");
     if (num_sets < 0 || (num_sets > 0 && !sets))
         return llama__fail(err, errsize, "llama_config_load: %d --set overrides but no array", num_sets);
+    for (int i = 0; i < num_sets; i++)
+        if (!sets[i]) return llama__fail(err, errsize, "llama_config_load: --set override %d is NULL", i);
+    llama__report *r = (llama__report *)calloc(1, sizeof *r);
+    if (!r) return llama__fail(err, errsize, "llama_config_load: out of memory");
+    r->err = err, r->errsize = errsize, r->warn = warn, r->file = path, r->sets = sets;
+    if (err && errsize) err[0] = 0;
     llama_config c;
     llama_config_defaults(&c);
-    if (path && llama__load_file(path, &c, warn, err, errsize)) return -1;
-    for (int i = 0; i < num_sets; i++) {
-        if (!sets[i]) return llama__fail(err, errsize, "llama_config_load: --set override %d is NULL", i);
-        if (llama__apply_set(sets[i], &c, err, errsize)) return -1;
+    const int fatal = path && llama__load_file(path, &c, r) != 0; /* unreadable, or not YAML */
+    for (int i = 0; i < num_sets && !fatal; i++) llama__apply_set(sets[i], i, &c, r);
+    if (!fatal) {
+        llama__derive(&c, r);
+        llama__validate(&c, r);
     }
-    if (c.n_kv_heads == 0) c.n_kv_heads = c.num_heads;
-    if (llama_config_validate(&c, err, errsize)) return -1;
-    *cfg = c;
-    return 0;
+    int rc = r->errors ? -1 : 0;
+    if (rc && r->errors > 1 && err && errsize > 64) { /* the count last, over the tail of a full buffer */
+        size_t at = r->used + 24 < errsize ? r->used : errsize - 24;
+        snprintf(err + at, errsize - at, "\n(%d errors)", r->errors);
+    }
+    free(r);
+    if (rc == 0) *cfg = c;
+    return rc;
 }
 
 /* ---- printing ------------------------------------------------------------ */
@@ -1433,13 +2047,13 @@ void llama_config_print(const llama_config *cfg, FILE *f) {
     const char *prev = "";
     for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
         const llama__key *k = &llama__keys[i];
-        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE) continue;
+        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE || k->type == LLAMA__T_PAIR) continue;
         int depth = llama__common_sections(prev, k->path);
         const char *p = k->path;
         for (int d = 0; d < depth; d++) p = strchr(p, '.') + 1;
         for (const char *dot; (dot = strchr(p, '.')) != NULL; p = dot + 1, depth++)
             fprintf(f, "%*s%.*s:\n", 2 * depth, "", (int)(dot - p), p);
-        char val[64];
+        char val[300];
         llama__value_text(k, cfg, val, sizeof val);
         fprintf(f, "%*s%s: %s\n", 2 * depth, "", p, val);
         prev = k->path;
@@ -1462,6 +2076,8 @@ static void llama__type_text(const llama__key *k, char *buf, size_t size) {
     case LLAMA__T_U64: snprintf(buf, size, "int >= 0 (64-bit)"); break;
     case LLAMA__T_BOOL: snprintf(buf, size, "bool"); break;
     case LLAMA__T_TEXT: snprintf(buf, size, "text"); break;
+    case LLAMA__T_STRING: snprintf(buf, size, "text"); break;
+    case LLAMA__T_PAIR: llama__range_text(k, range, sizeof range); snprintf(buf, size, "[float, float] %s", range); break;
     case LLAMA__T_ALIAS: snprintf(buf, size, "alias"); break;
     case LLAMA__T_CHOICE: {
         size_t used = 0;

@@ -127,7 +127,11 @@ static int same_config(const llama_config *a, const llama_config *b) {
            a->pipeline_interleave == b->pipeline_interleave &&
            a->micro_batch_interleave_num == b->micro_batch_interleave_num && a->recompute == b->recompute &&
            a->select_recompute == b->select_recompute &&
-           a->gradient_accumulation_steps == b->gradient_accumulation_steps;
+           a->gradient_accumulation_steps == b->gradient_accumulation_steps && a->multiple_of == b->multiple_of &&
+           a->ffn_dim_multiplier == b->ffn_dim_multiplier && a->optimizer_type == b->optimizer_type &&
+           a->warmup_ratio == b->warmup_ratio && a->global_batch_size == b->global_batch_size &&
+           a->use_clip_grad == b->use_clip_grad && a->wrapper_max_grad_norm == b->wrapper_max_grad_norm &&
+           strcmp(a->load_checkpoint, b->load_checkpoint) == 0 && a->resume_training == b->resume_training;
 }
 
 /* ---- defaults -------------------------------------------------------------- */
@@ -140,8 +144,11 @@ static void test_defaults(void) {
     CHECK_INT(c.hidden_size, 64);
     CHECK_INT(c.num_layers, 2);
     CHECK_INT(c.num_heads, 4);
-    CHECK_INT(c.n_kv_heads, 2);
-    CHECK_INT(c.intermediate_size, 172);
+    CHECK_INT(c.n_kv_heads, 0);        /* MindFormers' None: num_heads */
+    CHECK_INT(c.intermediate_size, 0); /* MindFormers' rule: 256 for hidden 64 */
+    CHECK_INT(c.multiple_of, 256);
+    CHECK_FLT(c.ffn_dim_multiplier, 0.0f);
+    CHECK_INT(llama_config_ffn_width(&c), 256);
     CHECK_INT(c.seq_length, 64);
     CHECK_FLT(c.rms_norm_eps, 1e-5f);
     CHECK_FLT(c.theta, 10000.0f);
@@ -156,15 +163,23 @@ static void test_defaults(void) {
     CHECK_INT(c.ulysses_degree_in_cp, 1);
     CHECK_INT(c.use_seq_parallel, 0);
     CHECK_INT(c.vocab_emb_dp, 1);
-    CHECK_INT(c.gradients_mean, 1);
+    CHECK_INT(c.gradients_mean, 0);
     CHECK_INT(c.enable_parallel_optimizer, 0);
     CHECK_INT(c.optimizer_level, 1);
     CHECK_INT(c.enable_alltoall, 0);
     CHECK_FLT(c.learning_rate, 1e-3f);
     CHECK_FLT(c.beta1, 0.9f);
-    CHECK_FLT(c.beta2, 0.95f);
+    CHECK_FLT(c.beta2, 0.999f);
     CHECK_FLT(c.eps, 1e-8f);
-    CHECK_FLT(c.weight_decay, 0.1f);
+    CHECK_FLT(c.weight_decay, 0.0f);
+    CHECK_INT(c.optimizer_type, LLAMA_OPTIMIZER_ADAMW);
+    CHECK_FLT(c.warmup_ratio, 0.0f);
+    CHECK_INT(c.global_batch_size, 0);
+    CHECK_INT(c.use_clip_grad, 0);
+    CHECK_FLT(c.wrapper_max_grad_norm, 1.0f);
+    CHECK_FLT(llama_config_clip_norm(&c), 0.0f);
+    CHECK_STR(c.load_checkpoint, "");
+    CHECK_INT(c.resume_training, 0);
     CHECK_STR(c.lr_schedule, "constant");
     CHECK_INT(c.warmup_steps, 0);
     CHECK_INT(c.total_steps, 0);
@@ -188,9 +203,12 @@ static void test_defaults(void) {
     CHECK_INT(llama_config_global_batch(&c), 8);
     CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
 
-    /* loading nothing is the defaults */
+    /* loading nothing is the defaults, with the derived kv heads and FFN width stored */
     llama_config d;
     CHECK_MSG(load_text(NULL, NULL, 0, &d) == 0, "%s", err_);
+    CHECK_INT(d.n_kv_heads, 4);
+    CHECK_INT(d.intermediate_size, 256);
+    d.n_kv_heads = 0, d.intermediate_size = 0;
     CHECK(same_config(&c, &d));
 
     /* every default in the table (also those of ignored keys) parses with its own rules */
@@ -239,7 +257,15 @@ static void test_ready_configs(void) {
     char err[512];
     llama_config_defaults(&def);
     CHECK_MSG(llama_config_load("examples/configs/tiny.yaml", NULL, 0, &c, NULL, err, sizeof err) == 0, "%s", err);
-    CHECK_MSG(same_config(&c, &def), "tiny.yaml must be the defaults");
+    /* tiny.yaml: the tests' model, written out in full (the global batch as such) */
+    CHECK_INT(c.n_kv_heads, 2);
+    CHECK_INT(c.intermediate_size, 172);
+    CHECK_INT(c.global_batch_size, 8);
+    CHECK_INT(llama_config_global_batch(&c), 8);
+    CHECK_INT(c.gradients_mean, 1);
+    CHECK_FLT(c.weight_decay, 0.1f);
+    CHECK_FLT(c.beta2, 0.95f);
+    CHECK_INT(c.hidden_size, def.hidden_size);
 
     CHECK_MSG(llama_config_load("examples/configs/demo.yaml", NULL, 0, &c, NULL, err, sizeof err) == 0, "%s", err);
     CHECK_INT(c.hidden_size, 128);
@@ -248,7 +274,8 @@ static void test_ready_configs(void) {
     CHECK_INT(c.n_kv_heads, 2);
     CHECK_INT(c.intermediate_size, 344);
     CHECK_INT(c.seq_length, 128);
-    CHECK_INT(c.batch_size, 16);
+    CHECK_INT(c.batch_size, 8);
+    CHECK_INT(llama_config_global_batch(&c), 16); /* 8 per data-parallel rank x 2 */
     CHECK_FLT(c.learning_rate, 3e-3f);
     CHECK_STR(c.lr_schedule, "cosine");
     CHECK_INT(c.warmup_steps, 10);
@@ -286,7 +313,10 @@ static void test_ready_configs(void) {
 
 /* ---- every key, through --set and YAML ---------------------------------------- */
 
-enum { K_INT, K_FLT, K_BOOL, K_U64, K_STR, K_IGNORED };
+/* K_CHANGES: accepted, not stored, and (for a value other than the default)
+   a warning that training differs from MindFormers'; K_PAIR: optimizer.betas,
+   two floats at offset (want, want2). */
+enum { K_INT, K_FLT, K_BOOL, K_U64, K_STR, K_IGNORED, K_CHANGES, K_PAIR };
 typedef struct {
     const char *path;
     const char *text;   /* a value other than the default */
@@ -306,6 +336,19 @@ static const key_case key_cases[] = {
     {"model.model_config.num_heads", "8", K_INT, AT(num_heads), 8, NULL},
     {"model.model_config.n_kv_heads", "4", K_INT, AT(n_kv_heads), 4, NULL},
     {"model.model_config.intermediate_size", "100", K_INT, AT(intermediate_size), 100, NULL},
+    {"model.model_config.multiple_of", "128", K_INT, AT(multiple_of), 128, NULL},
+    {"model.model_config.ffn_dim_multiplier", "1.3", K_FLT, AT(ffn_dim_multiplier), 1.3, NULL},
+    {"model.model_config.compute_dtype", "bfloat16", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.layernorm_compute_type", "float16", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.softmax_compute_type", "float16", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.rotary_dtype", "bfloat16", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.param_init_type", "float16", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.embedding_init_type", "bfloat16", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.scaling_factor", "2.0", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.extend_method", "NTK", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.tie_word_embeddings", "True", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.checkpoint_name_or_path", "llama2_7b", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.use_flash_attention", "True", K_IGNORED, 0, 0, NULL},
     {"model.model_config.seq_length", "32", K_INT, AT(seq_length), 32, NULL},
     {"model.model_config.rms_norm_eps", "1e-6", K_FLT, AT(rms_norm_eps), 1e-6, NULL},
     {"model.model_config.theta", "500000.0", K_FLT, AT(theta), 500000.0, NULL},
@@ -333,7 +376,7 @@ static const key_case key_cases[] = {
     {"parallel.parallel_mode", "data_parallel", K_INT, AT(parallel_mode), 0, NULL},
     {"parallel.full_batch", "false", K_BOOL, AT(full_batch), 0, NULL},
     {"parallel.parameter_broadcast", "True", K_BOOL, AT(parameter_broadcast), 1, NULL},
-    {"parallel.gradients_mean", "off", K_BOOL, AT(gradients_mean), 0, NULL},
+    {"parallel.gradients_mean", "on", K_BOOL, AT(gradients_mean), 1, NULL},
     {"parallel.enable_parallel_optimizer", "true", K_BOOL, AT(enable_parallel_optimizer), 1, NULL},
     {"parallel.enable_alltoall", "True", K_BOOL, AT(enable_alltoall), 1, NULL},
     {"parallel.parallel_optimizer_config.optimizer_level", "level2", K_INT, AT(optimizer_level), 2, NULL},
@@ -346,24 +389,44 @@ static const key_case key_cases[] = {
     {"recompute_config.parallel_optimizer_comm_recompute", "True", K_IGNORED, 0, 0, NULL},
     {"recompute_config.mp_comm_recompute", "False", K_IGNORED, 0, 0, NULL},
     {"recompute_config.recompute_slice_activation", "True", K_IGNORED, 0, 0, NULL},
-    {"optimizer.type", "FusedAdamWeightDecay", K_IGNORED, 0, 0, NULL},
+    {"optimizer.type", "FP32StateAdamWeightDecay", K_INT, AT(optimizer_type), 1, NULL},
+    {"optimizer.betas", "[0.8, 0.9]", K_PAIR, AT(beta1), 0.8, NULL},
     {"optimizer.learning_rate", "3e-4", K_FLT, AT(learning_rate), 3e-4, NULL},
     {"optimizer.beta1", "0.8", K_FLT, AT(beta1), 0.8, NULL},
-    {"optimizer.beta2", "0.999", K_FLT, AT(beta2), 0.999, NULL},
+    {"optimizer.beta2", "0.98", K_FLT, AT(beta2), 0.98, NULL},
     {"optimizer.eps", "1.e-6", K_FLT, AT(eps), 1e-6, NULL},
-    {"optimizer.weight_decay", "0", K_FLT, AT(weight_decay), 0, NULL},
+    {"optimizer.weight_decay", "0.05", K_FLT, AT(weight_decay), 0.05, NULL},
     {"lr_schedule.type", "CosineWithWarmUpLR", K_STR, AT(lr_schedule), 0, "cosine"},
     {"lr_schedule.learning_rate", "2e-3", K_FLT, AT(learning_rate), 2e-3, NULL},
     {"lr_schedule.warmup_steps", "7", K_INT, AT(warmup_steps), 7, NULL},
+    {"lr_schedule.warmup_ratio", "0.03", K_FLT, AT(warmup_ratio), 0.03, NULL},
     {"lr_schedule.total_steps", "100", K_INT, AT(total_steps), 100, NULL},
     {"lr_schedule.min_lr", "1e-5", K_FLT, AT(min_lr), 1e-5, NULL},
     {"lr_schedule.lr_end", "2e-5", K_FLT, AT(min_lr), 2e-5, NULL},
     {"runner_config.batch_size", "32", K_INT, AT(batch_size), 32, NULL},
+    {"runner_config.global_batch_size", "64", K_INT, AT(global_batch_size), 64, NULL},
     {"runner_config.gradient_accumulation_steps", "8", K_INT, AT(gradient_accumulation_steps), 8, NULL},
     {"runner_config.epochs", "3", K_IGNORED, 0, 0, NULL},
     {"runner_config.sink_mode", "True", K_IGNORED, 0, 0, NULL},
     {"runner_config.sink_size", "2", K_IGNORED, 0, 0, NULL},
+    {"runner_wrapper.type", "MFTrainOneStepCell", K_IGNORED, 0, 0, NULL},
+    {"runner_wrapper.use_clip_grad", "True", K_BOOL, AT(use_clip_grad), 1, NULL},
+    {"runner_wrapper.max_grad_norm", "0.5", K_FLT, AT(wrapper_max_grad_norm), 0.5, NULL},
+    {"runner_wrapper.scale_sense.type", "DynamicLossScaleUpdateCell", K_IGNORED, 0, 0, NULL},
+    {"runner_wrapper.scale_sense.loss_scale_value", "65536", K_IGNORED, 0, 0, NULL},
+    {"runner_wrapper.scale_sense.scale_factor", "2", K_IGNORED, 0, 0, NULL},
+    {"runner_wrapper.scale_sense.scale_window", "1000", K_IGNORED, 0, 0, NULL},
     {"max_grad_norm", "1.0", K_FLT, AT(max_grad_norm), 1.0, NULL},
+    {"load_checkpoint", "/ckpt/llama.safetensors", K_STR, AT(load_checkpoint), 0, "/ckpt/llama.safetensors"},
+    {"resume_training", "True", K_BOOL, AT(resume_training), 1, NULL},
+    {"src_strategy_path_or_dir", "./strategy", K_IGNORED, 0, 0, NULL},
+    {"auto_trans_ckpt", "True", K_IGNORED, 0, 0, NULL},
+    {"only_save_strategy", "True", K_CHANGES, 0, 0, NULL},
+    {"output_dir", "./out", K_IGNORED, 0, 0, NULL},
+    {"lr_scale", "True", K_CHANGES, 0, 0, NULL},
+    {"lr_scale_factor", "128", K_IGNORED, 0, 0, NULL},
+    {"layer_scale", "True", K_CHANGES, 0, 0, NULL},
+    {"layer_decay", "0.5", K_IGNORED, 0, 0, NULL},
     {"seed", "18446744073709551615", K_U64, AT(seed), 0, NULL},
     {"micro_batch_interleave_num", "2", K_INT, AT(micro_batch_interleave_num), 2, NULL},
     {"run_mode", "finetune", K_IGNORED, 0, 0, NULL},
@@ -375,7 +438,7 @@ static const key_case key_cases[] = {
 static void check_key_case(const key_case *kc, const llama_config *c, const char *how) {
     llama_config def;
     llama_config_defaults(&def);
-    if (kc->kind == K_IGNORED) {
+    if (kc->kind == K_IGNORED || kc->kind == K_CHANGES) {
         CHECK_MSG(same_config(c, &def), "%s %s changed the config", how, kc->path);
         return;
     }
@@ -401,6 +464,11 @@ static void check_key_case(const key_case *kc, const llama_config *c, const char
         CHECK_MSG(strcmp(p, kc->want_s) == 0, "%s %s: got %s want %s", how, kc->path, p, kc->want_s);
         strcpy(q, kc->want_s);
         break;
+    case K_PAIR: /* [0.8, 0.9]: beta1 and the float after it */
+        CHECK_MSG(((const float *)p)[0] == 0.8f && ((const float *)p)[1] == 0.9f, "%s %s: got [%g, %g]", how, kc->path,
+                  (double)((const float *)p)[0], (double)((const float *)p)[1]);
+        ((float *)q)[0] = 0.8f, ((float *)q)[1] = 0.9f;
+        break;
     }
     CHECK_MSG(same_config(c, &expect), "%s %s changed other fields", how, kc->path);
 }
@@ -425,20 +493,35 @@ static void test_every_key(void) {
 
         llama_config_defaults(&c);
         snprintf(set, sizeof set, "%s=%s", kc->path, kc->text);
-        CHECK_MSG(llama__apply_set(set, &c, err, sizeof err) == 0, "--set %s: %s", set, err);
+        llama__report *r = (llama__report *)calloc(1, sizeof *r);
+        if (!r) continue;
+        r->err = err, r->errsize = sizeof err;
+        llama__apply_set(set, 0, &c, r);
+        CHECK_MSG(r->errors == 0, "--set %s: %s", set, err);
         check_key_case(kc, &c, "--set");
 
         llama_config_defaults(&c);
         nested_yaml(kc->path, kc->text, yaml, sizeof yaml);
         const char *path = write_file("key.yaml", yaml);
         FILE *w = tmpfile();
-        CHECK_MSG(llama__load_file(path, &c, w, err, sizeof err) == 0, "yaml %s: %s", kc->path, err);
+        memset(r, 0, sizeof *r);
+        r->err = err, r->errsize = sizeof err, r->warn = w, r->file = path;
+        CHECK_MSG(llama__load_file(path, &c, r) == 0 && r->errors == 0, "yaml %s: %s", kc->path, err);
+        free(r);
         char warn[1024] = "";
         if (w) {
             slurp(w, warn, sizeof warn);
             fclose(w);
         }
-        CHECK_MSG(warn[0] == 0, "yaml %s warns: %s", kc->path, warn);
+        char at[16];
+        int depth = 1;
+        for (const char *d = kc->path; (d = strchr(d, '.')) != NULL; d++) depth++;
+        snprintf(at, sizeof at, ":%d:", depth); /* nested_yaml puts the value on the line after its sections */
+        if (kc->kind == K_CHANGES)
+            CHECK_MSG(strstr(warn, "changes training") && strstr(warn, kc->path) && strstr(warn, at),
+                      "yaml %s: no located 'changes training' warning: %s", kc->path, warn);
+        else
+            CHECK_MSG(warn[0] == 0, "yaml %s warns: %s", kc->path, warn);
         check_key_case(kc, &c, "yaml");
     }
 
@@ -539,6 +622,7 @@ static void test_malformed(void) {
     /* empty files and empty documents are the defaults */
     llama_config def;
     llama_config_defaults(&def);
+    def.n_kv_heads = def.num_heads, def.intermediate_size = llama_config_ffn_width(&def); /* what a load derives */
     static const char *const empty[] = {"", "# only a comment\n", "---\n", "~\n", "\n\n"};
     for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++) {
         CHECK_MSG(load_text(empty[i], NULL, 0, &c) == 0, "empty case %zu: %s", i, err_);
@@ -573,6 +657,7 @@ static void test_malformed(void) {
 static void test_unknown_keys(void) {
     llama_config c, def;
     llama_config_defaults(&def);
+    def.n_kv_heads = def.num_heads, def.intermediate_size = llama_config_ffn_width(&def);
 
     CHECK_MSG(load_text("seed: 1234\nmodel:\n  model_config:\n    hiden_size: 32\n", NULL, 0, &c) == 0, "%s", err_);
     CHECK(same_config(&c, &def));
@@ -654,7 +739,6 @@ static const bad_case bad_values[] = {
     {"parallel.full_batch", "sometimes", "not a boolean"},
     {"parallel.parameter_broadcast", "2", "not a boolean"},
     {"parallel.search_mode", "greedy", "not one of"},
-    {"parallel.strategy_ckpt_save_file", "", "no value"},
     {"parallel_config.context_parallel_algo", "hybird", "not one of"},
     {"recompute_config.recompute", "full", "not a boolean"},
     {"recompute_config.mp_comm_recompute", "maybe", "not a boolean"},
@@ -677,7 +761,14 @@ static const bad_case range_cases[] = {
     {"model.model_config.num_layers", "0", "4097"},
     {"model.model_config.num_heads", "0", "4097"},
     {"model.model_config.n_kv_heads", "-1", "4097"},
-    {"model.model_config.intermediate_size", "0", "1048577"},
+    {"model.model_config.intermediate_size", "-1", "1048577"},
+    {"model.model_config.multiple_of", "0", "1048577"},
+    {"model.model_config.ffn_dim_multiplier", "-1", "65"},
+    {"model.model_config.scaling_factor", "-1", "1e39"},
+    {"lr_schedule.warmup_ratio", "-0.1", "1.5"},
+    {"runner_config.global_batch_size", "-1", "1048577"},
+    {"runner_wrapper.max_grad_norm", "0", "1e39"},
+    {"optimizer.betas", "[0.9, 1.0]", "[-0.1, 0.9]"},
     {"model.model_config.seq_length", "-4", "1048577"},
     {"model.model_config.rms_norm_eps", "0", "1e39"},
     {"model.model_config.theta", "-1", "1e39"},
@@ -838,11 +929,12 @@ static void test_cross_rules(void) {
     expect_rule(d, 1, "model.model_config.n_kv_heads", "model.model_config.num_heads");
     const char *d2[] = {"model.model_config.n_kv_heads=8"}; /* more kv heads than heads */
     expect_rule(d2, 1, "model.model_config.n_kv_heads", "model.model_config.num_heads");
-    const char *e[] = {"runner_config.batch_size=6", "parallel_config.data_parallel=4"};
-    expect_rule(e, 2, "runner_config.batch_size = 6", "parallel_config.data_parallel (4)");
-    CHECK_HAS(err_, "parallel_config.micro_batch_num (1)");
-    const char *f[] = {"parallel_config.data_parallel=2", "parallel_config.micro_batch_num=8"};
-    expect_rule(f, 2, "runner_config.batch_size = 8", "parallel_config.micro_batch_num (8)");
+    const char *e[] = {"runner_config.global_batch_size=6", "parallel_config.data_parallel=4"};
+    expect_rule(e, 2, "--set runner_config.global_batch_size=6: runner_config.global_batch_size = 6 does not split",
+                "= 4 x 1 x 1 x 1 = 4 equal parts");
+    CHECK_HAS(err_, "[parallel_config.data_parallel at --set parallel_config.data_parallel=4]");
+    const char *f[] = {"runner_config.batch_size=3", "parallel_config.micro_batch_num=2"};
+    expect_rule(f, 2, "= 3 x 1 x 1 x 1 = 3 does not split", "MindFormers uses parallel_config.micro_batch_num only under pipeline");
     const char *g[] = {"parallel_config.ulysses_degree_in_cp=2"};
     expect_rule(g, 1, "parallel_config.ulysses_degree_in_cp", "parallel_config.context_parallel");
     const char *h[] = {"lr_schedule.warmup_steps=20", "lr_schedule.total_steps=10"};
@@ -865,16 +957,16 @@ static void test_cross_rules(void) {
                          "parallel.enable_alltoall=true", "parallel_config.context_parallel_algo=ulysses_cp"};
     CHECK_MSG(load_text(NULL, ok5, 4, &c) == 0, "%s", err_);
 
-    /* tensor parallel: every split dim divisible (defaults: 4 heads, 2 kv heads, hidden 64,
-       ffn 172, vocab 256, seq 64) */
+    /* tensor parallel: every split dim divisible (defaults: 4 heads, 4 kv heads, hidden 64,
+       ffn 256 (MindFormers' rule), vocab 256, seq 64) */
     const char *tp2[] = {"parallel_config.model_parallel=2", "parallel_config.use_seq_parallel=true"};
     CHECK_MSG(load_text(NULL, tp2, 2, &c) == 0 && c.model_parallel == 2 && c.use_seq_parallel == 1, "%s", err_);
     const char *sp1[] = {"parallel_config.use_seq_parallel=true"}; /* a no-op at tp 1, accepted */
     CHECK_MSG(load_text(NULL, sp1, 1, &c) == 0, "%s", err_);
     const char *tp3[] = {"parallel_config.model_parallel=3"};
     expect_rule(tp3, 1, "model.model_config.num_heads = 4 is not divisible by parallel_config.model_parallel (3)", NULL);
-    const char *tp4[] = {"parallel_config.model_parallel=4"};
-    expect_rule(tp4, 1, "model.model_config.n_kv_heads = 2 is smaller than parallel_config.model_parallel (4)", NULL);
+    const char *tp4[] = {"parallel_config.model_parallel=4", "model.model_config.n_kv_heads=2"};
+    expect_rule(tp4, 2, "model.model_config.n_kv_heads = 2 is smaller than parallel_config.model_parallel (4)", NULL);
     const char *tpf[] = {"parallel_config.model_parallel=2", "model.model_config.intermediate_size=171"};
     expect_rule(tpf, 2, "model.model_config.intermediate_size = 171 is not divisible", NULL);
     const char *tpv[] = {"parallel_config.model_parallel=2", "model.model_config.vocab_size=257"};
@@ -951,9 +1043,10 @@ static void test_cross_rules(void) {
     /* multi-copy: whole samples per copy; not with pp or cp */
     const char *mc_ok[] = {"micro_batch_interleave_num=2", "runner_config.batch_size=4"};
     CHECK_MSG(load_text(NULL, mc_ok, 2, &c) == 0 && c.micro_batch_interleave_num == 2, "multi-copy 2: %s", err_);
-    const char *mc_b[] = {"micro_batch_interleave_num=3", "runner_config.batch_size=4"};
-    expect_rule(mc_b, 2, "runner_config.batch_size = 4 is not divisible by parallel_config.data_parallel (1) x "
-                         "parallel_config.micro_batch_num (1) x micro_batch_interleave_num (3)", "whole samples");
+    const char *mc_b[] = {"micro_batch_interleave_num=3", "runner_config.global_batch_size=4"};
+    expect_rule(mc_b, 2, "runner_config.global_batch_size = 4 does not split into parallel_config.data_parallel x "
+                         "runner_config.gradient_accumulation_steps x parallel_config.micro_batch_num x "
+                         "micro_batch_interleave_num = 1 x 1 x 1 x 3 = 3", "whole samples");
     const char *mc_pp[] = {"parallel_config.micro_batch_interleave_num=2", "parallel_config.pipeline_stage=2",
                            "model.model_config.num_layers=2", "parallel_config.micro_batch_num=2"};
     expect_rule(mc_pp, 4, "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num) = 2 with "
@@ -973,15 +1066,17 @@ static void test_cross_rules(void) {
                 NULL);
     const char *fg_b[] = {"parallel_config.fine_grain_interleave=3", "parallel_config.use_seq_parallel=true",
                           "runner_config.batch_size=4"};
-    expect_rule(fg_b, 3, "x fine_grain_interleave (3): every copy of a micro-batch gets whole samples", NULL);
+    expect_rule(fg_b, 3, "x model.model_config.fine_grain_interleave = 1 x 1 x 1 x 3 = 3 equal parts of whole samples", NULL);
     const char *pps[] = {"parallel.pipeline_config.pipeline_scheduler=zb-v"};
     CHECK(load_text(NULL, pps, 1, &c) == -1);
     CHECK_HAS(err_, "not one of 1f1b, gpipe, zb-h1");
     const char *z3[] = {"parallel.parallel_optimizer_config.optimizer_level=level3"};
     expect_rule(z3, 1, "parallel.parallel_optimizer_config.optimizer_level", "not implemented");
     /* ... also from a file */
-    CHECK(load_text("parallel_config:\n  model_parallel: 4\n", NULL, 0, &c) == -1);
-    CHECK_HAS(err_, "parallel_config.model_parallel");
+    CHECK(load_text("parallel_config:\n  model_parallel: 8\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:2: model.model_config.num_heads = 4 is not divisible by parallel_config.model_parallel (8)");
+    CHECK_HAS(err_, "cfg.yaml:2: model.model_config.n_kv_heads = 4 is smaller than parallel_config.model_parallel (8)");
+    CHECK_HAS(err_, "(2 errors)");
 
     /* validate on configs built in code */
     char err[256];
@@ -1108,60 +1203,63 @@ static void test_parallel_mode(void) {
     CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
 }
 
-static void test_full_batch(void) {
+/* MindFormers' batch: runner_config.batch_size per data-parallel rank,
+   times micro_batch_num under pipeline or gradient_accumulation_steps
+   without, times micro_batch_interleave_num (base_trainer.py); full_batch
+   changes nothing; global_batch_size (ours) gives the global batch itself. */
+static void test_batch_semantics(void) {
     llama_config c;
-    /* true (default): batch_size is the global batch */
-    const char *g[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=6"};
-    CHECK_MSG(load_text(NULL, g, 2, &c) == 0, "%s", err_);
+    const char *dp[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=3"};
+    CHECK_MSG(load_text(NULL, dp, 2, &c) == 0, "%s", err_);
     CHECK_INT(llama_config_global_batch(&c), 6);
-    /* false: per data-parallel rank, global = batch_size x data_parallel */
-    const char *r[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3"};
-    CHECK_MSG(load_text(NULL, r, 3, &c) == 0, "%s", err_);
-    CHECK_INT(c.batch_size, 3);
-    CHECK_INT(llama_config_global_batch(&c), 6);
-    /* the same batch_size as a global batch does not split over 2 ranks */
-    const char *r2[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=3"};
-    expect_rule(r2, 2, "runner_config.batch_size = 3 is not divisible by parallel_config.data_parallel (2)", NULL);
-    /* divisibility uses the effective global batch: 3 per rank x 2 ranks = 6 splits into 2 x 3 micro-batches
-       only if each rank's 3 samples split into micro_batch_num parts */
-    const char *m[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3",
-                       "parallel_config.micro_batch_num=3"};
-    CHECK_MSG(load_text(NULL, m, 4, &c) == 0, "%s", err_);
-    CHECK_INT(llama_config_global_batch(&c), 6);
-    const char *m2[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2", "runner_config.batch_size=3",
-                        "parallel_config.micro_batch_num=2"};
-    expect_rule(m2, 4,
-                "runner_config.batch_size = 3 (per data-parallel rank: parallel.full_batch is false) is not divisible "
-                "by parallel_config.micro_batch_num (2)",
-                NULL);
-    /* with full_batch true the same micro_batch_num needs batch_size % (dp x mbn) */
-    const char *m3[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=6",
-                        "parallel_config.micro_batch_num=2"};
-    expect_rule(m3, 3, "runner_config.batch_size = 6 is not divisible", "parallel_config.micro_batch_num (2)");
-    /* the global batch has the batch_size bound too */
-    const char *big[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2",
-                         "runner_config.batch_size=1048576"};
-    expect_rule(big, 3, "the global batch runner_config.batch_size x parallel_config.data_parallel = 1048576 x 2 = 2097152",
-                "larger than 1048576");
-    const char *edge[] = {"parallel.full_batch=false", "parallel_config.data_parallel=2",
-                          "runner_config.batch_size=524288"};
-    CHECK_MSG(load_text(NULL, edge, 3, &c) == 0 && llama_config_global_batch(&c) == 1048576, "%s", err_);
-
-    /* the helper on its own */
+    CHECK_INT(llama_config_micro_batches(&c), 1);
+    const char *fb[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=3", "parallel.full_batch=false"};
+    CHECK_MSG(load_text(NULL, fb, 3, &c) == 0 && llama_config_global_batch(&c) == 6, "%s", err_);
+    /* accumulation without pipeline multiplies the batch */
+    const char *ga[] = {"parallel_config.data_parallel=8", "runner_config.batch_size=1",
+                        "runner_config.gradient_accumulation_steps=8"};
+    CHECK_MSG(load_text(NULL, ga, 3, &c) == 0, "%s", err_);
+    CHECK_INT(llama_config_global_batch(&c), 64);
+    CHECK_INT(llama_config_micro_batches(&c), 8);
+    /* pipeline: micro_batch_num multiplies, accumulation has no effect (a warning) */
+    const char *pp[] = {"parallel_config.pipeline_stage=2", "parallel_config.micro_batch_num=4",
+                        "runner_config.batch_size=2", "runner_config.gradient_accumulation_steps=8",
+                        "parallel_config.data_parallel=2"};
+    CHECK_MSG(load_text(NULL, pp, 5, &c) == 0, "%s", err_);
+    CHECK_INT(llama_config_global_batch(&c), 16);
+    CHECK_INT(llama_config_micro_batches(&c), 4);
+    CHECK_HAS(warn_, "--set runner_config.gradient_accumulation_steps=8: runner_config.gradient_accumulation_steps = 8 "
+                     "has no effect with parallel_config.pipeline_stage = 2");
+    /* copies multiply the batch, each copy gets batch_size samples */
+    const char *mc[] = {"micro_batch_interleave_num=2", "runner_config.batch_size=3", "parallel_config.model_parallel=2"};
+    CHECK_MSG(load_text(NULL, mc, 3, &c) == 0 && llama_config_global_batch(&c) == 6, "%s", err_);
+    /* micro_batch_num without pipeline only splits each step further (MindFormers ignores it) */
+    const char *mb[] = {"runner_config.batch_size=4", "parallel_config.micro_batch_num=2"};
+    CHECK_MSG(load_text(NULL, mb, 2, &c) == 0, "%s", err_);
+    CHECK_INT(llama_config_global_batch(&c), 4);
+    CHECK_INT(llama_config_micro_batches(&c), 2);
+    /* data_parallel mode: batch_size x ranks x accumulation */
+    const char *dm[] = {"parallel.parallel_mode=data_parallel", "parallel.full_batch=false",
+                        "parallel_config.data_parallel=4", "runner_config.batch_size=2",
+                        "runner_config.gradient_accumulation_steps=3", "micro_batch_interleave_num=5"};
+    CHECK_MSG(load_text(NULL, dm, 5, &c) == 0 && llama_config_global_batch(&c) == 24, "%s", err_);
+    /* the global batch as such */
+    const char *gb[] = {"runner_config.global_batch_size=12", "parallel_config.data_parallel=2",
+                        "parallel_config.micro_batch_num=3", "runner_config.batch_size=5"};
+    CHECK_MSG(load_text(NULL, gb, 4, &c) == 0 && llama_config_global_batch(&c) == 12, "%s", err_);
+    /* bounds */
+    const char *big[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=1048576"};
+    expect_rule(big, 2, "= 1048576 x 2 x 1 x 1 = 2097152 is larger than 1048576", NULL);
+    const char *edge[] = {"parallel_config.data_parallel=2", "runner_config.batch_size=524288"};
+    CHECK_MSG(load_text(NULL, edge, 2, &c) == 0 && llama_config_global_batch(&c) == 1048576, "%s", err_);
     CHECK_INT(llama_config_global_batch(NULL), -1);
+    CHECK_INT(llama_config_micro_batches(NULL), -1);
     llama_config_defaults(&c);
-    c.full_batch = 0;
-    c.batch_size = 5;
-    c.data_parallel = 7;
-    CHECK_INT(llama_config_global_batch(&c), 35);
-    c.full_batch = 1;
-    CHECK_INT(llama_config_global_batch(&c), 5);
-    c.full_batch = 0;
     c.batch_size = 1 << 20;
     c.data_parallel = 1 << 12;
     CHECK_INT(llama_config_global_batch(&c), -1); /* past INT_MAX */
 
-    /* parameter_broadcast: stored, no rule */
+    /* parameter_broadcast, full_batch: stored, checked as booleans */
     CHECK(load_set("parallel.parameter_broadcast=true", &c) == 0 && c.parameter_broadcast == 1);
     char err[256];
     llama_config_defaults(&c);
@@ -1172,6 +1270,120 @@ static void test_full_batch(void) {
     c.parameter_broadcast = -1;
     CHECK(llama_config_validate(&c, err, sizeof err) == -1);
     CHECK_HAS(err, "parallel.parameter_broadcast");
+}
+
+/* MindFormers' model shape for absent keys (llama_config.py, llama_layer.py):
+   kv heads = num_heads, the FFN width from 4h by 2/3, ffn_dim_multiplier and
+   multiple_of. Figures are the published models'. */
+static void test_model_shape(void) {
+    llama_config c;
+    const char *l2[] = {"model.model_config.hidden_size=4096", "model.model_config.num_heads=32"};
+    CHECK_MSG(load_text(NULL, l2, 2, &c) == 0, "%s", err_);
+    CHECK_INT(c.intermediate_size, 11008); /* Llama 2 7B */
+    CHECK_INT(c.n_kv_heads, 32);
+    const char *l13[] = {"model.model_config.hidden_size=5120", "model.model_config.num_heads=40"};
+    CHECK_MSG(load_text(NULL, l13, 2, &c) == 0 && c.intermediate_size == 13824, "13B: %d %s", c.intermediate_size, err_);
+    const char *l70[] = {"model.model_config.hidden_size=8192", "model.model_config.num_heads=64",
+                         "model.model_config.ffn_dim_multiplier=1.3", "model.model_config.multiple_of=4096",
+                         "model.model_config.n_kv_heads=8"};
+    CHECK_MSG(load_text(NULL, l70, 5, &c) == 0 && c.intermediate_size == 28672 && c.n_kv_heads == 8, "70B: %d %s",
+              c.intermediate_size, err_);
+    const char *l3[] = {"model.model_config.hidden_size=4096", "model.model_config.num_heads=32",
+                        "model.model_config.ffn_dim_multiplier=1.3", "model.model_config.multiple_of=1024"};
+    CHECK_MSG(load_text(NULL, l3, 4, &c) == 0 && c.intermediate_size == 14336, "Llama 3 8B: %d %s", c.intermediate_size,
+              err_);
+    /* a given width wins; a null in YAML is MindFormers' None */
+    CHECK_MSG(load_text("model:\n  model_config:\n    hidden_size: 128\n    intermediate_size: 300\n    n_kv_heads: null\n",
+                        NULL, 0, &c) == 0 && c.intermediate_size == 300 && c.n_kv_heads == c.num_heads, "%s", err_);
+    /* the derived width is what tensor parallel must divide */
+    const char *tp[] = {"model.model_config.multiple_of=3", "parallel_config.model_parallel=2"};
+    expect_rule(tp, 2, "model.model_config.intermediate_size = 171 is not divisible by parallel_config.model_parallel (2)",
+                NULL);
+    CHECK_INT(llama_config_ffn_width(NULL), -1);
+}
+
+/* Optimizer, clipping, warm-up and the checkpoint as MindFormers reads them. */
+static void test_training_keys(void) {
+    llama_config c;
+    CHECK_MSG(load_text("optimizer:\n  type: FP32StateAdamWeightDecay\n  betas: [0.8, 0.95]\n", NULL, 0, &c) == 0, "%s",
+              err_);
+    CHECK_INT(c.optimizer_type, LLAMA_OPTIMIZER_ADAMWEIGHTDECAY);
+    CHECK_FLT(c.beta1, 0.8f);
+    CHECK_FLT(c.beta2, 0.95f);
+    CHECK_FLT(c.weight_decay, 0.0f); /* absent: MindFormers' 0 */
+    const char *ad[] = {"optimizer.type=AdamW"}; /* --set undoes the file's type */
+    CHECK_MSG(load_text("optimizer:\n  type: FP32StateAdamWeightDecay\n", ad, 1, &c) == 0 &&
+                  c.optimizer_type == LLAMA_OPTIMIZER_ADAMW, "%s", err_);
+    CHECK(load_text("optimizer:\n  betas: [0.9]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:2: optimizer.betas");
+    /* clipping: MFTrainOneStepCell's switch and norm (1.0 when absent) */
+    CHECK_MSG(load_text("runner_wrapper:\n  use_clip_grad: True\n", NULL, 0, &c) == 0, "%s", err_);
+    CHECK_FLT(llama_config_clip_norm(&c), 1.0f);
+    CHECK_MSG(load_text("runner_wrapper:\n  use_clip_grad: False\n  max_grad_norm: 0.3\n", NULL, 0, &c) == 0, "%s", err_);
+    CHECK_FLT(llama_config_clip_norm(&c), 0.0f);
+    const char *two[] = {"max_grad_norm=0.5"};
+    CHECK(load_text("runner_wrapper:\n  use_clip_grad: True\n", two, 1, &c) == -1);
+    CHECK_HAS(err_, "--set max_grad_norm=0.5: max_grad_norm = 0.5 and runner_wrapper.max_grad_norm = 1");
+    CHECK_HAS(err_, "runner_wrapper.use_clip_grad at ");
+    /* warm-up as a ratio of the run */
+    CHECK_MSG(load_text("lr_schedule:\n  warmup_ratio: 0.03\n  warmup_steps: 5\n", NULL, 0, &c) == 0, "%s", err_);
+    CHECK(llama_config_warmup_steps(&c, 1000) == 30);
+    CHECK(llama_config_warmup_steps(&c, 10) == 0);
+    c.warmup_ratio = 0;
+    CHECK(llama_config_warmup_steps(&c, 1000) == 5);
+    /* checkpoints: a MindSpore .ckpt cannot be read; resume needs one */
+    CHECK(load_text("load_checkpoint: /data/llama2_7b.ckpt\nresume_training: False\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:1: load_checkpoint = /data/llama2_7b.ckpt: MindSpore .ckpt files cannot be read");
+    CHECK(load_text("load_checkpoint: ''\nresume_training: True\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:2: resume_training = true needs load_checkpoint");
+    CHECK_MSG(load_text("load_checkpoint: /data/w.safetensors\n", NULL, 0, &c) == 0, "%s", err_);
+    CHECK(strcmp(c.load_checkpoint, "/data/w.safetensors") == 0);
+    CHECK_HAS(warn_, "cfg.yaml:1: load_checkpoint = /data/w.safetensors with resume_training = false");
+    CHECK_MSG(load_text("load_checkpoint:\nresume_training: False\n", NULL, 0, &c) == 0 && !c.load_checkpoint[0], "%s",
+              err_);
+    char longer[320] = "load_checkpoint=";
+    memset(longer + 16, 'a', 300);
+    longer[316] = 0;
+    const char *lp[] = {longer};
+    CHECK(load_text(NULL, lp, 1, &c) == -1);
+    CHECK_HAS(err_, "longer than 255 characters");
+}
+
+/* The config report: every error at once, each located, a refused value
+   not echoed by the rules that read it, aliases under sections the trainer
+   does not read skipped, the unknown keys in one line. */
+static void test_report(void) {
+    llama_config c;
+    const char *yaml = "model:\n"
+                       "  model_config:\n"
+                       "    hidden_size: 70\n"          /* 3: not divisible by 4 heads */
+                       "    num_layers: many\n"         /* 4: not an integer */
+                       "    compute_dtype: bfloat16\n"  /* 5: changes training */
+                       "    bos_token_id: 1\n"
+                       "parallel_config:\n"
+                       "  pipeline_stage: 3\n"          /* 8: 2 layers do not split into 3 (not reported: layers refused) */
+                       "  model_parallel: 8\n"          /* 9: kv heads fewer than it */
+                       "train_dataset: &train_dataset\n"
+                       "  batch_size: 6\n"
+                       "train_dataset_task:\n"
+                       "  dataset_config: *train_dataset\n"
+                       "callbacks:\n"
+                       "  - type: MFLossMonitor\n"
+                       "runner_config:\n"
+                       "  gradient_accumulation_steps: 0\n"; /* 17: out of range */
+    CHECK(load_text(yaml, NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:4: model.model_config.num_layers = many: not an integer");
+    CHECK_HAS(err_, "cfg.yaml:17: runner_config.gradient_accumulation_steps = 0");
+    CHECK_HAS(err_, "cfg.yaml:3: model.model_config.hidden_size = 70 is not divisible by model.model_config.num_heads (4)");
+    CHECK_HAS(err_, "cfg.yaml:9: model.model_config.n_kv_heads = 4 is smaller than parallel_config.model_parallel (8)");
+    CHECK(strstr(err_, "does not split into") == NULL); /* the pipeline rule read a refused num_layers */
+    CHECK_HAS(err_, "errors)");
+    CHECK_HAS(warn_, "cfg.yaml:5: model.model_config.compute_dtype = bfloat16 changes training");
+    CHECK_HAS(warn_, "4 keys this trainer does not read, ignored: 'model.model_config.bos_token_id', 'train_dataset', "
+                     "'train_dataset_task', 'callbacks'");
+    /* an alias where the trainer reads the value is still an error */
+    CHECK(load_text("a: &x 5\nseed: *x\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:2: seed: YAML aliases");
 }
 
 /* One switch of a feature that has not landed: its default loads, `value`
@@ -1189,8 +1401,6 @@ static const todo_case todo_cases[] = {
      "activation recomputation is not implemented; use false"},
     {"recompute_config.select_recompute", "on", "recompute_config.select_recompute = true",
      "activation recomputation is not implemented; use false"},
-    {"runner_config.gradient_accumulation_steps", "8", "runner_config.gradient_accumulation_steps = 8",
-     "not supported: gradient accumulation here is parallel_config.micro_batch_num"},
 };
 
 /* The value a todo case's key accepts. */
@@ -1225,8 +1435,7 @@ static void test_not_landed(void) {
         CHECK_MSG(warn_[0] == 0, "%s warns: %s", t->path, warn_);
     }
     /* every stored switch of the kind has a case */
-    static const char *const stored[] = {"recompute_config.recompute", "recompute_config.select_recompute",
-                                         "runner_config.gradient_accumulation_steps"};
+    static const char *const stored[] = {"recompute_config.recompute", "recompute_config.select_recompute"};
     for (size_t j = 0; j < sizeof stored / sizeof stored[0]; j++) {
         int found = 0;
         for (size_t i = 0; i < sizeof todo_cases / sizeof todo_cases[0]; i++) found |= !strcmp(todo_cases[i].path, stored[j]);
@@ -1356,6 +1565,7 @@ static void test_print(void) {
     /* so do the defaults */
     llama_config def;
     llama_config_defaults(&def);
+    def.n_kv_heads = def.num_heads, def.intermediate_size = llama_config_ffn_width(&def); /* what a load derives */
     f = tmpfile();
     if (!f) return;
     llama_config_print(&def, f);
@@ -1595,7 +1805,10 @@ int main(int argc, char **argv) {
     test_duplicates();
     test_cross_rules();
     test_parallel_mode();
-    test_full_batch();
+    test_batch_semantics();
+    test_model_shape();
+    test_training_keys();
+    test_report();
     test_not_landed();
     test_print();
     test_readme_reference();
