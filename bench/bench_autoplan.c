@@ -113,7 +113,7 @@ static int measure(const char *extra, double *peak, double *step_s, char *chosen
              "--set model.model_config.num_layers=%d --set model.model_config.hidden_size=%d "
              "--set model.model_config.num_heads=%d --set model.model_config.n_kv_heads=%d "
              "--set model.model_config.intermediate_size=%d --set model.model_config.seq_length=%d "
-             "--set runner_config.batch_size=%d --metrics /tmp/bench_autoplan.jsonl %s 2>&1",
+             "--set runner_config.global_batch_size=%d --metrics /tmp/bench_autoplan.jsonl %s 2>&1",
              steps, model.layers, model.hidden, model.heads, model.kv_heads, model.ffn, model.seq, model.batch, extra);
     f = popen(cmd, "r");
     if (!f) return -1;

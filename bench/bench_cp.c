@@ -210,7 +210,7 @@ static int last_loss(const char *path, double *first, double *last) {
 
 static const char *mem_model = "--config examples/configs/bench.yaml --data parallel.h --quiet "
                                "--set model.model_config.num_layers=2 --set model.model_config.n_kv_heads=2 "
-                               "--set runner_config.batch_size=1 --set model.model_config.seq_length=2048";
+                               "--set runner_config.global_batch_size=1 --set model.model_config.seq_length=2048";
 
 int main(int argc, char **argv) {
     const char *parts = argc > 1 ? argv[1] : "1234";
@@ -288,7 +288,7 @@ int main(int argc, char **argv) {
     if (strchr(parts, '4')) {
         static const char *longseq = "--config examples/configs/bench.yaml --data parallel.h --quiet "
                                      "--set model.model_config.num_layers=1 --set model.model_config.num_heads=4 "
-                                     "--set model.model_config.n_kv_heads=2 --set runner_config.batch_size=1 "
+                                     "--set model.model_config.n_kv_heads=2 --set runner_config.global_batch_size=1 "
                                      "--set model.model_config.seq_length=32768";
         char cmd[2048];
         double tot1 = 0, tot8 = 0, first = 0, last = 0, t0;

@@ -237,6 +237,14 @@ for bin in $TRAIN_TEST; do
     fi
 done
 
+# 6a. MindFormers' own configuration files (tests/data/mindformers), shrunk in
+#     size only: each trains, or is refused with exactly the listed errors.
+if [ -n "$TRAIN" ] && [ -x "$TRAIN" ]; then
+    run_program mindformers bash tests/llama/mindformers.sh "$TRAIN"
+elif [ -n "$TRAIN_TEST" ]; then
+    record mindformers 0 1 "build/train did not build (see the compiler errors above)"
+fi
+
 # 6b. The trainer when a rank stalls past the timeout under mpirun
 #     (tests/llama/fault.sh): a named error, non-zero exit, checkpoint intact.
 if [ -n "$TRAIN" ] && [ -x "$TRAIN" ]; then

@@ -42,6 +42,11 @@ static double llama__auto_size(const char *t) {
 
 /* The plan's degrees written into a copy of the config. */
 static void llama__auto_apply(const par_auto_plan *p, llama_config *c) {
+    /* the global batch stays what the file's degrees made it (MindFormers'
+       product would change with the plan's data_parallel); the plan's
+       micro-batches are all the accumulation there is */
+    c->global_batch_size = llama_config_global_batch(c);
+    c->gradient_accumulation_steps = 1;
     c->parallel_mode = LLAMA_PARALLEL_MODE_SEMI_AUTO;
     c->data_parallel = p->dp, c->model_parallel = p->tp, c->context_parallel = p->cp, c->pipeline_stage = p->pp;
     c->use_seq_parallel = p->sp;
@@ -53,8 +58,10 @@ static void llama__auto_apply(const par_auto_plan *p, llama_config *c) {
              p->pp > 1 && p->schedule == PAR_PP_GPIPE ? "gpipe" : p->pp > 1 && p->schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b");
     c->pipeline_interleave = p->pp > 1 && p->schedule == PAR_PP_INTERLEAVED;
     c->pp_interleave_num = c->pipeline_interleave ? p->chunks : 1;
-    c->enable_parallel_optimizer = p->zero > 0;
-    c->optimizer_level = p->zero > 1 ? 2 : 1;
+    /* the plan may shard more than the file asked (less memory), never less:
+       MindFormers keeps enable_parallel_optimizer under auto_parallel too */
+    if (p->zero > 0 && (!c->enable_parallel_optimizer || p->zero > c->optimizer_level)) c->optimizer_level = p->zero > 1 ? 2 : 1;
+    c->enable_parallel_optimizer = c->enable_parallel_optimizer || p->zero > 0;
 }
 
 /* Pick the degrees for cfg (parallel_mode auto_parallel); print the plan to

@@ -244,7 +244,6 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
-#define LLAMA__NO_RECOMPUTE "activation recomputation is not implemented; use false"
 #define LLAMA__NO_GRAD_ACCUM                                                                             \
     "not supported: gradient accumulation here is parallel_config.micro_batch_num, which splits each "  \
     "rank's share of the batch into micro-batches (MindFormers' gradient_accumulation_steps multiplies " \
@@ -387,7 +386,7 @@ static const llama__key llama__keys[] = {
     {"model.model_config.qkv_has_bias", LLAMA__T_BOOL, LLAMA__AT(qkv_has_bias), 0, 0, 0, 0, NULL, "false", NULL,
      "biases on q_proj, k_proj and v_proj (Qwen2): added after each projection, before RoPE; split over tensor parallel with the projections' output columns; never weight-decayed; start at 0; checkpoints name them model.layers.N.self_attn.{q,k,v}_proj.bias as Hugging Face Qwen2 does"},
     {"model.model_config.compute_dtype", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32", NULL,
-     "a value other than float32 changes training: matmuls here are float32 (MindFormers would compute in the given type)"},
+     "a value other than float32 changes training: matmuls here are float32 (MindFormers would compute in that type)"},
     {"model.model_config.layernorm_compute_type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32",
      NULL, "a value other than float32 changes training: RMSNorm here is float32"},
     {"model.model_config.softmax_compute_type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "float32",
@@ -401,7 +400,7 @@ static const llama__key llama__keys[] = {
     {"model.model_config.scaling_factor", LLAMA__T_FLOAT, LLAMA__NONE, 0, 0, LLAMA__NOMAX, LLAMA__CHANGES, NULL, "1.0",
      NULL, "RoPE position scaling; a value other than 1 changes training (not implemented: positions are unscaled)"},
     {"model.model_config.extend_method", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "None", NULL,
-     "RoPE extension (PI, NTK); a value other than None changes training (not implemented)"},
+     "RoPE extension (PI, NTK); a value other than None changes training: RoPE is not extended here"},
     {"model.model_config.tie_word_embeddings", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
      "true changes training: lm_head and the embedding are separate weights here"},
     {"model.model_config.checkpoint_name_or_path", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "", NULL,
@@ -484,9 +483,9 @@ static const llama__key llama__keys[] = {
 
     /* recompute_config */
     {"recompute_config.recompute", LLAMA__T_BOOL, LLAMA__AT(recompute), 0, 0, 0, 0, NULL, "false", NULL,
-     "recompute each layer's activations in the backward pass; only false (activation recomputation is not implemented)"},
+     "recompute each layer's activations in the backward pass (MindFormers also takes a per-stage list: read as true); not implemented yet: true keeps the activations, the same numbers with more memory, and the report says so"},
     {"recompute_config.select_recompute", LLAMA__T_BOOL, LLAMA__AT(select_recompute), 0, 0, 0, 0, NULL, "false", NULL,
-     "recompute selected operators (MindFormers also takes a list); only false (activation recomputation is not implemented)"},
+     "recompute selected operators (MindFormers also takes a list: read as true); not implemented yet, as recompute"},
     {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
     {"recompute_config.mp_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL,
@@ -548,14 +547,6 @@ static const llama__key llama__keys[] = {
      "clip the global gradient norm to runner_wrapper.max_grad_norm (MFTrainOneStepCell)"},
     {"runner_wrapper.max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(wrapper_max_grad_norm), 0, 0, LLAMA__NOMAX,
      LLAMA__MIN_OPEN, NULL, "1.0", NULL, "the clipping norm when use_clip_grad is true (MFTrainOneStepCell's default 1.0)"},
-    {"runner_wrapper.scale_sense.type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "none", NULL,
-     "accepted and ignored: loss scaling guards float16 gradients; everything here is float32, so an unscaled loss trains the same"},
-    {"runner_wrapper.scale_sense.loss_scale_value", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "1", NULL,
-     "accepted and ignored (see scale_sense.type)"},
-    {"runner_wrapper.scale_sense.scale_factor", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "2", NULL,
-     "accepted and ignored (see scale_sense.type)"},
-    {"runner_wrapper.scale_sense.scale_window", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "1000", NULL,
-     "accepted and ignored (see scale_sense.type)"},
 
     /* top level */
     {"max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(max_grad_norm), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
@@ -570,14 +561,14 @@ static const llama__key llama__keys[] = {
     {"auto_trans_ckpt", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
      "accepted and ignored: any checkpoint loads into any layout here (see src_strategy_path_or_dir)"},
     {"only_save_strategy", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
-     "true would stop after writing the strategy files; here the run trains (no strategy files exist)"},
+     "true changes training: MindFormers would stop after writing the strategy files; here the run trains (no strategy files exist)"},
     {"output_dir", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "./output", NULL,
      "accepted and ignored: --save and --save-dir name the outputs"},
     {"lr_scale", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
-     "true would scale the learning rate by the global batch / lr_scale_factor; not done here"},
+     "true changes training: MindFormers would scale the learning rate by the global batch / lr_scale_factor; not done here"},
     {"lr_scale_factor", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "256", NULL, "accepted and ignored (see lr_scale)"},
     {"layer_scale", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, NULL, "false", NULL,
-     "true would decay the learning rate layer by layer (layer_decay); not done here"},
+     "true changes training: MindFormers would decay the learning rate layer by layer (layer_decay); not done here"},
     {"layer_decay", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "0.65", NULL, "accepted and ignored (see layer_scale)"},
     {"seed", LLAMA__T_U64, LLAMA__AT(seed), 0, 0, 0, 0, NULL, "1234", NULL, "seed of the weight init and the data shuffle"},
     {"micro_batch_interleave_num", LLAMA__T_INT, LLAMA__AT(micro_batch_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
@@ -1043,6 +1034,7 @@ typedef struct llama__report {
     int line[LLAMA__NUM_KEYS];             /* each key's line in the file (0: not there) */
     int set_arg[LLAMA__NUM_KEYS];          /* 1 + the --set that gave each key (0: none) */
     unsigned char bad[LLAMA__NUM_KEYS];    /* values refused: cross-key rules naming them stay silent */
+    char unknown[2304];                    /* the one-line summary of the file's unknown keys */
 } llama__report;
 
 static void llama__report_line(llama__report *r, const char *text) {
@@ -1149,19 +1141,6 @@ static void llama__changes(llama__report *r, const char *fmt, ...) {
     if (!llama__locate(r, msg, line, sizeof line)) return;
     r->changes++;
     if (r->warn) fprintf(r->warn, "warning: %s\n", line);
-}
-
-/* "path" or, with its alias spellings, "path (or alias, ...)": refusals name
-   every spelling the user may have written. */
-static void llama__key_names(const llama__key *k, char *buf, size_t size) {
-    size_t used = (size_t)snprintf(buf, size, "%s", k->path);
-    int n = 0;
-    for (int i = 0; i < LLAMA__NUM_KEYS && used < size; i++) {
-        const llama__key *a = &llama__keys[i];
-        if (a->type != LLAMA__T_ALIAS || strcmp(a->target, k->path) != 0) continue;
-        used += (size_t)snprintf(buf + used, size - used, "%s%s", n++ ? ", " : " (or ", a->path);
-    }
-    if (n && used < size) snprintf(buf + used, size - used, ")");
 }
 
 #define LLAMA__K(name) "model.model_config." name
@@ -1303,25 +1282,8 @@ static void llama__check_batch(const llama_config *c, llama__report *r) {
 
 /* MindFormers switches of features that are not here, refused by name. */
 static void llama__check_todo(const llama_config *c, llama__report *r) {
-    char val[64];
     if (c->optimizer_level == 3)
         llama__rule(r, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
-    const struct {
-        const char *key;
-        int value, def;
-        const char *reason;
-    } todo[] = {
-        {"recompute_config.recompute", c->recompute, 0, LLAMA__NO_RECOMPUTE},
-        {"recompute_config.select_recompute", c->select_recompute, 0, LLAMA__NO_RECOMPUTE},
-    };
-    for (size_t i = 0; i < sizeof todo / sizeof todo[0]; i++) {
-        if (todo[i].value == todo[i].def) continue;
-        const llama__key *k = llama__find(todo[i].key, strlen(todo[i].key));
-        char names[2 * LLAMA__MAX_PATH + 16];
-        llama__key_names(k, names, sizeof names);
-        llama__value_text(k, c, val, sizeof val);
-        llama__rule(r, "%s = %s: %s", names, val, todo[i].reason);
-    }
 }
 
 static void llama__check_mode(const llama_config *c, llama__report *r) {
@@ -1580,11 +1542,29 @@ static int llama__read_section(const char *path) {
     return !strchr(path, '.');
 }
 
+/* MindFormers' model_config keys for inference, tokens and fused kernels:
+   nothing to train differently, so never taken for a typo of a known key. */
+static int llama__mindformers_harmless(const char *path) {
+    static const char *const keys[] = {
+        "model.model_config.batch_size", "model.model_config.top_k", "model.model_config.top_p",
+        "model.model_config.do_sample", "model.model_config.repetition_penalty", "model.model_config.max_decode_length",
+        "model.model_config.use_past", "model.model_config.is_dynamic", "model.model_config.bos_token_id",
+        "model.model_config.eos_token_id", "model.model_config.pad_token_id", "model.model_config.ignore_token_id",
+        "model.model_config.block_size", "model.model_config.num_blocks", "model.model_config.use_rope_slice",
+        "model.model_config.qkv_concat", "model.model_config.use_fused_rms_norm", "model.model_config.use_fused_rope",
+        "model.model_config.use_fused_swiglu", "model.model_config.fused_rms_norm", "model.model_config.auto_map",
+        "model.model_config.use_past_shard", "model.model_config.parallel_decoding", NULL};
+    for (int i = 0; keys[i]; i++)
+        if (strcmp(path, keys[i]) == 0) return 1;
+    return 0;
+}
+
 /* An unknown key: a likely typo (a close known key) gets its own warning;
    the rest go into the one-line summary. */
 static void llama__unknown(llama__loader *l, const char *path, int line) {
     char hint[LLAMA__MAX_PATH + 1], group[LLAMA__MAX_PATH + 1];
-    llama__suggest(path, hint, sizeof hint);
+    hint[0] = 0;
+    if (!llama__mindformers_harmless(path)) llama__suggest(path, hint, sizeof hint);
     if (hint[0]) {
         if (l->rep->warn)
             fprintf(l->rep->warn, "warning: %s:%d: unknown key '%s' ignored (did you mean '%s'?)\n", l->file, line, path,
@@ -1629,7 +1609,7 @@ static int llama__differs_from_default(const llama__key *k, const char *text) {
    value that changes training. */
 static void llama__note_changes(llama__report *r, const llama__key *k, const char *text) {
     if (!(k->flags & LLAMA__CHANGES) || !llama__differs_from_default(k, text)) return;
-    llama__changes(r, "%s = %.60s changes training: %s", k->path, text, k->help);
+    llama__changes(r, "%s = %.60s: %s", k->path, text, k->help);
 }
 
 /* A scalar value at `path`. Problems are reported and loading goes on. */
@@ -1702,9 +1682,6 @@ static const char *llama__list_refusal(const llama__key *k) {
     static const struct {
         const char *path, *reason;
     } lists[] = {
-        {"recompute_config.recompute", LLAMA__NO_RECOMPUTE},
-        {"recompute_config.select_recompute", LLAMA__NO_RECOMPUTE},
-        {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__NO_RECOMPUTE},
         {"model.model_config.offset", "a per-stage list of offsets is not supported; give one integer (layers moved from the first stage to the last)"},
     };
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
@@ -1803,6 +1780,13 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
                                 "write the value out", l->file, line, child);
         } else if (t && t->type == LLAMA__T_PAIR && val.type == YAML_SEQUENCE_START_EVENT) {
             rc = llama__file_pair(l, child, line);
+        } else if (t && val.type == YAML_SEQUENCE_START_EVENT &&
+                   (!strcmp(t->path, "recompute_config.recompute") || !strcmp(t->path, "recompute_config.select_recompute") ||
+                    !strcmp(t->path, "recompute_config.parallel_optimizer_comm_recompute"))) {
+            /* MindFormers' per-stage (or per-operator) recomputation lists: on, somewhere */
+            if (t->offset != LLAMA__NONE) *(int *)llama__field(l->cfg, t) = 1;
+            l->rep->line[t - llama__keys] = line;
+            rc = llama__skip_value(l, &val);
         } else if (t && val.type == YAML_SEQUENCE_START_EVENT && llama__list_refusal(t)) {
             llama__report_error(l->rep, "%s:%d: %s = [a list]: %s", l->file, line, child, llama__list_refusal(t));
             l->rep->line[t - llama__keys] = line;
@@ -1927,9 +1911,9 @@ static int llama__load_file(const char *path, llama_config *cfg, llama__report *
         rc = llama__file_stream(l);
         yaml_parser_delete(&l->parser);
     }
-    if (l->num_unknown && rep->warn)
-        fprintf(rep->warn, "warning: %s: %d key%s this trainer does not read, ignored: %s\n", path, l->num_unknown,
-                l->num_unknown == 1 ? "" : "s", l->unknown);
+    if (l->num_unknown) /* printed last, after the lines that matter */
+        snprintf(rep->unknown, sizeof rep->unknown, "warning: %s: %d key%s this trainer does not read, ignored: %s\n",
+                 path, l->num_unknown, l->num_unknown == 1 ? "" : "s", l->unknown);
     for (int i = 0; i < l->num_seen; i++) free(l->seen[i]);
     free(l->seen);
     free(l->seen_line);
@@ -1994,6 +1978,10 @@ static void llama__derive(llama_config *c, llama__report *r) {
                        "runner_config.gradient_accumulation_steps = %d has no effect with " LLAMA__P("pipeline_stage")
                        " = %d: " LLAMA__P("micro_batch_num") " (%d) accumulates, as in MindFormers",
                        c->gradient_accumulation_steps, c->pipeline_stage, c->micro_batch_num);
+    if (c->recompute || c->select_recompute)
+        llama__changes(r, "recompute_config.%s = true: activation recomputation is not implemented yet; activations "
+                          "are kept instead, which trains the same numbers with more memory (the memory plan shows it)",
+                       c->recompute ? "recompute" : "select_recompute");
     if (c->load_checkpoint[0] && !c->resume_training)
         llama__changes(r, "load_checkpoint = %s with resume_training = false: MindFormers would load the weights only; "
                           "here a checkpoint that holds a step count and optimizer state continues them",
@@ -2019,6 +2007,7 @@ int llama_config_load(const char *path, const char *const *sets, int num_sets, l
         llama__derive(&c, r);
         llama__validate(&c, r);
     }
+    if (r->unknown[0] && warn) fputs(r->unknown, warn);
     int rc = r->errors ? -1 : 0;
     if (rc && r->errors > 1 && err && errsize > 64) { /* the count last, over the tail of a full buffer */
         size_t at = r->used + 24 < errsize ? r->used : errsize - 24;

@@ -380,7 +380,7 @@ static par_status place_model(trainer *t) {
     par_tp_desc td;
     memset(&td, 0, sizeof td);
     /* the region's rows are the tokens of one context-parallel slice of the batch */
-    td.rows = (int64_t)t->global_batch / c->micro_batch_num * c->seq_length / c->context_parallel, td.hidden = d.dim;
+    td.rows = (int64_t)t->global_batch / t->micro_batches * c->seq_length / c->context_parallel, td.hidden = d.dim;
     td.column = "((dp,1),(tp,1))", td.row = "((dp,tp),(1,tp))", td.sequence_parallel = c->use_seq_parallel && c->model_parallel > 1;
     td.no_all_to_all = !c->enable_alltoall, td.trace = t->trace;
     if (t->copies > 1) { /* multi-copy: every copy its own region over its share of the rows */
@@ -545,7 +545,12 @@ static par_status make_params(trainer *t) {
     desc.grad_slots = t->pp > 1 || c->micro_batch_interleave_num > 1 ? buckets : 0;
     if (c->fine_grain_interleave > 1) desc.grad_slots = 0; /* its layers' gradients complete one by one */
     desc.zero_level = !c->enable_parallel_optimizer ? 0 : c->optimizer_level >= 2 ? 2 : 1;
-    desc.bucket_bytes = -1, desc.sum_gradients = !c->gradients_mean, desc.trace = t->trace;
+    /* MindSpore's semantics: in data_parallel mode each rank's loss is the
+       mean of its own samples and gradients_mean false sums the ranks'
+       gradients; in semi/auto parallel the loss is the global batch's mean,
+       so the gradient is one device's whatever gradients_mean says */
+    desc.sum_gradients = c->parallel_mode == LLAMA_PARALLEL_MODE_DATA && !c->gradients_mean;
+    desc.bucket_bytes = -1, desc.trace = t->trace;
     if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
     free(pd);
     return st;
@@ -937,7 +942,7 @@ static double now_s(void) {
 }
 
 static float lr_at(const llama_config *c, int64_t step, int64_t total_steps) {
-    const int64_t warm = c->warmup_steps;
+    const int64_t warm = llama_config_warmup_steps(c, c->total_steps > 0 ? c->total_steps : total_steps);
     if (warm > 0 && step < warm) return c->learning_rate * (float)(step + 1) / (float)warm;
     if (strcmp(c->lr_schedule, "cosine") == 0) {
         const int64_t total = c->total_steps > 0 ? c->total_steps : total_steps;
@@ -1318,7 +1323,8 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     LLAMA_CHECK(par_params_reduce_loss(t->ps, &loss, &count)); /* over the whole global batch */
     trace_span(t, "comm", t1, "all_reduce loss");
     opt.lr = lr, opt.beta1 = c->beta1, opt.beta2 = c->beta2, opt.eps = c->eps, opt.weight_decay = c->weight_decay;
-    opt.max_grad_norm = c->max_grad_norm;
+    opt.max_grad_norm = llama_config_clip_norm(c);
+    opt.no_bias_correction = c->optimizer_type == LLAMA_OPTIMIZER_ADAMWEIGHTDECAY;
     LLAMA_CHECK(par_params_step(t->ps, &opt, &st));
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
     trace_span(t, "step", step_us, "step %lld", (long long)t->step);
@@ -1475,14 +1481,23 @@ static void print_summary(const trainer *t, const char *backend) {
     printf("  attention  causal from token positions: no [seq, seq] mask is built (what use_attn_mask_compression "
            "asks for); a dense f32 one would add %.2f MiB\n",
            mib((int64_t)t->cfg->seq_length * t->cfg->seq_length * 4));
-    printf("  batch      global %d = %d data-parallel shard(s) x micro_batch_num %d x %lld samples of %lld tokens%s\n",
+    printf("  batch      global %d = %d data-parallel shard(s) x %d micro-batch(es) x %lld samples of %lld tokens%s\n",
            t->global_batch, t->num_shards, t->micro_batches, (long long)t->sz.batch, (long long)t->sz.seq,
            t->cp ? " (this rank's share of each)" : "");
-    if (t->cfg->enable_parallel_optimizer)
-        printf("  optimizer  AdamW, ZeRO level %d over the %d data-parallel ranks: %.2f MiB of AdamW state per rank\n",
-               t->cfg->optimizer_level >= 2 ? 2 : 1, t->num_shards, mib(t->plan.bytes[PAR_MEM_OPTIMIZER]));
-    else
-        printf("  optimizer  AdamW, replicated%s\n", t->num_shards > 1 ? " (gradients all-reduced in buckets)" : "");
+    {
+        const char *name = t->cfg->optimizer_type == LLAMA_OPTIMIZER_ADAMWEIGHTDECAY
+                               ? "AdamWeightDecay (MindSpore's: no bias correction)"
+                               : "AdamW";
+        char clip[64] = "";
+        if (llama_config_clip_norm(t->cfg) > 0)
+            snprintf(clip, sizeof clip, ", gradients clipped to norm %g", (double)llama_config_clip_norm(t->cfg));
+        if (t->cfg->enable_parallel_optimizer)
+            printf("  optimizer  %s%s, ZeRO level %d over the %d data-parallel ranks: %.2f MiB of state per rank\n", name,
+                   clip, t->cfg->optimizer_level >= 2 ? 2 : 1, t->num_shards, mib(t->plan.bytes[PAR_MEM_OPTIMIZER]));
+        else
+            printf("  optimizer  %s%s, replicated%s\n", name, clip,
+                   t->num_shards > 1 ? " (gradients all-reduced in buckets)" : "");
+    }
     printf("  memory plan per rank:\n");
     print_memory_header();
     print_memory_row("planned", t->plan.bytes, plan_total(&t->plan));
@@ -1601,7 +1616,7 @@ static par_status trainer_setup(trainer *t, par_ctx *ctx, const shared_run *sh) 
     t->cfg = c, t->opt = sh->opt, t->data = sh->data;
     t->rank = par_ctx_rank(ctx), t->world = par_ctx_size(ctx);
     t->all_dims = (1u << par_ctx_mesh(ctx)->ndim) - 1u;
-    t->micro_batches = c->micro_batch_num;
+    t->micro_batches = llama_config_micro_batches(c);
     t->global_batch = llama_config_global_batch(c);
     /* the tokens [global batch, seq], split over dp (the data-parallel ranks)
        and seq over cp: gradients are partial over both, the loss a sum over both */
@@ -1825,7 +1840,8 @@ int main(int argc, char **argv) {
     llama_data data;
     shared_run sh;
     par_ctx_desc desc = {0};
-    char err[1024], mesh[64];
+    static char err[16384]; /* the config report: every error, one line each */
+    char mesh[64];
     int world, launch_rank = 0, launch_size = 1, mpi = 0, nccl = 0, silent, has_opt = 0, sharded = 0;
     int64_t step0 = 0;
     par_status st;
@@ -1848,8 +1864,17 @@ int main(int argc, char **argv) {
 #ifndef PARALLEL_WITH_MPI
     if (mpi) return bad_input(silent, "--backend mpi: this build has no MPI (rebuild with mpicc)");
 #endif
-    if (llama_config_load(opt.config_path, opt.sets, opt.num_sets, &cfg, silent ? NULL : stderr, err, sizeof err) != 0)
-        return bad_input(silent, "%s", err);
+    if (llama_config_load(opt.config_path, opt.sets, opt.num_sets, &cfg, silent ? NULL : stderr, err, sizeof err) != 0) {
+        for (char *line = err, *next; line && !silent; line = next) { /* "train: error: " before each one */
+            if ((next = strchr(line, '\n')) != NULL) *next++ = 0;
+            fprintf(stderr, "train: %s%s\n", line[0] == '(' ? "" : "error: ", line);
+        }
+        return EXIT_BAD_INPUT;
+    }
+    if (cfg.load_checkpoint[0] && opt.init_from && strcmp(opt.init_from, cfg.load_checkpoint) != 0)
+        return bad_input(silent, "--init-from %s and load_checkpoint = %s name two starting points; keep one",
+                         opt.init_from, cfg.load_checkpoint);
+    if (cfg.load_checkpoint[0]) opt.init_from = cfg.load_checkpoint; /* MindFormers' spelling of --init-from */
     if (opt.seed >= 0) cfg.seed = (uint64_t)opt.seed;
     if (cfg.parallel_mode != LLAMA_PARALLEL_MODE_AUTO && (opt.cluster_path || opt.max_device_memory))
         return bad_input(silent, "%s is for parallel.parallel_mode auto_parallel (this config is not)",

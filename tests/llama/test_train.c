@@ -651,7 +651,7 @@ static void test_context_parallel(void) {
    data-parallel rank). */
 static const char *pp_base = "--config examples/configs/tiny.yaml --data tests/data/train.txt --quiet --set max_grad_norm=0.5 "
                              "--set model.model_config.num_layers=4 --set model.model_config.seq_length=16 "
-                             "--set runner_config.batch_size=24";
+                             "--set runner_config.global_batch_size=24";
 
 /* The final weights of a pipelined run as one file: it saves sharded (each
    stage its own layers; a consolidated --save is refused under pp) and one
@@ -1006,7 +1006,7 @@ static void test_bad_input(void) {
     bad("missing config", "nope.yaml", "--config %s --data tests/ref/gqa_data.txt", test_path("nope.yaml"));
     bad("invalid --set", "num_layers", "%s --set model.model_config.num_layers=abc", base);
     bad("unknown --set key", "hiden_size", "%s --set model.model_config.hiden_size=8", base);
-    bad("batch not divisible by dp", "batch_size", "%s --set parallel_config.data_parallel=3", base);
+    bad("batch not divisible by dp", "batch_size", "%s --set parallel_config.data_parallel=3 --set runner_config.global_batch_size=4", base);
     bad("not implemented", "pipeline_stage", "%s --set parallel_config.pipeline_stage=2", base);
     /* tensor-parallel degrees must divide every split dim (gqa_ref: 4 heads, 2 kv heads, hidden 32,
        ffn 88, vocab 256, seq 16) */
@@ -1084,10 +1084,49 @@ static void test_bad_input(void) {
 
 /* ---- MindSpore keys that change what a run computes -------------------------------- */
 
-/* gradients_mean: false sums the data-parallel gradients (dp x the mean: the
-   grad norm doubles under dp 2, is unchanged on one rank); full_batch: false
-   makes batch_size per data-parallel rank (dp 2 x 4 = the global 8 of the
-   default); parameter_broadcast and enable_alltoall change nothing here. */
+/* MindFormers' own Llama 2 7B pretraining file (tests/data/mindformers),
+   shrunk in size only, trains as written: data_parallel 8, batch_size 1 per
+   rank, gradient_accumulation_steps 8 (global batch 64), FP32StateAdamWeightDecay
+   (no bias correction), use_clip_grad with MindFormers' norm 1.0, warmup_ratio,
+   the FFN width and kv heads MindFormers derives (hidden 64: 256 and 4). Its
+   grad norm equals one device's within 1e-4 at every step (one device: the
+   same 64 samples as batch_size 8 x 8 accumulation steps). */
+static const char *mf_7b = "--config tests/data/mindformers/pretrain_llama2_7b.yaml --data tests/data/train.txt "
+                           "--set model.model_config.hidden_size=64 --set model.model_config.num_heads=4 "
+                           "--set model.model_config.num_layers=2 --set model.model_config.vocab_size=256 "
+                           "--set model.model_config.seq_length=32";
+
+static void test_mindformers_llama2_7b(void) {
+    double l8[8], g8[8], l1[8], g1[8];
+    int rc = run_cmd(0, "%s --steps 4 --metrics %s", mf_7b, test_path("mf8.jsonl"));
+    CHECK_MSG(rc == 0, "the Llama 2 7B file as written failed: %s", err_text);
+    CHECK_MSG(strstr(out_text, "heads 4 (kv 4, head dim 16), ffn 256") != NULL, "MindFormers' derived shape: %s", out_text);
+    CHECK_MSG(strstr(out_text, "global 64 = 8 data-parallel shard(s) x 8 micro-batch(es) x 1 samples") != NULL,
+              "MindFormers' global batch: %s", out_text);
+    CHECK_MSG(strstr(out_text, "AdamWeightDecay (MindSpore's: no bias correction), gradients clipped to norm 1") != NULL,
+              "optimizer and clipping: %s", out_text);
+    rc = run_cmd(0, "%s --steps 4 --set parallel_config.data_parallel=1 --set runner_config.batch_size=8 --metrics %s",
+                 mf_7b, test_path("mf1.jsonl"));
+    CHECK_MSG(rc == 0, "the Llama 2 7B file on one device failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("mf8.jsonl"), l8, g8, 8), 4);
+    CHECK_INT(read_metrics(test_path("mf1.jsonl"), l1, g1, 8), 4);
+    printf("  MindFormers pretrain_llama2_7b.yaml, dp 8 x accumulation 8 vs one device:\n");
+    for (int i = 0; i < 4; i++) {
+        const double dg = fabs(g8[i] - g1[i]) / g1[i], dl = fabs(l8[i] - l1[i]) / l1[i];
+        printf("    step %d  grad norm %.7f vs %.7f (rel %.1e), loss rel %.1e\n", i, g8[i], g1[i], dg, dl);
+        CHECK_MSG(dg <= 1e-4, "step %d: dp 8 grad norm %.9g vs one device %.9g", i, g8[i], g1[i]);
+        CHECK_MSG(dl <= 1e-5, "step %d: dp 8 loss %.9g vs one device %.9g", i, l8[i], l1[i]);
+    }
+    CHECK_MSG(g8[0] > 1.0, "step 0's grad norm %.9g should exceed the clipping norm 1 (the test must exercise it)", g8[0]);
+}
+
+/* MindSpore's gradient semantics: in semi_auto_parallel the loss is the
+   global batch's mean, so the gradient is one device's whatever
+   gradients_mean says (MindFormers' files all say false: the grad norm must
+   not double under dp 2); in data_parallel mode false sums the ranks'
+   gradients (2x the grad norm under dp 2). MindFormers' batch: batch_size per
+   data-parallel rank (dp 2 x 4 = the global 8 of tiny.yaml's
+   global_batch_size); parameter_broadcast and enable_alltoall change nothing. */
 static void test_config_semantics(void) {
     double l1[8], g1[8], l2[8], g2[8], ls[8], gs[8];
     int rc, i;
@@ -1098,23 +1137,31 @@ static void test_config_semantics(void) {
     CHECK_MSG(rc == 0, "dp2 gradients_mean=false failed: %s", err_text);
     CHECK_INT(read_metrics(test_path("gm1.jsonl"), l1, g1, 8), 3);
     CHECK_INT(read_metrics(test_path("gm2.jsonl"), l2, g2, 8), 3);
-    CHECK_MSG(fabs(g2[0] / g1[0] - 2.0) < 1e-6, "gradients_mean=false under dp 2: step-0 grad norm %.9g vs %.9g (want 2x)",
-              g2[0], g1[0]);
-    CHECK_MSG(l2[0] == l1[0], "the first loss does not depend on gradients_mean: %.9g vs %.9g", l2[0], l1[0]);
-    rc = run_cmd(0, "%s --steps 3 --set parallel.gradients_mean=false --metrics %s", eq_base, test_path("gm3.jsonl"));
-    CHECK_MSG(rc == 0, "dp1 gradients_mean=false failed: %s", err_text);
-    rc = run_cmd(0, "%s --steps 3 --metrics %s", eq_base, test_path("gm4.jsonl"));
-    CHECK_MSG(rc == 0, "dp1 run failed: %s", err_text);
+    for (i = 0; i < 3; i++)
+        CHECK_MSG(l2[i] == l1[i] && g2[i] == g1[i], "semi_auto dp 2: gradients_mean=false must be one device's gradient "
+                  "(step %d: grad norm %.9g vs %.9g)", i, g2[i], g1[i]);
+    rc = run_cmd(0, "%s --steps 3 --set parallel.parallel_mode=data_parallel --set parallel.full_batch=false "
+                    "--set parallel_config.data_parallel=2 --set parallel.gradients_mean=false --metrics %s",
+                 eq_base, test_path("gm3.jsonl"));
+    CHECK_MSG(rc == 0, "data_parallel dp2 gradients_mean=false failed: %s", err_text);
     CHECK_INT(read_metrics(test_path("gm3.jsonl"), l2, g2, 8), 3);
+    CHECK_MSG(fabs(g2[0] / g1[0] - 2.0) < 1e-6,
+              "data_parallel mode, gradients_mean=false under dp 2: step-0 grad norm %.9g vs %.9g (want 2x)", g2[0], g1[0]);
+    CHECK_MSG(l2[0] == l1[0], "the first loss does not depend on gradients_mean: %.9g vs %.9g", l2[0], l1[0]);
+    rc = run_cmd(0, "%s --steps 3 --set parallel.parallel_mode=data_parallel --set parallel.full_batch=false "
+                    "--set parallel_config.data_parallel=2 --set parallel.gradients_mean=true --metrics %s",
+                 eq_base, test_path("gm4.jsonl"));
+    CHECK_MSG(rc == 0, "data_parallel dp2 gradients_mean=true failed: %s", err_text);
     CHECK_INT(read_metrics(test_path("gm4.jsonl"), ls, gs, 8), 3);
-    for (i = 0; i < 3; i++) CHECK_MSG(l2[i] == ls[i] && g2[i] == gs[i], "one rank: gradients_mean must not matter (step %d)", i);
-    /* full_batch: false, batch_size per rank */
-    rc = run_cmd(0, "%s --steps 3 --set parallel_config.data_parallel=2 --set parallel.full_batch=false "
+    for (i = 0; i < 3; i++)
+        CHECK_MSG(ls[i] == l1[i] && gs[i] == g1[i], "data_parallel mode, gradients_mean=true: one device's (step %d)", i);
+    /* MindFormers' batch_size: per data-parallel rank */
+    rc = run_cmd(0, "%s --steps 3 --set parallel_config.data_parallel=2 --set runner_config.global_batch_size=0 "
                     "--set runner_config.batch_size=4 --metrics %s", eq_base, test_path("fb.jsonl"));
-    CHECK_MSG(rc == 0, "full_batch=false failed: %s", err_text);
+    CHECK_MSG(rc == 0, "batch_size per rank failed: %s", err_text);
     CHECK_INT(read_metrics(test_path("fb.jsonl"), ls, gs, 8), 3);
     for (i = 0; i < 3; i++)
-        CHECK_MSG(ls[i] == l1[i] && gs[i] == g1[i], "full_batch=false, 2 x 4 samples, step %d: %.9g vs %.9g", i, ls[i], l1[i]);
+        CHECK_MSG(ls[i] == l1[i] && gs[i] == g1[i], "batch_size 4 per rank x dp 2, step %d: %.9g vs %.9g", i, ls[i], l1[i]);
     /* parameter_broadcast and enable_alltoall: the same numbers */
     rc = run_cmd(0, "%s --steps 3 --set parallel_config.data_parallel=2 --set parallel.parameter_broadcast=true "
                     "--set parallel.enable_alltoall=true --metrics %s", eq_base, test_path("pb.jsonl"));
@@ -1635,6 +1682,13 @@ int main(void) {
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
         return TEST_END("llama_train");
     }
+    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "mindformers") == 0) { /* a developer's shortcut */
+        test_config_semantics();
+        test_mindformers_llama2_7b();
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
+        return TEST_END("llama_train");
+    }
     if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "qkv_bias") == 0) { /* a developer's shortcut */
         test_reference_bias();
         test_qkv_bias();
@@ -1655,6 +1709,7 @@ int main(void) {
     if (!only_reference) {
         test_equivalence();
         test_config_semantics();
+        test_mindformers_llama2_7b();
         test_memory();
         test_round_trip();
         test_trace();
