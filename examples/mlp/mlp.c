@@ -101,7 +101,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     dh = (float *)malloc((size_t)(n * HIDDEN) * 4);
     if (!x || !a || !y || !dy || !dh) { st = par_set_error(PAR_ENOMEM, "out of memory"); goto done; }
     for (step = 0; step < c->steps; step++) {
-        par_adamw opt = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f};
+        par_adamw opt = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 0};
         double loss = 0.0, count = 0.0;
         for (mb = 0; mb < c->micro; mb++) {
             float *g1, *g2, *ysum;
