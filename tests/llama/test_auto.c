@@ -114,6 +114,18 @@ int main(void) {
     CHECK_MSG(strstr(out_text, "chose dp=2 tp=2") != NULL, "%s", out_text);
     CHECK(fabs(first_loss() - one) < 1e-5);
 
+    /* MindFormers' enable_parallel_optimizer stays on whatever the plan, and the global
+       batch stays the one the degrees as written make (batch_size 2 per rank x
+       data_parallel 4 = 8, tiny.yaml's), whatever data_parallel the plan picks */
+    CHECK_INT(run("--steps 1 --set parallel.parallel_mode=auto_parallel --set parallel_config.data_parallel=4 "
+                  "--set parallel.enable_parallel_optimizer=true --set runner_config.global_batch_size=0 "
+                  "--set runner_config.batch_size=2 --set parallel.search_mode=dynamic_programming --cluster %s",
+                  cluster),
+              0);
+    CHECK_MSG(strstr(out_text, "ZeRO level") != NULL, "enable_parallel_optimizer dropped: %s", out_text);
+    CHECK_MSG(strstr(out_text, "batch      global 8 = ") != NULL, "the global batch changed: %s", out_text);
+    CHECK(fabs(first_loss() - one) < 1e-5);
+
     /* measured now (no --cluster), recursive_programming (the default) */
     CHECK_INT(run("--steps 1 --set parallel.parallel_mode=auto_parallel --set parallel_config.data_parallel=2"), 0);
     CHECK_MSG(strstr(out_text, "(measured now)") != NULL && strstr(out_text, "(recursive_programming)") != NULL, "%s",
