@@ -8,8 +8,12 @@
    Each MindFormers key in the table is honoured, or accepted and ignored where
    it means nothing here (the help text says why), or, for a feature that has
    not landed, accepted at its default and refused otherwise by
-   llama_config_validate with the key's name and the reason. Errors are one
-   sentence naming the file, line (for YAML) and key. */
+   llama_config_validate with the key's name and the reason. MindFormers' files
+   mean here what they mean to MindFormers r1.5.0 (docs/mindformers.md: the
+   global batch, the gradient, derived shapes, optimizers, clipping, warm-up).
+   Loading reports every problem at once (the config report): each error one
+   line naming the file and line (or the --set) and the key, warnings for
+   values that change training against MindFormers, one line for unknown keys. */
 #ifndef LLAMA_CONFIG_H
 #define LLAMA_CONFIG_H
 
@@ -1120,39 +1124,47 @@ static int llama__locate(const llama__report *r, const char *msg, char *line, si
     return 1;
 }
 
-/* A cross-key rule broke: an error line, located. */
+/* A located line: an error (a cross-key rule broke) or a warning (a value
+   that trains differently from MindFormers). */
+static void llama__vlocated(llama__report *r, int warning, const char *fmt, va_list ap) {
+    char msg[1024], line[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (!llama__locate(r, msg, line, sizeof line)) return;
+    if (!warning) {
+        llama__report_line(r, line);
+    } else {
+        r->changes++;
+        if (r->warn) fprintf(r->warn, "warning: %s\n", line);
+    }
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
 static int llama__rule(llama__report *r, const char *fmt, ...) {
-    char msg[1024], line[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    llama__vlocated(r, 0, fmt, ap);
     va_end(ap);
-    if (llama__locate(r, msg, line, sizeof line)) llama__report_line(r, line);
     return -1;
 }
 
-/* A value that trains differently from MindFormers: a warning line, located. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
 #endif
 static void llama__changes(llama__report *r, const char *fmt, ...) {
-    char msg[1024], line[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    llama__vlocated(r, 1, fmt, ap);
     va_end(ap);
-    if (!llama__locate(r, msg, line, sizeof line)) return;
-    r->changes++;
-    if (r->warn) fprintf(r->warn, "warning: %s\n", line);
 }
 
 #define LLAMA__K(name) "model.model_config." name
 #define LLAMA__P(name) "parallel_config." name
 
-
+/* Pipeline: the layers split into pipeline_stage x pp_interleave_num virtual
+   stages (offset moving layers from the first to the last), the interleave
+   switches agreeing, and the interleaved schedule's micro-batch rule. */
 static int llama__check_pp(const llama_config *c, llama__report *r) {
     const int p = c->pipeline_stage, v = c->pp_interleave_num, vs = p * v;
     if (c->pipeline_interleave != (v > 1))

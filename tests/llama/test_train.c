@@ -1560,7 +1560,7 @@ static void test_qkv_bias(void) {
                                   "--set parallel_config.use_seq_parallel=true"},
     };
     static char base[2048], plain[1024], ppb[1024], ppdir[512], dir[512];
-    double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1], loss[EQ_STEPS + 1], g[EQ_STEPS + 1];
+    double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1], loss[EQ_STEPS + 1] = {0}, g[EQ_STEPS + 1] = {0};
     char a[512], b[512];
     int rc, i, n;
     /* the trainer's own init (same seed as tp_base's runs), then random biases */
@@ -1676,32 +1676,22 @@ int main(void) {
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
         return TEST_END("llama_train");
     }
-    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "wide-tp") == 0) { /* a developer's shortcut */
-        test_pipeline_wide_tp();
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
-        return TEST_END("llama_train");
-    }
-    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "mindformers") == 0) { /* a developer's shortcut */
-        test_config_semantics();
-        test_mindformers_llama2_7b();
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
-        return TEST_END("llama_train");
-    }
-    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "qkv_bias") == 0) { /* a developer's shortcut */
-        test_reference_bias();
-        test_qkv_bias();
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
-        return TEST_END("llama_train");
-    }
-    if (getenv("LLAMA_TEST_ONLY") && strcmp(getenv("LLAMA_TEST_ONLY"), "pipeline") == 0) { /* a developer's shortcut */
-        test_pipeline();
-        test_pipeline_wide_tp();
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
-        return TEST_END("llama_train");
+    { /* developers' shortcuts: LLAMA_TEST_ONLY=NAME runs one group of tests */
+        static const struct {
+            const char *name;
+            void (*run[2])(void);
+        } groups[] = {{"wide-tp", {test_pipeline_wide_tp, NULL}},
+                      {"mindformers", {test_config_semantics, test_mindformers_llama2_7b}},
+                      {"qkv_bias", {test_reference_bias, test_qkv_bias}},
+                      {"pipeline", {test_pipeline, test_pipeline_wide_tp}}};
+        const char *only = getenv("LLAMA_TEST_ONLY");
+        for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
+            if (strcmp(only, groups[g].name) != 0) continue;
+            for (int k = 0; k < 2 && groups[g].run[k]; k++) groups[g].run[k]();
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
+            if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
+            return TEST_END("llama_train");
+        }
     }
     if (!only_reference) test_bad_input();
     test_reference();
