@@ -2490,9 +2490,15 @@ typedef struct par_model_shape {
     par_dtype dtype;      /* activations and weights (default f32) */
 } par_model_shape;
 
-/* The MindFormers YAML keys num_layers, hidden_size, num_heads, n_kv_heads,
-   intermediate_size, vocab_size, seq_length and batch_size, wherever they
-   sit (other keys are ignored); PAR_EINVAL naming a missing or bad one. */
+/* A model from a MindFormers YAML file, read as MindFormers reads it:
+   num_layers, hidden_size, num_heads, vocab_size and seq_length wherever
+   they sit; n_kv_heads (absent: num_heads); intermediate_size (absent:
+   MindFormers' rule from hidden_size, multiple_of and ffn_dim_multiplier);
+   the global batch from runner_config.batch_size (per data-parallel rank) x
+   parallel_config.data_parallel x micro_batch_interleave_num x
+   micro_batch_num (pipeline_stage > 1) or gradient_accumulation_steps, or
+   runner_config.global_batch_size as such. Other keys are ignored; PAR_EINVAL
+   naming a missing or bad one. */
 PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape *model);
 
 typedef struct par_auto_plan {
@@ -19959,38 +19965,82 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
     return PAR_OK;
 }
 
+/* The keys par_model_shape_parse reads; BATCH ones only under runner_config
+   or parallel_config (or at the top level), where MindFormers keeps them:
+   model_config also has a batch_size (for inference) and datasets have theirs. */
+enum {
+    PAR__MS_LAYERS, PAR__MS_HIDDEN, PAR__MS_HEADS, PAR__MS_KV, PAR__MS_FFN, PAR__MS_VOCAB, PAR__MS_SEQ,
+    PAR__MS_MULTIPLE_OF, PAR__MS_FFN_MULT, PAR__MS_BATCH, PAR__MS_GLOBAL, PAR__MS_DP, PAR__MS_PP, PAR__MS_MBN,
+    PAR__MS_GA, PAR__MS_MBI, PAR__MS_NKEYS
+};
+
+/* MindFormers' FFN width for an absent intermediate_size (LlamaFeedForward,
+   mindformers/models/llama/llama_layer.py at r1.5.0): 4h, times
+   (ffn_dim_multiplier + 0.01) if set, int(2/3 of it), rounded up to multiple_of. */
+static double par__ms_ffn(double hidden, double multiple_of, double multiplier) {
+    double h = floor(4.0 * hidden);
+    if (multiplier > 0) h = floor((multiplier + 0.01) * h);
+    h = floor(2.0 * h / 3.0);
+    return multiple_of * ceil(h / multiple_of);
+}
+
 PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape *out) {
-    static const char *const keys[] = {"num_layers", "hidden_size",  "num_heads",  "n_kv_heads",
-                                       "intermediate_size", "vocab_size", "seq_length", "batch_size"};
-    long vals[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    static const char *const keys[PAR__MS_NKEYS] = {
+        "num_layers",  "hidden_size",        "num_heads",     "n_kv_heads",       "intermediate_size", "vocab_size",
+        "seq_length",  "multiple_of",        "ffn_dim_multiplier", "batch_size", "global_batch_size", "data_parallel",
+        "pipeline_stage", "micro_batch_num", "gradient_accumulation_steps", "micro_batch_interleave_num"};
+    double vals[PAR__MS_NKEYS] = {0};
     par_model_shape m;
     const char *p;
+    char section[64] = "";
     int line = 0, seen = 0, i;
+    double batch;
     if (!text || !out) return par__fail(PAR_EINVAL, "par_model_shape_parse: NULL argument");
     for (p = text; *p; line++) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
         char buf[256], *key, *value, *end;
+        int top;
         p += len + (nl != NULL);
         if (len >= sizeof buf) continue; /* no key of ours is that long */
         memcpy(buf, p - len - (nl != NULL), len);
         buf[len] = 0;
+        top = buf[0] != ' ' && buf[0] != '\t' && buf[0] != '-';
         if (!par__au_key_value(buf, &key, &value)) continue;
-        for (i = 0; i < 8 && strcmp(key, keys[i]); i++) {
+        if (top) snprintf(section, sizeof section, "%s", *value ? "" : key); /* "runner_config:" opens a section */
+        for (i = 0; i < PAR__MS_NKEYS && strcmp(key, keys[i]); i++) {
         }
-        if (i == 8) continue;
-        vals[i] = strtol(value, &end, 10);
-        if (end == value || *end || vals[i] < 0 || vals[i] > (1L << 30))
-            return par__fail(PAR_EINVAL, "model line %d: %s: '%.40s' is not a whole number >= 0", line + 1, key,
-                             value);
+        if (i == PAR__MS_NKEYS) continue;
+        if (i >= PAR__MS_BATCH && !top && strcmp(section, "runner_config") != 0 && strcmp(section, "parallel_config") != 0)
+            continue; /* model_config.batch_size, train_dataset.batch_size, ... */
+        vals[i] = i == PAR__MS_FFN_MULT ? strtod(value, &end) : (double)strtol(value, &end, 10);
+        if (i == PAR__MS_FFN_MULT && (!strcmp(value, "None") || !strcmp(value, "null") || !*value)) continue;
+        if (end == value || *end || !(vals[i] >= 0) || vals[i] > (double)(1L << 30))
+            return par__fail(PAR_EINVAL, "model line %d: %s: '%.40s' is not a %s >= 0", line + 1, key, value,
+                             i == PAR__MS_FFN_MULT ? "number" : "whole number");
         seen |= 1 << i;
     }
-    for (i = 0; i < 8; i++)
-        if (i != 3 && !(seen >> i & 1)) return par__fail(PAR_EINVAL, "model: %s is missing", keys[i]);
+    for (i = 0; i <= PAR__MS_SEQ; i++)
+        if (i != PAR__MS_KV && i != PAR__MS_FFN && !(seen >> i & 1))
+            return par__fail(PAR_EINVAL, "model: %s is missing", keys[i]);
+    if (!(seen >> PAR__MS_BATCH & 1) && !(seen >> PAR__MS_GLOBAL & 1))
+        return par__fail(PAR_EINVAL, "model: batch_size is missing (runner_config.batch_size, or global_batch_size)");
+#define PAR__MS_OR(k, d) ((seen >> (k) & 1) && vals[k] > 0 ? vals[k] : (d))
     memset(&m, 0, sizeof m);
-    m.layers = (int)vals[0], m.hidden = (int)vals[1], m.heads = (int)vals[2];
-    m.kv_heads = vals[3] ? (int)vals[3] : (int)vals[2];
-    m.ffn = (int)vals[4], m.vocab = (int)vals[5], m.seq = (int)vals[6], m.batch = (int)vals[7];
+    m.layers = (int)vals[PAR__MS_LAYERS], m.hidden = (int)vals[PAR__MS_HIDDEN], m.heads = (int)vals[PAR__MS_HEADS];
+    m.kv_heads = (int)PAR__MS_OR(PAR__MS_KV, vals[PAR__MS_HEADS]); /* MindFormers' None: multi-head */
+    m.ffn = (int)PAR__MS_OR(PAR__MS_FFN, par__ms_ffn(vals[PAR__MS_HIDDEN], PAR__MS_OR(PAR__MS_MULTIPLE_OF, 256.0),
+                                                     PAR__MS_OR(PAR__MS_FFN_MULT, 0.0)));
+    m.vocab = (int)vals[PAR__MS_VOCAB], m.seq = (int)vals[PAR__MS_SEQ];
+    /* the global batch: as such, or MindFormers' product (base_trainer.py,
+       _check_global_batch_size_for_auto_parallel, r1.5.0) */
+    batch = PAR__MS_OR(PAR__MS_BATCH, 1.0) * PAR__MS_OR(PAR__MS_DP, 1.0) * PAR__MS_OR(PAR__MS_MBI, 1.0) *
+            (PAR__MS_OR(PAR__MS_PP, 1.0) > 1 ? PAR__MS_OR(PAR__MS_MBN, 1.0) : PAR__MS_OR(PAR__MS_GA, 1.0));
+    if ((seen >> PAR__MS_GLOBAL & 1) && vals[PAR__MS_GLOBAL] > 0) batch = vals[PAR__MS_GLOBAL];
+#undef PAR__MS_OR
+    if (batch > (double)(1L << 30) || m.ffn < 0)
+        return par__fail(PAR_EINVAL, "model: the global batch (%.0f) or the FFN width (%d) is out of range", batch, m.ffn);
+    m.batch = (int)batch;
     *out = m;
     return PAR_OK;
 }

@@ -495,6 +495,29 @@ static void whole_plan(void) {
     CHECK_ERR(par_cluster_parse("devices: 2\nnode_parallelism: 1.5\n", &c), PAR_EINVAL, "node_parallelism is 1.5");
     CHECK_ERR(par_cluster_parse("devices: 2\nkernel_latency: soon\n", &c), PAR_EPARSE, "kernel_latency");
     CHECK_ERR(par_model_shape_parse("num_layers: 2\n", &d.model), PAR_EINVAL, "hidden_size is missing");
+    /* MindFormers' reading: derived kv heads and FFN width, batch_size per data-parallel rank times the
+       accumulation steps (no pipeline) or micro-batches (pipeline); the other batch_size keys ignored */
+    CHECK_OK(par_model_shape_parse("seed: 0\nrunner_config:\n  batch_size: 1\n  gradient_accumulation_steps: 8\n"
+                                   "train_dataset: &train_dataset\n  batch_size: 6\nparallel_config:\n  data_parallel: 8\n"
+                                   "  micro_batch_num: 1\nmodel:\n  model_config:\n    batch_size: 1\n    seq_length: 4096\n"
+                                   "    hidden_size: 4096\n    num_layers: 32\n    num_heads: 32\n    vocab_size: 32000\n"
+                                   "    multiple_of: 256\n",
+                                   &d.model));
+    CHECK(d.model.ffn == 11008 && d.model.kv_heads == 32 && d.model.batch == 64);
+    CHECK_OK(par_model_shape_parse("runner_config:\n  batch_size: 2\n  gradient_accumulation_steps: 8\nparallel_config:\n"
+                                   "  data_parallel: 2\n  pipeline_stage: 2\n  micro_batch_num: 4\nmodel:\n  model_config:\n"
+                                   "    hidden_size: 8192\n    num_layers: 8\n    num_heads: 64\n    n_kv_heads: 8\n"
+                                   "    vocab_size: 256\n    seq_length: 32\n    multiple_of: 4096\n    ffn_dim_multiplier: 1.3\n",
+                                   &d.model));
+    CHECK(d.model.ffn == 28672 && d.model.kv_heads == 8 && d.model.batch == 16);
+    CHECK_OK(par_model_shape_parse("runner_config:\n  global_batch_size: 24\n  batch_size: 3\nparallel_config:\n"
+                                   "  data_parallel: 4\nhidden_size: 64\nnum_layers: 2\nnum_heads: 4\nvocab_size: 256\n"
+                                   "seq_length: 8\nintermediate_size: 100\n",
+                                   &d.model));
+    CHECK(d.model.ffn == 100 && d.model.batch == 24);
+    CHECK_ERR(par_model_shape_parse("hidden_size: 64\nnum_layers: 2\nnum_heads: 4\nvocab_size: 256\nseq_length: 8\n",
+                                    &d.model),
+              PAR_EINVAL, "batch_size is missing");
     d.model.hidden = 0;
     CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "model");
 }
