@@ -224,7 +224,8 @@ extern "C" {
     X(PAR_ECAPACITY, -8, "capacity exceeded")                     \
     X(PAR_ETIMEOUT, -9, "timed out")                              \
     X(PAR_ECOMM, -10, "communication failure")                    \
-    X(PAR_EIO, -11, "i/o error")
+    X(PAR_EIO, -11, "i/o error")                                  \
+    X(PAR_ENONFINITE, -12, "non-finite value")
 
 typedef enum par_status {
 #define PAR__STATUS_ENUM(name, value, text) name = value,
@@ -1713,7 +1714,9 @@ typedef struct par_step_stats {
    elements it holds of a parameter only where its index is 0 on the
    parameter's copy dims; the sums are all-reduced over the mesh), optional
    clipping, AdamW on this rank's slice or ZeRO shard, and under ZeRO the
-   all-gather of the updated parameters. stats may be NULL. */
+   all-gather of the updated parameters. stats may be NULL. A non-finite
+   norm (nan or inf: training diverged) is PAR_ENONFINITE on every rank alike
+   (the norm is all-reduced), with nothing changed; stats->grad_norm has it. */
 PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *opt, par_step_stats *stats);
 
 /* AdamW steps taken (bias correction); set it when resuming. Local. */
@@ -15764,6 +15767,13 @@ PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *o, par_
     PAR__CHECK(par_ctx_all_reduce_host(ps->ctx, (1u << par_ctx_mesh(ps->ctx)->ndim) - 1u, PAR_REDUCE_SUM, PAR_F64, &ss, 1));
     par__params_span(ps, "comm", t0, "all_reduce grad norm", -1);
     norm = sqrt(ss);
+    if (!isfinite(norm)) { /* the same sum on every rank (all-reduced): every rank stops here, nothing changed */
+        if (stats) stats->grad_norm = norm, stats->clip = 1.0f, stats->step = ps->step;
+        return par__fail(PAR_ENONFINITE,
+                         "par_params_step: the global gradient norm is %g at optimizer step %lld (training diverged); the step "
+                         "is not applied: no parameter or optimizer state changed",
+                         norm, (long long)ps->step + 1);
+    }
     if (o->max_grad_norm > 0.0f) { /* PyTorch's clip_grad_norm_: max / (norm + 1e-6), clamped to 1 */
         const double c = (double)o->max_grad_norm / (norm + 1e-6);
         if (c < 1.0) clip = (float)c;

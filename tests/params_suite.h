@@ -450,6 +450,33 @@ static void ps_params_bad(par_ctx *ctx, ps_counts *c) {
     PS_OK(c, par_params_broadcast(ps));
     PS_CHECK(c, par_params_value(ps, 1)[0] == 0.0f, "broadcast gave %g", (double)par_params_value(ps, 1)[0]);
     par_params_destroy(ps);
+
+    /* a non-finite gradient on one rank: every rank refuses the step (the norm is
+       all-reduced), and no parameter, moment or step count changes */
+    ps = NULL;
+    PS_OK(c, par_params_create(ctx, &d, &ps));
+    if (!ps) return;
+    {
+        float before[16], *gw = NULL, *gb = NULL;
+        par_step_stats st;
+        par_param_info in;
+        opt.beta1 = 0.9f;
+        PS_OK(c, par_params_info(ps, 0, &in));
+        memcpy(before, par_params_value(ps, 0), (size_t)in.numel * sizeof(float));
+        PS_OK(c, par_params_grads_begin(ps, 0, 1));
+        PS_OK(c, par_params_grad(ps, 0, &gw));
+        PS_OK(c, par_params_grad(ps, 1, &gb));
+        if (gw && gb) gw[0] = par_ctx_rank(ctx) == 0 ? nanf("") : 1.0f, gb[0] = 1.0f;
+        PS_OK(c, par_params_grad_ready(ps, 0));
+        PS_OK(c, par_params_grad_ready(ps, 1));
+        PS_OK(c, par_params_grads_wait(ps));
+        PS_ERR(c, par_params_step(ps, &opt, &st), PAR_ENONFINITE, "nan at optimizer step 1 (training diverged)");
+        PS_CHECK(c, isnan(st.grad_norm) && par_params_step_count(ps) == 0, "norm %g, step count %lld", st.grad_norm,
+                 (long long)par_params_step_count(ps));
+        PS_CHECK(c, memcmp(before, par_params_value(ps, 0), (size_t)in.numel * sizeof(float)) == 0,
+                 "a refused step changed the parameters");
+    }
+    par_params_destroy(ps);
 }
 
 /* ---- tensor parallel ---------------------------------------------------------- */

@@ -1322,6 +1322,11 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     t1 = trace_now(t);
     LLAMA_CHECK(par_params_reduce_loss(t->ps, &loss, &count)); /* over the whole global batch */
     trace_span(t, "comm", t1, "all_reduce loss");
+    if (!isfinite(loss)) /* the same on every rank (all-reduced): all stop, nothing applied or saved */
+        return par_set_error(PAR_ENONFINITE,
+                             "step %lld: the loss (the mean over the global batch) is %g: training diverged; stopped "
+                             "before the update, no checkpoint of this state is written",
+                             (long long)t->step, count > 0 ? loss / count : loss);
     opt.lr = lr, opt.beta1 = c->beta1, opt.beta2 = c->beta2, opt.eps = c->eps, opt.weight_decay = c->weight_decay;
     opt.max_grad_norm = llama_config_clip_norm(c);
     opt.no_bias_correction = c->optimizer_type == LLAMA_OPTIMIZER_ADAMWEIGHTDECAY;
@@ -1722,7 +1727,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     t0 = now_s();
     loop_t0_us = trace_now(&t);
     for (i = 0; i < o->steps && st == PAR_OK; i++) {
-        step_stats s;
+        step_stats s = {0};
         par_mem_report r;
         int64_t pk;
         st = train_step(&t, t.step - i + o->steps, &s);

@@ -1084,6 +1084,31 @@ static void test_bad_input(void) {
 
 /* ---- MindSpore keys that change what a run computes -------------------------------- */
 
+/* Divergence stops the run: learning_rate 1e30 makes step 1's loss nan on
+   every rank; the trainer exits non-zero naming the step and the quantity,
+   writes no checkpoint of that state and keeps --metrics valid JSON. */
+static void test_divergence(void) {
+    char line[1024];
+    int rc = run_cmd(0, "%s --steps 5 --set optimizer.learning_rate=1e30 --set parallel_config.data_parallel=2 "
+                        "--metrics %s --save-dir %s",
+                     eq_base, test_path("nan.jsonl"), test_path("nan_ckpt"));
+    CHECK_MSG(rc != 0, "learning_rate 1e30 trained on (exit 0)");
+    CHECK_MSG(strstr(err_text, "step 1: the loss (the mean over the global batch) is") && strstr(err_text, "nan") &&
+                  strstr(err_text, "training diverged"),
+              "the error does not name the step and the value: %s", err_text);
+    FILE *f = fopen(test_path("nan.jsonl"), "r");
+    int lines = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        CHECK_MSG(strstr(line, "nan") == NULL && strstr(line, "inf") == NULL, "--metrics holds a non-JSON number: %s", line);
+    }
+    if (f) fclose(f);
+    CHECK_MSG(lines >= 2, "--metrics has %d lines (the plan and step 0 expected)", lines);
+    char latest[512];
+    snprintf(latest, sizeof latest, "%s/latest", test_path("nan_ckpt"));
+    CHECK_MSG(access(latest, F_OK) != 0, "a checkpoint was written after the divergence (%s exists)", latest);
+}
+
 /* MindFormers' own Llama 2 7B pretraining file (tests/data/mindformers),
    shrunk in size only, trains as written: data_parallel 8, batch_size 1 per
    rank, gradient_accumulation_steps 8 (global batch 64), FP32StateAdamWeightDecay
@@ -1682,6 +1707,7 @@ int main(void) {
             void (*run[2])(void);
         } groups[] = {{"wide-tp", {test_pipeline_wide_tp, NULL}},
                       {"mindformers", {test_config_semantics, test_mindformers_llama2_7b}},
+                      {"divergence", {test_divergence, NULL}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
                       {"pipeline", {test_pipeline, test_pipeline_wide_tp}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
@@ -1700,6 +1726,7 @@ int main(void) {
         test_equivalence();
         test_config_semantics();
         test_mindformers_llama2_7b();
+        test_divergence();
         test_memory();
         test_round_trip();
         test_trace();
