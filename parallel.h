@@ -1179,7 +1179,9 @@ typedef par_status (*par_rank_fn)(par_ctx *ctx, void *arg);
 
 /* Run fn on n ranks, one thread each, in this process (the threads backend) and
    wait for all. Returns PAR_OK if every rank did; otherwise the first failing
-   rank's status, with "rank R: <its message>" in par_last_error(). */
+   rank's status, with "rank R: <its message>" in par_last_error(), followed
+   by "; rank Q: <message>" for each other rank that failed with another
+   message (in the order they failed; the root cause is often not first). */
 PARALLEL_DEF par_status par_run_threads(int n, par_rank_fn fn, void *arg);
 PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg);
 
@@ -1858,8 +1860,28 @@ PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_
    tensors; the others are other stages'); a checkpoint without moments loads
    them as zeros. info may be
    NULL. Collective only in that every rank returns the same status (a rank
-   whose read failed makes all fail; its message is in its own error). */
+   whose read failed makes all fail; its message is in its own error), and
+   that every rank must have read the same step directory (a root's `latest`
+   read while another run replaces it could differ: PAR_EIO on every rank;
+   pass the step directory par_ckpt_inspect resolved to load exactly it). */
 PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ckpt_info *info);
+
+/* One run per checkpoint root. par_ckpt_lock claims DIR for this process
+   (creating DIR, one level, if absent): DIR/.lock, made with O_EXCL, holds
+   "pid=<pid> host=<host> since=<unix time>". PAR_EIO naming the owner when
+   another process holds it and is alive (same host, /proc/<pid> exists) or
+   cannot be checked (another host, or no /proc): a writer never saves into
+   a directory a live run owns, and a reader (par_ckpt_check_idle) never
+   loads from one that is being written. A lock whose process is gone (a
+   killed run) is stale and taken over. Local: call it on one process (the
+   first rank) and agree on the status; par_ckpt_unlock removes the lock if
+   this process holds it (anything else is left alone). POSIX only
+   (elsewhere PAR_EUNSUPPORTED / a no-op). */
+PARALLEL_DEF par_status par_ckpt_lock(const char *dir);
+PARALLEL_DEF void par_ckpt_unlock(const char *dir);
+/* PAR_OK when no live process other than this one holds DIR's lock (a
+   missing DIR is idle too); PAR_EIO naming the owner otherwise. */
+PARALLEL_DEF par_status par_ckpt_check_idle(const char *dir);
 #endif /* PARALLEL_NO_CHECKPOINT */
 
 /* ============================================================================
@@ -9411,9 +9433,26 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
         par__thr_group_free(g);
     }
     pthread_mutex_destroy(&w.mu);
-    if (first >= 0) {
+    if (first >= 0) { /* the first failure, then every other distinct one, in the order they failed */
+        char text[512];
+        size_t used = (size_t)snprintf(text, sizeof text, "rank %d: %s", first, w.ranks[first].msg);
+        int prev = first, next, j;
+        for (;;) {
+            next = -1;
+            for (i = 0; i < n; i++)
+                if (w.ranks[i].result != PAR_OK && w.ranks[i].fail_order > w.ranks[prev].fail_order &&
+                    (next < 0 || w.ranks[i].fail_order < w.ranks[next].fail_order))
+                    next = i;
+            if (next < 0 || used + 16 >= sizeof text) break;
+            for (j = 0; j < n; j++) /* a message already given (many ranks fail alike) */
+                if (j != next && w.ranks[j].result != PAR_OK && w.ranks[j].fail_order < w.ranks[next].fail_order &&
+                    strcmp(w.ranks[j].msg, w.ranks[next].msg) == 0)
+                    break;
+            if (j == n) used += (size_t)snprintf(text + used, sizeof text - used, "; rank %d: %s", next, w.ranks[next].msg);
+            prev = next;
+        }
         st = w.ranks[first].result;
-        par__fail(st, "rank %d: %s", first, w.ranks[first].msg);
+        par__fail(st, "%s", text);
     } else {
         st = PAR_OK;
     }
@@ -16809,6 +16848,28 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
     return st;
 }
 
+/* Every rank read the same step directory: a hash of its path, all-reduced
+   as max and max of the negation (ranks whose open failed sit out; the
+   final agreement reports them). */
+static par_status par__ckpt_same_dir(par_params *ps, par_status st, const char *dir) {
+    uint64_t h = 1469598103934665603ULL;
+    int64_t v[3];
+    const char *p;
+    par_status cs;
+    for (p = dir; st == PAR_OK && *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    h >>= 2; /* fits an int64_t, and so does its negation */
+    v[0] = st == PAR_OK ? (int64_t)h : 0, v[1] = st == PAR_OK ? -(int64_t)h : 0, v[2] = st != PAR_OK;
+    cs = par_ctx_all_reduce_host(ps->ctx, (1u << par_ctx_mesh(ps->ctx)->ndim) - 1u, PAR_REDUCE_MAX, PAR_I64, v, 3);
+    if (st != PAR_OK || v[2]) return st;
+    if (cs != PAR_OK) return cs;
+    if (v[0] != -v[1])
+        return par__fail(PAR_EIO, "par_params_load: the ranks read different step directories (this one %s): the "
+                                  "checkpoint's latest changed while they loaded, so another run is saving into it; "
+                                  "load a step directory, or stop that run",
+                         dir);
+    return PAR_OK;
+}
+
 PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ckpt_info *info) {
     par__ckpt c;
     par_ckpt_info tmp;
@@ -16819,6 +16880,7 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
     if (!ps) return par__fail(PAR_EINVAL, "par_params_load: NULL parameter set");
     if (!info) info = &tmp;
     st = par__ckpt_open("par_params_load", path, &c, info);
+    st = par__ckpt_same_dir(ps, st, info->dir);
     /* nothing the set lacks; a pipeline stage's set (stage_dims) holds only its
        own tensors, the others belong to other stages (the host checks the whole) */
     for (j = 0; st == PAR_OK && !ps->stage_dims && j < c.npieces; j++)
@@ -16844,6 +16906,123 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
     st = par__ckpt_agree(ps, st, "par_params_load");
     if (st != PAR_OK || info == &tmp) par_ckpt_info_free(info);
     return st;
+}
+
+/* ---- one run per checkpoint root ------------------------------------------- */
+
+#if PAR__ST_POSIX
+#include <sys/utsname.h>
+
+/* The owner of DIR/.lock: 1 and its text when a process other than this one
+   holds it and is alive or cannot be checked; 0 when there is none, it is
+   ours, or it is stale (then *stale = 1). */
+static int par__ckpt_lock_owner(const char *lock, char *owner, size_t size, int *stale) {
+    char text[512], host[300], me[300], proc[64];
+    long pid = 0;
+    struct utsname u;
+    struct stat sb;
+    size_t n;
+    FILE *f = fopen(lock, "r");
+    *stale = 0;
+    if (!f) return 0;
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = 0;
+    snprintf(owner, size, "%s", text);
+    if (sscanf(text, "pid=%ld host=%299s", &pid, host) != 2 || pid <= 0) return 1; /* unreadable: not ours to take */
+    if (pid == (long)getpid()) return 0;
+    snprintf(me, sizeof me, "%s", uname(&u) == 0 ? u.nodename : "");
+    snprintf(proc, sizeof proc, "/proc/%ld", pid);
+    if (strcmp(host, me) != 0 || stat("/proc/self", &sb) != 0) return 1; /* cannot tell: alive for all we know */
+    if (stat(proc, &sb) == 0) { /* there, unless a zombie (a killed run nobody reaped: state Z or X) */
+        char stat_text[256], *close_paren;
+        FILE *sf;
+        snprintf(proc, sizeof proc, "/proc/%ld/stat", pid);
+        if (!(sf = fopen(proc, "r"))) return 1;
+        n = fread(stat_text, 1, sizeof stat_text - 1, sf);
+        fclose(sf);
+        stat_text[n] = 0;
+        close_paren = strrchr(stat_text, ')'); /* "pid (comm) S ...": comm may hold spaces */
+        if (!close_paren || (close_paren[1] != ' ' || (close_paren[2] != 'Z' && close_paren[2] != 'X'))) return 1;
+    }
+    *stale = 1;
+    return 0;
+}
+#endif
+
+PARALLEL_DEF par_status par_ckpt_lock(const char *dir) {
+#if PAR__ST_POSIX
+    char lock[1100], owner[512], text[512];
+    struct utsname u;
+    int attempt, stale, fd;
+    if (!dir || !*dir) return par__fail(PAR_EINVAL, "par_ckpt_lock: empty directory");
+    if (strlen(dir) > 1000) return par__fail(PAR_EINVAL, "par_ckpt_lock: path longer than 1000 bytes");
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return par__fail(PAR_EIO, "par_ckpt_lock: cannot create %s: %s", dir, strerror(errno));
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    for (attempt = 0; attempt < 3; attempt++) {
+        fd = open(lock, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0) {
+            int len = snprintf(text, sizeof text, "pid=%ld host=%s since=%lld\n", (long)getpid(),
+                               uname(&u) == 0 ? u.nodename : "unknown", (long long)time(NULL));
+            int ok = write(fd, text, (size_t)len) == len;
+            ok = fsync(fd) == 0 && ok;
+            if (close(fd) != 0 || !ok) {
+                (void)unlink(lock);
+                return par__fail(PAR_EIO, "par_ckpt_lock: cannot write %s: %s", lock, strerror(errno));
+            }
+            return PAR_OK;
+        }
+        if (errno != EEXIST) return par__fail(PAR_EIO, "par_ckpt_lock: cannot create %s: %s", lock, strerror(errno));
+        if (par__ckpt_lock_owner(lock, owner, sizeof owner, &stale))
+            return par__fail(PAR_EIO, "par_ckpt_lock: %s belongs to another run (%s, its lock %s); one run per "
+                                      "checkpoint directory: stop that run, or remove the lock if it is gone",
+                             dir, owner, lock);
+        if (!stale) return PAR_OK; /* ours already */
+        (void)unlink(lock);       /* a killed run's: take it over */
+    }
+    return par__fail(PAR_EIO, "par_ckpt_lock: %s: the lock keeps changing hands; another run is starting there", dir);
+#else
+    (void)dir;
+    return par__fail(PAR_EUNSUPPORTED, "par_ckpt_lock: needs a POSIX system");
+#endif
+}
+
+PARALLEL_DEF void par_ckpt_unlock(const char *dir) {
+#if PAR__ST_POSIX
+    char lock[1100], text[512];
+    long pid = 0;
+    size_t n;
+    FILE *f;
+    if (!dir || strlen(dir) > 1000) return;
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    if (!(f = fopen(lock, "r"))) return;
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    if (sscanf(text, "pid=%ld", &pid) == 1 && pid == (long)getpid()) (void)unlink(lock);
+#else
+    (void)dir;
+#endif
+}
+
+PARALLEL_DEF par_status par_ckpt_check_idle(const char *dir) {
+#if PAR__ST_POSIX
+    char lock[1100], owner[512];
+    int stale;
+    if (!dir || !*dir) return par__fail(PAR_EINVAL, "par_ckpt_check_idle: empty directory");
+    if (strlen(dir) > 1000) return par__fail(PAR_EINVAL, "par_ckpt_check_idle: path longer than 1000 bytes");
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    if (par__ckpt_lock_owner(lock, owner, sizeof owner, &stale))
+        return par__fail(PAR_EIO, "%s is being written by another run (%s, its lock %s); loading it now could mix two "
+                                  "checkpoints: wait for that run, or stop it",
+                         dir, owner, lock);
+    return PAR_OK;
+#else
+    (void)dir;
+    return PAR_OK;
+#endif
 }
 #endif /* PARALLEL_NO_CHECKPOINT */
 

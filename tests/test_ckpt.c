@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,6 +53,7 @@ typedef struct job {
     int mode;          /* 0 save, 1 load and check, 2 errors */
     int version;       /* what save writes / load expects */
     const char *path;  /* checkpoint root or step dir */
+    const char *path_odd; /* load: what odd ranks read (NULL: path) */
     int64_t step;
     int keep, device;  /* device: a compute table that says device memory (bounce path) */
     int64_t buffer_bytes;
@@ -127,7 +129,7 @@ static par_status rank_body(par_ctx *ctx, void *arg) {
         st = par_params_save(ps, &d);
     } else {
         par_ckpt_info info = {0};
-        st = par_params_load(ps, j->path, &info);
+        st = par_params_load(ps, (rank & 1) && j->path_odd ? j->path_odd : j->path, &info);
         j->status[rank] = st;
         snprintf(j->error[rank], sizeof j->error[rank], "%s", par_last_error());
         j->step_loaded[rank] = par_params_step_count(ps), j->has_moments[rank] = info.has_moments;
@@ -433,6 +435,89 @@ static void test_errors(void) {
     load_fails(&cfgs[0], root, PAR_EPARSE, "not a parallel.h sharded index", 0, 0, 0);
 }
 
+/* Ranks that read different step directories (a root's `latest` replaced
+   between their reads) all fail, naming it, rather than mix two checkpoints. */
+static void test_mixed_dirs(void) {
+    char root[600], a[700], b[700];
+    job j;
+    int r;
+    snprintf(root, sizeof root, "%s/mixed", test_dir);
+    save(&cfgs[1], root, 1, 1, 0);
+    save(&cfgs[1], root, 2, 2, 0);
+    snprintf(a, sizeof a, "%s/step-00000001", root);
+    snprintf(b, sizeof b, "%s/step-00000002", root);
+    memset(&j, 0, sizeof j);
+    j.c = &cfgs[1], j.mode = 2, j.path = a, j.path_odd = b;
+    CHECK(run_job(&j) == PAR_OK);
+    for (r = 0; r < cfgs[1].ranks; r++) {
+        CHECK_MSG(j.status[r] == PAR_EIO, "rank %d loaded (status %d)", r, (int)j.status[r]);
+        CHECK_MSG(strstr(j.error[r], "the ranks read different step directories") != NULL, "rank %d: %s", r, j.error[r]);
+    }
+    load_check(&cfgs[1], b, 2, 2, "the newer one, alone"); /* and the same directory on every rank loads */
+}
+
+/* Does the file hold `needle`? */
+static int test_file_contains(const char *path, const char *needle) {
+    size_t n = 0;
+    unsigned char *data = test_read_file(path, &n);
+    int found = data && strstr((const char *)data, needle) != NULL;
+    free(data);
+    return found;
+}
+
+/* One run per checkpoint root: the lock file, its owner named, a live one
+   (pid 1 on this host: init) refused, a dead one (a reaped child) taken
+   over, a damaged one refused, and unlock removing only this process's. */
+static void test_lock(void) {
+    char dir[600], lock[700], text[400];
+    struct utsname u;
+    pid_t child;
+    snprintf(dir, sizeof dir, "%s/locked", test_dir);
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    CHECK_OK(par_ckpt_check_idle(dir)); /* no directory yet: idle */
+    CHECK_OK(par_ckpt_lock(dir));
+    CHECK_OK(par_ckpt_lock(dir)); /* ours already */
+    CHECK_OK(par_ckpt_check_idle(dir));
+    snprintf(text, sizeof text, "pid=%ld", (long)getpid());
+    CHECK(test_file_contains(lock, text));
+    par_ckpt_unlock(dir);
+    CHECK(access(lock, F_OK) != 0);
+    CHECK(uname(&u) == 0);
+    snprintf(text, sizeof text, "pid=1 host=%s since=0\n", u.nodename);
+    test_write_file(lock, text, strlen(text));
+    CHECK_ERR(par_ckpt_lock(dir), PAR_EIO, "belongs to another run (pid=1 host=");
+    CHECK_ERR(par_ckpt_check_idle(dir), PAR_EIO, "is being written by another run (pid=1 host=");
+    par_ckpt_unlock(dir); /* not ours: left alone */
+    CHECK(access(lock, F_OK) == 0);
+    snprintf(text, sizeof text, "pid=1 host=another-host-%s since=0\n", u.nodename);
+    test_write_file(lock, text, strlen(text));
+    CHECK_ERR(par_ckpt_lock(dir), PAR_EIO, "belongs to another run (pid=1 host=another-host-");
+    test_write_file(lock, "garbage", 7);
+    CHECK_ERR(par_ckpt_lock(dir), PAR_EIO, "belongs to another run (garbage");
+    child = fork(); /* a process that is gone: its lock is stale */
+    if (child == 0) _exit(0);
+    CHECK(child > 0 && waitpid(child, NULL, 0) == child);
+    snprintf(text, sizeof text, "pid=%ld host=%s since=0\n", (long)child, u.nodename);
+    test_write_file(lock, text, strlen(text));
+    CHECK_OK(par_ckpt_check_idle(dir));
+    CHECK_OK(par_ckpt_lock(dir));
+    snprintf(text, sizeof text, "pid=%ld", (long)getpid());
+    CHECK(test_file_contains(lock, text));
+    par_ckpt_unlock(dir);
+    child = fork(); /* a zombie (a killed run nobody reaped, as under a container's init): stale too */
+    if (child == 0) _exit(0);
+    if (child > 0) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL); /* it has exited, unreaped */
+        snprintf(text, sizeof text, "pid=%ld host=%s since=0\n", (long)child, u.nodename);
+        test_write_file(lock, text, strlen(text));
+        CHECK_OK(par_ckpt_check_idle(dir));
+        CHECK(waitpid(child, NULL, 0) == child);
+    }
+    (void)unlink(lock);
+    CHECK_ERR(par_ckpt_lock(""), PAR_EINVAL, "empty directory");
+}
+
 int main(void) {
     char tmpl[] = "/tmp/par_ckpt_test_XXXXXX";
     char cmd[600];
@@ -444,6 +529,8 @@ int main(void) {
     test_crash();
     test_device_path();
     test_errors();
+    test_lock();
+    test_mixed_dirs();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
     return TEST_END("ckpt");

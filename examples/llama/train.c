@@ -243,6 +243,7 @@ typedef struct shared_run {
     int64_t init_step; /* --init-from: the step its optimizer file records (0 without one) */
     int init_has_optimizer;
     int init_sharded;  /* --init-from names a sharded checkpoint directory */
+    const char *init_root; /* ... under this root (checked idle: no other run writing it) */
 } shared_run;
 
 /* What one copy of a micro-batch runs on (multi-copy: micro_batch_interleave_num):
@@ -1689,6 +1690,28 @@ static void report_comm_share(trainer *t, double loop_t0_us, double loop_t1_us, 
                 share, exposed * 1e-6, busy * 1e-6, step_seconds, (long long)par_trace_dropped(t->trace));
 }
 
+/* One run per checkpoint root (parallel.h par_ckpt_lock): rank 0 claims
+   --save-dir for this run and checks that the --init-from root, if another
+   directory, is not being written by a live run; every rank gets the verdict
+   (and rank 0's reason in the message, on the threads backend's shared
+   process as under mpirun, where rank 0 prints it). */
+static par_status claim_checkpoint_dirs(trainer *t, const llama_options *o, const shared_run *sh) {
+    par_status st = PAR_OK, cs;
+    int32_t bad;
+    if (t->rank == 0) {
+        if (o->save_dir) st = par_ckpt_lock(o->save_dir);
+        if (st == PAR_OK && sh->init_root && !(o->save_dir && strcmp(o->save_dir, sh->init_root) == 0))
+            st = par_ckpt_check_idle(sh->init_root);
+    }
+    bad = st != PAR_OK;
+    cs = par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_MAX, PAR_I32, &bad, 1);
+    if (st != PAR_OK) return st;
+    if (cs != PAR_OK) return cs;
+    return bad ? par_set_error(PAR_EIO, "rank 0 found the checkpoint directory in use by another run (its error says "
+                                        "which)")
+               : PAR_OK;
+}
+
 static par_status rank_main(par_ctx *ctx, void *arg) {
     const shared_run *sh = (const shared_run *)arg;
     const llama_options *o = sh->opt;
@@ -1703,6 +1726,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         if ((st = par_trace_create(&td, &t.trace)) != PAR_OK) return st;
     }
     st = trainer_setup(&t, ctx, sh);
+    if (st == PAR_OK) st = claim_checkpoint_dirs(&t, o, sh);
     if (st == PAR_OK && o->init_from) {
         /* main checked the files; a rank only reads its part */
         if (sh->init_sharded) {
@@ -1808,20 +1832,41 @@ static int is_file(const char *path) {
 /* --init-from DIR: a sharded checkpoint of this model. The step and the seed
    come from its host metadata (the seed only when --seed was not given), so
    the data stream continues where it stopped. */
-static int check_sharded(const char *path, llama_config *cfg, int seed_given, int64_t *step_out, char *err,
-                         size_t errsize) {
+/* A sharded --init-from: its step directory resolved once (a root's
+   `latest` is read here only; every rank then loads exactly `resolved`, so
+   the step, the data position and the weights come from one checkpoint),
+   the model checked, the step and seed taken from its metadata, each value
+   range-checked. */
+static int check_sharded(const char *path, llama_config *cfg, int seed_given, int64_t *step_out, char *resolved,
+                         size_t rsize, char *err, size_t errsize) {
     par_ckpt_info info = {0};
     const char *v;
-    char model[256];
+    char model[256], *end;
     int rc = 0;
     if (par_ckpt_inspect(path, 0, &info) != PAR_OK) return snprintf(err, errsize, "--init-from: %s", par_last_error()), -1;
+    snprintf(resolved, rsize, "%s", info.dir);
     model_text(cfg, model, sizeof model);
     *step_out = info.step;
-    if ((v = par_ckpt_metadata(&info, "train.step"))) *step_out = strtoll(v, NULL, 10);
+    if ((v = par_ckpt_metadata(&info, "train.step"))) {
+        errno = 0;
+        long long s = strtoll(v, &end, 10);
+        if (end == v || *end || errno || s < 0 || s > ((long long)1 << 40) || (info.has_moments && s != info.step))
+            rc = -1, snprintf(err, errsize,
+                              "--init-from %.300s: its train.step \"%.40s\" is not the checkpoint's step (par.step %lld): "
+                              "the metadata is damaged or from another save",
+                              info.dir, v, (long long)info.step);
+        *step_out = s;
+    }
     if ((v = par_ckpt_metadata(&info, "train.model")) && strcmp(v, model) != 0)
         rc = -1, snprintf(err, errsize, "--init-from %.300s: the checkpoint is of another model (%.200s; this run: %s)", info.dir, v,
                           model);
-    if (rc == 0 && !seed_given && (v = par_ckpt_metadata(&info, "train.seed"))) cfg->seed = strtoull(v, NULL, 10);
+    if (rc == 0 && !seed_given && (v = par_ckpt_metadata(&info, "train.seed"))) {
+        errno = 0;
+        unsigned long long seed = strtoull(v, &end, 10);
+        if (end == v || *end || errno || *v == '-')
+            rc = -1, snprintf(err, errsize, "--init-from %.300s: its train.seed \"%.40s\" is not a seed", info.dir, v);
+        cfg->seed = seed;
+    }
     par_ckpt_info_free(&info);
     return rc;
 }
@@ -1843,7 +1888,7 @@ int main(int argc, char **argv) {
     llama_options opt;
     llama_config cfg;
     llama_data data;
-    shared_run sh;
+    shared_run sh = {0};
     par_ctx_desc desc = {0};
     static char err[16384]; /* the config report: every error, one line each */
     char mesh[64];
@@ -1903,9 +1948,17 @@ int main(int argc, char **argv) {
     if (opt.init_from && is_dir(opt.init_from)) {
         /* a sharded checkpoint: its structure now (the pieces are verified as the
            ranks read them); the seed it was trained with, unless --seed says otherwise */
-        if (check_sharded(opt.init_from, &cfg, opt.seed >= 0, &step0, err, sizeof err) != 0)
+        static char resolved[1100], root[1100];
+        if (check_sharded(opt.init_from, &cfg, opt.seed >= 0, &step0, resolved, sizeof resolved, err, sizeof err) != 0)
             return free(data.bytes), free(data.order), bad_input(silent, "%s", err);
         sharded = 1, has_opt = 1;
+        /* the root whose lock says whether another run writes it: the path given,
+           or the directory above the step directory given */
+        snprintf(root, sizeof root, "%s", opt.init_from);
+        if (strcmp(resolved, opt.init_from) == 0 && strrchr(root, '/')) *strrchr(root, '/') = 0;
+        else if (strcmp(resolved, opt.init_from) == 0) snprintf(root, sizeof root, ".");
+        sh.init_root = root;
+        opt.init_from = resolved;
     }
     if (opt.steps > 0 || opt.sample_tokens > 0) {
         if (!opt.data_path) return bad_input(silent, "--data FILE is required to train or sample");
@@ -1948,7 +2001,7 @@ int main(int argc, char **argv) {
     }
 
     sh.cfg = &cfg, sh.opt = &opt, sh.data = &data, sh.world = world, sh.backend = opt.backend;
-    sh.init_step = step0, sh.init_has_optimizer = has_opt, sh.init_sharded = sharded;
+    sh.init_step = step0, sh.init_has_optimizer = has_opt, sh.init_sharded = sharded; /* init_root: above */
     llama_config_mesh(&cfg, mesh, sizeof mesh);
     desc.mesh = mesh;
     if (mpi) {
@@ -1976,6 +2029,7 @@ int main(int argc, char **argv) {
         st = par_run_threads_desc(&desc, world, rank_main, &sh);
         if (st != PAR_OK) fprintf(stderr, "train: %s\n", par_last_error());
     }
+    if (opt.save_dir) par_ckpt_unlock(opt.save_dir); /* if this process holds it (rank 0's) */
     free(data.bytes), free(data.order);
     return st == PAR_OK ? 0 : EXIT_RUN_FAILED;
 }

@@ -1084,6 +1084,41 @@ static void test_bad_input(void) {
 
 /* ---- MindSpore keys that change what a run computes -------------------------------- */
 
+static void nap_50ms(void) {
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+}
+
+/* One run per checkpoint directory (issue 27): while a run trains into a
+   --save-dir, a second run on it is refused at start naming the first, and a
+   resume from it is refused (it could mix two checkpoints); once the first is
+   killed its lock is stale, and the resume loads the newest complete
+   checkpoint. */
+static void test_one_run_per_dir(void) {
+    char cmd[4096], lock[600], pidtext[64] = "", dir[512];
+    int rc, i;
+    snprintf(dir, sizeof dir, "%s", test_path("owned")); /* test_path's buffer is reused */
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    snprintf(cmd, sizeof cmd, "%s %s --steps 100000 --save-dir %s --save-every 50 >/dev/null 2>&1 </dev/null & echo $! > %s",
+             train_bin, eq_base, dir, test_path("owner.pid"));
+    CHECK(system(cmd) == 0);
+    for (i = 0; i < 200 && access(lock, F_OK) != 0; i++) nap_50ms(); /* its start-up */
+    CHECK_MSG(access(lock, F_OK) == 0, "the first run took no lock on %s", dir);
+    read_file_text(test_path("owner.pid"), pidtext, sizeof pidtext);
+    rc = run_cmd(0, "%s --steps 2 --save-dir %s", eq_base, dir);
+    CHECK_MSG(rc != 0 && strstr(err_text, "belongs to another run (pid=") && strstr(err_text, dir),
+              "a second run on the same --save-dir: exit %d, %s", rc, err_text);
+    for (i = 0; i < 200 && !test_file_exists(test_path("owned/latest")); i++) nap_50ms();
+    rc = run_cmd(0, "%s --steps 1 --init-from %s", eq_base, dir);
+    CHECK_MSG(rc != 0 && strstr(err_text, "is being written by another run (pid="),
+              "a resume while the owner saves: exit %d, %s", rc, err_text);
+    snprintf(cmd, sizeof cmd, "kill -9 %ld; while kill -0 %ld 2>/dev/null; do sleep 0.05; done", atol(pidtext), atol(pidtext));
+    CHECK(atol(pidtext) > 0 && system(cmd) == 0);
+    rc = run_cmd(0, "%s --steps 1 --init-from %s --save-dir %s", eq_base, dir, dir);
+    CHECK_MSG(rc == 0, "after the owner was killed, its lock is stale: resume failed: %s", err_text);
+    CHECK_MSG(access(lock, F_OK) != 0, "the resumed run left its lock behind");
+}
+
 /* Divergence stops the run: learning_rate 1e30 makes step 1's loss nan on
    every rank; the trainer exits non-zero naming the step and the quantity,
    writes no checkpoint of that state and keeps --metrics valid JSON. */
@@ -1707,7 +1742,7 @@ int main(void) {
             void (*run[2])(void);
         } groups[] = {{"wide-tp", {test_pipeline_wide_tp, NULL}},
                       {"mindformers", {test_config_semantics, test_mindformers_llama2_7b}},
-                      {"divergence", {test_divergence, NULL}},
+                      {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
                       {"pipeline", {test_pipeline, test_pipeline_wide_tp}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
@@ -1727,6 +1762,7 @@ int main(void) {
         test_config_semantics();
         test_mindformers_llama2_7b();
         test_divergence();
+        test_one_run_per_dir();
         test_memory();
         test_round_trip();
         test_trace();
