@@ -1171,6 +1171,13 @@ typedef struct par_ctx_desc {
                                 and the CPU table it makes, and of the threads
                                 backend under par_run_threads_desc; zero = the
                                 PARALLEL_MALLOC macros */
+    int mpi_keep_alive; /* MPI: 0 (default) = after a timeout the backend makes no
+                           MPI call but MPI_Abort, which par_ctx_destroy calls: the
+                           job ends (non-zero) instead of a finalize waiting forever
+                           for the rank that never came, or MPI writing buffers the
+                           host freed; 1 = keep the process alive (later ops on the
+                           group fail, destroy finalizes as usual and may hang on a
+                           rank that is gone): for tests of the fault paths */
 } par_ctx_desc;
 
 /* Body of one rank. Returning non-PAR_OK marks the rank failed: every other
@@ -9545,12 +9552,16 @@ typedef struct par__mpi {
     int timeout_ms;
     int finalize;         /* we called MPI_Init, so we call MPI_Finalize */
     par__mpi_req *orphans; /* requests abandoned by a timeout */
+    int stopped;          /* a timeout left operations in flight: no more MPI calls but MPI_Abort */
+    int keep_alive;       /* par_ctx_desc.mpi_keep_alive: never stop */
+    char stop_why[512];   /* ...the first timeout's message */
 } par__mpi;
 
 /* What par_comm_group points to in this backend. A private struct name (cast to
    and from the opaque par_comm_group) so other backends in the same build keep
    their own definitions. */
 typedef struct par__mpi_group {
+    par__mpi *mpi;
     MPI_Comm comm;
     int n, index;
     int broken; /* a collective timed out or mismatched: MPI cannot cancel it */
@@ -9713,6 +9724,28 @@ static par_status par__mpi_sig_check(par__mpi_req *r) {
 
 static double par__mpi_now(void);
 
+/* A timeout: the op's requests stay in flight (MPI cannot cancel a
+   collective), and MPI may still write their buffers whenever it progresses,
+   which any later MPI call does, after the host has freed them. So the
+   backend stops: no MPI call but MPI_Abort from here on (par__mpi_destroy). */
+static par_status par__mpi_stop(par__mpi *mpi, par_status st) {
+    if (mpi->stopped || mpi->keep_alive) return st;
+    mpi->stopped = 1;
+    snprintf(mpi->stop_why, sizeof mpi->stop_why, "%s", par_last_error()); /* the timeout just reported */
+    return st;
+}
+
+/* Long waits are reported before the timeout fires: which rank waits on
+   what (the default timeout is 10 minutes of silence otherwise). At 60 s,
+   then every 120 s, on stderr; never for timeouts under 2 minutes. */
+static void par__mpi_progress(const par__mpi_req *r, double waited, double *next_report) {
+    if (r->mpi->timeout_ms < 120000 || waited < *next_report) return;
+    fprintf(stderr, "parallel.h: rank %d has waited %.0f s in mpi %s on group %s (collective #%lld on this group); "
+                    "the timeout is %d s\n",
+            r->mpi->rank, waited, r->op, r->group->text, (long long)r->seq, r->mpi->timeout_ms / 1000);
+    *next_report = waited + 120.0;
+}
+
 /* par__mpi_sign's outcomes besides MPI codes (which are >= 0); the error is set. */
 #define PAR__MPI_SIG_TIMEOUT (-1001)
 #define PAR__MPI_SIG_MISMATCH (-1002)
@@ -9724,7 +9757,7 @@ static double par__mpi_now(void);
 static int par__mpi_sign(par__mpi_req *r, par_comm_call call, int64_t count, par_dtype dtype, par_reduce_op rop,
                          int root) {
     MPI_Request *slot = par__mpi_req_slot(r);
-    double start = par__mpi_now(), now;
+    double start = par__mpi_now(), now, next_report = 60.0;
     int i, code, done = 0;
     if (!slot) return MPI_ERR_NO_MEM;
     r->seq = ++r->group->seq;
@@ -9735,12 +9768,13 @@ static int par__mpi_sign(par__mpi_req *r, par_comm_call call, int64_t count, par
     code = MPI_Iallreduce(r->sig, r->sig_out, 2 * PAR__MPI_SIG, MPI_INT64_T, MPI_MAX, r->group->comm, slot);
     while (code == MPI_SUCCESS && (code = MPI_Test(slot, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
         now = par__mpi_now();
+        par__mpi_progress(r, now - start, &next_report);
         if (now > start + r->mpi->timeout_ms / 1000.0) {
             r->group->broken = 1;
-            par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d, collective #%lld on this group) timed out after %d ms: "
-                                    "some members of the group did not arrive (MPI cannot tell which); the group is "
-                                    "unusable now", r->op, r->group->text, r->mpi->rank, (long long)r->seq,
-                      r->mpi->timeout_ms);
+            par__mpi_stop(r->mpi, par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d, collective #%lld on this group) "
+                                                          "timed out after %d ms: some members of the group did not "
+                                                          "arrive (MPI cannot tell which); the group is unusable now",
+                                            r->op, r->group->text, r->mpi->rank, (long long)r->seq, r->mpi->timeout_ms));
             return PAR__MPI_SIG_TIMEOUT;
         }
         if (now - start > 0.05) /* as par__mpi_req_wait: OpenMPI progresses only inside MPI calls */
@@ -9787,25 +9821,36 @@ static double par__mpi_now(void) { return MPI_Wtime(); }
 /* Poll r to completion within the context timeout; frees r unless it timed out
    (then it is parked on the orphan list: MPI may still write its buffers). */
 static par_status par__mpi_req_wait(par__mpi_req *r) {
-    double start = par__mpi_now(), deadline = start + r->mpi->timeout_ms / 1000.0, now;
+    double start = par__mpi_now(), deadline = start + r->mpi->timeout_ms / 1000.0, now, next_report = 60.0;
     int done = 0, code;
     par_status st;
+    if (r->mpi->stopped) { /* touch nothing in flight: park it */
+        r->next = r->mpi->orphans;
+        r->mpi->orphans = r;
+        return par__fail(PAR_ECOMM, "mpi %s on group %s (rank %d): the MPI backend stopped after an earlier timeout "
+                                    "(%s); par_ctx_destroy ends the job",
+                         r->op, r->group->text, r->mpi->rank, r->mpi->stop_why);
+    }
     for (;;) {
         code = MPI_Testall(r->nreq, r->reqs, &done, r->stats);
         if (done || code != MPI_SUCCESS) break;
         now = par__mpi_now();
+        par__mpi_progress(r, now - start, &next_report);
         if (now > deadline) {
             r->group->broken = 1;
             r->next = r->mpi->orphans;
             r->mpi->orphans = r;
             if (r->sig_slot >= 0)
-                return par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d, collective #%lld on this group) timed out "
-                                               "after %d ms: some members of the group did not arrive (MPI cannot tell "
-                                               "which); the group is unusable now",
-                                 r->op, r->group->text, r->mpi->rank, (long long)r->seq, r->mpi->timeout_ms);
-            return par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d) timed out after %d ms: some members of the "
-                                           "group did not arrive (MPI cannot tell which); the group is unusable now",
-                             r->op, r->group->text, r->mpi->rank, r->mpi->timeout_ms);
+                return par__mpi_stop(r->mpi, par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d, collective #%lld on "
+                                                                     "this group) timed out after %d ms: some members of "
+                                                                     "the group did not arrive (MPI cannot tell which); "
+                                                                     "the group is unusable now",
+                                                       r->op, r->group->text, r->mpi->rank, (long long)r->seq,
+                                                       r->mpi->timeout_ms));
+            return par__mpi_stop(r->mpi, par__fail(PAR_ETIMEOUT, "mpi %s on group %s (rank %d) timed out after %d ms: "
+                                                                 "some members of the group did not arrive (MPI cannot "
+                                                                 "tell which); the group is unusable now",
+                                                   r->op, r->group->text, r->mpi->rank, r->mpi->timeout_ms));
         }
         /* OpenMPI progresses only inside MPI calls: spin politely (ranks often
            outnumber cores), and only nap once the wait is clearly long. */
@@ -9859,6 +9904,13 @@ static par_status par__mpi_test(void *user, par_request *req, int *done) {
     (void)user;
     if (!req || !done) return par__fail(PAR_EINVAL, "mpi test: NULL %s", req ? "done" : "request");
     *done = 0;
+    if (r->mpi->stopped) { /* as par__mpi_req_wait: nothing in flight is touched */
+        *done = 1;
+        r->next = r->mpi->orphans;
+        r->mpi->orphans = r;
+        return par__fail(PAR_ECOMM, "mpi %s on group %s: the MPI backend stopped after an earlier timeout (%s)", r->op,
+                         r->group->text, r->mpi->stop_why);
+    }
     code = MPI_Testall(r->nreq, r->reqs, &flag, r->stats);
     if (!flag && code == MPI_SUCCESS) return PAR_OK;
     *done = 1;
@@ -9889,6 +9941,10 @@ static par_status par__mpi_check(par_comm_group *group, par_comm_call call, cons
     if (!g) return par__fail(PAR_EINVAL, "mpi %s: NULL group", par_comm_call_name(call));
     a.call = call, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = peer;
     if ((st = par_comm_check_args("mpi", g->text, g->n, g->index, &a)) != PAR_OK) return st;
+    if (g->mpi->stopped)
+        return par__fail(PAR_ECOMM, "mpi %s on group %s: the MPI backend stopped after an earlier timeout (%s); "
+                                    "par_ctx_destroy ends the job",
+                         par_comm_call_name(call), g->text, g->mpi->stop_why);
     if (g->broken)
         return par__fail(PAR_ECOMM, "mpi %s: group %s is unusable after an earlier timeout or mismatch",
                          par_comm_call_name(call), g->text);
@@ -10213,6 +10269,7 @@ static par_status par__mpi_group_create(void *user, const int *ranks, int count,
     g = (par__mpi_group *)PARALLEL_MALLOC(sizeof *g);
     if (!g) return par__fail(PAR_ENOMEM, "mpi group_create: out of memory");
     memset(g, 0, sizeof *g);
+    g->mpi = mpi;
     g->n = count;
     g->index = index;
     par__mpi_group_text(g, ranks, count);
@@ -10240,7 +10297,7 @@ static void par__mpi_group_destroy(void *user, par_comm_group *group) {
     par__mpi_group *g = (par__mpi_group *)group;
     (void)user;
     if (!g) return;
-    MPI_Comm_free(&g->comm); /* deferred by MPI while an abandoned op is pending */
+    if (!g->mpi->stopped) MPI_Comm_free(&g->comm); /* deferred by MPI while an abandoned op is pending */
     PARALLEL_FREE(g);
 }
 
@@ -10249,6 +10306,14 @@ static void par__mpi_destroy(void *user) {
     par__mpi_req *r, *next;
     int done;
     if (!mpi) return;
+    if (mpi->stopped) {
+        /* A collective finalize would wait forever for the rank that never
+           came, and any MPI call may progress the abandoned requests into
+           buffers the host has freed: end the whole job now. */
+        fprintf(stderr, "parallel.h: rank %d: ending the MPI job (MPI_Abort) after %s\n", mpi->rank, mpi->stop_why);
+        fflush(NULL);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     for (r = mpi->orphans, mpi->orphans = NULL; r; r = next) { /* free the ones that completed since */
         next = r->next;
         done = 0;
@@ -10289,6 +10354,7 @@ PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx
     if (!mpi) return par__fail(PAR_ENOMEM, "par_ctx_init_mpi: out of memory");
     memset(mpi, 0, sizeof *mpi);
     mpi->timeout_ms = timeout_ms;
+    mpi->keep_alive = desc && desc->mpi_keep_alive;
     MPI_Initialized(&initialized);
     if (!initialized) {
         code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);

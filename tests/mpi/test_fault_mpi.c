@@ -23,7 +23,9 @@
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define TIMEOUT_MS 400
 
@@ -32,6 +34,7 @@ static par_ctx *make_ctx(void) {
     par_ctx *ctx = NULL;
     memset(&desc, 0, sizeof desc);
     desc.timeout_ms = TIMEOUT_MS;
+    desc.mpi_keep_alive = 1; /* these faults are checked one after another in one job */
     CHECK_OK(par_ctx_init_mpi(&desc, &ctx));
     return ctx;
 }
@@ -204,6 +207,36 @@ static int crash_mode(void) {
     return 0;
 }
 
+/* --stall: rank 1 stops itself for good (SIGSTOP) before an all_reduce;
+   rank 0 times out (2 s), names the op, and par_ctx_destroy ends the job with
+   MPI_Abort (the default: no finalize waiting forever, no MPI call touching
+   the abandoned request). Run by tests/mpi/crash.sh with -np 2. */
+static int stall_mode(void) {
+    par_ctx_desc desc;
+    par_ctx *ctx = NULL;
+    par_comm_group *g = NULL;
+    const par_comm_table *c;
+    float x[1024];
+    int i;
+    memset(&desc, 0, sizeof desc);
+    desc.timeout_ms = 2000;
+    for (i = 0; i < 1024; i++) x[i] = 1;
+    if (par_ctx_init_mpi(&desc, &ctx) != PAR_OK || par_ctx_group(ctx, 1, &g, NULL, NULL) != PAR_OK) return 2;
+    c = par_ctx_comm(ctx);
+    if (c->all_reduce(c->user, g, x, x, 1024, PAR_F32, PAR_REDUCE_SUM, NULL) != PAR_OK) return 2;
+    if (par_ctx_rank(ctx) == 1) {
+        fprintf(stderr, "rank 1: stopping for good\n");
+        kill(getpid(), SIGSTOP);
+    }
+    if (c->all_reduce(c->user, g, x, x, 1024, PAR_F32, PAR_REDUCE_SUM, NULL) == PAR_OK)
+        printf("rank 0: all_reduce returned PAR_OK: a stopped peer passed as success\n");
+    else
+        fprintf(stderr, "rank 0: %s\n", par_last_error());
+    par_ctx_destroy(ctx); /* MPI_Abort: does not return */
+    printf("rank 0: par_ctx_destroy returned after a timeout\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int provided = 0, rank = 0, size = 1, counts[2], sums[2] = {0, 0};
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -214,6 +247,7 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return rc;
     }
+    if (argc > 1 && strcmp(argv[1], "--stall") == 0) return stall_mode();
     if (size != 4) {
         if (rank == 0) printf("test_fault_mpi: needs mpirun -np 4 (got %d)\nfault_mpi: 0 passed, 1 failed\n", size);
         MPI_Finalize();
