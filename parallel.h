@@ -13121,7 +13121,7 @@ static const char *par__st_io_open_read(par__st_io *io, const char *path, uint64
 #if PAR__ST_POSIX
     struct stat st;
     const char *why;
-    io->fd = open(path, O_RDONLY);
+    io->fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block the open; no effect on a regular file */
     if (io->fd < 0) return strerror(errno);
     if (fstat(io->fd, &st) != 0) why = strerror(errno);
     else if (S_ISDIR(st.st_mode)) why = "it is a directory";
@@ -16622,6 +16622,8 @@ static par_status par__ckpt_resolve(const char *fn, const char *path, char *dir,
     snprintf(p, sizeof p, "%s/" PAR__CKPT_INDEX, path);
     if (stat(p, &sb) == 0) return snprintf(dir, size, "%s", path), PAR_OK;
     snprintf(p, sizeof p, "%s/latest", path);
+    if (stat(p, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return par__fail(PAR_EIO, "%s: %s is not a regular file (a FIFO or device would block or lie)", fn, p);
     if (stat(p, &sb) == 0) {
         char line[200];
         size_t n;
@@ -18583,6 +18585,14 @@ static const char *par__pp_blank(const char *p) {
     return p;
 }
 
+static int par__pp_word(const char **p, const char *word) {
+    const size_t n = strlen(word);
+    *p = par__pp_blank(*p);
+    if (strncmp(*p, word, n) != 0) return 0;
+    *p += n;
+    return 1;
+}
+
 static int par__pp_int(const char **p, int *v) {
     char *end;
     long x;
@@ -18601,9 +18611,15 @@ PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule 
     if (out) *out = NULL;
     if (!text || !out) return par__fail(PAR_EINVAL, "par_pp_schedule_parse: NULL argument");
     while (*(p = par__pp_blank(p)) == '\n') p++, line++;
-    if (sscanf(p, "pipeline stages=%d chunks=%d micro_batches=%d%n", &stages, &chunks, &mbs, &n) != 3 || n == 0)
-        return par__fail(PAR_EPARSE, "pipeline schedule, line %d: expected \"pipeline stages=P chunks=V "
-                                     "micro_batches=M\"", line);
+    { /* strtol-based, not sscanf's %d: 4294967298 is no number here, not 2 */
+        const char *q = p;
+        if (!(par__pp_word(&q, "pipeline") && par__pp_word(&q, "stages=") && par__pp_int(&q, &stages) &&
+              par__pp_word(&q, "chunks=") && par__pp_int(&q, &chunks) && par__pp_word(&q, "micro_batches=") &&
+              par__pp_int(&q, &mbs)))
+            return par__fail(PAR_EPARSE, "pipeline schedule, line %d: expected \"pipeline stages=P chunks=V "
+                                         "micro_batches=M\" (whole numbers up to 2147483647)", line);
+        n = (int)(q - p);
+    }
     PAR__CHECK(par_pp_schedule_create(stages, chunks, mbs, &s));
     p += n;
     for (;;) {

@@ -149,6 +149,10 @@ static void test_text(void) {
     CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 1 0\n", &t), PAR_EPARSE,
               "micro-batch 1");
     CHECK_ERR(par_pp_schedule_parse("stages=2\n", &t), PAR_EPARSE, "line 1");
+    /* past int: refused, never wrapped (sscanf's %d read 4294967298 as 2) */
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=4294967298 chunks=1 micro_batches=2\nrank 0: F 0 0\n", &t),
+              PAR_EPARSE, "whole numbers up to 2147483647");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=-1\n", &t), PAR_EPARSE, "line 1");
     CHECK(t == NULL);
     par_pp_schedule_destroy(s);
 }

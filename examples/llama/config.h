@@ -1487,10 +1487,23 @@ typedef struct llama__loader {
     int set_by[LLAMA__NUM_KEYS]; /* key index + 1 that set this field in the file */
     char unknown[2048];          /* the unknown keys' summary, grouped by section */
     int num_unknown;
+    int depth;                   /* open mappings and sequences */
 } llama__loader;
 
+/* Deeper nesting than any configuration needs (MindFormers' go 4 deep) is
+   refused as it arrives: libyaml's scanner is quadratic in the depth. */
+#define LLAMA__MAX_DEPTH 64
+
 static int llama__next(llama__loader *l, yaml_event_t *ev) {
-    if (yaml_parser_parse(&l->parser, ev)) return 0;
+    if (yaml_parser_parse(&l->parser, ev)) {
+        if (ev->type == YAML_MAPPING_START_EVENT || ev->type == YAML_SEQUENCE_START_EVENT) l->depth++;
+        if (ev->type == YAML_MAPPING_END_EVENT || ev->type == YAML_SEQUENCE_END_EVENT) l->depth--;
+        if (l->depth <= LLAMA__MAX_DEPTH) return 0;
+        llama__report_error(l->rep, "%s:%d: nested deeper than %d levels; a config is a few sections deep", l->file,
+                            (int)ev->start_mark.line + 1, LLAMA__MAX_DEPTH);
+        yaml_event_delete(ev);
+        return -1;
+    }
     const yaml_parser_t *p = &l->parser;
     const char *problem = p->problem ? p->problem : "unknown error";
     if (p->error == YAML_READER_ERROR)

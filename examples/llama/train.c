@@ -88,9 +88,13 @@ static int data_shuffle(llama_data *d, uint64_t seed) {
 }
 
 static int data_load(const char *path, int64_t seq, llama_data *d, char *err, size_t errsize) {
-    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    FILE *f;
     long n;
     memset(d, 0, sizeof *d);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* a FIFO would block the open, a directory reads nothing */
+        return snprintf(err, errsize, "--data %s: not a regular file", path), -1;
+    f = fopen(path, "rb");
     if (!f) return snprintf(err, errsize, "--data %s: cannot open: %s", path, strerror(errno)), -1;
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         snprintf(err, errsize, "--data %s: cannot read its size (not a regular file?)", path);

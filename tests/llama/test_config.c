@@ -1380,6 +1380,17 @@ static void test_report(void) {
     CHECK_HAS(warn_, "cfg.yaml:5: model.model_config.compute_dtype = bfloat16: a value other than float32 changes training");
     CHECK_HAS(warn_, "4 keys this trainer does not read, ignored: 'model.model_config.bos_token_id', 'train_dataset', "
                      "'train_dataset_task', 'callbacks'");
+    /* nesting deeper than any config is refused as it arrives (libyaml's scanner is quadratic in it) */
+    {
+        static char deep[512];
+        size_t k = 0;
+        k += (size_t)snprintf(deep, sizeof deep, "x: ");
+        for (int d = 0; d < 70; d++) deep[k++] = '[';
+        for (int d = 0; d < 70; d++) deep[k++] = ']';
+        deep[k++] = '\n', deep[k] = 0;
+        CHECK(load_text(deep, NULL, 0, &c) == -1);
+        CHECK_HAS(err_, "cfg.yaml:1: nested deeper than 64 levels");
+    }
     /* an alias where the trainer reads the value is still an error */
     CHECK(load_text("a: &x 5\nseed: *x\n", NULL, 0, &c) == -1);
     CHECK_HAS(err_, "cfg.yaml:2: seed: YAML aliases");
