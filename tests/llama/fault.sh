@@ -20,6 +20,19 @@ check() { # check WHAT COND...
     shift
     if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $what"; fi
 }
+# find_rank1 JOB LOG STEPS: once LOG shows STEPS step lines, the pid of rank 1
+# (mpirun's child whose environment says OMPI_COMM_WORLD_RANK=1); "" after 30 s.
+find_rank1() {
+    local job=$1 log=$2 steps=$3 p
+    for _ in $(seq 1 300); do
+        if [ "$(grep -c '^step' "$log")" -ge "$steps" ]; then
+            for p in $(pgrep -P "$(pgrep -P "$job" -x mpirun || echo "$job")" 2>/dev/null) $(pgrep -P "$job" 2>/dev/null); do
+                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && { echo "$p"; return; }
+            done
+        fi
+        sleep 0.1
+    done
+}
 args=(--backend mpi --set parallel_config.data_parallel=2 --data README.md)
 ck=$dir/ck.safetensors
 
@@ -32,17 +45,7 @@ before=$(cat "$ck" "${ck%.safetensors}.optimizer.safetensors" | sha256sum)
 PARALLEL_TIMEOUT_MS=2000 timeout 120 $MPIRUN -np 2 -x PARALLEL_TIMEOUT_MS "$train" "${args[@]}" --steps 1000000 \
     --init-from "$ck" --save "$ck" >"$dir/run.log" 2>&1 &
 job=$!
-# wait until it steps, then find rank 1's process (mpirun's child with that rank)
-r1=
-for _ in $(seq 1 300); do
-    if [ "$(grep -c '^step' "$dir/run.log")" -ge 3 ]; then
-        for p in $(pgrep -P "$(pgrep -P $job -x mpirun || echo $job)" 2>/dev/null) $(pgrep -P $job 2>/dev/null); do
-            tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && r1=$p
-        done
-        [ -n "$r1" ] && break
-    fi
-    sleep 0.1
-done
+r1=$(find_rank1 $job "$dir/run.log" 3)
 check "the resumed run is stepping and rank 1's process is found" test -n "$r1"
 t0=$(date +%s%3N)
 [ -n "$r1" ] && kill -STOP "$r1"
@@ -71,16 +74,7 @@ for run in $(seq 1 "${FAULT_RUNS:-1}"); do
         --set parallel_config.data_parallel=2 --set parallel_config.pipeline_stage=2 \
         --set parallel_config.micro_batch_num=2 --data README.md --steps 1000000 >"$dir/pp$run.log" 2>&1 &
     job=$!
-    r1=
-    for _ in $(seq 1 300); do
-        if [ "$(grep -c '^step' "$dir/pp$run.log")" -ge 2 ]; then
-            for p in $(pgrep -P "$(pgrep -P $job -x mpirun || echo $job)" 2>/dev/null) $(pgrep -P $job 2>/dev/null); do
-                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && r1=$p
-            done
-            [ -n "$r1" ] && break
-        fi
-        sleep 0.1
-    done
+    r1=$(find_rank1 $job "$dir/pp$run.log" 2)
     t0=$(date +%s%3N)
     [ -n "$r1" ] && kill -STOP "$r1"
     wait $job
