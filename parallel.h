@@ -20246,7 +20246,7 @@ enum {
 };
 
 /* MindFormers' FFN width for an absent intermediate_size (LlamaFeedForward,
-   mindformers/models/llama/llama_layer.py at r1.5.0): 4h, times
+   MindFormers r1.5.0, models/llama/llama_layer): 4h, times
    (ffn_dim_multiplier + 0.01) if set, int(2/3 of it), rounded up to multiple_of. */
 static double par__ms_ffn(double hidden, double multiple_of, double multiplier) {
     double h = floor(4.0 * hidden);
@@ -20303,7 +20303,7 @@ PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape 
     m.ffn = (int)PAR__MS_OR(PAR__MS_FFN, par__ms_ffn(vals[PAR__MS_HIDDEN], PAR__MS_OR(PAR__MS_MULTIPLE_OF, 256.0),
                                                      PAR__MS_OR(PAR__MS_FFN_MULT, 0.0)));
     m.vocab = (int)vals[PAR__MS_VOCAB], m.seq = (int)vals[PAR__MS_SEQ];
-    /* the global batch: as such, or MindFormers' product (base_trainer.py,
+    /* the global batch: as such, or MindFormers' product (MindFormers trainer/base_trainer,
        _check_global_batch_size_for_auto_parallel, r1.5.0) */
     batch = PAR__MS_OR(PAR__MS_BATCH, 1.0) * PAR__MS_OR(PAR__MS_DP, 1.0) * PAR__MS_OR(PAR__MS_MBI, 1.0) *
             (PAR__MS_OR(PAR__MS_PP, 1.0) > 1 ? PAR__MS_OR(PAR__MS_MBN, 1.0) : PAR__MS_OR(PAR__MS_GA, 1.0));
