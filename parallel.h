@@ -1798,8 +1798,11 @@ PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask,
    describes its pieces: "par.piece.<stored name>" = "<field> <ndim> <global
    shape...> <start...> <slice shape...> <begin> <end> <param name>" (the
    name last, so it may contain spaces), plus "par.step", "par.num_shards",
-   "par.shard", and in shard 0 the host metadata ("host.<key>"). Tensors
-   carry CRC-32s (>>checkpoint) and are verified when loaded.
+   "par.shard", "par.save" (this save's identity, also in the index: a
+   shard of another save is refused on load), and in shard 0 the host
+   metadata ("host.<key>"). Tensors carry CRC-32s (>>checkpoint) and are
+   verified when loaded; a tensor without one is refused unless
+   PARALLEL_CKPT_UNCHECKED=1.
 
    Crash safety: the step directory is written under "step-N.tmp" (every file
    fsynced), all ranks agree that their shards are complete, rank 0 writes
@@ -16268,7 +16271,8 @@ static void par__ckpt_dims(char *buf, size_t size, int n, const int64_t *v) {
 }
 
 /* This rank's shard file in directory tmp. */
-static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, const char *tmpdir, int nshards) {
+static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, const char *tmpdir, int nshards,
+                                        const char *save_id) {
     const int rank = par_ctx_rank(ps->ctx);
     const int np = par__ckpt_pieces(ps, NULL);
     par__ckpt_piece *pc = (par__ckpt_piece *)par__ctx_malloc(ps->ctx, (size_t)(np ? np : 1) * sizeof *pc);
@@ -16309,6 +16313,7 @@ static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, 
     snprintf(val, sizeof val, "%d", rank);
     if (st == PAR_OK) st = par_st_writer_metadata(w, "par.shard", val);
     if (st == PAR_OK) st = par_st_writer_metadata(w, "par.format", PAR__CKPT_FORMAT);
+    if (st == PAR_OK) st = par_st_writer_metadata(w, "par.save", save_id);
     for (k = 0; rank == 0 && k < d->num_meta && st == PAR_OK; k++) {
         snprintf(key, sizeof key, "host.%s", d->meta_keys[k]);
         st = par_st_writer_metadata(w, key, d->meta_values[k]);
@@ -16335,7 +16340,8 @@ static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, 
 }
 
 /* Rank 0: the index from the shard headers just written. */
-static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpdir, int nshards, int64_t step) {
+static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpdir, int nshards, int64_t step,
+                                        const char *save_id) {
     par__ckpt_text t;
     char path[2100], file[64], num[64];
     int64_t total = 0;
@@ -16368,6 +16374,8 @@ static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpd
     par__ckpt_puts(&t, "\",\n    \"par.step\": \"");
     snprintf(num, sizeof num, "%lld", (long long)step);
     par__ckpt_puts(&t, num);
+    par__ckpt_puts(&t, "\",\n    \"par.save\": \"");
+    par__ckpt_puts(&t, save_id);
     par__ckpt_puts(&t, "\"");
     for (k = 0; k < d->num_meta; k++) {
         char key[400];
@@ -16439,7 +16447,7 @@ static void par__ckpt_stage(const par_ckpt_desc *d, int rank, const char *stage)
 
 PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) {
 #if PAR__ST_POSIX
-    char tmpdir[1200], final[1100], name[64], aside[1200], line[80];
+    char tmpdir[1200], final[1100], name[64], aside[1200], line[80], save_id[24];
     struct stat sb;
     par_status st = PAR_OK;
     int rank, nshards, k, j;
@@ -16482,8 +16490,20 @@ PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) 
         }
     }
     PAR__CHECK(par__ckpt_agree(ps, st, "par_params_save"));
-    /* 2. every rank its shard */
-    st = par__ckpt_write_shard(ps, d, tmpdir, nshards);
+    /* 2. every rank its shard, all marked with this save's identity: rank 0's
+       clock, pid and counter, all-reduced, so a shard of another save (another
+       run, seed or moment, even at the same step) is told apart on load */
+    {
+        int64_t id = 0;
+        struct timespec now;
+        if (rank == 0 && timespec_get(&now, TIME_UTC) == TIME_UTC) /* C11: nanoseconds apart, two saves differ */
+            id = (int64_t)((((uint64_t)now.tv_sec << 30) ^ (uint64_t)now.tv_nsec ^ ((uint64_t)getpid() << 40)) &
+                           (uint64_t)INT64_MAX);
+        PAR__CHECK(par_ctx_all_reduce_host(ps->ctx, (1u << par_ctx_mesh(ps->ctx)->ndim) - 1u, PAR_REDUCE_MAX, PAR_I64,
+                                           &id, 1));
+        snprintf(save_id, sizeof save_id, "%016llx", (unsigned long long)id);
+    }
+    st = par__ckpt_write_shard(ps, d, tmpdir, nshards, save_id);
     if ((st = par__ckpt_agree(ps, st, "par_params_save")) != PAR_OK) {
         if (rank == 0) par__ckpt_rmdir(tmpdir);
         return st;
@@ -16491,7 +16511,7 @@ PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) 
     if (rank == 0) {
         par__ckpt_stage(d, rank, "shards written");
         /* 3. the index, last inside the directory */
-        st = par__ckpt_write_index(d, tmpdir, nshards, ps->step);
+        st = par__ckpt_write_index(d, tmpdir, nshards, ps->step, save_id);
         if (st == PAR_OK) par__ckpt_stage(d, rank, "index written");
         /* 4. into place: a re-save of the same step moves the old one aside first */
         if (st == PAR_OK) {
@@ -16665,8 +16685,15 @@ static int par__ckpt_index_value(const char *text, const char *key, char *out, s
 }
 
 /* Open the index and every shard header; parse the pieces and host metadata. */
+/* PARALLEL_CKPT_UNCHECKED=1: load tensors that carry no CRC-32 (a damaged or
+   hand-edited shard would then load unverified); otherwise they are refused. */
+static int par__ckpt_allow_unchecked(void) {
+    const char *v = getenv("PARALLEL_CKPT_UNCHECKED");
+    return v && strcmp(v, "1") == 0;
+}
+
 static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c, par_ckpt_info *info) {
-    char ipath[1200], num[64], stepbuf[64], *text = NULL, *end = NULL;
+    char ipath[1200], num[64], stepbuf[64], saveid[64], *text = NULL, *end = NULL;
     long nshards;
     long long step;
     FILE *f;
@@ -16689,6 +16716,7 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
     }
     fclose(f);
     text[n] = 0;
+    if (!par__ckpt_index_value(text, "par.save", saveid, sizeof saveid)) saveid[0] = 0; /* saved before it existed */
     if (!par__ckpt_index_value(text, "par.format", num, sizeof num) || strcmp(num, PAR__CKPT_FORMAT) != 0 ||
         !par__ckpt_index_value(text, "par.num_shards", num, sizeof num) ||
         !par__ckpt_index_value(text, "par.step", stepbuf, sizeof stepbuf) || !strstr(text, "\"weight_map\"")) {
@@ -16726,6 +16754,11 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
                       c->paths[r], want, stepbuf);
             return par__ckpt_close(c), PAR_EPARSE;
         }
+        if (saveid[0] && (!(v = par_st_metadata(c->files[r], "par.save")) || strcmp(v, saveid) != 0)) {
+            par__fail(PAR_EIO, "%s: %s belongs to another save (par.save %s, the index's %s): shards of two "
+                               "checkpoints are mixed here, refused", fn, c->paths[r], v ? v : "(none)", saveid);
+            return par__ckpt_close(c), PAR_EIO;
+        }
         c->npieces += par_st_count(c->files[r]);
     }
     c->pieces = (par__ckpt_rpiece *)PARALLEL_MALLOC((size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
@@ -16750,6 +16783,12 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
                           c->paths[r], t->name, (long long)t->numel, par_dtype_name(t->dtype),
                           (long long)(p->end - p->begin));
                 return par__ckpt_close(c), PAR_EPARSE;
+            }
+            if (!t->has_checksum && !par__ckpt_allow_unchecked()) {
+                par__fail(PAR_EIO, "%s: %s: tensor \"%s\" carries no checksum (par.crc32.%s): every shard this "
+                                   "library writes has one, so the file was altered; refused (PARALLEL_CKPT_UNCHECKED=1 "
+                                   "loads it unverified)", fn, c->paths[r], t->name, t->name);
+                return par__ckpt_close(c), PAR_EIO;
             }
             p->file = r, p->name = t->name;
             if (p->field > 0) info->has_moments = 1;

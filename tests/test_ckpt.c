@@ -456,6 +456,41 @@ static void test_mixed_dirs(void) {
     load_check(&cfgs[1], b, 2, 2, "the newer one, alone"); /* and the same directory on every rank loads */
 }
 
+/* Shards that do not belong: one copied in from another save of the same
+   configuration and step (another run) is refused by its save identity; a
+   tensor whose checksum key was renamed away is refused as unverifiable,
+   unless PARALLEL_CKPT_UNCHECKED=1. */
+static void test_foreign_shards(void) {
+    char a[600], b[600], src[800], dst[800], cmd[2000];
+    size_t n = 0, k;
+    unsigned char *bytes;
+    snprintf(a, sizeof a, "%s/run_a", test_dir);
+    snprintf(b, sizeof b, "%s/run_b", test_dir);
+    save(&cfgs[2], a, 5, 1, 0);
+    save(&cfgs[2], b, 5, 2, 0);
+    load_check(&cfgs[2], a, 1, 5, "run a as saved");
+    snprintf(src, sizeof src, "%s/step-00000005/shard-00001-of-00002.safetensors", b);
+    snprintf(dst, sizeof dst, "%s/step-00000005/shard-00001-of-00002.safetensors", a);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, dst);
+    CHECK(system(cmd) == 0);
+    load_fails(&cfgs[2], a, PAR_EIO, "shard-00001-of-00002.safetensors belongs to another save (par.save ", 0, 0, 0);
+    /* b's shard 0 with a checksum key renamed (same length: the header stays valid) */
+    snprintf(src, sizeof src, "%s/step-00000005/shard-00000-of-00002.safetensors", b);
+    bytes = test_read_file(src, &n);
+    for (k = 0; bytes && k + 10 < n; k++)
+        if (memcmp(bytes + k, "par.crc32.", 10) == 0) {
+            bytes[k + 8] = 'X'; /* "par.crcX2.": no longer a checksum */
+            break;
+        }
+    CHECK(bytes && k + 10 < n);
+    if (bytes) test_write_file(src, bytes, n);
+    free(bytes);
+    load_fails(&cfgs[2], b, PAR_EIO, "carries no checksum (par.crc32.", 0, 0, 0);
+    setenv("PARALLEL_CKPT_UNCHECKED", "1", 1);
+    load_check(&cfgs[2], b, 2, 5, "unchecked on request");
+    unsetenv("PARALLEL_CKPT_UNCHECKED");
+}
+
 /* Does the file hold `needle`? */
 static int test_file_contains(const char *path, const char *needle) {
     size_t n = 0;
@@ -531,6 +566,7 @@ int main(void) {
     test_errors();
     test_lock();
     test_mixed_dirs();
+    test_foreign_shards();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
     return TEST_END("ckpt");
