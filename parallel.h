@@ -16729,7 +16729,8 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
     if (*end || nshards < 1 || nshards > 1000000)
         return par__fail(PAR_EPARSE, "%s: %s: par.num_shards \"%s\" is not a positive count", fn, ipath, num);
     step = strtoll(stepbuf, &end, 10);
-    if (*end || step < 0) return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step", fn, ipath, stepbuf);
+    if (*end || end == stepbuf || step < 0 || step > 99999999) /* what par_params_save writes */
+        return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step in [0, 99999999]", fn, ipath, stepbuf);
     info->step = step, info->num_shards = (int)nshards;
     c->files = (par_st_file **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->files);
     c->paths = (char **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->paths);

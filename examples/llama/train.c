@@ -2023,9 +2023,12 @@ int main(int argc, char **argv) {
             fprintf(stderr, "train: %s\n", par_last_error());
         }
 #if defined(LLAMA_WITH_CUDA) && defined(PARALLEL_WITH_MPI)
-        { /* the NCCL context leaves MPI_Finalize to its host */
+        { /* the NCCL context leaves MPI_Finalize to its host; after a failure (a
+             timeout: NCCL aborted its communicators) a collective finalize could
+             wait forever for the rank that never came: end the job instead */
             int finalized = 0;
             MPI_Finalized(&finalized);
+            if (nccl && !finalized && st != PAR_OK) MPI_Abort(MPI_COMM_WORLD, 1);
             if (nccl && !finalized) MPI_Finalize();
         }
 #endif
