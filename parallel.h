@@ -16605,14 +16605,17 @@ static int par__ckpt_parse_piece(const char *s, par__ckpt_rpiece *p) {
     if (f == 3) return 0;
     p->field = f;
     s += strlen(par__ckpt_fields[f]);
-    p->ndim = (int)strtol(s, &end, 10);
-    if (end == s || p->ndim < 0 || p->ndim > PARALLEL_MAX_DIMS) return 0;
+    { /* range-checked as long, then narrowed: "4294967298" is not 2 dims */
+        long nd = strtol(s, &end, 10);
+        if (end == s || nd < 0 || nd > PARALLEL_MAX_DIMS) return 0;
+        p->ndim = (int)nd;
+    }
     s = end;
     for (k = 0; k < 3; k++)
         for (d = 0; d < p->ndim; d++) {
             int64_t *v = k == 0 ? p->shape : k == 1 ? p->start : p->local;
             v[d] = (int64_t)strtoll(s, &end, 10);
-            if (end == s || v[d] < 0) return 0;
+            if (end == s || v[d] < 0 || v[d] > ((int64_t)1 << 48)) return 0; /* sums and products below stay in range */
             s = end;
         }
     p->begin = (int64_t)strtoll(s, &end, 10);
@@ -16625,6 +16628,7 @@ static int par__ckpt_parse_piece(const char *s, par__ckpt_rpiece *p) {
         int64_t n = 1;
         for (d = 0; d < p->ndim; d++) {
             if (p->start[d] + p->local[d] > p->shape[d]) return 0;
+            if (p->local[d] && n > ((int64_t)1 << 62) / p->local[d]) return 0;
             n *= p->local[d];
         }
         if (p->begin < 0 || p->begin > p->end || p->end > n) return 0;
