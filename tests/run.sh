@@ -255,6 +255,12 @@ if [ -n "$TRAIN" ] && [ -x "$TRAIN" ]; then
     fi
 fi
 
+# 6c. Resuming from a root another run is saving into (tests/llama/resume_race.sh):
+#     refused by name, never a mix of two checkpoints.
+if [ -n "$TRAIN" ] && [ -x "$TRAIN" ]; then
+    run_program resume_race bash tests/llama/resume_race.sh "$TRAIN"
+fi
+
 # 7. CUDA: parallel_cuda.cu + the CUDA tests must compile and link wherever nvcc
 #    exists. They are not run here (CI has no GPU; `make test-cuda` runs them):
 #    each linked one is also one skipped item.
