@@ -4638,7 +4638,9 @@ static int64_t par__st_scale(int64_t bytes, int64_t num, int64_t den) {
     return par__st_mul_sat(bytes / den, num);
 }
 
-/* Per-rank bytes of bandwidth-optimal collectives on B bytes (../shared/REFERENCES.md). */
+/* Per-rank bytes of bandwidth-optimal (ring) collectives on B bytes over n
+   ranks: all-reduce 2(n-1)/n B (a reduce-scatter then an all-gather),
+   reduce-scatter and all-gather (n-1)/n B each. */
 static int64_t par__st_all_reduce_bytes(int n, int64_t bytes) { return par__st_scale(bytes, 2 * (n - 1), n); }
 static int64_t par__st_reduce_scatter_bytes(int n, int64_t bytes) { return par__st_scale(bytes, n - 1, n); }
 
@@ -10408,7 +10410,9 @@ PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx
 #endif /* PARALLEL_WITH_MPI */
 
 // >>compute-cpu
-/* Portable float32 CPU kernels behind par_compute_cpu() (../shared/DESIGN.md 3.7).
+/* Portable float32 CPU kernels behind par_compute_cpu(): the reference
+   implementation of every hook of par_compute_table (>>compute), the one the
+   CUDA table is checked against.
 
    Everything here is private (par__cpu_*); users reach it through the compute
    table. Conventions of the kernels:
@@ -11283,7 +11287,7 @@ static PAR__MAYBE_UNUSED par_status par__cpu_sumsq(int64_t n, const float *x, do
 }
 
 // >>compute-cpu (attention)
-/* Float32 flash attention for the CPU compute table (../shared/DESIGN.md 3.7): the
+/* Float32 flash attention for the CPU compute table (online softmax over key blocks): the
    attention_fwd / attention_bwd / attention_merge entries of par_compute_table,
    contract in >>compute (par_attn_desc). Included after the CPU GEMM
    (par__cpu_sgemm) and before the table that wraps these three functions.

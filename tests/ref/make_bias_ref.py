@@ -6,6 +6,11 @@ python3-torch (nothing else: the safetensors files are read and written here).
     /usr/bin/python3 tests/ref/make_bias_ref.py
     /usr/bin/python3 tests/ref/make_bias_ref.py --validate   # this model without biases
         reproduces make_ref.py's gqa_expected.txt and gqa_final.safetensors (writes nothing)
+    /usr/bin/python3 tests/ref/make_bias_ref.py --next-step FILE.safetensors
+        one step of AdamW from FILE's weights (Hugging Face Llama names, with or without
+        the q/k/v biases; any other or missing tensor is an error) on the first batch of
+        gqa_data.txt: prints "step 0 loss L gnorm G" (writes nothing). tests/llama/
+        test_train.c checks the trainer's consolidated export with it.
 
 Self-contained on purpose: the model is written out below from the Hugging
 Face Qwen2 definition (RMSNorm; q/k/v nn.Linear with bias=True, o/gate/up/down
@@ -119,7 +124,17 @@ def forward(p, ids, tgt):
 def main():
     torch.set_num_threads(1)
     validate = sys.argv[1:] == ['--validate']
-    if validate:  # this script's model without biases must reproduce make_ref.py's fixtures
+    next_step = len(sys.argv) == 3 and sys.argv[1] == '--next-step'
+    if not (validate or next_step or len(sys.argv) == 1):
+        sys.exit('usage: make_bias_ref.py [--validate | --next-step FILE.safetensors]')
+    if next_step:  # strict names: exactly this model's tensors, biases optional
+        init = st_load(sys.argv[2])
+        want = {n: s for n, s in names().items() if not (n.endswith('.bias') and n not in init)}
+        extra, missing = sorted(set(init) - set(want)), sorted(set(want) - set(init))
+        bad = [n for n in want if n in init and tuple(init[n].shape) != want[n]]
+        if extra or missing or bad:
+            sys.exit('%s: unexpected %s, missing %s, other shapes %s' % (sys.argv[2], extra, missing, bad))
+    elif validate:  # this script's model without biases must reproduce make_ref.py's fixtures
         init = st_load(os.path.join(HERE, 'gqa_init.safetensors'))
     else:
         g = torch.Generator().manual_seed(4321)
@@ -141,7 +156,7 @@ def main():
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': WD}, {'params': rest, 'weight_decay': 0.0}], lr=LR,
                             betas=BETAS, eps=ADAM_EPS)
     lines = []
-    for step in range(STEPS):
+    for step in range(1 if next_step else STEPS):
         idx = [(step * BATCH + j) % samples for j in range(BATCH)]  # the trainer's order, no shuffle
         ids = torch.stack([data[i * SEQ:i * SEQ + SEQ] for i in idx])
         tgt = torch.stack([data[i * SEQ + 1:i * SEQ + SEQ + 1] for i in idx])
@@ -152,6 +167,8 @@ def main():
         opt.step()
         lines.append('step %d loss %.6f gnorm %.6f\n' % (step, loss.item(), gnorm.item()))
         sys.stdout.write(lines[-1])
+    if next_step:
+        return
     if validate:
         with open(os.path.join(HERE, 'gqa_expected.txt')) as f:
             want = [[float(w) for w in l.split()[3::2]] for l in f]
