@@ -5,8 +5,9 @@
    intermediate 688, seq 256, global batch 8; data: parallel.h itself.
      1. build/train on one rank (threads backend): median tokens/s over the steps
         after the first, and the process's CPU time;
-     2. ../shared/bench/torch_llama.py time with the same shape and 2 threads (when
-        /usr/bin/python3 has torch; TORCH_LLAMA overrides the script's path);
+     2. the project's PyTorch model (tests/ref/make_bias_ref.py time) with the same
+        shape and 2 threads (when /usr/bin/python3 has torch; TORCH_LLAMA names another
+        script taking the same arguments);
      3. build/train with data_parallel 4 on the same global batch: tokens/s and CPU
         time against the one-rank run (the cost of splitting the batch four ways);
      4. the other 4-rank layouts, dp 2 x tp 2 and tp 4 with and without sequence
@@ -102,7 +103,7 @@ static run_result run_torch(const char *script, int steps) {
 
 int main(int argc, char **argv) {
     const int steps = argc > 1 ? atoi(argv[1]) : 8;
-    const char *script = getenv("TORCH_LLAMA") ? getenv("TORCH_LLAMA") : "../shared/bench/torch_llama.py";
+    const char *script = getenv("TORCH_LLAMA") ? getenv("TORCH_LLAMA") : "tests/ref/make_bias_ref.py";
     static const struct { const char *name; int dp, tp, sp; } layouts[] = {
         {"dp 4", 4, 1, 0}, {"dp 2 x tp 2", 2, 2, 0}, {"dp 2 x tp 2 + sp", 2, 2, 1}, {"tp 4", 1, 4, 0}, {"tp 4 + sp", 1, 4, 1}};
     run_result one, four, torch = {0, 0, 0, -1, 0}, traced[5];
@@ -122,7 +123,7 @@ int main(int argc, char **argv) {
     printf("bench model: hidden 256, 4 layers, 8 heads (4 kv), ffn 688, seq 256, global batch 8; %d steps\n", steps);
     printf("%-34s %12s %10s %10s\n", "run", "tokens/s", "cpu s", "wall s");
     printf("%-34s %12.0f %10.2f %10.2f\n", "parallel.h, 1 rank", one.tokens_per_s, one.cpu_s, one.wall_s);
-    if (torch.ok) printf("%-34s %12.0f %10s %10s\n", "PyTorch (torch_llama.py, 2 threads)", torch.tokens_per_s, "-", "-");
+    if (torch.ok) printf("%-34s %12.0f %10s %10s\n", "PyTorch (tests/ref, 2 threads)", torch.tokens_per_s, "-", "-");
     else printf("%-34s %12s\n", "PyTorch", "skipped (no /usr/bin/python3 with torch)");
     printf("%-34s %12.0f %10.2f %10.2f\n", "parallel.h, dp 4 (4 ranks)", four.tokens_per_s, four.cpu_s, four.wall_s);
     if (torch.ok) printf("speed vs PyTorch: %.2fx (target >= 3x)\n", one.tokens_per_s / torch.tokens_per_s);

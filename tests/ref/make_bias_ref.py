@@ -6,6 +6,14 @@ python3-torch (nothing else: the safetensors files are read and written here).
     /usr/bin/python3 tests/ref/make_bias_ref.py
     /usr/bin/python3 tests/ref/make_bias_ref.py --validate   # this model without biases
         reproduces make_ref.py's gqa_expected.txt and gqa_final.safetensors (writes nothing)
+    /usr/bin/python3 tests/ref/make_bias_ref.py --gqa
+        the bias-free fixtures instead (what tests/ref/make_ref.py runs): gqa_data.txt,
+        gqa_expected.txt and gqa_final.safetensors from gqa_init.safetensors (drawn
+        when absent: normal(0, 0.02) matrices, norms 1, generator seed 1234)
+    /usr/bin/python3 tests/ref/make_bias_ref.py time --dim D --layers L --heads H --kv K
+            --hidden F --seq T --batch B [--vocab V] [--threads N] [--steps S]
+        tokens per second of this model's training steps on random tokens (the median
+        of steps 1..S; step 0 warms up): "tokens_per_s X" (bench/bench_train.c)
     /usr/bin/python3 tests/ref/make_bias_ref.py --next-step FILE.safetensors
         one step of AdamW from FILE's weights (Hugging Face Llama names, with or without
         the q/k/v biases; any other or missing tensor is an error) on the first batch of
@@ -121,12 +129,62 @@ def forward(p, ids, tgt):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tgt.reshape(-1))
 
 
+def make_data(path):
+    """500 bytes: 31 samples of 16, so 10 steps of batch 4 wrap around to the beginning."""
+    import random
+    words = ('the layout of a tensor says which device dims split each of its dims and over which the values '
+             'are partial sums a plan moves data between layouts with the fewest bytes').split()
+    rng = random.Random(7)
+    text = ''
+    while len(text) < 500:
+        text += ' '.join(rng.choice(words) for _ in range(rng.randint(4, 11))) + '.\n'
+    with open(path, 'wb') as f:
+        f.write(text[:500].encode())
+
+
+def time_steps(argv):
+    """The `time` mode: this model at another shape, random init and tokens."""
+    import argparse, time
+    global VOCAB, DIM, LAYERS, HEADS, KV, FFN, SEQ, BATCH, HD
+    ap = argparse.ArgumentParser(prog='make_bias_ref.py time')
+    for k, d in (('dim', 32), ('layers', 2), ('heads', 4), ('kv', 2), ('hidden', 88), ('seq', 16), ('batch', 4),
+                 ('vocab', 256), ('threads', 1), ('steps', 4)):
+        ap.add_argument('--' + k, type=int, default=d)
+    a = ap.parse_args(argv)
+    if min(a.dim, a.layers, a.heads, a.kv, a.hidden, a.seq, a.batch, a.vocab, a.threads) < 1 or a.steps < 2 or \
+            a.dim % a.heads or a.heads % a.kv or (a.dim // a.heads) % 2:
+        sys.exit('make_bias_ref.py time: positive sizes, steps >= 2, dim divisible by heads (even head dim), '
+                 'heads by kv')
+    VOCAB, DIM, LAYERS, HEADS, KV, FFN, SEQ, BATCH = a.vocab, a.dim, a.layers, a.heads, a.kv, a.hidden, a.seq, a.batch
+    HD = DIM // HEADS
+    torch.set_num_threads(a.threads)
+    g = torch.Generator().manual_seed(1)
+    p = {n: (torch.randn(s, generator=g) * 0.02 if len(s) == 2 else torch.ones(s)).requires_grad_(True)
+         for n, s in names().items() if not n.endswith('.bias')}
+    opt = torch.optim.AdamW(list(p.values()), lr=LR, betas=BETAS, eps=ADAM_EPS, weight_decay=WD)
+    rates = []
+    for step in range(a.steps):
+        ids = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = forward(p, ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(p.values()), CLIP)
+        opt.step()
+        rates.append(BATCH * SEQ / (time.perf_counter() - t0))
+    after = sorted(rates[1:])
+    print('tokens_per_s %.1f' % after[len(after) // 2])
+
+
 def main():
+    if sys.argv[1:2] == ['time']:
+        return time_steps(sys.argv[2:])
     torch.set_num_threads(1)
     validate = sys.argv[1:] == ['--validate']
+    gqa = sys.argv[1:] == ['--gqa']
     next_step = len(sys.argv) == 3 and sys.argv[1] == '--next-step'
-    if not (validate or next_step or len(sys.argv) == 1):
-        sys.exit('usage: make_bias_ref.py [--validate | --next-step FILE.safetensors]')
+    if not (validate or gqa or next_step or len(sys.argv) == 1):
+        sys.exit('usage: make_bias_ref.py [--validate | --gqa | --next-step FILE.safetensors | time ...]')
     if next_step:  # strict names: exactly this model's tensors, biases optional
         init = st_load(sys.argv[2])
         want = {n: s for n, s in names().items() if not (n.endswith('.bias') and n not in init)}
@@ -136,6 +194,14 @@ def main():
             sys.exit('%s: unexpected %s, missing %s, other shapes %s' % (sys.argv[2], extra, missing, bad))
     elif validate:  # this script's model without biases must reproduce make_ref.py's fixtures
         init = st_load(os.path.join(HERE, 'gqa_init.safetensors'))
+    elif gqa:  # the bias-free fixtures: the committed init is kept, so a rerun reproduces the committed files
+        make_data(os.path.join(HERE, 'gqa_data.txt'))
+        path = os.path.join(HERE, 'gqa_init.safetensors')
+        if not os.path.exists(path):
+            g = torch.Generator().manual_seed(1234)
+            st_save(path, {n: torch.randn(s, generator=g) * 0.02 if len(s) == 2 else torch.ones(s)
+                           for n, s in sorted(names().items()) if not n.endswith('.bias')})
+        init = st_load(path)
     else:
         g = torch.Generator().manual_seed(4321)
         init = {}
@@ -168,6 +234,11 @@ def main():
         lines.append('step %d loss %.6f gnorm %.6f\n' % (step, loss.item(), gnorm.item()))
         sys.stdout.write(lines[-1])
     if next_step:
+        return
+    if gqa:
+        with open(os.path.join(HERE, 'gqa_expected.txt'), 'w') as f:
+            f.writelines(lines)
+        st_save(os.path.join(HERE, 'gqa_final.safetensors'), p)
         return
     if validate:
         with open(os.path.join(HERE, 'gqa_expected.txt')) as f:
