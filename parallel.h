@@ -1177,7 +1177,10 @@ typedef struct par_ctx_desc {
                            for the rank that never came, or MPI writing buffers the
                            host freed; 1 = keep the process alive (later ops on the
                            group fail, destroy finalizes as usual and may hang on a
-                           rank that is gone): for tests of the fault paths */
+                           rank that is gone): for tests of the fault paths. Either
+                           way, with a timeout of 2 minutes or more, a wait past
+                           60 s is reported on stderr every 2 minutes (rank, op,
+                           group), and the abort says why before it ends the job */
 } par_ctx_desc;
 
 /* Body of one rank. Returning non-PAR_OK marks the rank failed: every other

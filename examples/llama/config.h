@@ -248,10 +248,6 @@ void llama_config_print_reference(FILE *f);
 #define LLAMA__NO_HYBRID                                                                                    \
     "hybrid_parallel (communication written by hand in the network) is not supported: the trainer derives " \
     "its communication from parallel_config's layouts; use semi_auto_parallel"
-#define LLAMA__NO_GRAD_ACCUM                                                                             \
-    "not supported: gradient accumulation here is parallel_config.micro_batch_num, which splits each "  \
-    "rank's share of the batch into micro-batches (MindFormers' gradient_accumulation_steps multiplies " \
-    "the batch instead); use 1"
 
 #define LLAMA__MAX_PATH 128          /* longest dotted key path */
 #define LLAMA__MAX_FILE (1 << 20)    /* a config larger than 1 MiB is not a config */
@@ -1663,9 +1659,8 @@ static void llama__file_scalar(llama__loader *l, const char *path, const yaml_ev
     char why[320];
     if (llama__is_null(ev)) {
         if (t->type == LLAMA__T_STRING || t->type == LLAMA__T_TEXT) return; /* "load_checkpoint:" = none */
-        if (t == llama__find("model.model_config.n_kv_heads", 29) ||
-            t == llama__find("model.model_config.intermediate_size", 36) ||
-            t == llama__find("model.model_config.ffn_dim_multiplier", 37))
+        if (!strcmp(t->path, LLAMA__K("n_kv_heads")) || !strcmp(t->path, LLAMA__K("intermediate_size")) ||
+            !strcmp(t->path, LLAMA__K("ffn_dim_multiplier")))
             return; /* MindFormers' None: derived (the default) */
         llama__report_error(l->rep, "%s:%d: %s has no value", l->file, line, path);
         l->rep->bad[ti] = 1;
