@@ -60,7 +60,7 @@
                                (only needed in the implementation file).
                                The default of the run-time hooks: a
                                par_allocator in par_ctx_desc (also
-                               par_cpu_desc, par_planner_desc) takes a
+                               par_cpu_desc, par_redist_planner_desc) takes a
                                context's host memory, per context
      PARALLEL_ASSERT(x)        internal invariant check (default: assert.h);
                                never used for user input
@@ -259,7 +259,7 @@ PARALLEL_DEF const char *par_dtype_name(par_dtype dtype);
 PARALLEL_DEF par_status par_dtype_parse(const char *text, par_dtype *dtype);
 
 /* Host allocation hooks (miniaudio's ma_allocation_callbacks), for the objects
-   whose desc carries one (par_ctx_desc, par_cpu_desc, par_planner_desc): set
+   whose desc carries one (par_ctx_desc, par_cpu_desc, par_redist_planner_desc): set
    all three or none; all zero = PARALLEL_MALLOC / PARALLEL_REALLOC /
    PARALLEL_FREE. A partial set is PAR_EINVAL naming the missing hook, when the
    object is created. `user` is passed to every call. malloc returns memory
@@ -749,16 +749,16 @@ typedef struct par_plan {
 
 /* Planner: reusable search workspace plus a plan cache. Not thread-safe: one per
    thread (planning is microseconds, so there is little to share). */
-typedef struct par_planner par_planner;
+typedef struct par_redist_planner par_redist_planner;
 
-typedef struct par_planner_desc {
+typedef struct par_redist_planner_desc {
     int cache_entries;  /* plans kept (LRU); default 64; -1 disables the cache */
     int max_states;     /* search states before PAR_ECAPACITY; default 1<<16 */
     par_allocator allocator; /* the planner's memory; zero = PARALLEL_MALLOC macros */
-} par_planner_desc;
+} par_redist_planner_desc;
 
-PARALLEL_DEF par_status par_planner_create(const par_planner_desc *desc, par_planner **planner);
-PARALLEL_DEF void par_planner_destroy(par_planner *planner);
+PARALLEL_DEF par_status par_redist_planner_create(const par_redist_planner_desc *desc, par_redist_planner **planner);
+PARALLEL_DEF void par_redist_planner_destroy(par_redist_planner *planner);
 
 /* The cheapest plan turning `from` into `to` (same mesh; shapes equal, or equal in
    element count when a local reshape can bridge them). Optimal under `cost`
@@ -788,10 +788,10 @@ PARALLEL_DEF void par_planner_destroy(par_planner *planner);
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
    PAR_ESHAPE (element counts differ), PAR_EUNSUPPORTED (target partial over a
    dim the source is not), PAR_ECAPACITY (max_states or PAR_MAX_PLAN_OPS). */
-PARALLEL_DEF par_status par_planner_plan(par_planner *planner, const par_layout *from, const par_layout *to,
+PARALLEL_DEF par_status par_redist_planner_plan(par_redist_planner *planner, const par_layout *from, const par_layout *to,
                                          const par_cost_model *cost, par_plan *plan);
 
-/* One-shot: par_planner_plan with a temporary planner. */
+/* One-shot: par_redist_planner_plan with a temporary planner. */
 PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const par_layout *to,
                                                 const par_cost_model *cost, par_plan *plan);
 
@@ -803,7 +803,7 @@ PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const pa
    enable_alltoall = false, an all_gather and a local split), a concat pass
    (all_gather of device dims the target does not use), and a forced
    all_gather of the first pending dim to break cycles. For comparison
-   only: never cheaper than par_planner_plan under the same no_all_to_all. Where
+   only: never cheaper than par_redist_planner_plan under the same no_all_to_all. Where
    no unified view exists (cuts that do not nest, as 6 split 2 and 3 ways) it
    walks the tensor's own shapes instead: split -> all_to_all -> all_gather, and
    between shapes it reshapes last when the target has a source-shape twin that
@@ -1281,6 +1281,12 @@ PARALLEL_DEF par_status par_wait(par_ctx *ctx, par_request *req);
    a NULL ctx or done. */
 PARALLEL_DEF par_status par_test(par_ctx *ctx, par_request *req, int *done);
 
+/* Reduce `count` host values of `dtype` over the device dims in dev_mask with
+   `op`, in place (e.g. metrics, a norm's partial sums), through device memory
+   when the compute table needs it (NCCL). Collective over the group. */
+PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask, par_reduce_op op, par_dtype dtype,
+                                                void *values, int count);
+
 /* ============================================================================
    >>executor
    Runs a redistribution plan on real buffers through a context's comm table.
@@ -1673,7 +1679,7 @@ typedef struct par_param_info {
     uint32_t grad_partial;                     /* device dims its local gradient is partial over
                                                   (the data-parallel ones included) */
 } par_param_info;
-PARALLEL_DEF par_status par_params_info(const par_params *ps, int i, par_param_info *info);
+PARALLEL_DEF par_status par_params_get_info(const par_params *ps, int i, par_param_info *info);
 
 /* This rank's slice of parameter i (compute-table memory, row-major). Local. */
 PARALLEL_DEF float *par_params_value(par_params *ps, int i);
@@ -1768,12 +1774,6 @@ PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field,
    e.g. read from a checkpoint with par_st_read_slice; under ZeRO the moments
    keep only the part in this rank's shard. Local. */
 PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field field, int i, const float *local);
-
-/* A per-rank sum of a host double over the device dims in dev_mask (e.g. for
-   metrics), through device memory when the compute table needs it. Collective
-   over the group. */
-PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask, par_reduce_op op, par_dtype dtype,
-                                                void *values, int count);
 
 #ifndef PARALLEL_NO_CHECKPOINT
 /* ---- sharded checkpoints ----------------------------------------------------
@@ -2295,11 +2295,15 @@ PARALLEL_DEF int par_pp_schedule_format(const par_pp_schedule *s, char *buf, siz
 PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule **schedule);
 
 /* The checker's verdict and the schedule's figures. */
+#define PAR_PP_CHECK_RANKS 64
 typedef struct par_pp_check {
     double bubble;            /* idle share of the ranks' time, with F = 1, B = 2, I = W = 1 */
     double makespan;          /* in those units */
-    int peak_in_flight[64];   /* per rank (first 64): most micro-batch chunks whose F is done
-                                 and whose B (or W) is not: activations held */
+    /* Activations held: per rank, most micro-batch chunks whose F is done and
+       whose B (or W) is not. Listed for the first PAR_PP_CHECK_RANKS ranks
+       (ranks_listed of them); max_in_flight covers every rank. */
+    int peak_in_flight[PAR_PP_CHECK_RANKS];
+    int ranks_listed;         /* min(ranks, PAR_PP_CHECK_RANKS) */
     int max_in_flight;
 } par_pp_check;
 
@@ -2624,7 +2628,7 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
 PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_plan *plan);
 /* "dp=2 tp=4 sp cp=1 pp=2 1f1b m=4 zero=1" (the plan's knobs); returns the
    length snprintf would. */
-PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *plan, char *buf, size_t size);
+PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *plan, char *buf, size_t size);
 
 /* Calibration: measure this machine's constants for a cluster description.
    Collective over the context's world (call it from every rank). Rank 0
@@ -2704,6 +2708,7 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *cluster, char *buf, size_
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(PARALLEL_MALLOC) && defined(PARALLEL_REALLOC) && defined(PARALLEL_FREE)
 #elif !defined(PARALLEL_MALLOC) && !defined(PARALLEL_REALLOC) && !defined(PARALLEL_FREE)
@@ -2926,6 +2931,218 @@ static PAR__MAYBE_UNUSED void par__shape_text(char *buf, size_t size, int ndim, 
     for (i = 0; i < ndim; i++) par__bprintf(&b, "%s%lld", i ? "," : "", (long long)shape[i]);
     par__bprintf(&b, "]");
 }
+
+// >>util
+
+/* Helpers every later section shares (implementation only): one
+   case-insensitive compare, one interval clock, and the file primitives that
+   >>checkpoint and >>trace (and >>params' sharded checkpoints) write through. */
+
+/* ASCII case-insensitive equality (names in text forms: "AllGather", "Ring"). */
+static PAR__MAYBE_UNUSED int par__iequal(const char *a, const char *b) {
+    for (;; a++, b++) {
+        char x = (*a >= 'A' && *a <= 'Z') ? (char)(*a - 'A' + 'a') : *a;
+        char y = (*b >= 'A' && *b <= 'Z') ? (char)(*b - 'A' + 'a') : *b;
+        if (x != y) return 0;
+        if (!x) return 1;
+    }
+}
+
+/* Microseconds on a clock that only moves forward where <time.h> offers one
+   (CLOCK_MONOTONIC needs POSIX feature macros a -std=c11 program may not set;
+   then C11's timespec_get). For intervals: trace spans, calibration timings.
+   (The threads backend's deadlines use timespec_get(TIME_UTC) on purpose:
+   pthread_cond_timedwait takes that clock.) */
+static PAR__MAYBE_UNUSED double par__clock_us(void) {
+    struct timespec ts;
+#ifdef CLOCK_MONOTONIC
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
+    timespec_get(&ts, TIME_UTC);
+#endif
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Files go through POSIX descriptors where there are some: lseek/read take a
+   64-bit off_t on every LP64 system, open(O_EXCL) makes a private temporary
+   file, fsync makes the save durable. Elsewhere stdio does the same, except that
+   fseek limits offsets to LONG_MAX and rename cannot replace an existing file
+   atomically on every system. */
+#if !defined(PARALLEL_NO_CHECKPOINT) || !defined(PARALLEL_NO_TRACE)
+/* Shared with >>trace's writer (compiled unless both sections are left out):
+   UTF-8 validation and writing a file atomically. */
+#include <errno.h>
+#if defined(__unix__) || defined(__APPLE__)
+#define PAR__POSIX_FILES 1
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#else
+#define PAR__POSIX_FILES 0
+#endif
+
+#define PAR__FILE_IO_MAX ((size_t)1 << 30) /* bytes per read()/write() call */
+
+/* Length of the valid UTF-8 sequence at p (1..4), 0 if invalid (overlong forms,
+   surrogates and code points past U+10FFFF are invalid). */
+static int par__utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0], lo = 0x80, hi = 0xbf;
+    int n, i;
+    if (c < 0x80) return 1;
+    if (c < 0xc2 || c > 0xf4) return 0;
+    n = c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+    if (end - p < n) return 0;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
+    return n;
+}
+
+/* ---- file access: NULL on success, else a reason for the message ---- */
+
+typedef struct par__file {
+#if PAR__POSIX_FILES
+    int fd;
+#else
+    FILE *fp;
+#endif
+} par__file;
+
+static void par__file_init(par__file *io) {
+#if PAR__POSIX_FILES
+    io->fd = -1;
+#else
+    io->fp = NULL;
+#endif
+}
+
+/* Create a file that must not exist yet. *exists = 1 when it did. */
+static const char *par__file_create(par__file *io, const char *path, int *exists) {
+    *exists = 0;
+#if PAR__POSIX_FILES
+    io->fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (io->fd >= 0) return NULL;
+    *exists = errno == EEXIST;
+    return strerror(errno);
+#else
+    io->fp = fopen(path, "wbx");
+    if (io->fp) return NULL;
+    *exists = errno == EEXIST;
+    return strerror(errno);
+#endif
+}
+
+static const char *par__file_write_at(par__file *io, uint64_t offset, const void *buf, size_t n) {
+    const unsigned char *p = (const unsigned char *)buf;
+#if PAR__POSIX_FILES
+    if (offset > (uint64_t)(sizeof(off_t) >= 8 ? INT64_MAX : INT32_MAX)) return "offset too large for this system";
+    if (lseek(io->fd, (off_t)offset, SEEK_SET) < 0) return strerror(errno);
+    while (n) {
+        ssize_t r = write(io->fd, p, n < PAR__FILE_IO_MAX ? n : PAR__FILE_IO_MAX);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return r < 0 ? strerror(errno) : "nothing written";
+        p += r;
+        n -= (size_t)r;
+    }
+    return NULL;
+#else
+    if (offset > (uint64_t)LONG_MAX || fseek(io->fp, (long)offset, SEEK_SET) != 0) return "cannot seek";
+    return fwrite(p, 1, n, io->fp) == n ? NULL : "write error";
+#endif
+}
+
+/* Flush to the disk and close (the descriptor is closed even on failure). */
+static const char *par__file_sync_close(par__file *io) {
+    const char *why = NULL;
+#if PAR__POSIX_FILES
+    if (fsync(io->fd) != 0) why = strerror(errno);
+    if (close(io->fd) != 0 && !why) why = strerror(errno);
+    io->fd = -1;
+#else
+    if (fflush(io->fp) != 0) why = "flush failed";
+    if (fclose(io->fp) != 0 && !why) why = "close failed";
+    io->fp = NULL;
+#endif
+    return why;
+}
+
+/* Put `tmp` in place of `path`. */
+static const char *par__file_replace(const char *tmp, const char *path) {
+    if (rename(tmp, path) == 0) return NULL;
+#if PAR__POSIX_FILES
+    return strerror(errno);
+#else
+    {
+        /* rename does not replace an existing file everywhere (Windows): move the
+           old file aside, and back if the new one cannot take its place */
+        size_t n = strlen(path) + 5;
+        char *old = (char *)PARALLEL_MALLOC(n);
+        const char *why = NULL;
+        if (!old) return "out of memory";
+        snprintf(old, n, "%s.old", path);
+        remove(old);
+        if (rename(path, old) != 0) why = strerror(errno);
+        else if (rename(tmp, path) != 0) {
+            why = strerror(errno);
+            rename(old, path);
+        } else {
+            remove(old);
+        }
+        PARALLEL_FREE(old);
+        return why;
+    }
+#endif
+}
+
+/* Make the rename itself durable (best effort: not every file system allows it). */
+static void par__file_sync_dir(const par_allocator *alloc, const char *path) {
+#if PAR__POSIX_FILES
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    char *dir = (char *)par__alloc_malloc(alloc, n + 2);
+    int fd;
+    if (!dir) return;
+    if (!slash) memcpy(dir, ".", 2);
+    else if (n == 0) memcpy(dir, "/", 2);
+    else {
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    }
+    fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    par__alloc_free(alloc, dir);
+#else
+    (void)alloc, (void)path;
+#endif
+}
+
+/* Create a private temporary file beside `path` for an atomic write: tmp (n
+   bytes) receives "<path>.tmp.<pid>.<k>" (pid private to this process, k
+   separating writers of one path in one process, e.g. rank threads). NULL on
+   success, else why the last attempt failed (tmp then names it). */
+static const char *par__file_create_temp(par__file *io, const char *path, char *tmp, size_t n) {
+    const char *why = NULL;
+    int attempt, exists = 1;
+    for (attempt = 0; attempt < 1000 && exists; attempt++) {
+#if PAR__POSIX_FILES
+        snprintf(tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
+#else
+        snprintf(tmp, n, "%s.tmp.%d", path, attempt);
+#endif
+        why = par__file_create(io, tmp, &exists);
+    }
+    return why;
+}
+
+#endif /* !PARALLEL_NO_CHECKPOINT || !PARALLEL_NO_TRACE */
 
 // >>mesh
 
@@ -3734,18 +3951,18 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
 
 /* ---- names ---------------------------------------------------------------- */
 
-static const char *const par__st_op_names[PAR_OP_COUNT] = {
+static const char *const par__strat_op_names[PAR_OP_COUNT] = {
     "matmul",        "batch_matmul", "elementwise", "rmsnorm",         "layernorm",  "softmax",    "gather",
     "cross_entropy", "reshape",      "transpose",   "flash_attention", "reduce_sum", "reduce_mean", "log_softmax",
     "l2_normalize",  "prelu",        "dropout",     "one_hot"};
 
-typedef struct par__st_alias {
+typedef struct par__strat_alias {
     const char *name;
     par_op_kind kind;
-} par__st_alias;
+} par__strat_alias;
 
 /* MindSpore's primitive names (compared case-insensitively, like ours). */
-static const par__st_alias par__st_op_aliases[] = {
+static const par__strat_alias par__strat_op_aliases[] = {
     {"MatMul", PAR_OP_MATMUL},
     {"BatchMatMul", PAR_OP_BATCH_MATMUL},
     {"Add", PAR_OP_ELEMENTWISE},
@@ -3768,38 +3985,29 @@ static const par__st_alias par__st_op_aliases[] = {
 };
 
 /* Inputs each operator takes (ELEMENTWISE: the default of its 1..4). */
-static const int par__st_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1};
+static const int par__strat_natural_inputs[PAR_OP_COUNT] = {2, 2, 2, 2, 3, 1, 2, 2, 1, 1, 3, 1, 1, 1, 1, 2, 1, 1};
 
-static const char *const par__st_comm_names[] = {"none", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+static const char *const par__strat_comm_names[] = {"none", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
 
 PARALLEL_DEF const char *par_op_kind_name(par_op_kind kind) {
-    return (unsigned)kind < PAR_OP_COUNT ? par__st_op_names[kind] : "?";
+    return (unsigned)kind < PAR_OP_COUNT ? par__strat_op_names[kind] : "?";
 }
 
 PARALLEL_DEF const char *par_comm_kind_name(par_comm_kind kind) {
-    return (unsigned)kind <= (unsigned)PAR_COMM_ALL_TO_ALL ? par__st_comm_names[kind] : "?";
-}
-
-static int par__st_iequal(const char *a, const char *b) {
-    for (;; a++, b++) {
-        char x = (*a >= 'A' && *a <= 'Z') ? (char)(*a - 'A' + 'a') : *a;
-        char y = (*b >= 'A' && *b <= 'Z') ? (char)(*b - 'A' + 'a') : *b;
-        if (x != y) return 0;
-        if (!x) return 1;
-    }
+    return (unsigned)kind <= (unsigned)PAR_COMM_ALL_TO_ALL ? par__strat_comm_names[kind] : "?";
 }
 
 PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind) {
     size_t i;
     if (!text || !kind) return par__fail(PAR_EINVAL, "par_op_kind_parse: NULL argument");
     for (i = 0; i < (size_t)PAR_OP_COUNT; i++)
-        if (par__st_iequal(text, par__st_op_names[i])) {
+        if (par__iequal(text, par__strat_op_names[i])) {
             *kind = (par_op_kind)i;
             return PAR_OK;
         }
-    for (i = 0; i < sizeof par__st_op_aliases / sizeof par__st_op_aliases[0]; i++)
-        if (par__st_iequal(text, par__st_op_aliases[i].name)) {
-            *kind = par__st_op_aliases[i].kind;
+    for (i = 0; i < sizeof par__strat_op_aliases / sizeof par__strat_op_aliases[0]; i++)
+        if (par__iequal(text, par__strat_op_aliases[i].name)) {
+            *kind = par__strat_op_aliases[i].kind;
             return PAR_OK;
         }
     return par__fail(PAR_EPARSE,
@@ -3812,7 +4020,7 @@ PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind) {
 /* ---- strategy text ---------------------------------------------------------- */
 
 /* The error for a missing token: where, what was expected, what is there. */
-static par_status par__st_expected(par__scan *s, const char *what) {
+static par_status par__strat_expected(par__scan *s, const char *what) {
     par__skip_space(s);
     if (!*s->p)
         return par__fail(PAR_EPARSE, "strategy '%.64s': expected %s at position %d, found the end of the text", s->text,
@@ -3822,13 +4030,13 @@ static par_status par__st_expected(par__scan *s, const char *what) {
 }
 
 /* 1 if `c` comes next (after spaces); consumes nothing. */
-static int par__st_peek(par__scan *s, char c) {
+static int par__strat_peek(par__scan *s, char c) {
     par__skip_space(s);
     return *s->p == c;
 }
 
 /* ", dp=2, tp=4" style list of a mesh's axes (for messages). */
-static const char *par__st_axes_text(const par_mesh *mesh, char *buf, size_t size) {
+static const char *par__strat_axes_text(const par_mesh *mesh, char *buf, size_t size) {
     par__buf b;
     int i, named = 0;
     par__buf_init(&b, buf, size);
@@ -3839,7 +4047,7 @@ static const char *par__st_axes_text(const par_mesh *mesh, char *buf, size_t siz
 }
 
 /* An axis name as a shard: "None" is 1, a mesh axis its size (recorded in st). */
-static par_status par__st_parse_name(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
+static par_status par__strat_parse_name(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
     char name[64], axes[160];
     const char *start = s->p;
     size_t n = 0;
@@ -3866,25 +4074,25 @@ static par_status par__st_parse_name(par__scan *s, const par_mesh *mesh, par_str
             return PAR_OK;
         }
     return par__fail(PAR_EPARSE, "strategy '%.64s': '%s' at position %d is not an axis of the mesh (its axes: %s)",
-                     s->text, name, (int)(start - s->text), par__st_axes_text(mesh, axes, sizeof axes));
+                     s->text, name, (int)(start - s->text), par__strat_axes_text(mesh, axes, sizeof axes));
 }
 
 /* One shard: an integer, or with a mesh an axis name; non-positive values
    parse but are not shards. */
-static par_status par__st_parse_shard(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
+static par_status par__strat_parse_shard(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
     const char *start;
     int64_t *shard = &st->shard[input][dim];
     par__skip_space(s);
     start = s->p;
     if (*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z'))
-        return par__st_parse_name(s, mesh, st, input, dim);
+        return par__strat_parse_name(s, mesh, st, input, dim);
     if (!par__scan_int(s, shard)) {
         if (*start == '-') start++;
         if (*start >= '0' && *start <= '9')
             return par__fail(PAR_EPARSE, "strategy '%.64s': the number at position %d is too large", s->text,
                              (int)(start - s->text));
         s->p = start;
-        return par__st_expected(s, "a shard (a positive integer)");
+        return par__strat_expected(s, "a shard (a positive integer)");
     }
     if (*shard < 1)
         return par__fail(PAR_ESTRATEGY,
@@ -3894,40 +4102,40 @@ static par_status par__st_parse_shard(par__scan *s, const par_mesh *mesh, par_st
 }
 
 /* "(2,1)", "(8,)" or "()" for one input; Python's trailing comma is optional. */
-static par_status par__st_parse_tuple(par__scan *s, const par_mesh *mesh, int input, par_strategy *st) {
+static par_status par__strat_parse_tuple(par__scan *s, const par_mesh *mesh, int input, par_strategy *st) {
     par_status status;
-    if (!par__accept(s, '(')) return par__st_expected(s, "'(' opening the shard tuple of input");
+    if (!par__accept(s, '(')) return par__strat_expected(s, "'(' opening the shard tuple of input");
     st->ndim[input] = 0;
     while (!par__accept(s, ')')) {
         if (st->ndim[input] == PARALLEL_MAX_DIMS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': input %d has more than %d shards (position %d)", s->text,
                              input, PARALLEL_MAX_DIMS, par__scan_pos(s));
-        status = par__st_parse_shard(s, mesh, st, input, st->ndim[input]);
+        status = par__strat_parse_shard(s, mesh, st, input, st->ndim[input]);
         if (status != PAR_OK) return status;
         st->ndim[input]++;
-        if (!par__accept(s, ',') && !par__st_peek(s, ')')) return par__st_expected(s, "',' or ')'");
+        if (!par__accept(s, ',') && !par__strat_peek(s, ')')) return par__strat_expected(s, "',' or ')'");
     }
     return PAR_OK;
 }
 
-static par_status par__st_parse(const char *text, const par_mesh *mesh, par_strategy *strategy) {
+static par_status par__strat_parse(const char *text, const par_mesh *mesh, par_strategy *strategy) {
     par_strategy st;
     par__scan s;
     par_status status;
     int i, d, named = 0;
     memset(&st, 0, sizeof st);
     s.text = s.p = text;
-    if (!par__accept(&s, '(')) return par__st_expected(&s, "'(' opening the strategy");
+    if (!par__accept(&s, '(')) return par__strat_expected(&s, "'(' opening the strategy");
     while (!par__accept(&s, ')')) {
         if (st.num_inputs == PAR_MAX_INPUTS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': more than %d input tuples (position %d)", text,
                              PAR_MAX_INPUTS, par__scan_pos(&s));
-        if ((status = par__st_parse_tuple(&s, mesh, st.num_inputs, &st)) != PAR_OK) return status;
+        if ((status = par__strat_parse_tuple(&s, mesh, st.num_inputs, &st)) != PAR_OK) return status;
         st.num_inputs++;
-        if (!par__accept(&s, ',') && !par__st_peek(&s, ')')) return par__st_expected(&s, "',' or ')'");
+        if (!par__accept(&s, ',') && !par__strat_peek(&s, ')')) return par__strat_expected(&s, "',' or ')'");
     }
     par__skip_space(&s);
-    if (*s.p) return par__st_expected(&s, "the end of the text");
+    if (*s.p) return par__strat_expected(&s, "the end of the text");
     for (i = 0; i < st.num_inputs; i++)
         for (d = 0; d < st.ndim[i]; d++) named |= st.axis[i][d] != 0;
     if (named) memcpy(st.names, mesh->names, sizeof(char) * PAR_NAME_MAX * (size_t)mesh->ndim);
@@ -3937,7 +4145,7 @@ static par_status par__st_parse(const char *text, const par_mesh *mesh, par_stra
 
 PARALLEL_DEF par_status par_strategy_parse(const char *text, par_strategy *strategy) {
     if (!text || !strategy) return par__fail(PAR_EINVAL, "par_strategy_parse: NULL argument");
-    return par__st_parse(text, NULL, strategy);
+    return par__strat_parse(text, NULL, strategy);
 }
 
 PARALLEL_DEF par_status par_strategy_parse_mesh(const char *text, const par_mesh *mesh, par_strategy *strategy) {
@@ -3953,7 +4161,7 @@ PARALLEL_DEF par_status par_strategy_parse_mesh(const char *text, const par_mesh
         if (!memchr(mesh->names[i], 0, PAR_NAME_MAX))
             return par__fail(PAR_EINVAL, "par_strategy_parse_mesh: mesh axis %d name is not terminated within %d bytes",
                              i, PAR_NAME_MAX);
-    return par__st_parse(text, mesh, strategy);
+    return par__strat_parse(text, mesh, strategy);
 }
 
 PARALLEL_DEF int par_strategy_format(const par_strategy *strategy, char *buf, size_t size) {
@@ -3976,7 +4184,7 @@ PARALLEL_DEF int par_strategy_format(const par_strategy *strategy, char *buf, si
 
 /* ---- operator specs ----------------------------------------------------------- */
 
-typedef struct par__st_spec {
+typedef struct par__strat_spec {
     const par_op_desc *op;
     const char *name; /* for messages */
     int num_iter;     /* iteration-space dims */
@@ -3998,18 +4206,18 @@ typedef struct par__st_spec {
     par_dtype out_dtype;
     uint32_t reduced; /* iteration dims summed over: split ones leave the output partial */
     int class_dim;    /* CROSS_ENTROPY: iteration dim of the classes, else -1 */
-} par__st_spec;
+} par__strat_spec;
 
-static const char *par__st_plural(int n) { return n == 1 ? "" : "s"; }
+static const char *par__strat_plural(int n) { return n == 1 ? "" : "s"; }
 
-static int par__st_lowest_bit(uint32_t mask) {
+static int par__strat_lowest_bit(uint32_t mask) {
     int i = 0;
     while (!(mask & (1u << i))) i++;
     return i;
 }
 
 /* "[8,6]" into buf (for messages). */
-static const char *par__st_dims_text(char *buf, size_t size, int ndim, const int64_t *dims) {
+static const char *par__strat_dims_text(char *buf, size_t size, int ndim, const int64_t *dims) {
     par__buf b;
     int i;
     par__buf_init(&b, buf, size);
@@ -4019,7 +4227,7 @@ static const char *par__st_dims_text(char *buf, size_t size, int ndim, const int
     return buf;
 }
 
-static int par__st_same_dims(int n, const int64_t *a, const int64_t *b) {
+static int par__strat_same_dims(int n, const int64_t *a, const int64_t *b) {
     int i;
     for (i = 0; i < n; i++)
         if (a[i] != b[i]) return 0;
@@ -4028,7 +4236,7 @@ static int par__st_same_dims(int n, const int64_t *a, const int64_t *b) {
 
 /* Iteration dims = input 0's dims, output = input 0's shape (norms, softmax,
    attention, and the starting point of the other single-input operators). */
-static void par__st_iter_like_input0(par__st_spec *s) {
+static void par__strat_iter_like_input0(par__strat_spec *s) {
     int d;
     s->num_iter = s->op->ndim[0];
     s->out_ndim = s->op->ndim[0];
@@ -4046,7 +4254,7 @@ static void par__st_iter_like_input0(par__st_spec *s) {
 /* MATMUL and BATCH_MATMUL: iteration space [batch..., M, K, N]. Batch dims
    broadcast numpy-style, aligned from the right: an operand without a batch
    dim, or with size 1 there, is shared along it (broadcast, never split). */
-static par_status par__st_spec_matmul(par__st_spec *s) {
+static par_status par__strat_spec_matmul(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     int an = op->ndim[0], bn = op->ndim[1], nb_a = an - 2, nb_b = bn - 2, nb, i;
     int a_m, a_k, b_k, b_n; /* which dims of a and b hold M, K, K, N */
@@ -4101,7 +4309,7 @@ static par_status par__st_spec_matmul(par__st_spec *s) {
 #endif
 
 /* ELEMENTWISE: iteration space = the broadcast output, inputs aligned from the right. */
-static par_status par__st_spec_elementwise(par__st_spec *s) {
+static par_status par__strat_spec_elementwise(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     int owner_in[PARALLEL_MAX_DIMS], owner_dim[PARALLEL_MAX_DIMS];
     int i, d, j, nd = 0;
@@ -4141,12 +4349,12 @@ static par_status par__st_spec_elementwise(par__st_spec *s) {
 }
 
 /* First normalized dim of RMSNORM/LAYERNORM: desc.axes must be trailing dims. */
-static par_status par__st_norm_first_axis(const par__st_spec *s, int *first) {
+static par_status par__strat_norm_first_axis(const par__strat_spec *s, int *first) {
     int nd = s->op->ndim[0];
     uint32_t all = (1u << nd) - 1, axes = s->op->axes ? s->op->axes : 1u << (nd - 1);
     if (axes & ~all)
         return par__fail(PAR_EINVAL, "%s: axes 0x%x name dims beyond input 0's %d", s->name, (unsigned)axes, nd);
-    *first = par__st_lowest_bit(axes);
+    *first = par__strat_lowest_bit(axes);
     if (axes != (all & ~((1u << *first) - 1)))
         return par__fail(PAR_EINVAL, "%s: the normalized axes 0x%x must be the trailing dims of input 0", s->name,
                          (unsigned)axes);
@@ -4154,34 +4362,34 @@ static par_status par__st_norm_first_axis(const par__st_spec *s, int *first) {
 }
 
 /* RMSNORM (x, gamma), LAYERNORM (x, gamma, beta). */
-static par_status par__st_spec_norm(par__st_spec *s) {
+static par_status par__strat_spec_norm(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     char got[96], want[96];
     int first = 0, i, d, nd = op->ndim[0];
-    par_status status = par__st_norm_first_axis(s, &first);
+    par_status status = par__strat_norm_first_axis(s, &first);
     if (status != PAR_OK) return status;
-    par__st_iter_like_input0(s);
+    par__strat_iter_like_input0(s);
     for (d = first; d < nd; d++) s->fixed_what[d] = "a normalized axis";
     for (i = 1; i < s->num_inputs; i++) {
-        if (op->ndim[i] != nd - first || !par__st_same_dims(nd - first, op->shape[i], op->shape[0] + first))
+        if (op->ndim[i] != nd - first || !par__strat_same_dims(nd - first, op->shape[i], op->shape[0] + first))
             return par__fail(
                 PAR_ESHAPE, "%s: input %d (%s) has shape %s; it must be %s, the normalized dims of input 0", s->name, i,
-                i == 1 ? "gamma" : "beta", par__st_dims_text(got, sizeof got, op->ndim[i], op->shape[i]),
-                par__st_dims_text(want, sizeof want, nd - first, op->shape[0] + first));
+                i == 1 ? "gamma" : "beta", par__strat_dims_text(got, sizeof got, op->ndim[i], op->shape[i]),
+                par__strat_dims_text(want, sizeof want, nd - first, op->shape[0] + first));
         for (d = 0; d < op->ndim[i]; d++) s->in_iter[i][d] = first + d;
     }
     return PAR_OK;
 }
 
 /* SOFTMAX, LOG_SOFTMAX, L2_NORMALIZE: one axis, reduced over locally, unsplit. */
-static par_status par__st_spec_softmax(par__st_spec *s) {
+static par_status par__strat_spec_softmax(par__strat_spec *s) {
     int nd = s->op->ndim[0];
     uint32_t axes = s->op->axes ? s->op->axes : 1u << (nd - 1);
     if ((axes & (axes - 1)) || (axes >> nd))
         return par__fail(PAR_EINVAL, "%s: axes 0x%x must name exactly one of input 0's %d dims", s->name,
                          (unsigned)axes, nd);
-    par__st_iter_like_input0(s);
-    s->fixed_what[par__st_lowest_bit(axes)] = s->op->kind == PAR_OP_SOFTMAX       ? "the softmax axis"
+    par__strat_iter_like_input0(s);
+    s->fixed_what[par__strat_lowest_bit(axes)] = s->op->kind == PAR_OP_SOFTMAX       ? "the softmax axis"
                                               : s->op->kind == PAR_OP_LOG_SOFTMAX ? "the log_softmax axis"
                                                                                   : "the normalized axis";
     return PAR_OK;
@@ -4189,7 +4397,7 @@ static par_status par__st_spec_softmax(par__st_spec *s) {
 
 /* ONE_HOT: iteration space [indices dims..., depth]; the strategy's extra last
    entry walks depth. */
-static par_status par__st_spec_one_hot(par__st_spec *s) {
+static par_status par__strat_spec_one_hot(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     int nd = op->ndim[0], d;
     if (op->depth < 1)
@@ -4198,7 +4406,7 @@ static par_status par__st_spec_one_hot(par__st_spec *s) {
     if (nd + 1 > PARALLEL_MAX_DIMS)
         return par__fail(PAR_ESHAPE, "%s: input 0 (indices) may have at most %d dims (got %d)", s->name,
                          PARALLEL_MAX_DIMS - 1, nd);
-    par__st_iter_like_input0(s);
+    par__strat_iter_like_input0(s);
     s->in_dtype[0] = PAR_I32;
     for (d = 0; d < nd; d++) snprintf(s->iter_role[d], sizeof s->iter_role[d], "indices dim %d", d);
     s->num_iter = s->out_ndim = nd + 1;
@@ -4213,7 +4421,7 @@ static par_status par__st_spec_one_hot(par__st_spec *s) {
 
 /* PRELU: x [N,C,...] elementwise; the weight walks the channel dim, or is one
    shared slope (size 1: broadcast, never split). */
-static par_status par__st_spec_prelu(par__st_spec *s) {
+static par_status par__strat_spec_prelu(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     if (op->ndim[0] < 2)
         return par__fail(PAR_ESHAPE, "%s: input 0 (x) needs at least 2 dims [N,C,...] (got %d)", s->name, op->ndim[0]);
@@ -4222,7 +4430,7 @@ static par_status par__st_spec_prelu(par__st_spec *s) {
                          "%s: input 1 (weight) must be 1-D with x's %lld channels (dim 1) or 1 shared slope "
                          "(got %d-D, first dim %lld)",
                          s->name, (long long)op->shape[0][1], op->ndim[1], (long long)op->shape[1][0]);
-    par__st_iter_like_input0(s);
+    par__strat_iter_like_input0(s);
     snprintf(s->iter_role[1], sizeof s->iter_role[1], "channel dim");
     s->in_iter[1][0] = 1;
     if (op->shape[1][0] == 1 && op->shape[0][1] > 1) s->in_bcast[1] = 1u;
@@ -4231,7 +4439,7 @@ static par_status par__st_spec_prelu(par__st_spec *s) {
 
 #if PARALLEL_MAX_DIMS >= 3
 /* GATHER: iteration space [indices dims..., V, H]; V split is vocab-parallel. */
-static par_status par__st_spec_gather(par__st_spec *s) {
+static par_status par__strat_spec_gather(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     int ni = op->ndim[1], d;
     if (op->ndim[0] != 2)
@@ -4259,14 +4467,14 @@ static par_status par__st_spec_gather(par__st_spec *s) {
 #endif
 
 /* CROSS_ENTROPY: iteration space = logits [rows..., C]; labels walk the rows. */
-static par_status par__st_spec_cross_entropy(par__st_spec *s) {
+static par_status par__strat_spec_cross_entropy(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     char got[96], want[96];
     int nd = op->ndim[0], d;
     if (nd < 2)
         return par__fail(PAR_ESHAPE, "%s: input 0 (logits) needs at least 2 dims [...,C] (got %d)", s->name, nd);
-    if (op->ndim[1] == nd && par__st_same_dims(nd, op->shape[0], op->shape[1])) { /* dense labels */
-        par__st_iter_like_input0(s);
+    if (op->ndim[1] == nd && par__strat_same_dims(nd, op->shape[0], op->shape[1])) { /* dense labels */
+        par__strat_iter_like_input0(s);
         s->out_ndim = nd - 1;
         for (d = 0; d < nd - 1; d++) {
             snprintf(s->iter_role[d], sizeof s->iter_role[d], "row dim %d", d);
@@ -4277,13 +4485,13 @@ static par_status par__st_spec_cross_entropy(par__st_spec *s) {
         s->class_dim = nd - 1;
         return PAR_OK;
     }
-    if (op->ndim[1] != nd - 1 || !par__st_same_dims(nd - 1, op->shape[0], op->shape[1]))
+    if (op->ndim[1] != nd - 1 || !par__strat_same_dims(nd - 1, op->shape[0], op->shape[1]))
         return par__fail(PAR_ESHAPE,
                          "%s: input 1 (labels) has shape %s; it must be %s, the leading dims of input 0 (sparse "
                          "class indices), or input 0's own shape (dense labels)",
-                         s->name, par__st_dims_text(got, sizeof got, op->ndim[1], op->shape[1]),
-                         par__st_dims_text(want, sizeof want, nd - 1, op->shape[0]));
-    par__st_iter_like_input0(s);
+                         s->name, par__strat_dims_text(got, sizeof got, op->ndim[1], op->shape[1]),
+                         par__strat_dims_text(want, sizeof want, nd - 1, op->shape[0]));
+    par__strat_iter_like_input0(s);
     s->in_dtype[1] = PAR_I32;
     s->out_ndim = nd - 1;
     for (d = 0; d < nd - 1; d++) {
@@ -4296,13 +4504,13 @@ static par_status par__st_spec_cross_entropy(par__st_spec *s) {
 }
 
 /* 1 if CROSS_ENTROPY's labels are dense: the logits' shape, float. */
-static int par__st_dense_labels(const par_op_desc *op) {
+static int par__strat_dense_labels(const par_op_desc *op) {
     return op->kind == PAR_OP_CROSS_ENTROPY && op->ndim[1] == op->ndim[0] &&
-           par__st_same_dims(op->ndim[0], op->shape[0], op->shape[1]);
+           par__strat_same_dims(op->ndim[0], op->shape[0], op->shape[1]);
 }
 
 /* RESHAPE: the output layout comes from par_layout_reshape at infer time. */
-static par_status par__st_spec_reshape(par__st_spec *s) {
+static par_status par__strat_spec_reshape(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     char from[96], to[96];
     int64_t in_numel = 1, out_numel = 1;
@@ -4320,15 +4528,15 @@ static par_status par__st_spec_reshape(par__st_spec *s) {
     for (d = 0; d < op->ndim[0]; d++) in_numel *= op->shape[0][d];
     if (in_numel != out_numel)
         return par__fail(PAR_ESHAPE, "%s: cannot reshape %s (%lld elements) to %s (%lld elements)", s->name,
-                         par__st_dims_text(from, sizeof from, op->ndim[0], op->shape[0]), (long long)in_numel,
-                         par__st_dims_text(to, sizeof to, op->out_ndim, op->out_shape), (long long)out_numel);
-    par__st_iter_like_input0(s);
+                         par__strat_dims_text(from, sizeof from, op->ndim[0], op->shape[0]), (long long)in_numel,
+                         par__strat_dims_text(to, sizeof to, op->out_ndim, op->out_shape), (long long)out_numel);
+    par__strat_iter_like_input0(s);
     s->out_ndim = op->out_ndim;
     for (d = 0; d < op->out_ndim; d++) s->out_shape[d] = op->out_shape[d];
     return PAR_OK;
 }
 
-static par_status par__st_spec_transpose(par__st_spec *s) {
+static par_status par__strat_spec_transpose(par__strat_spec *s) {
     int64_t perm[PARALLEL_MAX_DIMS];
     char text[96];
     uint32_t seen = 0;
@@ -4343,8 +4551,8 @@ static par_status par__st_spec_transpose(par__st_spec *s) {
     }
     if (bad)
         return par__fail(PAR_EINVAL, "%s: perm %s is not a permutation of 0..%d", s->name,
-                         par__st_dims_text(text, sizeof text, nd, perm), nd - 1);
-    par__st_iter_like_input0(s);
+                         par__strat_dims_text(text, sizeof text, nd, perm), nd - 1);
+    par__strat_iter_like_input0(s);
     for (i = 0; i < nd; i++) {
         s->out_shape[i] = s->op->shape[0][s->op->perm[i]];
         s->out_iter[i] = s->op->perm[i];
@@ -4354,7 +4562,7 @@ static par_status par__st_spec_transpose(par__st_spec *s) {
 
 #if PARALLEL_MAX_DIMS >= 4
 /* FLASH_ATTENTION: iteration space [B, N, S, D] of q (BNSD); k and v share it. */
-static par_status par__st_spec_attention(par__st_spec *s) {
+static par_status par__strat_spec_attention(par__strat_spec *s) {
     const par_op_desc *op = s->op;
     char q[96], k[96];
     int i, d;
@@ -4362,18 +4570,18 @@ static par_status par__st_spec_attention(par__st_spec *s) {
         if (op->ndim[i] != 4)
             return par__fail(PAR_ESHAPE, "%s: q, k and v must be 4-D [B,N,S,D] (input %d is %d-D)", s->name, i,
                              op->ndim[i]);
-    if (!par__st_same_dims(4, op->shape[1], op->shape[2]))
+    if (!par__strat_same_dims(4, op->shape[1], op->shape[2]))
         return par__fail(PAR_ESHAPE, "%s: k %s and v %s must have the same shape", s->name,
-                         par__st_dims_text(q, sizeof q, 4, op->shape[1]),
-                         par__st_dims_text(k, sizeof k, 4, op->shape[2]));
+                         par__strat_dims_text(q, sizeof q, 4, op->shape[1]),
+                         par__strat_dims_text(k, sizeof k, 4, op->shape[2]));
     if (op->shape[0][0] != op->shape[1][0] || op->shape[0][3] != op->shape[1][3])
         return par__fail(PAR_ESHAPE, "%s: q %s and k %s must agree in batch (dim 0) and head size (dim 3)", s->name,
-                         par__st_dims_text(q, sizeof q, 4, op->shape[0]),
-                         par__st_dims_text(k, sizeof k, 4, op->shape[1]));
+                         par__strat_dims_text(q, sizeof q, 4, op->shape[0]),
+                         par__strat_dims_text(k, sizeof k, 4, op->shape[1]));
     if (op->shape[0][1] % op->shape[1][1] != 0)
         return par__fail(PAR_ESHAPE, "%s: %lld query heads are not a multiple of %lld kv heads (GQA)", s->name,
                          (long long)op->shape[0][1], (long long)op->shape[1][1]);
-    par__st_iter_like_input0(s);
+    par__strat_iter_like_input0(s);
     snprintf(s->iter_role[0], sizeof s->iter_role[0], "batch dim");
     snprintf(s->iter_role[1], sizeof s->iter_role[1], "head dim");
     s->fixed_what[2] = "the sequence dim";
@@ -4386,12 +4594,12 @@ static par_status par__st_spec_attention(par__st_spec *s) {
 #endif
 
 /* REDUCE_SUM / REDUCE_MEAN: reduced dims vanish (or stay as size 1). */
-static par_status par__st_spec_reduce(par__st_spec *s) {
+static par_status par__strat_spec_reduce(par__strat_spec *s) {
     int nd = s->op->ndim[0], d, n = 0;
     uint32_t all = (1u << nd) - 1, axes = s->op->axes ? s->op->axes : all;
     if (axes & ~all)
         return par__fail(PAR_EINVAL, "%s: axes 0x%x name dims beyond input 0's %d", s->name, (unsigned)axes, nd);
-    par__st_iter_like_input0(s);
+    par__strat_iter_like_input0(s);
     for (d = 0; d < nd; d++) {
         if (!(axes & (1u << d))) {
             s->out_shape[n] = s->op->shape[0][d];
@@ -4407,10 +4615,10 @@ static par_status par__st_spec_reduce(par__st_spec *s) {
 }
 
 /* Desc checks shared by every operator: kind, input count, dtype, shapes. */
-static par_status par__st_check_desc(const par_op_desc *op, const char *name, int *num_inputs) {
+static par_status par__strat_check_desc(const par_op_desc *op, const char *name, int *num_inputs) {
     int natural, n, i, d;
     if ((unsigned)op->kind >= PAR_OP_COUNT) return par__fail(PAR_EINVAL, "unknown operator kind %d", (int)op->kind);
-    natural = par__st_natural_inputs[op->kind];
+    natural = par__strat_natural_inputs[op->kind];
     n = op->num_inputs ? op->num_inputs : natural;
     if (op->kind == PAR_OP_ELEMENTWISE ? (n < 1 || n > PAR_MAX_INPUTS) : n != natural)
         return par__fail(PAR_EINVAL, "%s: num_inputs is %d; the operator takes %s%d", name, n,
@@ -4437,10 +4645,10 @@ static par_status par__st_check_desc(const par_op_desc *op, const char *name, in
 }
 
 /* Check the desc and describe the operator's iteration space. */
-static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
+static par_status par__strat_spec_build(const par_op_desc *op, par__strat_spec *s) {
     int i, d, n = 0;
     const char *name = op->name ? op->name : par_op_kind_name(op->kind);
-    par_status status = par__st_check_desc(op, name, &n);
+    par_status status = par__strat_check_desc(op, name, &n);
     if (status != PAR_OK) return status;
     memset(s, 0, sizeof *s);
     s->op = op;
@@ -4460,41 +4668,41 @@ static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
 #if PARALLEL_MAX_DIMS >= 3
     case PAR_OP_MATMUL:
     case PAR_OP_BATCH_MATMUL:
-        return par__st_spec_matmul(s);
+        return par__strat_spec_matmul(s);
 #endif
     case PAR_OP_ELEMENTWISE:
-        return par__st_spec_elementwise(s);
+        return par__strat_spec_elementwise(s);
     case PAR_OP_RMSNORM:
     case PAR_OP_LAYERNORM:
-        return par__st_spec_norm(s);
+        return par__strat_spec_norm(s);
     case PAR_OP_SOFTMAX:
     case PAR_OP_LOG_SOFTMAX:
     case PAR_OP_L2_NORMALIZE:
-        return par__st_spec_softmax(s);
+        return par__strat_spec_softmax(s);
     case PAR_OP_PRELU:
-        return par__st_spec_prelu(s);
+        return par__strat_spec_prelu(s);
     case PAR_OP_DROPOUT:
-        par__st_iter_like_input0(s);
+        par__strat_iter_like_input0(s);
         return PAR_OK;
     case PAR_OP_ONE_HOT:
-        return par__st_spec_one_hot(s);
+        return par__strat_spec_one_hot(s);
 #if PARALLEL_MAX_DIMS >= 3
     case PAR_OP_GATHER:
-        return par__st_spec_gather(s);
+        return par__strat_spec_gather(s);
 #endif
     case PAR_OP_CROSS_ENTROPY:
-        return par__st_spec_cross_entropy(s);
+        return par__strat_spec_cross_entropy(s);
     case PAR_OP_RESHAPE:
-        return par__st_spec_reshape(s);
+        return par__strat_spec_reshape(s);
     case PAR_OP_TRANSPOSE:
-        return par__st_spec_transpose(s);
+        return par__strat_spec_transpose(s);
 #if PARALLEL_MAX_DIMS >= 4
     case PAR_OP_FLASH_ATTENTION:
-        return par__st_spec_attention(s);
+        return par__strat_spec_attention(s);
 #endif
     case PAR_OP_REDUCE_SUM:
     case PAR_OP_REDUCE_MEAN:
-        return par__st_spec_reduce(s);
+        return par__strat_spec_reduce(s);
     default:
         return par__fail(PAR_EUNSUPPORTED, "%s: needs more dims than PARALLEL_MAX_DIMS (%d)", name, PARALLEL_MAX_DIMS);
     }
@@ -4503,19 +4711,19 @@ static par_status par__st_spec_build(const par_op_desc *op, par__st_spec *s) {
 /* ---- strategy checks ---------------------------------------------------------- */
 
 /* a * b for a, b >= 0, saturating at INT64_MAX. */
-static int64_t par__st_mul_sat(int64_t a, int64_t b) { return b != 0 && a > INT64_MAX / b ? INT64_MAX : a * b; }
+static int64_t par__strat_mul_sat(int64_t a, int64_t b) { return b != 0 && a > INT64_MAX / b ? INT64_MAX : a * b; }
 
 /* Tuple count, tuple lengths and positive shards. */
-static par_status par__st_check_form(const par__st_spec *s, const par_strategy *st) {
+static par_status par__strat_check_form(const par__strat_spec *s, const par_strategy *st) {
     int i, d;
     if (st->num_inputs != s->num_inputs)
         return par__fail(PAR_ESTRATEGY, "%s: strategy has %d input%s, the operator takes %d", s->name, st->num_inputs,
-                         par__st_plural(st->num_inputs), s->num_inputs);
+                         par__strat_plural(st->num_inputs), s->num_inputs);
     for (i = 0; i < s->num_inputs; i++) {
         if (st->ndim[i] != s->st_ndim[i] && s->st_ndim[i] == s->op->ndim[i])
             return par__fail(PAR_ESTRATEGY, "%s: input %d strategy has %d entr%s, the input has %d dim%s", s->name, i,
                              st->ndim[i], st->ndim[i] == 1 ? "y" : "ies", s->op->ndim[i],
-                             par__st_plural(s->op->ndim[i]));
+                             par__strat_plural(s->op->ndim[i]));
         if (st->ndim[i] != s->st_ndim[i])
             return par__fail(PAR_ESTRATEGY,
                              "%s: input %d strategy has %d entr%s; it needs %d, one per index dim and one for depth",
@@ -4531,7 +4739,7 @@ static par_status par__st_check_form(const par__st_spec *s, const par_strategy *
 #if PARALLEL_MAX_DIMS >= 4
 /* GQA: k and v heads are split like q's, so the shard must divide the kv heads
    (said specially because "dim 1 is not divisible" hides the reason). */
-static par_status par__st_check_kv_heads(const par__st_spec *s, const par_strategy *st) {
+static par_status par__strat_check_kv_heads(const par__strat_spec *s, const par_strategy *st) {
     int i;
     for (i = 1; i < 3; i++)
         if (s->op->shape[i][1] % st->shard[i][1] != 0)
@@ -4545,7 +4753,7 @@ static par_status par__st_check_kv_heads(const par__st_spec *s, const par_strate
 
 /* Broadcast and fixed dims unsplit, every dim divisible by its shard (in that
    order: the first two name the rule, where divisibility would only name sizes). */
-static par_status par__st_check_dims(const par__st_spec *s, const par_strategy *st) {
+static par_status par__strat_check_dims(const par__strat_spec *s, const par_strategy *st) {
     int i, d;
     for (i = 0; i < s->num_inputs; i++)
         for (d = 0; d < st->ndim[i]; d++) {
@@ -4568,7 +4776,7 @@ static par_status par__st_check_dims(const par__st_spec *s, const par_strategy *
 }
 
 /* The shard of every iteration dim; all input dims walking it must agree. */
-static par_status par__st_iter_shards(const par__st_spec *s, const par_strategy *st, int64_t *shards) {
+static par_status par__strat_iter_shards(const par__strat_spec *s, const par_strategy *st, int64_t *shards) {
     int from_in[PARALLEL_MAX_DIMS], from_dim[PARALLEL_MAX_DIMS];
     int i, d, j;
     for (j = 0; j < s->num_iter; j++) shards[j] = from_in[j] = from_dim[j] = 0;
@@ -4592,17 +4800,17 @@ static par_status par__st_iter_shards(const par__st_spec *s, const par_strategy 
 }
 
 /* Everything about the strategy alone; fills the iteration shards. */
-static par_status par__st_check(const par__st_spec *s, const par_strategy *st, int devices, int64_t *shards) {
+static par_status par__strat_check(const par__strat_spec *s, const par_strategy *st, int devices, int64_t *shards) {
     int64_t product = 1;
     int j;
     par_status status;
-    if ((status = par__st_check_form(s, st)) != PAR_OK) return status;
+    if ((status = par__strat_check_form(s, st)) != PAR_OK) return status;
 #if PARALLEL_MAX_DIMS >= 4
-    if (s->op->kind == PAR_OP_FLASH_ATTENTION && (status = par__st_check_kv_heads(s, st)) != PAR_OK) return status;
+    if (s->op->kind == PAR_OP_FLASH_ATTENTION && (status = par__strat_check_kv_heads(s, st)) != PAR_OK) return status;
 #endif
-    if ((status = par__st_check_dims(s, st)) != PAR_OK) return status;
-    if ((status = par__st_iter_shards(s, st, shards)) != PAR_OK) return status;
-    for (j = 0; j < s->num_iter; j++) product = par__st_mul_sat(product, shards[j]);
+    if ((status = par__strat_check_dims(s, st)) != PAR_OK) return status;
+    if ((status = par__strat_iter_shards(s, st, shards)) != PAR_OK) return status;
+    for (j = 0; j < s->num_iter; j++) product = par__strat_mul_sat(product, shards[j]);
     if (product > devices || devices % product != 0)
         return par__fail(PAR_ESTRATEGY, "%s: shards multiply to %lld, which does not divide the %d devices", s->name,
                          (long long)product, devices);
@@ -4611,7 +4819,7 @@ static par_status par__st_check(const par__st_spec *s, const par_strategy *st, i
 
 /* ---- inference ------------------------------------------------------------------ */
 
-static par_comm_op par__st_no_comm(void) {
+static par_comm_op par__strat_no_comm(void) {
     par_comm_op c;
     memset(&c, 0, sizeof c);
     c.kind = PAR_COMM_NONE;
@@ -4620,8 +4828,8 @@ static par_comm_op par__st_no_comm(void) {
     return c;
 }
 
-static par_comm_op par__st_comm(par_comm_kind kind, uint32_t dev_mask, int group, int64_t bytes) {
-    par_comm_op c = par__st_no_comm();
+static par_comm_op par__strat_comm(par_comm_kind kind, uint32_t dev_mask, int group, int64_t bytes) {
+    par_comm_op c = par__strat_no_comm();
     c.kind = kind;
     c.dev_mask = dev_mask;
     c.group = group;
@@ -4631,33 +4839,33 @@ static par_comm_op par__st_comm(par_comm_kind kind, uint32_t dev_mask, int group
 }
 
 /* Byte counts saturate rather than wrap: shapes allow 2^62 elements of 8 bytes. */
-static int64_t par__st_local_bytes(const par_layout *l, par_dtype dtype) {
-    return par__st_mul_sat(par_layout_local_numel(l), (int64_t)par_dtype_size(dtype));
+static int64_t par__strat_local_bytes(const par_layout *l, par_dtype dtype) {
+    return par__strat_mul_sat(par_layout_local_numel(l), (int64_t)par_dtype_size(dtype));
 }
 
 /* bytes * num / den, exact unless bytes * num overflows (then off by < num). */
-static int64_t par__st_scale(int64_t bytes, int64_t num, int64_t den) {
+static int64_t par__strat_scale(int64_t bytes, int64_t num, int64_t den) {
     if (num == 0 || bytes <= INT64_MAX / num) return bytes * num / den;
-    return par__st_mul_sat(bytes / den, num);
+    return par__strat_mul_sat(bytes / den, num);
 }
 
 /* Per-rank bytes of bandwidth-optimal (ring) collectives on B bytes over n
    ranks: all-reduce 2(n-1)/n B (a reduce-scatter then an all-gather),
    reduce-scatter and all-gather (n-1)/n B each. */
-static int64_t par__st_all_reduce_bytes(int n, int64_t bytes) { return par__st_scale(bytes, 2 * (n - 1), n); }
-static int64_t par__st_reduce_scatter_bytes(int n, int64_t bytes) { return par__st_scale(bytes, n - 1, n); }
+static int64_t par__strat_all_reduce_bytes(int n, int64_t bytes) { return par__strat_scale(bytes, 2 * (n - 1), n); }
+static int64_t par__strat_reduce_scatter_bytes(int n, int64_t bytes) { return par__strat_scale(bytes, n - 1, n); }
 
 /* Device dim of iteration dim j on a device matrix of n dims. */
-static int par__st_dev(int n, int j) { return n - 1 - j; }
+static int par__strat_dev(int n, int j) { return n - 1 - j; }
 
 /* Device dims (bits) of the split iteration dims in `iter_mask`. */
-static uint32_t par__st_split_devs(const par_op_info *info, const int64_t *shards, uint32_t iter_mask, int *group) {
+static uint32_t par__strat_split_devs(const par_op_info *info, const int64_t *shards, uint32_t iter_mask, int *group) {
     int n = info->dev_matrix.ndim, j;
     uint32_t mask = 0;
     *group = 1;
     for (j = 0; j < n; j++)
         if ((iter_mask & (1u << j)) && shards[j] > 1) {
-            mask |= 1u << par__st_dev(n, j);
+            mask |= 1u << par__strat_dev(n, j);
             *group *= (int)shards[j];
         }
     return mask;
@@ -4666,7 +4874,7 @@ static uint32_t par__st_split_devs(const par_op_info *info, const int64_t *shard
 /* The mesh axis name each iteration dim gets from a named strategy (NULL: none).
    Every named entry walking one dim must name the same axis, and one axis may
    name one dim only. */
-static par_status par__st_matrix_names(const par__st_spec *s, const par_strategy *st, const char **names) {
+static par_status par__strat_matrix_names(const par__strat_spec *s, const par_strategy *st, const char **names) {
     int from_in[PARALLEL_MAX_DIMS], from_dim[PARALLEL_MAX_DIMS];
     int i, d, j, k;
     for (j = 0; j < PARALLEL_MAX_DIMS; j++) names[j] = NULL, from_in[j] = from_dim[j] = 0;
@@ -4705,14 +4913,14 @@ static par_status par__st_matrix_names(const par__st_spec *s, const par_strategy
 
 /* MindSpore device matrix: the iteration shards, then the repeated dim if any;
    dims named by the strategy carry those names. */
-static par_status par__st_dev_matrix(const par__st_spec *s, const par_strategy *st, const int64_t *shards,
+static par_status par__strat_dev_matrix(const par__strat_spec *s, const par_strategy *st, const int64_t *shards,
                                      int devices, par_op_info *info) {
     int dims[PARALLEL_MAX_DIMS];
     const char *names[PARALLEL_MAX_DIMS];
     int64_t product = 1;
     int j, n;
     par_status status;
-    if ((status = par__st_matrix_names(s, st, names)) != PAR_OK) return status;
+    if ((status = par__strat_matrix_names(s, st, names)) != PAR_OK) return status;
     for (j = 0; j < s->num_iter; j++) product *= shards[j];
     info->repeated = (int)(devices / product);
     n = s->num_iter + (info->repeated > 1 ? 1 : 0);
@@ -4726,14 +4934,14 @@ static par_status par__st_dev_matrix(const par__st_spec *s, const par_strategy *
     return par_mesh_init(&info->dev_matrix, n, dims, names);
 }
 
-static par_status par__st_input_layouts(const par__st_spec *s, par_op_info *info) {
+static par_status par__strat_input_layouts(const par__strat_spec *s, par_op_info *info) {
     int map[PARALLEL_MAX_DIMS];
     int i, d, n = info->dev_matrix.ndim;
     par_status status;
     info->num_inputs = s->num_inputs;
     for (i = 0; i < s->num_inputs; i++) {
         for (d = 0; d < s->op->ndim[i]; d++)
-            map[d] = (s->in_bcast[i] & (1u << d)) ? -1 : par__st_dev(n, s->in_iter[i][d]);
+            map[d] = (s->in_bcast[i] & (1u << d)) ? -1 : par__strat_dev(n, s->in_iter[i][d]);
         status = par_layout_init(&info->inputs[i], &info->dev_matrix, s->op->ndim[i], s->op->shape[i], map, 0);
         if (status != PAR_OK) return status;
     }
@@ -4743,7 +4951,7 @@ static par_status par__st_input_layouts(const par__st_spec *s, par_op_info *info
 /* RESHAPE's output: the consumer's layout when desc.out_map gives one (data moves
    unless it is the local view), else the input layout read in the new shape, if
    that is local. */
-static par_status par__st_reshape_output(const par__st_spec *s, const par_strategy *st, par_op_info *info) {
+static par_status par__strat_reshape_output(const par__strat_spec *s, const par_strategy *st, par_op_info *info) {
     char reason[sizeof par__error_text], text[128];
     if (s->op->out_map) {
         par_layout view;
@@ -4770,7 +4978,7 @@ static par_status par__st_reshape_output(const par__st_spec *s, const par_strate
 /* Megatron's sequence-parallel exit: instead of all-reducing the partial output,
    reduce-scatter it along dim 0, whose split then gains the partial device dims
    (minor to any existing split, as each rank scatters its own slice). */
-static par_status par__st_scatter_output(const par__st_spec *s, uint32_t partial, int group, par_layout *out) {
+static par_status par__strat_scatter_output(const par__strat_spec *s, uint32_t partial, int group, par_layout *out) {
     int64_t shard0;
     int v;
     if (out->ndim < 1)
@@ -4788,43 +4996,43 @@ static par_status par__st_scatter_output(const par__st_spec *s, uint32_t partial
 }
 
 /* Output layout and the forward collective that completes it. */
-static par_status par__st_output(const par__st_spec *s, const par_strategy *st, const int64_t *shards,
+static par_status par__strat_output(const par__strat_spec *s, const par_strategy *st, const int64_t *shards,
                                  par_op_info *info) {
     int map[PARALLEL_MAX_DIMS];
     int d, group, n = info->dev_matrix.ndim;
-    uint32_t partial = par__st_split_devs(info, shards, s->reduced, &group);
+    uint32_t partial = par__strat_split_devs(info, shards, s->reduced, &group);
     int64_t bytes;
     par_status status;
     info->num_outputs = 1;
-    if (s->op->kind == PAR_OP_RESHAPE) return par__st_reshape_output(s, st, info);
-    for (d = 0; d < s->out_ndim; d++) map[d] = s->out_iter[d] < 0 ? -1 : par__st_dev(n, s->out_iter[d]);
+    if (s->op->kind == PAR_OP_RESHAPE) return par__strat_reshape_output(s, st, info);
+    for (d = 0; d < s->out_ndim; d++) map[d] = s->out_iter[d] < 0 ? -1 : par__strat_dev(n, s->out_iter[d]);
     status = par_layout_init(&info->outputs[0], &info->dev_matrix, s->out_ndim, s->out_shape, map, partial);
     if (status != PAR_OK) return status;
     if (s->op->kind == PAR_OP_DROPOUT) { /* the keep mask, laid out like y */
         info->outputs[1] = info->outputs[0];
         info->num_outputs = 2;
     }
-    if (par__st_dense_labels(s->op)) { /* the logits' gradient, complete once the loss's sums are */
+    if (par__strat_dense_labels(s->op)) { /* the logits' gradient, complete once the loss's sums are */
         info->outputs[1] = info->inputs[0];
         info->num_outputs = 2;
     }
-    bytes = par__st_local_bytes(&info->outputs[0], s->out_dtype);
+    bytes = par__strat_local_bytes(&info->outputs[0], s->out_dtype);
     if (s->class_dim >= 0 && shards[s->class_dim] > 1) {
         /* vocab-parallel loss: all-reduce the row max, the sum of exps and the target logit (f32 each) */
-        partial = par__st_split_devs(info, shards, 1u << s->class_dim, &group);
+        partial = par__strat_split_devs(info, shards, 1u << s->class_dim, &group);
         info->forward[0] =
-            par__st_comm(PAR_COMM_ALL_REDUCE, partial, group,
-                         par__st_all_reduce_bytes(group, par__st_local_bytes(&info->outputs[0], PAR_F32)));
+            par__strat_comm(PAR_COMM_ALL_REDUCE, partial, group,
+                         par__strat_all_reduce_bytes(group, par__strat_local_bytes(&info->outputs[0], PAR_F32)));
         info->forward[0].count = 3;
         info->num_forward = 1;
     } else if (partial && s->op->reduce_scatter) {
         info->forward[0] =
-            par__st_comm(PAR_COMM_REDUCE_SCATTER, partial, group, par__st_reduce_scatter_bytes(group, bytes));
+            par__strat_comm(PAR_COMM_REDUCE_SCATTER, partial, group, par__strat_reduce_scatter_bytes(group, bytes));
         info->forward[0].tensor_dim = 0;
         info->num_forward = 1;
-        return par__st_scatter_output(s, partial, group, &info->outputs[0]);
+        return par__strat_scatter_output(s, partial, group, &info->outputs[0]);
     } else if (partial) {
-        info->forward[0] = par__st_comm(PAR_COMM_ALL_REDUCE, partial, group, par__st_all_reduce_bytes(group, bytes));
+        info->forward[0] = par__strat_comm(PAR_COMM_ALL_REDUCE, partial, group, par__strat_all_reduce_bytes(group, bytes));
         info->num_forward = 1;
     }
     return PAR_OK;
@@ -4832,7 +5040,7 @@ static par_status par__st_output(const par__st_spec *s, const par_strategy *st, 
 
 /* A parameter's gradient is summed over the devices holding the same slice:
    the device dims its map does not use (the repeated dim included). */
-static void par__st_mirrors(const par__st_spec *s, par_op_info *info) {
+static void par__strat_mirrors(const par__strat_spec *s, par_op_info *info) {
     int i, v, n = info->dev_matrix.ndim;
     for (i = 0; i < s->num_inputs; i++) {
         uint32_t used = par_layout_split_dims(&info->inputs[i]), mask = 0;
@@ -4845,16 +5053,16 @@ static void par__st_mirrors(const par__st_spec *s, par_op_info *info) {
             }
         if (group > 1)
             info->mirror[i] =
-                par__st_comm(PAR_COMM_ALL_REDUCE, mask, group,
-                             par__st_all_reduce_bytes(group, par__st_local_bytes(&info->inputs[i], s->in_dtype[i])));
+                par__strat_comm(PAR_COMM_ALL_REDUCE, mask, group,
+                             par__strat_all_reduce_bytes(group, par__strat_local_bytes(&info->inputs[i], s->in_dtype[i])));
     }
 }
 
 /* An activation input's gradient is summed over the split iteration dims its
    map does not use (e.g. the column dim of a column-parallel matmul's x). */
-static void par__st_backward(const par__st_spec *s, const int64_t *shards, par_op_info *info) {
+static void par__strat_backward(const par__strat_spec *s, const int64_t *shards, par_op_info *info) {
     int i, v, group;
-    const uint32_t split = par__st_split_devs(info, shards, (1u << s->num_iter) - 1, &group);
+    const uint32_t split = par__strat_split_devs(info, shards, (1u << s->num_iter) - 1, &group);
     for (i = 0; i < s->num_inputs; i++) {
         const uint32_t mask = split & ~par_layout_split_dims(&info->inputs[i]);
         /* integer inputs (indices, labels) have no gradient */
@@ -4862,14 +5070,14 @@ static void par__st_backward(const par__st_spec *s, const int64_t *shards, par_o
         for (group = 1, v = 0; v < info->dev_matrix.ndim; v++)
             if (mask >> v & 1u) group *= par_mesh_dev_size(&info->dev_matrix, v);
         info->backward[i] =
-            par__st_comm(PAR_COMM_ALL_REDUCE, mask, group,
-                         par__st_all_reduce_bytes(group, par__st_local_bytes(&info->inputs[i], s->in_dtype[i])));
+            par__strat_comm(PAR_COMM_ALL_REDUCE, mask, group,
+                         par__strat_all_reduce_bytes(group, par__strat_local_bytes(&info->inputs[i], s->in_dtype[i])));
     }
 }
 
 /* Per-device flops, rough by design: matmul 2 per multiply-add, norms and softmax
    5 per element, cross-entropy 4, elementwise/gather/reduce 1, data movement 0. */
-static double par__st_flops(const par__st_spec *s, const int64_t *shards, const par_op_info *info) {
+static double par__strat_flops(const par__strat_spec *s, const int64_t *shards, const par_op_info *info) {
     double local_iter = 1.0;
     int j;
     for (j = 0; j < s->num_iter; j++) local_iter *= (double)(s->iter_size[j] / shards[j]);
@@ -4905,41 +5113,41 @@ static double par__st_flops(const par__st_spec *s, const int64_t *shards, const 
     }
 }
 
-static void par__st_cost(const par__st_spec *s, const int64_t *shards, par_op_info *info) {
+static void par__strat_cost(const par__strat_spec *s, const int64_t *shards, par_op_info *info) {
     par_op_cost *c = &info->cost;
     double flops_rate = s->op->device_flops > 0 ? s->op->device_flops : 1e12;
     double bandwidth = s->op->link_bandwidth > 0 ? s->op->link_bandwidth : 1e10;
     int i;
-    c->compute_flops = par__st_flops(s, shards, info);
+    c->compute_flops = par__strat_flops(s, shards, info);
     c->comm_bytes = 0;
     for (i = 0; i < info->num_forward; i++) c->comm_bytes += (double)info->forward[i].bytes * info->forward[i].count;
     for (i = 0; i < info->num_inputs; i++) c->comm_bytes += (double)info->mirror[i].bytes;
-    c->memory_bytes = (double)par__st_local_bytes(&info->outputs[0], s->out_dtype);
+    c->memory_bytes = (double)par__strat_local_bytes(&info->outputs[0], s->out_dtype);
     if (s->op->kind == PAR_OP_DROPOUT) c->memory_bytes += (double)par_layout_local_numel(&info->outputs[1]); /* u8 */
-    else if (info->num_outputs == 2) c->memory_bytes += (double)par__st_local_bytes(&info->outputs[1], s->out_dtype);
+    else if (info->num_outputs == 2) c->memory_bytes += (double)par__strat_local_bytes(&info->outputs[1], s->out_dtype);
     for (i = 0; i < info->num_inputs; i++)
-        c->memory_bytes += (double)par__st_local_bytes(&info->inputs[i], s->in_dtype[i]);
+        c->memory_bytes += (double)par__strat_local_bytes(&info->inputs[i], s->in_dtype[i]);
     c->total = c->compute_flops / flops_rate + c->comm_bytes / bandwidth;
 }
 
-static par_status par__st_infer(const par__st_spec *s, const par_strategy *st, int devices, par_op_info *info) {
+static par_status par__strat_infer(const par__strat_spec *s, const par_strategy *st, int devices, par_op_info *info) {
     int64_t shards[PARALLEL_MAX_DIMS];
     int i;
     par_status status;
-    if ((status = par__st_check(s, st, devices, shards)) != PAR_OK) return status;
+    if ((status = par__strat_check(s, st, devices, shards)) != PAR_OK) return status;
     memset(info, 0, sizeof *info);
-    for (i = 0; i < 2; i++) info->forward[i] = par__st_no_comm();
-    for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = info->backward[i] = par__st_no_comm();
-    if ((status = par__st_dev_matrix(s, st, shards, devices, info)) != PAR_OK) return status;
-    if ((status = par__st_input_layouts(s, info)) != PAR_OK) return status;
-    if ((status = par__st_output(s, st, shards, info)) != PAR_OK) return status;
-    par__st_mirrors(s, info);
-    par__st_backward(s, shards, info);
-    par__st_cost(s, shards, info);
+    for (i = 0; i < 2; i++) info->forward[i] = par__strat_no_comm();
+    for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = info->backward[i] = par__strat_no_comm();
+    if ((status = par__strat_dev_matrix(s, st, shards, devices, info)) != PAR_OK) return status;
+    if ((status = par__strat_input_layouts(s, info)) != PAR_OK) return status;
+    if ((status = par__strat_output(s, st, shards, info)) != PAR_OK) return status;
+    par__strat_mirrors(s, info);
+    par__strat_backward(s, shards, info);
+    par__strat_cost(s, shards, info);
     return PAR_OK;
 }
 
-static par_status par__st_check_devices(const par__st_spec *s, int devices) {
+static par_status par__strat_check_devices(const par__strat_spec *s, int devices) {
     if (devices < 1 || devices > PAR__MAX_DEVICES)
         return par__fail(PAR_EINVAL, "%s: %d devices; it must be 1 to %d", s->name, devices, PAR__MAX_DEVICES);
     return PAR_OK;
@@ -4947,21 +5155,21 @@ static par_status par__st_check_devices(const par__st_spec *s, int devices) {
 
 PARALLEL_DEF par_status par_op_infer(const par_op_desc *op, const par_strategy *strategy, int devices,
                                      par_op_info *info) {
-    par__st_spec spec;
+    par__strat_spec spec;
     par_status status;
     if (!op || !strategy || !info) return par__fail(PAR_EINVAL, "par_op_infer: NULL argument");
-    if ((status = par__st_spec_build(op, &spec)) != PAR_OK) return status;
-    if ((status = par__st_check_devices(&spec, devices)) != PAR_OK) return status;
-    return par__st_infer(&spec, strategy, devices, info);
+    if ((status = par__strat_spec_build(op, &spec)) != PAR_OK) return status;
+    if ((status = par__strat_check_devices(&spec, devices)) != PAR_OK) return status;
+    return par__strat_infer(&spec, strategy, devices, info);
 }
 
 /* ---- enumeration ---------------------------------------------------------------- */
 
 /* Search steps before giving up: 8 iteration dims over 4096 devices take ~2e5. */
-#define PAR__ST_MAX_STEPS (1L << 21)
+#define PAR__STRAT_MAX_STEPS (1L << 21)
 
-typedef struct par__st_enum {
-    const par__st_spec *spec;
+typedef struct par__strat_enum {
+    const par__strat_spec *spec;
     int devices;
     int64_t limit[PARALLEL_MAX_DIMS];  /* shard of iteration dim j must divide this */
     int64_t shards[PARALLEL_MAX_DIMS]; /* the candidate being built */
@@ -4969,9 +5177,9 @@ typedef struct par__st_enum {
     par_op_cost *keys;
     int capacity, kept, count;
     long steps;
-} par__st_enum;
+} par__strat_enum;
 
-static int64_t par__st_gcd(int64_t a, int64_t b) {
+static int64_t par__strat_gcd(int64_t a, int64_t b) {
     while (b) {
         int64_t t = a % b;
         a = b;
@@ -4981,7 +5189,7 @@ static int64_t par__st_gcd(int64_t a, int64_t b) {
 }
 
 /* Shards used, and the iteration shards, of a strategy the spec accepted. */
-static int64_t par__st_used_devices(const par__st_spec *s, const par_strategy *st, int64_t *shards) {
+static int64_t par__strat_used_devices(const par__strat_spec *s, const par_strategy *st, int64_t *shards) {
     int64_t product = 1;
     int i, d;
     for (i = 0; i < s->num_inputs; i++)
@@ -4994,25 +5202,25 @@ static int64_t par__st_used_devices(const par__st_spec *s, const par_strategy *s
 /* The sort order: cheaper total, then less memory, then fewer idle (repeated)
    devices, then iteration shards lexicographically: a total order, so the result
    does not depend on the order candidates are found in. */
-static int par__st_order(const par__st_spec *s, const par_strategy *a, const par_op_cost *ka, const par_strategy *b,
+static int par__strat_order(const par__strat_spec *s, const par_strategy *a, const par_op_cost *ka, const par_strategy *b,
                          const par_op_cost *kb) {
     int64_t sa[PARALLEL_MAX_DIMS], sb[PARALLEL_MAX_DIMS], ua, ub;
     int j;
     if (ka->total != kb->total) return ka->total < kb->total ? -1 : 1;
     if (ka->memory_bytes != kb->memory_bytes) return ka->memory_bytes < kb->memory_bytes ? -1 : 1;
-    ua = par__st_used_devices(s, a, sa);
-    ub = par__st_used_devices(s, b, sb);
+    ua = par__strat_used_devices(s, a, sa);
+    ub = par__strat_used_devices(s, b, sb);
     if (ua != ub) return ua > ub ? -1 : 1;
     for (j = 0; j < s->num_iter; j++)
         if (sa[j] != sb[j]) return sa[j] < sb[j] ? -1 : 1;
     return 0;
 }
 
-static int par__st_heap_worse(const par__st_enum *e, int i, int j) {
-    return par__st_order(e->spec, &e->out[i], &e->keys[i], &e->out[j], &e->keys[j]) > 0;
+static int par__strat_heap_worse(const par__strat_enum *e, int i, int j) {
+    return par__strat_order(e->spec, &e->out[i], &e->keys[i], &e->out[j], &e->keys[j]) > 0;
 }
 
-static void par__st_heap_swap(par__st_enum *e, int i, int j) {
+static void par__strat_heap_swap(par__strat_enum *e, int i, int j) {
     par_strategy st = e->out[i];
     par_op_cost key = e->keys[i];
     e->out[i] = e->out[j];
@@ -5021,40 +5229,40 @@ static void par__st_heap_swap(par__st_enum *e, int i, int j) {
     e->keys[j] = key;
 }
 
-static void par__st_heap_down(par__st_enum *e, int i, int n) {
+static void par__strat_heap_down(par__strat_enum *e, int i, int n) {
     for (;;) {
         int worst = i, l = 2 * i + 1, r = l + 1;
-        if (l < n && par__st_heap_worse(e, l, worst)) worst = l;
-        if (r < n && par__st_heap_worse(e, r, worst)) worst = r;
+        if (l < n && par__strat_heap_worse(e, l, worst)) worst = l;
+        if (r < n && par__strat_heap_worse(e, r, worst)) worst = r;
         if (worst == i) return;
-        par__st_heap_swap(e, i, worst);
+        par__strat_heap_swap(e, i, worst);
         i = worst;
     }
 }
 
-static void par__st_heap_up(par__st_enum *e, int i) {
-    while (i > 0 && par__st_heap_worse(e, i, (i - 1) / 2)) {
-        par__st_heap_swap(e, i, (i - 1) / 2);
+static void par__strat_heap_up(par__strat_enum *e, int i) {
+    while (i > 0 && par__strat_heap_worse(e, i, (i - 1) / 2)) {
+        par__strat_heap_swap(e, i, (i - 1) / 2);
         i = (i - 1) / 2;
     }
 }
 
 /* Keep the `capacity` best candidates seen so far. */
-static void par__st_keep(par__st_enum *e, const par_strategy *st, const par_op_cost *cost) {
+static void par__strat_keep(par__strat_enum *e, const par_strategy *st, const par_op_cost *cost) {
     if (e->kept < e->capacity) {
         e->out[e->kept] = *st;
         e->keys[e->kept] = *cost;
-        par__st_heap_up(e, e->kept++);
-    } else if (e->capacity > 0 && par__st_order(e->spec, st, cost, &e->out[0], &e->keys[0]) < 0) {
+        par__strat_heap_up(e, e->kept++);
+    } else if (e->capacity > 0 && par__strat_order(e->spec, st, cost, &e->out[0], &e->keys[0]) < 0) {
         e->out[0] = *st;
         e->keys[0] = *cost;
-        par__st_heap_down(e, 0, e->kept);
+        par__strat_heap_down(e, 0, e->kept);
     }
 }
 
 /* Project the iteration shards onto the inputs and keep the strategy if valid. */
-static void par__st_try(par__st_enum *e) {
-    const par__st_spec *s = e->spec;
+static void par__strat_try(par__strat_enum *e) {
+    const par__strat_spec *s = e->spec;
     par_strategy st;
     par_op_info info;
     int i, d;
@@ -5065,66 +5273,66 @@ static void par__st_try(par__st_enum *e) {
         for (d = 0; d < st.ndim[i]; d++)
             st.shard[i][d] = (s->in_bcast[i] & (1u << d)) ? 1 : e->shards[s->in_iter[i][d]];
     }
-    if (par__st_infer(s, &st, e->devices, &info) != PAR_OK) return;
+    if (par__strat_infer(s, &st, e->devices, &info) != PAR_OK) return;
     e->count++;
-    par__st_keep(e, &st, &info.cost);
+    par__strat_keep(e, &st, &info.cost);
 }
 
 /* Every shard of dim j, and of the dims after it, whose product divides `room`. */
-static par_status par__st_walk(par__st_enum *e, int j, int64_t room) {
+static par_status par__strat_walk(par__strat_enum *e, int j, int64_t room) {
     int64_t x, i;
     par_status status;
-    if (++e->steps > PAR__ST_MAX_STEPS)
+    if (++e->steps > PAR__STRAT_MAX_STEPS)
         return par__fail(PAR_EUNSUPPORTED,
                          "%s: more than %ld search steps enumerating strategies on %d devices; too many candidates",
-                         e->spec->name, PAR__ST_MAX_STEPS, e->devices);
+                         e->spec->name, PAR__STRAT_MAX_STEPS, e->devices);
     if (j == e->spec->num_iter) {
-        par__st_try(e);
+        par__strat_try(e);
         return PAR_OK;
     }
-    x = par__st_gcd(e->limit[j], room);
+    x = par__strat_gcd(e->limit[j], room);
     for (i = 1; i * i <= x; i++) {
         if (x % i) continue;
         e->shards[j] = i;
-        if ((status = par__st_walk(e, j + 1, room / i)) != PAR_OK) return status;
+        if ((status = par__strat_walk(e, j + 1, room / i)) != PAR_OK) return status;
         if (i == x / i) continue;
         e->shards[j] = x / i;
-        if ((status = par__st_walk(e, j + 1, room / (x / i))) != PAR_OK) return status;
+        if ((status = par__strat_walk(e, j + 1, room / (x / i))) != PAR_OK) return status;
     }
     return PAR_OK;
 }
 
 /* Shards of iteration dim j must divide every input dim walking it. */
-static void par__st_limits(par__st_enum *e) {
-    const par__st_spec *s = e->spec;
+static void par__strat_limits(par__strat_enum *e) {
+    const par__strat_spec *s = e->spec;
     int i, d, j;
     for (j = 0; j < s->num_iter; j++) e->limit[j] = s->fixed_what[j] ? 1 : e->devices;
     for (i = 0; i < s->num_inputs; i++)
         for (d = 0; d < s->st_ndim[i]; d++)
             if (!(s->in_bcast[i] & (1u << d))) {
                 j = s->in_iter[i][d];
-                e->limit[j] = par__st_gcd(e->limit[j], s->st_shape[i][d]);
+                e->limit[j] = par__strat_gcd(e->limit[j], s->st_shape[i][d]);
             }
 }
 
 /* Heap order -> ascending order, in place. */
-static void par__st_heap_sort(par__st_enum *e) {
+static void par__strat_heap_sort(par__strat_enum *e) {
     int n;
     for (n = e->kept - 1; n > 0; n--) {
-        par__st_heap_swap(e, 0, n);
-        par__st_heap_down(e, 0, n);
+        par__strat_heap_swap(e, 0, n);
+        par__strat_heap_down(e, 0, n);
     }
 }
 
 PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, par_strategy *strategies,
                                           par_op_cost *costs, int capacity, int *count) {
-    par__st_spec spec;
-    par__st_enum e;
+    par__strat_spec spec;
+    par__strat_enum e;
     par_status status;
     if (!op || !count || capacity < 0 || (capacity > 0 && !strategies))
         return par__fail(PAR_EINVAL, "par_op_strategies: NULL argument or negative capacity");
-    if ((status = par__st_spec_build(op, &spec)) != PAR_OK) return status;
-    if ((status = par__st_check_devices(&spec, devices)) != PAR_OK) return status;
+    if ((status = par__strat_spec_build(op, &spec)) != PAR_OK) return status;
+    if ((status = par__strat_check_devices(&spec, devices)) != PAR_OK) return status;
     memset(&e, 0, sizeof e);
     e.spec = &spec;
     e.devices = devices;
@@ -5136,9 +5344,9 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
         e.keys = (par_op_cost *)PARALLEL_MALLOC(sizeof(par_op_cost) * (size_t)capacity);
         if (!e.keys) return par__fail(PAR_ENOMEM, "par_op_strategies: no memory for %d costs", capacity);
     }
-    par__st_limits(&e);
-    status = par__st_walk(&e, 0, devices);
-    par__st_heap_sort(&e);
+    par__strat_limits(&e);
+    status = par__strat_walk(&e, 0, devices);
+    par__strat_heap_sort(&e);
     if (e.keys != costs) PARALLEL_FREE(e.keys);
     *count = e.count;
     if (status != PAR_OK) return status;
@@ -5156,12 +5364,12 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
 /* Matrix device dim v -> the mesh device dims it becomes (major first; one,
    or several when an unnamed matrix axis spans several mesh axes; none for
    a size-1 axis). */
-typedef struct par__st_dev_map {
+typedef struct par__strat_dev_map {
     int n[PARALLEL_MAX_DIMS];
     int dev[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS];
-} par__st_dev_map;
+} par__strat_dev_map;
 
-static uint32_t par__st_mask_to_mesh(uint32_t mask, const par__st_dev_map *m, int n) {
+static uint32_t par__strat_mask_to_mesh(uint32_t mask, const par__strat_dev_map *m, int n) {
     uint32_t out = 0;
     int v, k;
     for (v = 0; v < n; v++)
@@ -5169,7 +5377,7 @@ static uint32_t par__st_mask_to_mesh(uint32_t mask, const par__st_dev_map *m, in
     return out;
 }
 
-static par_status par__st_layout_to_mesh(par_layout *l, const par_mesh *mesh, const par__st_dev_map *m, int n) {
+static par_status par__strat_layout_to_mesh(par_layout *l, const par_mesh *mesh, const par__strat_dev_map *m, int n) {
     par_tensor_map map;
     int t, k, j;
     memset(&map, 0, sizeof map);
@@ -5181,14 +5389,14 @@ static par_status par__st_layout_to_mesh(par_layout *l, const par_mesh *mesh, co
                 map.dev[t][map.count[t]++] = (int8_t)m->dev[v][j];
             }
         }
-    map.partial = par__st_mask_to_mesh(l->map.partial, m, n);
+    map.partial = par__strat_mask_to_mesh(l->map.partial, m, n);
     l->map = map;
     l->mesh = *mesh;
     return par_layout_check(l);
 }
 
 /* Matrix axis -> mesh axis, automatically: the non-trivial axes in order. */
-static par_status par__st_auto_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
+static par_status par__strat_auto_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
     int i, j = 0;
     char a[128], b[128];
     for (i = 0; i < dm->ndim; i++) {
@@ -5207,7 +5415,7 @@ static par_status par__st_auto_axes(const par_mesh *dm, const par_mesh *mesh, in
                      a, b);
 }
 
-static par_status par__st_check_axes(const par_mesh *dm, const par_mesh *mesh, const int *axes) {
+static par_status par__strat_check_axes(const par_mesh *dm, const par_mesh *mesh, const int *axes) {
     uint32_t used = 0;
     int i, j;
     for (i = 0; i < dm->ndim; i++) {
@@ -5241,7 +5449,7 @@ static par_status par__st_check_axes(const par_mesh *dm, const par_mesh *mesh, c
    unnamed one (the repeated dim, numeric entries) takes the next mesh axes
    larger than 1 that are left, in order, as many as multiply to its size (the
    repeated dim of ((dp,1),(tp,1)) on "dp=2,pp=2,cp=2,tp=2" spans pp and cp). */
-static int par__st_named_spans(const par_mesh *dm, const par_mesh *mesh, int *nspan,
+static int par__strat_named_spans(const par_mesh *dm, const par_mesh *mesh, int *nspan,
                                int span[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS]) {
     uint32_t used = 0;
     int i, j = 0, v;
@@ -5267,7 +5475,7 @@ static int par__st_named_spans(const par_mesh *dm, const par_mesh *mesh, int *ns
     return 0;
 }
 
-static par_status par__st_named_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
+static par_status par__strat_named_axes(const par_mesh *dm, const par_mesh *mesh, int *axes) {
     char text[128];
     uint32_t used = 0;
     int i, j, v;
@@ -5300,7 +5508,7 @@ static par_status par__st_named_axes(const par_mesh *dm, const par_mesh *mesh, i
                              i, dm->dims[i]);
         axes[i] = j, used |= 1u << j;
     }
-    return par__st_check_axes(dm, mesh, axes);
+    return par__strat_check_axes(dm, mesh, axes);
 }
 
 static int par__mesh_has_names(const par_mesh *m) {
@@ -5313,7 +5521,7 @@ static int par__mesh_has_names(const par_mesh *m) {
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out) {
     int axes[PARALLEL_MAX_DIMS], nspan[PARALLEL_MAX_DIMS], span[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS], i, k, n;
-    par__st_dev_map dev_to_mesh;
+    par__strat_dev_map dev_to_mesh;
     par_op_info r;
     par_status st;
     int spans = 0;
@@ -5326,13 +5534,13 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
                          par_mesh_size(&info->dev_matrix), par_mesh_size(mesh));
     if (axis_map) {
         memcpy(axes, axis_map, sizeof(int) * (size_t)n);
-        st = par__st_check_axes(&info->dev_matrix, mesh, axes);
+        st = par__strat_check_axes(&info->dev_matrix, mesh, axes);
     } else if (par__mesh_has_names(&info->dev_matrix) && par__mesh_has_names(mesh)) {
-        st = par__st_named_axes(&info->dev_matrix, mesh, axes);
+        st = par__strat_named_axes(&info->dev_matrix, mesh, axes);
         /* one-to-one failed: an unnamed axis may still span several mesh axes */
-        if (st != PAR_OK && par__st_named_spans(&info->dev_matrix, mesh, nspan, span) == 0) st = PAR_OK, spans = 1;
+        if (st != PAR_OK && par__strat_named_spans(&info->dev_matrix, mesh, nspan, span) == 0) st = PAR_OK, spans = 1;
     } else {
-        st = par__st_auto_axes(&info->dev_matrix, mesh, axes);
+        st = par__strat_auto_axes(&info->dev_matrix, mesh, axes);
     }
     if (st != PAR_OK) return st;
     par_clear_error();
@@ -5344,14 +5552,14 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
     r = *info;
     r.dev_matrix = *mesh;
     for (i = 0; i < r.num_inputs; i++)
-        if ((st = par__st_layout_to_mesh(&r.inputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
+        if ((st = par__strat_layout_to_mesh(&r.inputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
     for (i = 0; i < r.num_outputs; i++)
-        if ((st = par__st_layout_to_mesh(&r.outputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
+        if ((st = par__strat_layout_to_mesh(&r.outputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
     for (i = 0; i < r.num_forward && i < 2; i++)
-        r.forward[i].dev_mask = par__st_mask_to_mesh(r.forward[i].dev_mask, &dev_to_mesh, n);
-    for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__st_mask_to_mesh(r.mirror[i].dev_mask, &dev_to_mesh, n);
+        r.forward[i].dev_mask = par__strat_mask_to_mesh(r.forward[i].dev_mask, &dev_to_mesh, n);
+    for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__strat_mask_to_mesh(r.mirror[i].dev_mask, &dev_to_mesh, n);
     for (i = 0; i < PAR_MAX_INPUTS; i++)
-        r.backward[i].dev_mask = par__st_mask_to_mesh(r.backward[i].dev_mask, &dev_to_mesh, n);
+        r.backward[i].dev_mask = par__strat_mask_to_mesh(r.backward[i].dev_mask, &dev_to_mesh, n);
     *out = r;
     return PAR_OK;
 }
@@ -5359,7 +5567,7 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
 /* ---- dropout's mask ------------------------------------------------------------ */
 
 /* splitmix64's finalizer: a well-mixed 64-bit hash of x. */
-static uint64_t par__st_mix64(uint64_t x) {
+static uint64_t par__strat_mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -5369,7 +5577,7 @@ static uint64_t par__st_mix64(uint64_t x) {
 PARALLEL_DEF par_status par_dropout_mask(const par_layout *layout, int rank, uint64_t seed, double keep_prob,
                                          uint8_t *mask) {
     int64_t local_shape[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], numel, i;
-    uint64_t key = par__st_mix64(seed);
+    uint64_t key = par__strat_mix64(seed);
     par_status st;
     if (!layout || !mask) return par__fail(PAR_EINVAL, "par_dropout_mask: NULL argument");
     if (!(keep_prob >= 0 && keep_prob <= 1))
@@ -5390,7 +5598,7 @@ PARALLEL_DEF par_status par_dropout_mask(const par_layout *layout, int rank, uin
             stride *= layout->shape[t];
         }
         /* top 53 bits as a uniform double in [0,1): keep when below keep_prob */
-        mask[i] = (uint8_t)((double)(par__st_mix64(key ^ (uint64_t)index) >> 11) * (1.0 / 9007199254740992.0) <
+        mask[i] = (uint8_t)((double)(par__strat_mix64(key ^ (uint64_t)index) >> 11) * (1.0 / 9007199254740992.0) <
                             keep_prob);
     }
     return PAR_OK;
@@ -5493,7 +5701,7 @@ typedef struct par__rd_entry {
     par_plan plan;
 } par__rd_entry;
 
-struct par_planner {
+struct par_redist_planner {
     int cache_entries; /* 0: no cache */
     int max_states;
     par__rd_node *nodes;
@@ -6033,7 +6241,7 @@ static int par__rd_unpack(uint32_t op, int shift) {
 }
 
 /* Grow an array to hold `need` elements (doubling); NULL when out of memory. */
-static void *par__rd_reserve(const par_planner *pl, void *p, int *cap, int need, size_t elem) {
+static void *par__rd_reserve(const par_redist_planner *pl, void *p, int *cap, int need, size_t elem) {
     int n = *cap ? *cap : 256;
     void *q;
     if (need <= *cap) return p;
@@ -6047,7 +6255,7 @@ static size_t par__rd_hash_slot(uint64_t key, int bits) {
     return (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - bits));
 }
 
-static void par__rd_slot_insert(par_planner *pl, uint64_t key, int node) {
+static void par__rd_slot_insert(par_redist_planner *pl, uint64_t key, int node) {
     size_t mask = ((size_t)1 << pl->slot_bits) - 1, i = par__rd_hash_slot(key, pl->slot_bits);
     while (pl->slots[i].gen == pl->gen) i = (i + 1) & mask;
     pl->slots[i].node = node;
@@ -6055,7 +6263,7 @@ static void par__rd_slot_insert(par_planner *pl, uint64_t key, int node) {
 }
 
 /* Double the table when it would pass half full, re-inserting every node. */
-static par_status par__rd_grow_table(par_planner *pl) {
+static par_status par__rd_grow_table(par_redist_planner *pl) {
     size_t n = (size_t)1 << (pl->slot_bits + 1);
     par__rd_slot *slots = (par__rd_slot *)par__alloc_realloc(&pl->allocator, pl->slots, n * sizeof *slots);
     int i;
@@ -6069,7 +6277,7 @@ static par_status par__rd_grow_table(par_planner *pl) {
 }
 
 /* The node of `key`, created (g = infinity) on first sight. */
-static par_status par__rd_node_of(par_planner *pl, const par__rd_problem *pb, uint64_t key, int *node) {
+static par_status par__rd_node_of(par_redist_planner *pl, const par__rd_problem *pb, uint64_t key, int *node) {
     size_t mask = ((size_t)1 << pl->slot_bits) - 1, i = par__rd_hash_slot(key, pl->slot_bits);
     par__rd_node *nd;
     void *p;
@@ -6080,7 +6288,7 @@ static par_status par__rd_node_of(par_planner *pl, const par__rd_problem *pb, ui
         }
     if (pl->num_nodes >= pl->max_states)
         return par__fail(PAR_ECAPACITY,
-                         "redistribution search passed max_states (%d) states; raise par_planner_desc.max_states",
+                         "redistribution search passed max_states (%d) states; raise par_redist_planner_desc.max_states",
                          pl->max_states);
     if (!(p = par__rd_reserve(pl, pl->nodes, &pl->node_cap, pl->num_nodes + 1, sizeof *pl->nodes)))
         return par__fail(PAR_ENOMEM, "redistribution planner: out of memory for search states");
@@ -6103,7 +6311,7 @@ static int par__rd_before(const par__rd_item *a, const par__rd_item *b) {
     return a->f < b->f || (a->f == b->f && a->g > b->g);
 }
 
-static par_status par__rd_push(par_planner *pl, double f, double g, int node) {
+static par_status par__rd_push(par_redist_planner *pl, double f, double g, int node) {
     par__rd_item item;
     int i;
     void *p = par__rd_reserve(pl, pl->heap, &pl->heap_cap, pl->heap_len + 1, sizeof *pl->heap);
@@ -6118,7 +6326,7 @@ static par_status par__rd_push(par_planner *pl, double f, double g, int node) {
     return PAR_OK;
 }
 
-static par__rd_item par__rd_pop(par_planner *pl) {
+static par__rd_item par__rd_pop(par_redist_planner *pl) {
     par__rd_item top = pl->heap[0], last = pl->heap[--pl->heap_len];
     int i = 0, n = pl->heap_len;
     for (;;) {
@@ -6135,7 +6343,7 @@ static par__rd_item par__rd_pop(par_planner *pl) {
 
 /* One search in flight: the expanded node and the best goal cost seen. */
 typedef struct par__rd_search {
-    par_planner *pl;
+    par_redist_planner *pl;
     const par__rd_problem *pb;
     int node;
     double g;
@@ -6274,7 +6482,7 @@ static par_status par__rd_expand(par__rd_search *s) {
 }
 
 /* A* from pb->start to pb->goal; *goal_node is the goal's node. */
-static par_status par__rd_astar(par_planner *pl, const par__rd_problem *pb, int *goal_node) {
+static par_status par__rd_astar(par_redist_planner *pl, const par__rd_problem *pb, int *goal_node) {
     par__rd_search s;
     int start;
     par_status st;
@@ -6307,7 +6515,7 @@ static par_status par__rd_astar(par_planner *pl, const par__rd_problem *pb, int 
 }
 
 /* Turn the goal's parent chain into plan ops. */
-static par_status par__rd_extract(const par_planner *pl, const par__rd_problem *pb, int goal, par_plan *plan) {
+static par_status par__rd_extract(const par_redist_planner *pl, const par__rd_problem *pb, int goal, par_plan *plan) {
     int path[PAR_MAX_PLAN_OPS + 1], len = 0, node, i;
     par_status st;
     for (node = goal; node >= 0; node = pl->nodes[node].parent) {
@@ -6389,7 +6597,7 @@ static int par__rd_costs_equal(const par__rd_costs *a, const par__rd_costs *b, i
     return 1;
 }
 
-static par__rd_entry *par__rd_cache_find(par_planner *pl, uint64_t hash, const par_layout *from, const par_layout *to,
+static par__rd_entry *par__rd_cache_find(par_redist_planner *pl, uint64_t hash, const par_layout *from, const par_layout *to,
                                          const par__rd_costs *c) {
     int i;
     for (i = 0; i < pl->cache_len; i++) {
@@ -6402,7 +6610,7 @@ static par__rd_entry *par__rd_cache_find(par_planner *pl, uint64_t hash, const p
 }
 
 /* Keep `plan`, evicting the least recently used entry when full. */
-static void par__rd_cache_store(par_planner *pl, uint64_t hash, const par__rd_costs *c, const par_plan *plan) {
+static void par__rd_cache_store(par_redist_planner *pl, uint64_t hash, const par__rd_costs *c, const par_plan *plan) {
     par__rd_entry *e;
     int i, victim = 0;
     if (pl->cache_len < pl->cache_entries) {
@@ -6420,17 +6628,17 @@ static void par__rd_cache_store(par_planner *pl, uint64_t hash, const par__rd_co
 
 /* ---- public planner API ------------------------------------------------- */
 
-PARALLEL_DEF par_status par_planner_create(const par_planner_desc *desc, par_planner **planner) {
-    par_planner *pl;
+PARALLEL_DEF par_status par_redist_planner_create(const par_redist_planner_desc *desc, par_redist_planner **planner) {
+    par_redist_planner *pl;
     int cache = desc && desc->cache_entries ? desc->cache_entries : PAR__RD_DEFAULT_CACHE;
     int max_states = desc && desc->max_states ? desc->max_states : PAR__RD_DEFAULT_MAX_STATES;
-    if (!planner) return par__fail(PAR_EINVAL, "par_planner_create: NULL planner");
+    if (!planner) return par__fail(PAR_EINVAL, "par_redist_planner_create: NULL planner");
     *planner = NULL;
-    if (cache < -1) return par__fail(PAR_EINVAL, "par_planner_desc.cache_entries is %d; use -1 (off), 0 (default) or more", cache);
-    if (max_states < 1) return par__fail(PAR_EINVAL, "par_planner_desc.max_states is %d; it must be >= 1", max_states);
-    if (desc && par__allocator_check(&desc->allocator, "par_planner_desc.allocator") != PAR_OK) return PAR_EINVAL;
-    pl = (par_planner *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *pl);
-    if (!pl) return par__fail(PAR_ENOMEM, "par_planner_create: out of memory");
+    if (cache < -1) return par__fail(PAR_EINVAL, "par_redist_planner_desc.cache_entries is %d; use -1 (off), 0 (default) or more", cache);
+    if (max_states < 1) return par__fail(PAR_EINVAL, "par_redist_planner_desc.max_states is %d; it must be >= 1", max_states);
+    if (desc && par__allocator_check(&desc->allocator, "par_redist_planner_desc.allocator") != PAR_OK) return PAR_EINVAL;
+    pl = (par_redist_planner *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *pl);
+    if (!pl) return par__fail(PAR_ENOMEM, "par_redist_planner_create: out of memory");
     memset(pl, 0, sizeof *pl);
     if (desc) pl->allocator = desc->allocator;
     pl->cache_entries = cache < 0 ? 0 : cache;
@@ -6441,15 +6649,15 @@ PARALLEL_DEF par_status par_planner_create(const par_planner_desc *desc, par_pla
                     ? (par__rd_entry *)par__alloc_malloc(&pl->allocator, sizeof *pl->cache * (size_t)pl->cache_entries)
                     : NULL;
     if (!pl->slots || (pl->cache_entries && !pl->cache)) {
-        par_planner_destroy(pl);
-        return par__fail(PAR_ENOMEM, "par_planner_create: out of memory");
+        par_redist_planner_destroy(pl);
+        return par__fail(PAR_ENOMEM, "par_redist_planner_create: out of memory");
     }
     memset(pl->slots, 0, sizeof *pl->slots << pl->slot_bits);
     *planner = pl;
     return PAR_OK;
 }
 
-PARALLEL_DEF void par_planner_destroy(par_planner *planner) {
+PARALLEL_DEF void par_redist_planner_destroy(par_redist_planner *planner) {
     par_allocator a;
     if (!planner) return;
     a = planner->allocator;
@@ -6681,7 +6889,7 @@ static void par__rd_unified_costs(const par__rd_costs *c, const par_mesh *mesh, 
 
 /* par_layout_reshape reports refusals through par_last_error; a search tries
    many, so keep the caller's sentence when the search itself succeeds. */
-static par_status par__rd_search_plan(par_planner *pl, const par_layout *from, const par_layout *to,
+static par_status par__rd_search_plan(par_redist_planner *pl, const par_layout *from, const par_layout *to,
                                       const par__rd_costs *costs, par_plan *plan) {
     par__rd_problem pb;
     int goal = -1;
@@ -6763,7 +6971,7 @@ static int par__rd_unified_view(const par_layout *from, const par_layout *to, in
    the earlier, which needs fewer view changes). A refused or failed unified
    search leaves the others. The lower bound is the smallest of the searches'
    bounds, a bound for the union of their moves. */
-static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from, const par_layout *to,
+static par_status par__rd_plan_uncached(par_redist_planner *pl, const par_layout *from, const par_layout *to,
                                         const par__rd_costs *costs, par_plan *plan) {
     par_layout ufrom, uto, seen[PAR__RD_UNIFIED_VIEWS];
     par_plan inner, wrapped;
@@ -6796,13 +7004,13 @@ static par_status par__rd_plan_uncached(par_planner *pl, const par_layout *from,
     return PAR_OK;
 }
 
-PARALLEL_DEF par_status par_planner_plan(par_planner *planner, const par_layout *from, const par_layout *to,
+PARALLEL_DEF par_status par_redist_planner_plan(par_redist_planner *planner, const par_layout *from, const par_layout *to,
                                          const par_cost_model *cost, par_plan *plan) {
     par__rd_costs costs;
     par__rd_entry *hit;
     uint64_t hash = 0;
     par_status st;
-    if (!planner || !from || !to || !plan) return par__fail(PAR_EINVAL, "par_planner_plan: NULL argument");
+    if (!planner || !from || !to || !plan) return par__fail(PAR_EINVAL, "par_redist_planner_plan: NULL argument");
     if ((st = par__rd_costs_init(cost, &from->mesh, &costs)) != PAR_OK) return st;
     if (planner->cache_entries) {
         hash = par__rd_hash_query(from, to, &costs);
@@ -6820,14 +7028,14 @@ PARALLEL_DEF par_status par_planner_plan(par_planner *planner, const par_layout 
 
 PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const par_layout *to,
                                                 const par_cost_model *cost, par_plan *plan) {
-    par_planner_desc desc;
-    par_planner *pl;
+    par_redist_planner_desc desc;
+    par_redist_planner *pl;
     par_status st;
     memset(&desc, 0, sizeof desc);
     desc.cache_entries = -1;
-    if ((st = par_planner_create(&desc, &pl)) != PAR_OK) return st;
-    st = par_planner_plan(pl, from, to, cost, plan);
-    par_planner_destroy(pl);
+    if ((st = par_redist_planner_create(&desc, &pl)) != PAR_OK) return st;
+    st = par_redist_planner_plan(pl, from, to, cost, plan);
+    par_redist_planner_destroy(pl);
     return st;
 }
 
@@ -7589,13 +7797,13 @@ static PAR__MAYBE_UNUSED void par__ctx_free(const par_ctx *ctx, void *ptr) {
 }
 
 /* A planner whose memory goes through the context's allocator (desc may be NULL). */
-static PAR__MAYBE_UNUSED par_status par__ctx_planner_create(const par_ctx *ctx, const par_planner_desc *desc,
-                                                            par_planner **planner) {
-    par_planner_desc d;
+static PAR__MAYBE_UNUSED par_status par__ctx_planner_create(const par_ctx *ctx, const par_redist_planner_desc *desc,
+                                                            par_redist_planner **planner) {
+    par_redist_planner_desc d;
     if (desc) d = *desc;
     else memset(&d, 0, sizeof d);
     if (ctx) d.allocator = ctx->allocator;
-    return par_planner_create(&d, planner);
+    return par_redist_planner_create(&d, planner);
 }
 
 /* The default hooks a context reports when its desc set none. */
@@ -8081,6 +8289,31 @@ PARALLEL_DEF par_status par_test(par_ctx *ctx, par_request *req, int *done) {
     if (!done) return par__fail(PAR_EINVAL, "par_test: NULL done");
     if (!req) return (*done = 1, PAR_OK);
     return ctx->comm.test(ctx->comm.user, req, done);
+}
+
+PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask, par_reduce_op op, par_dtype dtype,
+                                                void *values, int count) {
+    const par_compute_table *ct;
+    const par_comm_table *cm;
+    const size_t bytes = (size_t)count * par_dtype_size(dtype);
+    par_comm_group *g;
+    void *buf = NULL;
+    par_status st;
+    int n = 1;
+    if (!ctx || (!values && count > 0)) return par__fail(PAR_EINVAL, "par_ctx_all_reduce_host: NULL argument");
+    if (count < 0 || !par_dtype_size(dtype))
+        return par__fail(PAR_EINVAL, "par_ctx_all_reduce_host: count %d, dtype %d", count, (int)dtype);
+    PAR__CHECK(par_ctx_group(ctx, dev_mask, &g, NULL, &n));
+    if (n == 1 || count == 0) return PAR_OK;
+    ct = par_ctx_compute(ctx), cm = par_ctx_comm(ctx);
+    if (!ct->device_memory) return cm->all_reduce(cm->user, g, values, values, count, dtype, op, NULL);
+    /* device transports (NCCL) reduce device memory: stage through it */
+    PAR__CHECK(ct->alloc(ct->user, bytes, PAR_MEM_COMM, &buf));
+    st = ct->memcpy(ct->user, buf, values, bytes, PAR_COPY_HOST_TO_DEVICE);
+    if (st == PAR_OK) st = cm->all_reduce(cm->user, g, buf, buf, count, dtype, op, NULL);
+    if (st == PAR_OK) st = ct->memcpy(ct->user, values, buf, bytes, PAR_COPY_DEVICE_TO_HOST);
+    ct->free(ct->user, buf);
+    return st;
 }
 
 // >>comm-threads
@@ -12872,187 +13105,6 @@ PARALLEL_DEF par_status par_execute_plan(par_executor *exec, const par_plan *pla
 
 // >>checkpoint
 
-/* Files go through POSIX descriptors where there are some: lseek/read take a
-   64-bit off_t on every LP64 system, open(O_EXCL) makes a private temporary
-   file, fsync makes the save durable. Elsewhere stdio does the same, except that
-   fseek limits offsets to LONG_MAX and rename cannot replace an existing file
-   atomically on every system. */
-#if !defined(PARALLEL_NO_CHECKPOINT) || !defined(PARALLEL_NO_TRACE)
-/* Shared with >>trace's writer (compiled unless both sections are left out):
-   UTF-8 validation and writing a file atomically. */
-#include <errno.h>
-#if defined(__unix__) || defined(__APPLE__)
-#define PAR__ST_POSIX 1
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
-#else
-#define PAR__ST_POSIX 0
-#endif
-
-#define PAR__ST_IO_MAX ((size_t)1 << 30) /* bytes per read()/write() call */
-
-/* Length of the valid UTF-8 sequence at p (1..4), 0 if invalid (overlong forms,
-   surrogates and code points past U+10FFFF are invalid). */
-static int par__st_utf8_len(const unsigned char *p, const unsigned char *end) {
-    unsigned c = p[0], lo = 0x80, hi = 0xbf;
-    int n, i;
-    if (c < 0x80) return 1;
-    if (c < 0xc2 || c > 0xf4) return 0;
-    n = c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-    if (end - p < n) return 0;
-    if (c == 0xe0) lo = 0xa0;
-    if (c == 0xed) hi = 0x9f;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;
-    if (p[1] < lo || p[1] > hi) return 0;
-    for (i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
-    return n;
-}
-
-/* ---- file access: NULL on success, else a reason for the message ---- */
-
-typedef struct par__st_io {
-#if PAR__ST_POSIX
-    int fd;
-#else
-    FILE *fp;
-#endif
-} par__st_io;
-
-static void par__st_io_init(par__st_io *io) {
-#if PAR__ST_POSIX
-    io->fd = -1;
-#else
-    io->fp = NULL;
-#endif
-}
-
-/* Create a file that must not exist yet. *exists = 1 when it did. */
-static const char *par__st_io_create(par__st_io *io, const char *path, int *exists) {
-    *exists = 0;
-#if PAR__ST_POSIX
-    io->fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (io->fd >= 0) return NULL;
-    *exists = errno == EEXIST;
-    return strerror(errno);
-#else
-    io->fp = fopen(path, "wbx");
-    if (io->fp) return NULL;
-    *exists = errno == EEXIST;
-    return strerror(errno);
-#endif
-}
-
-static const char *par__st_io_write_at(par__st_io *io, uint64_t offset, const void *buf, size_t n) {
-    const unsigned char *p = (const unsigned char *)buf;
-#if PAR__ST_POSIX
-    if (offset > (uint64_t)(sizeof(off_t) >= 8 ? INT64_MAX : INT32_MAX)) return "offset too large for this system";
-    if (lseek(io->fd, (off_t)offset, SEEK_SET) < 0) return strerror(errno);
-    while (n) {
-        ssize_t r = write(io->fd, p, n < PAR__ST_IO_MAX ? n : PAR__ST_IO_MAX);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return r < 0 ? strerror(errno) : "nothing written";
-        p += r;
-        n -= (size_t)r;
-    }
-    return NULL;
-#else
-    if (offset > (uint64_t)LONG_MAX || fseek(io->fp, (long)offset, SEEK_SET) != 0) return "cannot seek";
-    return fwrite(p, 1, n, io->fp) == n ? NULL : "write error";
-#endif
-}
-
-/* Flush to the disk and close (the descriptor is closed even on failure). */
-static const char *par__st_io_sync_close(par__st_io *io) {
-    const char *why = NULL;
-#if PAR__ST_POSIX
-    if (fsync(io->fd) != 0) why = strerror(errno);
-    if (close(io->fd) != 0 && !why) why = strerror(errno);
-    io->fd = -1;
-#else
-    if (fflush(io->fp) != 0) why = "flush failed";
-    if (fclose(io->fp) != 0 && !why) why = "close failed";
-    io->fp = NULL;
-#endif
-    return why;
-}
-
-/* Put `tmp` in place of `path`. */
-static const char *par__st_replace(const char *tmp, const char *path) {
-    if (rename(tmp, path) == 0) return NULL;
-#if PAR__ST_POSIX
-    return strerror(errno);
-#else
-    {
-        /* rename does not replace an existing file everywhere (Windows): move the
-           old file aside, and back if the new one cannot take its place */
-        size_t n = strlen(path) + 5;
-        char *old = (char *)PARALLEL_MALLOC(n);
-        const char *why = NULL;
-        if (!old) return "out of memory";
-        snprintf(old, n, "%s.old", path);
-        remove(old);
-        if (rename(path, old) != 0) why = strerror(errno);
-        else if (rename(tmp, path) != 0) {
-            why = strerror(errno);
-            rename(old, path);
-        } else {
-            remove(old);
-        }
-        PARALLEL_FREE(old);
-        return why;
-    }
-#endif
-}
-
-/* Make the rename itself durable (best effort: not every file system allows it). */
-static void par__st_sync_dir(const par_allocator *alloc, const char *path) {
-#if PAR__ST_POSIX
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    char *dir = (char *)par__alloc_malloc(alloc, n + 2);
-    int fd;
-    if (!dir) return;
-    if (!slash) memcpy(dir, ".", 2);
-    else if (n == 0) memcpy(dir, "/", 2);
-    else {
-        memcpy(dir, path, n);
-        dir[n] = 0;
-    }
-    fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    par__alloc_free(alloc, dir);
-#else
-    (void)alloc, (void)path;
-#endif
-}
-
-/* Create a private temporary file beside `path` for an atomic write: tmp (n
-   bytes) receives "<path>.tmp.<pid>.<k>" (pid private to this process, k
-   separating writers of one path in one process, e.g. rank threads). NULL on
-   success, else why the last attempt failed (tmp then names it). */
-static const char *par__st_create_temp(par__st_io *io, const char *path, char *tmp, size_t n) {
-    const char *why = NULL;
-    int attempt, exists = 1;
-    for (attempt = 0; attempt < 1000 && exists; attempt++) {
-#if PAR__ST_POSIX
-        snprintf(tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
-#else
-        snprintf(tmp, n, "%s.tmp.%d", path, attempt);
-#endif
-        why = par__st_io_create(io, tmp, &exists);
-    }
-    return why;
-}
-
-#endif /* !PARALLEL_NO_CHECKPOINT || !PARALLEL_NO_TRACE */
-
 #ifndef PARALLEL_NO_CHECKPOINT
 
 #define PAR__ST_MAX_HEADER 100000000ull  /* the safetensors limit on the JSON header */
@@ -13118,7 +13170,7 @@ static int par__st_is_float(par_dtype d) { return d == PAR_F32 || d == PAR_BF16 
 static int par__st_valid_utf8(const char *s) {
     const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
     while (p < end) {
-        int n = par__st_utf8_len(p, end);
+        int n = par__utf8_len(p, end);
         if (!n) return 0;
         p += n;
     }
@@ -13127,8 +13179,8 @@ static int par__st_valid_utf8(const char *s) {
 
 /* ---- file access for the reader ---- */
 
-static const char *par__st_io_open_read(par__st_io *io, const char *path, uint64_t *size) {
-#if PAR__ST_POSIX
+static const char *par__st_io_open_read(par__file *io, const char *path, uint64_t *size) {
+#if PAR__POSIX_FILES
     struct stat st;
     const char *why;
     io->fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block the open; no effect on a regular file */
@@ -13159,14 +13211,14 @@ static const char *par__st_io_open_read(par__st_io *io, const char *path, uint64
 }
 
 /* Read n bytes at `offset`; *got = bytes read (less than n at the end of the file). */
-static const char *par__st_io_read_at(par__st_io *io, uint64_t offset, void *buf, size_t n, size_t *got) {
+static const char *par__st_io_read_at(par__file *io, uint64_t offset, void *buf, size_t n, size_t *got) {
     unsigned char *p = (unsigned char *)buf;
     *got = 0;
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
     if (offset > (uint64_t)(sizeof(off_t) >= 8 ? INT64_MAX : INT32_MAX)) return "offset too large for this system";
     if (lseek(io->fd, (off_t)offset, SEEK_SET) < 0) return strerror(errno);
     while (*got < n) {
-        size_t want = n - *got < PAR__ST_IO_MAX ? n - *got : PAR__ST_IO_MAX;
+        size_t want = n - *got < PAR__FILE_IO_MAX ? n - *got : PAR__FILE_IO_MAX;
         ssize_t r = read(io->fd, p + *got, want);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return strerror(errno);
@@ -13181,8 +13233,8 @@ static const char *par__st_io_read_at(par__st_io *io, uint64_t offset, void *buf
 #endif
 }
 
-static void par__st_io_close(par__st_io *io) {
-#if PAR__ST_POSIX
+static void par__st_io_close(par__file *io) {
+#if PAR__POSIX_FILES
     if (io->fd >= 0) close(io->fd);
     io->fd = -1;
 #else
@@ -13191,8 +13243,8 @@ static void par__st_io_close(par__st_io *io) {
 #endif
 }
 
-static int par__st_io_is_open(const par__st_io *io) {
-#if PAR__ST_POSIX
+static int par__st_io_is_open(const par__file *io) {
+#if PAR__POSIX_FILES
     return io->fd >= 0;
 #else
     return io->fp != NULL;
@@ -13207,7 +13259,7 @@ typedef struct par__st_meta {
 
 struct par_st_file {
     char *path;
-    par__st_io io;
+    par__file io;
     uint64_t data_start, data_size; /* data section: file bytes [data_start, data_start + data_size) */
     char *strings;                  /* decoded names, metadata keys and values */
     par_st_tensor *tensors;         /* sorted by name */
@@ -13346,7 +13398,7 @@ static par_status par__st_string(par__st_parser *ps, const char **result, const 
         if (c == '"') break;
         if (c < 0x20) return par__st_syntax(ps, "raw control byte 0x%02x in a string %s (JSON escapes it)", c, context);
         if (c != '\\') {
-            if (!(n = par__st_utf8_len(ps->p, ps->end)))
+            if (!(n = par__utf8_len(ps->p, ps->end)))
                 return par__st_syntax(ps, "invalid UTF-8 in a string %s", context);
             memcpy(o, ps->p, (size_t)n);
             o += n;
@@ -13830,7 +13882,7 @@ PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
     f = (par_st_file *)PARALLEL_MALLOC(sizeof *f);
     if (!f) return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
     memset(f, 0, sizeof *f);
-    par__st_io_init(&f->io);
+    par__file_init(&f->io);
     if (!(f->path = par__st_strdup(path))) {
         PARALLEL_FREE(f);
         return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
@@ -14138,7 +14190,7 @@ typedef struct par__st_text {
 
 struct par_st_writer {
     char *path, *tmp;
-    par__st_io io;
+    par__file io;
     par__st_wtensor *t;
     int count, cap;
     par__st_kv *meta;
@@ -14239,7 +14291,7 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
     w = (par_st_writer *)PARALLEL_MALLOC(sizeof *w);
     if (!w) return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
     memset(w, 0, sizeof *w);
-    par__st_io_init(&w->io);
+    par__file_init(&w->io);
     n = strlen(path) + 64;
     w->path = par__st_strdup(path);
     w->tmp = (char *)PARALLEL_MALLOC(n);
@@ -14247,7 +14299,7 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
         par__st_writer_free(w);
         return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
     }
-    if ((why = par__st_create_temp(&w->io, path, w->tmp, n)) != NULL) {
+    if ((why = par__file_create_temp(&w->io, path, w->tmp, n)) != NULL) {
         par_status st = par__fail(PAR_EIO, "par_st_writer_create: %.200s: cannot create the temporary file %.200s (%s)",
                                   path, w->tmp, why);
         PARALLEL_FREE(w->tmp);
@@ -14420,8 +14472,8 @@ static par_status par__st_writer_layout(par_st_writer *w, const char *fn) {
                          fn, w->path, (unsigned long long)h->len, PAR__ST_MAX_HEADER);
     for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
     w->data_start = 8 + (uint64_t)h->len;
-    if ((why = par__st_io_write_at(&w->io, 0, len8, 8)) != NULL ||
-        (why = par__st_io_write_at(&w->io, 8, h->p, h->len)) != NULL)
+    if ((why = par__file_write_at(&w->io, 0, len8, 8)) != NULL ||
+        (why = par__file_write_at(&w->io, 8, h->p, h->len)) != NULL)
         return par__fail(PAR_EIO, "%s: %.200s: cannot write the header to %.200s (%s)", fn, w->path, w->tmp, why);
     return PAR_OK;
 }
@@ -14439,7 +14491,7 @@ static par_status par__st_writer_put(par_st_writer *w, const char *fn, par__st_w
     const unsigned char *p = (const unsigned char *)data;
     while (n) {
         size_t step = n < PAR__ST_CHUNK ? (size_t)n : PAR__ST_CHUNK;
-        const char *why = par__st_io_write_at(&w->io, w->data_start + t->offset + t->written, p, step);
+        const char *why = par__file_write_at(&w->io, w->data_start + t->offset + t->written, p, step);
         if (why)
             return par__st_writer_break(w,
                                         par__fail(PAR_EIO, "%s: %.200s: cannot write tensor \"%.100s\" to %.200s (%s)",
@@ -14494,16 +14546,16 @@ static par_status par__st_writer_complete(par_st_writer *w) {
         snprintf(hex, sizeof hex, "%08lx", (unsigned long)(t->crc ^ 0xffffffffu));
         memcpy(w->header.p + t->crc_at, hex, 8);
     }
-    if ((why = par__st_io_write_at(&w->io, 8, w->header.p, w->header.len)) != NULL)
+    if ((why = par__file_write_at(&w->io, 8, w->header.p, w->header.len)) != NULL)
         return par__fail(PAR_EIO, "%s: %.200s: cannot write the header to %.200s (%s)", fn, w->path, w->tmp, why);
-    if ((why = par__st_io_sync_close(&w->io)) != NULL)
+    if ((why = par__file_sync_close(&w->io)) != NULL)
         return par__fail(PAR_EIO, "%s: %.200s: cannot flush %.200s to disk (%s)", fn, w->path, w->tmp, why);
-    if ((why = par__st_replace(w->tmp, w->path)) != NULL)
+    if ((why = par__file_replace(w->tmp, w->path)) != NULL)
         return par__fail(PAR_EIO, "%s: %.200s: cannot rename %.200s over it (%s); the old file is unchanged", fn,
                          w->path, w->tmp, why);
     PARALLEL_FREE(w->tmp);
     w->tmp = NULL; /* renamed: nothing to remove */
-    par__st_sync_dir(NULL, w->path);
+    par__file_sync_dir(NULL, w->path);
     return PAR_OK;
 }
 
@@ -14527,8 +14579,6 @@ PARALLEL_DEF void par_st_writer_abort(par_st_writer *w) {
    inside `#ifndef PARALLEL_NO_TRACE` as well: tests/conventions.sh compiles the
    header with the macro, so a call outside the guard fails the build there. */
 #ifndef PARALLEL_NO_TRACE
-
-#include <time.h>
 
 /* A span as stored, sent between ranks and written: fixed size (a multiple
    of 8 bytes, sent as i64 elements), names inline. Besides spans, the writers
@@ -14569,15 +14619,7 @@ struct par_trace {
     char misuse[160]; /* the first misuse, reported again by the writers */
 };
 
-PARALLEL_DEF double par_trace_now_us(void) {
-    struct timespec ts;
-#ifdef CLOCK_MONOTONIC
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-#else
-    timespec_get(&ts, TIME_UTC);
-#endif
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
+PARALLEL_DEF double par_trace_now_us(void) { return par__clock_us(); }
 
 /* Copy whole UTF-8 characters of src that fit (invalid bytes become '?'), so
    a cut name is still valid UTF-8 and the JSON stays valid. */
@@ -14585,7 +14627,7 @@ static void par__trace_copy_name(char *dst, size_t size, const char *src) {
     const unsigned char *p = (const unsigned char *)src, *end = p + strlen(src);
     size_t n = 0;
     while (p < end) {
-        int len = par__st_utf8_len(p, end);
+        int len = par__utf8_len(p, end);
         if (!len) {
             if (n + 1 >= size) break;
             dst[n++] = '?', p++;
@@ -14842,7 +14884,7 @@ static int64_t par__trace_min_ns(const par_trace *t) {
 /* ---- the JSON writer: a buffer flushed to the temporary file ---- */
 
 typedef struct par__trace_out {
-    par__st_io io;
+    par__file io;
     const par_allocator *alloc; /* of buf and tmp; NULL = the PARALLEL_MALLOC macros */
     char *tmp;
     const char *path;
@@ -14857,7 +14899,7 @@ typedef struct par__trace_out {
 
 static void par__trace_flush(par__trace_out *o) {
     const char *why;
-    if (!o->why && o->len && (why = par__st_io_write_at(&o->io, o->offset, o->buf, o->len)) != NULL) o->why = why;
+    if (!o->why && o->len && (why = par__file_write_at(&o->io, o->offset, o->buf, o->len)) != NULL) o->why = why;
     o->offset += o->len;
     o->len = 0;
 }
@@ -14865,7 +14907,7 @@ static void par__trace_flush(par__trace_out *o) {
 static void par__trace_put(par__trace_out *o, const char *s, size_t n) {
     if (o->len + n > o->cap) par__trace_flush(o);
     if (n > o->cap) { /* cannot happen with our short pieces; keep it correct anyway */
-        if (!o->why && par__st_io_write_at(&o->io, o->offset, s, n)) o->why = "write failed";
+        if (!o->why && par__file_write_at(&o->io, o->offset, s, n)) o->why = "write failed";
         o->offset += n;
         return;
     }
@@ -15000,7 +15042,7 @@ static par_status par__trace_open_out(par__trace_out *o, const par_allocator *al
     const char *why;
     const size_t n = strlen(path) + 64;
     memset(o, 0, sizeof *o);
-    par__st_io_init(&o->io);
+    par__file_init(&o->io);
     o->alloc = alloc;
     o->path = path;
     o->cap = PAR__TRACE_FLUSH_AT;
@@ -15011,7 +15053,7 @@ static par_status par__trace_open_out(par__trace_out *o, const par_allocator *al
         o->buf = o->tmp = NULL;
         return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
     }
-    if ((why = par__st_create_temp(&o->io, path, o->tmp, n)) != NULL) {
+    if ((why = par__file_create_temp(&o->io, path, o->tmp, n)) != NULL) {
         par_status st = par__fail(PAR_EIO, "%s: %.200s: cannot create the temporary file %.200s (%s)", fn, path,
                                   o->tmp, why);
         par__alloc_free(alloc, o->buf), par__alloc_free(alloc, o->tmp);
@@ -15035,16 +15077,16 @@ static par_status par__trace_close_out(par__trace_out *o, const char *fn, int ok
             ok = 0;
         }
     }
-    if ((why = par__st_io_sync_close(&o->io)) != NULL && ok) {
+    if ((why = par__file_sync_close(&o->io)) != NULL && ok) {
         st = par__fail(PAR_EIO, "%s: %.200s: cannot flush %.200s to disk (%s)", fn, o->path, o->tmp, why);
         ok = 0;
     }
-    if (ok && (why = par__st_replace(o->tmp, o->path)) != NULL) {
+    if (ok && (why = par__file_replace(o->tmp, o->path)) != NULL) {
         st = par__fail(PAR_EIO, "%s: %.200s: cannot rename %.200s over it (%s); the old file is unchanged", fn,
                        o->path, o->tmp, why);
         ok = 0;
     }
-    if (ok) par__st_sync_dir(o->alloc, o->path);
+    if (ok) par__file_sync_dir(o->alloc, o->path);
     else remove(o->tmp);
     par__alloc_free(o->alloc, o->buf), par__alloc_free(o->alloc, o->tmp);
     o->buf = o->tmp = NULL;
@@ -15276,6 +15318,41 @@ done:
 
 #endif /* PARALLEL_NO_TRACE */
 
+/* ---- spans for the schedules below ---------------------------------------------
+   >>params, >>tensor-parallel, >>context-parallel and >>pipeline time their work
+   only when a trace is attached, and compile without >>trace: these three are
+   their only way to it, so none of them needs its own PARALLEL_NO_TRACE guard.
+   Names are cut at PAR__SPAN_NAME bytes (the trace's own limit). */
+#define PAR__SPAN_NAME 48
+
+/* Now, in the trace's microseconds, when traced; 0 otherwise (no clock read). */
+static PAR__MAYBE_UNUSED double par__span_start(const struct par_trace *trace) {
+#ifndef PARALLEL_NO_TRACE
+    return trace ? par_trace_now_us() : 0.0;
+#else
+    (void)trace;
+    return 0.0;
+#endif
+}
+
+/* Record [t0, t1] as `name` in `category` when traced. */
+static PAR__MAYBE_UNUSED void par__span_record(struct par_trace *trace, const char *name, const char *category,
+                                               double t0, double t1) {
+#ifndef PARALLEL_NO_TRACE
+    if (trace) (void)par_trace_span(trace, name, category, t0, t1);
+#else
+    (void)trace, (void)name, (void)category, (void)t0, (void)t1;
+#endif
+}
+
+/* Record [t0, now] when traced; returns now (0 untraced). */
+static PAR__MAYBE_UNUSED double par__span_end(struct par_trace *trace, const char *name, const char *category,
+                                              double t0) {
+    const double t1 = par__span_start(trace);
+    par__span_record(trace, name, category, t0, t1);
+    return t1;
+}
+
 // >>params
 
 #define PAR__DEFAULT_BUCKET_BYTES (25 * 1024 * 1024)
@@ -15330,29 +15407,18 @@ struct par_params {
     float *tmp_whole, *tmp_bucket;
     int64_t tmp_whole_n, tmp_bucket_n;
     int tmp_bucket_of, tmp_bucket_field;
-    par_planner *planner;
+    par_redist_planner *planner;
     par_executor *exec;
 };
 
-static double par__params_now(const par_params *ps) {
-#ifndef PARALLEL_NO_TRACE
-    return ps->trace ? par_trace_now_us() : 0.0;
-#else
-    (void)ps;
-    return 0.0;
-#endif
-}
+static double par__params_now(const par_params *ps) { return par__span_start(ps->trace); }
 
 static void par__params_span(par_params *ps, const char *cat, double t0, const char *what, int bucket) {
-#ifndef PARALLEL_NO_TRACE
-    char name[PAR_TRACE_NAME_MAX];
+    char name[PAR__SPAN_NAME];
     if (!ps->trace) return;
     if (bucket >= 0) snprintf(name, sizeof name, "%s bucket %d", what, bucket);
     else snprintf(name, sizeof name, "%s", what);
-    (void)par_trace_span(ps->trace, name, cat, t0, par_trace_now_us());
-#else
-    (void)ps, (void)cat, (void)t0, (void)what, (void)bucket;
-#endif
+    (void)par__span_end(ps->trace, name, cat, t0);
 }
 
 /* Device dims of size > 1 of the mesh. */
@@ -15406,7 +15472,7 @@ PARALLEL_DEF void par_params_destroy(par_params *ps) {
     par__ctx_free(ps->ctx, ps->slots), par__ctx_free(ps->ctx, ps->rs_tmp), par__ctx_free(ps->ctx, ps->slot_bucket);
     par__ctx_free(ps->ctx, ps->p), par__ctx_free(ps->ctx, ps->b);
     if (ps->exec) par_executor_destroy(ps->exec);
-    if (ps->planner) par_planner_destroy(ps->planner);
+    if (ps->planner) par_redist_planner_destroy(ps->planner);
     par__ctx_free(ps->ctx, ps);
 }
 
@@ -15630,10 +15696,10 @@ static par_status par__params_index(const par_params *ps, int i, const char *fn)
     return PAR_OK;
 }
 
-PARALLEL_DEF par_status par_params_info(const par_params *ps, int i, par_param_info *info) {
+PARALLEL_DEF par_status par_params_get_info(const par_params *ps, int i, par_param_info *info) {
     const par__param *p;
-    PAR__CHECK(par__params_index(ps, i, "par_params_info"));
-    if (!info) return par__fail(PAR_EINVAL, "par_params_info: NULL info");
+    PAR__CHECK(par__params_index(ps, i, "par_params_get_info"));
+    if (!info) return par__fail(PAR_EINVAL, "par_params_get_info: NULL info");
     p = &ps->p[i];
     memset(info, 0, sizeof *info);
     info->name = p->name, info->layout = p->layout, info->numel = p->numel, info->bucket = p->bucket;
@@ -16027,7 +16093,7 @@ PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field,
         PAR__CHECK(par_layout_init(&rep, &p->layout.mesh, p->layout.ndim, p->layout.shape, NULL, 0));
         memset(&cost, 0, sizeof cost);
         cost.independent_dims = ps->stage_dims; /* other stages hold other tensors */
-        PAR__CHECK(par_planner_plan(ps->planner, &p->layout, &rep, &cost, &plan));
+        PAR__CHECK(par_redist_planner_plan(ps->planner, &p->layout, &rep, &cost, &plan));
         PAR__CHECK(par__params_tmp(ps, &ps->tmp_whole, &ps->tmp_whole_n, plan.max_local_numel > global ? plan.max_local_numel : global));
         PAR__CHECK(par_execute_plan(ps->exec, &plan, PAR_F32, local, ps->tmp_whole));
         src = ps->tmp_whole;
@@ -16061,31 +16127,6 @@ PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field fie
     }
 }
 
-PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask, par_reduce_op op, par_dtype dtype,
-                                                void *values, int count) {
-    const par_compute_table *ct;
-    const par_comm_table *cm;
-    const size_t bytes = (size_t)count * par_dtype_size(dtype);
-    par_comm_group *g;
-    void *buf = NULL;
-    par_status st;
-    int n = 1;
-    if (!ctx || (!values && count > 0)) return par__fail(PAR_EINVAL, "par_ctx_all_reduce_host: NULL argument");
-    if (count < 0 || !par_dtype_size(dtype))
-        return par__fail(PAR_EINVAL, "par_ctx_all_reduce_host: count %d, dtype %d", count, (int)dtype);
-    PAR__CHECK(par_ctx_group(ctx, dev_mask, &g, NULL, &n));
-    if (n == 1 || count == 0) return PAR_OK;
-    ct = par_ctx_compute(ctx), cm = par_ctx_comm(ctx);
-    if (!ct->device_memory) return cm->all_reduce(cm->user, g, values, values, count, dtype, op, NULL);
-    /* device transports (NCCL) reduce device memory: stage through it */
-    PAR__CHECK(ct->alloc(ct->user, bytes, PAR_MEM_COMM, &buf));
-    st = ct->memcpy(ct->user, buf, values, bytes, PAR_COPY_HOST_TO_DEVICE);
-    if (st == PAR_OK) st = cm->all_reduce(cm->user, g, buf, buf, count, dtype, op, NULL);
-    if (st == PAR_OK) st = ct->memcpy(ct->user, values, buf, bytes, PAR_COPY_DEVICE_TO_HOST);
-    ct->free(ct->user, buf);
-    return st;
-}
-
 #ifndef PARALLEL_NO_CHECKPOINT
 /* ---- sharded checkpoints ------------------------------------------------------ */
 
@@ -16115,7 +16156,7 @@ static par_status par__ckpt_agree(par_params *ps, par_status st, const char *fn)
     return PAR_OK;
 }
 
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
 #include <dirent.h>
 
 /* Remove a directory of plain files (the step directories hold nothing else). */
@@ -16164,7 +16205,7 @@ static par_status par__ckpt_write_text(const char *fn, const char *path, const c
         unlink(tmp);
         return par__fail(PAR_EIO, "%s: cannot rename %s to %s: %s", fn, tmp, path, why);
     }
-    par__st_sync_dir(NULL, path);
+    par__file_sync_dir(NULL, path);
     return PAR_OK;
 }
 
@@ -16446,14 +16487,14 @@ static void par__ckpt_prune(const char *dir, int keep, const char *current) {
     if (n > keep) par__ckpt_fsync_path(dir);
     PARALLEL_FREE(steps);
 }
-#endif /* PAR__ST_POSIX */
+#endif /* PAR__POSIX_FILES */
 
 static void par__ckpt_stage(const par_ckpt_desc *d, int rank, const char *stage) {
     if (rank == 0 && d->on_stage) d->on_stage(d->user, stage);
 }
 
 PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) {
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
     char tmpdir[1200], final[1100], name[64], aside[1200], line[80], save_id[24];
     struct stat sb;
     par_status st = PAR_OK;
@@ -16645,7 +16686,7 @@ static int par__ckpt_parse_piece(const char *s, par__ckpt_rpiece *p) {
 
 /* Resolve `path` (a step directory, or a root holding `latest`) into dir. */
 static par_status par__ckpt_resolve(const char *fn, const char *path, char *dir, size_t size) {
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
     struct stat sb;
     char p[1100];
     if (!path || !*path) return par__fail(PAR_EINVAL, "%s: empty checkpoint path", fn);
@@ -17029,7 +17070,7 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
 
 /* ---- one run per checkpoint root ------------------------------------------- */
 
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
 #include <sys/utsname.h>
 
 /* The owner of DIR/.lock: 1 and its text when a process other than this one
@@ -17071,7 +17112,7 @@ static int par__ckpt_lock_owner(const char *lock, char *owner, size_t size, int 
 #endif
 
 PARALLEL_DEF par_status par_ckpt_lock(const char *dir) {
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
     char lock[1100], owner[512], text[512];
     struct utsname u;
     int attempt, stale, fd;
@@ -17109,7 +17150,7 @@ PARALLEL_DEF par_status par_ckpt_lock(const char *dir) {
 }
 
 PARALLEL_DEF void par_ckpt_unlock(const char *dir) {
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
     char lock[1100], text[512];
     long pid = 0;
     size_t n;
@@ -17127,7 +17168,7 @@ PARALLEL_DEF void par_ckpt_unlock(const char *dir) {
 }
 
 PARALLEL_DEF par_status par_ckpt_check_idle(const char *dir) {
-#if PAR__ST_POSIX
+#if PAR__POSIX_FILES
     char lock[1100], owner[512];
     int stale;
     if (!dir || !*dir) return par__fail(PAR_EINVAL, "par_ckpt_check_idle: empty directory");
@@ -17201,23 +17242,13 @@ PARALLEL_DEF void par_copies_destroy(par_copies *mc) {
 #ifndef PARALLEL_NO_THREADS
 /* The turn of `copy` begins / ends: its stretch as a span (called by the
    turn's holder, so one thread writes the trace at a time). */
-static void par__copies_turn_begins(par_copies *mc) {
-#ifndef PARALLEL_NO_TRACE
-    if (mc->trace) mc->since = par_trace_now_us();
-#else
-    (void)mc;
-#endif
-}
+static void par__copies_turn_begins(par_copies *mc) { mc->since = par__span_start(mc->trace); }
 
 static void par__copies_turn_ends(par_copies *mc, int copy) {
-#ifndef PARALLEL_NO_TRACE
     char name[32];
     if (!mc->trace) return;
     snprintf(name, sizeof name, "copy %d", copy);
-    (void)par_trace_span(mc->trace, name, "compute", mc->since, par_trace_now_us());
-#else
-    (void)mc, (void)copy;
-#endif
+    (void)par__span_end(mc->trace, name, "compute", mc->since);
 }
 
 /* Under mu: the turn to the next copy after `from` that has not finished
@@ -17341,7 +17372,7 @@ struct par_tp {
     int data_order[PARALLEL_MAX_DIMS], n_data; /* device dims splitting the rows, major first */
     int tp_order[PARALLEL_MAX_DIMS], n_tp;     /* tensor-parallel dims, major first */
     par_comm_group *group;
-    par_planner *planner;
+    par_redist_planner *planner;
     par_executor *exec;
     par_plan plan;
     struct par_trace *trace;
@@ -17353,7 +17384,7 @@ struct par_tp {
 PARALLEL_DEF void par_tp_destroy(par_tp *tp) {
     if (!tp) return;
     if (tp->exec) par_executor_destroy(tp->exec);
-    if (tp->planner) par_planner_destroy(tp->planner);
+    if (tp->planner) par_redist_planner_destroy(tp->planner);
     par__ctx_free(tp->ctx, tp);
 }
 
@@ -17473,28 +17504,16 @@ static void par__tp_comm_begin(par_tp *tp) {
 /* ... and ends: the span is recorded once the turn is back (the trace is
    written by one thread at a time), from its start to its completion. */
 static void par__tp_done(par_tp *tp, double t0, const char *what) {
-#ifndef PARALLEL_NO_TRACE
-    char name[PAR_TRACE_NAME_MAX];
-    const double t1 = tp->trace ? par_trace_now_us() : 0.0;
+    char name[PAR__SPAN_NAME];
+    const double t1 = par__span_start(tp->trace);
     par__copies_comm_end(tp->copies, tp->copy);
     if (!tp->trace) return;
     snprintf(name, sizeof name, "tp %s", what);
-    (void)par_trace_span(tp->trace, name, "comm", t0, t1);
+    par__span_record(tp->trace, name, "comm", t0, t1);
     tp->comm_us += t1 - t0;
-#else
-    par__copies_comm_end(tp->copies, tp->copy);
-    (void)t0, (void)what;
-#endif
 }
 
-static double par__tp_now(const par_tp *tp) {
-#ifndef PARALLEL_NO_TRACE
-    return tp->trace ? par_trace_now_us() : 0.0;
-#else
-    (void)tp;
-    return 0.0;
-#endif
-}
+static double par__tp_now(const par_tp *tp) { return par__span_start(tp->trace); }
 
 static par_status par__tp_redistribute(par_tp *tp, const par_layout *from, const par_layout *to, const void *in,
                                        void *out, const char *what) {
@@ -17507,7 +17526,7 @@ static par_status par__tp_redistribute(par_tp *tp, const par_layout *from, const
        any other dim hold other data and may be busy elsewhere (a pipeline's
        receive), so the plan must keep to the region's own dims */
     cost.independent_dims = par__mesh_dims_mask(par_ctx_mesh(tp->ctx)) & ~(tp->tp_dims | tp->data_dims);
-    PAR__CHECK(par_planner_plan(tp->planner, from, to, &cost, &tp->plan));
+    PAR__CHECK(par_redist_planner_plan(tp->planner, from, to, &cost, &tp->plan));
     par__tp_comm_begin(tp);
     t0 = par__tp_now(tp);
     st = par_execute_plan(tp->exec, &tp->plan, PAR_F32, in, out);
@@ -17838,7 +17857,7 @@ PARALLEL_DEF par_status par_cp_algo_parse(const char *text, par_cp_algo *algo) {
     size_t i;
     if (!text || !algo) return par__fail(PAR_EINVAL, "par_cp_algo_parse: NULL argument");
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (par__st_iequal(text, names[i].name)) return *algo = names[i].algo, PAR_OK;
+        if (par__iequal(text, names[i].name)) return *algo = names[i].algo, PAR_OK;
     return par__fail(PAR_EINVAL, "context-parallel algorithm \"%s\" is unknown; accepted: ring (colossalai_cp), ulysses "
                                  "(ulysses_cp), hybrid (hybrid_cp, hybird_cp)", text);
 }
@@ -18042,25 +18061,13 @@ PARALLEL_DEF par_status par_cp_memory(const par_cp *cp, int64_t bytes[PAR_MEM_CA
 
 /* ---- timing ------------------------------------------------------------------ */
 
-static double par__cp_now(const par_cp *cp) {
-#ifndef PARALLEL_NO_TRACE
-    return cp->trace ? par_trace_now_us() : 0.0;
-#else
-    (void)cp;
-    return 0.0;
-#endif
-}
+static double par__cp_now(const par_cp *cp) { return par__span_start(cp->trace); }
 
 static void par__cp_span(par_cp *cp, const char *category, double t0, const char *what) {
-#ifndef PARALLEL_NO_TRACE
     double t1;
     if (!cp->trace) return;
-    t1 = par_trace_now_us();
-    (void)par_trace_span(cp->trace, what, category, t0, t1);
+    t1 = par__span_end(cp->trace, what, category, t0);
     if (strcmp(category, "comm") == 0) cp->comm_us += t1 - t0;
-#else
-    (void)cp, (void)category, (void)t0, (void)what;
-#endif
 }
 
 /* ---- Ulysses: all-to-all between [S tokens, H heads] and [U x S tokens, H/U heads] -- */
@@ -18205,11 +18212,7 @@ static par_status par__cp_finish(par_cp *cp, par__cp_xfer *x, const char *what) 
         par__cp_span(cp, "comm", t0, "cp ring wait");
         x->t_done = par__cp_now(cp);
     }
-#ifndef PARALLEL_NO_TRACE
-    (void)par_trace_span(cp->trace, what, "p2p", x->t0, x->t_done);
-#else
-    (void)what;
-#endif
+    par__span_record(cp->trace, what, "p2p", x->t0, x->t_done);
     x->t0 = 0;
     return PAR_OK;
 }
@@ -18392,7 +18395,7 @@ PARALLEL_DEF par_status par_pp_kind_parse(const char *text, par_pp_kind *kind) {
     size_t i;
     if (!text || !kind) return par__fail(PAR_EINVAL, "par_pp_kind_parse: NULL argument");
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (par__st_iequal(text, names[i].name)) return *kind = names[i].kind, PAR_OK;
+        if (par__iequal(text, names[i].name)) return *kind = names[i].kind, PAR_OK;
     return par__fail(PAR_EINVAL, "pipeline schedule \"%s\" is unknown; accepted: gpipe, 1f1b, interleaved "
                                  "(interleaved_1f1b), zb-h1 (zbh1, zero_bubble)", text);
 }
@@ -18953,8 +18956,9 @@ PARALLEL_DEF par_status par_pp_schedule_check(const par_pp_schedule *s, par_pp_c
     if (res) {
         res->makespan = makespan;
         res->bubble = makespan > 0 ? 1.0 - busy / ((double)s->p * makespan) : 0.0;
+        res->ranks_listed = s->p < PAR_PP_CHECK_RANKS ? s->p : PAR_PP_CHECK_RANKS;
         for (r = 0; r < s->p; r++) {
-            if (r < 64) res->peak_in_flight[r] = x.inflight[s->p + r];
+            if (r < PAR_PP_CHECK_RANKS) res->peak_in_flight[r] = x.inflight[s->p + r];
             if (x.inflight[s->p + r] > res->max_in_flight) res->max_in_flight = x.inflight[s->p + r];
         }
     }
@@ -18973,30 +18977,17 @@ static par_status par__pp_fail_at(int stage, int step, const par_pp_action *a, p
 }
 
 static void par__pp_span(struct par_trace *trace, const char *cat, double t0, const par_pp_action *a) {
-#ifndef PARALLEL_NO_TRACE
-    char name[PAR_TRACE_NAME_MAX];
+    char name[PAR__SPAN_NAME];
     if (!trace) return;
     snprintf(name, sizeof name, "pp %s %d %d", par__pp_op_text[a->op], a->micro_batch, a->chunk);
-    (void)par_trace_span(trace, name, cat, t0, par_trace_now_us());
-#else
-    (void)trace, (void)cat, (void)t0, (void)a;
-#endif
-}
-
-static double par__pp_now(struct par_trace *trace) {
-#ifndef PARALLEL_NO_TRACE
-    return trace ? par_trace_now_us() : 0.0;
-#else
-    (void)trace;
-    return 0.0;
-#endif
+    (void)par__span_end(trace, name, cat, t0);
 }
 
 /* One action of this stage. Sends are posted (their requests kept in reqs). */
 static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_pp_action *a, int stage, int p,
                              par_comm_group *acts, par_comm_group *grads, par_request **req) {
     const par_pp_callbacks *cb = &d->callbacks;
-    const double t0 = par__pp_now(d->trace);
+    const double t0 = par__span_start(d->trace);
     const int g = a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_RECV_GRAD;
     const int input = a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_SEND_GRAD;
     float *buf = NULL;
@@ -19086,20 +19077,12 @@ PARALLEL_DEF const char *par_search_mode_name(par_search_mode mode) {
     return (int)mode >= 0 && mode < PAR_SEARCH_MODE_COUNT ? par__search_mode_names[mode] : "?";
 }
 
-static int par__gr_ieq(const char *a, const char *b) {
-    for (; *a && *b; a++, b++) {
-        int x = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, y = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
-        if (x != y) return 0;
-    }
-    return *a == *b;
-}
-
 PARALLEL_DEF par_status par_search_mode_parse(const char *text, par_search_mode *mode) {
     static const char *const aliases[PAR_SEARCH_MODE_COUNT] = {"dp", "propagation", "rec"};
     int i;
     if (!text || !mode) return par__fail(PAR_EINVAL, "par_search_mode_parse: NULL argument");
     for (i = 0; i < PAR_SEARCH_MODE_COUNT; i++)
-        if (par__gr_ieq(text, par__search_mode_names[i]) || par__gr_ieq(text, aliases[i])) {
+        if (par__iequal(text, par__search_mode_names[i]) || par__iequal(text, aliases[i])) {
             *mode = (par_search_mode)i;
             return PAR_OK;
         }
@@ -19132,7 +19115,7 @@ struct par_graph {
     par__gr_edge *edges;
     int nedges, cap_edges;
     int *chosen;
-    par_planner *planner;
+    par_redist_planner *planner;
 };
 
 static void *par__gr_alloc(const par_graph *g, size_t n) { return par__alloc_malloc(&g->d.allocator, n ? n : 1); }
@@ -19140,7 +19123,7 @@ static void par__gr_free(const par_graph *g, void *p) { par__alloc_free(&g->d.al
 
 PARALLEL_DEF par_status par_graph_create(const par_graph_desc *desc, par_graph **graph) {
     par_graph *g;
-    par_planner_desc pd;
+    par_redist_planner_desc pd;
     par_graph_desc d;
     par_status st;
     if (!graph) return par__fail(PAR_EINVAL, "par_graph_create: NULL argument");
@@ -19164,7 +19147,7 @@ PARALLEL_DEF par_status par_graph_create(const par_graph_desc *desc, par_graph *
     g->d = d;
     memset(&pd, 0, sizeof pd);
     pd.allocator = d.allocator;
-    if ((st = par_planner_create(&pd, &g->planner)) != PAR_OK) {
+    if ((st = par_redist_planner_create(&pd, &g->planner)) != PAR_OK) {
         par__alloc_free(&d.allocator, g);
         return st;
     }
@@ -19183,7 +19166,7 @@ PARALLEL_DEF void par_graph_destroy(par_graph *g) {
     par__gr_free(g, g->ops);
     par__gr_free(g, g->edges);
     par__gr_free(g, g->chosen);
-    par_planner_destroy(g->planner);
+    par_redist_planner_destroy(g->planner);
     par__alloc_free(&g->d.allocator, g);
 }
 
@@ -19402,7 +19385,7 @@ static par_status par__gr_plan_cost(par_graph *g, const par_layout *from, const 
         cm.link[v].bandwidth = g->d.link_bandwidth;
     }
     cm.elem_size = elem;
-    if ((st = par_planner_plan(g->planner, from, to, &cm, &plan)) != PAR_OK) return st;
+    if ((st = par_redist_planner_plan(g->planner, from, to, &cm, &plan)) != PAR_OK) return st;
     *cost = plan.cost;
     return PAR_OK;
 }
@@ -20633,7 +20616,7 @@ static void par__au_cut(char *example, int64_t *counter, const par_auto_plan *pl
     if (!*counter) {
         char name[96];
         size_t n;
-        par_auto_plan_name(pl, name, sizeof name);
+        par_auto_plan_format(pl, name, sizeof name);
         par__copy_text(example, 160, name);
         n = strlen(example);
         if (n + 2 < 160) {
@@ -20907,7 +20890,7 @@ PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_pla
     return PAR_OK;
 }
 
-PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *p, char *buf, size_t size) {
+PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *p, char *buf, size_t size) {
     char cpb[32] = "", ppb[48] = "";
     if (!p) return 0;
     if (p->cp > 1) snprintf(cpb, sizeof cpb, " cp=%d %s", p->cp, p->cp_algo == PAR_CP_RING ? "ring" : "ulysses");
@@ -20918,11 +20901,7 @@ PARALLEL_DEF int par_auto_plan_name(const par_auto_plan *p, char *buf, size_t si
 
 /* ---- calibration ---------------------------------------------------------------- */
 
-static double par__au_now(void) {
-    struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double par__au_now(void) { return 1e-6 * par__clock_us(); }
 
 static int par__au_cmp(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;

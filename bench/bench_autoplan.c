@@ -259,7 +259,7 @@ static void table(void) {
     for (i = 0; i < N; i++) {
         char name[128];
         double err;
-        par_auto_plan_name(&pred[i], name, sizeof name);
+        par_auto_plan_format(&pred[i], name, sizeof name);
         if (!ok[i]) {
             printf("| %s | trainer run failed |\n", name);
             continue;
@@ -276,7 +276,7 @@ static void table(void) {
         for (i = 0; i < N; i++) {
             char name[128];
             const par_auto_plan *p = &pred[i];
-            par_auto_plan_name(p, name, sizeof name);
+            par_auto_plan_format(p, name, sizeof name);
             printf("  %-36s compute %6.2f tp %5.2f cp %5.2f pp %5.2f dp %5.2f bubble %.2f critical %6.2f shared %6.2f\n",
                    name, 1e3 * p->compute_time, 1e3 * p->tp_comm_time, 1e3 * p->cp_comm_time, 1e3 * p->pp_comm_time,
                    1e3 * p->dp_comm_time, p->bubble, 1e3 * p->critical_time, 1e3 * p->shared_time);
@@ -331,13 +331,13 @@ static void capped(int candidates) {
         char names[K][128];
         for (i = 0; i < count && i < 512 && nk < candidates && nk < K; i++) idx[nk++] = i;
         for (i = 0; i < count && i < 512 && pick < 0; i++) { /* the pick, wherever it ranks */
-            par_auto_plan_name(&all[i], name, sizeof name);
+            par_auto_plan_format(&all[i], name, sizeof name);
             if (strcmp(name, chosen) != 0) continue;
             for (k = 0; k < nk; k++)
                 if (idx[k] == i) pick = k;
             if (pick < 0 && nk < K) idx[nk] = i, pick = nk++;
         }
-        for (k = 0; k < nk; k++) par_auto_plan_name(&all[idx[k]], names[k], sizeof names[k]);
+        for (k = 0; k < nk; k++) par_auto_plan_format(&all[idx[k]], names[k], sizeof names[k]);
         for (r = 0; r < rounds; r++)
             for (k = 0; k < nk; k++) {
                 conf_args(&all[idx[k]], args, sizeof args);

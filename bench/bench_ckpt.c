@@ -165,7 +165,7 @@ static par_status body(par_ctx *ctx, void *arg) {
         par_param_info in;
         float *v = par_params_value(ps, i);
         int64_t k;
-        par_params_info(ps, i, &in);
+        par_params_get_info(ps, i, &in);
         for (k = 0; k < in.numel; k++) v[k] = (float)(k % 1000) * 1e-3f;
     }
     par_params_set_step(ps, 7);

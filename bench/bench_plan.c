@@ -85,20 +85,20 @@ typedef struct timing {
     double median, p90, mean, worst;
 } timing;
 
-static timing time_plans(par_planner *pl, const bench_case *cases, int n) {
+static timing time_plans(par_redist_planner *pl, const bench_case *cases, int n) {
     static double us[CASES];
     par_plan plan;
     timing r;
     double sum = 0;
     int i, k;
     for (i = 0; i < n; i++) /* warm-up: the planner's buffers reach their size */
-        if (par_planner_plan(pl, &cases[i].from, &cases[i].to, NULL, &plan) != PAR_OK) {
+        if (par_redist_planner_plan(pl, &cases[i].from, &cases[i].to, NULL, &plan) != PAR_OK) {
             fprintf(stderr, "plan failed: %s\n", par_last_error());
             exit(1);
         }
     for (i = 0; i < n; i++) {
         double t0 = now_us();
-        for (k = 0; k < REPEATS; k++) par_planner_plan(pl, &cases[i].from, &cases[i].to, NULL, &plan);
+        for (k = 0; k < REPEATS; k++) par_redist_planner_plan(pl, &cases[i].from, &cases[i].to, NULL, &plan);
         us[i] = (now_us() - t0) / REPEATS;
         sum += us[i];
     }
@@ -111,7 +111,7 @@ static timing time_plans(par_planner *pl, const bench_case *cases, int n) {
 }
 
 /* Optimal against MindSpore's algorithm with one enable_alltoall setting. */
-static int compare(par_planner *pl, const bench_case *cases, int n, int no_all_to_all, quality *q) {
+static int compare(par_redist_planner *pl, const bench_case *cases, int n, int no_all_to_all, quality *q) {
     par_cost_model cm;
     int i;
     memset(&cm, 0, sizeof cm);
@@ -119,7 +119,7 @@ static int compare(par_planner *pl, const bench_case *cases, int n, int no_all_t
     cm.no_all_to_all = no_all_to_all;
     for (i = 0; i < n; i++) {
         par_plan best, greedy;
-        if (par_planner_plan(pl, &cases[i].from, &cases[i].to, &cm, &best) != PAR_OK ||
+        if (par_redist_planner_plan(pl, &cases[i].from, &cases[i].to, &cm, &best) != PAR_OK ||
             par_plan_greedy(&cases[i].from, &cases[i].to, &cm, &greedy) != PAR_OK) {
             fprintf(stderr, "plan failed: %s\n", par_last_error());
             return 1;
@@ -134,14 +134,14 @@ static int compare(par_planner *pl, const bench_case *cases, int n, int no_all_t
 int main(void) {
     static bench_case cases[CASES];
     static const char *const setting[2] = {"on", "off"};
-    par_planner_desc desc;
-    par_planner *pl;
+    par_redist_planner_desc desc;
+    par_redist_planner *pl;
     timing t[3];
     quality q[2];
     int d, i, s;
     memset(&desc, 0, sizeof desc);
     desc.cache_entries = -1; /* time the search, not the cache */
-    if (par_planner_create(&desc, &pl) != PAR_OK) return 1;
+    if (par_redist_planner_create(&desc, &pl) != PAR_OK) return 1;
 
     for (d = 2; d <= 4; d++) {
         for (i = 0; i < CASES; i++) random_case(&cases[i], d, rnd_below(5) == 0);
@@ -151,7 +151,7 @@ int main(void) {
     for (i = 0; i < CASES; i++) random_case(&cases[i], 2 + rnd_below(3), rnd_below(5) == 0);
     for (s = 0; s < 2; s++)
         if (compare(pl, cases, CASES, s, &q[s])) return 1;
-    par_planner_destroy(pl);
+    par_redist_planner_destroy(pl);
 
     printf("redistribution planning (A* on own and unified shapes, warmed planner, cache off; %d random layout pairs "
            "per row, one in five a reshape)\n", CASES);

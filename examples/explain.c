@@ -803,7 +803,7 @@ static int cmd_pipeline(int argc, char **argv) {
     printf("# bubble %.4f of the ranks' time, makespan %.0f (F = 1, B = 2, I = W = 1; transfers free)\n", c.bubble,
            c.makespan);
     printf("# peak micro-batches in flight per rank:");
-    for (r = 0; r < par_pp_schedule_stages(s) && r < 64; r++) printf(" %d", c.peak_in_flight[r]);
+    for (r = 0; r < c.ranks_listed; r++) printf(" %d", c.peak_in_flight[r]);
     printf("\n");
     par_pp_schedule_destroy(s);
     return 0;
@@ -826,7 +826,7 @@ static char *read_text_file(const char *path, const char *what) {
 
 static void print_auto_plan(int rank, const par_auto_plan *p) {
     char name[128];
-    par_auto_plan_name(p, name, sizeof name);
+    par_auto_plan_format(p, name, sizeof name);
     printf("%2d. %-44s step %9.4g s  memory %9.4g MiB\n", rank, name, p->step_time, p->memory_bytes / 1048576.0);
     printf("    compute %.3g s, tp comm %.3g s, cp comm %.3g s, pp p2p %.3g s, dp/ZeRO comm %.3g s, bubble %.1f%%\n",
            p->compute_time, p->tp_comm_time, p->cp_comm_time, p->pp_comm_time, p->dp_comm_time, 100 * p->bubble);

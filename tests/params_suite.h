@@ -217,7 +217,7 @@ static void ps_run_case(par_ctx *ctx, const ps_case *k, ps_counts *c) {
         float *buf;
         int64_t j, e;
         for (e = 0; e < ps_numel(&k->p[i]); e++) o[i].p[e] = (double)(float)(0.3 * ps_hash(99, (uint64_t)i, (uint64_t)e));
-        if (par_params_info(ps, i, &in) != PAR_OK) { PS_CHECK(c, 0, "info"); continue; }
+        if (par_params_get_info(ps, i, &in) != PAR_OK) { PS_CHECK(c, 0, "info"); continue; }
         buf = (float *)malloc((size_t)(in.numel + 1) * sizeof(float));
         for (j = 0; j < in.numel; j++) buf[j] = (float)o[i].p[ps_global_index(&in, j)];
         PS_OK(c, par_params_set_local(ps, PAR_PARAM_VALUE, i, buf));
@@ -237,7 +237,7 @@ static void ps_run_case(par_ctx *ctx, const ps_case *k, ps_counts *c) {
                 float *g = NULL;
                 int dr, pr;
                 int64_t j;
-                if (par_params_info(ps, q, &in) != PAR_OK || par_params_grad(ps, q, &g) != PAR_OK || !g) {
+                if (par_params_get_info(ps, q, &in) != PAR_OK || par_params_grad(ps, q, &g) != PAR_OK || !g) {
                     PS_CHECK(c, 0, "%s: grad of p%d", k->name, q);
                     continue;
                 }
@@ -263,7 +263,7 @@ static void ps_run_case(par_ctx *ctx, const ps_case *k, ps_counts *c) {
         double worst = 0.0;
         int f;
         int64_t j;
-        if (par_params_info(ps, i, &in) == PAR_OK && mine)
+        if (par_params_get_info(ps, i, &in) == PAR_OK && mine)
             for (j = 0; j < in.numel; j++) {
                 const double dlt = fabs(mine[j] - o[i].p[ps_global_index(&in, j)]);
                 if (dlt > worst) worst = dlt;
@@ -436,8 +436,8 @@ static void ps_params_bad(par_ctx *ctx, ps_counts *c) {
         PS_OK(c, par_params_data_shard(ps, &sid, &ns));
         PS_CHECK(c, ns == m->dims[0] && sid == par_ctx_rank(ctx), "data shard %d of %d", sid, ns);
     }
-    PS_ERR(c, par_params_info(ps, 2, NULL), PAR_EINVAL, "parameter index 2 is not in [0, 2)");
-    PS_ERR(c, par_params_info(ps, 0, NULL), PAR_EINVAL, "NULL info");
+    PS_ERR(c, par_params_get_info(ps, 2, NULL), PAR_EINVAL, "parameter index 2 is not in [0, 2)");
+    PS_ERR(c, par_params_get_info(ps, 0, NULL), PAR_EINVAL, "NULL info");
     PS_ERR(c, par_params_memory(ps, NULL), PAR_EINVAL, "NULL argument");
     PS_CHECK(c, par_params_value(ps, 9) == NULL, "value of a bad index");
     /* the loss: sums over the data-parallel ranks */
@@ -461,7 +461,7 @@ static void ps_params_bad(par_ctx *ctx, ps_counts *c) {
         par_step_stats st;
         par_param_info in;
         opt.beta1 = 0.9f;
-        PS_OK(c, par_params_info(ps, 0, &in));
+        PS_OK(c, par_params_get_info(ps, 0, &in));
         memcpy(before, par_params_value(ps, 0), (size_t)in.numel * sizeof(float));
         PS_OK(c, par_params_grads_begin(ps, 0, 1));
         PS_OK(c, par_params_grad(ps, 0, &gw));

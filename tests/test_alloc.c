@@ -141,9 +141,9 @@ static void test_partial_sets(void) {
     counter c;
     par_ctx_desc desc;
     par_cpu_desc cpu;
-    par_planner_desc pd;
+    par_redist_planner_desc pd;
     par_compute_table table;
-    par_planner *pl = (par_planner *)&pd; /* must come back NULL */
+    par_redist_planner *pl = (par_redist_planner *)&pd; /* must come back NULL */
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
 
@@ -175,7 +175,7 @@ static void test_partial_sets(void) {
 
     memset(&pd, 0, sizeof pd);
     pd.allocator.malloc = hook_malloc;
-    CHECK_ERR(par_planner_create(&pd, &pl), PAR_EINVAL, "par_planner_desc.allocator: realloc is NULL");
+    CHECK_ERR(par_redist_planner_create(&pd, &pl), PAR_EINVAL, "par_redist_planner_desc.allocator: realloc is NULL");
     CHECK(pl == NULL);
 
     CHECK_INT(c.mallocs + c.reallocs + c.frees + c.bad, 0); /* rejected before any allocation */
@@ -210,7 +210,7 @@ static par_status rank_body(par_ctx *ctx, void *p) {
     const par_allocator *al = par_ctx_allocator(ctx);
     par_comm_group *g = NULL;
     par_executor *exec = NULL;
-    par_planner *pl = NULL;
+    par_redist_planner *pl = NULL;
     par_request *req = NULL;
     par_trace *tr = NULL;
     par_trace_desc td;
@@ -245,8 +245,8 @@ static par_status rank_body(par_ctx *ctx, void *p) {
 
     /* a planner made for the context, grown by a search */
     if ((st = par__ctx_planner_create(ctx, NULL, &pl)) != PAR_OK) return st;
-    st = par_planner_plan(pl, &a->plan->from, &a->plan->to, NULL, &again);
-    par_planner_destroy(pl);
+    st = par_redist_planner_plan(pl, &a->plan->from, &a->plan->to, NULL, &again);
+    par_redist_planner_destroy(pl);
     if (st != PAR_OK) return st;
     bad += again.num_ops != a->plan->num_ops;
 

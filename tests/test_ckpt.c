@@ -101,7 +101,7 @@ static int64_t numel_of(int i) { return pshape[i][0] * (pndim[i] == 2 ? pshape[i
 static void fill_local(par_params *ps, int i, int version, int field, float *buf) {
     par_param_info in;
     int64_t k, r, c;
-    par_params_info(ps, i, &in);
+    par_params_get_info(ps, i, &in);
     for (k = 0; k < in.numel; k++) {
         int64_t g;
         if (in.layout.ndim == 1) g = in.start[0] + k;
@@ -140,7 +140,7 @@ static par_status rank_body(par_ctx *ctx, void *arg) {
                 par_param_info in;
                 const float *v = par_params_value(ps, i);
                 int64_t k;
-                par_params_info(ps, i, &in);
+                par_params_get_info(ps, i, &in);
                 fill_local(ps, i, j->version, 0, buf);
                 for (k = 0; k < in.numel; k++) j->mismatches[rank] += v[k] != buf[k];
             }

@@ -36,7 +36,9 @@ static par_pp_schedule *make(int p, int v, int m, par_pp_kind kind) {
 static void check_slots(const par_pp_schedule *s, const par_pp_check *c, const char *what) {
     const int p = par_pp_schedule_stages(s), v = par_pp_schedule_chunks(s), m = par_pp_schedule_micro_batches(s);
     int r, slots = -1;
-    for (r = 0; r < p && r < 64; r++) {
+    CHECK_MSG(c->ranks_listed == (p < PAR_PP_CHECK_RANKS ? p : PAR_PP_CHECK_RANKS), "%s p %d: %d ranks listed", what, p,
+              c->ranks_listed);
+    for (r = 0; r < c->ranks_listed; r++) {
         CHECK_OK(par_pp_schedule_slots(s, r, &slots));
         if (v == 1)
             CHECK_MSG(slots == c->peak_in_flight[r], "%s p %d m %d rank %d: %d slots, checker %d in flight", what, p,
@@ -47,6 +49,23 @@ static void check_slots(const par_pp_schedule *s, const par_pp_check *c, const c
                       c->peak_in_flight[r]);
     }
     CHECK(par_pp_schedule_slots(s, p, &slots) == PAR_EINVAL && slots == 0);
+}
+
+/* More stage ranks than par_pp_check lists: the list says how far it goes and
+   max_in_flight still covers the ranks past it (1F1B: rank 0 holds the most). */
+static void test_check_many_ranks(void) {
+    const int p = PAR_PP_CHECK_RANKS + 6, m = 2 * p;
+    par_pp_schedule *s = make(p, 1, m, PAR_PP_1F1B);
+    par_pp_check c;
+    memset(&c, 0xff, sizeof c);
+    if (!s) return;
+    CHECK_OK(par_pp_schedule_check(s, &c, NULL, 0));
+    CHECK_MSG(c.ranks_listed == PAR_PP_CHECK_RANKS, "%d ranks listed of %d", c.ranks_listed, p);
+    CHECK_MSG(c.max_in_flight == p && c.peak_in_flight[0] == p, "max %d, rank 0 %d, want %d", c.max_in_flight,
+              c.peak_in_flight[0], p);
+    CHECK_MSG(c.peak_in_flight[PAR_PP_CHECK_RANKS - 1] == p - (PAR_PP_CHECK_RANKS - 1), "rank %d holds %d",
+              PAR_PP_CHECK_RANKS - 1, c.peak_in_flight[PAR_PP_CHECK_RANKS - 1]);
+    par_pp_schedule_destroy(s);
 }
 
 static void test_generators(void) {
@@ -342,7 +361,7 @@ static par_status stage_body(par_ctx *ctx, void *arg) {
     memset(&opt, 0, sizeof opt);
     opt.lr = 1e-3f, opt.beta1 = 0.9f, opt.beta2 = 0.95f, opt.eps = 1e-8f;
     PAR__CHECK(par_params_step(ps, &opt, &stats));
-    PAR__CHECK(par_params_info(ps, 0, &info));
+    PAR__CHECK(par_params_get_info(ps, 0, &info));
     sum = stage == 1 ? 10.0 + d : 0.0, count = stage == 1 ? 4.0 : 0.0; /* the loss lives on the last stage */
     PAR__CHECK(par_params_reduce_loss(ps, &sum, &count));
     w->norm[rank] = stats.grad_norm, w->loss_sum[rank] = sum, w->loss_count[rank] = count;
@@ -386,6 +405,7 @@ static void test_stage_params(void) {
 
 int main(void) {
     test_generators();
+    test_check_many_ranks();
     test_generator_errors();
     test_text();
     test_bad_schedules();

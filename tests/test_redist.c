@@ -515,8 +515,8 @@ static void test_errors(void) {
     par_layout part = make_layout(&m4, 2, s16, "[-1,-1] partial=0"), bad = a;
     par_plan plan;
     par_cost_model cm;
-    par_planner *pl = NULL;
-    par_planner_desc desc;
+    par_redist_planner *pl = NULL;
+    par_redist_planner_desc desc;
     CHECK_ERR(par_plan_redistribution(&a, &other_mesh, NULL, &plan), PAR_EINVAL, "one mesh");
     CHECK_ERR(par_plan_greedy(&a, &other_mesh, NULL, &plan), PAR_EINVAL, "one mesh");
     CHECK_ERR(par_plan_redistribution(&a, &small, NULL, &plan), PAR_ESHAPE, "element count");
@@ -545,11 +545,11 @@ static void test_errors(void) {
     }
     memset(&desc, 0, sizeof desc);
     desc.max_states = 1;
-    CHECK_OK(par_planner_create(&desc, &pl));
-    CHECK_ERR(par_planner_plan(pl, &a, &rep, NULL, &plan), PAR_ECAPACITY, "max_states");
-    par_planner_destroy(pl);
+    CHECK_OK(par_redist_planner_create(&desc, &pl));
+    CHECK_ERR(par_redist_planner_plan(pl, &a, &rep, NULL, &plan), PAR_ECAPACITY, "max_states");
+    par_redist_planner_destroy(pl);
     desc.max_states = -5;
-    CHECK_ERR(par_planner_create(&desc, &pl), PAR_EINVAL, "max_states");
+    CHECK_ERR(par_redist_planner_create(&desc, &pl), PAR_EINVAL, "max_states");
     CHECK(pl == NULL);
     CHECK_OK(par_plan_redistribution(&a, &rep, NULL, &plan));
     CHECK_ERR(par_plan_layout_after(&plan, 1, &bad), PAR_EINVAL, "outside");
@@ -1273,7 +1273,7 @@ static int plan_consistent(const par_plan *plan, const par_cost_model *cm) {
 /* Every layout on an optimal plan's path is a fresh query whose optimum is the
    rest of that plan: the planner must find that cost again, and its lower
    bound (the heuristic where the slack is smallest) must not exceed it. */
-static int suffixes_ok(par_planner *pl, const par_plan *best, const par_cost_model *cm) {
+static int suffixes_ok(par_redist_planner *pl, const par_plan *best, const par_cost_model *cm) {
     double rest = best->cost;
     int i;
     /* a mid-plan layout on a factored mesh is no query (its mesh is not the target's) */
@@ -1285,7 +1285,7 @@ static int suffixes_ok(par_planner *pl, const par_plan *best, const par_cost_mod
         par_plan again;
         rest -= best->ops[i].cost;
         if (par_plan_layout_after(best, i, &here) != PAR_OK ||
-            par_planner_plan(pl, &here, &best->to, cm, &again) != PAR_OK)
+            par_redist_planner_plan(pl, &here, &best->to, cm, &again) != PAR_OK)
             return 0;
         /* The unified view is fixed by the two layouts of a query, and a mid-plan
            layout may cut the tensor finer than the source did: such a suffix
@@ -1314,7 +1314,7 @@ static void describe_case(const par_layout *from, const par_layout *to, const pa
             cm ? "custom" : "default");
 }
 
-static void property_case(par_planner *pl, property_stats *st) {
+static void property_case(par_redist_planner *pl, property_stats *st) {
     par_mesh m;
     par_layout from, to;
     par_cost_model cm, *cmp = NULL;
@@ -1336,7 +1336,7 @@ static void property_case(par_planner *pl, property_stats *st) {
     }
     st->cases++;
     st->reshapes += to_ndim != ndim || memcmp(shape, to_shape, sizeof shape) != 0;
-    if (par_planner_plan(pl, &from, &to, cmp, &best) != PAR_OK || par_plan_greedy(&from, &to, cmp, &greedy) != PAR_OK) {
+    if (par_redist_planner_plan(pl, &from, &to, cmp, &best) != PAR_OK || par_plan_greedy(&from, &to, cmp, &greedy) != PAR_OK) {
         CHECK_MSG(0, "planning failed");
         describe_case(&from, &to, cmp);
         st->failures++;
@@ -1356,7 +1356,7 @@ static void property_case(par_planner *pl, property_stats *st) {
         if (cmp) off = cm;
         else memset(&off, 0, sizeof off);
         off.no_all_to_all = 1;
-        if (par_planner_plan(pl, &from, &to, &off, &best_off) != PAR_OK ||
+        if (par_redist_planner_plan(pl, &from, &to, &off, &best_off) != PAR_OK ||
             par_plan_greedy(&from, &to, &off, &greedy_off) != PAR_OK) {
             ok = 0, fprintf(stderr, "  planning without all_to_all failed: %s\n", par_last_error());
         } else {
@@ -1398,15 +1398,15 @@ static void property_case(par_planner *pl, property_stats *st) {
 
 static void test_property(void) {
     property_stats st;
-    par_planner *pl;
-    par_planner_desc desc;
+    par_redist_planner *pl;
+    par_redist_planner_desc desc;
     int i;
     memset(&st, 0, sizeof st);
     memset(&desc, 0, sizeof desc);
     desc.cache_entries = 16;
-    CHECK_OK(par_planner_create(&desc, &pl));
+    CHECK_OK(par_redist_planner_create(&desc, &pl));
     for (i = 0; i < 10000 && st.failures < 10; i++) property_case(pl, &st);
-    par_planner_destroy(pl);
+    par_redist_planner_destroy(pl);
     CHECK(st.exhaustive * 10 >= st.cases * 9);
     printf("redistribute property: %d cases (%d with a reshape, %d with custom costs), %d checked against "
            "exhaustive search (largest %d states), optimal strictly cheaper than greedy in %d\n",
@@ -1419,8 +1419,8 @@ static void test_cache_and_allocation(void) {
     par_mesh m = make_mesh("2,3,2");
     int64_t shape[3] = {12, 12, 8};
     par_layout cases[40][2];
-    par_planner *pl;
-    par_planner_desc desc;
+    par_redist_planner *pl;
+    par_redist_planner_desc desc;
     par_plan first, again, fresh;
     par_cost_model half;
     char want[8192];
@@ -1433,42 +1433,42 @@ static void test_cache_and_allocation(void) {
     }
     /* the same query twice: the same plan, and the hit allocates nothing */
     memset(&desc, 0, sizeof desc);
-    CHECK_OK(par_planner_create(&desc, &pl));
-    CHECK_OK(par_planner_plan(pl, &cases[0][0], &cases[0][1], NULL, &first));
+    CHECK_OK(par_redist_planner_create(&desc, &pl));
+    CHECK_OK(par_redist_planner_plan(pl, &cases[0][0], &cases[0][1], NULL, &first));
     snprintf(want, sizeof want, "%s", plan_text(&first));
     before = test_allocations;
-    CHECK_OK(par_planner_plan(pl, &cases[0][0], &cases[0][1], NULL, &again));
+    CHECK_OK(par_redist_planner_plan(pl, &cases[0][0], &cases[0][1], NULL, &again));
     CHECK_INT(test_allocations - before, 0);
     CHECK_STR(plan_text(&again), want);
     CHECK(again.cost == first.cost && par_layout_equal(&again.from, &first.from) && par_layout_equal(&again.to, &first.to));
     /* the cost model is part of the key: f16 elements halve every byte count */
     memset(&half, 0, sizeof half);
     half.elem_size = 2;
-    CHECK_OK(par_planner_plan(pl, &cases[0][0], &cases[0][1], &half, &again));
+    CHECK_OK(par_redist_planner_plan(pl, &cases[0][0], &cases[0][1], &half, &again));
     CHECK_INT(again.total_bytes * 2, first.total_bytes);
-    par_planner_destroy(pl);
+    par_redist_planner_destroy(pl);
 
     /* LRU of two entries: after A, B, C the entry for A is gone, yet A still plans right */
     desc.cache_entries = 2;
-    CHECK_OK(par_planner_create(&desc, &pl));
-    for (i = 0; i < 3; i++) CHECK_OK(par_planner_plan(pl, &cases[i][0], &cases[i][1], NULL, &again));
-    CHECK_OK(par_planner_plan(pl, &cases[0][0], &cases[0][1], NULL, &again));
+    CHECK_OK(par_redist_planner_create(&desc, &pl));
+    for (i = 0; i < 3; i++) CHECK_OK(par_redist_planner_plan(pl, &cases[i][0], &cases[i][1], NULL, &again));
+    CHECK_OK(par_redist_planner_plan(pl, &cases[0][0], &cases[0][1], NULL, &again));
     CHECK_STR(plan_text(&again), want);
-    CHECK_OK(par_planner_plan(pl, &cases[2][0], &cases[2][1], NULL, &again));
+    CHECK_OK(par_redist_planner_plan(pl, &cases[2][0], &cases[2][1], NULL, &again));
     CHECK_OK(par_plan_redistribution(&cases[2][0], &cases[2][1], NULL, &fresh));
     snprintf(want, sizeof want, "%s", plan_text(&fresh));
     CHECK_STR(plan_text(&again), want);
-    par_planner_destroy(pl);
+    par_redist_planner_destroy(pl);
 
     /* no cache: every query searches, and after one pass nothing is allocated */
     desc.cache_entries = -1;
-    CHECK_OK(par_planner_create(&desc, &pl));
+    CHECK_OK(par_redist_planner_create(&desc, &pl));
     for (pass = 0; pass < 2; pass++) {
         before = test_allocations;
-        for (i = 0; i < 40; i++) CHECK_OK(par_planner_plan(pl, &cases[i][0], &cases[i][1], NULL, &again));
+        for (i = 0; i < 40; i++) CHECK_OK(par_redist_planner_plan(pl, &cases[i][0], &cases[i][1], NULL, &again));
         if (pass == 1) CHECK_INT(test_allocations - before, 0);
     }
-    par_planner_destroy(pl);
+    par_redist_planner_destroy(pl);
 }
 
 /* MindSpore's enable_alltoall: false: the same transitions without all_to_all

@@ -130,7 +130,7 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
         llama_config c = *cfg;
         llama__auto_apply(&plans[i], &c);
         if (llama_config_validate(&c, why, sizeof why) != 0) continue; /* a rule of the trainer's the model lacks */
-        par_auto_plan_name(&plans[i], name, sizeof name);
+        par_auto_plan_format(&plans[i], name, sizeof name);
         if (out) {
             fprintf(out, "auto_parallel (%s) on %d ranks: %lld plans considered, %lld fit%s%s\n",
                      par_search_mode_name(d.mode), world, (long long)cuts.considered, (long long)cuts.ranked,

@@ -704,7 +704,7 @@ static par_status init_params(trainer *t, uint64_t seed) {
         float *w;
         int64_t e;
         if (local_param(t, i) < 0) continue; /* another pipeline stage's */
-        if ((st = par_params_info(t->ps, local_param(t, i), &in)) != PAR_OK) break;
+        if ((st = par_params_get_info(t->ps, local_param(t, i), &in)) != PAR_OK) break;
         if (!(w = (float *)malloc((size_t)(in.numel ? in.numel : 1) * sizeof(float))))
             return par_set_error(PAR_ENOMEM, "out of host memory for the initial weights");
         for (e = 0; e < in.numel; e++) {
@@ -838,7 +838,7 @@ static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
         for (i = 0; i < t->ntensors && st == PAR_OK; i++) {
             par_param_info in;
             float *buf;
-            if ((st = par_params_info(t->ps, i, &in)) != PAR_OK) break;
+            if ((st = par_params_get_info(t->ps, i, &in)) != PAR_OK) break;
             if (!(buf = (float *)malloc((size_t)(in.numel ? in.numel : 1) * sizeof(float)))) {
                 st = par_set_error(PAR_ENOMEM, "out of host memory loading %s", path);
                 break;
@@ -1441,7 +1441,7 @@ static void print_summary(const trainer *t, const char *backend) {
     par_tp_info ti;
     par_param_info in;
     for (i = 0; i < t->ntensors; i++)
-        if (par_params_info(t->ps, i, &in) == PAR_OK) mine += in.numel, buckets = in.bucket + 1;
+        if (par_params_get_info(t->ps, i, &in) == PAR_OK) mine += in.numel, buckets = in.bucket + 1;
     par_tp_get_info(t->tp, &ti);
     par_mesh_format(par_ctx_mesh(t->ctx), mesh, sizeof mesh);
     par_layout_format(&m->emb.table, lay, sizeof lay);

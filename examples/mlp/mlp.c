@@ -85,7 +85,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     /* init: every rank draws its slice of N(0, 0.3)-ish weights from the global index */
     for (i = 0; i < 2; i++) {
         float *v;
-        TRY(par_params_info(ps, i, &info));
+        TRY(par_params_get_info(ps, i, &info));
         v = (float *)malloc((size_t)info.numel * sizeof(float));
         if (!v) { st = par_set_error(PAR_ENOMEM, "out of memory"); goto done; }
         for (j = 0; j < info.numel; j++) {
