@@ -3353,9 +3353,8 @@ static par_status par__mesh_check(const par_mesh *mesh) {
 
 PARALLEL_DEF par_status par_mesh_coords(const par_mesh *mesh, int rank, int *coords) {
     int i;
-    par_status st;
     if (!mesh || !coords) return par__fail(PAR_EINVAL, "par_mesh_coords: NULL argument");
-    if ((st = par__mesh_check(mesh)) != PAR_OK) return st;
+    PAR__CHECK(par__mesh_check(mesh));
     if (rank < 0 || rank >= par_mesh_size(mesh))
         return par__fail(PAR_EINVAL, "rank %d is outside the mesh of %d devices", rank, par_mesh_size(mesh));
     for (i = mesh->ndim - 1; i >= 0; i--) {
@@ -3381,9 +3380,8 @@ PARALLEL_DEF par_status par_mesh_rank(const par_mesh *mesh, const int *coords, i
 PARALLEL_DEF par_status par_mesh_group(const par_mesh *mesh, int rank, uint32_t dev_mask, int *ranks, int *count) {
     int coords[PARALLEL_MAX_DIMS], axes[PARALLEL_MAX_DIMS];
     int i, naxes = 0, n = 1, k;
-    par_status st;
     if (!ranks || !count) return par__fail(PAR_EINVAL, "par_mesh_group: NULL argument");
-    if ((st = par_mesh_coords(mesh, rank, coords)) != PAR_OK) return st;
+    PAR__CHECK(par_mesh_coords(mesh, rank, coords));
     if (dev_mask >> mesh->ndim)
         return par__fail(PAR_EINVAL, "group mask 0x%x names device dims beyond the mesh's %d", (unsigned)dev_mask,
                          mesh->ndim);
@@ -3482,9 +3480,8 @@ PARALLEL_DEF par_status par_layout_check(const par_layout *l) {
 
 PARALLEL_DEF par_status par_layout_init(par_layout *layout, const par_mesh *mesh, int ndim, const int64_t *shape,
                                         const int *map, uint32_t partial) {
-    par_status st;
     int t;
-    if ((st = par__layout_begin(layout, mesh, ndim, shape)) != PAR_OK) return st;
+    PAR__CHECK(par__layout_begin(layout, mesh, ndim, shape));
     for (t = 0; map && t < ndim; t++) {
         if (map[t] == -1) continue;
         if (map[t] < 0 || map[t] >= mesh->ndim)
@@ -3521,14 +3518,13 @@ static par_status par__parse_dev_dim(par__scan *s, const par_mesh *mesh, int *de
 
 /* "(a,b,...)" of device dims, major first, after the '(' was consumed. */
 static par_status par__parse_dev_tuple(par__scan *s, const par_mesh *mesh, int8_t *devs, uint8_t *count) {
-    par_status st;
     int d;
     *count = 0;
     do {
         if (*count >= mesh->ndim)
             return par__fail(PAR_ELAYOUT, "layout '%.64s': tuple at position %d has more entries than the mesh's %d dims",
                              s->text, par__scan_pos(s), mesh->ndim);
-        if ((st = par__parse_dev_dim(s, mesh, &d)) != PAR_OK) return st;
+        PAR__CHECK(par__parse_dev_dim(s, mesh, &d));
         devs[(*count)++] = (int8_t)d;
     } while (par__accept(s, ','));
     if (!par__accept(s, ')'))
@@ -3542,7 +3538,6 @@ static par_status par__parse_map_entry(par__scan *s, const par_mesh *mesh, int8_
     char name[PAR_NAME_MAX];
     int64_t v;
     int d;
-    par_status st;
     *count = 0;
     if (par__accept(s, '(')) return par__parse_dev_tuple(s, mesh, devs, count);
     par__skip_space(s);
@@ -3551,7 +3546,7 @@ static par_status par__parse_map_entry(par__scan *s, const par_mesh *mesh, int8_
     s->p = save;
     if (par__scan_int(s, &v) && v == -1) return PAR_OK;
     s->p = save;
-    if ((st = par__parse_dev_dim(s, mesh, &d)) != PAR_OK) return st;
+    PAR__CHECK(par__parse_dev_dim(s, mesh, &d));
     devs[0] = (int8_t)d;
     *count = 1;
     return PAR_OK;
@@ -3560,17 +3555,16 @@ static par_status par__parse_map_entry(par__scan *s, const par_mesh *mesh, int8_
 PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mesh, int ndim, const int64_t *shape,
                                          const char *text) {
     par__scan s;
-    par_status st;
     int n = 0;
     if (!text) return par__fail(PAR_EINVAL, "par_layout_parse: NULL text");
-    if ((st = par__layout_begin(layout, mesh, ndim, shape)) != PAR_OK) return st;
+    PAR__CHECK(par__layout_begin(layout, mesh, ndim, shape));
     s.text = s.p = text;
     if (!par__accept(&s, '[')) return par__fail(PAR_EPARSE, "layout '%.64s': expected '[' at position %d", text, par__scan_pos(&s));
     if (!par__accept(&s, ']')) {
         do {
             if (n >= ndim)
                 return par__fail(PAR_ELAYOUT, "layout '%.64s' has more entries than the tensor's %d dims", text, ndim);
-            if ((st = par__parse_map_entry(&s, mesh, layout->map.dev[n], &layout->map.count[n])) != PAR_OK) return st;
+            PAR__CHECK(par__parse_map_entry(&s, mesh, layout->map.dev[n], &layout->map.count[n]));
             n++;
         } while (par__accept(&s, ','));
         if (!par__accept(&s, ']'))
@@ -3587,13 +3581,13 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
         if (!par__accept(&s, '='))
             return par__fail(PAR_EPARSE, "layout '%.64s': expected '=' after 'partial' at position %d", text, par__scan_pos(&s));
         if (par__accept(&s, '(')) {
-            if ((st = par__parse_dev_tuple(&s, mesh, devs, &count)) != PAR_OK) return st;
+            PAR__CHECK(par__parse_dev_tuple(&s, mesh, devs, &count));
         } else { /* "partial=0" or, the partial set being a set, the bare list "partial=0,2" */
             do {
                 if (count >= mesh->ndim)
                     return par__fail(PAR_ELAYOUT, "layout '%.64s': the partial set at position %d lists more device dims "
                                      "than the mesh's %d", text, par__scan_pos(&s), mesh->ndim);
-                if ((st = par__parse_dev_dim(&s, mesh, &d)) != PAR_OK) return st;
+                PAR__CHECK(par__parse_dev_dim(&s, mesh, &d));
                 devs[count++] = (int8_t)d;
             } while (par__accept(&s, ','));
         }
@@ -3677,9 +3671,8 @@ PARALLEL_DEF int64_t par_layout_local_numel(const par_layout *layout) {
 PARALLEL_DEF par_status par_layout_local_offset(const par_layout *layout, int rank, int64_t *offset) {
     int coords[PARALLEL_MAX_DIMS];
     int t, k;
-    par_status st;
     if (!layout || !offset) return par__fail(PAR_EINVAL, "par_layout_local_offset: NULL argument");
-    if ((st = par_mesh_coords(&layout->mesh, rank, coords)) != PAR_OK) return st;
+    PAR__CHECK(par_mesh_coords(&layout->mesh, rank, coords));
     for (t = 0; t < layout->ndim; t++) {
         int64_t index = 0;
         for (k = 0; k < layout->map.count[t]; k++) {
@@ -3699,12 +3692,11 @@ static par_status par__layout_slice_io(const char *who, const par_layout *l, int
     int64_t local[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], index[PARALLEL_MAX_DIMS];
     size_t stride[PARALLEL_MAX_DIMS], run, numel = 1, runs, r, g;
     int t, k, nd;
-    par_status st;
     if (!l || !src || !dst)
         return par__fail(PAR_EINVAL, "%s: NULL %s", who,
                          !l ? "layout" : (!src) == !place ? "global" : "local"); /* place reads local */
     if (elem_size == 0) return par__fail(PAR_EINVAL, "%s: elem_size is 0; it must be the bytes of one element", who);
-    if ((st = par_layout_check(l)) != PAR_OK) return st;
+    PAR__CHECK(par_layout_check(l));
     if (rank < 0 || rank >= par_mesh_size(&l->mesh))
         return par__fail(PAR_EINVAL, "%s: rank %d is outside the layout's mesh of %d devices", who, rank,
                          par_mesh_size(&l->mesh));
@@ -3804,9 +3796,8 @@ PARALLEL_DEF int par_layout_equal(const par_layout *a, const par_layout *b) {
 
 PARALLEL_DEF par_status par_layout_to_placements(const par_layout *layout, par_placement *placements) {
     int t, k, i, n;
-    par_status st;
     if (!layout || !placements) return par__fail(PAR_EINVAL, "par_layout_to_placements: NULL argument");
-    if ((st = par_layout_check(layout)) != PAR_OK) return st;
+    PAR__CHECK(par_layout_check(layout));
     n = layout->mesh.ndim;
     for (i = 0; i < n; i++) {
         placements[i].kind = (layout->map.partial & (1u << (n - 1 - i))) ? PAR_PARTIAL : PAR_REPLICATE;
@@ -3828,10 +3819,9 @@ PARALLEL_DEF par_status par_layout_to_placements(const par_layout *layout, par_p
 
 PARALLEL_DEF par_status par_layout_from_placements(par_layout *layout, const par_mesh *mesh, int ndim,
                                                    const int64_t *shape, const par_placement *placements) {
-    par_status st;
     int i;
     if (!placements) return par__fail(PAR_EINVAL, "par_layout_from_placements: NULL placements");
-    if ((st = par__layout_begin(layout, mesh, ndim, shape)) != PAR_OK) return st;
+    PAR__CHECK(par__layout_begin(layout, mesh, ndim, shape));
     for (i = 0; i < mesh->ndim; i++) {
         int v = mesh->ndim - 1 - i;
         switch (placements[i].kind) {
@@ -3911,10 +3901,9 @@ static par_status par__reshape_group(const par_layout *from, int o0, int o1, par
 PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, const int64_t *shape, par_layout *to) {
     int64_t old_numel = 1, new_numel = 1, po, pn;
     int o, n, o0, n0, t;
-    par_status st;
     if (!from || !to) return par__fail(PAR_EINVAL, "par_layout_reshape: NULL argument");
-    if ((st = par_layout_check(from)) != PAR_OK) return st;
-    if ((st = par__layout_begin(to, &from->mesh, ndim, shape)) != PAR_OK) return st;
+    PAR__CHECK(par_layout_check(from));
+    PAR__CHECK(par__layout_begin(to, &from->mesh, ndim, shape));
     for (t = 0; t < ndim; t++) {
         if (shape[t] < 1) return par__fail(PAR_ESHAPE, "reshape target dim %d has size %lld", t, (long long)shape[t]);
         if (new_numel > ((int64_t)1 << 62) / shape[t]) return par__fail(PAR_ESHAPE, "reshape target has more than 2^62 elements");
@@ -3937,7 +3926,7 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
         /* Trailing size-1 dims join the group so nothing is left over. */
         if (o < from->ndim && n >= ndim) while (o < from->ndim) o++;
         if (n < ndim && o >= from->ndim) while (n < ndim) n++;
-        if ((st = par__reshape_group(from, o0, o, to, n0, n)) != PAR_OK) return st;
+        PAR__CHECK(par__reshape_group(from, o0, o, to, n0, n));
     }
     return par_layout_check(to);
 }
@@ -4121,7 +4110,6 @@ static par_status par__strat_parse_tuple(par__scan *s, const par_mesh *mesh, int
 static par_status par__strat_parse(const char *text, const par_mesh *mesh, par_strategy *strategy) {
     par_strategy st;
     par__scan s;
-    par_status status;
     int i, d, named = 0;
     memset(&st, 0, sizeof st);
     s.text = s.p = text;
@@ -4130,7 +4118,7 @@ static par_status par__strat_parse(const char *text, const par_mesh *mesh, par_s
         if (st.num_inputs == PAR_MAX_INPUTS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': more than %d input tuples (position %d)", text,
                              PAR_MAX_INPUTS, par__scan_pos(&s));
-        if ((status = par__strat_parse_tuple(&s, mesh, st.num_inputs, &st)) != PAR_OK) return status;
+        PAR__CHECK(par__strat_parse_tuple(&s, mesh, st.num_inputs, &st));
         st.num_inputs++;
         if (!par__accept(&s, ',') && !par__strat_peek(&s, ')')) return par__strat_expected(&s, "',' or ')'");
     }
@@ -4804,12 +4792,12 @@ static par_status par__strat_check(const par__strat_spec *s, const par_strategy 
     int64_t product = 1;
     int j;
     par_status status;
-    if ((status = par__strat_check_form(s, st)) != PAR_OK) return status;
+    PAR__CHECK(par__strat_check_form(s, st));
 #if PARALLEL_MAX_DIMS >= 4
     if (s->op->kind == PAR_OP_FLASH_ATTENTION && (status = par__strat_check_kv_heads(s, st)) != PAR_OK) return status;
 #endif
-    if ((status = par__strat_check_dims(s, st)) != PAR_OK) return status;
-    if ((status = par__strat_iter_shards(s, st, shards)) != PAR_OK) return status;
+    PAR__CHECK(par__strat_check_dims(s, st));
+    PAR__CHECK(par__strat_iter_shards(s, st, shards));
     for (j = 0; j < s->num_iter; j++) product = par__strat_mul_sat(product, shards[j]);
     if (product > devices || devices % product != 0)
         return par__fail(PAR_ESTRATEGY, "%s: shards multiply to %lld, which does not divide the %d devices", s->name,
@@ -4919,8 +4907,7 @@ static par_status par__strat_dev_matrix(const par__strat_spec *s, const par_stra
     const char *names[PARALLEL_MAX_DIMS];
     int64_t product = 1;
     int j, n;
-    par_status status;
-    if ((status = par__strat_matrix_names(s, st, names)) != PAR_OK) return status;
+    PAR__CHECK(par__strat_matrix_names(s, st, names));
     for (j = 0; j < s->num_iter; j++) product *= shards[j];
     info->repeated = (int)(devices / product);
     n = s->num_iter + (info->repeated > 1 ? 1 : 0);
@@ -5133,14 +5120,13 @@ static void par__strat_cost(const par__strat_spec *s, const int64_t *shards, par
 static par_status par__strat_infer(const par__strat_spec *s, const par_strategy *st, int devices, par_op_info *info) {
     int64_t shards[PARALLEL_MAX_DIMS];
     int i;
-    par_status status;
-    if ((status = par__strat_check(s, st, devices, shards)) != PAR_OK) return status;
+    PAR__CHECK(par__strat_check(s, st, devices, shards));
     memset(info, 0, sizeof *info);
     for (i = 0; i < 2; i++) info->forward[i] = par__strat_no_comm();
     for (i = 0; i < PAR_MAX_INPUTS; i++) info->mirror[i] = info->backward[i] = par__strat_no_comm();
-    if ((status = par__strat_dev_matrix(s, st, shards, devices, info)) != PAR_OK) return status;
-    if ((status = par__strat_input_layouts(s, info)) != PAR_OK) return status;
-    if ((status = par__strat_output(s, st, shards, info)) != PAR_OK) return status;
+    PAR__CHECK(par__strat_dev_matrix(s, st, shards, devices, info));
+    PAR__CHECK(par__strat_input_layouts(s, info));
+    PAR__CHECK(par__strat_output(s, st, shards, info));
     par__strat_mirrors(s, info);
     par__strat_backward(s, shards, info);
     par__strat_cost(s, shards, info);
@@ -5156,10 +5142,9 @@ static par_status par__strat_check_devices(const par__strat_spec *s, int devices
 PARALLEL_DEF par_status par_op_infer(const par_op_desc *op, const par_strategy *strategy, int devices,
                                      par_op_info *info) {
     par__strat_spec spec;
-    par_status status;
     if (!op || !strategy || !info) return par__fail(PAR_EINVAL, "par_op_infer: NULL argument");
-    if ((status = par__strat_spec_build(op, &spec)) != PAR_OK) return status;
-    if ((status = par__strat_check_devices(&spec, devices)) != PAR_OK) return status;
+    PAR__CHECK(par__strat_spec_build(op, &spec));
+    PAR__CHECK(par__strat_check_devices(&spec, devices));
     return par__strat_infer(&spec, strategy, devices, info);
 }
 
@@ -5281,7 +5266,6 @@ static void par__strat_try(par__strat_enum *e) {
 /* Every shard of dim j, and of the dims after it, whose product divides `room`. */
 static par_status par__strat_walk(par__strat_enum *e, int j, int64_t room) {
     int64_t x, i;
-    par_status status;
     if (++e->steps > PAR__STRAT_MAX_STEPS)
         return par__fail(PAR_EUNSUPPORTED,
                          "%s: more than %ld search steps enumerating strategies on %d devices; too many candidates",
@@ -5294,10 +5278,10 @@ static par_status par__strat_walk(par__strat_enum *e, int j, int64_t room) {
     for (i = 1; i * i <= x; i++) {
         if (x % i) continue;
         e->shards[j] = i;
-        if ((status = par__strat_walk(e, j + 1, room / i)) != PAR_OK) return status;
+        PAR__CHECK(par__strat_walk(e, j + 1, room / i));
         if (i == x / i) continue;
         e->shards[j] = x / i;
-        if ((status = par__strat_walk(e, j + 1, room / (x / i))) != PAR_OK) return status;
+        PAR__CHECK(par__strat_walk(e, j + 1, room / (x / i)));
     }
     return PAR_OK;
 }
@@ -5331,8 +5315,8 @@ PARALLEL_DEF par_status par_op_strategies(const par_op_desc *op, int devices, pa
     par_status status;
     if (!op || !count || capacity < 0 || (capacity > 0 && !strategies))
         return par__fail(PAR_EINVAL, "par_op_strategies: NULL argument or negative capacity");
-    if ((status = par__strat_spec_build(op, &spec)) != PAR_OK) return status;
-    if ((status = par__strat_check_devices(&spec, devices)) != PAR_OK) return status;
+    PAR__CHECK(par__strat_spec_build(op, &spec));
+    PAR__CHECK(par__strat_check_devices(&spec, devices));
     memset(&e, 0, sizeof e);
     e.spec = &spec;
     e.devices = devices;
@@ -5552,9 +5536,9 @@ PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_m
     r = *info;
     r.dev_matrix = *mesh;
     for (i = 0; i < r.num_inputs; i++)
-        if ((st = par__strat_layout_to_mesh(&r.inputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
+        PAR__CHECK(par__strat_layout_to_mesh(&r.inputs[i], mesh, &dev_to_mesh, n));
     for (i = 0; i < r.num_outputs; i++)
-        if ((st = par__strat_layout_to_mesh(&r.outputs[i], mesh, &dev_to_mesh, n)) != PAR_OK) return st;
+        PAR__CHECK(par__strat_layout_to_mesh(&r.outputs[i], mesh, &dev_to_mesh, n));
     for (i = 0; i < r.num_forward && i < 2; i++)
         r.forward[i].dev_mask = par__strat_mask_to_mesh(r.forward[i].dev_mask, &dev_to_mesh, n);
     for (i = 0; i < PAR_MAX_INPUTS; i++) r.mirror[i].dev_mask = par__strat_mask_to_mesh(r.mirror[i].dev_mask, &dev_to_mesh, n);
@@ -5578,15 +5562,14 @@ PARALLEL_DEF par_status par_dropout_mask(const par_layout *layout, int rank, uin
                                          uint8_t *mask) {
     int64_t local_shape[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], numel, i;
     uint64_t key = par__strat_mix64(seed);
-    par_status st;
     if (!layout || !mask) return par__fail(PAR_EINVAL, "par_dropout_mask: NULL argument");
     if (!(keep_prob >= 0 && keep_prob <= 1))
         return par__fail(PAR_EINVAL, "par_dropout_mask: keep_prob %g must be in [0,1]", keep_prob);
-    if ((st = par_layout_check(layout)) != PAR_OK) return st;
+    PAR__CHECK(par_layout_check(layout));
     if (rank < 0 || rank >= par_mesh_size(&layout->mesh))
         return par__fail(PAR_EINVAL, "par_dropout_mask: rank %d is outside the mesh's %d ranks", rank,
                          par_mesh_size(&layout->mesh));
-    if ((st = par_layout_local_offset(layout, rank, offset)) != PAR_OK) return st;
+    PAR__CHECK(par_layout_local_offset(layout, rank, offset));
     par_layout_local_shape(layout, local_shape);
     numel = par_layout_local_numel(layout);
     for (i = 0; i < numel; i++) {
@@ -6101,9 +6084,8 @@ static par_status par__rd_validate(const par_layout *from, const par_layout *to,
     par_tensor_map fm, tm;
     uint32_t created;
     int v, i;
-    par_status st;
-    if ((st = par__rd_check_layout(from, "source")) != PAR_OK) return st;
-    if ((st = par__rd_check_layout(to, "target")) != PAR_OK) return st;
+    PAR__CHECK(par__rd_check_layout(from, "source"));
+    PAR__CHECK(par__rd_check_layout(to, "target"));
     if (!par__mesh_same_shape(&from->mesh, &to->mesh)) {
         par_mesh_format(&from->mesh, a, sizeof a);
         par_mesh_format(&to->mesh, b, sizeof b);
@@ -6485,7 +6467,6 @@ static par_status par__rd_expand(par__rd_search *s) {
 static par_status par__rd_astar(par_redist_planner *pl, const par__rd_problem *pb, int *goal_node) {
     par__rd_search s;
     int start;
-    par_status st;
     pl->num_nodes = 0;
     pl->heap_len = 0;
     if (++pl->gen == 0) { /* wrapped: stale slots could look current */
@@ -6495,9 +6476,9 @@ static par_status par__rd_astar(par_redist_planner *pl, const par__rd_problem *p
     s.pl = pl;
     s.pb = pb;
     s.best_goal = HUGE_VAL;
-    if ((st = par__rd_node_of(pl, pb, pb->start, &start)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_node_of(pl, pb, pb->start, &start));
     pl->nodes[start].g = 0;
-    if ((st = par__rd_push(pl, pl->nodes[start].h, 0, start)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_push(pl, pl->nodes[start].h, 0, start));
     while (pl->heap_len > 0) {
         par__rd_item top = par__rd_pop(pl);
         if (top.g != pl->nodes[top.node].g) continue; /* superseded by a cheaper path */
@@ -6507,7 +6488,7 @@ static par_status par__rd_astar(par_redist_planner *pl, const par__rd_problem *p
         }
         s.node = top.node;
         s.g = top.g;
-        if ((st = par__rd_expand(&s)) != PAR_OK) return st;
+        PAR__CHECK(par__rd_expand(&s));
     }
     return par__fail(PAR_EUNSUPPORTED,
                      "redistribution: no sequence of split, all_gather, all_to_all, all_reduce, reduce_scatter and "
@@ -6893,12 +6874,11 @@ static par_status par__rd_search_plan(par_redist_planner *pl, const par_layout *
                                       const par__rd_costs *costs, par_plan *plan) {
     par__rd_problem pb;
     int goal = -1;
-    par_status st;
     par__rd_setup(&pb, from, to, costs);
     par__rd_prepare_heuristic(&pb);
     par__rd_plan_begin(plan, from, to, &pb, 0);
     plan->lower_bound = par__rd_heuristic(&pb, pb.start);
-    if ((st = par__rd_astar(pl, &pb, &goal)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_astar(pl, &pb, &goal));
     return par__rd_extract(pl, &pb, goal, plan);
 }
 
@@ -7009,9 +6989,8 @@ PARALLEL_DEF par_status par_redist_planner_plan(par_redist_planner *planner, con
     par__rd_costs costs;
     par__rd_entry *hit;
     uint64_t hash = 0;
-    par_status st;
     if (!planner || !from || !to || !plan) return par__fail(PAR_EINVAL, "par_redist_planner_plan: NULL argument");
-    if ((st = par__rd_costs_init(cost, &from->mesh, &costs)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_costs_init(cost, &from->mesh, &costs));
     if (planner->cache_entries) {
         hash = par__rd_hash_query(from, to, &costs);
         if ((hit = par__rd_cache_find(planner, hash, from, to, &costs)) != NULL) {
@@ -7020,8 +6999,8 @@ PARALLEL_DEF par_status par_redist_planner_plan(par_redist_planner *planner, con
             return PAR_OK;
         }
     }
-    if ((st = par__rd_validate(from, to, &costs)) != PAR_OK) return st;
-    if ((st = par__rd_plan_uncached(planner, from, to, &costs, plan)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_validate(from, to, &costs));
+    PAR__CHECK(par__rd_plan_uncached(planner, from, to, &costs, plan));
     if (planner->cache_entries) par__rd_cache_store(planner, hash, &costs, plan);
     return PAR_OK;
 }
@@ -7033,7 +7012,7 @@ PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const pa
     par_status st;
     memset(&desc, 0, sizeof desc);
     desc.cache_entries = -1;
-    if ((st = par_redist_planner_create(&desc, &pl)) != PAR_OK) return st;
+    PAR__CHECK(par_redist_planner_create(&desc, &pl));
     st = par_redist_planner_plan(pl, from, to, cost, plan);
     par_redist_planner_destroy(pl);
     return st;
@@ -7062,9 +7041,8 @@ static par_status par__rd_walk_op(par__rd_walk *w, par_redist_kind kind, int t, 
 static par_status par__rd_walk_take(par__rd_walk *w, int t, int to_dim) {
     par_tensor_map next = w->map;
     int v = next.dev[t][--next.count[t]];
-    par_status st;
     if (to_dim >= 0 && w->pb->costs.no_all_to_all) { /* enable_alltoall off: all_gather, then a local split */
-        if ((st = par__rd_walk_op(w, PAR_REDIST_ALL_GATHER, t, -1, v, &next, w->shape)) != PAR_OK) return st;
+        PAR__CHECK(par__rd_walk_op(w, PAR_REDIST_ALL_GATHER, t, -1, v, &next, w->shape));
         next.dev[to_dim][next.count[to_dim]++] = (int8_t)v;
         return par__rd_walk_op(w, PAR_REDIST_SPLIT, to_dim, -1, v, &next, w->shape);
     }
@@ -7152,22 +7130,21 @@ static int par__rd_reshaped(const par_mesh *mesh, int ndim_from, const int64_t *
 static par_status par__rd_greedy_reshape(par__rd_walk *w, const par_tensor_map *target) {
     const par__rd_problem *pb = w->pb;
     par_tensor_map twin, back, moved;
-    par_status st;
     int t;
     if (par__rd_reshaped(pb->mesh, pb->ndim[1], pb->shape[1], target, pb->ndim[0], pb->shape[0], &twin) &&
         par__rd_reshaped(pb->mesh, pb->ndim[0], pb->shape[0], &twin, pb->ndim[1], pb->shape[1], &back) &&
         par__map_equal(&back, target, pb->ndim[1])) {
-        if ((st = par__rd_greedy_to(w, &twin)) != PAR_OK) return st;
+        PAR__CHECK(par__rd_greedy_to(w, &twin));
         return par__rd_walk_reshape(w, target);
     }
     if (!par__rd_reshaped(pb->mesh, pb->ndim[0], pb->shape[0], &w->map, pb->ndim[1], pb->shape[1], &moved)) {
         for (t = 0; t < pb->ndim[0]; t++)
             while (w->map.count[t] > 0)
-                if ((st = par__rd_walk_take(w, t, -1)) != PAR_OK) return st;
+                PAR__CHECK(par__rd_walk_take(w, t, -1));
         if (!par__rd_reshaped(pb->mesh, pb->ndim[0], pb->shape[0], &w->map, pb->ndim[1], pb->shape[1], &moved))
             return par__fail(PAR_EUNSUPPORTED, "redistribution: even the gathered source does not reshape locally");
     }
-    if ((st = par__rd_walk_reshape(w, &moved)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_walk_reshape(w, &moved));
     return par__rd_greedy_to(w, target);
 }
 
@@ -7203,14 +7180,13 @@ static int par__rd_ms_holder(const par__rd_ms *m, int v) {
 
 /* Split a dim whose target device dim no pending dim holds (a local slice). */
 static par_status par__rd_ms_split_pass(par__rd_ms *m) {
-    par_status st;
     int i;
     for (i = 0; i < m->ndim; i++) {
         if (!m->pending[i]) continue;
         if (m->cur[i] == m->out[i]) {
             m->pending[i] = 0;
         } else if (m->cur[i] < 0 && par__rd_ms_holder(m, m->out[i]) < 0) {
-            if ((st = par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i])) != PAR_OK) return st;
+            PAR__CHECK(par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i]));
             m->cur[i] = m->out[i];
             m->pending[i] = 0;
         }
@@ -7221,7 +7197,6 @@ static par_status par__rd_ms_split_pass(par__rd_ms *m) {
 /* Move a device dim another pending dim holds to the free dim that wants it:
    an all_to_all, or (enable_alltoall off) an all_gather then a local split. */
 static par_status par__rd_ms_permute_pass(par__rd_ms *m) {
-    par_status st;
     int i, j;
     for (i = 0; i < m->ndim; i++) {
         if (!m->pending[i]) continue;
@@ -7231,10 +7206,10 @@ static par_status par__rd_ms_permute_pass(par__rd_ms *m) {
         }
         if (m->cur[i] >= 0 || (j = par__rd_ms_holder(m, m->out[i])) < 0) continue;
         if (m->alltoall) {
-            if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_TO_ALL, j, i, m->out[i])) != PAR_OK) return st;
+            PAR__CHECK(par__rd_ms_op(m, PAR_REDIST_ALL_TO_ALL, j, i, m->out[i]));
         } else {
-            if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, j, -1, m->out[i])) != PAR_OK) return st;
-            if ((st = par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i])) != PAR_OK) return st;
+            PAR__CHECK(par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, j, -1, m->out[i]));
+            PAR__CHECK(par__rd_ms_op(m, PAR_REDIST_SPLIT, i, -1, m->out[i]));
         }
         m->cur[i] = m->out[i];
         m->pending[i] = 0;
@@ -7245,13 +7220,12 @@ static par_status par__rd_ms_permute_pass(par__rd_ms *m) {
 
 /* Gather every device dim the target does not use at all. */
 static par_status par__rd_ms_concat_pass(par__rd_ms *m) {
-    par_status st;
     int i, k, wanted;
     for (i = 0; i < m->ndim; i++) {
         if (!m->pending[i] || m->cur[i] < 0) continue;
         for (wanted = 0, k = 0; k < m->ndim; k++) wanted |= m->out[k] == m->cur[i];
         if (wanted) continue;
-        if ((st = par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, i, -1, m->cur[i])) != PAR_OK) return st;
+        PAR__CHECK(par__rd_ms_op(m, PAR_REDIST_ALL_GATHER, i, -1, m->cur[i]));
         m->cur[i] = -1;
         if (m->out[i] < 0) m->pending[i] = 0;
     }
@@ -7271,7 +7245,6 @@ static int par__rd_ms_any_pending(const par__rd_ms *m) {
    dim. Dims are visited in index order, as its ordered work map does. */
 static par_status par__rd_ms_infer(par__rd_walk *w, const par_tensor_map *target, int alltoall) {
     par__rd_ms m;
-    par_status st;
     int i;
     memset(&m, 0, sizeof m);
     m.w = w;
@@ -7286,20 +7259,20 @@ static par_status par__rd_ms_infer(par__rd_walk *w, const par_tensor_map *target
         int round = w->plan->num_ops;
         for (;;) {
             int before_split = w->plan->num_ops;
-            if ((st = par__rd_ms_split_pass(&m)) != PAR_OK) return st;
+            PAR__CHECK(par__rd_ms_split_pass(&m));
             for (;;) {
                 int before_permute = w->plan->num_ops;
                 if (!par__rd_ms_any_pending(&m)) break;
-                if ((st = par__rd_ms_permute_pass(&m)) != PAR_OK) return st;
+                PAR__CHECK(par__rd_ms_permute_pass(&m));
                 if (before_permute == w->plan->num_ops) break;
             }
             if (!par__rd_ms_any_pending(&m) || before_split == w->plan->num_ops) break;
         }
-        if ((st = par__rd_ms_concat_pass(&m)) != PAR_OK) return st;
+        PAR__CHECK(par__rd_ms_concat_pass(&m));
         if (round == w->plan->num_ops && par__rd_ms_any_pending(&m)) {
             for (i = 0; !m.pending[i]; i++) {}
             if (m.cur[i] < 0) return par__fail(PAR_EUNSUPPORTED, "redistribution: greedy walk stuck at unified dim %d", i);
-            if ((st = par__rd_ms_op(&m, PAR_REDIST_ALL_GATHER, i, -1, m.cur[i])) != PAR_OK) return st;
+            PAR__CHECK(par__rd_ms_op(&m, PAR_REDIST_ALL_GATHER, i, -1, m.cur[i]));
             m.cur[i] = -1;
         }
     }
@@ -7317,13 +7290,12 @@ static int par__rd_single_splits(const par_tensor_map *map, int ndim) {
 /* All-reduce every partial dim the target does not keep (MindSpore has no
    partial layouts: its operators reduce before redistributing). */
 static par_status par__rd_greedy_reduce(par__rd_walk *w) {
-    par_status st;
     int v;
     for (v = 0; v < PARALLEL_MAX_DIMS; v++)
         if (w->map.partial & ~w->pb->inert & (1u << v)) {
             par_tensor_map next = w->map;
             next.partial &= ~(1u << v);
-            if ((st = par__rd_walk_op(w, PAR_REDIST_ALL_REDUCE, -1, -1, v, &next, w->shape)) != PAR_OK) return st;
+            PAR__CHECK(par__rd_walk_op(w, PAR_REDIST_ALL_REDUCE, -1, -1, v, &next, w->shape));
         }
     return PAR_OK;
 }
@@ -7371,8 +7343,8 @@ PARALLEL_DEF par_status par_plan_greedy(const par_layout *from, const par_layout
     par_status st = PAR_OK;
     char saved[512];
     if (!from || !to || !plan) return par__fail(PAR_EINVAL, "par_plan_greedy: NULL argument");
-    if ((st = par__rd_costs_init(cost, &from->mesh, &costs)) != PAR_OK) return st;
-    if ((st = par__rd_validate(from, to, &costs)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_costs_init(cost, &from->mesh, &costs));
+    PAR__CHECK(par__rd_validate(from, to, &costs));
     snprintf(saved, sizeof saved, "%s", par_last_error());
     if (par__rd_greedy_unified(from, to, &costs, plan, &st)) {
         if (st == PAR_OK) par__fail(PAR_OK, "%s", saved);
@@ -7385,7 +7357,7 @@ PARALLEL_DEF par_status par_plan_greedy(const par_layout *from, const par_layout
     w.pb = &pb;
     w.map = pb.from_map;
     w.shape = 0;
-    if ((st = par__rd_greedy_reduce(&w)) != PAR_OK) return st;
+    PAR__CHECK(par__rd_greedy_reduce(&w));
     st = pb.reshape ? par__rd_greedy_reshape(&w, &pb.to_map) : par__rd_greedy_to(&w, &pb.to_map);
     if (st == PAR_OK) par__fail(PAR_OK, "%s", saved);
     return st;
@@ -7481,12 +7453,11 @@ static par_status par__sim_rank(par__sim_step *s, const par_redist_op *op, const
     int64_t shape_before[PARALLEL_MAX_DIMS], shape_after[PARALLEL_MAX_DIMS], numel = par_layout_local_numel(before), i;
     double *out = s->next + (size_t)r * (size_t)s->cap;
     int count = 1, c = 0, j, n = op->group;
-    par_status st;
     par_layout_local_shape(before, shape_before);
     par_layout_local_shape(after, shape_after);
     if (op->kind != PAR_REDIST_RESHAPE) {
         /* the op's own mesh: on the unified view some axes may be factored (same ranks) */
-        if ((st = par_mesh_group(&before->mesh, r, 1u << op->device_dim, s->group, &count)) != PAR_OK) return st;
+        PAR__CHECK(par_mesh_group(&before->mesh, r, 1u << op->device_dim, s->group, &count));
         if (count != n) return par__fail(PAR_EINVAL, "simulator: op group %d but device dim %d has %d ranks", n, op->device_dim, count);
         while (s->group[c] != r) c++;
     }
@@ -7572,9 +7543,8 @@ static double par__sim_part(int64_t index, int k) { return (double)((index * 31 
 PARALLEL_DEF par_status par_sim_scatter(const par_layout *layout, const double *global, double *const *locals) {
     int64_t local_shape[PARALLEL_MAX_DIMS], offset[PARALLEL_MAX_DIMS], numel, i;
     int coords[PARALLEL_MAX_DIMS], r, v, j, ranks;
-    par_status st;
     if (!layout || !global || !locals) return par__fail(PAR_EINVAL, "par_sim_scatter: NULL argument");
-    if ((st = par_layout_check(layout)) != PAR_OK) return st;
+    PAR__CHECK(par_layout_check(layout));
     ranks = par_mesh_size(&layout->mesh);
     numel = par_layout_local_numel(layout);
     par_layout_local_shape(layout, local_shape);
@@ -7878,9 +7848,8 @@ static int par__ranks_on_host(const par_comm_table *comm) {
 static par_status par__ctx_mesh(const par_ctx_desc *desc, int size, par_mesh *mesh) {
     static const char *const world_name[1] = {"world"};
     char text[256];
-    par_status st;
     if (!desc || !desc->mesh) return par_mesh_init(mesh, 1, &size, world_name);
-    if ((st = par_mesh_parse(desc->mesh, mesh)) != PAR_OK) return st;
+    PAR__CHECK(par_mesh_parse(desc->mesh, mesh));
     if (par_mesh_size(mesh) != size) {
         par_mesh_format(mesh, text, sizeof text);
         return par__fail(PAR_EINVAL, "mesh %s has %d devices but the world has %d ranks", text, par_mesh_size(mesh),
@@ -7931,12 +7900,11 @@ static par_status par__compute_table_check(const par_compute_table *c) {
 /* Checks of a desc every launcher makes before it starts anything. */
 static par_status par__ctx_desc_check(const par_ctx_desc *desc) {
     int ms;
-    par_status st;
     if (!desc) return PAR_OK;
-    if ((st = par__ctx_timeout(desc, &ms)) != PAR_OK) return st;
+    PAR__CHECK(par__ctx_timeout(desc, &ms));
     if (desc->kernel_threads < 0)
         return par__fail(PAR_EINVAL, "par_ctx_desc.kernel_threads %d must be >= 0 (0 = automatic)", desc->kernel_threads);
-    if ((st = par__allocator_check(&desc->allocator, "par_ctx_desc.allocator")) != PAR_OK) return st;
+    PAR__CHECK(par__allocator_check(&desc->allocator, "par_ctx_desc.allocator"));
     if (desc->compute) return par__compute_table_check(desc->compute);
     return PAR_OK;
 }
@@ -8082,7 +8050,7 @@ PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int 
     par_status st;
     if (!ctx || !group) return par__fail(PAR_EINVAL, "par_ctx_group_ranks: NULL argument");
     *group = NULL;
-    if ((st = par__check_rank_list(ctx, ranks, count)) != PAR_OK) return st;
+    PAR__CHECK(par__check_rank_list(ctx, ranks, count));
     if ((e = par__ctx_find_group(ctx, ranks, count)) != NULL) {
         *group = e->group;
         return PAR_OK;
@@ -8112,14 +8080,13 @@ PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int 
 PARALLEL_DEF par_status par_ctx_group(par_ctx *ctx, uint32_t dev_mask, par_comm_group **group, int *index,
                                       int *count) {
     int n = 0, i;
-    par_status st;
     if (!ctx || !group) return par__fail(PAR_EINVAL, "par_ctx_group: NULL argument");
     *group = NULL;
     if (dev_mask >> ctx->mesh.ndim)
         return par__fail(PAR_EINVAL, "par_ctx_group: dev_mask 0x%x names device dims beyond the mesh's %d",
                          (unsigned)dev_mask, ctx->mesh.ndim);
-    if ((st = par_mesh_group(&ctx->mesh, ctx->rank, dev_mask, ctx->scratch_ranks, &n)) != PAR_OK) return st;
-    if ((st = par_ctx_group_ranks(ctx, ctx->scratch_ranks, n, group)) != PAR_OK) return st;
+    PAR__CHECK(par_mesh_group(&ctx->mesh, ctx->rank, dev_mask, ctx->scratch_ranks, &n));
+    PAR__CHECK(par_ctx_group_ranks(ctx, ctx->scratch_ranks, n, group));
     if (index)
         for (i = 0; i < n; i++)
             if (ctx->scratch_ranks[i] == ctx->rank) *index = i;
@@ -8184,7 +8151,6 @@ static int par__launched_size(void) {
 
 PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_rank_fn fn, void *arg) {
     par_mesh mesh;
-    par_status st;
     int world;
     if (!fn) return par__fail(PAR_EINVAL, "par_launch: NULL rank function");
     if (threads < 0) return par__fail(PAR_EINVAL, "par_launch: threads is %d; it must be >= 0 (0 = the mesh's size)", threads);
@@ -8192,12 +8158,13 @@ PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_ra
     if (world > 0) {
 #ifdef PARALLEL_WITH_MPI
         par_ctx *ctx = NULL;
+        par_status st;
         if (threads > 0 && threads != world)
             return par__fail(PAR_EINVAL,
                              "par_launch: threads is %d but the launcher started %d processes (pass 0 to use the "
                              "launcher's count)",
                              threads, world);
-        if ((st = par_ctx_init_mpi(desc, &ctx)) != PAR_OK) return st;
+        PAR__CHECK(par_ctx_init_mpi(desc, &ctx));
         st = fn(ctx, arg);
         if (st != PAR_OK)
             par__keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
@@ -8215,7 +8182,7 @@ PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_ra
         if (!desc || !desc->mesh)
             return par__fail(PAR_EINVAL, "par_launch: threads is 0 and there is no desc->mesh to take the rank count "
                                          "from");
-        if ((st = par_mesh_parse(desc->mesh, &mesh)) != PAR_OK) return st;
+        PAR__CHECK(par_mesh_parse(desc->mesh, &mesh));
         threads = par_mesh_size(&mesh);
     }
     return par_run_threads_desc(desc, threads, fn, arg);
@@ -8713,10 +8680,9 @@ static par_status par__thr_group_create(void *user, const int *ranks, int count,
     par__thr_handle *h;
     par__thr_group *g;
     int index;
-    par_status st;
     if (!out) return par__fail(PAR_EINVAL, "threads group_create: NULL group");
     *out = NULL;
-    if ((st = par_comm_check_ranks("threads", ranks, count, w->size, r->rank, &index)) != PAR_OK) return st;
+    PAR__CHECK(par_comm_check_ranks("threads", ranks, count, w->size, r->rank, &index));
     h = (par__thr_handle *)par__alloc_malloc(&w->alloc, sizeof *h);
     if (!h) return par__fail(PAR_ENOMEM, "group_create: out of memory");
     /* The k-th creation of a rank list by each member meets the k-th instance. */
@@ -9062,7 +9028,7 @@ static par_status par__thr_run_coll(const par__thr_coll *c) {
     par__thr_wait_arg a;
     par_status st;
     int64_t target = h->seq + 1;
-    if ((st = par__thr_precheck(r, g, op)) != PAR_OK) return st;
+    PAR__CHECK(par__thr_precheck(r, g, op));
     pthread_mutex_lock(&g->sync.mu);
     if (PAR__THR_LOAD(&g->broken)) {
         pthread_mutex_unlock(&g->sync.mu);
@@ -9201,7 +9167,7 @@ static par_status par__thr_submit(par__thr_rank *r, const par__thr_coll *c, par_
     if (PAR__THR_LOAD(&r->queued) == 0) return par__thr_run_coll(c);
     memset(&local, 0, sizeof local);
     local.coll = *c;
-    if ((st = par__thr_enqueue(r, &local)) != PAR_OK) return st;
+    PAR__CHECK(par__thr_enqueue(r, &local));
     par__thr_await(&r->sync, par__thr_req_done_ready, &local, -1);
     return local.status == PAR_OK ? PAR_OK : par__fail(local.status, "%s", local.msg);
 }
@@ -9211,10 +9177,9 @@ static par_status par__thr_prepare(par__thr_rank *r, par_comm_group *group, int 
                                    int64_t count, par_dtype dtype, par_reduce_op rop, int root, par__thr_coll *c) {
     par__thr_handle *h = par__thr_handle_of(r, group, par__thr_op_name(op));
     par_comm_args a;
-    par_status st;
     if (!h) return PAR_EINVAL;
     a.call = (par_comm_call)op, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = root;
-    if ((st = par_comm_check_args("threads", h->g->name, h->g->n, h->index, &a)) != PAR_OK) return st;
+    PAR__CHECK(par_comm_check_args("threads", h->g->name, h->g->n, h->index, &a));
     c->op = op;
     c->h = h;
     c->send = send;
@@ -9230,9 +9195,8 @@ static par_status par__thr_coll_entry(void *user, par_comm_group *group, int op,
                                       int64_t count, par_dtype dtype, par_reduce_op rop, int root, par_request **req) {
     par__thr_rank *r = (par__thr_rank *)user;
     par__thr_coll c;
-    par_status st;
     if (req) *req = NULL;
-    if ((st = par__thr_prepare(r, group, op, send, recv, count, dtype, rop, root, &c)) != PAR_OK) return st;
+    PAR__CHECK(par__thr_prepare(r, group, op, send, recv, count, dtype, rop, root, &c));
     return par__thr_submit(r, &c, req);
 }
 
@@ -9446,7 +9410,7 @@ static par_status par__thr_p2p(void *user, par_comm_group *group, const void *sb
     if ((h = par__thr_handle_of(r, group, name)) == NULL) return PAR_EINVAL;
     a.call = is_send ? PAR_CALL_SEND : PAR_CALL_RECV, a.send = sbuf, a.recv = rbuf, a.count = count, a.dtype = dtype;
     a.op = PAR_REDUCE_SUM, a.peer = peer;
-    if ((st = par_comm_check_args("threads", h->g->name, h->g->n, h->index, &a)) != PAR_OK) return st;
+    PAR__CHECK(par_comm_check_args("threads", h->g->name, h->g->n, h->index, &a));
     if (req) {
         if ((q = par__thr_req_new(r, h)) == NULL) return par__fail(PAR_ENOMEM, "%s: out of memory for the request", name);
         q->is_p2p = 1;
@@ -9624,9 +9588,9 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
     if (n < 1 || n > PAR__THR_MAX_RANKS)
         return par__fail(PAR_EINVAL, "par_run_threads: %d ranks, need 1..%d", n, PAR__THR_MAX_RANKS);
     if (!fn) return par__fail(PAR_EINVAL, "par_run_threads: NULL rank function");
-    if ((st = par__ctx_desc_check(desc)) != PAR_OK) return st;
-    if ((st = par__ctx_timeout(desc, &timeout)) != PAR_OK) return st;
-    if ((st = par__ctx_mesh(desc, n, &mesh)) != PAR_OK) return st;
+    PAR__CHECK(par__ctx_desc_check(desc));
+    PAR__CHECK(par__ctx_timeout(desc, &timeout));
+    PAR__CHECK(par__ctx_mesh(desc, n, &mesh));
     memset(&w, 0, sizeof w);
     if (desc) w.alloc = desc->allocator;
     w.size = n;
@@ -10178,10 +10142,9 @@ static par_status par__mpi_check(par_comm_group *group, par_comm_call call, cons
                                  int64_t count, par_dtype dtype, par_reduce_op rop, int peer) {
     const par__mpi_group *g = (const par__mpi_group *)group;
     par_comm_args a;
-    par_status st;
     if (!g) return par__fail(PAR_EINVAL, "mpi %s: NULL group", par_comm_call_name(call));
     a.call = call, a.send = send, a.recv = recv, a.count = count, a.dtype = dtype, a.op = rop, a.peer = peer;
-    if ((st = par_comm_check_args("mpi", g->text, g->n, g->index, &a)) != PAR_OK) return st;
+    PAR__CHECK(par_comm_check_args("mpi", g->text, g->n, g->index, &a));
     if (g->mpi->stopped)
         return par__fail(PAR_ECOMM, "mpi %s on group %s: the MPI backend stopped after an earlier timeout (%s); "
                                     "par_ctx_destroy ends the job",
@@ -10205,15 +10168,14 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
     par__mpi_group *g = (par__mpi_group *)group;
     size_t es = par_dtype_size(dtype);
     par__mpi_req *r;
-    par_status st;
     MPI_Datatype type;
     MPI_Op mop = op == PAR_REDUCE_MAX ? MPI_MAX : MPI_SUM;
     char *buf;
     int64_t k, chunks;
     int code = MPI_SUCCESS, in_place;
     if (req) *req = NULL;
-    if ((st = par__mpi_check(group, PAR_CALL_ALL_REDUCE, send, recv, count, dtype, op, 0)) != PAR_OK) return st;
-    if ((st = par__mpi_req_new(mpi, g, "all_reduce", &r)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_check(group, PAR_CALL_ALL_REDUCE, send, recv, count, dtype, op, 0));
+    PAR__CHECK(par__mpi_req_new(mpi, g, "all_reduce", &r));
     r->dst = recv;
     r->count = count;
     r->dtype = dtype;
@@ -10281,7 +10243,7 @@ static par_status par__mpi_all_gather(void *user, par_comm_group *group, const v
     if ((st = par__mpi_check(group, PAR_CALL_ALL_GATHER, send, recv, count, dtype, PAR_REDUCE_SUM, 0)) != PAR_OK)
         return st;
     in_place = count > 0 && (const char *)send == (const char *)recv + (size_t)g->index * (size_t)count * es;
-    if ((st = par__mpi_req_new(mpi, g, "all_gather", &r)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_req_new(mpi, g, "all_gather", &r));
     code = par__mpi_sign(r, PAR_CALL_ALL_GATHER, count, dtype, PAR_REDUCE_SUM, 0);
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
@@ -10312,15 +10274,14 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
     MPI_Datatype type;
     MPI_Op mop = op == PAR_REDUCE_MAX ? MPI_MAX : MPI_SUM;
     par__mpi_req *r;
-    par_status st;
     const char *sbuf;
     char *rbuf;
     int64_t k, chunks, total;
     int code = MPI_SUCCESS, j;
     if (req) *req = NULL;
-    if ((st = par__mpi_check(group, PAR_CALL_REDUCE_SCATTER, send, recv, count, dtype, op, 0)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_check(group, PAR_CALL_REDUCE_SCATTER, send, recv, count, dtype, op, 0));
     total = count * g->n;
-    if ((st = par__mpi_req_new(mpi, g, "reduce_scatter", &r)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_req_new(mpi, g, "reduce_scatter", &r));
     r->dst = recv;
     r->count = count;
     r->dtype = dtype;
@@ -10389,7 +10350,7 @@ static par_status par__mpi_all_to_all(void *user, par_comm_group *group, const v
     if (req) *req = NULL;
     if ((st = par__mpi_check(group, PAR_CALL_ALL_TO_ALL, send, recv, count, dtype, PAR_REDUCE_SUM, 0)) != PAR_OK)
         return st;
-    if ((st = par__mpi_req_new(mpi, g, "all_to_all", &r)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_req_new(mpi, g, "all_to_all", &r));
     code = par__mpi_sign(r, PAR_CALL_ALL_TO_ALL, count, dtype, PAR_REDUCE_SUM, 0);
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
@@ -10423,7 +10384,7 @@ static par_status par__mpi_broadcast(void *user, par_comm_group *group, void *bu
     if (req) *req = NULL;
     if ((st = par__mpi_check(group, PAR_CALL_BROADCAST, buf, buf, count, dtype, PAR_REDUCE_SUM, root)) != PAR_OK)
         return st;
-    if ((st = par__mpi_req_new(mpi, g, "broadcast", &r)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_req_new(mpi, g, "broadcast", &r));
     code = par__mpi_sign(r, PAR_CALL_BROADCAST, count, dtype, PAR_REDUCE_SUM, root);
     chunks = PAR__MPI_CHUNKS(count);
     for (k = 0; k < chunks && code == MPI_SUCCESS; k++) {
@@ -10451,7 +10412,7 @@ static par_status par__mpi_p2p(par__mpi *mpi, par_comm_group *group, void *buf, 
     if ((st = par__mpi_check(group, is_send ? PAR_CALL_SEND : PAR_CALL_RECV, buf, buf, count, dtype, PAR_REDUCE_SUM,
                              peer)) != PAR_OK)
         return st;
-    if ((st = par__mpi_req_new(mpi, g, op, &r)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_req_new(mpi, g, op, &r));
     if (!is_send) {
         r->expect = count;
         r->esize = es;
@@ -10488,9 +10449,8 @@ static par_status par__mpi_recv(void *user, par_comm_group *group, void *buf, in
 static par_status par__mpi_barrier(void *user, par_comm_group *group) {
     par__mpi *mpi = (par__mpi *)user;
     par__mpi_req *r;
-    par_status st;
-    if ((st = par__mpi_check(group, PAR_CALL_BARRIER, NULL, NULL, 0, PAR_F32, PAR_REDUCE_SUM, 0)) != PAR_OK) return st;
-    if ((st = par__mpi_req_new(mpi, (par__mpi_group *)group, "barrier", &r)) != PAR_OK) return st;
+    PAR__CHECK(par__mpi_check(group, PAR_CALL_BARRIER, NULL, NULL, 0, PAR_F32, PAR_REDUCE_SUM, 0));
+    PAR__CHECK(par__mpi_req_new(mpi, (par__mpi_group *)group, "barrier", &r));
     return par__mpi_req_finish(r, par__mpi_sign(r, PAR_CALL_BARRIER, 0, PAR_F32, PAR_REDUCE_SUM, 0), NULL);
 }
 
@@ -10502,10 +10462,9 @@ static par_status par__mpi_group_create(void *user, const int *ranks, int count,
     MPI_Group world_group, sub;
     unsigned hash = 2166136261u;
     int i, index, code;
-    par_status st;
     if (!group) return par__fail(PAR_EINVAL, "mpi group_create: NULL group");
     *group = NULL;
-    if ((st = par_comm_check_ranks("mpi", ranks, count, mpi->size, mpi->rank, &index)) != PAR_OK) return st;
+    PAR__CHECK(par_comm_check_ranks("mpi", ranks, count, mpi->size, mpi->rank, &index));
     for (i = 0; i < count; i++) hash = (hash ^ (unsigned)ranks[i]) * 16777619u;
     g = (par__mpi_group *)PARALLEL_MALLOC(sizeof *g);
     if (!g) return par__fail(PAR_ENOMEM, "mpi group_create: out of memory");
@@ -13017,12 +12976,12 @@ static par_status par__exec_op(par_executor *e, const par_redist_op *op, const p
     if (op->kind != PAR_REDIST_RESHAPE && !par__mesh_same_shape(&before->mesh, &e->ctx->mesh)) {
         /* an op on a factored mesh (the unified view): its group by rank list, same rank numbers */
         int *ranks = e->ctx->scratch_ranks;
-        if ((st = par_mesh_group(&before->mesh, e->ctx->rank, 1u << op->device_dim, ranks, &n)) != PAR_OK) return st;
+        PAR__CHECK(par_mesh_group(&before->mesh, e->ctx->rank, 1u << op->device_dim, ranks, &n));
         for (j = 0; j < n; j++)
             if (ranks[j] == e->ctx->rank) index = j;
-        if ((st = par_ctx_group_ranks(e->ctx, ranks, n, &group)) != PAR_OK) return st;
+        PAR__CHECK(par_ctx_group_ranks(e->ctx, ranks, n, &group));
     } else if (op->kind != PAR_REDIST_RESHAPE) {
-        if ((st = par_ctx_group(e->ctx, 1u << op->device_dim, &group, &index, &n)) != PAR_OK) return st;
+        PAR__CHECK(par_ctx_group(e->ctx, 1u << op->device_dim, &group, &index, &n));
         if (n != op->group)
             return par__fail(PAR_EINVAL, "executor: plan op wants a group of %d on device dim %d, the mesh has %d",
                              op->group, op->device_dim, n);
@@ -13033,8 +12992,9 @@ static par_status par__exec_op(par_executor *e, const par_redist_op *op, const p
     case PAR_REDIST_ALL_GATHER: {
         par__exec_view v = par__exec_around(after, op->tensor_dim, elem);
         if (v.outer == 1) return comm->all_gather(comm->user, group, src, dst, numel, dtype, NULL);
-        if ((st = comm->all_gather(comm->user, group, src, e->buf[2], numel, dtype, NULL)) != PAR_OK) return st;
-        for (j = 0; j < n && st == PAR_OK; j++) st = par__exec_put_chunk(e, dst, v, n, j, (char *)e->buf[2] + (size_t)j * bytes);
+        PAR__CHECK(comm->all_gather(comm->user, group, src, e->buf[2], numel, dtype, NULL));
+        for (j = 0, st = PAR_OK; j < n && st == PAR_OK; j++)
+            st = par__exec_put_chunk(e, dst, v, n, j, (char *)e->buf[2] + (size_t)j * bytes);
         return st;
     }
     case PAR_REDIST_ALL_TO_ALL: {
@@ -13044,10 +13004,11 @@ static par_status par__exec_op(par_executor *e, const par_redist_op *op, const p
         size_t block = bytes / (size_t)n;
         void *packed = e->buf[2];
         for (j = 0; j < n; j++)
-            if ((st = par__exec_take_chunk(e, (char *)packed + (size_t)j * block, src, from, n, j)) != PAR_OK) return st;
+            PAR__CHECK(par__exec_take_chunk(e, (char *)packed + (size_t)j * block, src, from, n, j));
         if (to.outer == 1) return comm->all_to_all(comm->user, group, packed, dst, numel / n, dtype, NULL);
-        if ((st = comm->all_to_all(comm->user, group, packed, e->buf[3], numel / n, dtype, NULL)) != PAR_OK) return st;
-        for (j = 0; j < n && st == PAR_OK; j++) st = par__exec_put_chunk(e, dst, to, n, j, (char *)e->buf[3] + (size_t)j * block);
+        PAR__CHECK(comm->all_to_all(comm->user, group, packed, e->buf[3], numel / n, dtype, NULL));
+        for (j = 0, st = PAR_OK; j < n && st == PAR_OK; j++)
+            st = par__exec_put_chunk(e, dst, to, n, j, (char *)e->buf[3] + (size_t)j * block);
         return st;
     }
     case PAR_REDIST_ALL_REDUCE:
@@ -13057,7 +13018,7 @@ static par_status par__exec_op(par_executor *e, const par_redist_op *op, const p
         size_t block = bytes / (size_t)n;
         if (v.outer == 1) return comm->reduce_scatter(comm->user, group, src, dst, numel / n, dtype, PAR_REDUCE_SUM, NULL);
         for (j = 0; j < n; j++)
-            if ((st = par__exec_take_chunk(e, (char *)e->buf[2] + (size_t)j * block, src, v, n, j)) != PAR_OK) return st;
+            PAR__CHECK(par__exec_take_chunk(e, (char *)e->buf[2] + (size_t)j * block, src, v, n, j));
         return comm->reduce_scatter(comm->user, group, e->buf[2], dst, numel / n, dtype, PAR_REDUCE_SUM, NULL);
     }
     case PAR_REDIST_RESHAPE:
@@ -13086,11 +13047,11 @@ PARALLEL_DEF par_status par_execute_plan(par_executor *exec, const par_plan *pla
     final_bytes = (size_t)par_layout_local_numel(&plan->to) * elem;
     if (plan->num_ops == 0)
         return in == out ? PAR_OK : par__exec_copy2d(exec, out, final_bytes, in, final_bytes, final_bytes, 1);
-    if ((st = par__exec_reserve(exec, (size_t)plan->max_local_numel * elem)) != PAR_OK) return st;
+    PAR__CHECK(par__exec_reserve(exec, (size_t)plan->max_local_numel * elem));
     for (i = 0; i < plan->num_ops; i++) {
         int last = i == plan->num_ops - 1;
-        if ((st = par_plan_layout_after(plan, i - 1, &before)) != PAR_OK) return st;
-        if ((st = par_plan_layout_after(plan, i, &after)) != PAR_OK) return st;
+        PAR__CHECK(par_plan_layout_after(plan, i - 1, &before));
+        PAR__CHECK(par_plan_layout_after(plan, i, &after));
         /* the last op writes straight into out unless out is also the input */
         dst = last && out != in ? out : exec->buf[i & 1];
         if ((st = par__exec_op(exec, &plan->ops[i], &before, &after, dtype, src, dst)) != PAR_OK) {
@@ -13385,7 +13346,6 @@ static par_status par__st_unicode_escape(par__st_parser *ps, char **o) {
 /* A JSON string, decoded (UTF-8, 0-terminated) into the parser's output area. */
 static par_status par__st_string(par__st_parser *ps, const char **result, const char *context) {
     char here[16], *o = ps->out;
-    par_status st;
     par__st_ws(ps);
     if (ps->p >= ps->end || *ps->p != '"')
         return par__st_syntax(ps, "expected a string %s, found %s", context, par__st_here(ps, here, sizeof here));
@@ -13417,7 +13377,7 @@ static par_status par__st_string(par__st_parser *ps, const char **result, const 
         case 'r': *o++ = '\r'; break;
         case 't': *o++ = '\t'; break;
         case 'u':
-            if ((st = par__st_unicode_escape(ps, &o)) != PAR_OK) return st;
+            PAR__CHECK(par__st_unicode_escape(ps, &o));
             break;
         default:
             ps->p--;
@@ -13502,10 +13462,9 @@ static par_status par__st_uint_array(par__st_parser *ps, const char *name, const
                                      int *n) {
     const char *why;
     int more;
-    par_status st;
     char context[160];
     snprintf(context, sizeof context, "for tensor \"%.100s\" %s", name, field);
-    if ((st = par__st_expect(ps, '[', context)) != PAR_OK) return st;
+    PAR__CHECK(par__st_expect(ps, '[', context));
     *n = 0;
     par__st_ws(ps);
     if (ps->p < ps->end && *ps->p == ']') return ps->p++, PAR_OK;
@@ -13520,7 +13479,7 @@ static par_status par__st_uint_array(par__st_parser *ps, const char *name, const
             return par__st_syntax(ps, "tensor \"%.100s\" %s has more than %d entries", name, field, max);
         }
         v[(*n)++] = x;
-        if ((st = par__st_next(ps, ']', context, &more)) != PAR_OK) return st;
+        PAR__CHECK(par__st_next(ps, ']', context, &more));
     } while (more);
     return PAR_OK;
 }
@@ -13621,33 +13580,33 @@ static par_status par__st_tensor_entry(par__st_parser *ps, const char *name) {
     more = !(ps->p < ps->end && *ps->p == '}');
     if (!more) ps->p++;
     while (more) {
-        if ((st = par__st_string(ps, &key, context)) != PAR_OK) return st;
-        if ((st = par__st_expect(ps, ':', context)) != PAR_OK) return st;
+        PAR__CHECK(par__st_string(ps, &key, context));
+        PAR__CHECK(par__st_expect(ps, ':', context));
         have = strcmp(key, "dtype") == 0          ? &have_dtype
                : strcmp(key, "shape") == 0        ? &have_shape
                : strcmp(key, "data_offsets") == 0 ? &have_offsets
                                                   : NULL;
         if (have && (*have)++) return par__st_syntax(ps, "tensor \"%.100s\" has \"%s\" twice", name, key);
         if (have == &have_dtype) {
-            if ((st = par__st_string(ps, &tag, context)) != PAR_OK) return st;
-            if ((st = par__st_dtype(ps, name, tag, &t.dtype)) != PAR_OK) return st;
+            PAR__CHECK(par__st_string(ps, &tag, context));
+            PAR__CHECK(par__st_dtype(ps, name, tag, &t.dtype));
         } else if (have == &have_shape) {
-            if ((st = par__st_uint_array(ps, name, "shape", PARALLEL_MAX_DIMS, dims, &t.ndim)) != PAR_OK) return st;
+            PAR__CHECK(par__st_uint_array(ps, name, "shape", PARALLEL_MAX_DIMS, dims, &t.ndim));
             for (i = 0; i < t.ndim; i++) t.shape[i] = (int64_t)dims[i];
         } else if (have == &have_offsets) {
-            if ((st = par__st_uint_array(ps, name, "data_offsets", 2, offsets, &n)) != PAR_OK) return st;
+            PAR__CHECK(par__st_uint_array(ps, name, "data_offsets", 2, offsets, &n));
             if (n != 2) return par__st_syntax(ps, "tensor \"%.100s\" data_offsets has %d entries, not 2", name, n);
         } else if ((st = par__st_skip(ps, 1)) != PAR_OK) { /* a field this library does not use */
             return st;
         }
-        if ((st = par__st_next(ps, '}', context, &more)) != PAR_OK) return st;
+        PAR__CHECK(par__st_next(ps, '}', context, &more));
     }
     if (!have_dtype || !have_shape || !have_offsets)
         return par__st_open_fail(ps->f->path, PAR_EPARSE, "tensor \"%.100s\" has no \"%s\"", name,
                                  !have_dtype   ? "dtype"
                                  : !have_shape ? "shape"
                                                : "data_offsets");
-    if ((st = par__st_check_size(ps, &t, offsets[0], offsets[1])) != PAR_OK) return st;
+    PAR__CHECK(par__st_check_size(ps, &t, offsets[0], offsets[1]));
     return par__st_push_tensor(ps->f, &t);
 }
 
@@ -13656,7 +13615,6 @@ static par_status par__st_metadata_entry(par__st_parser *ps) {
     const char *key, *value;
     char here[16];
     int more;
-    par_status st;
     par__st_ws(ps);
     if ((size_t)(ps->end - ps->p) >= 4 && !memcmp(ps->p, "null", 4)) return ps->p += 4, PAR_OK;
     if (ps->p >= ps->end || *ps->p != '{')
@@ -13666,16 +13624,16 @@ static par_status par__st_metadata_entry(par__st_parser *ps) {
     par__st_ws(ps);
     if (ps->p < ps->end && *ps->p == '}') return ps->p++, PAR_OK;
     do {
-        if ((st = par__st_string(ps, &key, "as a __metadata__ key")) != PAR_OK) return st;
-        if ((st = par__st_expect(ps, ':', "after a __metadata__ key")) != PAR_OK) return st;
+        PAR__CHECK(par__st_string(ps, &key, "as a __metadata__ key"));
+        PAR__CHECK(par__st_expect(ps, ':', "after a __metadata__ key"));
         par__st_ws(ps);
         if (ps->p >= ps->end || *ps->p != '"')
             return par__st_syntax(
                 ps, "__metadata__ value of \"%.100s\" is %s, not a string (safetensors metadata values are strings)",
                 key, par__st_here(ps, here, sizeof here));
-        if ((st = par__st_string(ps, &value, "as a __metadata__ value")) != PAR_OK) return st;
-        if ((st = par__st_push_meta(ps->f, key, value)) != PAR_OK) return st;
-        if ((st = par__st_next(ps, '}', "in __metadata__", &more)) != PAR_OK) return st;
+        PAR__CHECK(par__st_string(ps, &value, "as a __metadata__ value"));
+        PAR__CHECK(par__st_push_meta(ps->f, key, value));
+        PAR__CHECK(par__st_next(ps, '}', "in __metadata__", &more));
     } while (more);
     return PAR_OK;
 }
@@ -13694,8 +13652,8 @@ static par_status par__st_parse_header(par__st_parser *ps) {
     more = !(ps->p < ps->end && *ps->p == '}');
     if (!more) ps->p++;
     while (more) {
-        if ((st = par__st_string(ps, &key, "as a tensor name")) != PAR_OK) return st;
-        if ((st = par__st_expect(ps, ':', "after a tensor name")) != PAR_OK) return st;
+        PAR__CHECK(par__st_string(ps, &key, "as a tensor name"));
+        PAR__CHECK(par__st_expect(ps, ':', "after a tensor name"));
         if (strcmp(key, "__metadata__") == 0) {
             if (seen_meta++) return par__st_syntax(ps, "__metadata__ appears twice");
             st = par__st_metadata_entry(ps);
@@ -13703,7 +13661,7 @@ static par_status par__st_parse_header(par__st_parser *ps) {
             st = par__st_tensor_entry(ps, key);
         }
         if (st != PAR_OK) return st;
-        if ((st = par__st_next(ps, '}', "in the header object", &more)) != PAR_OK) return st;
+        PAR__CHECK(par__st_next(ps, '}', "in the header object", &more));
     }
     par__st_ws(ps);
     if (ps->p < ps->end)
@@ -13866,7 +13824,7 @@ static par_status par__st_load(par_st_file *f, uint64_t size) {
     st = par__st_parse_header(&ps);
     PARALLEL_FREE(header);
     if (st != PAR_OK) return st;
-    if ((st = par__st_index(f)) != PAR_OK) return st;
+    PAR__CHECK(par__st_index(f));
     return par__st_check_coverage(f);
 }
 
@@ -15105,7 +15063,7 @@ PARALLEL_DEF par_status par_trace_write(par_trace *const *traces, int count, con
     if (!path[0]) return par__fail(PAR_EINVAL, "%s: empty path", fn);
     for (i = 0; i < count; i++) {
         if (!traces[i]) return par__fail(PAR_EINVAL, "%s: traces[%d] is NULL", fn, i);
-        if ((st = par__trace_check(traces[i], fn)) != PAR_OK) return st;
+        PAR__CHECK(par__trace_check(traces[i], fn));
         for (j = 0; j < i; j++)
             if (traces[j]->rank == traces[i]->rank)
                 return par__fail(PAR_EINVAL, "%s: traces[%d] and traces[%d] both have rank %d", fn, j, i,
@@ -15137,11 +15095,10 @@ typedef struct par__trace_comm {
 } par__trace_comm;
 
 static par_status par__trace_stage(par__trace_comm *c, size_t bytes) {
-    par_status st;
     if (!c->ct->device_memory || bytes <= c->dev_bytes) return PAR_OK;
     if (c->dev) c->ct->free(c->ct->user, c->dev);
     c->dev = NULL, c->dev_bytes = 0;
-    if ((st = c->ct->alloc(c->ct->user, bytes, PAR_MEM_COMM, &c->dev)) != PAR_OK) return st;
+    PAR__CHECK(c->ct->alloc(c->ct->user, bytes, PAR_MEM_COMM, &c->dev));
     c->dev_bytes = bytes;
     return PAR_OK;
 }
@@ -15154,11 +15111,11 @@ static par_status par__trace_all_gather(par__trace_comm *c, const int64_t *send,
         memcpy(recv, send, one); /* in place is not required: plain buffers */
         return c->cm->all_gather(c->cm->user, c->group, send, recv, count, PAR_I64, NULL);
     }
-    if ((st = par__trace_stage(c, all + one)) != PAR_OK) return st;
-    if ((st = c->ct->memcpy(c->ct->user, (char *)c->dev + all, send, one, PAR_COPY_HOST_TO_DEVICE)) != PAR_OK) return st;
+    PAR__CHECK(par__trace_stage(c, all + one));
+    PAR__CHECK(c->ct->memcpy(c->ct->user, (char *)c->dev + all, send, one, PAR_COPY_HOST_TO_DEVICE));
     if ((st = c->cm->all_gather(c->cm->user, c->group, (char *)c->dev + all, c->dev, count, PAR_I64, NULL)) != PAR_OK)
         return st;
-    if ((st = c->ct->memcpy(c->ct->user, recv, c->dev, all, PAR_COPY_DEVICE_TO_HOST)) != PAR_OK) return st;
+    PAR__CHECK(c->ct->memcpy(c->ct->user, recv, c->dev, all, PAR_COPY_DEVICE_TO_HOST));
     return c->ct->synchronize(c->ct->user);
 }
 
@@ -15168,7 +15125,7 @@ static par_status par__trace_p2p(par__trace_comm *c, int is_send, void *buf, siz
     void *b = buf;
     par_status st;
     if (c->ct->device_memory) {
-        if ((st = par__trace_stage(c, bytes)) != PAR_OK) return st;
+        PAR__CHECK(par__trace_stage(c, bytes));
         b = c->dev;
         if (is_send && (st = c->ct->memcpy(c->ct->user, b, buf, bytes, PAR_COPY_HOST_TO_DEVICE)) != PAR_OK) return st;
     }
@@ -15182,15 +15139,14 @@ static par_status par__trace_p2p(par__trace_comm *c, int is_send, void *buf, siz
 /* Member 0's status to every member. */
 static par_status par__trace_share_status(par__trace_comm *c, int64_t *status) {
     void *b = status;
-    par_status st;
     if (c->ct->device_memory) {
-        if ((st = par__trace_stage(c, 8)) != PAR_OK) return st;
+        PAR__CHECK(par__trace_stage(c, 8));
         b = c->dev;
-        if ((st = c->ct->memcpy(c->ct->user, b, status, 8, PAR_COPY_HOST_TO_DEVICE)) != PAR_OK) return st;
+        PAR__CHECK(c->ct->memcpy(c->ct->user, b, status, 8, PAR_COPY_HOST_TO_DEVICE));
     }
-    if ((st = c->cm->broadcast(c->cm->user, c->group, b, 1, PAR_I64, 0, NULL)) != PAR_OK) return st;
+    PAR__CHECK(c->cm->broadcast(c->cm->user, c->group, b, 1, PAR_I64, 0, NULL));
     if (!c->ct->device_memory) return PAR_OK;
-    if ((st = c->ct->memcpy(c->ct->user, status, b, 8, PAR_COPY_DEVICE_TO_HOST)) != PAR_OK) return st;
+    PAR__CHECK(c->ct->memcpy(c->ct->user, status, b, 8, PAR_COPY_DEVICE_TO_HOST));
     return c->ct->synchronize(c->ct->user);
 }
 
@@ -15236,7 +15192,7 @@ PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, c
     memset(&c, 0, sizeof c);
     memset(&o, 0, sizeof o);
     c.cm = par_ctx_comm(ctx), c.ct = par_ctx_compute(ctx);
-    if ((st = par_ctx_group(ctx, (1u << par_ctx_mesh(ctx)->ndim) - 1u, &c.group, &index, &n)) != PAR_OK) return st;
+    PAR__CHECK(par_ctx_group(ctx, (1u << par_ctx_mesh(ctx)->ndim) - 1u, &c.group, &index, &n));
 
     /* local preparation: a failure is reported through the exchange */
     info = (int64_t *)par__ctx_malloc(ctx, (size_t)n * PAR__TRACE_X_COUNT * sizeof *info);
@@ -19213,7 +19169,7 @@ static par_status par__gr_candidates(par_graph *g, par__gr_op *o, const par_stra
         if (st != PAR_OK && st != PAR_ECAPACITY) return st;
     }
     for (k = 0; k < n; k++)
-        if ((st = par_op_infer(&o->desc, &o->cand[k], g->d.devices, &o->info[k])) != PAR_OK) return st;
+        PAR__CHECK(par_op_infer(&o->desc, &o->cand[k], g->d.devices, &o->info[k]));
     o->ncand = n;
     o->fixed = fixed != NULL;
     return PAR_OK;
@@ -19377,7 +19333,6 @@ static par_status par__gr_plan_cost(par_graph *g, const par_layout *from, const 
                                     double *cost) {
     par_cost_model cm;
     par_plan plan;
-    par_status st;
     int v;
     memset(&cm, 0, sizeof cm);
     for (v = 0; v < PARALLEL_MAX_DIMS; v++) {
@@ -19385,7 +19340,7 @@ static par_status par__gr_plan_cost(par_graph *g, const par_layout *from, const 
         cm.link[v].bandwidth = g->d.link_bandwidth;
     }
     cm.elem_size = elem;
-    if ((st = par_redist_planner_plan(g->planner, from, to, &cm, &plan)) != PAR_OK) return st;
+    PAR__CHECK(par_redist_planner_plan(g->planner, from, to, &cm, &plan));
     *cost = plan.cost;
     return PAR_OK;
 }
@@ -20055,8 +20010,8 @@ PARALLEL_DEF par_status par_graph_parse(const char *text, const par_graph_desc *
     int line = 0;
     if (!text || !graph) return par__fail(PAR_EINVAL, "par_graph_parse: NULL argument");
     *graph = NULL;
-    if ((st = par_graph_create(desc, &g)) != PAR_OK) return st;
-    for (p = text; *p && st == PAR_OK; line++) {
+    PAR__CHECK(par_graph_create(desc, &g));
+    for (p = text, st = PAR_OK; *p && st == PAR_OK; line++) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
         char buf[1024];
@@ -21115,7 +21070,7 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     p = par_ctx_size(ctx);
     threads = par_ctx_kernel_threads(ctx);
     all = (1u << par_ctx_mesh(ctx)->ndim) - 1;
-    if ((st = par_ctx_group(ctx, all, &world, NULL, NULL)) != PAR_OK) return st;
+    PAR__CHECK(par_ctx_group(ctx, all, &world, NULL, NULL));
     elems = rows * big_rowk; /* X and dY; Y and dX; W and dW */
     if (2 * big_kn > elems) elems = 2 * big_kn;
     if (256 * 256 > elems) elems = 256 * 256; /* the latency's GEMMs */
@@ -21342,11 +21297,10 @@ static par_status par__au_threads_rank(par_ctx *ctx, void *p) {
 PARALLEL_DEF par_status par_calibrate_threads(int ranks, const par_calibrate_desc *desc, par_cluster *cluster,
                                               int *kernel_threads) {
     par__au_threads_arg a;
-    par_status st;
     if (!cluster) return par__fail(PAR_EINVAL, "par_calibrate_threads: NULL cluster");
     memset(&a, 0, sizeof a);
     a.desc = desc;
-    if ((st = par_run_threads(ranks, par__au_threads_rank, &a)) != PAR_OK) return st;
+    PAR__CHECK(par_run_threads(ranks, par__au_threads_rank, &a));
     *cluster = a.cluster;
     if (kernel_threads) *kernel_threads = a.threads;
     return PAR_OK;
