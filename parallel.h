@@ -1,6 +1,6 @@
 /* parallel.h - N-D parallel training for transformer models in one C header.
 
-   Version 0.3.0 (PARALLEL_VERSION). Dual-licensed, pick either: MIT No
+   Version 0.4.0 (PARALLEL_VERSION). Dual-licensed, pick either: MIT No
    Attribution (MIT-0) or public domain (the Unlicense); no warranty. The full
    text is at the end of this file.
 
@@ -45,7 +45,7 @@
    VERSION
    -------
    PARALLEL_VERSION_MAJOR, PARALLEL_VERSION_MINOR, PARALLEL_VERSION_PATCH (ints)
-   and PARALLEL_VERSION ("0.3.0") are defined by the declarations: compare them
+   and PARALLEL_VERSION ("0.4.0") are defined by the declarations: compare them
    with #if to support several releases. Before 1.0 a minor bump may change
    the API, a patch bump does not (the hook tables also carry their own
    version numbers, PAR_COMM_TABLE_VERSION and PAR_COMPUTE_TABLE_VERSION).
@@ -163,21 +163,101 @@
                       text form, a checker and an executor
      >>planner        automatic parallel: operator graph, costs, strategy search
                       under a memory cap (three search modes), whole-plan search
-   The implementation follows the same order; backends sit between the context
-   and the executor (implementation-only banners):
+   The implementation follows the same order; implementation-only banners add
+   shared helpers after the config, and the backends between the context and
+   the executor:
+     >>util           helpers every section may use: case-insensitive compare,
+                      an interval clock, atomic file writing, UTF-8 checks
      >>comm-threads   in-process threads backend: par_run_threads (the default)
      >>comm-mpi       OpenMPI backend: par_ctx_init_mpi (PARALLEL_WITH_MPI)
      >>compute-cpu    portable CPU kernels, flash attention, par_compute_cpu
                       (GEMM through CBLAS with PARALLEL_WITH_CBLAS)
    CUDA kernels and the NCCL backend live in parallel_cuda.cu.
+
+   MAINTAINER'S MAP
+   ----------------
+   Layers: a section of the implementation calls only itself and the
+   sections above it, but for the default tables >>context makes from the
+   backends below it, exceptions: par_run_threads_desc par_compute_cpu.
+   Private names (static, par__*) start with their section's
+   prefix below, and a prefix belongs to one section. tests/conventions.sh
+   checks all three with tests/layers.awk.
+   Errors: `return par__fail(PAR_E..., "sentence naming the thing and the
+   rule")` fails; PAR__CHECK(call) passes a failure up; where something must
+   be released first, `st = call; if (st != PAR_OK) goto done;`.
+   Memory: par__ctx_malloc/par__ctx_free wherever a context exists (its
+   allocator), par__alloc_* with a desc's allocator elsewhere.
+   Comments: the declarations say what a call does and its errors; how it
+   does it is said at the code that does it.
+
+     section           private prefixes, main types, tests
+     >>config          par__fail par__alloc par__copy_text par__buf par__bprintf
+                       par__shape_text par__bf16_ par__f16_ par__f32_
+                       types: par_status par_dtype par_allocator
+                       tests: tests/test_fuzz.c (errors), tests/conventions.sh (macros)
+     >>util            par__iequal par__clock_ par__utf8_ par__file_
+                       (implementation only: shared helpers; tested through
+                       >>checkpoint and >>trace)
+     >>mesh            par__mesh_ par__scan_
+                       types: par_mesh             tests: tests/test_layout.c
+     >>layout          par__layout_
+                       types: par_layout par_tensor_map par_placement
+                       tests: tests/test_layout.c
+     >>strategy        par__strat_
+                       types: par_strategy par_op_desc par_op_info par_op_cost
+                       tests: tests/test_strategy.c
+     >>redistribute    par__rd_
+                       types: par_plan par_redist_op par_cost_model par_redist_planner
+                       tests: tests/test_redist.c
+     >>simulate        par__sim_
+                       tests: tests/test_redist.c tests/test_strategy.c
+     >>comm            par__comm_
+                       types: par_comm_table par_comm_args
+                       tests: tests/comm_suite.h (run by every backend's test)
+     >>compute         (declarations only)
+                       types: par_compute_table par_gemm_desc par_attn_desc
+                       tests: tests/test_compute.c tests/test_attention.c
+     >>context         par__ctx_
+                       types: par_ctx par_ctx_desc
+                       tests: tests/test_comm_threads.c tests/test_alloc.c
+     >>comm-threads    par__thr_
+                       tests: tests/test_comm_threads.c tests/test_comm_fault.c
+     >>comm-mpi        par__mpi_
+                       tests: tests/mpi/test_comm_mpi.c tests/mpi/test_fault_mpi.c
+     >>compute-cpu     par__cpu_ par__attn_
+                       types: par_cpu_desc
+                       tests: tests/test_compute.c tests/test_attention.c
+     >>executor        par__exec_
+                       types: par_executor         tests: tests/test_exec.c
+     >>checkpoint      par__st_
+                       types: par_st_file par_st_writer par_st_tensor
+                       tests: tests/test_safetensors.c
+     >>trace           par__trace_ par__span_
+                       types: par_trace par_trace_desc
+                       tests: tests/test_trace.c
+     >>params          par__params_ par__ckpt_
+                       types: par_params par_params_desc par_adamw par_ckpt_info
+                       tests: tests/test_params.c tests/params_suite.h tests/test_ckpt.c
+     >>tensor-parallel par__tp_ par__copies_
+                       types: par_tp par_linear par_embedding par_copies
+                       tests: tests/params_suite.h tests/llama/test_model_tp.c
+     >>context-parallel par__cp_
+                       types: par_cp par_cp_desc
+                       tests: tests/test_cp.c tests/cp_suite.h
+     >>pipeline        par__pp_
+                       types: par_pp_schedule par_pp_check par_pp_run_desc
+                       tests: tests/test_pipeline.c tests/pp_toy.h
+     >>planner         par__gr_ par__au_
+                       types: par_graph par_cluster par_model_shape par_auto_plan
+                       tests: tests/test_planner.c tests/llama/test_auto.c
 */
 #ifndef PARALLEL_H
 #define PARALLEL_H
 
 #define PARALLEL_VERSION_MAJOR 0
-#define PARALLEL_VERSION_MINOR 3
+#define PARALLEL_VERSION_MINOR 4
 #define PARALLEL_VERSION_PATCH 0
-#define PARALLEL_VERSION "0.3.0"
+#define PARALLEL_VERSION "0.4.0"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -3147,7 +3227,7 @@ static const char *par__file_create_temp(par__file *io, const char *path, char *
 // >>mesh
 
 /* True for identifiers usable as axis names in layout text. */
-static int par__is_ident(const char *s) {
+static int par__scan_is_ident(const char *s) {
     size_t i;
     if (!s || !s[0] || !(s[0] == '_' || (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z'))) return 0;
     for (i = 1; s[i]; i++) {
@@ -3175,7 +3255,7 @@ PARALLEL_DEF par_status par_mesh_init(par_mesh *mesh, int ndim, const int *dims,
             return par__fail(PAR_EINVAL, "mesh has more than %d devices", PAR__MAX_DEVICES);
         mesh->dims[i] = dims[i];
         if (names && names[i] && names[i][0]) {
-            if (!par__is_ident(names[i]) || strlen(names[i]) >= PAR_NAME_MAX || strcmp(names[i], "None") == 0)
+            if (!par__scan_is_ident(names[i]) || strlen(names[i]) >= PAR_NAME_MAX || strcmp(names[i], "None") == 0)
                 return par__fail(PAR_EINVAL,
                                  "mesh axis %d name '%.32s' is not an identifier of at most %d characters "
                                  "(and not 'None')",
@@ -3195,13 +3275,13 @@ typedef struct par__scan {
     const char *p;
 } par__scan;
 
-static void par__skip_space(par__scan *s) {
+static void par__scan_skip_space(par__scan *s) {
     while (*s->p == ' ' || *s->p == '\t') s->p++;
 }
 
 /* Consume `c` (after spaces) if it is next. */
-static int par__accept(par__scan *s, char c) {
-    par__skip_space(s);
+static int par__scan_accept(par__scan *s, char c) {
+    par__scan_skip_space(s);
     if (*s->p != c) return 0;
     s->p++;
     return 1;
@@ -3213,7 +3293,7 @@ static int par__scan_pos(const par__scan *s) { return (int)(s->p - s->text); }
 static int par__scan_int(par__scan *s, int64_t *value) {
     int neg = 0;
     int64_t v = 0;
-    par__skip_space(s);
+    par__scan_skip_space(s);
     if (*s->p == '-') {
         neg = 1;
         s->p++;
@@ -3231,7 +3311,7 @@ static int par__scan_int(par__scan *s, int64_t *value) {
 /* An identifier into buf (truncated names are rejected). */
 static int par__scan_ident(par__scan *s, char *buf, size_t size) {
     size_t n = 0;
-    par__skip_space(s);
+    par__scan_skip_space(s);
     if (!(*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z'))) return 0;
     while (*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z') ||
            (*s->p >= '0' && *s->p <= '9')) {
@@ -3250,16 +3330,16 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
     int n = 0, named = -1, bracket;
     if (!text || !mesh) return par__fail(PAR_EINVAL, "par_mesh_parse: NULL argument");
     s.text = s.p = text;
-    bracket = par__accept(&s, '[');
+    bracket = par__scan_accept(&s, '[');
     do {
         int64_t v;
         int has_name;
         if (n == PARALLEL_MAX_DIMS)
             return par__fail(PAR_EPARSE, "mesh '%.64s': more than %d axes", text, PARALLEL_MAX_DIMS);
-        par__skip_space(&s);
+        par__scan_skip_space(&s);
         start = s.p;
         has_name = par__scan_ident(&s, names[n], PAR_NAME_MAX);
-        if (has_name && !par__accept(&s, '=')) {
+        if (has_name && !par__scan_accept(&s, '=')) {
             if (named == 1)
                 return par__fail(PAR_EPARSE, "mesh '%.64s': expected '=' after axis name at position %d", text,
                                  par__scan_pos(&s));
@@ -3280,10 +3360,10 @@ PARALLEL_DEF par_status par_mesh_parse(const char *text, par_mesh *mesh) {
         dims[n] = (int)v;
         name_ptrs[n] = has_name ? names[n] : NULL;
         n++;
-    } while (par__accept(&s, ',') || par__accept(&s, 'x'));
-    if (bracket && !par__accept(&s, ']'))
+    } while (par__scan_accept(&s, ',') || par__scan_accept(&s, 'x'));
+    if (bracket && !par__scan_accept(&s, ']'))
         return par__fail(PAR_EPARSE, "mesh '%.64s': expected ']' at position %d", text, par__scan_pos(&s));
-    par__skip_space(&s);
+    par__scan_skip_space(&s);
     if (*s.p)
         return par__fail(PAR_EPARSE, "mesh '%.64s': unexpected '%c' at position %d", text, *s.p,
                          par__scan_pos(&s));
@@ -3421,6 +3501,26 @@ PARALLEL_DEF par_status par_mesh_sub(const par_mesh *mesh, uint32_t keep_mask, p
     return par_mesh_init(sub, n, dims, names);
 }
 
+static int par__mesh_same_shape(const par_mesh *a, const par_mesh *b) {
+    return a->ndim == b->ndim && memcmp(a->dims, b->dims, sizeof(int) * (size_t)a->ndim) == 0;
+}
+
+static int par__mesh_has_names(const par_mesh *m) {
+    int i;
+    for (i = 0; i < m->ndim; i++)
+        if (m->names[i][0]) return 1;
+    return 0;
+}
+
+/* Device dims of size > 1 of the mesh. */
+static uint32_t par__mesh_dims_mask(const par_mesh *mesh) {
+    uint32_t m = 0;
+    int v;
+    for (v = 0; v < mesh->ndim; v++)
+        if (par_mesh_dev_size(mesh, v) > 1) m |= 1u << v;
+    return m;
+}
+
 // >>layout
 
 /* Copy mesh and shape into a fresh, replicated layout (validated later). */
@@ -3495,11 +3595,11 @@ PARALLEL_DEF par_status par_layout_init(par_layout *layout, const par_mesh *mesh
 }
 
 /* One device dim of layout text: a number, or an axis name of a named mesh. */
-static par_status par__parse_dev_dim(par__scan *s, const par_mesh *mesh, int *dev) {
+static par_status par__layout_parse_dev_dim(par__scan *s, const par_mesh *mesh, int *dev) {
     char name[PAR_NAME_MAX];
     int64_t v;
     const char *start = s->p;
-    par__skip_space(s);
+    par__scan_skip_space(s);
     if (par__scan_ident(s, name, sizeof name)) {
         *dev = par_mesh_dev_dim(mesh, name);
         if (*dev < 0)
@@ -3517,36 +3617,36 @@ static par_status par__parse_dev_dim(par__scan *s, const par_mesh *mesh, int *de
 }
 
 /* "(a,b,...)" of device dims, major first, after the '(' was consumed. */
-static par_status par__parse_dev_tuple(par__scan *s, const par_mesh *mesh, int8_t *devs, uint8_t *count) {
+static par_status par__layout_parse_dev_tuple(par__scan *s, const par_mesh *mesh, int8_t *devs, uint8_t *count) {
     int d;
     *count = 0;
     do {
         if (*count >= mesh->ndim)
             return par__fail(PAR_ELAYOUT, "layout '%.64s': tuple at position %d has more entries than the mesh's %d dims",
                              s->text, par__scan_pos(s), mesh->ndim);
-        PAR__CHECK(par__parse_dev_dim(s, mesh, &d));
+        PAR__CHECK(par__layout_parse_dev_dim(s, mesh, &d));
         devs[(*count)++] = (int8_t)d;
-    } while (par__accept(s, ','));
-    if (!par__accept(s, ')'))
+    } while (par__scan_accept(s, ','));
+    if (!par__scan_accept(s, ')'))
         return par__fail(PAR_EPARSE, "layout '%.64s': expected ',' or ')' at position %d", s->text, par__scan_pos(s));
     return PAR_OK;
 }
 
 /* One tensor-map entry: -1, None, a device dim, or a tuple. */
-static par_status par__parse_map_entry(par__scan *s, const par_mesh *mesh, int8_t *devs, uint8_t *count) {
+static par_status par__layout_parse_map_entry(par__scan *s, const par_mesh *mesh, int8_t *devs, uint8_t *count) {
     const char *save;
     char name[PAR_NAME_MAX];
     int64_t v;
     int d;
     *count = 0;
-    if (par__accept(s, '(')) return par__parse_dev_tuple(s, mesh, devs, count);
-    par__skip_space(s);
+    if (par__scan_accept(s, '(')) return par__layout_parse_dev_tuple(s, mesh, devs, count);
+    par__scan_skip_space(s);
     save = s->p;
     if (par__scan_ident(s, name, sizeof name) && strcmp(name, "None") == 0) return PAR_OK;
     s->p = save;
     if (par__scan_int(s, &v) && v == -1) return PAR_OK;
     s->p = save;
-    PAR__CHECK(par__parse_dev_dim(s, mesh, &d));
+    PAR__CHECK(par__layout_parse_dev_dim(s, mesh, &d));
     devs[0] = (int8_t)d;
     *count = 1;
     return PAR_OK;
@@ -3559,37 +3659,37 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
     if (!text) return par__fail(PAR_EINVAL, "par_layout_parse: NULL text");
     PAR__CHECK(par__layout_begin(layout, mesh, ndim, shape));
     s.text = s.p = text;
-    if (!par__accept(&s, '[')) return par__fail(PAR_EPARSE, "layout '%.64s': expected '[' at position %d", text, par__scan_pos(&s));
-    if (!par__accept(&s, ']')) {
+    if (!par__scan_accept(&s, '[')) return par__fail(PAR_EPARSE, "layout '%.64s': expected '[' at position %d", text, par__scan_pos(&s));
+    if (!par__scan_accept(&s, ']')) {
         do {
             if (n >= ndim)
                 return par__fail(PAR_ELAYOUT, "layout '%.64s' has more entries than the tensor's %d dims", text, ndim);
-            PAR__CHECK(par__parse_map_entry(&s, mesh, layout->map.dev[n], &layout->map.count[n]));
+            PAR__CHECK(par__layout_parse_map_entry(&s, mesh, layout->map.dev[n], &layout->map.count[n]));
             n++;
-        } while (par__accept(&s, ','));
-        if (!par__accept(&s, ']'))
+        } while (par__scan_accept(&s, ','));
+        if (!par__scan_accept(&s, ']'))
             return par__fail(PAR_EPARSE, "layout '%.64s': expected ',' or ']' at position %d", text, par__scan_pos(&s));
     }
     if (n != ndim)
         return par__fail(PAR_ELAYOUT, "layout '%.64s' has %d entries; the tensor has %d dims", text, n, ndim);
-    par__skip_space(&s);
+    par__scan_skip_space(&s);
     if (strncmp(s.p, "partial", 7) == 0) {
         int8_t devs[PARALLEL_MAX_DIMS];
         uint8_t count = 0, k;
         int d;
         s.p += 7;
-        if (!par__accept(&s, '='))
+        if (!par__scan_accept(&s, '='))
             return par__fail(PAR_EPARSE, "layout '%.64s': expected '=' after 'partial' at position %d", text, par__scan_pos(&s));
-        if (par__accept(&s, '(')) {
-            PAR__CHECK(par__parse_dev_tuple(&s, mesh, devs, &count));
+        if (par__scan_accept(&s, '(')) {
+            PAR__CHECK(par__layout_parse_dev_tuple(&s, mesh, devs, &count));
         } else { /* "partial=0" or, the partial set being a set, the bare list "partial=0,2" */
             do {
                 if (count >= mesh->ndim)
                     return par__fail(PAR_ELAYOUT, "layout '%.64s': the partial set at position %d lists more device dims "
                                      "than the mesh's %d", text, par__scan_pos(&s), mesh->ndim);
-                PAR__CHECK(par__parse_dev_dim(&s, mesh, &d));
+                PAR__CHECK(par__layout_parse_dev_dim(&s, mesh, &d));
                 devs[count++] = (int8_t)d;
-            } while (par__accept(&s, ','));
+            } while (par__scan_accept(&s, ','));
         }
         for (k = 0; k < count; k++) {
             if (layout->map.partial & (1u << devs[k]))
@@ -3597,7 +3697,7 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
             layout->map.partial |= 1u << devs[k];
         }
     }
-    par__skip_space(&s);
+    par__scan_skip_space(&s);
     if (*s.p)
         return par__fail(PAR_EPARSE,
                          "layout '%.64s': unexpected '%c' at position %d (a layout is \"[map] partial=dims\", "
@@ -3607,7 +3707,7 @@ PARALLEL_DEF par_status par_layout_parse(par_layout *layout, const par_mesh *mes
 }
 
 /* Write a tensor map and partial set as layout text. */
-static void par__format_map(par__buf *b, int ndim, const par_tensor_map *map, int mesh_ndim) {
+static void par__layout_format_map(par__buf *b, int ndim, const par_tensor_map *map, int mesh_ndim) {
     int t, k, first = 1;
     par__bprintf(b, "[");
     for (t = 0; t < ndim; t++) {
@@ -3639,7 +3739,7 @@ static void par__format_map(par__buf *b, int ndim, const par_tensor_map *map, in
 PARALLEL_DEF int par_layout_format(const par_layout *layout, char *buf, size_t size) {
     par__buf b;
     par__buf_init(&b, buf, size);
-    if (layout) par__format_map(&b, layout->ndim, &layout->map, layout->mesh.ndim);
+    if (layout) par__layout_format_map(&b, layout->ndim, &layout->map, layout->mesh.ndim);
     return (int)b.len;
 }
 
@@ -3761,7 +3861,7 @@ PARALLEL_DEF par_status par_layout_replica_group(const par_layout *layout, int r
 }
 
 /* The tensor map with size-1 device dims removed (they split nothing). */
-static par_tensor_map par__map_without_unit_dims(const par_layout *l) {
+static par_tensor_map par__layout_map_without_unit_dims(const par_layout *l) {
     par_tensor_map m;
     int t, k, v;
     memset(&m, 0, sizeof m);
@@ -3773,7 +3873,7 @@ static par_tensor_map par__map_without_unit_dims(const par_layout *l) {
     return m;
 }
 
-static int par__map_equal(const par_tensor_map *a, const par_tensor_map *b, int ndim) {
+static int par__layout_map_equal(const par_tensor_map *a, const par_tensor_map *b, int ndim) {
     int t;
     if (a->partial != b->partial) return 0;
     for (t = 0; t < ndim; t++)
@@ -3781,17 +3881,13 @@ static int par__map_equal(const par_tensor_map *a, const par_tensor_map *b, int 
     return 1;
 }
 
-static int par__mesh_same_shape(const par_mesh *a, const par_mesh *b) {
-    return a->ndim == b->ndim && memcmp(a->dims, b->dims, sizeof(int) * (size_t)a->ndim) == 0;
-}
-
 PARALLEL_DEF int par_layout_equal(const par_layout *a, const par_layout *b) {
     par_tensor_map ma, mb;
     if (!a || !b || a->ndim != b->ndim || !par__mesh_same_shape(&a->mesh, &b->mesh)) return 0;
     if (a->ndim && memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) != 0) return 0;
-    ma = par__map_without_unit_dims(a);
-    mb = par__map_without_unit_dims(b);
-    return par__map_equal(&ma, &mb, a->ndim);
+    ma = par__layout_map_without_unit_dims(a);
+    mb = par__layout_map_without_unit_dims(b);
+    return par__layout_map_equal(&ma, &mb, a->ndim);
 }
 
 PARALLEL_DEF par_status par_layout_to_placements(const par_layout *layout, par_placement *placements) {
@@ -3866,7 +3962,7 @@ PARALLEL_DEF int par_placements_format(const par_placement *placements, int coun
    has local extent 1; the run is then cut by the group's device dims in order
    (major first), and the new dims can express that cut when each device dim's
    size divides the remaining extent of the new dim it lands in. */
-static par_status par__reshape_group(const par_layout *from, int o0, int o1, par_layout *to, int n0, int n1) {
+static par_status par__layout_reshape_group(const par_layout *from, int o0, int o1, par_layout *to, int n0, int n1) {
     int8_t devs[PARALLEL_MAX_DIMS];
     int ndev = 0, t, k, last_split = -1;
     int64_t rest;
@@ -3926,7 +4022,7 @@ PARALLEL_DEF par_status par_layout_reshape(const par_layout *from, int ndim, con
         /* Trailing size-1 dims join the group so nothing is left over. */
         if (o < from->ndim && n >= ndim) while (o < from->ndim) o++;
         if (n < ndim && o >= from->ndim) while (n < ndim) n++;
-        PAR__CHECK(par__reshape_group(from, o0, o, to, n0, n));
+        PAR__CHECK(par__layout_reshape_group(from, o0, o, to, n0, n));
     }
     return par_layout_check(to);
 }
@@ -4010,7 +4106,7 @@ PARALLEL_DEF par_status par_op_kind_parse(const char *text, par_op_kind *kind) {
 
 /* The error for a missing token: where, what was expected, what is there. */
 static par_status par__strat_expected(par__scan *s, const char *what) {
-    par__skip_space(s);
+    par__scan_skip_space(s);
     if (!*s->p)
         return par__fail(PAR_EPARSE, "strategy '%.64s': expected %s at position %d, found the end of the text", s->text,
                          what, par__scan_pos(s));
@@ -4020,7 +4116,7 @@ static par_status par__strat_expected(par__scan *s, const char *what) {
 
 /* 1 if `c` comes next (after spaces); consumes nothing. */
 static int par__strat_peek(par__scan *s, char c) {
-    par__skip_space(s);
+    par__scan_skip_space(s);
     return *s->p == c;
 }
 
@@ -4071,7 +4167,7 @@ static par_status par__strat_parse_name(par__scan *s, const par_mesh *mesh, par_
 static par_status par__strat_parse_shard(par__scan *s, const par_mesh *mesh, par_strategy *st, int input, int dim) {
     const char *start;
     int64_t *shard = &st->shard[input][dim];
-    par__skip_space(s);
+    par__scan_skip_space(s);
     start = s->p;
     if (*s->p == '_' || (*s->p >= 'A' && *s->p <= 'Z') || (*s->p >= 'a' && *s->p <= 'z'))
         return par__strat_parse_name(s, mesh, st, input, dim);
@@ -4093,16 +4189,16 @@ static par_status par__strat_parse_shard(par__scan *s, const par_mesh *mesh, par
 /* "(2,1)", "(8,)" or "()" for one input; Python's trailing comma is optional. */
 static par_status par__strat_parse_tuple(par__scan *s, const par_mesh *mesh, int input, par_strategy *st) {
     par_status status;
-    if (!par__accept(s, '(')) return par__strat_expected(s, "'(' opening the shard tuple of input");
+    if (!par__scan_accept(s, '(')) return par__strat_expected(s, "'(' opening the shard tuple of input");
     st->ndim[input] = 0;
-    while (!par__accept(s, ')')) {
+    while (!par__scan_accept(s, ')')) {
         if (st->ndim[input] == PARALLEL_MAX_DIMS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': input %d has more than %d shards (position %d)", s->text,
                              input, PARALLEL_MAX_DIMS, par__scan_pos(s));
         status = par__strat_parse_shard(s, mesh, st, input, st->ndim[input]);
         if (status != PAR_OK) return status;
         st->ndim[input]++;
-        if (!par__accept(s, ',') && !par__strat_peek(s, ')')) return par__strat_expected(s, "',' or ')'");
+        if (!par__scan_accept(s, ',') && !par__strat_peek(s, ')')) return par__strat_expected(s, "',' or ')'");
     }
     return PAR_OK;
 }
@@ -4113,16 +4209,16 @@ static par_status par__strat_parse(const char *text, const par_mesh *mesh, par_s
     int i, d, named = 0;
     memset(&st, 0, sizeof st);
     s.text = s.p = text;
-    if (!par__accept(&s, '(')) return par__strat_expected(&s, "'(' opening the strategy");
-    while (!par__accept(&s, ')')) {
+    if (!par__scan_accept(&s, '(')) return par__strat_expected(&s, "'(' opening the strategy");
+    while (!par__scan_accept(&s, ')')) {
         if (st.num_inputs == PAR_MAX_INPUTS)
             return par__fail(PAR_EPARSE, "strategy '%.64s': more than %d input tuples (position %d)", text,
                              PAR_MAX_INPUTS, par__scan_pos(&s));
         PAR__CHECK(par__strat_parse_tuple(&s, mesh, st.num_inputs, &st));
         st.num_inputs++;
-        if (!par__accept(&s, ',') && !par__strat_peek(&s, ')')) return par__strat_expected(&s, "',' or ')'");
+        if (!par__scan_accept(&s, ',') && !par__strat_peek(&s, ')')) return par__strat_expected(&s, "',' or ')'");
     }
-    par__skip_space(&s);
+    par__scan_skip_space(&s);
     if (*s.p) return par__strat_expected(&s, "the end of the text");
     for (i = 0; i < st.num_inputs; i++)
         for (d = 0; d < st.ndim[i]; d++) named |= st.axis[i][d] != 0;
@@ -4872,7 +4968,7 @@ static par_status par__strat_matrix_names(const par__strat_spec *s, const par_st
             const char *name;
             if (!a) continue;
             if (a > PARALLEL_MAX_DIMS || !memchr(st->names[a - 1], 0, PAR_NAME_MAX) ||
-                !par__is_ident(st->names[a - 1]) || strcmp(st->names[a - 1], "None") == 0)
+                !par__scan_is_ident(st->names[a - 1]) || strcmp(st->names[a - 1], "None") == 0)
                 return par__fail(PAR_EINVAL,
                                  "%s: strategy input %d dim %d refers to axis name %d, which is not an axis name "
                                  "(strategy.axis is 1 + an index of a name in strategy.names)",
@@ -5495,13 +5591,6 @@ static par_status par__strat_named_axes(const par_mesh *dm, const par_mesh *mesh
     return par__strat_check_axes(dm, mesh, axes);
 }
 
-static int par__mesh_has_names(const par_mesh *m) {
-    int i;
-    for (i = 0; i < m->ndim; i++)
-        if (m->names[i][0]) return 1;
-    return 0;
-}
-
 PARALLEL_DEF par_status par_op_info_on_mesh(const par_op_info *info, const par_mesh *mesh, const int *axis_map,
                                             par_op_info *out) {
     int axes[PARALLEL_MAX_DIMS], nspan[PARALLEL_MAX_DIMS], span[PARALLEL_MAX_DIMS][PARALLEL_MAX_DIMS], i, k, n;
@@ -6109,8 +6198,8 @@ static par_status par__rd_validate(const par_layout *from, const par_layout *to,
     if (par__rd_numel(from->ndim, from->shape) > ((int64_t)1 << 61) / costs->elem_size / par_mesh_size(&from->mesh))
         return par__fail(PAR_EINVAL, "redistribution: %lld elements of %d bytes on %d devices overflow 64-bit byte counts",
                          (long long)par__rd_numel(from->ndim, from->shape), costs->elem_size, par_mesh_size(&from->mesh));
-    fm = par__map_without_unit_dims(from);
-    tm = par__map_without_unit_dims(to);
+    fm = par__layout_map_without_unit_dims(from);
+    tm = par__layout_map_without_unit_dims(to);
     for (v = 0; v < from->mesh.ndim; v++) {
         const char *which = (par_layout_split_dims(from) | fm.partial) >> v & 1u ? "source" : "target";
         if (!(costs->independent >> v & 1u) || par_mesh_dev_size(&from->mesh, v) == 1) continue;
@@ -6151,8 +6240,8 @@ static void par__rd_setup(par__rd_problem *pb, const par_layout *from, const par
     pb->numel = par__rd_numel(from->ndim, from->shape);
     pb->reshape = !par__rd_same_shape(from, to);
     pb->costs = *costs;
-    pb->from_map = par__map_without_unit_dims(from);
-    pb->to_map = par__map_without_unit_dims(to);
+    pb->from_map = par__layout_map_without_unit_dims(from);
+    pb->to_map = par__layout_map_without_unit_dims(to);
     /* reducing is irreversible, and an independent dim is not ours to use: both stay untouched */
     pb->inert = (pb->from_map.partial & pb->to_map.partial) | costs->independent;
     for (v = 0; v < from->mesh.ndim; v++) {
@@ -6401,7 +6490,7 @@ static par_status par__rd_expand_reshape(par__rd_search *s, uint64_t key) {
     memcpy(before.shape, pb->shape[0], sizeof(int64_t) * (size_t)pb->ndim[0]);
     par__rd_decode(pb, key, &before.map);
     if (par_layout_reshape(&before, pb->ndim[1], pb->shape[1], &after) != PAR_OK) return PAR_OK;
-    map = par__map_without_unit_dims(&after);
+    map = par__layout_map_without_unit_dims(&after);
     PARALLEL_ASSERT(map.partial == before.map.partial); /* a reshape keeps partial sums */
     return par__rd_relax(s, par__rd_encode(&map, pb->ndim[1], 1), 0.0, par__rd_pack_op(PAR_REDIST_RESHAPE, -1, -1, -1));
 }
@@ -6904,7 +6993,7 @@ static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *
         op->tensor_dim = op->to_dim = op->device_dim = -1;
         op->group = 1;
         op->on_unified = 1;
-        op->after = par__map_without_unit_dims(ufrom);
+        op->after = par__layout_map_without_unit_dims(ufrom);
     }
     for (i = 0; i < inner->num_ops; i++, n++) {
         plan->ops[n] = inner->ops[i];
@@ -6918,7 +7007,7 @@ static par_status par__rd_wrap_unified(const par_plan *inner, const par_layout *
         op->tensor_dim = op->to_dim = op->device_dim = -1;
         op->group = 1;
         op->on_to_shape = 1;
-        op->after = par__map_without_unit_dims(to);
+        op->after = par__layout_map_without_unit_dims(to);
     }
     plan->num_ops = n;
     if (n == 2 && plan->ops[0].kind == PAR_REDIST_RESHAPE && plan->ops[1].kind == PAR_REDIST_RESHAPE) {
@@ -7119,7 +7208,7 @@ static int par__rd_reshaped(const par_mesh *mesh, int ndim_from, const int64_t *
     memcpy(a.shape, shape_from, sizeof(int64_t) * (size_t)ndim_from);
     a.map = *map;
     if (par_layout_reshape(&a, ndim, shape, &b) != PAR_OK) return 0;
-    *out = par__map_without_unit_dims(&b);
+    *out = par__layout_map_without_unit_dims(&b);
     return 1;
 }
 
@@ -7133,7 +7222,7 @@ static par_status par__rd_greedy_reshape(par__rd_walk *w, const par_tensor_map *
     int t;
     if (par__rd_reshaped(pb->mesh, pb->ndim[1], pb->shape[1], target, pb->ndim[0], pb->shape[0], &twin) &&
         par__rd_reshaped(pb->mesh, pb->ndim[0], pb->shape[0], &twin, pb->ndim[1], pb->shape[1], &back) &&
-        par__map_equal(&back, target, pb->ndim[1])) {
+        par__layout_map_equal(&back, target, pb->ndim[1])) {
         PAR__CHECK(par__rd_greedy_to(w, &twin));
         return par__rd_walk_reshape(w, target);
     }
@@ -7310,7 +7399,7 @@ static int par__rd_greedy_unified(const par_layout *from, const par_layout *to, 
     par__rd_walk w;
     par_plan inner;
     par__rd_costs ucosts;
-    par_tensor_map fm = par__map_without_unit_dims(from), tm = par__map_without_unit_dims(to);
+    par_tensor_map fm = par__layout_map_without_unit_dims(from), tm = par__layout_map_without_unit_dims(to);
     /* like MindSpore, expand the tensor shape only where the layouts need it:
        another shape, or a dim split by several device dims */
     if (!par__rd_same_shape(from, to) || !par__rd_single_splits(&fm, from->ndim) || !par__rd_single_splits(&tm, to->ndim))
@@ -7620,7 +7709,7 @@ PARALLEL_DEF const char *par_comm_call_name(par_comm_call call) {
 }
 
 /* Byte ranges compared as addresses (unrelated pointers cannot be compared in C). */
-static int par__bytes_overlap(const void *a, size_t an, const void *b, size_t bn) {
+static int par__comm_bytes_overlap(const void *a, size_t an, const void *b, size_t bn) {
     const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
     return an && bn && x < y + bn && y < x + an;
 }
@@ -7672,21 +7761,21 @@ PARALLEL_DEF par_status par_comm_check_args(const char *who, const char *group, 
                                   (long long)a->count);
     switch (a->call) {
     case PAR_CALL_ALL_REDUCE:
-        if (a->send != a->recv && par__bytes_overlap(a->send, bytes, a->recv, bytes))
+        if (a->send != a->recv && par__comm_bytes_overlap(a->send, bytes, a->recv, bytes))
             return par__comm_arg_fail(who, op, group, "send and recv overlap without being equal");
         break;
     case PAR_CALL_ALL_GATHER:
-        if (par__bytes_overlap(a->send, bytes, a->recv, bytes * (size_t)n) &&
+        if (par__comm_bytes_overlap(a->send, bytes, a->recv, bytes * (size_t)n) &&
             (const char *)a->send != (const char *)a->recv + bytes * (size_t)index)
             return par__comm_arg_fail(who, op, group, "send overlaps recv but is not recv + index*count (in place)");
         break;
     case PAR_CALL_REDUCE_SCATTER:
-        if (par__bytes_overlap(a->send, bytes * (size_t)n, a->recv, bytes) &&
+        if (par__comm_bytes_overlap(a->send, bytes * (size_t)n, a->recv, bytes) &&
             (const char *)a->recv != (const char *)a->send + bytes * (size_t)index)
             return par__comm_arg_fail(who, op, group, "recv overlaps send but is not send + index*count (in place)");
         break;
     case PAR_CALL_ALL_TO_ALL:
-        if (par__bytes_overlap(a->send, bytes * (size_t)n, a->recv, bytes * (size_t)n))
+        if (par__comm_bytes_overlap(a->send, bytes * (size_t)n, a->recv, bytes * (size_t)n))
             return par__comm_arg_fail(who, op, group, "send and recv overlap");
         break;
     default: break;
@@ -7777,15 +7866,15 @@ static PAR__MAYBE_UNUSED par_status par__ctx_planner_create(const par_ctx *ctx, 
 }
 
 /* The default hooks a context reports when its desc set none. */
-static void *par__default_malloc(size_t size, void *user) {
+static void *par__ctx_default_malloc(size_t size, void *user) {
     (void)user;
     return PARALLEL_MALLOC(size);
 }
-static void *par__default_realloc(void *ptr, size_t size, void *user) {
+static void *par__ctx_default_realloc(void *ptr, size_t size, void *user) {
     (void)user;
     return PARALLEL_REALLOC(ptr, size);
 }
-static void par__default_free(void *ptr, void *user) {
+static void par__ctx_default_free(void *ptr, void *user) {
     (void)user;
     PARALLEL_FREE(ptr);
 }
@@ -7794,7 +7883,7 @@ static void par__default_free(void *ptr, void *user) {
 
 /* Read a non-negative int from environment variable `name`: 1 if set and valid,
    0 if unset, PAR_EINVAL (as a negative status) if set but not a number. */
-static int par__env_int(const char *name, int *value) {
+static int par__ctx_env_int(const char *name, int *value) {
     const char *text = getenv(name);
     char *end = NULL;
     long v;
@@ -7817,14 +7906,14 @@ static PAR__MAYBE_UNUSED par_status par__ctx_timeout(const par_ctx_desc *desc, i
         *ms = desc->timeout_ms;
         return PAR_OK;
     }
-    got = par__env_int("PARALLEL_TIMEOUT_MS", &env);
+    got = par__ctx_env_int("PARALLEL_TIMEOUT_MS", &env);
     if (got < 0) return PAR_EINVAL;
     *ms = got && env > 0 ? env : PAR__DEFAULT_TIMEOUT_MS;
     return PAR_OK;
 }
 
 /* Online cores of this host (1 if unknown). */
-static int par__host_cores(void) {
+static int par__ctx_host_cores(void) {
 #if defined(_SC_NPROCESSORS_ONLN)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 && n < INT_MAX ? (int)n : 1;
@@ -7835,11 +7924,11 @@ static int par__host_cores(void) {
 
 /* How many ranks share this host: all of them for in-process threads, else what
    the launcher says. */
-static int par__ranks_on_host(const par_comm_table *comm) {
+static int par__ctx_ranks_on_host(const par_comm_table *comm) {
     int local = 0;
     if (comm->name && strcmp(comm->name, "threads") == 0) return comm->size;
-    if (par__env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &local) > 0 && local > 0) return local;
-    if (par__env_int("LOCAL_WORLD_SIZE", &local) > 0 && local > 0) return local;
+    if (par__ctx_env_int("OMPI_COMM_WORLD_LOCAL_SIZE", &local) > 0 && local > 0) return local;
+    if (par__ctx_env_int("LOCAL_WORLD_SIZE", &local) > 0 && local > 0) return local;
     par_clear_error();
     return 1;
 }
@@ -7859,7 +7948,7 @@ static par_status par__ctx_mesh(const par_ctx_desc *desc, int size, par_mesh *me
 }
 
 /* Which required comm hooks are missing (NULL if none). */
-static const char *par__comm_missing_hook(const par_comm_table *c) {
+static const char *par__ctx_comm_missing_hook(const par_comm_table *c) {
     if (!c->group_create) return "group_create";
     if (!c->group_destroy) return "group_destroy";
     if (!c->all_reduce) return "all_reduce";
@@ -7875,19 +7964,19 @@ static const char *par__comm_missing_hook(const par_comm_table *c) {
     return NULL;
 }
 
-static par_status par__comm_table_check(const par_comm_table *c) {
+static par_status par__ctx_comm_table_check(const par_comm_table *c) {
     const char *missing;
     if (c->version != PAR_COMM_TABLE_VERSION)
         return par__fail(PAR_EINVAL, "comm table version %d, this parallel.h speaks version %d", c->version,
                          PAR_COMM_TABLE_VERSION);
     if (c->size < 1 || c->rank < 0 || c->rank >= c->size)
         return par__fail(PAR_EINVAL, "comm table rank %d / size %d: need 0 <= rank < size", c->rank, c->size);
-    if ((missing = par__comm_missing_hook(c)) != NULL)
+    if ((missing = par__ctx_comm_missing_hook(c)) != NULL)
         return par__fail(PAR_EINVAL, "comm table \"%s\" has no %s hook", c->name ? c->name : "?", missing);
     return PAR_OK;
 }
 
-static par_status par__compute_table_check(const par_compute_table *c) {
+static par_status par__ctx_compute_table_check(const par_compute_table *c) {
     if (c->version != PAR_COMPUTE_TABLE_VERSION)
         return par__fail(PAR_EINVAL, "compute table version %d, this parallel.h speaks version %d", c->version,
                          PAR_COMPUTE_TABLE_VERSION);
@@ -7905,13 +7994,13 @@ static par_status par__ctx_desc_check(const par_ctx_desc *desc) {
     if (desc->kernel_threads < 0)
         return par__fail(PAR_EINVAL, "par_ctx_desc.kernel_threads %d must be >= 0 (0 = automatic)", desc->kernel_threads);
     PAR__CHECK(par__allocator_check(&desc->allocator, "par_ctx_desc.allocator"));
-    if (desc->compute) return par__compute_table_check(desc->compute);
+    if (desc->compute) return par__ctx_compute_table_check(desc->compute);
     return PAR_OK;
 }
 
 /* Run a cleanup (either signature) without losing the failure sentence it may
    overwrite: the caller reports the original error. */
-static void par__keep_error_across(par_status st, void (*ctx_fn)(par_ctx *), par_ctx *ctx, void (*user_fn)(void *),
+static void par__ctx_keep_error_across(par_status st, void (*ctx_fn)(par_ctx *), par_ctx *ctx, void (*user_fn)(void *),
                                    void *user) {
     char saved[512];
     par__copy_text(saved, sizeof saved, par_last_error());
@@ -7929,7 +8018,7 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     int on_host;
     if (!comm || !out) return par__fail(PAR_EINVAL, "par_ctx: NULL argument");
     *out = NULL;
-    if ((st = par__comm_table_check(comm)) != PAR_OK) goto fail_comm;
+    if ((st = par__ctx_comm_table_check(comm)) != PAR_OK) goto fail_comm;
     if ((st = par__ctx_desc_check(desc)) != PAR_OK) goto fail_comm;
     ctx = (par_ctx *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *ctx);
     if (!ctx) {
@@ -7940,9 +8029,9 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     if (desc && desc->allocator.malloc) {
         ctx->allocator = desc->allocator;
     } else {
-        ctx->allocator.malloc = par__default_malloc;
-        ctx->allocator.realloc = par__default_realloc;
-        ctx->allocator.free = par__default_free;
+        ctx->allocator.malloc = par__ctx_default_malloc;
+        ctx->allocator.realloc = par__ctx_default_realloc;
+        ctx->allocator.free = par__ctx_default_free;
     }
     ctx->comm = *comm;
     ctx->owns_comm = owns_comm;
@@ -7950,8 +8039,8 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     ctx->size = comm->size;
     if ((st = par__ctx_mesh(desc, comm->size, &ctx->mesh)) != PAR_OK) goto fail;
     if ((st = par__ctx_timeout(desc, &ctx->timeout_ms)) != PAR_OK) goto fail;
-    on_host = par__ranks_on_host(comm);
-    ctx->kernel_threads = desc && desc->kernel_threads > 0 ? desc->kernel_threads : par__host_cores() / on_host;
+    on_host = par__ctx_ranks_on_host(comm);
+    ctx->kernel_threads = desc && desc->kernel_threads > 0 ? desc->kernel_threads : par__ctx_host_cores() / on_host;
     if (ctx->kernel_threads < 1) ctx->kernel_threads = 1;
     ctx->scratch_ranks = (int *)par__ctx_malloc(ctx, sizeof(int) * (size_t)comm->size);
     if (!ctx->scratch_ranks) {
@@ -7971,10 +8060,10 @@ static PAR__MAYBE_UNUSED par_status par__ctx_create(const par_ctx_desc *desc, co
     *out = ctx;
     return PAR_OK;
 fail:
-    par__keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
+    par__ctx_keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
     return st;
 fail_comm:
-    if (owns_comm && comm->destroy) par__keep_error_across(st, NULL, NULL, comm->destroy, comm->user);
+    if (owns_comm && comm->destroy) par__ctx_keep_error_across(st, NULL, NULL, comm->destroy, comm->user);
     return st;
 }
 
@@ -8029,7 +8118,7 @@ static par__group_entry *par__ctx_find_group(par_ctx *ctx, const int *ranks, int
     return NULL;
 }
 
-static par_status par__check_rank_list(const par_ctx *ctx, const int *ranks, int count) {
+static par_status par__ctx_check_rank_list(const par_ctx *ctx, const int *ranks, int count) {
     int i, j, self = 0;
     if (!ranks || count < 1 || count > ctx->size)
         return par__fail(PAR_EINVAL, "group: %d ranks listed, need 1..%d", count, ctx->size);
@@ -8050,7 +8139,7 @@ PARALLEL_DEF par_status par_ctx_group_ranks(par_ctx *ctx, const int *ranks, int 
     par_status st;
     if (!ctx || !group) return par__fail(PAR_EINVAL, "par_ctx_group_ranks: NULL argument");
     *group = NULL;
-    PAR__CHECK(par__check_rank_list(ctx, ranks, count));
+    PAR__CHECK(par__ctx_check_rank_list(ctx, ranks, count));
     if ((e = par__ctx_find_group(ctx, ranks, count)) != NULL) {
         *group = e->group;
         return PAR_OK;
@@ -8095,8 +8184,8 @@ PARALLEL_DEF par_status par_ctx_group(par_ctx *ctx, uint32_t dev_mask, par_comm_
 }
 
 /* Read one launcher variable pair; 1 if found, 0 if not, -1 on a bad value. */
-static int par__env_rank_size(const char *rank_var, const char *size_var, int *rank, int *size) {
-    int r = 0, s = 0, got_r = par__env_int(rank_var, &r), got_s = par__env_int(size_var, &s);
+static int par__ctx_env_rank_size(const char *rank_var, const char *size_var, int *rank, int *size) {
+    int r = 0, s = 0, got_r = par__ctx_env_int(rank_var, &r), got_s = par__ctx_env_int(size_var, &s);
     if (got_r < 0 || got_s < 0) return -1;
     if (!got_r && !got_s) return 0;
     if (got_r != got_s) {
@@ -8119,10 +8208,10 @@ PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank) {
     int i, r = 0, s = 0, local = 0, got, got_local;
     if (!rank || !size) return par__fail(PAR_EINVAL, "par_launch_env: NULL argument");
     for (i = 0; i < 3; i++) {
-        got = par__env_rank_size(vars[i][0], vars[i][1], &r, &s);
+        got = par__ctx_env_rank_size(vars[i][0], vars[i][1], &r, &s);
         if (got < 0) return PAR_EINVAL;
         if (got == 0) continue;
-        got_local = par__env_int(vars[i][2], &local);
+        got_local = par__ctx_env_int(vars[i][2], &local);
         if (got_local < 0) return PAR_EINVAL;
         if (!got_local) local = 0;
         if (local >= s) return par__fail(PAR_EINVAL, "launcher says %s=%d but the world has %d ranks", vars[i][2], local, s);
@@ -8138,7 +8227,7 @@ PARALLEL_DEF par_status par_launch_env(int *rank, int *size, int *local_rank) {
 /* The world size when a launcher started this process as one of several (0 if
    not): OMPI_COMM_WORLD_SIZE alone counts, since mpirun sets it even where the
    rest of par_launch_env's variables look odd. */
-static int par__launched_size(void) {
+static int par__ctx_launched_size(void) {
     int rank = 0, size = 0;
     const char *ompi = getenv("OMPI_COMM_WORLD_SIZE");
     long n;
@@ -8154,7 +8243,7 @@ PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_ra
     int world;
     if (!fn) return par__fail(PAR_EINVAL, "par_launch: NULL rank function");
     if (threads < 0) return par__fail(PAR_EINVAL, "par_launch: threads is %d; it must be >= 0 (0 = the mesh's size)", threads);
-    world = par__launched_size();
+    world = par__ctx_launched_size();
     if (world > 0) {
 #ifdef PARALLEL_WITH_MPI
         par_ctx *ctx = NULL;
@@ -8167,7 +8256,7 @@ PARALLEL_DEF par_status par_launch(const par_ctx_desc *desc, int threads, par_ra
         PAR__CHECK(par_ctx_init_mpi(desc, &ctx));
         st = fn(ctx, arg);
         if (st != PAR_OK)
-            par__keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
+            par__ctx_keep_error_across(st, par_ctx_destroy, ctx, NULL, NULL);
         else
             par_ctx_destroy(ctx);
         return st;
@@ -9595,7 +9684,7 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
     if (desc) w.alloc = desc->allocator;
     w.size = n;
     w.timeout_ms = timeout;
-    cores = par__host_cores();
+    cores = par__ctx_host_cores();
     w.spins = cores >= n ? 2000 : 0; /* spinning only pays when every rank has a core */
     w.yields = cores >= n ? 4 : 2;
     w.state = (int *)par__alloc_malloc(&w.alloc, sizeof(int) * (size_t)n);
@@ -15377,17 +15466,8 @@ static void par__params_span(par_params *ps, const char *cat, double t0, const c
     (void)par__span_end(ps->trace, name, cat, t0);
 }
 
-/* Device dims of size > 1 of the mesh. */
-static uint32_t par__mesh_dims_mask(const par_mesh *mesh) {
-    uint32_t m = 0;
-    int v;
-    for (v = 0; v < mesh->ndim; v++)
-        if (par_mesh_dev_size(mesh, v) > 1) m |= 1u << v;
-    return m;
-}
-
 /* 1 if `rank` has index 0 on every device dim of mask. */
-static int par__first_on(const par_mesh *mesh, int rank, uint32_t mask) {
+static int par__params_first_on(const par_mesh *mesh, int rank, uint32_t mask) {
     int coords[PARALLEL_MAX_DIMS], v;
     if (par_mesh_coords(mesh, rank, coords) != PAR_OK) return 0;
     for (v = 0; v < mesh->ndim; v++)
@@ -15484,7 +15564,7 @@ static par_status par__params_check_one(par_params *ps, const par_param_desc *d,
     /* after the reductions every copy holds the same gradient: count one. Under
        ZeRO the data-parallel ranks hold disjoint shards of it: all count. */
     p->count_dims = ps->zero ? p->replica_dims & ~ps->data_dims : p->replica_dims;
-    p->counts = par__first_on(mesh, par_ctx_rank(ps->ctx), p->count_dims);
+    p->counts = par__params_first_on(mesh, par_ctx_rank(ps->ctx), p->count_dims);
     return PAR_OK;
 }
 
@@ -17247,7 +17327,7 @@ typedef struct par__copy_arg {
     int copy;
 } par__copy_arg;
 
-static void *par__copy_main(void *p) {
+static void *par__copies_main(void *p) {
     par__copy_arg *a = (par__copy_arg *)p;
     par_copies *mc = a->mc;
     par_status st;
@@ -17291,7 +17371,7 @@ PARALLEL_DEF par_status par_copies_run(par_copies *mc, par_status (*fn)(void *us
         for (c = 0; c < mc->k; c++) mc->done[c] = 0;
         for (c = 0; c < mc->k; c++) {
             args[c].mc = mc, args[c].copy = c;
-            if (pthread_create(&tids[c], NULL, par__copy_main, &args[c]) != 0) break;
+            if (pthread_create(&tids[c], NULL, par__copies_main, &args[c]) != 0) break;
             started++;
         }
         if (started < mc->k) { /* the copies never started are done; those that did run to the end */
@@ -20237,7 +20317,7 @@ enum {
 /* MindFormers' FFN width for an absent intermediate_size (LlamaFeedForward,
    MindFormers r1.5.0, models/llama/llama_layer): 4h, times
    (ffn_dim_multiplier + 0.01) if set, int(2/3 of it), rounded up to multiple_of. */
-static double par__ms_ffn(double hidden, double multiple_of, double multiplier) {
+static double par__au_model_ffn(double hidden, double multiple_of, double multiplier) {
     double h = floor(4.0 * hidden);
     if (multiplier > 0) h = floor((multiplier + 0.01) * h);
     h = floor(2.0 * h / 3.0);
@@ -20289,7 +20369,7 @@ PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape 
     memset(&m, 0, sizeof m);
     m.layers = (int)vals[PAR__MS_LAYERS], m.hidden = (int)vals[PAR__MS_HIDDEN], m.heads = (int)vals[PAR__MS_HEADS];
     m.kv_heads = (int)PAR__MS_OR(PAR__MS_KV, vals[PAR__MS_HEADS]); /* MindFormers' None: multi-head */
-    m.ffn = (int)PAR__MS_OR(PAR__MS_FFN, par__ms_ffn(vals[PAR__MS_HIDDEN], PAR__MS_OR(PAR__MS_MULTIPLE_OF, 256.0),
+    m.ffn = (int)PAR__MS_OR(PAR__MS_FFN, par__au_model_ffn(vals[PAR__MS_HIDDEN], PAR__MS_OR(PAR__MS_MULTIPLE_OF, 256.0),
                                                      PAR__MS_OR(PAR__MS_FFN_MULT, 0.0)));
     m.vocab = (int)vals[PAR__MS_VOCAB], m.seq = (int)vals[PAR__MS_SEQ];
     /* the global batch: as such, or MindFormers' product (MindFormers trainer/base_trainer,
@@ -21196,7 +21276,7 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     c.kernel_latency = t_call > 0 ? t_call / inner_call : 0;
     c.norm_rate = t_norm > 0 ? inner_norm * (double)rows * (double)n / t_norm : 0;
     c.rope_rate = t_rope > 0 ? inner_rope * (double)rows * (double)(n / rope_hd * rope_hd) / t_rope : 0;
-    c.node_parallelism = ct->device_memory ? 0 : par__host_cores() / (threads > 0 ? threads : 1);
+    c.node_parallelism = ct->device_memory ? 0 : par__ctx_host_cores() / (threads > 0 ? threads : 1);
     if (!ct->device_memory && c.node_parallelism < 1) c.node_parallelism = 1;
     if (p > 1) {
         const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;

@@ -14,6 +14,7 @@
 #     in C++) is warning-free; `= {0}` still compiles as C++ for the desc structs
 #   - the CONTENTS list of the top doc block names exactly the section banners
 #   - files that comments cite exist in the repository
+#   - the maintainer's map holds: layers, private prefixes (tests/layers.awk)
 #   - each PARALLEL_NO_* section macro (and all of them at once): the header still
 #     compiles warning-free (C11 and C++17), tests/tu_sections.c links and runs,
 #     and the object defines none of the omitted section's public functions
@@ -222,7 +223,7 @@ done
 # of the top doc block.
 toc_matches_banners() {
     local toc banners missing extra
-    toc=$(sed -n '/^   CONTENTS/,/^\*\//p' parallel.h | sed -n -E 's/^ +>>([a-z][a-z0-9-]*).*/\1/p' | sort -u)
+    toc=$(sed -n "/^   CONTENTS/,/^   MAINTAINER'S MAP/p" parallel.h | sed -n -E 's/^ +>>([a-z][a-z0-9-]*).*/\1/p' | sort -u)
     banners=$({
         sed -n -E 's/^\/\/ >>([a-z][a-z0-9-]*).*/\1/p' parallel.h
         awk '/^\/\* =====/ { rule = 1; next } rule && /^   >>[a-z]/ { sub(/^   >>/, ""); print $1 } { rule = 0 }' parallel.h
@@ -302,6 +303,31 @@ printf '%s\n' '#include "parallel.h"' '#include <stdio.h>' '#include <string.h>'
     '    return strcmp(v, PARALLEL_VERSION) != 0;' '}' >"$OUT/version.c"
 version_agrees() { $CC -x c $C11 -I. "$OUT/version.c" -o "$OUT/version" && "$OUT/version"; }
 check version-macros-agree version_agrees
+
+# --- 11. the maintainer's map: layers and private prefixes -------------------------
+# tests/layers.awk reads the MAINTAINER'S MAP of the top doc block: no section of
+# the implementation calls a later one (but the listed exceptions), every static
+# function carries its section's prefix, no prefix is two sections'.
+layers_hold() { awk -f tests/layers.awk parallel.h parallel.h; }
+check layers-and-prefixes layers_hold
+# The checker must be able to fail: a two-section header whose first section
+# calls the second, whose second defines a function with the first's prefix, and
+# whose map gives both the same prefix; each must be reported.
+layers_catch() {
+    local f="$OUT/layers_bad.h" out
+    printf '%s\n' "/* MAP" "   MAINTAINER'S MAP" "     >>alpha  par__a_" "     >>beta   par__b_ par__a_x" "*/" \
+        '#ifdef PARALLEL_IMPLEMENTATION' '// >>alpha' 'static int par__a_one(void) { return par__b_two(); }' \
+        '// >>beta' 'static int par__b_two(void) { return 2; }' 'static int par__a_three(void) { return 3; }' \
+        '// >>gamma' 'static int par__c_four(void) { return par__a_one(); }' >"$f"
+    if out=$(awk -f tests/layers.awk "$f" "$f"); then echo "accepted a header that breaks the map:"; echo "$out"; return 1; fi
+    echo "$out"
+    echo "$out" | grep -q '>>alpha calls par__b_two of the later >>beta' &&
+        echo "$out" | grep -q 'par__a_three is in >>beta but its prefix is >>alpha' &&
+        echo "$out" | grep -q 'section >>gamma is not in the' &&
+        echo "$out" | grep -q 'par__c_four (>>gamma) starts with none' &&
+        echo "$out" | grep -q 'prefix par__a_ of >>alpha is also par__a_x of >>beta'
+}
+check layers-checker-can-fail layers_catch
 
 report
 echo "conventions: $passed passed, $failed failed"
