@@ -156,6 +156,11 @@ done
 #    allocator all-or-none, exported symbols.
 run_program conventions bash tests/conventions.sh
 
+# 2b. Markdown links: every relative link of every *.md file resolves to a file in
+#     the repository, and its #anchor to a heading there (tests/links.sh, which
+#     first checks itself on a directory with known broken links).
+run_program links bash tests/links.sh
+
 # 3. The CLI's own tests (tests/test_cli.sh drives par-explain), if both exist.
 if [ -e tests/test_cli.sh ]; then
     if [ -n "$EXPLAIN" ] && [ -x "$EXPLAIN" ]; then

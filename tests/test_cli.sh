@@ -245,7 +245,7 @@ has_line "strategy on mesh" "output tensor_map: [1,0]"
 has_line "strategy on mesh" "mirror: input1 all_reduce group=2"
 bad_says "strategy mesh order" "axis_map" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --mesh tp=4,dp=2
 bad_says "strategy mesh size" "mesh 4" strategy --op matmul --devices 8 --shapes 16x32,32x64 --strategy "((2,1),(1,4))" --mesh 2,2
-# With --mesh the strategy may name its axes (README's form): the names map the
+# With --mesh the strategy may name its axes (docs/concepts.md's form): the names map the
 # device matrix onto the mesh whatever the mesh's axis order. Column-parallel
 # x W^T: on tp=4,dp=2 dp is device dim 0, tp device dim 1.
 ok "strategy named" strategy --op matmul --devices 8 --shapes 16x32,64x32 --transpose-b --strategy "((dp,1),(tp,1))" --param 1 --mesh tp=4,dp=2

@@ -1,6 +1,7 @@
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -866,7 +867,7 @@ static void test_on_mesh(void) {
     CHECK_ERR(par_op_info_on_mesh(NULL, &mesh, NULL, &m), PAR_EINVAL, "NULL argument");
 }
 
-/* Strategies written with mesh axis names (the README's and the trainer's form). */
+/* Strategies written with mesh axis names (the documentation's and the trainer's form). */
 static void test_named(void) {
     par_mesh mesh, unnamed, swapped, other, cp;
     par_strategy s;
@@ -1100,43 +1101,51 @@ static void test_backward(void) {
     for (i = 2; i < PAR_MAX_INPUTS; i++) CHECK_INT(info.backward[i].kind, PAR_COMM_NONE);
 }
 
-/* Every strategy README.md shows (a quoted or backquoted "((...))") must parse:
-   numeric ones with par_strategy_parse, named ones with par_strategy_parse_mesh
-   on a mesh with those axes (dp=2, tp=4, any other name 2). */
-static char *read_readme(void) {
-    char path[512];
+/* Every strategy the documentation shows (a quoted or backquoted "((...))" in
+   README.md, examples/llama/README.md and every .md file of docs/) must parse: numeric
+   ones with par_strategy_parse, named ones with par_strategy_parse_mesh on a mesh
+   with those axes (dp=2, tp=4, any other name 2). */
+
+/* The repository root: "." when run from it, else the directory above the
+   tests/ dir this file is in. */
+static const char *repo_root(void) {
+    static char root[512];
     const char *slash = strrchr(__FILE__, '/');
     FILE *f = fopen("README.md", "rb");
+    if (f || !slash) {
+        if (f) fclose(f);
+        return ".";
+    }
+    snprintf(root, sizeof root, "%.*s/..", (int)(slash - __FILE__), __FILE__);
+    return root;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
     char *text;
     long n;
-    if (!f && slash) { /* run from elsewhere: README.md beside the tests/ dir this file is in */
-        snprintf(path, sizeof path, "%.*s/../README.md", (int)(slash - __FILE__), __FILE__);
-        f = fopen(path, "rb");
-    }
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    text = (char *)malloc((size_t)n + 1);
+    text = n >= 0 ? (char *)malloc((size_t)n + 1) : NULL;
     if (text && fread(text, 1, (size_t)n, f) != (size_t)n) n = 0;
     if (text) text[n] = 0;
     fclose(f);
     return text;
 }
 
-static void test_readme_strategies(void) {
-    char *readme = read_readme(), *p;
-    int numeric = 0, named = 0;
-    CHECK_MSG(readme != NULL, "cannot read README.md (run from the repository root)");
-    if (!readme) return;
-    for (p = strstr(readme, "(("); p; p = strstr(p + 2, "((")) {
+/* Parse every strategy of one file's text; adds to *numeric and *named. */
+static void check_doc_strategies(const char *name, const char *doc, int *numeric, int *named) {
+    const char *p;
+    for (p = strstr(doc, "(("); p; p = strstr(p + 2, "((")) {
         char text[128], mesh_text[128], word[32];
         const char *q = p;
         int depth = 0, has_name = 0;
         size_t len, m = 0;
         par_strategy st;
         par_mesh mesh;
-        if (p == readme || (p[-1] != '`' && p[-1] != '"')) continue;
+        if (p == doc || (p[-1] != '`' && p[-1] != '"')) continue;
         do depth += *q == '(' ? 1 : *q == ')' ? -1 : 0;
         while (*++q && depth > 0 && *q != '\n');
         len = (size_t)(q - p);
@@ -1167,18 +1176,53 @@ static void test_readme_strategies(void) {
                                   strcmp(word, "tp") == 0 ? 4 : 2);
         }
         if (has_name) {
-            CHECK_MSG(par_mesh_parse(mesh_text, &mesh) == PAR_OK, "README strategy %s: mesh %s", text, mesh_text);
-            CHECK_MSG(par_strategy_parse_mesh(text, &mesh, &st) == PAR_OK, "README strategy %s on mesh %s", text,
+            CHECK_MSG(par_mesh_parse(mesh_text, &mesh) == PAR_OK, "%s: strategy %s: mesh %s", name, text, mesh_text);
+            CHECK_MSG(par_strategy_parse_mesh(text, &mesh, &st) == PAR_OK, "%s: strategy %s on mesh %s", name, text,
                       mesh_text);
-            named++;
+            (*named)++;
         } else {
-            CHECK_MSG(par_strategy_parse(text, &st) == PAR_OK, "README strategy %s", text);
-            numeric++;
+            CHECK_MSG(par_strategy_parse(text, &st) == PAR_OK, "%s: strategy %s", name, text);
+            (*numeric)++;
         }
     }
-    /* README shows both kinds (the quick tour's numbers, the trainer's names) */
-    CHECK_MSG(numeric >= 2 && named >= 2, "README strategies found: %d numeric, %d named", numeric, named);
-    free(readme);
+}
+
+static int compare_names(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+static void test_doc_strategies(void) {
+    static char names[64][128];
+    const char *root = repo_root();
+    char path[768];
+    int n = 0, docs = 0, numeric = 0, named = 0, i;
+    DIR *dir;
+    struct dirent *e;
+    snprintf(names[n++], sizeof names[0], "README.md");
+    snprintf(names[n++], sizeof names[0], "examples/llama/README.md");
+    snprintf(path, sizeof path, "%.511s/docs", root);
+    dir = opendir(path);
+    CHECK_MSG(dir != NULL, "cannot list %s (run from the repository root)", path);
+    while (dir && (e = readdir(dir)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".md") != 0 || e->d_name[0] == '.') continue;
+        CHECK_MSG(n < 64, "more than 64 documentation files");
+        if (n >= 64) break;
+        snprintf(names[n++], sizeof names[0], "docs/%.120s", e->d_name);
+        docs++;
+    }
+    if (dir) closedir(dir);
+    qsort(names + 2, (size_t)docs, sizeof names[0], compare_names);
+    CHECK_MSG(docs >= 1, "no docs/*.md found under %s", root);
+    for (i = 0; i < n; i++) {
+        char *text;
+        snprintf(path, sizeof path, "%.511s/%.127s", root, names[i]);
+        text = read_text(path);
+        CHECK_MSG(text != NULL, "cannot read %s (run from the repository root)", path);
+        if (!text) continue;
+        check_doc_strategies(names[i], text, &numeric, &named);
+        free(text);
+    }
+    /* the documentation shows both kinds (the concepts' numbers, the trainer's names) */
+    CHECK_MSG(numeric >= 2 && named >= 2, "strategies found in %d files: %d numeric, %d named", n, numeric, named);
 }
 
 
@@ -1958,7 +2002,7 @@ int main(void) {
     test_enumerate_bounded();
     test_on_mesh();
     test_named();
-    test_readme_strategies();
+    test_doc_strategies();
     test_backward();
     test_log_softmax();
     test_l2_normalize();

@@ -223,7 +223,8 @@ void llama_config_mesh(const llama_config *c, char *buf, size_t size);
 /* Write the effective configuration as YAML (for the start-up summary). */
 void llama_config_print(const llama_config *cfg, FILE *f);
 
-/* The key table as a Markdown reference (README's config reference is this). */
+/* The key table as a Markdown reference (docs/config.md, the Configuration
+   reference, holds it). */
 void llama_config_print_reference(FILE *f);
 
 #endif /* LLAMA_CONFIG_H */
@@ -2181,8 +2182,8 @@ void llama_print_usage(FILE *f) {
             "  build/train --config examples/configs/demo.yaml --data README.md --steps 200 --sample 200\n"
             "  mpirun -np 2 build/train --backend mpi --set parallel_config.data_parallel=2 --data README.md\n"
             "\n"
-            "Config keys (dotted paths of the YAML, the same for --set) are listed in README.md,\n"
-            "section 'Configuration reference'. Unknown keys in a file are warned about and ignored;\n"
+            "Config keys (dotted paths of the YAML, the same for --set) are listed in docs/config.md,\n"
+            "the Configuration reference. Unknown keys in a file are warned about and ignored;\n"
             "switches of parallel modes that have not landed yet are rejected by name.\n",
             LLAMA_MAX_SETS);
 }

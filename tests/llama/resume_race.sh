@@ -5,7 +5,7 @@
 # until it has saved, then resumes from that root: the resume must be refused
 # by name (another live run owns the root: parallel.h par_ckpt_check_idle)
 # rather than load a mix of two checkpoints. RACE_RUNS trials (default 3;
-# README quotes 20). Prints "resume_race: N passed, N failed".
+# docs/reliability.md quotes 20). Prints "resume_race: N passed, N failed".
 set -uo pipefail
 train=$1
 passed=0 failed=0

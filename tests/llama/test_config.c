@@ -1598,27 +1598,27 @@ static void test_print(void) {
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) CHECK_HAS(usage, opts[i]);
 }
 
-/* README's Configuration reference is the printed table, byte for byte
-   (regenerate it with `build/llama_test_config --reference`). */
-static void test_readme_reference(void) {
+/* docs/config.md (the Configuration reference) holds the printed table, byte for
+   byte (regenerate it with `build/llama_test_config --reference`). */
+static void test_doc_reference(void) {
     static char ref[65536];
     FILE *f = tmpfile();
     if (!f) return;
     llama_config_print_reference(f);
     slurp(f, ref, sizeof ref);
     fclose(f);
-    FILE *r = fopen("README.md", "rb");
-    CHECK_MSG(r != NULL, "run from the repository root: README.md not found");
+    FILE *r = fopen("docs/config.md", "rb");
+    CHECK_MSG(r != NULL, "run from the repository root: docs/config.md not found");
     if (!r) return;
     size_t cap = 1 << 20, n = 0;
-    char *readme = (char *)malloc(cap + 1);
-    if (readme) n = fread(readme, 1, cap, r);
+    char *doc = (char *)malloc(cap + 1);
+    if (doc) n = fread(doc, 1, cap, r);
     fclose(r);
-    if (!readme) return;
-    readme[n] = 0;
-    CHECK_MSG(n < cap, "README.md larger than %zu bytes", cap);
-    const char *at = strstr(readme, "\n| key | type | default | meaning |\n");
-    CHECK_MSG(at != NULL, "README.md has no configuration reference table");
+    if (!doc) return;
+    doc[n] = 0;
+    CHECK_MSG(n < cap, "docs/config.md larger than %zu bytes", cap);
+    const char *at = strstr(doc, "\n| key | type | default | meaning |\n");
+    CHECK_MSG(at != NULL, "docs/config.md has no configuration reference table");
     if (at) {
         at++;
         size_t same = 0;
@@ -1626,11 +1626,11 @@ static void test_readme_reference(void) {
         const char *line = ref + same; /* the first line that differs */
         while (line > ref && line[-1] != '\n') line--;
         CHECK_MSG(ref[same] == 0 && at[same] == '\n',
-                  "README.md's reference differs from llama_config_print_reference() from: %.200s"
+                  "docs/config.md's reference differs from llama_config_print_reference() from: %.200s"
                   " (regenerate it with build/llama_test_config --reference)",
                   line);
     }
-    free(readme);
+    free(doc);
 }
 
 /* ---- command line ----------------------------------------------------------------- */
@@ -1755,7 +1755,7 @@ static void test_args(void) {
 }
 
 int main(int argc, char **argv) {
-    /* the reference table that README.md's Configuration reference holds */
+    /* the reference table that docs/config.md (the Configuration reference) holds */
     if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
         llama_config_print_reference(stdout);
         return fflush(stdout) == 0 ? 0 : 1;
@@ -1781,7 +1781,7 @@ int main(int argc, char **argv) {
     test_report();
     test_not_landed();
     test_print();
-    test_readme_reference();
+    test_doc_reference();
     test_args();
     remove_files();
     return TEST_END("llama_config");

@@ -270,7 +270,8 @@ static const char *eq_base = "--config examples/configs/tiny.yaml --data tests/d
    per step whatever the gradient's size. Measured over 20 steps of lr 1e-3:
    losses within 1e-8 relative (below one f32 ulp of the loss, 1.2e-7, since
    per-token losses are summed in double) and weights within 2e-6. The bounds
-   allow ~10 ulps of the loss and 10x the weight difference (README: Equivalence). */
+   allow ~10 ulps of the loss and 10x the weight difference (docs/results.md:
+   Equivalence with one device). */
 static double max_rel_diff(const double *a, const double *b, int n) {
     double worst = 0.0;
     int i;
