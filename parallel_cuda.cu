@@ -90,7 +90,7 @@ typedef struct par_cuda_desc {
                              2 = tensor cores required (PAR_EUNSUPPORTED where this build/device lacks them) */
 } par_cuda_desc;
 
-/* Fill `table` with the CUDA kernels (DESIGN.md 3.7) on one device. Semantics
+/* Fill `table` with the CUDA kernels (the table of parallel.h's >>compute) on one device. Semantics
    are those of the CPU table (parallel.h >>compute), with these CUDA specifics:
    - every pointer, including par_attn_desc.q_pos / k_pos (int64, NULL = 0..len-1)
      and the rope `pos`, ids and targets, is DEVICE memory; sumsq's `out` is host;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/conventions.sh - the header conventions of DESIGN.md section 2, checked
+# tests/conventions.sh - the header conventions (parallel.h's top doc block), checked
 # by compiling and linking parallel.h the ways users will. Each check is counted;
 # the last line is "conventions: N passed, N failed" (tests/run.sh adds it up).
 #

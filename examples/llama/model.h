@@ -1,6 +1,6 @@
 /* examples/llama/model.h - the Llama model on the compute hook table.
 
-   Hugging Face Llama math (DESIGN.md section 4): token embedding; per block
+   Hugging Face Llama math (LlamaForCausalLM): token embedding; per block
    RMSNorm -> q/k/v projections (GQA) -> RoPE (rotate-half) -> causal attention
    -> o_proj -> residual; RMSNorm -> SwiGLU MLP (gate, up, down) -> residual;
    final RMSNorm; untied lm_head; mean next-token cross-entropy.

@@ -893,8 +893,9 @@ static void test_pipeline(void) {
 }
 
 /* Activation bytes per layer: the inventory behind Megatron's formulas in
-   REFERENCES.md (Korthikanti et al. 2022), each term a parameter, so one
-   derivation covers the 16-bit GPT it was written for and this f32 Llama.
+   Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+   Transformer Models"), each term a parameter, so one derivation covers
+   the 16-bit GPT it was written for and this f32 Llama.
    Per token, a layer keeps
    - whole on every tp rank, split over tp under sequence parallel: the two
      norm inputs and the two norm outputs (the q/k/v and MLP inputs), 4 h
@@ -919,7 +920,7 @@ static double layer_act_bytes(const act_terms *m, double s, double b, double h, 
     return s * b * (sp ? whole / t : whole) + s * b * split / t;
 }
 
-/* GPT as REFERENCES.md's formulas count it */
+/* GPT as the paper's formulas count it */
 static const act_terms gpt16 = {2, -1 /* = h */, 2, -1 /* = 4 h */, 2, 5, 0, 0};
 
 static double gpt16_layer_bytes(double s, double b, double h, double a, double t, int sp) {
@@ -933,7 +934,7 @@ static double gpt16_layer_bytes(double s, double b, double h, double a, double t
    parameter bytes per rank fall as 1/tp except the replicated tensors; planned
    activations equal the measured ones; with sequence parallel they fall as 1/tp;
    per layer (the difference of 2-layer and 1-layer runs) they are what the
-   REFERENCES.md derivation gives with this model's terms. */
+   paper's derivation gives with this model's terms. */
 static void test_tp_memory(void) {
     static const int cases[][2] = {{1, 0}, {2, 0}, {2, 1}, {4, 0}, {4, 1}, {8, 0}, {8, 1}};
     const double s = 64, b = 8, h = 64, a = 16;
@@ -942,14 +943,14 @@ static void test_tp_memory(void) {
     int64_t p1 = -1, a1 = -1;
     size_t i;
     int k;
-    /* the derivation with GPT's terms is REFERENCES.md's formulas, term for term */
+    /* the derivation with GPT's terms is the paper's formulas, term for term */
     for (k = 0; k < 4; k++) {
         const double ss = 512 << k, bb = 1 + k, hh = 1024 << k, aa = 8 << k, t = 1 << k;
         const double tp_alone = ss * bb * hh * (10 + 24 / t + 5 * aa * ss / (hh * t));
         const double tp_sp = ss * bb * hh / t * (34 + 5 * aa * ss / hh);
         CHECK_MSG(fabs(gpt16_layer_bytes(ss, bb, hh, aa, t, 0) / tp_alone - 1) < 1e-12 &&
                       fabs(gpt16_layer_bytes(ss, bb, hh, aa, t, 1) / tp_sp - 1) < 1e-12,
-                  "GPT terms give %.0f / %.0f, REFERENCES.md %.0f / %.0f", gpt16_layer_bytes(ss, bb, hh, aa, t, 0),
+                  "GPT terms give %.0f / %.0f, the paper %.0f / %.0f", gpt16_layer_bytes(ss, bb, hh, aa, t, 0),
                   gpt16_layer_bytes(ss, bb, hh, aa, t, 1), tp_alone, tp_sp);
     }
     printf("  %-9s %12s %12s %14s %14s %16s\n", "tp memory", "params", "activations", "per layer", "formula (ours)",
