@@ -12,6 +12,7 @@
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>

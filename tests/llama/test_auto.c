@@ -15,6 +15,7 @@
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/wait.h>

@@ -21,6 +21,7 @@
    summed over ranks (the other MPI tests' convention). */
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
+#include <mpi.h>
 #include "test.h"
 #include <poll.h>
 #include <signal.h>
