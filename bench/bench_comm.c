@@ -25,7 +25,6 @@
    and the two acceptance ratios (threads/MPI all_reduce busbw at 8 ranks 4 MiB,
    target >= 3; threads all_reduce busbw at 2 ranks 4 MiB / memcpy, target >= 0.5). */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "parallel.h"
 #ifdef PARALLEL_WITH_MPI
 #include <mpi.h>

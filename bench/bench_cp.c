@@ -18,7 +18,6 @@
    Parts 3-4 need build/train (libyaml). Prints a table and JSON lines
    {"bench":"cp",...}. Usage: build/bench_cp [parts, e.g. 12 or 34; default 1234] */
 #define _DEFAULT_SOURCE
-#define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
 
 #include <math.h>

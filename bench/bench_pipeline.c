@@ -18,7 +18,6 @@
    I) frees them; measured = the most bytes a stage held at once during the
    run, per stage, against the checker's peak in flight x those bytes. */
 #define _DEFAULT_SOURCE
-#define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
 
 #include <stdio.h>

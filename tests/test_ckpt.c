@@ -10,7 +10,6 @@
    child _exit()s from the on_stage hook: the previous checkpoint still loads),
    the device-memory path (bounce buffer), and every error rule. */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
 

@@ -1,5 +1,4 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include <time.h>
 

@@ -7,7 +7,6 @@
    rows are compared with a naive attention in double precision written here
    (softmax of the masked scores, its gradient by the chain rule): not the
    library's flash kernels. Then the bad inputs, each with its message. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "cp_suite.h"
 

@@ -12,7 +12,6 @@
    4. The executor on threads runs a toy chain y = w_s * x through every
       virtual stage (all kinds, 1/2/4 stages, chunks) and its weight
       gradients equal a direct computation in double. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "pp_toy.h"
 

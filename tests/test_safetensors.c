@@ -9,7 +9,6 @@
    Expected values come from the test's own encoders: a bitwise CRC-32 checked
    against the standard "123456789" vector, a hand-built header parser for the
    layout, and exactly representable numbers for the conversions. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
 #include <math.h>
