@@ -17,8 +17,23 @@
 #                             the trainer's PyTorch reference test on one GPU)
 #   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
 #
-# Every program includes the implementation itself (single-header library), so
-# each one is a single compile+link step; there is no library archive.
+# The implementation (parallel.h's definitions, ~21,000 lines, ~5 s a compile) is
+# compiled once per build flavour from tests/parallel_impl.c, the two-line .c
+# file a program of several files keeps (miniaudio's pattern), into an object in
+# that flavour's build directory: $(B)/parallel_impl.o (plain, a SAN= build, make
+# test's own ASan and TSan builds), $(B)/parallel_impl_mpi.o (mpicc with
+# PARALLEL_WITH_MPI), build/parallel_impl_bench*.o (the bench flags) and
+# build/fuzz/parallel_impl.o (libFuzzer). A .c file rather than parallel.h
+# compiled with -DPARALLEL_IMPLEMENTATION -x c: it is what users write, so the
+# build compiles exactly that; it sets the feature macro before any system
+# header; and cc, mpicc and clang take it (and -MMD) like any other source.
+# Every program that uses only the public API compiles just its own code and
+# links its flavour's object. Programs that test private parts of the
+# implementation or change how it compiles, the examples (the single-file idiom
+# users copy) and the CUDA programs (nvcc; parallel_cuda.cu's glue goes with
+# the implementation) still define PARALLEL_IMPLEMENTATION and compile it
+# themselves: the *_OWN_IMPL lists and the comments at their rules say which
+# and why. There is no library archive.
 
 CC       ?= cc
 CXX      ?= c++
@@ -110,6 +125,23 @@ TEST_SRCS  := $(sort $(wildcard tests/test_*.c))
 TEST_BINS  := $(patsubst tests/%.c,$(B)/%,$(TEST_SRCS))
 BENCH_SRCS := $(sort $(wildcard bench/bench_*.c))
 BENCH_BINS := $(patsubst bench/%.c,build/%,$(BENCH_SRCS))
+# Test programs that compile the implementation themselves (the others link
+# $(B)/parallel_impl.o):
+#   test_alloc      defines PARALLEL_MALLOC/REALLOC/FREE (the implementation's
+#                   default allocator) and calls par__ctx_planner_create
+#   test_attention  its allocator macros; the flash-attention tiles and exp
+#                   kernels (PAR__ATTN_*, par__attn_*)
+#   test_compute    the GEMM kernel of each ISA (par__cpu_sgemm_isa ...); also
+#                   built as cblas_test_compute, which changes the implementation
+#   test_redist     its allocator macros (leak and failure counts), par__mesh_same_shape
+TEST_OWN_IMPL := $(filter $(patsubst %,$(B)/test_%,alloc attention compute redist),$(TEST_BINS))
+TEST_LINKED   := $(filter-out $(TEST_OWN_IMPL),$(TEST_BINS))
+# Benches: bench_kernels compiles its own (allocator macros for the heap peak, the
+# private GEMM and attention kernels via bench_attention.h); bench_copies and
+# bench_train do not include parallel.h (build/train does the work); bench_comm
+# links the MPI bench object (rule below); the others build/parallel_impl_bench.o.
+BENCH_OWN_IMPL := $(filter build/bench_kernels,$(BENCH_BINS))
+BENCH_LINKED   := $(filter-out $(BENCH_OWN_IMPL) build/bench_copies build/bench_train build/bench_comm,$(BENCH_BINS))
 EXPLAIN    := $(if $(wildcard examples/explain.c),$(B)/par-explain)
 # Always in build/: nvcc gets no sanitizer flags, so a SAN build reuses it.
 CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute build/bench_cuda)
@@ -121,11 +153,20 @@ CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_
 MPI_ALL    := $(patsubst tests/mpi/%.c,$(B)/mpi_%,$(sort $(wildcard tests/mpi/test_*.c))) \
               $(if $(wildcard tests/mpi/test_comm_mpi.c),$(B)/mpi_test_comm_chunked)
 MPI_BINS   := $(if $(filter yes,$(HAVE_MPI)),$(MPI_ALL))
+# Compile the implementation themselves: mpi_test_comm_mpi checks the private
+# f16/bf16 converters and reads PAR__MPI_MAX_COUNT; mpi_test_comm_chunked sets it
+# (-DPAR__MPI_MAX_COUNT=1000 changes the implementation). The others link
+# $(B)/parallel_impl_mpi.o.
+MPI_OWN_IMPL := $(B)/mpi_test_comm_mpi $(B)/mpi_test_comm_chunked
+MPI_LINKED   := $(filter-out $(MPI_OWN_IMPL),$(MPI_ALL))
 # test_compute again with PARALLEL_WITH_CBLAS: the library's GEMM through OpenBLAS.
 CBLAS_TEST := $(if $(filter yes,$(HAVE_OPENBLAS)),$(B)/cblas_test_compute)
 OPENBLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 # The Llama trainer (examples/llama/) reads YAML configs with libyaml; it is built
-# with mpicc when MPI exists so `--backend mpi` works under mpirun.
+# with mpicc when MPI exists so `--backend mpi` works under mpirun. The examples
+# (train, mlp, par-explain, train_cuda) define PARALLEL_IMPLEMENTATION themselves:
+# they are what users copy, a one-file program with the implementation in it,
+# and the build proves that idiom compiles warning-free with real code around it.
 TRAIN_CC   := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
 TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
 # The second example (examples/mlp/mlp.c): dp x tp x ZeRO in one file; with mpicc it
@@ -141,10 +182,11 @@ BENCH_CBLAS := $(if $(filter yes,$(HAVE_OPENBLAS)),-DBENCH_HAVE_CBLAS,)
 BENCH_CBLAS_LIBS := $(if $(filter yes,$(HAVE_OPENBLAS)),-lopenblas,)
 # bench_comm measures the MPI backend beside the threads one when mpicc exists.
 BENCH_COMM_CC := $(if $(filter yes,$(HAVE_MPI)),$(MPICC) -DPARALLEL_WITH_MPI,$(CC))
+BENCH_COMM_IMPL := $(if $(filter yes,$(HAVE_MPI)),build/parallel_impl_bench_mpi.o,build/parallel_impl_bench.o)
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c): clang, ASan + UBSan + the fuzzer, always
 # in build/fuzz/ (SAN= does not apply). The library is compiled once for all of them
-# (tests/fuzz/parallel_impl.c); the config targets need libyaml. `make fuzz` runs
+# (build/fuzz/parallel_impl.o); the config targets need libyaml. `make fuzz` runs
 # each for FUZZ_SECONDS; `make test` for FUZZ_CI_SECONDS (tests/fuzz/run.sh).
 FUZZ_FLAGS := -std=c11 -g -O1 -Wall -Wextra -Wpedantic -Werror -fsanitize=address,undefined \
               -fno-sanitize-recover=all -fno-omit-frame-pointer -MMD -MP
@@ -208,7 +250,22 @@ $(sort $(B) build):
 	@mkdir -p $@
 
 # rm first: a program that no longer compiles must be missing, not stale.
-$(B)/test_%: tests/test_%.c | $(B)
+# An implementation object removes the programs that link it first: they are
+# relinked after it anyway, and if it no longer compiles they must be missing
+# (tests/run.sh reports them), not binaries of the old header.
+$(B)/parallel_impl.o: tests/parallel_impl.c parallel.h $(STAMP) | $(B)
+	@rm -f $@ $(TEST_LINKED) $(TRAIN_TEST_ALL)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/parallel_impl_mpi.o: tests/parallel_impl.c parallel.h $(STAMP) | $(B)
+	@rm -f $@ $(MPI_LINKED)
+	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -c $< -o $@
+
+$(TEST_LINKED): $(B)/test_%: tests/test_%.c $(B)/parallel_impl.o | $(B)
+	@rm -f $@
+	$(CC) $(ALL_CFLAGS) -Itests $< $(B)/parallel_impl.o -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(TEST_OWN_IMPL): $(B)/test_%: tests/test_%.c | $(B)
 	@rm -f $@
 	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
@@ -237,11 +294,15 @@ build/train_cuda: examples/llama/train.c examples/llama/model.h examples/llama/c
 	$(MPICC) $(CFLAGS) -DPARALLEL_WITH_MPI -DLLAMA_WITH_CUDA -I. -I$(CUDA_HOME)/include $< build/parallel_cuda_mpi.o \
 	  -o $@ -lyaml -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lnccl -lcudart -lstdc++ $(LDLIBS)
 
-$(B)/llama_test_%: tests/llama/test_%.c $(STAMP) | $(B)
+$(B)/llama_test_%: tests/llama/test_%.c $(B)/parallel_impl.o $(STAMP) | $(B)
 	@rm -f $@
-	$(CC) $(ALL_CFLAGS) -I. -Itests $< -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -I. -Itests $< $(B)/parallel_impl.o -o $@ $(SANFLAGS) -lyaml $(LDLIBS)
 
-$(B)/mpi_test_%: tests/mpi/test_%.c $(STAMP) | $(B)
+$(MPI_LINKED): $(B)/mpi_test_%: tests/mpi/test_%.c $(B)/parallel_impl_mpi.o $(STAMP) | $(B)
+	@rm -f $@
+	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -Itests $< $(B)/parallel_impl_mpi.o -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(B)/mpi_test_comm_mpi: tests/mpi/test_comm_mpi.c $(STAMP) | $(B)
 	@rm -f $@
 	$(MPICC) $(ALL_CFLAGS) -DPARALLEL_WITH_MPI -Itests $< -o $@ $(SANFLAGS) $(LDLIBS)
 
@@ -252,7 +313,8 @@ $(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c $(STAMP) | $(B)
 build/fuzz:
 	@mkdir -p $@
 
-build/fuzz/parallel_impl.o: tests/fuzz/parallel_impl.c $(STAMP) | build/fuzz
+build/fuzz/parallel_impl.o: tests/parallel_impl.c parallel.h $(STAMP) | build/fuzz
+	@rm -f $@ $(FUZZ_BINS)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/parallel_impl.o | build/fuzz
@@ -260,6 +322,19 @@ build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/parallel_impl.o | build/fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -I. $< build/fuzz/parallel_impl.o -o $@ \
 	  $(if $(filter $*,$(FUZZ_YAML)),-lyaml) $(LDLIBS)
 
+build/parallel_impl_bench.o: tests/parallel_impl.c parallel.h $(STAMP) | build
+	@rm -f $@ $(BENCH_LINKED) $(if $(filter yes,$(HAVE_MPI)),,build/bench_comm)
+	$(CC) $(BENCH_CFLAGS) -MMD -MP -c $< -o $@
+
+build/parallel_impl_bench_mpi.o: tests/parallel_impl.c parallel.h $(STAMP) | build
+	@rm -f $@ build/bench_comm
+	$(MPICC) $(BENCH_CFLAGS) -MMD -MP -DPARALLEL_WITH_MPI -c $< -o $@
+
+$(BENCH_LINKED): build/bench_%: bench/bench_%.c build/parallel_impl_bench.o | build
+	@rm -f $@
+	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $< build/parallel_impl_bench.o -o $@ $(LDLIBS)
+
+# bench_copies, bench_train: no parallel.h.
 build/bench_%: bench/bench_%.c | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
@@ -268,12 +343,15 @@ build/bench_kernels: bench/bench_kernels.c $(STAMP) | build
 	@rm -f $@
 	$(CC) $(BENCH_CFLAGS) -MMD -MP -I. $(BENCH_CBLAS) $< -o $@ $(BENCH_CBLAS_LIBS) $(LDLIBS)
 
-build/bench_comm: bench/bench_comm.c $(STAMP) | build
+build/bench_comm: bench/bench_comm.c $(BENCH_COMM_IMPL) $(STAMP) | build
 	@rm -f $@
-	$(BENCH_COMM_CC) $(BENCH_CFLAGS) -MMD -MP -I. $< -o $@ $(LDLIBS)
+	$(BENCH_COMM_CC) $(BENCH_CFLAGS) -MMD -MP -I. $< $(BENCH_COMM_IMPL) -o $@ $(LDLIBS)
 
 # The .cu carries no copy of the implementation (it includes parallel.h plain);
-# the smoke test does. Linked here even without a GPU so CI proves it builds.
+# each CUDA program compiles it itself with nvcc, together with parallel_cuda.cu's
+# glue (the par_last_error bridge, par_ctx_init_nccl), which must sit in the
+# translation unit that has the implementation: tests/parallel_impl.c has no glue.
+# Linked here even without a GPU so CI proves it builds.
 # parallel_cuda.cu is compiled once per flavour (its kernels take most of nvcc's
 # time): build/parallel_cuda.o, and build/parallel_cuda_mpi.o with MPI (above).
 build/parallel_cuda.o: parallel_cuda.cu parallel.h $(STAMP) | build
@@ -316,8 +394,8 @@ test:
 	@sh .ci/deps test
 	@$(MAKE) --no-print-directory run-tests
 
-# Programs build BUILD_JOBS at a time (each one compiles the whole header: on 2 cores
-# a serial build was over half of `make test`'s time).
+# Programs build BUILD_JOBS at a time (the implementation objects, the programs that
+# compile the implementation themselves and nvcc's kernels are most of the time).
 BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 run-tests: detect
 	@$(MAKE) --no-print-directory -k -j$(BUILD_JOBS) test-programs || \
@@ -398,4 +476,4 @@ install:
 clean:
 	rm -rf build
 
--include $(wildcard $(B)/*.d build/bench_*.d build/fuzz/*.d)
+-include $(wildcard $(B)/*.d build/bench_*.d build/parallel_impl_bench*.d build/fuzz/*.d)

@@ -30,7 +30,6 @@
    (drift_corrected). Drift common to a round cancels; one disturbed run moves
    one sample of one configuration. */
 #define _DEFAULT_SOURCE
-#define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
 #include <math.h>
 #include <stdio.h>

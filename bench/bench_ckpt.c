@@ -21,7 +21,6 @@
    Usage: build/bench_ckpt [MIB (default 128)] [DIR (default /tmp, must be
    on a disk, not tmpfs, for the ratio to mean anything)] */
 #define _DEFAULT_SOURCE
-#define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
 
 #include <dirent.h>

@@ -25,8 +25,10 @@
    and the two acceptance ratios (threads/MPI all_reduce busbw at 8 ranks 4 MiB,
    target >= 3; threads all_reduce busbw at 2 ranks 4 MiB / memcpy, target >= 0.5). */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "parallel.h"
+#ifdef PARALLEL_WITH_MPI
+#include <mpi.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

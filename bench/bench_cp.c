@@ -18,7 +18,6 @@
    Parts 3-4 need build/train (libyaml). Prints a table and JSON lines
    {"bench":"cp",...}. Usage: build/bench_cp [parts, e.g. 12 or 34; default 1234] */
 #define _DEFAULT_SOURCE
-#define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
 
 #include <math.h>
@@ -34,6 +33,9 @@
 #define KV 2
 #define HD 64
 #define CAP_MIB 512.0
+
+/* Return a failing status of `call` (the implementation's PAR__CHECK is private). */
+#define BENCH_TRY(call) do { par_status t_ = (call); if (t_ != PAR_OK) return t_; } while (0)
 
 static double now_s(void) {
     struct timespec ts;
@@ -75,11 +77,11 @@ static par_status balance_body(par_ctx *ctx, void *arg) {
     float *q = NULL, *k = NULL, *v = NULL, *o = NULL, *lse = NULL, *ob = NULL, *lb = NULL, *dq = NULL, *dk = NULL,
           *dv = NULL, *dout = NULL;
     int r, src, rep;
-    PAR__CHECK(par_layout_parse(&tokens, par_ctx_mesh(ctx), 2, shape, "[None,cp]"));
+    BENCH_TRY(par_layout_parse(&tokens, par_ctx_mesh(ctx), 2, shape, "[None,cp]"));
     memset(&d, 0, sizeof d);
     d.tokens = &tokens, d.algo = PAR_CP_RING, d.contiguous = b->contiguous;
     d.batch = 1, d.heads = HEADS, d.kv_heads = KV, d.head_dim = HD;
-    PAR__CHECK(par_cp_create(ctx, &d, &cp));
+    BENCH_TRY(par_cp_create(ctx, &d, &cp));
     st = par_barrier(ctx, NULL);
     if (st == PAR_OK && par_ctx_rank(ctx) == 0) {
         pos = (int64_t *)malloc(sizeof(int64_t) * (size_t)SEQ);
@@ -146,8 +148,8 @@ static par_status overlap_body(par_ctx *ctx, void *arg) {
     double t0, t1, busy = 0, exposed = 0;
     memset(&td, 0, sizeof td);
     td.rank = rank;
-    PAR__CHECK(par_trace_create(&td, &tr));
-    PAR__CHECK(par_layout_parse(&tokens, par_ctx_mesh(ctx), 2, shape, "[None,cp]"));
+    BENCH_TRY(par_trace_create(&td, &tr));
+    BENCH_TRY(par_layout_parse(&tokens, par_ctx_mesh(ctx), 2, shape, "[None,cp]"));
     memset(&d, 0, sizeof d);
     d.tokens = &tokens, d.algo = PAR_CP_RING, d.batch = 1, d.heads = HEADS, d.kv_heads = KV, d.head_dim = HD;
     d.trace = tr;

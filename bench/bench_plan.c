@@ -11,7 +11,6 @@
    Build: cc -std=c11 -O2 -Ibench bench/bench_plan.c -o build/bench_plan -lm
    Prints a table, then one JSON object per measurement. */
 #define _POSIX_C_SOURCE 199309L
-#define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
 
 #include <stdio.h>

@@ -11,7 +11,6 @@
       `layers` layers on 8 devices.
    Median of 5 runs each, wall time. */
 #define _DEFAULT_SOURCE
-#define PARALLEL_IMPLEMENTATION
 #include "../parallel.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,6 @@
    child _exit()s from the on_stage hook: the previous checkpoint still loads),
    the device-memory path (bounce buffer), and every error rule. */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
 
@@ -18,6 +17,7 @@
 #include <stdlib.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NP 4
@@ -79,16 +79,16 @@ static par_status make_set(par_ctx *ctx, const job *j, par_params **ps) {
     for (i = 0; i < NP; i++) {
         if (j->drop_param && i == NP - 1) continue;
         pd[n].name = pname[i];
-        PAR__CHECK(par_layout_parse(&pd[n].layout, m, pndim[i], j->bad_shape && i == 0 ? odd : pshape[i], j->c->map[i]));
+        RETURN_IF_ERR(par_layout_parse(&pd[n].layout, m, pndim[i], j->bad_shape && i == 0 ? odd : pshape[i], j->c->map[i]));
         n++;
     }
     if (j->extra_param) {
         pd[n].name = "z";
-        PAR__CHECK(par_layout_parse(&pd[n].layout, m, 1, bshape, "[None]"));
+        RETURN_IF_ERR(par_layout_parse(&pd[n].layout, m, 1, bshape, "[None]"));
         n++;
     }
     if (j->c->batch) {
-        PAR__CHECK(par_layout_parse(&batch, m, 2, bshape, j->c->batch));
+        RETURN_IF_ERR(par_layout_parse(&batch, m, 2, bshape, j->c->batch));
         d.batch = &batch;
     }
     d.params = pd, d.num_params = n, d.zero_level = j->c->zero, d.bucket_bytes = 100; /* several buckets */
@@ -362,7 +362,7 @@ static par_status err_body(par_ctx *ctx, void *arg) {
     (void)arg;
     memset(&j, 0, sizeof j);
     j.c = &cfgs[0];
-    PAR__CHECK(make_set(ctx, &j, &ps));
+    RETURN_IF_ERR(make_set(ctx, &j, &ps));
     CHECK_ERR(par_params_save(NULL, &d), PAR_EINVAL, "NULL argument");
     CHECK_ERR(par_params_save(ps, NULL), PAR_EINVAL, "NULL argument");
     CHECK_ERR(par_params_save(ps, &d), PAR_EINVAL, "desc.dir is empty");

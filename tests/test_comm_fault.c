@@ -1,5 +1,4 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include <time.h>
 
@@ -84,7 +83,7 @@ static par_status failing_rank(par_ctx *ctx, void *arg) {
     other[1] = r | 1;
     if ((st = par_ctx_group_ranks(ctx, other, 2, &pair)) != PAR_OK) return st;
     t0 = now_s();
-    if (r == 2) return par__fail(PAR_EIO, "rank two's disk is on fire");
+    if (r == 2) return par_set_error(PAR_EIO, "rank two's disk is on fire");
     keep(s, r, c->all_reduce(c->user, g, x, x, 64, PAR_F32, PAR_REDUCE_SUM, NULL), t0);
     s->st2[r] = c->all_reduce(c->user, pair, x, x, 64, PAR_F32, PAR_REDUCE_SUM, NULL);
     snprintf(s->msg2[r], sizeof s->msg2[r], "%.400s", par_last_error());
@@ -135,7 +134,7 @@ static par_status late_after_good(par_ctx *ctx, void *arg) {
     for (k = 0; k < 3; k++) {
         v = r + k;
         if ((st = c->all_reduce(c->user, g, &v, &v, 1, PAR_I64, PAR_REDUCE_SUM, NULL)) != PAR_OK) return st;
-        if (v != 6 + 4 * k) return par__fail(PAR_ECOMM, "all_reduce %d gave %lld, want %d", k, (long long)v, 6 + 4 * k);
+        if (v != 6 + 4 * k) return par_set_error(PAR_ECOMM, "all_reduce %d gave %lld, want %d", k, (long long)v, 6 + 4 * k);
     }
     if (r == 3) {
         struct timespec d = {(TIMEOUT_MS + 500) / 1000, ((TIMEOUT_MS + 500) % 1000) * 1000000L};
@@ -205,7 +204,7 @@ static par_status receiver_leaves(par_ctx *ctx, void *arg) {
     } else {
         int w[4] = {0};
         if ((st = c->recv(c->user, g, w, 4, PAR_I32, 0, NULL)) != PAR_OK) return st;
-        if (w[3] != 4) return par__fail(PAR_ECOMM, "received %d, want 4", w[3]);
+        if (w[3] != 4) return par_set_error(PAR_ECOMM, "received %d, want 4", w[3]);
     }
     return PAR_OK;
 }
@@ -219,7 +218,7 @@ static par_status healthy(par_ctx *ctx, void *arg) {
     if (st != PAR_OK) return st;
     if ((st = c->all_reduce(c->user, g, &v, &v, 1, PAR_I64, PAR_REDUCE_SUM, NULL)) != PAR_OK) return st;
     if (v != (int64_t)par_ctx_size(ctx) * (par_ctx_size(ctx) + 1) / 2)
-        return par__fail(PAR_ECOMM, "sum of rank+1 is %lld", (long long)v);
+        return par_set_error(PAR_ECOMM, "sum of rank+1 is %lld", (long long)v);
     return PAR_OK;
 }
 
@@ -235,7 +234,7 @@ static par_status foreign_group(par_ctx *ctx, void *arg) {
     if (par_ctx_rank(ctx) == 1) {
         st = c->all_reduce(c->user, shared[0], &x, &x, 1, PAR_F32, PAR_REDUCE_SUM, NULL);
         if (st != PAR_EINVAL || !strstr(par_last_error(), "not created by rank 1"))
-            return par__fail(PAR_ECOMM, "another rank's group was accepted (%s)", par_status_string(st));
+            return par_set_error(PAR_ECOMM, "another rank's group was accepted (%s)", par_status_string(st));
     }
     return c->barrier(c->user, g);
 }

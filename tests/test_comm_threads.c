@@ -1,5 +1,4 @@
 #define _POSIX_C_SOURCE 200809L /* setenv: par_launch reads the launchers' variables */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "comm_suite.h"
 #include <sched.h>

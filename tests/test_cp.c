@@ -7,7 +7,6 @@
    rows are compared with a naive attention in double precision written here
    (softmax of the masked scores, its gradient by the chain rule): not the
    library's flash kernels. Then the bad inputs, each with its message. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "cp_suite.h"
 
@@ -91,14 +90,14 @@ static par_status pos_body(par_ctx *ctx, void *arg) {
     par_cp_info info;
     par_cp *cp = NULL;
     shape[0] = 1, shape[1] = p->c.seq;
-    PAR__CHECK(par_layout_parse(&tokens, par_ctx_mesh(ctx), 2, shape, p->c.tokens));
+    RETURN_IF_ERR(par_layout_parse(&tokens, par_ctx_mesh(ctx), 2, shape, p->c.tokens));
     memset(&d, 0, sizeof d);
     d.tokens = &tokens, d.algo = p->c.algo, d.ulysses_degree = p->c.ulysses, d.contiguous = p->c.contiguous;
     d.batch = 1, d.heads = p->c.heads, d.kv_heads = p->c.kv_heads, d.head_dim = p->c.head_dim;
-    PAR__CHECK(par_cp_create(ctx, &d, &cp));
-    PAR__CHECK(par_cp_get_info(cp, &info));
+    RETURN_IF_ERR(par_cp_create(ctx, &d, &cp));
+    RETURN_IF_ERR(par_cp_get_info(cp, &info));
     p->nlocal[rank] = (int)info.seq_local;
-    if (info.seq_local == 4) PAR__CHECK(par_cp_positions(cp, p->got[rank]));
+    if (info.seq_local == 4) RETURN_IF_ERR(par_cp_positions(cp, p->got[rank]));
     par_cp_destroy(cp);
     return PAR_OK;
 }

@@ -4,7 +4,6 @@
    rank threads, for several meshes and dtypes, out of place and in place, must
    leave every rank with exactly what the mesh simulator computes. Plus the
    executor's argument errors. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "exec_cases.h"
 

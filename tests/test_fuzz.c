@@ -9,7 +9,6 @@
 
    Checks are aggregated: one CHECK per block of 1000 calls of a category (all clean),
    plus one per category at the end. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
 #include <stdarg.h>

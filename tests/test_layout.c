@@ -2,7 +2,6 @@
    errors, slices, replica groups, DTensor placements and local reshape. Every
    expected value below is worked out by hand from the MindSpore convention:
    map value v names mesh axis ndim-1-v, ranks are row-major. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
 #include <stdint.h>

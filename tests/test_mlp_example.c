@@ -11,7 +11,6 @@
    --allow-run-as-root --oversubscribe"; runs under it are skipped with the
    reason when mpirun is missing or the binary has no MPI). */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
 #include <math.h>

@@ -1,7 +1,6 @@
 /* tests/test_params.c - >>params and >>tensor-parallel on the threads backend
    (tests/params_suite.h): data parallel over 1, 3 and 4 ranks, a 3-D mesh
    with parameters copied over several axes, dp x tp meshes. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "params_suite.h"
 

@@ -12,7 +12,6 @@
    4. The executor on threads runs a toy chain y = w_s * x through every
       virtual stage (all kinds, 1/2/4 stages, chunks) and its weight
       gradients equal a direct computation in double. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "pp_toy.h"
 
@@ -279,7 +278,7 @@ static par_status mismatch_body(par_ctx *ctx, void *arg) {
     char want[128];
     memset(&sd, 0, sizeof sd);
     sd.stages = stages, sd.micro_batches = stages, sd.kind = PAR_PP_1F1B;
-    PAR__CHECK(par_pp_schedule_make(&sd, &s));
+    RETURN_IF_ERR(par_pp_schedule_make(&sd, &s));
     memset(&d, 0, sizeof d);
     d.schedule = s, d.stage_dims = 1u;
     d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
@@ -335,40 +334,40 @@ static par_status stage_body(par_ctx *ctx, void *arg) {
     par_step_stats stats;
     par_param_info info;
     double sum, count;
-    PAR__CHECK(par_mesh_coords(mesh, rank, coords));
+    RETURN_IF_ERR(par_mesh_coords(mesh, rank, coords));
     stage = coords[0], d = coords[1];
-    PAR__CHECK(par_layout_parse(&batch, mesh, 2, bshape, "[dp,None]"));
+    RETURN_IF_ERR(par_layout_parse(&batch, mesh, 2, bshape, "[dp,None]"));
     memset(pd, 0, sizeof pd);
     n = stage == 0 ? 2 : 1;
     for (i = 0; i < n; i++) {
         const int which = stage == 0 ? i : 2;
         static const char *const names[3] = {"a", "b", "c"};
         pd[i].name = names[which];
-        PAR__CHECK(par_layout_init(&pd[i].layout, mesh, sizes[which][1] > 1 ? 2 : 1, sizes[which], NULL, 0));
+        RETURN_IF_ERR(par_layout_init(&pd[i].layout, mesh, sizes[which][1] > 1 ? 2 : 1, sizes[which], NULL, 0));
     }
     memset(&desc, 0, sizeof desc);
     desc.params = pd, desc.num_params = n, desc.batch = &batch, desc.stage_dims = pp;
-    PAR__CHECK(par_params_create(ctx, &desc, &ps));
-    PAR__CHECK(par_params_grads_begin(ps, 0, 1));
+    RETURN_IF_ERR(par_params_create(ctx, &desc, &ps));
+    RETURN_IF_ERR(par_params_grads_begin(ps, 0, 1));
     for (i = n - 1; i >= 0; i--) {
         float *g;
         const int which = stage == 0 ? i : 2;
-        PAR__CHECK(par_params_grad(ps, i, &g));
+        RETURN_IF_ERR(par_params_grad(ps, i, &g));
         for (e = 0; e < (int)(sizes[which][0] * sizes[which][1]); e++) g[e] += stage_grad(which, e, d);
-        PAR__CHECK(par_params_grad_ready(ps, i));
+        RETURN_IF_ERR(par_params_grad_ready(ps, i));
     }
-    PAR__CHECK(par_params_grads_wait(ps));
+    RETURN_IF_ERR(par_params_grads_wait(ps));
     memset(&opt, 0, sizeof opt);
     opt.lr = 1e-3f, opt.beta1 = 0.9f, opt.beta2 = 0.95f, opt.eps = 1e-8f;
-    PAR__CHECK(par_params_step(ps, &opt, &stats));
-    PAR__CHECK(par_params_get_info(ps, 0, &info));
+    RETURN_IF_ERR(par_params_step(ps, &opt, &stats));
+    RETURN_IF_ERR(par_params_get_info(ps, 0, &info));
     sum = stage == 1 ? 10.0 + d : 0.0, count = stage == 1 ? 4.0 : 0.0; /* the loss lives on the last stage */
-    PAR__CHECK(par_params_reduce_loss(ps, &sum, &count));
+    RETURN_IF_ERR(par_params_reduce_loss(ps, &sum, &count));
     w->norm[rank] = stats.grad_norm, w->loss_sum[rank] = sum, w->loss_count[rank] = count;
     w->replica[rank] = info.replica_dims;
     par_params_destroy(ps);
     /* a parameter split over the stage dim is refused */
-    PAR__CHECK(par_layout_parse(&pd[0].layout, mesh, 1, bshape, "[pp]"));
+    RETURN_IF_ERR(par_layout_parse(&pd[0].layout, mesh, 1, bshape, "[pp]"));
     pd[0].name = "split";
     desc.num_params = 1;
     w->bad[rank] = par_params_create(ctx, &desc, &ps) == PAR_ELAYOUT && strstr(par_last_error(), "stage dim") != NULL;

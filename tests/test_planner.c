@@ -7,7 +7,6 @@
    when the summed memory fits the cap. On random chains, trees and DAGs with
    shared inputs, under random caps, the DP's cost must equal the enumeration's
    minimum, and every mode must respect the cap. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include <math.h>
 #include <stdlib.h>

@@ -9,9 +9,9 @@
    Expected values come from the test's own encoders: a bitwise CRC-32 checked
    against the standard "123456789" vector, a hand-built header parser for the
    layout, and exactly representable numbers for the conversions. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>

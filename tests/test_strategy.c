@@ -1,4 +1,3 @@
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
 #include <dirent.h>

@@ -10,7 +10,6 @@
    par_trace_gather_write over 4 thread ranks (equal to par_trace_write of the
    same traces, byte for byte) incl. collective failures that end every rank. */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
 #include "trace_json.h"

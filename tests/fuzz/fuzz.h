@@ -6,7 +6,8 @@
    returns a status from PAR_STATUS_LIST with a non-empty par_last_error()
    sentence. A violation calls FUZZ_REQUIRE, which prints why and aborts, so
    libFuzzer stops and saves the input like any other crash.
-   The library itself comes from parallel_impl.c, linked into every target.
+   The library itself comes from tests/parallel_impl.c, compiled once (with
+   the fuzzer's instrumentation) and linked into every target.
    Seed corpora: tests/fuzz/<target>/ (valid inputs, tricky ones, and every
    input that once crashed, as a regression test); tests/fuzz/run.sh runs one
    target (replay of its seeds, then a timed run). */

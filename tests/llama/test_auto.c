@@ -12,9 +12,9 @@
      rank count, a cap nothing fits (the smallest plan's memory in the
      message), a size that is no size, --cluster without auto_parallel. */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/wait.h>

@@ -21,7 +21,6 @@
 
 /* ---- harness: tests/test.h (which needs the library linked in) plus two checks */
 
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
 #define CHECK_HAS(text, needle) \

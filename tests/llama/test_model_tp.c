@@ -16,7 +16,6 @@
    Qwen2), whose gradient shards are compared too; with biases the one-device
    bias gradients are also checked against central finite differences of the
    loss. */
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "examples/llama/model.h"
 

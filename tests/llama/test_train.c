@@ -36,7 +36,6 @@
    the why for an empty MPIRUN), LLAMA_TEST_ONLY=reference (just the PyTorch
    reference, one rank: what `make test-cuda` runs on a GPU). */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include "test_files.h"
 #include "trace_json.h"

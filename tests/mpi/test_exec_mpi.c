@@ -3,7 +3,6 @@
    dtypes, must leave every rank with exactly what the mesh simulator computes.
    The test initializes MPI itself, so the two contexts (one per mesh) leave
    MPI running in between. Rank 0 prints "exec_mpi: N passed, N failed" (one check per case run per rank). */
-#define PARALLEL_IMPLEMENTATION
 #include <mpi.h>
 #include "../../parallel.h"
 #include <stdio.h>

@@ -20,7 +20,7 @@
    Every rank runs the checks; rank 0 prints ONE summary line with the counts
    summed over ranks (the other MPI tests' convention). */
 #define _POSIX_C_SOURCE 200809L
-#define PARALLEL_IMPLEMENTATION
+#include <mpi.h>
 #include "test.h"
 #include <poll.h>
 #include <signal.h>

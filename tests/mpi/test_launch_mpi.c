@@ -5,7 +5,6 @@
    adds up every rank's failures and rank 0 prints
    "launch_mpi: N passed, N failed". A run that never reaches the body (a
    launch error) prints "launch_mpi: 0 passed, 1 failed" on every rank. */
-#define PARALLEL_IMPLEMENTATION
 #include "../../parallel.h"
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,6 @@
    backend (tests/params_suite.h), under mpirun -np 4: meshes "dp=4",
    "dp=2,tp=2" and "dp=1,tp=4". Rank 0 prints "params_mpi: N passed, N failed"
    (the checks of all ranks added up). */
-#define PARALLEL_IMPLEMENTATION
 #include <mpi.h>
 #include "../../parallel.h"
 #include "../params_suite.h"

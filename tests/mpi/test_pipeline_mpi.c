@@ -2,7 +2,6 @@
    under mpirun -np 4: the toy chain of tests/pp_toy.h on "pp=4" with every
    schedule kind (interleaved with 2 chunks). Rank 0 prints
    "pipeline_mpi: N passed, N failed" (the checks of all ranks added up). */
-#define PARALLEL_IMPLEMENTATION
 #include <mpi.h>
 #include <stdio.h>
 #include "../../parallel.h"
