@@ -1248,8 +1248,9 @@ typedef struct par_ctx_desc {
     const par_comm_table *comm;       /* host transport (par_ctx_init only), copied */
     const par_compute_table *compute; /* copied; NULL = a CPU table the context owns */
     par_allocator allocator; /* host memory of the context, its groups, executors
-                                and the CPU table it makes, and of the threads
-                                backend under par_run_threads_desc; zero = the
+                                and the CPU table it makes, of the threads
+                                backend under par_run_threads_desc and the MPI
+                                backend under par_ctx_init_mpi; zero = the
                                 PARALLEL_MALLOC macros */
     int mpi_keep_alive; /* MPI: 0 (default) = after a timeout the backend makes no
                            MPI call but MPI_Abort, which par_ctx_destroy calls: the
@@ -9849,6 +9850,8 @@ typedef struct par__mpi {
     int stopped;          /* a timeout left operations in flight: no more MPI calls but MPI_Abort */
     int keep_alive;       /* par_ctx_desc.mpi_keep_alive: never stop */
     char stop_why[512];   /* ...the first timeout's message */
+    par_allocator alloc;  /* par_ctx_desc.allocator (zero = the PARALLEL_MALLOC macros): this
+                             struct, the groups, the requests and their temporaries */
 } par__mpi;
 
 /* What par_comm_group points to in this backend. A private struct name (cast to
@@ -9947,18 +9950,20 @@ static par_status par__mpi_error(const par__mpi *mpi, const char *op, const par_
 
 /* mpi_alive = 0 after MPI_Finalize: then no MPI call is allowed. */
 static void par__mpi_req_free(par__mpi_req *r, int mpi_alive) {
+    const par_allocator *a;
     int i;
     if (!r) return;
+    a = &r->mpi->alloc; /* the backend outlives its requests (orphans go before it) */
     for (i = 0; i < r->ntypes && mpi_alive; i++) MPI_Type_free(&r->types[i]);
-    PARALLEL_FREE(r->types);
-    PARALLEL_FREE(r->reqs);
-    PARALLEL_FREE(r->stats);
-    PARALLEL_FREE(r->tmp);
-    PARALLEL_FREE(r);
+    par__alloc_free(a, r->types);
+    par__alloc_free(a, r->reqs);
+    par__alloc_free(a, r->stats);
+    par__alloc_free(a, r->tmp);
+    par__alloc_free(a, r);
 }
 
 static par_status par__mpi_req_new(par__mpi *mpi, par__mpi_group *g, const char *op, par__mpi_req **out) {
-    par__mpi_req *r = (par__mpi_req *)PARALLEL_MALLOC(sizeof *r);
+    par__mpi_req *r = (par__mpi_req *)par__alloc_malloc(&mpi->alloc, sizeof *r);
     *out = NULL;
     if (!r) return par__fail(PAR_ENOMEM, "mpi %s: out of memory", op);
     memset(r, 0, sizeof *r);
@@ -9975,11 +9980,11 @@ static par_status par__mpi_req_new(par__mpi *mpi, par__mpi_group *g, const char 
 static MPI_Request *par__mpi_req_slot(par__mpi_req *r) {
     if (r->nreq == r->cap) {
         int cap = r->cap ? 2 * r->cap : 1;
-        MPI_Request *q = (MPI_Request *)PARALLEL_REALLOC(r->reqs, sizeof *q * (size_t)cap);
+        MPI_Request *q = (MPI_Request *)par__alloc_realloc(&r->mpi->alloc, r->reqs, sizeof *q * (size_t)cap);
         MPI_Status *s;
         if (!q) return NULL;
         r->reqs = q;
-        s = (MPI_Status *)PARALLEL_REALLOC(r->stats, sizeof *s * (size_t)cap);
+        s = (MPI_Status *)par__alloc_realloc(&r->mpi->alloc, r->stats, sizeof *s * (size_t)cap);
         if (!s) return NULL;
         r->stats = s;
         r->cap = cap;
@@ -10270,7 +10275,7 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
     r->dtype = dtype;
     r->divide = op == PAR_REDUCE_AVG ? g->n : 0;
     if (par__mpi_is_half(dtype)) { /* reduce an f32 copy in place, round once at the end */
-        r->tmp = PARALLEL_MALLOC(count ? (size_t)count * 4 : 1);
+        r->tmp = par__alloc_malloc(&mpi->alloc, count ? (size_t)count * 4 : 1);
         if (!r->tmp) {
             par__mpi_req_free(r, 1);
             return par__fail(PAR_ENOMEM, "mpi all_reduce: out of memory for the f32 copy of %lld %s values",
@@ -10307,7 +10312,7 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
 static int par__mpi_strided(par__mpi_req *r, MPI_Datatype type, int c, int64_t stride, size_t es, MPI_Datatype *out) {
     MPI_Datatype contig, *types;
     int code;
-    types = (MPI_Datatype *)PARALLEL_REALLOC(r->types, sizeof *types * (size_t)(r->ntypes + 1));
+    types = (MPI_Datatype *)par__alloc_realloc(&r->mpi->alloc, r->types, sizeof *types * (size_t)(r->ntypes + 1));
     if (!types) return MPI_ERR_NO_MEM;
     r->types = types;
     if ((code = MPI_Type_contiguous(c, type, &contig)) != MPI_SUCCESS) return code;
@@ -10376,7 +10381,7 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
     r->dtype = dtype;
     r->divide = op == PAR_REDUCE_AVG ? g->n : 0;
     if (par__mpi_is_half(dtype)) { /* f32 result (read back by the completion), then an f32 copy of all n blocks */
-        r->tmp = PARALLEL_MALLOC((size_t)(total + count) * 4 + 1);
+        r->tmp = par__alloc_malloc(&mpi->alloc, (size_t)(total + count) * 4 + 1);
         if (!r->tmp) {
             par__mpi_req_free(r, 1);
             return par__fail(PAR_ENOMEM, "mpi reduce_scatter: out of memory for the f32 copy of %lld %s values",
@@ -10390,7 +10395,7 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
         r->from_tmp = 1;
     } else if (count > 0 && (const char *)recv == (const char *)send + (size_t)g->index * (size_t)count * es) {
         /* in place (recv = send + index*count): MPI forbids aliasing, so receive privately */
-        r->tmp = PARALLEL_MALLOC((size_t)count * es);
+        r->tmp = par__alloc_malloc(&mpi->alloc, (size_t)count * es);
         if (!r->tmp) {
             par__mpi_req_free(r, 1);
             return par__fail(PAR_ENOMEM, "mpi reduce_scatter: out of memory");
@@ -10555,7 +10560,7 @@ static par_status par__mpi_group_create(void *user, const int *ranks, int count,
     *group = NULL;
     PAR__CHECK(par_comm_check_ranks("mpi", ranks, count, mpi->size, mpi->rank, &index));
     for (i = 0; i < count; i++) hash = (hash ^ (unsigned)ranks[i]) * 16777619u;
-    g = (par__mpi_group *)PARALLEL_MALLOC(sizeof *g);
+    g = (par__mpi_group *)par__alloc_malloc(&mpi->alloc, sizeof *g);
     if (!g) return par__fail(PAR_ENOMEM, "mpi group_create: out of memory");
     memset(g, 0, sizeof *g);
     g->mpi = mpi;
@@ -10575,7 +10580,7 @@ static par_status par__mpi_group_create(void *user, const int *ranks, int count,
     if (code == MPI_SUCCESS) code = MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
     if (code != MPI_SUCCESS) {
         par_status st = par__mpi_error(mpi, "group_create", g, code);
-        PARALLEL_FREE(g);
+        par__alloc_free(&mpi->alloc, g);
         return st;
     }
     *group = (par_comm_group *)g;
@@ -10587,12 +10592,13 @@ static void par__mpi_group_destroy(void *user, par_comm_group *group) {
     (void)user;
     if (!g) return;
     if (!g->mpi->stopped) MPI_Comm_free(&g->comm); /* deferred by MPI while an abandoned op is pending */
-    PARALLEL_FREE(g);
+    par__alloc_free(&g->mpi->alloc, g); /* the context destroys its groups before the backend */
 }
 
 static void par__mpi_destroy(void *user) {
     par__mpi *mpi = (par__mpi *)user;
     par__mpi_req *r, *next;
+    par_allocator alloc;
     int done;
     if (!mpi) return;
     if (mpi->stopped) {
@@ -10622,7 +10628,8 @@ static void par__mpi_destroy(void *user) {
             par__mpi_req_free(r, 0);
         }
     }
-    PARALLEL_FREE(mpi);
+    alloc = mpi->alloc; /* the backend's own memory goes last, through a copy */
+    par__alloc_free(&alloc, mpi);
 }
 
 PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx) {
@@ -10633,22 +10640,26 @@ PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx
     if (!ctx) return par__fail(PAR_EINVAL, "par_ctx_init_mpi: NULL ctx");
     *ctx = NULL;
     if (par__ctx_timeout(desc, &timeout_ms) != PAR_OK) return PAR_EINVAL;
+    /* before the first block: the backend allocates through these hooks too
+       (par__ctx_create checks the rest of desc) */
+    PAR__CHECK(par__allocator_check(desc ? &desc->allocator : NULL, "par_ctx_desc.allocator"));
     MPI_Finalized(&finalized);
     if (finalized)
         return par__fail(PAR_EUNSUPPORTED, "par_ctx_init_mpi: MPI was already finalized in this process and cannot be "
                                            "initialized again (call MPI_Init yourself to keep it across contexts)");
     have_env = par_launch_env(&env_rank, &env_size, NULL) == PAR_OK;
     par_clear_error();
-    mpi = (par__mpi *)PARALLEL_MALLOC(sizeof *mpi);
+    mpi = (par__mpi *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *mpi);
     if (!mpi) return par__fail(PAR_ENOMEM, "par_ctx_init_mpi: out of memory");
     memset(mpi, 0, sizeof *mpi);
+    if (desc) mpi->alloc = desc->allocator;
     mpi->timeout_ms = timeout_ms;
     mpi->keep_alive = desc && desc->mpi_keep_alive;
     MPI_Initialized(&initialized);
     if (!initialized) {
         code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (code != MPI_SUCCESS) {
-            PARALLEL_FREE(mpi);
+            par__alloc_free(desc ? &desc->allocator : NULL, mpi);
             return par__fail(PAR_ECOMM, "par_ctx_init_mpi: MPI_Init_thread failed with MPI error %d", code);
         }
         mpi->finalize = 1;
@@ -10660,7 +10671,7 @@ PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx
     if (code != MPI_SUCCESS) {
         par_status st = par__mpi_error(mpi, "init", NULL, code);
         if (mpi->finalize) MPI_Finalize();
-        PARALLEL_FREE(mpi);
+        par__alloc_free(desc ? &desc->allocator : NULL, mpi);
         return st;
     }
     if (have_env && (env_rank != mpi->rank || env_size != mpi->size)) {
