@@ -13215,9 +13215,9 @@ static int par__st_host_is_little_endian(void) {
     return b == 1;
 }
 
-static char *par__st_strdup(const char *s) {
+static char *par__st_strdup(const par_allocator *a, const char *s) {
     size_t n = strlen(s) + 1;
-    char *d = (char *)PARALLEL_MALLOC(n);
+    char *d = (char *)par__alloc_malloc(a, n);
     if (d) memcpy(d, s, n);
     return d;
 }
@@ -13328,6 +13328,8 @@ struct par_st_file {
     par__st_meta *meta; /* sorted by key */
     int meta_count, meta_cap;
     par__st_crc_table crc;
+    par_allocator alloc; /* every block of the file and its reads; zero (par_st_open) =
+                            the PARALLEL_MALLOC macros, a context's for a sharded load */
 };
 
 static PAR__PRINTF(3, 4) par_status par__st_open_fail(const char *path, par_status status, const char *fmt, ...) {
@@ -13639,7 +13641,7 @@ static par_status par__st_check_size(par__st_parser *ps, par_st_tensor *t, uint6
 static par_status par__st_push_tensor(par_st_file *f, const par_st_tensor *t) {
     if (f->count == f->cap) {
         int cap = f->cap ? f->cap * 2 : 64;
-        par_st_tensor *p = (par_st_tensor *)PARALLEL_REALLOC(f->tensors, (size_t)cap * sizeof *p);
+        par_st_tensor *p = (par_st_tensor *)par__alloc_realloc(&f->alloc, f->tensors, (size_t)cap * sizeof *p);
         if (!p) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for %d tensors", cap);
         f->tensors = p;
         f->cap = cap;
@@ -13651,7 +13653,7 @@ static par_status par__st_push_tensor(par_st_file *f, const par_st_tensor *t) {
 static par_status par__st_push_meta(par_st_file *f, const char *key, const char *value) {
     if (f->meta_count == f->meta_cap) {
         int cap = f->meta_cap ? f->meta_cap * 2 : 64;
-        par__st_meta *p = (par__st_meta *)PARALLEL_REALLOC(f->meta, (size_t)cap * sizeof *p);
+        par__st_meta *p = (par__st_meta *)par__alloc_realloc(&f->alloc, f->meta, (size_t)cap * sizeof *p);
         if (!p) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for %d metadata entries", cap);
         f->meta = p;
         f->meta_cap = cap;
@@ -13798,7 +13800,7 @@ static par_status par__st_check_coverage(par_st_file *f) {
                                      (unsigned long long)f->data_size);
         return PAR_OK;
     }
-    order = (const par_st_tensor **)PARALLEL_MALLOC((size_t)f->count * sizeof *order);
+    order = (const par_st_tensor **)par__alloc_malloc(&f->alloc, (size_t)f->count * sizeof *order);
     if (!order) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory");
     for (i = 0; i < f->count; i++) order[i] = &f->tensors[i];
     qsort((void *)order, (size_t)f->count, sizeof *order, par__st_cmp_tensor_offset);
@@ -13823,7 +13825,7 @@ static par_status par__st_check_coverage(par_st_file *f) {
         cursor = t->offset + t->nbytes;
         prev = t;
     }
-    PARALLEL_FREE((void *)order);
+    par__alloc_free(&f->alloc, (void *)order);
     if (st == PAR_OK && cursor < f->data_size)
         st = par__st_open_fail(f->path, PAR_EPARSE,
                                "%llu bytes of data after the last tensor (tensors must cover the data section exactly)",
@@ -13868,13 +13870,15 @@ static par_status par__st_index(par_st_file *f) {
 }
 
 PARALLEL_DEF void par_st_close(par_st_file *file) {
+    par_allocator a;
     if (!file) return;
+    a = file->alloc; /* the struct itself goes last, through a copy */
     par__st_io_close(&file->io);
-    PARALLEL_FREE(file->path);
-    PARALLEL_FREE(file->strings);
-    PARALLEL_FREE(file->tensors);
-    PARALLEL_FREE(file->meta);
-    PARALLEL_FREE(file);
+    par__alloc_free(&a, file->path);
+    par__alloc_free(&a, file->strings);
+    par__alloc_free(&a, file->tensors);
+    par__alloc_free(&a, file->meta);
+    par__alloc_free(&a, file);
 }
 
 /* Read the length field and the header, parse and validate. */
@@ -13907,14 +13911,14 @@ static par_status par__st_load(par_st_file *f, uint64_t size) {
                                  (unsigned long long)hlen, (unsigned long long)(size - 8));
     f->data_start = 8 + hlen;
     f->data_size = size - f->data_start;
-    header = (unsigned char *)PARALLEL_MALLOC((size_t)hlen);
-    f->strings = (char *)PARALLEL_MALLOC((size_t)hlen + 1);
+    header = (unsigned char *)par__alloc_malloc(&f->alloc, (size_t)hlen);
+    f->strings = (char *)par__alloc_malloc(&f->alloc, (size_t)hlen + 1);
     if (!header || !f->strings) {
-        PARALLEL_FREE(header);
+        par__alloc_free(&f->alloc, header);
         return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)hlen);
     }
     if ((why = par__st_io_read_at(&f->io, 8, header, (size_t)hlen, &got)) != NULL || got != hlen) {
-        PARALLEL_FREE(header);
+        par__alloc_free(&f->alloc, header);
         return par__st_open_fail(f->path, PAR_EIO, "cannot read the header (%s)", why ? why : "short read");
     }
     ps.f = f;
@@ -13922,13 +13926,15 @@ static par_status par__st_load(par_st_file *f, uint64_t size) {
     ps.end = header + hlen;
     ps.out = f->strings;
     st = par__st_parse_header(&ps);
-    PARALLEL_FREE(header);
+    par__alloc_free(&f->alloc, header);
     if (st != PAR_OK) return st;
     PAR__CHECK(par__st_index(f));
     return par__st_check_coverage(f);
 }
 
-PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
+/* par_st_open with the file's memory through `alloc` (NULL = the macros): a
+   later section opens files on behalf of a context with the context's. */
+static par_status par__st_open_with(const par_allocator *alloc, const char *path, par_st_file **file) {
     par_st_file *f;
     uint64_t size = 0;
     const char *why;
@@ -13937,12 +13943,13 @@ PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
     if (!path || !file) return par__fail(PAR_EINVAL, "par_st_open: NULL argument");
     if (!par__st_host_is_little_endian())
         return par__fail(PAR_EUNSUPPORTED, "par_st_open: %.200s: big-endian hosts are not supported", path);
-    f = (par_st_file *)PARALLEL_MALLOC(sizeof *f);
+    f = (par_st_file *)par__alloc_malloc(alloc, sizeof *f);
     if (!f) return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
     memset(f, 0, sizeof *f);
+    if (alloc) f->alloc = *alloc;
     par__file_init(&f->io);
-    if (!(f->path = par__st_strdup(path))) {
-        PARALLEL_FREE(f);
+    if (!(f->path = par__st_strdup(alloc, path))) {
+        par__alloc_free(alloc, f);
         return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
     }
     par__st_crc_init(&f->crc);
@@ -13957,6 +13964,10 @@ PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
     }
     *file = f;
     return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
+    return par__st_open_with(NULL, path, file);
 }
 
 PARALLEL_DEF int par_st_count(const par_st_file *file) { return file ? file->count : 0; }
@@ -14134,19 +14145,19 @@ PARALLEL_DEF par_status par_st_read(par_st_file *file, const char *name, int ndi
         if (whole) crc = par__st_crc_update(&file->crc, crc, dst, bytes);
     } else {
         size_t per = PAR__ST_CHUNK / se, done = 0, n;
-        unsigned char *tmp = (unsigned char *)PARALLEL_MALLOC((size_t)count < per ? bytes : per * se);
+        unsigned char *tmp = (unsigned char *)par__alloc_malloc(&file->alloc, (size_t)count < per ? bytes : per * se);
         if (!tmp) return par__fail(PAR_ENOMEM, "par_st_read: out of memory for a conversion buffer");
         for (done = 0; done < (size_t)count; done += n) {
             n = (size_t)count - done < per ? (size_t)count - done : per;
             st = par__st_read_raw(file, "par_st_read", t, t->offset + ((uint64_t)first + done) * se, tmp, n * se);
             if (st != PAR_OK) {
-                PARALLEL_FREE(tmp);
+                par__alloc_free(&file->alloc, tmp);
                 return st;
             }
             if (whole) crc = par__st_crc_update(&file->crc, crc, tmp, n * se);
             par__st_convert((unsigned char *)dst + done * de, dtype, tmp, t->dtype, n);
         }
-        PARALLEL_FREE(tmp);
+        par__alloc_free(&file->alloc, tmp);
     }
     if (whole && (crc ^ 0xffffffffu) != t->checksum)
         return par__st_checksum_mismatch("par_st_read", file, t, crc ^ 0xffffffffu);
@@ -14199,7 +14210,7 @@ PARALLEL_DEF par_status par_st_verify(par_st_file *file, int *checked) {
     int i, n = 0;
     if (checked) *checked = 0;
     if (!file) return par__fail(PAR_EINVAL, "par_st_verify: NULL argument");
-    buf = (unsigned char *)PARALLEL_MALLOC(PAR__ST_CHUNK);
+    buf = (unsigned char *)par__alloc_malloc(&file->alloc, PAR__ST_CHUNK);
     if (!buf) return par__fail(PAR_ENOMEM, "par_st_verify: out of memory");
     for (i = 0; i < file->count && st == PAR_OK; i++) {
         const par_st_tensor *t = &file->tensors[i];
@@ -14216,7 +14227,7 @@ PARALLEL_DEF par_status par_st_verify(par_st_file *file, int *checked) {
             st = par__st_checksum_mismatch("par_st_verify", file, t, crc ^ 0xffffffffu);
         n += st == PAR_OK;
     }
-    PARALLEL_FREE(buf);
+    par__alloc_free(&file->alloc, buf);
     if (checked) *checked = n;
     return st;
 }
@@ -14244,6 +14255,7 @@ typedef struct par__st_text {
     char *p;
     size_t len, cap;
     int failed;
+    const par_allocator *alloc; /* its writer's */
 } par__st_text;
 
 struct par_st_writer {
@@ -14259,6 +14271,8 @@ struct par_st_writer {
     par__st_text header;  /* JSON with padding (checksum digits patched at finish) */
     uint64_t data_start;
     par__st_crc_table crc;
+    par_allocator alloc;  /* every block of the writer; zero (par_st_writer_create) = the
+                             PARALLEL_MALLOC macros, a context's for a sharded save */
 };
 
 static void par__st_text_add(par__st_text *b, const char *s, size_t n) {
@@ -14267,7 +14281,7 @@ static void par__st_text_add(par__st_text *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap : 256;
         char *p;
         while (cap < b->len + n + 1) cap *= 2;
-        if (!(p = (char *)PARALLEL_REALLOC(b->p, cap))) {
+        if (!(p = (char *)par__alloc_realloc(b->alloc, b->p, cap))) {
             b->failed = 1;
             return;
         }
@@ -14321,23 +14335,27 @@ static par_status par__st_writer_broken(const par_st_writer *w, const char *fn) 
 }
 
 static void par__st_writer_free(par_st_writer *w) {
+    par_allocator a = w->alloc; /* the struct itself goes last, through a copy */
     int i;
     if (par__st_io_is_open(&w->io)) par__st_io_close(&w->io);
     if (w->tmp) remove(w->tmp);
-    for (i = 0; i < w->count; i++) PARALLEL_FREE(w->t[i].name);
+    for (i = 0; i < w->count; i++) par__alloc_free(&a, w->t[i].name);
     for (i = 0; i < w->meta_count; i++) {
-        PARALLEL_FREE(w->meta[i].key);
-        PARALLEL_FREE(w->meta[i].value);
+        par__alloc_free(&a, w->meta[i].key);
+        par__alloc_free(&a, w->meta[i].value);
     }
-    PARALLEL_FREE(w->t);
-    PARALLEL_FREE(w->meta);
-    PARALLEL_FREE(w->header.p);
-    PARALLEL_FREE(w->tmp);
-    PARALLEL_FREE(w->path);
-    PARALLEL_FREE(w);
+    par__alloc_free(&a, w->t);
+    par__alloc_free(&a, w->meta);
+    par__alloc_free(&a, w->header.p);
+    par__alloc_free(&a, w->tmp);
+    par__alloc_free(&a, w->path);
+    par__alloc_free(&a, w);
 }
 
-PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **writer) {
+/* par_st_writer_create with the writer's memory through `alloc` (NULL = the
+   macros): a later section writes files on behalf of a context with the
+   context's. */
+static par_status par__st_writer_create_with(const par_allocator *alloc, const char *path, par_st_writer **writer) {
     par_st_writer *w;
     size_t n;
     const char *why;
@@ -14346,13 +14364,15 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
     if (!path[0]) return par__fail(PAR_EINVAL, "par_st_writer_create: empty path");
     if (!par__st_host_is_little_endian())
         return par__fail(PAR_EUNSUPPORTED, "par_st_writer_create: %.200s: big-endian hosts are not supported", path);
-    w = (par_st_writer *)PARALLEL_MALLOC(sizeof *w);
+    w = (par_st_writer *)par__alloc_malloc(alloc, sizeof *w);
     if (!w) return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
     memset(w, 0, sizeof *w);
+    if (alloc) w->alloc = *alloc;
+    w->header.alloc = &w->alloc;
     par__file_init(&w->io);
     n = strlen(path) + 64;
-    w->path = par__st_strdup(path);
-    w->tmp = (char *)PARALLEL_MALLOC(n);
+    w->path = par__st_strdup(alloc, path);
+    w->tmp = (char *)par__alloc_malloc(alloc, n);
     if (!w->path || !w->tmp) {
         par__st_writer_free(w);
         return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
@@ -14360,7 +14380,7 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
     if ((why = par__file_create_temp(&w->io, path, w->tmp, n)) != NULL) {
         par_status st = par__fail(PAR_EIO, "par_st_writer_create: %.200s: cannot create the temporary file %.200s (%s)",
                                   path, w->tmp, why);
-        PARALLEL_FREE(w->tmp);
+        par__alloc_free(alloc, w->tmp);
         w->tmp = NULL; /* nothing of ours to remove */
         par__st_writer_free(w);
         return st;
@@ -14368,6 +14388,10 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
     par__st_crc_init(&w->crc);
     *writer = w;
     return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **writer) {
+    return par__st_writer_create_with(NULL, path, writer);
 }
 
 PARALLEL_DEF par_status par_st_writer_add(par_st_writer *w, const char *name, par_dtype dtype, int ndim,
@@ -14399,14 +14423,14 @@ PARALLEL_DEF par_status par_st_writer_add(par_st_writer *w, const char *name, pa
     }
     if (w->count == w->cap) {
         int cap = w->cap ? w->cap * 2 : 64;
-        par__st_wtensor *p = (par__st_wtensor *)PARALLEL_REALLOC(w->t, (size_t)cap * sizeof *p);
+        par__st_wtensor *p = (par__st_wtensor *)par__alloc_realloc(&w->alloc, w->t, (size_t)cap * sizeof *p);
         if (!p) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
         w->t = p;
         w->cap = cap;
     }
     t = &w->t[w->count];
     memset(t, 0, sizeof *t);
-    if (!(t->name = par__st_strdup(name))) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
+    if (!(t->name = par__st_strdup(&w->alloc, name))) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
     t->dtype = dtype;
     t->ndim = ndim;
     for (i = 0; i < ndim; i++) t->shape[i] = shape[i];
@@ -14432,26 +14456,26 @@ PARALLEL_DEF par_status par_st_writer_metadata(par_st_writer *w, const char *key
     if (!par__st_valid_utf8(key) || !par__st_valid_utf8(value))
         return par__fail(PAR_EINVAL, "par_st_writer_metadata: %.200s: key \"%.100s\" or its value is not valid UTF-8",
                          w->path, key);
-    if (!(v = par__st_strdup(value))) return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
+    if (!(v = par__st_strdup(&w->alloc, value))) return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
     for (i = 0; i < w->meta_count; i++) {
         if (strcmp(w->meta[i].key, key) == 0) {
-            PARALLEL_FREE(w->meta[i].value);
+            par__alloc_free(&w->alloc, w->meta[i].value);
             w->meta[i].value = v;
             return PAR_OK;
         }
     }
     if (w->meta_count == w->meta_cap) {
         int cap = w->meta_cap ? w->meta_cap * 2 : 16;
-        par__st_kv *p = (par__st_kv *)PARALLEL_REALLOC(w->meta, (size_t)cap * sizeof *p);
+        par__st_kv *p = (par__st_kv *)par__alloc_realloc(&w->alloc, w->meta, (size_t)cap * sizeof *p);
         if (!p) {
-            PARALLEL_FREE(v);
+            par__alloc_free(&w->alloc, v);
             return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
         }
         w->meta = p;
         w->meta_cap = cap;
     }
-    if (!(k = par__st_strdup(key))) {
-        PARALLEL_FREE(v);
+    if (!(k = par__st_strdup(&w->alloc, key))) {
+        par__alloc_free(&w->alloc, v);
         return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
     }
     w->meta[w->meta_count].key = k;
@@ -14611,9 +14635,9 @@ static par_status par__st_writer_complete(par_st_writer *w) {
     if ((why = par__file_replace(w->tmp, w->path)) != NULL)
         return par__fail(PAR_EIO, "%s: %.200s: cannot rename %.200s over it (%s); the old file is unchanged", fn,
                          w->path, w->tmp, why);
-    PARALLEL_FREE(w->tmp);
+    par__alloc_free(&w->alloc, w->tmp);
     w->tmp = NULL; /* renamed: nothing to remove */
-    par__file_sync_dir(NULL, w->path);
+    par__file_sync_dir(&w->alloc, w->path);
     return PAR_OK;
 }
 
