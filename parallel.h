@@ -16251,7 +16251,8 @@ static void par__ckpt_fsync_path(const char *path) {
 }
 
 /* Write a small text file atomically: temp name, fsync, rename, fsync the directory. */
-static par_status par__ckpt_write_text(const char *fn, const char *path, const char *text, size_t n) {
+static par_status par__ckpt_write_text(const par_ctx *ctx, const char *fn, const char *path, const char *text,
+                                       size_t n) {
     char tmp[2100];
     int fd;
     size_t done = 0;
@@ -16276,12 +16277,13 @@ static par_status par__ckpt_write_text(const char *fn, const char *path, const c
         unlink(tmp);
         return par__fail(PAR_EIO, "%s: cannot rename %s to %s: %s", fn, tmp, path, why);
     }
-    par__file_sync_dir(NULL, path);
+    par__file_sync_dir(par_ctx_allocator(ctx), path);
     return PAR_OK;
 }
 
 /* Growing text for the index. */
 typedef struct par__ckpt_text {
+    const par_ctx *ctx; /* whose allocator */
     char *p;
     size_t n, cap;
     int oom;
@@ -16293,7 +16295,7 @@ static void par__ckpt_put(par__ckpt_text *t, const char *s, size_t n) {
         size_t cap = t->cap ? t->cap : 4096;
         char *q;
         while (cap < t->n + n + 1) cap *= 2;
-        if (!(q = (char *)PARALLEL_REALLOC(t->p, cap))) {
+        if (!(q = (char *)par__ctx_realloc(t->ctx, t->p, cap))) {
             t->oom = 1;
             return;
         }
@@ -16404,7 +16406,7 @@ static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, 
     if (!pc) return par__fail(PAR_ENOMEM, "par_params_save: out of memory");
     par__ckpt_pieces(ps, pc);
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.safetensors", tmpdir, rank, nshards);
-    st = par_st_writer_create(path, &w);
+    st = par__st_writer_create_with(par_ctx_allocator(ps->ctx), path, &w);
     for (k = 0; k < np && st == PAR_OK; k++) {
         const par__ckpt_piece *q = &pc[k];
         const par__param *p = &ps->p[q->param];
@@ -16459,20 +16461,21 @@ static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, 
 }
 
 /* Rank 0: the index from the shard headers just written. */
-static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpdir, int nshards, int64_t step,
-                                        const char *save_id) {
+static par_status par__ckpt_write_index(const par_ctx *ctx, const par_ckpt_desc *d, const char *tmpdir, int nshards,
+                                        int64_t step, const char *save_id) {
     par__ckpt_text t;
     char path[2100], file[64], num[64];
     int64_t total = 0;
     par_status st = PAR_OK;
     int r, k, first = 1;
     memset(&t, 0, sizeof t);
+    t.ctx = ctx;
     par__ckpt_puts(&t, "{\n  \"weight_map\": {");
     for (r = 0; r < nshards && st == PAR_OK; r++) {
         par_st_file *f = NULL;
         snprintf(file, sizeof file, "shard-%05d-of-%05d.safetensors", r, nshards);
         snprintf(path, sizeof path, "%s/%s", tmpdir, file);
-        if ((st = par_st_open(path, &f)) != PAR_OK) break;
+        if ((st = par__st_open_with(par_ctx_allocator(ctx), path, &f)) != PAR_OK) break;
         for (k = 0; k < par_st_count(f); k++) {
             const par_st_tensor *ti = par_st_tensor_at(f, k);
             par__ckpt_puts(&t, first ? "\n    " : ",\n    ");
@@ -16507,8 +16510,8 @@ static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpd
     par__ckpt_puts(&t, "\n  }\n}\n");
     if (st == PAR_OK && t.oom) st = par__fail(PAR_ENOMEM, "par_params_save: out of memory (index)");
     snprintf(path, sizeof path, "%s/" PAR__CKPT_INDEX, tmpdir);
-    if (st == PAR_OK) st = par__ckpt_write_text("par_params_save", path, t.p, t.n);
-    PARALLEL_FREE(t.p);
+    if (st == PAR_OK) st = par__ckpt_write_text(ctx, "par_params_save", path, t.p, t.n);
+    par__ctx_free(ctx, t.p);
     return st;
 }
 
@@ -16525,7 +16528,7 @@ static int par__ckpt_step_of(const char *name, int64_t *step) {
 }
 
 /* Rank 0: remove step directories beyond the newest `keep` (never `current`). */
-static void par__ckpt_prune(const char *dir, int keep, const char *current) {
+static void par__ckpt_prune(const par_ctx *ctx, const char *dir, int keep, const char *current) {
     int64_t *steps = NULL, s;
     int n = 0, cap = 0, i, j;
     DIR *d;
@@ -16539,7 +16542,7 @@ static void par__ckpt_prune(const char *dir, int keep, const char *current) {
             par__ckpt_rmdir(path);
         } else if (kind == 1) {
             if (n == cap) {
-                int64_t *q = (int64_t *)PARALLEL_REALLOC(steps, (size_t)(cap ? 2 * cap : 16) * sizeof *q);
+                int64_t *q = (int64_t *)par__ctx_realloc(ctx, steps, (size_t)(cap ? 2 * cap : 16) * sizeof *q);
                 if (!q) break;
                 steps = q, cap = cap ? 2 * cap : 16;
             }
@@ -16556,7 +16559,7 @@ static void par__ckpt_prune(const char *dir, int keep, const char *current) {
         par__ckpt_rmdir(path);
     }
     if (n > keep) par__ckpt_fsync_path(dir);
-    PARALLEL_FREE(steps);
+    par__ctx_free(ctx, steps);
 }
 #endif /* PAR__POSIX_FILES */
 
@@ -16630,7 +16633,7 @@ PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) 
     if (rank == 0) {
         par__ckpt_stage(d, rank, "shards written");
         /* 3. the index, last inside the directory */
-        st = par__ckpt_write_index(d, tmpdir, nshards, ps->step, save_id);
+        st = par__ckpt_write_index(ps->ctx, d, tmpdir, nshards, ps->step, save_id);
         if (st == PAR_OK) par__ckpt_stage(d, rank, "index written");
         /* 4. into place: a re-save of the same step moves the old one aside first */
         if (st == PAR_OK) {
@@ -16650,13 +16653,13 @@ PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) 
             char lpath[1100];
             snprintf(lpath, sizeof lpath, "%s/latest", d->dir);
             snprintf(line, sizeof line, "%s\n", name);
-            st = par__ckpt_write_text("par_params_save", lpath, line, strlen(line));
+            st = par__ckpt_write_text(ps->ctx, "par_params_save", lpath, line, strlen(line));
             if (st == PAR_OK) par__ckpt_stage(d, rank, "latest");
         }
         /* 6. only now the old ones go */
         if (st == PAR_OK) {
             par__ckpt_rmdir(aside);
-            par__ckpt_prune(d->dir, d->keep == 0 ? 2 : d->keep, name);
+            par__ckpt_prune(ps->ctx, d->dir, d->keep == 0 ? 2 : d->keep, name);
             par__ckpt_stage(d, rank, "pruned");
         } else {
             par__ckpt_rmdir(tmpdir);
@@ -16679,7 +16682,11 @@ typedef struct par__ckpt_rpiece {
     const char *param;  /* parameter name (inside the file's metadata value) */
 } par__ckpt_rpiece;
 
+/* An open checkpoint: its shards and the pieces they hold. Its memory and
+   the shard files' go through ctx's allocator (NULL: par_ckpt_inspect, which
+   has no context, uses the macros). */
 typedef struct par__ckpt {
+    const par_ctx *ctx;
     int nfiles, npieces;
     par_st_file **files;
     par__ckpt_rpiece *pieces;
@@ -16690,12 +16697,15 @@ static void par__ckpt_close(par__ckpt *c) {
     int i;
     for (i = 0; i < c->nfiles; i++) {
         if (c->files) par_st_close(c->files[i]);
-        if (c->paths) PARALLEL_FREE(c->paths[i]);
+        if (c->paths) par__ctx_free(c->ctx, c->paths[i]);
     }
-    PARALLEL_FREE(c->files), PARALLEL_FREE(c->paths), PARALLEL_FREE(c->pieces);
+    par__ctx_free(c->ctx, c->files), par__ctx_free(c->ctx, c->paths), par__ctx_free(c->ctx, c->pieces);
     memset(c, 0, sizeof *c);
 }
 
+/* info->meta_ stays on the PARALLEL_MALLOC macros, also when par_params_load
+   fills it with a context at hand: the host keeps the info past the call and
+   frees it here, where no context (and so no allocator) is known. */
 PARALLEL_DEF void par_ckpt_info_free(par_ckpt_info *info) {
     if (!info) return;
     PARALLEL_FREE(info->meta_);
@@ -16815,7 +16825,8 @@ static int par__ckpt_allow_unchecked(void) {
     return v && strcmp(v, "1") == 0;
 }
 
-static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c, par_ckpt_info *info) {
+static par_status par__ckpt_open(const par_ctx *ctx, const char *fn, const char *path, par__ckpt *c,
+                                 par_ckpt_info *info) {
     char ipath[1200], num[64], stepbuf[64], saveid[64], *text = NULL, *end = NULL;
     long nshards;
     long long step;
@@ -16823,6 +16834,7 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
     size_t n = 0, cap = 0;
     int r, k;
     memset(c, 0, sizeof *c);
+    c->ctx = ctx;
     memset(info, 0, sizeof *info);
     PAR__CHECK(par__ckpt_resolve(fn, path, info->dir, sizeof info->dir));
     snprintf(ipath, sizeof ipath, "%s/" PAR__CKPT_INDEX, info->dir);
@@ -16830,8 +16842,8 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
     for (;;) {
         size_t got;
         if (n + 4097 > cap) {
-            char *q = (char *)PARALLEL_REALLOC(text, cap = cap ? 2 * cap : 65536);
-            if (!q) return fclose(f), PARALLEL_FREE(text), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+            char *q = (char *)par__ctx_realloc(ctx, text, cap = cap ? 2 * cap : 65536);
+            if (!q) return fclose(f), par__ctx_free(ctx, text), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
             text = q;
         }
         if (!(got = fread(text + n, 1, 4096, f))) break;
@@ -16843,11 +16855,11 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
     if (!par__ckpt_index_value(text, "par.format", num, sizeof num) || strcmp(num, PAR__CKPT_FORMAT) != 0 ||
         !par__ckpt_index_value(text, "par.num_shards", num, sizeof num) ||
         !par__ckpt_index_value(text, "par.step", stepbuf, sizeof stepbuf) || !strstr(text, "\"weight_map\"")) {
-        PARALLEL_FREE(text);
+        par__ctx_free(ctx, text);
         return par__fail(PAR_EPARSE, "%s: %s: not a parallel.h sharded index (par.format \"" PAR__CKPT_FORMAT
                                      "\", par.num_shards, par.step and weight_map are required)", fn, ipath);
     }
-    PARALLEL_FREE(text);
+    par__ctx_free(ctx, text);
     nshards = strtol(num, &end, 10);
     if (*end || nshards < 1 || nshards > 1000000)
         return par__fail(PAR_EPARSE, "%s: %s: par.num_shards \"%s\" is not a positive count", fn, ipath, num);
@@ -16855,17 +16867,17 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
     if (*end || end == stepbuf || step < 0 || step > 99999999) /* what par_params_save writes */
         return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step in [0, 99999999]", fn, ipath, stepbuf);
     info->step = step, info->num_shards = (int)nshards;
-    c->files = (par_st_file **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->files);
-    c->paths = (char **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->paths);
+    c->files = (par_st_file **)par__ctx_malloc(ctx, (size_t)nshards * sizeof *c->files);
+    c->paths = (char **)par__ctx_malloc(ctx, (size_t)nshards * sizeof *c->paths);
     if (!c->files || !c->paths) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
     memset(c->files, 0, (size_t)nshards * sizeof *c->files), memset(c->paths, 0, (size_t)nshards * sizeof *c->paths);
     c->nfiles = (int)nshards;
     for (r = 0; r < nshards; r++) {
         const char *v;
         char want[64];
-        if (!(c->paths[r] = (char *)PARALLEL_MALLOC(1200))) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+        if (!(c->paths[r] = (char *)par__ctx_malloc(ctx, 1200))) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
         snprintf(c->paths[r], 1200, "%s/shard-%05d-of-%05ld.safetensors", info->dir, r, nshards);
-        if (par_st_open(c->paths[r], &c->files[r]) != PAR_OK) {
+        if (par__st_open_with(par_ctx_allocator(ctx), c->paths[r], &c->files[r]) != PAR_OK) {
             char why[600];
             par__copy_text(why, sizeof why, par_last_error());
             par__ckpt_close(c);
@@ -16885,7 +16897,7 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
         }
         c->npieces += par_st_count(c->files[r]);
     }
-    c->pieces = (par__ckpt_rpiece *)PARALLEL_MALLOC((size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
+    c->pieces = (par__ckpt_rpiece *)par__ctx_malloc(ctx, (size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
     if (!c->pieces) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
     c->npieces = 0;
     for (r = 0; r < c->nfiles; r++) {
@@ -16927,7 +16939,7 @@ static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c,
             if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0)
                 len += (int64_t)strlen(key) - 5 + 1 + (int64_t)strlen(val) + 1;
         if (len) {
-            if (!(info->meta_ = (char *)PARALLEL_MALLOC((size_t)len)))
+            if (!(info->meta_ = (char *)PARALLEL_MALLOC((size_t)len))) /* see par_ckpt_info_free */
                 return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
             for (m = 0; m < par_st_metadata_count(c->files[0]); m++)
                 if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0) {
@@ -16947,7 +16959,7 @@ PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_
     par_status st = PAR_OK;
     int r;
     if (!info) info = &tmp;
-    st = par__ckpt_open("par_ckpt_inspect", path, &c, info);
+    st = par__ckpt_open(NULL, "par_ckpt_inspect", path, &c, info); /* no context: the macros */
     if (st != PAR_OK) return st;
     for (r = 0; verify && r < c.nfiles && st == PAR_OK; r++) st = par_st_verify(c.files[r], NULL);
     par__ckpt_close(&c);
@@ -17005,10 +17017,10 @@ typedef struct par__ckpt_ws {
     int64_t piece_n, local_n;
 } par__ckpt_ws;
 
-static int par__ckpt_grow(float **p, int64_t *have, int64_t n) {
+static int par__ckpt_grow(const par_ctx *ctx, float **p, int64_t *have, int64_t n) {
     float *q;
     if (*have >= n) return 1;
-    if (!(q = (float *)PARALLEL_REALLOC(*p, (size_t)(n ? n : 1) * sizeof(float)))) return 0;
+    if (!(q = (float *)par__ctx_realloc(ctx, *p, (size_t)(n ? n : 1) * sizeof(float)))) return 0;
     *p = q, *have = n;
     return 1;
 }
@@ -17031,10 +17043,10 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
         if (nb < na) nb = na;
     }
     if (ws->local_n < p->numel) {
-        unsigned char *f = (unsigned char *)PARALLEL_REALLOC(ws->filled, (size_t)p->numel);
+        unsigned char *f = (unsigned char *)par__ctx_realloc(ps->ctx, ws->filled, (size_t)p->numel);
         if (!f) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
         ws->filled = f;
-        if (!par__ckpt_grow(&ws->local, &ws->local_n, p->numel)) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+        if (!par__ckpt_grow(ps->ctx, &ws->local, &ws->local_n, p->numel)) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
     }
     local = ws->local, filled = ws->filled;
     /* only [na, nb) is used (set_local keeps a ZeRO rank's range of the moments) and
@@ -17059,7 +17071,7 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
             break;
         }
         if (!overlap || na >= nb || par__ckpt_place(q, NULL, ms, ml, na, nb, NULL, NULL) == 0) continue;
-        if (!par__ckpt_grow(&ws->piece, &ws->piece_n, q->end - q->begin)) {
+        if (!par__ckpt_grow(ps->ctx, &ws->piece, &ws->piece_n, q->end - q->begin)) {
             st = par__fail(PAR_ENOMEM, "par_params_load: out of memory");
             break;
         }
@@ -17110,7 +17122,7 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
     memset(&ws, 0, sizeof ws);
     if (!ps) return par__fail(PAR_EINVAL, "par_params_load: NULL parameter set");
     if (!info) info = &tmp;
-    st = par__ckpt_open("par_params_load", path, &c, info);
+    st = par__ckpt_open(ps->ctx, "par_params_load", path, &c, info);
     st = par__ckpt_same_dir(ps, st, info->dir);
     /* nothing the set lacks; a pipeline stage's set (stage_dims) holds only its
        own tensors, the others belong to other stages (the host checks the whole) */
@@ -17123,17 +17135,17 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
         for (f = 0; st == PAR_OK && f < (info->has_moments ? 3 : 1); f++) st = par__ckpt_load_one(ps, &c, i, f, &ws);
     if (st == PAR_OK && !info->has_moments) { /* a values-only checkpoint: fresh moments */
         for (i = 0; st == PAR_OK && i < ps->n; i++) {
-            float *zero = (float *)PARALLEL_MALLOC((size_t)(ps->p[i].numel ? ps->p[i].numel : 1) * sizeof(float));
+            float *zero = (float *)par__ctx_malloc(ps->ctx, (size_t)(ps->p[i].numel ? ps->p[i].numel : 1) * sizeof(float));
             if (!zero) { st = par__fail(PAR_ENOMEM, "par_params_load: out of memory"); break; }
             memset(zero, 0, (size_t)ps->p[i].numel * sizeof(float));
             st = par_params_set_local(ps, PAR_PARAM_EXP_AVG, i, zero);
             if (st == PAR_OK) st = par_params_set_local(ps, PAR_PARAM_EXP_AVG_SQ, i, zero);
-            PARALLEL_FREE(zero);
+            par__ctx_free(ps->ctx, zero);
         }
     }
     if (st == PAR_OK) st = par_params_set_step(ps, info->has_moments ? info->step : 0);
     if (c.nfiles || c.files) par__ckpt_close(&c);
-    PARALLEL_FREE(ws.piece), PARALLEL_FREE(ws.local), PARALLEL_FREE(ws.filled);
+    par__ctx_free(ps->ctx, ws.piece), par__ctx_free(ps->ctx, ws.local), par__ctx_free(ps->ctx, ws.filled);
     st = par__ckpt_agree(ps, st, "par_params_load");
     if (st != PAR_OK || info == &tmp) par_ckpt_info_free(info);
     return st;
