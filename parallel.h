@@ -16817,7 +16817,6 @@ static int par__ckpt_index_value(const char *text, const char *key, char *out, s
     return 1;
 }
 
-/* Open the index and every shard header; parse the pieces and host metadata. */
 /* PARALLEL_CKPT_UNCHECKED=1: load tensors that carry no CRC-32 (a damaged or
    hand-edited shard would then load unverified); otherwise they are refused. */
 static int par__ckpt_allow_unchecked(void) {
@@ -16825,132 +16824,181 @@ static int par__ckpt_allow_unchecked(void) {
     return v && strcmp(v, "1") == 0;
 }
 
-static par_status par__ckpt_open(const par_ctx *ctx, const char *fn, const char *path, par__ckpt *c,
-                                 par_ckpt_info *info) {
-    char ipath[1200], num[64], stepbuf[64], saveid[64], *text = NULL, *end = NULL;
+/* What the index says about the checkpoint. */
+typedef struct par__ckpt_index {
+    char path[1200];      /* the index file, for messages */
     long nshards;
     long long step;
+    char step_text[64];   /* par.step as written: each shard's must be the same text */
+    char save_id[64];     /* par.save; "" in checkpoints saved before it existed */
+} par__ckpt_index;
+
+/* The whole of file `path` as a NUL-terminated string in *text (ctx's memory). */
+static par_status par__ckpt_read_file(const par_ctx *ctx, const char *fn, const char *path, char **text) {
     FILE *f;
-    size_t n = 0, cap = 0;
-    int r, k;
-    memset(c, 0, sizeof *c);
-    c->ctx = ctx;
-    memset(info, 0, sizeof *info);
-    PAR__CHECK(par__ckpt_resolve(fn, path, info->dir, sizeof info->dir));
-    snprintf(ipath, sizeof ipath, "%s/" PAR__CKPT_INDEX, info->dir);
-    if (!(f = fopen(ipath, "rb"))) return par__fail(PAR_EIO, "%s: %s: cannot open: %s", fn, ipath, strerror(errno));
+    char *t = NULL;
+    size_t n = 0, cap = 0, got;
+    *text = NULL;
+    if (!(f = fopen(path, "rb"))) return par__fail(PAR_EIO, "%s: %s: cannot open: %s", fn, path, strerror(errno));
     for (;;) {
-        size_t got;
         if (n + 4097 > cap) {
-            char *q = (char *)par__ctx_realloc(ctx, text, cap = cap ? 2 * cap : 65536);
-            if (!q) return fclose(f), par__ctx_free(ctx, text), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-            text = q;
+            char *q = (char *)par__ctx_realloc(ctx, t, cap = cap ? 2 * cap : 65536);
+            if (!q) return fclose(f), par__ctx_free(ctx, t), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+            t = q;
         }
-        if (!(got = fread(text + n, 1, 4096, f))) break;
+        if (!(got = fread(t + n, 1, 4096, f))) break;
         n += got;
     }
     fclose(f);
-    text[n] = 0;
-    if (!par__ckpt_index_value(text, "par.save", saveid, sizeof saveid)) saveid[0] = 0; /* saved before it existed */
-    if (!par__ckpt_index_value(text, "par.format", num, sizeof num) || strcmp(num, PAR__CKPT_FORMAT) != 0 ||
-        !par__ckpt_index_value(text, "par.num_shards", num, sizeof num) ||
-        !par__ckpt_index_value(text, "par.step", stepbuf, sizeof stepbuf) || !strstr(text, "\"weight_map\"")) {
-        par__ctx_free(ctx, text);
-        return par__fail(PAR_EPARSE, "%s: %s: not a parallel.h sharded index (par.format \"" PAR__CKPT_FORMAT
-                                     "\", par.num_shards, par.step and weight_map are required)", fn, ipath);
-    }
+    t[n] = 0;
+    *text = t;
+    return PAR_OK;
+}
+
+/* Phase 1 of par__ckpt_open: read and check the index of step directory dir. */
+static par_status par__ckpt_read_index(const par_ctx *ctx, const char *fn, const char *dir, par__ckpt_index *ix) {
+    char num[64], *text, *end = NULL;
+    int ok;
+    snprintf(ix->path, sizeof ix->path, "%s/" PAR__CKPT_INDEX, dir);
+    PAR__CHECK(par__ckpt_read_file(ctx, fn, ix->path, &text));
+    if (!par__ckpt_index_value(text, "par.save", ix->save_id, sizeof ix->save_id)) ix->save_id[0] = 0;
+    ok = par__ckpt_index_value(text, "par.format", num, sizeof num) && strcmp(num, PAR__CKPT_FORMAT) == 0 &&
+         par__ckpt_index_value(text, "par.num_shards", num, sizeof num) &&
+         par__ckpt_index_value(text, "par.step", ix->step_text, sizeof ix->step_text) && strstr(text, "\"weight_map\"");
     par__ctx_free(ctx, text);
-    nshards = strtol(num, &end, 10);
-    if (*end || nshards < 1 || nshards > 1000000)
-        return par__fail(PAR_EPARSE, "%s: %s: par.num_shards \"%s\" is not a positive count", fn, ipath, num);
-    step = strtoll(stepbuf, &end, 10);
-    if (*end || end == stepbuf || step < 0 || step > 99999999) /* what par_params_save writes */
-        return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step in [0, 99999999]", fn, ipath, stepbuf);
-    info->step = step, info->num_shards = (int)nshards;
-    c->files = (par_st_file **)par__ctx_malloc(ctx, (size_t)nshards * sizeof *c->files);
-    c->paths = (char **)par__ctx_malloc(ctx, (size_t)nshards * sizeof *c->paths);
-    if (!c->files || !c->paths) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-    memset(c->files, 0, (size_t)nshards * sizeof *c->files), memset(c->paths, 0, (size_t)nshards * sizeof *c->paths);
-    c->nfiles = (int)nshards;
-    for (r = 0; r < nshards; r++) {
-        const char *v;
-        char want[64];
-        if (!(c->paths[r] = (char *)par__ctx_malloc(ctx, 1200))) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-        snprintf(c->paths[r], 1200, "%s/shard-%05d-of-%05ld.safetensors", info->dir, r, nshards);
-        if (par__st_open_with(par_ctx_allocator(ctx), c->paths[r], &c->files[r]) != PAR_OK) {
-            char why[600];
-            par__copy_text(why, sizeof why, par_last_error());
-            par__ckpt_close(c);
-            return par__fail(PAR_EIO, "%s: %s", fn, why);
-        }
-        snprintf(want, sizeof want, "%ld", nshards);
-        if (!(v = par_st_metadata(c->files[r], "par.num_shards")) || strcmp(v, want) != 0 ||
-            !(v = par_st_metadata(c->files[r], "par.step")) || strcmp(v, stepbuf) != 0) {
-            par__fail(PAR_EPARSE, "%s: %s: par.num_shards or par.step differ from the index's (%s, %s)", fn,
-                      c->paths[r], want, stepbuf);
-            return par__ckpt_close(c), PAR_EPARSE;
-        }
-        if (saveid[0] && (!(v = par_st_metadata(c->files[r], "par.save")) || strcmp(v, saveid) != 0)) {
-            par__fail(PAR_EIO, "%s: %s belongs to another save (par.save %s, the index's %s): shards of two "
-                               "checkpoints are mixed here, refused", fn, c->paths[r], v ? v : "(none)", saveid);
-            return par__ckpt_close(c), PAR_EIO;
-        }
+    if (!ok)
+        return par__fail(PAR_EPARSE, "%s: %s: not a parallel.h sharded index (par.format \"" PAR__CKPT_FORMAT
+                                     "\", par.num_shards, par.step and weight_map are required)", fn, ix->path);
+    ix->nshards = strtol(num, &end, 10);
+    if (*end || ix->nshards < 1 || ix->nshards > 1000000)
+        return par__fail(PAR_EPARSE, "%s: %s: par.num_shards \"%s\" is not a positive count", fn, ix->path, num);
+    ix->step = strtoll(ix->step_text, &end, 10);
+    if (*end || end == ix->step_text || ix->step < 0 || ix->step > 99999999) /* what par_params_save writes */
+        return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step in [0, 99999999]", fn, ix->path,
+                         ix->step_text);
+    return PAR_OK;
+}
+
+/* Open shard r of c (its path built from dir) and check that it belongs to
+   the checkpoint the index describes. */
+static par_status par__ckpt_open_shard(par__ckpt *c, const char *fn, const char *dir, const par__ckpt_index *ix,
+                                       int r) {
+    const char *v;
+    char want[64];
+    if (!(c->paths[r] = (char *)par__ctx_malloc(c->ctx, 1200))) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    snprintf(c->paths[r], 1200, "%s/shard-%05d-of-%05ld.safetensors", dir, r, ix->nshards);
+    if (par__st_open_with(par_ctx_allocator(c->ctx), c->paths[r], &c->files[r]) != PAR_OK) {
+        char why[600];
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail(PAR_EIO, "%s: %s", fn, why);
+    }
+    snprintf(want, sizeof want, "%ld", ix->nshards);
+    if (!(v = par_st_metadata(c->files[r], "par.num_shards")) || strcmp(v, want) != 0 ||
+        !(v = par_st_metadata(c->files[r], "par.step")) || strcmp(v, ix->step_text) != 0)
+        return par__fail(PAR_EPARSE, "%s: %s: par.num_shards or par.step differ from the index's (%s, %s)", fn,
+                         c->paths[r], want, ix->step_text);
+    if (ix->save_id[0] && (!(v = par_st_metadata(c->files[r], "par.save")) || strcmp(v, ix->save_id) != 0))
+        return par__fail(PAR_EIO, "%s: %s belongs to another save (par.save %s, the index's %s): shards of two "
+                                  "checkpoints are mixed here, refused", fn, c->paths[r], v ? v : "(none)", ix->save_id);
+    return PAR_OK;
+}
+
+/* Phase 2: open every shard the index names; count their tensors in c->npieces. */
+static par_status par__ckpt_open_shards(par__ckpt *c, const char *fn, const char *dir, const par__ckpt_index *ix) {
+    const size_t n = (size_t)ix->nshards;
+    int r;
+    c->files = (par_st_file **)par__ctx_malloc(c->ctx, n * sizeof *c->files);
+    c->paths = (char **)par__ctx_malloc(c->ctx, n * sizeof *c->paths);
+    if (!c->files || !c->paths) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    memset(c->files, 0, n * sizeof *c->files), memset(c->paths, 0, n * sizeof *c->paths);
+    c->nfiles = (int)ix->nshards;
+    for (r = 0; r < c->nfiles; r++) {
+        PAR__CHECK(par__ckpt_open_shard(c, fn, dir, ix, r));
         c->npieces += par_st_count(c->files[r]);
     }
-    c->pieces = (par__ckpt_rpiece *)par__ctx_malloc(ctx, (size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
-    if (!c->pieces) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    return PAR_OK;
+}
+
+/* Tensor t of shard r as piece p: its description (metadata par.piece.<name>)
+   parsed and checked against the tensor. */
+static par_status par__ckpt_read_piece(const par__ckpt *c, const char *fn, int r, const par_st_tensor *t,
+                                       par__ckpt_rpiece *p) {
+    const char *path = c->paths[r], *v;
+    char key[400];
+    snprintf(key, sizeof key, "par.piece.%s", t->name);
+    memset(p, 0, sizeof *p);
+    if (!(v = par_st_metadata(c->files[r], key)) || !par__ckpt_parse_piece(v, p))
+        return par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\": %s", fn, path, t->name,
+                         v ? "malformed piece description" : "no piece description (par.piece.<name>)");
+    if (t->dtype != PAR_F32 || t->numel != p->end - p->begin)
+        return par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\" holds %lld %s elements, its description says %lld F32", fn,
+                         path, t->name, (long long)t->numel, par_dtype_name(t->dtype), (long long)(p->end - p->begin));
+    if (!t->has_checksum && !par__ckpt_allow_unchecked())
+        return par__fail(PAR_EIO, "%s: %s: tensor \"%s\" carries no checksum (par.crc32.%s): every shard this "
+                                  "library writes has one, so the file was altered; refused (PARALLEL_CKPT_UNCHECKED=1 "
+                                  "loads it unverified)", fn, path, t->name, t->name);
+    p->file = r, p->name = t->name;
+    return PAR_OK;
+}
+
+/* Phase 3: the pieces of every shard, in shard order; whether moments are among them. */
+static par_status par__ckpt_build_pieces(par__ckpt *c, const char *fn, par_ckpt_info *info) {
+    int r, k;
+    c->pieces = (par__ckpt_rpiece *)par__ctx_malloc(c->ctx, (size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
+    if (!c->pieces) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
     c->npieces = 0;
-    for (r = 0; r < c->nfiles; r++) {
-        par_st_file *sf = c->files[r];
-        for (k = 0; k < par_st_count(sf); k++) {
-            const par_st_tensor *t = par_st_tensor_at(sf, k);
+    for (r = 0; r < c->nfiles; r++)
+        for (k = 0; k < par_st_count(c->files[r]); k++) {
             par__ckpt_rpiece *p = &c->pieces[c->npieces];
-            char key[400];
-            const char *v;
-            snprintf(key, sizeof key, "par.piece.%s", t->name);
-            memset(p, 0, sizeof *p);
-            if (!(v = par_st_metadata(sf, key)) || !par__ckpt_parse_piece(v, p)) {
-                par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\": %s", fn, c->paths[r], t->name,
-                          v ? "malformed piece description" : "no piece description (par.piece.<name>)");
-                return par__ckpt_close(c), PAR_EPARSE;
-            }
-            if (t->dtype != PAR_F32 || t->numel != p->end - p->begin) {
-                par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\" holds %lld %s elements, its description says %lld F32", fn,
-                          c->paths[r], t->name, (long long)t->numel, par_dtype_name(t->dtype),
-                          (long long)(p->end - p->begin));
-                return par__ckpt_close(c), PAR_EPARSE;
-            }
-            if (!t->has_checksum && !par__ckpt_allow_unchecked()) {
-                par__fail(PAR_EIO, "%s: %s: tensor \"%s\" carries no checksum (par.crc32.%s): every shard this "
-                                   "library writes has one, so the file was altered; refused (PARALLEL_CKPT_UNCHECKED=1 "
-                                   "loads it unverified)", fn, c->paths[r], t->name, t->name);
-                return par__ckpt_close(c), PAR_EIO;
-            }
-            p->file = r, p->name = t->name;
+            PAR__CHECK(par__ckpt_read_piece(c, fn, r, par_st_tensor_at(c->files[r], k), p));
             if (p->field > 0) info->has_moments = 1;
             c->npieces++;
         }
-    }
-    { /* host metadata of shard 0: "host.<key>" */
-        int64_t len = 0;
-        int m;
-        const char *key, *val;
-        for (m = 0; m < par_st_metadata_count(c->files[0]); m++)
-            if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0)
-                len += (int64_t)strlen(key) - 5 + 1 + (int64_t)strlen(val) + 1;
-        if (len) {
-            if (!(info->meta_ = (char *)PARALLEL_MALLOC((size_t)len))) /* see par_ckpt_info_free */
-                return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-            for (m = 0; m < par_st_metadata_count(c->files[0]); m++)
-                if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0) {
-                    memcpy(info->meta_ + info->meta_len_, key + 5, strlen(key) - 4);
-                    info->meta_len_ += (int64_t)strlen(key) - 4;
-                    memcpy(info->meta_ + info->meta_len_, val, strlen(val) + 1);
-                    info->meta_len_ += (int64_t)strlen(val) + 1;
-                }
-        }
-    }
     return PAR_OK;
+}
+
+/* Phase 4: shard 0's host metadata ("host.<key>") into info->meta_ as
+   "key\0value\0"... (on the macros: see par_ckpt_info_free). */
+static par_status par__ckpt_host_meta(const par__ckpt *c, const char *fn, par_ckpt_info *info) {
+    const par_st_file *f0 = c->files[0];
+    const char *key, *val;
+    int64_t len = 0;
+    int m;
+    for (m = 0; m < par_st_metadata_count(f0); m++)
+        if (par_st_metadata_at(f0, m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0)
+            len += (int64_t)strlen(key) - 5 + 1 + (int64_t)strlen(val) + 1;
+    if (!len) return PAR_OK;
+    if (!(info->meta_ = (char *)PARALLEL_MALLOC((size_t)len))) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    for (m = 0; m < par_st_metadata_count(f0); m++)
+        if (par_st_metadata_at(f0, m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0) {
+            memcpy(info->meta_ + info->meta_len_, key + 5, strlen(key) - 4);
+            info->meta_len_ += (int64_t)strlen(key) - 4;
+            memcpy(info->meta_ + info->meta_len_, val, strlen(val) + 1);
+            info->meta_len_ += (int64_t)strlen(val) + 1;
+        }
+    return PAR_OK;
+}
+
+/* Open checkpoint `path` (a step directory, or a root holding `latest`) into
+   c and info: the index, every shard header, the pieces they hold and the
+   host metadata. Memory through ctx's allocator (NULL: the macros). On
+   failure c holds nothing; info may hold the directory and the step. */
+static par_status par__ckpt_open(const par_ctx *ctx, const char *fn, const char *path, par__ckpt *c,
+                                 par_ckpt_info *info) {
+    par__ckpt_index ix;
+    par_status st;
+    memset(c, 0, sizeof *c);
+    c->ctx = ctx;
+    memset(info, 0, sizeof *info);
+    memset(&ix, 0, sizeof ix);
+    PAR__CHECK(par__ckpt_resolve(fn, path, info->dir, sizeof info->dir));
+    PAR__CHECK(par__ckpt_read_index(ctx, fn, info->dir, &ix));
+    info->step = ix.step, info->num_shards = (int)ix.nshards;
+    st = par__ckpt_open_shards(c, fn, info->dir, &ix);
+    if (st == PAR_OK) st = par__ckpt_build_pieces(c, fn, info);
+    if (st == PAR_OK) st = par__ckpt_host_meta(c, fn, info);
+    if (st != PAR_OK) par__ckpt_close(c); /* the error stays: closing sets none */
+    return st;
 }
 
 PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_info *info) {
