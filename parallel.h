@@ -1248,8 +1248,9 @@ typedef struct par_ctx_desc {
     const par_comm_table *comm;       /* host transport (par_ctx_init only), copied */
     const par_compute_table *compute; /* copied; NULL = a CPU table the context owns */
     par_allocator allocator; /* host memory of the context, its groups, executors
-                                and the CPU table it makes, and of the threads
-                                backend under par_run_threads_desc; zero = the
+                                and the CPU table it makes, of the threads
+                                backend under par_run_threads_desc and the MPI
+                                backend under par_ctx_init_mpi; zero = the
                                 PARALLEL_MALLOC macros */
     int mpi_keep_alive; /* MPI: 0 (default) = after a timeout the backend makes no
                            MPI call but MPI_Abort, which par_ctx_destroy calls: the
@@ -9849,6 +9850,8 @@ typedef struct par__mpi {
     int stopped;          /* a timeout left operations in flight: no more MPI calls but MPI_Abort */
     int keep_alive;       /* par_ctx_desc.mpi_keep_alive: never stop */
     char stop_why[512];   /* ...the first timeout's message */
+    par_allocator alloc;  /* par_ctx_desc.allocator (zero = the PARALLEL_MALLOC macros): this
+                             struct, the groups, the requests and their temporaries */
 } par__mpi;
 
 /* What par_comm_group points to in this backend. A private struct name (cast to
@@ -9947,18 +9950,20 @@ static par_status par__mpi_error(const par__mpi *mpi, const char *op, const par_
 
 /* mpi_alive = 0 after MPI_Finalize: then no MPI call is allowed. */
 static void par__mpi_req_free(par__mpi_req *r, int mpi_alive) {
+    const par_allocator *a;
     int i;
     if (!r) return;
+    a = &r->mpi->alloc; /* the backend outlives its requests (orphans go before it) */
     for (i = 0; i < r->ntypes && mpi_alive; i++) MPI_Type_free(&r->types[i]);
-    PARALLEL_FREE(r->types);
-    PARALLEL_FREE(r->reqs);
-    PARALLEL_FREE(r->stats);
-    PARALLEL_FREE(r->tmp);
-    PARALLEL_FREE(r);
+    par__alloc_free(a, r->types);
+    par__alloc_free(a, r->reqs);
+    par__alloc_free(a, r->stats);
+    par__alloc_free(a, r->tmp);
+    par__alloc_free(a, r);
 }
 
 static par_status par__mpi_req_new(par__mpi *mpi, par__mpi_group *g, const char *op, par__mpi_req **out) {
-    par__mpi_req *r = (par__mpi_req *)PARALLEL_MALLOC(sizeof *r);
+    par__mpi_req *r = (par__mpi_req *)par__alloc_malloc(&mpi->alloc, sizeof *r);
     *out = NULL;
     if (!r) return par__fail(PAR_ENOMEM, "mpi %s: out of memory", op);
     memset(r, 0, sizeof *r);
@@ -9975,11 +9980,11 @@ static par_status par__mpi_req_new(par__mpi *mpi, par__mpi_group *g, const char 
 static MPI_Request *par__mpi_req_slot(par__mpi_req *r) {
     if (r->nreq == r->cap) {
         int cap = r->cap ? 2 * r->cap : 1;
-        MPI_Request *q = (MPI_Request *)PARALLEL_REALLOC(r->reqs, sizeof *q * (size_t)cap);
+        MPI_Request *q = (MPI_Request *)par__alloc_realloc(&r->mpi->alloc, r->reqs, sizeof *q * (size_t)cap);
         MPI_Status *s;
         if (!q) return NULL;
         r->reqs = q;
-        s = (MPI_Status *)PARALLEL_REALLOC(r->stats, sizeof *s * (size_t)cap);
+        s = (MPI_Status *)par__alloc_realloc(&r->mpi->alloc, r->stats, sizeof *s * (size_t)cap);
         if (!s) return NULL;
         r->stats = s;
         r->cap = cap;
@@ -10270,7 +10275,7 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
     r->dtype = dtype;
     r->divide = op == PAR_REDUCE_AVG ? g->n : 0;
     if (par__mpi_is_half(dtype)) { /* reduce an f32 copy in place, round once at the end */
-        r->tmp = PARALLEL_MALLOC(count ? (size_t)count * 4 : 1);
+        r->tmp = par__alloc_malloc(&mpi->alloc, count ? (size_t)count * 4 : 1);
         if (!r->tmp) {
             par__mpi_req_free(r, 1);
             return par__fail(PAR_ENOMEM, "mpi all_reduce: out of memory for the f32 copy of %lld %s values",
@@ -10307,7 +10312,7 @@ static par_status par__mpi_all_reduce(void *user, par_comm_group *group, const v
 static int par__mpi_strided(par__mpi_req *r, MPI_Datatype type, int c, int64_t stride, size_t es, MPI_Datatype *out) {
     MPI_Datatype contig, *types;
     int code;
-    types = (MPI_Datatype *)PARALLEL_REALLOC(r->types, sizeof *types * (size_t)(r->ntypes + 1));
+    types = (MPI_Datatype *)par__alloc_realloc(&r->mpi->alloc, r->types, sizeof *types * (size_t)(r->ntypes + 1));
     if (!types) return MPI_ERR_NO_MEM;
     r->types = types;
     if ((code = MPI_Type_contiguous(c, type, &contig)) != MPI_SUCCESS) return code;
@@ -10376,7 +10381,7 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
     r->dtype = dtype;
     r->divide = op == PAR_REDUCE_AVG ? g->n : 0;
     if (par__mpi_is_half(dtype)) { /* f32 result (read back by the completion), then an f32 copy of all n blocks */
-        r->tmp = PARALLEL_MALLOC((size_t)(total + count) * 4 + 1);
+        r->tmp = par__alloc_malloc(&mpi->alloc, (size_t)(total + count) * 4 + 1);
         if (!r->tmp) {
             par__mpi_req_free(r, 1);
             return par__fail(PAR_ENOMEM, "mpi reduce_scatter: out of memory for the f32 copy of %lld %s values",
@@ -10390,7 +10395,7 @@ static par_status par__mpi_reduce_scatter(void *user, par_comm_group *group, con
         r->from_tmp = 1;
     } else if (count > 0 && (const char *)recv == (const char *)send + (size_t)g->index * (size_t)count * es) {
         /* in place (recv = send + index*count): MPI forbids aliasing, so receive privately */
-        r->tmp = PARALLEL_MALLOC((size_t)count * es);
+        r->tmp = par__alloc_malloc(&mpi->alloc, (size_t)count * es);
         if (!r->tmp) {
             par__mpi_req_free(r, 1);
             return par__fail(PAR_ENOMEM, "mpi reduce_scatter: out of memory");
@@ -10555,7 +10560,7 @@ static par_status par__mpi_group_create(void *user, const int *ranks, int count,
     *group = NULL;
     PAR__CHECK(par_comm_check_ranks("mpi", ranks, count, mpi->size, mpi->rank, &index));
     for (i = 0; i < count; i++) hash = (hash ^ (unsigned)ranks[i]) * 16777619u;
-    g = (par__mpi_group *)PARALLEL_MALLOC(sizeof *g);
+    g = (par__mpi_group *)par__alloc_malloc(&mpi->alloc, sizeof *g);
     if (!g) return par__fail(PAR_ENOMEM, "mpi group_create: out of memory");
     memset(g, 0, sizeof *g);
     g->mpi = mpi;
@@ -10575,7 +10580,7 @@ static par_status par__mpi_group_create(void *user, const int *ranks, int count,
     if (code == MPI_SUCCESS) code = MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
     if (code != MPI_SUCCESS) {
         par_status st = par__mpi_error(mpi, "group_create", g, code);
-        PARALLEL_FREE(g);
+        par__alloc_free(&mpi->alloc, g);
         return st;
     }
     *group = (par_comm_group *)g;
@@ -10587,12 +10592,13 @@ static void par__mpi_group_destroy(void *user, par_comm_group *group) {
     (void)user;
     if (!g) return;
     if (!g->mpi->stopped) MPI_Comm_free(&g->comm); /* deferred by MPI while an abandoned op is pending */
-    PARALLEL_FREE(g);
+    par__alloc_free(&g->mpi->alloc, g); /* the context destroys its groups before the backend */
 }
 
 static void par__mpi_destroy(void *user) {
     par__mpi *mpi = (par__mpi *)user;
     par__mpi_req *r, *next;
+    par_allocator alloc;
     int done;
     if (!mpi) return;
     if (mpi->stopped) {
@@ -10622,7 +10628,8 @@ static void par__mpi_destroy(void *user) {
             par__mpi_req_free(r, 0);
         }
     }
-    PARALLEL_FREE(mpi);
+    alloc = mpi->alloc; /* the backend's own memory goes last, through a copy */
+    par__alloc_free(&alloc, mpi);
 }
 
 PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx) {
@@ -10633,22 +10640,26 @@ PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx
     if (!ctx) return par__fail(PAR_EINVAL, "par_ctx_init_mpi: NULL ctx");
     *ctx = NULL;
     if (par__ctx_timeout(desc, &timeout_ms) != PAR_OK) return PAR_EINVAL;
+    /* before the first block: the backend allocates through these hooks too
+       (par__ctx_create checks the rest of desc) */
+    PAR__CHECK(par__allocator_check(desc ? &desc->allocator : NULL, "par_ctx_desc.allocator"));
     MPI_Finalized(&finalized);
     if (finalized)
         return par__fail(PAR_EUNSUPPORTED, "par_ctx_init_mpi: MPI was already finalized in this process and cannot be "
                                            "initialized again (call MPI_Init yourself to keep it across contexts)");
     have_env = par_launch_env(&env_rank, &env_size, NULL) == PAR_OK;
     par_clear_error();
-    mpi = (par__mpi *)PARALLEL_MALLOC(sizeof *mpi);
+    mpi = (par__mpi *)par__alloc_malloc(desc ? &desc->allocator : NULL, sizeof *mpi);
     if (!mpi) return par__fail(PAR_ENOMEM, "par_ctx_init_mpi: out of memory");
     memset(mpi, 0, sizeof *mpi);
+    if (desc) mpi->alloc = desc->allocator;
     mpi->timeout_ms = timeout_ms;
     mpi->keep_alive = desc && desc->mpi_keep_alive;
     MPI_Initialized(&initialized);
     if (!initialized) {
         code = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
         if (code != MPI_SUCCESS) {
-            PARALLEL_FREE(mpi);
+            par__alloc_free(desc ? &desc->allocator : NULL, mpi);
             return par__fail(PAR_ECOMM, "par_ctx_init_mpi: MPI_Init_thread failed with MPI error %d", code);
         }
         mpi->finalize = 1;
@@ -10660,7 +10671,7 @@ PARALLEL_DEF par_status par_ctx_init_mpi(const par_ctx_desc *desc, par_ctx **ctx
     if (code != MPI_SUCCESS) {
         par_status st = par__mpi_error(mpi, "init", NULL, code);
         if (mpi->finalize) MPI_Finalize();
-        PARALLEL_FREE(mpi);
+        par__alloc_free(desc ? &desc->allocator : NULL, mpi);
         return st;
     }
     if (have_env && (env_rank != mpi->rank || env_size != mpi->size)) {
@@ -13204,9 +13215,9 @@ static int par__st_host_is_little_endian(void) {
     return b == 1;
 }
 
-static char *par__st_strdup(const char *s) {
+static char *par__st_strdup(const par_allocator *a, const char *s) {
     size_t n = strlen(s) + 1;
-    char *d = (char *)PARALLEL_MALLOC(n);
+    char *d = (char *)par__alloc_malloc(a, n);
     if (d) memcpy(d, s, n);
     return d;
 }
@@ -13317,6 +13328,8 @@ struct par_st_file {
     par__st_meta *meta; /* sorted by key */
     int meta_count, meta_cap;
     par__st_crc_table crc;
+    par_allocator alloc; /* every block of the file and its reads; zero (par_st_open) =
+                            the PARALLEL_MALLOC macros, a context's for a sharded load */
 };
 
 static PAR__PRINTF(3, 4) par_status par__st_open_fail(const char *path, par_status status, const char *fmt, ...) {
@@ -13628,7 +13641,7 @@ static par_status par__st_check_size(par__st_parser *ps, par_st_tensor *t, uint6
 static par_status par__st_push_tensor(par_st_file *f, const par_st_tensor *t) {
     if (f->count == f->cap) {
         int cap = f->cap ? f->cap * 2 : 64;
-        par_st_tensor *p = (par_st_tensor *)PARALLEL_REALLOC(f->tensors, (size_t)cap * sizeof *p);
+        par_st_tensor *p = (par_st_tensor *)par__alloc_realloc(&f->alloc, f->tensors, (size_t)cap * sizeof *p);
         if (!p) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for %d tensors", cap);
         f->tensors = p;
         f->cap = cap;
@@ -13640,7 +13653,7 @@ static par_status par__st_push_tensor(par_st_file *f, const par_st_tensor *t) {
 static par_status par__st_push_meta(par_st_file *f, const char *key, const char *value) {
     if (f->meta_count == f->meta_cap) {
         int cap = f->meta_cap ? f->meta_cap * 2 : 64;
-        par__st_meta *p = (par__st_meta *)PARALLEL_REALLOC(f->meta, (size_t)cap * sizeof *p);
+        par__st_meta *p = (par__st_meta *)par__alloc_realloc(&f->alloc, f->meta, (size_t)cap * sizeof *p);
         if (!p) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for %d metadata entries", cap);
         f->meta = p;
         f->meta_cap = cap;
@@ -13787,7 +13800,7 @@ static par_status par__st_check_coverage(par_st_file *f) {
                                      (unsigned long long)f->data_size);
         return PAR_OK;
     }
-    order = (const par_st_tensor **)PARALLEL_MALLOC((size_t)f->count * sizeof *order);
+    order = (const par_st_tensor **)par__alloc_malloc(&f->alloc, (size_t)f->count * sizeof *order);
     if (!order) return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory");
     for (i = 0; i < f->count; i++) order[i] = &f->tensors[i];
     qsort((void *)order, (size_t)f->count, sizeof *order, par__st_cmp_tensor_offset);
@@ -13812,7 +13825,7 @@ static par_status par__st_check_coverage(par_st_file *f) {
         cursor = t->offset + t->nbytes;
         prev = t;
     }
-    PARALLEL_FREE((void *)order);
+    par__alloc_free(&f->alloc, (void *)order);
     if (st == PAR_OK && cursor < f->data_size)
         st = par__st_open_fail(f->path, PAR_EPARSE,
                                "%llu bytes of data after the last tensor (tensors must cover the data section exactly)",
@@ -13857,13 +13870,15 @@ static par_status par__st_index(par_st_file *f) {
 }
 
 PARALLEL_DEF void par_st_close(par_st_file *file) {
+    par_allocator a;
     if (!file) return;
+    a = file->alloc; /* the struct itself goes last, through a copy */
     par__st_io_close(&file->io);
-    PARALLEL_FREE(file->path);
-    PARALLEL_FREE(file->strings);
-    PARALLEL_FREE(file->tensors);
-    PARALLEL_FREE(file->meta);
-    PARALLEL_FREE(file);
+    par__alloc_free(&a, file->path);
+    par__alloc_free(&a, file->strings);
+    par__alloc_free(&a, file->tensors);
+    par__alloc_free(&a, file->meta);
+    par__alloc_free(&a, file);
 }
 
 /* Read the length field and the header, parse and validate. */
@@ -13896,14 +13911,14 @@ static par_status par__st_load(par_st_file *f, uint64_t size) {
                                  (unsigned long long)hlen, (unsigned long long)(size - 8));
     f->data_start = 8 + hlen;
     f->data_size = size - f->data_start;
-    header = (unsigned char *)PARALLEL_MALLOC((size_t)hlen);
-    f->strings = (char *)PARALLEL_MALLOC((size_t)hlen + 1);
+    header = (unsigned char *)par__alloc_malloc(&f->alloc, (size_t)hlen);
+    f->strings = (char *)par__alloc_malloc(&f->alloc, (size_t)hlen + 1);
     if (!header || !f->strings) {
-        PARALLEL_FREE(header);
+        par__alloc_free(&f->alloc, header);
         return par__st_open_fail(f->path, PAR_ENOMEM, "out of memory for a %llu-byte header", (unsigned long long)hlen);
     }
     if ((why = par__st_io_read_at(&f->io, 8, header, (size_t)hlen, &got)) != NULL || got != hlen) {
-        PARALLEL_FREE(header);
+        par__alloc_free(&f->alloc, header);
         return par__st_open_fail(f->path, PAR_EIO, "cannot read the header (%s)", why ? why : "short read");
     }
     ps.f = f;
@@ -13911,13 +13926,15 @@ static par_status par__st_load(par_st_file *f, uint64_t size) {
     ps.end = header + hlen;
     ps.out = f->strings;
     st = par__st_parse_header(&ps);
-    PARALLEL_FREE(header);
+    par__alloc_free(&f->alloc, header);
     if (st != PAR_OK) return st;
     PAR__CHECK(par__st_index(f));
     return par__st_check_coverage(f);
 }
 
-PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
+/* par_st_open with the file's memory through `alloc` (NULL = the macros): a
+   later section opens files on behalf of a context with the context's. */
+static par_status par__st_open_with(const par_allocator *alloc, const char *path, par_st_file **file) {
     par_st_file *f;
     uint64_t size = 0;
     const char *why;
@@ -13926,12 +13943,13 @@ PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
     if (!path || !file) return par__fail(PAR_EINVAL, "par_st_open: NULL argument");
     if (!par__st_host_is_little_endian())
         return par__fail(PAR_EUNSUPPORTED, "par_st_open: %.200s: big-endian hosts are not supported", path);
-    f = (par_st_file *)PARALLEL_MALLOC(sizeof *f);
+    f = (par_st_file *)par__alloc_malloc(alloc, sizeof *f);
     if (!f) return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
     memset(f, 0, sizeof *f);
+    if (alloc) f->alloc = *alloc;
     par__file_init(&f->io);
-    if (!(f->path = par__st_strdup(path))) {
-        PARALLEL_FREE(f);
+    if (!(f->path = par__st_strdup(alloc, path))) {
+        par__alloc_free(alloc, f);
         return par__fail(PAR_ENOMEM, "par_st_open: %.200s: out of memory", path);
     }
     par__st_crc_init(&f->crc);
@@ -13946,6 +13964,10 @@ PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
     }
     *file = f;
     return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_open(const char *path, par_st_file **file) {
+    return par__st_open_with(NULL, path, file);
 }
 
 PARALLEL_DEF int par_st_count(const par_st_file *file) { return file ? file->count : 0; }
@@ -14123,19 +14145,19 @@ PARALLEL_DEF par_status par_st_read(par_st_file *file, const char *name, int ndi
         if (whole) crc = par__st_crc_update(&file->crc, crc, dst, bytes);
     } else {
         size_t per = PAR__ST_CHUNK / se, done = 0, n;
-        unsigned char *tmp = (unsigned char *)PARALLEL_MALLOC((size_t)count < per ? bytes : per * se);
+        unsigned char *tmp = (unsigned char *)par__alloc_malloc(&file->alloc, (size_t)count < per ? bytes : per * se);
         if (!tmp) return par__fail(PAR_ENOMEM, "par_st_read: out of memory for a conversion buffer");
         for (done = 0; done < (size_t)count; done += n) {
             n = (size_t)count - done < per ? (size_t)count - done : per;
             st = par__st_read_raw(file, "par_st_read", t, t->offset + ((uint64_t)first + done) * se, tmp, n * se);
             if (st != PAR_OK) {
-                PARALLEL_FREE(tmp);
+                par__alloc_free(&file->alloc, tmp);
                 return st;
             }
             if (whole) crc = par__st_crc_update(&file->crc, crc, tmp, n * se);
             par__st_convert((unsigned char *)dst + done * de, dtype, tmp, t->dtype, n);
         }
-        PARALLEL_FREE(tmp);
+        par__alloc_free(&file->alloc, tmp);
     }
     if (whole && (crc ^ 0xffffffffu) != t->checksum)
         return par__st_checksum_mismatch("par_st_read", file, t, crc ^ 0xffffffffu);
@@ -14188,7 +14210,7 @@ PARALLEL_DEF par_status par_st_verify(par_st_file *file, int *checked) {
     int i, n = 0;
     if (checked) *checked = 0;
     if (!file) return par__fail(PAR_EINVAL, "par_st_verify: NULL argument");
-    buf = (unsigned char *)PARALLEL_MALLOC(PAR__ST_CHUNK);
+    buf = (unsigned char *)par__alloc_malloc(&file->alloc, PAR__ST_CHUNK);
     if (!buf) return par__fail(PAR_ENOMEM, "par_st_verify: out of memory");
     for (i = 0; i < file->count && st == PAR_OK; i++) {
         const par_st_tensor *t = &file->tensors[i];
@@ -14205,7 +14227,7 @@ PARALLEL_DEF par_status par_st_verify(par_st_file *file, int *checked) {
             st = par__st_checksum_mismatch("par_st_verify", file, t, crc ^ 0xffffffffu);
         n += st == PAR_OK;
     }
-    PARALLEL_FREE(buf);
+    par__alloc_free(&file->alloc, buf);
     if (checked) *checked = n;
     return st;
 }
@@ -14233,6 +14255,7 @@ typedef struct par__st_text {
     char *p;
     size_t len, cap;
     int failed;
+    const par_allocator *alloc; /* its writer's */
 } par__st_text;
 
 struct par_st_writer {
@@ -14248,6 +14271,8 @@ struct par_st_writer {
     par__st_text header;  /* JSON with padding (checksum digits patched at finish) */
     uint64_t data_start;
     par__st_crc_table crc;
+    par_allocator alloc;  /* every block of the writer; zero (par_st_writer_create) = the
+                             PARALLEL_MALLOC macros, a context's for a sharded save */
 };
 
 static void par__st_text_add(par__st_text *b, const char *s, size_t n) {
@@ -14256,7 +14281,7 @@ static void par__st_text_add(par__st_text *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap : 256;
         char *p;
         while (cap < b->len + n + 1) cap *= 2;
-        if (!(p = (char *)PARALLEL_REALLOC(b->p, cap))) {
+        if (!(p = (char *)par__alloc_realloc(b->alloc, b->p, cap))) {
             b->failed = 1;
             return;
         }
@@ -14310,23 +14335,27 @@ static par_status par__st_writer_broken(const par_st_writer *w, const char *fn) 
 }
 
 static void par__st_writer_free(par_st_writer *w) {
+    par_allocator a = w->alloc; /* the struct itself goes last, through a copy */
     int i;
     if (par__st_io_is_open(&w->io)) par__st_io_close(&w->io);
     if (w->tmp) remove(w->tmp);
-    for (i = 0; i < w->count; i++) PARALLEL_FREE(w->t[i].name);
+    for (i = 0; i < w->count; i++) par__alloc_free(&a, w->t[i].name);
     for (i = 0; i < w->meta_count; i++) {
-        PARALLEL_FREE(w->meta[i].key);
-        PARALLEL_FREE(w->meta[i].value);
+        par__alloc_free(&a, w->meta[i].key);
+        par__alloc_free(&a, w->meta[i].value);
     }
-    PARALLEL_FREE(w->t);
-    PARALLEL_FREE(w->meta);
-    PARALLEL_FREE(w->header.p);
-    PARALLEL_FREE(w->tmp);
-    PARALLEL_FREE(w->path);
-    PARALLEL_FREE(w);
+    par__alloc_free(&a, w->t);
+    par__alloc_free(&a, w->meta);
+    par__alloc_free(&a, w->header.p);
+    par__alloc_free(&a, w->tmp);
+    par__alloc_free(&a, w->path);
+    par__alloc_free(&a, w);
 }
 
-PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **writer) {
+/* par_st_writer_create with the writer's memory through `alloc` (NULL = the
+   macros): a later section writes files on behalf of a context with the
+   context's. */
+static par_status par__st_writer_create_with(const par_allocator *alloc, const char *path, par_st_writer **writer) {
     par_st_writer *w;
     size_t n;
     const char *why;
@@ -14335,13 +14364,15 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
     if (!path[0]) return par__fail(PAR_EINVAL, "par_st_writer_create: empty path");
     if (!par__st_host_is_little_endian())
         return par__fail(PAR_EUNSUPPORTED, "par_st_writer_create: %.200s: big-endian hosts are not supported", path);
-    w = (par_st_writer *)PARALLEL_MALLOC(sizeof *w);
+    w = (par_st_writer *)par__alloc_malloc(alloc, sizeof *w);
     if (!w) return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
     memset(w, 0, sizeof *w);
+    if (alloc) w->alloc = *alloc;
+    w->header.alloc = &w->alloc;
     par__file_init(&w->io);
     n = strlen(path) + 64;
-    w->path = par__st_strdup(path);
-    w->tmp = (char *)PARALLEL_MALLOC(n);
+    w->path = par__st_strdup(alloc, path);
+    w->tmp = (char *)par__alloc_malloc(alloc, n);
     if (!w->path || !w->tmp) {
         par__st_writer_free(w);
         return par__fail(PAR_ENOMEM, "par_st_writer_create: out of memory");
@@ -14349,7 +14380,7 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
     if ((why = par__file_create_temp(&w->io, path, w->tmp, n)) != NULL) {
         par_status st = par__fail(PAR_EIO, "par_st_writer_create: %.200s: cannot create the temporary file %.200s (%s)",
                                   path, w->tmp, why);
-        PARALLEL_FREE(w->tmp);
+        par__alloc_free(alloc, w->tmp);
         w->tmp = NULL; /* nothing of ours to remove */
         par__st_writer_free(w);
         return st;
@@ -14357,6 +14388,10 @@ PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **w
     par__st_crc_init(&w->crc);
     *writer = w;
     return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_st_writer_create(const char *path, par_st_writer **writer) {
+    return par__st_writer_create_with(NULL, path, writer);
 }
 
 PARALLEL_DEF par_status par_st_writer_add(par_st_writer *w, const char *name, par_dtype dtype, int ndim,
@@ -14388,14 +14423,14 @@ PARALLEL_DEF par_status par_st_writer_add(par_st_writer *w, const char *name, pa
     }
     if (w->count == w->cap) {
         int cap = w->cap ? w->cap * 2 : 64;
-        par__st_wtensor *p = (par__st_wtensor *)PARALLEL_REALLOC(w->t, (size_t)cap * sizeof *p);
+        par__st_wtensor *p = (par__st_wtensor *)par__alloc_realloc(&w->alloc, w->t, (size_t)cap * sizeof *p);
         if (!p) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
         w->t = p;
         w->cap = cap;
     }
     t = &w->t[w->count];
     memset(t, 0, sizeof *t);
-    if (!(t->name = par__st_strdup(name))) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
+    if (!(t->name = par__st_strdup(&w->alloc, name))) return par__fail(PAR_ENOMEM, "par_st_writer_add: out of memory");
     t->dtype = dtype;
     t->ndim = ndim;
     for (i = 0; i < ndim; i++) t->shape[i] = shape[i];
@@ -14421,26 +14456,26 @@ PARALLEL_DEF par_status par_st_writer_metadata(par_st_writer *w, const char *key
     if (!par__st_valid_utf8(key) || !par__st_valid_utf8(value))
         return par__fail(PAR_EINVAL, "par_st_writer_metadata: %.200s: key \"%.100s\" or its value is not valid UTF-8",
                          w->path, key);
-    if (!(v = par__st_strdup(value))) return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
+    if (!(v = par__st_strdup(&w->alloc, value))) return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
     for (i = 0; i < w->meta_count; i++) {
         if (strcmp(w->meta[i].key, key) == 0) {
-            PARALLEL_FREE(w->meta[i].value);
+            par__alloc_free(&w->alloc, w->meta[i].value);
             w->meta[i].value = v;
             return PAR_OK;
         }
     }
     if (w->meta_count == w->meta_cap) {
         int cap = w->meta_cap ? w->meta_cap * 2 : 16;
-        par__st_kv *p = (par__st_kv *)PARALLEL_REALLOC(w->meta, (size_t)cap * sizeof *p);
+        par__st_kv *p = (par__st_kv *)par__alloc_realloc(&w->alloc, w->meta, (size_t)cap * sizeof *p);
         if (!p) {
-            PARALLEL_FREE(v);
+            par__alloc_free(&w->alloc, v);
             return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
         }
         w->meta = p;
         w->meta_cap = cap;
     }
-    if (!(k = par__st_strdup(key))) {
-        PARALLEL_FREE(v);
+    if (!(k = par__st_strdup(&w->alloc, key))) {
+        par__alloc_free(&w->alloc, v);
         return par__fail(PAR_ENOMEM, "par_st_writer_metadata: out of memory");
     }
     w->meta[w->meta_count].key = k;
@@ -14600,9 +14635,9 @@ static par_status par__st_writer_complete(par_st_writer *w) {
     if ((why = par__file_replace(w->tmp, w->path)) != NULL)
         return par__fail(PAR_EIO, "%s: %.200s: cannot rename %.200s over it (%s); the old file is unchanged", fn,
                          w->path, w->tmp, why);
-    PARALLEL_FREE(w->tmp);
+    par__alloc_free(&w->alloc, w->tmp);
     w->tmp = NULL; /* renamed: nothing to remove */
-    par__file_sync_dir(NULL, w->path);
+    par__file_sync_dir(&w->alloc, w->path);
     return PAR_OK;
 }
 
@@ -16216,7 +16251,8 @@ static void par__ckpt_fsync_path(const char *path) {
 }
 
 /* Write a small text file atomically: temp name, fsync, rename, fsync the directory. */
-static par_status par__ckpt_write_text(const char *fn, const char *path, const char *text, size_t n) {
+static par_status par__ckpt_write_text(const par_ctx *ctx, const char *fn, const char *path, const char *text,
+                                       size_t n) {
     char tmp[2100];
     int fd;
     size_t done = 0;
@@ -16241,12 +16277,13 @@ static par_status par__ckpt_write_text(const char *fn, const char *path, const c
         unlink(tmp);
         return par__fail(PAR_EIO, "%s: cannot rename %s to %s: %s", fn, tmp, path, why);
     }
-    par__file_sync_dir(NULL, path);
+    par__file_sync_dir(par_ctx_allocator(ctx), path);
     return PAR_OK;
 }
 
 /* Growing text for the index. */
 typedef struct par__ckpt_text {
+    const par_ctx *ctx; /* whose allocator */
     char *p;
     size_t n, cap;
     int oom;
@@ -16258,7 +16295,7 @@ static void par__ckpt_put(par__ckpt_text *t, const char *s, size_t n) {
         size_t cap = t->cap ? t->cap : 4096;
         char *q;
         while (cap < t->n + n + 1) cap *= 2;
-        if (!(q = (char *)PARALLEL_REALLOC(t->p, cap))) {
+        if (!(q = (char *)par__ctx_realloc(t->ctx, t->p, cap))) {
             t->oom = 1;
             return;
         }
@@ -16369,7 +16406,7 @@ static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, 
     if (!pc) return par__fail(PAR_ENOMEM, "par_params_save: out of memory");
     par__ckpt_pieces(ps, pc);
     snprintf(path, sizeof path, "%s/shard-%05d-of-%05d.safetensors", tmpdir, rank, nshards);
-    st = par_st_writer_create(path, &w);
+    st = par__st_writer_create_with(par_ctx_allocator(ps->ctx), path, &w);
     for (k = 0; k < np && st == PAR_OK; k++) {
         const par__ckpt_piece *q = &pc[k];
         const par__param *p = &ps->p[q->param];
@@ -16424,20 +16461,21 @@ static par_status par__ckpt_write_shard(par_params *ps, const par_ckpt_desc *d, 
 }
 
 /* Rank 0: the index from the shard headers just written. */
-static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpdir, int nshards, int64_t step,
-                                        const char *save_id) {
+static par_status par__ckpt_write_index(const par_ctx *ctx, const par_ckpt_desc *d, const char *tmpdir, int nshards,
+                                        int64_t step, const char *save_id) {
     par__ckpt_text t;
     char path[2100], file[64], num[64];
     int64_t total = 0;
     par_status st = PAR_OK;
     int r, k, first = 1;
     memset(&t, 0, sizeof t);
+    t.ctx = ctx;
     par__ckpt_puts(&t, "{\n  \"weight_map\": {");
     for (r = 0; r < nshards && st == PAR_OK; r++) {
         par_st_file *f = NULL;
         snprintf(file, sizeof file, "shard-%05d-of-%05d.safetensors", r, nshards);
         snprintf(path, sizeof path, "%s/%s", tmpdir, file);
-        if ((st = par_st_open(path, &f)) != PAR_OK) break;
+        if ((st = par__st_open_with(par_ctx_allocator(ctx), path, &f)) != PAR_OK) break;
         for (k = 0; k < par_st_count(f); k++) {
             const par_st_tensor *ti = par_st_tensor_at(f, k);
             par__ckpt_puts(&t, first ? "\n    " : ",\n    ");
@@ -16472,8 +16510,8 @@ static par_status par__ckpt_write_index(const par_ckpt_desc *d, const char *tmpd
     par__ckpt_puts(&t, "\n  }\n}\n");
     if (st == PAR_OK && t.oom) st = par__fail(PAR_ENOMEM, "par_params_save: out of memory (index)");
     snprintf(path, sizeof path, "%s/" PAR__CKPT_INDEX, tmpdir);
-    if (st == PAR_OK) st = par__ckpt_write_text("par_params_save", path, t.p, t.n);
-    PARALLEL_FREE(t.p);
+    if (st == PAR_OK) st = par__ckpt_write_text(ctx, "par_params_save", path, t.p, t.n);
+    par__ctx_free(ctx, t.p);
     return st;
 }
 
@@ -16490,7 +16528,7 @@ static int par__ckpt_step_of(const char *name, int64_t *step) {
 }
 
 /* Rank 0: remove step directories beyond the newest `keep` (never `current`). */
-static void par__ckpt_prune(const char *dir, int keep, const char *current) {
+static void par__ckpt_prune(const par_ctx *ctx, const char *dir, int keep, const char *current) {
     int64_t *steps = NULL, s;
     int n = 0, cap = 0, i, j;
     DIR *d;
@@ -16504,7 +16542,7 @@ static void par__ckpt_prune(const char *dir, int keep, const char *current) {
             par__ckpt_rmdir(path);
         } else if (kind == 1) {
             if (n == cap) {
-                int64_t *q = (int64_t *)PARALLEL_REALLOC(steps, (size_t)(cap ? 2 * cap : 16) * sizeof *q);
+                int64_t *q = (int64_t *)par__ctx_realloc(ctx, steps, (size_t)(cap ? 2 * cap : 16) * sizeof *q);
                 if (!q) break;
                 steps = q, cap = cap ? 2 * cap : 16;
             }
@@ -16521,7 +16559,7 @@ static void par__ckpt_prune(const char *dir, int keep, const char *current) {
         par__ckpt_rmdir(path);
     }
     if (n > keep) par__ckpt_fsync_path(dir);
-    PARALLEL_FREE(steps);
+    par__ctx_free(ctx, steps);
 }
 #endif /* PAR__POSIX_FILES */
 
@@ -16595,7 +16633,7 @@ PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) 
     if (rank == 0) {
         par__ckpt_stage(d, rank, "shards written");
         /* 3. the index, last inside the directory */
-        st = par__ckpt_write_index(d, tmpdir, nshards, ps->step, save_id);
+        st = par__ckpt_write_index(ps->ctx, d, tmpdir, nshards, ps->step, save_id);
         if (st == PAR_OK) par__ckpt_stage(d, rank, "index written");
         /* 4. into place: a re-save of the same step moves the old one aside first */
         if (st == PAR_OK) {
@@ -16615,13 +16653,13 @@ PARALLEL_DEF par_status par_params_save(par_params *ps, const par_ckpt_desc *d) 
             char lpath[1100];
             snprintf(lpath, sizeof lpath, "%s/latest", d->dir);
             snprintf(line, sizeof line, "%s\n", name);
-            st = par__ckpt_write_text("par_params_save", lpath, line, strlen(line));
+            st = par__ckpt_write_text(ps->ctx, "par_params_save", lpath, line, strlen(line));
             if (st == PAR_OK) par__ckpt_stage(d, rank, "latest");
         }
         /* 6. only now the old ones go */
         if (st == PAR_OK) {
             par__ckpt_rmdir(aside);
-            par__ckpt_prune(d->dir, d->keep == 0 ? 2 : d->keep, name);
+            par__ckpt_prune(ps->ctx, d->dir, d->keep == 0 ? 2 : d->keep, name);
             par__ckpt_stage(d, rank, "pruned");
         } else {
             par__ckpt_rmdir(tmpdir);
@@ -16644,7 +16682,11 @@ typedef struct par__ckpt_rpiece {
     const char *param;  /* parameter name (inside the file's metadata value) */
 } par__ckpt_rpiece;
 
+/* An open checkpoint: its shards and the pieces they hold. Its memory and
+   the shard files' go through ctx's allocator (NULL: par_ckpt_inspect, which
+   has no context, uses the macros). */
 typedef struct par__ckpt {
+    const par_ctx *ctx;
     int nfiles, npieces;
     par_st_file **files;
     par__ckpt_rpiece *pieces;
@@ -16655,12 +16697,15 @@ static void par__ckpt_close(par__ckpt *c) {
     int i;
     for (i = 0; i < c->nfiles; i++) {
         if (c->files) par_st_close(c->files[i]);
-        if (c->paths) PARALLEL_FREE(c->paths[i]);
+        if (c->paths) par__ctx_free(c->ctx, c->paths[i]);
     }
-    PARALLEL_FREE(c->files), PARALLEL_FREE(c->paths), PARALLEL_FREE(c->pieces);
+    par__ctx_free(c->ctx, c->files), par__ctx_free(c->ctx, c->paths), par__ctx_free(c->ctx, c->pieces);
     memset(c, 0, sizeof *c);
 }
 
+/* info->meta_ stays on the PARALLEL_MALLOC macros, also when par_params_load
+   fills it with a context at hand: the host keeps the info past the call and
+   frees it here, where no context (and so no allocator) is known. */
 PARALLEL_DEF void par_ckpt_info_free(par_ckpt_info *info) {
     if (!info) return;
     PARALLEL_FREE(info->meta_);
@@ -16772,7 +16817,6 @@ static int par__ckpt_index_value(const char *text, const char *key, char *out, s
     return 1;
 }
 
-/* Open the index and every shard header; parse the pieces and host metadata. */
 /* PARALLEL_CKPT_UNCHECKED=1: load tensors that carry no CRC-32 (a damaged or
    hand-edited shard would then load unverified); otherwise they are refused. */
 static int par__ckpt_allow_unchecked(void) {
@@ -16780,130 +16824,181 @@ static int par__ckpt_allow_unchecked(void) {
     return v && strcmp(v, "1") == 0;
 }
 
-static par_status par__ckpt_open(const char *fn, const char *path, par__ckpt *c, par_ckpt_info *info) {
-    char ipath[1200], num[64], stepbuf[64], saveid[64], *text = NULL, *end = NULL;
+/* What the index says about the checkpoint. */
+typedef struct par__ckpt_index {
+    char path[1200];      /* the index file, for messages */
     long nshards;
     long long step;
+    char step_text[64];   /* par.step as written: each shard's must be the same text */
+    char save_id[64];     /* par.save; "" in checkpoints saved before it existed */
+} par__ckpt_index;
+
+/* The whole of file `path` as a NUL-terminated string in *text (ctx's memory). */
+static par_status par__ckpt_read_file(const par_ctx *ctx, const char *fn, const char *path, char **text) {
     FILE *f;
-    size_t n = 0, cap = 0;
-    int r, k;
-    memset(c, 0, sizeof *c);
-    memset(info, 0, sizeof *info);
-    PAR__CHECK(par__ckpt_resolve(fn, path, info->dir, sizeof info->dir));
-    snprintf(ipath, sizeof ipath, "%s/" PAR__CKPT_INDEX, info->dir);
-    if (!(f = fopen(ipath, "rb"))) return par__fail(PAR_EIO, "%s: %s: cannot open: %s", fn, ipath, strerror(errno));
+    char *t = NULL;
+    size_t n = 0, cap = 0, got;
+    *text = NULL;
+    if (!(f = fopen(path, "rb"))) return par__fail(PAR_EIO, "%s: %s: cannot open: %s", fn, path, strerror(errno));
     for (;;) {
-        size_t got;
         if (n + 4097 > cap) {
-            char *q = (char *)PARALLEL_REALLOC(text, cap = cap ? 2 * cap : 65536);
-            if (!q) return fclose(f), PARALLEL_FREE(text), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-            text = q;
+            char *q = (char *)par__ctx_realloc(ctx, t, cap = cap ? 2 * cap : 65536);
+            if (!q) return fclose(f), par__ctx_free(ctx, t), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+            t = q;
         }
-        if (!(got = fread(text + n, 1, 4096, f))) break;
+        if (!(got = fread(t + n, 1, 4096, f))) break;
         n += got;
     }
     fclose(f);
-    text[n] = 0;
-    if (!par__ckpt_index_value(text, "par.save", saveid, sizeof saveid)) saveid[0] = 0; /* saved before it existed */
-    if (!par__ckpt_index_value(text, "par.format", num, sizeof num) || strcmp(num, PAR__CKPT_FORMAT) != 0 ||
-        !par__ckpt_index_value(text, "par.num_shards", num, sizeof num) ||
-        !par__ckpt_index_value(text, "par.step", stepbuf, sizeof stepbuf) || !strstr(text, "\"weight_map\"")) {
-        PARALLEL_FREE(text);
+    t[n] = 0;
+    *text = t;
+    return PAR_OK;
+}
+
+/* Phase 1 of par__ckpt_open: read and check the index of step directory dir. */
+static par_status par__ckpt_read_index(const par_ctx *ctx, const char *fn, const char *dir, par__ckpt_index *ix) {
+    char num[64], *text, *end = NULL;
+    int ok;
+    snprintf(ix->path, sizeof ix->path, "%s/" PAR__CKPT_INDEX, dir);
+    PAR__CHECK(par__ckpt_read_file(ctx, fn, ix->path, &text));
+    if (!par__ckpt_index_value(text, "par.save", ix->save_id, sizeof ix->save_id)) ix->save_id[0] = 0;
+    ok = par__ckpt_index_value(text, "par.format", num, sizeof num) && strcmp(num, PAR__CKPT_FORMAT) == 0 &&
+         par__ckpt_index_value(text, "par.num_shards", num, sizeof num) &&
+         par__ckpt_index_value(text, "par.step", ix->step_text, sizeof ix->step_text) && strstr(text, "\"weight_map\"");
+    par__ctx_free(ctx, text);
+    if (!ok)
         return par__fail(PAR_EPARSE, "%s: %s: not a parallel.h sharded index (par.format \"" PAR__CKPT_FORMAT
-                                     "\", par.num_shards, par.step and weight_map are required)", fn, ipath);
+                                     "\", par.num_shards, par.step and weight_map are required)", fn, ix->path);
+    ix->nshards = strtol(num, &end, 10);
+    if (*end || ix->nshards < 1 || ix->nshards > 1000000)
+        return par__fail(PAR_EPARSE, "%s: %s: par.num_shards \"%s\" is not a positive count", fn, ix->path, num);
+    ix->step = strtoll(ix->step_text, &end, 10);
+    if (*end || end == ix->step_text || ix->step < 0 || ix->step > 99999999) /* what par_params_save writes */
+        return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step in [0, 99999999]", fn, ix->path,
+                         ix->step_text);
+    return PAR_OK;
+}
+
+/* Open shard r of c (its path built from dir) and check that it belongs to
+   the checkpoint the index describes. */
+static par_status par__ckpt_open_shard(par__ckpt *c, const char *fn, const char *dir, const par__ckpt_index *ix,
+                                       int r) {
+    const char *v;
+    char want[64];
+    if (!(c->paths[r] = (char *)par__ctx_malloc(c->ctx, 1200))) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    snprintf(c->paths[r], 1200, "%s/shard-%05d-of-%05ld.safetensors", dir, r, ix->nshards);
+    if (par__st_open_with(par_ctx_allocator(c->ctx), c->paths[r], &c->files[r]) != PAR_OK) {
+        char why[600];
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail(PAR_EIO, "%s: %s", fn, why);
     }
-    PARALLEL_FREE(text);
-    nshards = strtol(num, &end, 10);
-    if (*end || nshards < 1 || nshards > 1000000)
-        return par__fail(PAR_EPARSE, "%s: %s: par.num_shards \"%s\" is not a positive count", fn, ipath, num);
-    step = strtoll(stepbuf, &end, 10);
-    if (*end || end == stepbuf || step < 0 || step > 99999999) /* what par_params_save writes */
-        return par__fail(PAR_EPARSE, "%s: %s: par.step \"%s\" is not a step in [0, 99999999]", fn, ipath, stepbuf);
-    info->step = step, info->num_shards = (int)nshards;
-    c->files = (par_st_file **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->files);
-    c->paths = (char **)PARALLEL_MALLOC((size_t)nshards * sizeof *c->paths);
-    if (!c->files || !c->paths) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-    memset(c->files, 0, (size_t)nshards * sizeof *c->files), memset(c->paths, 0, (size_t)nshards * sizeof *c->paths);
-    c->nfiles = (int)nshards;
-    for (r = 0; r < nshards; r++) {
-        const char *v;
-        char want[64];
-        if (!(c->paths[r] = (char *)PARALLEL_MALLOC(1200))) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-        snprintf(c->paths[r], 1200, "%s/shard-%05d-of-%05ld.safetensors", info->dir, r, nshards);
-        if (par_st_open(c->paths[r], &c->files[r]) != PAR_OK) {
-            char why[600];
-            par__copy_text(why, sizeof why, par_last_error());
-            par__ckpt_close(c);
-            return par__fail(PAR_EIO, "%s: %s", fn, why);
-        }
-        snprintf(want, sizeof want, "%ld", nshards);
-        if (!(v = par_st_metadata(c->files[r], "par.num_shards")) || strcmp(v, want) != 0 ||
-            !(v = par_st_metadata(c->files[r], "par.step")) || strcmp(v, stepbuf) != 0) {
-            par__fail(PAR_EPARSE, "%s: %s: par.num_shards or par.step differ from the index's (%s, %s)", fn,
-                      c->paths[r], want, stepbuf);
-            return par__ckpt_close(c), PAR_EPARSE;
-        }
-        if (saveid[0] && (!(v = par_st_metadata(c->files[r], "par.save")) || strcmp(v, saveid) != 0)) {
-            par__fail(PAR_EIO, "%s: %s belongs to another save (par.save %s, the index's %s): shards of two "
-                               "checkpoints are mixed here, refused", fn, c->paths[r], v ? v : "(none)", saveid);
-            return par__ckpt_close(c), PAR_EIO;
-        }
+    snprintf(want, sizeof want, "%ld", ix->nshards);
+    if (!(v = par_st_metadata(c->files[r], "par.num_shards")) || strcmp(v, want) != 0 ||
+        !(v = par_st_metadata(c->files[r], "par.step")) || strcmp(v, ix->step_text) != 0)
+        return par__fail(PAR_EPARSE, "%s: %s: par.num_shards or par.step differ from the index's (%s, %s)", fn,
+                         c->paths[r], want, ix->step_text);
+    if (ix->save_id[0] && (!(v = par_st_metadata(c->files[r], "par.save")) || strcmp(v, ix->save_id) != 0))
+        return par__fail(PAR_EIO, "%s: %s belongs to another save (par.save %s, the index's %s): shards of two "
+                                  "checkpoints are mixed here, refused", fn, c->paths[r], v ? v : "(none)", ix->save_id);
+    return PAR_OK;
+}
+
+/* Phase 2: open every shard the index names; count their tensors in c->npieces. */
+static par_status par__ckpt_open_shards(par__ckpt *c, const char *fn, const char *dir, const par__ckpt_index *ix) {
+    const size_t n = (size_t)ix->nshards;
+    int r;
+    c->files = (par_st_file **)par__ctx_malloc(c->ctx, n * sizeof *c->files);
+    c->paths = (char **)par__ctx_malloc(c->ctx, n * sizeof *c->paths);
+    if (!c->files || !c->paths) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    memset(c->files, 0, n * sizeof *c->files), memset(c->paths, 0, n * sizeof *c->paths);
+    c->nfiles = (int)ix->nshards;
+    for (r = 0; r < c->nfiles; r++) {
+        PAR__CHECK(par__ckpt_open_shard(c, fn, dir, ix, r));
         c->npieces += par_st_count(c->files[r]);
     }
-    c->pieces = (par__ckpt_rpiece *)PARALLEL_MALLOC((size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
-    if (!c->pieces) return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    return PAR_OK;
+}
+
+/* Tensor t of shard r as piece p: its description (metadata par.piece.<name>)
+   parsed and checked against the tensor. */
+static par_status par__ckpt_read_piece(const par__ckpt *c, const char *fn, int r, const par_st_tensor *t,
+                                       par__ckpt_rpiece *p) {
+    const char *path = c->paths[r], *v;
+    char key[400];
+    snprintf(key, sizeof key, "par.piece.%s", t->name);
+    memset(p, 0, sizeof *p);
+    if (!(v = par_st_metadata(c->files[r], key)) || !par__ckpt_parse_piece(v, p))
+        return par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\": %s", fn, path, t->name,
+                         v ? "malformed piece description" : "no piece description (par.piece.<name>)");
+    if (t->dtype != PAR_F32 || t->numel != p->end - p->begin)
+        return par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\" holds %lld %s elements, its description says %lld F32", fn,
+                         path, t->name, (long long)t->numel, par_dtype_name(t->dtype), (long long)(p->end - p->begin));
+    if (!t->has_checksum && !par__ckpt_allow_unchecked())
+        return par__fail(PAR_EIO, "%s: %s: tensor \"%s\" carries no checksum (par.crc32.%s): every shard this "
+                                  "library writes has one, so the file was altered; refused (PARALLEL_CKPT_UNCHECKED=1 "
+                                  "loads it unverified)", fn, path, t->name, t->name);
+    p->file = r, p->name = t->name;
+    return PAR_OK;
+}
+
+/* Phase 3: the pieces of every shard, in shard order; whether moments are among them. */
+static par_status par__ckpt_build_pieces(par__ckpt *c, const char *fn, par_ckpt_info *info) {
+    int r, k;
+    c->pieces = (par__ckpt_rpiece *)par__ctx_malloc(c->ctx, (size_t)(c->npieces ? c->npieces : 1) * sizeof *c->pieces);
+    if (!c->pieces) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
     c->npieces = 0;
-    for (r = 0; r < c->nfiles; r++) {
-        par_st_file *sf = c->files[r];
-        for (k = 0; k < par_st_count(sf); k++) {
-            const par_st_tensor *t = par_st_tensor_at(sf, k);
+    for (r = 0; r < c->nfiles; r++)
+        for (k = 0; k < par_st_count(c->files[r]); k++) {
             par__ckpt_rpiece *p = &c->pieces[c->npieces];
-            char key[400];
-            const char *v;
-            snprintf(key, sizeof key, "par.piece.%s", t->name);
-            memset(p, 0, sizeof *p);
-            if (!(v = par_st_metadata(sf, key)) || !par__ckpt_parse_piece(v, p)) {
-                par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\": %s", fn, c->paths[r], t->name,
-                          v ? "malformed piece description" : "no piece description (par.piece.<name>)");
-                return par__ckpt_close(c), PAR_EPARSE;
-            }
-            if (t->dtype != PAR_F32 || t->numel != p->end - p->begin) {
-                par__fail(PAR_EPARSE, "%s: %s: tensor \"%s\" holds %lld %s elements, its description says %lld F32", fn,
-                          c->paths[r], t->name, (long long)t->numel, par_dtype_name(t->dtype),
-                          (long long)(p->end - p->begin));
-                return par__ckpt_close(c), PAR_EPARSE;
-            }
-            if (!t->has_checksum && !par__ckpt_allow_unchecked()) {
-                par__fail(PAR_EIO, "%s: %s: tensor \"%s\" carries no checksum (par.crc32.%s): every shard this "
-                                   "library writes has one, so the file was altered; refused (PARALLEL_CKPT_UNCHECKED=1 "
-                                   "loads it unverified)", fn, c->paths[r], t->name, t->name);
-                return par__ckpt_close(c), PAR_EIO;
-            }
-            p->file = r, p->name = t->name;
+            PAR__CHECK(par__ckpt_read_piece(c, fn, r, par_st_tensor_at(c->files[r], k), p));
             if (p->field > 0) info->has_moments = 1;
             c->npieces++;
         }
-    }
-    { /* host metadata of shard 0: "host.<key>" */
-        int64_t len = 0;
-        int m;
-        const char *key, *val;
-        for (m = 0; m < par_st_metadata_count(c->files[0]); m++)
-            if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0)
-                len += (int64_t)strlen(key) - 5 + 1 + (int64_t)strlen(val) + 1;
-        if (len) {
-            if (!(info->meta_ = (char *)PARALLEL_MALLOC((size_t)len)))
-                return par__ckpt_close(c), par__fail(PAR_ENOMEM, "%s: out of memory", fn);
-            for (m = 0; m < par_st_metadata_count(c->files[0]); m++)
-                if (par_st_metadata_at(c->files[0], m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0) {
-                    memcpy(info->meta_ + info->meta_len_, key + 5, strlen(key) - 4);
-                    info->meta_len_ += (int64_t)strlen(key) - 4;
-                    memcpy(info->meta_ + info->meta_len_, val, strlen(val) + 1);
-                    info->meta_len_ += (int64_t)strlen(val) + 1;
-                }
-        }
-    }
     return PAR_OK;
+}
+
+/* Phase 4: shard 0's host metadata ("host.<key>") into info->meta_ as
+   "key\0value\0"... (on the macros: see par_ckpt_info_free). */
+static par_status par__ckpt_host_meta(const par__ckpt *c, const char *fn, par_ckpt_info *info) {
+    const par_st_file *f0 = c->files[0];
+    const char *key, *val;
+    int64_t len = 0;
+    int m;
+    for (m = 0; m < par_st_metadata_count(f0); m++)
+        if (par_st_metadata_at(f0, m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0)
+            len += (int64_t)strlen(key) - 5 + 1 + (int64_t)strlen(val) + 1;
+    if (!len) return PAR_OK;
+    if (!(info->meta_ = (char *)PARALLEL_MALLOC((size_t)len))) return par__fail(PAR_ENOMEM, "%s: out of memory", fn);
+    for (m = 0; m < par_st_metadata_count(f0); m++)
+        if (par_st_metadata_at(f0, m, &key, &val) == PAR_OK && strncmp(key, "host.", 5) == 0) {
+            memcpy(info->meta_ + info->meta_len_, key + 5, strlen(key) - 4);
+            info->meta_len_ += (int64_t)strlen(key) - 4;
+            memcpy(info->meta_ + info->meta_len_, val, strlen(val) + 1);
+            info->meta_len_ += (int64_t)strlen(val) + 1;
+        }
+    return PAR_OK;
+}
+
+/* Open checkpoint `path` (a step directory, or a root holding `latest`) into
+   c and info: the index, every shard header, the pieces they hold and the
+   host metadata. Memory through ctx's allocator (NULL: the macros). On
+   failure c holds nothing; info may hold the directory and the step. */
+static par_status par__ckpt_open(const par_ctx *ctx, const char *fn, const char *path, par__ckpt *c,
+                                 par_ckpt_info *info) {
+    par__ckpt_index ix;
+    par_status st;
+    memset(c, 0, sizeof *c);
+    c->ctx = ctx;
+    memset(info, 0, sizeof *info);
+    memset(&ix, 0, sizeof ix);
+    PAR__CHECK(par__ckpt_resolve(fn, path, info->dir, sizeof info->dir));
+    PAR__CHECK(par__ckpt_read_index(ctx, fn, info->dir, &ix));
+    info->step = ix.step, info->num_shards = (int)ix.nshards;
+    st = par__ckpt_open_shards(c, fn, info->dir, &ix);
+    if (st == PAR_OK) st = par__ckpt_build_pieces(c, fn, info);
+    if (st == PAR_OK) st = par__ckpt_host_meta(c, fn, info);
+    if (st != PAR_OK) par__ckpt_close(c); /* the error stays: closing sets none */
+    return st;
 }
 
 PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_info *info) {
@@ -16912,7 +17007,7 @@ PARALLEL_DEF par_status par_ckpt_inspect(const char *path, int verify, par_ckpt_
     par_status st = PAR_OK;
     int r;
     if (!info) info = &tmp;
-    st = par__ckpt_open("par_ckpt_inspect", path, &c, info);
+    st = par__ckpt_open(NULL, "par_ckpt_inspect", path, &c, info); /* no context: the macros */
     if (st != PAR_OK) return st;
     for (r = 0; verify && r < c.nfiles && st == PAR_OK; r++) st = par_st_verify(c.files[r], NULL);
     par__ckpt_close(&c);
@@ -16970,10 +17065,10 @@ typedef struct par__ckpt_ws {
     int64_t piece_n, local_n;
 } par__ckpt_ws;
 
-static int par__ckpt_grow(float **p, int64_t *have, int64_t n) {
+static int par__ckpt_grow(const par_ctx *ctx, float **p, int64_t *have, int64_t n) {
     float *q;
     if (*have >= n) return 1;
-    if (!(q = (float *)PARALLEL_REALLOC(*p, (size_t)(n ? n : 1) * sizeof(float)))) return 0;
+    if (!(q = (float *)par__ctx_realloc(ctx, *p, (size_t)(n ? n : 1) * sizeof(float)))) return 0;
     *p = q, *have = n;
     return 1;
 }
@@ -16996,10 +17091,10 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
         if (nb < na) nb = na;
     }
     if (ws->local_n < p->numel) {
-        unsigned char *f = (unsigned char *)PARALLEL_REALLOC(ws->filled, (size_t)p->numel);
+        unsigned char *f = (unsigned char *)par__ctx_realloc(ps->ctx, ws->filled, (size_t)p->numel);
         if (!f) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
         ws->filled = f;
-        if (!par__ckpt_grow(&ws->local, &ws->local_n, p->numel)) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
+        if (!par__ckpt_grow(ps->ctx, &ws->local, &ws->local_n, p->numel)) return par__fail(PAR_ENOMEM, "par_params_load: out of memory");
     }
     local = ws->local, filled = ws->filled;
     /* only [na, nb) is used (set_local keeps a ZeRO rank's range of the moments) and
@@ -17024,7 +17119,7 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
             break;
         }
         if (!overlap || na >= nb || par__ckpt_place(q, NULL, ms, ml, na, nb, NULL, NULL) == 0) continue;
-        if (!par__ckpt_grow(&ws->piece, &ws->piece_n, q->end - q->begin)) {
+        if (!par__ckpt_grow(ps->ctx, &ws->piece, &ws->piece_n, q->end - q->begin)) {
             st = par__fail(PAR_ENOMEM, "par_params_load: out of memory");
             break;
         }
@@ -17075,7 +17170,7 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
     memset(&ws, 0, sizeof ws);
     if (!ps) return par__fail(PAR_EINVAL, "par_params_load: NULL parameter set");
     if (!info) info = &tmp;
-    st = par__ckpt_open("par_params_load", path, &c, info);
+    st = par__ckpt_open(ps->ctx, "par_params_load", path, &c, info);
     st = par__ckpt_same_dir(ps, st, info->dir);
     /* nothing the set lacks; a pipeline stage's set (stage_dims) holds only its
        own tensors, the others belong to other stages (the host checks the whole) */
@@ -17088,17 +17183,17 @@ PARALLEL_DEF par_status par_params_load(par_params *ps, const char *path, par_ck
         for (f = 0; st == PAR_OK && f < (info->has_moments ? 3 : 1); f++) st = par__ckpt_load_one(ps, &c, i, f, &ws);
     if (st == PAR_OK && !info->has_moments) { /* a values-only checkpoint: fresh moments */
         for (i = 0; st == PAR_OK && i < ps->n; i++) {
-            float *zero = (float *)PARALLEL_MALLOC((size_t)(ps->p[i].numel ? ps->p[i].numel : 1) * sizeof(float));
+            float *zero = (float *)par__ctx_malloc(ps->ctx, (size_t)(ps->p[i].numel ? ps->p[i].numel : 1) * sizeof(float));
             if (!zero) { st = par__fail(PAR_ENOMEM, "par_params_load: out of memory"); break; }
             memset(zero, 0, (size_t)ps->p[i].numel * sizeof(float));
             st = par_params_set_local(ps, PAR_PARAM_EXP_AVG, i, zero);
             if (st == PAR_OK) st = par_params_set_local(ps, PAR_PARAM_EXP_AVG_SQ, i, zero);
-            PARALLEL_FREE(zero);
+            par__ctx_free(ps->ctx, zero);
         }
     }
     if (st == PAR_OK) st = par_params_set_step(ps, info->has_moments ? info->step : 0);
     if (c.nfiles || c.files) par__ckpt_close(&c);
-    PARALLEL_FREE(ws.piece), PARALLEL_FREE(ws.local), PARALLEL_FREE(ws.filled);
+    par__ctx_free(ps->ctx, ws.piece), par__ctx_free(ps->ctx, ws.local), par__ctx_free(ps->ctx, ws.filled);
     st = par__ckpt_agree(ps, st, "par_params_load");
     if (st != PAR_OK || info == &tmp) par_ckpt_info_free(info);
     return st;

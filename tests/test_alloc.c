@@ -9,8 +9,12 @@
    an attention call of the CPU table, and gathers a trace. Meanwhile the
    PARALLEL_MALLOC/REALLOC/FREE macros are counting wrappers too: none of the
    library's allocations may go around the hooks, and every hooked block must
-   be freed once the run returns. Plus: partial hook sets are PAR_EINVAL naming
-   the missing hook, for every desc that takes an allocator. */
+   be freed once the run returns. Then a sharded checkpoint (par_params_save
+   twice with pruning, par_params_load from the root) through a context with
+   the counting hooks: the same rules, the only macro calls being the loaded
+   par_ckpt_info's metadata copy and its par_ckpt_info_free (it outlives the
+   call and is freed without a context). Plus: partial hook sets are
+   PAR_EINVAL naming the missing hook, for every desc that takes an allocator. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -358,6 +362,141 @@ static void test_threads_run(void) {
     pthread_mutex_destroy(&c.mu);
 }
 
+/* ---- a sharded checkpoint through the hooks ------------------------------- */
+
+#define CKPT_RANKS 4
+#define CKPT_NP 3
+
+static const char *const ckpt_name[CKPT_NP] = {"w", "b", "e"};
+static const int ckpt_ndim[CKPT_NP] = {2, 1, 2};
+static const int64_t ckpt_shape[CKPT_NP][2] = {{8, 6}, {6, 0}, {5, 4}};
+static const char *const ckpt_map[CKPT_NP] = {"[tp,None]", "[None]", "[None,tp]"};
+
+typedef struct ckpt_arg {
+    const char *dir;
+    int failed[CKPT_RANKS]; /* per rank: checks that failed inside the rank */
+} ckpt_arg;
+
+/* Element g (global flat index) of parameter i's `field` in version v. */
+static float ckpt_value(int v, int i, int field, int64_t g) { return (float)(v * 1000 + i * 100 + field * 10) + 0.5f * (float)g; }
+
+/* Global flat index of local element k of parameter i on this rank. */
+static int64_t ckpt_global(const par_param_info *in, int64_t k) {
+    if (in->layout.ndim == 1) return in->start[0] + k;
+    return (in->start[0] + k / in->local_shape[1]) * in->layout.shape[1] + in->start[1] + k % in->local_shape[1];
+}
+
+/* dp=2 x tp=2 with ZeRO-1, so the moments are saved as per-rank pieces. */
+static par_status ckpt_set(par_ctx *ctx, par_params **ps) {
+    const par_mesh *m = par_ctx_mesh(ctx);
+    par_param_desc pd[CKPT_NP];
+    par_params_desc d;
+    par_layout batch;
+    int64_t bshape[2] = {8, 4};
+    int i;
+    memset(pd, 0, sizeof pd), memset(&d, 0, sizeof d);
+    for (i = 0; i < CKPT_NP; i++) {
+        pd[i].name = ckpt_name[i];
+        PAR__CHECK(par_layout_parse(&pd[i].layout, m, ckpt_ndim[i], ckpt_shape[i], ckpt_map[i]));
+    }
+    PAR__CHECK(par_layout_parse(&batch, m, 2, bshape, "[dp,None]"));
+    d.params = pd, d.num_params = CKPT_NP, d.batch = &batch, d.zero_level = 1, d.bucket_bytes = 64;
+    return par_params_create(ctx, &d, ps);
+}
+
+/* Set every field of every parameter of ps to version v. */
+static par_status ckpt_fill(par_params *ps, int v) {
+    float buf[64];
+    int i, f;
+    int64_t k;
+    for (i = 0; i < CKPT_NP; i++) {
+        par_param_info in;
+        PAR__CHECK(par_params_get_info(ps, i, &in));
+        for (f = 0; f < 3; f++) {
+            for (k = 0; k < in.numel; k++) buf[k] = ckpt_value(v, i, f, ckpt_global(&in, k));
+            PAR__CHECK(par_params_set_local(ps, (par_param_field)f, i, buf));
+        }
+    }
+    return PAR_OK;
+}
+
+static par_status ckpt_body(par_ctx *ctx, void *p) {
+    ckpt_arg *a = (ckpt_arg *)p;
+    const int rank = par_ctx_rank(ctx);
+    static const char *const keys[1] = {"data.position"};
+    static const char *const values[1] = {"batch 17"};
+    par_params *ps = NULL, *back = NULL;
+    par_ckpt_desc cd;
+    par_ckpt_info info;
+    par_status st;
+    int bad = 0, i, v;
+    int64_t k;
+    if ((st = ckpt_set(ctx, &ps)) != PAR_OK) return st;
+    memset(&cd, 0, sizeof cd);
+    cd.dir = a->dir, cd.keep = 1, cd.meta_keys = keys, cd.meta_values = values, cd.num_meta = 1;
+    for (v = 1; v <= 2; v++) { /* two saves: the second prunes the first (keep 1) */
+        if ((st = ckpt_fill(ps, v)) == PAR_OK) st = par_params_set_step(ps, 10 * v);
+        cd.step = 10 * v;
+        if (st == PAR_OK) st = par_params_save(ps, &cd);
+        if (st != PAR_OK) return par_params_destroy(ps), st;
+    }
+    par_params_destroy(ps);
+
+    memset(&info, 0, sizeof info);
+    if ((st = ckpt_set(ctx, &back)) != PAR_OK) return st;
+    if ((st = par_params_load(back, a->dir, &info)) != PAR_OK) return par_params_destroy(back), st;
+    bad += info.step != 20 || !info.has_moments || info.num_shards != CKPT_RANKS;
+    bad += par_ckpt_metadata(&info, "data.position") == NULL ||
+           strcmp(par_ckpt_metadata(&info, "data.position"), "batch 17") != 0;
+    bad += par_params_step_count(back) != 20;
+    for (i = 0; i < CKPT_NP; i++) { /* the values of the second save, element by element */
+        par_param_info in;
+        const float *val = par_params_value(back, i);
+        bad += par_params_get_info(back, i, &in) != PAR_OK || val == NULL;
+        for (k = 0; val && k < in.numel; k++) bad += val[k] != ckpt_value(2, i, 0, ckpt_global(&in, k));
+    }
+    par_ckpt_info_free(&info);
+    par_params_destroy(back);
+    a->failed[rank] = bad;
+    return PAR_OK;
+}
+
+static void test_ckpt_run(void) {
+    counter c;
+    par_ctx_desc desc;
+    ckpt_arg arg;
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], cmd[600];
+    long before;
+    int r;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    memset(&arg, 0, sizeof arg);
+    snprintf(dir, sizeof dir, "%s/par_alloc_ckpt_%ld", tmp && tmp[0] ? tmp : "/tmp", (long)getpid());
+    arg.dir = dir;
+    memset(&desc, 0, sizeof desc);
+    desc.mesh = "dp=2,tp=2";
+    desc.timeout_ms = 30000;
+    desc.kernel_threads = 1;
+    desc.allocator = counting(&c);
+
+    before = macro_count();
+    CHECK_OK(par_run_threads_desc(&desc, CKPT_RANKS, ckpt_body, &arg));
+    /* per rank: the info's metadata, copied by the load and freed by par_ckpt_info_free */
+    CHECK_MSG(macro_count() - before == 2 * CKPT_RANKS,
+              "%ld allocator macro calls during the save and load, want %d (the par_ckpt_info metadata's)",
+              macro_count() - before, 2 * CKPT_RANKS);
+    for (r = 0; r < CKPT_RANKS; r++) CHECK_MSG(arg.failed[r] == 0, "rank %d: %d checks failed", r, arg.failed[r]);
+    CHECK_MSG(c.mallocs > 200, "only %ld allocations went through the hooks", c.mallocs);
+    CHECK_MSG(c.reallocs > 0, "no realloc went through the hooks");
+    CHECK_MSG(c.live == 0, "%ld hooked blocks still allocated after the run", c.live);
+    CHECK_INT(c.bad, 0);
+    CHECK_INT(c.frees, c.mallocs);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+    pthread_mutex_destroy(&c.mu);
+}
+
 /* A context's default hooks are callable and wrap the macros. */
 static par_status default_body(par_ctx *ctx, void *p) {
     const par_allocator *al = par_ctx_allocator(ctx);
@@ -380,6 +519,7 @@ static void test_defaults(void) {
 int main(void) {
     test_partial_sets();
     test_threads_run();
+    test_ckpt_run();
     test_defaults();
     return TEST_END("test_alloc");
 }

@@ -435,6 +435,65 @@ static void test_errors(void) {
     load_fails(&cfgs[0], root, PAR_EPARSE, "not a parallel.h sharded index", 0, 0, 0);
 }
 
+/* Replace the first `from` after the first `after` (NULL: from the start) in
+   file path by `to`, which has the same length (a safetensors header keeps its
+   size). 1 if found. */
+static int patch_file(const char *path, const char *after, const char *from, const char *to) {
+    size_t n = 0, k = 0, len = strlen(from);
+    unsigned char *bytes = test_read_file(path, &n);
+    int found = 0;
+    if (!bytes || strlen(to) != len) return free(bytes), 0;
+    if (after) /* a byte search: the header length before the JSON holds zero bytes */
+        for (k = 0; k + strlen(after) <= n && memcmp(bytes + k, after, strlen(after)) != 0; k++) continue;
+    for (; k + len <= n; k++)
+        if (memcmp(bytes + k, from, len) == 0) {
+            memcpy(bytes + k, to, len), found = 1;
+            break;
+        }
+    if (found) found = test_write_file(path, bytes, n);
+    free(bytes);
+    return found;
+}
+
+/* The checks of opening a checkpoint (the index, each shard against it, each
+   piece description against its tensor), through par_ckpt_inspect and
+   par_params_load: a fresh one-rank save, one edit each, the error naming
+   the file and the rule. */
+static void test_open_rules(void) {
+    static const struct {
+        const char *file, *after, *from, *to; /* the edit */
+        par_status want;
+        const char *needle;
+    } cases[] = {
+        {"model.safetensors.index.json", NULL, "\"par.num_shards\": \"1\"", "\"par.num_shards\": \"x\"", PAR_EPARSE,
+         "model.safetensors.index.json: par.num_shards \"x\" is not a positive count"},
+        {"model.safetensors.index.json", NULL, "\"par.step\": \"3\"", "\"par.step\": \"-\"", PAR_EPARSE,
+         "model.safetensors.index.json: par.step \"-\" is not a step in [0, 99999999]"},
+        {"model.safetensors.index.json", NULL, "\"par.step\": \"3\"", "\"par.step\": \"4\"", PAR_EPARSE,
+         "shard-00000-of-00001.safetensors: par.num_shards or par.step differ from the index's (1, 4)"},
+        {"shard-00000-of-00001.safetensors", NULL, "par.piece.w\"", "par.pieXe.w\"", PAR_EPARSE,
+         "shard-00000-of-00001.safetensors: tensor \"w\": no piece description (par.piece.<name>)"},
+        {"shard-00000-of-00001.safetensors", "par.piece.w\"", "value ", "valuX ", PAR_EPARSE,
+         "shard-00000-of-00001.safetensors: tensor \"w\": malformed piece description"},
+        {"shard-00000-of-00001.safetensors", "par.piece.w\"", " 0 48 w\"", " 0 47 w\"", PAR_EPARSE,
+         "shard-00000-of-00001.safetensors: tensor \"w\" holds 48 f32 elements, its description says 47 F32"},
+    };
+    char root[600], path[800];
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        par_ckpt_info info;
+        memset(&info, 0, sizeof info);
+        snprintf(root, sizeof root, "%s/open_rule_%d", test_dir, (int)i);
+        save(&cfgs[0], root, 3, 1, 0);
+        snprintf(path, sizeof path, "%s/step-00000003/%s", root, cases[i].file);
+        CHECK_MSG(patch_file(path, cases[i].after, cases[i].from, cases[i].to), "case %d: %s not in %s", (int)i,
+                  cases[i].from, path);
+        CHECK_ERR(par_ckpt_inspect(root, 0, &info), cases[i].want, cases[i].needle);
+        CHECK(info.meta_ == NULL); /* nothing left to free after a failure */
+        load_fails(&cfgs[0], root, cases[i].want, cases[i].needle, 0, 0, 0);
+    }
+}
+
 /* Ranks that read different step directories (a root's `latest` replaced
    between their reads) all fail, naming it, rather than mix two checkpoints. */
 static void test_mixed_dirs(void) {
@@ -564,6 +623,7 @@ int main(void) {
     test_crash();
     test_device_path();
     test_errors();
+    test_open_rules();
     test_lock();
     test_mixed_dirs();
     test_foreign_shards();

@@ -1159,276 +1159,501 @@ static void llama__changes(llama__report *r, const char *fmt, ...) {
 #define LLAMA__K(name) "model.model_config." name
 #define LLAMA__P(name) "parallel_config." name
 
-/* Pipeline: the layers split into pipeline_stage x pp_interleave_num virtual
-   stages (offset moving layers from the first to the last), the interleave
-   switches agreeing, and the interleaved schedule's micro-batch rule. */
-static int llama__check_pp(const llama_config *c, llama__report *r) {
-    const int p = c->pipeline_stage, v = c->pp_interleave_num, vs = p * v;
-    if (c->pipeline_interleave != (v > 1))
-        return llama__rule(r,
-                           "parallel.pipeline_config.pipeline_interleave = %s with " LLAMA__K("pp_interleave_num")
-                           " = %d: the interleaved schedule needs both (true and more than 1 chunk per rank), or neither",
-                           c->pipeline_interleave ? "true" : "false", v);
-    if (v > 1 && strcmp(c->pipeline_scheduler, "1f1b") != 0)
-        return llama__rule(r,
-                           "parallel.pipeline_config.pipeline_interleave = true with "
-                           "parallel.pipeline_config.pipeline_scheduler = %s: the interleaved schedule is 1F1B over "
-                           "model chunks; use pipeline_scheduler 1f1b, or no interleave",
-                           c->pipeline_scheduler);
-    if (p == 1 && (v > 1 || c->offset != 0))
-        return llama__rule(r,
-                           LLAMA__K("%s") " = %d needs " LLAMA__P("pipeline_stage") " > 1",
-                           v > 1 ? "pp_interleave_num" : "offset", v > 1 ? v : c->offset);
-    if (p == 1) return 0;
-    if (c->num_layers % vs != 0)
-        return llama__rule(r,
-                           LLAMA__K("num_layers") " = %d does not split into " LLAMA__P("pipeline_stage")
-                           " x " LLAMA__K("pp_interleave_num") " = %d x %d = %d stages of equal size (layers are never "
-                           "dropped: use a multiple of %d, and offset to make stages uneven)",
-                           c->num_layers, p, v, vs, vs);
-    if (c->num_layers / vs - c->offset < 1 || c->num_layers / vs + c->offset < 1)
-        return llama__rule(r,
-                           LLAMA__K("offset") " = %d leaves a stage without layers: %d layers per stage, the first gets "
-                           "%d and the last %d",
-                           c->offset, c->num_layers / vs, c->num_layers / vs - c->offset, c->num_layers / vs + c->offset);
-    if (v > 1 && c->micro_batch_num % p != 0)
-        return llama__rule(r,
-                           LLAMA__P("micro_batch_num") " = %d is not a multiple of " LLAMA__P("pipeline_stage")
-                           " (%d): the interleaved schedule needs it (Megatron's constraint)",
-                           c->micro_batch_num, p);
-    return 0;
+/* ---- the rules between keys ------------------------------------------------- */
+
+/* Each key's own rules (range, choices) are the key table's, checked by
+   llama__check_stored. The rules between keys are the rows of llama__rules,
+   walked in order by llama__check_rules: a row names the key the rule is
+   about, its condition (a small predicate on the config and the numbers
+   derived from it, true when the rule is broken) and its error sentence: a
+   printf format whose conversions, all %lld, print the numbers `args` names
+   in order (tests/llama/test_config.c checks every row), or, for the few
+   sentences whose words depend on the config, a small function that reports
+   it. Rows of one `group` form a chain: once a row with `ends` set breaks,
+   the rest of its chain is skipped (a later rule of it would restate or divide
+   by what broke); a row without a sentence is a gate (its condition skips the
+   rest of the chain silently). */
+
+/* The numbers the sentences print: indexes into llama__vctx.n. */
+enum {
+    LLAMA__N_NONE, /* an unused argument */
+    LLAMA__N_DP, LLAMA__N_TP, LLAMA__N_CP, LLAMA__N_PP,
+    LLAMA__N_HIDDEN, LLAMA__N_HEADS, LLAMA__N_HEAD_DIM, LLAMA__N_KV, LLAMA__N_MULTIPLE_OF, LLAMA__N_FFN,
+    LLAMA__N_VOCAB, LLAMA__N_SEQ,
+    LLAMA__N_UDEG,       /* ulysses_degree_in_cp */
+    LLAMA__N_U,          /* the Ulysses degree the algorithm uses: context_parallel (ulysses_cp), ulysses_degree_in_cp
+                            (hybrid_cp) or 1 */
+    LLAMA__N_RING, LLAMA__N_RING2, LLAMA__N_CP2, /* the ring degree context_parallel / U, twice it, twice context_parallel */
+    LLAMA__N_HEADS_RANK, LLAMA__N_KV_RANK,       /* heads and kv heads per tensor-parallel rank */
+    LLAMA__N_MBI, LLAMA__N_FG, LLAMA__N_COPIES,  /* micro_batch_interleave_num, fine_grain_interleave, the copies used */
+    LLAMA__N_MBN, LLAMA__N_GAS, LLAMA__N_MICRO, LLAMA__N_MAX_BATCH, /* micro-batches per step: MBN (x GAS without pp) */
+    LLAMA__N_CHUNKS, LLAMA__N_STAGES, LLAMA__N_LAYERS, LLAMA__N_OFFSET, /* pp_interleave_num, PP x CHUNKS */
+    LLAMA__N_LPS, LLAMA__N_FIRST, LLAMA__N_LAST, /* layers per stage; the first stage's and the last's */
+    LLAMA__N_WARMUP, LLAMA__N_TOTAL,
+    LLAMA__N_COUNT
+};
+
+/* What the rules read: the config (its keys' own rules hold, so no divisor
+   below is 0) and the numbers derived from it, each computed once. */
+typedef struct llama__vctx {
+    const llama_config *c;
+    int hybrid;      /* context_parallel_algo is hybrid_cp */
+    int global;      /* llama_config_global_batch */
+    long long parts; /* the global batch's split: DP x MICRO x COPIES (0 when MICRO is past the limit) */
+    long long n[LLAMA__N_COUNT];
+} llama__vctx;
+
+static void llama__vctx_init(llama__vctx *v, const llama_config *c) {
+    long long *n = v->n;
+    memset(v, 0, sizeof *v);
+    v->c = c;
+    v->hybrid = strcmp(c->context_parallel_algo, "hybrid_cp") == 0;
+    v->global = llama_config_global_batch(c);
+    n[LLAMA__N_DP] = c->data_parallel, n[LLAMA__N_TP] = c->model_parallel, n[LLAMA__N_CP] = c->context_parallel;
+    n[LLAMA__N_PP] = c->pipeline_stage;
+    n[LLAMA__N_HIDDEN] = c->hidden_size, n[LLAMA__N_HEADS] = c->num_heads;
+    n[LLAMA__N_HEAD_DIM] = c->hidden_size / c->num_heads;
+    n[LLAMA__N_KV] = c->n_kv_heads ? c->n_kv_heads : c->num_heads;
+    n[LLAMA__N_MULTIPLE_OF] = c->multiple_of, n[LLAMA__N_FFN] = llama_config_ffn_width(c);
+    n[LLAMA__N_VOCAB] = c->vocab_size, n[LLAMA__N_SEQ] = c->seq_length;
+    n[LLAMA__N_UDEG] = c->ulysses_degree_in_cp;
+    n[LLAMA__N_U] = strcmp(c->context_parallel_algo, "ulysses_cp") == 0 ? c->context_parallel
+                    : v->hybrid                                         ? c->ulysses_degree_in_cp
+                                                                        : 1;
+    n[LLAMA__N_RING] = n[LLAMA__N_CP] / n[LLAMA__N_U], n[LLAMA__N_RING2] = 2 * n[LLAMA__N_RING];
+    n[LLAMA__N_CP2] = 2 * n[LLAMA__N_CP];
+    n[LLAMA__N_HEADS_RANK] = c->num_heads / c->model_parallel, n[LLAMA__N_KV_RANK] = n[LLAMA__N_KV] / c->model_parallel;
+    n[LLAMA__N_MBI] = c->micro_batch_interleave_num, n[LLAMA__N_FG] = c->fine_grain_interleave;
+    n[LLAMA__N_COPIES] = c->fine_grain_interleave > 1 ? c->fine_grain_interleave : c->micro_batch_interleave_num;
+    n[LLAMA__N_MBN] = c->micro_batch_num, n[LLAMA__N_GAS] = c->gradient_accumulation_steps;
+    n[LLAMA__N_MICRO] = c->pipeline_stage > 1 ? n[LLAMA__N_MBN] : n[LLAMA__N_MBN] * n[LLAMA__N_GAS];
+    n[LLAMA__N_MAX_BATCH] = LLAMA__MAX_BATCH;
+    if (n[LLAMA__N_MICRO] <= LLAMA__MAX_BATCH) v->parts = n[LLAMA__N_DP] * n[LLAMA__N_MICRO] * n[LLAMA__N_COPIES];
+    n[LLAMA__N_CHUNKS] = c->pp_interleave_num, n[LLAMA__N_STAGES] = n[LLAMA__N_PP] * n[LLAMA__N_CHUNKS];
+    n[LLAMA__N_LAYERS] = c->num_layers, n[LLAMA__N_OFFSET] = c->offset;
+    n[LLAMA__N_LPS] = n[LLAMA__N_LAYERS] / n[LLAMA__N_STAGES];
+    n[LLAMA__N_FIRST] = n[LLAMA__N_LPS] - c->offset, n[LLAMA__N_LAST] = n[LLAMA__N_LPS] + c->offset;
+    n[LLAMA__N_WARMUP] = c->warmup_steps, n[LLAMA__N_TOTAL] = c->total_steps;
 }
 
-/* Context parallel: the sequence split (zigzag needs 2 x ring degree chunks),
-   the heads against the Ulysses degree (this rank's, after model_parallel),
-   and use_ring_attention against the algorithm. Numbers and keys in the message. */
-static int llama__check_cp(const llama_config *c, int kv, llama__report *r) {
-    const int cp = c->context_parallel, tp = c->model_parallel;
-    const int hybrid = strcmp(c->context_parallel_algo, "hybrid_cp") == 0;
-    const int u = strcmp(c->context_parallel_algo, "ulysses_cp") == 0 ? cp : hybrid ? c->ulysses_degree_in_cp : 1;
-    const int ring = cp / u, heads = c->num_heads / tp, kvh = kv / tp;
-    if (c->use_ring_attention && strcmp(c->context_parallel_algo, "colossalai_cp") != 0)
-        return llama__rule(r,
-                           LLAMA__K("use_ring_attention") " = true asks for ring attention, but "
-                           LLAMA__P("context_parallel_algo") " = %s; use colossalai_cp or set use_ring_attention false",
-                           c->context_parallel_algo);
-    if (c->seq_length % cp != 0)
-        return llama__rule(r,
-                           LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("context_parallel")
-                           " (%d): each rank holds seq_length / context_parallel tokens (no padding)",
-                           c->seq_length, cp);
-    if (c->context_parallel_zigzag && ring > 1 && c->seq_length % (2 * ring) != 0)
-        return llama__rule(r,
-                           LLAMA__K("seq_length") " = %d does not split into 2 x %d = %d zigzag chunks (ring degree "
-                           "%d); use a multiple of %d or " LLAMA__P("context_parallel_zigzag") " = false",
-                           c->seq_length, ring, 2 * ring, ring, 2 * cp);
-    if (u > 1 && heads % u != 0)
-        return llama__rule(r,
-                           LLAMA__K("num_heads") " / " LLAMA__P("model_parallel") " = %d heads per rank are not "
-                           "divisible by the Ulysses degree %d (%s)",
-                           heads, u, hybrid ? LLAMA__P("ulysses_degree_in_cp") : LLAMA__P("context_parallel") " under ulysses_cp");
-    if (u > 1 && kvh % u != 0 && u % kvh != 0)
-        return llama__rule(r,
-                           LLAMA__K("n_kv_heads") " / " LLAMA__P("model_parallel") " = %d kv heads per rank and the "
-                           "Ulysses degree %d: one must divide the other (kv heads are split, or replicated)",
-                           kvh, u);
-    return 0;
+/* ---- conditions: true when the rule is broken ---- */
+
+static int llama__when_mode_hybrid(const llama__vctx *v) { return v->c->parallel_mode == LLAMA_PARALLEL_MODE_HYBRID; }
+static int llama__when_data_splits(const llama__vctx *v) {
+    const llama_config *c = v->c;
+    return c->parallel_mode == LLAMA_PARALLEL_MODE_DATA &&
+           (c->model_parallel > 1 || c->context_parallel > 1 || c->pipeline_stage > 1);
+}
+static int llama__when_data_full_batch(const llama__vctx *v) {
+    return v->c->parallel_mode == LLAMA_PARALLEL_MODE_DATA && v->c->full_batch;
+}
+static int llama__when_alone_splits(const llama__vctx *v) {
+    const llama_config *c = v->c;
+    return c->parallel_mode == LLAMA_PARALLEL_MODE_STAND_ALONE &&
+           (c->data_parallel > 1 || c->model_parallel > 1 || c->pipeline_stage > 1 || c->context_parallel > 1);
+}
+static int llama__when_level3(const llama__vctx *v) { return v->c->optimizer_level == 3; }
+
+static int llama__when_hidden_by_heads(const llama__vctx *v) { return v->c->hidden_size % v->c->num_heads != 0; }
+static int llama__when_head_dim_odd(const llama__vctx *v) { return v->n[LLAMA__N_HEAD_DIM] % 2 != 0; }
+static int llama__when_heads_by_kv(const llama__vctx *v) { return v->c->num_heads % v->n[LLAMA__N_KV] != 0; }
+static int llama__when_ffn_range(const llama__vctx *v) { return v->n[LLAMA__N_FFN] < 1 || v->n[LLAMA__N_FFN] > 1048576; }
+static int llama__when_no_tp(const llama__vctx *v) { return v->c->model_parallel == 1; }
+static int llama__when_heads_by_tp(const llama__vctx *v) { return v->c->num_heads % v->c->model_parallel != 0; }
+static int llama__when_kv_below_tp(const llama__vctx *v) { return v->n[LLAMA__N_KV] < v->c->model_parallel; }
+static int llama__when_kv_by_tp(const llama__vctx *v) {
+    return !llama__when_kv_below_tp(v) && v->n[LLAMA__N_KV] % v->c->model_parallel != 0;
+}
+static int llama__when_hidden_by_tp(const llama__vctx *v) { return v->c->hidden_size % v->c->model_parallel != 0; }
+static int llama__when_ffn_key_by_tp(const llama__vctx *v) {
+    return v->c->intermediate_size > 0 && v->n[LLAMA__N_FFN] % v->c->model_parallel != 0;
+}
+static int llama__when_ffn_rule_by_tp(const llama__vctx *v) {
+    return v->c->intermediate_size <= 0 && v->n[LLAMA__N_FFN] % v->c->model_parallel != 0;
+}
+static int llama__when_vocab_by_tp(const llama__vctx *v) { return v->c->vocab_size % v->c->model_parallel != 0; }
+static int llama__when_seq_by_tp(const llama__vctx *v) {
+    return v->c->use_seq_parallel && v->c->context_parallel == 1 && v->c->seq_length % v->c->model_parallel != 0;
+}
+static int llama__when_seq_rank_by_tp(const llama__vctx *v) {
+    return v->c->use_seq_parallel && (v->c->seq_length / v->c->context_parallel) % v->c->model_parallel != 0;
 }
 
+static int llama__when_cp_by_udeg(const llama__vctx *v) {
+    return v->c->context_parallel % v->c->ulysses_degree_in_cp != 0;
+}
+static int llama__when_no_cp(const llama__vctx *v) { return v->c->context_parallel == 1; }
+static int llama__when_ring_algo(const llama__vctx *v) {
+    return v->c->use_ring_attention && strcmp(v->c->context_parallel_algo, "colossalai_cp") != 0;
+}
+static int llama__when_seq_by_cp(const llama__vctx *v) { return v->c->seq_length % v->c->context_parallel != 0; }
+static int llama__when_zigzag(const llama__vctx *v) {
+    return v->c->context_parallel_zigzag && v->n[LLAMA__N_RING] > 1 && v->c->seq_length % v->n[LLAMA__N_RING2] != 0;
+}
+static int llama__when_heads_by_u(const llama__vctx *v) {
+    return v->n[LLAMA__N_U] > 1 && v->n[LLAMA__N_HEADS_RANK] % v->n[LLAMA__N_U] != 0;
+}
+static int llama__when_heads_by_udeg(const llama__vctx *v) { return v->hybrid && llama__when_heads_by_u(v); }
+static int llama__when_heads_by_ucp(const llama__vctx *v) { return !v->hybrid && llama__when_heads_by_u(v); }
+static int llama__when_kv_vs_u(const llama__vctx *v) {
+    const long long u = v->n[LLAMA__N_U], kvh = v->n[LLAMA__N_KV_RANK];
+    return u > 1 && kvh % u != 0 && u % kvh != 0; /* kvh 0: the first test is false, so u % kvh is never taken */
+}
 
-/* The batch: the global batch (llama_config_global_batch) split into whole
-   samples over data_parallel x micro-batches x copies. The message spells
-   out the product MindFormers' keys make. */
-static void llama__check_batch(const llama_config *c, llama__report *r) {
-    const int fg = c->fine_grain_interleave > 1, copies = fg ? c->fine_grain_interleave : c->micro_batch_interleave_num;
-    const long long m = c->pipeline_stage > 1 ? (long long)c->micro_batch_num
-                                              : (long long)c->micro_batch_num * c->gradient_accumulation_steps;
-    const long long parts = (long long)c->data_parallel * m * copies;
-    if (m > LLAMA__MAX_BATCH) {
-        llama__rule(r, LLAMA__P("micro_batch_num") " x runner_config.gradient_accumulation_steps = %d x %d = %lld "
-                       "micro-batches per step is more than %d",
-                    c->micro_batch_num, c->gradient_accumulation_steps, m, LLAMA__MAX_BATCH);
-        return;
-    }
-    const int g = llama_config_global_batch(c);
-    char formula[320];
+static int llama__when_two_copy_kinds(const llama__vctx *v) {
+    return v->c->fine_grain_interleave > 1 && v->c->micro_batch_interleave_num > 1;
+}
+static int llama__when_fg_no_sp(const llama__vctx *v) {
+    return v->c->fine_grain_interleave > 1 && !v->c->use_seq_parallel;
+}
+static int llama__when_copies_split(const llama__vctx *v) {
+    return v->n[LLAMA__N_COPIES] > 1 && (v->c->pipeline_stage > 1 || v->c->context_parallel > 1);
+}
+
+static int llama__when_micro_range(const llama__vctx *v) { return v->n[LLAMA__N_MICRO] > LLAMA__MAX_BATCH; }
+static int llama__when_batch_range(const llama__vctx *v) { return v->global < 0 || v->global > LLAMA__MAX_BATCH; }
+static int llama__when_batch_split(const llama__vctx *v) { return v->global % v->parts != 0; }
+
+static int llama__when_interleave_on(const llama__vctx *v) {
+    return v->c->pipeline_interleave && !(v->c->pp_interleave_num > 1);
+}
+static int llama__when_interleave_off(const llama__vctx *v) {
+    return !v->c->pipeline_interleave && v->c->pp_interleave_num > 1;
+}
+static int llama__when_scheduler(const llama__vctx *v) {
+    return v->c->pp_interleave_num > 1 && strcmp(v->c->pipeline_scheduler, "1f1b") != 0;
+}
+static int llama__when_chunks_no_pp(const llama__vctx *v) {
+    return v->c->pipeline_stage == 1 && v->c->pp_interleave_num > 1;
+}
+static int llama__when_offset_no_pp(const llama__vctx *v) { return v->c->pipeline_stage == 1 && v->c->offset != 0; }
+static int llama__when_no_pp(const llama__vctx *v) { return v->c->pipeline_stage == 1; }
+static int llama__when_layers_by_stages(const llama__vctx *v) { return v->c->num_layers % v->n[LLAMA__N_STAGES] != 0; }
+static int llama__when_empty_stage(const llama__vctx *v) { return v->n[LLAMA__N_FIRST] < 1 || v->n[LLAMA__N_LAST] < 1; }
+static int llama__when_micro_by_pp(const llama__vctx *v) {
+    return v->c->pp_interleave_num > 1 && v->c->micro_batch_num % v->c->pipeline_stage != 0;
+}
+
+static int llama__when_two_clips(const llama__vctx *v) {
+    const llama_config *c = v->c;
+    return c->use_clip_grad && c->max_grad_norm > 0 && c->max_grad_norm != c->wrapper_max_grad_norm;
+}
+static int llama__when_warmup_past(const llama__vctx *v) {
+    const llama_config *c = v->c;
+    return c->total_steps > 0 && c->warmup_ratio <= 0 && c->warmup_steps > c->total_steps;
+}
+static int llama__when_min_lr(const llama__vctx *v) {
+    return strcmp(v->c->lr_schedule, "cosine") == 0 && v->c->min_lr > v->c->learning_rate;
+}
+static int llama__when_ckpt_file(const llama__vctx *v) {
+    const size_t n = strlen(v->c->load_checkpoint);
+    return n >= 5 && strcmp(v->c->load_checkpoint + n - 5, ".ckpt") == 0;
+}
+static int llama__when_resume_nothing(const llama__vctx *v) { return v->c->resume_training && !v->c->load_checkpoint[0]; }
+
+/* ---- the sentences whose words depend on the config ---- */
+
+static void llama__say_ring_algo(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                LLAMA__K("use_ring_attention") " = true asks for ring attention, but " LLAMA__P("context_parallel_algo")
+                " = %s; use colossalai_cp or set use_ring_attention false",
+                v->c->context_parallel_algo);
+}
+
+static void llama__say_copies_split(const llama__vctx *v, llama__report *r) {
+    const llama_config *c = v->c;
+    const int pp = c->pipeline_stage > 1;
+    llama__rule(r,
+                "%s = %lld with " LLAMA__P("%s") " = %d: the copies run the tensor-parallel layers and are not "
+                "supported with %s yet; use 1 there, or 1 copy",
+                c->fine_grain_interleave > 1 ? LLAMA__K("fine_grain_interleave") " (or parallel_config.fine_grain_interleave)"
+                                             : "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num)",
+                v->n[LLAMA__N_COPIES], pp ? "pipeline_stage" : "context_parallel",
+                pp ? c->pipeline_stage : c->context_parallel, pp ? "pipeline parallelism" : "context parallelism");
+}
+
+/* The global batch as the keys that make it (llama_config_global_batch), with its value. */
+static void llama__batch_formula(const llama__vctx *v, char *formula, size_t size) {
+    const llama_config *c = v->c;
     if (c->global_batch_size > 0)
-        snprintf(formula, sizeof formula, "runner_config.global_batch_size = %d", g);
+        snprintf(formula, size, "runner_config.global_batch_size = %d", v->global);
     else if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA)
-        snprintf(formula, sizeof formula,
+        snprintf(formula, size,
                  "the global batch runner_config.batch_size x " LLAMA__P("data_parallel")
                  " x runner_config.gradient_accumulation_steps = %d x %d x %d = %lld",
                  c->batch_size, c->data_parallel, c->gradient_accumulation_steps,
                  (long long)c->batch_size * c->data_parallel * c->gradient_accumulation_steps);
     else if (c->pipeline_stage > 1)
-        snprintf(formula, sizeof formula,
+        snprintf(formula, size,
                  "the global batch runner_config.batch_size x " LLAMA__P("data_parallel") " x " LLAMA__P("micro_batch_num")
                  " x micro_batch_interleave_num = %d x %d x %d x %d = %lld",
                  c->batch_size, c->data_parallel, c->micro_batch_num, c->micro_batch_interleave_num,
                  (long long)c->batch_size * c->data_parallel * c->micro_batch_num * c->micro_batch_interleave_num);
     else
-        snprintf(formula, sizeof formula,
+        snprintf(formula, size,
                  "the global batch runner_config.batch_size x " LLAMA__P("data_parallel") " x micro_batch_interleave_num"
                  " x runner_config.gradient_accumulation_steps = %d x %d x %d x %d = %lld",
                  c->batch_size, c->data_parallel, c->micro_batch_interleave_num, c->gradient_accumulation_steps,
                  (long long)c->batch_size * c->data_parallel * c->micro_batch_interleave_num *
                      c->gradient_accumulation_steps);
-    if (g < 0 || g > LLAMA__MAX_BATCH) {
-        llama__rule(r, "%s is larger than %d", formula, LLAMA__MAX_BATCH);
-        return;
-    }
-    if (g % parts == 0) return;
-    char split[320];
+}
+
+static void llama__say_batch_range(const llama__vctx *v, llama__report *r) {
+    char formula[320];
+    llama__batch_formula(v, formula, sizeof formula);
+    llama__rule(r, "%s is larger than %d", formula, LLAMA__MAX_BATCH);
+}
+
+/* The global batch splits into data_parallel x micro-batches x copies, spelled
+   out as MindFormers' keys make it. */
+static void llama__say_batch_split(const llama__vctx *v, llama__report *r) {
+    const llama_config *c = v->c;
+    const char *copies = c->fine_grain_interleave > 1 ? LLAMA__K("fine_grain_interleave") : "micro_batch_interleave_num";
+    char formula[320], split[320];
+    llama__batch_formula(v, formula, sizeof formula);
     if (c->pipeline_stage > 1)
-        snprintf(split, sizeof split, LLAMA__P("data_parallel") " x " LLAMA__P("micro_batch_num") " x %s = %d x %d x %d",
-                 fg ? LLAMA__K("fine_grain_interleave") : "micro_batch_interleave_num", c->data_parallel,
-                 c->micro_batch_num, copies);
+        snprintf(split, sizeof split, LLAMA__P("data_parallel") " x " LLAMA__P("micro_batch_num") " x %s = %d x %d x %lld",
+                 copies, c->data_parallel, c->micro_batch_num, v->n[LLAMA__N_COPIES]);
     else
         snprintf(split, sizeof split,
                  LLAMA__P("data_parallel") " x runner_config.gradient_accumulation_steps x " LLAMA__P("micro_batch_num")
-                 " x %s = %d x %d x %d x %d",
-                 fg ? LLAMA__K("fine_grain_interleave") : "micro_batch_interleave_num", c->data_parallel,
-                 c->gradient_accumulation_steps, c->micro_batch_num, copies);
-    llama__rule(r, "%s does not split into %s = %lld equal parts of whole samples%s", formula, split, parts,
+                 " x %s = %d x %d x %d x %lld",
+                 copies, c->data_parallel, c->gradient_accumulation_steps, c->micro_batch_num, v->n[LLAMA__N_COPIES]);
+    llama__rule(r, "%s does not split into %s = %lld equal parts of whole samples%s", formula, split, v->parts,
                 c->pipeline_stage == 1 && c->micro_batch_num > 1 && c->global_batch_size == 0
                     ? " (MindFormers uses " LLAMA__P("micro_batch_num") " only under pipeline; 1 trains the same)"
                     : "");
 }
 
-/* MindFormers switches of features that are not here, refused by name. */
-static void llama__check_todo(const llama_config *c, llama__report *r) {
-    if (c->optimizer_level == 3)
-        llama__rule(r, "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3);
+static void llama__say_scheduler(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                "parallel.pipeline_config.pipeline_interleave = true with parallel.pipeline_config.pipeline_scheduler = "
+                "%s: the interleaved schedule is 1F1B over model chunks; use pipeline_scheduler 1f1b, or no interleave",
+                v->c->pipeline_scheduler);
 }
 
-static void llama__check_mode(const llama_config *c, llama__report *r) {
-    if (c->parallel_mode == LLAMA_PARALLEL_MODE_HYBRID)
-        llama__rule(r, "parallel.parallel_mode = hybrid_parallel: " LLAMA__NO_HYBRID);
-    if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA &&
-        (c->model_parallel > 1 || c->context_parallel > 1 || c->pipeline_stage > 1))
-        llama__rule(r,
-                    "parallel.parallel_mode = data_parallel is pure data parallel: " LLAMA__P("model_parallel")
-                    " (%d), " LLAMA__P("context_parallel") " (%d) and " LLAMA__P("pipeline_stage")
-                    " (%d) must be 1; use semi_auto_parallel to combine data parallel with other splits",
-                    c->model_parallel, c->context_parallel, c->pipeline_stage);
-    if (c->parallel_mode == LLAMA_PARALLEL_MODE_DATA && c->full_batch)
-        llama__rule(r, "parallel.parallel_mode = data_parallel needs parallel.full_batch = false: in data_parallel "
-                       "mode each rank reads its own runner_config.batch_size samples (as in MindSpore)");
-    if (c->parallel_mode == LLAMA_PARALLEL_MODE_STAND_ALONE &&
-        (c->data_parallel > 1 || c->model_parallel > 1 || c->pipeline_stage > 1 || c->context_parallel > 1))
-        llama__rule(r,
-                    "parallel.parallel_mode = stand_alone runs on one device, but " LLAMA__P("data_parallel")
-                    " x model_parallel x pipeline_stage x context_parallel = %d x %d x %d x %d ranks",
-                    c->data_parallel, c->model_parallel, c->pipeline_stage, c->context_parallel);
+static void llama__say_two_clips(const llama__vctx *v, llama__report *r) {
+    char a[32], b[32];
+    llama__format_float(v->c->max_grad_norm, a, sizeof a);
+    llama__format_float(v->c->wrapper_max_grad_norm, b, sizeof b);
+    llama__rule(r, "max_grad_norm = %s and runner_wrapper.max_grad_norm = %s with runner_wrapper.use_clip_grad = "
+                   "true: two clipping norms; keep one",
+                a, b);
 }
 
-/* Heads, head dim, kv heads, and every dim tensor parallel splits. */
-static void llama__check_shapes(const llama_config *c, int kv, int ffn, llama__report *r) {
-    if (c->hidden_size % c->num_heads != 0)
-        llama__rule(r, LLAMA__K("hidden_size") " = %d is not divisible by " LLAMA__K("num_heads") " (%d)", c->hidden_size,
-                    c->num_heads);
-    else if ((c->hidden_size / c->num_heads) % 2 != 0)
-        llama__rule(r,
-                    "the head dim " LLAMA__K("hidden_size") " / " LLAMA__K("num_heads") " = %d / %d = %d is odd; "
-                    "RoPE rotates the two halves of each head, so it must be even",
-                    c->hidden_size, c->num_heads, c->hidden_size / c->num_heads);
-    if (c->num_heads % kv != 0)
-        llama__rule(r, LLAMA__K("num_heads") " = %d is not divisible by " LLAMA__K("n_kv_heads") " (%d)", c->num_heads,
-                    kv);
-    if (ffn < 1 || ffn > 1048576)
-        llama__rule(r, "the FFN width from " LLAMA__K("hidden_size") " = %d, " LLAMA__K("multiple_of") " = %d and "
-                       LLAMA__K("ffn_dim_multiplier") " is %d, outside [1, 1048576]; give "
-                       LLAMA__K("intermediate_size"), c->hidden_size, c->multiple_of, ffn);
-    if (c->model_parallel == 1) return;
-    /* every split dim divisible by model_parallel (checked here, before
-       anything is allocated); kv heads are not replicated across tp ranks */
-    const int tp = c->model_parallel;
-    const struct {
-        const char *key;
-        int value;
-    } dims[] = {{LLAMA__K("num_heads"), c->num_heads},
-                {LLAMA__K("n_kv_heads"), kv},
-                {LLAMA__K("hidden_size"), c->hidden_size},
-                {c->intermediate_size > 0 ? LLAMA__K("intermediate_size")
-                                          : "the FFN width (from " LLAMA__K("hidden_size") " and " LLAMA__K("multiple_of") ")",
-                 ffn},
-                {LLAMA__K("vocab_size"), c->vocab_size}};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        if (i == 1 && kv < tp)
-            llama__rule(r,
-                        LLAMA__K("n_kv_heads") " = %d is smaller than " LLAMA__P("model_parallel") " (%d): "
-                        "each tensor-parallel rank needs its own kv heads (kv heads are not replicated); "
-                        "use model_parallel <= %d",
-                        kv, tp, kv);
-        else if (dims[i].value % tp != 0)
-            llama__rule(r, "%s = %d is not divisible by " LLAMA__P("model_parallel") " (%d)", dims[i].key, dims[i].value, tp);
+static void llama__say_min_lr(const llama__vctx *v, llama__report *r) {
+    char lo[32], hi[32];
+    llama__format_float(v->c->min_lr, lo, sizeof lo);
+    llama__format_float(v->c->learning_rate, hi, sizeof hi);
+    llama__rule(r, "lr_schedule.min_lr = %s is larger than optimizer.learning_rate (%s)", lo, hi);
+}
+
+static void llama__say_ckpt_file(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                "load_checkpoint = %s: MindSpore .ckpt files cannot be read here; convert it to a Hugging Face "
+                ".safetensors file (MindFormers ships convert_weight.py for Llama) and name that",
+                v->c->load_checkpoint);
+}
+
+/* ---- the table ---- */
+
+enum { LLAMA__G_NONE, LLAMA__G_HEAD_DIM, LLAMA__G_TP, LLAMA__G_CP, LLAMA__G_BATCH, LLAMA__G_PP };
+#define LLAMA__RULE_ARGS 6
+
+typedef struct llama__vrule {
+    const char *key;                   /* what the rule is about (its sentence names it) */
+    int group, ends;                   /* its chain; 1: once broken, the rest of the chain is skipped */
+    int (*when)(const llama__vctx *v); /* the rule is broken */
+    const char *sentence;              /* its error: conversions %lld only, filled from args */
+    unsigned char args[LLAMA__RULE_ARGS]; /* LLAMA__N_* in order; LLAMA__N_NONE after the last */
+    void (*say)(const llama__vctx *v, llama__report *r); /* instead of sentence; neither: a gate */
+} llama__vrule;
+
+#define LLAMA__MP_DIV " is not divisible by " LLAMA__P("model_parallel") " (%lld)"
+
+static const llama__vrule llama__rules[] = {
+    /* the parallel mode, and MindFormers' switches of features that are not here */
+    {"parallel.parallel_mode", 0, 0, llama__when_mode_hybrid, "parallel.parallel_mode = hybrid_parallel: " LLAMA__NO_HYBRID,
+     {0}, NULL},
+    {"parallel.parallel_mode", 0, 0, llama__when_data_splits,
+     "parallel.parallel_mode = data_parallel is pure data parallel: " LLAMA__P("model_parallel") " (%lld), "
+     LLAMA__P("context_parallel") " (%lld) and " LLAMA__P("pipeline_stage") " (%lld) must be 1; use semi_auto_parallel "
+     "to combine data parallel with other splits",
+     {LLAMA__N_TP, LLAMA__N_CP, LLAMA__N_PP}, NULL},
+    {"parallel.parallel_mode", 0, 0, llama__when_data_full_batch,
+     "parallel.parallel_mode = data_parallel needs parallel.full_batch = false: in data_parallel mode each rank reads "
+     "its own runner_config.batch_size samples (as in MindSpore)",
+     {0}, NULL},
+    {"parallel.parallel_mode", 0, 0, llama__when_alone_splits,
+     "parallel.parallel_mode = stand_alone runs on one device, but " LLAMA__P("data_parallel") " x model_parallel x "
+     "pipeline_stage x context_parallel = %lld x %lld x %lld x %lld ranks",
+     {LLAMA__N_DP, LLAMA__N_TP, LLAMA__N_PP, LLAMA__N_CP}, NULL},
+    {"parallel.parallel_optimizer_config.optimizer_level", 0, 0, llama__when_level3,
+     "parallel.parallel_optimizer_config.optimizer_level = level3: " LLAMA__TODO_ZERO3, {0}, NULL},
+
+    /* heads, head dim, kv heads, the FFN width */
+    {LLAMA__K("hidden_size"), LLAMA__G_HEAD_DIM, 1, llama__when_hidden_by_heads,
+     LLAMA__K("hidden_size") " = %lld is not divisible by " LLAMA__K("num_heads") " (%lld)",
+     {LLAMA__N_HIDDEN, LLAMA__N_HEADS}, NULL},
+    {LLAMA__K("hidden_size"), LLAMA__G_HEAD_DIM, 0, llama__when_head_dim_odd,
+     "the head dim " LLAMA__K("hidden_size") " / " LLAMA__K("num_heads") " = %lld / %lld = %lld is odd; RoPE rotates "
+     "the two halves of each head, so it must be even",
+     {LLAMA__N_HIDDEN, LLAMA__N_HEADS, LLAMA__N_HEAD_DIM}, NULL},
+    {LLAMA__K("num_heads"), 0, 0, llama__when_heads_by_kv,
+     LLAMA__K("num_heads") " = %lld is not divisible by " LLAMA__K("n_kv_heads") " (%lld)",
+     {LLAMA__N_HEADS, LLAMA__N_KV}, NULL},
+    {LLAMA__K("hidden_size"), 0, 0, llama__when_ffn_range,
+     "the FFN width from " LLAMA__K("hidden_size") " = %lld, " LLAMA__K("multiple_of") " = %lld and "
+     LLAMA__K("ffn_dim_multiplier") " is %lld, outside [1, 1048576]; give " LLAMA__K("intermediate_size"),
+     {LLAMA__N_HIDDEN, LLAMA__N_MULTIPLE_OF, LLAMA__N_FFN}, NULL},
+
+    /* tensor parallel: every dim it splits (checked before anything is
+       allocated); kv heads are not replicated across its ranks */
+    {LLAMA__P("model_parallel"), LLAMA__G_TP, 1, llama__when_no_tp, NULL, {0}, NULL},
+    {LLAMA__K("num_heads"), LLAMA__G_TP, 0, llama__when_heads_by_tp, LLAMA__K("num_heads") " = %lld" LLAMA__MP_DIV,
+     {LLAMA__N_HEADS, LLAMA__N_TP}, NULL},
+    {LLAMA__K("n_kv_heads"), LLAMA__G_TP, 0, llama__when_kv_below_tp,
+     LLAMA__K("n_kv_heads") " = %lld is smaller than " LLAMA__P("model_parallel") " (%lld): each tensor-parallel rank "
+     "needs its own kv heads (kv heads are not replicated); use model_parallel <= %lld",
+     {LLAMA__N_KV, LLAMA__N_TP, LLAMA__N_KV}, NULL},
+    {LLAMA__K("n_kv_heads"), LLAMA__G_TP, 0, llama__when_kv_by_tp, LLAMA__K("n_kv_heads") " = %lld" LLAMA__MP_DIV,
+     {LLAMA__N_KV, LLAMA__N_TP}, NULL},
+    {LLAMA__K("hidden_size"), LLAMA__G_TP, 0, llama__when_hidden_by_tp, LLAMA__K("hidden_size") " = %lld" LLAMA__MP_DIV,
+     {LLAMA__N_HIDDEN, LLAMA__N_TP}, NULL},
+    {LLAMA__K("intermediate_size"), LLAMA__G_TP, 0, llama__when_ffn_key_by_tp,
+     LLAMA__K("intermediate_size") " = %lld" LLAMA__MP_DIV, {LLAMA__N_FFN, LLAMA__N_TP}, NULL},
+    {LLAMA__K("multiple_of"), LLAMA__G_TP, 0, llama__when_ffn_rule_by_tp,
+     "the FFN width (from " LLAMA__K("hidden_size") " and " LLAMA__K("multiple_of") ") = %lld" LLAMA__MP_DIV,
+     {LLAMA__N_FFN, LLAMA__N_TP}, NULL},
+    {LLAMA__K("vocab_size"), LLAMA__G_TP, 0, llama__when_vocab_by_tp, LLAMA__K("vocab_size") " = %lld" LLAMA__MP_DIV,
+     {LLAMA__N_VOCAB, LLAMA__N_TP}, NULL},
+    {LLAMA__K("seq_length"), LLAMA__G_TP, 1, llama__when_seq_by_tp,
+     LLAMA__K("seq_length") " = %lld" LLAMA__MP_DIV ", which " LLAMA__P("use_seq_parallel") " splits it over",
+     {LLAMA__N_SEQ, LLAMA__N_TP}, NULL},
+    {LLAMA__K("seq_length"), LLAMA__G_TP, 0, llama__when_seq_rank_by_tp,
+     LLAMA__K("seq_length") " / " LLAMA__P("context_parallel") " = %lld / %lld tokens per rank are not divisible by "
+     LLAMA__P("model_parallel") " (%lld), which " LLAMA__P("use_seq_parallel") " splits them over",
+     {LLAMA__N_SEQ, LLAMA__N_CP, LLAMA__N_TP}, NULL},
+
+    /* context parallel: the Ulysses degree, the sequence split (zigzag needs
+       2 x ring degree chunks), the heads against the Ulysses degree (this
+       rank's, after model_parallel), use_ring_attention against the algorithm */
+    {LLAMA__P("context_parallel"), LLAMA__G_CP, 1, llama__when_cp_by_udeg,
+     LLAMA__P("context_parallel") " = %lld is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%lld)",
+     {LLAMA__N_CP, LLAMA__N_UDEG}, NULL},
+    {LLAMA__P("context_parallel"), LLAMA__G_CP, 1, llama__when_no_cp, NULL, {0}, NULL},
+    {LLAMA__K("use_ring_attention"), LLAMA__G_CP, 1, llama__when_ring_algo, NULL, {0}, llama__say_ring_algo},
+    {LLAMA__K("seq_length"), LLAMA__G_CP, 1, llama__when_seq_by_cp,
+     LLAMA__K("seq_length") " = %lld is not divisible by " LLAMA__P("context_parallel") " (%lld): each rank holds "
+     "seq_length / context_parallel tokens (no padding)",
+     {LLAMA__N_SEQ, LLAMA__N_CP}, NULL},
+    {LLAMA__K("seq_length"), LLAMA__G_CP, 1, llama__when_zigzag,
+     LLAMA__K("seq_length") " = %lld does not split into 2 x %lld = %lld zigzag chunks (ring degree %lld); use a "
+     "multiple of %lld or " LLAMA__P("context_parallel_zigzag") " = false",
+     {LLAMA__N_SEQ, LLAMA__N_RING, LLAMA__N_RING2, LLAMA__N_RING, LLAMA__N_CP2}, NULL},
+    {LLAMA__K("num_heads"), LLAMA__G_CP, 1, llama__when_heads_by_udeg,
+     LLAMA__K("num_heads") " / " LLAMA__P("model_parallel") " = %lld heads per rank are not divisible by the Ulysses "
+     "degree %lld (" LLAMA__P("ulysses_degree_in_cp") ")",
+     {LLAMA__N_HEADS_RANK, LLAMA__N_U}, NULL},
+    {LLAMA__K("num_heads"), LLAMA__G_CP, 1, llama__when_heads_by_ucp,
+     LLAMA__K("num_heads") " / " LLAMA__P("model_parallel") " = %lld heads per rank are not divisible by the Ulysses "
+     "degree %lld (" LLAMA__P("context_parallel") " under ulysses_cp)",
+     {LLAMA__N_HEADS_RANK, LLAMA__N_U}, NULL},
+    {LLAMA__K("n_kv_heads"), LLAMA__G_CP, 1, llama__when_kv_vs_u,
+     LLAMA__K("n_kv_heads") " / " LLAMA__P("model_parallel") " = %lld kv heads per rank and the Ulysses degree %lld: "
+     "one must divide the other (kv heads are split, or replicated)",
+     {LLAMA__N_KV_RANK, LLAMA__N_U}, NULL},
+
+    /* multi-copy and fine-grained interleave: copies of the tensor-parallel
+       layers (no pipeline or cp collectives inside), one kind at a time */
+    {"micro_batch_interleave_num", 0, 0, llama__when_two_copy_kinds,
+     "micro_batch_interleave_num = %lld and " LLAMA__K("fine_grain_interleave") " = %lld: use one of them (both cut "
+     "the micro-batch into copies)",
+     {LLAMA__N_MBI, LLAMA__N_FG}, NULL},
+    {LLAMA__K("fine_grain_interleave"), 0, 0, llama__when_fg_no_sp,
+     LLAMA__K("fine_grain_interleave") " (or parallel_config.fine_grain_interleave) = %lld needs "
+     LLAMA__P("use_seq_parallel") " true (as in MindFormers: the slices' all-gathers and reduce-scatters are what it "
+     "overlaps)",
+     {LLAMA__N_COPIES}, NULL},
+    {"micro_batch_interleave_num", 0, 0, llama__when_copies_split, NULL, {0}, llama__say_copies_split},
+
+    /* the batch: the global batch (llama_config_global_batch) split into whole
+       samples over data_parallel x micro-batches x copies */
+    {LLAMA__P("micro_batch_num"), LLAMA__G_BATCH, 1, llama__when_micro_range,
+     LLAMA__P("micro_batch_num") " x runner_config.gradient_accumulation_steps = %lld x %lld = %lld micro-batches per "
+     "step is more than %lld",
+     {LLAMA__N_MBN, LLAMA__N_GAS, LLAMA__N_MICRO, LLAMA__N_MAX_BATCH}, NULL},
+    {"runner_config.batch_size", LLAMA__G_BATCH, 1, llama__when_batch_range, NULL, {0}, llama__say_batch_range},
+    {"runner_config.batch_size", LLAMA__G_BATCH, 1, llama__when_batch_split, NULL, {0}, llama__say_batch_split},
+
+    /* pipeline: the interleave switches agreeing, the layers split into
+       pipeline_stage x pp_interleave_num virtual stages (offset moving layers
+       from the first to the last), the interleaved schedule's micro-batches */
+    {"parallel.pipeline_config.pipeline_interleave", LLAMA__G_PP, 1, llama__when_interleave_on,
+     "parallel.pipeline_config.pipeline_interleave = true with " LLAMA__K("pp_interleave_num") " = %lld: the "
+     "interleaved schedule needs both (true and more than 1 chunk per rank), or neither",
+     {LLAMA__N_CHUNKS}, NULL},
+    {"parallel.pipeline_config.pipeline_interleave", LLAMA__G_PP, 1, llama__when_interleave_off,
+     "parallel.pipeline_config.pipeline_interleave = false with " LLAMA__K("pp_interleave_num") " = %lld: the "
+     "interleaved schedule needs both (true and more than 1 chunk per rank), or neither",
+     {LLAMA__N_CHUNKS}, NULL},
+    {"parallel.pipeline_config.pipeline_scheduler", LLAMA__G_PP, 1, llama__when_scheduler, NULL, {0},
+     llama__say_scheduler},
+    {LLAMA__K("pp_interleave_num"), LLAMA__G_PP, 1, llama__when_chunks_no_pp,
+     LLAMA__K("pp_interleave_num") " = %lld needs " LLAMA__P("pipeline_stage") " > 1", {LLAMA__N_CHUNKS}, NULL},
+    {LLAMA__K("offset"), LLAMA__G_PP, 1, llama__when_offset_no_pp,
+     LLAMA__K("offset") " = %lld needs " LLAMA__P("pipeline_stage") " > 1", {LLAMA__N_OFFSET}, NULL},
+    {LLAMA__P("pipeline_stage"), LLAMA__G_PP, 1, llama__when_no_pp, NULL, {0}, NULL},
+    {LLAMA__K("num_layers"), LLAMA__G_PP, 1, llama__when_layers_by_stages,
+     LLAMA__K("num_layers") " = %lld does not split into " LLAMA__P("pipeline_stage") " x " LLAMA__K("pp_interleave_num")
+     " = %lld x %lld = %lld stages of equal size (layers are never dropped: use a multiple of %lld, and offset to make "
+     "stages uneven)",
+     {LLAMA__N_LAYERS, LLAMA__N_PP, LLAMA__N_CHUNKS, LLAMA__N_STAGES, LLAMA__N_STAGES}, NULL},
+    {LLAMA__K("offset"), LLAMA__G_PP, 1, llama__when_empty_stage,
+     LLAMA__K("offset") " = %lld leaves a stage without layers: %lld layers per stage, the first gets %lld and the "
+     "last %lld",
+     {LLAMA__N_OFFSET, LLAMA__N_LPS, LLAMA__N_FIRST, LLAMA__N_LAST}, NULL},
+    {LLAMA__P("micro_batch_num"), LLAMA__G_PP, 1, llama__when_micro_by_pp,
+     LLAMA__P("micro_batch_num") " = %lld is not a multiple of " LLAMA__P("pipeline_stage") " (%lld): the interleaved "
+     "schedule needs it (Megatron's constraint)",
+     {LLAMA__N_MBN, LLAMA__N_PP}, NULL},
+
+    /* training: clipping, the schedule, the checkpoint to start from */
+    {"max_grad_norm", 0, 0, llama__when_two_clips, NULL, {0}, llama__say_two_clips},
+    {"lr_schedule.warmup_steps", 0, 0, llama__when_warmup_past,
+     "lr_schedule.warmup_steps = %lld is larger than lr_schedule.total_steps (%lld)", {LLAMA__N_WARMUP, LLAMA__N_TOTAL},
+     NULL},
+    {"lr_schedule.min_lr", 0, 0, llama__when_min_lr, NULL, {0}, llama__say_min_lr},
+    {"load_checkpoint", 0, 0, llama__when_ckpt_file, NULL, {0}, llama__say_ckpt_file},
+    {"resume_training", 0, 0, llama__when_resume_nothing,
+     "resume_training = true needs load_checkpoint: the checkpoint (a --save-dir step directory or a .safetensors "
+     "file) to resume",
+     {0}, NULL},
+};
+
+/* llama__rule for a sentence of the table (a format only known at run time,
+   checked by the test instead of the compiler). */
+static void llama__rule_numbers(llama__report *r, const char *sentence, ...) {
+    va_list ap;
+    va_start(ap, sentence);
+    llama__vlocated(r, 0, sentence, ap);
+    va_end(ap);
+}
+
+static void llama__check_rules(const llama__vctx *v, llama__report *r) {
+    int skip = LLAMA__G_NONE; /* the chain a broken rule ended */
+    for (size_t i = 0; i < sizeof llama__rules / sizeof llama__rules[0]; i++) {
+        const llama__vrule *k = &llama__rules[i];
+        if ((k->group != LLAMA__G_NONE && k->group == skip) || !k->when(v)) continue;
+        if (k->say) {
+            k->say(v, r);
+        } else if (k->sentence) {
+            long long a[LLAMA__RULE_ARGS];
+            for (int j = 0; j < LLAMA__RULE_ARGS; j++) a[j] = v->n[k->args[j]];
+            llama__rule_numbers(r, k->sentence, a[0], a[1], a[2], a[3], a[4], a[5]);
+        }
+        if (k->ends) skip = k->group;
     }
-    if (c->use_seq_parallel && c->context_parallel == 1 && c->seq_length % tp != 0)
-        llama__rule(r,
-                    LLAMA__K("seq_length") " = %d is not divisible by " LLAMA__P("model_parallel") " (%d), "
-                    "which " LLAMA__P("use_seq_parallel") " splits it over",
-                    c->seq_length, tp);
-    else if (c->use_seq_parallel && (c->seq_length / c->context_parallel) % tp != 0)
-        llama__rule(r,
-                    LLAMA__K("seq_length") " / " LLAMA__P("context_parallel") " = %d / %d tokens per rank "
-                    "are not divisible by " LLAMA__P("model_parallel") " (%d), which "
-                    LLAMA__P("use_seq_parallel") " splits them over",
-                    c->seq_length, c->context_parallel, tp);
-}
-
-/* Multi-copy and fine-grained interleave: copies of the tensor-parallel
-   layers (no pipeline or cp collectives inside), one kind at a time. */
-static void llama__check_copies(const llama_config *c, llama__report *r) {
-    const int fg = c->fine_grain_interleave > 1, copies = fg ? c->fine_grain_interleave : c->micro_batch_interleave_num;
-    const char *copies_key = fg ? LLAMA__K("fine_grain_interleave") " (or parallel_config.fine_grain_interleave)"
-                                : "micro_batch_interleave_num (or parallel_config.micro_batch_interleave_num)";
-    if (fg && c->micro_batch_interleave_num > 1)
-        llama__rule(r,
-                    "micro_batch_interleave_num = %d and " LLAMA__K("fine_grain_interleave") " = %d: use one "
-                    "of them (both cut the micro-batch into copies)",
-                    c->micro_batch_interleave_num, c->fine_grain_interleave);
-    if (fg && !c->use_seq_parallel)
-        llama__rule(r,
-                    "%s = %d needs " LLAMA__P("use_seq_parallel") " true (as in MindFormers: the slices' "
-                    "all-gathers and reduce-scatters are what it overlaps)",
-                    copies_key, copies);
-    if (copies > 1 && (c->pipeline_stage > 1 || c->context_parallel > 1))
-        llama__rule(r,
-                    "%s = %d with " LLAMA__P("%s") " = %d: the copies run the tensor-parallel layers and are "
-                    "not supported with %s yet; use 1 there, or 1 copy",
-                    copies_key, copies, c->pipeline_stage > 1 ? "pipeline_stage" : "context_parallel",
-                    c->pipeline_stage > 1 ? c->pipeline_stage : c->context_parallel,
-                    c->pipeline_stage > 1 ? "pipeline parallelism" : "context parallelism");
-}
-
-/* Clipping, the schedule, the checkpoint to start from. */
-static void llama__check_training(const llama_config *c, llama__report *r) {
-    if (c->use_clip_grad && c->max_grad_norm > 0 && c->max_grad_norm != c->wrapper_max_grad_norm) {
-        char a[32], b[32];
-        llama__format_float(c->max_grad_norm, a, sizeof a);
-        llama__format_float(c->wrapper_max_grad_norm, b, sizeof b);
-        llama__rule(r, "max_grad_norm = %s and runner_wrapper.max_grad_norm = %s with runner_wrapper.use_clip_grad = "
-                       "true: two clipping norms; keep one",
-                    a, b);
-    }
-    if (c->total_steps > 0 && c->warmup_ratio <= 0 && c->warmup_steps > c->total_steps)
-        llama__rule(r, "lr_schedule.warmup_steps = %d is larger than lr_schedule.total_steps (%d)", c->warmup_steps,
-                    c->total_steps);
-    if (strcmp(c->lr_schedule, "cosine") == 0 && c->min_lr > c->learning_rate) {
-        char lo[32], hi[32];
-        llama__format_float(c->min_lr, lo, sizeof lo);
-        llama__format_float(c->learning_rate, hi, sizeof hi);
-        llama__rule(r, "lr_schedule.min_lr = %s is larger than optimizer.learning_rate (%s)", lo, hi);
-    }
-    const size_t n = strlen(c->load_checkpoint);
-    if (n >= 5 && strcmp(c->load_checkpoint + n - 5, ".ckpt") == 0)
-        llama__rule(r,
-                    "load_checkpoint = %s: MindSpore .ckpt files cannot be read here; convert it to a Hugging Face "
-                    ".safetensors file (MindFormers ships convert_weight.py for Llama) and name that",
-                    c->load_checkpoint);
-    if (c->resume_training && n == 0)
-        llama__rule(r, "resume_training = true needs load_checkpoint: the checkpoint (a --save-dir step directory or "
-                       "a .safetensors file) to resume");
 }
 
 static void llama__validate(const llama_config *c, llama__report *r) {
@@ -1443,20 +1668,10 @@ static void llama__validate(const llama_config *c, llama__report *r) {
             out_of_range = 1;
         }
     }
-    if (out_of_range) return; /* the rules below divide by these values */
-    const int kv = c->n_kv_heads ? c->n_kv_heads : c->num_heads, ffn = llama_config_ffn_width(c);
-    llama__check_mode(c, r);
-    llama__check_todo(c, r);
-    llama__check_shapes(c, kv, ffn, r);
-    if (c->context_parallel % c->ulysses_degree_in_cp != 0)
-        llama__rule(r, LLAMA__P("context_parallel") " = %d is not divisible by " LLAMA__P("ulysses_degree_in_cp") " (%d)",
-                    c->context_parallel, c->ulysses_degree_in_cp);
-    else if (c->context_parallel > 1)
-        llama__check_cp(c, kv, r);
-    llama__check_copies(c, r);
-    llama__check_batch(c, r);
-    llama__check_pp(c, r);
-    llama__check_training(c, r);
+    if (out_of_range) return; /* the rules between keys divide by these values */
+    llama__vctx v;
+    llama__vctx_init(&v, c);
+    llama__check_rules(&v, r);
 }
 
 int llama_config_validate(const llama_config *c, char *err, size_t errsize) {

@@ -1038,6 +1038,12 @@ static void test_cross_rules(void) {
                          "parallel_config.micro_batch_num=2", "parallel.pipeline_config.pipeline_scheduler=zero_bubble"};
     expect_rule(ppz, 6, "parallel.pipeline_config.pipeline_scheduler = zb-h1: the interleaved schedule is 1F1B",
                 "use pipeline_scheduler 1f1b");
+    /* the largest degrees: 2^32 virtual stages counted as such (as an int
+       product they were 0, and the layer split divided by it) */
+    const char *ppbig[] = {"parallel_config.pipeline_stage=65536", "model.model_config.pp_interleave_num=65536",
+                           "parallel.pipeline_config.pipeline_interleave=true", "parallel_config.micro_batch_num=65536"};
+    expect_rule(ppbig, 4, "model.model_config.num_layers = 2 does not split into parallel_config.pipeline_stage x "
+                          "model.model_config.pp_interleave_num = 65536 x 65536 = 4294967296 stages", NULL);
     /* multi-copy: whole samples per copy; not with pp or cp */
     const char *mc_ok[] = {"micro_batch_interleave_num=2", "runner_config.batch_size=4"};
     CHECK_MSG(load_text(NULL, mc_ok, 2, &c) == 0 && c.micro_batch_interleave_num == 2, "multi-copy 2: %s", err_);
@@ -1115,6 +1121,34 @@ static void test_cross_rules(void) {
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK(llama_config_load(NULL, NULL, 0, NULL, NULL, err, sizeof err) == -1);
     CHECK(llama_config_load(NULL, tp3, 1, &c, NULL, NULL, 0) == -1);
+}
+
+/* The rule table (config.h's llama__rules), row by row: a sentence's
+   conversions are all %lld, as many as the numbers its row names (the
+   compiler cannot check a format kept in a table); a row has a sentence, a
+   function that says it, or neither (then it is a gate and must end a chain);
+   a sentence names the key its row is about. */
+static void test_rule_table(void) {
+    const size_t n = sizeof llama__rules / sizeof llama__rules[0];
+    CHECK_MSG(n > 30, "only %zu rules", n);
+    for (size_t i = 0; i < n; i++) {
+        const llama__vrule *k = &llama__rules[i];
+        int args = 0, convs = 0, bad = 0;
+        while (args < LLAMA__RULE_ARGS && k->args[args] != LLAMA__N_NONE) args++;
+        for (int j = 0; j < LLAMA__RULE_ARGS; j++) bad += k->args[j] >= LLAMA__N_COUNT || (j >= args && k->args[j]);
+        for (const char *p = k->sentence ? k->sentence : ""; *p; p++) {
+            if (*p != '%') continue;
+            if (p[1] == '%') p++;
+            else if (strncmp(p, "%lld", 4) == 0) convs++, p += 3;
+            else bad++;
+        }
+        CHECK_MSG(k->key && k->when && bad == 0 && convs == args,
+                  "rule %zu (%s): %d conversions for %d numbers, %d bad", i, k->key, convs, args, bad);
+        CHECK_MSG(!(k->sentence && k->say), "rule %zu (%s): both a sentence and a function", i, k->key);
+        CHECK_MSG(k->sentence || k->say || (k->group != LLAMA__G_NONE && k->ends), "rule %zu (%s): a gate of no chain",
+                  i, k->key);
+        CHECK_MSG(!k->sentence || strstr(k->sentence, k->key), "rule %zu: its sentence does not name %s", i, k->key);
+    }
 }
 
 /* ---- MindFormers' parallel modes, batch meaning and switches of features to come ---- */
@@ -1773,6 +1807,7 @@ int main(int argc, char **argv) {
     test_types_and_ranges();
     test_duplicates();
     test_cross_rules();
+    test_rule_table();
     test_parallel_mode();
     test_batch_semantics();
     test_model_shape();

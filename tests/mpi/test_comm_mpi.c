@@ -14,7 +14,45 @@
 
    References are computed independently of the backend: expected values from
    the closed-form inputs of every member in double, rounded to bf16/f16 with
-   rint() on the value's ulp (not with the backend's bit tricks). */
+   rint() on the value's ulp (not with the backend's bit tricks).
+
+   The allocator: one more context runs the same ops with a counting
+   par_allocator in its desc while the PARALLEL_MALLOC/REALLOC/FREE macros
+   count too: the backend (its state, groups, requests, f32 and in-place
+   temporaries, chunk datatypes' arrays) must take every block from the hooks,
+   none from the macros, and give all of them back by par_ctx_destroy. This
+   file compiles the implementation itself for that (and for the private
+   converters and PAR__MPI_MAX_COUNT below). */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* The macro allocator: counts what the library allocates around the hooks. */
+static pthread_mutex_t macro_mu = PTHREAD_MUTEX_INITIALIZER;
+static long macro_calls;
+static void macro_count_one(void) {
+    pthread_mutex_lock(&macro_mu);
+    macro_calls++;
+    pthread_mutex_unlock(&macro_mu);
+}
+static void *macro_malloc(size_t n) { return macro_count_one(), malloc(n); }
+static void *macro_realloc(void *p, size_t n) { return macro_count_one(), realloc(p, n); }
+static void macro_free(void *p) {
+    if (p) macro_count_one();
+    free(p);
+}
+static long macro_count(void) {
+    long n;
+    pthread_mutex_lock(&macro_mu);
+    n = macro_calls;
+    pthread_mutex_unlock(&macro_mu);
+    return n;
+}
+#define PARALLEL_MALLOC(sz) macro_malloc(sz)
+#define PARALLEL_REALLOC(p, sz) macro_realloc(p, sz)
+#define PARALLEL_FREE(p) macro_free(p)
+
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 #include <math.h>
@@ -396,12 +434,15 @@ static void test_timeout(int n) {
     par_ctx_destroy(ctx);
 }
 
-static void test_ctx(const char *mesh, int64_t count) {
+/* Every group of the mesh: the ops of run_group_ops, the single rounding and
+   argument errors on the whole world, then the shared suite. alloc may be NULL. */
+static void test_ctx_alloc(const char *mesh, int64_t count, const par_allocator *alloc) {
     par_ctx_desc desc;
     par_ctx *ctx = NULL;
     uint32_t mask, all;
     memset(&desc, 0, sizeof desc);
     desc.mesh = mesh;
+    if (alloc) desc.allocator = *alloc;
     CHECK_OK(par_ctx_init_mpi(&desc, &ctx));
     if (!ctx) return;
     CHECK_STR(par_ctx_comm(ctx)->name, "mpi");
@@ -427,6 +468,104 @@ static void test_ctx(const char *mesh, int64_t count) {
     par_ctx_destroy(ctx);
 }
 
+static void test_ctx(const char *mesh, int64_t count) { test_ctx_alloc(mesh, count, NULL); }
+
+/* ---- the counting allocator (a header on every block: whose it is) ---- */
+
+#define BLOCK_MAGIC 0x6d7069616c6cull /* "mpiall" */
+
+typedef struct counter {
+    pthread_mutex_t mu;
+    long mallocs, reallocs, frees, live, bad; /* bad: free/realloc of a block not ours, or of NULL */
+} counter;
+
+typedef union block_hdr {
+    struct {
+        uint64_t magic;
+        counter *owner;
+    } h;
+    max_align_t align_;
+} block_hdr;
+
+static void count(counter *c, long *field, long live_delta) {
+    pthread_mutex_lock(&c->mu);
+    (*field)++;
+    c->live += live_delta;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static block_hdr *ours(counter *c, void *p) {
+    block_hdr *b = (block_hdr *)p - 1;
+    if (b->h.magic != BLOCK_MAGIC || b->h.owner != c) return count(c, &c->bad, 0), (block_hdr *)NULL;
+    return b;
+}
+
+static void *hook_malloc(size_t size, void *user) {
+    counter *c = (counter *)user;
+    block_hdr *b = (block_hdr *)malloc(sizeof *b + size);
+    if (!b) return NULL;
+    b->h.magic = BLOCK_MAGIC, b->h.owner = c;
+    count(c, &c->mallocs, 1);
+    return b + 1;
+}
+
+static void *hook_realloc(void *ptr, size_t size, void *user) {
+    counter *c = (counter *)user;
+    block_hdr *b = ptr ? ours(c, ptr) : NULL, *q;
+    if (!b) return count(c, &c->bad, 0), (void *)NULL; /* realloc(NULL) is promised never to happen */
+    if (!(q = (block_hdr *)realloc(b, sizeof *q + size))) return NULL;
+    count(c, &c->reallocs, 0);
+    return q + 1;
+}
+
+static void hook_free(void *ptr, void *user) {
+    counter *c = (counter *)user;
+    block_hdr *b;
+    if (!ptr) {
+        count(c, &c->bad, 0);
+        return;
+    }
+    if ((b = ours(c, ptr)) == NULL) return;
+    b->h.magic = 0;
+    count(c, &c->frees, -1);
+    free(b);
+}
+
+/* A context whose desc carries a counting allocator: every block of the
+   backend and the context through it, none through the macros, all freed by
+   par_ctx_destroy. Then a partial hook set is refused before MPI is touched. */
+static void test_allocator(int size) {
+    counter c;
+    par_allocator a;
+    par_ctx_desc desc;
+    par_ctx *ctx = (par_ctx *)&desc;
+    long before;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    memset(&a, 0, sizeof a);
+    a.user = &c, a.malloc = hook_malloc, a.realloc = hook_realloc, a.free = hook_free;
+    before = macro_count();
+    /* more than PAR__MPI_MAX_COUNT elements in the chunked build: the chunk
+       datatypes' array grows by realloc */
+    test_ctx_alloc(size == 4 ? "a=2,b=2" : NULL, PAR__MPI_MAX_COUNT < 100000 ? 2 * PAR__MPI_MAX_COUNT + 3 : 37, &a);
+    CHECK_MSG(macro_count() == before, "%ld PARALLEL_MALLOC/REALLOC/FREE calls went around the hooks",
+              macro_count() - before);
+    CHECK_MSG(c.mallocs > 20, "only %ld allocations went through the hooks", c.mallocs);
+    CHECK_MSG(c.reallocs > 0, "no realloc went through the hooks (the request arrays grow by it)");
+    CHECK_MSG(c.live == 0, "%ld hooked blocks still allocated after par_ctx_destroy", c.live);
+    CHECK_INT(c.frees, c.mallocs);
+    CHECK_INT(c.bad, 0);
+
+    memset(&desc, 0, sizeof desc);
+    desc.allocator = a;
+    desc.allocator.free = NULL;
+    before = c.mallocs + c.reallocs + c.frees + c.bad;
+    CHECK_ERR(par_ctx_init_mpi(&desc, &ctx), PAR_EINVAL, "par_ctx_desc.allocator: free is NULL");
+    CHECK(ctx == NULL);
+    CHECK_INT(c.mallocs + c.reallocs + c.frees + c.bad, before);
+    pthread_mutex_destroy(&c.mu);
+}
+
 int main(int argc, char **argv) {
     int provided = 0, rank = 0, size = 1, counts[2], sums[2] = {0, 0};
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
@@ -440,6 +579,7 @@ int main(int argc, char **argv) {
 #else
     test_ctx(NULL, 2 * PAR__MPI_MAX_COUNT + 3); /* three chunks per block */
 #endif
+    test_allocator(size);
     test_timeout(size);
     counts[0] = test_passed_;
     counts[1] = test_failed_;
