@@ -23,7 +23,7 @@
 # that flavour's build directory: $(B)/parallel_impl.o (plain, a SAN= build, make
 # test's own ASan and TSan builds), $(B)/parallel_impl_mpi.o (mpicc with
 # PARALLEL_WITH_MPI), build/parallel_impl_bench*.o (the bench flags) and
-# build/fuzz/parallel_impl.o (libFuzzer). A .c file rather than parallel.h
+# build/fuzz/parallel_impl_fuzz.o (libFuzzer). A .c file rather than parallel.h
 # compiled with -DPARALLEL_IMPLEMENTATION -x c: it is what users write, so the
 # build compiles exactly that; it sets the feature macro before any system
 # header; and cc, mpicc and clang take it (and -MMD) like any other source.
@@ -186,7 +186,7 @@ BENCH_COMM_IMPL := $(if $(filter yes,$(HAVE_MPI)),build/parallel_impl_bench_mpi.
 
 # libFuzzer targets (tests/fuzz/fuzz_*.c): clang, ASan + UBSan + the fuzzer, always
 # in build/fuzz/ (SAN= does not apply). The library is compiled once for all of them
-# (build/fuzz/parallel_impl.o); the config targets need libyaml. `make fuzz` runs
+# (build/fuzz/parallel_impl_fuzz.o); the config targets need libyaml. `make fuzz` runs
 # each for FUZZ_SECONDS; `make test` for FUZZ_CI_SECONDS (tests/fuzz/run.sh).
 FUZZ_FLAGS := -std=c11 -g -O1 -Wall -Wextra -Wpedantic -Werror -fsanitize=address,undefined \
               -fno-sanitize-recover=all -fno-omit-frame-pointer -MMD -MP
@@ -313,13 +313,15 @@ $(B)/mpi_test_comm_chunked: tests/mpi/test_comm_mpi.c $(STAMP) | $(B)
 build/fuzz:
 	@mkdir -p $@
 
-build/fuzz/parallel_impl.o: tests/parallel_impl.c parallel.h $(STAMP) | build/fuzz
+# Named _fuzz: a build/ of 0.3 holds build/fuzz/parallel_impl.d, which makes
+# build/fuzz/parallel_impl.o need the old tests/fuzz/parallel_impl.c.
+build/fuzz/parallel_impl_fuzz.o: tests/parallel_impl.c parallel.h $(STAMP) | build/fuzz
 	@rm -f $@ $(FUZZ_BINS)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/parallel_impl.o | build/fuzz
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/parallel_impl_fuzz.o | build/fuzz
 	@rm -f $@
-	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -I. $< build/fuzz/parallel_impl.o -o $@ \
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -I. $< build/fuzz/parallel_impl_fuzz.o -o $@ \
 	  $(if $(filter $*,$(FUZZ_YAML)),-lyaml) $(LDLIBS)
 
 build/parallel_impl_bench.o: tests/parallel_impl.c parallel.h $(STAMP) | build
