@@ -2624,7 +2624,9 @@ typedef struct par_model_shape {
    naming a missing or bad one. */
 PARALLEL_DEF par_status par_model_shape_parse(const char *text, par_model_shape *model);
 
-typedef struct par_auto_plan {
+/* A whole plan's knobs: what par_auto_search enumerates, what par_auto_predict
+   takes, and what a host sets to try one plan. */
+typedef struct par_auto_config {
     int dp, tp, cp, pp;
     int sp;                  /* sequence parallel over tp */
     par_cp_algo cp_algo;     /* with cp > 1: ring or ulysses */
@@ -2632,7 +2634,10 @@ typedef struct par_auto_plan {
     int chunks;              /* model chunks per rank (interleaved: 2) */
     int micro_batches;       /* per step per dp rank (pp = 1: gradient accumulation) */
     int zero;                /* 0, 1 (optimizer state over dp x cp) or 2 (and gradients) */
-    /* predictions, per rank (the busiest stage) */
+} par_auto_config;
+
+/* What the model predicts for a config, per rank (the busiest stage). */
+typedef struct par_auto_prediction {
     double memory_bytes;
     double weights_bytes, grads_bytes, optimizer_bytes, activation_bytes;
     double step_time;        /* seconds */
@@ -2645,6 +2650,12 @@ typedef struct par_auto_plan {
     double shared_time;      /* ranks sharing a node's cores: its summed work over node_parallelism
                                 (the step is the larger of the two); 0 = not bound by it */
     double bubble;           /* idle share of the pipeline (the >>pipeline checker's) */
+} par_auto_prediction;
+
+/* A plan: its knobs and what they are predicted to cost. */
+typedef struct par_auto_plan {
+    par_auto_config config;
+    par_auto_prediction predicted;
 } par_auto_plan;
 
 /* Bits of par_auto_desc.search: which parallel modes to enumerate. */
@@ -2674,7 +2685,7 @@ typedef struct par_auto_desc {
                                 less memory while nothing fits): a few
                                 tuples instead of all */
     par_search_mode mode;
-    par_auto_plan fixed;      /* dp, tp, cp, pp > 0: kept (sharding_propagation; 0 = searched) */
+    par_auto_config fixed;    /* dp, tp, cp, pp > 0: kept (sharding_propagation; 0 = searched) */
     /* Optional: the host's own predictions (e.g. a trainer's memory plan) in
        place of the built-in model; called with the plan's fields set and
        the built-in predictions filled in. */
@@ -20607,7 +20618,7 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     const par_model_shape *m = &a->m;
     const double e = (double)par_dtype_size(m->dtype), h = m->hidden, hd = (double)m->hidden / m->heads;
     const double q = m->heads * hd, kv = m->kv_heads * hd, f = m->ffn, V = m->vocab, S = m->seq;
-    const int tp = pl->tp, cp = pl->cp, pp = pl->pp, dp = pl->dp, chunks = pl->chunks > 0 ? pl->chunks : 1;
+    const int tp = pl->config.tp, cp = pl->config.cp, pp = pl->config.pp, dp = pl->config.dp, chunks = pl->config.chunks > 0 ? pl->config.chunks : 1;
     const double ql = q / tp, kvl = kv / tp, fl = f / tp, Vl = V / tp, hl = (double)m->heads / tp;
     const double layers = (double)m->layers / pp;
     const double layer_mm = h * q * 2 + h * kv * 2 + 3 * h * f; /* matmul weights of one layer */
@@ -20616,30 +20627,30 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     const double last = layers * layer_params + V * h / tp + h;
     const double params = first > last ? first : last;
     const double shard = (double)dp * cp; /* ranks holding the same weights: ZeRO's group */
-    const double bmb = (double)m->batch / (dp * pl->micro_batches); /* samples per micro-batch and rank */
-    const double n = bmb * S / cp, rows = pl->sp ? n / tp : n;      /* its tokens; the residual stream's rows */
+    const double bmb = (double)m->batch / (dp * pl->config.micro_batches); /* samples per micro-batch and rank */
+    const double n = bmb * S / cp, rows = pl->config.sp ? n / tp : n;      /* its tokens; the residual stream's rows */
     double bucket = layer_params > V * h / tp ? layer_params : V * h / tp;
     double per_layer, slot, scratch, comm = 0, cpf = 0, feat, gemm, attn, traffic, calls, opt;
     double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, dp_exposed = 0, dp_copies = 0, work, copies = 0;
     /* weights, gradients, optimizer */
-    pl->weights_bytes = params * e;
-    if (pl->zero >= 2)
-        pl->grads_bytes = params * e / shard + (pp > 1 ? params : (2 * bucket < params ? 2 * bucket : params)) * e;
+    pl->predicted.weights_bytes = params * e;
+    if (pl->config.zero >= 2)
+        pl->predicted.grads_bytes = params * e / shard + (pp > 1 ? params : (2 * bucket < params ? 2 * bucket : params)) * e;
     else
-        pl->grads_bytes = params * e;
-    pl->optimizer_bytes = params * 8 / (pl->zero >= 1 ? shard : 1);
+        pl->predicted.grads_bytes = params * e;
+    pl->predicted.optimizer_bytes = params * 8 / (pl->config.zero >= 1 ? shard : 1);
     /* activations of one micro-batch: per layer the norms' inputs and outputs (rows), q, k, v, the
        attention output, its log-sum-exp (and Ulysses' saved blocks), the MLP's gate, up and product */
     per_layer = rows * (4 * h + 2) + n * (2 * ql + 2 * kvl) + bmb * hl * S / cp + 3 * n * fl;
-    if (cp > 1 && pl->cp_algo == PAR_CP_ULYSSES)
+    if (cp > 1 && pl->config.cp_algo == PAR_CP_ULYSSES)
         per_layer += bmb * S * 2 * (hl / cp + (kvl / hd >= cp ? kvl / hd / cp : 1)) * hd;
     slot = layers * per_layer + rows * (2 * h + 1) + n * Vl + n;
-    pl->activation_bytes = (pp > 1 ? in_flight : 1) * (slot * e + n * 16); /* + token ids, targets, positions */
+    pl->predicted.activation_bytes = (pp > 1 ? in_flight : 1) * (slot * e + n * 16); /* + token ids, targets, positions */
     /* one layer's backward scratch (+ the tp gather and sequence-parallel rows) */
-    scratch = n * (2 * h + 2 * ql + 2 * kvl + 3 * fl) + (tp > 1 ? n * h : 0) + (pl->sp ? n * h : 0);
+    scratch = n * (2 * h + 2 * ql + 2 * kvl + 3 * fl) + (tp > 1 ? n * h : 0) + (pl->config.sp ? n * h : 0);
     if (tp > 1) comm += 4 * n * h * 4;
-    if (pp > 1) comm += pl->micro_batches * chunks * 4 * rows * h * 4;
-    if (cp > 1 && pl->cp_algo == PAR_CP_RING) {
+    if (pp > 1) comm += pl->config.micro_batches * chunks * 4 * rows * h * 4;
+    if (cp > 1 && pl->config.cp_algo == PAR_CP_RING) {
         const double kvn = bmb * S / cp * kvl, qn = bmb * S / cp * ql;
         cpf = 12 * kvn + qn + bmb * hl * S / cp;
     } else if (cp > 1) {
@@ -20651,7 +20662,7 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     if (ql > feat) feat = ql;
     if (fl > feat) feat = fl;
     if (Vl > feat) feat = Vl;
-    pl->memory_bytes = pl->weights_bytes + pl->grads_bytes + pl->optimizer_bytes + pl->activation_bytes +
+    pl->predicted.memory_bytes = pl->predicted.weights_bytes + pl->predicted.grads_bytes + pl->predicted.optimizer_bytes + pl->predicted.activation_bytes +
                        scratch * e + comm + cpf * 4 + (cp > 1 ? S * 8 : 0) +
                        par__au_table_scratch(a, n, feat, bmb * hl * S / cp);
     /* compute per micro-batch: 6 flops per weight and token (forward + backward) at the GEMM rate,
@@ -20663,7 +20674,7 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
        the keys round), not the keys a query attends to */
     attn = n * layers * 6 * S * q / tp / (a->c.attention_rate > 0 ? a->c.attention_rate : a->c.flops);
     /* and per query row and head of each call: a ring step's call takes every local query again */
-    attn += n * layers * hl * (cp > 1 && pl->cp_algo == PAR_CP_RING ? cp : 1) * a->c.attention_row_cost;
+    attn += n * layers * hl * (cp > 1 && pl->config.cp_algo == PAR_CP_RING ? cp : 1) * a->c.attention_row_cost;
     traffic = a->c.memory_bandwidth > 0 ? (3 * slot * e + 3 * params * e) / a->c.memory_bandwidth : 0;
     if (a->c.activation_rate > 0) /* SwiGLU's exps, and the loss's softmax over this rank's vocab share */
         traffic += (layers * n * fl + n * Vl) / a->c.activation_rate;
@@ -20671,30 +20682,30 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
     if (a->c.norm_rate > 0) traffic += (2 * layers + 1) * rows * h / a->c.norm_rate;
     if (a->c.rope_rate > 0) traffic += layers * n * (ql + kvl) / a->c.rope_rate;
     calls = layers * (PAR__AU_LAYER_CALLS + (cp > 1 ? 3.0 * (cp - 1) : 0)) + PAR__AU_HEAD_CALLS;
-    pl->compute_time = (gemm + attn + traffic + calls * a->c.kernel_latency) * pl->micro_batches;
+    pl->predicted.compute_time = (gemm + attn + traffic + calls * a->c.kernel_latency) * pl->config.micro_batches;
     /* AdamW: p, g, m and v read, p, m and v written, over this rank's share of the weights */
-    opt = a->c.memory_bandwidth > 0 ? params * 28 / (pl->zero >= 1 ? shard : 1) / a->c.memory_bandwidth : 0;
+    opt = a->c.memory_bandwidth > 0 ? params * 28 / (pl->config.zero >= 1 ? shard : 1) / a->c.memory_bandwidth : 0;
     opt += (layers * 9 + 3) * a->c.kernel_latency;
-    pl->compute_time += opt;
+    pl->predicted.compute_time += opt;
     if (tp > 1) { /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
         tp_t = layers * 4 * par__au_coll(a, tp, 1, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
-        copies += layers * 4 * par__au_coll_copy(a, tp, 2.0 * (tp - 1) / tp * n * h * e) * pl->micro_batches;
+        copies += layers * 4 * par__au_coll_copy(a, tp, 2.0 * (tp - 1) / tp * n * h * e) * pl->config.micro_batches;
     }
-    if (cp > 1 && pl->cp_algo == PAR_CP_RING) { /* k, v around the ring forward; k, v, dk, dv backward */
+    if (cp > 1 && pl->config.cp_algo == PAR_CP_RING) { /* k, v around the ring forward; k, v, dk, dv backward */
         cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, cp - 1, (cp - 1) * n * 2 * kvl * e);
-        copies += layers * 3 * par__au_coll_copy(a, tp * cp, (cp - 1) * n * 2 * kvl * e) * pl->micro_batches;
+        copies += layers * 3 * par__au_coll_copy(a, tp * cp, (cp - 1) * n * 2 * kvl * e) * pl->config.micro_batches;
     } else if (cp > 1) { /* four all-to-alls forward, four backward */
         const double bytes = (double)(cp - 1) / cp * n * (2 * ql + 2 * kvl) * e;
         cp_t = layers * 2 * par__au_coll(a, tp * cp, 4, 4 * (cp - 1), bytes);
-        copies += layers * 2 * par__au_coll_copy(a, tp * cp, bytes) * pl->micro_batches;
+        copies += layers * 2 * par__au_coll_copy(a, tp * cp, bytes) * pl->config.micro_batches;
     }
     if (pp > 1) {
         pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, 1, rows * h * e);
-        copies += 2 * par__au_coll_copy(a, tp * cp * pp, rows * h * e) * pl->micro_batches * chunks;
+        copies += 2 * par__au_coll_copy(a, tp * cp * pp, rows * h * e) * pl->config.micro_batches * chunks;
     }
-    pl->tp_comm_time = tp_t * pl->micro_batches;
-    pl->cp_comm_time = cp_t * pl->micro_batches;
-    pl->pp_comm_time = pp_t * pl->micro_batches * chunks;
+    pl->predicted.tp_comm_time = tp_t * pl->config.micro_batches;
+    pl->predicted.cp_comm_time = cp_t * pl->config.micro_batches;
+    pl->predicted.pp_comm_time = pp_t * pl->config.micro_batches * chunks;
     if (shard > 1) {
         /* gradients in buckets of a layer (+ the embedding and the head): all-reduced once a step;
            ZeRO-1 reduce-scatters them once and all-gathers the weights; ZeRO-2 reduce-scatters every
@@ -20705,27 +20716,27 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
            the backward (the last micro-batch's; ZeRO-2's under every micro-batch's): what shows is
            the last bucket's share, or what the backward cannot cover; ZeRO's all-gather of the
            updated weights follows the optimizer, in full */
-        const double bwd = (pl->compute_time - opt) * 2.0 / 3.0 / (pl->zero >= 2 ? 1 : pl->micro_batches);
+        const double bwd = (pl->predicted.compute_time - opt) * 2.0 / 3.0 / (pl->config.zero >= 2 ? 1 : pl->config.micro_batches);
         double red, gather = 0;
-        if (pl->zero >= 2)
-            red = pl->micro_batches * par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
+        if (pl->config.zero >= 2)
+            red = pl->config.micro_batches * par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
             gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
-        else if (pl->zero == 1)
+        else if (pl->config.zero == 1)
             red = gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
         else
             red = par__au_coll(a, (int)span, (int)buckets, (int)(2 * buckets * steps), 2 * rs);
         dp_t = red + gather;
         dp_exposed = (red - bwd > red / buckets ? red - bwd : red / buckets) + gather;
-        dp_copies = (pl->zero >= 2 ? pl->micro_batches + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
+        dp_copies = (pl->config.zero >= 2 ? pl->config.micro_batches + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
     }
-    pl->dp_comm_time = dp_t;
-    pl->bubble = bubble;
-    work = pl->compute_time - opt + pl->tp_comm_time + pl->cp_comm_time;
-    pl->step_time = pl->critical_time = work / (1 - bubble) + opt + pl->pp_comm_time + dp_exposed;
+    pl->predicted.dp_comm_time = dp_t;
+    pl->predicted.bubble = bubble;
+    work = pl->predicted.compute_time - opt + pl->predicted.tp_comm_time + pl->predicted.cp_comm_time;
+    pl->predicted.step_time = pl->predicted.critical_time = work / (1 - bubble) + opt + pl->predicted.pp_comm_time + dp_exposed;
     /* ranks sharing a node's cores beyond node_parallelism take turns: the node's summed work
        (compute and copying; idle pipeline ranks lend their cores, so no bubble here) over its
        parallelism, plus the collectives' latencies, bounds the step */
-    pl->shared_time = 0;
+    pl->predicted.shared_time = 0;
     if (a->c.node_parallelism > 0) {
         const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
         const int on_node = dpn < a->c.devices ? dpn : a->c.devices;
@@ -20733,11 +20744,11 @@ static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, 
             /* collectives' latencies are paid once per collective, by all its ranks together (the
                calibration measures them with every rank running); of the gradient reductions'
                latency, the share the backward does not hide */
-            const double comm = pl->tp_comm_time + pl->cp_comm_time + pl->pp_comm_time;
+            const double comm = pl->predicted.tp_comm_time + pl->predicted.cp_comm_time + pl->predicted.pp_comm_time;
             const double dp_latency = dp_t > 0 ? (dp_t - dp_copies) * dp_exposed / dp_t : 0;
-            pl->shared_time = (pl->compute_time + copies + dp_copies) * on_node / a->c.node_parallelism +
+            pl->predicted.shared_time = (pl->predicted.compute_time + copies + dp_copies) * on_node / a->c.node_parallelism +
                               (comm - copies) + dp_latency;
-            if (pl->shared_time > pl->step_time) pl->step_time = pl->shared_time;
+            if (pl->predicted.shared_time > pl->predicted.step_time) pl->predicted.step_time = pl->predicted.shared_time;
         }
     }
 }
@@ -20762,9 +20773,9 @@ static void par__au_cut(char *example, int64_t *counter, const par_auto_plan *pl
    work bounds both) the shorter critical path (a smaller bubble, fewer
    collectives), then less memory. */
 static int par__au_before(const par_auto_plan *x, const par_auto_plan *y) {
-    if (x->step_time != y->step_time) return x->step_time < y->step_time;
-    if (x->critical_time != y->critical_time) return x->critical_time < y->critical_time;
-    return x->memory_bytes < y->memory_bytes;
+    if (x->predicted.step_time != y->predicted.step_time) return x->predicted.step_time < y->predicted.step_time;
+    if (x->predicted.critical_time != y->predicted.critical_time) return x->predicted.critical_time < y->predicted.critical_time;
+    return x->predicted.memory_bytes < y->predicted.memory_bytes;
 }
 
 static void par__au_keep(par__au *a, const par_auto_plan *pl) {
@@ -20782,27 +20793,27 @@ static void par__au_keep(par__au *a, const par_auto_plan *pl) {
 
 static void par__au_finish(par__au *a, par_auto_plan *pl) {
     char why[96];
-    const int chunks = pl->chunks > 0 ? pl->chunks : 1;
+    const int chunks = pl->config.chunks > 0 ? pl->config.chunks : 1;
     double bubble = 0;
     int in_flight = 1;
     a->cuts.considered++;
-    if (pl->pp > 1) {
-        const par__au_pp *r = par__au_pipeline(a, pl->schedule, pl->pp, chunks, pl->micro_batches);
+    if (pl->config.pp > 1) {
+        const par__au_pp *r = par__au_pipeline(a, pl->config.schedule, pl->config.pp, chunks, pl->config.micro_batches);
         if (!r || !r->ok) {
             par__au_cut(a->cuts.schedule_example, &a->cuts.schedule, pl,
-                        pl->schedule == PAR_PP_INTERLEAVED ? "interleaved needs micro-batches a multiple of the stages"
+                        pl->config.schedule == PAR_PP_INTERLEAVED ? "interleaved needs micro-batches a multiple of the stages"
                                                            : "the schedule is refused");
             return;
         }
         bubble = r->bubble, in_flight = r->in_flight;
     }
     par__au_predict(a, pl, in_flight, bubble);
-    if (a->d->memory) pl->memory_bytes = a->d->memory(a->d->user, pl);
-    if (a->d->step_time) pl->step_time = a->d->step_time(a->d->user, pl);
-    if (a->smallest == 0 || pl->memory_bytes < a->smallest) a->smallest = pl->memory_bytes;
-    if (a->base_min_mem == 0 || pl->memory_bytes < a->base_min_mem) a->base_min_mem = pl->memory_bytes;
-    if (pl->memory_bytes > a->cap) {
-        snprintf(why, sizeof why, "%.4g MiB per rank is over the cap of %.4g MiB", pl->memory_bytes / 1048576.0,
+    if (a->d->memory) pl->predicted.memory_bytes = a->d->memory(a->d->user, pl);
+    if (a->d->step_time) pl->predicted.step_time = a->d->step_time(a->d->user, pl);
+    if (a->smallest == 0 || pl->predicted.memory_bytes < a->smallest) a->smallest = pl->predicted.memory_bytes;
+    if (a->base_min_mem == 0 || pl->predicted.memory_bytes < a->base_min_mem) a->base_min_mem = pl->predicted.memory_bytes;
+    if (pl->predicted.memory_bytes > a->cap) {
+        snprintf(why, sizeof why, "%.4g MiB per rank is over the cap of %.4g MiB", pl->predicted.memory_bytes / 1048576.0,
                  a->cap / 1048576.0);
         par__au_cut(a->cuts.over_memory_example, &a->cuts.over_memory, pl, why);
         return;
@@ -20814,24 +20825,24 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
 /* The first rule of the model the degrees break, or NULL. */
 static const char *par__au_divides(const par__au *a, const par_auto_plan *pl, char *why, size_t size) {
     const par_model_shape *m = &a->m;
-    const int chunks = pl->chunks > 0 ? pl->chunks : 1;
-    if (m->heads % pl->tp || m->kv_heads % pl->tp || m->ffn % pl->tp || m->vocab % pl->tp)
-        snprintf(why, size, "tp %d does not divide the heads (%d), kv heads (%d), ffn (%d) and vocab (%d)", pl->tp,
+    const int chunks = pl->config.chunks > 0 ? pl->config.chunks : 1;
+    if (m->heads % pl->config.tp || m->kv_heads % pl->config.tp || m->ffn % pl->config.tp || m->vocab % pl->config.tp)
+        snprintf(why, size, "tp %d does not divide the heads (%d), kv heads (%d), ffn (%d) and vocab (%d)", pl->config.tp,
                  m->heads, m->kv_heads, m->ffn, m->vocab);
-    else if (m->layers % (pl->pp * chunks))
-        snprintf(why, size, "%d layers do not split into %d stages x %d chunks", m->layers, pl->pp, chunks);
-    else if (m->batch % (pl->dp * pl->micro_batches))
-        snprintf(why, size, "batch %d does not split into dp %d x %d micro-batches", m->batch, pl->dp,
-                 pl->micro_batches);
-    else if (pl->cp > 1 && pl->cp_algo == PAR_CP_RING && m->seq % (2 * pl->cp))
-        snprintf(why, size, "seq %d does not split into 2 x cp %d zigzag chunks", m->seq, pl->cp);
-    else if (pl->cp > 1 && pl->cp_algo == PAR_CP_ULYSSES &&
-             (m->seq % pl->cp || m->heads % (pl->tp * pl->cp) || m->kv_heads % pl->tp))
+    else if (m->layers % (pl->config.pp * chunks))
+        snprintf(why, size, "%d layers do not split into %d stages x %d chunks", m->layers, pl->config.pp, chunks);
+    else if (m->batch % (pl->config.dp * pl->config.micro_batches))
+        snprintf(why, size, "batch %d does not split into dp %d x %d micro-batches", m->batch, pl->config.dp,
+                 pl->config.micro_batches);
+    else if (pl->config.cp > 1 && pl->config.cp_algo == PAR_CP_RING && m->seq % (2 * pl->config.cp))
+        snprintf(why, size, "seq %d does not split into 2 x cp %d zigzag chunks", m->seq, pl->config.cp);
+    else if (pl->config.cp > 1 && pl->config.cp_algo == PAR_CP_ULYSSES &&
+             (m->seq % pl->config.cp || m->heads % (pl->config.tp * pl->config.cp) || m->kv_heads % pl->config.tp))
         snprintf(why, size, "ulysses needs seq (%d) and heads / tp (%d) divisible by cp %d", m->seq,
-                 m->heads / pl->tp, pl->cp);
-    else if (pl->sp && m->seq / pl->cp % pl->tp)
-        snprintf(why, size, "sequence parallel needs the tokens per rank (%d) divisible by tp %d", m->seq / pl->cp,
-                 pl->tp);
+                 m->heads / pl->config.tp, pl->config.cp);
+    else if (pl->config.sp && m->seq / pl->config.cp % pl->config.tp)
+        snprintf(why, size, "sequence parallel needs the tokens per rank (%d) divisible by tp %d", m->seq / pl->config.cp,
+                 pl->config.tp);
     else
         return NULL;
     return why;
@@ -20846,22 +20857,22 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
     const int max_zero = !(s & PAR_AUTO_ZERO) ? 0 : a->d->max_zero > 0 ? (a->d->max_zero < 2 ? a->d->max_zero : 2) : 2;
     int sp, algo, kind, mb, zero;
     char why[160];
-    for (sp = 0; sp <= (base.tp > 1 && (s & PAR_AUTO_SP) ? 1 : 0); sp++)
+    for (sp = 0; sp <= (base.config.tp > 1 && (s & PAR_AUTO_SP) ? 1 : 0); sp++)
         for (algo = 0; algo <= PAR_CP_ULYSSES; algo++) {
-            if (base.cp == 1 ? algo > 0 : !(algos >> algo & 1u)) continue;
+            if (base.config.cp == 1 ? algo > 0 : !(algos >> algo & 1u)) continue;
             for (kind = 0; kind < PAR_PP_KIND_COUNT; kind++) {
-                if (base.pp == 1 ? kind != PAR_PP_1F1B : !(kinds >> kind & 1u)) continue;
+                if (base.config.pp == 1 ? kind != PAR_PP_1F1B : !(kinds >> kind & 1u)) continue;
                 for (mb = 1; mb <= max_m; mb++) {
-                    if (mb > 1 && base.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
+                    if (mb > 1 && base.config.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
                     if (a->m.batch % mb) continue;
-                    for (zero = 0; zero <= (base.dp * base.cp > 1 ? max_zero : 0); zero++) {
+                    for (zero = 0; zero <= (base.config.dp * base.config.cp > 1 ? max_zero : 0); zero++) {
                         par_auto_plan pl = base;
-                        pl.sp = sp;
-                        pl.cp_algo = (par_cp_algo)algo;
-                        pl.schedule = (par_pp_kind)kind;
-                        pl.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
-                        pl.micro_batches = mb;
-                        pl.zero = zero;
+                        pl.config.sp = sp;
+                        pl.config.cp_algo = (par_cp_algo)algo;
+                        pl.config.schedule = (par_pp_kind)kind;
+                        pl.config.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
+                        pl.config.micro_batches = mb;
+                        pl.config.zero = zero;
                         if (par__au_divides(a, &pl, why, sizeof why)) {
                             a->cuts.considered++;
                             par__au_cut(a->cuts.not_divisible_example, &a->cuts.not_divisible, &pl, why);
@@ -20877,7 +20888,7 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
 /* One degree tuple: its knobs, unless a degree the host fixed differs
    (sharding_propagation) or the mode it needs is off. 1 if visited. */
 static int par__au_base(par__au *a, uint32_t s, int dp, int tp, int cp, int pp) {
-    const par_auto_plan *f = &a->d->fixed;
+    const par_auto_config *f = &a->d->fixed;
     par_auto_plan base;
     if (a->d->mode == PAR_SEARCH_SHARDING_PROPAGATION &&
         ((f->dp > 0 && f->dp != dp) || (f->tp > 0 && f->tp != tp) || (f->cp > 0 && f->cp != cp) ||
@@ -20887,7 +20898,7 @@ static int par__au_base(par__au *a, uint32_t s, int dp, int tp, int cp, int pp) 
         (pp > 1 && !(s & PAR_AUTO_PP)))
         return 0;
     memset(&base, 0, sizeof base);
-    base.dp = dp, base.tp = tp, base.cp = cp, base.pp = pp;
+    base.config.dp = dp, base.config.tp = tp, base.config.cp = cp, base.config.pp = pp;
     a->base_found = 0;
     a->base_min_mem = 0;
     par__au_knobs(a, base);
@@ -20915,7 +20926,7 @@ static void par__au_recursive(par__au *a, uint32_t s) {
             memcpy(nb, cur, sizeof nb);
             nb[0] /= q, nb[t] *= q;
             if (!par__au_base(a, s, nb[0], nb[1], nb[2], nb[3])) continue;
-            if (a->base_found && (!got_fast || a->base_best.step_time < fast_plan.step_time)) {
+            if (a->base_found && (!got_fast || a->base_best.predicted.step_time < fast_plan.predicted.step_time)) {
                 memcpy(fast, nb, sizeof fast);
                 fast_plan = a->base_best;
                 got_fast = 1;
@@ -20926,7 +20937,7 @@ static void par__au_recursive(par__au *a, uint32_t s) {
                 got_small = 1;
             }
         }
-        if (got_fast && (!have || fast_plan.step_time < best.step_time)) {
+        if (got_fast && (!have || fast_plan.predicted.step_time < best.predicted.step_time)) {
             memcpy(cur, fast, sizeof cur);
             best = fast_plan;
             have = 1;
@@ -21003,8 +21014,8 @@ PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_pla
     if (!desc || !plan) return par__fail(PAR_EINVAL, "par_auto_predict: NULL argument");
     PAR__CHECK(par__au_check_model(&desc->model));
     PAR__CHECK(par_cluster_check(&desc->cluster));
-    if (plan->dp < 1 || plan->tp < 1 || plan->cp < 1 || plan->pp < 1 || plan->micro_batches < 1 || plan->zero < 0 ||
-        plan->zero > 2 || (long long)plan->dp * plan->tp * plan->cp * plan->pp != desc->cluster.devices)
+    if (plan->config.dp < 1 || plan->config.tp < 1 || plan->config.cp < 1 || plan->config.pp < 1 || plan->config.micro_batches < 1 || plan->config.zero < 0 ||
+        plan->config.zero > 2 || (long long)plan->config.dp * plan->config.tp * plan->config.cp * plan->config.pp != desc->cluster.devices)
         return par__fail(PAR_EINVAL, "par_auto_predict: dp x tp x cp x pp must be the cluster's %d devices, "
                                      "micro_batches >= 1 and zero 0 to 2",
                          desc->cluster.devices);
@@ -21023,10 +21034,10 @@ PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_pla
 PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *p, char *buf, size_t size) {
     char cpb[32] = "", ppb[48] = "";
     if (!p) return 0;
-    if (p->cp > 1) snprintf(cpb, sizeof cpb, " cp=%d %s", p->cp, p->cp_algo == PAR_CP_RING ? "ring" : "ulysses");
-    if (p->pp > 1) snprintf(ppb, sizeof ppb, " pp=%d %s", p->pp, par_pp_kind_name(p->schedule));
-    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d", p->dp, p->tp, p->sp ? " sp" : "", cpb, ppb,
-                    p->micro_batches, p->zero);
+    if (p->config.cp > 1) snprintf(cpb, sizeof cpb, " cp=%d %s", p->config.cp, p->config.cp_algo == PAR_CP_RING ? "ring" : "ulysses");
+    if (p->config.pp > 1) snprintf(ppb, sizeof ppb, " pp=%d %s", p->config.pp, par_pp_kind_name(p->config.schedule));
+    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d", p->config.dp, p->config.tp, p->config.sp ? " sp" : "", cpb, ppb,
+                    p->config.micro_batches, p->config.zero);
 }
 
 /* ---- calibration ---------------------------------------------------------------- */

@@ -90,10 +90,10 @@ static const par_cluster *cluster_for(int world, const par_compute_table **table
 
 static void plan_of(const conf *c, par_auto_plan *p) {
     memset(p, 0, sizeof *p);
-    p->dp = c->dp, p->tp = c->tp, p->sp = c->sp, p->cp = c->cp, p->pp = c->pp;
-    p->cp_algo = c->ulysses ? PAR_CP_ULYSSES : PAR_CP_RING;
-    p->schedule = c->gpipe ? PAR_PP_GPIPE : PAR_PP_1F1B;
-    p->chunks = 1, p->micro_batches = c->m, p->zero = c->zero;
+    p->config.dp = c->dp, p->config.tp = c->tp, p->config.sp = c->sp, p->config.cp = c->cp, p->config.pp = c->pp;
+    p->config.cp_algo = c->ulysses ? PAR_CP_ULYSSES : PAR_CP_RING;
+    p->config.schedule = c->gpipe ? PAR_PP_GPIPE : PAR_PP_1F1B;
+    p->config.chunks = 1, p->config.micro_batches = c->m, p->config.zero = c->zero;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -138,7 +138,7 @@ static int measure(const char *extra, double *peak, double *step_s, char *chosen
 }
 
 static void conf_args(const par_auto_plan *p, char *buf, size_t size) {
-    const int interleaved = p->pp > 1 && p->schedule == PAR_PP_INTERLEAVED;
+    const int interleaved = p->config.pp > 1 && p->config.schedule == PAR_PP_INTERLEAVED;
     snprintf(buf, size,
              "--set parallel_config.data_parallel=%d --set parallel_config.model_parallel=%d "
              "--set parallel_config.use_seq_parallel=%s --set parallel_config.context_parallel=%d "
@@ -146,10 +146,10 @@ static void conf_args(const par_auto_plan *p, char *buf, size_t size) {
              "--set parallel.pipeline_config.pipeline_scheduler=%s --set parallel_config.micro_batch_num=%d "
              "--set parallel.enable_parallel_optimizer=%s --set parallel.parallel_optimizer_config.optimizer_level=%s "
              "--set model.model_config.pp_interleave_num=%d --set parallel.pipeline_config.pipeline_interleave=%s",
-             p->dp, p->tp, p->sp ? "true" : "false", p->cp, p->cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp",
-             p->pp, p->schedule == PAR_PP_GPIPE ? "gpipe" : p->schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b",
-             p->micro_batches, p->zero ? "true" : "false", p->zero == 2 ? "level2" : "level1",
-             interleaved ? (p->chunks > 1 ? p->chunks : 2) : 1, interleaved ? "true" : "false");
+             p->config.dp, p->config.tp, p->config.sp ? "true" : "false", p->config.cp, p->config.cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp",
+             p->config.pp, p->config.schedule == PAR_PP_GPIPE ? "gpipe" : p->config.schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b",
+             p->config.micro_batches, p->config.zero ? "true" : "false", p->config.zero == 2 ? "level2" : "level1",
+             interleaved ? (p->config.chunks > 1 ? p->config.chunks : 2) : 1, interleaved ? "true" : "false");
 }
 
 /* Spearman's rho with average ranks for ties. */
@@ -263,12 +263,12 @@ static void table(void) {
             printf("| %s | trainer run failed |\n", name);
             continue;
         }
-        err = pred[i].memory_bytes / peak[i] - 1;
+        err = pred[i].predicted.memory_bytes / peak[i] - 1;
         if (fabs(err) > worst) worst = fabs(err);
-        pt[good] = pred[i].step_time, mt[good] = corrected[i], good++;
+        pt[good] = pred[i].predicted.step_time, mt[good] = corrected[i], good++;
         printf("| %s | %d | %.3f | %.3f | %+.1f%% | %.2f | %.2f |\n", name,
-               pred[i].dp * pred[i].tp * pred[i].cp * pred[i].pp, pred[i].memory_bytes / 1048576.0,
-               peak[i] / 1048576.0, 100 * err, 1e3 * pred[i].step_time, 1e3 * mt[good - 1]);
+               pred[i].config.dp * pred[i].config.tp * pred[i].config.cp * pred[i].config.pp, pred[i].predicted.memory_bytes / 1048576.0,
+               peak[i] / 1048576.0, 100 * err, 1e3 * pred[i].predicted.step_time, 1e3 * mt[good - 1]);
     }
     if (verbose) {
         printf("\nthe predictions' parts, ms (critical: the busiest rank's path; shared: the node's summed work)\n");
@@ -277,8 +277,8 @@ static void table(void) {
             const par_auto_plan *p = &pred[i];
             par_auto_plan_format(p, name, sizeof name);
             printf("  %-36s compute %6.2f tp %5.2f cp %5.2f pp %5.2f dp %5.2f bubble %.2f critical %6.2f shared %6.2f\n",
-                   name, 1e3 * p->compute_time, 1e3 * p->tp_comm_time, 1e3 * p->cp_comm_time, 1e3 * p->pp_comm_time,
-                   1e3 * p->dp_comm_time, p->bubble, 1e3 * p->critical_time, 1e3 * p->shared_time);
+                   name, 1e3 * p->predicted.compute_time, 1e3 * p->predicted.tp_comm_time, 1e3 * p->predicted.cp_comm_time, 1e3 * p->predicted.pp_comm_time,
+                   1e3 * p->predicted.dp_comm_time, p->predicted.bubble, 1e3 * p->predicted.critical_time, 1e3 * p->predicted.shared_time);
         }
     }
     printf("\n%d configurations: worst memory error %.1f%%, Spearman rho of step times %.3f (%d rounds of %d steps, "
@@ -300,8 +300,8 @@ static void capped(int candidates) {
         for (m = 1; m <= 8; m++) {
             if (model.batch % (8 * m)) continue;
             memset(&p, 0, sizeof p);
-            p.dp = 8, p.tp = p.cp = p.pp = 1, p.zero = z, p.micro_batches = m;
-            if (par_auto_predict(&d, &p) == PAR_OK && (dp_min == 0 || p.memory_bytes < dp_min)) dp_min = p.memory_bytes;
+            p.config.dp = 8, p.config.tp = p.config.cp = p.config.pp = 1, p.config.zero = z, p.config.micro_batches = m;
+            if (par_auto_predict(&d, &p) == PAR_OK && (dp_min == 0 || p.predicted.memory_bytes < dp_min)) dp_min = p.predicted.memory_bytes;
         }
     cap = floor(dp_min) - 1;
     d.memory_cap = cap;
@@ -347,12 +347,12 @@ static void capped(int candidates) {
         drift_corrected(t, nk, med);
         for (k = 0; k < nk; k++) {
             if (med[k] <= 0) {
-                printf("| %s | %.2f | the trainer refused it |\n", names[k], 1e3 * all[idx[k]].step_time);
+                printf("| %s | %.2f | the trainer refused it |\n", names[k], 1e3 * all[idx[k]].predicted.step_time);
                 continue;
             }
             if (best_s == 0 || med[k] < best_s) best_s = med[k];
             printf("| %s%s | %.2f | %.2f |\n", names[k], k == pick ? " (auto_parallel's pick)" : "",
-                   1e3 * all[idx[k]].step_time, 1e3 * med[k]);
+                   1e3 * all[idx[k]].predicted.step_time, 1e3 * med[k]);
             measured++;
         }
         if (pick < 0 || med[pick] <= 0) {

@@ -60,8 +60,8 @@ static void whole_plan(void) {
     par_auto_plan_format(&best[0], name, sizeof name);
     printf("whole plan, 64-layer Llama on 1024 devices (8 per node): %.3f s median of 5 (target < 1 s)\n", median5(t));
     printf("  %lld plans considered, %lld fit 80 GiB, best %s: step %.3g s, %.3g GiB per rank\n",
-           (long long)cuts.considered, (long long)cuts.ranked, name, best[0].step_time,
-           best[0].memory_bytes / (1u << 30));
+           (long long)cuts.considered, (long long)cuts.ranked, name, best[0].predicted.step_time,
+           best[0].predicted.memory_bytes / (1u << 30));
 }
 
 /* One decoder layer as a chain of ops on [tokens, hidden] activations. */

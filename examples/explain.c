@@ -827,12 +827,12 @@ static char *read_text_file(const char *path, const char *what) {
 static void print_auto_plan(int rank, const par_auto_plan *p) {
     char name[128];
     par_auto_plan_format(p, name, sizeof name);
-    printf("%2d. %-44s step %9.4g s  memory %9.4g MiB\n", rank, name, p->step_time, p->memory_bytes / 1048576.0);
+    printf("%2d. %-44s step %9.4g s  memory %9.4g MiB\n", rank, name, p->predicted.step_time, p->predicted.memory_bytes / 1048576.0);
     printf("    compute %.3g s, tp comm %.3g s, cp comm %.3g s, pp p2p %.3g s, dp/ZeRO comm %.3g s, bubble %.1f%%\n",
-           p->compute_time, p->tp_comm_time, p->cp_comm_time, p->pp_comm_time, p->dp_comm_time, 100 * p->bubble);
+           p->predicted.compute_time, p->predicted.tp_comm_time, p->predicted.cp_comm_time, p->predicted.pp_comm_time, p->predicted.dp_comm_time, 100 * p->predicted.bubble);
     printf("    memory: weights %.4g, gradients %.4g, optimizer %.4g, activations %.4g MiB\n",
-           p->weights_bytes / 1048576.0, p->grads_bytes / 1048576.0, p->optimizer_bytes / 1048576.0,
-           p->activation_bytes / 1048576.0);
+           p->predicted.weights_bytes / 1048576.0, p->predicted.grads_bytes / 1048576.0, p->predicted.optimizer_bytes / 1048576.0,
+           p->predicted.activation_bytes / 1048576.0);
 }
 
 /* The whole-plan search for a model file and a cluster file. */

@@ -311,11 +311,11 @@ static const char *cluster_text = "# 8 threads\ndevices: 8\ndevices_per_node: 4\
 /* A host model the test can enumerate on its own: the search must rank by it. */
 static double host_step(void *user, const par_auto_plan *p) {
     (void)user;
-    return 1.0 / p->tp + 0.3 * p->pp + 0.05 * p->micro_batches + 0.2 * p->cp + 0.01 * p->zero + (p->sp ? 0.001 : 0);
+    return 1.0 / p->config.tp + 0.3 * p->config.pp + 0.05 * p->config.micro_batches + 0.2 * p->config.cp + 0.01 * p->config.zero + (p->config.sp ? 0.001 : 0);
 }
 static double host_memory(void *user, const par_auto_plan *p) {
     (void)user;
-    return 1000.0 / (p->tp * p->pp) + 100.0 / p->micro_batches - 10.0 * p->zero;
+    return 1000.0 / (p->config.tp * p->config.pp) + 100.0 / p->config.micro_batches - 10.0 * p->config.zero;
 }
 
 static void whole_plan(void) {
@@ -340,9 +340,9 @@ static void whole_plan(void) {
     CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
     CHECK(count >= 1);
     for (i = 0; i < count && i < 400; i++)
-        if (plans[i].micro_batches == 1) {
-            CHECK_MSG(plans[i].weights_bytes == params * 4, "%g vs %g", plans[i].weights_bytes, params * 4);
-            CHECK(plans[i].optimizer_bytes == params * 8 && plans[i].grads_bytes == params * 4);
+        if (plans[i].config.micro_batches == 1) {
+            CHECK_MSG(plans[i].predicted.weights_bytes == params * 4, "%g vs %g", plans[i].predicted.weights_bytes, params * 4);
+            CHECK(plans[i].predicted.optimizer_bytes == params * 8 && plans[i].predicted.grads_bytes == params * 4);
         }
     /* ZeRO shards the optimizer state over dp (level 2 the gradients too) */
     d.cluster.devices = 8;
@@ -351,17 +351,17 @@ static void whole_plan(void) {
     CHECK(count > 400); /* more fit than the array holds: it keeps the fastest */
     for (i = 0; i < 400; i++) {
         const par_auto_plan *p = &plans[i];
-        CHECK(p->dp * p->tp * p->cp * p->pp == 8);
-        CHECK(i == 0 || plans[i - 1].step_time <= p->step_time);
-        CHECK(p->memory_bytes <= d.cluster.memory_bytes);
-        if (p->zero >= 1) CHECK(p->optimizer_bytes * p->dp * p->cp == p->weights_bytes * 2);
+        CHECK(p->config.dp * p->config.tp * p->config.cp * p->config.pp == 8);
+        CHECK(i == 0 || plans[i - 1].predicted.step_time <= p->predicted.step_time);
+        CHECK(p->predicted.memory_bytes <= d.cluster.memory_bytes);
+        if (p->config.zero >= 1) CHECK(p->predicted.optimizer_bytes * p->config.dp * p->config.cp == p->predicted.weights_bytes * 2);
         /* ZeRO-2: this rank's gradient shard plus bucket buffers (under a pipeline: all of them) */
-        if (p->zero == 2 && p->pp > 1) CHECK(p->grads_bytes == p->weights_bytes / (p->dp * p->cp) + p->weights_bytes);
-        if (p->zero == 2 && p->pp == 1)
-            CHECK(p->grads_bytes > p->weights_bytes / (p->dp * p->cp) &&
-                  p->grads_bytes <= p->weights_bytes / (p->dp * p->cp) + p->weights_bytes);
-        if (p->zero < 2) CHECK(p->grads_bytes == p->weights_bytes);
-        CHECK(p->pp == 1 || p->bubble > 0);
+        if (p->config.zero == 2 && p->config.pp > 1) CHECK(p->predicted.grads_bytes == p->predicted.weights_bytes / (p->config.dp * p->config.cp) + p->predicted.weights_bytes);
+        if (p->config.zero == 2 && p->config.pp == 1)
+            CHECK(p->predicted.grads_bytes > p->predicted.weights_bytes / (p->config.dp * p->config.cp) &&
+                  p->predicted.grads_bytes <= p->predicted.weights_bytes / (p->config.dp * p->config.cp) + p->predicted.weights_bytes);
+        if (p->config.zero < 2) CHECK(p->predicted.grads_bytes == p->predicted.weights_bytes);
+        CHECK(p->config.pp == 1 || p->predicted.bubble > 0);
     }
     CHECK_INT(cuts.considered, cuts.ranked + cuts.not_divisible + cuts.over_memory + cuts.schedule);
     CHECK(cuts.not_divisible > 0 && strstr(cuts.not_divisible_example, "does not") != NULL);
@@ -382,7 +382,7 @@ static void whole_plan(void) {
                         const int dp = 8 / tp / pp;
                         double mem, t;
                         memset(&p, 0, sizeof p);
-                        p.dp = dp, p.tp = tp, p.pp = pp, p.cp = 1, p.micro_batches = m, p.zero = z, p.sp = sp;
+                        p.config.dp = dp, p.config.tp = tp, p.config.pp = pp, p.config.cp = 1, p.config.micro_batches = m, p.config.zero = z, p.config.sp = sp;
                         if (4 % tp || 2 % tp || 172 % tp || 8 % (dp * m) || 4 % pp || (dp == 1 && z > 0)) continue;
                         if (sp && 64 % tp) continue;
                         mem = host_memory(NULL, &p);
@@ -393,7 +393,7 @@ static void whole_plan(void) {
                     }
     CHECK(best_found);
     CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
-    CHECK(count > 0 && plans[0].step_time == best);
+    CHECK(count > 0 && plans[0].predicted.step_time == best);
     CHECK(cuts.over_memory > 0 && strstr(cuts.over_memory_example, "over the cap") != NULL);
     d.memory = NULL;
     d.step_time = NULL;
@@ -406,9 +406,9 @@ static void whole_plan(void) {
     {
         par_auto_plan *all = (par_auto_plan *)malloc((size_t)count * sizeof *all);
         CHECK_OK(par_auto_search(&d, all, count, &count, &cuts));
-        smallest = all[0].memory_bytes;
+        smallest = all[0].predicted.memory_bytes;
         for (i = 0; i < count; i++)
-            if (all[i].memory_bytes < smallest) smallest = all[i].memory_bytes;
+            if (all[i].predicted.memory_bytes < smallest) smallest = all[i].predicted.memory_bytes;
         free(all);
     }
     d.memory_cap = smallest * 0.99;
@@ -430,12 +430,12 @@ static void whole_plan(void) {
         d.mode = PAR_SEARCH_SHARDING_PROPAGATION;
         d.fixed.tp = 2;
         CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
-        for (i = 0; i < count && i < 400; i++) CHECK(plans[i].tp == 2);
-        CHECK(plans[0].step_time >= dp_best.step_time && cuts.considered < dp_cuts.considered);
+        for (i = 0; i < count && i < 400; i++) CHECK(plans[i].config.tp == 2);
+        CHECK(plans[0].predicted.step_time >= dp_best.predicted.step_time && cuts.considered < dp_cuts.considered);
         d.mode = PAR_SEARCH_RECURSIVE_PROGRAMMING;
         d.fixed.tp = 0;
         CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
-        CHECK(count > 0 && plans[0].step_time >= dp_best.step_time && cuts.considered < dp_cuts.considered);
+        CHECK(count > 0 && plans[0].predicted.step_time >= dp_best.predicted.step_time && cuts.considered < dp_cuts.considered);
         d.mode = (par_search_mode)9;
         CHECK_ERR(par_auto_search(&d, plans, 400, &count, &cuts), PAR_EINVAL, "unknown search_mode");
         d.mode = PAR_SEARCH_DYNAMIC_PROGRAMMING;
@@ -526,7 +526,7 @@ static void whole_plan(void) {
 static par_auto_plan predicted(const par_auto_desc *d, int dp, int tp, int m, int zero) {
     par_auto_plan p;
     memset(&p, 0, sizeof p);
-    p.dp = dp, p.tp = tp, p.cp = 1, p.pp = 1, p.micro_batches = m, p.zero = zero;
+    p.config.dp = dp, p.config.tp = tp, p.config.cp = 1, p.config.pp = 1, p.config.micro_batches = m, p.config.zero = zero;
     CHECK_OK(par_auto_predict(d, &p));
     return p;
 }
@@ -548,10 +548,10 @@ static void time_model(void) {
     d.cluster.kernel_latency = 1e-5;
     b = predicted(&d, 8, 1, 1, 0);
     calls = 4 * 40.0 + 12 + (4 * 9 + 3); /* 4 layers, head; AdamW per tensor */
-    CHECK_MSG(fabs((b.compute_time - a.compute_time) - calls * 1e-5) < 1e-12, "%g", b.compute_time - a.compute_time);
+    CHECK_MSG(fabs((b.predicted.compute_time - a.predicted.compute_time) - calls * 1e-5) < 1e-12, "%g", b.predicted.compute_time - a.predicted.compute_time);
     a = predicted(&d, 4, 2, 2, 0);
     b = predicted(&d, 4, 2, 1, 0);
-    CHECK(fabs((a.compute_time - b.compute_time) - (4 * 40.0 + 12) * 1e-5) < 0.05 * (4 * 40.0 + 12) * 1e-5);
+    CHECK(fabs((a.predicted.compute_time - b.predicted.compute_time) - (4 * 40.0 + 12) * 1e-5) < 0.05 * (4 * 40.0 + 12) * 1e-5);
 
     /* attention at its own rate: half the rate, the attention time twice */
     d.cluster.kernel_latency = 0;
@@ -559,8 +559,8 @@ static void time_model(void) {
     d.cluster.attention_rate = 2.5e9;
     b = predicted(&d, 8, 1, 1, 0);
     /* tokens per rank 8 x 64 / 8, 4 layers, 6 S d per head: 64 x 6 x 64 x 64 per layer and token... */
-    CHECK_MSG(fabs((b.compute_time - a.compute_time) - 64.0 * 4 * 6 * 64 * 64 / 5e9) < 1e-12, "%g vs %g",
-              b.compute_time - a.compute_time, 64.0 * 4 * 6 * 64 * 64 / 5e9);
+    CHECK_MSG(fabs((b.predicted.compute_time - a.predicted.compute_time) - 64.0 * 4 * 6 * 64 * 64 / 5e9) < 1e-12, "%g vs %g",
+              b.predicted.compute_time - a.predicted.compute_time, 64.0 * 4 * 6 * 64 * 64 / 5e9);
     d.cluster.attention_rate = 5e9;
 
     /* context parallelism splits the queries, not the keys each one sees: a rank with the same
@@ -569,33 +569,33 @@ static void time_model(void) {
     {
         par_auto_plan c;
         memset(&c, 0, sizeof c);
-        c.dp = 4, c.tp = 1, c.cp = 2, c.pp = 1, c.micro_batches = 1, c.cp_algo = PAR_CP_ULYSSES;
+        c.config.dp = 4, c.config.tp = 1, c.config.cp = 2, c.config.pp = 1, c.config.micro_batches = 1, c.config.cp_algo = PAR_CP_ULYSSES;
         CHECK_OK(par_auto_predict(&d, &c));
-        CHECK_MSG(c.compute_time >= a.compute_time, "cp %g s < dp %g s", c.compute_time, a.compute_time);
+        CHECK_MSG(c.predicted.compute_time >= a.predicted.compute_time, "cp %g s < dp %g s", c.predicted.compute_time, a.predicted.compute_time);
     }
 
     /* a cost per query row and head of each attention call: a ring step calls attention with
        every local query again (cp times), Ulysses once with all the tokens of fewer heads */
     d.cluster.attention_row_cost = 1e-6;
     b = predicted(&d, 8, 1, 1, 0);
-    CHECK_MSG(fabs((b.compute_time - a.compute_time) - 64.0 * 4 * 4 * 1e-6) < 1e-12, "%g",
-              b.compute_time - a.compute_time); /* 64 tokens, 4 layers, 4 heads */
+    CHECK_MSG(fabs((b.predicted.compute_time - a.predicted.compute_time) - 64.0 * 4 * 4 * 1e-6) < 1e-12, "%g",
+              b.predicted.compute_time - a.predicted.compute_time); /* 64 tokens, 4 layers, 4 heads */
     {
         par_auto_plan with[2], without[2];
         int k;
         memset(with, 0, sizeof with);
         for (k = 0; k < 2; k++) {
-            with[k].dp = 4, with[k].tp = 1, with[k].cp = 2, with[k].pp = 1, with[k].micro_batches = 1;
-            with[k].cp_algo = k ? PAR_CP_ULYSSES : PAR_CP_RING;
+            with[k].config.dp = 4, with[k].config.tp = 1, with[k].config.cp = 2, with[k].config.pp = 1, with[k].config.micro_batches = 1;
+            with[k].config.cp_algo = k ? PAR_CP_ULYSSES : PAR_CP_RING;
             without[k] = with[k];
         }
         for (k = 0; k < 2; k++) CHECK_OK(par_auto_predict(&d, &with[k]));
         d.cluster.attention_row_cost = 0;
         for (k = 0; k < 2; k++) CHECK_OK(par_auto_predict(&d, &without[k]));
-        CHECK_MSG(fabs((with[0].compute_time - without[0].compute_time) - 2 * 64.0 * 4 * 4 * 1e-6) < 1e-12, "ring %g",
-                  with[0].compute_time - without[0].compute_time);
-        CHECK_MSG(fabs((with[1].compute_time - without[1].compute_time) - 64.0 * 4 * 4 * 1e-6) < 1e-12, "ulysses %g",
-                  with[1].compute_time - without[1].compute_time);
+        CHECK_MSG(fabs((with[0].predicted.compute_time - without[0].predicted.compute_time) - 2 * 64.0 * 4 * 4 * 1e-6) < 1e-12, "ring %g",
+                  with[0].predicted.compute_time - without[0].predicted.compute_time);
+        CHECK_MSG(fabs((with[1].predicted.compute_time - without[1].predicted.compute_time) - 64.0 * 4 * 4 * 1e-6) < 1e-12, "ulysses %g",
+                  with[1].predicted.compute_time - without[1].predicted.compute_time);
     }
 
     /* RMSNorm (two a layer and the final one, over the residual rows: split by sequence parallel)
@@ -603,13 +603,13 @@ static void time_model(void) {
     a = predicted(&d, 8, 1, 1, 0);
     d.cluster.norm_rate = 1e8;
     b = predicted(&d, 8, 1, 1, 0);
-    CHECK_MSG(fabs((b.compute_time - a.compute_time) - (2 * 4 + 1) * 64.0 * 64 / 1e8) < 1e-12, "norms %g",
-              b.compute_time - a.compute_time); /* 64 tokens of hidden 64, 4 layers */
+    CHECK_MSG(fabs((b.predicted.compute_time - a.predicted.compute_time) - (2 * 4 + 1) * 64.0 * 64 / 1e8) < 1e-12, "norms %g",
+              b.predicted.compute_time - a.predicted.compute_time); /* 64 tokens of hidden 64, 4 layers */
     {
         par_auto_plan t1, t2;
         memset(&t1, 0, sizeof t1);
-        t1.dp = 4, t1.tp = 2, t1.cp = 1, t1.pp = 1, t1.micro_batches = 1;
-        t2 = t1, t2.sp = 1;
+        t1.config.dp = 4, t1.config.tp = 2, t1.config.cp = 1, t1.config.pp = 1, t1.config.micro_batches = 1;
+        t2 = t1, t2.config.sp = 1;
         CHECK_OK(par_auto_predict(&d, &t1));
         CHECK_OK(par_auto_predict(&d, &t2));
         d.cluster.norm_rate = 0;
@@ -617,28 +617,28 @@ static void time_model(void) {
         CHECK_OK(par_auto_predict(&d, &a));
         CHECK_OK(par_auto_predict(&d, &b));
         /* 128 tokens a tp pair: sequence parallel norms half the rows */
-        CHECK_MSG(fabs((t1.compute_time - a.compute_time) - 9 * 128.0 * 64 / 1e8) < 1e-12 &&
-                      fabs((t2.compute_time - b.compute_time) - 9 * 64.0 * 64 / 1e8) < 1e-12,
-                  "tp norms %g, sp %g", t1.compute_time - a.compute_time, t2.compute_time - b.compute_time);
+        CHECK_MSG(fabs((t1.predicted.compute_time - a.predicted.compute_time) - 9 * 128.0 * 64 / 1e8) < 1e-12 &&
+                      fabs((t2.predicted.compute_time - b.predicted.compute_time) - 9 * 64.0 * 64 / 1e8) < 1e-12,
+                  "tp norms %g, sp %g", t1.predicted.compute_time - a.predicted.compute_time, t2.predicted.compute_time - b.predicted.compute_time);
     }
     a = predicted(&d, 8, 1, 1, 0);
     d.cluster.rope_rate = 1e8;
     b = predicted(&d, 8, 1, 1, 0);
-    CHECK_MSG(fabs((b.compute_time - a.compute_time) - 4 * 64.0 * (64 + 32) / 1e8) < 1e-12, "rope %g",
-              b.compute_time - a.compute_time); /* q 64 and k 32 wide (4 heads, 2 kv heads of 16) */
+    CHECK_MSG(fabs((b.predicted.compute_time - a.predicted.compute_time) - 4 * 64.0 * (64 + 32) / 1e8) < 1e-12, "rope %g",
+              b.predicted.compute_time - a.predicted.compute_time); /* q 64 and k 32 wide (4 heads, 2 kv heads of 16) */
     d.cluster.rope_rate = 0;
 
     /* the gradient all-reduce runs bucket by bucket under the rest of the backward: a step shows
        the last bucket's share (6 buckets: 4 layers, the embedding, the head) or, when the
        reductions outlast the backward, what it cannot cover */
     a = predicted(&d, 8, 1, 1, 0);
-    CHECK_MSG(a.dp_comm_time > 0 && fabs((a.step_time - a.compute_time) - a.dp_comm_time / 6) < 1e-12,
-              "exposed %g of %g", a.step_time - a.compute_time, a.dp_comm_time);
+    CHECK_MSG(a.predicted.dp_comm_time > 0 && fabs((a.predicted.step_time - a.predicted.compute_time) - a.predicted.dp_comm_time / 6) < 1e-12,
+              "exposed %g of %g", a.predicted.step_time - a.predicted.compute_time, a.predicted.dp_comm_time);
     d.cluster.intra_latency = d.cluster.inter_latency = 1e-2;
     b = predicted(&d, 8, 1, 1, 0);
-    CHECK_MSG(b.step_time - b.compute_time > b.dp_comm_time - b.compute_time &&
-                  b.step_time - b.compute_time < b.dp_comm_time - 0.5 * b.compute_time,
-              "exposed %g of %g (compute %g)", b.step_time - b.compute_time, b.dp_comm_time, b.compute_time);
+    CHECK_MSG(b.predicted.step_time - b.predicted.compute_time > b.predicted.dp_comm_time - b.predicted.compute_time &&
+                  b.predicted.step_time - b.predicted.compute_time < b.predicted.dp_comm_time - 0.5 * b.predicted.compute_time,
+              "exposed %g of %g (compute %g)", b.predicted.step_time - b.predicted.compute_time, b.predicted.dp_comm_time, b.predicted.compute_time);
     CHECK_OK(par_cluster_parse(text, &d.cluster)); /* the cluster as it was */
     d.cluster.kernel_latency = 0, d.cluster.attention_rate = 5e9;
 
@@ -647,53 +647,53 @@ static void time_model(void) {
     {
         par_auto_plan t1, t2;
         memset(&t1, 0, sizeof t1);
-        t1.dp = 4, t1.tp = 2, t1.cp = 1, t1.pp = 1, t1.micro_batches = 2;
+        t1.config.dp = 4, t1.config.tp = 2, t1.config.cp = 1, t1.config.pp = 1, t1.config.micro_batches = 2;
         t2 = t1;
         CHECK_OK(par_auto_predict(&d, &t1));
         d.cluster.call_latency = 1e-4;
         CHECK_OK(par_auto_predict(&d, &t2));
         d.cluster.call_latency = 0;
-        CHECK_MSG(fabs((t2.tp_comm_time - t1.tp_comm_time) - 32 * 1e-4) < 1e-12, "tp calls %g",
-                  t2.tp_comm_time - t1.tp_comm_time);
+        CHECK_MSG(fabs((t2.predicted.tp_comm_time - t1.predicted.tp_comm_time) - 32 * 1e-4) < 1e-12, "tp calls %g",
+                  t2.predicted.tp_comm_time - t1.predicted.tp_comm_time);
         /* and the gradients' reductions one a bucket (6) */
-        CHECK_MSG(fabs((t2.dp_comm_time - t1.dp_comm_time) - 6 * 1e-4) < 1e-12, "dp calls %g",
-                  t2.dp_comm_time - t1.dp_comm_time);
+        CHECK_MSG(fabs((t2.predicted.dp_comm_time - t1.predicted.dp_comm_time) - 6 * 1e-4) < 1e-12, "dp calls %g",
+                  t2.predicted.dp_comm_time - t1.predicted.dp_comm_time);
     }
 
     /* ZeRO-2 reduce-scatters every micro-batch's gradients; plain dp and ZeRO-1 once a step */
     a = predicted(&d, 4, 2, 1, 2);
     b = predicted(&d, 4, 2, 2, 2);
-    CHECK(b.dp_comm_time > a.dp_comm_time * 1.4);
+    CHECK(b.predicted.dp_comm_time > a.predicted.dp_comm_time * 1.4);
     a = predicted(&d, 4, 2, 1, 1);
     b = predicted(&d, 4, 2, 2, 1);
-    CHECK(b.dp_comm_time == a.dp_comm_time);
+    CHECK(b.predicted.dp_comm_time == a.predicted.dp_comm_time);
 
     /* ranks sharing cores: beyond node_parallelism the node's summed work bounds the step */
     d.cluster.devices = 4;
     d.cluster.devices_per_node = 4;
     a = predicted(&d, 4, 1, 1, 0);
-    CHECK(a.shared_time == 0);
+    CHECK(a.predicted.shared_time == 0);
     d.cluster.node_parallelism = 2;
     b = predicted(&d, 4, 1, 1, 0);
     /* the node's work (compute and the copying of collectives) over its parallelism, and the
        collectives' latency once (all ranks wait it together) */
-    CHECK(b.shared_time > 2 * b.compute_time + b.dp_comm_time / 2 &&
-          b.shared_time < 2 * (b.compute_time + b.dp_comm_time));
-    CHECK(b.step_time == (b.shared_time > a.step_time ? b.shared_time : a.step_time));
-    CHECK(b.critical_time == a.step_time);
+    CHECK(b.predicted.shared_time > 2 * b.predicted.compute_time + b.predicted.dp_comm_time / 2 &&
+          b.predicted.shared_time < 2 * (b.predicted.compute_time + b.predicted.dp_comm_time));
+    CHECK(b.predicted.step_time == (b.predicted.shared_time > a.predicted.step_time ? b.predicted.shared_time : a.predicted.step_time));
+    CHECK(b.predicted.critical_time == a.predicted.step_time);
     d.cluster.intra_latency = 0; /* then a collective is all copying */
     b = predicted(&d, 4, 1, 1, 0);
-    CHECK_MSG(fabs(b.shared_time - 2 * (b.compute_time + b.dp_comm_time)) < 1e-12 * b.shared_time, "%g", b.shared_time);
+    CHECK_MSG(fabs(b.predicted.shared_time - 2 * (b.predicted.compute_time + b.predicted.dp_comm_time)) < 1e-12 * b.predicted.shared_time, "%g", b.predicted.shared_time);
     d.cluster.intra_latency = 5e-6;
     d.cluster.node_parallelism = 4; /* every rank has its cores: no bound */
     b = predicted(&d, 4, 1, 1, 0);
-    CHECK(b.shared_time == 0 && b.step_time == a.step_time);
+    CHECK(b.predicted.shared_time == 0 && b.predicted.step_time == a.predicted.step_time);
     /* one core for 4 ranks: splitting the batch 4 ways buys nothing over one rank's work */
     d.cluster.node_parallelism = 1;
     b = predicted(&d, 4, 1, 1, 0);
     d.cluster.devices = d.cluster.devices_per_node = 1;
     a = predicted(&d, 1, 1, 1, 0);
-    CHECK_MSG(b.step_time >= 0.9 * a.step_time, "dp 4 on one core %g s, one rank %g s", b.step_time, a.step_time);
+    CHECK_MSG(b.predicted.step_time >= 0.9 * a.predicted.step_time, "dp 4 on one core %g s, one rank %g s", b.predicted.step_time, a.predicted.step_time);
 }
 
 /* ---- calibration ---------------------------------------------------------------- */

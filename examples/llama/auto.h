@@ -48,20 +48,20 @@ static void llama__auto_apply(const par_auto_plan *p, llama_config *c) {
     c->global_batch_size = llama_config_global_batch(c);
     c->gradient_accumulation_steps = 1;
     c->parallel_mode = LLAMA_PARALLEL_MODE_SEMI_AUTO;
-    c->data_parallel = p->dp, c->model_parallel = p->tp, c->context_parallel = p->cp, c->pipeline_stage = p->pp;
-    c->use_seq_parallel = p->sp;
-    c->micro_batch_num = p->micro_batches;
+    c->data_parallel = p->config.dp, c->model_parallel = p->config.tp, c->context_parallel = p->config.cp, c->pipeline_stage = p->config.pp;
+    c->use_seq_parallel = p->config.sp;
+    c->micro_batch_num = p->config.micro_batches;
     c->ulysses_degree_in_cp = 1;
     snprintf(c->context_parallel_algo, sizeof c->context_parallel_algo, "%s",
-             p->cp > 1 && p->cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp");
+             p->config.cp > 1 && p->config.cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp");
     snprintf(c->pipeline_scheduler, sizeof c->pipeline_scheduler, "%s",
-             p->pp > 1 && p->schedule == PAR_PP_GPIPE ? "gpipe" : p->pp > 1 && p->schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b");
-    c->pipeline_interleave = p->pp > 1 && p->schedule == PAR_PP_INTERLEAVED;
-    c->pp_interleave_num = c->pipeline_interleave ? p->chunks : 1;
+             p->config.pp > 1 && p->config.schedule == PAR_PP_GPIPE ? "gpipe" : p->config.pp > 1 && p->config.schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b");
+    c->pipeline_interleave = p->config.pp > 1 && p->config.schedule == PAR_PP_INTERLEAVED;
+    c->pp_interleave_num = c->pipeline_interleave ? p->config.chunks : 1;
     /* the plan may shard more than the file asked (less memory), never less:
        MindFormers keeps enable_parallel_optimizer under auto_parallel too */
-    if (p->zero > 0 && (!c->enable_parallel_optimizer || p->zero > c->optimizer_level)) c->optimizer_level = p->zero > 1 ? 2 : 1;
-    c->enable_parallel_optimizer = c->enable_parallel_optimizer || p->zero > 0;
+    if (p->config.zero > 0 && (!c->enable_parallel_optimizer || p->config.zero > c->optimizer_level)) c->optimizer_level = p->config.zero > 1 ? 2 : 1;
+    c->enable_parallel_optimizer = c->enable_parallel_optimizer || p->config.zero > 0;
 }
 
 /* Pick the degrees for cfg (parallel_mode auto_parallel); print the plan to
@@ -135,8 +135,8 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
             fprintf(out, "auto_parallel (%s) on %d ranks: %lld plans considered, %lld fit%s%s\n",
                      par_search_mode_name(d.mode), world, (long long)cuts.considered, (long long)cuts.ranked,
                      d.memory_cap > 0 ? ", cap " : "", d.memory_cap > 0 ? max_memory : "");
-            fprintf(out, "  chose %s: predicted step %.4g s, %.3f MiB per rank\n", name, plans[i].step_time,
-                    plans[i].memory_bytes / 1048576.0);
+            fprintf(out, "  chose %s: predicted step %.4g s, %.3f MiB per rank\n", name, plans[i].predicted.step_time,
+                    plans[i].predicted.memory_bytes / 1048576.0);
             fprintf(out, "  cluster: %.4g Gflop/s per rank (attention %.3g), all-reduce %.4g GB/s and %.3g us per step%s\n",
                     d.cluster.flops / 1e9, d.cluster.attention_rate / 1e9, d.cluster.intra_bandwidth / 1e9,
                     d.cluster.intra_latency * 1e6, cluster_path ? " (--cluster)" : " (measured now)");

@@ -85,9 +85,9 @@ int main(void) {
     for (z = 0; z <= 2; z++)
         for (m = 1; m <= 2; m++) {
             memset(&p, 0, sizeof p);
-            p.dp = 4, p.tp = p.cp = p.pp = 1, p.zero = z, p.micro_batches = m;
+            p.config.dp = 4, p.config.tp = p.config.cp = p.config.pp = 1, p.config.zero = z, p.config.micro_batches = m;
             CHECK_OK(par_auto_predict(&d, &p));
-            if (dp_min == 0 || p.memory_bytes < dp_min) dp_min = p.memory_bytes;
+            if (dp_min == 0 || p.predicted.memory_bytes < dp_min) dp_min = p.predicted.memory_bytes;
         }
     CHECK(dp_min > 0);
     CHECK_INT(run("--steps 1 --set parallel.parallel_mode=auto_parallel --set parallel_config.data_parallel=4 "
