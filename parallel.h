@@ -21191,229 +21191,281 @@ static par_attn_desc par__au_calib_attn(int head_dim, int seq) {
     return d;
 }
 
-PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *out) {
-    const par_compute_table *ct;
+/* par_calibrate's state: the sizes it times at (from the desc), the buffers,
+   and the times it measured (seconds, least or median of the repeats). */
+typedef struct par__au_calib {
     par_calibrate_desc d;
-    par_comm_group *world = NULL;
-    par_cluster c;
-    par__au_work w;
+    int64_t n, rows, cols, count, elems, attn_elems, rope_hd;
+    int64_t shapes[7][2], big_kn, big_rowk;
+    int nshapes;
+    double layer_kn;
     par_attn_desc attn;
-    float *a = NULL, *b = NULL, *cc = NULL;
-    double t_gemm = 0, t_small = 0, t_hot = 0, t_big = 0, t_copy = 0, t_act = 0;
-    double t_attn = 0, t_attn_half = 0, t_call = 0, t_norm = 0, t_rope = 0, t_pair = 0;
-    int64_t n, rows, cols, count, elems, attn_elems, rope_hd, *pos = NULL, shapes[7][2], big_kn = 0, big_rowk = 0;
-    double layer_kn = 0;
-    int nshapes, k;
-    int inner_gemm, inner_copy, inner_act, inner_attn, inner_norm, inner_rope;
-    const int inner_call = 256;
-    int p, threads;
-    uint32_t all;
-    par_status st;
-    if (!ctx || !out) return par__fail(PAR_EINVAL, "par_calibrate: NULL argument");
-    memset(&d, 0, sizeof d);
-    if (desc) d = *desc;
-    if (d.gemm_size < 0 || d.gemm_size > 8192 || d.gemm_rows < 0 || d.gemm_rows > (1 << 20) || d.gemm_cols < 0 ||
-        d.gemm_cols > 65536 || d.head_dim < 0 ||
-        d.head_dim > 256 || d.seq < 0 || d.seq > 8192 || d.bytes < 0 || d.bytes > ((int64_t)1 << 32) ||
-        d.repeats < 0 || d.repeats > 15 || !(d.memory_bytes >= 0))
+    int inner_gemm, inner_copy, inner_act, inner_attn, inner_norm, inner_rope, inner_call;
+    float *a, *b, *cc;
+    int64_t *pos;
+    double t_gemm, t_small, t_hot, t_big, t_copy, t_act;
+    double t_attn, t_attn_half, t_call, t_norm, t_rope, t_pair;
+} par__au_calib;
+
+/* Check the desc and size every timing: enough work per timing (~0.5 Gflop,
+   ~0.25 GB: tens of ms) that the clock's and the scheduler's granularity do
+   not matter. */
+static par_status par__au_calib_size(par__au_calib *k, const par_calibrate_desc *desc) {
+    par_calibrate_desc *d = &k->d;
+    int s;
+    memset(k, 0, sizeof *k);
+    if (desc) *d = *desc;
+    if (d->gemm_size < 0 || d->gemm_size > 8192 || d->gemm_rows < 0 || d->gemm_rows > (1 << 20) || d->gemm_cols < 0 ||
+        d->gemm_cols > 65536 || d->head_dim < 0 || d->head_dim > 256 || d->seq < 0 || d->seq > 8192 || d->bytes < 0 ||
+        d->bytes > ((int64_t)1 << 32) || d->repeats < 0 || d->repeats > 15 || !(d->memory_bytes >= 0))
         return par__fail(PAR_EINVAL, "par_calibrate_desc: gemm_size 0..8192, gemm_rows 0..2^20, gemm_cols 0..65536, "
                                      "head_dim 0..256, "
                                      "seq 0..8192, bytes 0..4 GiB, repeats 0..15 and memory_bytes >= 0 (0 = defaults)");
-    n = d.gemm_size ? d.gemm_size : 256;
-    rows = d.gemm_rows ? d.gemm_rows : n;
-    cols = d.gemm_cols ? d.gemm_cols : n;
-    nshapes = par__au_gemm_shapes(&d, n, cols, shapes);
-    if (nshapes < 0) return PAR_EINVAL;
-    for (k = 0; k < nshapes; k++) {
-        layer_kn += (double)shapes[k][0] * (double)shapes[k][1];
-        if (shapes[k][0] * shapes[k][1] > big_kn) big_kn = shapes[k][0] * shapes[k][1];
-        if (shapes[k][0] + shapes[k][1] > big_rowk) big_rowk = shapes[k][0] + shapes[k][1];
+    k->n = d->gemm_size ? d->gemm_size : 256;
+    k->rows = d->gemm_rows ? d->gemm_rows : k->n;
+    k->cols = d->gemm_cols ? d->gemm_cols : k->n;
+    k->nshapes = par__au_gemm_shapes(d, k->n, k->cols, k->shapes);
+    if (k->nshapes < 0) return PAR_EINVAL;
+    for (s = 0; s < k->nshapes; s++) {
+        const int64_t kn = k->shapes[s][0] * k->shapes[s][1], rowk = k->shapes[s][0] + k->shapes[s][1];
+        k->layer_kn += (double)kn;
+        if (kn > k->big_kn) k->big_kn = kn;
+        if (rowk > k->big_rowk) k->big_rowk = rowk;
     }
-    if (rows * big_rowk > PAR__AU_CALIB_FLOATS || 2 * big_kn > PAR__AU_CALIB_FLOATS)
+    if (k->rows * k->big_rowk > PAR__AU_CALIB_FLOATS || 2 * k->big_kn > PAR__AU_CALIB_FLOATS)
         return par__fail(PAR_EINVAL,
                          "par_calibrate_desc: GEMMs of %lld rows and up to %lld x %lld weights need more than %d M "
                          "floats a buffer (fewer gemm_rows, or leave desc.model zero to time gemm_size x gemm_cols)",
-                         (long long)rows, (long long)(big_rowk), (long long)big_kn, PAR__AU_CALIB_FLOATS >> 20);
-    count = (d.bytes ? d.bytes : 4 << 20) / 4;
-    if (count < 1) count = 1;
-    if (!d.repeats) d.repeats = 5;
-    attn = par__au_calib_attn(d.head_dim ? d.head_dim : 64, d.seq ? d.seq : 256);
-    attn_elems = attn.q_len * attn.q_heads * attn.head_dim;
-    /* enough work per timing (~0.5 Gflop, ~0.25 GB: tens of ms) that the clock's and the scheduler's
-       granularity do not matter */
-    inner_gemm = (int)(5e8 / (6.0 * (double)rows * layer_kn)) + 1;
-    inner_copy = (int)(1.25e8 / (8.0 * (double)count)) + 1;
-    inner_act = (int)(2e6 / (double)(count / 2 > 0 ? count / 2 : 1)) + 1;
-    inner_attn = (int)(2e8 / (6.0 * (double)attn.q_len * (double)attn_elems)) + 1;
-    inner_norm = (int)(2e7 / ((double)rows * (double)n)) + 1;
-    inner_rope = (int)(4e6 / ((double)rows * (double)n)) + 1;
+                         (long long)k->rows, (long long)k->big_rowk, (long long)k->big_kn, PAR__AU_CALIB_FLOATS >> 20);
+    k->count = (d->bytes ? d->bytes : 4 << 20) / 4;
+    if (k->count < 1) k->count = 1;
+    if (!d->repeats) d->repeats = 5;
+    k->attn = par__au_calib_attn(d->head_dim ? d->head_dim : 64, d->seq ? d->seq : 256);
+    k->attn_elems = k->attn.q_len * k->attn.q_heads * k->attn.head_dim;
+    k->inner_gemm = (int)(5e8 / (6.0 * (double)k->rows * k->layer_kn)) + 1;
+    k->inner_copy = (int)(1.25e8 / (8.0 * (double)k->count)) + 1;
+    k->inner_act = (int)(2e6 / (double)(k->count / 2 > 0 ? k->count / 2 : 1)) + 1;
+    k->inner_attn = (int)(2e8 / (6.0 * (double)k->attn.q_len * (double)k->attn_elems)) + 1;
+    k->inner_norm = (int)(2e7 / ((double)k->rows * (double)k->n)) + 1;
+    k->inner_rope = (int)(4e6 / ((double)k->rows * (double)k->n)) + 1;
+    k->inner_call = 256;
     /* RoPE over the hidden size as heads of the model's head dim (even, at most the hidden size) */
-    rope_hd = attn.head_dim < n ? attn.head_dim : n;
-    rope_hd -= rope_hd % 2;
-    ct = par_ctx_compute(ctx);
-    if (!ct->gemm || !ct->alloc || !ct->memset)
-        return par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
-    p = par_ctx_size(ctx);
-    threads = par_ctx_kernel_threads(ctx);
-    all = (1u << par_ctx_mesh(ctx)->ndim) - 1;
-    PAR__CHECK(par_ctx_group(ctx, all, &world, NULL, NULL));
-    elems = rows * big_rowk; /* X and dY; Y and dX; W and dW */
-    if (2 * big_kn > elems) elems = 2 * big_kn;
-    if (256 * 256 > elems) elems = 256 * 256; /* the latency's GEMMs */
-    if (count > elems) elems = count;
-    if (4 * attn_elems > elems) elems = 4 * attn_elems;
-    if (2 * rows * n + rows + n > elems) elems = 2 * rows * n + rows + n; /* RMSNorm's and RoPE's */
-    st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&a);
-    if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&b);
-    if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)elems * sizeof(float), PAR_MEM_WORKSPACE, (void **)&cc);
-    if (st == PAR_OK) { /* values like activations: zeros would take expf's fast path and flatter SwiGLU */
-        float *host = (float *)PARALLEL_MALLOC((size_t)elems * sizeof(float));
-        int64_t i;
-        if (!host) st = par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
-        for (i = 0; host && i < elems; i++) host[i] = 0.25f * (float)(i % 17 - 8);
-        if (st == PAR_OK)
-            st = ct->memcpy(ct->user, a, host, (size_t)elems * sizeof(float),
-                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
-        if (st == PAR_OK)
-            st = ct->memcpy(ct->user, b, host, (size_t)elems * sizeof(float),
-                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
-        PARALLEL_FREE(host);
+    k->rope_hd = k->attn.head_dim < k->n ? k->attn.head_dim : k->n;
+    k->rope_hd -= k->rope_hd % 2;
+    /* one size for the three buffers: X and dY; Y and dX; W and dW; the latency's 256^3 GEMMs;
+       the copies; attention's q, k, v, o; RMSNorm's and RoPE's */
+    k->elems = k->rows * k->big_rowk;
+    if (2 * k->big_kn > k->elems) k->elems = 2 * k->big_kn;
+    if (256 * 256 > k->elems) k->elems = 256 * 256;
+    if (k->count > k->elems) k->elems = k->count;
+    if (4 * k->attn_elems > k->elems) k->elems = 4 * k->attn_elems;
+    if (2 * k->rows * k->n + k->rows + k->n > k->elems) k->elems = 2 * k->rows * k->n + k->rows + k->n;
+    return PAR_OK;
+}
+
+/* Copy `bytes` of host memory into the table's memory (device or host). */
+static par_status par__au_upload(const par_compute_table *ct, void *dst, const void *host, size_t bytes) {
+    return ct->memcpy(ct->user, dst, host, bytes, ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
+}
+
+/* The three work buffers, filled with values like activations (zeros would
+   take expf's fast path and flatter SwiGLU), and RoPE's positions 0..rows-1. */
+static par_status par__au_calib_buffers(par_ctx *ctx, const par_compute_table *ct, par__au_calib *k) {
+    const size_t bytes = (size_t)k->elems * sizeof(float);
+    float *host;
+    int64_t *ipos, i;
+    par_status st;
+    PAR__CHECK(ct->alloc(ct->user, bytes, PAR_MEM_WORKSPACE, (void **)&k->a));
+    PAR__CHECK(ct->alloc(ct->user, bytes, PAR_MEM_WORKSPACE, (void **)&k->b));
+    PAR__CHECK(ct->alloc(ct->user, bytes, PAR_MEM_WORKSPACE, (void **)&k->cc));
+    if (!(host = (float *)par__ctx_malloc(ctx, bytes))) return par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
+    for (i = 0; i < k->elems; i++) host[i] = 0.25f * (float)(i % 17 - 8);
+    st = par__au_upload(ct, k->a, host, bytes);
+    if (st == PAR_OK) st = par__au_upload(ct, k->b, host, bytes);
+    par__ctx_free(ctx, host);
+    if (st != PAR_OK || !ct->rope_fwd || !ct->rope_bwd || k->rope_hd < 2) return st;
+    if (!(ipos = (int64_t *)par__ctx_malloc(ctx, (size_t)k->rows * sizeof(int64_t))))
+        return par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
+    for (i = 0; i < k->rows; i++) ipos[i] = i;
+    st = ct->alloc(ct->user, (size_t)k->rows * sizeof(int64_t), PAR_MEM_WORKSPACE, (void **)&k->pos);
+    if (st == PAR_OK) st = par__au_upload(ct, k->pos, ipos, (size_t)k->rows * sizeof(int64_t));
+    par__ctx_free(ctx, ipos);
+    return st;
+}
+
+static void par__au_calib_free(const par_compute_table *ct, par__au_calib *k) {
+    if (k->pos) ct->free(ct->user, k->pos);
+    if (k->cc) ct->free(ct->user, k->cc);
+    if (k->b) ct->free(ct->user, k->b);
+    if (k->a) ct->free(ct->user, k->a);
+}
+
+/* Rank 0's own rates, interleaved: each repeat times every kind once, so that
+   a slow spell of a shared machine lands on one sample of each kind rather
+   than on every sample of one. */
+static par_status par__au_calib_rates(par_ctx *ctx, par_comm_group *world, const par_compute_table *ct,
+                                      par__au_calib *k) {
+    par__au_work ws[8];
+    double *outs[8];
+    int nk = 0, r, i;
+    par_status st = PAR_OK;
+    memset(ws, 0, sizeof ws);
+    ws[nk].kind = 0, ws[nk].rows = k->rows, ws[nk].inner = k->inner_gemm, ws[nk].nshapes = k->nshapes;
+    memcpy(ws[nk].shapes, k->shapes, sizeof k->shapes);
+    outs[nk++] = &k->t_gemm;
+    ws[nk].kind = 2, ws[nk].n = k->count, ws[nk].inner = k->inner_copy, outs[nk++] = &k->t_copy;
+    if (ct->swiglu_fwd && ct->swiglu_bwd)
+        ws[nk].kind = 3, ws[nk].n = k->count / 2, ws[nk].inner = k->inner_act, outs[nk++] = &k->t_act;
+    if (ct->swiglu_fwd) ws[nk].kind = 7, ws[nk].n = 64, ws[nk].inner = k->inner_call, outs[nk++] = &k->t_call;
+    if (ct->rmsnorm_fwd && ct->rmsnorm_bwd)
+        ws[nk].kind = 8, ws[nk].n = k->n, ws[nk].rows = k->rows, ws[nk].inner = k->inner_norm, outs[nk++] = &k->t_norm;
+    if (k->pos) {
+        ws[nk].kind = 9, ws[nk].n = k->n / k->rope_hd * k->rope_hd, ws[nk].rows = k->rows, ws[nk].head_dim = k->rope_hd;
+        ws[nk].pos = k->pos, ws[nk].inner = k->inner_rope, outs[nk++] = &k->t_rope;
     }
-    if (st == PAR_OK && ct->rope_fwd && ct->rope_bwd && rope_hd >= 2) { /* positions 0..rows-1 */
-        int64_t *host = (int64_t *)PARALLEL_MALLOC((size_t)rows * sizeof(int64_t)), i;
-        st = host ? ct->alloc(ct->user, (size_t)rows * sizeof(int64_t), PAR_MEM_WORKSPACE, (void **)&pos)
-                  : par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
-        for (i = 0; host && i < rows; i++) host[i] = i;
-        if (st == PAR_OK)
-            st = ct->memcpy(ct->user, pos, host, (size_t)rows * sizeof(int64_t),
-                            ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
-        PARALLEL_FREE(host);
+    if (ct->attention_fwd && ct->attention_bwd) { /* the attention twice: see par__au_calib_cluster */
+        ws[nk].kind = 6, ws[nk].attn = k->attn, ws[nk].inner = k->inner_attn, outs[nk++] = &k->t_attn;
+        ws[nk] = ws[nk - 1], outs[nk] = &k->t_attn_half;
+        ws[nk].attn.batch = 4, ws[nk].attn.q_len = ws[nk].attn.k_len = k->attn.q_len / 4 > 0 ? k->attn.q_len / 4 : 1;
+        nk++;
     }
-    /* rank 0's own rates, interleaved: each repeat times every kind once, so that a slow spell of
-       a shared machine lands on one sample of each kind rather than on every sample of one */
-    {
-        par__au_work ws[8];
-        double *outs[8];
-        int nk = 0, r, k;
-        memset(ws, 0, sizeof ws);
-        ws[nk].kind = 0, ws[nk].rows = rows, ws[nk].inner = inner_gemm, ws[nk].nshapes = nshapes;
-        memcpy(ws[nk].shapes, shapes, sizeof shapes);
-        outs[nk++] = &t_gemm;
-        ws[nk].kind = 2, ws[nk].n = count, ws[nk].inner = inner_copy, outs[nk++] = &t_copy;
-        if (ct->swiglu_fwd && ct->swiglu_bwd) ws[nk].kind = 3, ws[nk].n = count / 2, ws[nk].inner = inner_act, outs[nk++] = &t_act;
-        if (ct->swiglu_fwd) ws[nk].kind = 7, ws[nk].n = 64, ws[nk].inner = inner_call, outs[nk++] = &t_call;
-        if (ct->rmsnorm_fwd && ct->rmsnorm_bwd)
-            ws[nk].kind = 8, ws[nk].n = n, ws[nk].rows = rows, ws[nk].inner = inner_norm, outs[nk++] = &t_norm;
-        if (pos) {
-            ws[nk].kind = 9, ws[nk].n = n / rope_hd * rope_hd, ws[nk].rows = rows, ws[nk].head_dim = rope_hd;
-            ws[nk].pos = pos, ws[nk].inner = inner_rope, outs[nk++] = &t_rope;
+    for (r = 0; st == PAR_OK && r < k->d.repeats; r++)
+        for (i = 0; st == PAR_OK && i < nk; i++) {
+            double t = 0;
+            st = par__au_time(ctx, world, &ws[i], 1, r == 0, k->a, k->b, k->cc, &t);
+            if (st == PAR_OK && (r == 0 || t < *outs[i])) *outs[i] = t;
         }
-        if (ct->attention_fwd && ct->attention_bwd) {
-            ws[nk].kind = 6, ws[nk].attn = attn, ws[nk].inner = inner_attn, outs[nk++] = &t_attn;
-            ws[nk] = ws[nk - 1], outs[nk] = &t_attn_half;
-            ws[nk].attn.batch = 4, ws[nk].attn.q_len = ws[nk].attn.k_len = attn.q_len / 4 > 0 ? attn.q_len / 4 : 1;
-            nk++;
-        }
-        for (r = 0; st == PAR_OK && r < d.repeats; r++)
-            for (k = 0; st == PAR_OK && k < nk; k++) {
-                double t = 0;
-                st = par__au_time(ctx, world, &ws[k], 1, r == 0, a, b, cc, &t);
-                if (st == PAR_OK && (r == 0 || t < *outs[k])) *outs[k] = t;
-            }
+    return st;
+}
+
+/* The latencies: 256^3 GEMMs each followed by a one-float all-reduce over the
+   world, or over pairs (0 1, 2 3, ...; from 4 ranks; an odd last rank only
+   computes), against the same GEMMs alone. Each repeat times the three back
+   to back and the median of the repeats' differences is kept: a difference of
+   two times a drifting machine moves alike cancels the drift, and the median
+   drops a repeat a neighbour disturbed. */
+static par_status par__au_calib_latencies(par_ctx *ctx, par_comm_group *world, par__au_calib *k) {
+    const par_comm_table *cm = par_ctx_comm(ctx);
+    const int p = par_ctx_size(ctx), me = par_ctx_rank(ctx), partner = me ^ 1;
+    par_comm_group *pair = NULL;
+    par__au_work lw[3];
+    double dw[16], dpair[16], t3[3];
+    int r, i;
+    par_status st = PAR_OK;
+    if (p >= 4 && partner < p) {
+        const int members[2] = {me < partner ? me : partner, me < partner ? partner : me};
+        PAR__CHECK(cm->group_create(cm->user, members, 2, &pair));
     }
-    /* the latencies: 256^3 GEMMs each followed by a one-float all-reduce over the world, or over
-       pairs (0 1, 2 3, ...; from 4 ranks; an odd last rank only computes), against the same GEMMs
-       alone. Each repeat times the three back to back and the median of the repeats' differences
-       is kept: a difference of two times a drifting machine moves alike cancels the drift, and
-       the median drops a repeat a neighbour disturbed */
-    memset(&w, 0, sizeof w);
-    if (st == PAR_OK && p > 1) {
-        const par_comm_table *cm = par_ctx_comm(ctx);
-        const int me = par_ctx_rank(ctx), partner = me ^ 1;
-        par_comm_group *pair = NULL;
-        par__au_work lw[3];
-        double dw[16], dpair[16], t3[3];
-        int r, k;
-        if (p >= 4 && partner < p) {
-            const int members[2] = {me < partner ? me : partner, me < partner ? partner : me};
-            st = cm->group_create(cm->user, members, 2, &pair);
-        }
-        memset(lw, 0, sizeof lw);
-        for (k = 0; k < 3; k++) lw[k].n = 1, lw[k].inner = 8;
-        lw[0].kind = 5, lw[1].kind = 4, lw[2].kind = pair ? 4 : 5, lw[2].group = pair;
-        for (r = 0; st == PAR_OK && r < d.repeats; r++) {
-            for (k = 0; st == PAR_OK && k < (p >= 4 ? 3 : 2); k++)
-                st = par__au_time(ctx, world, &lw[k], 1, r == 0, a, b, cc, &t3[k]);
-            dw[r] = t3[1] - t3[0], dpair[r] = p >= 4 ? t3[2] - t3[0] : 0;
-        }
-        if (pair) cm->group_destroy(cm->user, pair);
-        if (st == PAR_OK) {
-            qsort(dw, (size_t)d.repeats, sizeof dw[0], par__au_cmp);
-            qsort(dpair, (size_t)d.repeats, sizeof dpair[0], par__au_cmp);
-            t_small = dw[d.repeats / 2] > 0 ? dw[d.repeats / 2] / 8 : 0;
-            t_pair = dpair[d.repeats / 2] > 0 ? dpair[d.repeats / 2] / 8 : 0;
-        }
+    memset(lw, 0, sizeof lw);
+    for (i = 0; i < 3; i++) lw[i].n = 1, lw[i].inner = 8;
+    lw[0].kind = 5, lw[1].kind = 4, lw[2].kind = pair ? 4 : 5, lw[2].group = pair;
+    for (r = 0; st == PAR_OK && r < k->d.repeats; r++) {
+        for (i = 0; st == PAR_OK && i < (p >= 4 ? 3 : 2); i++)
+            st = par__au_time(ctx, world, &lw[i], 1, r == 0, k->a, k->b, k->cc, &t3[i]);
+        dw[r] = t3[1] - t3[0], dpair[r] = p >= 4 ? t3[2] - t3[0] : 0;
     }
-    w.kind = 1, w.n = 1, w.inner = 1;
-    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_hot);
-    w.n = count;
-    if (st == PAR_OK && p > 1) st = par__au_time(ctx, world, &w, d.repeats, 1, a, b, cc, &t_big);
-    if (pos) ct->free(ct->user, pos);
-    if (cc) ct->free(ct->user, cc);
-    if (b) ct->free(ct->user, b);
-    if (a) ct->free(ct->user, a);
+    if (pair) cm->group_destroy(cm->user, pair);
     if (st != PAR_OK) return st;
-    memset(&c, 0, sizeof c);
-    c.devices = c.devices_per_node = p;
-    c.flops = inner_gemm * 6.0 * (double)rows * layer_kn / (t_gemm > 1e-9 ? t_gemm : 1e-9);
-    c.memory_bandwidth = inner_copy * 8.0 * (double)count / (t_copy > 1e-9 ? t_copy : 1e-9); /* read + write */
-    c.activation_rate = t_act > 0 ? inner_act * (double)(count / 2) / t_act : 0;
-    if (t_attn > 0) { /* t = flops / rate + rows x row cost, at two sizes with the same rows */
-        const double rows = (double)attn.q_len * attn.q_heads, quarter = (double)(attn.q_len / 4 > 0 ? attn.q_len / 4 : 1);
-        const double f1 = 6.0 * (double)attn.q_len * (double)attn_elems,
-                     f2 = 6.0 * quarter * 4 * quarter * attn.q_heads * attn.head_dim;
-        const double t1 = t_attn / inner_attn, t2 = t_attn_half / inner_attn;
+    qsort(dw, (size_t)k->d.repeats, sizeof dw[0], par__au_cmp);
+    qsort(dpair, (size_t)k->d.repeats, sizeof dpair[0], par__au_cmp);
+    k->t_small = dw[k->d.repeats / 2] > 0 ? dw[k->d.repeats / 2] / 8 : 0;
+    k->t_pair = dpair[k->d.repeats / 2] > 0 ? dpair[k->d.repeats / 2] / 8 : 0;
+    return PAR_OK;
+}
+
+/* The bandwidth: an all-reduce of `count` floats against one of one float. */
+static par_status par__au_calib_bandwidth(par_ctx *ctx, par_comm_group *world, par__au_calib *k) {
+    par__au_work w;
+    memset(&w, 0, sizeof w);
+    w.kind = 1, w.n = 1, w.inner = 1;
+    PAR__CHECK(par__au_time(ctx, world, &w, k->d.repeats, 1, k->a, k->b, k->cc, &k->t_hot));
+    w.n = k->count;
+    return par__au_time(ctx, world, &w, k->d.repeats, 1, k->a, k->b, k->cc, &k->t_big);
+}
+
+/* The cluster the times describe (this rank's view; rank 0's is shared). */
+static void par__au_calib_cluster(const par__au_calib *k, const par_compute_table *ct, int p, int threads,
+                                  par_cluster *c) {
+    memset(c, 0, sizeof *c);
+    c->devices = c->devices_per_node = p;
+    c->flops = k->inner_gemm * 6.0 * (double)k->rows * k->layer_kn / (k->t_gemm > 1e-9 ? k->t_gemm : 1e-9);
+    c->memory_bandwidth = k->inner_copy * 8.0 * (double)k->count / (k->t_copy > 1e-9 ? k->t_copy : 1e-9); /* r + w */
+    c->activation_rate = k->t_act > 0 ? k->inner_act * (double)(k->count / 2) / k->t_act : 0;
+    if (k->t_attn > 0) { /* t = flops / rate + rows x row cost, at two sizes with the same rows */
+        const par_attn_desc *at = &k->attn;
+        const double rows = (double)at->q_len * at->q_heads, quarter = (double)(at->q_len / 4 > 0 ? at->q_len / 4 : 1);
+        const double f1 = 6.0 * (double)at->q_len * (double)k->attn_elems,
+                     f2 = 6.0 * quarter * 4 * quarter * at->q_heads * at->head_dim;
+        const double t1 = k->t_attn / k->inner_attn, t2 = k->t_attn_half / k->inner_attn;
         double per_flop = f1 > f2 && t1 > t2 ? (t1 - t2) / (f1 - f2) : t1 / f1;
         double row = (t1 - per_flop * f1) / rows;
         if (row < 0 || t2 <= 0) row = 0, per_flop = t1 / f1;
-        c.attention_rate = 1.0 / per_flop;
-        c.attention_row_cost = row;
+        c->attention_rate = 1.0 / per_flop;
+        c->attention_row_cost = row;
     }
-    c.kernel_latency = t_call > 0 ? t_call / inner_call : 0;
-    c.norm_rate = t_norm > 0 ? inner_norm * (double)rows * (double)n / t_norm : 0;
-    c.rope_rate = t_rope > 0 ? inner_rope * (double)rows * (double)(n / rope_hd * rope_hd) / t_rope : 0;
-    c.node_parallelism = ct->device_memory ? 0 : par__ctx_host_cores() / (threads > 0 ? threads : 1);
-    if (!ct->device_memory && c.node_parallelism < 1) c.node_parallelism = 1;
+    c->kernel_latency = k->t_call > 0 ? k->t_call / k->inner_call : 0;
+    c->norm_rate = k->t_norm > 0 ? k->inner_norm * (double)k->rows * (double)k->n / k->t_norm : 0;
+    c->rope_rate =
+        k->t_rope > 0 ? k->inner_rope * (double)k->rows * (double)(k->n / k->rope_hd * k->rope_hd) / k->t_rope : 0;
+    c->node_parallelism = ct->device_memory ? 0 : par__ctx_host_cores() / (threads > 0 ? threads : 1);
+    if (!ct->device_memory && c->node_parallelism < 1) c->node_parallelism = 1;
     if (p > 1) {
-        const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)count;
+        const double steps = 2.0 * (p - 1), bytes = 2.0 * (p - 1) / p * 4.0 * (double)k->count;
         /* t = call + 2 (p - 1) step for the world, call + 2 step for a pair; two or three ranks:
            all of it per call */
-        double step = p >= 4 && t_small > t_pair ? (t_small - t_pair) / (steps - 2) : 0;
-        if (step * 2 > t_pair) step = t_pair / 2;
-        c.intra_latency = step;
-        c.call_latency = p >= 4 ? t_pair - 2 * step : t_small;
-        c.intra_bandwidth = bytes / (t_big - t_hot > 1e-9 ? t_big - t_hot : 1e-9);
+        double step = p >= 4 && k->t_small > k->t_pair ? (k->t_small - k->t_pair) / (steps - 2) : 0;
+        if (step * 2 > k->t_pair) step = k->t_pair / 2;
+        c->intra_latency = step;
+        c->call_latency = p >= 4 ? k->t_pair - 2 * step : k->t_small;
+        c->intra_bandwidth = bytes / (k->t_big - k->t_hot > 1e-9 ? k->t_big - k->t_hot : 1e-9);
     } else {
-        c.intra_bandwidth = 1e12; /* one device: nothing to move; any bandwidth predicts the same */
+        c->intra_bandwidth = 1e12; /* one device: nothing to move; any bandwidth predicts the same */
     }
-    c.memory_bytes = d.memory_bytes > 0 ? d.memory_bytes : 8.0 * (1u << 30);
-    /* every rank reports rank 0's figures, so that all of them plan alike */
-    {
-        const par_comm_table *cm = par_ctx_comm(ctx);
-        const int me = par_ctx_rank(ctx) == 0;
-        double v[12];
-        v[0] = me ? c.flops : 0, v[1] = me ? c.intra_latency : 0, v[2] = me ? c.intra_bandwidth : 0;
-        v[3] = me ? c.memory_bandwidth : 0, v[4] = me ? c.activation_rate : 0, v[5] = me ? c.attention_rate : 0;
-        v[6] = me ? c.kernel_latency : 0, v[7] = me ? (double)c.node_parallelism : 0;
-        v[8] = me ? c.attention_row_cost : 0, v[9] = me ? c.norm_rate : 0, v[10] = me ? c.rope_rate : 0;
-        v[11] = me ? c.call_latency : 0;
-        if (p > 1 && (st = cm->all_reduce(cm->user, world, v, v, 12, PAR_F64, PAR_REDUCE_SUM, NULL)) != PAR_OK)
-            return st;
-        c.flops = v[0], c.intra_latency = v[1], c.intra_bandwidth = v[2], c.memory_bandwidth = v[3];
-        c.activation_rate = v[4], c.attention_rate = v[5], c.kernel_latency = v[6];
-        c.node_parallelism = (int)v[7];
-        c.attention_row_cost = v[8], c.norm_rate = v[9], c.rope_rate = v[10], c.call_latency = v[11];
-    }
+    c->memory_bytes = k->d.memory_bytes > 0 ? k->d.memory_bytes : 8.0 * (1u << 30);
+}
+
+/* Every rank takes rank 0's figures, so that all of them plan alike. */
+static par_status par__au_calib_share(par_ctx *ctx, par_comm_group *world, par_cluster *c) {
+    const par_comm_table *cm = par_ctx_comm(ctx);
+    const int me = par_ctx_rank(ctx) == 0;
+    double v[12];
+    if (par_ctx_size(ctx) == 1) return PAR_OK;
+    v[0] = me ? c->flops : 0, v[1] = me ? c->intra_latency : 0, v[2] = me ? c->intra_bandwidth : 0;
+    v[3] = me ? c->memory_bandwidth : 0, v[4] = me ? c->activation_rate : 0, v[5] = me ? c->attention_rate : 0;
+    v[6] = me ? c->kernel_latency : 0, v[7] = me ? (double)c->node_parallelism : 0;
+    v[8] = me ? c->attention_row_cost : 0, v[9] = me ? c->norm_rate : 0, v[10] = me ? c->rope_rate : 0;
+    v[11] = me ? c->call_latency : 0;
+    PAR__CHECK(cm->all_reduce(cm->user, world, v, v, 12, PAR_F64, PAR_REDUCE_SUM, NULL));
+    c->flops = v[0], c->intra_latency = v[1], c->intra_bandwidth = v[2], c->memory_bandwidth = v[3];
+    c->activation_rate = v[4], c->attention_rate = v[5], c->kernel_latency = v[6];
+    c->node_parallelism = (int)v[7];
+    c->attention_row_cost = v[8], c->norm_rate = v[9], c->rope_rate = v[10], c->call_latency = v[11];
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *out) {
+    const par_compute_table *ct;
+    par_comm_group *world = NULL;
+    par__au_calib *k;
+    par_cluster c;
+    const int p = ctx ? par_ctx_size(ctx) : 1;
+    par_status st;
+    if (!ctx || !out) return par__fail(PAR_EINVAL, "par_calibrate: NULL argument");
+    if (!(k = (par__au_calib *)par__ctx_malloc(ctx, sizeof *k))) return par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
+    st = par__au_calib_size(k, desc);
+    ct = par_ctx_compute(ctx);
+    if (st == PAR_OK && (!ct->gemm || !ct->alloc || !ct->memset))
+        st = par__fail(PAR_EUNSUPPORTED, "par_calibrate: the compute table has no gemm (or alloc, memset) to time");
+    if (st == PAR_OK) st = par_ctx_group(ctx, (1u << par_ctx_mesh(ctx)->ndim) - 1, &world, NULL, NULL);
+    if (st == PAR_OK) st = par__au_calib_buffers(ctx, ct, k);
+    if (st == PAR_OK) st = par__au_calib_rates(ctx, world, ct, k);
+    if (st == PAR_OK && p > 1) st = par__au_calib_latencies(ctx, world, k);
+    if (st == PAR_OK && p > 1) st = par__au_calib_bandwidth(ctx, world, k);
+    par__au_calib_free(ct, k);
+    if (st == PAR_OK) par__au_calib_cluster(k, ct, p, par_ctx_kernel_threads(ctx), &c);
+    par__ctx_free(ctx, k);
+    PAR__CHECK(st);
+    PAR__CHECK(par__au_calib_share(ctx, world, &c));
     PAR__CHECK(par_cluster_check(&c));
     *out = c;
     return PAR_OK;
