@@ -20588,169 +20588,229 @@ static double par__au_table_scratch(const par__au *a, double rows, double feat, 
     return ct->scratch_bound(ct->user, &q, &b) == PAR_OK ? (double)b : 0;
 }
 
-/* The built-in prediction: how parallel.h's blocks hold a Llama (the example
-   trainer's layout, examples/llama/model.h), per rank of the busiest stage.
-   Memory: weights, gradients (ZeRO-2: this rank's shard plus two bucket
-   buffers of the largest bucket, a layer; every bucket under a pipeline) and
-   AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
-   in flight (the schedule's peak, from the >>pipeline checker) the saved
-   activations of each layer and the final norm and logits; the backward
-   scratch of one layer; the tensor-parallel executor's 4 buffers of the
-   residual stream; the pipeline's boundary buffers; context parallel's ring
-   or all-to-all buffers; the compute table's own scratch (desc.compute).
-   Time: the linears' flops at the cluster's GEMM rate and attention's at its
-   attention rate, the bytes the step moves through memory (activations
-   written and read back, weights read three times, AdamW's state) at its
-   memory bandwidth, the MLP's activation function (an exp per element,
-   forward and backward: on a CPU it outweighs the small GEMMs) at its
-   activation rate, a latency per kernel call, ring collectives
-   (alpha-beta; gradients in per-layer buckets, ZeRO-2's every micro-batch),
-   the bubble stretching the busiest stage; and where a node's ranks share
-   its cores (node_parallelism), at least the node's summed work over them. */
-
 /* Kernel calls of one layer's forward + backward (examples/llama/model.h: norms, 7 linears,
    rope, attention, SwiGLU, residual adds; backward about twice that) and of the embedding,
    head and loss: what kernel_latency is paid for. */
 #define PAR__AU_LAYER_CALLS 40.0
 #define PAR__AU_HEAD_CALLS 12.0
 
-static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
+/* The built-in prediction: how parallel.h's blocks hold a Llama (the example
+   trainer's layout, examples/llama/model.h), per rank of the busiest stage,
+   in four phases: memory, compute, the tp/cp/pp collectives, the gradient
+   reductions; then the step. Each phase's model is told at its function.
+   par__au_dims holds what they share: the model's sizes as one rank sees
+   them (t-suffixed: this rank's tensor-parallel share). */
+typedef struct par__au_dims {
+    double e, h, hd, q, kv, f, V, S;       /* element bytes; the model's widths, vocab, sequence */
+    int tp, cp, pp, dp, chunks, mb;        /* degrees, chunks per rank, micro-batches */
+    double ql, kvl, fl, Vl, hl;            /* per tp rank: q, kv, ffn, vocab widths; heads */
+    double layers, layer_mm, layer_params; /* layers of a stage; one layer's matmul weights, its params per rank */
+    double params, shard;                  /* weights of the busiest stage per rank; ZeRO's group (dp x cp) */
+    double bmb, n, rows;                   /* samples per micro-batch and rank; its tokens; residual rows */
+    double slot;                           /* activations one micro-batch keeps (elements) */
+} par__au_dims;
+
+static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_dims *k) {
     const par_model_shape *m = &a->m;
-    const double e = (double)par_dtype_size(m->dtype), h = m->hidden, hd = (double)m->hidden / m->heads;
-    const double q = m->heads * hd, kv = m->kv_heads * hd, f = m->ffn, V = m->vocab, S = m->seq;
-    const int tp = pl->config.tp, cp = pl->config.cp, pp = pl->config.pp, dp = pl->config.dp, chunks = pl->config.chunks > 0 ? pl->config.chunks : 1;
-    const double ql = q / tp, kvl = kv / tp, fl = f / tp, Vl = V / tp, hl = (double)m->heads / tp;
-    const double layers = (double)m->layers / pp;
-    const double layer_mm = h * q * 2 + h * kv * 2 + 3 * h * f; /* matmul weights of one layer */
-    const double layer_params = layer_mm / tp + 2 * h;
-    const double first = layers * layer_params + V * h / tp + (pp == 1 ? V * h / tp + h : 0);
-    const double last = layers * layer_params + V * h / tp + h;
-    const double params = first > last ? first : last;
-    const double shard = (double)dp * cp; /* ranks holding the same weights: ZeRO's group */
-    const double bmb = (double)m->batch / (dp * pl->config.micro_batches); /* samples per micro-batch and rank */
-    const double n = bmb * S / cp, rows = pl->config.sp ? n / tp : n;      /* its tokens; the residual stream's rows */
-    double bucket = layer_params > V * h / tp ? layer_params : V * h / tp;
-    double per_layer, slot, scratch, comm = 0, cpf = 0, feat, gemm, attn, traffic, calls, opt;
-    double tp_t = 0, cp_t = 0, pp_t = 0, dp_t = 0, dp_exposed = 0, dp_copies = 0, work, copies = 0;
-    /* weights, gradients, optimizer */
-    pl->predicted.weights_bytes = params * e;
-    if (pl->config.zero >= 2)
-        pl->predicted.grads_bytes = params * e / shard + (pp > 1 ? params : (2 * bucket < params ? 2 * bucket : params)) * e;
+    double first, last;
+    k->e = (double)par_dtype_size(m->dtype), k->h = m->hidden, k->hd = (double)m->hidden / m->heads;
+    k->q = m->heads * k->hd, k->kv = m->kv_heads * k->hd, k->f = m->ffn, k->V = m->vocab, k->S = m->seq;
+    k->tp = c->tp, k->cp = c->cp, k->pp = c->pp, k->dp = c->dp, k->chunks = c->chunks > 0 ? c->chunks : 1;
+    k->mb = c->micro_batches;
+    k->ql = k->q / k->tp, k->kvl = k->kv / k->tp, k->fl = k->f / k->tp, k->Vl = k->V / k->tp;
+    k->hl = (double)m->heads / k->tp;
+    k->layers = (double)m->layers / k->pp;
+    k->layer_mm = k->h * k->q * 2 + k->h * k->kv * 2 + 3 * k->h * k->f;
+    k->layer_params = k->layer_mm / k->tp + 2 * k->h;
+    /* the first stage holds the embedding (and, unpipelined, the head and final norm); the last the head */
+    first = k->layers * k->layer_params + k->V * k->h / k->tp + (k->pp == 1 ? k->V * k->h / k->tp + k->h : 0);
+    last = k->layers * k->layer_params + k->V * k->h / k->tp + k->h;
+    k->params = first > last ? first : last;
+    k->shard = (double)k->dp * k->cp;
+    k->bmb = (double)m->batch / (k->dp * k->mb);
+    k->n = k->bmb * k->S / k->cp, k->rows = c->sp ? k->n / k->tp : k->n;
+}
+
+/* Memory: weights, gradients (ZeRO-2: this rank's shard plus two bucket
+   buffers of the largest bucket, a layer; every bucket under a pipeline) and
+   AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
+   in flight (the schedule's peak, from the >>pipeline checker) the saved
+   activations of each layer and the final norm and logits; the backward
+   scratch of one layer; the tensor-parallel executor's 4 buffers of the
+   residual stream; the pipeline's boundary buffers; context parallel's ring
+   or all-to-all buffers; the compute table's own scratch (desc.compute). */
+static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_auto_config *c, int in_flight,
+                                   par_auto_prediction *r) {
+    const double e = k->e, h = k->h, n = k->n, rows = k->rows;
+    const double bucket = k->layer_params > k->V * h / k->tp ? k->layer_params : k->V * h / k->tp;
+    double per_layer, scratch, comm = 0, cpf = 0, feat;
+    r->weights_bytes = k->params * e;
+    if (c->zero >= 2)
+        r->grads_bytes = k->params * e / k->shard +
+                         (k->pp > 1 ? k->params : (2 * bucket < k->params ? 2 * bucket : k->params)) * e;
     else
-        pl->predicted.grads_bytes = params * e;
-    pl->predicted.optimizer_bytes = params * 8 / (pl->config.zero >= 1 ? shard : 1);
+        r->grads_bytes = k->params * e;
+    r->optimizer_bytes = k->params * 8 / (c->zero >= 1 ? k->shard : 1);
     /* activations of one micro-batch: per layer the norms' inputs and outputs (rows), q, k, v, the
        attention output, its log-sum-exp (and Ulysses' saved blocks), the MLP's gate, up and product */
-    per_layer = rows * (4 * h + 2) + n * (2 * ql + 2 * kvl) + bmb * hl * S / cp + 3 * n * fl;
-    if (cp > 1 && pl->config.cp_algo == PAR_CP_ULYSSES)
-        per_layer += bmb * S * 2 * (hl / cp + (kvl / hd >= cp ? kvl / hd / cp : 1)) * hd;
-    slot = layers * per_layer + rows * (2 * h + 1) + n * Vl + n;
-    pl->predicted.activation_bytes = (pp > 1 ? in_flight : 1) * (slot * e + n * 16); /* + token ids, targets, positions */
+    per_layer = rows * (4 * h + 2) + n * (2 * k->ql + 2 * k->kvl) + k->bmb * k->hl * k->S / k->cp + 3 * n * k->fl;
+    if (k->cp > 1 && c->cp_algo == PAR_CP_ULYSSES)
+        per_layer += k->bmb * k->S * 2 * (k->hl / k->cp + (k->kvl / k->hd >= k->cp ? k->kvl / k->hd / k->cp : 1)) * k->hd;
+    k->slot = k->layers * per_layer + rows * (2 * h + 1) + n * k->Vl + n;
+    r->activation_bytes = (k->pp > 1 ? in_flight : 1) * (k->slot * e + n * 16); /* + token ids, targets, positions */
     /* one layer's backward scratch (+ the tp gather and sequence-parallel rows) */
-    scratch = n * (2 * h + 2 * ql + 2 * kvl + 3 * fl) + (tp > 1 ? n * h : 0) + (pl->config.sp ? n * h : 0);
-    if (tp > 1) comm += 4 * n * h * 4;
-    if (pp > 1) comm += pl->config.micro_batches * chunks * 4 * rows * h * 4;
-    if (cp > 1 && pl->config.cp_algo == PAR_CP_RING) {
-        const double kvn = bmb * S / cp * kvl, qn = bmb * S / cp * ql;
-        cpf = 12 * kvn + qn + bmb * hl * S / cp;
-    } else if (cp > 1) {
-        const double hqh = hl / cp, hkvh = kvl / hd >= cp ? kvl / hd / cp : 1;
-        const double blk = bmb * S / cp * (hqh + 2 * hkvh) * hd;
-        cpf = 2 * cp * blk + 2 * bmb * S * hqh * hd + 2 * bmb * S * hkvh * hd;
+    scratch = n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0);
+    if (k->tp > 1) comm += 4 * n * h * 4;
+    if (k->pp > 1) comm += k->mb * k->chunks * 4 * rows * h * 4;
+    if (k->cp > 1 && c->cp_algo == PAR_CP_RING) {
+        const double kvn = k->bmb * k->S / k->cp * k->kvl, qn = k->bmb * k->S / k->cp * k->ql;
+        cpf = 12 * kvn + qn + k->bmb * k->hl * k->S / k->cp;
+    } else if (k->cp > 1) {
+        const double hqh = k->hl / k->cp, hkvh = k->kvl / k->hd >= k->cp ? k->kvl / k->hd / k->cp : 1;
+        const double blk = k->bmb * k->S / k->cp * (hqh + 2 * hkvh) * k->hd;
+        cpf = 2 * k->cp * blk + 2 * k->bmb * k->S * hqh * k->hd + 2 * k->bmb * k->S * hkvh * k->hd;
     }
     feat = h;
-    if (ql > feat) feat = ql;
-    if (fl > feat) feat = fl;
-    if (Vl > feat) feat = Vl;
-    pl->predicted.memory_bytes = pl->predicted.weights_bytes + pl->predicted.grads_bytes + pl->predicted.optimizer_bytes + pl->predicted.activation_bytes +
-                       scratch * e + comm + cpf * 4 + (cp > 1 ? S * 8 : 0) +
-                       par__au_table_scratch(a, n, feat, bmb * hl * S / cp);
-    /* compute per micro-batch: 6 flops per weight and token (forward + backward) at the GEMM rate,
-       causal attention 6 S d per head and token at the attention rate (S the whole sequence, also
-   under context parallelism), the bytes the step moves
-       through memory, SwiGLU's exps, and a cost per kernel call */
-    gemm = n * (layers * 6 * layer_mm / tp + 6 * V * h / tp) / a->c.flops;
+    if (k->ql > feat) feat = k->ql;
+    if (k->fl > feat) feat = k->fl;
+    if (k->Vl > feat) feat = k->Vl;
+    r->memory_bytes = r->weights_bytes + r->grads_bytes + r->optimizer_bytes + r->activation_bytes + scratch * e +
+                      comm + cpf * 4 + (k->cp > 1 ? k->S * 8 : 0) +
+                      par__au_table_scratch(a, n, feat, k->bmb * k->hl * k->S / k->cp);
+}
+
+/* Compute per micro-batch: 6 flops per weight and token (forward + backward)
+   at the GEMM rate, causal attention 6 S d per head and token at the
+   attention rate (S the whole sequence, also under context parallelism), the
+   bytes the step moves through memory (activations written and read back,
+   weights read three times) at the memory bandwidth, the MLP's activation
+   function (an exp per element, forward and backward: on a CPU it outweighs
+   the small GEMMs) at its rate, and a latency per kernel call; then AdamW's
+   pass over its state. Returns the optimizer's share of compute_time. */
+static double par__au_predict_compute(const par__au *a, const par__au_dims *k, const par_auto_config *c,
+                                      par_auto_prediction *r) {
+    const par_cluster *cl = &a->c;
+    const double e = k->e, n = k->n;
+    double gemm, attn, traffic, calls, opt;
+    gemm = n * (k->layers * 6 * k->layer_mm / k->tp + 6 * k->V * k->h / k->tp) / cl->flops;
     /* every query sees the whole sequence's keys: context parallelism splits the queries (and brings
        the keys round), not the keys a query attends to */
-    attn = n * layers * 6 * S * q / tp / (a->c.attention_rate > 0 ? a->c.attention_rate : a->c.flops);
+    attn = n * k->layers * 6 * k->S * k->q / k->tp / (cl->attention_rate > 0 ? cl->attention_rate : cl->flops);
     /* and per query row and head of each call: a ring step's call takes every local query again */
-    attn += n * layers * hl * (cp > 1 && pl->config.cp_algo == PAR_CP_RING ? cp : 1) * a->c.attention_row_cost;
-    traffic = a->c.memory_bandwidth > 0 ? (3 * slot * e + 3 * params * e) / a->c.memory_bandwidth : 0;
-    if (a->c.activation_rate > 0) /* SwiGLU's exps, and the loss's softmax over this rank's vocab share */
-        traffic += (layers * n * fl + n * Vl) / a->c.activation_rate;
+    attn += n * k->layers * k->hl * (k->cp > 1 && c->cp_algo == PAR_CP_RING ? k->cp : 1) * cl->attention_row_cost;
+    traffic = cl->memory_bandwidth > 0 ? (3 * k->slot * e + 3 * k->params * e) / cl->memory_bandwidth : 0;
+    if (cl->activation_rate > 0) /* SwiGLU's exps, and the loss's softmax over this rank's vocab share */
+        traffic += (k->layers * n * k->fl + n * k->Vl) / cl->activation_rate;
     /* two RMSNorms a layer and the final one over the residual stream's rows; RoPE on q and k */
-    if (a->c.norm_rate > 0) traffic += (2 * layers + 1) * rows * h / a->c.norm_rate;
-    if (a->c.rope_rate > 0) traffic += layers * n * (ql + kvl) / a->c.rope_rate;
-    calls = layers * (PAR__AU_LAYER_CALLS + (cp > 1 ? 3.0 * (cp - 1) : 0)) + PAR__AU_HEAD_CALLS;
-    pl->predicted.compute_time = (gemm + attn + traffic + calls * a->c.kernel_latency) * pl->config.micro_batches;
+    if (cl->norm_rate > 0) traffic += (2 * k->layers + 1) * k->rows * k->h / cl->norm_rate;
+    if (cl->rope_rate > 0) traffic += k->layers * n * (k->ql + k->kvl) / cl->rope_rate;
+    calls = k->layers * (PAR__AU_LAYER_CALLS + (k->cp > 1 ? 3.0 * (k->cp - 1) : 0)) + PAR__AU_HEAD_CALLS;
+    r->compute_time = (gemm + attn + traffic + calls * cl->kernel_latency) * k->mb;
     /* AdamW: p, g, m and v read, p, m and v written, over this rank's share of the weights */
-    opt = a->c.memory_bandwidth > 0 ? params * 28 / (pl->config.zero >= 1 ? shard : 1) / a->c.memory_bandwidth : 0;
-    opt += (layers * 9 + 3) * a->c.kernel_latency;
-    pl->predicted.compute_time += opt;
-    if (tp > 1) { /* two all-reduces forward and two backward per layer (sequence parallel: as many RS + AG) */
-        tp_t = layers * 4 * par__au_coll(a, tp, 1, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * h * e);
-        copies += layers * 4 * par__au_coll_copy(a, tp, 2.0 * (tp - 1) / tp * n * h * e) * pl->config.micro_batches;
+    opt = cl->memory_bandwidth > 0 ? k->params * 28 / (c->zero >= 1 ? k->shard : 1) / cl->memory_bandwidth : 0;
+    opt += (k->layers * 9 + 3) * cl->kernel_latency;
+    r->compute_time += opt;
+    return opt;
+}
+
+/* The model's own collectives (ring collectives, alpha-beta): tensor
+   parallel's two all-reduces forward and two backward per layer (sequence
+   parallel: as many reduce-scatters and all-gathers), the ring's k/v
+   round trips or Ulysses' all-to-alls, the pipeline's boundary sends.
+   Returns their bytes-moving part (the copying ranks' cores do). */
+static double par__au_predict_comm(const par__au *a, const par__au_dims *k, const par_auto_config *c,
+                                   par_auto_prediction *r) {
+    const double e = k->e, n = k->n, mb = k->mb;
+    const int tp = k->tp, cp = k->cp, pp = k->pp;
+    double tp_t = 0, cp_t = 0, pp_t = 0, copies = 0;
+    if (tp > 1) {
+        tp_t = k->layers * 4 * par__au_coll(a, tp, 1, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * k->h * e);
+        copies += k->layers * 4 * par__au_coll_copy(a, tp, 2.0 * (tp - 1) / tp * n * k->h * e) * mb;
     }
-    if (cp > 1 && pl->config.cp_algo == PAR_CP_RING) { /* k, v around the ring forward; k, v, dk, dv backward */
-        cp_t = layers * 3 * par__au_coll(a, tp * cp, cp - 1, cp - 1, (cp - 1) * n * 2 * kvl * e);
-        copies += layers * 3 * par__au_coll_copy(a, tp * cp, (cp - 1) * n * 2 * kvl * e) * pl->config.micro_batches;
+    if (cp > 1 && c->cp_algo == PAR_CP_RING) { /* k, v around the ring forward; k, v, dk, dv backward */
+        cp_t = k->layers * 3 * par__au_coll(a, tp * cp, cp - 1, cp - 1, (cp - 1) * n * 2 * k->kvl * e);
+        copies += k->layers * 3 * par__au_coll_copy(a, tp * cp, (cp - 1) * n * 2 * k->kvl * e) * mb;
     } else if (cp > 1) { /* four all-to-alls forward, four backward */
-        const double bytes = (double)(cp - 1) / cp * n * (2 * ql + 2 * kvl) * e;
-        cp_t = layers * 2 * par__au_coll(a, tp * cp, 4, 4 * (cp - 1), bytes);
-        copies += layers * 2 * par__au_coll_copy(a, tp * cp, bytes) * pl->config.micro_batches;
+        const double bytes = (double)(cp - 1) / cp * n * (2 * k->ql + 2 * k->kvl) * e;
+        cp_t = k->layers * 2 * par__au_coll(a, tp * cp, 4, 4 * (cp - 1), bytes);
+        copies += k->layers * 2 * par__au_coll_copy(a, tp * cp, bytes) * mb;
     }
     if (pp > 1) {
-        pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, 1, rows * h * e);
-        copies += 2 * par__au_coll_copy(a, tp * cp * pp, rows * h * e) * pl->config.micro_batches * chunks;
+        pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, 1, k->rows * k->h * e);
+        copies += 2 * par__au_coll_copy(a, tp * cp * pp, k->rows * k->h * e) * mb * k->chunks;
     }
-    pl->predicted.tp_comm_time = tp_t * pl->config.micro_batches;
-    pl->predicted.cp_comm_time = cp_t * pl->config.micro_batches;
-    pl->predicted.pp_comm_time = pp_t * pl->config.micro_batches * chunks;
-    if (shard > 1) {
-        /* gradients in buckets of a layer (+ the embedding and the head): all-reduced once a step;
-           ZeRO-1 reduce-scatters them once and all-gathers the weights; ZeRO-2 reduce-scatters every
-           micro-batch's (the sharded buffer holds no sum of unreduced micro-batches) */
-        const double buckets = layers + 2, span = dp > 1 ? a->c.devices : tp * cp;
-        const double rs = (shard - 1) / shard * params * e, steps = shard - 1;
-        /* the reductions start as each bucket's gradients are complete and run under the rest of
-           the backward (the last micro-batch's; ZeRO-2's under every micro-batch's): what shows is
-           the last bucket's share, or what the backward cannot cover; ZeRO's all-gather of the
-           updated weights follows the optimizer, in full */
-        const double bwd = (pl->predicted.compute_time - opt) * 2.0 / 3.0 / (pl->config.zero >= 2 ? 1 : pl->config.micro_batches);
-        double red, gather = 0;
-        if (pl->config.zero >= 2)
-            red = pl->config.micro_batches * par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
-            gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
-        else if (pl->config.zero == 1)
-            red = gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
-        else
-            red = par__au_coll(a, (int)span, (int)buckets, (int)(2 * buckets * steps), 2 * rs);
-        dp_t = red + gather;
-        dp_exposed = (red - bwd > red / buckets ? red - bwd : red / buckets) + gather;
-        dp_copies = (pl->config.zero >= 2 ? pl->config.micro_batches + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
+    r->tp_comm_time = tp_t * mb;
+    r->cp_comm_time = cp_t * mb;
+    r->pp_comm_time = pp_t * mb * k->chunks;
+    return copies;
+}
+
+/* The gradient reductions over dp x cp, in buckets of a layer (+ the
+   embedding and the head): all-reduced once a step; ZeRO-1 reduce-scatters
+   them once and all-gathers the weights; ZeRO-2 reduce-scatters every
+   micro-batch's (the sharded buffer holds no sum of unreduced micro-batches).
+   They start as each bucket's gradients are complete and run under the rest
+   of the backward (the last micro-batch's; ZeRO-2's under every
+   micro-batch's): what shows (*exposed) is the last bucket's share, or what
+   the backward cannot cover; ZeRO's all-gather of the updated weights
+   follows the optimizer, in full. *copies: their bytes-moving part. */
+static void par__au_predict_dp(const par__au *a, const par__au_dims *k, const par_auto_config *c, double opt,
+                               par_auto_prediction *r, double *exposed, double *copies) {
+    const double buckets = k->layers + 2, span = k->dp > 1 ? a->c.devices : k->tp * k->cp;
+    const double rs = (k->shard - 1) / k->shard * k->params * k->e, steps = k->shard - 1;
+    const double bwd = (r->compute_time - opt) * 2.0 / 3.0 / (c->zero >= 2 ? 1 : k->mb);
+    double red, gather = 0;
+    r->dp_comm_time = 0, *exposed = 0, *copies = 0;
+    if (k->shard <= 1) return;
+    if (c->zero >= 2)
+        red = k->mb * par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
+        gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
+    else if (c->zero == 1)
+        red = gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
+    else
+        red = par__au_coll(a, (int)span, (int)buckets, (int)(2 * buckets * steps), 2 * rs);
+    r->dp_comm_time = red + gather;
+    *exposed = (red - bwd > red / buckets ? red - bwd : red / buckets) + gather;
+    *copies = (c->zero >= 2 ? k->mb + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
+}
+
+/* The step: the busiest stage's work stretched by the bubble, then the
+   optimizer, the pipeline's sends and the exposed reductions; and where a
+   node's ranks share its cores beyond node_parallelism they take turns: the
+   node's summed work (compute and copying; idle pipeline ranks lend their
+   cores, so no bubble here) over its parallelism, plus the collectives'
+   latencies, bounds the step. */
+static void par__au_predict_step(const par__au *a, double opt, double dp_exposed, double copies, double dp_copies,
+                                 double bubble, par_auto_prediction *r) {
+    const double work = r->compute_time - opt + r->tp_comm_time + r->cp_comm_time;
+    const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
+    const int on_node = dpn < a->c.devices ? dpn : a->c.devices;
+    r->bubble = bubble;
+    r->step_time = r->critical_time = work / (1 - bubble) + opt + r->pp_comm_time + dp_exposed;
+    r->shared_time = 0;
+    if (a->c.node_parallelism > 0 && on_node > a->c.node_parallelism) {
+        /* collectives' latencies are paid once per collective, by all its ranks together (the
+           calibration measures them with every rank running); of the gradient reductions'
+           latency, the share the backward does not hide */
+        const double comm = r->tp_comm_time + r->cp_comm_time + r->pp_comm_time;
+        const double dp_latency = r->dp_comm_time > 0 ? (r->dp_comm_time - dp_copies) * dp_exposed / r->dp_comm_time : 0;
+        r->shared_time = (r->compute_time + copies + dp_copies) * on_node / a->c.node_parallelism + (comm - copies) +
+                         dp_latency;
+        if (r->shared_time > r->step_time) r->step_time = r->shared_time;
     }
-    pl->predicted.dp_comm_time = dp_t;
-    pl->predicted.bubble = bubble;
-    work = pl->predicted.compute_time - opt + pl->predicted.tp_comm_time + pl->predicted.cp_comm_time;
-    pl->predicted.step_time = pl->predicted.critical_time = work / (1 - bubble) + opt + pl->predicted.pp_comm_time + dp_exposed;
-    /* ranks sharing a node's cores beyond node_parallelism take turns: the node's summed work
-       (compute and copying; idle pipeline ranks lend their cores, so no bubble here) over its
-       parallelism, plus the collectives' latencies, bounds the step */
-    pl->predicted.shared_time = 0;
-    if (a->c.node_parallelism > 0) {
-        const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
-        const int on_node = dpn < a->c.devices ? dpn : a->c.devices;
-        if (on_node > a->c.node_parallelism) {
-            /* collectives' latencies are paid once per collective, by all its ranks together (the
-               calibration measures them with every rank running); of the gradient reductions'
-               latency, the share the backward does not hide */
-            const double comm = pl->predicted.tp_comm_time + pl->predicted.cp_comm_time + pl->predicted.pp_comm_time;
-            const double dp_latency = dp_t > 0 ? (dp_t - dp_copies) * dp_exposed / dp_t : 0;
-            pl->predicted.shared_time = (pl->predicted.compute_time + copies + dp_copies) * on_node / a->c.node_parallelism +
-                              (comm - copies) + dp_latency;
-            if (pl->predicted.shared_time > pl->predicted.step_time) pl->predicted.step_time = pl->predicted.shared_time;
-        }
-    }
+}
+
+static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
+    const par_auto_config *c = &pl->config;
+    par_auto_prediction *r = &pl->predicted;
+    par__au_dims k;
+    double opt, copies, dp_exposed, dp_copies;
+    par__au_dims_of(a, c, &k);
+    par__au_predict_memory(a, &k, c, in_flight, r);
+    opt = par__au_predict_compute(a, &k, c, r);
+    copies = par__au_predict_comm(a, &k, c, r);
+    par__au_predict_dp(a, &k, c, opt, r, &dp_exposed, &dp_copies);
+    par__au_predict_step(a, opt, dp_exposed, copies, dp_copies, bubble, r);
 }
 
 static void par__au_cut(char *example, int64_t *counter, const par_auto_plan *pl, const char *why) {
