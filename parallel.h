@@ -19750,11 +19750,90 @@ static int par__gr_last_use(const par__gr_ctx *c, int x) {
     return last;
 }
 
+/* Append a point to the step's list, growing it (PAR_ECAPACITY past
+   PAR__GR_MAX_POINTS: the graph is too wide for the DP). */
+static par_status par__gr_dp_push(par_graph *g, par__gr_dp *cur, const par__gr_point *np, const char *op) {
+    if (cur->npts == cur->cap_pts) {
+        const int64_t n = cur->cap_pts ? cur->cap_pts * 2 : 256;
+        par__gr_point *grown;
+        if (n > PAR__GR_MAX_POINTS)
+            return par__fail(PAR_ECAPACITY,
+                             "dynamic_programming: more than %d Pareto points at op '%s' (the graph is "
+                             "too wide); use sharding_propagation or recursive_programming",
+                             PAR__GR_MAX_POINTS, op);
+        grown = (par__gr_point *)par__alloc_realloc(&g->d.allocator, cur->pts, (size_t)n * sizeof *grown);
+        if (!grown) return par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+        cur->pts = grown;
+        cur->cap_pts = n;
+    }
+    cur->pts[cur->npts++] = *np;
+    return PAR_OK;
+}
+
+/* Step t of the DP, op x: the frontier after it (the old one and x, less the
+   ops nothing after t reads), and for every state of the previous step and
+   every candidate k of x, each of the state's Pareto points extended by x's
+   cost and memory plus the redistribution from its producers' candidates
+   (the state's key holds them). A point that cannot fit the cap even with
+   the smallest candidates of the ops after t is dropped here. */
+static par_status par__gr_dp_step(par__gr_ctx *c, const par__gr_dp *prev, par__gr_dp *cur, int t,
+                                  const int *lastuse, int *key) {
+    par_graph *g = c->g;
+    const int x = c->order[t];
+    const par__gr_op *o = &g->ops[x];
+    int i, k, s, e, nf;
+    int64_t p;
+    cur->frontier = (int *)par__gr_alloc(g, (size_t)(prev->nf + 1) * sizeof(int));
+    if (!cur->frontier) return par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+    for (nf = 0, i = 0; i < prev->nf; i++)
+        if (lastuse[prev->frontier[i]] > t) cur->frontier[nf++] = prev->frontier[i];
+    if (lastuse[x] > t) cur->frontier[nf++] = x;
+    cur->nf = nf;
+    for (s = 0; s < prev->nstates; s++) {
+        const int *pk = prev->keys ? prev->keys + (size_t)s * (size_t)prev->nf : NULL;
+        if (prev->first[s] == prev->first[s + 1]) continue;
+        for (k = 0; k < o->ncand; k++) {
+            double add = o->info[k].cost.total, m = o->info[k].cost.memory_bytes;
+            int ns = -2, j;
+            for (e = 0; e < g->nedges; e++) {
+                const par__gr_edge *ed = &g->edges[e];
+                if (ed->to != x) continue;
+                for (j = 0; j < prev->nf && prev->frontier[j] != ed->from; j++) {
+                }
+                add += par__gr_ecost(g, ed, pk[j], k);
+            }
+            for (j = 0, i = 0; i < prev->nf; i++)
+                if (lastuse[prev->frontier[i]] > t) key[j++] = pk[i];
+            if (lastuse[x] > t) key[j++] = k;
+            for (p = prev->first[s]; p < prev->first[s + 1]; p++) {
+                const par__gr_point *q = &prev->pts[p];
+                par__gr_point np;
+                if (c->cap > 0 && q->mem + m + c->suffix_min[t + 1] > c->cap) continue;
+                if (ns == -2 && (ns = par__gr_state(g, cur, key)) < 0)
+                    return par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
+                np.mem = q->mem + m;
+                np.cost = q->cost + add;
+                np.parent = p;
+                np.strat = k;
+                np.state = ns;
+                PAR__CHECK(par__gr_dp_push(g, cur, &np, o->name));
+            }
+        }
+    }
+    return PAR_OK;
+}
+
+/* Dynamic programming over the ops in topological order (MindSpore's
+   dynamic_programming, exact for the cost model): a state is the candidate
+   of every op on the frontier (ops whose output a later op still reads);
+   each state keeps its Pareto set of (memory, cost) points, so that a memory
+   cap prunes without losing the cheapest plan that fits. hist[t] keeps step
+   t's points for the walk back from the cheapest final point. */
 static par_status par__gr_search_dp(par__gr_ctx *c, par_graph_result *res) {
     par_graph *g = c->g;
     par__gr_dp prev, cur;
-    par__gr_point **hist = NULL, *init = NULL; /* hist[t]: step t's points, for the walk back */
-    int t, e, i, k, s, nf;
+    par__gr_point **hist = NULL, *init = NULL;
+    int t, i;
     int *key = NULL, *lastuse = NULL;
     par_status st = PAR_OK;
     int64_t total = 0, p, bestp = -1;
@@ -19779,71 +19858,9 @@ static par_status par__gr_search_dp(par__gr_ctx *c, par_graph_result *res) {
     prev.nstates = 1;
     prev.first[0] = 0, prev.first[1] = 1;
     for (t = 0; t < g->nops; t++) {
-        const int x = c->order[t];
-        const par__gr_op *o = &g->ops[x];
-        /* the new frontier: the old one and x, less the ops nothing after t reads */
-        cur.frontier = (int *)par__gr_alloc(g, (size_t)(prev.nf + 1) * sizeof(int));
-        if (!cur.frontier) {
-            st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
-            goto done;
-        }
-        for (nf = 0, i = 0; i < prev.nf; i++)
-            if (lastuse[prev.frontier[i]] > t) cur.frontier[nf++] = prev.frontier[i];
-        if (lastuse[x] > t) cur.frontier[nf++] = x;
-        cur.nf = nf;
-        for (s = 0; s < prev.nstates; s++) {
-            const int *pk = prev.keys ? prev.keys + (size_t)s * (size_t)prev.nf : NULL;
-            if (prev.first[s] == prev.first[s + 1]) continue;
-            for (k = 0; k < o->ncand; k++) {
-                double add = o->info[k].cost.total, m = o->info[k].cost.memory_bytes;
-                int ns = -2, j;
-                for (e = 0; e < g->nedges; e++) {
-                    const par__gr_edge *ed = &g->edges[e];
-                    if (ed->to != x) continue;
-                    for (j = 0; j < prev.nf && prev.frontier[j] != ed->from; j++) {
-                    }
-                    add += par__gr_ecost(g, ed, pk[j], k);
-                }
-                for (j = 0, i = 0; i < prev.nf; i++)
-                    if (lastuse[prev.frontier[i]] > t) key[j++] = pk[i];
-                if (lastuse[x] > t) key[j++] = k;
-                for (p = prev.first[s]; p < prev.first[s + 1]; p++) {
-                    const par__gr_point *q = &prev.pts[p];
-                    par__gr_point np;
-                    /* prune: the ops after t could not fit even with their smallest candidates */
-                    if (c->cap > 0 && q->mem + m + c->suffix_min[t + 1] > c->cap) continue;
-                    if (ns == -2 && (ns = par__gr_state(g, &cur, key)) < 0) {
-                        st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
-                        goto done;
-                    }
-                    if (cur.npts == cur.cap_pts) {
-                        int64_t n = cur.cap_pts ? cur.cap_pts * 2 : 256;
-                        par__gr_point *grown;
-                        if (n > PAR__GR_MAX_POINTS) {
-                            st = par__fail(PAR_ECAPACITY,
-                                           "dynamic_programming: more than %d Pareto points at op '%s' (the graph is "
-                                           "too wide); use sharding_propagation or recursive_programming",
-                                           PAR__GR_MAX_POINTS, o->name);
-                            goto done;
-                        }
-                        grown = (par__gr_point *)par__alloc_realloc(&g->d.allocator, cur.pts, (size_t)n * sizeof *grown);
-                        if (!grown) {
-                            st = par__fail(PAR_ENOMEM, "par_graph_search: out of memory");
-                            goto done;
-                        }
-                        cur.pts = grown;
-                        cur.cap_pts = n;
-                    }
-                    np.mem = q->mem + m;
-                    np.cost = q->cost + add;
-                    np.parent = p;
-                    np.strat = k;
-                    np.state = ns;
-                    cur.pts[cur.npts++] = np;
-                }
-            }
-        }
-        if ((st = par__gr_dp_prune(g, &cur)) != PAR_OK) goto done;
+        st = par__gr_dp_step(c, &prev, &cur, t, lastuse, key);
+        if (st == PAR_OK) st = par__gr_dp_prune(g, &cur);
+        if (st != PAR_OK) goto done;
         total += cur.npts;
         hist[t] = cur.pts; /* hist owns the points from here on */
         prev.pts = NULL;
