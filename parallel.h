@@ -6507,10 +6507,19 @@ static par_status par__rd_expand_reshape(par__rd_search *s, uint64_t key) {
     return par__rd_relax(s, par__rd_encode(&map, pb->ndim[1], 1), 0.0, par__rd_pack_op(PAR_REDIST_RESHAPE, -1, -1, -1));
 }
 
-/* Offer every successor of the node being expanded: splits of free dims,
-   all_gather / all_to_all of each tensor dim's minor-most split, reductions of
-   partial dims, and the reshape. Only moves that keep every tensor dim
-   divisible by its shard count are generated. */
+/* Offer every successor of the node being expanded: the move set of
+   par_redist_planner_plan, one op on one device dim v each:
+     free v       split: v becomes the next (minor-most) split of any tensor
+                  dim whose local extent v divides;
+     partial v    all_reduce (v free) or reduce_scatter (v splits a dim);
+     minor-most   all_gather (v free) or all_to_all (v moves to the minor
+     split v      end of another dim). Only a tensor dim's minor-most split
+                  can leave it: an op on a more major one would reorder the
+                  slices, which no single collective does (MindSpore's device
+                  arrangement keeps the same order);
+   and the one local reshape (from the source shape to the target's). Only
+   moves that keep every tensor dim divisible by its shard count are made;
+   costs come from the cost model per device dim (par__rd_op_cost). */
 static par_status par__rd_expand(par__rd_search *s) {
     const par__rd_problem *pb = s->pb;
     uint64_t key = s->pl->nodes[s->node].key;
@@ -6564,7 +6573,12 @@ static par_status par__rd_expand(par__rd_search *s) {
     return PAR_OK;
 }
 
-/* A* from pb->start to pb->goal; *goal_node is the goal's node. */
+/* A* from pb->start to pb->goal; *goal_node is the goal's node. Nodes are
+   popped cheapest f = g + h first (h: par__rd_bound's admissible bound, so the
+   first goal popped is optimal); a node popped with a g that a cheaper path
+   has since replaced is skipped, and nodes that cannot beat the best goal
+   found are never queued (par__rd_relax). The node table and heap live in the
+   planner and are reused (a generation count invalidates the old slots). */
 static par_status par__rd_astar(par_redist_planner *pl, const par__rd_problem *pb, int *goal_node) {
     par__rd_search s;
     int start;
