@@ -27,7 +27,7 @@ int main(void) {
             fprintf(stderr, "rank %d: par_ctx_init_mpi(%s): %s\n", rank, meshes[m], par_last_error());
         }
         MPI_Allreduce(mine, all, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-        if (rank == 0) fprintf(stderr, "mesh %s: %lld passed, %lld failed\n", meshes[m], all[0], all[1]);
+        if (rank == 0) fprintf(stderr, "  mesh %s (%lld passed, %lld failed)\n", meshes[m], all[0], all[1]); /* not the summary form: it may print after the summary */
         passed += all[0], failed += all[1];
     }
     if (rank == 0) printf("params_mpi: %lld passed, %lld failed\n", passed, failed);
