@@ -200,8 +200,10 @@ FUZZ_CI_SECONDS ?= 10
 # Sanitizers inside every `make test` (a bounded subset; `make test SAN=...` runs
 # everything): ASan + UBSan on the programs that parse text and files and build
 # plans, TSan on the threads backend's tests. -O1 (the sanitizers' advice; half
-# the compile time of -O2) and SAN_CI_JOBS parallel compiles keep this to about a
-# minute on 2 cores. Not under SAN= (that run is sanitized already).
+# the compile time of -O2), one implementation object per sanitizer (only
+# test_redist compiles its own) and SAN_CI_JOBS parallel compiles keep this to
+# about half a minute on 2 cores (24 s alone). Not under SAN= (that run is
+# sanitized already).
 SAN_CI_JOBS ?= 2
 SAN_CI_CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Wpedantic -Werror
 ASAN_CI := $(if $(SAN),,$(patsubst %,build/ci-asan/test_%,layout strategy safetensors fuzz redist pipeline ckpt planner))
