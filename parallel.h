@@ -41,6 +41,11 @@
        #include "parallel.h"
 
    Everywhere else just #include "parallel.h". Link with -lpthread (and -lm).
+   A program of several files keeps those two lines in a .c file of their
+   own (tests/parallel_impl.c is one), so the implementation is compiled
+   once; the other files then include the system headers they use
+   themselves (the implementation's <math.h>, <time.h>, <mpi.h> are not
+   theirs).
 
    VERSION
    -------
