@@ -847,27 +847,18 @@ PARALLEL_DEF void par_redist_planner_destroy(par_redist_planner *planner);
 
 /* The cheapest plan turning `from` into `to` (same mesh; shapes equal, or equal in
    element count when a local reshape can bridge them). Optimal under `cost`
-   (NULL = bytes) over the extended move set: plans of split, all_gather,
-   all_to_all, all_reduce and reduce_scatter either on the tensor's own shapes
-   (at most one local reshape between them) or on a unified shape of the two
-   layouts, entered and left by local reshapes: every dim of both shapes cut at
-   shard boundaries of both layouts, so collectives act on sub-dims and reshape
-   redistributions go through the common shape. Two cuts: MindSpore's (where
-   every shard but a dim's minor-most ends: 1024 split 4 and 16 ways -> 4 x 256)
-   and a fine one (at every shard end: 4 x 4 x 64). A* over (per tensor dim an
-   ordered list of device dims, partial set) with an admissible bound, once per
-   view; the cheapest plan wins. Where a cut falls inside a device dim's shards
-   the mesh axis is factored too (a 4-way axis as 2 x 2, major first, the same
-   ranks; plan->unified_mesh), as MindSpore unifies device arrangements; the
-   executor then takes such an op's group by rank list. A factored axis can
-   leave a dim split by two of its parts; each cut is then also searched
-   settled, cut again on the factored mesh until nothing changes, as MindSpore
-   expands the tensor shape with the device arrangement (512 x 1024 [1,0] ->
-   128 x 4096 [0,1] on 8,4: [4,32,4,1024] on 4,2,4, so each part of the 8
-   moves alone). The unified views are those of the two layouts given (a
-   mid-plan layout may cut finer); a view whose search passes max_states or
-   PAR_MAX_PLAN_OPS is skipped, not an error (the plan is then the best of the
-   other searches).
+   (NULL = bytes) among plans of split, all_gather, all_to_all, all_reduce and
+   reduce_scatter that run either on the tensor's own shapes (at most one local
+   reshape between them) or on a unified shape of the two layouts, entered and
+   left by local reshapes: both shapes cut at shard boundaries of both layouts
+   (MindSpore's unified tensor shape, and finer cuts), so collectives act on
+   sub-dims, with the mesh axes factored where a cut falls inside a device
+   dim's shards (plan->unified_mesh: the same ranks; the executor takes such an
+   op's group by rank list). The unified views are those of the two layouts
+   given (a mid-plan layout may cut finer); a view whose search passes
+   max_states or PAR_MAX_PLAN_OPS is skipped, not an error (the plan is then the
+   best of the other searches). How (the A* state, its moves and bound, the
+   views): at par__rd_plan_uncached in the implementation.
    Allocates nothing once the planner has warmed up; cached by (from, to, cost).
    Errors:
    PAR_ELAYOUT (invalid layout), PAR_EINVAL (different meshes, bad cost model),
@@ -881,19 +872,14 @@ PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const pa
                                                 const par_cost_model *cost, par_plan *plan);
 
 /* MindSpore's algorithm, as the baseline: all_reduce every partial dim (MindSpore
-   has no partial layouts), then its RedistributionOperatorInfer loop on the
-   unified layout (both layouts viewed on MindSpore's unified shape above,
-   settled on the factored mesh, one device dim per dim): split passes, permute
-   passes (all_to_all; with cost->no_all_to_all, MindSpore's default
-   enable_alltoall = false, an all_gather and a local split), a concat pass
-   (all_gather of device dims the target does not use), and a forced
-   all_gather of the first pending dim to break cycles. For comparison
-   only: never cheaper than par_redist_planner_plan under the same no_all_to_all. Where
-   no unified view exists (cuts that do not nest, as 6 split 2 and 3 ways) it
-   walks the tensor's own shapes instead: split -> all_to_all -> all_gather, and
-   between shapes it reshapes last when the target has a source-shape twin that
-   reshapes back to it, else first when the source reshapes, else after
-   gathering everything. */
+   has no partial layouts), then its RedistributionOperatorInfer loop on
+   MindSpore's unified layout (with cost->no_all_to_all, its default
+   enable_alltoall = false, an all_gather and a local split in place of each
+   all_to_all); where the layouts have no unified view (cuts that do not nest,
+   as 6 split 2 and 3 ways), a greedy walk on the tensor's own shapes. For
+   comparison only: never cheaper than par_redist_planner_plan under the same
+   no_all_to_all. How (the passes): the "greedy baseline" note in the
+   implementation. */
 PARALLEL_DEF par_status par_plan_greedy(const par_layout *from, const par_layout *to,
                                         const par_cost_model *cost, par_plan *plan);
 
@@ -6512,19 +6498,24 @@ static par_status par__rd_expand_reshape(par__rd_search *s, uint64_t key) {
     return par__rd_relax(s, par__rd_encode(&map, pb->ndim[1], 1), 0.0, par__rd_pack_op(PAR_REDIST_RESHAPE, -1, -1, -1));
 }
 
-/* Offer every successor of the node being expanded: the move set of
-   par_redist_planner_plan, one op on one device dim v each:
-     free v       split: v becomes the next (minor-most) split of any tensor
-                  dim whose local extent v divides;
-     partial v    all_reduce (v free) or reduce_scatter (v splits a dim);
-     minor-most   all_gather (v free) or all_to_all (v moves to the minor
-     split v      end of another dim). Only a tensor dim's minor-most split
-                  can leave it: an op on a more major one would reorder the
-                  slices, which no single collective does (MindSpore's device
-                  arrangement keeps the same order);
-   and the one local reshape (from the source shape to the target's). Only
-   moves that keep every tensor dim divisible by its shard count are made;
-   costs come from the cost model per device dim (par__rd_op_cost). */
+/* Offer every successor of the node being expanded, each op acting on one
+   device dim v:
+     split           a free v starts splitting tensor dim t, as its minor-most
+                     split (a local slice: free)
+     all_reduce      a partial v becomes free
+     reduce_scatter  a partial v becomes t's minor-most split (the reduction
+                     leaves each rank its chunk)
+     all_gather      t's minor-most split v becomes free
+     all_to_all      t's minor-most split v moves to the minor end of t2
+                     (not with cost->no_all_to_all: there all_gather + split)
+     reshape         once, from the source shape to the target's, when
+                     par_layout_reshape does it locally (par__rd_expand_reshape)
+   Only the minor-most split of a tensor dim is gathered or moved: the lists
+   are ordered major first, and taking off the minor end leaves each rank one
+   contiguous chunk of the dims still splitting it (gathering a major one
+   would leave it pieces that are no layout's slice). Only moves that keep
+   every tensor dim divisible by its shard count are generated. Inert partial
+   dims (partial in both layouts) are not active and never move. */
 static par_status par__rd_expand(par__rd_search *s) {
     const par__rd_problem *pb = s->pb;
     uint64_t key = s->pl->nodes[s->node].key;
@@ -6789,21 +6780,6 @@ static void par__rd_add_strides(const par_layout *l, int fine, int64_t *strides,
     strides[(*count)++] = inner;
 }
 
-/* A unified shape of two layouts of one tensor: the flat index factored at the
-   dim boundaries of both shapes and at shard boundaries of both layouts, so that
-   moving a device dim between sub-dims of one real dim is an ordinary
-   all_to_all there. Two cuts are useful:
-     - coarse (MindSpore's unified tensor shape): a dim split by (a, b, c) is cut
-       where a's and b's shards end, so each sub-dim is split by one device dim
-       and c splits the last one (1024 split 4 and 16 ways -> 4 x 256);
-     - fine: also where the minor-most shard ends (-> 4 x 4 x 64), so every
-       shard of either layout is a sub-dim of its own.
-   Neither view contains the other's moves (a device dim may straddle a fine cut
-   the coarse view does not make), so the planner searches both.
-   0 when the boundaries do not nest (6 split 2 and 3 ways), the result needs
-   more than PARALLEL_MAX_DIMS dims, or either layout does not reshape to it
-   locally (a device dim would straddle a cut: mesh axes are not factored);
-   the layouts on it in *ufrom, *uto otherwise. */
 /* Cuts inside device dim v's shard range of one layout: v (size n) splits the
    flat range [pos/n, pos); a cut c strictly inside needs v factored there,
    its major part pos/c ways. Adds those sizes to fp[v]; 0 if one does not
@@ -6874,7 +6850,8 @@ static int par__rd_view_on(const par_layout *l, const par_mesh *umesh, const int
        and c splits the last one (1024 split 4 and 16 ways -> 4 x 256);
      - fine: also where the minor-most shard ends (-> 4 x 4 x 64), so every
        shard of either layout is a sub-dim of its own.
-   Neither view contains the other's moves, so the planner searches both. When a
+   Neither view contains the other's moves (a device dim may straddle a fine cut
+   the coarse view does not make), so the planner searches both. When a
    cut falls inside a device dim's range (one layout splits 512 rows 4 ways on
    dim 0, the other 2 ways on dim 1), that mesh axis is factored too, as
    MindSpore unifies device arrangements: a 4-way axis becomes 2 x 2, major
@@ -7066,11 +7043,19 @@ static int par__rd_unified_view(const par_layout *from, const par_layout *to, in
     return view < 2 ? par__rd_unify(from, to, fine, ufrom, uto) : par__rd_unify_settled(from, to, fine, ufrom, uto);
 }
 
-/* The search runs on the tensor's own shapes (one local reshape between
-   them), then on each distinct unified view; the cheapest plan wins (ties:
-   the earlier, which needs fewer view changes). A refused or failed unified
-   search leaves the others. The lower bound is the smallest of the searches'
-   bounds, a bound for the union of their moves. */
+/* The optimal planner. One search (par__rd_search_plan) is A* (par__rd_astar)
+   from the source's state to the target's: a state is, per tensor dim, the
+   ordered list of device dims splitting it, and the set of partial dims
+   (packed into a key: the note at the top of this section); its moves are
+   par__rd_expand's, its bound par__rd_heuristic (admissible, so the first goal
+   popped is optimal). The search runs on the tensor's own shapes (one local
+   reshape between them), then on each distinct unified view
+   (par__rd_unified_view: the two layouts seen on a shape cut at the shard
+   boundaries of both, par__rd_unify, possibly on a factored mesh), entered
+   and left by local reshapes (par__rd_wrap_unified); the cheapest plan wins
+   (ties: the earlier, which needs fewer view changes). A refused or failed
+   unified search leaves the others. The lower bound is the smallest of the
+   searches' bounds, a bound for the union of their moves. */
 static par_status par__rd_plan_uncached(par_redist_planner *pl, const par_layout *from, const par_layout *to,
                                         const par__rd_costs *costs, par_plan *plan) {
     par_layout ufrom, uto, seen[PAR__RD_UNIFIED_VIEWS];
@@ -7138,7 +7123,19 @@ PARALLEL_DEF par_status par_plan_redistribution(const par_layout *from, const pa
     return st;
 }
 
-/* ---- greedy baseline ---------------------------------------------------- */
+/* ---- greedy baseline ----------------------------------------------------
+
+   par_plan_greedy follows MindSpore: first every partial dim the target does
+   not keep is all-reduced (par__rd_greedy_reduce: MindSpore has no partial
+   layouts). Then, on MindSpore's unified layout (the layouts themselves when
+   they share a shape and one device dim splits each dim, else the settled
+   coarse view, par__rd_unify_settled, when it has one device dim per dim), its
+   RedistributionOperatorInfer loop (par__rd_ms_infer): split passes, permute
+   passes (all_to_all, or all_gather + split), a concat pass (all_gather of
+   device dims the target does not use) and a forced all_gather of the first
+   pending dim to break cycles. Where no such view exists it walks the
+   tensor's own shapes (par__rd_greedy_step: split, then all_to_all, then
+   all_gather) and reshapes where par__rd_greedy_reshape says. */
 
 /* The greedy walker's current layout. */
 typedef struct par__rd_walk {
