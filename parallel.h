@@ -2709,8 +2709,8 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
    the search makes them (host callbacks included). PAR_EINVAL naming the
    rule when the degrees do not divide the model or the schedule is refused. */
 PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_plan *plan);
-/* "dp=2 tp=4 sp cp=1 pp=2 1f1b m=4 zero=1" (the plan's knobs); returns the
-   length snprintf would. */
+/* "dp=2 tp=4 sp pp=2 1f1b m=4 zero=1" (the plan's knobs; cp and pp only when
+   > 1, as "cp=2 ring"); returns the length snprintf would. */
 PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *plan, char *buf, size_t size);
 
 /* Calibration: measure this machine's constants for a cluster description.
