@@ -21,76 +21,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "macro_alloc.h" /* counting PARALLEL_MALLOC/REALLOC/FREE */
+#include "count_alloc.h" /* counting PARALLEL_MALLOC/REALLOC/FREE and hooks */
 
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
 
-/* ---- the counting allocator ---------------------------------------------- */
-
-#define BLOCK_MAGIC 0x616c6c6f63ull /* "alloc" */
-
-typedef struct counter {
-    pthread_mutex_t mu;
-    long mallocs, reallocs, frees, live, bad; /* bad: free/realloc of a block not ours */
-} counter;
-
-typedef union block_hdr {
-    struct {
-        uint64_t magic;
-        counter *owner;
-    } h;
-    max_align_t align_; /* keep the user's pointer aligned like malloc's */
-} block_hdr;
-
-static void count(counter *c, long *field, long live_delta) {
-    pthread_mutex_lock(&c->mu);
-    (*field)++;
-    c->live += live_delta;
-    pthread_mutex_unlock(&c->mu);
-}
-
-static block_hdr *ours(counter *c, void *p) {
-    block_hdr *b = (block_hdr *)p - 1;
-    if (b->h.magic != BLOCK_MAGIC || b->h.owner != c) {
-        count(c, &c->bad, 0);
-        return NULL;
-    }
-    return b;
-}
-
-static void *hook_malloc(size_t size, void *user) {
-    counter *c = (counter *)user;
-    block_hdr *b = (block_hdr *)malloc(sizeof *b + size);
-    if (!b) return NULL;
-    b->h.magic = BLOCK_MAGIC;
-    b->h.owner = c;
-    count(c, &c->mallocs, 1);
-    return b + 1;
-}
-
-static void *hook_realloc(void *ptr, size_t size, void *user) {
-    counter *c = (counter *)user;
-    block_hdr *b = ptr ? ours(c, ptr) : NULL, *q;
-    if (!b) return NULL; /* NULL or not ours: the library must never do either */
-    q = (block_hdr *)realloc(b, sizeof *q + size);
-    if (!q) return NULL;
-    count(c, &c->reallocs, 0);
-    return q + 1;
-}
-
-static void hook_free(void *ptr, void *user) {
-    counter *c = (counter *)user;
-    block_hdr *b;
-    if (!ptr) {
-        count(c, &c->bad, 0); /* free(NULL) is promised never to happen */
-        return;
-    }
-    if ((b = ours(c, ptr)) == NULL) return;
-    b->h.magic = 0;
-    count(c, &c->frees, -1);
-    free(b);
-}
+/* the counting allocator: tests/count_alloc.h */
 
 static par_allocator counting(counter *c) {
     par_allocator a;

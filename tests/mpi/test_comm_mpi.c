@@ -28,7 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "macro_alloc.h" /* counting PARALLEL_MALLOC/REALLOC/FREE */
+#include "count_alloc.h" /* counting PARALLEL_MALLOC/REALLOC/FREE and hooks */
 
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
@@ -447,66 +447,7 @@ static void test_ctx_alloc(const char *mesh, int64_t count, const par_allocator 
 
 static void test_ctx(const char *mesh, int64_t count) { test_ctx_alloc(mesh, count, NULL); }
 
-/* ---- the counting allocator (a header on every block: whose it is) ---- */
-
-#define BLOCK_MAGIC 0x6d7069616c6cull /* "mpiall" */
-
-typedef struct counter {
-    pthread_mutex_t mu;
-    long mallocs, reallocs, frees, live, bad; /* bad: free/realloc of a block not ours, or of NULL */
-} counter;
-
-typedef union block_hdr {
-    struct {
-        uint64_t magic;
-        counter *owner;
-    } h;
-    max_align_t align_;
-} block_hdr;
-
-static void count(counter *c, long *field, long live_delta) {
-    pthread_mutex_lock(&c->mu);
-    (*field)++;
-    c->live += live_delta;
-    pthread_mutex_unlock(&c->mu);
-}
-
-static block_hdr *ours(counter *c, void *p) {
-    block_hdr *b = (block_hdr *)p - 1;
-    if (b->h.magic != BLOCK_MAGIC || b->h.owner != c) return count(c, &c->bad, 0), (block_hdr *)NULL;
-    return b;
-}
-
-static void *hook_malloc(size_t size, void *user) {
-    counter *c = (counter *)user;
-    block_hdr *b = (block_hdr *)malloc(sizeof *b + size);
-    if (!b) return NULL;
-    b->h.magic = BLOCK_MAGIC, b->h.owner = c;
-    count(c, &c->mallocs, 1);
-    return b + 1;
-}
-
-static void *hook_realloc(void *ptr, size_t size, void *user) {
-    counter *c = (counter *)user;
-    block_hdr *b = ptr ? ours(c, ptr) : NULL, *q;
-    if (!b) return count(c, &c->bad, 0), (void *)NULL; /* realloc(NULL) is promised never to happen */
-    if (!(q = (block_hdr *)realloc(b, sizeof *q + size))) return NULL;
-    count(c, &c->reallocs, 0);
-    return q + 1;
-}
-
-static void hook_free(void *ptr, void *user) {
-    counter *c = (counter *)user;
-    block_hdr *b;
-    if (!ptr) {
-        count(c, &c->bad, 0);
-        return;
-    }
-    if ((b = ours(c, ptr)) == NULL) return;
-    b->h.magic = 0;
-    count(c, &c->frees, -1);
-    free(b);
-}
+/* the counting allocator: tests/count_alloc.h */
 
 /* A context whose desc carries a counting allocator: every block of the
    backend and the context through it, none through the macros, all freed by
