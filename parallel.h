@@ -21539,12 +21539,11 @@ static par_status par__au_calib_share(par_ctx *ctx, par_comm_group *world, par_c
 PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *desc, par_cluster *out) {
     const par_compute_table *ct;
     par_comm_group *world = NULL;
-    par__au_calib *k;
+    par__au_calib calib, *k = &calib;
     par_cluster c;
     const int p = ctx ? par_ctx_size(ctx) : 1;
     par_status st;
     if (!ctx || !out) return par__fail(PAR_EINVAL, "par_calibrate: NULL argument");
-    if (!(k = (par__au_calib *)par__ctx_malloc(ctx, sizeof *k))) return par__fail(PAR_ENOMEM, "par_calibrate: out of memory");
     st = par__au_calib_size(k, desc);
     ct = par_ctx_compute(ctx);
     if (st == PAR_OK && (!ct->gemm || !ct->alloc || !ct->memset))
@@ -21556,7 +21555,6 @@ PARALLEL_DEF par_status par_calibrate(par_ctx *ctx, const par_calibrate_desc *de
     if (st == PAR_OK && p > 1) st = par__au_calib_bandwidth(ctx, world, k);
     par__au_calib_free(ct, k);
     if (st == PAR_OK) par__au_calib_cluster(k, ct, p, par_ctx_kernel_threads(ctx), &c);
-    par__ctx_free(ctx, k);
     PAR__CHECK(st);
     PAR__CHECK(par__au_calib_share(ctx, world, &c));
     PAR__CHECK(par_cluster_check(&c));
