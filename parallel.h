@@ -166,6 +166,8 @@
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
      >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1), their
                       text form, a checker and an executor
+     >>recompute      activation recomputation: the per-layer policy (none,
+                      selective, full) from MindFormers' and Megatron's forms
      >>planner        automatic parallel: operator graph, costs, strategy search
                       under a memory cap (three search modes), whole-plan search
    The implementation follows the same order; implementation-only banners add
@@ -252,6 +254,9 @@
      >>pipeline        par__pp_
                        types: par_pp_schedule par_pp_check par_pp_run_desc
                        tests: tests/test_pipeline.c tests/pp_toy.h
+     >>recompute       par__rc_
+                       types: par_recompute_mode par_recompute_desc
+                       tests: tests/test_recompute.c tests/llama/test_train.c
      >>planner         par__gr_ par__au_
                        types: par_graph par_cluster par_model_shape par_auto_plan
                        tests: tests/test_planner.c tests/llama/test_auto.c
@@ -2425,6 +2430,76 @@ typedef struct par_pp_run_desc {
    activations travel on one group and gradients on another, so the two kinds
    never meet in one queue. */
 PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *desc);
+
+/* ============================================================================
+   >>recompute
+   Activation recomputation: how much of its forward a layer keeps for its
+   backward. A backward reads what the forward saved; recomputation saves
+   less and runs part of the forward again just before the backward, trading
+   compute for memory (Chen et al. 2016; Korthikanti et al. 2022). Per layer:
+
+     none        keep everything the backward reads
+     selective   drop what is elementwise to re-derive from what is kept: a
+                 transformer layer's norm outputs (from the norm's input and
+                 its saved 1/rms) and its MLP activation's output (from the
+                 gate and up projections): no GEMM, no communication
+                 (Megatron-core's "layernorm" and activation recompute
+                 modules; Korthikanti et al.'s selection, the attention
+                 scores, flash attention never keeps anyway)
+     full        keep only the layer's input: the whole forward, collectives
+                 included, runs again before the layer's backward
+
+   The header cannot re-run a host's layer (there is no autograd here): the
+   host's backward does that (examples/llama/model.h: llama_block_recompute).
+   What this section gives is the policy resolved per layer from the forms
+   MindFormers (recompute_config: true, or a list per pipeline stage of how
+   many of its first layers recompute) and Megatron (--recompute-granularity,
+   --recompute-method block --recompute-num-layers N) take, with their
+   checks; the planner (par_auto_config.recompute) prices it. A layer run
+   again on the same inputs computes the same bits, so recomputed training is
+   bit-identical to training without it (tests/llama/test_train.c checks it
+   for every parallel mode).
+   ========================================================================== */
+
+typedef enum par_recompute_mode {
+    PAR_RECOMPUTE_NONE = 0,
+    PAR_RECOMPUTE_SELECTIVE,
+    PAR_RECOMPUTE_FULL,
+    PAR_RECOMPUTE_MODE_COUNT
+} par_recompute_mode;
+
+/* "none", "selective", "full"; "?" for an unknown mode. */
+PARALLEL_DEF const char *par_recompute_mode_name(par_recompute_mode mode);
+/* By name (case-insensitive); PAR_EINVAL listing the names otherwise. */
+PARALLEL_DEF par_status par_recompute_mode_parse(const char *text, par_recompute_mode *mode);
+
+/* Which layers a mode applies to: all of them, or the first layers of each
+   virtual stage (a pipeline stage's chunk; the whole model without a
+   pipeline). Zero-initialized: none. */
+typedef struct par_recompute_rule {
+    int all;           /* 1: every layer */
+    const int *counts; /* else, num_counts > 0: the first counts[v] layers of virtual stage v
+                          (v = chunk x stages + stage): MindFormers' list, one entry per stage,
+                          or per chunk a list of them ([[chunk 0's], [chunk 1's]] flattened) */
+    int num_counts;
+    int first_layers;  /* else > 0: the first this-many layers of every virtual stage
+                          (Megatron's --recompute-method block --recompute-num-layers) */
+} par_recompute_rule;
+
+typedef struct par_recompute_desc {
+    par_recompute_rule full, selective; /* a layer both rules pick recomputes fully */
+    const int *stage_layers; /* layers of each virtual stage in virtual-stage order, summing to the
+                                model's; NULL: one virtual stage of all layers */
+    int stages, chunks;      /* pipeline stages and chunks per stage (0 = 1) */
+} par_recompute_desc;
+
+/* modes[i] for every layer i of a num_layers-layer model. PAR_EINVAL naming
+   the rule broken: a count list whose length is neither stages x chunks nor
+   (one chunk) stages, a negative count or one above its virtual stage's
+   layers ("recompute counts[1] = 3: virtual stage 1 has 2 layers"), a
+   negative first_layers, stage_layers that do not sum to num_layers. */
+PARALLEL_DEF par_status par_recompute_layers(const par_recompute_desc *desc, par_recompute_mode *modes,
+                                             int num_layers);
 
 /* ============================================================================
    >>planner
@@ -19224,6 +19299,89 @@ PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *d) {
     par__ctx_free(ctx, reqs);
     par__ctx_free(ctx, ranks);
     return st;
+}
+
+// >>recompute
+
+static const char *const par__rc_mode_names[PAR_RECOMPUTE_MODE_COUNT] = {"none", "selective", "full"};
+
+PARALLEL_DEF const char *par_recompute_mode_name(par_recompute_mode mode) {
+    return (unsigned)mode < (unsigned)PAR_RECOMPUTE_MODE_COUNT ? par__rc_mode_names[mode] : "?";
+}
+
+PARALLEL_DEF par_status par_recompute_mode_parse(const char *text, par_recompute_mode *mode) {
+    int i;
+    if (!text || !mode) return par__fail(PAR_EINVAL, "par_recompute_mode_parse: NULL argument");
+    for (i = 0; i < PAR_RECOMPUTE_MODE_COUNT; i++)
+        if (par__iequal(text, par__rc_mode_names[i])) return *mode = (par_recompute_mode)i, PAR_OK;
+    return par__fail(PAR_EINVAL, "unknown recompute mode '%.32s' (expected none, selective or full)", text);
+}
+
+/* The rule's checks against the virtual stages' sizes; `which` names it. */
+static par_status par__rc_rule_check(const par_recompute_rule *r, const char *which, const int *sizes, int stages,
+                                     int chunks) {
+    int v;
+    if (r->all || (r->num_counts <= 0 && r->first_layers == 0)) return PAR_OK;
+    if (r->num_counts > 0) {
+        if (!r->counts) return par__fail(PAR_EINVAL, "%s recompute: num_counts = %d with counts NULL", which, r->num_counts);
+        if (r->num_counts != stages * chunks)
+            return par__fail(PAR_EINVAL,
+                             "%s recompute: a list of %d counts for %d pipeline stage%s x %d chunk%s: one count per "
+                             "virtual stage (%d), the first layers of each that recompute",
+                             which, r->num_counts, stages, stages == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s",
+                             stages * chunks);
+        for (v = 0; v < r->num_counts; v++) {
+            if (r->counts[v] < 0)
+                return par__fail(PAR_EINVAL, "%s recompute counts[%d] = %d: a count of layers is >= 0", which, v,
+                                 r->counts[v]);
+            if (r->counts[v] > sizes[v])
+                return par__fail(PAR_EINVAL, "%s recompute counts[%d] = %d: virtual stage %d (stage %d, chunk %d) "
+                                 "has %d layer%s", which, v, r->counts[v], v, v % stages, v / stages, sizes[v],
+                                 sizes[v] == 1 ? "" : "s");
+        }
+        return PAR_OK;
+    }
+    if (r->first_layers < 0)
+        return par__fail(PAR_EINVAL, "%s recompute first_layers = %d: a count of layers is >= 0", which, r->first_layers);
+    return PAR_OK;
+}
+
+/* Does the rule pick the k-th layer of virtual stage v? */
+static int par__rc_picks(const par_recompute_rule *r, int v, int k) {
+    if (r->all) return 1;
+    if (r->num_counts > 0) return k < r->counts[v];
+    return k < r->first_layers;
+}
+
+PARALLEL_DEF par_status par_recompute_layers(const par_recompute_desc *desc, par_recompute_mode *modes,
+                                             int num_layers) {
+    const int stages = desc && desc->stages > 0 ? desc->stages : 1, chunks = desc && desc->chunks > 0 ? desc->chunks : 1;
+    int one[1], v, k, i = 0, sum = 0;
+    const int *sizes = one;
+    if (!desc || (!modes && num_layers > 0) || num_layers < 0)
+        return par__fail(PAR_EINVAL, "par_recompute_layers: NULL desc or modes, or num_layers < 0");
+    if (desc->stage_layers) {
+        sizes = desc->stage_layers;
+        for (v = 0; v < stages * chunks; v++) {
+            if (sizes[v] < 0) return par__fail(PAR_EINVAL, "recompute: stage_layers[%d] = %d is negative", v, sizes[v]);
+            sum += sizes[v];
+        }
+        if (sum != num_layers)
+            return par__fail(PAR_EINVAL, "recompute: stage_layers sum to %d layers, the model has %d", sum, num_layers);
+    } else if (stages * chunks != 1) {
+        return par__fail(PAR_EINVAL, "recompute: %d virtual stages need stage_layers (the layers of each)",
+                         stages * chunks);
+    } else {
+        one[0] = num_layers;
+    }
+    PAR__CHECK(par__rc_rule_check(&desc->full, "full", sizes, stages, chunks));
+    PAR__CHECK(par__rc_rule_check(&desc->selective, "selective", sizes, stages, chunks));
+    for (v = 0; v < stages * chunks; v++)
+        for (k = 0; k < sizes[v]; k++, i++)
+            modes[i] = par__rc_picks(&desc->full, v, k)        ? PAR_RECOMPUTE_FULL
+                       : par__rc_picks(&desc->selective, v, k) ? PAR_RECOMPUTE_SELECTIVE
+                                                               : PAR_RECOMPUTE_NONE;
+    return PAR_OK;
 }
 
 // >>planner
