@@ -20,6 +20,17 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* A recompute_config switch as MindFormers writes it: false, true (every
+   layer), or how many first layers of each pipeline stage recompute ([2, 1];
+   with pp_interleave_num > 1 one such list per chunk, [[2, 1], [1, 0]]). */
+#define LLAMA_MAX_LAYER_COUNTS 64
+typedef struct llama_layer_counts {
+    int all;   /* true */
+    int num;   /* > 0: a list of num counts (flattened chunk by chunk) */
+    int rows;  /* the list's inner lists (0: flat) */
+    int counts[LLAMA_MAX_LAYER_COUNTS];
+} llama_layer_counts;
+
 typedef struct llama_config {
     /* model.model_config */
     int vocab_size;        /* 256: byte-level tokens need >= 256 */
@@ -106,8 +117,10 @@ typedef struct llama_config {
     int pipeline_interleave;         /* parallel.pipeline_config: bool, false */
     char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default), "gpipe" or "zb-h1" */
     int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
-    int recompute;                   /* recompute_config: bool, false */
-    int select_recompute;            /* recompute_config: bool, false */
+
+    /* recompute_config (parallel.h's >>recompute; the trainer resolves them per layer) */
+    llama_layer_counts recompute;        /* full recomputation: false */
+    llama_layer_counts select_recompute; /* selective recomputation: false */
 } llama_config;
 
 /* optimizer.type */
@@ -267,7 +280,8 @@ enum {
     LLAMA__T_TEXT,
     LLAMA__T_ALIAS,
     LLAMA__T_PAIR,
-    LLAMA__T_STRING
+    LLAMA__T_STRING,
+    LLAMA__T_LAYERS /* a llama_layer_counts: true, false, [2, 1] or [[2, 1], [1, 0]] */
 };
 
 enum {
@@ -489,16 +503,18 @@ static const llama__key llama__keys[] = {
      "accepted and ignored: no strategy file is written; checkpoints are saved whole, so they load into any layout without one"},
 
     /* recompute_config */
-    {"recompute_config.recompute", LLAMA__T_BOOL, LLAMA__AT(recompute), 0, 0, 0, 0, NULL, "false", NULL,
-     "recompute each layer's activations in the backward pass (MindFormers also takes a per-stage list: read as true); not implemented yet: true keeps the activations, the same numbers with more memory, and the report says so"},
-    {"recompute_config.select_recompute", LLAMA__T_BOOL, LLAMA__AT(select_recompute), 0, 0, 0, 0, NULL, "false", NULL,
-     "recompute selected operators (MindFormers also takes a list: read as true); not implemented yet, as recompute"},
-    {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
-     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
+    {"recompute_config.recompute", LLAMA__T_LAYERS, LLAMA__AT(recompute), 0, 0, 0, 0, NULL, "false", NULL,
+     "full recomputation: a layer keeps only its input and runs its forward again (collectives included) before its backward; true for every layer, or MindFormers' list of how many first layers of each pipeline stage ([2, 1]; per chunk with pp_interleave_num > 1: [[2, 1], [1, 0]]); bit-identical training, less activation memory (the memory plan shows it)"},
+    {"recompute_config.select_recompute", LLAMA__T_LAYERS, LLAMA__AT(select_recompute), 0, 0, 0, 0, NULL, "false", NULL,
+     "selective recomputation: a layer drops its norms' outputs and its SwiGLU product and computes them again (elementwise, no GEMM, no communication) before its backward; true or per-stage counts as recompute (which wins where both pick a layer); MindFormers' operator-pattern lists are refused: the set is fixed here"},
+    {"recompute_config.select_comm_recompute", LLAMA__T_LAYERS, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted, any value: the tensor-parallel gather of a norm output is never kept here but run again in the backward (what this key asks MindFormers to do for the layers it picks)"},
+    {"recompute_config.parallel_optimizer_comm_recompute", LLAMA__T_LAYERS, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
+     "accepted, any value: the ZeRO all-gather is of the updated weights after the step, never of a layer's input, so there is nothing for it to recompute"},
     {"recompute_config.mp_comm_recompute", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "true", NULL,
-     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
+     "accepted, either value: a recomputed layer's tensor-parallel collectives are always run again (true's behaviour); no layer keeps a gathered tensor for its backward"},
     {"recompute_config.recompute_slice_activation", LLAMA__T_BOOL, LLAMA__NONE, 0, 0, 0, 0, NULL, "false", NULL,
-     "accepted and ignored: it qualifies recompute and select_recompute, which are off here (as in MindFormers with them off)"},
+     "accepted, either value: what a layer keeps is already this rank's slice (its rows under use_seq_parallel, its heads and ffn columns otherwise), true's behaviour"},
 
     /* optimizer */
     {"optimizer.type", LLAMA__T_CHOICE, LLAMA__AT(optimizer_type), 0, 0, 0, 0, llama__optimizers, "AdamW", NULL,
@@ -806,6 +822,51 @@ static int llama__parse_bool(const char *s, int *out) {
 }
 
 static void *llama__field(llama_config *cfg, const llama__key *k) { return (char *)cfg + k->offset; }
+
+/* A recompute_config switch: "true", "false", "[2, 1]" or "[[2, 1], [1, 0]]"
+   (the YAML loader hands a sequence over in this form). */
+static int llama__parse_layers(const char *s, llama_layer_counts *out, char *why, size_t whysize) {
+    llama_layer_counts v;
+    int b, depth = 0, flat = 0, row = 0, row_len = -1;
+    memset(&v, 0, sizeof v);
+    if (!llama__parse_bool(s, &b)) return v.all = b, *out = v, 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        if (*p == ' ' || *p == ',') {
+            p++;
+        } else if (*p == '[') {
+            if (++depth > 2) return llama__fail(why, whysize, "nested deeper than a list of lists (one per chunk)");
+            row = 0, p++;
+        } else if (*p == ']') {
+            if (depth == 0) return llama__fail(why, whysize, "a ']' without its '['");
+            if (depth-- == 2) {
+                if (row_len >= 0 && row != row_len)
+                    return llama__fail(why, whysize, "chunk lists of %d and %d counts: one count per pipeline stage in each",
+                                       row_len, row);
+                row_len = row, v.rows++;
+            }
+            p++;
+        } else {
+            errno = 0;
+            long n = strtol(p, &end, 10);
+            if ((end == p || (*end && !strchr(" ,]", *end))) && depth == 0)
+                return llama__fail(why, whysize, "not a boolean (use true or false) or a list of layer counts");
+            if (end == p || (*end && !strchr(" ,]", *end)))
+                return llama__fail(why, whysize, "not a layer count ('%.*s'): operator patterns are not supported, the "
+                                                 "selective set is fixed here (the norms' outputs and the SwiGLU "
+                                                 "product); use true, false or a count of first layers per pipeline "
+                                                 "stage", (int)(strcspn(p, ",]") < 40 ? strcspn(p, ",]") : 40), p);
+            if (n < 0 || n > 1000000 || errno) return llama__fail(why, whysize, "a count of layers is in [0, 1000000]");
+            if (v.num == LLAMA_MAX_LAYER_COUNTS) return llama__fail(why, whysize, "more than %d counts", LLAMA_MAX_LAYER_COUNTS);
+            v.counts[v.num++] = (int)n, row++, flat |= depth < 2, p = end;
+        }
+    }
+    if (depth != 0) return llama__fail(why, whysize, "a '[' without its ']'");
+    if (v.num == 0) return llama__fail(why, whysize, "an empty list (use false)");
+    if (v.rows && flat) return llama__fail(why, whysize, "counts beside chunk lists: either [2, 1] or [[2, 1], [1, 0]]");
+    *out = v;
+    return 0;
+}
 static const void *llama__cfield(const llama_config *cfg, const llama__key *k) {
     return (const char *)cfg + k->offset;
 }
@@ -872,6 +933,12 @@ static int llama__parse_value(const llama__key *k, const char *s, llama_config *
         if (strlen(s) >= k->size) return llama__fail(why, whysize, "longer than %zu characters", k->size - 1);
         if (store) snprintf((char *)llama__field(cfg, k), k->size, "%s", s);
         return 0;
+    case LLAMA__T_LAYERS: {
+        llama_layer_counts v;
+        if (llama__parse_layers(s, &v, why, whysize)) return -1;
+        if (store) *(llama_layer_counts *)llama__field(cfg, k) = v;
+        return 0;
+    }
     case LLAMA__T_PAIR: {
         /* "[a, b]", "a, b" or "a,b": two numbers, each in the key's range */
         char buf[128], *end;
@@ -921,8 +988,32 @@ static int llama__check_stored(const llama__key *k, const llama_config *cfg, cha
         return llama__check_float(k, ((const float *)p)[1], why, whysize);
     case LLAMA__T_STRING:
         return memchr(p, 0, k->size) ? 0 : llama__fail(why, whysize, "not terminated");
+    case LLAMA__T_LAYERS: {
+        const llama_layer_counts *v = (const llama_layer_counts *)p;
+        if (v->all != 0 && v->all != 1) return llama__fail(why, whysize, "all must be 0 or 1");
+        if (v->num < 0 || v->num > LLAMA_MAX_LAYER_COUNTS || v->rows < 0 || (v->rows && v->num % v->rows))
+            return llama__fail(why, whysize, "%d counts in %d chunk lists", v->num, v->rows);
+        for (int i = 0; i < v->num; i++)
+            if (v->counts[i] < 0) return llama__fail(why, whysize, "a count of layers is >= 0 (counts[%d] = %d)", i, v->counts[i]);
+        return 0;
+    }
     default: return 0; /* U64: every value is valid */
     }
+}
+
+/* A recompute_config switch as YAML text: true, false, [2, 1], [[2, 1], [1, 0]]. */
+static void llama__layers_text(const llama_layer_counts *v, char *buf, size_t size) {
+    size_t used = 0;
+    const int per = v->rows ? v->num / v->rows : v->num;
+    if (!v->num) {
+        snprintf(buf, size, "%s", v->all ? "true" : "false");
+        return;
+    }
+    buf[0] = 0;
+    for (int i = 0; i < v->num && used + 1 < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s%d%s", i ? ", " : "", v->rows && i % per == 0 ? "[" : "",
+                                 v->counts[i], v->rows && i % per == per - 1 ? "]" : "");
+    if (used + 3 < size) memmove(buf + 1, buf, used + 1), buf[0] = '[', buf[used + 1] = ']', buf[used + 2] = 0;
 }
 
 /* The stored value of k as YAML text. */
@@ -953,6 +1044,7 @@ static void llama__value_text(const llama__key *k, const llama_config *cfg, char
         break;
     }
     case LLAMA__T_STRING: snprintf(buf, size, "\"%.*s\"", (int)k->size, (const char *)p); break;
+    case LLAMA__T_LAYERS: llama__layers_text((const llama_layer_counts *)p, buf, size); break;
     default: snprintf(buf, size, "?"); break;
     }
 }
@@ -1972,6 +2064,44 @@ static int llama__file_pair(llama__loader *l, const char *path, int line) {
     return 0;
 }
 
+/* A recompute_config list (its start event just read), nested once at most,
+   handed to the key's parser as the text "[2, 1]" or "[[2, 1], [1, 0]]"
+   (a scalar item as written: an operator pattern is the parser's error). */
+static int llama__file_layers(llama__loader *l, const char *path, int line) {
+    char text[1024] = "[";
+    size_t used = 1;
+    int depth = 1, first = 1, bad = 0;
+    while (depth > 0) {
+        yaml_event_t ev;
+        const char *piece = NULL;
+        if (llama__next(l, &ev)) return -1;
+        if (ev.type == YAML_SEQUENCE_START_EVENT) depth++, piece = "[";
+        else if (ev.type == YAML_SEQUENCE_END_EVENT) depth--, piece = "]";
+        else if (ev.type == YAML_SCALAR_EVENT) piece = (const char *)ev.data.scalar.value;
+        if (!piece) { /* a mapping or an alias inside the list: skipped, the rest of the list read */
+            int rc = llama__skip_value(l, &ev);
+            yaml_event_delete(&ev);
+            if (rc) return -1;
+            bad = 1;
+            continue;
+        }
+        if (used + 1 < sizeof text)
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", !first && *piece != ']' ? ", " : "", piece);
+        first = *piece == '[';
+        yaml_event_delete(&ev);
+    }
+    if (bad) return llama__report_error(l->rep, "%s:%d: %s needs true, false or a list of layer counts", l->file, line, path), 0;
+    yaml_event_t fake;
+    memset(&fake, 0, sizeof fake);
+    fake.type = YAML_SCALAR_EVENT;
+    fake.start_mark.line = (size_t)(line - 1);
+    fake.data.scalar.value = (yaml_char_t *)text;
+    fake.data.scalar.length = used;
+    fake.data.scalar.style = YAML_PLAIN_SCALAR_STYLE;
+    llama__file_scalar(l, path, &fake);
+    return 0;
+}
+
 /* The body of a mapping whose start event was just read; `path` is its
    dotted path ("" at the top). -1 only for malformed YAML (or no memory):
    every other problem is reported and the load goes on. */
@@ -2022,13 +2152,8 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
                                 "write the value out", l->file, line, child);
         } else if (t && t->type == LLAMA__T_PAIR && val.type == YAML_SEQUENCE_START_EVENT) {
             rc = llama__file_pair(l, child, line);
-        } else if (t && val.type == YAML_SEQUENCE_START_EVENT &&
-                   (!strcmp(t->path, "recompute_config.recompute") || !strcmp(t->path, "recompute_config.select_recompute") ||
-                    !strcmp(t->path, "recompute_config.parallel_optimizer_comm_recompute"))) {
-            /* MindFormers' per-stage (or per-operator) recomputation lists: on, somewhere */
-            if (t->offset != LLAMA__NONE) *(int *)llama__field(l->cfg, t) = 1;
-            l->rep->line[t - llama__keys] = line;
-            rc = llama__skip_value(l, &val);
+        } else if (t && t->type == LLAMA__T_LAYERS && val.type == YAML_SEQUENCE_START_EVENT) {
+            rc = llama__file_layers(l, child, line); /* MindFormers' per-stage (per chunk) lists */
         } else if (t && val.type == YAML_SEQUENCE_START_EVENT && llama__list_refusal(t)) {
             llama__report_error(l->rep, "%s:%d: %s = [a list]: %s", l->file, line, child, llama__list_refusal(t));
             l->rep->line[t - llama__keys] = line;
@@ -2220,10 +2345,6 @@ static void llama__derive(llama_config *c, llama__report *r) {
                        "runner_config.gradient_accumulation_steps = %d has no effect with " LLAMA__P("pipeline_stage")
                        " = %d: " LLAMA__P("micro_batch_num") " (%d) accumulates, as in MindFormers",
                        c->gradient_accumulation_steps, c->pipeline_stage, c->micro_batch_num);
-    if (c->recompute || c->select_recompute)
-        llama__changes(r, "recompute_config.%s = true: activation recomputation is not implemented yet; activations "
-                          "are kept instead, which trains the same numbers with more memory (the memory plan shows it)",
-                       c->recompute ? "recompute" : "select_recompute");
     if (c->load_checkpoint[0] && !c->resume_training)
         llama__changes(r, "load_checkpoint = %s with resume_training = false: MindFormers would load the weights only; "
                           "here a checkpoint that holds a step count and optimizer state continues them",
@@ -2308,6 +2429,7 @@ static void llama__type_text(const llama__key *k, char *buf, size_t size) {
     case LLAMA__T_BOOL: snprintf(buf, size, "bool"); break;
     case LLAMA__T_TEXT: snprintf(buf, size, "text"); break;
     case LLAMA__T_STRING: snprintf(buf, size, "text"); break;
+    case LLAMA__T_LAYERS: snprintf(buf, size, "bool or layer counts"); break;
     case LLAMA__T_PAIR: llama__range_text(k, range, sizeof range); snprintf(buf, size, "[float, float] %s", range); break;
     case LLAMA__T_ALIAS: snprintf(buf, size, "alias"); break;
     case LLAMA__T_CHOICE: {

@@ -75,6 +75,8 @@ typedef struct llama_model {
     int split_backward;     /* backward may run as input gradient, then weight gradient later (zero-bubble
                                pipelines): a micro-batch's slot also keeps the output gradients W needs */
     int64_t cp_lse, cp_saved; /* floats of attention state per layer under cp (par_cp_info) */
+    const par_recompute_mode *recompute; /* per local layer what it keeps (parallel.h's >>recompute), or NULL:
+                                            every layer keeps everything; read when activations are carved */
 } llama_model;
 
 /* Attention goes through a context-parallel object from now on (NULL: none). */
@@ -120,9 +122,13 @@ typedef struct llama_block {
 /* What one micro-batch keeps from forward for backward. With a split
    backward the input-gradient half leaves the weight-gradient half its
    linears' output gradients: dq, dk, dv, dg, du over q, k, v, g, u (dead by
-   then) and o_proj's and down_proj's in dy_o, dy_down (split_backward only). */
+   then) and o_proj's and down_proj's in dy_o, dy_down (split_backward only).
+   Under recomputation (`mode`, see llama_keeps) a tensor the layer does not
+   keep is NULL here and lives in the lane's recompute area
+   (llama_scratch.work) while its forward or backward runs. */
 typedef struct llama_block_acts {
     float *x_in, *rstd1, *h1, *q, *k, *v, *o, *lse, *cp_saved, *x_mid, *rstd2, *h2, *g, *u, *m, *dy_o, *dy_down;
+    par_recompute_mode mode;
 } llama_block_acts;
 
 typedef struct llama_acts {
@@ -136,10 +142,15 @@ typedef struct llama_acts {
    rank's rows). Forward uses dh and dl as temporaries too (dl only under
    tensor parallelism); gath receives a norm output gathered to all n rows
    under sequence parallelism. ones: n ones (qkv_bias only; set by
-   llama_scratch_init), the column the biases' GEMMs multiply by. */
+   llama_scratch_init), the column the biases' GEMMs multiply by. work: the
+   recompute area, one layer's tensors its layers do not keep (NULL fields
+   where every layer keeps them), and work_out the output of a full
+   recompute's forward (thrown away: the next layer's input is kept). */
 typedef struct llama_scratch {
     float *dx, *dh, *dattn, *dq, *dk, *dv, *dg, *du, *dm, *dl, *gath;
     float *ones;
+    llama_block_acts work;
+    float *work_out;
 } llama_scratch;
 
 /* ---- memory: one list sizes and carves --------------------------------------- */
@@ -156,28 +167,88 @@ LLAMA_FN float *llama_carve(llama_carver *c, int64_t count) {
     return p;
 }
 
+/* A piece only if `take`: NULL and nothing counted otherwise. */
+LLAMA_FN float *llama_carve_if(llama_carver *c, int take, int64_t count) {
+    return take ? llama_carve(c, count) : NULL;
+}
+
+/* Does a layer under `mode` keep a tensor for its backward? Selective drops
+   the `cheap` ones (the norms' outputs h1, h2 and the SwiGLU product m:
+   re-derived elementwise from x_in, x_mid, g, u); full keeps none but the
+   layer's input (never asked here: always kept). With a split backward the
+   weight-gradient half, which runs later with other layers' work between,
+   reads the tensors `w_reads` (o, m, x_mid to re-derive h2, and q, k, v, g,
+   u, which hold the input half's output gradients by then): kept whatever
+   the mode. */
+LLAMA_FN int llama_keeps(par_recompute_mode mode, int split_backward, int cheap, int w_reads) {
+    if (mode == PAR_RECOMPUTE_NONE || (split_backward && w_reads)) return 1;
+    return mode == PAR_RECOMPUTE_SELECTIVE && !cheap;
+}
+
+/* Floats of one layer's attention log-sum-exp (and its cp state in cp_saved). */
+LLAMA_FN int64_t llama_lse_floats(const llama_model *m, int64_t n) { return m->cp ? m->cp_lse : n * m->local.heads; }
+
+/* One block's tensors of n rows: those the layer keeps under `mode` (work 0:
+   its slot), or those it does not (work 1: the recompute area; x_in and the
+   split backward's dy_o, dy_down are always the slot's). */
+LLAMA_FN void llama_block_carve(const llama_model *m, int64_t n, par_recompute_mode mode, int work, llama_carver *c,
+                                llama_block_acts *b) {
+    const llama_dims *d = &m->local;
+    const int64_t rows = par_tp_rows(m->tp, n), qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
+    const int sb = m->split_backward;
+#define LLAMA_TAKE(cheap, w_reads) (llama_keeps(mode, sb, cheap, w_reads) != work)
+    b->mode = work ? PAR_RECOMPUTE_NONE : mode;
+    b->x_in = llama_carve_if(c, !work, rows * d->dim);
+    b->rstd1 = llama_carve_if(c, LLAMA_TAKE(0, 0), rows), b->h1 = llama_carve_if(c, LLAMA_TAKE(1, 0), rows * d->dim);
+    b->q = llama_carve_if(c, LLAMA_TAKE(0, 1), n * qd), b->k = llama_carve_if(c, LLAMA_TAKE(0, 1), n * kvd);
+    b->v = llama_carve_if(c, LLAMA_TAKE(0, 1), n * kvd), b->o = llama_carve_if(c, LLAMA_TAKE(0, 1), n * qd);
+    b->lse = llama_carve_if(c, LLAMA_TAKE(0, 0), llama_lse_floats(m, n));
+    b->cp_saved = llama_carve_if(c, LLAMA_TAKE(0, 0), m->cp_saved);
+    b->x_mid = llama_carve_if(c, LLAMA_TAKE(0, 1), rows * d->dim), b->rstd2 = llama_carve_if(c, LLAMA_TAKE(0, 0), rows);
+    b->h2 = llama_carve_if(c, LLAMA_TAKE(1, 0), rows * d->dim);
+    b->g = llama_carve_if(c, LLAMA_TAKE(0, 1), n * d->ffn), b->u = llama_carve_if(c, LLAMA_TAKE(0, 1), n * d->ffn);
+    b->m = llama_carve_if(c, LLAMA_TAKE(1, 1), n * d->ffn);
+    b->dy_o = llama_carve_if(c, !work && sb, n * d->dim), b->dy_down = llama_carve_if(c, !work && sb, n * d->dim);
+#undef LLAMA_TAKE
+}
+
+/* The recompute mode of local layer l, and the most any layer recomputes. */
+LLAMA_FN par_recompute_mode llama_layer_mode(const llama_model *m, int64_t l) {
+    return m->recompute ? m->recompute[l] : PAR_RECOMPUTE_NONE;
+}
+
+LLAMA_FN par_recompute_mode llama_max_mode(const llama_model *m) {
+    par_recompute_mode worst = PAR_RECOMPUTE_NONE;
+    int64_t l;
+    for (l = 0; l < m->local.layers; l++)
+        if (llama_layer_mode(m, l) > worst) worst = llama_layer_mode(m, l);
+    return worst;
+}
+
+/* A layer's whole set while it runs: the tensors it keeps from its slot,
+   the others from the recompute area. */
+LLAMA_FN void llama_block_bind(const llama_block_acts *kept, const llama_block_acts *work, llama_block_acts *out) {
+#define LLAMA_BIND(f) out->f = kept->f ? kept->f : work->f
+    LLAMA_BIND(x_in), LLAMA_BIND(rstd1), LLAMA_BIND(h1), LLAMA_BIND(q), LLAMA_BIND(k), LLAMA_BIND(v), LLAMA_BIND(o);
+    LLAMA_BIND(lse), LLAMA_BIND(cp_saved), LLAMA_BIND(x_mid), LLAMA_BIND(rstd2), LLAMA_BIND(h2), LLAMA_BIND(g);
+    LLAMA_BIND(u), LLAMA_BIND(m), LLAMA_BIND(dy_o), LLAMA_BIND(dy_down);
+#undef LLAMA_BIND
+    out->mode = PAR_RECOMPUTE_NONE; /* complete now */
+}
+
 /* The activation slot of a micro-batch of n rows (batch samples): every block's
    saved tensors, then the head's. blocks[] must hold m->local.layers entries
    (unused when base is NULL). Returns the floats it spans. */
 LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch, float *base, llama_acts *a) {
     const llama_dims *d = &m->local;
-    const int64_t rows = par_tp_rows(m->tp, n), qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
+    const int64_t rows = par_tp_rows(m->tp, n);
     llama_carver c = {base, 0};
     llama_block_acts dummy;
     llama_acts count_only; /* counting: the same list, written nowhere that matters */
     int64_t l;
+    (void)batch; /* n = batch x seq rows say it all */
     if (!base) a = &count_only;
-    for (l = 0; l < d->layers; l++) {
-        llama_block_acts *b = base ? &a->blocks[l] : &dummy;
-        b->x_in = llama_carve(&c, rows * d->dim), b->rstd1 = llama_carve(&c, rows), b->h1 = llama_carve(&c, rows * d->dim);
-        b->q = llama_carve(&c, n * qd), b->k = llama_carve(&c, n * kvd), b->v = llama_carve(&c, n * kvd);
-        b->o = llama_carve(&c, n * qd), b->lse = llama_carve(&c, m->cp ? m->cp_lse : batch * d->heads * d->seq);
-        b->cp_saved = llama_carve(&c, m->cp_saved);
-        b->x_mid = llama_carve(&c, rows * d->dim), b->rstd2 = llama_carve(&c, rows), b->h2 = llama_carve(&c, rows * d->dim);
-        b->g = llama_carve(&c, n * d->ffn), b->u = llama_carve(&c, n * d->ffn), b->m = llama_carve(&c, n * d->ffn);
-        b->dy_o = llama_carve(&c, m->split_backward ? n * d->dim : 0);
-        b->dy_down = llama_carve(&c, m->split_backward ? n * d->dim : 0);
-    }
+    for (l = 0; l < d->layers; l++) llama_block_carve(m, n, llama_layer_mode(m, l), 0, &c, base ? &a->blocks[l] : &dummy);
     a->x_final = llama_carve(&c, rows * d->dim), a->rstdf = llama_carve(&c, rows);
     a->hf = llama_carve(&c, rows * d->dim), a->logits = llama_carve(&c, n * d->vocab), a->losses = llama_carve(&c, n);
     return c.used;
@@ -195,6 +266,8 @@ LLAMA_FN int64_t llama_scratch_carve(const llama_model *m, int64_t n, float *bas
     s->dg = llama_carve(&c, n * d->ffn), s->du = llama_carve(&c, n * d->ffn), s->dm = llama_carve(&c, n * d->ffn);
     s->dl = llama_carve(&c, m->tp_degree > 1 ? n * d->dim : 0), s->gath = llama_carve(&c, m->sp ? n * d->dim : 0);
     s->ones = llama_carve(&c, d->qkv_bias ? n : 0);
+    llama_block_carve(m, n, llama_max_mode(m), 1, &c, &s->work); /* nothing when every layer keeps everything */
+    s->work_out = llama_carve_if(&c, llama_max_mode(m) == PAR_RECOMPUTE_FULL, par_tp_rows(m->tp, n) * d->dim);
     return c.used;
 }
 
@@ -298,7 +371,7 @@ LLAMA_FN par_status llama_norm_bwd(const llama_model *m, const float *x, const f
 /* ---- forward ------------------------------------------------------------------ */
 
 /* One decoder block: a->x_in holds the input (this rank's rows); the output
-   goes to `out`; s holds temporaries. */
+   goes to `out`; s holds temporaries (and what the layer does not keep). */
 LLAMA_FN par_status llama_block_fwd(const llama_model *m, const llama_block *w, llama_block_acts *a, const int64_t *pos,
                                     int64_t batch, int64_t seq, float *out, llama_scratch *s) {
     const par_compute_table *ct = m->ct;
@@ -308,6 +381,8 @@ LLAMA_FN par_status llama_block_fwd(const llama_model *m, const llama_block *w, 
     const par_attn_desc ad = llama_attn_desc(d, batch, seq);
     void *u = ct->user;
     const float *h;
+    llama_block_acts whole;
+    if (a->mode != PAR_RECOMPUTE_NONE) llama_block_bind(a, &s->work, &whole), a = &whole;
     LLAMA_CHECK(ct->rmsnorm_fwd(u, rows, C, a->x_in, w->ln1, d->eps, a->h1, a->rstd1));
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h1, s->gath, &h));
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wq, a->q, n, C, qd));
@@ -346,6 +421,29 @@ LLAMA_FN par_status llama_head_fwd(const llama_model *m, const float *norm_w, co
 
 /* ---- backward ----------------------------------------------------------------- */
 
+/* Before a recomputed layer's backward: its whole set in *whole, what it did
+   not keep computed again from what it did. Full runs the block's forward
+   again (its collectives too, on every rank of the tp and cp groups alike);
+   selective only the norms (h1, h2 from x_in, x_mid) and SwiGLU (m from g,
+   u) it dropped. `weight_half`: for the weight-gradient half of a split
+   backward, which needs only the norms' outputs (m and the rest are kept
+   for it). The same kernels on the same inputs: the same bits as when the
+   forward first ran. */
+LLAMA_FN par_status llama_block_recompute(const llama_model *m, const llama_block *w, const llama_block_acts *a,
+                                          const int64_t *pos, int64_t batch, int64_t seq, llama_scratch *s,
+                                          int weight_half, llama_block_acts *whole) {
+    const par_compute_table *ct = m->ct;
+    const llama_dims *d = &m->local;
+    const int64_t n = batch * seq, rows = par_tp_rows(m->tp, n);
+    llama_block_bind(a, &s->work, whole);
+    if (a->mode == PAR_RECOMPUTE_FULL && !weight_half)
+        return llama_block_fwd(m, w, whole, pos, batch, seq, s->work_out, s);
+    if (!a->h1) LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, rows, d->dim, whole->x_in, w->ln1, d->eps, whole->h1, NULL));
+    if (!a->h2) LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, rows, d->dim, whole->x_mid, w->ln2, d->eps, whole->h2, NULL));
+    if (!a->m && !weight_half) LLAMA_CHECK(ct->swiglu_fwd(ct->user, n * d->ffn, whole->g, whole->u, whole->m));
+    return PAR_OK;
+}
+
 /* dx holds dL/d(block output) on entry and dL/d(block input) on return (this
    rank's rows). Weight gradients accumulate into g, or (defer_w, a split
    backward: the model's split_backward) wait in a for llama_block_bwd_weight;
@@ -359,9 +457,14 @@ LLAMA_FN par_status llama_block_bwd_part(const llama_model *m, const llama_block
     const par_attn_desc ad = llama_attn_desc(d, batch, seq);
     void *u = ct->user;
     const float *dy, *h = NULL;
+    llama_block_acts whole;
     if (defer_w && !m->split_backward)
         return par_set_error(PAR_EINVAL, "llama: a split backward needs the model's split_backward set before the "
                                          "activations are carved");
+    if (a->mode != PAR_RECOMPUTE_NONE) {
+        LLAMA_CHECK(llama_block_recompute(m, w, a, pos, batch, seq, s, 0, &whole));
+        a = &whole;
+    }
     /* MLP: out = x_mid + down(silu(gate h2) * up h2) */
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, s->dx, s->dh, &dy));
     LLAMA_CHECK(llama_linear_bwd(ct, a->m, w->wd, dy, s->dm, g->wd, n, d->ffn, C, 0, defer_w ? a->dy_down : NULL));
@@ -399,13 +502,20 @@ LLAMA_FN par_status llama_block_bwd(const llama_model *m, const llama_block *w, 
 
 /* The weight-gradient half of a split backward: the linears' dW += dy^T x
    from what llama_block_bwd_part(defer_w) kept (the inputs gathered again
-   under sequence parallelism). */
-LLAMA_FN par_status llama_block_bwd_weight(const llama_model *m, const llama_block *g, const llama_block_acts *a,
-                                           int64_t batch, int64_t seq, llama_scratch *s) {
+   under sequence parallelism; the norms' outputs computed again from w's
+   norm weights when the layer recomputes). */
+LLAMA_FN par_status llama_block_bwd_weight(const llama_model *m, const llama_block *w, const llama_block *g,
+                                           const llama_block_acts *a, const int64_t *pos, int64_t batch, int64_t seq,
+                                           llama_scratch *s) {
     const par_compute_table *ct = m->ct;
     const llama_dims *d = &m->local;
     const int64_t n = batch * seq, C = d->dim, qd = d->heads * d->head_dim, kvd = d->kv_heads * d->head_dim;
     const float *h;
+    llama_block_acts whole;
+    if (a->mode != PAR_RECOMPUTE_NONE) {
+        LLAMA_CHECK(llama_block_recompute(m, w, a, pos, batch, seq, s, 1, &whole));
+        a = &whole;
+    }
     LLAMA_CHECK(llama_linear_bwd_weight(ct, a->m, a->dy_down, g->wd, n, d->ffn, C));
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h2, s->gath, &h));
     LLAMA_CHECK(llama_linear_bwd_weight(ct, h, a->g, g->wg, n, C, d->ffn));

@@ -277,6 +277,7 @@ typedef struct trainer {
     int pp, chunks, stage;    /* stages, model chunks per rank, this rank's stage */
     uint32_t pp_dims;         /* the mesh dims of the pp axis */
     int *layer_of;            /* this rank's layer j -> the model's layer */
+    par_recompute_mode *recompute; /* this rank's layer j -> what it keeps (recompute_config) */
     int chunk_first[65];      /* chunk c holds this rank's layers [chunk_first[c], chunk_first[c+1]) */
     int *pidx;                /* the model's tensor i -> its index in this rank's parameter set, -1: another stage */
     par_pp_schedule *sched;
@@ -407,6 +408,7 @@ static par_status place_model(trainer *t) {
     LLAMA_CHECK(llama_model_place(&t->model, t->ct, t->tp, &d, !c->vocab_emb_dp));
     /* zero bubble: backward runs as I then W, the slot keeps what W needs */
     t->model.split_backward = t->sched && schedule_splits_backward(t->sched);
+    t->model.recompute = t->recompute; /* read when the activations are carved */
     return make_cp(t);
 }
 
@@ -448,6 +450,50 @@ static par_status load_schedule(const char *path, int P, int V, int m, par_pp_sc
 }
 
 
+/* Layers of virtual stage vs (chunk vs / P of stage vs % P): an equal share,
+   offset moving layers from the first to the last. */
+static int stage_layers(const llama_config *c, int vs) {
+    const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, per = c->num_layers / (P * V);
+    return per - (vs == 0 && P * V > 1 ? c->offset : 0) + (vs == P * V - 1 && P * V > 1 ? c->offset : 0);
+}
+
+/* A recompute_config switch as parallel.h's rule. */
+static void layer_rule(const llama_layer_counts *v, par_recompute_rule *r) {
+    memset(r, 0, sizeof *r);
+    r->all = v->all && !v->num, r->counts = v->counts, r->num_counts = v->num;
+}
+
+/* What each of the model's layers keeps (modes[num_layers]): recompute_config
+   through par_recompute_layers, with the virtual stages' sizes; errors name
+   the key. Checked in main before any rank starts, then used by each. */
+static par_status recompute_modes(const llama_config *c, par_recompute_mode *modes) {
+    const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1;
+    const llama_layer_counts *const keys[2] = {&c->recompute, &c->select_recompute};
+    static const char *const names[2] = {"recompute_config.recompute", "recompute_config.select_recompute"};
+    par_recompute_desc d;
+    par_status st = PAR_OK;
+    char why[512];
+    int k, vs, *sizes = (int *)malloc(sizeof(int) * (size_t)(P * V));
+    if (!sizes) return par_set_error(PAR_ENOMEM, "out of host memory");
+    for (vs = 0; vs < P * V; vs++) sizes[vs] = stage_layers(c, vs);
+    for (k = 0; k < 2 && st == PAR_OK; k++) { /* each alone first, so an error names its key */
+        memset(&d, 0, sizeof d);
+        d.stage_layers = sizes, d.stages = P, d.chunks = V;
+        layer_rule(keys[k], k == 0 ? &d.full : &d.selective);
+        if (keys[k]->rows && keys[k]->rows != V)
+            st = par_set_error(PAR_EINVAL, "%s: %d chunk lists for %d chunk%s per stage (model.model_config.pp_interleave_num)",
+                               names[k], keys[k]->rows, V, V == 1 ? "" : "s");
+        else if ((st = par_recompute_layers(&d, modes, c->num_layers)) != PAR_OK)
+            snprintf(why, sizeof why, "%s", par_last_error()), st = par_set_error(st, "%s: %s", names[k], why);
+    }
+    if (st == PAR_OK) {
+        layer_rule(&c->recompute, &d.full), layer_rule(&c->select_recompute, &d.selective);
+        st = par_recompute_layers(&d, modes, c->num_layers);
+    }
+    free(sizes);
+    return st;
+}
+
 /* The pipeline's shape on this rank (identity maps with one stage): the
    model's layers split into pipeline_stage x pp_interleave_num virtual
    stages (offset moves layers from the first to the last), this rank's
@@ -456,14 +502,19 @@ static par_status load_schedule(const char *path, int P, int V, int m, par_pp_sc
    the schedule and how many micro-batches it keeps in flight here. */
 static par_status pipeline_setup(trainer *t) {
     const llama_config *c = t->cfg;
-    const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, L = c->num_layers, per = L / (P * V);
+    const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, L = c->num_layers;
     const llama_dims dims = dims_from_config(c); /* the model is placed after this */
     int start = 0, vs, ch, j = 0, i, k, *owned;
+    par_recompute_mode *modes;
     t->pp = P, t->chunks = V;
     t->layer_of = (int *)malloc(sizeof(int) * (size_t)(L ? L : 1));
+    t->recompute = (par_recompute_mode *)malloc(sizeof(par_recompute_mode) * (size_t)(L ? L : 1));
     t->pidx = (int *)malloc(sizeof(int) * (size_t)t->ntensors);
     owned = (int *)calloc((size_t)(L ? L : 1), sizeof(int));
-    if (!t->layer_of || !t->pidx || !owned) return free(owned), par_set_error(PAR_ENOMEM, "out of host memory");
+    modes = (par_recompute_mode *)malloc(sizeof(par_recompute_mode) * (size_t)(L ? L : 1));
+    if (!t->layer_of || !t->recompute || !t->pidx || !owned || !modes)
+        return free(owned), free(modes), par_set_error(PAR_ENOMEM, "out of host memory");
+    if (recompute_modes(c, modes) != PAR_OK) return free(owned), free(modes), PAR_EINVAL;
     if (P > 1) {
         const par_mesh *mesh = par_ctx_mesh(t->ctx);
         const int dim = par_mesh_dev_dim(mesh, "pp");
@@ -473,13 +524,14 @@ static par_status pipeline_setup(trainer *t) {
     }
     for (ch = 0; ch < V; ch++) t->chunk_first[ch] = -1;
     for (vs = 0; vs < P * V; vs++) { /* virtual stage vs holds layers [start, start + size) */
-        const int size = per - (vs == 0 && P * V > 1 ? c->offset : 0) + (vs == P * V - 1 && P * V > 1 ? c->offset : 0);
+        const int size = stage_layers(c, vs);
         if (vs % P == t->stage) {
             t->chunk_first[vs / P] = j;
-            for (i = start; i < start + size; i++) t->layer_of[j++] = i, owned[i] = 1;
+            for (i = start; i < start + size; i++) t->recompute[j] = modes[i], t->layer_of[j++] = i, owned[i] = 1;
         }
         start += size;
     }
+    free(modes);
     t->chunk_first[V] = j;
     for (i = 0, k = 0; i < t->ntensors; i++) {
         const int layer = i >= 1 && i < t->ntensors - 2 ? (i - 1) / per_block(&dims) : -1;
@@ -596,7 +648,7 @@ static par_status acts_alloc(trainer *t) {
     LLAMA_CHECK(llama_scratch_init(m, n, &t->scratch));
     for (k = 1; k < t->copies; k++) { /* the other copies' activations and scratch */
         lane *l = &t->lanes[k];
-        l->model.local.layers = m->local.layers;
+        l->model.local.layers = m->local.layers, l->model.recompute = m->recompute;
         LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base));
         LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&l->scratch_base));
         llama_scratch_carve(m, n, l->scratch_base, &l->scratch);
@@ -662,7 +714,7 @@ static void trainer_free(trainer *t) {
     free(t->lanes);
     if (ct && t->bnd) ct->free(ct->user, t->bnd);
     free(t->slots), free(t->slot_base), free(t->slot_of), free(t->slot_busy), free(t->chunks_left), free(t->bwd_done);
-    free(t->layer_of), free(t->pidx);
+    free(t->layer_of), free(t->pidx), free(t->recompute);
     par_pp_schedule_destroy(t->sched);
     free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
     par_params_destroy(t->ps);
@@ -1198,9 +1250,10 @@ static par_status pp_backward_weight(trainer *t, int mb, int c, llama_acts *a) {
         if (final) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
     }
     for (j = j1 - 1; j >= j0; j--) {
-        llama_block g;
+        llama_block w, g;
+        LLAMA_CHECK(bind_block(t, j, 0, &w));
         LLAMA_CHECK(bind_block(t, j, 1, &g));
-        LLAMA_CHECK(llama_block_bwd_weight(m, &g, &a->blocks[j], t->sz.batch, t->sz.seq, &t->scratch));
+        LLAMA_CHECK(llama_block_bwd_weight(m, &w, &g, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, &t->scratch));
         if (final) LLAMA_CHECK(grads_ready(t, t_block(&t->model.dims, t->layer_of[j], 0), per_block(&t->model.dims)));
     }
     return PAR_OK;
@@ -1993,6 +2046,12 @@ int main(int argc, char **argv) {
     if (opt.trace_path && !dir_writable(opt.trace_path))
         return free(data.bytes), free(data.order),
                bad_input(silent, "--trace %s: its directory is not writable", opt.trace_path);
+    { /* recompute_config against the pipeline's stages: bad input before any rank starts */
+        par_recompute_mode *modes = (par_recompute_mode *)malloc(sizeof(par_recompute_mode) * (size_t)cfg.num_layers);
+        st = modes ? recompute_modes(&cfg, modes) : par_set_error(PAR_ENOMEM, "out of host memory");
+        free(modes);
+        if (st != PAR_OK) return free(data.bytes), free(data.order), bad_input(silent, "%s", par_last_error());
+    }
     if (opt.pp_schedule_path) { /* checked here, so a bad file is bad input before any rank starts */
         par_pp_schedule *s = NULL;
         if (cfg.pipeline_stage == 1)

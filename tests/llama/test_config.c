@@ -124,8 +124,9 @@ static int same_config(const llama_config *a, const llama_config *b) {
            a->use_ring_attention == b->use_ring_attention && a->fine_grain_interleave == b->fine_grain_interleave &&
            a->pp_interleave_num == b->pp_interleave_num && a->offset == b->offset &&
            a->pipeline_interleave == b->pipeline_interleave &&
-           a->micro_batch_interleave_num == b->micro_batch_interleave_num && a->recompute == b->recompute &&
-           a->select_recompute == b->select_recompute &&
+           a->micro_batch_interleave_num == b->micro_batch_interleave_num &&
+           !memcmp(&a->recompute, &b->recompute, sizeof a->recompute) &&
+           !memcmp(&a->select_recompute, &b->select_recompute, sizeof a->select_recompute) &&
            a->gradient_accumulation_steps == b->gradient_accumulation_steps && a->multiple_of == b->multiple_of &&
            a->ffn_dim_multiplier == b->ffn_dim_multiplier && a->optimizer_type == b->optimizer_type &&
            a->warmup_ratio == b->warmup_ratio && a->global_batch_size == b->global_batch_size &&
@@ -196,8 +197,8 @@ static void test_defaults(void) {
     CHECK_INT(c.offset, 0);
     CHECK_INT(c.pipeline_interleave, 0);
     CHECK_INT(c.micro_batch_interleave_num, 1);
-    CHECK_INT(c.recompute, 0);
-    CHECK_INT(c.select_recompute, 0);
+    CHECK_INT(c.recompute.all + c.recompute.num, 0);
+    CHECK_INT(c.select_recompute.all + c.select_recompute.num, 0);
     CHECK_INT(c.gradient_accumulation_steps, 1);
     CHECK_INT(llama_config_global_batch(&c), 8);
     CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
@@ -388,6 +389,7 @@ static const key_case key_cases[] = {
     {"parallel.strategy_ckpt_save_file", "./strategy/ckpt_strategy.ckpt", K_IGNORED, 0, 0, NULL},
     {"recompute_config.recompute", "True", K_BOOL, AT(recompute), 1, NULL},
     {"recompute_config.select_recompute", "yes", K_BOOL, AT(select_recompute), 1, NULL},
+    {"recompute_config.select_comm_recompute", "[8, 8, 10]", K_IGNORED, 0, 0, NULL},
     {"recompute_config.parallel_optimizer_comm_recompute", "True", K_IGNORED, 0, 0, NULL},
     {"recompute_config.mp_comm_recompute", "False", K_IGNORED, 0, 0, NULL},
     {"recompute_config.recompute_slice_activation", "True", K_IGNORED, 0, 0, NULL},
@@ -1429,25 +1431,73 @@ static void test_report(void) {
     CHECK_HAS(err_, "cfg.yaml:2: seed: YAML aliases");
 }
 
-/* Recomputation is not implemented yet; it changes memory, not the numbers:
-   true (or MindFormers' per-stage list) loads with a located warning. */
-static void test_not_landed(void) {
+/* recompute_config's switches in every form MindFormers writes them: a
+   bool, a per-stage list, a per-chunk list of them (YAML or --set), no
+   warning; the value printed back as written; operator patterns, mixed
+   nesting and mappings refused by name. (Which layers they pick, and that
+   a list matches the stages, is the trainer's: tests/llama/test_train.c.) */
+/* Does llama_config_print write this line? */
+static int printed(const llama_config *c, const char *line) {
+    static char text[65536];
+    FILE *f = tmpfile();
+    if (!f) return 0;
+    llama_config_print(c, f);
+    slurp(f, text, sizeof text);
+    fclose(f);
+    return strstr(text, line) != NULL;
+}
+
+static void test_recompute_keys(void) {
     llama_config c;
     static const char *const keys[] = {"recompute_config.recompute", "recompute_config.select_recompute"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        char set[256], yaml[512];
+        char set[256], yaml[512], text[128];
+        const llama_layer_counts *v = i == 0 ? &c.recompute : &c.select_recompute;
         snprintf(set, sizeof set, "%s=true", keys[i]);
         const char *sets[] = {set};
-        CHECK_MSG(load_text(NULL, sets, 1, &c) == 0, "--set %s: %s", set, err_);
-        CHECK_HAS(warn_, "activation recomputation is not implemented yet");
-        CHECK_HAS(warn_, "the same numbers with more memory");
+        CHECK_MSG(load_text(NULL, sets, 1, &c) == 0 && v->all == 1 && v->num == 0, "--set %s: %s", set, err_);
+        CHECK_MSG(warn_[0] == 0, "--set %s warns: %s", set, warn_);
         nested_yaml(keys[i], "[8, 8, 4]", yaml, sizeof yaml);
-        CHECK_MSG(load_text(yaml, NULL, 0, &c) == 0 && (c.recompute || c.select_recompute), "yaml %s: %s", keys[i], err_);
-        CHECK_HAS(warn_, "cfg.yaml:2: recompute_config.");
+        CHECK_MSG(load_text(yaml, NULL, 0, &c) == 0 && v->num == 3 && v->rows == 0 && v->counts[0] == 8 &&
+                      v->counts[1] == 8 && v->counts[2] == 4 && !v->all,
+                  "yaml %s: %s", keys[i], err_);
+        CHECK_MSG(warn_[0] == 0, "yaml %s warns: %s", keys[i], warn_);
+        snprintf(text, sizeof text, "  %s: [8, 8, 4]\n", strchr(keys[i], '.') + 1);
+        CHECK_MSG(printed(&c, text), "llama_config_print lacks %s", text);
+        nested_yaml(keys[i], "[[1, 2], [3, 0]]", yaml, sizeof yaml);
+        CHECK_MSG(load_text(yaml, NULL, 0, &c) == 0 && v->num == 4 && v->rows == 2 && v->counts[2] == 3, "yaml %s: %s",
+                  keys[i], err_);
+        snprintf(text, sizeof text, "  %s: [[1, 2], [3, 0]]\n", strchr(keys[i], '.') + 1);
+        CHECK_MSG(printed(&c, text), "llama_config_print lacks %s", text);
+        snprintf(set, sizeof set, "%s=[[2,1],[1,1]]", keys[i]);
+        CHECK_MSG(load_text(NULL, sets, 1, &c) == 0 && v->num == 4 && v->rows == 2 && v->counts[0] == 2, "--set %s: %s",
+                  set, err_);
         const char *undo[] = {"recompute_config.recompute=false", "recompute_config.select_recompute=false"};
-        CHECK_MSG(load_text(yaml, undo, 2, &c) == 0 && !c.recompute && !c.select_recompute, "%s", err_);
-        CHECK_MSG(warn_[0] == 0, "undone, but warns: %s", warn_);
+        CHECK_MSG(load_text(yaml, undo, 2, &c) == 0 && !c.recompute.all && !c.recompute.num &&
+                      !c.select_recompute.all && !c.select_recompute.num, "%s", err_);
     }
+    CHECK(load_text("recompute_config:\n  select_recompute: ['feed_forward\\.mul']\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:2: recompute_config.select_recompute = [feed_forward\\.mul]: not a layer count "
+                    "('feed_forward\\.mul'): operator patterns are not supported");
+    CHECK(load_text("recompute_config:\n  recompute: [1, [2, 3]]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "counts beside chunk lists");
+    CHECK(load_text("recompute_config:\n  recompute: [[1, 2], [3]]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "chunk lists of 2 and 1 counts");
+    CHECK(load_text("recompute_config:\n  recompute: [[[1]]]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "nested deeper than a list of lists");
+    CHECK(load_text("recompute_config:\n  recompute: [{a: 1}]\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "recompute_config.recompute needs true, false or a list of layer counts");
+    /* MindFormers' comm-recompute switches take lists too (accepted: see their reference lines) */
+    CHECK_MSG(load_text("recompute_config:\n  select_comm_recompute: [8, 8, 10]\n  parallel_optimizer_comm_recompute: [true]\n",
+                        NULL, 0, &c) == -1,
+              "a list of booleans is not counts");
+    CHECK_MSG(load_text("recompute_config:\n  select_comm_recompute: [8, 8, 10]\n", NULL, 0, &c) == 0 && !warn_[0],
+              "%s %s", err_, warn_);
+}
+
+/* Switches of modes that have not landed, and their neighbours. */
+static void test_not_landed(void) {
+    llama_config c;
 
     /* validate on a config built in code */
     char err[512];
@@ -1456,7 +1506,7 @@ static void test_not_landed(void) {
     CHECK(llama_config_validate(&c, err, sizeof err) == -1);
     CHECK_HAS(err, "model.model_config.offset = 3 needs parallel_config.pipeline_stage > 1");
     llama_config_defaults(&c);
-    c.recompute = 1;
+    c.recompute.all = 1;
     CHECK_MSG(llama_config_validate(&c, err, sizeof err) == 0, "%s", err);
     llama_config_defaults(&c);
     c.fine_grain_interleave = 0;
@@ -1464,9 +1514,6 @@ static void test_not_landed(void) {
     CHECK_HAS(err, "model.model_config.fine_grain_interleave = 0: must be in [1, 65536]");
 
     /* MindFormers' list forms: refused with the feature's reason, not as a shape error */
-    CHECK(load_text("recompute_config:\n  select_recompute: ['feed_forward\\.mul']\n", NULL, 0, &c) == 0);
-    CHECK_INT(c.select_recompute, 1);
-    CHECK(load_text("recompute_config:\n  parallel_optimizer_comm_recompute: [true]\n", NULL, 0, &c) == 0);
     CHECK(load_text("model:\n  model_config:\n    offset: [1, -1]\n", NULL, 0, &c) == -1);
     CHECK_HAS(err_, "cfg.yaml:3: model.model_config.offset = [a list]: a per-stage list of offsets is not supported");
     /* other keys keep the shape error, also for a mapping under a list-taking key */
@@ -1475,7 +1522,7 @@ static void test_not_landed(void) {
     CHECK(load_text("recompute_config:\n  mp_comm_recompute: [true]\n", NULL, 0, &c) == -1);
     CHECK_HAS(err_, "recompute_config.mp_comm_recompute needs a single value, not a sequence");
 
-    /* qualifiers of recomputation: either value, no effect (recomputation is off) */
+    /* qualifiers of recomputation: either value, accepted (what they ask for is what happens here) */
     const char *quals[] = {"recompute_config.mp_comm_recompute=true", "recompute_config.recompute_slice_activation=true",
                            "recompute_config.parallel_optimizer_comm_recompute=true"};
     CHECK_MSG(load_text(NULL, quals, 3, &c) == 0, "%s", err_);
@@ -1813,6 +1860,7 @@ int main(int argc, char **argv) {
     test_model_shape();
     test_training_keys();
     test_report();
+    test_recompute_keys();
     test_not_landed();
     test_print();
     test_doc_reference();

@@ -28,6 +28,11 @@
      sharded save re-exported byte-identical under another configuration, a
      resume like the uninterrupted run, and bias / no-bias mismatches refused.
      LLAMA_TEST_ONLY=qkv_bias runs just these.
+   - recomputation (recompute_config): full and selective train the same bits
+     as keeping every activation in every parallel mode (dp, ZeRO, tp, sp,
+     cp ring and Ulysses, every pipeline schedule, multi-copy, fine-grained
+     slices), with less activation memory, the plan holding; per-stage lists;
+     lists that do not match the stages refused. LLAMA_TEST_ONLY=recompute.
 
    Environment: TRAIN (default build/train; may be a command line, e.g.
    "mpirun -np 1 build/train_cuda --backend nccl"), MPIRUN (the launcher of the
@@ -891,6 +896,153 @@ static void test_pipeline(void) {
     }
 }
 
+/* ---- recomputation ------------------------------------------------------------- */
+
+/* Are two files byte for byte the same? */
+static int files_identical(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb, ca, cb;
+    while (same) {
+        ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) same = 0;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+#define RC_STEPS 4
+static const char *const rc_modes[3] = {"none", "full", "selective"};
+static const char *const rc_sets[3] = {"", "--set recompute_config.recompute=true",
+                                       "--set recompute_config.select_recompute=true"};
+
+/* One configuration three times: keeping every activation, with full and
+   with selective recomputation. The recomputed runs must train the same
+   bits (every step's loss and gradient norm as printed, and the final
+   weights, saved sharded and exported on one rank, byte for byte), each
+   run's memory plan must hold, activations must shrink, and at full
+   recomputation (layers L) they must be at most 1/L of none plus one
+   layer's working set (the recompute area, counted as workspace) - except
+   with a split backward (`split`: zero bubble), whose weight-gradient half
+   holds each layer's linear inputs and output gradients from I to W
+   whatever is recomputed: what zero bubble costs in memory. */
+static void rc_row(const char *name, const char *base, int L, int split, const char *sets) {
+    static int rows;
+    double loss[3][RC_STEPS + 1], gnorm[3][RC_STEPS + 1];
+    int64_t act[3] = {0}, work[3] = {0};
+    char metrics[3][512], weights[3][512], dir[512];
+    int k, rc, ok[3] = {0};
+    for (k = 0; k < 3; k++) {
+        snprintf(metrics[k], sizeof metrics[k], "%s/rc%d_%d.jsonl", test_dir, rows, k);
+        snprintf(weights[k], sizeof weights[k], "%s/rc%d_%d.safetensors", test_dir, rows, k);
+        snprintf(dir, sizeof dir, "%s/rc%d_%d", test_dir, rows, k);
+        rc = run_cmd(0, "%s --steps %d %s %s --metrics %s --save-dir %s", base, RC_STEPS, sets, rc_sets[k], metrics[k], dir);
+        CHECK_MSG(rc == 0, "%s recompute %s failed: %s", name, rc_modes[k], err_text);
+        if (rc != 0) continue;
+        /* the one-rank export of the sharded checkpoint: the same file whatever saved it */
+        rc = run_cmd(0, "%s --steps 0 --init-from %s --save %s", base, dir, weights[k]);
+        CHECK_MSG(rc == 0, "%s recompute %s: export failed: %s", name, rc_modes[k], err_text);
+        ok[k] = rc == 0 && read_metrics(metrics[k], loss[k], gnorm[k], RC_STEPS + 1) == RC_STEPS;
+        CHECK_MSG(ok[k], "%s recompute %s: no %d steps in %s", name, rc_modes[k], RC_STEPS, metrics[k]);
+        check_plan_holds(name, metrics[k]);
+        act[k] = read_memory(metrics[k], "memory_plan", "activations");
+        work[k] = read_memory(metrics[k], "memory_plan", "workspace");
+    }
+    rows++;
+    for (k = 1; k < 3; k++) {
+        if (!ok[0] || !ok[k]) continue;
+        CHECK_MSG(!memcmp(loss[0], loss[k], RC_STEPS * sizeof(double)) && !memcmp(gnorm[0], gnorm[k], RC_STEPS * sizeof(double)),
+                  "%s: recompute %s changed a loss or grad norm (step 0: %.9g vs %.9g)", name, rc_modes[k], loss[k][0],
+                  loss[0][0]);
+        CHECK_MSG(files_identical(weights[0], weights[k]), "%s: recompute %s trained other weights than none (%s, %s)",
+                  name, rc_modes[k], weights[k], weights[0]);
+        CHECK_MSG(act[k] < act[0], "%s: recompute %s keeps %lld activation bytes, none %lld", name, rc_modes[k],
+                  (long long)act[k], (long long)act[0]);
+    }
+    if (ok[0] && ok[1] && !split)
+        CHECK_MSG((double)act[1] <= (double)act[0] / L + (double)(work[1] - work[0]),
+                  "%s: full recompute keeps %lld activation bytes > none's %lld / %d layers + the recompute area %lld",
+                  name, (long long)act[1], (long long)act[0], L, (long long)(work[1] - work[0]));
+    printf("  %-30s activations MiB none %.3f, full %.3f, selective %.3f; recompute area full %.3f, selective %.3f\n",
+           name, act[0] / 1048576.0, act[1] / 1048576.0, act[2] / 1048576.0, (work[1] - work[0]) / 1048576.0,
+           (work[2] - work[0]) / 1048576.0);
+}
+
+static void test_recompute(void) {
+    static const struct {
+        const char *name, *sets;
+    } cases[] = {
+        {"one device", ""},
+        {"dp2 zero2 micro2", "--set parallel_config.data_parallel=2 --set parallel_config.micro_batch_num=2 "
+                             "--set parallel.enable_parallel_optimizer=true "
+                             "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+        {"tp2 sp", "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true"},
+        {"tp2 (no sp)", "--set parallel_config.model_parallel=2"},
+        {"cp2 ring zigzag", "--set parallel_config.context_parallel=2"},
+        {"cp2 ulysses", "--set parallel_config.context_parallel=2 --set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"pp2 1f1b mb2", "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2"},
+        {"pp2 gpipe mb3", "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=3 "
+                          "--set parallel.pipeline_config.pipeline_scheduler=gpipe"},
+        {"pp2 zb-h1 mb4", "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=4 "
+                          "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp2 interleaved mb2", "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 "
+                                "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true"},
+        {"tp2 sp copies 2", "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+                            "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true"},
+        {"tp2 sp fine-grain 2", "--set parallel_config.micro_batch_num=2 --set parallel_config.fine_grain_interleave=2 "
+                                "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true"},
+        {"tp2 x pp2 sp zb-h1 mb4", "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                                   "--set parallel_config.use_seq_parallel=true --set parallel_config.micro_batch_num=4 "
+                                   "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"dp2 x cp2 x pp2 zb-h1 zero1", "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
+                                        "--set parallel_config.context_parallel=2 --set parallel_config.micro_batch_num=2 "
+                                        "--set parallel.enable_parallel_optimizer=true "
+                                        "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+    };
+    size_t i;
+    int rc;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        rc_row(cases[i].name, pp_base, 4, strstr(cases[i].sets, "zb-h1") != NULL, cases[i].sets);
+    /* MindFormers' per-stage lists: stage 0 recomputes its first layer fully, both of stage 1's
+       selectively but for its first, fully: every mode in one run, still the same bits */
+    {
+        double a[RC_STEPS + 1], ag[RC_STEPS + 1], b[RC_STEPS + 1], bg[RC_STEPS + 1];
+        const char *pp = "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2";
+        rc = run_cmd(0, "%s --steps %d %s --metrics %s", pp_base, RC_STEPS, pp, test_path("rcl0.jsonl"));
+        CHECK_MSG(rc == 0, "pp2 lists, none: %s", err_text);
+        rc = run_cmd(0, "%s --steps %d %s --set recompute_config.recompute=[1,1] --set recompute_config.select_recompute=[0,2] "
+                        "--metrics %s", pp_base, RC_STEPS, pp, test_path("rcl1.jsonl"));
+        CHECK_MSG(rc == 0, "pp2 lists: %s", err_text);
+        CHECK_MSG(read_metrics(test_path("rcl0.jsonl"), a, ag, RC_STEPS + 1) == RC_STEPS &&
+                      read_metrics(test_path("rcl1.jsonl"), b, bg, RC_STEPS + 1) == RC_STEPS &&
+                      !memcmp(a, b, RC_STEPS * sizeof(double)) && !memcmp(ag, bg, RC_STEPS * sizeof(double)),
+                  "pp2 lists: losses or grad norms differ from none");
+        check_plan_holds("pp2 lists", test_path("rcl1.jsonl"));
+    }
+    /* bad lists: refused before any rank starts, naming the key and the rule */
+    {
+        static const struct {
+            const char *sets, *needle;
+        } bads[] = {
+            {"--set parallel_config.pipeline_stage=2 --set recompute_config.recompute=[1,1,1]",
+             "recompute_config.recompute: full recompute: a list of 3 counts for 2 pipeline stages x 1 chunk"},
+            {"--set parallel_config.pipeline_stage=2 --set recompute_config.select_recompute=[1,3]",
+             "recompute_config.select_recompute: selective recompute counts[1] = 3: virtual stage 1 (stage 1, chunk 0) has 2 layers"},
+            {"--set recompute_config.recompute=[[1],[1]]",
+             "recompute_config.recompute: 2 chunk lists for 1 chunk per stage"},
+            {"--set recompute_config.recompute=[1,x]", "--set recompute_config.recompute=[1,x]: not a layer count ('x')"},
+            {"--set recompute_config.select_recompute=[]", "an empty list (use false)"},
+            {"--set recompute_config.recompute=[-1]", "a count of layers is in [0, 1000000]"},
+        };
+        for (i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+            rc = run_cmd(0, "%s --steps 1 %s", pp_base, bads[i].sets);
+            CHECK_MSG(rc == 2 && strstr(err_text, bads[i].needle), "%s: exit %d, want 2 with \"%s\": %s", bads[i].sets,
+                      rc, bads[i].needle, err_text);
+        }
+    }
+}
+
 /* Activation bytes per layer: the inventory behind Megatron's formulas in
    Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
    Transformer Models"), each term a parameter, so one derivation covers
@@ -1744,7 +1896,8 @@ int main(void) {
                       {"mindformers", {test_config_semantics, test_mindformers_llama2_7b}},
                       {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
-                      {"pipeline", {test_pipeline, test_pipeline_wide_tp}}};
+                      {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
+                      {"recompute", {test_recompute, NULL}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
             if (strcmp(only, groups[g].name) != 0) continue;
@@ -1776,6 +1929,7 @@ int main(void) {
         test_sharded_resume();
         test_hf_export();
         test_qkv_bias();
+        test_recompute();
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
