@@ -2672,11 +2672,17 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
 
 /* A decoder-only transformer (Llama: GQA attention, SwiGLU MLP, untied
-   embedding and head, RMSNorms), f32 weights and AdamW state. */
+   embedding and head, RMSNorms) trained with AdamW. In f32 a parameter costs
+   16 bytes before ZeRO (weight, gradient, two moments); in bf16 or f16 the
+   planner counts mixed precision as Megatron does by default: weights and
+   activations in the dtype, f32 gradients (accumulated and reduced in f32),
+   an f32 master copy and the moments as optimizer state (sharded by ZeRO-1/2
+   like the moments): 2 + 4 + 4 + 8 = 18 bytes per parameter before ZeRO,
+   the ZeRO all-gather moving the dtype's 2. */
 typedef struct par_model_shape {
     int layers, hidden, heads, kv_heads, ffn, vocab, seq;
     int batch;            /* global batch: samples per step */
-    par_dtype dtype;      /* activations and weights (default f32) */
+    par_dtype dtype;      /* F32 (default), BF16 or F16: weights and activations */
 } par_model_shape;
 
 /* A model from a MindFormers YAML file, read as MindFormers reads it:
@@ -2700,6 +2706,7 @@ typedef struct par_auto_config {
     int chunks;              /* model chunks per rank (interleaved: 2) */
     int micro_batches;       /* per step per dp rank (pp = 1: gradient accumulation) */
     int zero;                /* 0, 1 (optimizer state over dp x cp) or 2 (and gradients) */
+    par_recompute_mode recompute; /* every layer's (>>recompute) */
 } par_auto_config;
 
 /* What the model predicts for a config, per rank (the busiest stage). */
@@ -2740,6 +2747,7 @@ typedef struct par_auto_desc {
     uint32_t cp_algos;        /* bit per par_cp_algo (ring, ulysses); 0 = both */
     int max_micro_batches;    /* default 16 */
     int max_zero;             /* highest ZeRO level searched (0..2); default 2 */
+    uint32_t recomputes;      /* bit per par_recompute_mode searched; 0 = none only */
     /* How the degrees (dp, tp, cp, pp) are searched; the other knobs are
        always enumerated for each degree tuple visited:
          dynamic_programming    every tuple (exact under the model)
@@ -2785,7 +2793,8 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
    rule when the degrees do not divide the model or the schedule is refused. */
 PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_plan *plan);
 /* "dp=2 tp=4 sp pp=2 1f1b m=4 zero=1" (the plan's knobs; cp and pp only when
-   > 1, as "cp=2 ring"); returns the length snprintf would. */
+   > 1, as "cp=2 ring"; recomputation when not none, as " recompute=full");
+   returns the length snprintf would. */
 PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *plan, char *buf, size_t size);
 
 /* Calibration: measure this machine's constants for a cluster description.
@@ -20689,7 +20698,8 @@ static par_status par__au_check_model(const par_model_shape *m) {
     if (m->hidden % m->heads || m->heads % m->kv_heads)
         return par__fail(PAR_EINVAL, "model: hidden (%d) must divide by heads (%d) and heads by kv_heads (%d)",
                          m->hidden, m->heads, m->kv_heads);
-    if ((int)m->dtype < 0 || m->dtype >= PAR_DTYPE_COUNT) return par__fail(PAR_EINVAL, "model: unknown dtype");
+    if (m->dtype != PAR_F32 && m->dtype != PAR_BF16 && m->dtype != PAR_F16)
+        return par__fail(PAR_EINVAL, "model: dtype %s: a model trains in f32, bf16 or f16", par_dtype_name(m->dtype));
     return PAR_OK;
 }
 
@@ -20826,31 +20836,51 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
    buffers of the largest bucket, a layer; every bucket under a pipeline) and
    AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
    in flight (the schedule's peak, from the >>pipeline checker) the saved
-   activations of each layer and the final norm and logits; the backward
-   scratch of one layer; the tensor-parallel executor's 4 buffers of the
-   residual stream; the pipeline's boundary buffers; context parallel's ring
-   or all-to-all buffers; the compute table's own scratch (desc.compute). */
+   activations of each layer (what its recompute mode keeps) and the final
+   norm and logits; the backward scratch of one layer and the recompute
+   area (one layer's dropped tensors); the tensor-parallel executor's 4
+   buffers of the residual stream; the pipeline's boundary buffers; context
+   parallel's ring or all-to-all buffers; the compute table's own scratch
+   (desc.compute). */
+/* The recompute area of a layer of per_layer saved elements (the example
+   trainer's rule, examples/llama/model.h llama_keeps): selective drops the
+   two norms' outputs and the SwiGLU product; full all but the layer's input,
+   and its area also holds the forward's output. Under ZB-H1 the weight-
+   gradient half reads the linears' inputs and output gradients after the
+   input half, so the layer keeps those whatever the mode. */
+static double par__au_recompute_area(const par__au_dims *k, const par_auto_config *c, double per_layer) {
+    const double x = k->rows * k->h, n = k->n;
+    const int split = k->pp > 1 && c->schedule == PAR_PP_ZB_H1;
+    if (c->recompute == PAR_RECOMPUTE_SELECTIVE) return 2 * x + (split ? 0 : n * k->fl);
+    if (c->recompute == PAR_RECOMPUTE_FULL)
+        return per_layer - x - (split ? n * (2 * k->ql + 2 * k->kvl) + x + 3 * n * k->fl : 0) + x;
+    return 0;
+}
+
 static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_auto_config *c, int in_flight,
                                    par_auto_prediction *r) {
     const double e = k->e, h = k->h, n = k->n, rows = k->rows;
     const double bucket = k->layer_params > k->V * h / k->tp ? k->layer_params : k->V * h / k->tp;
-    double per_layer, scratch, comm = 0, cpf = 0, feat;
+    double per_layer, scratch, comm = 0, cpf = 0, feat, area;
     r->weights_bytes = k->params * e;
-    if (c->zero >= 2)
-        r->grads_bytes = k->params * e / k->shard +
-                         (k->pp > 1 ? k->params : (2 * bucket < k->params ? 2 * bucket : k->params)) * e;
+    if (c->zero >= 2) /* gradients are f32 in every dtype (mixed precision accumulates and reduces in f32) */
+        r->grads_bytes = k->params * 4 / k->shard +
+                         (k->pp > 1 ? k->params : (2 * bucket < k->params ? 2 * bucket : k->params)) * 4;
     else
-        r->grads_bytes = k->params * e;
-    r->optimizer_bytes = k->params * 8 / (c->zero >= 1 ? k->shard : 1);
+        r->grads_bytes = k->params * 4;
+    /* AdamW's two f32 moments, and under mixed precision the f32 master weights */
+    r->optimizer_bytes = k->params * (e < 4 ? 12 : 8) / (c->zero >= 1 ? k->shard : 1);
     /* activations of one micro-batch: per layer the norms' inputs and outputs (rows), q, k, v, the
        attention output, its log-sum-exp (and Ulysses' saved blocks), the MLP's gate, up and product */
     per_layer = rows * (4 * h + 2) + n * (2 * k->ql + 2 * k->kvl) + k->bmb * k->hl * k->S / k->cp + 3 * n * k->fl;
     if (k->cp > 1 && c->cp_algo == PAR_CP_ULYSSES)
         per_layer += k->bmb * k->S * 2 * (k->hl / k->cp + (k->kvl / k->hd >= k->cp ? k->kvl / k->hd / k->cp : 1)) * k->hd;
+    area = par__au_recompute_area(k, c, per_layer);
+    per_layer -= area - (c->recompute == PAR_RECOMPUTE_FULL ? rows * h : 0); /* a full one's area adds its output */
     k->slot = k->layers * per_layer + rows * (2 * h + 1) + n * k->Vl + n;
     r->activation_bytes = (k->pp > 1 ? in_flight : 1) * (k->slot * e + n * 16); /* + token ids, targets, positions */
     /* one layer's backward scratch (+ the tp gather and sequence-parallel rows) */
-    scratch = n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0);
+    scratch = n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0) + area;
     if (k->tp > 1) comm += 4 * n * h * 4;
     if (k->pp > 1) comm += k->mb * k->chunks * 4 * rows * h * 4;
     if (k->cp > 1 && c->cp_algo == PAR_CP_RING) {
@@ -20882,7 +20912,7 @@ static double par__au_predict_compute(const par__au *a, const par__au_dims *k, c
                                       par_auto_prediction *r) {
     const par_cluster *cl = &a->c;
     const double e = k->e, n = k->n;
-    double gemm, attn, traffic, calls, opt;
+    double gemm, attn, traffic, calls, opt, norms = 0, act = 0;
     gemm = n * (k->layers * 6 * k->layer_mm / k->tp + 6 * k->V * k->h / k->tp) / cl->flops;
     /* every query sees the whole sequence's keys: context parallelism splits the queries (and brings
        the keys round), not the keys a query attends to */
@@ -20891,12 +20921,20 @@ static double par__au_predict_compute(const par__au *a, const par__au_dims *k, c
     attn += n * k->layers * k->hl * (k->cp > 1 && c->cp_algo == PAR_CP_RING ? k->cp : 1) * cl->attention_row_cost;
     traffic = cl->memory_bandwidth > 0 ? (3 * k->slot * e + 3 * k->params * e) / cl->memory_bandwidth : 0;
     if (cl->activation_rate > 0) /* SwiGLU's exps, and the loss's softmax over this rank's vocab share */
-        traffic += (k->layers * n * k->fl + n * k->Vl) / cl->activation_rate;
+        act = k->layers * n * k->fl / cl->activation_rate, traffic += act + n * k->Vl / cl->activation_rate;
     /* two RMSNorms a layer and the final one over the residual stream's rows; RoPE on q and k */
-    if (cl->norm_rate > 0) traffic += (2 * k->layers + 1) * k->rows * k->h / cl->norm_rate;
+    if (cl->norm_rate > 0) norms = 2 * k->layers * k->rows * k->h / cl->norm_rate, traffic += norms + k->rows * k->h / cl->norm_rate;
     if (cl->rope_rate > 0) traffic += k->layers * n * (k->ql + k->kvl) / cl->rope_rate;
     calls = k->layers * (PAR__AU_LAYER_CALLS + (k->cp > 1 ? 3.0 * (k->cp - 1) : 0)) + PAR__AU_HEAD_CALLS;
-    r->compute_time = (gemm + attn + traffic + calls * cl->kernel_latency) * k->mb;
+    r->compute_time = gemm + attn + traffic + calls * cl->kernel_latency;
+    /* recomputation: full runs every layer's forward again, about a third of its forward and backward
+       (2 of the 6 flops per weight and token; the rest alike), the head's aside; selective the norms
+       (their forward: about half of their measured forward + backward rate) and SwiGLU's product */
+    if (c->recompute == PAR_RECOMPUTE_FULL)
+        r->compute_time += (r->compute_time - n * 6 * k->V * k->h / k->tp / cl->flops) / 3;
+    else if (c->recompute == PAR_RECOMPUTE_SELECTIVE)
+        r->compute_time += (norms + act) / 2 + k->layers * 3 * cl->kernel_latency;
+    r->compute_time *= k->mb;
     /* AdamW: p, g, m and v read, p, m and v written, over this rank's share of the weights */
     opt = cl->memory_bandwidth > 0 ? k->params * 28 / (c->zero >= 1 ? k->shard : 1) / cl->memory_bandwidth : 0;
     opt += (k->layers * 9 + 3) * cl->kernel_latency;
@@ -20930,6 +20968,11 @@ static double par__au_predict_comm(const par__au *a, const par__au_dims *k, cons
         pp_t = 2 * par__au_coll(a, tp * cp * pp, 1, 1, k->rows * k->h * e);
         copies += 2 * par__au_coll_copy(a, tp * cp * pp, k->rows * k->h * e) * mb * k->chunks;
     }
+    if (c->recompute == PAR_RECOMPUTE_FULL) { /* the forward's collectives again: tp 2 of 4, ring 1 of 3, all-to-all 4 of 8 */
+        const double tp_more = 0.5, cp_more = c->cp_algo == PAR_CP_RING ? 1.0 / 3 : 0.5;
+        copies *= 1 + (tp_t + cp_t > 0 ? (tp_more * tp_t + cp_more * cp_t) / (tp_t + cp_t) : 0);
+        tp_t *= 1 + tp_more, cp_t *= 1 + cp_more;
+    }
     r->tp_comm_time = tp_t * mb;
     r->cp_comm_time = cp_t * mb;
     r->pp_comm_time = pp_t * mb * k->chunks;
@@ -20948,21 +20991,24 @@ static double par__au_predict_comm(const par__au *a, const par__au_dims *k, cons
 static void par__au_predict_dp(const par__au *a, const par__au_dims *k, const par_auto_config *c, double opt,
                                par_auto_prediction *r, double *exposed, double *copies) {
     const double buckets = k->layers + 2, span = k->dp > 1 ? a->c.devices : k->tp * k->cp;
-    const double rs = (k->shard - 1) / k->shard * k->params * k->e, steps = k->shard - 1;
+    /* gradients reduce in f32; ZeRO gathers the updated weights in the dtype */
+    const double rs = (k->shard - 1) / k->shard * k->params * 4, ag = rs * k->e / 4, steps = k->shard - 1;
     const double bwd = (r->compute_time - opt) * 2.0 / 3.0 / (c->zero >= 2 ? 1 : k->mb);
     double red, gather = 0;
     r->dp_comm_time = 0, *exposed = 0, *copies = 0;
     if (k->shard <= 1) return;
     if (c->zero >= 2)
         red = k->mb * par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
-        gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
+        gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), ag);
     else if (c->zero == 1)
-        red = gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs);
+        red = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
+        gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), ag);
     else
         red = par__au_coll(a, (int)span, (int)buckets, (int)(2 * buckets * steps), 2 * rs);
     r->dp_comm_time = red + gather;
     *exposed = (red - bwd > red / buckets ? red - bwd : red / buckets) + gather;
-    *copies = (c->zero >= 2 ? k->mb + 1 : 2) * par__au_coll_copy(a, (int)span, rs);
+    *copies = (c->zero >= 2 ? k->mb : 1) * par__au_coll_copy(a, (int)span, rs) +
+              par__au_coll_copy(a, (int)span, c->zero >= 1 ? ag : rs);
 }
 
 /* The step: the busiest stage's work stretched by the bubble, then the
@@ -21106,7 +21152,8 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
     const uint32_t algos = a->d->cp_algos ? a->d->cp_algos : (1u << PAR_CP_RING) | (1u << PAR_CP_ULYSSES);
     const int max_m = a->d->max_micro_batches > 0 ? a->d->max_micro_batches : 16;
     const int max_zero = !(s & PAR_AUTO_ZERO) ? 0 : a->d->max_zero > 0 ? (a->d->max_zero < 2 ? a->d->max_zero : 2) : 2;
-    int sp, algo, kind, mb, zero;
+    const uint32_t recomputes = a->d->recomputes ? a->d->recomputes : 1u << PAR_RECOMPUTE_NONE;
+    int sp, algo, kind, mb, zero, rc;
     char why[160];
     for (sp = 0; sp <= (base.config.tp > 1 && (s & PAR_AUTO_SP) ? 1 : 0); sp++)
         for (algo = 0; algo <= PAR_CP_ULYSSES; algo++) {
@@ -21116,21 +21163,24 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
                 for (mb = 1; mb <= max_m; mb++) {
                     if (mb > 1 && base.config.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
                     if (a->m.batch % mb) continue;
-                    for (zero = 0; zero <= (base.config.dp * base.config.cp > 1 ? max_zero : 0); zero++) {
-                        par_auto_plan pl = base;
-                        pl.config.sp = sp;
-                        pl.config.cp_algo = (par_cp_algo)algo;
-                        pl.config.schedule = (par_pp_kind)kind;
-                        pl.config.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
-                        pl.config.micro_batches = mb;
-                        pl.config.zero = zero;
-                        if (par__au_divides(a, &pl, why, sizeof why)) {
-                            a->cuts.considered++;
-                            par__au_cut(a->cuts.not_divisible_example, &a->cuts.not_divisible, &pl, why);
-                            continue;
+                    for (zero = 0; zero <= (base.config.dp * base.config.cp > 1 ? max_zero : 0); zero++)
+                        for (rc = 0; rc < PAR_RECOMPUTE_MODE_COUNT; rc++) {
+                            par_auto_plan pl = base;
+                            if (!(recomputes >> rc & 1u)) continue;
+                            pl.config.sp = sp;
+                            pl.config.cp_algo = (par_cp_algo)algo;
+                            pl.config.schedule = (par_pp_kind)kind;
+                            pl.config.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
+                            pl.config.micro_batches = mb;
+                            pl.config.zero = zero;
+                            pl.config.recompute = (par_recompute_mode)rc;
+                            if (par__au_divides(a, &pl, why, sizeof why)) {
+                                a->cuts.considered++;
+                                par__au_cut(a->cuts.not_divisible_example, &a->cuts.not_divisible, &pl, why);
+                                continue;
+                            }
+                            par__au_finish(a, &pl);
                         }
-                        par__au_finish(a, &pl);
-                    }
                 }
             }
         }
@@ -21213,6 +21263,9 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
         return par__fail(PAR_EINVAL, "par_auto_desc.memory_cap is %g; it must be finite and >= 0", desc->memory_cap);
     if (desc->max_zero < 0 || desc->max_zero > 2 || desc->max_micro_batches < 0)
         return par__fail(PAR_EINVAL, "par_auto_desc: max_zero must be 0 to 2 and max_micro_batches >= 0");
+    if (desc->recomputes >> PAR_RECOMPUTE_MODE_COUNT)
+        return par__fail(PAR_EINVAL, "par_auto_desc.recomputes = 0x%x: one bit per par_recompute_mode (none, "
+                                     "selective, full: 0x7 at most)", (unsigned)desc->recomputes);
     if ((int)desc->mode < 0 || desc->mode >= PAR_SEARCH_MODE_COUNT)
         return par__fail(PAR_EINVAL, "par_auto_desc: unknown search_mode %d (expected dynamic_programming, "
                                      "sharding_propagation or recursive_programming)",
@@ -21270,6 +21323,9 @@ PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_pla
         return par__fail(PAR_EINVAL, "par_auto_predict: dp x tp x cp x pp must be the cluster's %d devices, "
                                      "micro_batches >= 1 and zero 0 to 2",
                          desc->cluster.devices);
+    if ((unsigned)plan->config.recompute >= (unsigned)PAR_RECOMPUTE_MODE_COUNT)
+        return par__fail(PAR_EINVAL, "par_auto_predict: unknown recompute mode %d (none, selective or full)",
+                         (int)plan->config.recompute);
     memset(&a, 0, sizeof a);
     a.d = desc;
     a.m = desc->model;
@@ -21287,8 +21343,9 @@ PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *p, char *buf, size_t 
     if (!p) return 0;
     if (p->config.cp > 1) snprintf(cpb, sizeof cpb, " cp=%d %s", p->config.cp, p->config.cp_algo == PAR_CP_RING ? "ring" : "ulysses");
     if (p->config.pp > 1) snprintf(ppb, sizeof ppb, " pp=%d %s", p->config.pp, par_pp_kind_name(p->config.schedule));
-    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d", p->config.dp, p->config.tp, p->config.sp ? " sp" : "", cpb, ppb,
-                    p->config.micro_batches, p->config.zero);
+    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d%s%s", p->config.dp, p->config.tp, p->config.sp ? " sp" : "",
+                    cpb, ppb, p->config.micro_batches, p->config.zero, p->config.recompute ? " recompute=" : "",
+                    p->config.recompute ? par_recompute_mode_name(p->config.recompute) : "");
 }
 
 /* ---- calibration ---------------------------------------------------------------- */

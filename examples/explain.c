@@ -80,10 +80,14 @@ static const char *const usage_text_more =
     "      or --file S.txt          a schedule in the text form this command prints\n"
     "                               (edit one to write your own)\n"
     "  plan MODEL.yaml CLUSTER.yaml   automatic parallel: the best whole plans (dp, tp,\n"
-    "                               sp, cp, pp + schedule + micro-batches, ZeRO) for the\n"
-    "                               model (MindFormers keys) on the cluster, predicted\n"
-    "                               memory and step time, and why the others were cut\n"
+    "                               sp, cp, pp + schedule + micro-batches, ZeRO,\n"
+    "                               recomputation) for the model (MindFormers keys) on\n"
+    "                               the cluster, predicted memory and step time, and why\n"
+    "                               the others were cut\n"
     "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
+    "      [--dtype f32]            f32, or bf16 / f16: mixed precision (18 bytes a\n"
+    "                               parameter before ZeRO: f32 grads, master, moments)\n"
+    "      [--recompute none]       none, selective, full, or all (searched)\n"
     "  calibrate     measure this machine for the planner: GEMM rate (rows x gemm x cols,\n"
     "                forward and backward),\n"
     "                memory bandwidth, activation and attention rates, kernel latency, how\n"
@@ -837,7 +841,8 @@ static void print_auto_plan(int rank, const par_auto_plan *p) {
 
 /* The whole-plan search for a model file and a cluster file. */
 static int cmd_plan(int argc, char **argv) {
-    static const opt_spec specs[] = {{"top", 1, 0}, {"memory-cap", 1, 0}, {NULL, 0, 0}};
+    static const opt_spec specs[] = {{"top", 1, 0}, {"memory-cap", 1, 0}, {"dtype", 1, 0}, {"recompute", 1, 0},
+                                     {NULL, 0, 0}};
     par_auto_desc d;
     par_auto_cuts cuts;
     par_auto_plan plans[64];
@@ -846,7 +851,8 @@ static int cmd_plan(int argc, char **argv) {
     int top, count = 0, i;
     par_status st;
     if (argc < 2 || !strncmp(argv[0], "--", 2) || !strncmp(argv[1], "--", 2))
-        die("plan: usage: par-explain plan MODEL.yaml CLUSTER.yaml [--top N] [--memory-cap BYTES]");
+        die("plan: usage: par-explain plan MODEL.yaml CLUSTER.yaml [--top N] [--memory-cap BYTES] [--dtype f32|bf16|f16] "
+            "[--recompute none|selective|full|all]");
     parse_args(argc - 2, argv + 2, "plan", specs, &a);
     memset(&d, 0, sizeof d);
     text = read_text_file(argv[0], "plan: model");
@@ -858,14 +864,25 @@ static int cmd_plan(int argc, char **argv) {
     free(text);
     check(st, argv[1]);
     top = arg_get(&a, "top") ? (int)parse_int(arg_get(&a, "top"), 1, 64, "--top") : 5;
+    d.model.dtype = parse_dtype(&a);
+    if (d.model.dtype != PAR_F32 && d.model.dtype != PAR_BF16 && d.model.dtype != PAR_F16)
+        die("--dtype %s: a model trains in f32, bf16 or f16", par_dtype_name(d.model.dtype));
+    if (arg_get(&a, "recompute") && !strcmp(arg_get(&a, "recompute"), "all")) {
+        d.recomputes = (1u << PAR_RECOMPUTE_MODE_COUNT) - 1;
+    } else if (arg_get(&a, "recompute")) {
+        par_recompute_mode rc;
+        check(par_recompute_mode_parse(arg_get(&a, "recompute"), &rc), "--recompute (or all)");
+        d.recomputes = 1u << rc;
+    }
     if (arg_get(&a, "memory-cap")) {
         d.memory_cap = parse_double(arg_get(&a, "memory-cap"), "--memory-cap");
         if (!(d.memory_cap > 0)) die("--memory-cap: must be a number of bytes > 0");
     }
     st = par_auto_search(&d, plans, top, &count, &cuts);
     check(st, "plan"); /* nothing fits: the message gives the smallest plan's memory */
-    printf("model: %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, seq %d, batch %d\n", d.model.layers,
-           d.model.hidden, d.model.heads, d.model.kv_heads, d.model.ffn, d.model.vocab, d.model.seq, d.model.batch);
+    printf("model: %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, seq %d, batch %d, %s\n", d.model.layers,
+           d.model.hidden, d.model.heads, d.model.kv_heads, d.model.ffn, d.model.vocab, d.model.seq, d.model.batch,
+           par_dtype_name(d.model.dtype));
     printf("cluster: %d devices, %d per node, %.4g MiB and %.4g Gflop/s each\n", d.cluster.devices,
            d.cluster.devices_per_node ? d.cluster.devices_per_node : d.cluster.devices, d.cluster.memory_bytes / 1048576.0,
            d.cluster.flops / 1e9);

@@ -831,6 +831,128 @@ static void calibration_for_model(void) {
     CHECK(par_calibrate_threads(1, &d, &c, NULL) == PAR_EINVAL && strstr(par_last_error(), "floats a buffer"));
 }
 
+/* ---- recomputation in the whole-plan model ------------------------------------------- */
+
+static par_auto_plan predicted_rc(const par_auto_desc *d, int dp, int tp, int pp, par_pp_kind kind, int m,
+                                  par_recompute_mode rc) {
+    par_auto_plan p;
+    memset(&p, 0, sizeof p);
+    p.config.dp = dp, p.config.tp = tp, p.config.cp = 1, p.config.pp = pp, p.config.micro_batches = m;
+    p.config.schedule = kind, p.config.chunks = 1, p.config.recompute = rc;
+    CHECK_OK(par_auto_predict(d, &p));
+    return p;
+}
+
+/* Memory: a layer keeps its whole set (none), all but its norms' outputs
+   and SwiGLU product (selective: 2 x 64 + 172 floats a token here), or its
+   input only (full); the dropped tensors of one layer come back as the
+   recompute area. Time: full runs the layers' forward again (a third of
+   their forward + backward: the compute without the head's GEMMs, over 3),
+   selective half the norms' and SwiGLU's measured forward + backward. The
+   search takes the modes as a dimension, and a cap only recomputation
+   meets is met by it. */
+static void recompute_model(void) {
+    const double tokens = 64.0, L = 4, h = 64, f = 172, V = 256; /* per rank at dp 8: one sample of 64 */
+    par_auto_desc d;
+    par_auto_plan none, sel, full, plans[64];
+    par_auto_cuts cuts;
+    char text[1024], name[128];
+    int count = 0, i, ok;
+    memset(&d, 0, sizeof d);
+    CHECK_OK(par_model_shape_parse(tiny_yaml, &d.model));
+    snprintf(text, sizeof text, "%s%s", cluster_text, "activation_rate: 1e8\nnorm_rate: 4e8\n");
+    CHECK_OK(par_cluster_parse(text, &d.cluster));
+    none = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+    sel = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_SELECTIVE);
+    full = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_FULL);
+    /* f32: 4 bytes an element */
+    CHECK_MSG(none.predicted.activation_bytes - sel.predicted.activation_bytes == L * tokens * (2 * h + f) * 4, "%g",
+              none.predicted.activation_bytes - sel.predicted.activation_bytes);
+    {   /* full keeps x_in (64 floats a token) of each layer's 4 h + 2 + 2 (q + kv) + heads (lse) + 3 ffn */
+        const double layer = 4 * h + 2 + 2 * h + 2 * 32 + 4 + 3 * f;
+        CHECK_MSG(none.predicted.activation_bytes - full.predicted.activation_bytes == L * tokens * (layer - h) * 4, "%g vs %g",
+                  none.predicted.activation_bytes - full.predicted.activation_bytes, L * tokens * (layer - h) * 4);
+        /* the area: one layer's dropped tensors (and full's output, h a token) beside the same scratch */
+        CHECK_MSG(fabs((full.predicted.memory_bytes - full.predicted.activation_bytes) -
+                       (none.predicted.memory_bytes - none.predicted.activation_bytes) - tokens * layer * 4) < 0.5,
+                  "full's recompute area");
+    }
+    CHECK_MSG(fabs((sel.predicted.memory_bytes - sel.predicted.activation_bytes) -
+                   (none.predicted.memory_bytes - none.predicted.activation_bytes) - tokens * (2 * h + f) * 4) < 0.5,
+              "selective's recompute area");
+    {   /* time, without memory traffic or kernel latency (so AdamW costs nothing): GEMMs, attention, rates */
+        const double head = tokens * 6 * V * h / d.cluster.flops;
+        d.cluster.memory_bandwidth = 0;
+        none = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+        full = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_FULL);
+        sel = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_SELECTIVE);
+        CHECK_MSG(fabs(full.predicted.compute_time - none.predicted.compute_time -
+                       (none.predicted.compute_time - head) / 3) < 1e-12,
+                  "full: %g more, want %g", full.predicted.compute_time - none.predicted.compute_time,
+                  (none.predicted.compute_time - head) / 3);
+        CHECK_MSG(fabs(sel.predicted.compute_time - none.predicted.compute_time -
+                       (2 * L * tokens * h / 4e8 + L * tokens * f / 1e8) / 2) < 1e-12,
+                  "selective: %g more", sel.predicted.compute_time - none.predicted.compute_time);
+    }
+    /* under ZB-H1 the weight-gradient half keeps the linears' inputs and output gradients: full
+       saves less there than under 1F1B */
+    {
+        const par_auto_plan zb_none = predicted_rc(&d, 2, 1, 4, PAR_PP_ZB_H1, 4, PAR_RECOMPUTE_NONE);
+        const par_auto_plan zb_full = predicted_rc(&d, 2, 1, 4, PAR_PP_ZB_H1, 4, PAR_RECOMPUTE_FULL);
+        const par_auto_plan ob_none = predicted_rc(&d, 2, 1, 4, PAR_PP_1F1B, 4, PAR_RECOMPUTE_NONE);
+        const par_auto_plan ob_full = predicted_rc(&d, 2, 1, 4, PAR_PP_1F1B, 4, PAR_RECOMPUTE_FULL);
+        CHECK(zb_full.predicted.activation_bytes < zb_none.predicted.activation_bytes);
+        CHECK_MSG(zb_none.predicted.activation_bytes / zb_full.predicted.activation_bytes <
+                      ob_none.predicted.activation_bytes / ob_full.predicted.activation_bytes,
+                  "zb-h1 saves %g, 1f1b %g", zb_none.predicted.activation_bytes / zb_full.predicted.activation_bytes,
+                  ob_none.predicted.activation_bytes / ob_full.predicted.activation_bytes);
+    }
+    /* mixed precision: 18 bytes a parameter before ZeRO (bf16 weight, f32 gradient, master and two
+       moments), 16 in f32; ZeRO-1 shards the master and moments. tiny_yaml's model: 4 layers of
+       (64 x 64 x 2 + 64 x 32 x 2 + 3 x 64 x 172) + 2 x 64 norm weights, embedding and head 256 x 64, final norm */
+    {
+        const double params = 4 * (64.0 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 172 + 2 * 64) + 2 * 256 * 64 + 64;
+        par_auto_plan p32, p16, z16;
+        p32 = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+        d.model.dtype = PAR_BF16;
+        p16 = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+        memset(&z16, 0, sizeof z16);
+        z16.config.dp = 8, z16.config.tp = z16.config.cp = z16.config.pp = z16.config.micro_batches = 1, z16.config.zero = 1;
+        CHECK_OK(par_auto_predict(&d, &z16));
+        CHECK_MSG(p32.predicted.weights_bytes + p32.predicted.grads_bytes + p32.predicted.optimizer_bytes == 16 * params,
+                  "f32: %g bytes a parameter", (p32.predicted.weights_bytes + p32.predicted.grads_bytes + p32.predicted.optimizer_bytes) / params);
+        CHECK_MSG(p16.predicted.weights_bytes + p16.predicted.grads_bytes + p16.predicted.optimizer_bytes == 18 * params,
+                  "bf16: %g bytes a parameter", (p16.predicted.weights_bytes + p16.predicted.grads_bytes + p16.predicted.optimizer_bytes) / params);
+        CHECK_MSG(z16.predicted.weights_bytes + z16.predicted.grads_bytes + z16.predicted.optimizer_bytes == (2 + 4 + 12.0 / 8) * params,
+                  "bf16 ZeRO-1 over 8: %g bytes a parameter", (z16.predicted.weights_bytes + z16.predicted.grads_bytes + z16.predicted.optimizer_bytes) / params);
+        CHECK_MSG(p16.predicted.activation_bytes < p32.predicted.activation_bytes, "bf16 activations");
+        d.model.dtype = PAR_I32;
+        memset(&z16, 0, sizeof z16);
+        z16.config.dp = 8, z16.config.tp = z16.config.cp = z16.config.pp = z16.config.micro_batches = 1;
+        CHECK_ERR(par_auto_predict(&d, &z16), PAR_EINVAL, "model: dtype i32: a model trains in f32, bf16 or f16");
+        d.model.dtype = PAR_F32;
+    }
+    /* the search: a cap between the least memory without recomputation and with it */
+    d.recomputes = 1u << PAR_RECOMPUTE_NONE;
+    CHECK_OK(par_auto_search(&d, plans, 64, &count, &cuts));
+    d.memory_cap = cuts.smallest_memory - 1;
+    CHECK_ERR(par_auto_search(&d, plans, 64, &count, &cuts), PAR_ECAPACITY, "");
+    d.recomputes = (1u << PAR_RECOMPUTE_NONE) | (1u << PAR_RECOMPUTE_SELECTIVE) | (1u << PAR_RECOMPUTE_FULL);
+    CHECK_OK(par_auto_search(&d, plans, 64, &count, &cuts));
+    for (i = 0, ok = count > 0; i < count && i < 64; i++)
+        ok &= plans[i].config.recompute != PAR_RECOMPUTE_NONE && plans[i].predicted.memory_bytes <= d.memory_cap;
+    CHECK_MSG(ok, "%d plans under the cap: every one recomputes", count);
+    par_auto_plan_format(&plans[0], name, sizeof name);
+    CHECK_MSG(strstr(name, " recompute=") != NULL, "%s", name);
+    d.recomputes = 8;
+    CHECK_ERR(par_auto_search(&d, plans, 64, &count, &cuts), PAR_EINVAL, "par_auto_desc.recomputes = 0x8");
+    d.recomputes = 0;
+    memset(&none, 0, sizeof none);
+    none.config.dp = 8, none.config.tp = none.config.cp = none.config.pp = none.config.micro_batches = 1;
+    none.config.recompute = (par_recompute_mode)3;
+    CHECK_ERR(par_auto_predict(&d, &none), PAR_EINVAL, "unknown recompute mode 3");
+}
+
 int main(void) {
     property_dp_equals_enumeration();
     errors();
@@ -839,5 +961,6 @@ int main(void) {
     time_model();
     calibration();
     calibration_for_model();
+    recompute_model();
     return TEST_END("test_planner");
 }

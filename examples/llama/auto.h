@@ -114,6 +114,11 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
     if (par_compute_cpu(&cd, &table) == PAR_OK) d.compute = &table;
     d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE) | (1u << PAR_PP_INTERLEAVED) | (1u << PAR_PP_ZB_H1);
     d.cp_algos = (1u << PAR_CP_RING) | (1u << PAR_CP_ULYSSES);
+    /* recomputation on every layer is a knob the plan keeps (a per-stage list depends on the
+       pipeline the plan picks: planned as keeping everything, the conservative side) */
+    d.recomputes = 1u << (cfg->recompute.all && !cfg->recompute.num                 ? PAR_RECOMPUTE_FULL
+                          : cfg->select_recompute.all && !cfg->select_recompute.num ? PAR_RECOMPUTE_SELECTIVE
+                                                                                     : PAR_RECOMPUTE_NONE);
     if (par_search_mode_parse(cfg->search_mode, &d.mode) != PAR_OK)
         return snprintf(err, errsize, "parallel.search_mode = %s: %s", cfg->search_mode, par_last_error()), -1;
     if (d.mode == PAR_SEARCH_SHARDING_PROPAGATION) { /* the degrees written above 1 stay */
