@@ -243,8 +243,9 @@
                        types: par_trace par_trace_desc
                        tests: tests/test_trace.c
      >>params          par__params_ par__ckpt_
-                       types: par_params par_params_desc par_adamw par_ckpt_info
+                       types: par_params par_params_desc par_adamw par_loss_scale par_ckpt_info
                        tests: tests/test_params.c tests/params_suite.h tests/test_ckpt.c
+                       tests/test_mixed.c (mixed precision, loss scaling)
      >>tensor-parallel par__tp_ par__copies_
                        types: par_tp par_linear par_embedding par_copies
                        tests: tests/params_suite.h tests/llama/test_model_tp.c
@@ -1113,7 +1114,7 @@ typedef struct par_attn_desc {
     par_dtype dtype;
 } par_attn_desc;
 
-#define PAR_COMPUTE_TABLE_VERSION 2 /* 2: scratch_bound */
+#define PAR_COMPUTE_TABLE_VERSION 3 /* 2: scratch_bound; 3: convert */
 
 /* Every kernel is f32 row-major unless its comment says otherwise; sizes are
    element counts. Pointers are memory of the table's device (host for the CPU
@@ -1213,6 +1214,11 @@ typedef struct par_compute_table {
     par_status (*axpy)(void *user, int64_t n, float alpha, const float *x, float *y);
     /* *out (host) = sum of x[i]^2, accumulated in double. */
     par_status (*sumsq)(void *user, int64_t n, const float *x, double *out);
+    /* dst[i] = src[i] in another float type (F32, BF16, F16): to 16 bits
+       rounded to nearest even, beyond the range to +-inf, nan stays nan;
+       widening is exact. src and dst do not overlap. Mixed precision's
+       master-to-compute copy (>>params). */
+    par_status (*convert)(void *user, int64_t n, par_dtype src_type, const void *src, par_dtype dst_type, void *dst);
 
     void (*destroy)(void *user);
 } par_compute_table;
@@ -1726,7 +1732,27 @@ typedef struct par_params_desc {
                                 (pipeline stages: each stage describes only its own); never
                                 copies, so the norm counts every stage's parameters and the
                                 loss sums over these dims too. 0 = none */
+    par_dtype compute_dtype; /* F32 (default): one f32 copy of the weights. BF16 or F16: mixed
+                                precision (see below) */
 } par_params_desc;
+
+/* Mixed precision (compute_dtype BF16 or F16), as Megatron and DeepSpeed do
+   it: the host computes with a copy of the weights in compute_dtype
+   (par_params_compute_value); the set keeps f32 master weights beside the
+   AdamW moments, sharded with them under ZeRO-1/2 (each data-parallel rank
+   holds the master of its shard only: the f32 state is what ZeRO saves most
+   on); gradients are f32 (par_params_grad; accumulated over micro-batches
+   and reduced in f32, Megatron's accumulate-allreduce-grads-in-fp32); the
+   norm is f32; after AdamW updates the master, each rank rounds its part to
+   compute_dtype (to nearest even) and, under ZeRO, all-gathers the compute
+   copies: half the bytes of an f32 gather. Bytes per parameter, before
+   ZeRO: 2 (bf16 copy) + 4 (grad) + 4 (master) + 8 (moments) = 18; under
+   ZeRO-1 over d ranks 2 + 4 + 12/d, ZeRO-2 2 + (4 + 12)/d (+ its bucket
+   buffers). par_params_memory reports the master as optimizer state.
+   PAR_PARAM_VALUE in par_params_gather, par_params_set_local and
+   checkpoints is the f32 master (set_local also refreshes this rank's
+   compute copy). F16 needs a loss scale (par_params_step_scaled); the table
+   needs the convert hook. */
 
 typedef struct par_params par_params;
 
@@ -1758,8 +1784,18 @@ typedef struct par_param_info {
 } par_param_info;
 PARALLEL_DEF par_status par_params_get_info(const par_params *ps, int i, par_param_info *info);
 
-/* This rank's slice of parameter i (compute-table memory, row-major). Local. */
+/* This rank's slice of parameter i (compute-table memory, row-major): what
+   the host computes with and initializes before par_params_broadcast. NULL
+   under mixed precision (the f32 master may be a ZeRO shard there): use
+   par_params_compute_value to compute and par_params_set_local to set.
+   Pointers into the set stay valid until par_params_destroy. Local. */
 PARALLEL_DEF float *par_params_value(par_params *ps, int i);
+
+/* This rank's slice of parameter i in the set's compute_dtype (the f32
+   value itself without mixed precision), refreshed by every optimizer step,
+   par_params_broadcast and par_params_set_local. Local. */
+PARALLEL_DEF void *par_params_compute_value(par_params *ps, int i);
+PARALLEL_DEF par_dtype par_params_compute_dtype(const par_params *ps);
 
 /* Memory the set holds per category (bytes): what it allocated at creation,
    i.e. what a host puts in its memory plan. Local. */
@@ -1799,9 +1835,11 @@ typedef struct par_adamw {
 #define PAR_ADAMW_NO_BIAS_CORRECTION INT64_MAX
 
 typedef struct par_step_stats {
-    double grad_norm; /* global L2 norm of the reduced gradients, before clipping */
+    double grad_norm; /* global L2 norm of the reduced gradients, before clipping (unscaled) */
     float clip;       /* factor the gradients were scaled by (1 = none) */
     int64_t step;     /* AdamW steps taken so far, this one included */
+    int skipped;      /* par_params_step_scaled: 1 if inf/nan gradients skipped this step */
+    float loss_scale; /* par_params_step_scaled: the scale for the next step */
 } par_step_stats;
 
 /* The optimizer step after the last micro-batch's par_params_grads_wait:
@@ -1813,6 +1851,39 @@ typedef struct par_step_stats {
    norm (nan or inf: training diverged) is PAR_ENONFINITE on every rank alike
    (the norm is all-reduced), with nothing changed; stats->grad_norm has it. */
 PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *opt, par_step_stats *stats);
+
+/* Dynamic loss scaling with the semantics of PyTorch's GradScaler and
+   MindSpore's DynamicLossScaleUpdateCell: the host multiplies its loss by
+   `scale` (so the gradients are scale x the true ones and small f16 values
+   do not flush to zero); par_params_step_scaled divides the gradients by it
+   before the norm and AdamW. When any rank holds an inf or nan gradient the
+   step is skipped on every rank (nothing changes but the scaler), the scale
+   is multiplied by backoff_factor and the count of good steps restarts;
+   after growth_interval good steps in a row it is multiplied by
+   growth_factor (if that stays finite). Zero-initialize and call
+   par_loss_scale_init; growth_interval < 0 keeps the scale fixed (static
+   loss scaling, MindSpore's FixedLossScaleManager). */
+typedef struct par_loss_scale {
+    float scale;          /* default 65536 (2^16, GradScaler's init_scale) */
+    float growth_factor;  /* default 2 */
+    float backoff_factor; /* default 0.5 */
+    int growth_interval;  /* default 2000; < 0: never changes */
+    int good_steps;       /* finite steps since the scale last changed (GradScaler's growth tracker) */
+    int64_t skipped;      /* steps skipped so far */
+} par_loss_scale;
+
+/* Fill the zero fields with the defaults and check the others (scale > 0
+   and finite, growth_factor > 1, backoff_factor in (0, 1)). PAR_EINVAL
+   naming the field. */
+PARALLEL_DEF par_status par_loss_scale_init(par_loss_scale *ls);
+
+/* par_params_step with the gradients scaled by ls->scale: unscaled first;
+   a non-finite norm (on any rank: it is all-reduced) skips the step with
+   PAR_OK, stats->skipped = 1 and the scale backed off, instead of
+   PAR_ENONFINITE. ls NULL is par_params_step (refused for F16: it needs a
+   loss scale). */
+PARALLEL_DEF par_status par_params_step_scaled(par_params *ps, const par_adamw *opt, par_loss_scale *ls,
+                                               par_step_stats *stats);
 
 /* AdamW steps taken (bias correction); set it when resuming. Local. */
 PARALLEL_DEF int64_t par_params_step_count(const par_params *ps);
@@ -12988,6 +13059,32 @@ static par_status par__cpu_t_sumsq(void *user, int64_t n, const float *x, double
     return par__cpu_sumsq(n, x, out);
 }
 
+/* One element of a float type as f32, and back (>>config's converters). */
+static float par__cpu_load(par_dtype t, const void *p, int64_t i) {
+    if (t == PAR_BF16) return par__bf16_to_f32(((const uint16_t *)p)[i]);
+    if (t == PAR_F16) return par__f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static par_status par__cpu_t_convert(void *user, int64_t n, par_dtype src_type, const void *src, par_dtype dst_type,
+                                     void *dst) {
+    int64_t i;
+    (void)user;
+    if (n < 0) return par__fail(PAR_EINVAL, "convert: n is %lld (must be >= 0)", (long long)n);
+    if ((src_type != PAR_F32 && src_type != PAR_BF16 && src_type != PAR_F16) ||
+        (dst_type != PAR_F32 && dst_type != PAR_BF16 && dst_type != PAR_F16))
+        return par__fail(PAR_EINVAL, "convert: %s to %s: only f32, bf16 and f16 convert", par_dtype_name(src_type),
+                         par_dtype_name(dst_type));
+    if (n && (!src || !dst)) return par__fail(PAR_EINVAL, "convert: %s is NULL", src ? "dst" : "src");
+    for (i = 0; i < n; i++) {
+        const float x = par__cpu_load(src_type, src, i);
+        if (dst_type == PAR_BF16) ((uint16_t *)dst)[i] = par__f32_to_bf16(x);
+        else if (dst_type == PAR_F16) ((uint16_t *)dst)[i] = par__f32_to_f16(x);
+        else ((float *)dst)[i] = x;
+    }
+    return PAR_OK;
+}
+
 #endif /* PARALLEL_NO_CPU_KERNELS */
 
 /* ------------------------------------------------------------ the table */
@@ -13073,6 +13170,7 @@ PARALLEL_DEF par_status par_compute_cpu(const par_cpu_desc *desc, par_compute_ta
     table->scale = par__cpu_t_scale;
     table->axpy = par__cpu_t_axpy;
     table->sumsq = par__cpu_t_sumsq;
+    table->convert = par__cpu_t_convert;
     table->scratch_bound = par__cpu_t_scratch_bound;
 #endif
     table->destroy = par__cpu_t_destroy;
@@ -15583,7 +15681,11 @@ struct par_params {
     par_comm_group *data_group, *world_group;
     int data_size, data_index;
     int64_t total, shard_total, max_padded, max_chunk;
-    float *value, *grad, *m, *v, *gshard;
+    float *value, *grad, *m, *v, *gshard; /* value: f32 weights; the master under mixed precision (a
+                                             ZeRO shard, laid out as m and v, when zero > 0) */
+    par_dtype cdt;            /* compute_dtype */
+    int mixed;                /* cdt is not F32: cvalue holds the compute copy */
+    void *cvalue;
     float **slots, **rs_tmp;  /* ZeRO-2 */
     int *slot_bucket;         /* bucket holding each slot, -1 free */
     int num_slots, cap_slots;
@@ -15637,6 +15739,22 @@ static void par__params_free_ptr(par_params *ps, void *q) {
     if (q) ps->ct->free(ps->ct->user, q);
 }
 
+/* Is `field` kept per ZeRO shard (laid out by bucket shard) rather than as
+   this rank's whole slice? The moments under ZeRO, and the f32 master too
+   under mixed precision. */
+static int par__params_sharded(const par_params *ps, par_param_field field) {
+    return ps->zero && (field != PAR_PARAM_VALUE || ps->mixed);
+}
+
+static float *par__params_field_buf(const par_params *ps, par_param_field field) {
+    return field == PAR_PARAM_VALUE ? ps->value : field == PAR_PARAM_EXP_AVG ? ps->m : ps->v;
+}
+
+/* The compute copy's element `at` (flat index). */
+static void *par__params_cv(const par_params *ps, int64_t at) {
+    return (char *)ps->cvalue + at * (int64_t)par_dtype_size(ps->cdt);
+}
+
 PARALLEL_DEF void par_params_destroy(par_params *ps) {
     int i;
     if (!ps) return;
@@ -15647,6 +15765,7 @@ PARALLEL_DEF void par_params_destroy(par_params *ps) {
         for (i = 0; i < ps->n; i++) par__ctx_free(ps->ctx, ps->p[i].name);
     if (ps->ct) {
         par__params_free_ptr(ps, ps->value), par__params_free_ptr(ps, ps->grad), par__params_free_ptr(ps, ps->m);
+        par__params_free_ptr(ps, ps->cvalue);
         par__params_free_ptr(ps, ps->v), par__params_free_ptr(ps, ps->gshard);
         par__params_free_ptr(ps, ps->tmp_whole), par__params_free_ptr(ps, ps->tmp_bucket);
         for (i = 0; i < ps->num_slots; i++) par__params_free_ptr(ps, ps->slots[i]), par__params_free_ptr(ps, ps->rs_tmp[i]);
@@ -15794,6 +15913,13 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     if (desc->zero_level < 0 || desc->zero_level > 3)
         return par__fail(PAR_EINVAL, "par_params_create: zero_level %d is not 0, 1 or 2", desc->zero_level);
     if (desc->grad_slots < 0) return par__fail(PAR_EINVAL, "par_params_create: grad_slots %d < 0", desc->grad_slots);
+    if (desc->compute_dtype != PAR_F32 && desc->compute_dtype != PAR_BF16 && desc->compute_dtype != PAR_F16)
+        return par__fail(PAR_EINVAL, "par_params_create: compute_dtype %s: the weights compute in f32, bf16 or f16",
+                         par_dtype_name(desc->compute_dtype));
+    if (desc->compute_dtype != PAR_F32 && !par_ctx_compute(ctx)->convert)
+        return par__fail(PAR_EUNSUPPORTED, "par_params_create: compute_dtype %s needs the compute table's convert hook "
+                                           "(table \"%s\" has none)", par_dtype_name(desc->compute_dtype),
+                         par_ctx_compute(ctx)->name ? par_ctx_compute(ctx)->name : "?");
     mesh = par_ctx_mesh(ctx);
     {
         const par_compute_table *ct = par_ctx_compute(ctx);
@@ -15817,6 +15943,7 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     memset(ps, 0, sizeof *ps);
     ps->ctx = ctx, ps->ct = par_ctx_compute(ctx), ps->cm = par_ctx_comm(ctx);
     ps->zero = desc->zero_level, ps->reduce = desc->sum_gradients ? PAR_REDUCE_SUM : PAR_REDUCE_AVG;
+    ps->cdt = desc->compute_dtype, ps->mixed = desc->compute_dtype != PAR_F32;
     ps->trace = desc->trace;
     ps->tmp_bucket_of = -1;
     ps->data_dims = desc->batch ? par_layout_split_dims(desc->batch) & par__mesh_dims_mask(mesh) : 0u;
@@ -15844,7 +15971,12 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
             return par_params_destroy(ps), st;
     if ((st = par__params_buckets(ps, desc)) != PAR_OK) return par_params_destroy(ps), st;
     ps->next_launch = ps->nb - 1;
-    st = par__params_alloc(ps, ps->total, PAR_MEM_PARAMS, &ps->value);
+    if (!ps->mixed) {
+        st = par__params_alloc(ps, ps->total, PAR_MEM_PARAMS, &ps->value);
+    } else { /* the compute copy (2 bytes an element: an f32 allocation of half the count), the f32 master */
+        st = par__params_alloc(ps, (ps->total + 1) / 2, PAR_MEM_PARAMS, (float **)&ps->cvalue);
+        if (st == PAR_OK) st = par__params_alloc(ps, ps->zero ? ps->shard_total : ps->total, PAR_MEM_OPTIMIZER, &ps->value);
+    }
     if (st == PAR_OK && ps->zero == 0) {
         st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->total, PAR_MEM_OPTIMIZER, &ps->m);
@@ -15893,8 +16025,21 @@ PARALLEL_DEF par_status par_params_get_info(const par_params *ps, int i, par_par
 
 PARALLEL_DEF float *par_params_value(par_params *ps, int i) {
     if (par__params_index(ps, i, "par_params_value") != PAR_OK) return NULL;
+    if (ps->mixed) {
+        (void)par__fail(PAR_EINVAL, "par_params_value: the set computes in %s (mixed precision): its f32 master is not "
+                                    "a whole slice; use par_params_compute_value or par_params_set_local",
+                        par_dtype_name(ps->cdt));
+        return NULL;
+    }
     return ps->value + ps->p[i].offset;
 }
+
+PARALLEL_DEF void *par_params_compute_value(par_params *ps, int i) {
+    if (par__params_index(ps, i, "par_params_compute_value") != PAR_OK) return NULL;
+    return ps->mixed ? par__params_cv(ps, ps->p[i].offset) : (void *)(ps->value + ps->p[i].offset);
+}
+
+PARALLEL_DEF par_dtype par_params_compute_dtype(const par_params *ps) { return ps ? ps->cdt : PAR_F32; }
 
 PARALLEL_DEF par_status par_params_memory(const par_params *ps, int64_t bytes[PAR_MEM_CATEGORY_COUNT]) {
     if (!ps || !bytes) return par__fail(PAR_EINVAL, "par_params_memory: NULL argument");
@@ -16110,19 +16255,93 @@ static par_status par__params_adamw(par_params *ps, const par_adamw *o, int64_t 
     return PAR_OK;
 }
 
-PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *o, par_step_stats *stats) {
-    double ss = 0.0, norm, t0;
-    float clip = 1.0f;
+/* Every rank updated its part of the weights: make every slice whole again.
+   Without ZeRO (each rank updated its whole slice) only mixed precision
+   has work: the compute copy from the master. Under ZeRO each rank's bucket
+   shards go to the others: the f32 weights, or the compute copy made from
+   this rank's master shard (half the bytes). */
+static par_status par__params_publish(par_params *ps) {
+    const par_dtype dt = ps->mixed ? ps->cdt : PAR_F32;
     int b;
-    if (!ps || !o) return par__fail(PAR_EINVAL, "par_params_step: NULL argument");
-    if (ps->in_micro) return par__fail(PAR_EINVAL, "par_params_step: micro-batch %d is still open (par_params_grads_wait)",
-                                       ps->micro);
+    if (!ps->zero) return ps->mixed ? ps->ct->convert(ps->ct->user, ps->total, PAR_F32, ps->value, ps->cdt, ps->cvalue) : PAR_OK;
+    for (b = 0; b < ps->nb; b++) {
+        par__bucket *bk = &ps->b[b];
+        void *full = ps->mixed ? par__params_cv(ps, bk->start) : (void *)(ps->value + bk->start);
+        void *mine = (char *)full + bk->chunk_begin * (int64_t)par_dtype_size(dt);
+        if (ps->mixed) PAR__CHECK(ps->ct->convert(ps->ct->user, bk->chunk, PAR_F32, ps->value + bk->shard_offset, dt, mine));
+        bk->req_t0 = par__params_now(ps), bk->req_op = "all_gather";
+        PAR__CHECK(ps->cm->all_gather(ps->cm->user, ps->data_group, mine, full, bk->chunk, dt, &bk->req));
+    }
+    for (b = 0; b < ps->nb; b++) { /* plain waits (not the ZeRO-2 fold) */
+        par__bucket *bk = &ps->b[b];
+        par_request *r = bk->req;
+        bk->req = NULL;
+        PAR__CHECK(ps->cm->wait(ps->cm->user, r));
+        par__params_span(ps, "comm", bk->req_t0, bk->req_op, b);
+    }
+    return PAR_OK;
+}
+
+/* GradScaler's update after a step: found_inf backs off, else a good step,
+   and growth_interval of them in a row grow the scale (if it stays finite). */
+static void par__params_scale_update(par_loss_scale *ls, int found_inf) {
+    if (ls->growth_interval < 0) return; /* a fixed scale */
+    if (found_inf) {
+        ls->scale *= ls->backoff_factor, ls->good_steps = 0;
+        return;
+    }
+    if (++ls->good_steps == ls->growth_interval) {
+        const float grown = ls->scale * ls->growth_factor;
+        if (isfinite(grown)) ls->scale = grown;
+        ls->good_steps = 0;
+    }
+}
+
+PARALLEL_DEF par_status par_loss_scale_init(par_loss_scale *ls) {
+    if (!ls) return par__fail(PAR_EINVAL, "par_loss_scale_init: NULL loss scale");
+    if (ls->scale == 0.0f) ls->scale = 65536.0f;
+    if (ls->growth_factor == 0.0f) ls->growth_factor = 2.0f;
+    if (ls->backoff_factor == 0.0f) ls->backoff_factor = 0.5f;
+    if (ls->growth_interval == 0) ls->growth_interval = 2000;
+    if (!(ls->scale > 0.0f) || !isfinite(ls->scale))
+        return par__fail(PAR_EINVAL, "par_loss_scale: scale %g must be finite and > 0", (double)ls->scale);
+    if (!(ls->growth_factor > 1.0f) || !isfinite(ls->growth_factor))
+        return par__fail(PAR_EINVAL, "par_loss_scale: growth_factor %g must be finite and > 1", (double)ls->growth_factor);
+    if (!(ls->backoff_factor > 0.0f && ls->backoff_factor < 1.0f))
+        return par__fail(PAR_EINVAL, "par_loss_scale: backoff_factor %g must be in (0, 1)", (double)ls->backoff_factor);
+    if (ls->good_steps < 0 || ls->skipped < 0)
+        return par__fail(PAR_EINVAL, "par_loss_scale: good_steps %d and skipped %lld must be >= 0", ls->good_steps,
+                         (long long)ls->skipped);
+    return PAR_OK;
+}
+
+static par_status par__params_check_adamw(const par_adamw *o) {
     if (!(o->lr >= 0.0f) || !(o->beta1 >= 0.0f && o->beta1 < 1.0f) || !(o->beta2 >= 0.0f && o->beta2 < 1.0f) ||
         !(o->eps > 0.0f) || !(o->weight_decay >= 0.0f) || !(o->max_grad_norm >= 0.0f))
         return par__fail(PAR_EINVAL, "par_params_step: AdamW settings out of range (lr %g >= 0, beta1 %g and beta2 %g in "
                                      "[0, 1), eps %g > 0, weight_decay %g >= 0, max_grad_norm %g >= 0)",
                          (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay,
                          (double)o->max_grad_norm);
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_step_scaled(par_params *ps, const par_adamw *o, par_loss_scale *ls,
+                                               par_step_stats *stats) {
+    double ss = 0.0, norm, t0;
+    float clip = 1.0f;
+    int b;
+    if (!ps || !o) return par__fail(PAR_EINVAL, "par_params_step: NULL argument");
+    if (ps->in_micro) return par__fail(PAR_EINVAL, "par_params_step: micro-batch %d is still open (par_params_grads_wait)",
+                                       ps->micro);
+    PAR__CHECK(par__params_check_adamw(o));
+    if (!ls && ps->cdt == PAR_F16)
+        return par__fail(PAR_EINVAL, "par_params_step: compute_dtype f16 needs a loss scale (f16 gradients underflow "
+                                     "without one): call par_params_step_scaled with a par_loss_scale");
+    if (ls) PAR__CHECK(par_loss_scale_init(ls));
+    if (ls) { /* unscale: the norm, the clip and AdamW see the true gradients */
+        const float inv = 1.0f / ls->scale;
+        PAR__CHECK(ps->ct->scale(ps->ct->user, ps->zero ? ps->shard_total : ps->total, inv, ps->zero ? ps->gshard : ps->grad));
+    }
     t0 = par__params_now(ps);
     PAR__CHECK(par__params_sumsq(ps, &ss));
     par__params_span(ps, "optimizer", t0, "grad norm", -1);
@@ -16130,6 +16349,14 @@ PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *o, par_
     PAR__CHECK(par_ctx_all_reduce_host(ps->ctx, (1u << par_ctx_mesh(ps->ctx)->ndim) - 1u, PAR_REDUCE_SUM, PAR_F64, &ss, 1));
     par__params_span(ps, "comm", t0, "all_reduce grad norm", -1);
     norm = sqrt(ss);
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (!isfinite(norm) && ls) { /* an inf or nan on some rank (the sum is all-reduced): every rank skips */
+        par__params_scale_update(ls, 1);
+        ls->skipped++;
+        if (stats) stats->grad_norm = norm, stats->clip = 1.0f, stats->step = ps->step, stats->skipped = 1;
+        if (stats) stats->loss_scale = ls->scale;
+        return PAR_OK;
+    }
     if (!isfinite(norm)) { /* the same sum on every rank (all-reduced): every rank stops here, nothing changed */
         if (stats) stats->grad_norm = norm, stats->clip = 1.0f, stats->step = ps->step;
         return par__fail(PAR_ENONFINITE,
@@ -16150,30 +16377,22 @@ PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *o, par_
         par__params_span(ps, "optimizer", t0, "adamw", -1);
     } else {
         if (clip != 1.0f) PAR__CHECK(ps->ct->scale(ps->ct->user, ps->shard_total, clip, ps->gshard));
-        for (b = 0; b < ps->nb; b++) {
+        for (b = 0; b < ps->nb; b++) { /* the master lives in shard space, the f32 weights in slice space */
             const par__bucket *bk = &ps->b[b];
             const int64_t c0 = bk->start + bk->chunk_begin, so = bk->shard_offset;
-            PAR__CHECK(par__params_adamw(ps, o, c0, c0, c0 + bk->chunk, ps->value + c0, ps->gshard + so, ps->m + so,
-                                         ps->v + so));
+            PAR__CHECK(par__params_adamw(ps, o, c0, c0, c0 + bk->chunk, ps->value + (ps->mixed ? so : c0), ps->gshard + so,
+                                         ps->m + so, ps->v + so));
         }
         par__params_span(ps, "optimizer", t0, "adamw (ZeRO shard)", -1);
-        for (b = 0; b < ps->nb; b++) { /* every rank updated its shard: gather the parameters */
-            par__bucket *bk = &ps->b[b];
-            float *full = ps->value + bk->start;
-            bk->req_t0 = par__params_now(ps), bk->req_op = "all_gather";
-            PAR__CHECK(ps->cm->all_gather(ps->cm->user, ps->data_group, full + bk->chunk_begin, full, bk->chunk, PAR_F32,
-                                          &bk->req));
-        }
-        for (b = 0; b < ps->nb; b++) { /* plain waits (not the ZeRO-2 fold) */
-            par__bucket *bk = &ps->b[b];
-            par_request *r = bk->req;
-            bk->req = NULL;
-            PAR__CHECK(ps->cm->wait(ps->cm->user, r));
-            par__params_span(ps, "comm", bk->req_t0, bk->req_op, b);
-        }
     }
-    if (stats) stats->grad_norm = norm, stats->clip = clip, stats->step = ps->step;
+    PAR__CHECK(par__params_publish(ps));
+    if (ls) par__params_scale_update(ls, 0);
+    if (stats) stats->grad_norm = norm, stats->clip = clip, stats->step = ps->step, stats->loss_scale = ls ? ls->scale : 0;
     return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_step(par_params *ps, const par_adamw *o, par_step_stats *stats) {
+    return par_params_step_scaled(ps, o, NULL, stats);
 }
 
 PARALLEL_DEF int64_t par_params_step_count(const par_params *ps) { return ps ? ps->step : 0; }
@@ -16185,19 +16404,33 @@ PARALLEL_DEF par_status par_params_set_step(par_params *ps, int64_t step) {
     return PAR_OK;
 }
 
+/* The part [*lo, *hi) (flat indices) of parameter p inside this rank's ZeRO
+   shard of its bucket (empty: lo >= hi), and where it starts in shard space. */
+static int64_t par__params_in_shard(const par_params *ps, const par__param *p, int64_t *lo, int64_t *hi) {
+    const par__bucket *bk = &ps->b[p->bucket];
+    const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
+    *lo = p->offset > c0 ? p->offset : c0, *hi = p->offset + p->numel < c1 ? p->offset + p->numel : c1;
+    return bk->shard_offset + (*lo - c0);
+}
+
 PARALLEL_DEF par_status par_params_broadcast(par_params *ps) {
     int i;
     if (!ps) return par__fail(PAR_EINVAL, "par_params_broadcast: NULL parameter set");
     for (i = 0; i < ps->n; i++) {
         const par__param *p = &ps->p[i];
+        const int sharded = par__params_sharded(ps, PAR_PARAM_VALUE);
+        /* a ZeRO shard of the master has its copies only where the data index is the same */
+        const uint32_t copies = sharded ? p->replica_dims & ~ps->data_dims : p->replica_dims;
+        int64_t lo = p->offset, hi = p->offset + p->numel, at = p->offset;
         par_comm_group *g;
         int count = 1;
-        if (!p->replica_dims || !p->numel) continue;
-        PAR__CHECK(par_ctx_group(ps->ctx, p->replica_dims, &g, NULL, &count));
-        if (count > 1)
-            PAR__CHECK(ps->cm->broadcast(ps->cm->user, g, ps->value + p->offset, p->numel, PAR_F32, 0, NULL));
+        if (!copies || !p->numel) continue;
+        if (sharded) at = par__params_in_shard(ps, p, &lo, &hi);
+        PAR__CHECK(par_ctx_group(ps->ctx, copies, &g, NULL, &count));
+        if (count > 1 && hi > lo)
+            PAR__CHECK(ps->cm->broadcast(ps->cm->user, g, ps->value + at, hi - lo, PAR_F32, 0, NULL));
     }
-    return PAR_OK;
+    return ps->mixed ? par__params_publish(ps) : PAR_OK; /* the compute copies from the masters */
 }
 
 PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_id, int *num_shards) {
@@ -16238,9 +16471,9 @@ static par_status par__params_tmp(par_params *ps, float **buf, int64_t *have, in
 static par_status par__params_local_of(par_params *ps, par_param_field field, int i, const float **out) {
     const par__param *p = &ps->p[i];
     const par__bucket *bk = &ps->b[p->bucket];
-    const float *shard = field == PAR_PARAM_EXP_AVG ? ps->m : ps->v;
-    if (field == PAR_PARAM_VALUE || !ps->zero) {
-        *out = (field == PAR_PARAM_VALUE ? ps->value : shard) + p->offset;
+    const float *shard = par__params_field_buf(ps, field);
+    if (!par__params_sharded(ps, field)) {
+        *out = shard + p->offset;
         return PAR_OK;
     }
     if (ps->tmp_bucket_of != p->bucket || ps->tmp_bucket_field != (int)field) {
@@ -16295,16 +16528,20 @@ PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field fie
     if (!local && ps->p[i].numel) return par__fail(PAR_EINVAL, "par_params_set_local: NULL data");
     p = &ps->p[i];
     ps->tmp_bucket_of = -1; /* the gather cache may be stale now */
-    if (field == PAR_PARAM_VALUE || !ps->zero) {
-        dst = (field == PAR_PARAM_VALUE ? ps->value : field == PAR_PARAM_EXP_AVG ? ps->m : ps->v) + p->offset;
+    if (field == PAR_PARAM_VALUE && ps->mixed) { /* this rank's compute copy, through the device workspace */
+        PAR__CHECK(par__params_tmp(ps, &ps->tmp_whole, &ps->tmp_whole_n, p->numel > 0 ? p->numel : 1));
+        PAR__CHECK(ps->ct->memcpy(ps->ct->user, ps->tmp_whole, local, (size_t)p->numel * sizeof(float), up));
+        PAR__CHECK(ps->ct->convert(ps->ct->user, p->numel, PAR_F32, ps->tmp_whole, ps->cdt, par__params_cv(ps, p->offset)));
+    }
+    if (!par__params_sharded(ps, field)) {
+        dst = par__params_field_buf(ps, field) + p->offset;
         return ps->ct->memcpy(ps->ct->user, dst, local, (size_t)p->numel * sizeof(float), up);
     }
     {   /* ZeRO: the part of the parameter inside this rank's shard of its bucket */
-        const par__bucket *bk = &ps->b[p->bucket];
-        const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
-        const int64_t lo = p->offset > c0 ? p->offset : c0, hi = p->offset + p->numel < c1 ? p->offset + p->numel : c1;
+        int64_t lo, hi;
+        const int64_t at = par__params_in_shard(ps, p, &lo, &hi);
         if (lo >= hi) return PAR_OK;
-        dst = (field == PAR_PARAM_EXP_AVG ? ps->m : ps->v) + bk->shard_offset + (lo - c0);
+        dst = par__params_field_buf(ps, field) + at;
         return ps->ct->memcpy(ps->ct->user, dst, local + (lo - p->offset), (size_t)(hi - lo) * sizeof(float), up);
     }
 }
@@ -16460,12 +16697,11 @@ static int par__ckpt_pieces(par_params *ps, par__ckpt_piece *out) {
     int i, f, n = 0;
     for (i = 0; i < ps->n; i++) {
         const par__param *p = &ps->p[i];
-        const par__bucket *bk = &ps->b[p->bucket];
         int64_t global = 1;
         int d;
         for (d = 0; d < p->layout.ndim; d++) global *= p->layout.shape[d];
         for (f = 0; f < 3; f++) {
-            const int zero = f > 0 && ps->zero;
+            const int zero = par__params_sharded(ps, (par_param_field)f);
             int64_t lo = 0, hi = p->numel;
             const float *src;
             par__ckpt_piece *q = out ? &out[n] : NULL;
@@ -16475,13 +16711,12 @@ static int par__ckpt_pieces(par_params *ps, par__ckpt_piece *out) {
                 if (idx != (3 * i + f) % copies) continue;
             }
             if (zero) { /* the part of the parameter inside this rank's shard of its bucket */
-                const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
-                lo = (p->offset > c0 ? p->offset : c0) - p->offset;
-                hi = (p->offset + p->numel < c1 ? p->offset + p->numel : c1) - p->offset;
+                const int64_t at = par__params_in_shard(ps, p, &lo, &hi);
                 if (lo >= hi) continue;
-                src = (f == 1 ? ps->m : ps->v) + bk->shard_offset + (p->offset + lo - c0);
+                src = par__params_field_buf(ps, (par_param_field)f) + at;
+                lo -= p->offset, hi -= p->offset;
             } else {
-                src = (f == 0 ? ps->value : f == 1 ? ps->m : ps->v) + p->offset;
+                src = par__params_field_buf(ps, (par_param_field)f) + p->offset;
             }
             n++;
             if (!q) continue;
@@ -17194,11 +17429,11 @@ static par_status par__ckpt_load_one(par_params *ps, par__ckpt *c, int i, int fi
     int j, d, found = 0;
     par_layout_local_shape(&p->layout, ml);
     PAR__CHECK(par_layout_local_offset(&p->layout, par_ctx_rank(ps->ctx), ms));
-    if (field > 0 && ps->zero) { /* only this rank's ZeRO range is kept */
-        const par__bucket *bk = &ps->b[p->bucket];
-        const int64_t c0 = bk->start + bk->chunk_begin, c1 = c0 + bk->chunk;
-        na = (p->offset > c0 ? p->offset : c0) - p->offset;
-        nb = (p->offset + p->numel < c1 ? p->offset + p->numel : c1) - p->offset;
+    /* only this rank's ZeRO range is kept; but a mixed-precision master is read whole: set_local makes
+       the compute copy of the whole slice from it */
+    if (par__params_sharded(ps, (par_param_field)field) && !(field == PAR_PARAM_VALUE && ps->mixed)) {
+        (void)par__params_in_shard(ps, p, &na, &nb);
+        na -= p->offset, nb -= p->offset;
         if (nb < na) nb = na;
     }
     if (ws->local_n < p->numel) {

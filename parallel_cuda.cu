@@ -707,6 +707,11 @@ __global__ void par_cuda__xent_bwd_split_k(int64_t rows, int64_t v, const float 
 
 /* ------------------------------------------------- optimizer, blas-1 */
 
+/* dst = src between float types (f32, bf16, f16): through f32, rounded to nearest even on store. */
+template <typename S, typename D> __global__ void par_cuda__convert_k(int64_t n, const S *src, D *dst) {
+    PAR_CUDA__GRID_STRIDE(i, n) { dst[i] = par_cuda__st<D>(par_cuda__ld(src[i])); }
+}
+
 __global__ void par_cuda__adamw_k(int64_t n, float *p, const float *g, float *m, float *v, float beta1, float beta2,
                                   float eps, float step_size, float inv_sqrt_bc2, float decay) {
     PAR_CUDA__GRID_STRIDE(i, n) {
@@ -2482,6 +2487,34 @@ static par_status par_cuda__sumsq_hook(void *user, int64_t n, const float *x, do
     return par_cuda__sync(cu, "cuda sumsq");
 }
 
+template <typename S>
+static void par_cuda__convert_to(par_cuda__compute *cu, int64_t n, const S *src, par_dtype dst_type, void *dst) {
+    const unsigned blocks = par_cuda__blocks(n, PAR_CUDA__THREADS);
+    if (dst_type == PAR_BF16)
+        par_cuda__convert_k<<<blocks, PAR_CUDA__THREADS, 0, cu->stream>>>(n, src, (__nv_bfloat16 *)dst);
+    else if (dst_type == PAR_F16)
+        par_cuda__convert_k<<<blocks, PAR_CUDA__THREADS, 0, cu->stream>>>(n, src, (__half *)dst);
+    else
+        par_cuda__convert_k<<<blocks, PAR_CUDA__THREADS, 0, cu->stream>>>(n, src, (float *)dst);
+}
+
+static int par_cuda__float_type(par_dtype t) { return t == PAR_F32 || t == PAR_BF16 || t == PAR_F16; }
+
+static par_status par_cuda__convert_hook(void *user, int64_t n, par_dtype src_type, const void *src,
+                                         par_dtype dst_type, void *dst) {
+    par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__NEED(par_cuda__float_type(src_type) && par_cuda__float_type(dst_type),
+                   "cuda convert: %s to %s: only f32, bf16 and f16 convert", par_dtype_name(src_type),
+                   par_dtype_name(dst_type));
+    PAR_CUDA__NEED(n >= 0 && (n == 0 || (src && dst)), "cuda convert: bad arguments");
+    if (n == 0) return PAR_OK;
+    PAR_CUDA__ENTER(cu, "cuda convert");
+    if (src_type == PAR_BF16) par_cuda__convert_to(cu, n, (const __nv_bfloat16 *)src, dst_type, dst);
+    else if (src_type == PAR_F16) par_cuda__convert_to(cu, n, (const __half *)src, dst_type, dst);
+    else par_cuda__convert_to(cu, n, (const float *)src, dst_type, dst);
+    return par_cuda__launched("cuda convert");
+}
+
 static void par_cuda__compute_destroy(void *user) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
     size_t i;
@@ -2591,6 +2624,7 @@ extern "C" par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_ta
     table->scale = par_cuda__scale_hook;
     table->axpy = par_cuda__axpy_hook;
     table->sumsq = par_cuda__sumsq_hook;
+    table->convert = par_cuda__convert_hook;
     table->destroy = par_cuda__compute_destroy;
     return PAR_OK;
 fail:

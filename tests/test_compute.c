@@ -603,6 +603,53 @@ static void test_reductions(void) {
     CHECK_ERR(K(sumsq, 3, NULL, NULL), PAR_EINVAL, "sumsq: out is NULL");
 }
 
+/* convert: to bf16 and f16 by round to nearest even (ties to the even
+   mantissa), past the range to inf, nan kept, signed zero kept; widening
+   exact. Expected bit patterns worked out from the formats. */
+static void test_convert(void) {
+    static const float in[] = {1.0f, 1.00390625f /* 1 + 2^-8: a bf16 tie, to even 1.0; f16 exact */,
+                               1.01171875f /* 1 + 3 x 2^-8: a bf16 tie, to even 1 + 4 x 2^-8 */, -0.0f,
+                               131008.0f /* 0x47fff000: bf16 rounds up to 2^17; f16 overflows */,
+                               1e30f /* 0x7149f2ca: up */, -2.5f, 0.0009765625f /* 2^-10 */,
+                               1.00048828125f /* 1 + 2^-11: an f16 tie, to even 1.0 */,
+                               1.00146484375f /* 1 + 3 x 2^-11: an f16 tie, to even 1 + 2^-9 */};
+    static const uint16_t want_bf16[] = {0x3f80, 0x3f80, 0x3f82, 0x8000, 0x4800, 0x714a, 0xc020, 0x3a80, 0x3f80, 0x3f80};
+    static const uint16_t want_f16[] = {0x3c00, 0x3c04, 0x3c0c, 0x8000, 0x7c00, 0x7c00, 0xc100, 0x1400, 0x3c00, 0x3c02};
+    const int64_t n = (int64_t)(sizeof in / sizeof in[0]);
+    uint16_t got[16];
+    float back[16], nan_in = NAN;
+    par_compute_table t;
+    int64_t i;
+    int ok = 1;
+    CHECK_OK(par_compute_cpu(NULL, &t));
+    CHECK_OK(t.convert(t.user, n, PAR_F32, in, PAR_BF16, got));
+    for (i = 0; i < n; i++) ok &= got[i] == want_bf16[i];
+    CHECK_MSG(ok, "f32 -> bf16: %04x %04x %04x %04x %04x %04x %04x %04x", got[0], got[1], got[2], got[3], got[4], got[5],
+              got[6], got[7]);
+    CHECK_OK(t.convert(t.user, n, PAR_BF16, got, PAR_F32, back));
+    for (i = 0, ok = 1; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &back[i], 4);
+        ok &= u == (uint32_t)want_bf16[i] << 16; /* widening appends zeros */
+    }
+    CHECK_MSG(ok, "bf16 -> f32 is not exact");
+    CHECK_OK(t.convert(t.user, n, PAR_F32, in, PAR_F16, got));
+    for (i = 0, ok = 1; i < n; i++) ok &= got[i] == want_f16[i];
+    CHECK_MSG(ok, "f32 -> f16: %04x %04x %04x %04x %04x %04x %04x %04x", got[0], got[1], got[2], got[3], got[4], got[5],
+              got[6], got[7]);
+    CHECK_OK(t.convert(t.user, 1, PAR_F32, &nan_in, PAR_BF16, got));
+    CHECK_OK(t.convert(t.user, 1, PAR_F32, &nan_in, PAR_F16, got + 1));
+    CHECK_MSG((got[0] & 0x7f80) == 0x7f80 && (got[0] & 0x7f) && (got[1] & 0x7c00) == 0x7c00 && (got[1] & 0x3ff),
+              "nan: bf16 %04x, f16 %04x", got[0], got[1]);
+    CHECK_OK(t.convert(t.user, n, PAR_F16, want_f16, PAR_BF16, got)); /* through f32: 1 + 2^-10 rounds to 1.0 */
+    CHECK_MSG(got[0] == 0x3f80 && got[1] == 0x3f80 && got[6] == 0xc020, "f16 -> bf16: %04x %04x %04x", got[0], got[1], got[6]);
+    CHECK_ERR(t.convert(t.user, 1, PAR_I32, in, PAR_F32, back), PAR_EINVAL, "convert: i32 to f32: only f32, bf16 and f16 convert");
+    CHECK_ERR(t.convert(t.user, -1, PAR_F32, in, PAR_BF16, got), PAR_EINVAL, "convert: n is -1");
+    CHECK_ERR(t.convert(t.user, 1, PAR_F32, NULL, PAR_BF16, got), PAR_EINVAL, "convert: src is NULL");
+    CHECK_OK(t.convert(t.user, 0, PAR_F32, NULL, PAR_BF16, NULL));
+    t.destroy(t.user);
+}
+
 /* ------------------------------------------------- gemm: kernels and threads */
 
 static void fill_big(float *x, int64_t n) { fill(x, n, 1.0f); }
@@ -841,7 +888,7 @@ static void test_table(void) {
           t.attention_fwd && t.attention_bwd && t.attention_merge && t.rmsnorm_fwd && t.rmsnorm_bwd && t.rope_fwd &&
           t.rope_bwd && t.swiglu_fwd && t.swiglu_bwd && t.embedding_fwd && t.embedding_bwd && t.xent &&
           t.xent_local_max && t.xent_local_sumexp && t.xent_local_target && t.xent_loss_from_pieces &&
-          t.xent_bwd_split && t.adamw && t.scale && t.axpy && t.sumsq && t.scratch_bound && t.destroy);
+          t.xent_bwd_split && t.adamw && t.scale && t.axpy && t.sumsq && t.convert && t.scratch_bound && t.destroy);
     /* attention wrappers: dtype and desc are the table's to check */
     memset(&ad, 0, sizeof ad);
     ad.batch = 1, ad.q_heads = 1, ad.kv_heads = 1, ad.head_dim = 4, ad.q_len = 1, ad.k_len = 1, ad.dtype = PAR_BF16;
@@ -1031,6 +1078,7 @@ int main(void) {
     test_xent();
     test_adamw();
     test_reductions();
+    test_convert();
     test_arg_errors();
     t1.destroy(t1.user);
     t3.destroy(t3.user);

@@ -953,6 +953,26 @@ static void test_optim(int64_t n) {
     CHECK_OK(G.sumsq(G.user, n, (float *)gp, &s_gpu));
     CHECK_MSG(fabs(s_gpu - s_cpu) <= 1e-6 * (1 + fabs(s_cpu)), "sumsq %.17g vs %.17g", s_gpu, s_cpu);
     CHECK_ERR(G.sumsq(G.user, n, (float *)gp, NULL), PAR_EINVAL, "sumsq");
+    if (have((const void *)C.convert, "convert") && have((const void *)G.convert, "convert")) {
+        /* the same bits as the CPU table's (both round to nearest even), each way */
+        static const par_dtype types[2] = {PAR_BF16, PAR_F16};
+        uint16_t *want16 = (uint16_t *)malloc((size_t)n * 2), *got16 = (uint16_t *)malloc((size_t)n * 2);
+        float *back = (float *)malloc((size_t)n * 4);
+        void *g16 = up(want16, (size_t)n * 2);
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(C.convert(C.user, n, PAR_F32, rp, types[k], want16));
+            CHECK_OK(G.convert(G.user, n, PAR_F32, gp, types[k], g16));
+            down(got16, g16, (size_t)n * 2);
+            CHECK_MSG(!memcmp(got16, want16, (size_t)n * 2), "convert f32 -> %s differs from the CPU table's",
+                      par_dtype_name(types[k]));
+            CHECK_OK(G.convert(G.user, n, types[k], g16, PAR_F32, gg));
+            CHECK_OK(C.convert(C.user, n, types[k], want16, PAR_F32, back));
+            down(got, gg, (size_t)n * 4);
+            CHECK_MSG(!memcmp(got, back, (size_t)n * 4), "convert %s -> f32 differs", par_dtype_name(types[k]));
+        }
+        CHECK_ERR(G.convert(G.user, n, PAR_I32, gp, PAR_F32, gg), PAR_EINVAL, "only f32, bf16 and f16 convert");
+        gfree(g16), free(want16), free(got16), free(back);
+    }
     CHECK_ERR(G.adamw(G.user, n, (float *)gp, (float *)gg, (float *)gm, (float *)gv, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
                       0),
               PAR_EINVAL, "step");
