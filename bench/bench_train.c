@@ -12,7 +12,9 @@
         time against the one-rank run (the cost of splitting the batch four ways);
      4. the other 4-rank layouts, dp 2 x tp 2 and tp 4 with and without sequence
         parallel, each with --trace: tokens/s and the share of step time exposed to
-        communication that the trainer computes from its trace (rank 0).
+        communication that the trainer computes from its trace (rank 0);
+     5. activation recomputation on one rank (recompute_config: none, selective,
+        full): tokens/s and the activation memory the trainer plans (= its peak).
    Prints a table and JSON lines {"bench":"train",...}. Usage: build/bench_train [steps] */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
@@ -28,6 +30,7 @@ typedef struct run_result {
     double tokens_per_s; /* median over steps 1.. */
     double cpu_s, wall_s;
     double comm_share;   /* from the trace; -1 when not traced */
+    double act_mib;      /* planned activation memory (the memory_plan line) */
     int ok;
 } run_result;
 
@@ -58,8 +61,8 @@ static int timed_system(const char *cmd, double *cpu_s, double *wall_s) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static run_result run_trainer(int dp, int tp, int sp, int trace, int steps) {
-    run_result r = {0, 0, 0, -1, 0};
+static run_result run_trainer(int dp, int tp, int sp, int trace, int steps, const char *extra) {
+    run_result r = {0, 0, 0, -1, 0, 0};
     char cmd[1024], line[1024];
     double tps[256];
     int n = 0;
@@ -67,14 +70,16 @@ static run_result run_trainer(int dp, int tp, int sp, int trace, int steps) {
     snprintf(cmd, sizeof cmd,
              "build/train --config examples/configs/bench.yaml --data parallel.h --steps %d --quiet "
              "--set parallel_config.data_parallel=%d --set parallel_config.model_parallel=%d "
-             "--set parallel_config.use_seq_parallel=%s %s --metrics build/bench_train.jsonl >/dev/null",
-             steps, dp, tp, sp ? "true" : "false", trace ? "--trace build/bench_train_trace.json" : "");
+             "--set parallel_config.use_seq_parallel=%s %s %s --metrics build/bench_train.jsonl >/dev/null",
+             steps, dp, tp, sp ? "true" : "false", trace ? "--trace build/bench_train_trace.json" : "", extra);
     if (timed_system(cmd, &r.cpu_s, &r.wall_s) != 0) return r;
     if (!(f = fopen("build/bench_train.jsonl", "r"))) return r;
     while (fgets(line, sizeof line, f) && n < 256) {
         const char *p = strstr(line, "\"tokens_per_s\":"), *c = strstr(line, "\"share\":");
         if (p && strstr(line, "\"step\":")) tps[n++] = strtod(p + 15, NULL);
         if (c && strstr(line, "comm_share")) r.comm_share = strtod(c + 8, NULL);
+        if (strstr(line, "\"event\":\"memory_plan\"") && strstr(line, "\"activations\":"))
+            r.act_mib = strtod(strstr(line, "\"activations\":") + 14, NULL) / 1048576.0;
     }
     fclose(f);
     if (n < 2) return r;
@@ -85,7 +90,7 @@ static run_result run_trainer(int dp, int tp, int sp, int trace, int steps) {
 }
 
 static run_result run_torch(const char *script, int steps) {
-    run_result r = {0, 0, 0, -1, 0};
+    run_result r = {0, 0, 0, -1, 0, 0};
     char cmd[1024], line[512];
     FILE *p;
     snprintf(cmd, sizeof cmd,
@@ -106,18 +111,22 @@ int main(int argc, char **argv) {
     const char *script = getenv("TORCH_LLAMA") ? getenv("TORCH_LLAMA") : "tests/ref/make_bias_ref.py";
     static const struct { const char *name; int dp, tp, sp; } layouts[] = {
         {"dp 4", 4, 1, 0}, {"dp 2 x tp 2", 2, 2, 0}, {"dp 2 x tp 2 + sp", 2, 2, 1}, {"tp 4", 1, 4, 0}, {"tp 4 + sp", 1, 4, 1}};
-    run_result one, four, torch = {0, 0, 0, -1, 0}, traced[5];
+    static const struct { const char *name, *sets; } recompute[] = {
+        {"none", ""}, {"selective", "--set recompute_config.select_recompute=true"},
+        {"full", "--set recompute_config.recompute=true"}};
+    run_result one, four, torch = {0, 0, 0, -1, 0, 0}, traced[5], rc[3];
     size_t i;
     int have_torch;
     if (steps < 2) return fprintf(stderr, "bench_train: steps must be >= 2\n"), 2;
     if (access("build/train", X_OK) != 0)
         return fprintf(stderr, "bench_train: build/train is missing (make build/train; needs libyaml)\n"), 1;
     have_torch = access(script, R_OK) == 0 && system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-    one = run_trainer(1, 1, 0, 0, steps);
+    one = run_trainer(1, 1, 0, 0, steps, "");
     if (have_torch) torch = run_torch(script, steps - 1);
-    four = run_trainer(4, 1, 0, 0, steps);
+    four = run_trainer(4, 1, 0, 0, steps, "");
     for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-        traced[i] = run_trainer(layouts[i].dp, layouts[i].tp, layouts[i].sp, 1, steps);
+        traced[i] = run_trainer(layouts[i].dp, layouts[i].tp, layouts[i].sp, 1, steps, "");
+    for (i = 0; i < 3; i++) rc[i] = run_trainer(1, 1, 0, 0, steps, recompute[i].sets);
     if (!one.ok || !four.ok) return fprintf(stderr, "bench_train: a trainer run failed\n"), 1;
 
     printf("bench model: hidden 256, 4 layers, 8 heads (4 kv), ffn 688, seq 256, global batch 8; %d steps\n", steps);
@@ -137,6 +146,14 @@ int main(int argc, char **argv) {
         }
         printf("%-34s %12.0f %9.1f%%\n", layouts[i].name, traced[i].tokens_per_s, 100.0 * traced[i].comm_share);
     }
+    printf("1 rank, activation recomputation (recompute_config):\n");
+    printf("%-34s %12s %10s %14s\n", "recompute", "tokens/s", "vs none", "activations MiB");
+    for (i = 0; i < 3; i++)
+        if (rc[i].ok)
+            printf("%-34s %12.0f %9.2fx %14.2f\n", recompute[i].name, rc[i].tokens_per_s,
+                   rc[0].ok ? rc[i].tokens_per_s / rc[0].tokens_per_s : 0.0, rc[i].act_mib);
+        else
+            printf("%-34s %12s\n", recompute[i].name, "failed");
 
     printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"tokens_per_s\":%.1f,\"cpu_s\":%.3f,\"wall_s\":%.3f}\n",
            one.tokens_per_s, one.cpu_s, one.wall_s);
@@ -152,5 +169,9 @@ int main(int argc, char **argv) {
                    "\"tokens_per_s\":%.1f,\"comm_share\":%.4f}\n",
                    layouts[i].dp, layouts[i].tp, layouts[i].sp ? "true" : "false", traced[i].tokens_per_s,
                    traced[i].comm_share);
+    for (i = 0; i < 3; i++)
+        if (rc[i].ok)
+            printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"recompute\":\"%s\",\"tokens_per_s\":%.1f,"
+                   "\"activations_mib\":%.3f}\n", recompute[i].name, rc[i].tokens_per_s, rc[i].act_mib);
     return 0;
 }

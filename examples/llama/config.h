@@ -2152,6 +2152,9 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
                                 "write the value out", l->file, line, child);
         } else if (t && t->type == LLAMA__T_PAIR && val.type == YAML_SEQUENCE_START_EVENT) {
             rc = llama__file_pair(l, child, line);
+        } else if (t && t->type == LLAMA__T_LAYERS && val.type == YAML_SEQUENCE_START_EVENT && t->offset == LLAMA__NONE) {
+            l->rep->line[t - llama__keys] = line; /* accepted whatever it lists (the reference says why) */
+            rc = llama__skip_value(l, &val);
         } else if (t && t->type == LLAMA__T_LAYERS && val.type == YAML_SEQUENCE_START_EVENT) {
             rc = llama__file_layers(l, child, line); /* MindFormers' per-stage (per chunk) lists */
         } else if (t && val.type == YAML_SEQUENCE_START_EVENT && llama__list_refusal(t)) {
