@@ -1085,8 +1085,10 @@ typedef enum par_copy_kind { PAR_COPY_HOST_TO_HOST = 0, PAR_COPY_HOST_TO_DEVICE,
    Element (i,j) of X is X[i*ldX + j]; a zero leading dim means tight (the stored
    row length). beta = 0 means C is not read. batch > 1: problem b uses
    A + b*stride_a, B + b*stride_b, C + b*stride_c (elements; a zero A or B stride
-   broadcasts). a_type is the type of A and B, c_type of C; accumulation is f32.
-   The CPU table supports f32 only. */
+   broadcasts). a_type is the type of A and B, c_type of C: f32, bf16 or f16,
+   c_type f32 or a_type; accumulation is f32 and a 16-bit C is rounded (to
+   nearest even) once, from alpha op(A) op(B) + beta C computed in f32.
+   Strides and leading dims count elements of the type. */
 typedef struct par_gemm_desc {
     int transa, transb;
     int64_t m, n, k;
@@ -1127,6 +1129,9 @@ typedef struct par_attn_desc {
 typedef struct par_scratch_query {
     int64_t gemm_m, gemm_n, gemm_k; /* largest m, n and k of any GEMM */
     int64_t attn_rows;              /* largest batch x q_heads x q_len of an attention */
+    par_dtype gemm_type;            /* F32 (zero): every GEMM is f32; BF16 / F16: some take 16-bit A and B
+                                       (and maybe C: the CPU table packs such A and B itself, also with
+                                       CBLAS, and stages a 16-bit C in f32, gemm_m x gemm_n floats) */
 } par_scratch_query;
 
 typedef struct par_compute_table {
@@ -11200,6 +11205,40 @@ static const par__cpu_gemm_isa *par__cpu_gemm_best(void) {
     return list[0];
 }
 
+/* Element e of a bf16 or f16 array as f32 (the 16-bit GEMM packs through it). */
+static float par__cpu_ld16(par_dtype t, const uint16_t *x, int64_t e) {
+    return t == PAR_BF16 ? par__bf16_to_f32(x[e]) : par__f16_to_f32(x[e]);
+}
+
+/* pack_a / pack_b for 16-bit A or B: the same panels, each value widened. */
+static void par__cpu_pack_a16(int MR, int transa, par_dtype t, const uint16_t *A, int64_t lda, int64_t i0, int64_t mc,
+                              int64_t p0, int64_t kc, float *PAR__RESTRICT dst) {
+    int64_t ir, p;
+    int i;
+    for (ir = 0; ir < mc; ir += MR, dst += kc * MR) {
+        const int mr = (int)(mc - ir < MR ? mc - ir : MR);
+        for (p = 0; p < kc; p++)
+            for (i = 0; i < MR; i++)
+                dst[p * MR + i] = i >= mr ? 0.0f
+                                          : par__cpu_ld16(t, A, transa ? (p0 + p) * lda + i0 + ir + i
+                                                                       : (i0 + ir + i) * lda + p0 + p);
+    }
+}
+
+static void par__cpu_pack_b16(int NR, int transb, par_dtype t, const uint16_t *B, int64_t ldb, int64_t p0, int64_t kc,
+                              int64_t j0, int64_t nc, float *PAR__RESTRICT dst) {
+    int64_t jr, p;
+    int j;
+    for (jr = 0; jr < nc; jr += NR, dst += kc * NR) {
+        const int nr = (int)(nc - jr < NR ? nc - jr : NR);
+        for (p = 0; p < kc; p++)
+            for (j = 0; j < NR; j++)
+                dst[p * NR + j] = j >= nr ? 0.0f
+                                          : par__cpu_ld16(t, B, transb ? (j0 + jr + j) * ldb + p0 + p
+                                                                       : (p0 + p) * ldb + j0 + jr + j);
+    }
+}
+
 /* Pack rows [i0, i0+mc) x cols [p0, p0+kc) of op(A) into MR-row panels: panel q
    holds, for each p, the MR values op(A)[i0+q*MR+i, p0+p], zero-padded. */
 static void par__cpu_pack_a(int MR, int transa, const float *A, int64_t lda, int64_t i0, int64_t mc, int64_t p0,
@@ -11298,8 +11337,8 @@ static int64_t par__cpu_blocks_floats(par__cpu_blocks b) { return par__cpu_round
 /* The five-loop GEMM on caller-provided packing space `ws` (>= blocks_floats,
    64-byte aligned). Arguments are trusted (checked by the callers). */
 static void par__cpu_gemm_blocked(const par__cpu_gemm_isa *isa, par__cpu_blocks bl, int transa, int transb,
-                                  int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
-                                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, float *ws) {
+                                  int64_t m, int64_t n, int64_t k, float alpha, par_dtype ab, const void *A, int64_t lda,
+                                  const void *B, int64_t ldb, float beta, float *C, int64_t ldc, float *ws) {
     const int MR = isa->mr, NR = isa->nr;
     float *pa = ws, *pb = ws + par__cpu_round_up(bl.mc * bl.kc, 16);
     int64_t jc, pc, ic, jr, ir;
@@ -11313,10 +11352,12 @@ static void par__cpu_gemm_blocked(const par__cpu_gemm_isa *isa, par__cpu_blocks 
         for (pc = 0; pc < k; pc += bl.kc) {
             const int64_t kc = k - pc < bl.kc ? k - pc : bl.kc;
             const float beta_now = pc == 0 ? beta : 1.0f; /* later k blocks add to C */
-            par__cpu_pack_b(NR, transb, B, ldb, pc, kc, jc, nc, pb);
+            if (ab == PAR_F32) par__cpu_pack_b(NR, transb, (const float *)B, ldb, pc, kc, jc, nc, pb);
+            else par__cpu_pack_b16(NR, transb, ab, (const uint16_t *)B, ldb, pc, kc, jc, nc, pb);
             for (ic = 0; ic < m; ic += bl.mc) {
                 const int64_t mc = m - ic < bl.mc ? m - ic : bl.mc;
-                par__cpu_pack_a(MR, transa, A, lda, ic, mc, pc, kc, pa);
+                if (ab == PAR_F32) par__cpu_pack_a(MR, transa, (const float *)A, lda, ic, mc, pc, kc, pa);
+                else par__cpu_pack_a16(MR, transa, ab, (const uint16_t *)A, lda, ic, mc, pc, kc, pa);
                 for (jr = 0; jr < nc; jr += NR) {
                     const int nr = (int)(nc - jr < NR ? nc - jr : NR);
                     for (ir = 0; ir < mc; ir += MR) {
@@ -11357,7 +11398,7 @@ static void par__cpu_sgemm_isa_a(const par_allocator *alloc, const par__cpu_gemm
         bl = par__cpu_gemm_blocks(isa, m, n, k, PAR__CPU_STACK_FLOATS);
         ws = (float *)par__cpu_align64(stack);
     }
-    par__cpu_gemm_blocked(isa, bl, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+    par__cpu_gemm_blocked(isa, bl, transa, transb, m, n, k, alpha, PAR_F32, A, lda, B, ldb, beta, C, ldc, ws);
     par__alloc_free(alloc, heap);
 }
 
@@ -12349,6 +12390,8 @@ struct par__cpu_state {
     const par__cpu_gemm_isa *isa;
     void *ws_raw[PAR__CPU_MAX_THREADS]; /* packing space per worker */
     int64_t ws_floats[PAR__CPU_MAX_THREADS];
+    float *stage;                       /* a 16-bit GEMM output in f32 (par__cpu_stage_reserve) */
+    int64_t stage_floats;
 #endif
 #ifdef PAR__CPU_THREADS
     pthread_t *tids;
@@ -12565,14 +12608,16 @@ static par_status par__cpu_t_scratch_bound(void *user, const par_scratch_query *
     PAR__CPU_NEED(q->gemm_m >= 0 && q->gemm_n >= 0 && q->gemm_k >= 0 && q->attn_rows >= 0,
                   "scratch_bound: gemm m %lld, n %lld, k %lld and attn_rows %lld must be >= 0", (long long)q->gemm_m,
                   (long long)q->gemm_n, (long long)q->gemm_k, (long long)q->attn_rows);
-#ifndef PARALLEL_WITH_CBLAS
+    PAR__CPU_NEED(q->gemm_type == PAR_F32 || q->gemm_type == PAR_BF16 || q->gemm_type == PAR_F16,
+                  "scratch_bound: gemm_type %s (f32, bf16 or f16)", par_dtype_name(q->gemm_type));
+#ifdef PARALLEL_WITH_CBLAS
+    if (q->gemm_type != PAR_F32) /* CBLAS takes f32 only: 16-bit GEMMs pack on the built-in path */
+#endif
     if (q->gemm_m > 0 && q->gemm_n > 0 && q->gemm_k > 0)
         *bytes = (size_t)s->threads *
                  (size_t)par__cpu_blocks_floats(par__cpu_gemm_blocks(s->isa, q->gemm_m, q->gemm_n, q->gemm_k, 0)) *
                  sizeof(float);
-#else
-    (void)s;
-#endif
+    if (q->gemm_type != PAR_F32) *bytes += (size_t)q->gemm_m * (size_t)q->gemm_n * sizeof(float); /* the staging */
     return PAR_OK;
 }
 #endif
@@ -12606,9 +12651,10 @@ static par_status par__cpu_ws_reserve(par__cpu_state *s, int w, int64_t floats) 
 
 typedef struct par__cpu_gemm_job {
     par__cpu_state *s;
-    par_gemm_desc d; /* normalized: tight lds filled in, batch >= 1 */
-    const float *a, *b;
-    float *c;
+    par_gemm_desc d; /* normalized: tight lds filled in, batch >= 1; for a 16-bit C, the staging's
+                        ldc and stride_c */
+    const void *a, *b; /* of d.a_type */
+    float *c;          /* f32: C itself, or the f32 staging of a 16-bit C */
     int workers;     /* workers taking part */
     int parts;       /* slices per problem (1 = whole problems per worker) */
     int split_m;     /* slices are row blocks (else column blocks) */
@@ -12616,53 +12662,88 @@ typedef struct par__cpu_gemm_job {
     par__cpu_blocks bl;
 } par__cpu_gemm_job;
 
+/* Element e of an array of `t` (the pointer arithmetic of the typed GEMM). */
+static const void *par__cpu_at(const void *p, par_dtype t, int64_t e) {
+    return (const char *)p + e * (int64_t)par_dtype_size(t);
+}
+
 static void par__cpu_gemm_task(void *arg, int w) {
     const par__cpu_gemm_job *j = (const par__cpu_gemm_job *)arg;
     const par_gemm_desc *d = &j->d;
+    const par_dtype t = d->a_type;
     const int T = j->workers;
     float *ws = (float *)par__cpu_align64(j->s->ws_raw[w]);
     int64_t bi;
     if (j->parts == 1) { /* whole problems, round robin */
         for (bi = w; bi < d->batch; bi += T)
-            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, d->m, d->n, d->k, d->alpha,
-                                  j->a + bi * d->stride_a, d->lda, j->b + bi * d->stride_b, d->ldb, d->beta,
-                                  j->c + bi * d->stride_c, d->ldc, ws);
+            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, d->m, d->n, d->k, d->alpha, t,
+                                  par__cpu_at(j->a, t, bi * d->stride_a), d->lda, par__cpu_at(j->b, t, bi * d->stride_b),
+                                  d->ldb, d->beta, j->c + bi * d->stride_c, d->ldc, ws);
         return;
     }
     for (bi = 0; bi < d->batch; bi++) {
-        const float *A = j->a + bi * d->stride_a, *B = j->b + bi * d->stride_b;
+        const void *A = par__cpu_at(j->a, t, bi * d->stride_a), *B = par__cpu_at(j->b, t, bi * d->stride_b);
         float *C = j->c + bi * d->stride_c;
         const int64_t lo = (int64_t)w * j->step, total = j->split_m ? d->m : d->n;
         const int64_t len = lo >= total ? 0 : (total - lo < j->step ? total - lo : j->step);
         if (len <= 0) continue;
         if (j->split_m) /* rows lo.. of op(A) and C */
-            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, len, d->n, d->k, d->alpha,
-                                  d->transa ? A + lo : A + lo * d->lda, d->lda, B, d->ldb, d->beta, C + lo * d->ldc,
-                                  d->ldc, ws);
+            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, len, d->n, d->k, d->alpha, t,
+                                  par__cpu_at(A, t, d->transa ? lo : lo * d->lda), d->lda, B, d->ldb, d->beta,
+                                  C + lo * d->ldc, d->ldc, ws);
         else /* columns lo.. of op(B) and C */
-            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, d->m, len, d->k, d->alpha, A, d->lda,
-                                  d->transb ? B + lo * d->ldb : B + lo, d->ldb, d->beta, C + lo, d->ldc, ws);
+            par__cpu_gemm_blocked(j->s->isa, j->bl, d->transa, d->transb, d->m, len, d->k, d->alpha, t, A, d->lda,
+                                  par__cpu_at(B, t, d->transb ? lo * d->ldb : lo), d->ldb, d->beta, C + lo, d->ldc, ws);
     }
+}
+
+/* A 16-bit C is staged in f32 (batch problems of m x n, tight): loaded when
+   beta reads it, rounded once into C afterwards. The staging is the table's
+   workspace (s->stage), grown as needed. */
+static par_status par__cpu_stage_reserve(par__cpu_state *s, int64_t floats) {
+    void *raw;
+    if (s->stage_floats >= floats) return PAR_OK;
+    if (!(raw = par__alloc_malloc(&s->alloc, (size_t)floats * sizeof(float))))
+        return par__fail(PAR_ENOMEM, "gemm: out of memory staging a 16-bit C (%lld bytes)", (long long)floats * 4);
+    if (s->stage) par__alloc_free(&s->alloc, s->stage), par__cpu_mem_add(s, PAR_MEM_WORKSPACE, -s->stage_floats * 4);
+    s->stage = (float *)raw, s->stage_floats = floats;
+    par__cpu_mem_add(s, PAR_MEM_WORKSPACE, floats * 4);
+    return PAR_OK;
+}
+
+/* dir 0: staging <- C (widened); 1: C <- staging (rounded). */
+static void par__cpu_stage_copy(const par_gemm_desc *d, par_dtype ct, void *C, float *st, int dir) {
+    int64_t bi, i, jj;
+    for (bi = 0; bi < d->batch; bi++)
+        for (i = 0; i < d->m; i++) {
+            uint16_t *c = (uint16_t *)C + bi * d->stride_c + i * d->ldc;
+            float *f = st + (bi * d->m + i) * d->n;
+            for (jj = 0; jj < d->n; jj++) {
+                if (dir == 0) f[jj] = par__cpu_ld16(ct, c, jj);
+                else c[jj] = ct == PAR_BF16 ? par__f32_to_bf16(f[jj]) : par__f32_to_f16(f[jj]);
+            }
+        }
 }
 
 /* Below this many multiply-adds a GEMM stays on the calling thread: waking the
    pool costs tens of microseconds (more on a busy machine), ~2^23 flops here. */
 #define PAR__CPU_GEMM_MT_MIN ((int64_t)1 << 23)
 
+static par_status par__cpu_gemm_run(par__cpu_state *s, par__cpu_gemm_job *jb);
+
 static par_status par__cpu_t_gemm(void *user, const par_gemm_desc *desc, const void *a, const void *b, void *c) {
     par__cpu_state *s = (par__cpu_state *)user;
     par__cpu_gemm_job job;
     par_gemm_desc *d = &job.d;
-    int64_t need_a, need_b, work;
-    int w, T;
+    int64_t need_a, need_b;
     if (!desc) return par__fail(PAR_EINVAL, "gemm: desc is NULL");
     *d = *desc;
-    if (d->a_type != PAR_F32)
-        return par__fail(PAR_EUNSUPPORTED, "gemm: a_type %s is not supported by the cpu table (f32 only)",
+    if (d->a_type != PAR_F32 && d->a_type != PAR_BF16 && d->a_type != PAR_F16)
+        return par__fail(PAR_EUNSUPPORTED, "gemm: a_type %s is not supported by the cpu table (f32, bf16 or f16)",
                          par_dtype_name(d->a_type));
-    if (d->c_type != PAR_F32)
-        return par__fail(PAR_EUNSUPPORTED, "gemm: c_type %s is not supported by the cpu table (f32 only)",
-                         par_dtype_name(d->c_type));
+    if (d->c_type != PAR_F32 && d->c_type != d->a_type)
+        return par__fail(PAR_EUNSUPPORTED, "gemm: c_type %s with a_type %s: C is f32 or the type of A and B",
+                         par_dtype_name(d->c_type), par_dtype_name(d->a_type));
     PAR__CPU_NEED(d->transa == 0 || d->transa == 1, "gemm: transa is %d (must be 0 or 1)", d->transa);
     PAR__CPU_NEED(d->transb == 0 || d->transb == 1, "gemm: transb is %d (must be 0 or 1)", d->transb);
     PAR__CPU_NEED(d->m >= 0, "gemm: m is %lld (must be >= 0)", (long long)d->m);
@@ -12696,18 +12777,38 @@ static par_status par__cpu_t_gemm(void *user, const par_gemm_desc *desc, const v
         PAR__CPU_PTR("gemm", b);
     }
     job.s = s;
-    job.a = (const float *)a;
-    job.b = (const float *)b;
+    job.a = a;
+    job.b = b;
     job.c = (float *)c;
+    if (d->c_type != PAR_F32) { /* f32 staging, tight: rounded into C once at the end */
+        par_gemm_desc io = *d;
+        par_status st = par__cpu_stage_reserve(s, d->batch * d->m * d->n);
+        if (st != PAR_OK) return st;
+        if (d->beta != 0.0f) par__cpu_stage_copy(&io, d->c_type, c, s->stage, 0);
+        d->ldc = d->n, d->stride_c = d->m * d->n, d->c_type = PAR_F32, job.c = s->stage;
+        st = par__cpu_gemm_run(s, &job);
+        if (st == PAR_OK) par__cpu_stage_copy(&io, io.c_type, c, s->stage, 1);
+        return st;
+    }
+    return par__cpu_gemm_run(s, &job);
+}
+
+/* The checked, normalized GEMM with an f32 C (or a 16-bit C's staging). */
+static par_status par__cpu_gemm_run(par__cpu_state *s, par__cpu_gemm_job *jb) {
+    par__cpu_gemm_job job = *jb;
+    par_gemm_desc *d = &job.d;
+    int64_t work;
+    int w, T;
 #ifdef PARALLEL_WITH_CBLAS
-    {
+    if (d->a_type == PAR_F32) {
         int64_t bi;
         PAR__CPU_NEED(d->m <= INT_MAX && d->n <= INT_MAX && d->k <= INT_MAX && d->lda <= INT_MAX &&
                           d->ldb <= INT_MAX && d->ldc <= INT_MAX,
                       "gemm: a size or leading dim exceeds the int range of CBLAS");
         for (bi = 0; bi < d->batch; bi++)
-            par__cpu_sgemm(d->transa, d->transb, d->m, d->n, d->k, d->alpha, job.a + bi * d->stride_a, d->lda,
-                           job.b + bi * d->stride_b, d->ldb, d->beta, job.c + bi * d->stride_c, d->ldc);
+            par__cpu_sgemm(d->transa, d->transb, d->m, d->n, d->k, d->alpha, (const float *)job.a + bi * d->stride_a,
+                           d->lda, (const float *)job.b + bi * d->stride_b, d->ldb, d->beta, job.c + bi * d->stride_c,
+                           d->ldc);
         return PAR_OK;
     }
 #endif
@@ -13100,6 +13201,7 @@ static void par__cpu_t_destroy(void *user) {
     a = s->alloc;
 #ifndef PARALLEL_NO_CPU_KERNELS
     for (w = 0; w < PAR__CPU_MAX_THREADS; w++) par__alloc_free(&a, s->ws_raw[w]);
+    par__alloc_free(&a, s->stage);
 #else
     (void)w;
 #endif
@@ -21018,6 +21120,8 @@ static double par__au_table_scratch(const par__au *a, double rows, double feat, 
     par_scratch_query q;
     size_t b = 0;
     if (!ct || !ct->scratch_bound) return 0;
+    memset(&q, 0, sizeof q);
+    q.gemm_type = a->m.dtype; /* mixed precision's GEMMs take the dtype */
     q.gemm_m = q.gemm_k = (int64_t)(rows > feat ? rows : feat);
     q.gemm_n = (int64_t)feat;
     q.attn_rows = (int64_t)attn_rows;

@@ -762,8 +762,8 @@ static void test_gemm_desc(void) {
         e.field = value;                                       \
         CHECK_ERR(T_->gemm(T_->user, &e, a, b, c), status, needle); \
     } while (0)
-    GEMM_ERR(a_type, PAR_BF16, PAR_EUNSUPPORTED, "a_type bf16");
-    GEMM_ERR(c_type, PAR_F16, PAR_EUNSUPPORTED, "c_type f16");
+    GEMM_ERR(a_type, PAR_I64, PAR_EUNSUPPORTED, "a_type i64");
+    GEMM_ERR(c_type, PAR_F16, PAR_EUNSUPPORTED, "c_type f16 with a_type f32");
     GEMM_ERR(transa, 2, PAR_EINVAL, "transa is 2");
     GEMM_ERR(transb, -1, PAR_EINVAL, "transb is -1");
     GEMM_ERR(m, -1, PAR_EINVAL, "m is -1");
@@ -995,9 +995,145 @@ static void test_fan_out(par_compute_table *t1, par_compute_table *t3) {
 /* scratch_bound: after GEMMs with m, n, k each at most the query's, the packing
    space a fresh table reports is within the bound, for 1 and 3 threads; one
    single-threaded GEMM of exactly the bound's shape reaches it (tight). */
+/* 16-bit GEMMs: A and B in bf16 or f16 (values decoded here from the
+   formats), C in f32 (accumulated in f32: within f32 rounding of a double
+   reference) or in the 16-bit type (alpha op(A) op(B) + beta C in f32,
+   rounded once: at most one 16-bit ulp from the double reference rounded,
+   and mostly equal to it); transposes, leading dims, a strided batch, beta
+   reading a 16-bit C, 1 and 3 threads (row and column slices). */
+static double dec16(par_dtype t, uint16_t h) {
+    uint32_t u;
+    float f;
+    if (t == PAR_BF16) {
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    {
+        const int e = (h >> 10) & 0x1f, mnt = h & 0x3ff;
+        const double v = e == 0 ? ldexp(mnt, -24) : ldexp(1024 + mnt, e - 25);
+        return (h & 0x8000) ? -v : v;
+    }
+}
+
+/* A double rounded to bf16 / f16 by searching the neighbours' midpoints (independent of the library). */
+static double round16(par_dtype t, double x) {
+    const int e = x == 0 ? 0 : ilogb(x);
+    const double ulp = ldexp(1.0, e - (t == PAR_BF16 ? 7 : 10));
+    double q = floor(x / ulp), lo = q * ulp, r = x - lo;
+    if (r > ulp / 2 || (r == ulp / 2 && fmod(q, 2.0) != 0)) lo += ulp;
+    return lo;
+}
+
+static void test_gemm16(par_compute_table *t1, par_compute_table *t3) {
+    static const par_dtype types[2] = {PAR_BF16, PAR_F16};
+    static const struct { int ta, tb; int64_t m, n, k, batch; } shapes[] = {
+        {0, 0, 7, 9, 13, 1}, {1, 0, 33, 17, 40, 1}, {0, 1, 130, 70, 65, 1}, {1, 1, 5, 300, 3, 2}, {0, 1, 260, 200, 160, 1}};
+    int ti, th;
+    size_t si;
+    for (ti = 0; ti < 2; ti++)
+        for (th = 0; th < 2; th++)
+            for (si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                const par_dtype t = types[ti];
+                par_compute_table *tab = th ? t3 : t1;
+                const int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k, nb = shapes[si].batch;
+                const int64_t lda = (shapes[si].ta ? m : k) + 3, ldb = (shapes[si].tb ? k : n) + 1, ldc = n + 2;
+                const int64_t sa = (shapes[si].ta ? k : m) * lda, sb = (shapes[si].tb ? n : k) * ldb, sc = m * ldc;
+                uint16_t *A = (uint16_t *)calloc((size_t)(sa * nb), 2), *B = (uint16_t *)calloc((size_t)(sb * nb), 2);
+                uint16_t *C16 = (uint16_t *)calloc((size_t)(sc * nb), 2);
+                float *C32 = (float *)calloc((size_t)(sc * nb), 4);
+                par_gemm_desc d;
+                int64_t bi, i, j, p, off16 = 0, exact = 0, total = 0;
+                double worst32 = 0;
+                int ok16 = 1;
+                for (i = 0; i < sa * nb; i++) A[i] = t == PAR_BF16 ? (uint16_t)(0x3c00 + (rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull) % 0x700) ^ (uint16_t)(i & 1 ? 0x8000 : 0)
+                                                                     : (uint16_t)(0x3000 + (rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull) % 0xc00) ^ (uint16_t)(i & 1 ? 0x8000 : 0);
+                for (i = 0; i < sb * nb; i++) B[i] = A[(i * 7) % (sa * nb)];
+                for (i = 0; i < sc * nb; i++) C16[i] = A[(i * 5) % (sa * nb)];
+                memset(&d, 0, sizeof d);
+                d.transa = shapes[si].ta, d.transb = shapes[si].tb, d.m = m, d.n = n, d.k = k, d.alpha = 0.5f;
+                d.lda = lda, d.ldb = ldb, d.ldc = ldc, d.stride_a = sa, d.stride_b = sb, d.stride_c = sc, d.batch = nb;
+                d.a_type = t, d.c_type = PAR_F32, d.beta = 0.0f;
+                CHECK_OK(tab->gemm(tab->user, &d, A, B, C32));
+                d.c_type = t, d.beta = 0.25f;
+                {
+                    uint16_t *C0 = (uint16_t *)malloc((size_t)(sc * nb) * 2);
+                    memcpy(C0, C16, (size_t)(sc * nb) * 2);
+                    CHECK_OK(tab->gemm(tab->user, &d, A, B, C16));
+                    for (bi = 0; bi < nb; bi++)
+                        for (i = 0; i < m; i++)
+                            for (j = 0; j < n; j++) {
+                                double acc = 0, mag = 0, want, got;
+                                for (p = 0; p < k; p++) {
+                                    const double a = dec16(t, A[bi * sa + (shapes[si].ta ? p * lda + i : i * lda + p)]);
+                                    const double b = dec16(t, B[bi * sb + (shapes[si].tb ? j * ldb + p : p * ldb + j)]);
+                                    acc += a * b, mag += fabs(a * b);
+                                }
+                                {   /* f32 C: f32 accumulation of k products, each sum within an f32 ulp of the partial sums */
+                                    const double g32 = C32[bi * sc + i * ldc + j], err = fabs(g32 - 0.5 * acc);
+                                    const double rel = err / (1e-30 + k * 6e-8 * 0.5 * mag);
+                                    if (rel > worst32) worst32 = rel;
+                                }
+                                want = round16(t, 0.5 * acc + 0.25 * dec16(t, C0[bi * sc + i * ldc + j]));
+                                got = dec16(t, C16[bi * sc + i * ldc + j]);
+                                total++, exact += got == want;
+                                if (fabs(got - want) > fabs(round16(t, want * (1 + 1.0 / 64)) - want) + 1e-300) ok16 = 0;
+                            }
+                    for (bi = 0; bi < nb; bi++) /* the padding between rows is untouched */
+                        for (i = 0; i < m; i++)
+                            for (j = n; j < ldc && bi * sc + i * ldc + j < sc * nb; j++)
+                                off16 += C16[bi * sc + i * ldc + j] != C0[bi * sc + i * ldc + j];
+                    free(C0);
+                }
+                CHECK_MSG(worst32 <= 1.0, "%s %lldx%lldx%lld: an f32 C is off by %g x k f32 ulps", par_dtype_name(t),
+                          (long long)m, (long long)n, (long long)k, worst32);
+                CHECK_MSG(ok16 && exact * 100 >= total * 95, "%s %lldx%lldx%lld (%d thread(s)): %lld of %lld exactly "
+                          "rounded, every one within an ulp: %d", par_dtype_name(t), (long long)m, (long long)n,
+                          (long long)k, th ? 3 : 1, (long long)exact, (long long)total, ok16);
+                CHECK_MSG(off16 == 0, "%s: the rows' padding changed", par_dtype_name(t));
+                free(A), free(B), free(C16), free(C32);
+            }
+    {   /* the workspace a 16-bit GEMM takes (packing and the staging of C) is within scratch_bound */
+        par_compute_table t;
+        par_cpu_desc cd;
+        par_mem_report r;
+        par_scratch_query q;
+        par_gemm_desc d;
+        size_t bound = 0;
+        const int64_t m = 300, n = 200, k = 150;
+        uint16_t *A = (uint16_t *)calloc((size_t)(m * k), 2), *B = (uint16_t *)calloc((size_t)(k * n), 2);
+        uint16_t *C = (uint16_t *)calloc((size_t)(m * n), 2);
+        memset(&cd, 0, sizeof cd);
+        cd.threads = 1;
+        CHECK_OK(par_compute_cpu(&cd, &t));
+        memset(&q, 0, sizeof q);
+        q.gemm_m = m, q.gemm_n = n, q.gemm_k = k, q.gemm_type = PAR_BF16;
+        CHECK_OK(t.scratch_bound(t.user, &q, &bound));
+        memset(&d, 0, sizeof d);
+        d.m = m, d.n = n, d.k = k, d.alpha = 1, d.a_type = d.c_type = PAR_BF16;
+        CHECK_OK(t.gemm(t.user, &d, A, B, C));
+        CHECK_OK(t.memory_report(t.user, &r));
+        CHECK_MSG(r.peak[PAR_MEM_WORKSPACE] >= m * n * 4 && (size_t)r.peak[PAR_MEM_WORKSPACE] <= bound,
+                  "16-bit GEMM workspace peak %lld, bound %zu", (long long)r.peak[PAR_MEM_WORKSPACE], bound);
+        q.gemm_type = PAR_I32;
+        CHECK_ERR(t.scratch_bound(t.user, &q, &bound), PAR_EINVAL, "scratch_bound: gemm_type i32");
+        t.destroy(t.user);
+        free(A), free(B), free(C);
+    }
+    {   /* the rules */
+        par_gemm_desc d;
+        float x[4] = {0};
+        memset(&d, 0, sizeof d);
+        d.m = d.n = d.k = 1, d.alpha = 1, d.a_type = PAR_BF16, d.c_type = PAR_F16;
+        CHECK_ERR(t1->gemm(t1->user, &d, x, x, x), PAR_EUNSUPPORTED, "gemm: c_type f16 with a_type bf16: C is f32 or the type of A and B");
+        d.a_type = PAR_I32, d.c_type = PAR_F32;
+        CHECK_ERR(t1->gemm(t1->user, &d, x, x, x), PAR_EUNSUPPORTED, "gemm: a_type i32 is not supported by the cpu table");
+    }
+}
+
 static void test_scratch_bound(void) {
     static const int64_t shapes[][3] = {{301, 203, 150}, {45, 1401, 140}, {130, 129, 131}, {96, 100, 900}};
-    const par_scratch_query q = {301, 1401, 900, 0};
+    const par_scratch_query q = {301, 1401, 900, 0, PAR_F32};
     int threads;
     for (threads = 1; threads <= 3; threads += 2) {
         par_compute_table t;
@@ -1037,7 +1173,7 @@ static void test_scratch_bound(void) {
             free(A), free(B), free(C);
         }
         {
-            const par_scratch_query none = {0, 0, 0, 0}, bad = {4, -1, 4, 0};
+            const par_scratch_query none = {0, 0, 0, 0, PAR_F32}, bad = {4, -1, 4, 0, PAR_F32};
             CHECK_OK(t.scratch_bound(t.user, &none, &bound));
             CHECK(bound == 0);
             CHECK_ERR(t.scratch_bound(t.user, &bad, &bound), PAR_EINVAL, "must be >= 0");
@@ -1068,6 +1204,7 @@ int main(void) {
     test_gemm_desc();
     T_ = &t1;
     test_gemm_threads(&t1, &t3);
+    test_gemm16(&t1, &t3);
     test_scratch_bound();
     T_ = &t1;
     test_fan_out(&t1, &t3);

@@ -221,6 +221,7 @@ static par_status plan_table_scratch(const llama_model *m, const llama_sizes *s,
     size_t b = 0;
     *bytes = 0;
     if (!ct->scratch_bound) return PAR_OK;
+    memset(&q, 0, sizeof q);
     if (d->heads * d->head_dim > feat) feat = d->heads * d->head_dim;
     if (d->kv_heads * d->head_dim > feat) feat = d->kv_heads * d->head_dim;
     if (d->ffn > feat) feat = d->ffn;
