@@ -2023,6 +2023,19 @@ static const char *llama__list_refusal(const llama__key *k) {
     return NULL;
 }
 
+/* A sequence's items, joined into `text` by the caller, handed to the key's
+   own parser as if the file had written them as one scalar at `line`. */
+static void llama__file_text(llama__loader *l, const char *path, int line, char *text, size_t used) {
+    yaml_event_t fake;
+    memset(&fake, 0, sizeof fake);
+    fake.type = YAML_SCALAR_EVENT;
+    fake.start_mark.line = (size_t)(line - 1);
+    fake.data.scalar.value = (yaml_char_t *)text;
+    fake.data.scalar.length = used;
+    fake.data.scalar.style = YAML_PLAIN_SCALAR_STYLE;
+    llama__file_scalar(l, path, &fake);
+}
+
 /* A PAIR key written as a YAML list ("betas: [0.9, 0.95]"): the sequence's
    scalars joined with commas and read as the --set text would be. */
 static int llama__file_pair(llama__loader *l, const char *path, int line) {
@@ -2053,14 +2066,7 @@ static int llama__file_pair(llama__loader *l, const char *path, int line) {
         llama__report_error(l->rep, "%s:%d: %s needs a list of numbers", l->file, line, path);
         return 0;
     }
-    yaml_event_t fake;
-    memset(&fake, 0, sizeof fake);
-    fake.type = YAML_SCALAR_EVENT;
-    fake.start_mark.line = (size_t)(line - 1);
-    fake.data.scalar.value = (yaml_char_t *)text;
-    fake.data.scalar.length = used;
-    fake.data.scalar.style = YAML_PLAIN_SCALAR_STYLE;
-    llama__file_scalar(l, path, &fake);
+    llama__file_text(l, path, line, text, used);
     return 0;
 }
 
@@ -2091,14 +2097,7 @@ static int llama__file_layers(llama__loader *l, const char *path, int line) {
         yaml_event_delete(&ev);
     }
     if (bad) return llama__report_error(l->rep, "%s:%d: %s needs true, false or a list of layer counts", l->file, line, path), 0;
-    yaml_event_t fake;
-    memset(&fake, 0, sizeof fake);
-    fake.type = YAML_SCALAR_EVENT;
-    fake.start_mark.line = (size_t)(line - 1);
-    fake.data.scalar.value = (yaml_char_t *)text;
-    fake.data.scalar.length = used;
-    fake.data.scalar.style = YAML_PLAIN_SCALAR_STYLE;
-    llama__file_scalar(l, path, &fake);
+    llama__file_text(l, path, line, text, used);
     return 0;
 }
 

@@ -898,20 +898,6 @@ static void test_pipeline(void) {
 
 /* ---- recomputation ------------------------------------------------------------- */
 
-/* Are two files byte for byte the same? */
-static int files_identical(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb, ca, cb;
-    while (same) {
-        ca = fgetc(fa), cb = fgetc(fb);
-        if (ca != cb) same = 0;
-        if (ca == EOF || cb == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 #define RC_STEPS 4
 static const char *const rc_modes[3] = {"none", "full", "selective"};
 static const char *const rc_sets[3] = {"", "--set recompute_config.recompute=true",
@@ -955,7 +941,7 @@ static void rc_row(const char *name, const char *base, int L, int split, const c
         CHECK_MSG(!memcmp(loss[0], loss[k], RC_STEPS * sizeof(double)) && !memcmp(gnorm[0], gnorm[k], RC_STEPS * sizeof(double)),
                   "%s: recompute %s changed a loss or grad norm (step 0: %.9g vs %.9g)", name, rc_modes[k], loss[k][0],
                   loss[0][0]);
-        CHECK_MSG(files_identical(weights[0], weights[k]), "%s: recompute %s trained other weights than none (%s, %s)",
+        CHECK_MSG(test_files_identical(weights[0], weights[k]), "%s: recompute %s trained other weights than none (%s, %s)",
                   name, rc_modes[k], weights[k], weights[0]);
         CHECK_MSG(act[k] < act[0], "%s: recompute %s keeps %lld activation bytes, none %lld", name, rc_modes[k],
                   (long long)act[k], (long long)act[0]);
