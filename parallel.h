@@ -21171,8 +21171,9 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
     k->n = k->bmb * k->S / k->cp, k->rows = c->sp ? k->n / k->tp : k->n;
 }
 
-/* Memory: weights, gradients (ZeRO-2: this rank's shard plus two bucket
-   buffers of the largest bucket, a layer; every bucket under a pipeline) and
+/* Memory: weights, gradients (ZeRO-1: and the shard they are reduce-scattered
+   into; ZeRO-2: this rank's shard plus two bucket buffers of the largest
+   bucket, a layer; every bucket under a pipeline) and
    AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
    in flight (the schedule's peak, from the >>pipeline checker) the saved
    activations of each layer (what its recompute mode keeps) and the final
@@ -21205,8 +21206,8 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
     if (c->zero >= 2) /* gradients are f32 in every dtype (mixed precision accumulates and reduces in f32) */
         r->grads_bytes = k->params * 4 / k->shard +
                          (k->pp > 1 ? k->params : (2 * bucket < k->params ? 2 * bucket : k->params)) * 4;
-    else
-        r->grads_bytes = k->params * 4;
+    else /* ZeRO-1: the whole gradient, and the shard it is reduce-scattered into */
+        r->grads_bytes = k->params * 4 + (c->zero == 1 ? k->params * 4 / k->shard : 0);
     /* AdamW's two f32 moments, and under mixed precision the f32 master weights */
     r->optimizer_bytes = k->params * (e < 4 ? 12 : 8) / (c->zero >= 1 ? k->shard : 1);
     /* activations of one micro-batch: per layer the norms' inputs and outputs (rows), q, k, v, the
