@@ -1739,6 +1739,10 @@ typedef struct par_params_desc {
                                 loss sums over these dims too. 0 = none */
     par_dtype compute_dtype; /* F32 (default): one f32 copy of the weights. BF16 or F16: mixed
                                 precision (see below) */
+    par_dtype grad_dtype;    /* F32 (default: Megatron's accumulate-allreduce-grads-in-fp32) or, under
+                                mixed precision, compute_dtype: the host accumulates gradients in it
+                                (par_params_grad_ptr) and the buckets reduce in it (half the bytes);
+                                the optimizer reads them widened to f32 */
 } par_params_desc;
 
 /* Mixed precision (compute_dtype BF16 or F16), as Megatron and DeepSpeed do
@@ -1757,7 +1761,12 @@ typedef struct par_params_desc {
    PAR_PARAM_VALUE in par_params_gather, par_params_set_local and
    checkpoints is the f32 master (set_local also refreshes this rank's
    compute copy). F16 needs a loss scale (par_params_step_scaled); the table
-   needs the convert hook. */
+   needs the convert hook. With grad_dtype = compute_dtype the gradients the
+   host accumulates and the buckets reduce are 16-bit (2 bytes a parameter,
+   and half the reduction's bytes); the step widens them into the f32
+   gradient AdamW reads: this rank's ZeRO shard (4 / d bytes a parameter),
+   or without ZeRO the whole slice (4, as Megatron's non-distributed
+   optimizer does). */
 
 typedef struct par_params par_params;
 
@@ -1816,6 +1825,10 @@ PARALLEL_DEF par_status par_params_grads_begin(par_params *ps, int micro_batch, 
    for an earlier bucket's reduction to free one if needed). Local, except
    that it may wait for this rank's earlier collectives. */
 PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad);
+
+/* The same in the set's grad_dtype (f32 unless the set says otherwise; then
+   par_params_grad refuses, naming the type). */
+PARALLEL_DEF par_status par_params_grad_ptr(par_params *ps, int i, void **grad);
 
 /* Parameter i's gradient is complete for this micro-batch. Launches (async)
    the reductions of the buckets that are now complete, in bucket order. */
@@ -15788,6 +15801,11 @@ struct par_params {
     par_dtype cdt;            /* compute_dtype */
     int mixed;                /* cdt is not F32: cvalue holds the compute copy */
     void *cvalue;
+    par_dtype gdt;            /* grad_dtype: the host's and the buckets' gradients */
+    void *grad16;             /* 16-bit gdt, ZeRO 0/1: the host's gradients (ps->grad then is the f32
+                                 copy the optimizer reads, ZeRO 0 only) */
+    void *rs16;               /* 16-bit gdt, ZeRO-1: the reduce-scattered shard, laid out as gshard */
+    float *fold;              /* 16-bit gdt, ZeRO-2: one bucket chunk widened before it adds into gshard */
     float **slots, **rs_tmp;  /* ZeRO-2 */
     int *slot_bucket;         /* bucket holding each slot, -1 free */
     int num_slots, cap_slots;
@@ -15857,6 +15875,17 @@ static void *par__params_cv(const par_params *ps, int64_t at) {
     return (char *)ps->cvalue + at * (int64_t)par_dtype_size(ps->cdt);
 }
 
+/* Element `at` of a gradient buffer of the set's grad_dtype. */
+static void *par__params_g(const par_params *ps, void *base, int64_t at) {
+    return (char *)base + at * (int64_t)par_dtype_size(ps->gdt);
+}
+
+/* n elements of grad_dtype (an f32 allocation of the bytes they need). */
+static par_status par__params_galloc(par_params *ps, int64_t n, par_mem_category cat, void **ptr) {
+    const int64_t sz = (int64_t)par_dtype_size(ps->gdt);
+    return par__params_alloc(ps, (n * sz + 3) / 4, cat, (float **)ptr);
+}
+
 PARALLEL_DEF void par_params_destroy(par_params *ps) {
     int i;
     if (!ps) return;
@@ -15867,7 +15896,8 @@ PARALLEL_DEF void par_params_destroy(par_params *ps) {
         for (i = 0; i < ps->n; i++) par__ctx_free(ps->ctx, ps->p[i].name);
     if (ps->ct) {
         par__params_free_ptr(ps, ps->value), par__params_free_ptr(ps, ps->grad), par__params_free_ptr(ps, ps->m);
-        par__params_free_ptr(ps, ps->cvalue);
+        par__params_free_ptr(ps, ps->cvalue), par__params_free_ptr(ps, ps->grad16), par__params_free_ptr(ps, ps->rs16);
+        par__params_free_ptr(ps, ps->fold);
         par__params_free_ptr(ps, ps->v), par__params_free_ptr(ps, ps->gshard);
         par__params_free_ptr(ps, ps->tmp_whole), par__params_free_ptr(ps, ps->tmp_bucket);
         for (i = 0; i < ps->num_slots; i++) par__params_free_ptr(ps, ps->slots[i]), par__params_free_ptr(ps, ps->rs_tmp[i]);
@@ -15994,8 +16024,8 @@ static par_status par__params_add_slot(par_params *ps) {
     ps->slots[ps->num_slots] = ps->rs_tmp[ps->num_slots] = NULL;
     ps->slot_bucket[ps->num_slots] = -1;
     ps->num_slots++;
-    PAR__CHECK(par__params_alloc(ps, ps->max_padded, PAR_MEM_GRADS, &ps->slots[ps->num_slots - 1]));
-    return par__params_alloc(ps, ps->max_chunk, PAR_MEM_COMM, &ps->rs_tmp[ps->num_slots - 1]);
+    PAR__CHECK(par__params_galloc(ps, ps->max_padded, PAR_MEM_GRADS, (void **)&ps->slots[ps->num_slots - 1]));
+    return par__params_galloc(ps, ps->max_chunk, PAR_MEM_COMM, (void **)&ps->rs_tmp[ps->num_slots - 1]);
 }
 
 PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
@@ -16018,6 +16048,9 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     if (desc->compute_dtype != PAR_F32 && desc->compute_dtype != PAR_BF16 && desc->compute_dtype != PAR_F16)
         return par__fail(PAR_EINVAL, "par_params_create: compute_dtype %s: the weights compute in f32, bf16 or f16",
                          par_dtype_name(desc->compute_dtype));
+    if (desc->grad_dtype != PAR_F32 && desc->grad_dtype != desc->compute_dtype)
+        return par__fail(PAR_EINVAL, "par_params_create: grad_dtype %s: gradients are f32 or the compute_dtype (%s)",
+                         par_dtype_name(desc->grad_dtype), par_dtype_name(desc->compute_dtype));
     if (desc->compute_dtype != PAR_F32 && !par_ctx_compute(ctx)->convert)
         return par__fail(PAR_EUNSUPPORTED, "par_params_create: compute_dtype %s needs the compute table's convert hook "
                                            "(table \"%s\" has none)", par_dtype_name(desc->compute_dtype),
@@ -16045,7 +16078,7 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     memset(ps, 0, sizeof *ps);
     ps->ctx = ctx, ps->ct = par_ctx_compute(ctx), ps->cm = par_ctx_comm(ctx);
     ps->zero = desc->zero_level, ps->reduce = desc->sum_gradients ? PAR_REDUCE_SUM : PAR_REDUCE_AVG;
-    ps->cdt = desc->compute_dtype, ps->mixed = desc->compute_dtype != PAR_F32;
+    ps->cdt = desc->compute_dtype, ps->mixed = desc->compute_dtype != PAR_F32, ps->gdt = desc->grad_dtype;
     ps->trace = desc->trace;
     ps->tmp_bucket_of = -1;
     ps->data_dims = desc->batch ? par_layout_split_dims(desc->batch) & par__mesh_dims_mask(mesh) : 0u;
@@ -16079,12 +16112,16 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
         st = par__params_alloc(ps, (ps->total + 1) / 2, PAR_MEM_PARAMS, (float **)&ps->cvalue);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->zero ? ps->shard_total : ps->total, PAR_MEM_OPTIMIZER, &ps->value);
     }
-    if (st == PAR_OK && ps->zero == 0) {
+    if (st == PAR_OK && ps->gdt != PAR_F32 && ps->zero < 2) /* the host's 16-bit gradients */
+        st = par__params_galloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad16);
+    if (st == PAR_OK && ps->gdt != PAR_F32 && ps->zero == 1) st = par__params_galloc(ps, ps->shard_total, PAR_MEM_COMM, &ps->rs16);
+    if (st == PAR_OK && ps->gdt != PAR_F32 && ps->zero == 2) st = par__params_alloc(ps, ps->max_chunk, PAR_MEM_COMM, &ps->fold);
+    if (st == PAR_OK && ps->zero == 0) { /* (with 16-bit gradients: the f32 copy the optimizer reads) */
         st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->total, PAR_MEM_OPTIMIZER, &ps->m);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->total, PAR_MEM_OPTIMIZER, &ps->v);
     } else if (st == PAR_OK) {
-        if (ps->zero == 1) st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
+        if (ps->zero == 1 && ps->gdt == PAR_F32) st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
         for (i = 0; st == PAR_OK && ps->zero == 2 && i < (desc->grad_slots ? desc->grad_slots : 2); i++)
             st = par__params_add_slot(ps);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->shard_total, PAR_MEM_GRADS, &ps->gshard);
@@ -16161,7 +16198,9 @@ PARALLEL_DEF par_status par_params_grads_begin(par_params *ps, int mb, int num) 
         return par__fail(PAR_EINVAL, "par_params_grads_begin: micro-batch %d of %d after %d of %d (they go in order)", mb,
                          num, ps->micro, ps->num_micro);
     if (mb == 0) {
-        if (ps->grad) PAR__CHECK(ps->ct->memset(ps->ct->user, ps->grad, 0, (size_t)ps->total * sizeof(float)));
+        if (ps->grad16)
+            PAR__CHECK(ps->ct->memset(ps->ct->user, ps->grad16, 0, (size_t)ps->total * par_dtype_size(ps->gdt)));
+        else if (ps->grad) PAR__CHECK(ps->ct->memset(ps->ct->user, ps->grad, 0, (size_t)ps->total * sizeof(float)));
         if (ps->gshard) PAR__CHECK(ps->ct->memset(ps->ct->user, ps->gshard, 0, (size_t)ps->shard_total * sizeof(float)));
     }
     for (i = 0; i < ps->n; i++) ps->p[i].ready = 0;
@@ -16180,7 +16219,12 @@ static par_status par__params_finish_rs(par_params *ps, int b) {
     bk->req = NULL;
     PAR__CHECK(ps->cm->wait(ps->cm->user, r));
     par__params_span(ps, "comm", bk->req_t0, bk->req_op, b);
-    PAR__CHECK(ps->ct->axpy(ps->ct->user, bk->chunk, 1.0f, ps->rs_tmp[s], ps->gshard + bk->shard_offset));
+    if (ps->gdt != PAR_F32) { /* widened, then added: the shard AdamW reads is f32 */
+        PAR__CHECK(ps->ct->convert(ps->ct->user, bk->chunk, ps->gdt, ps->rs_tmp[s], PAR_F32, ps->fold));
+        PAR__CHECK(ps->ct->axpy(ps->ct->user, bk->chunk, 1.0f, ps->fold, ps->gshard + bk->shard_offset));
+    } else {
+        PAR__CHECK(ps->ct->axpy(ps->ct->user, bk->chunk, 1.0f, ps->rs_tmp[s], ps->gshard + bk->shard_offset));
+    }
     ps->slot_bucket[s] = -1, bk->slot = -1;
     return PAR_OK;
 }
@@ -16205,10 +16249,10 @@ static par_status par__params_take_slot(par_params *ps, int b) {
         }
     }
     ps->slot_bucket[s] = b, ps->b[b].slot = s;
-    return ps->ct->memset(ps->ct->user, ps->slots[s], 0, (size_t)ps->b[b].padded * sizeof(float));
+    return ps->ct->memset(ps->ct->user, ps->slots[s], 0, (size_t)ps->b[b].padded * par_dtype_size(ps->gdt));
 }
 
-PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad) {
+PARALLEL_DEF par_status par_params_grad_ptr(par_params *ps, int i, void **grad) {
     par__bucket *bk;
     PAR__CHECK(par__params_index(ps, i, "par_params_grad"));
     if (!grad) return par__fail(PAR_EINVAL, "par_params_grad: NULL grad");
@@ -16218,15 +16262,24 @@ PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad) {
         return par__fail(PAR_EINVAL, "par_params_grad: parameter \"%s\" was already marked ready in this micro-batch",
                          ps->p[i].name);
     bk = &ps->b[ps->p[i].bucket];
-    if (ps->zero != 2) return *grad = ps->grad + ps->p[i].offset, PAR_OK;
+    if (ps->zero != 2) return *grad = par__params_g(ps, ps->grad16 ? ps->grad16 : ps->grad, ps->p[i].offset), PAR_OK;
     if (bk->slot < 0) PAR__CHECK(par__params_take_slot(ps, ps->p[i].bucket));
-    *grad = ps->slots[bk->slot] + (ps->p[i].offset - bk->start);
+    *grad = par__params_g(ps, ps->slots[bk->slot], ps->p[i].offset - bk->start);
     return PAR_OK;
 }
 
-/* The buffer bucket b's gradients accumulate in. */
-static float *par__params_bucket_grad(par_params *ps, int b) {
-    return ps->zero == 2 ? ps->slots[ps->b[b].slot] : ps->grad + ps->b[b].start;
+PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad) {
+    if (ps && ps->gdt != PAR_F32) {
+        if (grad) *grad = NULL;
+        return par__fail(PAR_EINVAL, "par_params_grad: the set's gradients are %s (grad_dtype): use par_params_grad_ptr",
+                         par_dtype_name(ps->gdt));
+    }
+    return par_params_grad_ptr(ps, i, (void **)grad);
+}
+
+/* The buffer bucket b's gradients accumulate in (of grad_dtype). */
+static void *par__params_bucket_grad(par_params *ps, int b) {
+    return ps->zero == 2 ? (void *)ps->slots[ps->b[b].slot] : par__params_g(ps, ps->grad16 ? ps->grad16 : ps->grad, ps->b[b].start);
 }
 
 /* Launch bucket b's reduction (async): extra partial sums first (blocking:
@@ -16234,7 +16287,7 @@ static float *par__params_bucket_grad(par_params *ps, int b) {
 static par_status par__params_launch(par_params *ps, int b) {
     par__bucket *bk = &ps->b[b];
     const int last = ps->micro == ps->num_micro - 1;
-    float *g;
+    void *g;
     int i;
     if (ps->zero != 2 && !last) return PAR_OK; /* accumulate; reduce once after the last micro-batch */
     if (ps->zero == 2 && bk->slot < 0) PAR__CHECK(par__params_take_slot(ps, b)); /* no gradient was asked for */
@@ -16244,23 +16297,23 @@ static par_status par__params_launch(par_params *ps, int b) {
         par_comm_group *grp;
         if (!p->extra_partial) continue;
         PAR__CHECK(par_ctx_group(ps->ctx, p->extra_partial, &grp, NULL, NULL));
-        PAR__CHECK(ps->cm->all_reduce(ps->cm->user, grp, g + (p->offset - bk->start), g + (p->offset - bk->start),
-                                      p->numel, PAR_F32, PAR_REDUCE_SUM, NULL));
+        void *part = par__params_g(ps, g, p->offset - bk->start);
+        PAR__CHECK(ps->cm->all_reduce(ps->cm->user, grp, part, part, p->numel, ps->gdt, PAR_REDUCE_SUM, NULL));
     }
     bk->req_t0 = par__params_now(ps);
     if (ps->zero == 2) {
         bk->req_op = "reduce_scatter";
-        return ps->cm->reduce_scatter(ps->cm->user, ps->data_group, g, ps->rs_tmp[bk->slot], bk->chunk, PAR_F32,
+        return ps->cm->reduce_scatter(ps->cm->user, ps->data_group, g, ps->rs_tmp[bk->slot], bk->chunk, ps->gdt,
                                       ps->reduce, &bk->req);
     }
     if (ps->zero == 1) {
+        void *shard = ps->rs16 ? par__params_g(ps, ps->rs16, bk->shard_offset) : (void *)(ps->gshard + bk->shard_offset);
         bk->req_op = "reduce_scatter";
-        return ps->cm->reduce_scatter(ps->cm->user, ps->data_group, g, ps->gshard + bk->shard_offset, bk->chunk, PAR_F32,
-                                      ps->reduce, &bk->req);
+        return ps->cm->reduce_scatter(ps->cm->user, ps->data_group, g, shard, bk->chunk, ps->gdt, ps->reduce, &bk->req);
     }
     if (ps->data_size == 1) return PAR_OK;
     bk->req_op = "all_reduce";
-    return ps->cm->all_reduce(ps->cm->user, ps->data_group, g, g, bk->padded, PAR_F32, ps->reduce, &bk->req);
+    return ps->cm->all_reduce(ps->cm->user, ps->data_group, g, g, bk->padded, ps->gdt, ps->reduce, &bk->req);
 }
 
 PARALLEL_DEF par_status par_params_grad_ready(par_params *ps, int i) {
@@ -16440,6 +16493,9 @@ PARALLEL_DEF par_status par_params_step_scaled(par_params *ps, const par_adamw *
         return par__fail(PAR_EINVAL, "par_params_step: compute_dtype f16 needs a loss scale (f16 gradients underflow "
                                      "without one): call par_params_step_scaled with a par_loss_scale");
     if (ls) PAR__CHECK(par_loss_scale_init(ls));
+    if (ps->gdt != PAR_F32 && ps->zero < 2) /* the reduced 16-bit gradients widened for the norm and AdamW */
+        PAR__CHECK(ps->zero ? ps->ct->convert(ps->ct->user, ps->shard_total, ps->gdt, ps->rs16, PAR_F32, ps->gshard)
+                            : ps->ct->convert(ps->ct->user, ps->total, ps->gdt, ps->grad16, PAR_F32, ps->grad));
     if (ls) { /* unscale: the norm, the clip and AdamW see the true gradients */
         const float inv = 1.0f / ls->scale;
         PAR__CHECK(ps->ct->scale(ps->ct->user, ps->zero ? ps->shard_total : ps->total, inv, ps->zero ? ps->gshard : ps->grad));

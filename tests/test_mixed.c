@@ -10,6 +10,9 @@
      written here from the IEEE formats (not the library's);
    - bytes per parameter from par_params_memory: 16 in f32; 18 in bf16
      (2 + 4 + 4 + 8); ZeRO-1 over 4 ranks 2 + 4 + 4 / 4 + 12 / 4;
+   - gradients in the compute type (grad_dtype): accumulated over two
+     micro-batches and reduced in bf16 / f16 (values exact in both), the
+     master equal to the f32-gradient run's; their bytes;
    - dynamic loss scaling: the scale sequence and skipped steps follow
      PyTorch's GradScaler update rule (aten/src/ATen/native/AmpKernels.cpp,
      _amp_update_scale_: on inf/nan scale *= backoff and the growth tracker
@@ -51,6 +54,20 @@ static uint16_t ref_f16(float f) {
     }
 }
 
+/* A 16-bit value as a double, from the formats. */
+static double dec16_test(par_dtype t, uint16_t h) {
+    if (t == PAR_BF16) {
+        const uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    } else {
+        const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        const double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+        return (h & 0x8000) ? -v : v;
+    }
+}
+
 /* The gradient of element e of parameter i at step s on data rank r: a
    linear loss, so it does not read the weights; exactly representable. */
 static float grad_of(int s, int r, int i, int64_t e) {
@@ -59,7 +76,8 @@ static float grad_of(int s, int r, int i, int64_t e) {
 
 typedef struct job {
     const char *mesh;
-    par_dtype dtype;
+    par_dtype dtype, grad_dtype;
+    int micro;                        /* micro-batches a step (0 = 1) */
     int zero, skip_step, skip_rank;   /* skip_step >= 0: an inf gradient there (loss scaling on) */
     int omit_step;                    /* the reference: no step at all here */
     int growth_interval;
@@ -73,7 +91,8 @@ typedef struct job {
     const char *save_dir, *load_dir;
 } job;
 
-static par_status make_set(par_ctx *ctx, par_dtype dtype, int zero, par_params **ps, par_layout *batch) {
+static par_status make_set(par_ctx *ctx, par_dtype dtype, par_dtype grad_dtype, int zero, par_params **ps,
+                           par_layout *batch) {
     par_param_desc pd[NP];
     par_params_desc d;
     const par_mesh *mesh = par_ctx_mesh(ctx);
@@ -88,6 +107,7 @@ static par_status make_set(par_ctx *ctx, par_dtype dtype, int zero, par_params *
     }
     RETURN_IF_ERR(par_layout_parse(batch, mesh, 1, bshape, "[dp]"));
     d.params = pd, d.num_params = NP, d.batch = batch, d.zero_level = zero, d.compute_dtype = dtype;
+    d.grad_dtype = grad_dtype;
     d.bucket_bytes = -1;
     return par_params_create(ctx, &d, ps);
 }
@@ -107,7 +127,7 @@ static par_status rank_body(par_ctx *ctx, void *arg) {
     o.lr = 1e-2f, o.beta1 = 0.9f, o.beta2 = 0.99f, o.eps = 1e-8f, o.weight_decay = 0.1f;
     memset(&ls, 0, sizeof ls);
     ls.growth_interval = j->growth_interval;
-    RETURN_IF_ERR(make_set(ctx, j->dtype, j->zero, &ps, &batch));
+    RETURN_IF_ERR(make_set(ctx, j->dtype, j->grad_dtype, j->zero, &ps, &batch));
     if (j->load_dir) {
         if ((rc = par_params_load(ps, j->load_dir, NULL)) != PAR_OK) return par_params_destroy(ps), rc;
         goto report;
@@ -120,20 +140,30 @@ static par_status rank_body(par_ctx *ctx, void *arg) {
     }
     RETURN_IF_ERR(par_params_broadcast(ps));
     for (s = 0; s < STEPS; s++) {
+        const int micro = j->micro ? j->micro : 1;
+        int mb;
         if (s == j->omit_step) continue;
-        RETURN_IF_ERR(par_params_grads_begin(ps, 0, 1));
-        for (i = 0; i < NP; i++) {
-            float *g;
-            RETURN_IF_ERR(par_params_grad(ps, i, &g));
-            for (e = 0; e < shapes[i][0] * shapes[i][1]; e++) {
-                /* the host's loss scaling: scale x the gradient (exact: a power of 2) */
-                float v = grad_of(s, shard, i, e) * (j->skip_step >= 0 ? ls.scale ? ls.scale : 65536.0f : 1.0f);
-                if (s == j->skip_step && rank == j->skip_rank && i == 1 && e == 3) v = INFINITY;
-                g[e] += v;
+        for (mb = 0; mb < micro; mb++) {
+            RETURN_IF_ERR(par_params_grads_begin(ps, mb, micro));
+            for (i = 0; i < NP; i++) {
+                void *g;
+                RETURN_IF_ERR(par_params_grad_ptr(ps, i, &g));
+                for (e = 0; e < shapes[i][0] * shapes[i][1]; e++) {
+                    /* the host's loss scaling: scale x the gradient (exact: a power of 2); every value, sum
+                       and mean here is a small multiple of 1/64: exact in bf16 and f16 too */
+                    float v = grad_of(s + mb, shard, i, e) * (j->skip_step >= 0 ? ls.scale ? ls.scale : 65536.0f : 1.0f);
+                    if (s == j->skip_step && rank == j->skip_rank && i == 1 && e == 3) v = INFINITY;
+                    if (j->grad_dtype == PAR_F32) ((float *)g)[e] += v;
+                    else { /* accumulate in the type, as a 16-bit host does */
+                        uint16_t *h = (uint16_t *)g;
+                        const float sum = (float)dec16_test(j->grad_dtype, h[e]) + v;
+                        h[e] = j->grad_dtype == PAR_BF16 ? ref_bf16(sum) : ref_f16(sum);
+                    }
+                }
+                RETURN_IF_ERR(par_params_grad_ready(ps, i));
             }
-            RETURN_IF_ERR(par_params_grad_ready(ps, i));
+            RETURN_IF_ERR(par_params_grads_wait(ps));
         }
-        RETURN_IF_ERR(par_params_grads_wait(ps));
         RETURN_IF_ERR(par_params_step_scaled(ps, &o, j->skip_step >= 0 ? &ls : NULL, &st));
         j->scales[s] = st.loss_scale, j->skipped[s] = st.skipped;
     }
@@ -168,7 +198,7 @@ static int run(const char *mesh, int n, job *j) {
 static job *new_job(par_dtype dt, int zero) {
     job *j = (job *)calloc(1, sizeof(job));
     if (!j) abort();
-    j->dtype = dt, j->zero = zero, j->skip_step = -1, j->omit_step = -1, j->skip_rank = -1;
+    j->dtype = dt, j->grad_dtype = PAR_F32, j->zero = zero, j->skip_step = -1, j->omit_step = -1, j->skip_rank = -1;
     return j;
 }
 
@@ -211,6 +241,45 @@ static void test_master_follows_f32(void) {
         CHECK_MSG(compute_copies_match(mix, cases[c].n), "%s zero %d %s: a compute copy is not the master rounded",
                   cases[c].mesh, cases[c].zero, par_dtype_name(cases[c].dt));
         free(ref), free(mix);
+    }
+}
+
+/* Gradients in the compute type (grad_dtype): accumulated over micro-batches and reduced in
+   bf16 / f16, widened for AdamW. The values are exact in both types, so the master equals the
+   f32-gradient run's bit for bit; ZeRO 0, 1 and 2 (its fold), 2 micro-batches, dp x tp. The
+   gradients cost 2 bytes a parameter, plus the f32 copy AdamW reads (whole without ZeRO, a
+   shard with it). */
+static void test_grads_in_compute_type(void) {
+    static const struct {
+        const char *mesh;
+        int n, zero;
+        par_dtype dt;
+    } cases[] = {{"dp=4", 4, 0, PAR_BF16}, {"dp=4", 4, 1, PAR_BF16}, {"dp=4", 4, 2, PAR_BF16},
+                 {"dp=2,tp=2", 4, 2, PAR_F16}, {"dp=1", 1, 1, PAR_BF16}};
+    size_t c;
+    for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        job *ref = new_job(cases[c].dt, cases[c].zero), *g16 = new_job(cases[c].dt, cases[c].zero);
+        int64_t want;
+        ref->micro = g16->micro = 2;
+        g16->grad_dtype = cases[c].dt;
+        if (cases[c].dt == PAR_F16) ref->skip_step = g16->skip_step = STEPS + 1, ref->growth_interval = g16->growth_interval = -1;
+        CHECK_MSG(run(cases[c].mesh, cases[c].n, ref), "%s f32 grads: %s", cases[c].mesh, par_last_error());
+        CHECK_MSG(run(cases[c].mesh, cases[c].n, g16), "%s %s grads: %s", cases[c].mesh, par_dtype_name(cases[c].dt),
+                  par_last_error());
+        CHECK_MSG(same_weights(ref, g16), "%s zero %d: 16-bit gradients trained another master", cases[c].mesh,
+                  cases[c].zero);
+        CHECK_MSG(compute_copies_match(g16, cases[c].n), "%s zero %d: compute copies", cases[c].mesh, cases[c].zero);
+        /* grads: 2 bytes (the 16-bit buffer; ZeRO-2: its slots) plus the f32 the optimizer reads */
+        if (cases[c].zero == 1 && cases[c].n == 4)
+            want = 2 * g16->numel_total + 4 * g16->numel_total / 4;
+        else if (cases[c].zero == 0)
+            want = 6 * g16->numel_total;
+        else
+            want = -1;
+        if (want >= 0)
+            CHECK_MSG(g16->mem[0][PAR_MEM_GRADS] == want, "%s zero %d: %lld gradient bytes, want %lld", cases[c].mesh,
+                      cases[c].zero, (long long)g16->mem[0][PAR_MEM_GRADS], (long long)want);
+        free(ref), free(g16);
     }
 }
 
@@ -279,12 +348,20 @@ static par_status bad_body(par_ctx *ctx, void *arg) {
     par_layout batch;
     par_adamw o;
     par_loss_scale ls;
+    float *g32;
     (void)arg;
     memset(&o, 0, sizeof o);
     o.lr = 1e-3f, o.beta1 = 0.9f, o.beta2 = 0.99f, o.eps = 1e-8f;
-    CHECK_ERR(make_set(ctx, PAR_I32, 0, &ps, &batch), PAR_EINVAL,
+    CHECK_ERR(make_set(ctx, PAR_I32, PAR_F32, 0, &ps, &batch), PAR_EINVAL,
               "par_params_create: compute_dtype i32: the weights compute in f32, bf16 or f16");
-    RETURN_IF_ERR(make_set(ctx, PAR_F16, 0, &ps, &batch));
+    CHECK_ERR(make_set(ctx, PAR_BF16, PAR_F16, 0, &ps, &batch), PAR_EINVAL,
+              "par_params_create: grad_dtype f16: gradients are f32 or the compute_dtype (bf16)");
+    CHECK_ERR(make_set(ctx, PAR_F32, PAR_BF16, 0, &ps, &batch), PAR_EINVAL, "grad_dtype bf16");
+    RETURN_IF_ERR(make_set(ctx, PAR_BF16, PAR_BF16, 1, &ps, &batch));
+    RETURN_IF_ERR(par_params_grads_begin(ps, 0, 1));
+    CHECK_ERR(par_params_grad(ps, 0, &g32), PAR_EINVAL, "the set's gradients are bf16 (grad_dtype): use par_params_grad_ptr");
+    par_params_destroy(ps);
+    RETURN_IF_ERR(make_set(ctx, PAR_F16, PAR_F32, 0, &ps, &batch));
     CHECK(par_params_value(ps, 0) == NULL && strstr(par_last_error(), "mixed precision"));
     CHECK_INT(par_params_compute_dtype(ps), PAR_F16);
     CHECK_ERR(par_params_step(ps, &o, NULL), PAR_EINVAL, "compute_dtype f16 needs a loss scale");
@@ -326,6 +403,7 @@ static void test_bad_input(void) {
 int main(void) {
     test_master_follows_f32();
     test_bytes_per_parameter();
+    test_grads_in_compute_type();
     test_loss_scaling();
     test_checkpoint_across();
     test_bad_input();
