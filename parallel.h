@@ -1106,7 +1106,8 @@ typedef struct par_gemm_desc {
    is kv_heads = 1): query head h reads kv head h / (q_heads / kv_heads).
    causal: key j is visible to query i iff k_pos[j] <= q_pos[i] (global positions,
    so ring steps and zigzag blocks need no mask tensor). Zero scale = 1/sqrt(head_dim);
-   NULL positions = 0..len-1. dtype: of q, k, v, o and their gradients (CPU: f32). */
+   NULL positions = 0..len-1. dtype: of q, k, v, o and their gradients (f32, bf16
+   or f16; lse and attention_merge's o and lse are f32 whatever it says). */
 typedef struct par_attn_desc {
     int batch, q_heads, kv_heads, head_dim;
     int64_t q_len, k_len;
@@ -1132,6 +1133,10 @@ typedef struct par_scratch_query {
     par_dtype gemm_type;            /* F32 (zero): every GEMM is f32; BF16 / F16: some take 16-bit A and B
                                        (and maybe C: the CPU table packs such A and B itself, also with
                                        CBLAS, and stages a 16-bit C in f32, gemm_m x gemm_n floats) */
+    par_dtype attn_type;            /* F32 (zero) or 16-bit: some attention takes 16-bit tensors (the CPU
+                                       table stages them in f32 while the call runs) */
+    int64_t attn_q_elems, attn_kv_elems; /* with a 16-bit attn_type: the largest q (= o) and k (= v)
+                                            element counts of such a call */
 } par_scratch_query;
 
 typedef struct par_compute_table {
@@ -12631,6 +12636,12 @@ static par_status par__cpu_t_scratch_bound(void *user, const par_scratch_query *
                  (size_t)par__cpu_blocks_floats(par__cpu_gemm_blocks(s->isa, q->gemm_m, q->gemm_n, q->gemm_k, 0)) *
                  sizeof(float);
     if (q->gemm_type != PAR_F32) *bytes += (size_t)q->gemm_m * (size_t)q->gemm_n * sizeof(float); /* the staging */
+    PAR__CPU_NEED(q->attn_type == PAR_F32 || q->attn_type == PAR_BF16 || q->attn_type == PAR_F16,
+                  "scratch_bound: attn_type %s (f32, bf16 or f16)", par_dtype_name(q->attn_type));
+    PAR__CPU_NEED(q->attn_q_elems >= 0 && q->attn_kv_elems >= 0, "scratch_bound: attn_q_elems %lld and attn_kv_elems "
+                  "%lld must be >= 0", (long long)q->attn_q_elems, (long long)q->attn_kv_elems);
+    if (q->attn_type != PAR_F32) /* a 16-bit backward's staging: q o do dq, k v dk dv */
+        *bytes += (size_t)(4 * q->attn_q_elems + 4 * q->attn_kv_elems) * sizeof(float);
     return PAR_OK;
 }
 #endif
@@ -12869,8 +12880,8 @@ static par_status par__cpu_gemm_run(par__cpu_state *s, par__cpu_gemm_job *jb) {
 
 static par_status par__cpu_attn_dtype(const char *fn, const par_attn_desc *d) {
     if (!d) return par__fail(PAR_EINVAL, "%s: desc is NULL", fn);
-    if (d->dtype != PAR_F32)
-        return par__fail(PAR_EUNSUPPORTED, "%s: dtype %s is not supported by the cpu table (f32 only)", fn,
+    if (d->dtype != PAR_F32 && d->dtype != PAR_BF16 && d->dtype != PAR_F16)
+        return par__fail(PAR_EUNSUPPORTED, "%s: dtype %s is not supported by the cpu table (f32, bf16 or f16)", fn,
                          par_dtype_name(d->dtype));
     return PAR_OK;
 }
@@ -12921,11 +12932,68 @@ static par_status par__cpu_attn_run(par__cpu_state *s, par__cpu_attn_job *j, con
     return PAR_OK;
 }
 
+/* A 16-bit attention runs the f32 kernels on staging: its tensors widened
+   (exact) into f32 buffers counted as the table's workspace while the call
+   runs, its outputs rounded to nearest even once (with accumulate, the
+   widened old values are where the f32 kernel accumulates). n16[i] elements
+   of src[i] are widened into the staging; the caller lays out the rest. */
+typedef struct par__cpu_stage16 {
+    float *buf;
+    int64_t floats;
+} par__cpu_stage16;
+
+static par_status par__cpu_stage16_get(par__cpu_state *s, par__cpu_stage16 *st, int64_t floats) {
+    st->floats = floats;
+    if (!(st->buf = (float *)par__alloc_malloc(&s->alloc, (size_t)(floats > 0 ? floats : 1) * sizeof(float))))
+        return par__fail(PAR_ENOMEM, "attention: out of memory staging a 16-bit call (%lld bytes)", (long long)floats * 4);
+    par__cpu_mem_add(s, PAR_MEM_WORKSPACE, floats * 4);
+    return PAR_OK;
+}
+
+static void par__cpu_stage16_put(par__cpu_state *s, par__cpu_stage16 *st) {
+    par__alloc_free(&s->alloc, st->buf);
+    par__cpu_mem_add(s, PAR_MEM_WORKSPACE, -st->floats * 4);
+}
+
+static void par__cpu_widen(par_dtype t, const void *src, int64_t n, float *dst) {
+    int64_t i;
+    for (i = 0; i < n; i++) dst[i] = par__cpu_ld16(t, (const uint16_t *)src, i);
+}
+
+static void par__cpu_narrow(par_dtype t, const float *src, int64_t n, void *dst) {
+    int64_t i;
+    for (i = 0; i < n; i++)
+        ((uint16_t *)dst)[i] = t == PAR_BF16 ? par__f32_to_bf16(src[i]) : par__f32_to_f16(src[i]);
+}
+
+/* Elements of q (and o) and of k (and v) of a desc, or -1 when its sizes are
+   not valid (the f32 kernel then reports them). */
+static void par__cpu_attn_elems(const par_attn_desc *d, int64_t *nq, int64_t *nk) {
+    const int ok = d->batch > 0 && d->q_heads > 0 && d->kv_heads > 0 && d->head_dim > 0 && d->q_len >= 0 && d->k_len >= 0;
+    *nq = ok ? (int64_t)d->batch * d->q_len * d->q_heads * d->head_dim : -1;
+    *nk = ok ? (int64_t)d->batch * d->k_len * d->kv_heads * d->head_dim : -1;
+}
+
 static par_status par__cpu_t_attention_fwd(void *user, const par_attn_desc *desc, const void *q, const void *k,
                                            const void *v, void *o, float *lse) {
     par__cpu_state *s = (par__cpu_state *)user;
     par_status st = par__cpu_attn_dtype("attention_fwd", desc);
     if (st != PAR_OK) return st;
+    if (desc->dtype != PAR_F32) {
+        par_attn_desc d32 = *desc;
+        par__cpu_stage16 sg;
+        int64_t nq, nk;
+        d32.dtype = PAR_F32;
+        par__cpu_attn_elems(desc, &nq, &nk);
+        if (nq < 0 || !q || !k || !v || !o || !lse) return par__cpu_t_attention_fwd(user, &d32, q, k, v, o, lse);
+        PAR__CHECK(par__cpu_stage16_get(s, &sg, 2 * nq + 2 * nk));
+        par__cpu_widen(desc->dtype, q, nq, sg.buf), par__cpu_widen(desc->dtype, k, nk, sg.buf + nq);
+        par__cpu_widen(desc->dtype, v, nk, sg.buf + nq + nk);
+        st = par__cpu_t_attention_fwd(user, &d32, sg.buf, sg.buf + nq, sg.buf + nq + nk, sg.buf + nq + 2 * nk, lse);
+        if (st == PAR_OK) par__cpu_narrow(desc->dtype, sg.buf + nq + 2 * nk, nq, o);
+        par__cpu_stage16_put(s, &sg);
+        return st;
+    }
     if (par__cpu_attn_fan_out(s, desc, q && k && v && o && lse)) {
         par__cpu_attn_job j;
         memset(&j, 0, sizeof j);
@@ -12944,6 +13012,27 @@ static par_status par__cpu_t_attention_bwd(void *user, const par_attn_desc *desc
     par__cpu_state *s = (par__cpu_state *)user;
     par_status st = par__cpu_attn_dtype("attention_bwd", desc);
     if (st != PAR_OK) return st;
+    if (desc->dtype != PAR_F32) { /* staging: q k v o do in, dq dk dv out (widened first to accumulate) */
+        par_attn_desc d32 = *desc;
+        par__cpu_stage16 sg;
+        const par_dtype t = desc->dtype;
+        int64_t nq, nk;
+        float *fq, *fk, *fv, *fo, *fdo, *fdq, *fdk, *fdv;
+        d32.dtype = PAR_F32;
+        par__cpu_attn_elems(desc, &nq, &nk);
+        if (nq < 0 || !q || !k || !v || !o || !lse || !do_ || !dq || !dk || !dv)
+            return par__cpu_t_attention_bwd(user, &d32, q, k, v, o, lse, do_, dq, dk, dv, accumulate);
+        PAR__CHECK(par__cpu_stage16_get(s, &sg, 4 * nq + 4 * nk));
+        fq = sg.buf, fo = fq + nq, fdo = fo + nq, fdq = fdo + nq, fk = fdq + nq, fv = fk + nk, fdk = fv + nk;
+        fdv = fdk + nk;
+        par__cpu_widen(t, q, nq, fq), par__cpu_widen(t, o, nq, fo), par__cpu_widen(t, do_, nq, fdo);
+        par__cpu_widen(t, k, nk, fk), par__cpu_widen(t, v, nk, fv);
+        if (accumulate) par__cpu_widen(t, dq, nq, fdq), par__cpu_widen(t, dk, nk, fdk), par__cpu_widen(t, dv, nk, fdv);
+        st = par__cpu_t_attention_bwd(user, &d32, fq, fk, fv, fo, lse, fdo, fdq, fdk, fdv, accumulate);
+        if (st == PAR_OK) par__cpu_narrow(t, fdq, nq, dq), par__cpu_narrow(t, fdk, nk, dk), par__cpu_narrow(t, fdv, nk, dv);
+        par__cpu_stage16_put(s, &sg);
+        return st;
+    }
     if (par__cpu_attn_fan_out(s, desc, q && k && v && o && lse && do_ && dq && dk && dv)) {
         par__cpu_attn_job j;
         memset(&j, 0, sizeof j);
@@ -12963,9 +13052,11 @@ static par_status par__cpu_t_attention_bwd(void *user, const par_attn_desc *desc
 static par_status par__cpu_t_attention_merge(void *user, const par_attn_desc *desc, float *o, float *lse,
                                              const float *o_b, const float *lse_b) {
     par_status st = par__cpu_attn_dtype("attention_merge", desc);
+    par_attn_desc d32;
     (void)user;
     if (st != PAR_OK) return st;
-    return par__cpu_attention_merge(desc, o, lse, o_b, lse_b);
+    d32 = *desc, d32.dtype = PAR_F32; /* merge's o and lse are f32 whatever the call's dtype */
+    return par__cpu_attention_merge(&d32, o, lse, o_b, lse_b);
 }
 
 /* ------------------------------------------------------ other kernels */

@@ -617,10 +617,13 @@ static void test_errors(void) {
     CHECK_ERR(att_bwd(&d, x, x, x, x, NULL, x, y, y, y, 1), PAR_EINVAL, "attention_bwd: lse is NULL");
     CHECK_ERR(att_merge(&d, y, y, NULL, x), PAR_EINVAL, "attention_merge: o_b is NULL");
     CHECK_ERR(att_merge(NULL, y, y, x, x), PAR_EINVAL, "attention_merge: desc is NULL");
-    d.dtype = PAR_BF16;
-    CHECK_ERR(att_fwd(&d, x, x, x, y, y), PAR_EUNSUPPORTED, "dtype bf16");
-    CHECK_ERR(att_bwd(&d, x, x, x, x, x, x, y, y, y, 0), PAR_EUNSUPPORTED, "f32 only");
-    CHECK_ERR(att_merge(&d, y, y, x, x), PAR_EUNSUPPORTED, "dtype bf16");
+    d.dtype = PAR_I64;
+    CHECK_ERR(att_fwd(&d, x, x, x, y, y), PAR_EUNSUPPORTED, "dtype i64");
+    CHECK_ERR(att_bwd(&d, x, x, x, x, x, x, y, y, y, 0), PAR_EUNSUPPORTED, "(f32, bf16 or f16)");
+    CHECK_ERR(att_merge(&d, y, y, x, x), PAR_EUNSUPPORTED, "dtype i64");
+    d.dtype = PAR_BF16; /* a 16-bit call with a NULL still names it */
+    CHECK_ERR(att_fwd(&d, x, NULL, x, y, y), PAR_EINVAL, "attention_fwd: k is NULL");
+    CHECK_ERR(att_bwd(&d, x, x, x, x, x, NULL, y, y, y, 0), PAR_EINVAL, "attention_bwd: do_ is NULL");
     d.dtype = PAR_F32;
     d.head_dim = 0;
     CHECK_ERR(att_fwd(&d, x, x, x, y, y), PAR_EINVAL, "head_dim 0");
@@ -656,6 +659,122 @@ static void test_errors(void) {
 /* A table with 3 threads splits attention by sequence over its threads; every
    sequence runs the same code, so the result must equal threads = 1 bitwise
    (causal with GQA, 5 sequences of 70 queries and keys, accumulate on). */
+/* bf16 and f16 calls: the f32 kernel on the tensors widened, the outputs
+   rounded once (to nearest even) - so exactly the f32 call on the decoded
+   inputs, rounded here with a rounding written from the formats; the
+   backward with accumulate = 1 adds into the widened old gradients; lse is
+   f32 either way; the staging is workspace while the call runs, returned
+   after it, and within scratch_bound's count for the call's sizes. */
+static uint16_t to16(par_dtype t, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (t == PAR_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* finite inputs here */
+    {
+        const uint32_t sign = (u >> 16) & 0x8000u;
+        int e = (int)((u >> 23) & 0xff) - 127 + 15;
+        uint32_t mant = u & 0x7fffffu, r, rest;
+        if ((u & 0x7fffffffu) == 0) return (uint16_t)sign;
+        if (e <= 0) { /* subnormal f16: shift the implicit one in */
+            mant |= 0x800000u;
+            r = mant >> (14 - e), rest = mant & ((1u << (14 - e)) - 1);
+            if (rest > (1u << (13 - e)) || (rest == (1u << (13 - e)) && (r & 1u))) r++;
+            return (uint16_t)(sign | r);
+        }
+        r = mant >> 13, rest = mant & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (r & 1u))) r++;
+        if (r == 0x400u) r = 0, e++;
+        return (uint16_t)(sign | (uint32_t)e << 10 | r);
+    }
+}
+static float from16(par_dtype t, uint16_t h) {
+    if (t == PAR_BF16) {
+        const uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    } else {
+        const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        const double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+        return (float)((h & 0x8000) ? -v : v);
+    }
+}
+
+static void test_16bit(void) {
+    static const par_dtype types[2] = {PAR_BF16, PAR_F16};
+    static const struct { int b, hq, hkv, d; int64_t sq, sk; int causal; } shapes[] = {
+        {1, 4, 2, 16, 65, 65, 1}, {2, 2, 1, 8, 37, 70, 0}, {1, 2, 2, 32, 300, 300, 1}};
+    int ti;
+    size_t si;
+    for (ti = 0; ti < 2; ti++)
+        for (si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const par_dtype t = types[ti];
+            par_attn_desc d;
+            int64_t nq, nk, i, j;
+            float *q, *k, *v, *o, *lse, *o16f, *lse16, *dq, *dk, *dv, *g;
+            uint16_t *q16, *k16, *v16, *o16, *do16, *dq16, *dk16, *dv16;
+            int ok = 1, acc;
+            memset(&d, 0, sizeof d);
+            d.batch = shapes[si].b, d.q_heads = shapes[si].hq, d.kv_heads = shapes[si].hkv, d.head_dim = shapes[si].d;
+            d.q_len = shapes[si].sq, d.k_len = shapes[si].sk, d.causal = shapes[si].causal;
+            nq = d.batch * d.q_len * d.q_heads * d.head_dim, nk = d.batch * d.k_len * d.kv_heads * d.head_dim;
+            q = frand(nq), k = frand(nk), v = frand(nk), g = frand(nq);
+            q16 = (uint16_t *)malloc((size_t)nq * 2), k16 = (uint16_t *)malloc((size_t)nk * 2);
+            v16 = (uint16_t *)malloc((size_t)nk * 2), o16 = (uint16_t *)malloc((size_t)nq * 2);
+            do16 = (uint16_t *)malloc((size_t)nq * 2), dq16 = (uint16_t *)malloc((size_t)nq * 2);
+            dk16 = (uint16_t *)malloc((size_t)nk * 2), dv16 = (uint16_t *)malloc((size_t)nk * 2);
+            for (i = 0; i < nq; i++) q16[i] = to16(t, q[i]), q[i] = from16(t, q16[i]), do16[i] = to16(t, g[i]), g[i] = from16(t, do16[i]);
+            for (i = 0; i < nk; i++) k16[i] = to16(t, k[i]), k[i] = from16(t, k16[i]), v16[i] = to16(t, v[i]), v[i] = from16(t, v16[i]);
+            o = ffill(nq, 0), lse = ffill(d.batch * d.q_heads * d.q_len, 0), lse16 = ffill(d.batch * d.q_heads * d.q_len, 0);
+            o16f = ffill(nq, 0), dq = ffill(nq, 0), dk = ffill(nk, 0), dv = ffill(nk, 0);
+            d.dtype = PAR_F32;
+            CHECK_OK(att_fwd(&d, q, k, v, o, lse));
+            d.dtype = t;
+            CHECK_OK(tbl.attention_fwd(tbl.user, &d, q16, k16, v16, o16, lse16));
+            for (i = 0; i < nq; i++) ok &= o16[i] == to16(t, o[i]);
+            ok &= memcmp(lse, lse16, (size_t)(d.batch * d.q_heads * d.q_len) * 4) == 0;
+            CHECK_MSG(ok, "%s forward %d: o or lse differ from the f32 call rounded", par_dtype_name(t), (int)si);
+            /* backward on the 16-bit o the forward gave (widened for the f32 call) */
+            for (i = 0; i < nq; i++) o16f[i] = from16(t, o16[i]);
+            for (acc = 0; acc < 2; acc++) {
+                for (i = 0; i < nq; i++) dq16[i] = to16(t, acc ? 0.25f : 0.0f), dq[i] = acc ? 0.25f : 0.0f;
+                for (j = 0; j < nk; j++) dk16[j] = dv16[j] = to16(t, acc ? -0.5f : 0.0f), dk[j] = dv[j] = acc ? -0.5f : 0.0f;
+                d.dtype = PAR_F32;
+                CHECK_OK(att_bwd(&d, q, k, v, o16f, lse, g, dq, dk, dv, acc));
+                d.dtype = t;
+                CHECK_OK(tbl.attention_bwd(tbl.user, &d, q16, k16, v16, o16, lse16, do16, dq16, dk16, dv16, acc));
+                for (i = 0, ok = 1; i < nq; i++) ok &= dq16[i] == to16(t, dq[i]);
+                for (j = 0; j < nk; j++) ok &= dk16[j] == to16(t, dk[j]) && dv16[j] == to16(t, dv[j]);
+                CHECK_MSG(ok, "%s backward %d (accumulate %d): gradients differ from the f32 call rounded",
+                          par_dtype_name(t), (int)si, acc);
+            }
+            if (si == 0) { /* on a fresh table: the staging is workspace while the call runs, none after, and
+                              scratch_bound counts it for the call's sizes */
+                par_compute_table t2;
+                par_cpu_desc cd;
+                par_mem_report r;
+                par_scratch_query sq;
+                size_t bound = 0;
+                memset(&cd, 0, sizeof cd);
+                cd.threads = 1;
+                CHECK_OK(par_compute_cpu(&cd, &t2));
+                CHECK_OK(t2.attention_bwd(t2.user, &d, q16, k16, v16, o16, lse16, do16, dq16, dk16, dv16, 0));
+                memset(&sq, 0, sizeof sq);
+                sq.attn_type = t, sq.attn_q_elems = nq, sq.attn_kv_elems = nk;
+                CHECK_OK(t2.scratch_bound(t2.user, &sq, &bound));
+                CHECK_OK(t2.memory_report(t2.user, &r));
+                CHECK_MSG(r.current[PAR_MEM_WORKSPACE] == 0 && r.peak[PAR_MEM_WORKSPACE] >= (4 * nq + 4 * nk) * 4 &&
+                              (size_t)r.peak[PAR_MEM_WORKSPACE] <= bound,
+                          "staging: now %lld, peak %lld, bound %zu", (long long)r.current[PAR_MEM_WORKSPACE],
+                          (long long)r.peak[PAR_MEM_WORKSPACE], bound);
+                sq.attn_q_elems = -1;
+                CHECK_ERR(t2.scratch_bound(t2.user, &sq, &bound), PAR_EINVAL, "attn_q_elems -1");
+                t2.destroy(t2.user);
+            }
+            free(q), free(k), free(v), free(g), free(o), free(lse), free(lse16), free(o16f), free(dq), free(dk), free(dv);
+            free(q16), free(k16), free(v16), free(o16), free(do16), free(dq16), free(dk16), free(dv16);
+        }
+}
+
 static void test_threads(void) {
     par_compute_table t3;
     par_cpu_desc cd;
@@ -734,6 +853,7 @@ int main(void) {
     test_merge_layout();
     test_memory();
     test_errors();
+    test_16bit();
     test_threads();
     tbl.destroy(tbl.user);
     return TEST_END("test_attention");

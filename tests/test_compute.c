@@ -892,9 +892,10 @@ static void test_table(void) {
     /* attention wrappers: dtype and desc are the table's to check */
     memset(&ad, 0, sizeof ad);
     ad.batch = 1, ad.q_heads = 1, ad.kv_heads = 1, ad.head_dim = 4, ad.q_len = 1, ad.k_len = 1, ad.dtype = PAR_BF16;
-    CHECK_ERR(t.attention_fwd(t.user, &ad, x, x, x, x, x), PAR_EUNSUPPORTED, "dtype bf16");
-    CHECK_ERR(t.attention_bwd(t.user, &ad, x, x, x, x, x, x, x, x, x, 0), PAR_EUNSUPPORTED, "dtype bf16");
-    CHECK_ERR(t.attention_merge(t.user, &ad, x, x, x, x), PAR_EUNSUPPORTED, "dtype bf16");
+    ad.dtype = PAR_I32;
+    CHECK_ERR(t.attention_fwd(t.user, &ad, x, x, x, x, x), PAR_EUNSUPPORTED, "dtype i32");
+    CHECK_ERR(t.attention_bwd(t.user, &ad, x, x, x, x, x, x, x, x, x, 0), PAR_EUNSUPPORTED, "dtype i32");
+    CHECK_ERR(t.attention_merge(t.user, &ad, x, x, x, x), PAR_EUNSUPPORTED, "dtype i32");
     CHECK_ERR(t.attention_fwd(t.user, NULL, x, x, x, x, x), PAR_EINVAL, "desc is NULL");
     t.destroy(t.user);
     memset(&desc, 0, sizeof desc);
@@ -1133,7 +1134,7 @@ static void test_gemm16(par_compute_table *t1, par_compute_table *t3) {
 
 static void test_scratch_bound(void) {
     static const int64_t shapes[][3] = {{301, 203, 150}, {45, 1401, 140}, {130, 129, 131}, {96, 100, 900}};
-    const par_scratch_query q = {301, 1401, 900, 0, PAR_F32};
+    const par_scratch_query q = {301, 1401, 900, 0, PAR_F32, PAR_F32, 0, 0};
     int threads;
     for (threads = 1; threads <= 3; threads += 2) {
         par_compute_table t;
@@ -1173,7 +1174,7 @@ static void test_scratch_bound(void) {
             free(A), free(B), free(C);
         }
         {
-            const par_scratch_query none = {0, 0, 0, 0, PAR_F32}, bad = {4, -1, 4, 0, PAR_F32};
+            const par_scratch_query none = {0, 0, 0, 0, PAR_F32, PAR_F32, 0, 0}, bad = {4, -1, 4, 0, PAR_F32, PAR_F32, 0, 0};
             CHECK_OK(t.scratch_bound(t.user, &none, &bound));
             CHECK(bound == 0);
             CHECK_ERR(t.scratch_bound(t.user, &bad, &bound), PAR_EINVAL, "must be >= 0");
