@@ -349,6 +349,13 @@ PARALLEL_DEF const char *par_dtype_name(par_dtype dtype);
 /* Parse a dtype name as printed by par_dtype_name. PAR_EPARSE otherwise. */
 PARALLEL_DEF par_status par_dtype_parse(const char *text, par_dtype *dtype);
 
+/* n elements of host memory from one float type to another (F32, BF16, F16):
+   to 16 bits rounded to nearest even (beyond the range to +-inf, nan kept),
+   widening exact; e.g. a host writing bf16 weights with par_st_writer_add.
+   src and dst do not overlap. PAR_EINVAL naming a bad argument. */
+PARALLEL_DEF par_status par_dtype_convert(int64_t n, par_dtype src_type, const void *src, par_dtype dst_type,
+                                          void *dst);
+
 /* Host allocation hooks (miniaudio's ma_allocation_callbacks), for the objects
    whose desc carries one (par_ctx_desc, par_cpu_desc, par_redist_planner_desc): set
    all three or none; all zero = PARALLEL_MALLOC / PARALLEL_REALLOC /
@@ -3143,6 +3150,27 @@ static PAR__MAYBE_UNUSED uint16_t par__f32_to_f16(float f) {
     r = m >> shift;
     if (rem > half || (rem == half && (r & 1u))) r++;
     return (uint16_t)(sign | r);
+}
+
+PARALLEL_DEF par_status par_dtype_convert(int64_t n, par_dtype src_type, const void *src, par_dtype dst_type,
+                                          void *dst) {
+    int64_t i;
+    if (n < 0) return par__fail(PAR_EINVAL, "convert: n is %lld (must be >= 0)", (long long)n);
+    if ((src_type != PAR_F32 && src_type != PAR_BF16 && src_type != PAR_F16) ||
+        (dst_type != PAR_F32 && dst_type != PAR_BF16 && dst_type != PAR_F16))
+        return par__fail(PAR_EINVAL, "convert: %s to %s: only f32, bf16 and f16 convert", par_dtype_name(src_type),
+                         par_dtype_name(dst_type));
+    if (n && (!src || !dst)) return par__fail(PAR_EINVAL, "convert: %s is NULL", src ? "dst" : "src");
+    for (i = 0; i < n; i++) {
+        const uint16_t h = src_type == PAR_F32 ? 0 : ((const uint16_t *)src)[i];
+        const float x = src_type == PAR_F32    ? ((const float *)src)[i]
+                        : src_type == PAR_BF16 ? par__bf16_to_f32(h)
+                                               : par__f16_to_f32(h);
+        if (dst_type == PAR_BF16) ((uint16_t *)dst)[i] = par__f32_to_bf16(x);
+        else if (dst_type == PAR_F16) ((uint16_t *)dst)[i] = par__f32_to_f16(x);
+        else ((float *)dst)[i] = x;
+    }
+    return PAR_OK;
 }
 
 PARALLEL_DEF par_status par_dtype_parse(const char *text, par_dtype *dtype) {
@@ -13264,30 +13292,10 @@ static par_status par__cpu_t_sumsq(void *user, int64_t n, const float *x, double
     return par__cpu_sumsq(n, x, out);
 }
 
-/* One element of a float type as f32, and back (>>config's converters). */
-static float par__cpu_load(par_dtype t, const void *p, int64_t i) {
-    if (t == PAR_BF16) return par__bf16_to_f32(((const uint16_t *)p)[i]);
-    if (t == PAR_F16) return par__f16_to_f32(((const uint16_t *)p)[i]);
-    return ((const float *)p)[i];
-}
-
 static par_status par__cpu_t_convert(void *user, int64_t n, par_dtype src_type, const void *src, par_dtype dst_type,
                                      void *dst) {
-    int64_t i;
-    (void)user;
-    if (n < 0) return par__fail(PAR_EINVAL, "convert: n is %lld (must be >= 0)", (long long)n);
-    if ((src_type != PAR_F32 && src_type != PAR_BF16 && src_type != PAR_F16) ||
-        (dst_type != PAR_F32 && dst_type != PAR_BF16 && dst_type != PAR_F16))
-        return par__fail(PAR_EINVAL, "convert: %s to %s: only f32, bf16 and f16 convert", par_dtype_name(src_type),
-                         par_dtype_name(dst_type));
-    if (n && (!src || !dst)) return par__fail(PAR_EINVAL, "convert: %s is NULL", src ? "dst" : "src");
-    for (i = 0; i < n; i++) {
-        const float x = par__cpu_load(src_type, src, i);
-        if (dst_type == PAR_BF16) ((uint16_t *)dst)[i] = par__f32_to_bf16(x);
-        else if (dst_type == PAR_F16) ((uint16_t *)dst)[i] = par__f32_to_f16(x);
-        else ((float *)dst)[i] = x;
-    }
-    return PAR_OK;
+    (void)user; /* host memory: >>config's conversion */
+    return par_dtype_convert(n, src_type, src, dst_type, dst);
 }
 
 #endif /* PARALLEL_NO_CPU_KERNELS */

@@ -148,6 +148,7 @@ typedef struct llama_options {
     const char *data_path;            /* --data FILE (required unless --steps 0) */
     const char *init_from;            /* --init-from FILE.safetensors */
     const char *save_path;            /* --save FILE.safetensors */
+    const char *save_dtype;           /* --save-dtype f32|bf16|f16: --save's weights (default f32) */
     const char *save_dir;             /* --save-dir DIR: sharded checkpoints (par_params_save) */
     int save_every;                   /* --save-every N: also every N steps (0 = only at the end) */
     int keep;                         /* --keep K: step directories kept (default 2; 0 = all) */
@@ -2496,6 +2497,8 @@ void llama_print_usage(FILE *f) {
             "                         under any parallel configuration\n"
             "  --save FILE            write the final weights (.safetensors) and the AdamW state beside them\n"
             "                         (FILE with .optimizer.safetensors); each file written atomically\n"
+            "  --save-dtype T         --save's weights in f32 (default), bf16 or f16 (rounded to nearest\n"
+            "                         even; also bfloat16, float16, float32); the AdamW state stays f32\n"
             "  --save-dir DIR         sharded checkpoint at the end: each rank writes its own shard to\n"
             "                         DIR/step-N/ (no gather), DIR/latest names the newest; crash-safe\n"
             "  --save-every N         with --save-dir: also after every N steps\n"
@@ -2540,7 +2543,7 @@ static int llama__arg_int(const char *opt, const char *v, long long max, long lo
 int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size_t errsize) {
     enum { O_CONFIG, O_SET, O_STEPS, O_DATA, O_INIT, O_SAVE, O_BACKEND, O_METRICS, O_TRACE, O_SEED, O_SHUFFLE,
            O_SAMPLE, O_QUIET, O_HELP, O_SAVE_DIR, O_SAVE_EVERY, O_KEEP, O_PP_SCHEDULE, O_CLUSTER, O_MAX_MEM,
-           O_COUNT };
+           O_SAVE_DTYPE, O_COUNT };
     static const struct {
         const char *name;
         int takes_value;
@@ -2548,7 +2551,7 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
                         {"--save", 1},    {"--backend", 1}, {"--metrics", 1}, {"--trace", 1},   {"--seed", 1},
                         {"--shuffle", 0}, {"--sample", 1},  {"--quiet", 0},   {"--help", 0},
                         {"--save-dir", 1}, {"--save-every", 1}, {"--keep", 1}, {"--pp-schedule", 1},
-                        {"--cluster", 1}, {"--max-device-memory", 1}};
+                        {"--cluster", 1}, {"--max-device-memory", 1}, {"--save-dtype", 1}};
     int given[O_COUNT] = {0};
     llama_options o;
     if (!opts) return llama__fail(err, errsize, "llama_parse_args: opts is NULL");
@@ -2614,6 +2617,17 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
         case O_DATA: o.data_path = v; break;
         case O_INIT: o.init_from = v; break;
         case O_SAVE: o.save_path = v; break;
+        case O_SAVE_DTYPE: {
+            static const char *const names[][2] = {{"f32", "f32"},   {"float32", "f32"}, {"bf16", "bf16"},
+                                                   {"bfloat16", "bf16"}, {"f16", "f16"},  {"float16", "f16"}};
+            o.save_dtype = NULL;
+            for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+                if (!strcmp(v, names[k][0])) o.save_dtype = names[k][1];
+            if (!o.save_dtype)
+                return llama__fail(err, errsize, "--save-dtype %s: not one of f32, bf16, f16 (or float32, bfloat16, "
+                                                 "float16)", v);
+            break;
+        }
         case O_SAVE_DIR: o.save_dir = v; break;
         case O_SAVE_EVERY:
             if (llama__arg_int(name, v, INT_MAX, &n, err, errsize)) return -1;
@@ -2652,6 +2666,8 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
         default: break;
         }
     }
+    if (given[O_SAVE_DTYPE] && !o.save_path)
+        return llama__fail(err, errsize, "--save-dtype needs --save (it is the type of that file's weights)");
     if ((given[O_SAVE_EVERY] || given[O_KEEP]) && !o.save_dir)
         return llama__fail(err, errsize, "%s needs --save-dir DIR (they set how sharded checkpoints are saved)",
                            given[O_SAVE_EVERY] ? "--save-every" : "--keep");

@@ -911,7 +911,7 @@ static par_status load_checkpoint(trainer *t, const char *path, int has_opt) {
    the AdamW state with the step count. The parameter set gathers each tensor
    whole (ZeRO shards and tensor-parallel slices); rank 0 writes; each file is
    atomic. */
-static par_status save_checkpoint(trainer *t, const char *path) {
+static par_status save_checkpoint(trainer *t, const char *path, par_dtype dt) {
     int64_t g = 0, *goff = (int64_t *)calloc((size_t)t->ntensors, sizeof(int64_t));
     float *host = NULL;
     char opath[1024], step[32];
@@ -927,13 +927,19 @@ static par_status save_checkpoint(trainer *t, const char *path) {
             st = par_params_gather(t->ps, (par_param_field)k, i, host ? host + k * g + goff[i] : NULL);
     if (st == PAR_OK && t->rank == 0) {
         par_st_writer *w = NULL;
+        void *weights = host; /* --save-dtype: the weights rounded to it (the AdamW state stays f32) */
         snprintf(step, sizeof step, "%lld", (long long)t->step);
         optimizer_path(path, opath, sizeof opath);
         st = par_st_writer_create(path, &w);
+        if (st == PAR_OK && dt != PAR_F32 && !(weights = malloc((size_t)g * par_dtype_size(dt))))
+            st = par_set_error(PAR_ENOMEM, "out of host memory saving %s", path);
+        if (st == PAR_OK && dt != PAR_F32) st = par_dtype_convert(g, PAR_F32, host, dt, weights);
         for (i = 0; i < t->ntensors && st == PAR_OK; i++)
-            st = par_st_writer_add(w, t->specs[i].name, PAR_F32, t->specs[i].ndim, t->specs[i].shape, host + goff[i]);
+            st = par_st_writer_add(w, t->specs[i].name, dt, t->specs[i].ndim, t->specs[i].shape,
+                                   (const char *)weights + goff[i] * (int64_t)par_dtype_size(dt));
         if (st == PAR_OK) st = par_st_writer_finish(w);
         else if (w) par_st_writer_abort(w);
+        if (weights != host) free(weights);
         w = NULL;
         /* one file with both moments, under two prefixes */
         if (st == PAR_OK) st = par_st_writer_create(opath, &w);
@@ -1841,7 +1847,9 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
     }
     if (st == PAR_OK && o->save_path) {
         const double s0 = trace_now(&t);
-        st = save_checkpoint(&t, o->save_path);
+        par_dtype dt = PAR_F32;
+        if (o->save_dtype) (void)par_dtype_parse(o->save_dtype, &dt); /* checked by llama_parse_args */
+        st = save_checkpoint(&t, o->save_path, dt);
         trace_span(&t, "io", s0, "save checkpoint");
         if (st == PAR_OK && t.rank == 0) printf("saved %s (+ optimizer state)\n", o->save_path);
     }

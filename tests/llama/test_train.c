@@ -1597,6 +1597,75 @@ static void test_hf_export(void) {
     printf("  hf export: next-step loss %.7f, PyTorch %.6f (grad norm %.6f vs %.6f)\n", loss[0], tl, g[0], tg);
 }
 
+/* --save-dtype: the weights file in bf16 / f16, each value the f32 save's rounded to
+   nearest even (the rounding written here from the formats), the AdamW file beside it
+   still f32 and the same; and the trainer starts again from the 16-bit file. */
+static uint16_t round16_bits(par_dtype t, float f) {
+    uint32_t u, a, sign, mant, r, rest, half;
+    int e, sh;
+    memcpy(&u, &f, 4);
+    if (t == PAR_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a == 0) return (uint16_t)sign;
+    e = (int)(a >> 23) - 127 + 15, mant = (a & 0x7fffffu) | 0x800000u;
+    sh = e >= 1 ? 13 : 14 - e; /* an f16 subnormal: the implicit one shifted in too */
+    if (sh > 24) return (uint16_t)sign;
+    r = mant >> sh, rest = mant & ((1u << sh) - 1), half = 1u << (sh - 1);
+    if (rest > half || (rest == half && (r & 1u))) r++;
+    if (e < 1) return (uint16_t)(sign | r);              /* a carry lands in the smallest normal: the bits agree */
+    return (uint16_t)(sign | (((uint32_t)e << 10) + (r - 0x400u))); /* r >= 0x400: a carry moves into e */
+}
+
+static void test_save_dtype(void) {
+    static const par_dtype types[2] = {PAR_BF16, PAR_F16};
+    const char *base = "--config examples/configs/tiny.yaml --data tests/data/train.txt --quiet --steps 3";
+    char p32[512], p16[512], o32[600], o16[600];
+    int k, rc;
+    snprintf(p32, sizeof p32, "%s", test_path("sd32.safetensors"));
+    rc = run_cmd(0, "%s --save %s", base, p32);
+    CHECK_MSG(rc == 0, "f32 save: %s", err_text);
+    for (k = 0; k < 2; k++) {
+        par_st_file *a = NULL, *b = NULL;
+        int64_t i, n, bad = 0, total = 0;
+        snprintf(p16, sizeof p16, "%s/sd16_%d.safetensors", test_dir, k);
+        rc = run_cmd(0, "%s --save %s --save-dtype %s", base, p16, par_dtype_name(types[k]));
+        CHECK_MSG(rc == 0, "%s save: %s", par_dtype_name(types[k]), err_text);
+        if (rc != 0) continue;
+        CHECK_OK(par_st_open(p32, &a));
+        CHECK_OK(par_st_open(p16, &b));
+        if (a && b) {
+            n = par_st_count(a);
+            CHECK_INT(par_st_count(b), n);
+            for (i = 0; i < n && i < par_st_count(b); i++) {
+                const par_st_tensor *ta = par_st_tensor_at(a, (int)i), *tb = par_st_tensor_at(b, (int)i);
+                int64_t e;
+                float *fa;
+                uint16_t *hb;
+                CHECK(ta && tb && !strcmp(ta->name, tb->name) && tb->dtype == types[k] && ta->dtype == PAR_F32);
+                if (!ta || !tb) continue;
+                fa = (float *)malloc((size_t)ta->numel * 4), hb = (uint16_t *)malloc((size_t)ta->numel * 2);
+                CHECK_OK(par_st_read(a, ta->name, 0, NULL, 0, ta->numel, PAR_F32, fa));
+                CHECK_OK(par_st_read(b, tb->name, 0, NULL, 0, ta->numel, types[k], hb));
+                for (e = 0; e < ta->numel; e++, total++) bad += hb[e] != round16_bits(types[k], fa[e]);
+                free(fa), free(hb);
+            }
+            CHECK_MSG(bad == 0 && total > 0, "%s: %lld of %lld weights are not the f32 save's rounded",
+                      par_dtype_name(types[k]), (long long)bad, (long long)total);
+        }
+        if (a) par_st_close(a);
+        if (b) par_st_close(b);
+        /* the AdamW file is the f32 run's, byte for byte */
+        snprintf(o32, sizeof o32, "%s", test_path("sd32.optimizer.safetensors"));
+        snprintf(o16, sizeof o16, "%s/sd16_%d.optimizer.safetensors", test_dir, k);
+        CHECK_MSG(test_files_identical(o32, o16), "%s: the optimizer file differs from the f32 save's", o16);
+        rc = run_cmd(0, "--config examples/configs/tiny.yaml --data tests/data/train.txt --quiet --steps 1 --init-from %s",
+                     p16);
+        CHECK_MSG(rc == 0, "--init-from a %s save: %s", par_dtype_name(types[k]), err_text);
+    }
+    rc = run_cmd(0, "%s --save %s --save-dtype int8", base, p32);
+    CHECK_MSG(rc == 2 && strstr(err_text, "--save-dtype int8: not one of f32, bf16, f16"), "bad --save-dtype: %s", err_text);
+}
+
 /* The file of a 3-step dp 2 ZeRO-1 run: both ranks, every kind of span, 3 of each per rank. */
 static void check_trace_file(const char *what, const char *path) {
     static const char *const per_step[] = {"fwd embedding", "fwd block 0",   "fwd head+loss",
@@ -1868,6 +1937,7 @@ int main(void) {
         test_sharded_pipeline();
         test_sharded_resume();
         test_hf_export();
+        test_save_dtype();
         printf("  checkpoint tests: %.0f s (the sharded and export ones: %.0f s)\n", (double)time(NULL) - t0,
                (double)time(NULL) - t1);
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
@@ -1883,7 +1953,7 @@ int main(void) {
                       {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
                       {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
-                      {"recompute", {test_recompute, NULL}}};
+                      {"recompute", {test_recompute, test_save_dtype}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
             if (strcmp(only, groups[g].name) != 0) continue;
@@ -1914,6 +1984,7 @@ int main(void) {
         test_sharded_pipeline();
         test_sharded_resume();
         test_hf_export();
+        test_save_dtype();
         test_qkv_bias();
         test_recompute();
     }
