@@ -741,6 +741,8 @@ static const bad_case bad_values[] = {
     {"parallel.search_mode", "greedy", "not one of"},
     {"parallel_config.context_parallel_algo", "hybird", "not one of"},
     {"recompute_config.recompute", "full", "not a boolean"},
+    {"model.model_config.compute_dtype", "bfloat17", "not one of float32, bfloat16, float16"},
+    {"model.model_config.param_init_type", "fp16", "not one of float32, bfloat16, float16"},
     {"recompute_config.mp_comm_recompute", "maybe", "not a boolean"},
     {"model.model_config.use_attn_mask_compression", "1.0", "not a boolean"},
     {"parallel_config.use_attn_mask_compression", "yesno", "not a boolean"},
