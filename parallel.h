@@ -126,7 +126,8 @@
    -----------
    * Every fallible call returns par_status; PAR_OK is 0. On failure a sentence
      describing it ("input 1 dim 0 (size 100) is not divisible by its shard 3")
-     is in par_last_error(), which is per thread.
+     is in par_last_error(), which is per thread. In a function of your own
+     that returns par_status, PAR_CHECK(call) passes a failure up.
    * Mesh axes are listed left to right, ranks are row-major (last axis fastest).
      Tensor maps follow MindSpore: a map value v >= 0 names DEVICE DIM v, which is
      mesh axis (ndim-1-v): device dims are counted FROM THE RIGHT. Every API in the
@@ -338,6 +339,15 @@ PARALLEL_DEF void par_clear_error(void);
 /* Set the calling thread's failure sentence (printf format) and return `status`:
    for hook tables a host writes (`return par_set_error(PAR_ECOMM, "...")`). */
 PARALLEL_DEF par_status par_set_error(par_status status, const char *fmt, ...) PAR__PRINTF(2, 3);
+
+/* In a host function returning par_status: return the status of `call` when
+   it fails (its sentence stays in par_last_error()), else go on. The idiom
+   every host writes, so hosts need not write their own. */
+#define PAR_CHECK(call)                                \
+    do {                                               \
+        par_status par_check_status_ = (call);         \
+        if (par_check_status_ != PAR_OK) return par_check_status_; \
+    } while (0)
 
 /* Element types. */
 typedef enum par_dtype { PAR_F32 = 0, PAR_BF16, PAR_F16, PAR_I32, PAR_I64, PAR_F64, PAR_DTYPE_COUNT } par_dtype;
@@ -1308,6 +1318,11 @@ PARALLEL_DEF void par_ctx_destroy(par_ctx *ctx);
 
 PARALLEL_DEF int par_ctx_rank(const par_ctx *ctx);
 PARALLEL_DEF int par_ctx_size(const par_ctx *ctx);
+
+/* printf to stdout (flushed) on the world's rank 0 only: a host's banner and
+   per-step lines once per job, not once per rank. Returns what printf does on
+   rank 0, 0 on the others (and for a NULL context or format). Local. */
+PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) PAR__PRINTF(2, 3);
 PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx);
 PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx);
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx);
@@ -8336,6 +8351,17 @@ PARALLEL_DEF void par_ctx_destroy(par_ctx *ctx) {
 }
 
 PARALLEL_DEF int par_ctx_rank(const par_ctx *ctx) { return ctx ? ctx->rank : -1; }
+
+PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    if (!ctx || !fmt || ctx->rank != 0) return 0;
+    va_start(ap, fmt);
+    n = vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    return n;
+}
 PARALLEL_DEF int par_ctx_size(const par_ctx *ctx) { return ctx ? ctx->size : 0; }
 PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx) { return ctx ? &ctx->mesh : NULL; }
 PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx) { return ctx ? &ctx->comm : NULL; }

@@ -240,9 +240,38 @@ static void test_wrappers_and_launch(void) {
 
 /* Default: the 1M-element sizes on the 2x4 mesh only (they dominate the run
    time); --quick skips them everywhere, --full runs them on every mesh. */
+/* PAR_CHECK passes a failure up with its sentence and goes on after success;
+   par_printf0 prints on rank 0 only. */
+static par_status parse_then_mark(const char *text, int *reached) {
+    par_mesh m;
+    PAR_CHECK(par_mesh_parse(text, &m));
+    *reached = 1;
+    return PAR_OK;
+}
+
+static par_status print_body(par_ctx *ctx, void *arg) {
+    int *printed = (int *)arg;
+    printed[par_ctx_rank(ctx)] = par_printf0(ctx, "  (par_printf0 from rank %d of %d)\n", par_ctx_rank(ctx),
+                                             par_ctx_size(ctx));
+    return PAR_OK;
+}
+
+static void test_host_helpers(void) {
+    int reached = 0, printed[3] = {-1, -1, -1};
+    CHECK_INT(parse_then_mark("dp=2", &reached), PAR_OK);
+    CHECK(reached == 1);
+    reached = 0;
+    CHECK(parse_then_mark("dp=", &reached) != PAR_OK && reached == 0 && par_last_error()[0] != 0);
+    CHECK_OK(par_run_threads(3, print_body, printed));
+    CHECK_MSG(printed[0] == (int)strlen("  (par_printf0 from rank 0 of 3)\n") && printed[1] == 0 && printed[2] == 0,
+              "printed %d %d %d", printed[0], printed[1], printed[2]);
+    CHECK_INT(par_printf0(NULL, "x"), 0);
+}
+
 int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0, full = argc > 1 && strcmp(argv[1], "--full") == 0;
     test_check_helpers();
+    test_host_helpers();
     test_wrappers_and_launch();
     run_suite("2x2x2", 8, !full);
     run_suite("dp=2,tp=4", 8, quick);

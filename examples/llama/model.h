@@ -48,11 +48,7 @@
 #define LLAMA_PRINTF(f, a)
 #endif
 
-#define LLAMA_CHECK(call)                       \
-    do {                                        \
-        par_status st_ = (call);                \
-        if (st_ != PAR_OK) return st_;          \
-    } while (0)
+#define LLAMA_CHECK(call) PAR_CHECK(call) /* parallel.h's idiom, under the trainer's older name */
 
 /* Model dimensions: the model's, or (llama_model.local) what one rank
    computes: its heads, kv heads, ffn columns and vocabulary shard. */
