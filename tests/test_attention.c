@@ -58,6 +58,7 @@ static void *test_realloc(void *q, size_t n) {
 #define PARALLEL_REALLOC(p, sz) test_realloc(p, sz)
 #define PARALLEL_FREE(p) test_free(p)
 #include "test.h"
+#include "half.h"
 
 #include <math.h>
 
@@ -665,39 +666,8 @@ static void test_errors(void) {
    backward with accumulate = 1 adds into the widened old gradients; lse is
    f32 either way; the staging is workspace while the call runs, returned
    after it, and within scratch_bound's count for the call's sizes. */
-static uint16_t to16(par_dtype t, float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (t == PAR_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* finite inputs here */
-    {
-        const uint32_t sign = (u >> 16) & 0x8000u;
-        int e = (int)((u >> 23) & 0xff) - 127 + 15;
-        uint32_t mant = u & 0x7fffffu, r, rest;
-        if ((u & 0x7fffffffu) == 0) return (uint16_t)sign;
-        if (e <= 0) { /* subnormal f16: shift the implicit one in */
-            mant |= 0x800000u;
-            r = mant >> (14 - e), rest = mant & ((1u << (14 - e)) - 1);
-            if (rest > (1u << (13 - e)) || (rest == (1u << (13 - e)) && (r & 1u))) r++;
-            return (uint16_t)(sign | r);
-        }
-        r = mant >> 13, rest = mant & 0x1fffu;
-        if (rest > 0x1000u || (rest == 0x1000u && (r & 1u))) r++;
-        if (r == 0x400u) r = 0, e++;
-        return (uint16_t)(sign | (uint32_t)e << 10 | r);
-    }
-}
-static float from16(par_dtype t, uint16_t h) {
-    if (t == PAR_BF16) {
-        const uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    } else {
-        const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-        const double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
-        return (float)((h & 0x8000) ? -v : v);
-    }
-}
+static uint16_t to16(par_dtype t, float f) { return half_round(t, f); }
+static float from16(par_dtype t, uint16_t h) { return (float)half_value(t, h); }
 
 static void test_16bit(void) {
     static const par_dtype types[2] = {PAR_BF16, PAR_F16};

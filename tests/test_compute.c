@@ -26,6 +26,7 @@
 #define _POSIX_C_SOURCE 199309L
 #define PARALLEL_IMPLEMENTATION
 #include "test.h"
+#include "half.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -1002,20 +1003,7 @@ static void test_fan_out(par_compute_table *t1, par_compute_table *t3) {
    rounded once: at most one 16-bit ulp from the double reference rounded,
    and mostly equal to it); transposes, leading dims, a strided batch, beta
    reading a 16-bit C, 1 and 3 threads (row and column slices). */
-static double dec16(par_dtype t, uint16_t h) {
-    uint32_t u;
-    float f;
-    if (t == PAR_BF16) {
-        u = (uint32_t)h << 16;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    {
-        const int e = (h >> 10) & 0x1f, mnt = h & 0x3ff;
-        const double v = e == 0 ? ldexp(mnt, -24) : ldexp(1024 + mnt, e - 25);
-        return (h & 0x8000) ? -v : v;
-    }
-}
+static double dec16(par_dtype t, uint16_t h) { return half_value(t, h); }
 
 /* A double rounded to bf16 / f16 by searching the neighbours' midpoints (independent of the library). */
 static double round16(par_dtype t, double x) {

@@ -25,6 +25,7 @@
    - bad input: each refusal's sentence. */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
+#include "half.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -32,41 +33,10 @@
 #define NP 3
 static const int64_t shapes[NP][2] = {{8, 6}, {4, 5}, {12, 1}}; /* 48, 20, 12 elements */
 
-/* bf16 / f16 of an f32, round to nearest even, written from the formats. */
-static uint16_t ref_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* nan stays nan */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static uint16_t ref_f16(float f) {
-    /* exact for the normal range the test's values live in (|x| in [2^-14, 65504]) */
-    uint32_t u, sign, mant;
-    int exp;
-    memcpy(&u, &f, 4);
-    sign = (u >> 16) & 0x8000u, exp = (int)((u >> 23) & 0xff) - 127 + 15, mant = u & 0x7fffffu;
-    if ((u & 0x7fffffffu) == 0) return (uint16_t)sign;
-    {
-        uint32_t r = mant >> 13, rest = mant & 0x1fffu;
-        if (rest > 0x1000u || (rest == 0x1000u && (r & 1u))) r++;
-        if (r == 0x400u) r = 0, exp++;
-        return (uint16_t)(sign | (uint32_t)exp << 10 | r);
-    }
-}
+static uint16_t ref_bf16(float f) { return half_round(PAR_BF16, f); }
+static uint16_t ref_f16(float f) { return half_round(PAR_F16, f); }
 
-/* A 16-bit value as a double, from the formats. */
-static double dec16_test(par_dtype t, uint16_t h) {
-    if (t == PAR_BF16) {
-        const uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    } else {
-        const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-        const double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
-        return (h & 0x8000) ? -v : v;
-    }
-}
+static double dec16_test(par_dtype t, uint16_t h) { return half_value(t, h); }
 
 /* The gradient of element e of parameter i at step s on data rank r: a
    linear loss, so it does not read the weights; exactly representable. */

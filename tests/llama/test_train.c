@@ -43,6 +43,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "test_files.h"
+#include "half.h"
 #include "trace_json.h"
 
 #include <math.h>
@@ -1600,22 +1601,6 @@ static void test_hf_export(void) {
 /* --save-dtype: the weights file in bf16 / f16, each value the f32 save's rounded to
    nearest even (the rounding written here from the formats), the AdamW file beside it
    still f32 and the same; and the trainer starts again from the 16-bit file. */
-static uint16_t round16_bits(par_dtype t, float f) {
-    uint32_t u, a, sign, mant, r, rest, half;
-    int e, sh;
-    memcpy(&u, &f, 4);
-    if (t == PAR_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a == 0) return (uint16_t)sign;
-    e = (int)(a >> 23) - 127 + 15, mant = (a & 0x7fffffu) | 0x800000u;
-    sh = e >= 1 ? 13 : 14 - e; /* an f16 subnormal: the implicit one shifted in too */
-    if (sh > 24) return (uint16_t)sign;
-    r = mant >> sh, rest = mant & ((1u << sh) - 1), half = 1u << (sh - 1);
-    if (rest > half || (rest == half && (r & 1u))) r++;
-    if (e < 1) return (uint16_t)(sign | r);              /* a carry lands in the smallest normal: the bits agree */
-    return (uint16_t)(sign | (((uint32_t)e << 10) + (r - 0x400u))); /* r >= 0x400: a carry moves into e */
-}
-
 static void test_save_dtype(void) {
     static const par_dtype types[2] = {PAR_BF16, PAR_F16};
     const char *base = "--config examples/configs/tiny.yaml --data tests/data/train.txt --quiet --steps 3";
@@ -1646,7 +1631,7 @@ static void test_save_dtype(void) {
                 fa = (float *)malloc((size_t)ta->numel * 4), hb = (uint16_t *)malloc((size_t)ta->numel * 2);
                 CHECK_OK(par_st_read(a, ta->name, 0, NULL, 0, ta->numel, PAR_F32, fa));
                 CHECK_OK(par_st_read(b, tb->name, 0, NULL, 0, ta->numel, types[k], hb));
-                for (e = 0; e < ta->numel; e++, total++) bad += hb[e] != round16_bits(types[k], fa[e]);
+                for (e = 0; e < ta->numel; e++, total++) bad += hb[e] != half_round(types[k], fa[e]);
                 free(fa), free(hb);
             }
             CHECK_MSG(bad == 0 && total > 0, "%s: %lld of %lld weights are not the f32 save's rounded",
