@@ -991,21 +991,37 @@ static void test_recompute(void) {
     int rc;
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
         rc_row(cases[i].name, pp_base, 4, strstr(cases[i].sets, "zb-h1") != NULL, cases[i].sets);
-    /* MindFormers' per-stage lists: stage 0 recomputes its first layer fully, both of stage 1's
-       selectively but for its first, fully: every mode in one run, still the same bits */
+    /* MindFormers' lists: per stage (stage 0 recomputes its first layer fully, stage 1 its first
+       fully and its second selectively) and per chunk under the interleaved schedule (one layer a
+       virtual stage: chunk 0's stage 0 and chunk 1's stage 1 fully, the other two selectively):
+       every mode in one run, still the same bits */
     {
-        double a[RC_STEPS + 1], ag[RC_STEPS + 1], b[RC_STEPS + 1], bg[RC_STEPS + 1];
-        const char *pp = "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2";
-        rc = run_cmd(0, "%s --steps %d %s --metrics %s", pp_base, RC_STEPS, pp, test_path("rcl0.jsonl"));
-        CHECK_MSG(rc == 0, "pp2 lists, none: %s", err_text);
-        rc = run_cmd(0, "%s --steps %d %s --set recompute_config.recompute=[1,1] --set recompute_config.select_recompute=[0,2] "
-                        "--metrics %s", pp_base, RC_STEPS, pp, test_path("rcl1.jsonl"));
-        CHECK_MSG(rc == 0, "pp2 lists: %s", err_text);
-        CHECK_MSG(read_metrics(test_path("rcl0.jsonl"), a, ag, RC_STEPS + 1) == RC_STEPS &&
-                      read_metrics(test_path("rcl1.jsonl"), b, bg, RC_STEPS + 1) == RC_STEPS &&
-                      !memcmp(a, b, RC_STEPS * sizeof(double)) && !memcmp(ag, bg, RC_STEPS * sizeof(double)),
-                  "pp2 lists: losses or grad norms differ from none");
-        check_plan_holds("pp2 lists", test_path("rcl1.jsonl"));
+        static const struct {
+            const char *name, *pp, *lists;
+        } lists[] = {
+            {"pp2 lists", "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2",
+             "--set recompute_config.recompute=[1,1] --set recompute_config.select_recompute=[0,2]"},
+            {"pp2 interleaved chunk lists",
+             "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 "
+             "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true",
+             "--set recompute_config.recompute=[[1,0],[0,1]] --set recompute_config.select_recompute=[[0,1],[1,0]]"}};
+        size_t li;
+        for (li = 0; li < sizeof lists / sizeof lists[0]; li++) {
+            double a[RC_STEPS + 1], ag[RC_STEPS + 1], b[RC_STEPS + 1], bg[RC_STEPS + 1];
+            rc = run_cmd(0, "%s --steps %d %s --metrics %s", pp_base, RC_STEPS, lists[li].pp, test_path("rcl0.jsonl"));
+            CHECK_MSG(rc == 0, "%s, none: %s", lists[li].name, err_text);
+            rc = run_cmd(0, "%s --steps %d %s %s --metrics %s", pp_base, RC_STEPS, lists[li].pp, lists[li].lists,
+                         test_path("rcl1.jsonl"));
+            CHECK_MSG(rc == 0, "%s: %s", lists[li].name, err_text);
+            CHECK_MSG(read_metrics(test_path("rcl0.jsonl"), a, ag, RC_STEPS + 1) == RC_STEPS &&
+                          read_metrics(test_path("rcl1.jsonl"), b, bg, RC_STEPS + 1) == RC_STEPS &&
+                          !memcmp(a, b, RC_STEPS * sizeof(double)) && !memcmp(ag, bg, RC_STEPS * sizeof(double)),
+                      "%s: losses or grad norms differ from none", lists[li].name);
+            check_plan_holds(lists[li].name, test_path("rcl1.jsonl"));
+            CHECK_MSG(read_memory(test_path("rcl1.jsonl"), "memory_plan", "activations") <
+                          read_memory(test_path("rcl0.jsonl"), "memory_plan", "activations"),
+                      "%s: the lists saved no activation memory", lists[li].name);
+        }
     }
     /* bad lists: refused before any rank starts, naming the key and the rule */
     {
@@ -1018,6 +1034,10 @@ static void test_recompute(void) {
              "recompute_config.select_recompute: selective recompute counts[1] = 3: virtual stage 1 (stage 1, chunk 0) has 2 layers"},
             {"--set recompute_config.recompute=[[1],[1]]",
              "recompute_config.recompute: 2 chunk lists for 1 chunk per stage"},
+            {"--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=2 "
+             "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true "
+             "--set recompute_config.recompute=[[1,1],[1,2]]",
+             "recompute_config.recompute: full recompute counts[3] = 2: virtual stage 3 (stage 1, chunk 1) has 1 layer"},
             {"--set recompute_config.recompute=[1,x]", "--set recompute_config.recompute=[1,x]: not a layer count ('x')"},
             {"--set recompute_config.select_recompute=[]", "an empty list (use false)"},
             {"--set recompute_config.recompute=[-1]", "a count of layers is in [0, 1000000]"},
