@@ -1783,7 +1783,8 @@ typedef struct par_params_desc {
    compute_dtype (to nearest even) and, under ZeRO, all-gathers the compute
    copies: half the bytes of an f32 gather. Bytes per parameter, before
    ZeRO: 2 (bf16 copy) + 4 (grad) + 4 (master) + 8 (moments) = 18; under
-   ZeRO-1 over d ranks 2 + 4 + 12/d, ZeRO-2 2 + (4 + 12)/d (+ its bucket
+   ZeRO-1 over d ranks 2 + 4 + (4 + 12)/d (the whole gradient, and the
+   shard it is reduce-scattered into), ZeRO-2 2 + (4 + 12)/d (+ its bucket
    buffers). par_params_memory reports the master as optimizer state.
    PAR_PARAM_VALUE in par_params_gather, par_params_set_local and
    checkpoints is the f32 master (set_local also refreshes this rank's
@@ -2610,8 +2611,8 @@ typedef struct par_recompute_desc {
 } par_recompute_desc;
 
 /* modes[i] for every layer i of a num_layers-layer model. PAR_EINVAL naming
-   the rule broken: a count list whose length is neither stages x chunks nor
-   (one chunk) stages, a negative count or one above its virtual stage's
+   the rule broken: a count list whose length is not stages x chunks (one
+   per virtual stage), a negative count or one above its virtual stage's
    layers ("recompute counts[1] = 3: virtual stage 1 has 2 layers"), a
    negative first_layers, stage_layers that do not sum to num_layers. */
 PARALLEL_DEF par_status par_recompute_layers(const par_recompute_desc *desc, par_recompute_mode *modes,
@@ -8351,6 +8352,7 @@ PARALLEL_DEF void par_ctx_destroy(par_ctx *ctx) {
 }
 
 PARALLEL_DEF int par_ctx_rank(const par_ctx *ctx) { return ctx ? ctx->rank : -1; }
+PARALLEL_DEF int par_ctx_size(const par_ctx *ctx) { return ctx ? ctx->size : 0; }
 
 PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) {
     va_list ap;
@@ -8362,7 +8364,6 @@ PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) {
     fflush(stdout);
     return n;
 }
-PARALLEL_DEF int par_ctx_size(const par_ctx *ctx) { return ctx ? ctx->size : 0; }
 PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx) { return ctx ? &ctx->mesh : NULL; }
 PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx) { return ctx ? &ctx->comm : NULL; }
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx) { return ctx ? &ctx->compute : NULL; }
@@ -12789,17 +12790,16 @@ static par_status par__cpu_stage_reserve(par__cpu_state *s, int64_t floats) {
     return PAR_OK;
 }
 
-/* dir 0: staging <- C (widened); 1: C <- staging (rounded). */
+/* dir 0: staging <- C (widened); 1: C <- staging (rounded); row by row
+   (C's rows are ldc apart, the staging's tight). */
 static void par__cpu_stage_copy(const par_gemm_desc *d, par_dtype ct, void *C, float *st, int dir) {
-    int64_t bi, i, jj;
+    int64_t bi, i;
     for (bi = 0; bi < d->batch; bi++)
         for (i = 0; i < d->m; i++) {
             uint16_t *c = (uint16_t *)C + bi * d->stride_c + i * d->ldc;
             float *f = st + (bi * d->m + i) * d->n;
-            for (jj = 0; jj < d->n; jj++) {
-                if (dir == 0) f[jj] = par__cpu_ld16(ct, c, jj);
-                else c[jj] = ct == PAR_BF16 ? par__f32_to_bf16(f[jj]) : par__f32_to_f16(f[jj]);
-            }
+            if (dir == 0) (void)par_dtype_convert(d->n, ct, c, PAR_F32, f); /* types checked by the caller */
+            else (void)par_dtype_convert(d->n, PAR_F32, f, ct, c);
         }
 }
 
@@ -12987,10 +12987,10 @@ static par_status par__cpu_attn_run(par__cpu_state *s, par__cpu_attn_job *j, con
 }
 
 /* A 16-bit attention runs the f32 kernels on staging: its tensors widened
-   (exact) into f32 buffers counted as the table's workspace while the call
-   runs, its outputs rounded to nearest even once (with accumulate, the
-   widened old values are where the f32 kernel accumulates). n16[i] elements
-   of src[i] are widened into the staging; the caller lays out the rest. */
+   (exact, par_dtype_convert) into one f32 buffer counted as the table's
+   workspace while the call runs, its outputs rounded to nearest even once
+   (with accumulate, the widened old values are where the f32 kernel
+   accumulates). */
 typedef struct par__cpu_stage16 {
     float *buf;
     int64_t floats;
@@ -13009,15 +13009,14 @@ static void par__cpu_stage16_put(par__cpu_state *s, par__cpu_stage16 *st) {
     par__cpu_mem_add(s, PAR_MEM_WORKSPACE, -st->floats * 4);
 }
 
+/* A 16-bit tensor widened into staging, and staging rounded back (the dtype
+   was checked by par__cpu_attn_dtype, the sizes by par__cpu_attn_elems). */
 static void par__cpu_widen(par_dtype t, const void *src, int64_t n, float *dst) {
-    int64_t i;
-    for (i = 0; i < n; i++) dst[i] = par__cpu_ld16(t, (const uint16_t *)src, i);
+    (void)par_dtype_convert(n, t, src, PAR_F32, dst);
 }
 
 static void par__cpu_narrow(par_dtype t, const float *src, int64_t n, void *dst) {
-    int64_t i;
-    for (i = 0; i < n; i++)
-        ((uint16_t *)dst)[i] = t == PAR_BF16 ? par__f32_to_bf16(src[i]) : par__f32_to_f16(src[i]);
+    (void)par_dtype_convert(n, PAR_F32, src, t, dst);
 }
 
 /* Elements of q (and o) and of k (and v) of a desc, or -1 when its sizes are
