@@ -1616,6 +1616,24 @@ static void test_hf_export(void) {
     CHECK_MSG(fabs(loss[0] - tl) <= 1e-4 * fabs(tl), "next-step loss %.7f, PyTorch %.6f", loss[0], tl);
     CHECK_MSG(fabs(g[0] - tg) <= 1e-4 * fabs(tg), "next-step grad norm %.7f, PyTorch %.6f", g[0], tg);
     printf("  hf export: next-step loss %.7f, PyTorch %.6f (grad norm %.6f vs %.6f)\n", loss[0], tl, g[0], tg);
+    /* the same from a bf16 export (--save-dtype): the reference widens BF16 itself; both start from
+       the same rounded weights (no optimizer file: a fresh start) */
+    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from %s --data tests/ref/gqa_data.txt --steps 0 "
+                    "--quiet --save %s --save-dtype bf16", test_path("hf.safetensors"), test_path("hf16.safetensors"));
+    CHECK_MSG(rc == 0, "the bf16 export failed: %s", err_text);
+    snprintf(cmd, sizeof cmd, "rm -f %s", test_path("hf16.optimizer.safetensors"));
+    CHECK(system(cmd) == 0);
+    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from %s --data tests/ref/gqa_data.txt --steps 1 "
+                    "--quiet --metrics %s", test_path("hf16.safetensors"), test_path("hf16.jsonl"));
+    CHECK_MSG(rc == 0, "build/train from the bf16 export failed: %s", err_text);
+    CHECK_INT(read_metrics(test_path("hf16.jsonl"), loss, g, 4), 1);
+    rc = run_cmd(1, "/usr/bin/python3 %s --next-step %s", torch_ref, test_path("hf16.safetensors"));
+    CHECK_MSG(rc == 0, "the PyTorch reference on the bf16 export failed: %s", err_text);
+    line = strstr(out_text, "step 0 loss");
+    CHECK_MSG(line && sscanf(line, "step 0 loss %lf gnorm %lf", &tl, &tg) == 2, "no step line from PyTorch: %s", out_text);
+    CHECK_MSG(fabs(loss[0] - tl) <= 1e-4 * fabs(tl), "bf16 export: next-step loss %.7f, PyTorch %.6f", loss[0], tl);
+    CHECK_MSG(fabs(g[0] - tg) <= 1e-4 * fabs(tg), "bf16 export: next-step grad norm %.7f, PyTorch %.6f", g[0], tg);
+    printf("  hf export bf16: next-step loss %.7f, PyTorch %.6f (grad norm %.6f vs %.6f)\n", loss[0], tl, g[0], tg);
 }
 
 /* --save-dtype: the weights file in bf16 / f16, each value the f32 save's rounded to

@@ -71,9 +71,11 @@ def st_load(path):
     for name, d in header.items():
         if name == '__metadata__':
             continue
-        assert d['dtype'] == 'F32', (name, d['dtype'])
+        assert d['dtype'] in ('F32', 'BF16'), (name, d['dtype'])
         a, b = d['data_offsets']
         buf = data[8 + n + a:8 + n + b]
+        if d['dtype'] == 'BF16':  # a bf16 is the top half of an f32: widen exactly
+            buf = struct.pack('<%dI' % (len(buf) // 2), *(h << 16 for h in struct.unpack('<%dH' % (len(buf) // 2), buf)))
         vals = struct.unpack('<%df' % (len(buf) // 4), buf)
         out[name] = torch.tensor(vals, dtype=torch.float32).reshape(d['shape'])
     return out
