@@ -1134,7 +1134,7 @@ typedef struct par_attn_desc {
     par_dtype dtype;
 } par_attn_desc;
 
-#define PAR_COMPUTE_TABLE_VERSION 3 /* 2: scratch_bound; 3: convert */
+#define PAR_COMPUTE_TABLE_VERSION 4 /* 2: scratch_bound; 3: convert; 4: typed activation kernels */
 
 /* Every kernel is f32 row-major unless its comment says otherwise; sizes are
    element counts. Pointers are memory of the table's device (host for the CPU
@@ -1154,6 +1154,10 @@ typedef struct par_scratch_query {
                                        table stages them in f32 while the call runs) */
     int64_t attn_q_elems, attn_kv_elems; /* with a 16-bit attn_type: the largest q (= o) and k (= v)
                                             element counts of such a call */
+    par_dtype act_type;             /* F32 (zero) or 16-bit: some activation kernel (rmsnorm .. axpy) takes
+                                       16-bit tensors (the CPU table stages them in f32, block by block) */
+    int64_t act_cols;               /* with a 16-bit act_type: the longest row of such a call (the hidden
+                                       size, an ffn or vocabulary shard, heads x head_dim) */
 } par_scratch_query;
 
 typedef struct par_compute_table {
@@ -1195,50 +1199,60 @@ typedef struct par_compute_table {
     par_status (*attention_merge)(void *user, const par_attn_desc *desc, float *o, float *lse, const float *o_b,
                                   const float *lse_b);
 
-    /* y = x * rstd * w per row of x [rows, dim]; rstd [rows] saved (may be NULL). */
-    par_status (*rmsnorm_fwd)(void *user, int64_t rows, int64_t dim, const float *x, const float *w, float eps,
-                              float *y, float *rstd);
-    /* dx overwritten (may equal dy); dw [dim] accumulated into. */
-    par_status (*rmsnorm_bwd)(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
-                              const float *rstd, const float *dy, float *dx, float *dw);
+    /* Activation kernels (version 4): `dtype` is the type of the activation
+       tensors, the void pointers (F32, BF16 or F16): 16-bit tensors are read
+       widened, computed on in f32 and rounded to nearest even once, on store
+       (as the GEMM). Statistics (rstd, lse, losses, the cross-entropy pieces)
+       and weight gradients (dw, dtable: >>params gradients) are always f32. */
+    /* y = x * rstd * w per row of x [rows, dim] (w [dim] in dtype too); rstd
+       [rows] saved (may be NULL). */
+    par_status (*rmsnorm_fwd)(void *user, par_dtype dtype, int64_t rows, int64_t dim, const void *x, const void *w,
+                              float eps, void *y, float *rstd);
+    /* dx overwritten (may equal dy); dw [dim] (f32) accumulated into. */
+    par_status (*rmsnorm_bwd)(void *user, par_dtype dtype, int64_t rows, int64_t dim, const void *x, const void *w,
+                              const float *rstd, const void *dy, void *dx, float *dw);
     /* Rotate-half RoPE on [tokens, heads, head_dim]; pos [tokens] global positions
        (i64); theta the base. y may equal x. bwd applies the inverse rotation. */
-    par_status (*rope_fwd)(void *user, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
-                           float theta, const float *x, float *y);
-    par_status (*rope_bwd)(void *user, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
-                           float theta, const float *dy, float *dx);
-    /* h = silu(g) * u over n values; bwd gives dg, du. */
-    par_status (*swiglu_fwd)(void *user, int64_t n, const float *g, const float *u, float *h);
-    par_status (*swiglu_bwd)(void *user, int64_t n, const float *g, const float *u, const float *dh, float *dg,
-                             float *du);
+    par_status (*rope_fwd)(void *user, par_dtype dtype, int64_t tokens, int64_t heads, int64_t head_dim,
+                           const int64_t *pos, float theta, const void *x, void *y);
+    par_status (*rope_bwd)(void *user, par_dtype dtype, int64_t tokens, int64_t heads, int64_t head_dim,
+                           const int64_t *pos, float theta, const void *dy, void *dx);
+    /* h = silu(g) * u over n values; bwd gives dg, du (may equal g, u). */
+    par_status (*swiglu_fwd)(void *user, par_dtype dtype, int64_t n, const void *g, const void *u, void *h);
+    par_status (*swiglu_bwd)(void *user, par_dtype dtype, int64_t n, const void *g, const void *u, const void *dh,
+                             void *dg, void *du);
     /* out[t,:] = table[ids[t]-start,:] for a vocab shard of `rows` rows starting at
-       id `start` (zeros for ids outside it); bwd scatter-adds into dtable. */
-    par_status (*embedding_fwd)(void *user, int64_t n, const int32_t *ids, const float *table, int64_t rows,
-                                int64_t dim, int64_t start, float *out);
-    par_status (*embedding_bwd)(void *user, int64_t n, const int32_t *ids, const float *dout, int64_t rows,
-                                int64_t dim, int64_t start, float *dtable);
-    /* Full softmax cross-entropy: loss [rows]; dlogits = (softmax - onehot) * scale
-       when not NULL (may equal logits). Negative targets are ignored rows. */
-    par_status (*xent)(void *user, int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
-                       float *loss, float *dlogits, float scale);
-    /* Vocab-split pieces (shard of v_local ids from `start`): local max; local
-       sum of exp(x - gmax); target logit if in the shard else 0; loss from the
-       all-reduced pieces; this shard's gradient. */
-    par_status (*xent_local_max)(void *user, int64_t rows, int64_t v_local, const float *logits, float *max_out);
-    par_status (*xent_local_sumexp)(void *user, int64_t rows, int64_t v_local, const float *logits,
+       id `start` (zeros for ids outside it); table and out in dtype. bwd
+       scatter-adds dout (dtype) into dtable (f32). */
+    par_status (*embedding_fwd)(void *user, par_dtype dtype, int64_t n, const int32_t *ids, const void *table,
+                                int64_t rows, int64_t dim, int64_t start, void *out);
+    par_status (*embedding_bwd)(void *user, par_dtype dtype, int64_t n, const int32_t *ids, const void *dout,
+                                int64_t rows, int64_t dim, int64_t start, float *dtable);
+    /* Full softmax cross-entropy: loss [rows] (f32); dlogits = (softmax - onehot)
+       * scale when not NULL (may equal logits). Negative targets are ignored rows. */
+    par_status (*xent)(void *user, par_dtype dtype, int64_t rows, int64_t vocab, const void *logits,
+                       const int32_t *targets, float *loss, void *dlogits, float scale);
+    /* Vocab-split pieces (shard of v_local ids from `start`; logits in dtype,
+       the pieces f32): local max; local sum of exp(x - gmax); target logit if
+       in the shard else 0; loss from the all-reduced pieces; this shard's
+       gradient (may equal logits). */
+    par_status (*xent_local_max)(void *user, par_dtype dtype, int64_t rows, int64_t v_local, const void *logits,
+                                 float *max_out);
+    par_status (*xent_local_sumexp)(void *user, par_dtype dtype, int64_t rows, int64_t v_local, const void *logits,
                                     const float *gmax, float *sum_out);
-    par_status (*xent_local_target)(void *user, int64_t rows, int64_t v_local, const float *logits,
+    par_status (*xent_local_target)(void *user, par_dtype dtype, int64_t rows, int64_t v_local, const void *logits,
                                     const int32_t *targets, int64_t start, float *tgt_out);
     par_status (*xent_loss_from_pieces)(void *user, int64_t rows, const float *gmax, const float *gsum,
                                         const float *tgt, const int32_t *targets, float *loss);
-    par_status (*xent_bwd_split)(void *user, int64_t rows, int64_t v_local, const float *logits,
+    par_status (*xent_bwd_split)(void *user, par_dtype dtype, int64_t rows, int64_t v_local, const void *logits,
                                  const int32_t *targets, int64_t start, const float *gmax, const float *gsum,
-                                 float scale, float *dlogits);
+                                 float scale, void *dlogits);
     /* AdamW, PyTorch semantics (decoupled decay, bias correction, step from 1). */
     par_status (*adamw)(void *user, int64_t n, float *p, const float *g, float *m, float *v, float lr, float beta1,
                         float beta2, float eps, float weight_decay, int64_t step);
     par_status (*scale)(void *user, int64_t n, float alpha, float *x);
-    par_status (*axpy)(void *user, int64_t n, float alpha, const float *x, float *y);
+    /* y = alpha x + y; x and y in dtype (a 16-bit y rounded once). */
+    par_status (*axpy)(void *user, par_dtype dtype, int64_t n, float alpha, const void *x, void *y);
     /* *out (host) = sum of x[i]^2, accumulated in double. */
     par_status (*sumsq)(void *user, int64_t n, const float *x, double *out);
     /* dst[i] = src[i] in another float type (F32, BF16, F16): to 16 bits
@@ -13172,7 +13186,7 @@ static par_status par__cpu_rmsnorm_range(const void *p, int64_t b, int64_t e) {
     return par__cpu_rmsnorm_fwd(e - b, r->dim, r->a + b * r->dim, r->b, r->f0, r->x + b * r->dim, r->y ? r->y + b : NULL);
 }
 
-static par_status par__cpu_t_rmsnorm_fwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
+static par_status par__cpu_f32_rmsnorm_fwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
                                          float eps, float *y, float *rstd) {
     par__cpu_rows_args r;
     if (!x || !w || !y || rows <= 0 || dim <= 0) return par__cpu_rmsnorm_fwd(rows, dim, x, w, eps, y, rstd);
@@ -13180,7 +13194,7 @@ static par_status par__cpu_t_rmsnorm_fwd(void *user, int64_t rows, int64_t dim, 
     r.dim = dim, r.a = x, r.b = w, r.f0 = eps, r.x = y, r.y = rstd;
     return par__cpu_fan_range((par__cpu_state *)user, rows, 32768 / dim + 1, par__cpu_rmsnorm_range, &r);
 }
-static par_status par__cpu_t_rmsnorm_bwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
+static par_status par__cpu_f32_rmsnorm_bwd(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
                                          const float *rstd, const float *dy, float *dx, float *dw) {
     (void)user;
     return par__cpu_rmsnorm_bwd(rows, dim, x, w, rstd, dy, dx, dw);
@@ -13205,13 +13219,13 @@ static int par__cpu_rope_fan_ok(int64_t tokens, int64_t heads, int64_t head_dim,
     return tokens > 0 && heads > 0 && head_dim > 0 && head_dim % 2 == 0 && theta > 0.0f && pos && x && y;
 }
 
-static par_status par__cpu_t_rope_fwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
+static par_status par__cpu_f32_rope_fwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
                                       const int64_t *pos, float theta, const float *x, float *y) {
     if (!par__cpu_rope_fan_ok(tokens, heads, head_dim, pos, theta, x, y))
         return par__cpu_rope_fwd(tokens, heads, head_dim, pos, theta, x, y);
     return par__cpu_rope_fan((par__cpu_state *)user, tokens, heads, head_dim, pos, theta, x, y, 1.0f);
 }
-static par_status par__cpu_t_rope_bwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
+static par_status par__cpu_f32_rope_bwd(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
                                       const int64_t *pos, float theta, const float *dy, float *dx) {
     if (!par__cpu_rope_fan_ok(tokens, heads, head_dim, pos, theta, dy, dx))
         return par__cpu_rope_bwd(tokens, heads, head_dim, pos, theta, dy, dx);
@@ -13222,7 +13236,7 @@ static par_status par__cpu_swiglu_fwd_range(const void *p, int64_t b, int64_t e)
     const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
     return par__cpu_swiglu_fwd(e - b, r->a + b, r->b + b, r->x + b);
 }
-static par_status par__cpu_t_swiglu_fwd(void *user, int64_t n, const float *g, const float *u, float *h) {
+static par_status par__cpu_f32_swiglu_fwd(void *user, int64_t n, const float *g, const float *u, float *h) {
     par__cpu_rows_args r;
     if (!g || !u || !h || n <= 0) return par__cpu_swiglu_fwd(n, g, u, h);
     memset(&r, 0, sizeof r);
@@ -13233,7 +13247,7 @@ static par_status par__cpu_swiglu_bwd_range(const void *p, int64_t b, int64_t e)
     const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
     return par__cpu_swiglu_bwd(e - b, r->a + b, r->b + b, r->c + b, r->x + b, r->y + b);
 }
-static par_status par__cpu_t_swiglu_bwd(void *user, int64_t n, const float *g, const float *u, const float *dh,
+static par_status par__cpu_f32_swiglu_bwd(void *user, int64_t n, const float *g, const float *u, const float *dh,
                                         float *dg, float *du) {
     par__cpu_rows_args r;
     if (!g || !u || !dh || !dg || !du || n <= 0) return par__cpu_swiglu_bwd(n, g, u, dh, dg, du);
@@ -13241,12 +13255,12 @@ static par_status par__cpu_t_swiglu_bwd(void *user, int64_t n, const float *g, c
     r.a = g, r.b = u, r.c = dh, r.x = dg, r.y = du;
     return par__cpu_fan_range((par__cpu_state *)user, n, 32768, par__cpu_swiglu_bwd_range, &r);
 }
-static par_status par__cpu_t_embedding_fwd(void *user, int64_t n, const int32_t *ids, const float *table,
+static par_status par__cpu_f32_embedding_fwd(void *user, int64_t n, const int32_t *ids, const float *table,
                                            int64_t rows, int64_t dim, int64_t start, float *out) {
     (void)user;
     return par__cpu_embedding_fwd(n, ids, table, rows, dim, start, out);
 }
-static par_status par__cpu_t_embedding_bwd(void *user, int64_t n, const int32_t *ids, const float *dout,
+static par_status par__cpu_f32_embedding_bwd(void *user, int64_t n, const int32_t *ids, const float *dout,
                                            int64_t rows, int64_t dim, int64_t start, float *dtable) {
     (void)user;
     return par__cpu_embedding_bwd(n, ids, dout, rows, dim, start, dtable);
@@ -13255,7 +13269,7 @@ static par_status par__cpu_xent_range(const void *p, int64_t b, int64_t e) {
     const par__cpu_rows_args *r = (const par__cpu_rows_args *)p;
     return par__cpu_xent(e - b, r->dim, r->a + b * r->dim, r->ids + b, r->x + b, r->y ? r->y + b * r->dim : NULL, r->f0);
 }
-static par_status par__cpu_t_xent(void *user, int64_t rows, int64_t vocab, const float *logits,
+static par_status par__cpu_f32_xent(void *user, int64_t rows, int64_t vocab, const float *logits,
                                   const int32_t *targets, float *loss, float *dlogits, float scale) {
     par__cpu_rows_args r;
     if (!logits || !targets || !loss || rows <= 0 || vocab <= 0)
@@ -13264,17 +13278,17 @@ static par_status par__cpu_t_xent(void *user, int64_t rows, int64_t vocab, const
     r.dim = vocab, r.a = logits, r.ids = targets, r.x = loss, r.y = dlogits, r.f0 = scale;
     return par__cpu_fan_range((par__cpu_state *)user, rows, 32768 / vocab + 1, par__cpu_xent_range, &r);
 }
-static par_status par__cpu_t_xent_local_max(void *user, int64_t rows, int64_t v_local, const float *logits,
+static par_status par__cpu_f32_xent_local_max(void *user, int64_t rows, int64_t v_local, const float *logits,
                                             float *max_out) {
     (void)user;
     return par__cpu_xent_local_max(rows, v_local, logits, max_out);
 }
-static par_status par__cpu_t_xent_local_sumexp(void *user, int64_t rows, int64_t v_local, const float *logits,
+static par_status par__cpu_f32_xent_local_sumexp(void *user, int64_t rows, int64_t v_local, const float *logits,
                                                const float *gmax, float *sum_out) {
     (void)user;
     return par__cpu_xent_local_sumexp(rows, v_local, logits, gmax, sum_out);
 }
-static par_status par__cpu_t_xent_local_target(void *user, int64_t rows, int64_t v_local, const float *logits,
+static par_status par__cpu_f32_xent_local_target(void *user, int64_t rows, int64_t v_local, const float *logits,
                                                const int32_t *targets, int64_t start, float *tgt_out) {
     (void)user;
     return par__cpu_xent_local_target(rows, v_local, logits, targets, start, tgt_out);
@@ -13284,7 +13298,7 @@ static par_status par__cpu_t_xent_loss_from_pieces(void *user, int64_t rows, con
     (void)user;
     return par__cpu_xent_loss_from_pieces(rows, gmax, gsum, tgt, targets, loss);
 }
-static par_status par__cpu_t_xent_bwd_split(void *user, int64_t rows, int64_t v_local, const float *logits,
+static par_status par__cpu_f32_xent_bwd_split(void *user, int64_t rows, int64_t v_local, const float *logits,
                                             const int32_t *targets, int64_t start, const float *gmax,
                                             const float *gsum, float scale, float *dlogits) {
     (void)user;
@@ -13308,13 +13322,97 @@ static par_status par__cpu_t_scale(void *user, int64_t n, float alpha, float *x)
     (void)user;
     return par__cpu_scale(n, alpha, x);
 }
-static par_status par__cpu_t_axpy(void *user, int64_t n, float alpha, const float *x, float *y) {
+static par_status par__cpu_f32_axpy(void *user, int64_t n, float alpha, const float *x, float *y) {
     (void)user;
     return par__cpu_axpy(n, alpha, x, y);
 }
 static par_status par__cpu_t_sumsq(void *user, int64_t n, const float *x, double *out) {
     (void)user;
     return par__cpu_sumsq(n, x, out);
+}
+
+/* The table's activation kernels: f32 tensors go straight to the kernels
+   above; 16-bit ones are staged in f32 (par__cpu_stage_*). */
+static par_status par__cpu_typed_todo(const char *fn, par_dtype dtype) {
+    return par__fail(PAR_EUNSUPPORTED, "cpu %s: dtype %s is not supported yet", fn, par_dtype_name(dtype));
+}
+static par_status par__cpu_t_rmsnorm_fwd(void *user, par_dtype dt, int64_t rows, int64_t dim, const void *x,
+                                         const void *w, float eps, void *y, float *rstd) {
+    if (dt == PAR_F32) return par__cpu_f32_rmsnorm_fwd(user, rows, dim, (const float *)x, (const float *)w, eps, (float *)y, rstd);
+    return par__cpu_typed_todo("rmsnorm_fwd", dt);
+}
+static par_status par__cpu_t_rmsnorm_bwd(void *user, par_dtype dt, int64_t rows, int64_t dim, const void *x,
+                                         const void *w, const float *rstd, const void *dy, void *dx, float *dw) {
+    if (dt == PAR_F32)
+        return par__cpu_f32_rmsnorm_bwd(user, rows, dim, (const float *)x, (const float *)w, rstd, (const float *)dy,
+                                        (float *)dx, dw);
+    return par__cpu_typed_todo("rmsnorm_bwd", dt);
+}
+static par_status par__cpu_t_rope_fwd(void *user, par_dtype dt, int64_t tokens, int64_t heads, int64_t head_dim,
+                                      const int64_t *pos, float theta, const void *x, void *y) {
+    if (dt == PAR_F32) return par__cpu_f32_rope_fwd(user, tokens, heads, head_dim, pos, theta, (const float *)x, (float *)y);
+    return par__cpu_typed_todo("rope_fwd", dt);
+}
+static par_status par__cpu_t_rope_bwd(void *user, par_dtype dt, int64_t tokens, int64_t heads, int64_t head_dim,
+                                      const int64_t *pos, float theta, const void *dy, void *dx) {
+    if (dt == PAR_F32) return par__cpu_f32_rope_bwd(user, tokens, heads, head_dim, pos, theta, (const float *)dy, (float *)dx);
+    return par__cpu_typed_todo("rope_bwd", dt);
+}
+static par_status par__cpu_t_swiglu_fwd(void *user, par_dtype dt, int64_t n, const void *g, const void *u, void *h) {
+    if (dt == PAR_F32) return par__cpu_f32_swiglu_fwd(user, n, (const float *)g, (const float *)u, (float *)h);
+    return par__cpu_typed_todo("swiglu_fwd", dt);
+}
+static par_status par__cpu_t_swiglu_bwd(void *user, par_dtype dt, int64_t n, const void *g, const void *u,
+                                        const void *dh, void *dg, void *du) {
+    if (dt == PAR_F32)
+        return par__cpu_f32_swiglu_bwd(user, n, (const float *)g, (const float *)u, (const float *)dh, (float *)dg,
+                                       (float *)du);
+    return par__cpu_typed_todo("swiglu_bwd", dt);
+}
+static par_status par__cpu_t_embedding_fwd(void *user, par_dtype dt, int64_t n, const int32_t *ids, const void *table,
+                                           int64_t rows, int64_t dim, int64_t start, void *out) {
+    if (dt == PAR_F32) return par__cpu_f32_embedding_fwd(user, n, ids, (const float *)table, rows, dim, start, (float *)out);
+    return par__cpu_typed_todo("embedding_fwd", dt);
+}
+static par_status par__cpu_t_embedding_bwd(void *user, par_dtype dt, int64_t n, const int32_t *ids, const void *dout,
+                                           int64_t rows, int64_t dim, int64_t start, float *dtable) {
+    if (dt == PAR_F32) return par__cpu_f32_embedding_bwd(user, n, ids, (const float *)dout, rows, dim, start, dtable);
+    return par__cpu_typed_todo("embedding_bwd", dt);
+}
+static par_status par__cpu_t_xent(void *user, par_dtype dt, int64_t rows, int64_t vocab, const void *logits,
+                                  const int32_t *targets, float *loss, void *dlogits, float scale) {
+    if (dt == PAR_F32)
+        return par__cpu_f32_xent(user, rows, vocab, (const float *)logits, targets, loss, (float *)dlogits, scale);
+    return par__cpu_typed_todo("xent", dt);
+}
+static par_status par__cpu_t_xent_local_max(void *user, par_dtype dt, int64_t rows, int64_t v_local,
+                                            const void *logits, float *max_out) {
+    if (dt == PAR_F32) return par__cpu_f32_xent_local_max(user, rows, v_local, (const float *)logits, max_out);
+    return par__cpu_typed_todo("xent_local_max", dt);
+}
+static par_status par__cpu_t_xent_local_sumexp(void *user, par_dtype dt, int64_t rows, int64_t v_local,
+                                               const void *logits, const float *gmax, float *sum_out) {
+    if (dt == PAR_F32) return par__cpu_f32_xent_local_sumexp(user, rows, v_local, (const float *)logits, gmax, sum_out);
+    return par__cpu_typed_todo("xent_local_sumexp", dt);
+}
+static par_status par__cpu_t_xent_local_target(void *user, par_dtype dt, int64_t rows, int64_t v_local,
+                                               const void *logits, const int32_t *targets, int64_t start,
+                                               float *tgt_out) {
+    if (dt == PAR_F32)
+        return par__cpu_f32_xent_local_target(user, rows, v_local, (const float *)logits, targets, start, tgt_out);
+    return par__cpu_typed_todo("xent_local_target", dt);
+}
+static par_status par__cpu_t_xent_bwd_split(void *user, par_dtype dt, int64_t rows, int64_t v_local,
+                                            const void *logits, const int32_t *targets, int64_t start,
+                                            const float *gmax, const float *gsum, float scale, void *dlogits) {
+    if (dt == PAR_F32)
+        return par__cpu_f32_xent_bwd_split(user, rows, v_local, (const float *)logits, targets, start, gmax, gsum, scale,
+                                           (float *)dlogits);
+    return par__cpu_typed_todo("xent_bwd_split", dt);
+}
+static par_status par__cpu_t_axpy(void *user, par_dtype dt, int64_t n, float alpha, const void *x, void *y) {
+    if (dt == PAR_F32) return par__cpu_f32_axpy(user, n, alpha, (const float *)x, (float *)y);
+    return par__cpu_typed_todo("axpy", dt);
 }
 
 static par_status par__cpu_t_convert(void *user, int64_t n, par_dtype src_type, const void *src, par_dtype dst_type,
@@ -16345,9 +16443,9 @@ static par_status par__params_finish_rs(par_params *ps, int b) {
     par__params_span(ps, "comm", bk->req_t0, bk->req_op, b);
     if (ps->gdt != PAR_F32) { /* widened, then added: the shard AdamW reads is f32 */
         PAR__CHECK(ps->ct->convert(ps->ct->user, bk->chunk, ps->gdt, ps->rs_tmp[s], PAR_F32, ps->fold));
-        PAR__CHECK(ps->ct->axpy(ps->ct->user, bk->chunk, 1.0f, ps->fold, ps->gshard + bk->shard_offset));
+        PAR__CHECK(ps->ct->axpy(ps->ct->user, PAR_F32, bk->chunk, 1.0f, ps->fold, ps->gshard + bk->shard_offset));
     } else {
-        PAR__CHECK(ps->ct->axpy(ps->ct->user, bk->chunk, 1.0f, ps->rs_tmp[s], ps->gshard + bk->shard_offset));
+        PAR__CHECK(ps->ct->axpy(ps->ct->user, PAR_F32, bk->chunk, 1.0f, ps->rs_tmp[s], ps->gshard + bk->shard_offset));
     }
     ps->slot_bucket[s] = -1, bk->slot = -1;
     return PAR_OK;
@@ -18512,11 +18610,11 @@ PARALLEL_DEF par_status par_tp_embedding_fwd(par_tp *tp, const par_embedding *e,
     PAR__CHECK(par__tp_check_n(tp, "par_tp_embedding_fwd", n, e->dim, out));
     if (!tp->ct->embedding_fwd) return par__fail(PAR_EUNSUPPORTED, "par_tp_embedding_fwd: the compute table has no embedding_fwd");
     if (!e->vocab_parallel) /* a rank looks up the rows it holds */
-        return tp->ct->embedding_fwd(tp->ct->user, held, ids + (n - held ? tp->index * held : 0), table, e->rows_local,
+        return tp->ct->embedding_fwd(tp->ct->user, PAR_F32, held, ids + (n - held ? tp->index * held : 0), table, e->rows_local,
                                      e->dim, 0, out);
     if (!work) return par__fail(PAR_EINVAL, "par_tp_embedding_fwd: NULL work (vocabulary-parallel)");
     /* zeros for ids outside this shard: partial over the tp ranks */
-    PAR__CHECK(tp->ct->embedding_fwd(tp->ct->user, n, ids, table, e->rows_local, e->dim, e->row_start, work));
+    PAR__CHECK(tp->ct->embedding_fwd(tp->ct->user, PAR_F32, n, ids, table, e->rows_local, e->dim, e->row_start, work));
     return par__tp_reduce(tp, n, e->dim, work, out);
 }
 
@@ -18528,10 +18626,10 @@ PARALLEL_DEF par_status par_tp_embedding_bwd(par_tp *tp, const par_embedding *e,
     PAR__CHECK(par__tp_check_n(tp, "par_tp_embedding_bwd", n, e->dim, dout));
     if (!tp->ct->embedding_bwd) return par__fail(PAR_EUNSUPPORTED, "par_tp_embedding_bwd: the compute table has no embedding_bwd");
     if (!e->vocab_parallel)
-        return tp->ct->embedding_bwd(tp->ct->user, held, ids + (n - held ? tp->index * held : 0), dout, e->rows_local,
+        return tp->ct->embedding_bwd(tp->ct->user, PAR_F32, held, ids + (n - held ? tp->index * held : 0), dout, e->rows_local,
                                      e->dim, 0, dtable);
     PAR__CHECK(par_tp_gather_rows(tp, n, e->dim, dout, work, &full));
-    return tp->ct->embedding_bwd(tp->ct->user, n, ids, full, e->rows_local, e->dim, e->row_start, dtable);
+    return tp->ct->embedding_bwd(tp->ct->user, PAR_F32, n, ids, full, e->rows_local, e->dim, e->row_start, dtable);
 }
 
 static par_status par__tp_all_reduce(par_tp *tp, float *x, int64_t n, par_reduce_op op, const char *what) {
@@ -18558,17 +18656,17 @@ PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head,
         !ct->xent_loss_from_pieces || !ct->xent_bwd_split)
         return par__fail(PAR_EUNSUPPORTED, "par_tp_cross_entropy: the compute table lacks the cross-entropy kernels");
     if (tp->degree == 1 || head->out_local == head->out)
-        return ct->xent(u, n, v, logits, targets, losses, logits, scale);
+        return ct->xent(u, PAR_F32, n, v, logits, targets, losses, logits, scale);
     if (!work) return par__fail(PAR_EINVAL, "par_tp_cross_entropy: NULL work");
     gmax = work, gsum = work + n, tgt = work + 2 * n;
-    PAR__CHECK(ct->xent_local_max(u, n, v, logits, gmax));
+    PAR__CHECK(ct->xent_local_max(u, PAR_F32, n, v, logits, gmax));
     PAR__CHECK(par__tp_all_reduce(tp, gmax, n, PAR_REDUCE_MAX, "all_reduce max"));
-    PAR__CHECK(ct->xent_local_sumexp(u, n, v, logits, gmax, gsum));
+    PAR__CHECK(ct->xent_local_sumexp(u, PAR_F32, n, v, logits, gmax, gsum));
     PAR__CHECK(par__tp_all_reduce(tp, gsum, n, PAR_REDUCE_SUM, "all_reduce"));
-    PAR__CHECK(ct->xent_local_target(u, n, v, logits, targets, head->out_start, tgt));
+    PAR__CHECK(ct->xent_local_target(u, PAR_F32, n, v, logits, targets, head->out_start, tgt));
     PAR__CHECK(par__tp_all_reduce(tp, tgt, n, PAR_REDUCE_SUM, "all_reduce"));
     PAR__CHECK(ct->xent_loss_from_pieces(u, n, gmax, gsum, tgt, targets, losses));
-    return ct->xent_bwd_split(u, n, v, logits, targets, head->out_start, gmax, gsum, scale, logits);
+    return ct->xent_bwd_split(u, PAR_F32, n, v, logits, targets, head->out_start, gmax, gsum, scale, logits);
 }
 
 
@@ -18895,7 +18993,7 @@ static par_status par__cp_unpack_heads(par_cp *cp, float *recv, int64_t stride, 
     int j, k;
     for (j = 0; j < cp->U; j += rep) {
         float *first = recv + j * stride + off;
-        for (k = 1; k < rep; k++) PAR__CHECK(cp->ct->axpy(cp->ct->user, n, 1.0f, recv + (j + k) * stride + off, first));
+        for (k = 1; k < rep; k++) PAR__CHECK(cp->ct->axpy(cp->ct->user, PAR_F32, n, 1.0f, recv + (j + k) * stride + off, first));
         PAR__CHECK(par__cp_copy2d(cp, x + (int64_t)par__cp_first_head(cp, H, j) * d, (int64_t)H * d, first, (int64_t)hb * d,
                                   (int64_t)hb * d, (int64_t)cp->batch * cp->S));
     }
@@ -19056,7 +19154,7 @@ static par_status par__cp_ring_bwd(par_cp *cp, const float *q, const float *k, c
         /* the block's accumulator (from the previous rank, sent last step) + this rank's share */
         if (st == PAR_OK) st = par__cp_poll(cp, &acc);
         if (st == PAR_OK) st = par__cp_finish(cp, &acc, "cp dkv transfer");
-        if (st == PAR_OK && s > 0 && !hidden) st = ct->axpy(ct->user, 2 * kvn, 1.0f, mine, cp->acc[s % 3]);
+        if (st == PAR_OK && s > 0 && !hidden) st = ct->axpy(ct->user, PAR_F32, 2 * kvn, 1.0f, mine, cp->acc[s % 3]);
         /* pass it on; the next one arrives in the third buffer */
         if (st == PAR_OK) st = par__cp_shift(cp, cp->acc[s % 3], cp->acc[(s + 1) % 3], 2 * kvn, &acc);
         if (st == PAR_OK) st = par__cp_poll(cp, &kv);
@@ -21945,14 +22043,14 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__a
                 PAR__CHECK(ct->attention_bwd(ct->user, &w->attn, a, a + e, a + 2 * e, a + 3 * e, c, b, b + e,
                                              b + 2 * e, b + 3 * e, 0));
             } else if (kind == 7) {
-                PAR__CHECK(ct->swiglu_fwd(ct->user, n, a, b, c));
+                PAR__CHECK(ct->swiglu_fwd(ct->user, PAR_F32, n, a, b, c));
             } else if (kind == 8) { /* RMSNorm over rows x n: x in a, w in b; y (then dy, dx), rstd, dw in c */
                 float *rstd = c + w->rows * n;
-                PAR__CHECK(ct->rmsnorm_fwd(ct->user, w->rows, n, a, b, 1e-5f, c, rstd));
-                PAR__CHECK(ct->rmsnorm_bwd(ct->user, w->rows, n, a, b, rstd, c, c, rstd + w->rows));
+                PAR__CHECK(ct->rmsnorm_fwd(ct->user, PAR_F32, w->rows, n, a, b, 1e-5f, c, rstd));
+                PAR__CHECK(ct->rmsnorm_bwd(ct->user, PAR_F32, w->rows, n, a, b, rstd, c, c, rstd + w->rows));
             } else if (kind == 9) { /* RoPE over rows x n as heads of head_dim */
-                PAR__CHECK(ct->rope_fwd(ct->user, w->rows, n / w->head_dim, w->head_dim, w->pos, 10000.0f, a, c));
-                PAR__CHECK(ct->rope_bwd(ct->user, w->rows, n / w->head_dim, w->head_dim, w->pos, 10000.0f, c,
+                PAR__CHECK(ct->rope_fwd(ct->user, PAR_F32, w->rows, n / w->head_dim, w->head_dim, w->pos, 10000.0f, a, c));
+                PAR__CHECK(ct->rope_bwd(ct->user, PAR_F32, w->rows, n / w->head_dim, w->head_dim, w->pos, 10000.0f, c,
                                         c + w->rows * n));
             } else if (kind == 1) {
                 PAR__CHECK(cm->all_reduce(cm->user, world, a, c, n, PAR_F32, PAR_REDUCE_SUM, NULL));
@@ -21960,8 +22058,8 @@ static par_status par__au_time(par_ctx *ctx, par_comm_group *world, const par__a
                 PAR__CHECK(ct->memcpy(ct->user, c, k & 1 ? b : a, (size_t)n * sizeof(float),
                                       ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST));
             } else { /* SwiGLU forward and backward on n elements: g, u in the first halves, h, dg, du after */
-                PAR__CHECK(ct->swiglu_fwd(ct->user, n, a, b, c));
-                PAR__CHECK(ct->swiglu_bwd(ct->user, n, a, b, c, a + n, b + n));
+                PAR__CHECK(ct->swiglu_fwd(ct->user, PAR_F32, n, a, b, c));
+                PAR__CHECK(ct->swiglu_bwd(ct->user, PAR_F32, n, a, b, c, a + n, b + n));
             }
         }
         if (ct->synchronize) PAR__CHECK(ct->synchronize(ct->user));

@@ -254,7 +254,7 @@ static void test_rmsnorm(void) {
         f2d(x, xd, N);
         f2d(w, wd, dim);
         f2d(dy, Rd, N);
-        CHECK_OK(K(rmsnorm_fwd, rows, dim, x, w, eps, y, rstd));
+        CHECK_OK(K(rmsnorm_fwd, PAR_F32, rows, dim, x, w, eps, y, rstd));
         rms_ref(rows, dim, xd, wd, (double)eps, yd);
         CHECK_MSG(max_rel(y, yd, N) < 1e-5, "rmsnorm fwd [%lld,%lld] err %g", (long long)rows, (long long)dim,
                   max_rel(y, yd, N));
@@ -264,7 +264,7 @@ static void test_rmsnorm(void) {
             CHECK(close_to(rstd[r], 1.0 / sqrt(ms / (double)dim + eps), 1e-5));
         }
         for (j = 0; j < dim; j++) dw[j] = 0.25f; /* dw accumulates */
-        CHECK_OK(K(rmsnorm_bwd, rows, dim, x, w, rstd, dy, dx, dw));
+        CHECK_OK(K(rmsnorm_bwd, PAR_F32, rows, dim, x, w, rstd, dy, dx, dw));
         ctx.rows = rows;
         ctx.dim = dim;
         ctx.x = xd;
@@ -281,7 +281,7 @@ static void test_rmsnorm(void) {
         free(x), free(w), free(y), free(rstd), free(dy), free(dx), free(dw);
         free(xd), free(wd), free(yd), free(Rd), free(fd), free(fdw);
     }
-    CHECK_ERR(K(rmsnorm_fwd, 2, 0, NULL, NULL, 1e-5f, NULL, NULL), PAR_EINVAL, "rmsnorm_fwd: dim is 0");
+    CHECK_ERR(K(rmsnorm_fwd, PAR_F32, 2, 0, NULL, NULL, 1e-5f, NULL, NULL), PAR_EINVAL, "rmsnorm_fwd: dim is 0");
 }
 
 /* --------------------------------------------------------------------- rope */
@@ -331,18 +331,18 @@ static void test_rope(void) {
         fill(dy, N, 1.0f);
         f2d(x, xd, N);
         f2d(dy, Rd, N);
-        CHECK_OK(K(rope_fwd, T, H, D, posv, (float)ctx.theta, x, y));
+        CHECK_OK(K(rope_fwd, PAR_F32, T, H, D, posv, (float)ctx.theta, x, y));
         rope_ref(&ctx, xd, yd);
         /* 1e-5: cos/sin computed in double then rounded, two f32 products and a sum */
         CHECK_MSG(max_rel(y, yd, N) < 1e-5, "rope fwd err %g", max_rel(y, yd, N));
-        CHECK_OK(K(rope_fwd, T, H, D, posv, (float)ctx.theta, x, x)); /* in place */
+        CHECK_OK(K(rope_fwd, PAR_F32, T, H, D, posv, (float)ctx.theta, x, x)); /* in place */
         CHECK(memcmp(x, y, (size_t)N * sizeof(float)) == 0);
-        CHECK_OK(K(rope_bwd, T, H, D, posv, (float)ctx.theta, dy, dx));
+        CHECK_OK(K(rope_bwd, PAR_F32, T, H, D, posv, (float)ctx.theta, dy, dx));
         fd_grad(rope_loss, &ctx, xd, N, fd);
         CHECK_MSG(max_rel(dx, fd, N) < 1e-4, "rope bwd err %g", max_rel(dx, fd, N));
         free(x), free(y), free(dy), free(dx), free(xd), free(yd), free(Rd), free(fd);
     }
-    CHECK_ERR(K(rope_fwd, 1, 1, 3, posv, 10000.0f, NULL, NULL), PAR_EINVAL, "rope_fwd: head_dim is 3");
+    CHECK_ERR(K(rope_fwd, PAR_F32, 1, 1, 3, posv, 10000.0f, NULL, NULL), PAR_EINVAL, "rope_fwd: head_dim is 3");
 }
 
 /* ------------------------------------------------------------------- swiglu */
@@ -375,9 +375,9 @@ static void test_swiglu(void) {
         fill(dh, n, 1.0f);
         f2d(g, gd, n), f2d(u, ud, n), f2d(dh, Rd, n);
         for (i = 0; i < n; i++) hd[i] = gd[i] / (1.0 + exp(-gd[i])) * ud[i];
-        CHECK_OK(K(swiglu_fwd, n, g, u, h));
+        CHECK_OK(K(swiglu_fwd, PAR_F32, n, g, u, h));
         CHECK_MSG(max_rel(h, hd, n) < 1e-5, "swiglu fwd err %g", max_rel(h, hd, n));
-        CHECK_OK(K(swiglu_bwd, n, g, u, dh, dg, du));
+        CHECK_OK(K(swiglu_bwd, PAR_F32, n, g, u, dh, dg, du));
         ctx.n = n, ctx.g = gd, ctx.u = ud, ctx.R = Rd, ctx.wrt = 0;
         fd_grad(swi_loss, &ctx, gd, n, fg);
         ctx.wrt = 1;
@@ -403,7 +403,7 @@ static void test_embedding(void) {
     int32_t bad[1] = {-1};
     fill(table, V * D, 1.0f);
     fill(dout, T * D, 1.0f);
-    CHECK_OK(K(embedding_fwd, T, ids, table, V, D, 0, out));
+    CHECK_OK(K(embedding_fwd, PAR_F32, T, ids, table, V, D, 0, out));
     for (t = 0; t < T; t++)
         for (j = 0; j < D; j++) ok &= out[t * D + j] == table[ids[t] * D + j];
     CHECK_MSG(ok, "full-table gather");
@@ -411,22 +411,22 @@ static void test_embedding(void) {
        all-reduce) is the full lookup, and each shard's gradient is its slice */
     for (s = 0; s < 4; s++) {
         const int64_t st = starts[s], rows = starts[s + 1] - st;
-        CHECK_OK(K(embedding_fwd, T, ids, table + st * D, rows, D, st, out));
+        CHECK_OK(K(embedding_fwd, PAR_F32, T, ids, table + st * D, rows, D, st, out));
         for (j = 0; j < T * D; j++) sum[j] += out[j];
-        CHECK_OK(K(embedding_bwd, T, ids, dout, rows, D, st, dts + st * D));
+        CHECK_OK(K(embedding_bwd, PAR_F32, T, ids, dout, rows, D, st, dts + st * D));
     }
     ok = 1;
     for (t = 0; t < T; t++)
         for (j = 0; j < D; j++) ok &= sum[t * D + j] == table[ids[t] * D + j];
     CHECK_MSG(ok, "sharded gather sums to the full lookup");
     for (j = 0; j < V * D; j++) dt[j] = 0.5f, ref[j] = 0.5; /* accumulate on top of 0.5 */
-    CHECK_OK(K(embedding_bwd, T, ids, dout, V, D, 0, dt));
+    CHECK_OK(K(embedding_bwd, PAR_F32, T, ids, dout, V, D, 0, dt));
     for (t = 0; t < T; t++)
         for (j = 0; j < D; j++) ref[ids[t] * D + j] += dout[t * D + j];
     CHECK_MSG(max_rel(dt, ref, V * D) < 1e-6, "embedding scatter-add (repeated id 5) err %g", max_rel(dt, ref, V * D));
     for (j = 0; j < V * D; j++) ref[j] -= 0.5;
     CHECK_MSG(max_rel(dts, ref, V * D) < 1e-6, "sharded scatter-add err %g", max_rel(dts, ref, V * D));
-    CHECK_ERR(K(embedding_fwd, 1, bad, table, V, D, 0, out), PAR_EINVAL, "negative id");
+    CHECK_ERR(K(embedding_fwd, PAR_F32, 1, bad, table, V, D, 0, out), PAR_EINVAL, "negative id");
     free(table), free(out), free(sum), free(dout), free(dt), free(dts), free(ref);
 }
 
@@ -474,16 +474,16 @@ static void test_xent(void) {
         if (rows > 2) tg[1] = -100; /* ignored row */
         f2d(x, xd, N);
         xent_ref(rows, V, xd, tg, ld);
-        CHECK_OK(K(xent, rows, V, x, tg, loss, dl, 0.5f));
+        CHECK_OK(K(xent, PAR_F32, rows, V, x, tg, loss, dl, 0.5f));
         CHECK_MSG(max_rel(loss, ld, rows) < 1e-5, "xent loss err %g", max_rel(loss, ld, rows));
         ctx.rows = rows, ctx.V = V, ctx.tg = tg, ctx.scale = 0.5;
         fd_grad(xent_loss, &ctx, xd, N, fd);
         CHECK_MSG(max_rel(dl, fd, N) < 1e-4, "xent dlogits err %g", max_rel(dl, fd, N));
         /* forward only, and in place */
-        CHECK_OK(K(xent, rows, V, x, tg, loss2, NULL, 0.5f));
+        CHECK_OK(K(xent, PAR_F32, rows, V, x, tg, loss2, NULL, 0.5f));
         CHECK(memcmp(loss, loss2, (size_t)rows * sizeof(float)) == 0);
         memcpy(dl2, x, (size_t)N * sizeof(float));
-        CHECK_OK(K(xent, rows, V, dl2, tg, loss2, dl2, 0.5f));
+        CHECK_OK(K(xent, PAR_F32, rows, V, dl2, tg, loss2, dl2, 0.5f));
         CHECK(memcmp(dl, dl2, (size_t)N * sizeof(float)) == 0);
 
         /* vocab split over 4 shards (uneven, some may be empty for tiny V):
@@ -500,7 +500,7 @@ static void test_xent(void) {
                 const int64_t vl = st[k + 1] - st[k];
                 float *xs = falloc(rows * vl);
                 for (r = 0; r < rows; r++) memcpy(xs + r * vl, x + r * V + st[k], (size_t)vl * sizeof(float));
-                CHECK_OK(K(xent_local_max, rows, vl, xs, tmp));
+                CHECK_OK(K(xent_local_max, PAR_F32, rows, vl, xs, tmp));
                 for (r = 0; r < rows; r++) gmax[r] = tmp[r] > gmax[r] ? tmp[r] : gmax[r];
                 free(xs);
             }
@@ -508,9 +508,9 @@ static void test_xent(void) {
                 const int64_t vl = st[k + 1] - st[k];
                 float *xs = falloc(rows * vl), *ds = falloc(rows * vl);
                 for (r = 0; r < rows; r++) memcpy(xs + r * vl, x + r * V + st[k], (size_t)vl * sizeof(float));
-                CHECK_OK(K(xent_local_sumexp, rows, vl, xs, gmax, tmp));
+                CHECK_OK(K(xent_local_sumexp, PAR_F32, rows, vl, xs, gmax, tmp));
                 for (r = 0; r < rows; r++) gsum[r] += tmp[r];
-                CHECK_OK(K(xent_local_target, rows, vl, xs, tg, st[k], tmp));
+                CHECK_OK(K(xent_local_target, PAR_F32, rows, vl, xs, tg, st[k], tmp));
                 for (r = 0; r < rows; r++) tgt[r] += tmp[r];
                 free(xs), free(ds);
             }
@@ -520,7 +520,7 @@ static void test_xent(void) {
                 const int64_t vl = st[k + 1] - st[k];
                 float *xs = falloc(rows * vl);
                 for (r = 0; r < rows; r++) memcpy(xs + r * vl, x + r * V + st[k], (size_t)vl * sizeof(float));
-                CHECK_OK(K(xent_bwd_split, rows, vl, xs, tg, st[k], gmax, gsum, 0.5f, xs)); /* in place */
+                CHECK_OK(K(xent_bwd_split, PAR_F32, rows, vl, xs, tg, st[k], gmax, gsum, 0.5f, xs)); /* in place */
                 for (r = 0; r < rows; r++) memcpy(dsplit + r * V + st[k], xs + r * vl, (size_t)vl * sizeof(float));
                 free(xs);
             }
@@ -530,7 +530,7 @@ static void test_xent(void) {
             free(gmax), free(gsum), free(tgt), free(tmp), free(lsplit), free(dsplit), free(dd);
         }
         for (j = 0; j < 1; j++) tg[0] = (int32_t)V;
-        CHECK_ERR(K(xent, rows, V, x, tg, loss, dl, 1.0f), PAR_EINVAL, "outside the vocab");
+        CHECK_ERR(K(xent, PAR_F32, rows, V, x, tg, loss, dl, 1.0f), PAR_EINVAL, "outside the vocab");
         free(x), free(loss), free(dl), free(loss2), free(dl2), free(xd), free(ld), free(fd), free(tg);
     }
 }
@@ -590,7 +590,7 @@ static void test_reductions(void) {
         fill(x, n, 3.0f);
         fill(y0, n, 1.0f);
         memcpy(y, y0, (size_t)n * sizeof(float));
-        CHECK_OK(K(axpy, n, -0.75f, x, y));
+        CHECK_OK(K(axpy, PAR_F32, n, -0.75f, x, y));
         for (i = 0; i < n; i++) ref[i] = y0[i] - 0.75 * x[i];
         CHECK(max_rel(y, ref, n) < 1e-6);
         CHECK_OK(K(scale, n, 1.5f, y));
@@ -912,36 +912,36 @@ static void test_arg_errors(void) {
     int32_t ids[2] = {0, 1};
     int64_t pos[2] = {0, 1};
     double dd;
-    CHECK_ERR(K(rmsnorm_fwd, -1, 4, f, f, 1e-5f, f, f), PAR_EINVAL, "rmsnorm_fwd: rows is -1");
-    CHECK_ERR(K(rmsnorm_fwd, 1, 4, f, NULL, 1e-5f, f, f), PAR_EINVAL, "rmsnorm_fwd: w is NULL");
-    CHECK_ERR(K(rmsnorm_bwd, 1, 4, f, f, NULL, f, f, f), PAR_EINVAL, "rmsnorm_bwd: rstd is NULL");
-    CHECK_ERR(K(rmsnorm_bwd, 1, 4, f, f, f, f, f, NULL), PAR_EINVAL, "rmsnorm_bwd: dw is NULL");
-    CHECK_ERR(K(rope_fwd, 1, 1, 4, NULL, 10000.0f, f, f), PAR_EINVAL, "rope_fwd: pos is NULL");
-    CHECK_ERR(K(rope_fwd, 1, 1, 4, pos, 0.0f, f, f), PAR_EINVAL, "rope_fwd: theta is 0");
-    CHECK_ERR(K(rope_fwd, -2, 1, 4, pos, 1.0f, f, f), PAR_EINVAL, "rope_fwd: tokens is -2");
-    CHECK_ERR(K(rope_bwd, 1, 1, 4, pos, 10000.0f, NULL, f), PAR_EINVAL, "rope_bwd: dy is NULL");
-    CHECK_ERR(K(rope_bwd, 1, 1, 4, pos, 10000.0f, f, NULL), PAR_EINVAL, "rope_bwd: dx is NULL");
-    CHECK_ERR(K(swiglu_fwd, 2, f, NULL, f), PAR_EINVAL, "swiglu_fwd: u is NULL");
-    CHECK_ERR(K(swiglu_bwd, -1, f, f, f, f, f), PAR_EINVAL, "swiglu_bwd: n is -1");
-    CHECK_ERR(K(swiglu_bwd, 2, f, f, f, f, NULL), PAR_EINVAL, "swiglu_bwd: du is NULL");
-    CHECK_ERR(K(embedding_fwd, 2, NULL, f, 2, 2, 0, f), PAR_EINVAL, "embedding_fwd: ids is NULL");
-    CHECK_ERR(K(embedding_fwd, 2, ids, f, 2, 0, 0, f), PAR_EINVAL, "embedding_fwd: dim is 0");
-    CHECK_ERR(K(embedding_fwd, 2, ids, f, 2, 2, -1, f), PAR_EINVAL, "embedding_fwd: start is -1");
-    CHECK_ERR(K(embedding_bwd, 2, ids, f, 2, 2, 0, NULL), PAR_EINVAL, "embedding_bwd: dtable is NULL");
-    CHECK_ERR(K(xent, 1, 0, f, ids, f, f, 1.0f), PAR_EINVAL, "xent: vocab is 0");
-    CHECK_ERR(K(xent, 1, 4, f, NULL, f, f, 1.0f), PAR_EINVAL, "xent: targets is NULL");
-    CHECK_ERR(K(xent_local_max, 1, 4, NULL, f), PAR_EINVAL, "xent_local_max: logits is NULL");
-    CHECK_ERR(K(xent_local_sumexp, 1, 4, f, NULL, f), PAR_EINVAL, "xent_local_sumexp: gmax is NULL");
-    CHECK_ERR(K(xent_local_target, 1, 4, f, ids, -3, f), PAR_EINVAL, "xent_local_target: start is -3");
+    CHECK_ERR(K(rmsnorm_fwd, PAR_F32, -1, 4, f, f, 1e-5f, f, f), PAR_EINVAL, "rmsnorm_fwd: rows is -1");
+    CHECK_ERR(K(rmsnorm_fwd, PAR_F32, 1, 4, f, NULL, 1e-5f, f, f), PAR_EINVAL, "rmsnorm_fwd: w is NULL");
+    CHECK_ERR(K(rmsnorm_bwd, PAR_F32, 1, 4, f, f, NULL, f, f, f), PAR_EINVAL, "rmsnorm_bwd: rstd is NULL");
+    CHECK_ERR(K(rmsnorm_bwd, PAR_F32, 1, 4, f, f, f, f, f, NULL), PAR_EINVAL, "rmsnorm_bwd: dw is NULL");
+    CHECK_ERR(K(rope_fwd, PAR_F32, 1, 1, 4, NULL, 10000.0f, f, f), PAR_EINVAL, "rope_fwd: pos is NULL");
+    CHECK_ERR(K(rope_fwd, PAR_F32, 1, 1, 4, pos, 0.0f, f, f), PAR_EINVAL, "rope_fwd: theta is 0");
+    CHECK_ERR(K(rope_fwd, PAR_F32, -2, 1, 4, pos, 1.0f, f, f), PAR_EINVAL, "rope_fwd: tokens is -2");
+    CHECK_ERR(K(rope_bwd, PAR_F32, 1, 1, 4, pos, 10000.0f, NULL, f), PAR_EINVAL, "rope_bwd: dy is NULL");
+    CHECK_ERR(K(rope_bwd, PAR_F32, 1, 1, 4, pos, 10000.0f, f, NULL), PAR_EINVAL, "rope_bwd: dx is NULL");
+    CHECK_ERR(K(swiglu_fwd, PAR_F32, 2, f, NULL, f), PAR_EINVAL, "swiglu_fwd: u is NULL");
+    CHECK_ERR(K(swiglu_bwd, PAR_F32, -1, f, f, f, f, f), PAR_EINVAL, "swiglu_bwd: n is -1");
+    CHECK_ERR(K(swiglu_bwd, PAR_F32, 2, f, f, f, f, NULL), PAR_EINVAL, "swiglu_bwd: du is NULL");
+    CHECK_ERR(K(embedding_fwd, PAR_F32, 2, NULL, f, 2, 2, 0, f), PAR_EINVAL, "embedding_fwd: ids is NULL");
+    CHECK_ERR(K(embedding_fwd, PAR_F32, 2, ids, f, 2, 0, 0, f), PAR_EINVAL, "embedding_fwd: dim is 0");
+    CHECK_ERR(K(embedding_fwd, PAR_F32, 2, ids, f, 2, 2, -1, f), PAR_EINVAL, "embedding_fwd: start is -1");
+    CHECK_ERR(K(embedding_bwd, PAR_F32, 2, ids, f, 2, 2, 0, NULL), PAR_EINVAL, "embedding_bwd: dtable is NULL");
+    CHECK_ERR(K(xent, PAR_F32, 1, 0, f, ids, f, f, 1.0f), PAR_EINVAL, "xent: vocab is 0");
+    CHECK_ERR(K(xent, PAR_F32, 1, 4, f, NULL, f, f, 1.0f), PAR_EINVAL, "xent: targets is NULL");
+    CHECK_ERR(K(xent_local_max, PAR_F32, 1, 4, NULL, f), PAR_EINVAL, "xent_local_max: logits is NULL");
+    CHECK_ERR(K(xent_local_sumexp, PAR_F32, 1, 4, f, NULL, f), PAR_EINVAL, "xent_local_sumexp: gmax is NULL");
+    CHECK_ERR(K(xent_local_target, PAR_F32, 1, 4, f, ids, -3, f), PAR_EINVAL, "xent_local_target: start is -3");
     CHECK_ERR(K(xent_loss_from_pieces, 1, f, f, f, ids, NULL), PAR_EINVAL, "xent_loss_from_pieces: loss is NULL");
-    CHECK_ERR(K(xent_bwd_split, 1, 4, f, ids, 0, f, NULL, 1.0f, f), PAR_EINVAL, "xent_bwd_split: gsum is NULL");
+    CHECK_ERR(K(xent_bwd_split, PAR_F32, 1, 4, f, ids, 0, f, NULL, 1.0f, f), PAR_EINVAL, "xent_bwd_split: gsum is NULL");
     CHECK_ERR(K(adamw, 2, f, f, NULL, f, 0.1f, 0.9f, 0.99f, 1e-8f, 0.0f, 1), PAR_EINVAL, "adamw: m is NULL");
     CHECK_ERR(K(adamw, 2, f, f, f, f, 0.1f, 1.0f, 0.99f, 1e-8f, 0.0f, 1), PAR_EINVAL, "adamw: betas");
     CHECK_ERR(K(scale, -1, 1.0f, f), PAR_EINVAL, "scale: n is -1");
-    CHECK_ERR(K(axpy, 2, 1.0f, f, NULL), PAR_EINVAL, "axpy: y is NULL");
+    CHECK_ERR(K(axpy, PAR_F32, 2, 1.0f, f, NULL), PAR_EINVAL, "axpy: y is NULL");
     CHECK_ERR(K(sumsq, 2, NULL, &dd), PAR_EINVAL, "sumsq: x is NULL");
     /* zero-size calls touch nothing and need no pointers */
-    CHECK_OK(K(swiglu_fwd, 0, NULL, NULL, NULL));
+    CHECK_OK(K(swiglu_fwd, PAR_F32, 0, NULL, NULL, NULL));
     CHECK_OK(K(sumsq, 0, NULL, &dd));
     CHECK(dd == 0.0);
 }
@@ -963,23 +963,23 @@ static void test_fan_out(par_compute_table *t1, par_compute_table *t3) {
     int64_t *pos = (int64_t *)calloc((size_t)rows, sizeof(int64_t)), i;
     fill(x, n, 1.0f), fill(w, dim, 1.0f), fill(u, n, 1.0f), fill(lg, rows * V, 3.0f);
     for (i = 0; i < rows; i++) tg[i] = (int32_t)((i * 37) % V), pos[i] = (i * 13) % 257;
-    CHECK_OK(t1->rmsnorm_fwd(t1->user, rows, dim, x, w, 1e-5f, y1, r1));
-    CHECK_OK(t3->rmsnorm_fwd(t3->user, rows, dim, x, w, 1e-5f, y3, r3));
+    CHECK_OK(t1->rmsnorm_fwd(t1->user, PAR_F32, rows, dim, x, w, 1e-5f, y1, r1));
+    CHECK_OK(t3->rmsnorm_fwd(t3->user, PAR_F32, rows, dim, x, w, 1e-5f, y3, r3));
     CHECK_MSG(same_bits(y1, y3, n) && same_bits(r1, r3, rows), "rmsnorm_fwd threads 3 != threads 1");
-    CHECK_OK(t1->rope_fwd(t1->user, rows, heads, hd, pos, 10000.0f, x, y1));
-    CHECK_OK(t3->rope_fwd(t3->user, rows, heads, hd, pos, 10000.0f, x, y3));
+    CHECK_OK(t1->rope_fwd(t1->user, PAR_F32, rows, heads, hd, pos, 10000.0f, x, y1));
+    CHECK_OK(t3->rope_fwd(t3->user, PAR_F32, rows, heads, hd, pos, 10000.0f, x, y3));
     CHECK_MSG(same_bits(y1, y3, rows * heads * hd), "rope_fwd threads 3 != threads 1");
-    CHECK_OK(t1->rope_bwd(t1->user, rows, heads, hd, pos, 10000.0f, x, y1));
-    CHECK_OK(t3->rope_bwd(t3->user, rows, heads, hd, pos, 10000.0f, x, y3));
+    CHECK_OK(t1->rope_bwd(t1->user, PAR_F32, rows, heads, hd, pos, 10000.0f, x, y1));
+    CHECK_OK(t3->rope_bwd(t3->user, PAR_F32, rows, heads, hd, pos, 10000.0f, x, y3));
     CHECK_MSG(same_bits(y1, y3, rows * heads * hd), "rope_bwd threads 3 != threads 1");
-    CHECK_OK(t1->swiglu_fwd(t1->user, n, x, u, y1));
-    CHECK_OK(t3->swiglu_fwd(t3->user, n, x, u, y3));
+    CHECK_OK(t1->swiglu_fwd(t1->user, PAR_F32, n, x, u, y1));
+    CHECK_OK(t3->swiglu_fwd(t3->user, PAR_F32, n, x, u, y3));
     CHECK_MSG(same_bits(y1, y3, n), "swiglu_fwd threads 3 != threads 1");
-    CHECK_OK(t1->swiglu_bwd(t1->user, n, x, u, w[0] > 2 ? x : u, y1, z1));
-    CHECK_OK(t3->swiglu_bwd(t3->user, n, x, u, w[0] > 2 ? x : u, y3, z3));
+    CHECK_OK(t1->swiglu_bwd(t1->user, PAR_F32, n, x, u, w[0] > 2 ? x : u, y1, z1));
+    CHECK_OK(t3->swiglu_bwd(t3->user, PAR_F32, n, x, u, w[0] > 2 ? x : u, y3, z3));
     CHECK_MSG(same_bits(y1, y3, n) && same_bits(z1, z3, n), "swiglu_bwd threads 3 != threads 1");
-    CHECK_OK(t1->xent(t1->user, rows, V, lg, tg, r1, d1, 0.5f));
-    CHECK_OK(t3->xent(t3->user, rows, V, lg, tg, r3, d3, 0.5f));
+    CHECK_OK(t1->xent(t1->user, PAR_F32, rows, V, lg, tg, r1, d1, 0.5f));
+    CHECK_OK(t3->xent(t3->user, PAR_F32, rows, V, lg, tg, r3, d3, 0.5f));
     CHECK_MSG(same_bits(r1, r3, rows) && same_bits(d1, d3, rows * V), "xent threads 3 != threads 1");
     memcpy(p1, x, (size_t)n * 4), memcpy(p3, x, (size_t)n * 4);
     for (i = 1; i <= 3; i++) {
@@ -989,7 +989,7 @@ static void test_fan_out(par_compute_table *t1, par_compute_table *t3) {
     CHECK_MSG(same_bits(p1, p3, n) && same_bits(m1, m3, n) && same_bits(v1, v3, n), "adamw threads 3 != threads 1");
     /* an error inside one kernel thread keeps its sentence */
     tg[rows - 3] = (int32_t)V;
-    CHECK_ERR(t3->xent(t3->user, rows, V, lg, tg, r3, d3, 0.5f), PAR_EINVAL, "outside the vocab");
+    CHECK_ERR(t3->xent(t3->user, PAR_F32, rows, V, lg, tg, r3, d3, 0.5f), PAR_EINVAL, "outside the vocab");
     free(x), free(w), free(y1), free(y3), free(r1), free(r3), free(u), free(z1), free(z3), free(lg), free(d1), free(d3);
     free(p1), free(p3), free(m1), free(m3), free(v1), free(v3), free(tg), free(pos);
 }
@@ -1122,7 +1122,7 @@ static void test_gemm16(par_compute_table *t1, par_compute_table *t3) {
 
 static void test_scratch_bound(void) {
     static const int64_t shapes[][3] = {{301, 203, 150}, {45, 1401, 140}, {130, 129, 131}, {96, 100, 900}};
-    const par_scratch_query q = {301, 1401, 900, 0, PAR_F32, PAR_F32, 0, 0};
+    const par_scratch_query q = {301, 1401, 900, 0, PAR_F32, PAR_F32, 0, 0, PAR_F32, 0};
     int threads;
     for (threads = 1; threads <= 3; threads += 2) {
         par_compute_table t;
@@ -1162,7 +1162,7 @@ static void test_scratch_bound(void) {
             free(A), free(B), free(C);
         }
         {
-            const par_scratch_query none = {0, 0, 0, 0, PAR_F32, PAR_F32, 0, 0}, bad = {4, -1, 4, 0, PAR_F32, PAR_F32, 0, 0};
+            const par_scratch_query none = {0, 0, 0, 0, PAR_F32, PAR_F32, 0, 0, PAR_F32, 0}, bad = {4, -1, 4, 0, PAR_F32, PAR_F32, 0, 0, PAR_F32, 0};
             CHECK_OK(t.scratch_bound(t.user, &none, &bound));
             CHECK(bound == 0);
             CHECK_ERR(t.scratch_bound(t.user, &bad, &bound), PAR_EINVAL, "must be >= 0");

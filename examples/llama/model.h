@@ -347,7 +347,7 @@ LLAMA_FN par_status llama_residual_add(const llama_model *m, float *p, float *wo
     float *sum;
     LLAMA_CHECK(par_tp_reduce_rows(m->tp, n, C, p, work, &sum));
     LLAMA_CHECK(ct->memcpy(ct->user, out, residual, (size_t)(rows * C) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
-    return ct->axpy(ct->user, rows * C, 1.0f, sum, out);
+    return ct->axpy(ct->user, PAR_F32, rows * C, 1.0f, sum, out);
 }
 
 /* The gradient dh [n, C] of a norm output feeding column-parallel linears is
@@ -360,8 +360,8 @@ LLAMA_FN par_status llama_norm_bwd(const llama_model *m, const float *x, const f
     const int64_t rows = par_tp_rows(m->tp, n);
     float *g;
     LLAMA_CHECK(par_tp_reduce_rows(m->tp, n, C, dh, work, &g));
-    LLAMA_CHECK(ct->rmsnorm_bwd(ct->user, rows, C, x, w, rstd, g, g, dw));
-    return ct->axpy(ct->user, rows * C, 1.0f, g, dx);
+    LLAMA_CHECK(ct->rmsnorm_bwd(ct->user, PAR_F32, rows, C, x, w, rstd, g, g, dw));
+    return ct->axpy(ct->user, PAR_F32, rows * C, 1.0f, g, dx);
 }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -379,7 +379,7 @@ LLAMA_FN par_status llama_block_fwd(const llama_model *m, const llama_block *w, 
     const float *h;
     llama_block_acts whole;
     if (a->mode != PAR_RECOMPUTE_NONE) llama_block_bind(a, &s->work, &whole), a = &whole;
-    LLAMA_CHECK(ct->rmsnorm_fwd(u, rows, C, a->x_in, w->ln1, d->eps, a->h1, a->rstd1));
+    LLAMA_CHECK(ct->rmsnorm_fwd(u, PAR_F32, rows, C, a->x_in, w->ln1, d->eps, a->h1, a->rstd1));
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h1, s->gath, &h));
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wq, a->q, n, C, qd));
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wk, a->k, n, C, kvd));
@@ -389,17 +389,17 @@ LLAMA_FN par_status llama_block_fwd(const llama_model *m, const llama_block *w, 
         LLAMA_CHECK(llama_bias_fwd(ct, s->ones, w->bk, a->k, n, kvd));
         LLAMA_CHECK(llama_bias_fwd(ct, s->ones, w->bv, a->v, n, kvd));
     }
-    LLAMA_CHECK(ct->rope_fwd(u, n, d->heads, d->head_dim, pos, d->theta, a->q, a->q));
-    LLAMA_CHECK(ct->rope_fwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, a->k, a->k));
+    LLAMA_CHECK(ct->rope_fwd(u, PAR_F32, n, d->heads, d->head_dim, pos, d->theta, a->q, a->q));
+    LLAMA_CHECK(ct->rope_fwd(u, PAR_F32, n, d->kv_heads, d->head_dim, pos, d->theta, a->k, a->k));
     if (m->cp) LLAMA_CHECK(par_cp_attention_fwd(m->cp, a->q, a->k, a->v, a->o, a->lse, a->cp_saved));
     else LLAMA_CHECK(ct->attention_fwd(u, &ad, a->q, a->k, a->v, a->o, a->lse));
     LLAMA_CHECK(llama_linear_fwd(ct, a->o, w->wo, s->dh, n, qd, C));
     LLAMA_CHECK(llama_residual_add(m, s->dh, s->dl, a->x_in, a->x_mid, n, C));
-    LLAMA_CHECK(ct->rmsnorm_fwd(u, rows, C, a->x_mid, w->ln2, d->eps, a->h2, a->rstd2));
+    LLAMA_CHECK(ct->rmsnorm_fwd(u, PAR_F32, rows, C, a->x_mid, w->ln2, d->eps, a->h2, a->rstd2));
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h2, s->gath, &h));
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wg, a->g, n, C, d->ffn));
     LLAMA_CHECK(llama_linear_fwd(ct, h, w->wu, a->u, n, C, d->ffn));
-    LLAMA_CHECK(ct->swiglu_fwd(u, n * d->ffn, a->g, a->u, a->m));
+    LLAMA_CHECK(ct->swiglu_fwd(u, PAR_F32, n * d->ffn, a->g, a->u, a->m));
     LLAMA_CHECK(llama_linear_fwd(ct, a->m, w->wd, s->dh, n, d->ffn, C));
     return llama_residual_add(m, s->dh, s->dl, a->x_mid, out, n, C);
 }
@@ -410,7 +410,7 @@ LLAMA_FN par_status llama_head_fwd(const llama_model *m, const float *norm_w, co
     const par_compute_table *ct = m->ct;
     const llama_dims *d = &m->local;
     const float *h;
-    LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, par_tp_rows(m->tp, n), d->dim, a->x_final, norm_w, d->eps, a->hf, a->rstdf));
+    LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, PAR_F32, par_tp_rows(m->tp, n), d->dim, a->x_final, norm_w, d->eps, a->hf, a->rstdf));
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, d->dim, a->hf, s->gath, &h));
     return llama_linear_fwd(ct, h, lm_head, a->logits, n, d->dim, d->vocab);
 }
@@ -434,9 +434,9 @@ LLAMA_FN par_status llama_block_recompute(const llama_model *m, const llama_bloc
     llama_block_bind(a, &s->work, whole);
     if (a->mode == PAR_RECOMPUTE_FULL && !weight_half)
         return llama_block_fwd(m, w, whole, pos, batch, seq, s->work_out, s);
-    if (!a->h1) LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, rows, d->dim, whole->x_in, w->ln1, d->eps, whole->h1, NULL));
-    if (!a->h2) LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, rows, d->dim, whole->x_mid, w->ln2, d->eps, whole->h2, NULL));
-    if (!a->m && !weight_half) LLAMA_CHECK(ct->swiglu_fwd(ct->user, n * d->ffn, whole->g, whole->u, whole->m));
+    if (!a->h1) LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, PAR_F32, rows, d->dim, whole->x_in, w->ln1, d->eps, whole->h1, NULL));
+    if (!a->h2) LLAMA_CHECK(ct->rmsnorm_fwd(ct->user, PAR_F32, rows, d->dim, whole->x_mid, w->ln2, d->eps, whole->h2, NULL));
+    if (!a->m && !weight_half) LLAMA_CHECK(ct->swiglu_fwd(ct->user, PAR_F32, n * d->ffn, whole->g, whole->u, whole->m));
     return PAR_OK;
 }
 
@@ -464,7 +464,7 @@ LLAMA_FN par_status llama_block_bwd_part(const llama_model *m, const llama_block
     /* MLP: out = x_mid + down(silu(gate h2) * up h2) */
     LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, s->dx, s->dh, &dy));
     LLAMA_CHECK(llama_linear_bwd(ct, a->m, w->wd, dy, s->dm, g->wd, n, d->ffn, C, 0, defer_w ? a->dy_down : NULL));
-    LLAMA_CHECK(ct->swiglu_bwd(u, n * d->ffn, a->g, a->u, s->dm, s->dg, s->du));
+    LLAMA_CHECK(ct->swiglu_bwd(u, PAR_F32, n * d->ffn, a->g, a->u, s->dm, s->dg, s->du));
     if (!defer_w) LLAMA_CHECK(par_tp_gather_rows(m->tp, n, C, a->h2, s->gath, &h)); /* gathered again, not kept */
     LLAMA_CHECK(llama_linear_bwd(ct, h, w->wg, s->dg, s->dh, g->wg, n, C, d->ffn, 0, defer_w ? a->g : NULL));
     LLAMA_CHECK(llama_linear_bwd(ct, h, w->wu, s->du, s->dh, g->wu, n, C, d->ffn, 1, defer_w ? a->u : NULL));
@@ -475,8 +475,8 @@ LLAMA_FN par_status llama_block_bwd_part(const llama_model *m, const llama_block
     if (m->cp)
         LLAMA_CHECK(par_cp_attention_bwd(m->cp, a->q, a->k, a->v, a->o, a->lse, a->cp_saved, s->dattn, s->dq, s->dk, s->dv));
     else LLAMA_CHECK(ct->attention_bwd(u, &ad, a->q, a->k, a->v, a->o, a->lse, s->dattn, s->dq, s->dk, s->dv, 0));
-    LLAMA_CHECK(ct->rope_bwd(u, n, d->heads, d->head_dim, pos, d->theta, s->dq, s->dq));
-    LLAMA_CHECK(ct->rope_bwd(u, n, d->kv_heads, d->head_dim, pos, d->theta, s->dk, s->dk));
+    LLAMA_CHECK(ct->rope_bwd(u, PAR_F32, n, d->heads, d->head_dim, pos, d->theta, s->dq, s->dq));
+    LLAMA_CHECK(ct->rope_bwd(u, PAR_F32, n, d->kv_heads, d->head_dim, pos, d->theta, s->dk, s->dk));
     if (d->qkv_bias) { /* small reductions: done here even in a split backward, as the norms' */
         LLAMA_CHECK(llama_bias_bwd(ct, s->ones, s->dq, g->bq, n, qd));
         LLAMA_CHECK(llama_bias_bwd(ct, s->ones, s->dk, g->bk, n, kvd));
