@@ -2116,11 +2116,13 @@ PARALLEL_DEF par_status par_ckpt_check_idle(const char *dir);
    vocabulary-parallel embedding and cross-entropy (the full logits never
    exist on one rank) and the attention-head split.
 
-   Activations are [rows, features], row-major. `n` is the rows of this
-   data-parallel rank's micro-batch (global rows / data-parallel degree); under
-   sequence parallelism a rank holds par_tp_rows(tp, n) = n / degree of them
-   (its block of the n rows), otherwise all n. Degree 1 needs no special case:
-   every call then moves no data.
+   Activations are [rows, features], row-major, of the region's dtype
+   (par_tp_desc.dtype: f32, bf16 or f16; a bf16 or f16 region moves half the
+   bytes on every collective). `n` is the rows of this data-parallel rank's
+   micro-batch (global rows / data-parallel degree); under sequence
+   parallelism a rank holds par_tp_rows(tp, n) = n / degree of them (its block
+   of the n rows), otherwise all n. Degree 1 needs no special case: every call
+   then moves no data.
 
    The conjugate pairs (Megatron's f and g):
      par_tp_gather_rows   column-parallel input (forward), row-parallel output (backward)
@@ -2166,12 +2168,18 @@ typedef struct par_tp_desc {
     struct par_trace *trace;/* optional: each blocking collective as a "comm" span */
     par_copies *copies;     /* optional: this region is copy `copy` of a multi-copy run */
     int copy;
+    par_dtype dtype;        /* the activations' type: PAR_F32 (zero), PAR_BF16 or PAR_F16 (mixed
+                               precision: the compute copy's type). Every activation argument below
+                               (void *) is of it; weight gradients (dtable) and the cross-entropy's
+                               losses and pieces stay f32. 16-bit sums (reduce_rows) are summed in
+                               f32 by the backend and rounded once per collective */
 } par_tp_desc;
 
 /* Check the strategies against each other and the mesh (the row strategy's
    split contraction dims must be the column strategy's split output dims:
    the tensor-parallel dims; both split the rows over the same data-parallel
-   dims) and make the group, planner and executor. Collective. */
+   dims) and make the group, planner and executor. Collective. PAR_EINVAL
+   naming desc.dtype when it is not F32, BF16 or F16. */
 PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par_tp **tp);
 PARALLEL_DEF void par_tp_destroy(par_tp *tp);
 
@@ -2182,6 +2190,7 @@ typedef struct par_tp_info {
     uint32_t tp_dims, data_dims;
     par_layout residual;     /* the residual stream [rows, hidden] */
     double comm_us;          /* time spent in blocking collectives (with a trace) */
+    par_dtype dtype;         /* the activations' type (desc.dtype; F32 when it was zero) */
 } par_tp_info;
 PARALLEL_DEF par_status par_tp_get_info(const par_tp *tp, par_tp_info *info);
 
@@ -2194,7 +2203,8 @@ PARALLEL_DEF int64_t par_tp_rows(const par_tp *tp, int64_t n);
 PARALLEL_DEF int64_t par_tp_pad_rows(const par_tp *tp, int64_t n);
 
 /* Bytes of the region's own executor workspace (PAR_MEM_COMM) for
-   activations of n rows and up to `cols` features: what a host plans. */
+   activations of n rows and up to `cols` features of the region's dtype (half
+   of f32's for bf16 / f16): what a host plans. */
 PARALLEL_DEF int64_t par_tp_workspace_bytes(const par_tp *tp, int64_t n, int64_t cols);
 
 typedef enum par_linear_kind { PAR_LINEAR_COLUMN = 0, PAR_LINEAR_ROW } par_linear_kind;
@@ -2241,22 +2251,27 @@ PARALLEL_DEF par_status par_tp_heads(const par_tp *tp, int64_t heads, int64_t kv
                                      int64_t *kv_heads_local);
 
 /* Column-parallel input / row-parallel output gradient: this rank's residual
-   rows x [par_tp_rows(n), cols] -> all n rows. *full = x when no data moves,
-   else `work` [n, cols] receives them. */
-PARALLEL_DEF par_status par_tp_gather_rows(par_tp *tp, int64_t n, int64_t cols, const float *x, float *work,
-                                           const float **full);
+   rows x [par_tp_rows(n), cols] -> all n rows (the region's dtype, bits moved
+   as they are). *full = x when no data moves, else `work` [n, cols] receives
+   them. */
+PARALLEL_DEF par_status par_tp_gather_rows(par_tp *tp, int64_t n, int64_t cols, const void *x, void *work,
+                                           const void **full);
 
 /* Row-parallel output / column-parallel input gradient: partial sums over the
-   tensor-parallel ranks p [n, cols] -> their sum on this rank's residual rows:
-   *out = p (all-reduced in place) or, under sequence parallelism, `work`
-   [par_tp_rows(n), cols] (reduce-scatter). */
-PARALLEL_DEF par_status par_tp_reduce_rows(par_tp *tp, int64_t n, int64_t cols, float *p, float *work, float **out);
+   tensor-parallel ranks p [n, cols] (the region's dtype; 16-bit partials are
+   summed in f32 and rounded once by the backend) -> their sum on this rank's
+   residual rows: *out = p (all-reduced in place) or, under sequence
+   parallelism, `work` [par_tp_rows(n), cols] (reduce-scatter). out may be
+   NULL without sequence parallelism (the sum is p itself: a host that reduces
+   in place and knows where it lands); under sequence parallelism a NULL out
+   is PAR_EINVAL (the sum lands in work). */
+PARALLEL_DEF par_status par_tp_reduce_rows(par_tp *tp, int64_t n, int64_t cols, void *p, void *work, void **out);
 
 /* All columns of a column-parallel linear's output y [nrows, out_local] ->
-   full [nrows, out] (e.g. the vocabulary of one row of logits for sampling).
-   Collective over the tensor-parallel group only. */
-PARALLEL_DEF par_status par_tp_gather_columns(par_tp *tp, const par_linear *lin, int64_t nrows, const float *y,
-                                              float *full);
+   full [nrows, out] (the region's dtype; e.g. the vocabulary of one row of
+   logits for sampling). Collective over the tensor-parallel group only. */
+PARALLEL_DEF par_status par_tp_gather_columns(par_tp *tp, const par_linear *lin, int64_t nrows, const void *y,
+                                              void *full);
 
 /* The token embedding [vocab, dim]: replicated (MindSpore vocab_emb_dp) or
    split by vocabulary rows over the tensor-parallel ranks (partial lookups
@@ -2275,20 +2290,25 @@ PARALLEL_DEF par_status par_tp_embedding(const par_tp *tp, const char *name, int
 PARALLEL_DEF par_status par_tp_embedding_param(const par_embedding *emb, const char *name, par_param_desc *pd);
 
 /* out [par_tp_rows(n), dim] = the embeddings of this rank's rows of ids [n]
-   (all n ids of the micro-batch); work [n, dim] when vocab-parallel. */
+   (all n ids of the micro-batch); table (this rank's [rows_local, dim]: the
+   compute copy of the weights), out and work [n, dim] (when vocab-parallel)
+   of the region's dtype. */
 PARALLEL_DEF par_status par_tp_embedding_fwd(par_tp *tp, const par_embedding *emb, int64_t n, const int32_t *ids,
-                                             const float *table, float *out, float *work);
-/* dtable += the gradient from dout [par_tp_rows(n), dim]; work [n, dim] when
+                                             const void *table, void *out, void *work);
+/* dtable (f32: a >>params gradient) += the gradient from dout
+   [par_tp_rows(n), dim] (the region's dtype); work [n, dim] of the dtype when
    vocab-parallel under sequence parallelism. */
 PARALLEL_DEF par_status par_tp_embedding_bwd(par_tp *tp, const par_embedding *emb, int64_t n, const int32_t *ids,
-                                             const float *dout, float *dtable, float *work);
+                                             const void *dout, float *dtable, void *work);
 
 /* Softmax cross-entropy over the vocabulary of a column-parallel head
-   (logits [n, head->out_local], this rank's vocabulary shard): per-row losses
-   [n] (every rank gets all n) and, in place of the logits, this shard's
-   dlogits = (softmax - onehot) * scale. Negative targets are ignored rows.
-   work holds 3n floats. The full logits never exist on one rank. */
-PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, float *logits,
+   (logits [n, head->out_local] of the region's dtype, this rank's vocabulary
+   shard): per-row losses [n] (f32; every rank gets all n) and, in place of
+   the logits, this shard's dlogits = (softmax - onehot) * scale (the dtype,
+   rounded once). Negative targets are ignored rows. work holds 3n floats
+   (f32 whatever the dtype: the max, sum and target pieces, all-reduced in
+   f32). The full logits never exist on one rank. */
+PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, void *logits,
                                              const int32_t *targets, float *losses, float scale, float *work);
 
 /* ============================================================================
@@ -18236,6 +18256,8 @@ struct par_tp {
     double comm_us;
     par_copies *copies;
     int copy;
+    par_dtype dtype; /* of every activation the region moves (desc.dtype) */
+    size_t elem;     /* its size in bytes */
 };
 
 PARALLEL_DEF void par_tp_destroy(par_tp *tp) {
@@ -18290,6 +18312,10 @@ PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par
     if (desc->rows < 1 || desc->hidden < 1)
         return par__fail(PAR_EINVAL, "par_tp_create: rows %lld and hidden %lld must be >= 1", (long long)desc->rows,
                          (long long)desc->hidden);
+    /* activations are floats the kernels compute on: f32, or a 16-bit compute copy's type */
+    if (desc->dtype != PAR_F32 && desc->dtype != PAR_BF16 && desc->dtype != PAR_F16)
+        return par__fail(PAR_EINVAL, "par_tp_create: dtype %s (%d): the activations' type (desc.dtype) must be "
+                                     "PAR_F32 (zero), PAR_BF16 or PAR_F16", par_dtype_name(desc->dtype), (int)desc->dtype);
     tp = (par_tp *)par__ctx_malloc(ctx, sizeof *tp);
     if (!tp) return par__fail(PAR_ENOMEM, "par_tp_create: out of memory");
     memset(tp, 0, sizeof *tp);
@@ -18297,6 +18323,7 @@ PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par
     tp->rows = desc->rows, tp->hidden = desc->hidden, tp->sp = desc->sequence_parallel != 0;
     tp->no_a2a = desc->no_all_to_all != 0, tp->trace = desc->trace;
     tp->copies = desc->copies, tp->copy = desc->copy;
+    tp->dtype = desc->dtype, tp->elem = par_dtype_size(desc->dtype);
     if (desc->copies && (desc->copy < 0 || desc->copy >= desc->copies->k))
         return par_tp_destroy(tp), par__fail(PAR_EINVAL, "par_tp_create: copy %d of %d copies", desc->copy,
                                              desc->copies->k);
@@ -18386,7 +18413,7 @@ static par_status par__tp_redistribute(par_tp *tp, const par_layout *from, const
     PAR__CHECK(par_redist_planner_plan(tp->planner, from, to, &cost, &tp->plan));
     par__tp_comm_begin(tp);
     t0 = par__tp_now(tp);
-    st = par_execute_plan(tp->exec, &tp->plan, PAR_F32, in, out);
+    st = par_execute_plan(tp->exec, &tp->plan, tp->dtype, in, out);
     par__tp_done(tp, t0, what); /* also on failure: the turn comes back */
     return st;
 }
@@ -18408,7 +18435,7 @@ PARALLEL_DEF int64_t par_tp_pad_rows(const par_tp *tp, int64_t n) {
 
 PARALLEL_DEF int64_t par_tp_workspace_bytes(const par_tp *tp, int64_t n, int64_t cols) {
     /* the executor keeps 4 buffers of the largest slice a plan holds: all n rows */
-    return tp && tp->degree > 1 ? 4 * n * cols * (int64_t)sizeof(float) : 0;
+    return tp && tp->degree > 1 ? 4 * n * cols * (int64_t)tp->elem : 0;
 }
 
 PARALLEL_DEF par_status par_tp_get_info(const par_tp *tp, par_tp_info *info) {
@@ -18416,12 +18443,12 @@ PARALLEL_DEF par_status par_tp_get_info(const par_tp *tp, par_tp_info *info) {
     memset(info, 0, sizeof *info);
     info->degree = tp->degree, info->index = tp->index, info->data_degree = tp->data_degree;
     info->sequence_parallel = tp->sp, info->tp_dims = tp->tp_dims, info->data_dims = tp->data_dims;
-    info->comm_us = tp->comm_us;
+    info->comm_us = tp->comm_us, info->dtype = tp->dtype;
     return par__tp_rows_layout(tp, tp->rows, tp->hidden, tp->sp, 0, &info->residual);
 }
 
-PARALLEL_DEF par_status par_tp_gather_rows(par_tp *tp, int64_t n, int64_t cols, const float *x, float *work,
-                                           const float **full) {
+PARALLEL_DEF par_status par_tp_gather_rows(par_tp *tp, int64_t n, int64_t cols, const void *x, void *work,
+                                           const void **full) {
     par_layout from, to;
     if (!tp || !full) return par__fail(PAR_EINVAL, "par_tp_gather_rows: NULL argument");
     PAR__CHECK(par__tp_check_n(tp, "par_tp_gather_rows", n, cols, x));
@@ -18435,21 +18462,25 @@ PARALLEL_DEF par_status par_tp_gather_rows(par_tp *tp, int64_t n, int64_t cols, 
 }
 
 /* Partial [n, cols] -> summed on this rank's residual rows, into dst (may be p when not sequence parallel). */
-static par_status par__tp_reduce(par_tp *tp, int64_t n, int64_t cols, float *p, float *dst) {
+static par_status par__tp_reduce(par_tp *tp, int64_t n, int64_t cols, void *p, void *dst) {
     par_layout from, to;
     PAR__CHECK(par__tp_rows_layout(tp, n * tp->data_degree, cols, 0, 1, &from));
     PAR__CHECK(par__tp_rows_layout(tp, n * tp->data_degree, cols, tp->sp, 0, &to));
     return par__tp_redistribute(tp, &from, &to, p, dst, tp->sp ? "reduce_scatter" : "all_reduce");
 }
 
-PARALLEL_DEF par_status par_tp_reduce_rows(par_tp *tp, int64_t n, int64_t cols, float *p, float *work, float **out) {
-    if (!tp || !out) return par__fail(PAR_EINVAL, "par_tp_reduce_rows: NULL argument");
+PARALLEL_DEF par_status par_tp_reduce_rows(par_tp *tp, int64_t n, int64_t cols, void *p, void *work, void **out) {
+    if (!tp) return par__fail(PAR_EINVAL, "par_tp_reduce_rows: NULL argument");
+    /* a NULL out says "the sum is p itself": true only without sequence
+       parallelism (refused at degree 1 too, so a host's bug shows before it scales) */
+    if (!out && tp->sp)
+        return par__fail(PAR_EINVAL, "par_tp_reduce_rows: NULL out under sequence parallelism (the sum lands in "
+                                     "work, not in p); out may be NULL only when the region is not sequence parallel");
     PAR__CHECK(par__tp_check_n(tp, "par_tp_reduce_rows", n, cols, p));
-    *out = p;
+    if (out) *out = p;
     if (tp->degree == 1 || n * cols == 0) return PAR_OK;
     if (tp->sp && !work) return par__fail(PAR_EINVAL, "par_tp_reduce_rows: NULL work");
-    if (tp->sp) *out = work;
-    return par__tp_reduce(tp, n, cols, p, *out);
+    return par__tp_reduce(tp, n, cols, p, tp->sp ? (*out = work) : p);
 }
 
 PARALLEL_DEF par_status par_tp_linear(const par_tp *tp, const char *name, par_linear_kind kind, int64_t in, int64_t out,
@@ -18531,8 +18562,8 @@ PARALLEL_DEF par_status par_tp_heads(const par_tp *tp, int64_t heads, int64_t kv
     return PAR_OK;
 }
 
-PARALLEL_DEF par_status par_tp_gather_columns(par_tp *tp, const par_linear *lin, int64_t nrows, const float *y,
-                                              float *full) {
+PARALLEL_DEF par_status par_tp_gather_columns(par_tp *tp, const par_linear *lin, int64_t nrows, const void *y,
+                                              void *full) {
     const int64_t shape[2] = {nrows, lin ? lin->out : 0};
     par_layout from, to;
     int k, order[PARALLEL_MAX_DIMS], n;
@@ -18541,7 +18572,7 @@ PARALLEL_DEF par_status par_tp_gather_columns(par_tp *tp, const par_linear *lin,
         return par__fail(PAR_EINVAL, "par_tp_gather_columns: the linear is not column-parallel");
     if (nrows < 0) return par__fail(PAR_EINVAL, "par_tp_gather_columns: nrows %lld < 0", (long long)nrows);
     if (tp->degree == 1 || nrows == 0)
-        return y == full ? PAR_OK : tp->ct->memcpy(tp->ct->user, full, y, (size_t)(nrows * lin->out) * sizeof(float),
+        return y == full ? PAR_OK : tp->ct->memcpy(tp->ct->user, full, y, (size_t)(nrows * lin->out) * tp->elem,
                                                    tp->ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
     par__tp_dim_mask(&lin->weight, 0, order, &n);
     PAR__CHECK(par_layout_init(&from, par_ctx_mesh(tp->ctx), 2, shape, NULL, 0));
@@ -18604,34 +18635,35 @@ PARALLEL_DEF par_status par_tp_embedding_param(const par_embedding *emb, const c
 }
 
 PARALLEL_DEF par_status par_tp_embedding_fwd(par_tp *tp, const par_embedding *e, int64_t n, const int32_t *ids,
-                                             const float *table, float *out, float *work) {
+                                             const void *table, void *out, void *work) {
     const int64_t held = par_tp_rows(tp, n);
     if (!tp || !e || !ids || !table || !out) return par__fail(PAR_EINVAL, "par_tp_embedding_fwd: NULL argument");
     PAR__CHECK(par__tp_check_n(tp, "par_tp_embedding_fwd", n, e->dim, out));
     if (!tp->ct->embedding_fwd) return par__fail(PAR_EUNSUPPORTED, "par_tp_embedding_fwd: the compute table has no embedding_fwd");
     if (!e->vocab_parallel) /* a rank looks up the rows it holds */
-        return tp->ct->embedding_fwd(tp->ct->user, PAR_F32, held, ids + (n - held ? tp->index * held : 0), table, e->rows_local,
-                                     e->dim, 0, out);
+        return tp->ct->embedding_fwd(tp->ct->user, tp->dtype, held, ids + (n - held ? tp->index * held : 0), table,
+                                     e->rows_local, e->dim, 0, out);
     if (!work) return par__fail(PAR_EINVAL, "par_tp_embedding_fwd: NULL work (vocabulary-parallel)");
     /* zeros for ids outside this shard: partial over the tp ranks */
-    PAR__CHECK(tp->ct->embedding_fwd(tp->ct->user, PAR_F32, n, ids, table, e->rows_local, e->dim, e->row_start, work));
+    PAR__CHECK(tp->ct->embedding_fwd(tp->ct->user, tp->dtype, n, ids, table, e->rows_local, e->dim, e->row_start, work));
     return par__tp_reduce(tp, n, e->dim, work, out);
 }
 
 PARALLEL_DEF par_status par_tp_embedding_bwd(par_tp *tp, const par_embedding *e, int64_t n, const int32_t *ids,
-                                             const float *dout, float *dtable, float *work) {
+                                             const void *dout, float *dtable, void *work) {
     const int64_t held = par_tp_rows(tp, n);
-    const float *full = dout;
+    const void *full = dout;
     if (!tp || !e || !ids || !dout || !dtable) return par__fail(PAR_EINVAL, "par_tp_embedding_bwd: NULL argument");
     PAR__CHECK(par__tp_check_n(tp, "par_tp_embedding_bwd", n, e->dim, dout));
     if (!tp->ct->embedding_bwd) return par__fail(PAR_EUNSUPPORTED, "par_tp_embedding_bwd: the compute table has no embedding_bwd");
     if (!e->vocab_parallel)
-        return tp->ct->embedding_bwd(tp->ct->user, PAR_F32, held, ids + (n - held ? tp->index * held : 0), dout, e->rows_local,
-                                     e->dim, 0, dtable);
+        return tp->ct->embedding_bwd(tp->ct->user, tp->dtype, held, ids + (n - held ? tp->index * held : 0), dout,
+                                     e->rows_local, e->dim, 0, dtable);
     PAR__CHECK(par_tp_gather_rows(tp, n, e->dim, dout, work, &full));
-    return tp->ct->embedding_bwd(tp->ct->user, PAR_F32, n, ids, full, e->rows_local, e->dim, e->row_start, dtable);
+    return tp->ct->embedding_bwd(tp->ct->user, tp->dtype, n, ids, full, e->rows_local, e->dim, e->row_start, dtable);
 }
 
+/* An f32 all-reduce over the group (the cross-entropy's pieces: f32 whatever the region's dtype). */
 static par_status par__tp_all_reduce(par_tp *tp, float *x, int64_t n, par_reduce_op op, const char *what) {
     double t0;
     par_status st;
@@ -18642,7 +18674,7 @@ static par_status par__tp_all_reduce(par_tp *tp, float *x, int64_t n, par_reduce
     return st;
 }
 
-PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, float *logits,
+PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head, int64_t n, void *logits,
                                              const int32_t *targets, float *losses, float scale, float *work) {
     const par_compute_table *ct;
     float *gmax, *gsum, *tgt;
@@ -18656,17 +18688,17 @@ PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head,
         !ct->xent_loss_from_pieces || !ct->xent_bwd_split)
         return par__fail(PAR_EUNSUPPORTED, "par_tp_cross_entropy: the compute table lacks the cross-entropy kernels");
     if (tp->degree == 1 || head->out_local == head->out)
-        return ct->xent(u, PAR_F32, n, v, logits, targets, losses, logits, scale);
+        return ct->xent(u, tp->dtype, n, v, logits, targets, losses, logits, scale);
     if (!work) return par__fail(PAR_EINVAL, "par_tp_cross_entropy: NULL work");
     gmax = work, gsum = work + n, tgt = work + 2 * n;
-    PAR__CHECK(ct->xent_local_max(u, PAR_F32, n, v, logits, gmax));
+    PAR__CHECK(ct->xent_local_max(u, tp->dtype, n, v, logits, gmax));
     PAR__CHECK(par__tp_all_reduce(tp, gmax, n, PAR_REDUCE_MAX, "all_reduce max"));
-    PAR__CHECK(ct->xent_local_sumexp(u, PAR_F32, n, v, logits, gmax, gsum));
+    PAR__CHECK(ct->xent_local_sumexp(u, tp->dtype, n, v, logits, gmax, gsum));
     PAR__CHECK(par__tp_all_reduce(tp, gsum, n, PAR_REDUCE_SUM, "all_reduce"));
-    PAR__CHECK(ct->xent_local_target(u, PAR_F32, n, v, logits, targets, head->out_start, tgt));
+    PAR__CHECK(ct->xent_local_target(u, tp->dtype, n, v, logits, targets, head->out_start, tgt));
     PAR__CHECK(par__tp_all_reduce(tp, tgt, n, PAR_REDUCE_SUM, "all_reduce"));
     PAR__CHECK(ct->xent_loss_from_pieces(u, n, gmax, gsum, tgt, targets, losses));
-    return ct->xent_bwd_split(u, PAR_F32, n, v, logits, targets, head->out_start, gmax, gsum, scale, logits);
+    return ct->xent_bwd_split(u, tp->dtype, n, v, logits, targets, head->out_start, gmax, gsum, scale, logits);
 }
 
 

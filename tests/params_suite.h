@@ -510,6 +510,8 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
     int32_t ids[TS_N];
     const float *full = NULL;
     float *out = NULL;
+    const void *fullp = NULL; /* the helpers' void out-arguments (f32 here: the region's default dtype) */
+    void *outp = NULL;
     double worst;
     int dr, ti;
     if (m->ndim == 1) D = 1;
@@ -538,7 +540,8 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
     for (r = 0; r < held; r++)
         for (j = 0; j < TS_C; j++) x[r * TS_C + j] = (float)ts_x(r0 + r, j), dy[r * TS_C + j] = (float)ts_dy(r0 + r, j);
     /* forward: h = gather(x); a = h W1^T; y = reduce(a W2^T) */
-    PS_OK(c, par_tp_gather_rows(tp, TS_N, TS_C, x, work, &full));
+    PS_OK(c, par_tp_gather_rows(tp, TS_N, TS_C, x, work, &fullp));
+    full = (const float *)fullp;
     for (r = 0; r < TS_N; r++)
         for (f = 0; f < l1.out_local; f++) {
             double s = 0;
@@ -551,7 +554,8 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
             for (f = 0; f < l2.in_local; f++) s += a[r * l2.in_local + f] * w2[j * l2.in_local + f];
             yp[r * TS_C + j] = (float)s;
         }
-    PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, work + TS_N * TS_C, &out));
+    PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, work + TS_N * TS_C, &outp));
+    out = (float *)outp;
     worst = 0;
     for (r = 0; r < held && out; r++)
         for (j = 0; j < TS_C; j++) {
@@ -566,7 +570,8 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
         }
     PS_CHECK(c, worst < 1e-5, "sp %d: MLP output differs from one device by %g", sp, worst);
     /* backward: dyf = gather(dy); dA = dyf W2; dW2 = dyf^T a; dH = reduce(dA W1); dW1 = dA^T h */
-    PS_OK(c, par_tp_gather_rows(tp, TS_N, TS_C, dy, work, &full));
+    PS_OK(c, par_tp_gather_rows(tp, TS_N, TS_C, dy, work, &fullp));
+    full = (const float *)fullp;
     memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2);
     for (r = 0; r < TS_N; r++)
         for (f = 0; f < l2.in_local; f++) {
@@ -581,7 +586,8 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
             for (f = 0; f < l1.out_local; f++) s += da[r * l1.out_local + f] * w1[f * TS_C + j];
             dh[r * TS_C + j] = (float)s;
         }
-    PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, dh, work + TS_N * TS_C, &out));
+    PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, dh, work + TS_N * TS_C, &outp));
+    out = (float *)outp;
     worst = 0;
     for (r = 0; r < held && out; r++)
         for (j = 0; j < TS_C; j++) {
@@ -716,9 +722,9 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
     if (T > 1) {
         PS_ERR(c, par_tp_linear(tp, "w3", PAR_LINEAR_COLUMN, TS_C, T * 2 + 1, &l1), PAR_ESTRATEGY, "w3");
         PS_ERR(c, par_tp_gather_columns(tp, &l2, 1, yp, work), PAR_EINVAL, "is not column-parallel");
-        if (sp) PS_ERR(c, par_tp_gather_rows(tp, T + 1, 2, x, work, &full), PAR_ESHAPE, "not divisible by the tensor-parallel degree");
+        if (sp) PS_ERR(c, par_tp_gather_rows(tp, T + 1, 2, x, work, &fullp), PAR_ESHAPE, "not divisible by the tensor-parallel degree");
     }
-    PS_ERR(c, par_tp_gather_rows(tp, -1, 2, x, work, &full), PAR_EINVAL, "n -1 and cols 2 must be >= 0");
+    PS_ERR(c, par_tp_gather_rows(tp, -1, 2, x, work, &fullp), PAR_EINVAL, "n -1 and cols 2 must be >= 0");
     PS_ERR(c, par_tp_norm_param(tp, "ln", 0, NULL), PAR_EINVAL, "NULL argument");
     {
         par_param_desc pd;
@@ -733,10 +739,21 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
     PS_ERR(c, par_tp_heads(tp, 4, 3, &hl, &kvl), PAR_EINVAL, "kv heads must divide heads");
     PS_ERR(c, par_tp_get_info(tp, NULL), PAR_EINVAL, "NULL argument");
     PS_ERR(c, par_tp_linear(tp, "w", (par_linear_kind)7, 4, 4, &l1), PAR_EINVAL, "unknown kind 7");
-    PS_ERR(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, work, NULL), PAR_EINVAL, "NULL argument");
-    if (sp && T > 1) PS_ERR(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, NULL, &out), PAR_EINVAL, "NULL work");
+    PS_ERR(c, par_tp_reduce_rows(NULL, TS_N, TS_C, yp, work, &outp), PAR_EINVAL, "NULL argument");
+    if (sp) /* the sum lands in work: a NULL out would lose it (refused at degree 1 too) */
+        PS_ERR(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, work, NULL), PAR_EINVAL,
+               "NULL out under sequence parallelism (the sum lands in work, not in p)");
+    if (sp && T > 1) PS_ERR(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, NULL, &outp), PAR_EINVAL, "NULL work");
+    if (!sp) { /* out NULL: the sum is p itself, as with an out */
+        float p2[TS_N * TS_C];
+        for (r = 0; r < TS_N * TS_C; r++) yp[r] = (float)ts_x(rank, r), p2[r] = yp[r];
+        PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, yp, NULL, NULL));
+        PS_OK(c, par_tp_reduce_rows(tp, TS_N, TS_C, p2, NULL, &outp));
+        PS_CHECK(c, outp == (void *)p2 && memcmp(yp, p2, sizeof p2) == 0, "reduce in place with out NULL differs");
+    }
     PS_CHECK(c, par_tp_pad_rows(tp, 5) == (sp && T > 1 ? (5 + T - 1) / T * T : 5), "pad rows %lld", (long long)par_tp_pad_rows(tp, 5));
     PS_CHECK(c, par_tp_workspace_bytes(tp, 8, 4) == (T > 1 ? 4 * 8 * 4 * 4 : 0), "workspace bytes");
+    PS_CHECK(c, info.dtype == PAR_F32, "a zero desc.dtype reads back as %s", par_dtype_name(info.dtype));
     par_tp_destroy(tp);
     /* strategies that do not fit together */
     snprintf(row, sizeof row, "((%d,1),(%d,1))", D, T);
@@ -774,9 +791,11 @@ static par_status tc_layers(void *user, int k) {
     PS_TRY(par_tp_linear(tp, "w1", PAR_LINEAR_COLUMN, TS_C, TS_F, &l1));
     PS_TRY(par_tp_linear(tp, "w2", PAR_LINEAR_ROW, TS_F, TS_C, &l2));
     for (layer = 0; layer < TC_LAYERS; layer++) {
+        const void *fullp;
         const float *full;
-        float *out;
-        PS_TRY(par_tp_gather_rows(tp, TS_N, TS_C, s->x[k], s->work[k], &full));
+        void *out;
+        PS_TRY(par_tp_gather_rows(tp, TS_N, TS_C, s->x[k], s->work[k], &fullp));
+        full = (const float *)fullp;
         if (k < TC_MAXK) s->log[s->nlog++] = k * 100 + 2 * layer; /* holds the turn: one writer at a time */
         for (r = 0; r < TS_N; r++)
             for (f = 0; f < l1.out_local; f++) {

@@ -104,7 +104,7 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
         par_adamw opt = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 0};
         double loss = 0.0, count = 0.0;
         for (mb = 0; mb < c->micro; mb++) {
-            float *g1, *g2, *ysum;
+            float *g1, *g2;
             TRY(par_params_grads_begin(ps, mb, c->micro));
             /* this rank's samples: shard s of S takes samples i*S + s (round robin) */
             for (r = 0; r < n; r++)
@@ -113,11 +113,12 @@ static par_status rank_main(par_ctx *ctx, void *arg) {
             TRY(gemm(ct, 0, 1, n, l1.out_local, IN, 0.0f, x, par_params_value(ps, 0), a));
             for (j = 0; j < n * l1.out_local; j++) a[j] = a[j] > 0 ? a[j] : 0.0f;
             TRY(gemm(ct, 0, 1, n, OUT, l2.in_local, 0.0f, a, par_params_value(ps, 1), y));
-            TRY(par_tp_reduce_rows(tp, n, OUT, y, NULL, &ysum));
+            /* no sequence parallelism: the sum lands in y itself (out NULL says so) */
+            TRY(par_tp_reduce_rows(tp, n, OUT, y, NULL, NULL));
             /* loss 1/2 (y - t)^2 per output, averaged over all of the global batch's outputs */
             for (r = 0; r < n; r++)
                 for (j = 0; j < OUT; j++) {
-                    const float e = ysum[r * OUT + j] - target(step * BATCH + (mb * n + r) * shards + shard, j);
+                    const float e = y[r * OUT + j] - target(step * BATCH + (mb * n + r) * shards + shard, j);
                     loss += 0.5 * e * e, count += 1.0;
                     dy[r * OUT + j] = e / (float)(n * OUT * c->micro);
                 }
