@@ -18480,7 +18480,8 @@ PARALLEL_DEF par_status par_tp_reduce_rows(par_tp *tp, int64_t n, int64_t cols, 
     if (out) *out = p;
     if (tp->degree == 1 || n * cols == 0) return PAR_OK;
     if (tp->sp && !work) return par__fail(PAR_EINVAL, "par_tp_reduce_rows: NULL work");
-    return par__tp_reduce(tp, n, cols, p, tp->sp ? (*out = work) : p);
+    if (tp->sp) *out = work; /* out is not NULL here (refused above) */
+    return par__tp_reduce(tp, n, cols, p, tp->sp ? work : p);
 }
 
 PARALLEL_DEF par_status par_tp_linear(const par_tp *tp, const char *name, par_linear_kind kind, int64_t in, int64_t out,
