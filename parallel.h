@@ -2564,8 +2564,8 @@ typedef struct par_pp_callbacks {
     par_status (*backward)(void *user, int micro_batch, int chunk, par_pp_op op);
     /* where the stage boundary of (micro_batch, chunk) lives: its input or
        output activation (is_grad 0) or their gradients (is_grad 1), `count`
-       floats */
-    par_status (*buffer)(void *user, int micro_batch, int chunk, int is_grad, int is_input, float **ptr,
+       elements of par_pp_run_desc.dtype (the bytes moved: count x its size) */
+    par_status (*buffer)(void *user, int micro_batch, int chunk, int is_grad, int is_input, void **ptr,
                          int64_t *count);
 } par_pp_callbacks;
 
@@ -2575,6 +2575,9 @@ typedef struct par_pp_run_desc {
                                  index in that group); 0 with a one-stage schedule */
     par_pp_callbacks callbacks;
     struct par_trace *trace;  /* optional: actions as "compute" spans, receives as "comm" spans */
+    par_dtype dtype;          /* of the boundary buffers, activations and gradients alike: PAR_F32
+                                 (zero), PAR_BF16 or PAR_F16 (mixed precision: half the bytes); the
+                                 executor moves the bits as they are, it never converts */
 } par_pp_run_desc;
 
 /* Run this rank's list of the schedule (collective over the stage group):
@@ -19880,7 +19883,8 @@ static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_p
     const double t0 = par__span_start(d->trace);
     const int g = a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_RECV_GRAD;
     const int input = a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_SEND_GRAD;
-    float *buf = NULL;
+    const par_dtype t = d->dtype;
+    void *buf = NULL;
     int64_t count = 0;
     switch (a->op) {
     case PAR_PP_F:
@@ -19897,17 +19901,19 @@ static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_p
     }
     if (p == 1) return par__fail(PAR_EINVAL, "a send or receive in a one-stage schedule");
     PAR__CHECK(cb->buffer(cb->user, a->micro_batch, a->chunk, g, input, &buf, &count));
-    if (!buf && count > 0) return par__fail(PAR_EINVAL, "the buffer callback gave NULL for %lld floats", (long long)count);
+    if (!buf && count > 0)
+        return par__fail(PAR_EINVAL, "the buffer callback gave NULL for %lld %s elements", (long long)count,
+                         par_dtype_name(t));
     /* activations go to stage + 1 on `acts` (member = stage); gradients to
        stage - 1 on `grads`, whose member list is reversed (member = p-1-stage) */
     switch (a->op) {
-    case PAR_PP_SEND_ACT: return par_send(ctx, acts, buf, count, PAR_F32, (stage + 1) % p, req);
-    case PAR_PP_SEND_GRAD: return par_send(ctx, grads, buf, count, PAR_F32, p - 1 - (stage + p - 1) % p, req);
+    case PAR_PP_SEND_ACT: return par_send(ctx, acts, buf, count, t, (stage + 1) % p, req);
+    case PAR_PP_SEND_GRAD: return par_send(ctx, grads, buf, count, t, p - 1 - (stage + p - 1) % p, req);
     case PAR_PP_RECV_ACT:
-        PAR__CHECK(par_recv(ctx, acts, buf, count, PAR_F32, (stage + p - 1) % p, NULL));
+        PAR__CHECK(par_recv(ctx, acts, buf, count, t, (stage + p - 1) % p, NULL));
         break;
     default:
-        PAR__CHECK(par_recv(ctx, grads, buf, count, PAR_F32, p - 1 - (stage + 1) % p, NULL));
+        PAR__CHECK(par_recv(ctx, grads, buf, count, t, p - 1 - (stage + 1) % p, NULL));
         break;
     }
     par__pp_span(d->trace, "comm", t0, a);
@@ -19923,6 +19929,9 @@ PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *d) {
     if (!ctx || !d || !d->schedule) return par__fail(PAR_EINVAL, "par_pp_run: NULL argument");
     if (!d->callbacks.forward || !d->callbacks.backward || !d->callbacks.buffer)
         return par__fail(PAR_EINVAL, "par_pp_run: the forward, backward and buffer callbacks are required");
+    if (d->dtype != PAR_F32 && d->dtype != PAR_BF16 && d->dtype != PAR_F16) /* boundaries are activations */
+        return par__fail(PAR_EINVAL, "par_pp_run: desc->dtype %s (%d) is not an activation type: f32, bf16 or f16",
+                         par_dtype_name(d->dtype), (int)d->dtype);
     s = d->schedule;
     ranks = (int *)par__ctx_malloc(ctx, sizeof(int) * 2 * (size_t)par_ctx_size(ctx));
     if (!ranks) return par__fail(PAR_ENOMEM, "par_pp_run: out of memory");

@@ -95,7 +95,7 @@ static par_status bwd(void *u, int mb, int c, par_pp_op op) {
     return PAR_OK;
 }
 
-static par_status buffer(void *u, int mb, int c, int is_grad, int is_input, float **ptr, int64_t *count) {
+static par_status buffer(void *u, int mb, int c, int is_grad, int is_input, void **ptr, int64_t *count) {
     stage *s = (stage *)u;
     *ptr = s->r->bufs[s->rank] + (((int64_t)mb * s->r->chunks + c) * 4 + is_grad * 2 + is_input) * ACT_FLOATS;
     *count = ACT_FLOATS;

@@ -65,7 +65,7 @@ static par_status toy_bwd(void *u, int mb, int c, par_pp_op op) {
     return PAR_OK;
 }
 
-static par_status toy_buf(void *u, int mb, int c, int is_grad, int is_input, float **ptr, int64_t *count) {
+static par_status toy_buf(void *u, int mb, int c, int is_grad, int is_input, void **ptr, int64_t *count) {
     toy_rank *r = (toy_rank *)u;
     *ptr = is_grad ? (is_input ? r->gin[mb][c] : r->gout[mb][c]) : (is_input ? r->in[mb][c] : r->out[mb][c]);
     *count = TOY_N;

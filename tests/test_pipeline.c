@@ -11,7 +11,10 @@
       unpaired send, receives out of order, W before I.
    4. The executor on threads runs a toy chain y = w_s * x through every
       virtual stage (all kinds, 1/2/4 stages, chunks) and its weight
-      gradients equal a direct computation in double. */
+      gradients equal a direct computation in double. With bf16 and f16
+      boundaries (par_pp_run_desc.dtype) every bit a stage writes arrives at
+      its neighbour unchanged and nothing past count elements moves; a dtype
+      that is no activation type is refused. */
 #include "test.h"
 #include "pp_toy.h"
 
@@ -262,7 +265,7 @@ static void test_executor(void) {
    by every rank before any message moves (3 stages on pp=2; 2 stages on pp=4). */
 static par_status noop_fwd(void *u, int mb, int c) { return (void)u, (void)mb, (void)c, PAR_OK; }
 static par_status noop_bwd(void *u, int mb, int c, par_pp_op op) { return (void)u, (void)mb, (void)c, (void)op, PAR_OK; }
-static par_status noop_buf(void *u, int mb, int c, int g, int in, float **p, int64_t *n) {
+static par_status noop_buf(void *u, int mb, int c, int g, int in, void **p, int64_t *n) {
     static float cell[4];
     (void)u, (void)mb, (void)c, (void)g, (void)in;
     *p = cell, *n = 1;
@@ -305,6 +308,174 @@ static void test_stage_mismatch(void) {
             CHECK_MSG(arg[1 + r], "%d ranks, %d-stage schedule: rank %d not refused as expected", cases[c][0],
                       cases[c][1], r);
     }
+}
+
+/* ---- 4b. boundaries in a 16-bit compute type (par_pp_run_desc.dtype) ------------------- */
+
+/* Each virtual stage writes a pattern of 16-bit words into its output (and,
+   backward, its input gradient): -0, a nan with a payload, the smallest
+   subnormal, the largest finite value and a hash of (stage, micro-batch,
+   element), none of which survives a trip through f32 arithmetic unchanged
+   for both types. The next stage's forward (the previous stage's backward)
+   checks that every bit arrived. Every buffer has GUARD words after it,
+   different per rank and buffer: moving count f32s (twice the bytes) would
+   write the sender's guard over the receiver's. */
+#define BITS_N 6
+#define BITS_GUARD 6
+#define BITS_MB 6
+
+typedef struct bits_rank {
+    int p, v, m, stage, bad;
+    par_dtype t;
+    uint16_t buf[BITS_MB][2][4][BITS_N + BITS_GUARD]; /* [mb][chunk][in, out, gin, gout] */
+} bits_rank;
+
+static uint16_t bits_word(par_dtype t, int vs, int mb, int grad, int i) {
+    static const uint16_t special[2][4] = {{0x8000u, 0x7fc1u, 0x0001u, 0x7f7fu}, {0x8000u, 0x7e01u, 0x0001u, 0x7bffu}};
+    uint32_t h = (uint32_t)(vs * 131 + mb * 17 + grad * 7 + i) * 2654435761u;
+    if (i < 4) return special[t == PAR_F16][(i + vs + mb) % 4];
+    return (uint16_t)(h >> 16);
+}
+
+static uint16_t bits_guard(const bits_rank *r, int mb, int c, int k, int i) {
+    return (uint16_t)(0xa000u + r->stage * 0x100 + mb * 0x20 + c * 0x8 + k * 2 + (i & 1));
+}
+
+/* 1 when buf[mb][c][k] holds the words of virtual stage vs. */
+static int bits_match(const bits_rank *r, int mb, int c, int k, int vs, int grad) {
+    int i;
+    for (i = 0; i < BITS_N; i++)
+        if (r->buf[mb][c][k][i] != bits_word(r->t, vs, mb, grad, i)) return 0;
+    return 1;
+}
+
+static void bits_fill(bits_rank *r, int mb, int c, int k, int vs, int grad) {
+    int i;
+    for (i = 0; i < BITS_N; i++) r->buf[mb][c][k][i] = bits_word(r->t, vs, mb, grad, i);
+}
+
+static par_status bits_fwd(void *u, int mb, int c) {
+    bits_rank *r = (bits_rank *)u;
+    const int vs = c * r->p + r->stage;
+    if (vs > 0 && !bits_match(r, mb, c, 0, vs - 1, 0)) r->bad |= 1;
+    bits_fill(r, mb, c, 1, vs, 0);
+    return PAR_OK;
+}
+
+static par_status bits_bwd(void *u, int mb, int c, par_pp_op op) {
+    bits_rank *r = (bits_rank *)u;
+    const int vs = c * r->p + r->stage;
+    if (op == PAR_PP_W) return PAR_OK;
+    if (vs < r->p * r->v - 1 && !bits_match(r, mb, c, 3, vs + 1, 1)) r->bad |= 2;
+    bits_fill(r, mb, c, 2, vs, 1);
+    return PAR_OK;
+}
+
+static par_status bits_buf(void *u, int mb, int c, int is_grad, int is_input, void **ptr, int64_t *count) {
+    bits_rank *r = (bits_rank *)u;
+    *ptr = r->buf[mb][c][is_grad * 2 + !is_input];
+    *count = BITS_N;
+    return PAR_OK;
+}
+
+typedef struct bits_run {
+    int p, v, m;
+    par_pp_kind kind;
+    par_dtype t;
+    int bad[8];
+} bits_run;
+
+static par_status bits_body(par_ctx *ctx, void *arg) {
+    bits_run *w = (bits_run *)arg;
+    bits_rank *r = (bits_rank *)calloc(1, sizeof(bits_rank));
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    par_status st;
+    int mb, c, k, i;
+    if (!r) return PAR_ENOMEM;
+    r->p = w->p, r->v = w->v, r->m = w->m, r->stage = par_ctx_rank(ctx), r->t = w->t;
+    for (mb = 0; mb < BITS_MB; mb++)
+        for (c = 0; c < 2; c++)
+            for (k = 0; k < 4; k++)
+                for (i = 0; i < BITS_N + BITS_GUARD; i++) r->buf[mb][c][k][i] = i < BITS_N ? 0 : bits_guard(r, mb, c, k, i);
+    memset(&sd, 0, sizeof sd);
+    sd.stages = w->p, sd.chunks = w->v, sd.micro_batches = w->m, sd.kind = w->kind;
+    st = par_pp_schedule_make(&sd, &s);
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = 1u, d.dtype = w->t;
+    d.callbacks.user = r, d.callbacks.forward = bits_fwd, d.callbacks.backward = bits_bwd, d.callbacks.buffer = bits_buf;
+    if (st == PAR_OK) st = par_pp_run(ctx, &d);
+    for (mb = 0; mb < BITS_MB; mb++)
+        for (c = 0; c < 2; c++)
+            for (k = 0; k < 4; k++)
+                for (i = BITS_N; i < BITS_N + BITS_GUARD; i++) r->bad |= r->buf[mb][c][k][i] != bits_guard(r, mb, c, k, i) ? 4 : 0;
+    w->bad[r->stage] = st != PAR_OK ? 8 : r->bad;
+    par_pp_schedule_destroy(s);
+    free(r);
+    return st;
+}
+
+static void test_executor_16bit(void) {
+    static const struct {
+        int p, v, m;
+        par_pp_kind kind;
+    } runs[] = {{2, 1, 3, PAR_PP_1F1B}, {4, 1, 5, PAR_PP_1F1B}, {4, 1, 4, PAR_PP_ZB_H1}, {2, 2, 4, PAR_PP_INTERLEAVED}};
+    static const par_dtype types[] = {PAR_BF16, PAR_F16};
+    size_t i, j;
+    int r;
+    for (i = 0; i < sizeof runs / sizeof runs[0]; i++)
+        for (j = 0; j < 2; j++) {
+            bits_run w;
+            par_ctx_desc pd;
+            char mesh[16];
+            int bad = 0;
+            memset(&w, 0, sizeof w);
+            w.p = runs[i].p, w.v = runs[i].v, w.m = runs[i].m, w.kind = runs[i].kind, w.t = types[j];
+            snprintf(mesh, sizeof mesh, "pp=%d", w.p);
+            memset(&pd, 0, sizeof pd);
+            pd.mesh = mesh, pd.timeout_ms = 20000, pd.kernel_threads = 1;
+            CHECK_MSG(par_run_threads_desc(&pd, w.p, bits_body, &w) == PAR_OK, "%s %s p %d: %s",
+                      par_dtype_name(w.t), par_pp_kind_name(w.kind), w.p, par_last_error());
+            for (r = 0; r < w.p; r++) bad |= w.bad[r];
+            /* 1: an activation's bits changed, 2: a gradient's, 4: a guard was overwritten, 8: the run failed */
+            CHECK_MSG(bad == 0, "%s %s p %d v %d m %d: failure bits 0x%x", par_dtype_name(w.t),
+                      par_pp_kind_name(w.kind), w.p, w.v, w.m, bad);
+        }
+}
+
+/* A boundary dtype that is no activation type is refused by every rank before any message moves. */
+static par_status bad_dtype_body(par_ctx *ctx, void *arg) {
+    int *ok = (int *)arg + par_ctx_rank(ctx);
+    static const par_dtype bad_types[] = {PAR_I32, PAR_F64, (par_dtype)77};
+    static const char *const want[] = {"desc->dtype i32 (3) is not an activation type: f32, bf16 or f16",
+                                       "desc->dtype f64 (5) is not an activation type", "desc->dtype ? (77)"};
+    par_pp_schedule_desc sd;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    int k;
+    memset(&sd, 0, sizeof sd);
+    sd.stages = 2, sd.micro_batches = 2, sd.kind = PAR_PP_1F1B;
+    RETURN_IF_ERR(par_pp_schedule_make(&sd, &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = 1u;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
+    *ok = 1;
+    for (k = 0; k < 3; k++) {
+        d.dtype = bad_types[k];
+        *ok &= par_pp_run(ctx, &d) == PAR_EINVAL && strstr(par_last_error(), want[k]) != NULL;
+    }
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+static void test_bad_dtype(void) {
+    int ok[2] = {0, 0};
+    par_ctx_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.mesh = "pp=2", pd.timeout_ms = 20000, pd.kernel_threads = 1;
+    CHECK_OK(par_run_threads_desc(&pd, 2, bad_dtype_body, ok));
+    CHECK_MSG(ok[0] && ok[1], "a bad par_pp_run_desc.dtype not refused as expected: %s", par_last_error());
 }
 
 /* ---- 5. parameter sets per stage (par_params_desc.stage_dims) ------------------------- */
@@ -410,6 +581,8 @@ int main(void) {
     test_bad_schedules();
     test_executor();
     test_stage_mismatch();
+    test_executor_16bit();
+    test_bad_dtype();
     test_stage_params();
     return TEST_END("pipeline");
 }
