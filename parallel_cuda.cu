@@ -111,7 +111,11 @@ typedef struct par_cuda_desc {
      portable SIMT kernels, which attention_kernel = 1 selects for every case;
    - embedding_bwd and rmsnorm_bwd's dw use float atomics (order of additions
      varies run to run at the last bit);
-   - bf16/f16 all-reduce and xent are unaffected (those kernels are f32).
+   - activation kernels (rmsnorm .. xent_bwd_split, axpy): dtype f32, bf16 or
+     f16 (else PAR_EINVAL naming the kernel and dtype), read in place (no
+     staging: scratch_bound ignores act_type / act_cols), f32 arithmetic as the
+     f32 kernels, a 16-bit output rounded to nearest even once; rstd, loss, the
+     cross-entropy pieces, dw and dtable are f32 for every dtype.
    Release with table->destroy(table->user) after freeing what it allocated
    (anything still allocated is freed by destroy). */
 par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_table *table);
@@ -509,121 +513,151 @@ __device__ float par_cuda__block_max(float v) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
          i += (int64_t)blockDim.x * gridDim.x)
 
+/* The activation kernels are templates on the element type T of their
+   activation tensors (float, __nv_bfloat16, __half): every element is read
+   through par_cuda__ld (widened exactly), the arithmetic is the f32 kernel's,
+   and a T result is written once through par_cuda__st (rounded to nearest
+   even). For T = float both are the identity, so the f32 numerics are the
+   f32 kernels' as they were. Statistics (rstd, the cross-entropy pieces,
+   loss) and weight gradients (dw, dtable) stay float whatever T is, so every
+   atomicAdd is on f32. */
+
 /* ------------------------------------------------------------ rmsnorm */
 
-__global__ void par_cuda__rmsnorm_fwd_k(int64_t rows, int64_t dim, const float *x, const float *w, float eps,
-                                        float *y, float *rstd) {
+template <typename T>
+__global__ void par_cuda__rmsnorm_fwd_k(int64_t rows, int64_t dim, const T *x, const T *w, float eps, T *y,
+                                        float *rstd) {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * dim;
-        float *yr = y + r * dim;
+        const T *xr = x + r * dim;
+        T *yr = y + r * dim;
         double ss = 0;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) ss += (double)xr[j] * xr[j];
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+            const float v = par_cuda__ld(xr[j]);
+            ss += (double)v * v;
+        }
         ss = par_cuda__block_sum(ss); /* every x read before any y (may alias) is written */
         const float s = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
         if (rstd && threadIdx.x == 0) rstd[r] = s;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) yr[j] = w[j] * (xr[j] * s);
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            yr[j] = par_cuda__st<T>(par_cuda__ld(w[j]) * (par_cuda__ld(xr[j]) * s));
     }
 }
 
-/* dw[j] += sum over a chunk of rows of dy x rstd; grid.y splits the rows. */
-__global__ void par_cuda__rmsnorm_dw_k(int64_t rows, int64_t dim, const float *x, const float *rstd, const float *dy,
+/* dw[j] (f32) += sum over a chunk of rows of dy x rstd; grid.y splits the rows. */
+template <typename T>
+__global__ void par_cuda__rmsnorm_dw_k(int64_t rows, int64_t dim, const T *x, const float *rstd, const T *dy,
                                        float *dw) {
     const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t chunk = (rows + gridDim.y - 1) / gridDim.y;
     const int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
     float acc = 0.0f;
     if (j >= dim || r0 >= r1) return;
-    for (int64_t r = r0; r < r1; r++) acc += dy[r * dim + j] * x[r * dim + j] * rstd[r];
+    for (int64_t r = r0; r < r1; r++) acc += par_cuda__ld(dy[r * dim + j]) * par_cuda__ld(x[r * dim + j]) * rstd[r];
     atomicAdd(dw + j, acc);
 }
 
-__global__ void par_cuda__rmsnorm_dx_k(int64_t rows, int64_t dim, const float *x, const float *w, const float *rstd,
-                                       const float *dy, float *dx) {
+template <typename T>
+__global__ void par_cuda__rmsnorm_dx_k(int64_t rows, int64_t dim, const T *x, const T *w, const float *rstd,
+                                       const T *dy, T *dx) {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * dim, *dyr = dy + r * dim;
-        float *dxr = dx + r * dim;
+        const T *xr = x + r * dim, *dyr = dy + r * dim;
+        T *dxr = dx + r * dim;
         const float s = rstd[r];
         double dot = 0;
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) dot += (double)dyr[j] * w[j] * xr[j];
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            dot += (double)par_cuda__ld(dyr[j]) * par_cuda__ld(w[j]) * par_cuda__ld(xr[j]);
         dot = par_cuda__block_sum(dot); /* dy read before dx (may alias) is written */
         const float c = (float)(dot * (double)s * s * s / (double)dim);
-        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) dxr[j] = s * w[j] * dyr[j] - xr[j] * c;
+        for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+            dxr[j] = par_cuda__st<T>(s * par_cuda__ld(w[j]) * par_cuda__ld(dyr[j]) - par_cuda__ld(xr[j]) * c);
     }
 }
 
 /* --------------------------------------------------------------- rope */
 
-/* One thread per (token, pair index i); angle in double as on the CPU. */
+/* One thread per (token, pair index i); angle in double as on the CPU. The
+   thread reads both halves of a pair before writing them: y may equal x. */
+template <typename T>
 __global__ void par_cuda__rope_k(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos, float theta,
-                                 const float *x, float *y, double sign) {
+                                 const T *x, T *y, double sign) {
     const int64_t half = head_dim / 2;
     PAR_CUDA__GRID_STRIDE(idx, tokens * half) {
         const int64_t t = idx / half, i = idx % half;
         const double a = (double)pos[t] * pow((double)theta, -2.0 * (double)i / (double)head_dim);
         const float c = (float)cos(a), s = (float)(sign * sin(a));
         for (int64_t hh = 0; hh < heads; hh++) {
-            const float *xv = x + (t * heads + hh) * head_dim;
-            float *yv = y + (t * heads + hh) * head_dim;
-            const float x0 = xv[i], x1 = xv[i + half];
-            yv[i] = x0 * c - x1 * s;
-            yv[i + half] = x1 * c + x0 * s;
+            const T *xv = x + (t * heads + hh) * head_dim;
+            T *yv = y + (t * heads + hh) * head_dim;
+            const float x0 = par_cuda__ld(xv[i]), x1 = par_cuda__ld(xv[i + half]);
+            yv[i] = par_cuda__st<T>(x0 * c - x1 * s);
+            yv[i + half] = par_cuda__st<T>(x1 * c + x0 * s);
         }
     }
 }
 
 /* ------------------------------------------------------------- swiglu */
 
-__global__ void par_cuda__swiglu_fwd_k(int64_t n, const float *g, const float *u, float *h) {
+template <typename T> __global__ void par_cuda__swiglu_fwd_k(int64_t n, const T *g, const T *u, T *h) {
     PAR_CUDA__GRID_STRIDE(i, n) {
-        const float gi = g[i];
-        h[i] = gi / (1.0f + expf(-gi)) * u[i];
+        const float gi = par_cuda__ld(g[i]);
+        h[i] = par_cuda__st<T>(gi / (1.0f + expf(-gi)) * par_cuda__ld(u[i]));
     }
 }
 
-__global__ void par_cuda__swiglu_bwd_k(int64_t n, const float *g, const float *u, const float *dh, float *dg,
-                                       float *du) {
+/* Every input of element i is read before dg[i], du[i] are written (they may equal g, u). */
+template <typename T>
+__global__ void par_cuda__swiglu_bwd_k(int64_t n, const T *g, const T *u, const T *dh, T *dg, T *du) {
     PAR_CUDA__GRID_STRIDE(i, n) {
-        const float gi = g[i], ui = u[i], d = dh[i];
+        const float gi = par_cuda__ld(g[i]), ui = par_cuda__ld(u[i]), d = par_cuda__ld(dh[i]);
         const float s = 1.0f / (1.0f + expf(-gi));
-        dg[i] = d * ui * (s * (1.0f + gi * (1.0f - s)));
-        du[i] = d * gi * s;
+        dg[i] = par_cuda__st<T>(d * ui * (s * (1.0f + gi * (1.0f - s))));
+        du[i] = par_cuda__st<T>(d * gi * s);
     }
 }
 
 /* ---------------------------------------------------------- embedding */
 
-__global__ void par_cuda__embedding_fwd_k(int64_t n, const int32_t *ids, const float *table, int64_t rows,
-                                          int64_t dim, int64_t start, float *out, int *flags) {
+/* A row of the shard is copied as stored (T to T: no rounding at all). */
+template <typename T>
+__global__ void par_cuda__embedding_fwd_k(int64_t n, const int32_t *ids, const T *table, int64_t rows, int64_t dim,
+                                          int64_t start, T *out, int *flags) {
     PAR_CUDA__GRID_STRIDE(idx, n * dim) {
         const int64_t t = idx / dim, j = idx % dim;
         const int64_t id = ids[t], r = id - start;
         if (id < 0 && j == 0) atomicOr(flags, PAR_CUDA__FLAG_EMB_NEGATIVE);
-        out[idx] = (id >= 0 && r >= 0 && r < rows) ? table[r * dim + j] : 0.0f;
+        if (id >= 0 && r >= 0 && r < rows)
+            out[idx] = table[r * dim + j];
+        else
+            out[idx] = par_cuda__st<T>(0.0f);
     }
 }
 
-__global__ void par_cuda__embedding_bwd_k(int64_t n, const int32_t *ids, const float *dout, int64_t rows,
-                                          int64_t dim, int64_t start, float *dtable, int *flags) {
+/* dtable is f32 whatever T is: the widened dout is added with an f32 atomicAdd. */
+template <typename T>
+__global__ void par_cuda__embedding_bwd_k(int64_t n, const int32_t *ids, const T *dout, int64_t rows, int64_t dim,
+                                          int64_t start, float *dtable, int *flags) {
     PAR_CUDA__GRID_STRIDE(idx, n * dim) {
         const int64_t t = idx / dim, j = idx % dim;
         const int64_t id = ids[t], r = id - start;
         if (id < 0) {
             if (j == 0) atomicOr(flags, PAR_CUDA__FLAG_EMB_NEGATIVE);
         } else if (r >= 0 && r < rows) {
-            atomicAdd(dtable + r * dim + j, dout[idx]);
+            atomicAdd(dtable + r * dim + j, par_cuda__ld(dout[idx]));
         }
     }
 }
 
 /* ------------------------------------------------------ cross-entropy */
 
-/* One block per row. All reads of a row happen before the block_sum barrier,
-   so dlogits may alias logits. */
-__global__ void par_cuda__xent_k(int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
-                                 float *loss, float *dlogits, float scale, int *flags) {
+/* One block per row. Every read of a row's logits but x[j] by the thread that
+   writes d[j] happens before the block_sum barrier, so dlogits may alias
+   logits (same T). */
+template <typename T>
+__global__ void par_cuda__xent_k(int64_t rows, int64_t vocab, const T *logits, const int32_t *targets, float *loss,
+                                 T *dlogits, float scale, int *flags) {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *x = logits + r * vocab;
-        float *d = dlogits ? dlogits + r * vocab : NULL;
+        const T *x = logits + r * vocab;
+        T *d = dlogits ? dlogits + r * vocab : NULL;
         const int32_t tg = targets[r];
         if (tg < 0 || tg >= vocab) { /* the same branch for the whole block */
             __syncthreads();         /* the previous row's reads of x are done */
@@ -632,52 +666,53 @@ __global__ void par_cuda__xent_k(int64_t rows, int64_t vocab, const float *logit
                 if (tg >= vocab) atomicOr(flags, PAR_CUDA__FLAG_XENT_TARGET);
             }
             if (d)
-                for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) d[j] = 0.0f;
+                for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) d[j] = par_cuda__st<T>(0.0f);
             continue;
         }
         float mx = -INFINITY;
-        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, x[j]);
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, par_cuda__ld(x[j]));
         mx = par_cuda__block_max(mx);
-        const float xt = x[tg];
+        const float xt = par_cuda__ld(x[tg]);
         double s = 0;
-        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += (double)expf(x[j] - mx);
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += (double)expf(par_cuda__ld(x[j]) - mx);
         s = par_cuda__block_sum(s);
         if (threadIdx.x == 0) loss[r] = (float)(log(s) + (double)mx - (double)xt);
         if (d) {
             const float inv = (float)(1.0 / s);
             for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-                const float v = expf(x[j] - mx) * inv * scale;
-                d[j] = j == tg ? (expf(xt - mx) * inv - 1.0f) * scale : v;
+                const float v = expf(par_cuda__ld(x[j]) - mx) * inv * scale;
+                d[j] = par_cuda__st<T>(j == tg ? (expf(xt - mx) * inv - 1.0f) * scale : v);
             }
         }
     }
 }
 
-__global__ void par_cuda__xent_max_k(int64_t rows, int64_t v, const float *logits, float *out) {
+template <typename T> __global__ void par_cuda__xent_max_k(int64_t rows, int64_t v, const T *logits, float *out) {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         float mx = -INFINITY;
-        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, logits[r * v + j]);
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, par_cuda__ld(logits[r * v + j]));
         mx = par_cuda__block_max(mx);
         if (threadIdx.x == 0) out[r] = mx;
     }
 }
 
-__global__ void par_cuda__xent_sumexp_k(int64_t rows, int64_t v, const float *logits, const float *gmax,
-                                        float *out) {
+template <typename T>
+__global__ void par_cuda__xent_sumexp_k(int64_t rows, int64_t v, const T *logits, const float *gmax, float *out) {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float mx = gmax[r];
         double s = 0;
-        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += (double)expf(logits[r * v + j] - mx);
+        for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += (double)expf(par_cuda__ld(logits[r * v + j]) - mx);
         s = par_cuda__block_sum(s);
         if (threadIdx.x == 0) out[r] = (float)s;
     }
 }
 
-__global__ void par_cuda__xent_target_k(int64_t rows, int64_t v, const float *logits, const int32_t *targets,
+template <typename T>
+__global__ void par_cuda__xent_target_k(int64_t rows, int64_t v, const T *logits, const int32_t *targets,
                                         int64_t start, float *out) {
     PAR_CUDA__GRID_STRIDE(r, rows) {
         const int64_t j = (int64_t)targets[r] - start;
-        out[r] = (targets[r] >= 0 && j >= 0 && j < v) ? logits[r * v + j] : 0.0f;
+        out[r] = (targets[r] >= 0 && j >= 0 && j < v) ? par_cuda__ld(logits[r * v + j]) : 0.0f;
     }
 }
 
@@ -688,19 +723,20 @@ __global__ void par_cuda__xent_pieces_k(int64_t rows, const float *gmax, const f
     }
 }
 
-__global__ void par_cuda__xent_bwd_split_k(int64_t rows, int64_t v, const float *logits, const int32_t *targets,
-                                           int64_t start, const float *gmax, const float *gsum, float scale,
-                                           float *d) {
+/* Element idx is read and written by one thread: d may alias logits. */
+template <typename T>
+__global__ void par_cuda__xent_bwd_split_k(int64_t rows, int64_t v, const T *logits, const int32_t *targets,
+                                           int64_t start, const float *gmax, const float *gsum, float scale, T *d) {
     PAR_CUDA__GRID_STRIDE(idx, rows * v) {
         const int64_t r = idx / v, j = idx % v;
         const int32_t tg = targets[r];
         if (tg < 0) {
-            d[idx] = 0.0f;
+            d[idx] = par_cuda__st<T>(0.0f);
         } else {
             const float inv = (float)(1.0 / (double)gsum[r]);
-            float val = expf(logits[idx] - gmax[r]) * inv * scale;
+            float val = expf(par_cuda__ld(logits[idx]) - gmax[r]) * inv * scale;
             if ((int64_t)tg - start == j) val -= scale;
-            d[idx] = val;
+            d[idx] = par_cuda__st<T>(val);
         }
     }
 }
@@ -728,8 +764,9 @@ __global__ void par_cuda__scale_k(int64_t n, float alpha, float *x) {
     PAR_CUDA__GRID_STRIDE(i, n) x[i] *= alpha;
 }
 
-__global__ void par_cuda__axpy_k(int64_t n, float alpha, const float *x, float *y) {
-    PAR_CUDA__GRID_STRIDE(i, n) y[i] += alpha * x[i];
+/* y = y + alpha x in f32 (as y[i] += alpha * x[i] for T = float), y rounded once. */
+template <typename T> __global__ void par_cuda__axpy_k(int64_t n, float alpha, const T *x, T *y) {
+    PAR_CUDA__GRID_STRIDE(i, n) y[i] = par_cuda__st<T>(par_cuda__ld(y[i]) + alpha * par_cuda__ld(x[i]));
 }
 
 /* Two passes (fixed grid, then one block) so the sum is deterministic. */
@@ -1810,7 +1847,9 @@ static par_status par_cuda__memory_report_hook(void *user, par_mem_report *repor
 }
 
 /* The table's one kept scratch is attention backward's row sums (one float per
-   query row, par_cuda__workspace); cuBLAS's own workspace is cuBLAS's. */
+   query row, par_cuda__workspace); cuBLAS's own workspace is cuBLAS's. The
+   activation kernels read and write 16-bit tensors in place (par_cuda__ld /
+   par_cuda__st), so act_type and act_cols add nothing. */
 static par_status par_cuda__scratch_bound_hook(void *user, const par_scratch_query *q, size_t *bytes) {
     (void)user;
     PAR_CUDA__NEED(q && bytes, "cuda scratch_bound: NULL query or bytes");
@@ -2244,22 +2283,49 @@ static par_status par_cuda__attention_merge_hook(void *user, const par_attn_desc
 
 /* ------------------------------------------------------- fused kernels */
 
-static par_status par_cuda__rmsnorm_fwd_hook(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
-                                             float eps, float *y, float *rstd) {
+static int par_cuda__float_type(par_dtype t) { return t == PAR_F32 || t == PAR_BF16 || t == PAR_F16; }
+
+/* The activation hooks' `dtype` (compute table version 4): the type of their
+   void tensors, f32, bf16 or f16; checked first, so that even an empty call
+   with a bad dtype fails. */
+#define PAR_CUDA__ACT_TYPE(fn, dt)                                                                         \
+    PAR_CUDA__NEED(par_cuda__float_type(dt), "%s: dtype %s (%d): the activation tensors are f32, bf16 or f16", \
+                   fn, par_dtype_name(dt), (int)(dt))
+
+/* Launch kernel<T> on cu's stream for the element type T of dtype (checked by
+   PAR_CUDA__ACT_TYPE): the arguments name T to cast the void tensors. */
+#define PAR_CUDA__LAUNCH_T(dt, kernel, grid, ...)                                  \
+    do {                                                                           \
+        if ((dt) == PAR_BF16) {                                                    \
+            typedef __nv_bfloat16 T;                                               \
+            kernel<T><<<(grid), PAR_CUDA__THREADS, 0, cu->stream>>>(__VA_ARGS__);  \
+        } else if ((dt) == PAR_F16) {                                              \
+            typedef __half T;                                                      \
+            kernel<T><<<(grid), PAR_CUDA__THREADS, 0, cu->stream>>>(__VA_ARGS__);  \
+        } else {                                                                   \
+            typedef float T;                                                       \
+            kernel<T><<<(grid), PAR_CUDA__THREADS, 0, cu->stream>>>(__VA_ARGS__);  \
+        }                                                                          \
+    } while (0)
+
+static par_status par_cuda__rmsnorm_fwd_hook(void *user, par_dtype dtype, int64_t rows, int64_t dim, const void *x,
+                                             const void *w, float eps, void *y, float *rstd) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda rmsnorm_fwd", dtype);
     PAR_CUDA__NEED(rows >= 0 && dim > 0, "cuda rmsnorm_fwd: bad shape [%lld, %lld]", (long long)rows,
                    (long long)dim);
     PAR_CUDA__NEED(rows == 0 || (x && w && y), "cuda rmsnorm_fwd: NULL argument");
     if (rows == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda rmsnorm_fwd");
-    par_cuda__rmsnorm_fwd_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, dim, x, w, eps, y,
-                                                                                             rstd);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__rmsnorm_fwd_k, par_cuda__row_blocks(rows), rows, dim, (const T *)x,
+                       (const T *)w, eps, (T *)y, rstd);
     return par_cuda__launched("cuda rmsnorm_fwd");
 }
 
-static par_status par_cuda__rmsnorm_bwd_hook(void *user, int64_t rows, int64_t dim, const float *x, const float *w,
-                                             const float *rstd, const float *dy, float *dx, float *dw) {
+static par_status par_cuda__rmsnorm_bwd_hook(void *user, par_dtype dtype, int64_t rows, int64_t dim, const void *x,
+                                             const void *w, const float *rstd, const void *dy, void *dx, float *dw) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda rmsnorm_bwd", dtype);
     PAR_CUDA__NEED(rows >= 0 && dim > 0, "cuda rmsnorm_bwd: bad shape [%lld, %lld]", (long long)rows,
                    (long long)dim);
     PAR_CUDA__NEED(rows == 0 || (x && w && rstd && dy && dx && dw), "cuda rmsnorm_bwd: NULL argument");
@@ -2272,16 +2338,18 @@ static par_status par_cuda__rmsnorm_bwd_hook(void *user, int64_t rows, int64_t d
         if (ychunks > 256) ychunks = 256;
         if (cols > 65535 * 64) return par_cuda__fail(PAR_EUNSUPPORTED, "cuda rmsnorm_bwd: dim too large");
         dim3 grid((unsigned)cols, (unsigned)ychunks);
-        par_cuda__rmsnorm_dw_k<<<grid, PAR_CUDA__THREADS, 0, cu->stream>>>(rows, dim, x, rstd, dy, dw);
+        PAR_CUDA__LAUNCH_T(dtype, par_cuda__rmsnorm_dw_k, grid, rows, dim, (const T *)x, rstd, (const T *)dy, dw);
     }
-    par_cuda__rmsnorm_dx_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, dim, x, w, rstd,
-                                                                                            dy, dx);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__rmsnorm_dx_k, par_cuda__row_blocks(rows), rows, dim, (const T *)x,
+                       (const T *)w, rstd, (const T *)dy, (T *)dx);
     return par_cuda__launched("cuda rmsnorm_bwd");
 }
 
-static par_status par_cuda__rope(void *user, const char *fn, int64_t tokens, int64_t heads, int64_t head_dim,
-                                 const int64_t *pos, float theta, const float *x, float *y, double sign) {
+static par_status par_cuda__rope(void *user, const char *fn, par_dtype dtype, int64_t tokens, int64_t heads,
+                                 int64_t head_dim, const int64_t *pos, float theta, const void *x, void *y,
+                                 double sign) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE(fn, dtype);
     PAR_CUDA__NEED(tokens >= 0 && heads >= 0 && head_dim > 0 && head_dim % 2 == 0,
                    "%s: bad shape [%lld, %lld, %lld] (head_dim must be even and positive)", fn, (long long)tokens,
                    (long long)heads, (long long)head_dim);
@@ -2289,114 +2357,128 @@ static par_status par_cuda__rope(void *user, const char *fn, int64_t tokens, int
     PAR_CUDA__NEED(tokens == 0 || heads == 0 || (x && y && pos), "%s: NULL argument", fn);
     if (tokens == 0 || heads == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda rope");
-    par_cuda__rope_k<<<par_cuda__blocks(tokens * (head_dim / 2), PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0,
-                       cu->stream>>>(tokens, heads, head_dim, pos, theta, x, y, sign);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__rope_k, par_cuda__blocks(tokens * (head_dim / 2), PAR_CUDA__THREADS), tokens,
+                       heads, head_dim, pos, theta, (const T *)x, (T *)y, sign);
     return par_cuda__launched(fn);
 }
 
-static par_status par_cuda__rope_fwd_hook(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
-                                          const int64_t *pos, float theta, const float *x, float *y) {
-    return par_cuda__rope(user, "cuda rope_fwd", tokens, heads, head_dim, pos, theta, x, y, 1.0);
+static par_status par_cuda__rope_fwd_hook(void *user, par_dtype dtype, int64_t tokens, int64_t heads,
+                                          int64_t head_dim, const int64_t *pos, float theta, const void *x, void *y) {
+    return par_cuda__rope(user, "cuda rope_fwd", dtype, tokens, heads, head_dim, pos, theta, x, y, 1.0);
 }
 
-static par_status par_cuda__rope_bwd_hook(void *user, int64_t tokens, int64_t heads, int64_t head_dim,
-                                          const int64_t *pos, float theta, const float *dy, float *dx) {
-    return par_cuda__rope(user, "cuda rope_bwd", tokens, heads, head_dim, pos, theta, dy, dx, -1.0);
+static par_status par_cuda__rope_bwd_hook(void *user, par_dtype dtype, int64_t tokens, int64_t heads,
+                                          int64_t head_dim, const int64_t *pos, float theta, const void *dy,
+                                          void *dx) {
+    return par_cuda__rope(user, "cuda rope_bwd", dtype, tokens, heads, head_dim, pos, theta, dy, dx, -1.0);
 }
 
-static par_status par_cuda__swiglu_fwd_hook(void *user, int64_t n, const float *g, const float *u, float *h) {
+static par_status par_cuda__swiglu_fwd_hook(void *user, par_dtype dtype, int64_t n, const void *g, const void *u,
+                                            void *h) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda swiglu_fwd", dtype);
     PAR_CUDA__NEED(n >= 0, "cuda swiglu_fwd: negative size");
     PAR_CUDA__NEED(n == 0 || (g && u && h), "cuda swiglu_fwd: NULL argument");
     if (n == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda swiglu_fwd");
-    par_cuda__swiglu_fwd_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(n, g, u, h);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__swiglu_fwd_k, par_cuda__blocks(n, PAR_CUDA__THREADS), n, (const T *)g,
+                       (const T *)u, (T *)h);
     return par_cuda__launched("cuda swiglu_fwd");
 }
 
-static par_status par_cuda__swiglu_bwd_hook(void *user, int64_t n, const float *g, const float *u, const float *dh,
-                                            float *dg, float *du) {
+static par_status par_cuda__swiglu_bwd_hook(void *user, par_dtype dtype, int64_t n, const void *g, const void *u,
+                                            const void *dh, void *dg, void *du) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda swiglu_bwd", dtype);
     PAR_CUDA__NEED(n >= 0, "cuda swiglu_bwd: negative size");
     PAR_CUDA__NEED(n == 0 || (g && u && dh && dg && du), "cuda swiglu_bwd: NULL argument");
     if (n == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda swiglu_bwd");
-    par_cuda__swiglu_bwd_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(n, g, u, dh,
-                                                                                                         dg, du);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__swiglu_bwd_k, par_cuda__blocks(n, PAR_CUDA__THREADS), n, (const T *)g,
+                       (const T *)u, (const T *)dh, (T *)dg, (T *)du);
     return par_cuda__launched("cuda swiglu_bwd");
 }
 
-static par_status par_cuda__embedding_fwd_hook(void *user, int64_t n, const int32_t *ids, const float *table,
-                                               int64_t rows, int64_t dim, int64_t start, float *out) {
+static par_status par_cuda__embedding_fwd_hook(void *user, par_dtype dtype, int64_t n, const int32_t *ids,
+                                               const void *table, int64_t rows, int64_t dim, int64_t start,
+                                               void *out) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda embedding_fwd", dtype);
     PAR_CUDA__NEED(n >= 0 && rows >= 0 && dim > 0 && start >= 0, "cuda embedding_fwd: bad sizes");
     PAR_CUDA__NEED(n == 0 || (ids && out && (rows == 0 || table)), "cuda embedding_fwd: NULL argument");
     if (n == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda embedding_fwd");
-    par_cuda__embedding_fwd_k<<<par_cuda__blocks(n * dim, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
-        n, ids, table, rows, dim, start, out, cu->flags);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__embedding_fwd_k, par_cuda__blocks(n * dim, PAR_CUDA__THREADS), n, ids,
+                       (const T *)table, rows, dim, start, (T *)out, cu->flags);
     return par_cuda__launched("cuda embedding_fwd");
 }
 
-static par_status par_cuda__embedding_bwd_hook(void *user, int64_t n, const int32_t *ids, const float *dout,
-                                               int64_t rows, int64_t dim, int64_t start, float *dtable) {
+static par_status par_cuda__embedding_bwd_hook(void *user, par_dtype dtype, int64_t n, const int32_t *ids,
+                                               const void *dout, int64_t rows, int64_t dim, int64_t start,
+                                               float *dtable) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda embedding_bwd", dtype);
     PAR_CUDA__NEED(n >= 0 && rows >= 0 && dim > 0 && start >= 0, "cuda embedding_bwd: bad sizes");
     PAR_CUDA__NEED(n == 0 || (ids && dout && (rows == 0 || dtable)), "cuda embedding_bwd: NULL argument");
     if (n == 0 || rows == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda embedding_bwd");
-    par_cuda__embedding_bwd_k<<<par_cuda__blocks(n * dim, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
-        n, ids, dout, rows, dim, start, dtable, cu->flags);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__embedding_bwd_k, par_cuda__blocks(n * dim, PAR_CUDA__THREADS), n, ids,
+                       (const T *)dout, rows, dim, start, dtable, cu->flags);
     return par_cuda__launched("cuda embedding_bwd");
 }
 
-static par_status par_cuda__xent_hook(void *user, int64_t rows, int64_t vocab, const float *logits,
-                                      const int32_t *targets, float *loss, float *dlogits, float scale) {
+static par_status par_cuda__xent_hook(void *user, par_dtype dtype, int64_t rows, int64_t vocab, const void *logits,
+                                      const int32_t *targets, float *loss, void *dlogits, float scale) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda xent", dtype);
     PAR_CUDA__NEED(rows >= 0 && vocab > 0, "cuda xent: bad shape [%lld, %lld]", (long long)rows, (long long)vocab);
     PAR_CUDA__NEED(rows == 0 || (logits && targets && loss), "cuda xent: NULL argument");
     if (rows == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda xent");
-    par_cuda__xent_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, vocab, logits, targets,
-                                                                                      loss, dlogits, scale, cu->flags);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__xent_k, par_cuda__row_blocks(rows), rows, vocab, (const T *)logits, targets,
+                       loss, (T *)dlogits, scale, cu->flags);
     return par_cuda__launched("cuda xent");
 }
 
-static par_status par_cuda__xent_local_max_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
-                                                float *max_out) {
+static par_status par_cuda__xent_local_max_hook(void *user, par_dtype dtype, int64_t rows, int64_t v_local,
+                                                const void *logits, float *max_out) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda xent_local_max", dtype);
     PAR_CUDA__NEED(rows >= 0 && v_local >= 0, "cuda xent_local_max: negative size");
     PAR_CUDA__NEED(rows == 0 || (max_out && (v_local == 0 || logits)), "cuda xent_local_max: NULL argument");
     if (rows == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda xent_local_max");
-    par_cuda__xent_max_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, v_local, logits,
-                                                                                          max_out);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__xent_max_k, par_cuda__row_blocks(rows), rows, v_local, (const T *)logits,
+                       max_out);
     return par_cuda__launched("cuda xent_local_max");
 }
 
-static par_status par_cuda__xent_local_sumexp_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
-                                                   const float *gmax, float *sum_out) {
+static par_status par_cuda__xent_local_sumexp_hook(void *user, par_dtype dtype, int64_t rows, int64_t v_local,
+                                                   const void *logits, const float *gmax, float *sum_out) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda xent_local_sumexp", dtype);
     PAR_CUDA__NEED(rows >= 0 && v_local >= 0, "cuda xent_local_sumexp: negative size");
     PAR_CUDA__NEED(rows == 0 || (gmax && sum_out && (v_local == 0 || logits)),
                    "cuda xent_local_sumexp: NULL argument");
     if (rows == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda xent_local_sumexp");
-    par_cuda__xent_sumexp_k<<<par_cuda__row_blocks(rows), PAR_CUDA__THREADS, 0, cu->stream>>>(rows, v_local, logits,
-                                                                                             gmax, sum_out);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__xent_sumexp_k, par_cuda__row_blocks(rows), rows, v_local, (const T *)logits,
+                       gmax, sum_out);
     return par_cuda__launched("cuda xent_local_sumexp");
 }
 
-static par_status par_cuda__xent_local_target_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
-                                                   const int32_t *targets, int64_t start, float *tgt_out) {
+static par_status par_cuda__xent_local_target_hook(void *user, par_dtype dtype, int64_t rows, int64_t v_local,
+                                                   const void *logits, const int32_t *targets, int64_t start,
+                                                   float *tgt_out) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda xent_local_target", dtype);
     PAR_CUDA__NEED(rows >= 0 && v_local >= 0 && start >= 0, "cuda xent_local_target: bad sizes");
     PAR_CUDA__NEED(rows == 0 || (targets && tgt_out && (v_local == 0 || logits)),
                    "cuda xent_local_target: NULL argument");
     if (rows == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda xent_local_target");
-    par_cuda__xent_target_k<<<par_cuda__blocks(rows, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(
-        rows, v_local, logits, targets, start, tgt_out);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__xent_target_k, par_cuda__blocks(rows, PAR_CUDA__THREADS), rows, v_local,
+                       (const T *)logits, targets, start, tgt_out);
     return par_cuda__launched("cuda xent_local_target");
 }
 
@@ -2413,17 +2495,18 @@ static par_status par_cuda__xent_loss_from_pieces_hook(void *user, int64_t rows,
     return par_cuda__launched("cuda xent_loss_from_pieces");
 }
 
-static par_status par_cuda__xent_bwd_split_hook(void *user, int64_t rows, int64_t v_local, const float *logits,
-                                                const int32_t *targets, int64_t start, const float *gmax,
-                                                const float *gsum, float scale, float *dlogits) {
+static par_status par_cuda__xent_bwd_split_hook(void *user, par_dtype dtype, int64_t rows, int64_t v_local,
+                                                const void *logits, const int32_t *targets, int64_t start,
+                                                const float *gmax, const float *gsum, float scale, void *dlogits) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda xent_bwd_split", dtype);
     PAR_CUDA__NEED(rows >= 0 && v_local >= 0 && start >= 0, "cuda xent_bwd_split: bad sizes");
     PAR_CUDA__NEED(rows == 0 || v_local == 0 || (logits && targets && gmax && gsum && dlogits),
                    "cuda xent_bwd_split: NULL argument");
     if (rows == 0 || v_local == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda xent_bwd_split");
-    par_cuda__xent_bwd_split_k<<<par_cuda__blocks(rows * v_local, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0,
-                                 cu->stream>>>(rows, v_local, logits, targets, start, gmax, gsum, scale, dlogits);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__xent_bwd_split_k, par_cuda__blocks(rows * v_local, PAR_CUDA__THREADS), rows,
+                       v_local, (const T *)logits, targets, start, gmax, gsum, scale, (T *)dlogits);
     return par_cuda__launched("cuda xent_bwd_split");
 }
 
@@ -2458,12 +2541,14 @@ static par_status par_cuda__scale_hook(void *user, int64_t n, float alpha, float
     return par_cuda__launched("cuda scale");
 }
 
-static par_status par_cuda__axpy_hook(void *user, int64_t n, float alpha, const float *x, float *y) {
+static par_status par_cuda__axpy_hook(void *user, par_dtype dtype, int64_t n, float alpha, const void *x, void *y) {
     par_cuda__compute *cu = (par_cuda__compute *)user;
+    PAR_CUDA__ACT_TYPE("cuda axpy", dtype);
     PAR_CUDA__NEED(n >= 0 && (n == 0 || (x && y)), "cuda axpy: bad arguments");
     if (n == 0) return PAR_OK;
     PAR_CUDA__ENTER(cu, "cuda axpy");
-    par_cuda__axpy_k<<<par_cuda__blocks(n, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, cu->stream>>>(n, alpha, x, y);
+    PAR_CUDA__LAUNCH_T(dtype, par_cuda__axpy_k, par_cuda__blocks(n, PAR_CUDA__THREADS), n, alpha, (const T *)x,
+                       (T *)y);
     return par_cuda__launched("cuda axpy");
 }
 
@@ -2497,8 +2582,6 @@ static void par_cuda__convert_to(par_cuda__compute *cu, int64_t n, const S *src,
     else
         par_cuda__convert_k<<<blocks, PAR_CUDA__THREADS, 0, cu->stream>>>(n, src, (float *)dst);
 }
-
-static int par_cuda__float_type(par_dtype t) { return t == PAR_F32 || t == PAR_BF16 || t == PAR_F16; }
 
 static par_status par_cuda__convert_hook(void *user, int64_t n, par_dtype src_type, const void *src,
                                          par_dtype dst_type, void *dst) {

@@ -10,6 +10,10 @@
      f16 attention   atol 3e-3, rtol 3e-3 (2^-11 rounding of outputs)
      bf16/f16 GEMM   f32 output: atol 1e-4 rel. to sqrt(k); bf16/f16 output: one
                      rounding of the result (rtol 2^-7 / 2^-10)
+     bf16/f16 activation kernels (test_activations16): bit for bit the GPU's
+                     f32 kernel on the widened inputs, rounded once; against the
+                     CPU's f32 kernel, that kernel's f32 tolerance above plus half
+                     an ulp of the 16-bit type (exact where both sides are)
 
    Build (see the report / Makefile):
      nvcc -std=c++17 -I. parallel_cuda.cu tests/cuda/test_cuda_compute.cu \
@@ -18,6 +22,7 @@
 #include "../test.h"
 #define PARALLEL_CUDA_DECLARATIONS_ONLY
 #include "../../parallel_cuda.cu"
+#include "../half.h"
 
 #include <cuda_fp16.h>
 #include <math.h>
@@ -721,16 +726,16 @@ static void test_rmsnorm(int64_t rows, int64_t dim) {
     if (!have((const void *)C.rmsnorm_fwd, "rmsnorm_fwd") || !have((const void *)C.rmsnorm_bwd, "rmsnorm_bwd")) goto done;
     gx = up(x, n * 4), gw = up(w, (size_t)dim * 4), gdy = up(dy, n * 4), gy = up(y, n * 4);
     grs = up(rs, (size_t)rows * 4), gdx = up(dx, n * 4), gdw = up(dw, (size_t)dim * 4);
-    CHECK_OK(C.rmsnorm_fwd(C.user, rows, dim, x, w, 1e-6f, ry, rrs));
-    CHECK_OK(G.rmsnorm_fwd(G.user, rows, dim, (float *)gx, (float *)gw, 1e-6f, (float *)gy, (float *)grs));
+    CHECK_OK(C.rmsnorm_fwd(C.user, PAR_F32, rows, dim, x, w, 1e-6f, ry, rrs));
+    CHECK_OK(G.rmsnorm_fwd(G.user, PAR_F32, rows, dim, (float *)gx, (float *)gw, 1e-6f, (float *)gy, (float *)grs));
     down(y, gy, n * 4);
     down(rs, grs, (size_t)rows * 4);
     CHECK_MSG(close_to("y", y, ry, n, 1e-5, 1e-5), "%s", what);
     CHECK_MSG(close_to("rstd", rs, rrs, (size_t)rows, 1e-6, 1e-5), "%s", what);
-    CHECK_OK(C.rmsnorm_bwd(C.user, rows, dim, x, w, rrs, dy, rdx, rdw));
+    CHECK_OK(C.rmsnorm_bwd(C.user, PAR_F32, rows, dim, x, w, rrs, dy, rdx, rdw));
     /* dx aliasing dy on the GPU: dw must still see the original dy */
-    CHECK_OK(G.rmsnorm_bwd(G.user, rows, dim, (float *)gx, (float *)gw, (float *)grs, (float *)gdy, (float *)gdy,
-                           (float *)gdw));
+    CHECK_OK(G.rmsnorm_bwd(G.user, PAR_F32, rows, dim, (float *)gx, (float *)gw, (float *)grs, (float *)gdy,
+                           (float *)gdy, (float *)gdw));
     down(dx, gdy, n * 4);
     down(dw, gdw, (size_t)dim * 4);
     CHECK_MSG(close_to("dx", dx, rdx, n, 1e-5, 1e-4), "%s", what);
@@ -749,16 +754,18 @@ static void test_rope(int64_t tokens, int64_t heads, int64_t hd) {
     fill(x, n, 1.0f);
     if (!have((const void *)C.rope_fwd, "rope_fwd") || !have((const void *)C.rope_bwd, "rope_bwd")) goto done;
     gx = up(x, n * 4), gy = up(y, n * 4), gp = up(pos, (size_t)tokens * 8);
-    CHECK_OK(C.rope_fwd(C.user, tokens, heads, hd, pos, 10000.0f, x, ry));
-    CHECK_OK(G.rope_fwd(G.user, tokens, heads, hd, (int64_t *)gp, 10000.0f, (float *)gx, (float *)gy));
+    CHECK_OK(C.rope_fwd(C.user, PAR_F32, tokens, heads, hd, pos, 10000.0f, x, ry));
+    CHECK_OK(G.rope_fwd(G.user, PAR_F32, tokens, heads, hd, (int64_t *)gp, 10000.0f, (float *)gx, (float *)gy));
     down(y, gy, n * 4);
     CHECK_MSG(close_to("rope y", y, ry, n, 1e-6, 1e-5), "rope fwd %lld %lld %lld", (long long)tokens,
               (long long)heads, (long long)hd);
-    CHECK_OK(C.rope_bwd(C.user, tokens, heads, hd, pos, 500000.0f, x, rdx));
-    CHECK_OK(G.rope_bwd(G.user, tokens, heads, hd, (int64_t *)gp, 500000.0f, (float *)gx, (float *)gx)); /* in place */
+    CHECK_OK(C.rope_bwd(C.user, PAR_F32, tokens, heads, hd, pos, 500000.0f, x, rdx));
+    CHECK_OK(G.rope_bwd(G.user, PAR_F32, tokens, heads, hd, (int64_t *)gp, 500000.0f, (float *)gx,
+                        (float *)gx)); /* in place */
     down(dx, gx, n * 4);
     CHECK_MSG(close_to("rope dx", dx, rdx, n, 1e-6, 1e-5), "rope bwd");
-    CHECK_ERR(G.rope_fwd(G.user, tokens, heads, 7, (int64_t *)gp, 1e4f, (float *)gx, (float *)gy), PAR_EINVAL, "even");
+    CHECK_ERR(G.rope_fwd(G.user, PAR_F32, tokens, heads, 7, (int64_t *)gp, 1e4f, (float *)gx, (float *)gy),
+              PAR_EINVAL, "even");
     gfree(gx), gfree(gy), gfree(gp);
 done:
     free(x), free(y), free(ry), free(dx), free(rdx), free(pos);
@@ -775,12 +782,13 @@ static void test_swiglu(int64_t n) {
     if (!have((const void *)C.swiglu_fwd, "swiglu_fwd") || !have((const void *)C.swiglu_bwd, "swiglu_bwd")) goto done;
     gg = up(g, (size_t)n * 4), gu = up(u, (size_t)n * 4), gdh = up(dh, (size_t)n * 4), gh = up(h, (size_t)n * 4);
     gdu = up(du, (size_t)n * 4);
-    CHECK_OK(C.swiglu_fwd(C.user, n, g, u, rh));
-    CHECK_OK(G.swiglu_fwd(G.user, n, (float *)gg, (float *)gu, (float *)gh));
+    CHECK_OK(C.swiglu_fwd(C.user, PAR_F32, n, g, u, rh));
+    CHECK_OK(G.swiglu_fwd(G.user, PAR_F32, n, (float *)gg, (float *)gu, (float *)gh));
     down(h, gh, (size_t)n * 4);
     CHECK_MSG(close_to("swiglu h", h, rh, (size_t)n, 1e-6, 1e-5), "n=%lld", (long long)n);
-    CHECK_OK(C.swiglu_bwd(C.user, n, g, u, dh, rdg, rdu));
-    CHECK_OK(G.swiglu_bwd(G.user, n, (float *)gg, (float *)gu, (float *)gdh, (float *)gdh, (float *)gdu)); /* dg = dh */
+    CHECK_OK(C.swiglu_bwd(C.user, PAR_F32, n, g, u, dh, rdg, rdu));
+    CHECK_OK(G.swiglu_bwd(G.user, PAR_F32, n, (float *)gg, (float *)gu, (float *)gdh, (float *)gdh,
+                          (float *)gdu)); /* dg = dh */
     down(dg, gdh, (size_t)n * 4);
     down(du, gdu, (size_t)n * 4);
     CHECK_MSG(close_to("swiglu dg", dg, rdg, (size_t)n, 1e-6, 1e-5), "n=%lld", (long long)n);
@@ -805,18 +813,18 @@ static void test_embedding(void) {
         goto done;
     gids = up(ids, sizeof ids), gt = up(table, (size_t)(rows * dim) * 4), go = up(out, (size_t)(n * dim) * 4);
     gdo = up(dout, (size_t)(n * dim) * 4), gdt = up(dt, (size_t)(rows * dim) * 4);
-    CHECK_OK(C.embedding_fwd(C.user, n, ids, table, rows, dim, start, rout));
-    CHECK_OK(G.embedding_fwd(G.user, n, (int32_t *)gids, (float *)gt, rows, dim, start, (float *)go));
+    CHECK_OK(C.embedding_fwd(C.user, PAR_F32, n, ids, table, rows, dim, start, rout));
+    CHECK_OK(G.embedding_fwd(G.user, PAR_F32, n, (int32_t *)gids, (float *)gt, rows, dim, start, (float *)go));
     down(out, go, (size_t)(n * dim) * 4);
     CHECK_MSG(close_to("embedding out", out, rout, (size_t)(n * dim), 0, 0), "exact copy expected");
-    CHECK_OK(C.embedding_bwd(C.user, n, ids, dout, rows, dim, start, rdt));
-    CHECK_OK(G.embedding_bwd(G.user, n, (int32_t *)gids, (float *)gdo, rows, dim, start, (float *)gdt));
+    CHECK_OK(C.embedding_bwd(C.user, PAR_F32, n, ids, dout, rows, dim, start, rdt));
+    CHECK_OK(G.embedding_bwd(G.user, PAR_F32, n, (int32_t *)gids, (float *)gdo, rows, dim, start, (float *)gdt));
     down(dt, gdt, (size_t)(rows * dim) * 4);
     CHECK_MSG(close_to("embedding dtable", dt, rdt, (size_t)(rows * dim), 1e-6, 1e-6), "scatter-add");
     /* A negative id is only seen by the device: the next synchronize reports it, once. */
     ids[3] = -2;
     CHECK_OK(G.memcpy(G.user, gids, ids, sizeof ids, PAR_COPY_HOST_TO_DEVICE));
-    CHECK_OK(G.embedding_fwd(G.user, n, (int32_t *)gids, (float *)gt, rows, dim, start, (float *)go));
+    CHECK_OK(G.embedding_fwd(G.user, PAR_F32, n, (int32_t *)gids, (float *)gt, rows, dim, start, (float *)go));
     CHECK_ERR(G.synchronize(G.user), PAR_EINVAL, "negative");
     CHECK_OK(G.synchronize(G.user));
     gfree(gids), gfree(gt), gfree(go), gfree(gdo), gfree(gdt);
@@ -837,8 +845,8 @@ static void test_xent(int64_t rows, int64_t vocab) {
     fill(x, n, 8.0f);
     if (!have((const void *)C.xent, "xent")) goto done;
     gx = up(x, n * 4), gt = up(t, (size_t)rows * 4), gl = up(loss, (size_t)rows * 4), gd = up(d, n * 4);
-    CHECK_OK(C.xent(C.user, rows, vocab, x, t, rloss, rd, scale));
-    CHECK_OK(G.xent(G.user, rows, vocab, (float *)gx, (int32_t *)gt, (float *)gl, (float *)gd, scale));
+    CHECK_OK(C.xent(C.user, PAR_F32, rows, vocab, x, t, rloss, rd, scale));
+    CHECK_OK(G.xent(G.user, PAR_F32, rows, vocab, (float *)gx, (int32_t *)gt, (float *)gl, (float *)gd, scale));
     down(loss, gl, (size_t)rows * 4);
     down(d, gd, n * 4);
     CHECK_MSG(close_to("xent loss", loss, rloss, (size_t)rows, 1e-5, 1e-5), "rows %lld vocab %lld", (long long)rows,
@@ -859,9 +867,9 @@ static void test_xent(int64_t rows, int64_t vocab) {
         void *gs;
         for (int64_t r = 0; r < rows; r++) memcpy(shard + r * vl, x + r * vocab + v0, (size_t)vl * 4);
         gs = up(shard, (size_t)(rows * vl) * 4);
-        CHECK_OK(G.xent_local_max(G.user, rows, vl, (float *)gs, (float *)gmax));
+        CHECK_OK(G.xent_local_max(G.user, PAR_F32, rows, vl, (float *)gs, (float *)gmax));
         down(mx[s], gmax, (size_t)rows * 4);
-        CHECK_OK(G.xent_local_target(G.user, rows, vl, (float *)gs, (int32_t *)gt, v0, (float *)gtgt));
+        CHECK_OK(G.xent_local_target(G.user, PAR_F32, rows, vl, (float *)gs, (int32_t *)gt, v0, (float *)gtgt));
         down(tg[s], gtgt, (size_t)rows * 4);
         gfree(gs);
         free(shard);
@@ -877,7 +885,7 @@ static void test_xent(int64_t rows, int64_t vocab) {
         void *gs;
         for (int64_t r = 0; r < rows; r++) memcpy(shard + r * vl, x + r * vocab + v0, (size_t)vl * 4);
         gs = up(shard, (size_t)(rows * vl) * 4);
-        CHECK_OK(G.xent_local_sumexp(G.user, rows, vl, (float *)gs, (float *)gmax, (float *)gsum));
+        CHECK_OK(G.xent_local_sumexp(G.user, PAR_F32, rows, vl, (float *)gs, (float *)gmax, (float *)gsum));
         down(se[s], gsum, (size_t)rows * 4);
         gfree(gs);
         free(shard);
@@ -898,8 +906,8 @@ static void test_xent(int64_t rows, int64_t vocab) {
             memcpy(want + r * vl, rd + r * vocab + v0, (size_t)vl * 4);
         }
         gs = up(shard, (size_t)(rows * vl) * 4);
-        CHECK_OK(G.xent_bwd_split(G.user, rows, vl, (float *)gs, (int32_t *)gt, v0, (float *)gmax, (float *)gsum,
-                                  scale, (float *)gs)); /* in place */
+        CHECK_OK(G.xent_bwd_split(G.user, PAR_F32, rows, vl, (float *)gs, (int32_t *)gt, v0, (float *)gmax,
+                                  (float *)gsum, scale, (float *)gs)); /* in place */
         down(shard, gs, (size_t)(rows * vl) * 4);
         CHECK_MSG(close_to("split dlogits", shard, want, (size_t)(rows * vl), 1e-7, 1e-4), "shard %d", s);
         gfree(gs);
@@ -907,13 +915,13 @@ static void test_xent(int64_t rows, int64_t vocab) {
         free(want);
     }
     /* dlogits aliasing logits */
-    CHECK_OK(G.xent(G.user, rows, vocab, (float *)gx, (int32_t *)gt, (float *)gl, (float *)gx, scale));
+    CHECK_OK(G.xent(G.user, PAR_F32, rows, vocab, (float *)gx, (int32_t *)gt, (float *)gl, (float *)gx, scale));
     down(d, gx, n * 4);
     CHECK_MSG(close_to("xent in place", d, rd, n, 1e-7, 1e-5), "dlogits == logits");
     /* a target >= vocab is reported by the next synchronize */
     t[0] = (int32_t)vocab;
     CHECK_OK(G.memcpy(G.user, gt, t, (size_t)rows * 4, PAR_COPY_HOST_TO_DEVICE));
-    CHECK_OK(G.xent(G.user, rows, vocab, (float *)gd, (int32_t *)gt, (float *)gl, NULL, scale));
+    CHECK_OK(G.xent(G.user, PAR_F32, rows, vocab, (float *)gd, (int32_t *)gt, (float *)gl, NULL, scale));
     CHECK_ERR(G.synchronize(G.user), PAR_EINVAL, "vocab");
     gfree(gx), gfree(gt), gfree(gl), gfree(gd), gfree(gmax), gfree(gsum), gfree(gtgt);
     for (int s = 0; s < 2; s++) free(mx[s]), free(se[s]), free(tg[s]);
@@ -945,8 +953,8 @@ static void test_optim(int64_t n) {
     CHECK_MSG(close_to("adamw v", got, rv, (size_t)n, 1e-9, 1e-5), "n=%lld", (long long)n);
     CHECK_OK(C.scale(C.user, n, -1.5f, rp));
     CHECK_OK(G.scale(G.user, n, -1.5f, (float *)gp));
-    CHECK_OK(C.axpy(C.user, n, 0.25f, g, rp));
-    CHECK_OK(G.axpy(G.user, n, 0.25f, (float *)gg, (float *)gp));
+    CHECK_OK(C.axpy(C.user, PAR_F32, n, 0.25f, g, rp));
+    CHECK_OK(G.axpy(G.user, PAR_F32, n, 0.25f, (float *)gg, (float *)gp));
     down(got, gp, (size_t)n * 4);
     CHECK_MSG(close_to("scale+axpy", got, rp, (size_t)n, 1e-6, 1e-6), "n=%lld", (long long)n);
     CHECK_OK(C.sumsq(C.user, n, rp, &s_cpu));
@@ -979,6 +987,413 @@ static void test_optim(int64_t n) {
     gfree(gp), gfree(gg), gfree(gm), gfree(gv);
 done:
     free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv), free(got);
+}
+
+/* ----------------------------------------------- 16-bit activation kernels
+
+   For each activation kernel and bf16 / f16, inputs are drawn in f32 and
+   rounded to the dtype (h16: the bits, and their exact widened values). The
+   GPU's 16-bit call is checked two ways:
+   (1) bit for bit against the GPU's own f32 kernel run on the widened inputs,
+       its outputs rounded once here (half_round, tests/half.h: not CUDA's
+       converters), and its f32 outputs (rstd, loss, sumexp) equal to the f32
+       call's: the 16-bit path is widen, the f32 kernel's arithmetic in the same
+       order, one round-to-nearest-even store. Not for dw and dtable, which f32
+       atomics add up in an order that varies run to run.
+   (2) against the CPU table's f32 kernel on the same widened inputs, rounded
+       once: bit for bit where both sides are exact (embedding_fwd copies rows,
+       xent_local_max and xent_local_target pick a widened logit); elsewhere the
+       GPU's f32 value v and the CPU's r differ by that kernel's f32 tolerance
+       tol = atol + rtol |r| (the one this file uses for the kernel in f32:
+       expf, FMA contraction and the reduction order differ), and the one
+       rounding moves v by at most half an ulp of the 16-bit type at |v| <=
+       |r| + tol, so |got - r| <= tol + ulp16(|r| + tol) / 2 (near16). Where
+       tol is below half an ulp, that is RNE(r) or a neighbour: one rounding
+       flip. f32 outputs: the f32 tolerance alone (sumexp: its own, below). */
+
+typedef struct h16 {
+    size_t n;
+    uint16_t *h; /* the dtype's bits */
+    float *f;    /* their exact widened values */
+} h16;
+
+static h16 h16_draw(par_dtype ty, size_t n, float amp) {
+    h16 a;
+    a.n = n;
+    a.h = (uint16_t *)calloc(n ? n : 1, 2);
+    a.f = falloc(n);
+    for (size_t i = 0; i < n; i++) {
+        a.h[i] = half_round(ty, amp * frand());
+        a.f[i] = (float)half_value(ty, a.h[i]);
+    }
+    return a;
+}
+static void h16_free(h16 *a) { free(a->h), free(a->f); }
+
+static uint16_t *down16(const void *dev, size_t n) {
+    uint16_t *h = (uint16_t *)calloc(n ? n : 1, 2);
+    down(h, dev, n * 2);
+    return h;
+}
+static float *down32(const void *dev, size_t n) {
+    float *f = falloc(n);
+    down(f, dev, n * 4);
+    return f;
+}
+
+/* The spacing of the 16-bit type's values at magnitude a (subnormals: the
+   smallest). */
+static double ulp16(par_dtype ty, double a) {
+    const int p = ty == PAR_BF16 ? 7 : 10, emin = ty == PAR_BF16 ? -126 : -14;
+    int e;
+    if (a == 0) return ldexp(1.0, emin - p);
+    (void)frexp(a, &e); /* a = m 2^e, m in [0.5, 1) */
+    e -= 1;
+    return ldexp(1.0, (e < emin ? emin : e) - p);
+}
+
+/* (1) got[i] is f32[i] rounded once, bit for bit. */
+static int same16(const char *what, par_dtype ty, const uint16_t *got, const float *f32, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t want = half_round(ty, f32[i]);
+        if (got[i] != want) {
+            fprintf(stderr, "  %s (%s): element %zu: got 0x%04x, want 0x%04x (%.9g rounded once)\n", what,
+                    par_dtype_name(ty), i, (unsigned)got[i], (unsigned)want, (double)f32[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* (2) |got[i] - r[i]| <= tol + ulp16(|r| + tol) / 2, tol = atol + rtol |r|. */
+static int near16(const char *what, par_dtype ty, const uint16_t *got, const float *r, size_t n, double atol,
+                  double rtol) {
+    for (size_t i = 0; i < n; i++) {
+        const double g = half_value(ty, got[i]), w = r[i], tol = atol + rtol * fabs(w);
+        const double bound = tol + 0.5 * ulp16(ty, fabs(w) + tol);
+        if (!(fabs(g - w) <= bound)) { /* a nan fails too */
+            fprintf(stderr, "  %s (%s): element %zu: got %.9g, CPU f32 %.9g, bound %.3g\n", what, par_dtype_name(ty),
+                    i, g, w, bound);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_rmsnorm16(par_dtype ty, int64_t rows, int64_t dim) {
+    const size_t n = (size_t)(rows * dim), d = (size_t)dim, r = (size_t)rows;
+    h16 x = h16_draw(ty, n, 2.0f), w = h16_draw(ty, d, 1.0f), dy = h16_draw(ty, n, 1.0f);
+    float *ry = falloc(n), *rrs = falloc(r), *rdx = falloc(n), *rdw = falloc(d), *dw0 = falloc(d);
+    float *y32, *rs32, *rs16, *dx32, *dw16;
+    uint16_t *y16, *dx16;
+    void *gx, *gw, *gdy, *gy, *grs, *gdw, *gx32, *gw32, *gdy32, *gy32, *grs32, *gdx32, *gdw32;
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm %s [%lld, %lld]", par_dtype_name(ty), (long long)rows, (long long)dim);
+    fill(dw0, d, 1.0f);
+    memcpy(rdw, dw0, d * 4);
+    gx = up(x.h, n * 2), gw = up(w.h, d * 2), gdy = up(dy.h, n * 2), gy = up(dy.h, n * 2);
+    grs = up(rrs, r * 4), gdw = up(dw0, d * 4);
+    gx32 = up(x.f, n * 4), gw32 = up(w.f, d * 4), gdy32 = up(dy.f, n * 4), gy32 = up(ry, n * 4);
+    grs32 = up(rrs, r * 4), gdx32 = up(ry, n * 4), gdw32 = up(dw0, d * 4);
+    CHECK_OK(C.rmsnorm_fwd(C.user, PAR_F32, rows, dim, x.f, w.f, 1e-6f, ry, rrs));
+    CHECK_OK(G.rmsnorm_fwd(G.user, PAR_F32, rows, dim, gx32, gw32, 1e-6f, gy32, (float *)grs32));
+    CHECK_OK(G.rmsnorm_fwd(G.user, ty, rows, dim, gx, gw, 1e-6f, gy, (float *)grs));
+    y32 = down32(gy32, n), rs32 = down32(grs32, r), y16 = down16(gy, n), rs16 = down32(grs, r);
+    CHECK_MSG(same16("rmsnorm y", ty, y16, y32, n), "%s: y is not the f32 kernel's rounded once", what);
+    CHECK_MSG(!memcmp(rs16, rs32, r * 4), "%s: rstd differs from the f32 kernel's", what);
+    CHECK_MSG(near16("rmsnorm y", ty, y16, ry, n, 1e-5, 1e-5), "%s: y vs the CPU's", what);
+    CHECK_MSG(close_to("rmsnorm rstd", rs16, rrs, r, 1e-6, 1e-5), "%s: rstd vs the CPU's", what);
+    /* Backward from each side's own rstd; on the 16-bit call dx overwrites dy,
+       which dw must still see. */
+    CHECK_OK(C.rmsnorm_bwd(C.user, PAR_F32, rows, dim, x.f, w.f, rrs, dy.f, rdx, rdw));
+    CHECK_OK(G.rmsnorm_bwd(G.user, PAR_F32, rows, dim, gx32, gw32, (float *)grs32, gdy32, gdx32, (float *)gdw32));
+    CHECK_OK(G.rmsnorm_bwd(G.user, ty, rows, dim, gx, gw, (float *)grs, gdy, gdy, (float *)gdw));
+    dx32 = down32(gdx32, n), dx16 = down16(gdy, n), dw16 = down32(gdw, d);
+    CHECK_MSG(same16("rmsnorm dx", ty, dx16, dx32, n), "%s: dx is not the f32 kernel's rounded once", what);
+    CHECK_MSG(near16("rmsnorm dx", ty, dx16, rdx, n, 1e-5, 1e-4), "%s: dx vs the CPU's", what);
+    CHECK_MSG(close_to("rmsnorm dw (f32)", dw16, rdw, d, 1e-4, 1e-4), "%s: dw vs the CPU's", what);
+    gfree(gx), gfree(gw), gfree(gdy), gfree(gy), gfree(grs), gfree(gdw);
+    gfree(gx32), gfree(gw32), gfree(gdy32), gfree(gy32), gfree(grs32), gfree(gdx32), gfree(gdw32);
+    h16_free(&x), h16_free(&w), h16_free(&dy);
+    free(ry), free(rrs), free(rdx), free(rdw), free(dw0), free(y32), free(rs32), free(rs16), free(dx32), free(dw16);
+    free(y16), free(dx16);
+}
+
+static void test_rope16(par_dtype ty, int64_t tokens, int64_t heads, int64_t hd) {
+    const size_t n = (size_t)(tokens * heads * hd);
+    h16 x = h16_draw(ty, n, 1.0f);
+    float *ry = falloc(n), *rdx = falloc(n), *y32, *dx32;
+    uint16_t *y16, *dx16;
+    int64_t *pos = (int64_t *)calloc((size_t)tokens, 8);
+    void *gx, *gy, *gx32, *gy32, *gdx32, *gp;
+    char what[96];
+    for (int64_t t = 0; t < tokens; t++) pos[t] = (t * 37 + 5) % 4099 + (t % 3) * 100000; /* large angles too */
+    snprintf(what, sizeof what, "rope %s [%lld, %lld, %lld]", par_dtype_name(ty), (long long)tokens,
+             (long long)heads, (long long)hd);
+    gx = up(x.h, n * 2), gy = up(x.h, n * 2), gx32 = up(x.f, n * 4), gy32 = up(x.f, n * 4), gdx32 = up(x.f, n * 4);
+    gp = up(pos, (size_t)tokens * 8);
+    CHECK_OK(C.rope_fwd(C.user, PAR_F32, tokens, heads, hd, pos, 10000.0f, x.f, ry));
+    CHECK_OK(G.rope_fwd(G.user, PAR_F32, tokens, heads, hd, (const int64_t *)gp, 10000.0f, gx32, gy32));
+    CHECK_OK(G.rope_fwd(G.user, ty, tokens, heads, hd, (const int64_t *)gp, 10000.0f, gx, gy));
+    y32 = down32(gy32, n), y16 = down16(gy, n);
+    CHECK_MSG(same16("rope y", ty, y16, y32, n), "%s: y is not the f32 kernel's rounded once", what);
+    CHECK_MSG(near16("rope y", ty, y16, ry, n, 1e-6, 1e-5), "%s: y vs the CPU's", what);
+    /* backward in place on the 16-bit call */
+    CHECK_OK(C.rope_bwd(C.user, PAR_F32, tokens, heads, hd, pos, 500000.0f, x.f, rdx));
+    CHECK_OK(G.rope_bwd(G.user, PAR_F32, tokens, heads, hd, (const int64_t *)gp, 500000.0f, gx32, gdx32));
+    CHECK_OK(G.rope_bwd(G.user, ty, tokens, heads, hd, (const int64_t *)gp, 500000.0f, gx, gx));
+    dx32 = down32(gdx32, n), dx16 = down16(gx, n);
+    CHECK_MSG(same16("rope dx", ty, dx16, dx32, n), "%s: dx is not the f32 kernel's rounded once", what);
+    CHECK_MSG(near16("rope dx", ty, dx16, rdx, n, 1e-6, 1e-5), "%s: dx vs the CPU's", what);
+    gfree(gx), gfree(gy), gfree(gx32), gfree(gy32), gfree(gdx32), gfree(gp);
+    h16_free(&x);
+    free(ry), free(rdx), free(y32), free(dx32), free(y16), free(dx16), free(pos);
+}
+
+static void test_swiglu16(par_dtype ty, int64_t n) {
+    const size_t m = (size_t)n;
+    h16 g = h16_draw(ty, m, 6.0f), u = h16_draw(ty, m, 1.0f), dh = h16_draw(ty, m, 1.0f);
+    float *rh = falloc(m), *rdg = falloc(m), *rdu = falloc(m), *h32, *dg32, *du32;
+    uint16_t *h16v, *dg16, *du16;
+    void *gg, *gu, *gdh, *gh, *gdu, *gg32, *gu32, *gdh32, *gh32, *gdg32, *gdu32;
+    char what[64];
+    snprintf(what, sizeof what, "swiglu %s n=%lld", par_dtype_name(ty), (long long)n);
+    gg = up(g.h, m * 2), gu = up(u.h, m * 2), gdh = up(dh.h, m * 2), gh = up(g.h, m * 2), gdu = up(g.h, m * 2);
+    gg32 = up(g.f, m * 4), gu32 = up(u.f, m * 4), gdh32 = up(dh.f, m * 4), gh32 = up(g.f, m * 4);
+    gdg32 = up(g.f, m * 4), gdu32 = up(g.f, m * 4);
+    CHECK_OK(C.swiglu_fwd(C.user, PAR_F32, n, g.f, u.f, rh));
+    CHECK_OK(G.swiglu_fwd(G.user, PAR_F32, n, gg32, gu32, gh32));
+    CHECK_OK(G.swiglu_fwd(G.user, ty, n, gg, gu, gh));
+    h32 = down32(gh32, m), h16v = down16(gh, m);
+    CHECK_MSG(same16("swiglu h", ty, h16v, h32, m), "%s: h is not the f32 kernel's rounded once", what);
+    CHECK_MSG(near16("swiglu h", ty, h16v, rh, m, 1e-6, 1e-5), "%s: h vs the CPU's", what);
+    /* dg over dh on the 16-bit call */
+    CHECK_OK(C.swiglu_bwd(C.user, PAR_F32, n, g.f, u.f, dh.f, rdg, rdu));
+    CHECK_OK(G.swiglu_bwd(G.user, PAR_F32, n, gg32, gu32, gdh32, gdg32, gdu32));
+    CHECK_OK(G.swiglu_bwd(G.user, ty, n, gg, gu, gdh, gdh, gdu));
+    dg32 = down32(gdg32, m), du32 = down32(gdu32, m), dg16 = down16(gdh, m), du16 = down16(gdu, m);
+    CHECK_MSG(same16("swiglu dg", ty, dg16, dg32, m), "%s: dg is not the f32 kernel's rounded once", what);
+    CHECK_MSG(same16("swiglu du", ty, du16, du32, m), "%s: du is not the f32 kernel's rounded once", what);
+    CHECK_MSG(near16("swiglu dg", ty, dg16, rdg, m, 1e-6, 1e-5), "%s: dg vs the CPU's", what);
+    CHECK_MSG(near16("swiglu du", ty, du16, rdu, m, 1e-6, 1e-5), "%s: du vs the CPU's", what);
+    gfree(gg), gfree(gu), gfree(gdh), gfree(gh), gfree(gdu);
+    gfree(gg32), gfree(gu32), gfree(gdh32), gfree(gh32), gfree(gdg32), gfree(gdu32);
+    h16_free(&g), h16_free(&u), h16_free(&dh);
+    free(rh), free(rdg), free(rdu), free(h32), free(dg32), free(du32), free(h16v), free(dg16), free(du16);
+}
+
+/* embedding_fwd copies rows as stored: the CPU's widened rows rounded back
+   are the same bits, exactly. dtable is f32 (atomics: the f32 tolerance). */
+static void test_embedding16(par_dtype ty) {
+    const int64_t n = 37, dim = 19, rows = 11, start = 7;
+    const size_t no = (size_t)(n * dim), nt = (size_t)(rows * dim);
+    int32_t ids[37];
+    h16 table = h16_draw(ty, nt, 1.0f), dout = h16_draw(ty, no, 1.0f);
+    float *rout = falloc(no), *rdt = falloc(nt), *dt0 = falloc(nt), *dtab;
+    uint16_t *out16;
+    void *gids, *gt, *go, *gdo, *gdt;
+    for (int64_t t = 0; t < n; t++) ids[t] = (int32_t)((t * 5) % 23); /* below, inside, above the shard; repeats */
+    fill(dt0, nt, 1.0f);
+    memcpy(rdt, dt0, nt * 4);
+    gids = up(ids, sizeof ids), gt = up(table.h, nt * 2), go = up(dout.h, no * 2), gdo = up(dout.h, no * 2);
+    gdt = up(dt0, nt * 4);
+    CHECK_OK(C.embedding_fwd(C.user, PAR_F32, n, ids, table.f, rows, dim, start, rout));
+    CHECK_OK(G.embedding_fwd(G.user, ty, n, (const int32_t *)gids, gt, rows, dim, start, go));
+    out16 = down16(go, no);
+    CHECK_MSG(same16("embedding out", ty, out16, rout, no), "%s: not the CPU's rows bit for bit",
+              par_dtype_name(ty));
+    CHECK_OK(C.embedding_bwd(C.user, PAR_F32, n, ids, dout.f, rows, dim, start, rdt));
+    CHECK_OK(G.embedding_bwd(G.user, ty, n, (const int32_t *)gids, gdo, rows, dim, start, (float *)gdt));
+    dtab = down32(gdt, nt);
+    CHECK_MSG(close_to("embedding dtable (f32)", dtab, rdt, nt, 1e-6, 1e-6), "%s: dtable vs the CPU's",
+              par_dtype_name(ty));
+    gfree(gids), gfree(gt), gfree(go), gfree(gdo), gfree(gdt);
+    h16_free(&table), h16_free(&dout);
+    free(rout), free(rdt), free(dt0), free(dtab), free(out16);
+}
+
+/* The full cross-entropy, then the vocab-split pieces on two shards (the
+   first third of the vocab, the rest), combined here as the all-reduces
+   would. sumexp against the CPU: each term is an expf of the same f32
+   argument (CUDA's expf within 2 ulp, glibc's within 1) of a sum of
+   positive terms in double, each side rounded to f32 once: relative 1e-6. */
+static void test_xent16(par_dtype ty, int64_t rows, int64_t vocab) {
+    const size_t n = (size_t)(rows * vocab), nr = (size_t)rows;
+    const int64_t split = vocab / 3;
+    const float scale = 1.0f / (float)rows;
+    h16 x = h16_draw(ty, n, 8.0f);
+    int32_t *tg = (int32_t *)calloc(nr, 4);
+    float *rloss = falloc(nr), *rd = falloc(n), *gmax_h = falloc(nr), *gsum_h = falloc(nr), *piece = falloc(nr);
+    float *loss32, *loss16, *d32;
+    uint16_t *d16, *d16b;
+    void *gx, *gx32, *gt, *gl, *gl32, *gd, *gd32, *gmax, *gsum, *gpiece, *gpiece32;
+    char what[96];
+    for (int64_t r = 0; r < rows; r++) tg[r] = r % 5 == 3 ? -100 : (int32_t)((r * 13) % vocab);
+    snprintf(what, sizeof what, "xent %s [%lld, %lld]", par_dtype_name(ty), (long long)rows, (long long)vocab);
+    gx = up(x.h, n * 2), gx32 = up(x.f, n * 4), gt = up(tg, nr * 4), gl = up(rloss, nr * 4);
+    gl32 = up(rloss, nr * 4), gd = up(x.h, n * 2), gd32 = up(x.f, n * 4);
+    gmax = up(gmax_h, nr * 4), gsum = up(gsum_h, nr * 4), gpiece = up(piece, nr * 4), gpiece32 = up(piece, nr * 4);
+    CHECK_OK(C.xent(C.user, PAR_F32, rows, vocab, x.f, tg, rloss, rd, scale));
+    CHECK_OK(G.xent(G.user, PAR_F32, rows, vocab, gx32, (const int32_t *)gt, (float *)gl32, gd32, scale));
+    CHECK_OK(G.xent(G.user, ty, rows, vocab, gx, (const int32_t *)gt, (float *)gl, gd, scale));
+    loss32 = down32(gl32, nr), loss16 = down32(gl, nr), d32 = down32(gd32, n), d16 = down16(gd, n);
+    CHECK_MSG(!memcmp(loss16, loss32, nr * 4), "%s: loss differs from the f32 kernel's", what);
+    CHECK_MSG(close_to("xent loss", loss16, rloss, nr, 1e-5, 1e-5), "%s: loss vs the CPU's", what);
+    CHECK_MSG(same16("xent dlogits", ty, d16, d32, n), "%s: dlogits are not the f32 kernel's rounded once", what);
+    CHECK_MSG(near16("xent dlogits", ty, d16, rd, n, 1e-7, 1e-5), "%s: dlogits vs the CPU's", what);
+    /* dlogits over the logits: the same bits */
+    CHECK_OK(G.memcpy(G.user, gd, x.h, n * 2, PAR_COPY_HOST_TO_DEVICE));
+    CHECK_OK(G.xent(G.user, ty, rows, vocab, gd, (const int32_t *)gt, (float *)gl, gd, scale));
+    d16b = down16(gd, n);
+    CHECK_MSG(!memcmp(d16b, d16, n * 2), "%s: dlogits over the logits differ", what);
+
+    {
+        h16 sh[2];
+        void *gs[2], *gs32[2];
+        float *want = falloc(n), *got = NULL;
+        uint16_t *got16 = NULL;
+        for (int s = 0; s < 2; s++) { /* the shards: rows of vl logits from v0 */
+            const int64_t v0 = s ? split : 0, vl = s ? vocab - split : split;
+            const size_t ns = (size_t)(rows * vl);
+            sh[s].n = ns;
+            sh[s].h = (uint16_t *)calloc(ns ? ns : 1, 2);
+            sh[s].f = falloc(ns);
+            for (int64_t r = 0; r < rows; r++) {
+                memcpy(sh[s].h + r * vl, x.h + r * vocab + v0, (size_t)vl * 2);
+                memcpy(sh[s].f + r * vl, x.f + r * vocab + v0, (size_t)vl * 4);
+            }
+            gs[s] = up(sh[s].h, ns * 2), gs32[s] = up(sh[s].f, ns * 4);
+        }
+        for (int s = 0; s < 2; s++) { /* max and target logit: exact on both sides */
+            const int64_t v0 = s ? split : 0, vl = s ? vocab - split : split;
+            CHECK_OK(C.xent_local_max(C.user, PAR_F32, rows, vl, sh[s].f, want));
+            CHECK_OK(G.xent_local_max(G.user, ty, rows, vl, gs[s], (float *)gpiece));
+            got = down32(gpiece, nr);
+            CHECK_MSG(!memcmp(got, want, nr * 4), "%s shard %d: xent_local_max differs from the CPU's", what, s);
+            for (int64_t r = 0; r < rows; r++) gmax_h[r] = s == 0 || want[r] > gmax_h[r] ? want[r] : gmax_h[r];
+            free(got);
+            CHECK_OK(C.xent_local_target(C.user, PAR_F32, rows, vl, sh[s].f, tg, v0, want));
+            CHECK_OK(G.xent_local_target(G.user, ty, rows, vl, gs[s], (const int32_t *)gt, v0, (float *)gpiece));
+            got = down32(gpiece, nr);
+            CHECK_MSG(!memcmp(got, want, nr * 4), "%s shard %d: xent_local_target differs from the CPU's", what, s);
+            free(got);
+        }
+        CHECK_OK(G.memcpy(G.user, gmax, gmax_h, nr * 4, PAR_COPY_HOST_TO_DEVICE));
+        for (int s = 0; s < 2; s++) {
+            const int64_t vl = s ? vocab - split : split;
+            float *got32;
+            CHECK_OK(C.xent_local_sumexp(C.user, PAR_F32, rows, vl, sh[s].f, gmax_h, want));
+            CHECK_OK(G.xent_local_sumexp(G.user, PAR_F32, rows, vl, gs32[s], (const float *)gmax, (float *)gpiece32));
+            CHECK_OK(G.xent_local_sumexp(G.user, ty, rows, vl, gs[s], (const float *)gmax, (float *)gpiece));
+            got = down32(gpiece, nr), got32 = down32(gpiece32, nr);
+            CHECK_MSG(!memcmp(got, got32, nr * 4), "%s shard %d: sumexp differs from the f32 kernel's", what, s);
+            CHECK_MSG(close_to("xent_local_sumexp", got, want, nr, 0, 1e-6), "%s shard %d: sumexp vs the CPU's", what,
+                      s);
+            for (int64_t r = 0; r < rows; r++) gsum_h[r] = s == 0 ? want[r] : gsum_h[r] + want[r];
+            free(got), free(got32);
+        }
+        CHECK_OK(G.memcpy(G.user, gsum, gsum_h, nr * 4, PAR_COPY_HOST_TO_DEVICE));
+        for (int s = 0; s < 2; s++) { /* this shard's gradient, in place on the 16-bit call */
+            const int64_t v0 = s ? split : 0, vl = s ? vocab - split : split;
+            const size_t ns = (size_t)(rows * vl);
+            CHECK_OK(C.xent_bwd_split(C.user, PAR_F32, rows, vl, sh[s].f, tg, v0, gmax_h, gsum_h, scale, want));
+            CHECK_OK(G.xent_bwd_split(G.user, PAR_F32, rows, vl, gs32[s], (const int32_t *)gt, v0,
+                                      (const float *)gmax, (const float *)gsum, scale, gs32[s]));
+            CHECK_OK(G.xent_bwd_split(G.user, ty, rows, vl, gs[s], (const int32_t *)gt, v0, (const float *)gmax,
+                                      (const float *)gsum, scale, gs[s]));
+            got = down32(gs32[s], ns), got16 = down16(gs[s], ns);
+            CHECK_MSG(same16("xent_bwd_split", ty, got16, got, ns), "%s shard %d: not the f32 kernel's rounded once",
+                      what, s);
+            CHECK_MSG(near16("xent_bwd_split", ty, got16, want, ns, 1e-7, 1e-5), "%s shard %d: vs the CPU's", what,
+                      s);
+            free(got), free(got16);
+            gfree(gs[s]), gfree(gs32[s]);
+            h16_free(&sh[s]);
+        }
+        free(want);
+    }
+    gfree(gx), gfree(gx32), gfree(gt), gfree(gl), gfree(gl32), gfree(gd), gfree(gd32);
+    gfree(gmax), gfree(gsum), gfree(gpiece), gfree(gpiece32);
+    h16_free(&x);
+    free(tg), free(rloss), free(rd), free(gmax_h), free(gsum_h), free(piece), free(loss32), free(loss16), free(d32);
+    free(d16), free(d16b);
+}
+
+static void test_axpy16(par_dtype ty, int64_t n) {
+    const size_t m = (size_t)n;
+    const float alpha = -0.3f; /* not a power of two: alpha x rounds (and FMA matters in f32) */
+    h16 x = h16_draw(ty, m, 1.0f), y = h16_draw(ty, m, 1.0f);
+    float *ry = falloc(m), *y32;
+    uint16_t *y16;
+    void *gx = up(x.h, m * 2), *gy = up(y.h, m * 2), *gx32 = up(x.f, m * 4), *gy32 = up(y.f, m * 4);
+    char what[64];
+    snprintf(what, sizeof what, "axpy %s n=%lld", par_dtype_name(ty), (long long)n);
+    memcpy(ry, y.f, m * 4);
+    CHECK_OK(C.axpy(C.user, PAR_F32, n, alpha, x.f, ry));
+    CHECK_OK(G.axpy(G.user, PAR_F32, n, alpha, gx32, gy32));
+    CHECK_OK(G.axpy(G.user, ty, n, alpha, gx, gy));
+    y32 = down32(gy32, m), y16 = down16(gy, m);
+    CHECK_MSG(same16("axpy y", ty, y16, y32, m), "%s: y is not the f32 kernel's rounded once", what);
+    CHECK_MSG(near16("axpy y", ty, y16, ry, m, 1e-6, 1e-6), "%s: y vs the CPU's", what);
+    gfree(gx), gfree(gy), gfree(gx32), gfree(gy32);
+    h16_free(&x), h16_free(&y);
+    free(ry), free(y32), free(y16);
+}
+
+/* A dtype that is not f32, bf16 or f16 fails first, before the sizes (so
+   even an empty call), naming the kernel and the dtype. */
+#define CHECK_DTYPE_ERR(call, kernel, ty)                                                        \
+    do {                                                                                         \
+        char needle_[80];                                                                        \
+        snprintf(needle_, sizeof needle_, "cuda %s: dtype %s", kernel, par_dtype_name(ty));      \
+        CHECK_ERR(call, PAR_EINVAL, needle_);                                                    \
+    } while (0)
+
+static void test_activation_dtypes(void) {
+    static const par_dtype bad[3] = {PAR_I32, PAR_F64, PAR_DTYPE_COUNT};
+    for (int b = 0; b < 3; b++) {
+        const par_dtype ty = bad[b];
+        CHECK_DTYPE_ERR(G.rmsnorm_fwd(G.user, ty, 0, 4, NULL, NULL, 1e-6f, NULL, NULL), "rmsnorm_fwd", ty);
+        CHECK_DTYPE_ERR(G.rmsnorm_bwd(G.user, ty, 0, 4, NULL, NULL, NULL, NULL, NULL, NULL), "rmsnorm_bwd", ty);
+        CHECK_DTYPE_ERR(G.rope_fwd(G.user, ty, 0, 1, 2, NULL, 1e4f, NULL, NULL), "rope_fwd", ty);
+        CHECK_DTYPE_ERR(G.rope_bwd(G.user, ty, 0, 1, 2, NULL, 1e4f, NULL, NULL), "rope_bwd", ty);
+        CHECK_DTYPE_ERR(G.swiglu_fwd(G.user, ty, 0, NULL, NULL, NULL), "swiglu_fwd", ty);
+        CHECK_DTYPE_ERR(G.swiglu_bwd(G.user, ty, 0, NULL, NULL, NULL, NULL, NULL), "swiglu_bwd", ty);
+        CHECK_DTYPE_ERR(G.embedding_fwd(G.user, ty, 0, NULL, NULL, 1, 4, 0, NULL), "embedding_fwd", ty);
+        CHECK_DTYPE_ERR(G.embedding_bwd(G.user, ty, 0, NULL, NULL, 1, 4, 0, NULL), "embedding_bwd", ty);
+        CHECK_DTYPE_ERR(G.xent(G.user, ty, 0, 4, NULL, NULL, NULL, NULL, 1.0f), "xent", ty);
+        CHECK_DTYPE_ERR(G.xent_local_max(G.user, ty, 0, 4, NULL, NULL), "xent_local_max", ty);
+        CHECK_DTYPE_ERR(G.xent_local_sumexp(G.user, ty, 0, 4, NULL, NULL, NULL), "xent_local_sumexp", ty);
+        CHECK_DTYPE_ERR(G.xent_local_target(G.user, ty, 0, 4, NULL, NULL, 0, NULL), "xent_local_target", ty);
+        CHECK_DTYPE_ERR(G.xent_bwd_split(G.user, ty, 0, 4, NULL, NULL, 0, NULL, NULL, 1.0f, NULL), "xent_bwd_split",
+                        ty);
+        CHECK_DTYPE_ERR(G.axpy(G.user, ty, 0, 1.0f, NULL, NULL), "axpy", ty);
+    }
+    /* the 16-bit types take the f32 rules: empty calls are fine, NULL tensors are not */
+    CHECK_OK(G.swiglu_fwd(G.user, PAR_BF16, 0, NULL, NULL, NULL));
+    CHECK_OK(G.axpy(G.user, PAR_F16, 0, 1.0f, NULL, NULL));
+    CHECK_ERR(G.rmsnorm_fwd(G.user, PAR_BF16, 2, 4, NULL, NULL, 1e-6f, NULL, NULL), PAR_EINVAL, "NULL");
+    CHECK_ERR(G.xent(G.user, PAR_F16, 2, 4, NULL, NULL, NULL, NULL, 1.0f), PAR_EINVAL, "NULL");
+}
+
+static void test_activations16(void) {
+    static const par_dtype types[2] = {PAR_BF16, PAR_F16};
+    for (int k = 0; k < 2; k++) {
+        const par_dtype ty = types[k];
+        test_rmsnorm16(ty, 1, 7);
+        test_rmsnorm16(ty, 33, 4096);
+        test_rmsnorm16(ty, 300, 130);
+        test_rope16(ty, 5, 3, 64);
+        test_rope16(ty, 70, 4, 128);
+        test_swiglu16(ty, 1);
+        test_swiglu16(ty, 100003);
+        test_embedding16(ty);
+        test_xent16(ty, 7, 50);
+        test_xent16(ty, 33, 32000);
+        test_axpy16(ty, 1);
+        test_axpy16(ty, 300001);
+    }
+    test_activation_dtypes();
 }
 
 int main(void) {
@@ -1018,6 +1433,7 @@ int main(void) {
     test_xent(33, 32000);
     test_optim(1);
     test_optim(300001);
+    test_activations16();
     CHECK_OK(G.synchronize(G.user));
     {
         par_mem_report r;
