@@ -2352,13 +2352,37 @@ PARALLEL_DEF par_status par_tp_cross_entropy(par_tp *tp, const par_linear *head,
    data; the library does not pad silently). With one ring rank (Ulysses)
    the order is contiguous.
 
-   Shapes (row-major, f32): q [batch, seq_local, heads, head_dim], i.e. the
-   host's [batch x seq_local, heads x head_dim] activations; k and v with
-   kv_heads; o like q. lse (par_cp_info.lse_floats) and saved
-   (.saved_floats, 0 for the ring) are per-call state the host keeps from
-   forward to backward, in whatever layout the algorithm uses. Heads are this
-   rank's (after tensor parallelism). Every call is collective over the
-   context-parallel group.
+   Shapes (row-major, in the compute type par_cp_desc.dtype: f32, bf16 or
+   f16): q [batch, seq_local, heads, head_dim], i.e. the host's
+   [batch x seq_local, heads x head_dim] activations; k and v with kv_heads;
+   o like q; their gradients alike. lse (f32, par_cp_info.lse_floats) and
+   saved (an f32 buffer of .saved_floats, 0 for the ring) are per-call state
+   the host keeps from forward to backward, in whatever layout the algorithm
+   uses. Heads are this rank's (after tensor parallelism). Every call is
+   collective over the context-parallel group.
+
+   16-bit compute types (mixed precision): everything that travels is in the
+   type, half the bytes of f32 (the ring's k/v blocks; Ulysses' all-to-alls
+   of q, k, v, o, do, dq, dk, dv), except the ring backward's dK/dV
+   accumulators, which travel in f32 so a block's gradient is rounded once,
+   at home, not once per hop. Ulysses hands whole sequences of its heads to
+   the table's attention in the type. The ring merges per-block partial
+   results in f32 (attention_merge is f32): q and each received k/v block
+   are widened into f32 staging, every block runs the table's f32
+   attention, and o is rounded once at the end; backward likewise, dq, dk
+   and dv accumulated in f32 and rounded once. So o, dq, dk and dv differ
+   from one device's attention in the type by f32 summation order and at
+   most one rounding flip; a kv head copied to several Ulysses ranks (fewer
+   kv heads than the Ulysses degree) gets its copies' gradients rounded once
+   each on their ranks, then summed in f32 and rounded again. (The
+   whole-sequence call's own staging, if the table keeps any, is the host's
+   to plan: par_scratch_query.attn_type.) A GPU would
+   rather run the ring's blocks through an attention that takes 16-bit
+   q, k, v and writes f32 o / accumulates f32 gradients (no staging, no
+   widening pass): par__cp_ring_fwd / _bwd are the place to call one. The
+   staging (4 x q's + 2 x k's elements in f32 per ring rank; Ulysses with
+   copied kv heads 2 x batch x seq_local x head_dim) is allocated at create
+   and counted in par_cp_memory's workspace and par_cp_info.staging_bytes.
    ========================================================================== */
 
 typedef enum par_cp_algo {
@@ -2386,14 +2410,18 @@ typedef struct par_cp_desc {
     int no_all_to_all;        /* Ulysses through all-gather + local slice */
     struct par_trace *trace;  /* optional: all-to-alls and ring waits as "comm" spans,
                                  attention blocks as "compute" spans */
+    par_dtype dtype;          /* compute type of q, k, v, o and their gradients: PAR_F32 (zero),
+                                 PAR_BF16 or PAR_F16 (see the section's comment) */
 } par_cp_desc;
 
 typedef struct par_cp par_cp;
 
 /* Check the desc (errors name the rule and the numbers: sequence split,
-   heads vs the Ulysses degree, ulysses_degree vs the cp degree), make the
-   groups and allocate the workspace (compute-table memory, reported by
-   par_cp_memory). Collective over the mesh. */
+   heads vs the Ulysses degree, ulysses_degree vs the cp degree, the dtype),
+   make the groups and allocate the workspace (compute-table memory, reported
+   by par_cp_memory; a 16-bit dtype's f32 staging included). A 16-bit dtype
+   with a ring or copied kv heads needs the table's convert hook
+   (PAR_EUNSUPPORTED otherwise). Collective over the mesh. */
 PARALLEL_DEF par_status par_cp_create(par_ctx *ctx, const par_cp_desc *desc, par_cp **cp);
 PARALLEL_DEF void par_cp_destroy(par_cp *cp);
 
@@ -2405,7 +2433,10 @@ typedef struct par_cp_info {
     par_cp_algo algo;
     uint32_t cp_dims;                /* device dims splitting the sequence */
     int64_t seq, seq_local;          /* tokens of a sequence; this rank's */
-    int64_t lse_floats, saved_floats;/* per attention call, kept by the host for backward */
+    int64_t lse_floats, saved_floats;/* per attention call, kept by the host for backward: f32
+                                        counts (saved holds the compute type's elements packed) */
+    par_dtype dtype;                 /* the compute type */
+    int64_t staging_bytes;           /* of par_cp_memory's workspace: a 16-bit dtype's f32 staging */
     double comm_us;                  /* time in all-to-alls and ring waits (with a trace) */
 } par_cp_info;
 PARALLEL_DEF par_status par_cp_get_info(const par_cp *cp, par_cp_info *info);
@@ -2420,14 +2451,19 @@ PARALLEL_DEF par_status par_cp_positions_of(const par_cp *cp, int index, int64_t
 /* Bytes the object allocated per category (its workspace): for the memory plan. Local. */
 PARALLEL_DEF par_status par_cp_memory(const par_cp *cp, int64_t bytes[PAR_MEM_CATEGORY_COUNT]);
 
-/* Causal attention of this rank's queries over the whole sequence. */
-PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const float *q, const float *k, const float *v, float *o,
+/* Causal attention of this rank's queries over the whole sequence: q, k, v
+   and o in the compute type (par_cp_desc.dtype), lse and saved f32 buffers
+   of par_cp_info's counts. A 16-bit ring runs its blocks in f32 on staging
+   and rounds o once (the section's comment; a 16-bit-input / f32-output
+   attention on a GPU would replace that staging in par__cp_ring_fwd). */
+PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const void *q, const void *k, const void *v, void *o,
                                              float *lse, float *saved);
-/* Gradients dq, dk, dv (overwritten; this rank's tokens) from the forward's
-   q, k, v, o, lse and saved, and do_ = dL/do. */
-PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const float *q, const float *k, const float *v,
-                                             const float *o, const float *lse, const float *saved, const float *do_,
-                                             float *dq, float *dk, float *dv);
+/* Gradients dq, dk, dv (overwritten; this rank's tokens; the compute type)
+   from the forward's q, k, v, o, lse and saved, and do_ = dL/do (the compute
+   type). A 16-bit ring accumulates dq, dk, dv in f32 and rounds them once. */
+PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const void *q, const void *k, const void *v,
+                                             const void *o, const float *lse, const float *saved, const void *do_,
+                                             void *dq, void *dk, void *dv);
 
 /* ============================================================================
    >>pipeline
@@ -18716,6 +18752,8 @@ struct par_cp {
     int zigzag, causal, no_a2a;
     int batch, hq, hkv, hd;
     float scale;
+    par_dtype dt;              /* q, k, v, o, their gradients and all that travels but the ring's dK/dV */
+    int64_t es;                /* bytes per element of dt */
     int P, c, R, r, U, u;      /* cp, ring and Ulysses degrees and this rank's indices */
     int hqh, hkvh, rep;        /* heads per rank after the all-to-all; kv copies (1: none) */
     int64_t seq, S, Sr;        /* sequence, this rank's tokens, its ring rank's tokens (U x S) */
@@ -18723,9 +18761,13 @@ struct par_cp {
     par_comm_group *ring, *uly;
     int64_t *pos;              /* host [P][S]: every cp rank's positions; ring rank r's are [r*U*S, +Sr) */
     int64_t *dpos;             /* the same in compute-table memory (the kernels read it) */
-    float *kv[2], *acc[3], *tmp, *ob, *lseb;       /* ring */
-    float *send, *recv, *do_h, *dq_h, *dk_h, *dv_h; /* Ulysses */
-    int64_t a2a_blk;           /* largest all-to-all block (floats) */
+    void *kv[2];                                    /* ring: k|v blocks, in dt */
+    float *acc[3], *tmp, *ob, *lseb;                /* ring: f32 */
+    float *fq, *fo, *fdo, *fdq, *fkv;               /* ring, 16-bit dt: the f32 staging */
+    void *send, *recv, *do_h, *dq_h, *dk_h, *dv_h;  /* Ulysses, in dt */
+    float *fsum;               /* Ulysses, 16-bit dt, kv heads copied: two f32 blocks summing the copies */
+    int64_t a2a_blk;           /* largest all-to-all block (elements of dt) */
+    int64_t staging;           /* bytes of the f32 staging (fq .. fkv, fsum), part of the workspace */
     int64_t bytes[PAR_MEM_CATEGORY_COUNT];
     struct par_trace *trace;
     double comm_us;
@@ -18756,12 +18798,14 @@ PARALLEL_DEF par_status par_cp_algo_parse(const char *text, par_cp_algo *algo) {
 }
 
 PARALLEL_DEF void par_cp_destroy(par_cp *cp) {
-    float *bufs[16];
+    void *bufs[24];
     int i, n = 0;
     if (!cp) return;
     bufs[n++] = cp->kv[0], bufs[n++] = cp->kv[1], bufs[n++] = cp->acc[0], bufs[n++] = cp->acc[1];
     bufs[n++] = cp->acc[2], bufs[n++] = cp->tmp, bufs[n++] = cp->ob, bufs[n++] = cp->lseb, bufs[n++] = cp->send;
     bufs[n++] = cp->recv, bufs[n++] = cp->do_h, bufs[n++] = cp->dq_h, bufs[n++] = cp->dk_h, bufs[n++] = cp->dv_h;
+    bufs[n++] = cp->fq, bufs[n++] = cp->fo, bufs[n++] = cp->fdo, bufs[n++] = cp->fdq, bufs[n++] = cp->fkv;
+    bufs[n++] = cp->fsum;
     for (i = 0; i < n; i++)
         if (bufs[i]) cp->ct->free(cp->ct->user, bufs[i]);
     if (cp->dpos) cp->ct->free(cp->ct->user, cp->dpos);
@@ -18781,14 +18825,32 @@ static void par__cp_fill_positions(par_cp *cp) {
     }
 }
 
-static par_status par__cp_alloc(par_cp *cp, int64_t floats, par_mem_category cat, float **p) {
-    void *ptr = NULL;
+/* n elements of es bytes (4: f32, cp->es: the compute type). */
+static par_status par__cp_alloc(par_cp *cp, int64_t n, int64_t es, par_mem_category cat, void **p) {
     *p = NULL;
-    if (floats <= 0) return PAR_OK;
-    PAR__CHECK(cp->ct->alloc(cp->ct->user, (size_t)floats * sizeof(float), cat, &ptr));
-    cp->bytes[cat] += floats * (int64_t)sizeof(float);
-    *p = (float *)ptr;
+    if (n <= 0) return PAR_OK;
+    PAR__CHECK(cp->ct->alloc(cp->ct->user, (size_t)(n * es), cat, p));
+    cp->bytes[cat] += n * es;
     return PAR_OK;
+}
+
+/* f32 staging of a 16-bit compute type: workspace, also counted in cp->staging. */
+static par_status par__cp_alloc_staging(par_cp *cp, int64_t floats, float **p) {
+    void *ptr = NULL;
+    par_status st = par__cp_alloc(cp, floats, 4, PAR_MEM_WORKSPACE, &ptr);
+    *p = (float *)ptr;
+    if (st == PAR_OK && floats > 0) cp->staging += floats * 4;
+    return st;
+}
+
+/* Element i of a tensor of the compute type (the tensors are void *: byte offsets). */
+static void *par__cp_el(const par_cp *cp, const void *p, int64_t i) { return (char *)(uintptr_t)p + i * cp->es; }
+
+/* Floats of par_cp_info.saved_floats: Ulysses keeps the head-split q, k, v and
+   o for backward, in the compute type, packed into the host's f32 buffer. */
+static int64_t par__cp_saved_floats(const par_cp *cp) {
+    const int64_t n = cp->U > 1 ? (int64_t)cp->batch * cp->Sr * 2 * (cp->hqh + cp->hkvh) * cp->hd : 0;
+    return (n * cp->es + 3) / 4;
 }
 
 /* The groups: cp members in mesh order over the cp dims (index = ring x U + Ulysses). */
@@ -18806,6 +18868,9 @@ static par_status par__cp_groups(par_cp *cp, int *ranks, int *sub) {
 }
 
 static par_status par__cp_check(const par_cp *cp, const par_cp_desc *d) {
+    if (d->dtype != PAR_F32 && d->dtype != PAR_BF16 && d->dtype != PAR_F16)
+        return par__fail(PAR_EINVAL, "par_cp_create: desc->dtype %s (%d) is not a compute type: f32, bf16 or f16",
+                         par_dtype_name(d->dtype), (int)d->dtype);
     if (d->batch < 1 || d->heads < 1 || d->kv_heads < 1 || d->head_dim < 1)
         return par__fail(PAR_EINVAL, "par_cp_create: batch %d, heads %d, kv_heads %d and head_dim %d must be >= 1",
                          d->batch, d->heads, d->kv_heads, d->head_dim);
@@ -18870,6 +18935,7 @@ PARALLEL_DEF par_status par_cp_create(par_ctx *ctx, const par_cp_desc *d, par_cp
     cp->ctx = ctx, cp->ct = par_ctx_compute(ctx), cp->cm = par_ctx_comm(ctx), cp->algo = d->algo;
     cp->causal = !d->full_attention, cp->no_a2a = d->no_all_to_all != 0, cp->trace = d->trace;
     cp->batch = d->batch, cp->hq = d->heads, cp->hkv = d->kv_heads, cp->hd = d->head_dim;
+    cp->dt = d->dtype, cp->es = (int64_t)par_dtype_size(d->dtype);
     cp->scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)(d->head_dim > 0 ? d->head_dim : 1));
     if ((st = par__cp_degrees(cp, d)) != PAR_OK) return par_cp_destroy(cp), st;
     cp->zigzag = !d->contiguous && cp->R > 1;
@@ -18881,6 +18947,12 @@ PARALLEL_DEF par_status par_cp_create(par_ctx *ctx, const par_cp_desc *d, par_cp
     cp->S = cp->seq / cp->P, cp->Sr = cp->S * cp->U;
     cp->hqh = cp->hq / cp->U, cp->hkvh = cp->hkv >= cp->U ? cp->hkv / cp->U : 1;
     cp->rep = cp->hkv >= cp->U ? 1 : cp->U / cp->hkv;
+    if (cp->dt != PAR_F32 && (cp->R > 1 || cp->rep > 1) && !cp->ct->convert) {
+        par_cp_destroy(cp);
+        return par__fail(PAR_EUNSUPPORTED, "par_cp_create: a %s dtype needs the compute table's convert hook (the f32 "
+                                           "staging of the ring's blocks and of copied kv heads' gradients)",
+                         par_dtype_name(d->dtype));
+    }
     cp->pos = (int64_t *)par__ctx_malloc(ctx, sizeof(int64_t) * (size_t)cp->seq);
     if (!cp->pos) return par_cp_destroy(cp), par__fail(PAR_ENOMEM, "par_cp_create: out of memory");
     par__cp_fill_positions(cp);
@@ -18897,22 +18969,33 @@ PARALLEL_DEF par_status par_cp_create(par_ctx *ctx, const par_cp_desc *d, par_cp
                             cp->ct->device_memory ? PAR_COPY_HOST_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
     if (cp->R > 1) {
         int k;
-        for (k = 0; k < 2 && st == PAR_OK; k++) st = par__cp_alloc(cp, 2 * kvn, PAR_MEM_COMM, &cp->kv[k]);
-        for (k = 0; k < 3 && st == PAR_OK; k++) st = par__cp_alloc(cp, 2 * kvn, PAR_MEM_COMM, &cp->acc[k]);
-        if (st == PAR_OK) st = par__cp_alloc(cp, 2 * kvn, PAR_MEM_WORKSPACE, &cp->tmp);
-        if (st == PAR_OK) st = par__cp_alloc(cp, qn, PAR_MEM_WORKSPACE, &cp->ob);
-        if (st == PAR_OK) st = par__cp_alloc(cp, (int64_t)cp->batch * cp->hqh * cp->Sr, PAR_MEM_WORKSPACE, &cp->lseb);
+        for (k = 0; k < 2 && st == PAR_OK; k++) st = par__cp_alloc(cp, 2 * kvn, cp->es, PAR_MEM_COMM, &cp->kv[k]);
+        for (k = 0; k < 3 && st == PAR_OK; k++) st = par__cp_alloc(cp, 2 * kvn, 4, PAR_MEM_COMM, (void **)&cp->acc[k]);
+        if (st == PAR_OK) st = par__cp_alloc(cp, 2 * kvn, 4, PAR_MEM_WORKSPACE, (void **)&cp->tmp);
+        if (st == PAR_OK) st = par__cp_alloc(cp, qn, 4, PAR_MEM_WORKSPACE, (void **)&cp->ob);
+        if (st == PAR_OK)
+            st = par__cp_alloc(cp, (int64_t)cp->batch * cp->hqh * cp->Sr, 4, PAR_MEM_WORKSPACE, (void **)&cp->lseb);
+        if (cp->dt != PAR_F32) { /* the blocks run in f32: q, o, do, dq and a k|v block widened */
+            if (st == PAR_OK) st = par__cp_alloc_staging(cp, qn, &cp->fq);
+            if (st == PAR_OK) st = par__cp_alloc_staging(cp, qn, &cp->fo);
+            if (st == PAR_OK) st = par__cp_alloc_staging(cp, qn, &cp->fdo);
+            if (st == PAR_OK) st = par__cp_alloc_staging(cp, qn, &cp->fdq);
+            if (st == PAR_OK) st = par__cp_alloc_staging(cp, 2 * kvn, &cp->fkv);
+        }
     }
     if (cp->U > 1) {
         /* one block per Ulysses rank: its heads of q, k and v (kv copies included) */
         cp->a2a_blk = (int64_t)cp->batch * cp->S * (cp->hqh + 2 * cp->hkvh) * cp->hd;
         need = cp->U * cp->a2a_blk;
-        if (st == PAR_OK) st = par__cp_alloc(cp, need, PAR_MEM_COMM, &cp->send);
-        if (st == PAR_OK) st = par__cp_alloc(cp, cp->no_a2a ? cp->U * need : need, PAR_MEM_COMM, &cp->recv);
-        if (st == PAR_OK) st = par__cp_alloc(cp, qn, PAR_MEM_WORKSPACE, &cp->do_h);
-        if (st == PAR_OK) st = par__cp_alloc(cp, qn, PAR_MEM_WORKSPACE, &cp->dq_h);
-        if (st == PAR_OK) st = par__cp_alloc(cp, kvn, PAR_MEM_WORKSPACE, &cp->dk_h);
-        if (st == PAR_OK) st = par__cp_alloc(cp, kvn, PAR_MEM_WORKSPACE, &cp->dv_h);
+        if (st == PAR_OK) st = par__cp_alloc(cp, need, cp->es, PAR_MEM_COMM, &cp->send);
+        if (st == PAR_OK) st = par__cp_alloc(cp, cp->no_a2a ? cp->U * need : need, cp->es, PAR_MEM_COMM, &cp->recv);
+        if (st == PAR_OK) st = par__cp_alloc(cp, qn, cp->es, PAR_MEM_WORKSPACE, &cp->do_h);
+        if (st == PAR_OK) st = par__cp_alloc(cp, qn, cp->es, PAR_MEM_WORKSPACE, &cp->dq_h);
+        if (st == PAR_OK) st = par__cp_alloc(cp, kvn, cp->es, PAR_MEM_WORKSPACE, &cp->dk_h);
+        if (st == PAR_OK) st = par__cp_alloc(cp, kvn, cp->es, PAR_MEM_WORKSPACE, &cp->dv_h);
+        /* copied kv heads' gradients are summed in f32 (one kv head per block: b x S x d each) */
+        if (st == PAR_OK && cp->dt != PAR_F32 && cp->rep > 1)
+            st = par__cp_alloc_staging(cp, 2 * (int64_t)cp->batch * cp->S * cp->hd, &cp->fsum);
     }
     if (st != PAR_OK) return par_cp_destroy(cp), st;
     *out = cp;
@@ -18926,8 +19009,8 @@ PARALLEL_DEF par_status par_cp_get_info(const par_cp *cp, par_cp_info *info) {
     info->ulysses_degree = cp->U, info->ulysses_index = cp->u, info->zigzag = cp->zigzag, info->algo = cp->algo;
     info->cp_dims = cp->dims, info->seq = cp->seq, info->seq_local = cp->S;
     info->lse_floats = (int64_t)cp->batch * cp->hq * cp->S;
-    /* Ulysses keeps the head-split q, k, v and o for backward */
-    info->saved_floats = cp->U > 1 ? (int64_t)cp->batch * cp->Sr * 2 * (cp->hqh + cp->hkvh) * cp->hd : 0;
+    info->saved_floats = par__cp_saved_floats(cp);
+    info->dtype = cp->dt, info->staging_bytes = cp->staging;
     info->comm_us = cp->comm_us;
     return PAR_OK;
 }
@@ -18969,42 +19052,45 @@ static void par__cp_span(par_cp *cp, const char *category, double t0, const char
 static int par__cp_block_heads(const par_cp *cp, int H) { return H >= cp->U ? H / cp->U : 1; }
 static int par__cp_first_head(const par_cp *cp, int H, int j) { return H >= cp->U ? j * (H / cp->U) : j / (cp->U / H); }
 
-static par_status par__cp_copy2d(par_cp *cp, float *dst, int64_t dpitch, const float *src, int64_t spitch, int64_t width,
+/* Pitches and widths in elements of the compute type. */
+static par_status par__cp_copy2d(par_cp *cp, void *dst, int64_t dpitch, const void *src, int64_t spitch, int64_t width,
                                  int64_t height) {
     if (width <= 0 || height <= 0) return PAR_OK;
-    return cp->ct->memcpy_2d(cp->ct->user, dst, (size_t)dpitch * sizeof(float), src, (size_t)spitch * sizeof(float),
-                             (size_t)width * sizeof(float), (size_t)height);
+    return cp->ct->memcpy_2d(cp->ct->user, dst, (size_t)(dpitch * cp->es), src, (size_t)(spitch * cp->es),
+                             (size_t)(width * cp->es), (size_t)height);
 }
 
 /* x [b, S, H, d] -> send block j at offset `off`: the heads of Ulysses rank j. */
-static par_status par__cp_pack_heads(par_cp *cp, const float *x, int H, int64_t blk, int64_t off) {
+static par_status par__cp_pack_heads(par_cp *cp, const void *x, int H, int64_t blk, int64_t off) {
     const int hb = par__cp_block_heads(cp, H), d = cp->hd;
     int j;
     for (j = 0; j < cp->U; j++)
-        PAR__CHECK(par__cp_copy2d(cp, cp->send + j * blk + off, (int64_t)hb * d, x + (int64_t)par__cp_first_head(cp, H, j) * d,
-                                  (int64_t)H * d, (int64_t)hb * d, (int64_t)cp->batch * cp->S));
+        PAR__CHECK(par__cp_copy2d(cp, par__cp_el(cp, cp->send, j * blk + off), (int64_t)hb * d,
+                                  par__cp_el(cp, x, (int64_t)par__cp_first_head(cp, H, j) * d), (int64_t)H * d,
+                                  (int64_t)hb * d, (int64_t)cp->batch * cp->S));
     return PAR_OK;
 }
 
 /* y [b, U x S, hb, d] -> send block j at `off`: Ulysses rank j's tokens. */
-static par_status par__cp_pack_tokens(par_cp *cp, const float *y, int hb, int64_t blk, int64_t off) {
+static par_status par__cp_pack_tokens(par_cp *cp, const void *y, int hb, int64_t blk, int64_t off) {
     const int64_t piece = cp->S * hb * cp->hd;
     int j;
     for (j = 0; j < cp->U; j++)
-        PAR__CHECK(par__cp_copy2d(cp, cp->send + j * blk + off, piece, y + j * piece, cp->Sr * hb * cp->hd, piece,
-                                  cp->batch));
+        PAR__CHECK(par__cp_copy2d(cp, par__cp_el(cp, cp->send, j * blk + off), piece, par__cp_el(cp, y, j * piece),
+                                  cp->Sr * hb * cp->hd, piece, cp->batch));
     return PAR_OK;
 }
 
-/* All-to-all of `blk` floats per rank (or all-gather + slice); *recv, *stride
-   and *off say where received block j starts: *recv + j * *stride + *off. */
-static par_status par__cp_exchange(par_cp *cp, int64_t blk, const float **recv, int64_t *stride, int64_t *off) {
+/* All-to-all of `blk` elements of the compute type per rank (or all-gather +
+   slice); *recv, *stride and *off say where received block j starts: element
+   j * *stride + *off of *recv. */
+static par_status par__cp_exchange(par_cp *cp, int64_t blk, void **recv, int64_t *stride, int64_t *off) {
     const double t0 = par__cp_now(cp);
     if (!cp->no_a2a) {
-        PAR__CHECK(cp->cm->all_to_all(cp->cm->user, cp->uly, cp->send, cp->recv, blk, PAR_F32, NULL));
+        PAR__CHECK(cp->cm->all_to_all(cp->cm->user, cp->uly, cp->send, cp->recv, blk, cp->dt, NULL));
         *recv = cp->recv, *stride = blk, *off = 0;
     } else { /* every rank's whole send buffer: rank j's block for me is at j*U*blk + u*blk */
-        PAR__CHECK(cp->cm->all_gather(cp->cm->user, cp->uly, cp->send, cp->recv, cp->U * blk, PAR_F32, NULL));
+        PAR__CHECK(cp->cm->all_gather(cp->cm->user, cp->uly, cp->send, cp->recv, cp->U * blk, cp->dt, NULL));
         *recv = cp->recv, *stride = cp->U * blk, *off = cp->u * blk;
     }
     par__cp_span(cp, "comm", t0, cp->no_a2a ? "cp all_gather" : "cp all_to_all");
@@ -19012,37 +19098,61 @@ static par_status par__cp_exchange(par_cp *cp, int64_t blk, const float **recv, 
 }
 
 /* Received blocks (Ulysses rank j's tokens, my heads) -> y [b, U x S, hb, d]. */
-static par_status par__cp_unpack_tokens(par_cp *cp, const float *recv, int64_t stride, int64_t off, int hb, float *y) {
+static par_status par__cp_unpack_tokens(par_cp *cp, const void *recv, int64_t stride, int64_t off, int hb, void *y) {
     const int64_t piece = cp->S * hb * cp->hd;
     int j;
     for (j = 0; j < cp->U; j++)
-        PAR__CHECK(par__cp_copy2d(cp, y + j * piece, cp->Sr * hb * cp->hd, recv + j * stride + off, piece, piece, cp->batch));
+        PAR__CHECK(par__cp_copy2d(cp, par__cp_el(cp, y, j * piece), cp->Sr * hb * cp->hd,
+                                  par__cp_el(cp, recv, j * stride + off), piece, piece, cp->batch));
     return PAR_OK;
+}
+
+/* The rep received copies of a replicated head's gradient, blocks j .. j+rep-1
+   of n elements, summed into block j: in place in f32; with a 16-bit type
+   widened into cp->fsum, added in f32 in the same order and rounded once (the
+   copies themselves were rounded once each, on the ranks that computed them). */
+static par_status par__cp_sum_copies(par_cp *cp, void *recv, int64_t stride, int64_t off, int j, int rep, int64_t n) {
+    const par_compute_table *ct = cp->ct;
+    void *first = par__cp_el(cp, recv, j * stride + off);
+    int k;
+    if (cp->dt == PAR_F32) {
+        for (k = 1; k < rep; k++)
+            PAR__CHECK(ct->axpy(ct->user, PAR_F32, n, 1.0f, par__cp_el(cp, recv, (j + k) * stride + off), first));
+        return PAR_OK;
+    }
+    PAR__CHECK(ct->convert(ct->user, n, cp->dt, first, PAR_F32, cp->fsum));
+    for (k = 1; k < rep; k++) {
+        const void *copy = par__cp_el(cp, recv, (j + k) * stride + off);
+        PAR__CHECK(ct->convert(ct->user, n, cp->dt, copy, PAR_F32, cp->fsum + n));
+        PAR__CHECK(ct->axpy(ct->user, PAR_F32, n, 1.0f, cp->fsum + n, cp->fsum));
+    }
+    return ct->convert(ct->user, n, PAR_F32, cp->fsum, cp->dt, first);
 }
 
 /* Received blocks (my tokens, Ulysses rank j's heads) -> x [b, S, H, d]; the
    copies of a replicated head are summed (their gradients). Writes into the
    receive buffer. */
-static par_status par__cp_unpack_heads(par_cp *cp, float *recv, int64_t stride, int64_t off, int H, float *x) {
+static par_status par__cp_unpack_heads(par_cp *cp, void *recv, int64_t stride, int64_t off, int H, void *x) {
     const int hb = par__cp_block_heads(cp, H), d = cp->hd, rep = H >= cp->U ? 1 : cp->U / H;
     const int64_t n = (int64_t)cp->batch * cp->S * hb * d;
-    int j, k;
+    int j;
     for (j = 0; j < cp->U; j += rep) {
-        float *first = recv + j * stride + off;
-        for (k = 1; k < rep; k++) PAR__CHECK(cp->ct->axpy(cp->ct->user, PAR_F32, n, 1.0f, recv + (j + k) * stride + off, first));
-        PAR__CHECK(par__cp_copy2d(cp, x + (int64_t)par__cp_first_head(cp, H, j) * d, (int64_t)H * d, first, (int64_t)hb * d,
-                                  (int64_t)hb * d, (int64_t)cp->batch * cp->S));
+        if (rep > 1) PAR__CHECK(par__cp_sum_copies(cp, recv, stride, off, j, rep, n));
+        PAR__CHECK(par__cp_copy2d(cp, par__cp_el(cp, x, (int64_t)par__cp_first_head(cp, H, j) * d), (int64_t)H * d,
+                                  par__cp_el(cp, recv, j * stride + off), (int64_t)hb * d, (int64_t)hb * d,
+                                  (int64_t)cp->batch * cp->S));
     }
     return PAR_OK;
 }
 
 /* ---- ring ------------------------------------------------------------------------ */
 
-static par_attn_desc par__cp_attn(const par_cp *cp, int q_ring, int k_ring) {
+/* dtype: cp->dt for a whole-sequence call (one ring rank), f32 for the ring's blocks. */
+static par_attn_desc par__cp_attn(const par_cp *cp, int q_ring, int k_ring, par_dtype dtype) {
     par_attn_desc a;
     memset(&a, 0, sizeof a);
     a.batch = cp->batch, a.q_heads = cp->hqh, a.kv_heads = cp->hkvh, a.head_dim = cp->hd;
-    a.q_len = a.k_len = cp->Sr, a.causal = cp->causal, a.scale = cp->scale, a.dtype = PAR_F32;
+    a.q_len = a.k_len = cp->Sr, a.causal = cp->causal, a.scale = cp->scale, a.dtype = dtype;
     a.q_pos = cp->dpos + (int64_t)q_ring * cp->Sr, a.k_pos = cp->dpos + (int64_t)k_ring * cp->Sr;
     return a;
 }
@@ -19070,13 +19180,14 @@ typedef struct par__cp_xfer {
 } par__cp_xfer;
 
 /* Post recv (from the previous ring rank) into rbuf and send (to the next) of
-   sbuf, `count` floats each; a test launches backends that defer. */
-static par_status par__cp_shift(par_cp *cp, const float *sbuf, float *rbuf, int64_t count, par__cp_xfer *x) {
+   sbuf, `count` elements of `dtype` each; a test launches backends that defer. */
+static par_status par__cp_shift(par_cp *cp, const void *sbuf, void *rbuf, int64_t count, par_dtype dtype,
+                                par__cp_xfer *x) {
     const int next = (cp->r + 1) % cp->R, prev = (cp->r + cp->R - 1) % cp->R;
     int done = 0;
     x->t0 = par__cp_now(cp), x->t_done = 0;
-    PAR__CHECK(cp->cm->recv(cp->cm->user, cp->ring, rbuf, count, PAR_F32, prev, &x->r));
-    PAR__CHECK(cp->cm->send(cp->cm->user, cp->ring, sbuf, count, PAR_F32, next, &x->s));
+    PAR__CHECK(cp->cm->recv(cp->cm->user, cp->ring, rbuf, count, dtype, prev, &x->r));
+    PAR__CHECK(cp->cm->send(cp->cm->user, cp->ring, sbuf, count, dtype, next, &x->s));
     PAR__CHECK(cp->cm->test(cp->cm->user, x->s, &done));
     if (done) x->s = NULL;
     return PAR_OK;
@@ -19110,96 +19221,135 @@ static par_status par__cp_finish(par_cp *cp, par__cp_xfer *x, const char *what) 
     return PAR_OK;
 }
 
-static par_status par__cp_copy(par_cp *cp, float *dst, const float *src, int64_t n) {
-    return cp->ct->memcpy(cp->ct->user, dst, src, (size_t)n * sizeof(float),
+/* n elements of the compute type. */
+static par_status par__cp_copy(par_cp *cp, void *dst, const void *src, int64_t n) {
+    return cp->ct->memcpy(cp->ct->user, dst, src, (size_t)(n * cp->es),
                           cp->ct->device_memory ? PAR_COPY_DEVICE_TO_DEVICE : PAR_COPY_HOST_TO_HOST);
 }
 
+/* A tensor of the compute type as f32 for the ring's blocks: itself, or
+   (16-bit) widened into the staging `f` (exact). */
+static par_status par__cp_widen(par_cp *cp, const void *x, int64_t n, float *f, const float **out) {
+    if (cp->dt == PAR_F32) return *out = (const float *)x, PAR_OK;
+    PAR__CHECK(cp->ct->convert(cp->ct->user, n, cp->dt, x, PAR_F32, f));
+    *out = f;
+    return PAR_OK;
+}
+
+/* f32 results into a tensor of the compute type: copied, or (16-bit) rounded
+   to nearest even, once. */
+static par_status par__cp_store(par_cp *cp, void *dst, const float *src, int64_t n) {
+    if (cp->dt == PAR_F32) return par__cp_copy(cp, dst, src, n);
+    return cp->ct->convert(cp->ct->user, n, PAR_F32, src, cp->dt, dst);
+}
+
 /* Attention of the ring rank's Sr queries (head-split when Ulysses is in
-   front) over every ring rank's keys: o and lse merged in f32. */
-static par_status par__cp_ring_fwd(par_cp *cp, const float *q, const float *k, const float *v, float *o, float *lse) {
+   front) over every ring rank's keys: o and lse merged in f32. One ring rank:
+   the table's attention in the compute type. Several, with a 16-bit type: q
+   and each received k|v block are widened into the f32 staging, every block
+   runs the f32 attention and merges into the f32 o (cp->fo), and o is rounded
+   once at the end; the blocks travel in the compute type. */
+static par_status par__cp_ring_fwd(par_cp *cp, const void *q, const void *k, const void *v, void *o, float *lse) {
     const par_compute_table *ct = cp->ct;
     const int64_t kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
+    const int64_t qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd;
+    float *of = cp->dt == PAR_F32 ? (float *)o : cp->fo; /* where the blocks merge */
+    const float *qf = NULL;
     par__cp_xfer x = {NULL, NULL, 0, 0};
     par_status st = PAR_OK;
     int s;
     if (cp->R == 1) {
-        const par_attn_desc a = par__cp_attn(cp, 0, 0);
+        const par_attn_desc a = par__cp_attn(cp, 0, 0, cp->dt);
         const double t0 = par__cp_now(cp);
         PAR__CHECK(ct->attention_fwd(ct->user, &a, q, k, v, o, lse));
         par__cp_span(cp, "compute", t0, "cp attention");
         return PAR_OK;
     }
+    PAR__CHECK(par__cp_widen(cp, q, qn, cp->fq, &qf));
     PAR__CHECK(par__cp_copy(cp, cp->kv[0], k, kvn));
-    PAR__CHECK(par__cp_copy(cp, cp->kv[0] + kvn, v, kvn));
+    PAR__CHECK(par__cp_copy(cp, par__cp_el(cp, cp->kv[0], kvn), v, kvn));
     for (s = 0; s < cp->R && st == PAR_OK; s++) {
         const int src = (cp->r - s + cp->R) % cp->R;
-        const float *cur = cp->kv[s % 2];
-        const par_attn_desc a = par__cp_attn(cp, cp->r, src);
+        const void *cur = cp->kv[s % 2];
+        const par_attn_desc a = par__cp_attn(cp, cp->r, src, PAR_F32);
+        const int run = s == 0 || !par__cp_block_hidden(cp, cp->r, src);
+        const float *kf = NULL;
         double t0;
-        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &x);
+        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, cp->dt, &x);
         t0 = par__cp_now(cp);
-        if (st == PAR_OK && s == 0) st = ct->attention_fwd(ct->user, &a, q, cur, cur + kvn, o, lse);
-        else if (st == PAR_OK && !par__cp_block_hidden(cp, cp->r, src)) {
-            st = ct->attention_fwd(ct->user, &a, q, cur, cur + kvn, cp->ob, cp->lseb);
-            if (st == PAR_OK) st = ct->attention_merge(ct->user, &a, o, lse, cp->ob, cp->lseb);
+        if (st == PAR_OK && run) st = par__cp_widen(cp, cur, 2 * kvn, cp->fkv, &kf);
+        if (st == PAR_OK && s == 0) st = ct->attention_fwd(ct->user, &a, qf, kf, kf + kvn, of, lse);
+        else if (st == PAR_OK && run) {
+            st = ct->attention_fwd(ct->user, &a, qf, kf, kf + kvn, cp->ob, cp->lseb);
+            if (st == PAR_OK) st = ct->attention_merge(ct->user, &a, of, lse, cp->ob, cp->lseb);
         }
         par__cp_span(cp, "compute", t0, "cp attention block");
         if (st == PAR_OK) st = par__cp_poll(cp, &x);
         if (st == PAR_OK) st = par__cp_finish(cp, &x, "cp kv transfer");
     }
     if (st != PAR_OK) (void)par__cp_finish(cp, &x, "cp kv transfer"); /* no request left behind */
+    if (st == PAR_OK && cp->dt != PAR_F32) st = par__cp_store(cp, o, of, qn);
     return st;
 }
 
 /* Backward of par__cp_ring_fwd: dq of the own queries; dK/dV accumulators
-   (f32, packed [dk | dv]) travel with the blocks and come home after a turn.
-   The accumulator of step s arrives in acc[s % 3]: the buffer sent two steps
-   earlier, whose send is complete by then. */
-static par_status par__cp_ring_bwd(par_cp *cp, const float *q, const float *k, const float *v, const float *o,
-                                   const float *lse, const float *do_, float *dq, float *dk, float *dv) {
+   (f32 whatever the compute type, packed [dk | dv]) travel with the blocks and
+   come home after a turn. The accumulator of step s arrives in acc[s % 3]: the
+   buffer sent two steps earlier, whose send is complete by then. With a
+   16-bit type q, o, do and each k|v block are widened into the f32 staging,
+   dq accumulates in f32 (cp->fdq), and dq, dk, dv are rounded once at the end. */
+static par_status par__cp_ring_bwd(par_cp *cp, const void *q, const void *k, const void *v, const void *o,
+                                   const float *lse, const void *do_, void *dq, void *dk, void *dv) {
     const par_compute_table *ct = cp->ct;
     const int64_t kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
     const int64_t qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd;
+    float *dqf = cp->dt == PAR_F32 ? (float *)dq : cp->fdq;
+    const float *qf = NULL, *of = NULL, *dof = NULL;
     par__cp_xfer kv = {NULL, NULL, 0, 0}, acc = {NULL, NULL, 0, 0};
     par_status st = PAR_OK;
     int s;
     if (cp->R == 1) {
-        const par_attn_desc a = par__cp_attn(cp, 0, 0);
+        const par_attn_desc a = par__cp_attn(cp, 0, 0, cp->dt);
         const double t0 = par__cp_now(cp);
         PAR__CHECK(ct->attention_bwd(ct->user, &a, q, k, v, o, lse, do_, dq, dk, dv, 0));
         par__cp_span(cp, "compute", t0, "cp attention bwd");
         return PAR_OK;
     }
-    PAR__CHECK(ct->memset(ct->user, dq, 0, (size_t)qn * sizeof(float)));
+    PAR__CHECK(par__cp_widen(cp, q, qn, cp->fq, &qf));
+    PAR__CHECK(par__cp_widen(cp, o, qn, cp->fo, &of));
+    PAR__CHECK(par__cp_widen(cp, do_, qn, cp->fdo, &dof));
+    PAR__CHECK(ct->memset(ct->user, dqf, 0, (size_t)qn * sizeof(float)));
     PAR__CHECK(par__cp_copy(cp, cp->kv[0], k, kvn));
-    PAR__CHECK(par__cp_copy(cp, cp->kv[0] + kvn, v, kvn));
+    PAR__CHECK(par__cp_copy(cp, par__cp_el(cp, cp->kv[0], kvn), v, kvn));
     for (s = 0; s < cp->R && st == PAR_OK; s++) {
         const int src = (cp->r - s + cp->R) % cp->R;
-        const float *cur = cp->kv[s % 2];
+        const void *cur = cp->kv[s % 2];
         float *mine = s == 0 ? cp->acc[0] : cp->tmp;
-        const par_attn_desc a = par__cp_attn(cp, cp->r, src);
+        const par_attn_desc a = par__cp_attn(cp, cp->r, src, PAR_F32);
         const int hidden = par__cp_block_hidden(cp, cp->r, src);
+        const float *kf = NULL;
         double t0;
-        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, &kv);
+        if (s < cp->R - 1) st = par__cp_shift(cp, cur, cp->kv[(s + 1) % 2], 2 * kvn, cp->dt, &kv);
         t0 = par__cp_now(cp);
         if (st == PAR_OK && (s == 0 || !hidden)) st = ct->memset(ct->user, mine, 0, (size_t)(2 * kvn) * sizeof(float));
+        if (st == PAR_OK && !hidden) st = par__cp_widen(cp, cur, 2 * kvn, cp->fkv, &kf);
         if (st == PAR_OK && !hidden)
-            st = ct->attention_bwd(ct->user, &a, q, cur, cur + kvn, o, lse, do_, dq, mine, mine + kvn, 1);
+            st = ct->attention_bwd(ct->user, &a, qf, kf, kf + kvn, of, lse, dof, dqf, mine, mine + kvn, 1);
         par__cp_span(cp, "compute", t0, "cp attention block bwd");
         /* the block's accumulator (from the previous rank, sent last step) + this rank's share */
         if (st == PAR_OK) st = par__cp_poll(cp, &acc);
         if (st == PAR_OK) st = par__cp_finish(cp, &acc, "cp dkv transfer");
         if (st == PAR_OK && s > 0 && !hidden) st = ct->axpy(ct->user, PAR_F32, 2 * kvn, 1.0f, mine, cp->acc[s % 3]);
         /* pass it on; the next one arrives in the third buffer */
-        if (st == PAR_OK) st = par__cp_shift(cp, cp->acc[s % 3], cp->acc[(s + 1) % 3], 2 * kvn, &acc);
+        if (st == PAR_OK) st = par__cp_shift(cp, cp->acc[s % 3], cp->acc[(s + 1) % 3], 2 * kvn, PAR_F32, &acc);
         if (st == PAR_OK) st = par__cp_poll(cp, &kv);
         if (st == PAR_OK) st = par__cp_finish(cp, &kv, "cp kv transfer");
     }
     /* after a full turn the accumulator of this rank's own block is home */
     if (st == PAR_OK) st = par__cp_finish(cp, &acc, "cp dkv transfer");
-    if (st == PAR_OK) st = par__cp_copy(cp, dk, cp->acc[cp->R % 3], kvn);
-    if (st == PAR_OK) st = par__cp_copy(cp, dv, cp->acc[cp->R % 3] + kvn, kvn);
+    if (st == PAR_OK) st = par__cp_store(cp, dk, cp->acc[cp->R % 3], kvn);
+    if (st == PAR_OK) st = par__cp_store(cp, dv, cp->acc[cp->R % 3] + kvn, kvn);
+    if (st == PAR_OK && cp->dt != PAR_F32) st = par__cp_store(cp, dq, dqf, qn);
     if (st != PAR_OK) (void)par__cp_finish(cp, &kv, "cp kv transfer"), (void)par__cp_finish(cp, &acc, "cp dkv transfer");
     return st;
 }
@@ -19213,17 +19363,16 @@ static par_status par__cp_args(const par_cp *cp, const char *fn, const void *a, 
     return PAR_OK;
 }
 
-PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const float *q, const float *k, const float *v, float *o,
+PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const void *q, const void *k, const void *v, void *o,
                                              float *lse, float *saved) {
     int64_t qn, kvn, stride, off;
-    const float *recv;
-    float *qh, *kh, *vh, *oh;
+    void *recv, *qh, *kh, *vh, *oh;
     PAR__CHECK(par__cp_args(cp, "par_cp_attention_fwd", q, k, v, o, lse));
     if (cp->U == 1) return par__cp_ring_fwd(cp, q, k, v, o, lse);
     if (!saved) return par__fail(PAR_EINVAL, "par_cp_attention_fwd: NULL saved (Ulysses keeps %lld floats per call)",
-                                 (long long)((int64_t)cp->batch * cp->Sr * 2 * (cp->hqh + cp->hkvh) * cp->hd));
+                                 (long long)par__cp_saved_floats(cp));
     qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd, kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
-    qh = saved, kh = qh + qn, vh = kh + kvn, oh = vh + kvn;
+    qh = saved, kh = par__cp_el(cp, qh, qn), vh = par__cp_el(cp, kh, kvn), oh = par__cp_el(cp, vh, kvn);
     /* q, k and v in one all-to-all: block j = [q | k | v] heads of rank j */
     PAR__CHECK(par__cp_pack_heads(cp, q, cp->hq, cp->a2a_blk, 0));
     PAR__CHECK(par__cp_pack_heads(cp, k, cp->hkv, cp->a2a_blk, qn / cp->U));
@@ -19235,20 +19384,21 @@ PARALLEL_DEF par_status par_cp_attention_fwd(par_cp *cp, const float *q, const f
     PAR__CHECK(par__cp_ring_fwd(cp, qh, kh, vh, oh, lse));
     PAR__CHECK(par__cp_pack_tokens(cp, oh, cp->hqh, qn / cp->U, 0));
     PAR__CHECK(par__cp_exchange(cp, qn / cp->U, &recv, &stride, &off));
-    return par__cp_unpack_heads(cp, (float *)recv, stride, off, cp->hq, o);
+    return par__cp_unpack_heads(cp, recv, stride, off, cp->hq, o);
 }
 
-PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const float *q, const float *k, const float *v,
-                                             const float *o, const float *lse, const float *saved, const float *do_,
-                                             float *dq, float *dk, float *dv) {
+PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const void *q, const void *k, const void *v,
+                                             const void *o, const float *lse, const float *saved, const void *do_,
+                                             void *dq, void *dk, void *dv) {
     int64_t qn, kvn, stride, off;
-    const float *recv, *qh, *kh, *vh, *oh;
+    void *recv;
+    const void *qh, *kh, *vh, *oh;
     PAR__CHECK(par__cp_args(cp, "par_cp_attention_bwd", q, k, v, o, lse));
     if (!do_ || !dq || !dk || !dv) return par__fail(PAR_EINVAL, "par_cp_attention_bwd: NULL buffer");
     if (cp->U == 1) return par__cp_ring_bwd(cp, q, k, v, o, lse, do_, dq, dk, dv);
     if (!saved) return par__fail(PAR_EINVAL, "par_cp_attention_bwd: NULL saved");
     qn = (int64_t)cp->batch * cp->Sr * cp->hqh * cp->hd, kvn = (int64_t)cp->batch * cp->Sr * cp->hkvh * cp->hd;
-    qh = saved, kh = qh + qn, vh = kh + kvn, oh = vh + kvn;
+    qh = saved, kh = par__cp_el(cp, qh, qn), vh = par__cp_el(cp, kh, kvn), oh = par__cp_el(cp, vh, kvn);
     PAR__CHECK(par__cp_pack_heads(cp, do_, cp->hq, qn / cp->U, 0));
     PAR__CHECK(par__cp_exchange(cp, qn / cp->U, &recv, &stride, &off));
     PAR__CHECK(par__cp_unpack_tokens(cp, recv, stride, off, cp->hqh, cp->do_h));
@@ -19257,9 +19407,9 @@ PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const float *q, const f
     PAR__CHECK(par__cp_pack_tokens(cp, cp->dk_h, cp->hkvh, cp->a2a_blk, qn / cp->U));
     PAR__CHECK(par__cp_pack_tokens(cp, cp->dv_h, cp->hkvh, cp->a2a_blk, qn / cp->U + kvn / cp->U));
     PAR__CHECK(par__cp_exchange(cp, cp->a2a_blk, &recv, &stride, &off));
-    PAR__CHECK(par__cp_unpack_heads(cp, (float *)recv, stride, off, cp->hq, dq));
-    PAR__CHECK(par__cp_unpack_heads(cp, (float *)recv, stride, off + qn / cp->U, cp->hkv, dk));
-    return par__cp_unpack_heads(cp, (float *)recv, stride, off + qn / cp->U + kvn / cp->U, cp->hkv, dv);
+    PAR__CHECK(par__cp_unpack_heads(cp, recv, stride, off, cp->hq, dq));
+    PAR__CHECK(par__cp_unpack_heads(cp, recv, stride, off + qn / cp->U, cp->hkv, dk));
+    return par__cp_unpack_heads(cp, recv, stride, off + qn / cp->U + kvn / cp->U, cp->hkv, dv);
 }
 
 
