@@ -83,6 +83,7 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
     d.model.layers = cfg->num_layers, d.model.hidden = cfg->hidden_size, d.model.heads = cfg->num_heads;
     d.model.kv_heads = cfg->n_kv_heads ? cfg->n_kv_heads : cfg->num_heads, d.model.ffn = cfg->intermediate_size;
     d.model.vocab = cfg->vocab_size, d.model.seq = cfg->seq_length, d.model.batch = llama_config_global_batch(cfg);
+    d.model.dtype = (par_dtype)cfg->compute_dtype; /* the bytes the trainer will hold */
     if (cluster_path) {
         FILE *f = fopen(cluster_path, "rb");
         char text[4096];

@@ -47,6 +47,8 @@ typedef struct llama_config {
     float theta;           /* RoPE base, 10000 */
     float initializer_range; /* std of the normal init, 0.02 */
     int qkv_has_bias;      /* bool, default false: q_proj, k_proj and v_proj have biases (Qwen2) */
+    int compute_dtype;     /* model_config.compute_dtype: 0 float32 (default), 1 bfloat16, 2 float16 (parallel.h's
+                              PAR_F32, PAR_BF16, PAR_F16): weights copied from f32 masters, activations in it */
 
     /* parallel_config */
     int data_parallel;     /* dp degree */
@@ -101,6 +103,13 @@ typedef struct llama_config {
     /* runner_wrapper, top level */
     int use_clip_grad;     /* runner_wrapper.use_clip_grad: bool, false */
     float wrapper_max_grad_norm; /* runner_wrapper.max_grad_norm: 1.0 (MFTrainOneStepCell's default) */
+    int scale_sense;       /* runner_wrapper.scale_sense.type: 0 none (no loss scaling), 1 DynamicLossScaleUpdateCell,
+                              2 FixedLossScaleUpdateCell */
+    float loss_scale_value; /* runner_wrapper.scale_sense.loss_scale_value: the initial scale, 65536 */
+    float scale_factor;    /* runner_wrapper.scale_sense.scale_factor: dynamic growth (and 1 / backoff), 2 */
+    int scale_window;      /* runner_wrapper.scale_sense.scale_window: good steps before growing, 1000 */
+    float scale_sense_number; /* runner_wrapper.scale_sense given as a number (MindSpore's fixed Tensor scale):
+                              0 = not given; otherwise a FixedLossScaleUpdateCell of that value */
     float max_grad_norm;   /* ours, top level: 0 = no clipping; with use_clip_grad the effective norm is
                               runner_wrapper.max_grad_norm (llama_config_load stores it here) */
     char load_checkpoint[256]; /* "" = none; a .safetensors file or a --save-dir directory: --init-from */
@@ -323,6 +332,10 @@ typedef struct llama__key {
 static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0},   {"gpipe", "gpipe", 1},
                                                      {"zb-h1", "zb-h1", 2}, {"zbh1", "zb-h1", 2},
                                                      {"zero_bubble", "zb-h1", 2}, {NULL, NULL, 0}};
+static const llama__choice llama__scale_senses[] = {{"none", "none", 0},
+                                                    {"DynamicLossScaleUpdateCell", "DynamicLossScaleUpdateCell", 1},
+                                                    {"FixedLossScaleUpdateCell", "FixedLossScaleUpdateCell", 2},
+                                                    {NULL, NULL, 0}};
 /* MindFormers' dtype names (mindformers/tools/utils.py convert_mstype takes exactly these) */
 static const llama__choice llama__dtypes[] = {{"float32", "float32", 0}, {"bfloat16", "bfloat16", 1},
                                               {"float16", "float16", 2}, {NULL, NULL, 0}};
@@ -404,14 +417,14 @@ static const llama__key llama__keys[] = {
      "0.02", NULL, "standard deviation of the normal weight init (norm weights start at 1)"},
     {"model.model_config.qkv_has_bias", LLAMA__T_BOOL, LLAMA__AT(qkv_has_bias), 0, 0, 0, 0, NULL, "false", NULL,
      "biases on q_proj, k_proj and v_proj (Qwen2): added after each projection, before RoPE; split over tensor parallel with the projections' output columns; never weight-decayed; start at 0; checkpoints name them model.layers.N.self_attn.{q,k,v}_proj.bias as Hugging Face Qwen2 does"},
-    {"model.model_config.compute_dtype", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32", NULL,
-     "a value other than float32 changes training: matmuls here are float32 (MindFormers would compute in that type)"},
+    {"model.model_config.compute_dtype", LLAMA__T_CHOICE, LLAMA__AT(compute_dtype), 0, 0, 0, 0, llama__dtypes, "float32", NULL,
+     "the type the layers compute in: bfloat16 / float16 = mixed precision (Megatron's --bf16 / --fp16): f32 master weights and AdamW state (what checkpoints hold), their bf16/f16 copy for the GEMMs, activations and their gradients stored in it (each kernel computes in f32 and rounds once on store), f32 weight gradients; float16 needs runner_wrapper.scale_sense"},
     {"model.model_config.layernorm_compute_type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32",
-     NULL, "a value other than float32 changes training: RMSNorm here is float32"},
+     NULL, "RMSNorm computes in float32 inside the kernel (its output is stored in compute_dtype); another value changes training against MindFormers, which would compute the norm in it"},
     {"model.model_config.softmax_compute_type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32",
-     NULL, "a value other than float32 changes training: the softmax here is float32"},
+     NULL, "the attention's softmax is float32 inside the flash kernel; another value changes training against MindFormers"},
     {"model.model_config.rotary_dtype", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32", NULL,
-     "a value other than float32 changes training: RoPE here is float32"},
+     "RoPE computes in float32 inside the kernel (its output is stored in compute_dtype); another value changes training against MindFormers"},
     {"model.model_config.param_init_type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32", NULL,
      "a value other than float32 changes training: parameters here are float32"},
     {"model.model_config.embedding_init_type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32",
@@ -570,6 +583,16 @@ static const llama__key llama__keys[] = {
     /* runner_wrapper */
     {"runner_wrapper.type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "MFTrainOneStepCell", NULL,
      "accepted and ignored: one training step is forward, backward, clipping (use_clip_grad) and the optimizer"},
+    {"runner_wrapper.scale_sense", LLAMA__T_FLOAT, LLAMA__AT(scale_sense_number), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
+     "the number form (MFTrainOneStepCell's Tensor scale_sense): a fixed loss scale of that value, as scale_sense.type FixedLossScaleUpdateCell with loss_scale_value; 0 = none"},
+    {"runner_wrapper.scale_sense.type", LLAMA__T_CHOICE, LLAMA__AT(scale_sense), 0, 0, 0, 0, llama__scale_senses, "none",
+     NULL, "loss scaling (MindSpore's update cells): DynamicLossScaleUpdateCell = GradScaler's rule (an inf/nan gradient on any rank skips the step on every rank and divides the scale by scale_factor; scale_window good steps multiply it), FixedLossScaleUpdateCell = a fixed scale (an overflowing step is still skipped), none = no scaling (bfloat16 and float32 need none)"},
+    {"runner_wrapper.scale_sense.loss_scale_value", LLAMA__T_FLOAT, LLAMA__AT(loss_scale_value), 0, 0, LLAMA__NOMAX,
+     LLAMA__MIN_OPEN, NULL, "65536", NULL, "the initial loss scale"},
+    {"runner_wrapper.scale_sense.scale_factor", LLAMA__T_FLOAT, LLAMA__AT(scale_factor), 0, 1, LLAMA__NOMAX,
+     LLAMA__MIN_OPEN, NULL, "2", NULL, "DynamicLossScaleUpdateCell: growth factor; the backoff is its inverse"},
+    {"runner_wrapper.scale_sense.scale_window", LLAMA__T_INT, LLAMA__AT(scale_window), 0, 1, INT_MAX, 0, NULL, "1000",
+     NULL, "DynamicLossScaleUpdateCell: consecutive good steps before the scale grows"},
     {"runner_wrapper.use_clip_grad", LLAMA__T_BOOL, LLAMA__AT(use_clip_grad), 0, 0, 0, 0, NULL, "false", NULL,
      "clip the global gradient norm to runner_wrapper.max_grad_norm (MFTrainOneStepCell)"},
     {"runner_wrapper.max_grad_norm", LLAMA__T_FLOAT, LLAMA__AT(wrapper_max_grad_norm), 0, 0, LLAMA__NOMAX,
@@ -1349,6 +1372,9 @@ static int llama__when_alone_splits(const llama__vctx *v) {
            (c->data_parallel > 1 || c->model_parallel > 1 || c->pipeline_stage > 1 || c->context_parallel > 1);
 }
 static int llama__when_level3(const llama__vctx *v) { return v->c->optimizer_level == 3; }
+static int llama__when_f16_unscaled(const llama__vctx *v) {
+    return v->c->compute_dtype == 2 && v->c->scale_sense == 0 && v->c->scale_sense_number == 0.0f;
+}
 
 static int llama__when_hidden_by_heads(const llama__vctx *v) { return v->c->hidden_size % v->c->num_heads != 0; }
 static int llama__when_head_dim_odd(const llama__vctx *v) { return v->n[LLAMA__N_HEAD_DIM] % 2 != 0; }
@@ -1568,6 +1594,11 @@ typedef struct llama__vrule {
 #define LLAMA__MP_DIV " is not divisible by " LLAMA__P("model_parallel") " (%lld)"
 
 static const llama__vrule llama__rules[] = {
+    {"model.model_config.compute_dtype", 0, 0, llama__when_f16_unscaled,
+     "model.model_config.compute_dtype = float16 needs a loss scale (runner_wrapper.scale_sense.type "
+     "DynamicLossScaleUpdateCell, or FixedLossScaleUpdateCell): f16 gradients below 2^-24 flush to zero and the step "
+     "learns nothing from them; bfloat16 has f32's range and needs none",
+     {0}, NULL},
     /* the parallel mode, and MindFormers' switches of features that are not here */
     {"parallel.parallel_mode", 0, 0, llama__when_mode_hybrid, "parallel.parallel_mode = hybrid_parallel: " LLAMA__NO_HYBRID,
      {0}, NULL},

@@ -203,7 +203,7 @@ static int64_t gemm_probe_side(const llama_model *m, const llama_sizes *s) {
        arithmetic (an H100 gave 4.7 TFLOP/s there against 50 at 4096, and MFUs
        over 100%): on a device table probe as large a square as the scratch holds. */
     int64_t n = m->ct->device_memory ? 4096 : 384;
-    while (n > 16 && 3 * n * n > room) n -= 16;
+    while (n > 16 && 3 * n * n * m->esize > room) n -= 16;
     return n;
 }
 
@@ -230,6 +230,12 @@ static par_status plan_table_scratch(const llama_model *m, const llama_sizes *s,
     q.gemm_m = q.gemm_k = s->n > feat ? s->n : feat;
     q.gemm_n = feat;
     q.attn_rows = s->batch * d->heads * d->seq;
+    if (m->dtype != PAR_F32) { /* what a 16-bit model asks of the table's staging */
+        q.gemm_type = q.attn_type = q.act_type = m->dtype;
+        q.attn_q_elems = s->batch * d->seq * d->heads * d->head_dim;
+        q.attn_kv_elems = s->batch * d->seq * d->kv_heads * d->head_dim;
+        q.act_cols = feat > d->heads * d->head_dim ? feat : d->heads * d->head_dim;
+    }
     LLAMA_CHECK(ct->scratch_bound(ct->user, &q, &b));
     *bytes = (int64_t)b;
     return PAR_OK;
@@ -257,7 +263,7 @@ typedef struct lane {
     llama_model model;
     llama_acts acts;
     llama_scratch scratch;
-    float *acts_base, *scratch_base;
+    void *acts_base, *scratch_base;
 } lane;
 
 typedef struct trainer {
@@ -284,13 +290,13 @@ typedef struct trainer {
     par_pp_schedule *sched;
     int nslots;               /* activation slots: micro-batches in flight on this rank at most */
     llama_acts *slots;        /* slot k (slots[0] is `acts`) */
-    float **slot_base;
+    void **slot_base;
     int *slot_of, *slot_busy; /* micro-batch -> slot (-1 none); slot in use */
     int *chunks_left;         /* per micro-batch: chunk backwards still to run on this rank */
     int *bwd_done;            /* per chunk: input-gradient passes (B or I) run this step, then (at V + chunk)
                                  weight-gradient passes (B or W): each chunk's gradients are complete
                                  at the m-th of its kind (a schedule may mix B with I and W) */
-    float *bnd;               /* boundary tensors [micro-batch][chunk][4][rows x hidden] */
+    char *bnd;                /* boundary tensors [micro-batch][chunk][4][rows x hidden] of the compute type */
     double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
     int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
     llama_model model;
@@ -303,7 +309,7 @@ typedef struct trainer {
 
     llama_acts acts;
     llama_scratch scratch;
-    float *acts_base, *scratch_base; /* the two allocations acts and scratch are carved from */
+    void *acts_base, *scratch_base; /* the two allocations acts and scratch are carved from */
     int copies;               /* micro_batch_interleave_num or fine_grain_interleave: lanes[k] (lanes[0]
                                  mirrors the above) */
     int fine_grain;           /* the copies rejoin after every pass (fine_grain_interleave) */
@@ -314,6 +320,8 @@ typedef struct trainer {
     int64_t *host_pos;
     float *host_losses;
 
+    par_loss_scale ls;    /* runner_wrapper.scale_sense (use_ls): the loss is scaled by ls.scale in backward */
+    int use_ls;
     int64_t step;         /* steps done (from a checkpoint: continues there) */
     double gemm_gflops;   /* the machine's measured GEMM peak, summed over ranks */
     FILE *metrics;
@@ -359,7 +367,7 @@ static par_status make_cp(trainer *t) {
     LLAMA_CHECK(par_cp_algo_parse(c->context_parallel_algo, &d.algo));
     d.ulysses_degree = c->ulysses_degree_in_cp, d.no_all_to_all = !c->enable_alltoall, d.trace = t->trace;
     d.batch = (int)t->sz.batch, d.heads = (int)m->local.heads, d.kv_heads = (int)m->local.kv_heads;
-    d.head_dim = (int)m->local.head_dim;
+    d.head_dim = (int)m->local.head_dim, d.dtype = m->dtype;
     LLAMA_CHECK(par_cp_create(t->ctx, &d, &t->cp));
     if (!(t->cp_pos = (int64_t *)malloc((size_t)t->sz.seq * sizeof(int64_t)))) return par_set_error(PAR_ENOMEM, "out of host memory");
     LLAMA_CHECK(par_cp_positions(t->cp, t->cp_pos));
@@ -390,6 +398,7 @@ static par_status place_model(trainer *t) {
     td.rows = (int64_t)t->global_batch / t->micro_batches * c->seq_length / c->context_parallel, td.hidden = d.dim;
     td.column = "((dp,1),(tp,1))", td.row = "((dp,tp),(1,tp))", td.sequence_parallel = c->use_seq_parallel && c->model_parallel > 1;
     td.no_all_to_all = !c->enable_alltoall, td.trace = t->trace;
+    td.dtype = (par_dtype)c->compute_dtype; /* activations move in the compute type */
     if (t->copies > 1) { /* multi-copy: every copy its own region over its share of the rows */
         int k;
         td.rows /= t->copies;
@@ -609,17 +618,29 @@ static par_status make_params(trainer *t) {
        so the gradient is one device's whatever gradients_mean says */
     desc.sum_gradients = c->parallel_mode == LLAMA_PARALLEL_MODE_DATA && !c->gradients_mean;
     desc.bucket_bytes = -1, desc.trace = t->trace;
+    desc.compute_dtype = (par_dtype)c->compute_dtype; /* f32 masters and AdamW state, gradients f32 */
     if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
+    if (st == PAR_OK && (c->scale_sense || c->scale_sense_number > 0)) { /* MindSpore's update cells as par_loss_scale */
+        const int fixed = c->scale_sense == 2 || (!c->scale_sense && c->scale_sense_number > 0);
+        memset(&t->ls, 0, sizeof t->ls);
+        t->ls.scale = c->scale_sense ? c->loss_scale_value : c->scale_sense_number;
+        t->ls.growth_factor = c->scale_factor, t->ls.backoff_factor = 1.0f / c->scale_factor;
+        t->ls.growth_interval = fixed ? -1 : c->scale_window;
+        t->use_ls = 1;
+        st = par_loss_scale_init(&t->ls);
+    }
     free(pd);
     return st;
 }
 
-/* Floats of one boundary tensor of the pipeline: the residual stream this rank holds. */
-static int64_t boundary_floats(const trainer *t) { return par_tp_rows(t->tp, t->sz.n) * t->model.local.dim; }
+/* Elements of one boundary tensor of the pipeline: the residual stream this
+   rank holds, in the compute type; and its bytes. */
+static int64_t boundary_elems(const trainer *t) { return par_tp_rows(t->tp, t->sz.n) * t->model.local.dim; }
+static int64_t boundary_bytes(const trainer *t) { return boundary_elems(t) * t->model.esize; }
 
 /* One activation slot: what a micro-batch keeps from forward to backward on
    this rank (all its layers, and the head's when it has the last stage). */
-static par_status slot_alloc(trainer *t, llama_acts *a, float **base) {
+static par_status slot_alloc(trainer *t, llama_acts *a, void **base) {
     const llama_model *m = &t->model;
     const int64_t n = t->sz.n;
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->ids));
@@ -627,7 +648,7 @@ static par_status slot_alloc(trainer *t, llama_acts *a, float **base) {
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
     a->blocks = (llama_block_acts *)calloc((size_t)(m->local.layers ? m->local.layers : 1), sizeof(llama_block_acts));
     if (!a->blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
-    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * 4, PAR_MEM_ACTIVATIONS, (void **)base));
+    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, NULL, NULL), PAR_MEM_ACTIVATIONS, base));
     llama_acts_carve(m, n, t->sz.batch, *base, a);
     return PAR_OK;
 }
@@ -637,21 +658,21 @@ static par_status acts_alloc(trainer *t) {
     const int64_t n = t->sz.n;
     int k;
     t->slots = (llama_acts *)calloc((size_t)t->nslots, sizeof(llama_acts));
-    t->slot_base = (float **)calloc((size_t)t->nslots, sizeof(float *));
+    t->slot_base = (void **)calloc((size_t)t->nslots, sizeof(void *));
     if (!t->slots || !t->slot_base) return par_set_error(PAR_ENOMEM, "out of host memory");
     for (k = 0; k < t->nslots; k++) LLAMA_CHECK(slot_alloc(t, &t->slots[k], &t->slot_base[k]));
     t->acts = t->slots[0], t->acts_base = t->slot_base[0];
     if (t->pp > 1)
-        LLAMA_CHECK(alloc_bytes(t, (int64_t)t->micro_batches * t->chunks * 4 * boundary_floats(t) * 4, PAR_MEM_COMM,
+        LLAMA_CHECK(alloc_bytes(t, (int64_t)t->micro_batches * t->chunks * 4 * boundary_bytes(t), PAR_MEM_COMM,
                                 (void **)&t->bnd));
-    LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&t->scratch_base));
+    LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL), PAR_MEM_WORKSPACE, &t->scratch_base));
     llama_scratch_carve(m, n, t->scratch_base, &t->scratch);
     LLAMA_CHECK(llama_scratch_init(m, n, &t->scratch));
     for (k = 1; k < t->copies; k++) { /* the other copies' activations and scratch */
         lane *l = &t->lanes[k];
         l->model.local.layers = m->local.layers, l->model.recompute = m->recompute;
         LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base));
-        LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL) * 4, PAR_MEM_WORKSPACE, (void **)&l->scratch_base));
+        LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL), PAR_MEM_WORKSPACE, &l->scratch_base));
         llama_scratch_carve(m, n, l->scratch_base, &l->scratch);
         LLAMA_CHECK(llama_scratch_init(m, n, &l->scratch));
     }
@@ -670,16 +691,16 @@ static par_status acts_alloc(trainer *t) {
    compute table's scratch. */
 static par_status plan_memory(trainer *t) {
     const llama_model *m = &t->model;
-    const int64_t n = t->sz.n, f = (int64_t)sizeof(float);
+    const int64_t n = t->sz.n;
     int64_t table = 0;
     LLAMA_CHECK(par_params_memory(t->ps, t->plan.bytes));
-    t->plan.bytes[PAR_MEM_ACTIVATIONS] += t->nslots * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * f +
+    t->plan.bytes[PAR_MEM_ACTIVATIONS] += t->nslots * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) +
                                                        n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
-    if (t->pp > 1) t->plan.bytes[PAR_MEM_COMM] += (int64_t)t->micro_batches * t->chunks * 4 * boundary_floats(t) * f;
+    if (t->pp > 1) t->plan.bytes[PAR_MEM_COMM] += (int64_t)t->micro_batches * t->chunks * 4 * boundary_bytes(t);
     /* multi-copy: every copy holds a micro-batch's share of activations, scratch and tp workspace */
-    t->plan.bytes[PAR_MEM_ACTIVATIONS] += (t->copies - 1) * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) * f +
+    t->plan.bytes[PAR_MEM_ACTIVATIONS] += (t->copies - 1) * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) +
                                                              n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
-    t->plan.bytes[PAR_MEM_WORKSPACE] += t->copies * llama_scratch_carve(m, n, NULL, NULL) * f;
+    t->plan.bytes[PAR_MEM_WORKSPACE] += t->copies * llama_scratch_carve(m, n, NULL, NULL);
     t->plan.bytes[PAR_MEM_COMM] += t->copies * par_tp_workspace_bytes(t->tp, n, m->local.dim);
     if (t->cp) {
         int64_t cp_bytes[PAR_MEM_CATEGORY_COUNT];
@@ -1042,14 +1063,14 @@ static par_status load_micro_batch_into(trainer *t, int64_t step, int mb, llama_
 /* Block l's tensors (l: this rank's layer index): the weights, or (grads)
    where its gradients accumulate. */
 static par_status bind_block(trainer *t, int l, int grads, llama_block *b) {
-    float **f[LLAMA_PER_BLOCK + LLAMA_QKV_BIASES] = {&b->ln1, &b->wq, &b->wk, &b->wv, &b->wo, &b->ln2,
-                                                     &b->wg,  &b->wu, &b->wd, &b->bq, &b->bk, &b->bv};
+    void **f[LLAMA_PER_BLOCK + LLAMA_QKV_BIASES] = {&b->ln1, &b->wq, &b->wk, &b->wv, &b->wo, &b->ln2,
+                                                    &b->wg,  &b->wu, &b->wd, &b->bq, &b->bk, &b->bv};
     int k;
     memset(b, 0, sizeof *b);
     for (k = 0; k < per_block(&t->model.dims); k++) {
         const int i = local_param(t, t_block(&t->model.dims, t->layer_of[l], k));
-        if (grads) LLAMA_CHECK(par_params_grad(t->ps, i, f[k]));
-        else if (!(*f[k] = par_params_value(t->ps, i))) return PAR_EINVAL;
+        if (grads) LLAMA_CHECK(par_params_grad_ptr(t->ps, i, f[k])); /* f32 */
+        else if (!(*f[k] = par_params_compute_value(t->ps, i))) return PAR_EINVAL;
     }
     return PAR_OK;
 }
@@ -1096,7 +1117,7 @@ static par_status model_pass(trainer *t, const llama_model *m, llama_acts *a, ll
     const int64_t n = batch * seq;
     const double t0 = layer_now(t);
     if (p == 0) {
-        LLAMA_CHECK(par_tp_embedding_fwd(m->tp, &m->emb, n, a->ids, par_params_value(t->ps, local_param(t, 0)),
+        LLAMA_CHECK(par_tp_embedding_fwd(m->tp, &m->emb, n, a->ids, par_params_compute_value(t->ps, local_param(t, 0)),
                                          L ? a->blocks[0].x_in : a->x_final, s->dh));
         layer_span(t, t0, "fwd embedding", -1);
     } else if (p <= L) {
@@ -1106,13 +1127,13 @@ static par_status model_pass(trainer *t, const llama_model *m, llama_acts *a, ll
         LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[l], a->pos, batch, seq, l + 1 < L ? a->blocks[l + 1].x_in : a->x_final, s));
         layer_span(t, t0, "fwd block", l);
     } else if (p == L + 1) {
-        LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), a, n, s));
+        LLAMA_CHECK(llama_head_fwd(m, par_params_compute_value(t->ps, tn), par_params_compute_value(t->ps, th), a, n, s));
         layer_span(t, t0, "fwd head+loss", -1);
     } else if (p == L + 2) {
         float *g_norm, *g_head;
         LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
         LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
-        LLAMA_CHECK(llama_head_bwd(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head, a, n,
+        LLAMA_CHECK(llama_head_bwd(m, par_params_compute_value(t->ps, tn), par_params_compute_value(t->ps, th), g_norm, g_head, a, n,
                                    scale, s));
         layer_span(t, t0, "bwd head+loss", -1);
     } else if (p < 2 * L + 3) {
@@ -1145,12 +1166,19 @@ static par_status backward(trainer *t, const llama_model *m, llama_acts *a, llam
     return PAR_OK;
 }
 
+/* The backward's seed dL/dloss_row: 1 / the rows of a step's mean, times the
+   loss scale when there is one (f16: small gradients stay above f16's
+   smallest value; par_params_step_scaled divides it out). */
+static float loss_grad_scale(const trainer *t, int64_t rows) {
+    return (t->use_ls ? t->ls.scale : 1.0f) / (float)rows;
+}
+
 /* Multi-copy: copy k of the current micro-batch, forward and backward on its
    lane (par_copies_run calls this on copy k's thread). */
 static par_status copy_step(void *u, int k) {
     trainer *t = (trainer *)u;
     lane *l = &t->lanes[k];
-    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
+    const float scale = loss_grad_scale(t, t->sz.n * t->micro_batches * t->copies);
     LLAMA_CHECK(forward(t, &l->model, &l->acts, &l->scratch, t->sz.batch, t->sz.seq));
     return backward(t, &l->model, &l->acts, &l->scratch, scale, 0);
 }
@@ -1160,7 +1188,7 @@ static par_status copy_step(void *u, int k) {
 static par_status slice_pass(void *u, int k) {
     trainer *t = (trainer *)u;
     lane *l = &t->lanes[k];
-    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
+    const float scale = loss_grad_scale(t, t->sz.n * t->micro_batches * t->copies);
     return model_pass(t, &l->model, &l->acts, &l->scratch, t->sz.batch, t->sz.seq, t->pass, scale, 0);
 }
 
@@ -1185,13 +1213,13 @@ static par_status copies_step(trainer *t) {
 
 /* Boundary tensor `kind` (0 input, 1 output, 2 input gradient, 3 output
    gradient) of micro-batch mb's chunk c. */
-static float *boundary(trainer *t, int mb, int c, int kind) {
-    return t->bnd + (((int64_t)mb * t->chunks + c) * 4 + kind) * boundary_floats(t);
+static void *boundary(trainer *t, int mb, int c, int kind) {
+    return t->bnd + (((int64_t)mb * t->chunks + c) * 4 + kind) * boundary_bytes(t);
 }
 
-static par_status pp_buffer(void *u, int mb, int c, int is_grad, int is_input, float **ptr, int64_t *count) {
+static par_status pp_buffer(void *u, int mb, int c, int is_grad, int is_input, void **ptr, int64_t *count) {
     trainer *t = (trainer *)u;
-    *ptr = boundary(t, mb, c, is_grad * 2 + !is_input), *count = boundary_floats(t);
+    *ptr = boundary(t, mb, c, is_grad * 2 + !is_input), *count = boundary_elems(t);
     return PAR_OK;
 }
 
@@ -1222,20 +1250,20 @@ static par_status pp_forward(void *u, int mb, int c) {
     int j;
     LLAMA_CHECK(pp_slot(t, mb, &a));
     if (vs == 0)
-        LLAMA_CHECK(par_tp_embedding_fwd(t->tp, &m->emb, t->sz.n, a->ids, par_params_value(t->ps, local_param(t, 0)),
+        LLAMA_CHECK(par_tp_embedding_fwd(t->tp, &m->emb, t->sz.n, a->ids, par_params_compute_value(t->ps, local_param(t, 0)),
                                          a->blocks[j0].x_in, t->scratch.dh));
     else
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, a->blocks[j0].x_in, boundary(t, mb, c, 0),
-                                  (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
+                                  (size_t)boundary_bytes(t), PAR_COPY_DEVICE_TO_DEVICE));
     for (j = j0; j < j1; j++) {
-        float *out = j + 1 < j1 ? a->blocks[j + 1].x_in : last ? a->x_final : boundary(t, mb, c, 1);
+        void *out = j + 1 < j1 ? a->blocks[j + 1].x_in : last ? a->x_final : boundary(t, mb, c, 1);
         llama_block w;
         LLAMA_CHECK(bind_block(t, j, 0, &w));
         LLAMA_CHECK(llama_block_fwd(m, &w, &a->blocks[j], a->pos, t->sz.batch, t->sz.seq, out, &t->scratch));
     }
     if (last)
-        LLAMA_CHECK(llama_head_fwd(m, par_params_value(t->ps, local_param(t, t->ntensors - 2)),
-                                   par_params_value(t->ps, local_param(t, t->ntensors - 1)), a, t->sz.n, &t->scratch));
+        LLAMA_CHECK(llama_head_fwd(m, par_params_compute_value(t->ps, local_param(t, t->ntensors - 2)),
+                                   par_params_compute_value(t->ps, local_param(t, t->ntensors - 1)), a, t->sz.n, &t->scratch));
     trace_span(t, "compute", t0, "fwd mb %d chunk %d", mb, c);
     return PAR_OK;
 }
@@ -1274,7 +1302,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
     const llama_model *m = &t->model;
     const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage, defer = op == PAR_PP_I;
     const int last = vs == t->pp * t->chunks - 1;
-    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches);
+    const float scale = loss_grad_scale(t, t->sz.n * t->micro_batches);
     const double t0 = trace_now(t);
     llama_acts *a;
     int j, final, final_w = 0;
@@ -1295,7 +1323,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         float *g_norm, *g_head;
         LLAMA_CHECK(par_params_grad(t->ps, tn, &g_norm));
         LLAMA_CHECK(par_params_grad(t->ps, th, &g_head));
-        LLAMA_CHECK(llama_head_bwd_part(m, par_params_value(t->ps, tn), par_params_value(t->ps, th), g_norm, g_head,
+        LLAMA_CHECK(llama_head_bwd_part(m, par_params_compute_value(t->ps, tn), par_params_compute_value(t->ps, th), g_norm, g_head,
                                         a, t->sz.n, scale, &t->scratch, defer));
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->host_losses, a->losses, (size_t)t->sz.n * 4, PAR_COPY_DEVICE_TO_HOST));
         for (i = 0; i < t->sz.n; i++) t->pp_loss += t->host_losses[i];
@@ -1303,7 +1331,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         if (final_w) LLAMA_CHECK(grads_ready(t, t->ntensors - 2, 2));
     } else {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->scratch.dx, boundary(t, mb, c, 3),
-                                  (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
+                                  (size_t)boundary_bytes(t), PAR_COPY_DEVICE_TO_DEVICE));
     }
     for (j = j1 - 1; j >= j0; j--) {
         llama_block w, g;
@@ -1319,7 +1347,7 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
         if (final) LLAMA_CHECK(grads_ready(t, 0, 1));
     } else {
         LLAMA_CHECK(t->ct->memcpy(t->ct->user, boundary(t, mb, c, 2), t->scratch.dx,
-                                  (size_t)boundary_floats(t) * sizeof(float), PAR_COPY_DEVICE_TO_DEVICE));
+                                  (size_t)boundary_bytes(t), PAR_COPY_DEVICE_TO_DEVICE));
     }
     /* after its last backward here the slot is free (after I it still holds what W needs) */
     if (!defer && --t->chunks_left[mb] == 0) t->slot_busy[t->slot_of[mb]] = 0;
@@ -1337,7 +1365,7 @@ static par_status pp_step(trainer *t, double *loss, double *count) {
     for (k = 0; k < 2 * t->chunks; k++) t->bwd_done[k] = 0;
     t->pp_loss = t->pp_count = 0;
     memset(&d, 0, sizeof d);
-    d.schedule = t->sched, d.stage_dims = t->pp_dims, d.trace = t->trace;
+    d.schedule = t->sched, d.stage_dims = t->pp_dims, d.trace = t->trace, d.dtype = t->model.dtype;
     d.callbacks.user = t, d.callbacks.forward = pp_forward, d.callbacks.backward = pp_backward;
     d.callbacks.buffer = pp_buffer;
     LLAMA_CHECK(par_params_grads_begin(t->ps, 0, 1));
@@ -1349,12 +1377,13 @@ static par_status pp_step(trainer *t, double *loss, double *count) {
 
 typedef struct step_stats {
     double loss, grad_norm, seconds;
-    float lr;
+    float lr, loss_scale; /* loss_scale: the scale the step ran with (1 without loss scaling) */
+    int skipped;          /* loss scaling: an inf/nan gradient skipped the update */
 } step_stats;
 
 static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     const llama_config *c = t->cfg;
-    const float scale = 1.0f / (float)(t->sz.n * t->micro_batches * t->copies);
+    const float scale = loss_grad_scale(t, t->sz.n * t->micro_batches * t->copies);
     double loss = 0.0, count = 0.0, t0 = now_s(), step_us = trace_now(t), t1;
     const float lr = lr_at(c, t->step, total_steps);
     par_adamw opt;
@@ -1395,11 +1424,13 @@ static par_status train_step(trainer *t, int64_t total_steps, step_stats *out) {
     opt.lr = lr, opt.beta1 = c->beta1, opt.beta2 = c->beta2, opt.eps = c->eps, opt.weight_decay = c->weight_decay;
     opt.max_grad_norm = llama_config_clip_norm(c);
     opt.no_bias_correction = c->optimizer_type == LLAMA_OPTIMIZER_ADAMWEIGHTDECAY;
-    LLAMA_CHECK(par_params_step(t->ps, &opt, &st));
+    out->loss_scale = t->use_ls ? t->ls.scale : 1.0f;
+    LLAMA_CHECK(par_params_step_scaled(t->ps, &opt, t->use_ls ? &t->ls : NULL, &st));
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
     trace_span(t, "step", step_us, "step %lld", (long long)t->step);
-    t->step++;
+    t->step++; /* a skipped step still consumed its batch (GradScaler's loop) */
     out->loss = loss / count, out->grad_norm = st.grad_norm, out->lr = lr, out->seconds = now_s() - t0;
+    out->skipped = st.skipped;
     return PAR_OK;
 }
 
@@ -1435,17 +1466,18 @@ static int64_t global_params(const trainer *t) {
 static par_status measure_gemm_peak(trainer *t, double *gflops) {
     const int reps = 8;
     const int64_t n = gemm_probe_side(&t->model, &t->sz);
-    float *a = t->scratch_base;
-    par_gemm_desc d = {0};
+    const int64_t bytes = n * n * t->model.esize;
+    char *a = (char *)t->scratch_base;
+    par_gemm_desc d = llama_gemm_desc(&t->model, 0); /* the peak of the compute type's GEMMs */
     double t0, dt, flops, sync = 0.0;
     int i;
-    d.m = d.n = d.k = n, d.alpha = 1.0f;
-    LLAMA_CHECK(t->ct->memset(t->ct->user, a, 0, (size_t)(3 * n * n) * sizeof(float)));
-    LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + n * n, a + 2 * n * n)); /* warm up */
+    d.m = d.n = d.k = n;
+    LLAMA_CHECK(t->ct->memset(t->ct->user, a, 0, (size_t)(3 * bytes)));
+    LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + bytes, a + 2 * bytes)); /* warm up */
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
     LLAMA_CHECK(par_ctx_all_reduce_host(t->ctx, t->all_dims, PAR_REDUCE_MAX, PAR_F64, &sync, 1));
     t0 = now_s();
-    for (i = 0; i < reps; i++) LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + n * n, a + 2 * n * n));
+    for (i = 0; i < reps; i++) LLAMA_CHECK(t->ct->gemm(t->ct->user, &d, a, a + bytes, a + 2 * bytes));
     LLAMA_CHECK(t->ct->synchronize(t->ct->user));
     /* up to the moment the last rank is done: ranks sharing cores may not
        really have run at the same time */
@@ -1578,15 +1610,19 @@ static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
     const double tokens = (double)t->global_batch * (double)t->cfg->seq_length;
     const double tps = s->seconds > 0 ? tokens / s->seconds : 0.0;
     const double mfu = s->seconds > 0 && t->gemm_gflops > 0 ? step_flops(t) / s->seconds / (t->gemm_gflops * 1e9) : 0.0;
+    char scaled[96] = "";
+    if (t->use_ls) /* loss scaling: the scale the step ran with, and whether an overflow skipped it */
+        snprintf(scaled, sizeof scaled, ",\"loss_scale\":%.9g,\"skipped\":%d", (double)s->loss_scale, s->skipped);
     if (!t->opt->quiet)
-        printf("step %5lld | loss %.6f | grad norm %.6f | lr %.3e | %8.0f tok/s | MFU %5.1f%% | peak %.1f MiB\n",
-               (long long)t->step - 1, s->loss, s->grad_norm, (double)s->lr, tps, 100.0 * mfu, mib(peak_bytes));
+        printf("step %5lld | loss %.6f | grad norm %.6f | lr %.3e | %8.0f tok/s | MFU %5.1f%% | peak %.1f MiB%s\n",
+               (long long)t->step - 1, s->loss, s->grad_norm, (double)s->lr, tps, 100.0 * mfu, mib(peak_bytes),
+               s->skipped ? " | skipped: inf/nan gradients, loss scale backed off" : "");
     if (t->metrics) {
         fprintf(t->metrics,
                 "{\"step\":%lld,\"loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,\"tokens_per_s\":%.1f,\"mfu\":%.5f,"
-                "\"peak_mem_bytes\":%lld,\"step_s\":%.6f}\n",
+                "\"peak_mem_bytes\":%lld,\"step_s\":%.6f%s}\n",
                 (long long)t->step - 1, s->loss, s->grad_norm, (double)s->lr, tps, mfu, (long long)peak_bytes,
-                s->seconds);
+                s->seconds, scaled);
         fflush(t->metrics);
     }
     fflush(stdout);
@@ -1596,18 +1632,33 @@ static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
    8. sampling, the rank body, main
    ========================================================================== */
 
+/* Row r of this rank's logits, all its vocabulary gathered over the tp
+   ranks, as f32 in host memory (row [vocab]). */
+static par_status logits_row_to_host(trainer *t, int64_t r, float *row) {
+    const llama_model *m = &t->model;
+    const int64_t V = m->dims.vocab;
+    void *host = m->dtype == PAR_F32 ? (void *)row : malloc((size_t)(V * m->esize));
+    par_status st;
+    if (!host) return par_set_error(PAR_ENOMEM, "out of host memory");
+    st = par_tp_gather_columns(t->tp, &m->head, 1, (char *)t->acts.logits + r * m->local.vocab * m->esize,
+                               t->scratch.dh);
+    if (st == PAR_OK) st = t->ct->memcpy(t->ct->user, host, t->scratch.dh, (size_t)(V * m->esize), PAR_COPY_DEVICE_TO_HOST);
+    if (st == PAR_OK && host != row) st = par_dtype_convert(V, m->dtype, host, PAR_F32, row);
+    if (host != row) free(host);
+    return st;
+}
+
 /* The logits row (whole vocabulary, host memory) after the n bytes of ctx:
    the forward over just them (padded at the end to what sequence parallel
    splits: causal attention keeps the padding out of the real rows). */
 static par_status next_logits(trainer *t, const unsigned char *ctx, int64_t n, float *row) {
-    const int64_t n_run = par_tp_pad_rows(t->tp, n), vl = t->model.local.vocab;
+    const int64_t n_run = par_tp_pad_rows(t->tp, n);
     int64_t k;
     for (k = 0; k < n_run; k++) t->host_ids[k] = k < n ? ctx[k] : 0, t->host_pos[k] = k;
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.ids, t->host_ids, (size_t)n_run * 4, PAR_COPY_HOST_TO_DEVICE));
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)n_run * 8, PAR_COPY_HOST_TO_DEVICE));
     LLAMA_CHECK(forward(t, &t->model, &t->acts, &t->scratch, 1, n_run));
-    LLAMA_CHECK(par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + (n - 1) * vl, t->scratch.dh));
-    return t->ct->memcpy(t->ct->user, row, t->scratch.dh, (size_t)t->model.dims.vocab * 4, PAR_COPY_DEVICE_TO_HOST);
+    return logits_row_to_host(t, n - 1, row);
 }
 
 /* The same under context parallel, whose attention is planned for whole
@@ -1616,7 +1667,7 @@ static par_status next_logits(trainer *t, const unsigned char *ctx, int64_t n, f
    loads its tokens, and the one cp rank holding the last context token
    shares its row over the cp group (the others add zeros). */
 static par_status next_logits_cp(trainer *t, const unsigned char *ctx, int64_t n, float *row) {
-    const int64_t T = t->sz.seq, vl = t->model.local.vocab, V = t->model.dims.vocab;
+    const int64_t T = t->sz.seq, V = t->model.dims.vocab;
     par_cp_info ci;
     int64_t k, at = -1;
     for (k = 0; k < t->sz.n; k++) {
@@ -1628,10 +1679,7 @@ static par_status next_logits_cp(trainer *t, const unsigned char *ctx, int64_t n
     LLAMA_CHECK(t->ct->memcpy(t->ct->user, t->acts.pos, t->host_pos, (size_t)t->sz.n * 8, PAR_COPY_HOST_TO_DEVICE));
     LLAMA_CHECK(forward(t, &t->model, &t->acts, &t->scratch, t->sz.batch, T));
     memset(row, 0, (size_t)V * sizeof(float));
-    if (at >= 0) { /* the tp ranks of one cp rank hold the same tokens: all of them gather */
-        LLAMA_CHECK(par_tp_gather_columns(t->tp, &t->model.head, 1, t->acts.logits + at * vl, t->scratch.dh));
-        LLAMA_CHECK(t->ct->memcpy(t->ct->user, row, t->scratch.dh, (size_t)V * 4, PAR_COPY_DEVICE_TO_HOST));
-    }
+    if (at >= 0) LLAMA_CHECK(logits_row_to_host(t, at, row)); /* the tp ranks of one cp rank hold the same tokens: all gather */
     LLAMA_CHECK(par_cp_get_info(t->cp, &ci));
     return par_ctx_all_reduce_host(t->ctx, ci.cp_dims, PAR_REDUCE_SUM, PAR_F32, row, (int)V);
 }

@@ -75,8 +75,8 @@ static void buffers_alloc(buffers *b) {
     b->a.x_final = fa(N * C), b->a.rstdf = fa(N), b->a.hf = fa(N * C), b->a.logits = fa(N * V), b->a.losses = fa(N);
     b->s.dx = fa(N * C), b->s.dh = fa(N * C), b->s.dl = fa(N * C), b->s.dattn = fa(N * QD), b->s.dq = fa(N * QD);
     b->s.dk = fa(N * KVD), b->s.dv = fa(N * KVD), b->s.dg = fa(N * F), b->s.du = fa(N * F), b->s.dm = fa(N * F);
-    b->s.gath = fa(N * C), b->s.ones = fa(N);
-    for (int i = 0; i < N; i++) b->a.pos[i] = i % S, b->s.ones[i] = 1.0f;
+    b->s.gath = fa(N * C), b->s.ones = fa(N), b->s.xent = (float *)b->s.dl; /* the loss's 3N floats: dl's N x C */
+    for (int i = 0; i < N; i++) b->a.pos[i] = i % S, ((float *)b->s.ones)[i] = 1.0f;
 }
 
 static void buffers_free(buffers *b) {
