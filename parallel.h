@@ -11525,14 +11525,23 @@ static PAR__MAYBE_UNUSED void par__cpu_sgemm(int transa, int transb, int64_t m, 
 
 /* ---------------------------------------------------------------- rmsnorm */
 
-static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd(int64_t rows, int64_t dim, const float *x, const float *w, float eps,
-                                            float *y, float *rstd) {
-    int64_t r, j;
+/* The argument checks of each kernel are a function of their own (void
+   pointers): the 16-bit staging (>>compute-cpu (the table)) makes the same
+   checks, with the same sentences, before it widens anything. */
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd_args(int64_t rows, int64_t dim, const void *x, const void *w,
+                                                              const void *y) {
     PAR__CPU_NONNEG("rmsnorm_fwd", rows);
     PAR__CPU_POS("rmsnorm_fwd", dim);
     if (rows > 0) {
         PAR__CPU_PTR("rmsnorm_fwd", x); PAR__CPU_PTR("rmsnorm_fwd", w); PAR__CPU_PTR("rmsnorm_fwd", y);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd(int64_t rows, int64_t dim, const float *x, const float *w, float eps,
+                                            float *y, float *rstd) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_rmsnorm_fwd_args(rows, dim, x, w, y));
     for (r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
         float *yr = y + r * dim;
@@ -11546,14 +11555,21 @@ static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd(int64_t rows, int64_t d
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd(int64_t rows, int64_t dim, const float *x, const float *w,
-                                            const float *rstd, const float *dy, float *dx, float *dw) {
-    int64_t r, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd_args(int64_t rows, int64_t dim, const void *x, const void *w,
+                                                              const float *rstd, const void *dy, const void *dx,
+                                                              const float *dw) {
     PAR__CPU_NONNEG("rmsnorm_bwd", rows);
     PAR__CPU_POS("rmsnorm_bwd", dim);
     if (rows > 0) {
         PAR__CPU_PTR("rmsnorm_bwd", x); PAR__CPU_PTR("rmsnorm_bwd", w); PAR__CPU_PTR("rmsnorm_bwd", rstd); PAR__CPU_PTR("rmsnorm_bwd", dy); PAR__CPU_PTR("rmsnorm_bwd", dx); PAR__CPU_PTR("rmsnorm_bwd", dw);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd(int64_t rows, int64_t dim, const float *x, const float *w,
+                                            const float *rstd, const float *dy, float *dx, float *dw) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_rmsnorm_bwd_args(rows, dim, x, w, rstd, dy, dx, dw));
     for (r = 0; r < rows; r++) {
         const float *xr = x + r * dim, *dyr = dy + r * dim;
         float *dxr = dx + r * dim;
@@ -11574,9 +11590,8 @@ static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd(int64_t rows, int64_t d
 
 /* ------------------------------------------------------------------- rope */
 
-static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
-                                float theta, const float *x, float *y, double sign) {
-    int64_t t, hh, i, half = head_dim / 2;
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_args(const char *fn, int64_t tokens, int64_t heads, int64_t head_dim,
+                                                       const int64_t *pos, float theta, const void *x, const void *y) {
     PAR__CPU_NONNEG(fn, tokens);
     PAR__CPU_NONNEG(fn, heads);
     PAR__CPU_NEED(head_dim > 0 && head_dim % 2 == 0, "%s: head_dim is %lld (must be even and > 0)", fn,
@@ -11585,6 +11600,14 @@ static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, i
     if (tokens > 0 && heads > 0) {
         PAR__CPU_PTR(fn, pos); PAR__CPU_PTR(fn, x); PAR__CPU_PTR(fn, y);
     }
+    return PAR_OK;
+}
+
+static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                                float theta, const float *x, float *y, double sign) {
+    int64_t t, hh, i, half = head_dim / 2;
+    PAR__CHECK(par__cpu_rope_args(fn, tokens, heads, head_dim, pos, theta, x, y));
+    if (heads == 0) return PAR_OK; /* nothing to rotate (and pos may be NULL) */
     /* the frequencies once per call, not per token (the same doubles: the same results) */
     double inv_freq[128];
     const int cached = half <= 128;
@@ -11611,23 +11634,35 @@ static PAR__MAYBE_UNUSED par_status par__cpu_rope_fwd(int64_t tokens, int64_t he
     return par__cpu_rope("rope_fwd", tokens, heads, head_dim, pos, theta, x, y, 1.0);
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_rope_bwd(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
-                                         float theta, const float *dy, float *dx) {
-    if (tokens > 0 && heads > 0) { /* named here: the shared body calls them x and y */
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_bwd_args(int64_t tokens, int64_t heads, int64_t head_dim,
+                                                           const int64_t *pos, float theta, const void *dy,
+                                                           const void *dx) {
+    if (tokens > 0 && heads > 0) { /* named here: the shared checks call them x and y */
         PAR__CPU_PTR("rope_bwd", dy);
         PAR__CPU_PTR("rope_bwd", dx);
     }
+    return par__cpu_rope_args("rope_bwd", tokens, heads, head_dim, pos, theta, dy, dx);
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_bwd(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                                         float theta, const float *dy, float *dx) {
+    PAR__CHECK(par__cpu_rope_bwd_args(tokens, heads, head_dim, pos, theta, dy, dx));
     return par__cpu_rope("rope_bwd", tokens, heads, head_dim, pos, theta, dy, dx, -1.0);
 }
 
 /* ----------------------------------------------------------------- swiglu */
 
-static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd(int64_t n, const float *g, const float *u, float *h) {
-    int64_t i;
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd_args(int64_t n, const void *g, const void *u, const void *h) {
     PAR__CPU_NONNEG("swiglu_fwd", n);
     if (n > 0) {
         PAR__CPU_PTR("swiglu_fwd", g); PAR__CPU_PTR("swiglu_fwd", u); PAR__CPU_PTR("swiglu_fwd", h);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd(int64_t n, const float *g, const float *u, float *h) {
+    int64_t i;
+    PAR__CHECK(par__cpu_swiglu_fwd_args(n, g, u, h));
     for (i = 0; i < n; i++) {
         const float gi = g[i];
         h[i] = gi / (1.0f + expf(-gi)) * u[i];
@@ -11635,13 +11670,20 @@ static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd(int64_t n, const float *
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd(int64_t n, const float *g, const float *u, const float *dh, float *dg,
-                                           float *du) {
-    int64_t i;
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd_args(int64_t n, const void *g, const void *u, const void *dh,
+                                                             const void *dg, const void *du) {
     PAR__CPU_NONNEG("swiglu_bwd", n);
     if (n > 0) {
         PAR__CPU_PTR("swiglu_bwd", g); PAR__CPU_PTR("swiglu_bwd", u); PAR__CPU_PTR("swiglu_bwd", dh); PAR__CPU_PTR("swiglu_bwd", dg); PAR__CPU_PTR("swiglu_bwd", du);
     }
+    return PAR_OK;
+}
+
+/* dg may equal g and du may equal u (or dh): each element's inputs are read before its outputs are written. */
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd(int64_t n, const float *g, const float *u, const float *dh, float *dg,
+                                           float *du) {
+    int64_t i;
+    PAR__CHECK(par__cpu_swiglu_bwd_args(n, g, u, dh, dg, du));
     for (i = 0; i < n; i++) {
         const float gi = g[i], ui = u[i], d = dh[i];
         const float s = 1.0f / (1.0f + expf(-gi));
@@ -11653,9 +11695,18 @@ static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd(int64_t n, const float *
 
 /* -------------------------------------------------------------- embedding */
 
-static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd(int64_t n, const int32_t *ids, const float *table, int64_t rows,
-                                              int64_t dim, int64_t start, float *out) {
+/* Every id is checked before any row is written: a bad id leaves out and
+   dtable as they were. */
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_ids(const char *fn, int64_t n, const int32_t *ids) {
     int64_t t;
+    for (t = 0; t < n; t++)
+        PAR__CPU_NEED(ids[t] >= 0, "%s: token %lld has negative id %lld", fn, (long long)t, (long long)ids[t]);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd_args(int64_t n, const int32_t *ids, const void *table,
+                                                                int64_t rows, int64_t dim, int64_t start,
+                                                                const void *out) {
     PAR__CPU_NONNEG("embedding_fwd", n);
     PAR__CPU_NONNEG("embedding_fwd", rows);
     PAR__CPU_POS("embedding_fwd", dim);
@@ -11664,20 +11715,12 @@ static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd(int64_t n, const int3
         PAR__CPU_PTR("embedding_fwd", ids); PAR__CPU_PTR("embedding_fwd", out);
         if (rows > 0) PAR__CPU_PTR("embedding_fwd", table);
     }
-    for (t = 0; t < n; t++) {
-        const int64_t id = ids[t], r = id - start;
-        PAR__CPU_NEED(id >= 0, "embedding_fwd: token %lld has negative id %lld", (long long)t, (long long)id);
-        if (r >= 0 && r < rows)
-            memcpy(out + t * dim, table + r * dim, (size_t)dim * sizeof(float));
-        else
-            memset(out + t * dim, 0, (size_t)dim * sizeof(float));
-    }
-    return PAR_OK;
+    return par__cpu_embedding_ids("embedding_fwd", n, ids);
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd(int64_t n, const int32_t *ids, const float *dout, int64_t rows,
-                                              int64_t dim, int64_t start, float *dtable) {
-    int64_t t, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd_args(int64_t n, const int32_t *ids, const void *dout,
+                                                                int64_t rows, int64_t dim, int64_t start,
+                                                                const float *dtable) {
     PAR__CPU_NONNEG("embedding_bwd", n);
     PAR__CPU_NONNEG("embedding_bwd", rows);
     PAR__CPU_POS("embedding_bwd", dim);
@@ -11686,9 +11729,37 @@ static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd(int64_t n, const int3
         PAR__CPU_PTR("embedding_bwd", ids); PAR__CPU_PTR("embedding_bwd", dout);
         if (rows > 0) PAR__CPU_PTR("embedding_bwd", dtable);
     }
+    return par__cpu_embedding_ids("embedding_bwd", n, ids);
+}
+
+/* The lookup copies rows of `esize`-byte elements (f32, or 16-bit as stored: a copy rounds nothing). */
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_gather(int64_t n, const int32_t *ids, const void *table,
+                                                              int64_t rows, int64_t dim, int64_t start, void *out,
+                                                              size_t esize) {
+    const size_t row = (size_t)dim * esize;
+    int64_t t;
+    PAR__CHECK(par__cpu_embedding_fwd_args(n, ids, table, rows, dim, start, out));
+    for (t = 0; t < n; t++) {
+        const int64_t r = (int64_t)ids[t] - start;
+        if (r >= 0 && r < rows)
+            memcpy((char *)out + (size_t)t * row, (const char *)table + (size_t)r * row, row);
+        else
+            memset((char *)out + (size_t)t * row, 0, row);
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd(int64_t n, const int32_t *ids, const float *table, int64_t rows,
+                                              int64_t dim, int64_t start, float *out) {
+    return par__cpu_embedding_gather(n, ids, table, rows, dim, start, out, sizeof(float));
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd(int64_t n, const int32_t *ids, const float *dout, int64_t rows,
+                                              int64_t dim, int64_t start, float *dtable) {
+    int64_t t, j;
+    PAR__CHECK(par__cpu_embedding_bwd_args(n, ids, dout, rows, dim, start, dtable));
     for (t = 0; t < n; t++) {
         const int64_t id = ids[t], r = id - start;
-        PAR__CPU_NEED(id >= 0, "embedding_bwd: token %lld has negative id %lld", (long long)t, (long long)id);
         if (r >= 0 && r < rows) {
             float *dst = dtable + r * dim;
             const float *src = dout + t * dim;
@@ -11714,9 +11785,9 @@ static double par__cpu_row_sumexp(const float *x, int64_t n, float mx) {
     return s;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
-                                     float *loss, float *dlogits, float scale) {
-    int64_t r, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_args(int64_t rows, int64_t vocab, const void *logits,
+                                                       const int32_t *targets, const float *loss) {
+    int64_t r;
     PAR__CPU_NONNEG("xent", rows);
     PAR__CPU_POS("xent", vocab);
     if (rows > 0) {
@@ -11725,6 +11796,13 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, c
     for (r = 0; r < rows; r++)
         PAR__CPU_NEED(targets[r] < vocab, "xent: row %lld has target %d outside the vocab of %lld",
                       (long long)r, (int)targets[r], (long long)vocab);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
+                                     float *loss, float *dlogits, float scale) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_xent_args(rows, vocab, logits, targets, loss));
     for (r = 0; r < rows; r++) {
         const float *x = logits + r * vocab;
         const int32_t tg = targets[r];
@@ -11749,34 +11827,48 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, c
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_max(int64_t rows, int64_t v_local, const float *logits, float *max_out) {
-    int64_t r;
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_max_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                 const float *max_out) {
     PAR__CPU_NONNEG("xent_local_max", rows);
     PAR__CPU_NONNEG("xent_local_max", v_local);
     if (rows > 0) {
         PAR__CPU_PTR("xent_local_max", max_out);
         if (v_local > 0) PAR__CPU_PTR("xent_local_max", logits);
     }
-    for (r = 0; r < rows; r++) max_out[r] = par__cpu_row_max(logits + r * v_local, v_local);
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_sumexp(int64_t rows, int64_t v_local, const float *logits,
-                                                  const float *gmax, float *sum_out) {
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_max(int64_t rows, int64_t v_local, const float *logits, float *max_out) {
     int64_t r;
+    PAR__CHECK(par__cpu_xent_local_max_args(rows, v_local, logits, max_out));
+    for (r = 0; r < rows; r++) /* an empty shard: -inf, and logits may be NULL */
+        max_out[r] = v_local > 0 ? par__cpu_row_max(logits + r * v_local, v_local) : -INFINITY;
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_sumexp_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                    const float *gmax, const float *sum_out) {
     PAR__CPU_NONNEG("xent_local_sumexp", rows);
     PAR__CPU_NONNEG("xent_local_sumexp", v_local);
     if (rows > 0) {
         PAR__CPU_PTR("xent_local_sumexp", gmax); PAR__CPU_PTR("xent_local_sumexp", sum_out);
         if (v_local > 0) PAR__CPU_PTR("xent_local_sumexp", logits);
     }
-    for (r = 0; r < rows; r++) sum_out[r] = (float)par__cpu_row_sumexp(logits + r * v_local, v_local, gmax[r]);
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target(int64_t rows, int64_t v_local, const float *logits,
-                                                  const int32_t *targets, int64_t start, float *tgt_out) {
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_sumexp(int64_t rows, int64_t v_local, const float *logits,
+                                                  const float *gmax, float *sum_out) {
     int64_t r;
+    PAR__CHECK(par__cpu_xent_local_sumexp_args(rows, v_local, logits, gmax, sum_out));
+    for (r = 0; r < rows; r++) /* an empty shard: 0, and logits may be NULL */
+        sum_out[r] = v_local > 0 ? (float)par__cpu_row_sumexp(logits + r * v_local, v_local, gmax[r]) : 0.0f;
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                    const int32_t *targets, int64_t start,
+                                                                    const float *tgt_out) {
     PAR__CPU_NONNEG("xent_local_target", rows);
     PAR__CPU_NONNEG("xent_local_target", v_local);
     PAR__CPU_NONNEG("xent_local_target", start);
@@ -11784,6 +11876,13 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target(int64_t rows, int
         PAR__CPU_PTR("xent_local_target", targets); PAR__CPU_PTR("xent_local_target", tgt_out);
         if (v_local > 0) PAR__CPU_PTR("xent_local_target", logits);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target(int64_t rows, int64_t v_local, const float *logits,
+                                                  const int32_t *targets, int64_t start, float *tgt_out) {
+    int64_t r;
+    PAR__CHECK(par__cpu_xent_local_target_args(rows, v_local, logits, targets, start, tgt_out));
     for (r = 0; r < rows; r++) {
         const int64_t j = (int64_t)targets[r] - start;
         tgt_out[r] = (targets[r] >= 0 && j >= 0 && j < v_local) ? logits[r * v_local + j] : 0.0f;
@@ -11803,16 +11902,25 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent_loss_from_pieces(int64_t rows,
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_bwd_split(int64_t rows, int64_t v_local, const float *logits,
-                                               const int32_t *targets, int64_t start, const float *gmax,
-                                               const float *gsum, float scale, float *dlogits) {
-    int64_t r, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_bwd_split_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                 const int32_t *targets, int64_t start,
+                                                                 const float *gmax, const float *gsum,
+                                                                 const void *dlogits) {
     PAR__CPU_NONNEG("xent_bwd_split", rows);
     PAR__CPU_NONNEG("xent_bwd_split", v_local);
     PAR__CPU_NONNEG("xent_bwd_split", start);
     if (rows > 0 && v_local > 0) {
         PAR__CPU_PTR("xent_bwd_split", logits); PAR__CPU_PTR("xent_bwd_split", targets); PAR__CPU_PTR("xent_bwd_split", gmax); PAR__CPU_PTR("xent_bwd_split", gsum); PAR__CPU_PTR("xent_bwd_split", dlogits);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_bwd_split(int64_t rows, int64_t v_local, const float *logits,
+                                               const int32_t *targets, int64_t start, const float *gmax,
+                                               const float *gsum, float scale, float *dlogits) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_xent_bwd_split_args(rows, v_local, logits, targets, start, gmax, gsum, dlogits));
+    if (v_local == 0) return PAR_OK; /* nothing to write (and targets, gmax, gsum may be NULL) */
     for (r = 0; r < rows; r++) {
         const float *x = logits + r * v_local;
         float *d = dlogits + r * v_local;
@@ -11870,12 +11978,17 @@ static PAR__MAYBE_UNUSED par_status par__cpu_scale(int64_t n, float alpha, float
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_axpy(int64_t n, float alpha, const float *x, float *y) {
-    int64_t i;
+static PAR__MAYBE_UNUSED par_status par__cpu_axpy_args(int64_t n, const void *x, const void *y) {
     PAR__CPU_NONNEG("axpy", n);
     if (n > 0) {
         PAR__CPU_PTR("axpy", x); PAR__CPU_PTR("axpy", y);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_axpy(int64_t n, float alpha, const float *x, float *y) {
+    int64_t i;
+    PAR__CHECK(par__cpu_axpy_args(n, x, y));
     for (i = 0; i < n; i++) y[i] += alpha * x[i];
     return PAR_OK;
 }
