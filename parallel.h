@@ -11584,14 +11584,23 @@ static PAR__MAYBE_UNUSED void par__cpu_sgemm(int transa, int transb, int64_t m, 
 
 /* ---------------------------------------------------------------- rmsnorm */
 
-static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd(int64_t rows, int64_t dim, const float *x, const float *w, float eps,
-                                            float *y, float *rstd) {
-    int64_t r, j;
+/* The argument checks of each kernel are a function of their own (void
+   pointers): the 16-bit staging (>>compute-cpu (the table)) makes the same
+   checks, with the same sentences, before it widens anything. */
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd_args(int64_t rows, int64_t dim, const void *x, const void *w,
+                                                              const void *y) {
     PAR__CPU_NONNEG("rmsnorm_fwd", rows);
     PAR__CPU_POS("rmsnorm_fwd", dim);
     if (rows > 0) {
         PAR__CPU_PTR("rmsnorm_fwd", x); PAR__CPU_PTR("rmsnorm_fwd", w); PAR__CPU_PTR("rmsnorm_fwd", y);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd(int64_t rows, int64_t dim, const float *x, const float *w, float eps,
+                                            float *y, float *rstd) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_rmsnorm_fwd_args(rows, dim, x, w, y));
     for (r = 0; r < rows; r++) {
         const float *xr = x + r * dim;
         float *yr = y + r * dim;
@@ -11605,14 +11614,21 @@ static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_fwd(int64_t rows, int64_t d
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd(int64_t rows, int64_t dim, const float *x, const float *w,
-                                            const float *rstd, const float *dy, float *dx, float *dw) {
-    int64_t r, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd_args(int64_t rows, int64_t dim, const void *x, const void *w,
+                                                              const float *rstd, const void *dy, const void *dx,
+                                                              const float *dw) {
     PAR__CPU_NONNEG("rmsnorm_bwd", rows);
     PAR__CPU_POS("rmsnorm_bwd", dim);
     if (rows > 0) {
         PAR__CPU_PTR("rmsnorm_bwd", x); PAR__CPU_PTR("rmsnorm_bwd", w); PAR__CPU_PTR("rmsnorm_bwd", rstd); PAR__CPU_PTR("rmsnorm_bwd", dy); PAR__CPU_PTR("rmsnorm_bwd", dx); PAR__CPU_PTR("rmsnorm_bwd", dw);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd(int64_t rows, int64_t dim, const float *x, const float *w,
+                                            const float *rstd, const float *dy, float *dx, float *dw) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_rmsnorm_bwd_args(rows, dim, x, w, rstd, dy, dx, dw));
     for (r = 0; r < rows; r++) {
         const float *xr = x + r * dim, *dyr = dy + r * dim;
         float *dxr = dx + r * dim;
@@ -11633,9 +11649,8 @@ static PAR__MAYBE_UNUSED par_status par__cpu_rmsnorm_bwd(int64_t rows, int64_t d
 
 /* ------------------------------------------------------------------- rope */
 
-static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
-                                float theta, const float *x, float *y, double sign) {
-    int64_t t, hh, i, half = head_dim / 2;
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_args(const char *fn, int64_t tokens, int64_t heads, int64_t head_dim,
+                                                       const int64_t *pos, float theta, const void *x, const void *y) {
     PAR__CPU_NONNEG(fn, tokens);
     PAR__CPU_NONNEG(fn, heads);
     PAR__CPU_NEED(head_dim > 0 && head_dim % 2 == 0, "%s: head_dim is %lld (must be even and > 0)", fn,
@@ -11644,6 +11659,14 @@ static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, i
     if (tokens > 0 && heads > 0) {
         PAR__CPU_PTR(fn, pos); PAR__CPU_PTR(fn, x); PAR__CPU_PTR(fn, y);
     }
+    return PAR_OK;
+}
+
+static par_status par__cpu_rope(const char *fn, int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                                float theta, const float *x, float *y, double sign) {
+    int64_t t, hh, i, half = head_dim / 2;
+    PAR__CHECK(par__cpu_rope_args(fn, tokens, heads, head_dim, pos, theta, x, y));
+    if (heads == 0) return PAR_OK; /* nothing to rotate (and pos may be NULL) */
     /* the frequencies once per call, not per token (the same doubles: the same results) */
     double inv_freq[128];
     const int cached = half <= 128;
@@ -11670,23 +11693,35 @@ static PAR__MAYBE_UNUSED par_status par__cpu_rope_fwd(int64_t tokens, int64_t he
     return par__cpu_rope("rope_fwd", tokens, heads, head_dim, pos, theta, x, y, 1.0);
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_rope_bwd(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
-                                         float theta, const float *dy, float *dx) {
-    if (tokens > 0 && heads > 0) { /* named here: the shared body calls them x and y */
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_bwd_args(int64_t tokens, int64_t heads, int64_t head_dim,
+                                                           const int64_t *pos, float theta, const void *dy,
+                                                           const void *dx) {
+    if (tokens > 0 && heads > 0) { /* named here: the shared checks call them x and y */
         PAR__CPU_PTR("rope_bwd", dy);
         PAR__CPU_PTR("rope_bwd", dx);
     }
+    return par__cpu_rope_args("rope_bwd", tokens, heads, head_dim, pos, theta, dy, dx);
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_rope_bwd(int64_t tokens, int64_t heads, int64_t head_dim, const int64_t *pos,
+                                         float theta, const float *dy, float *dx) {
+    PAR__CHECK(par__cpu_rope_bwd_args(tokens, heads, head_dim, pos, theta, dy, dx));
     return par__cpu_rope("rope_bwd", tokens, heads, head_dim, pos, theta, dy, dx, -1.0);
 }
 
 /* ----------------------------------------------------------------- swiglu */
 
-static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd(int64_t n, const float *g, const float *u, float *h) {
-    int64_t i;
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd_args(int64_t n, const void *g, const void *u, const void *h) {
     PAR__CPU_NONNEG("swiglu_fwd", n);
     if (n > 0) {
         PAR__CPU_PTR("swiglu_fwd", g); PAR__CPU_PTR("swiglu_fwd", u); PAR__CPU_PTR("swiglu_fwd", h);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd(int64_t n, const float *g, const float *u, float *h) {
+    int64_t i;
+    PAR__CHECK(par__cpu_swiglu_fwd_args(n, g, u, h));
     for (i = 0; i < n; i++) {
         const float gi = g[i];
         h[i] = gi / (1.0f + expf(-gi)) * u[i];
@@ -11694,13 +11729,20 @@ static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_fwd(int64_t n, const float *
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd(int64_t n, const float *g, const float *u, const float *dh, float *dg,
-                                           float *du) {
-    int64_t i;
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd_args(int64_t n, const void *g, const void *u, const void *dh,
+                                                             const void *dg, const void *du) {
     PAR__CPU_NONNEG("swiglu_bwd", n);
     if (n > 0) {
         PAR__CPU_PTR("swiglu_bwd", g); PAR__CPU_PTR("swiglu_bwd", u); PAR__CPU_PTR("swiglu_bwd", dh); PAR__CPU_PTR("swiglu_bwd", dg); PAR__CPU_PTR("swiglu_bwd", du);
     }
+    return PAR_OK;
+}
+
+/* dg may equal g and du may equal u (or dh): each element's inputs are read before its outputs are written. */
+static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd(int64_t n, const float *g, const float *u, const float *dh, float *dg,
+                                           float *du) {
+    int64_t i;
+    PAR__CHECK(par__cpu_swiglu_bwd_args(n, g, u, dh, dg, du));
     for (i = 0; i < n; i++) {
         const float gi = g[i], ui = u[i], d = dh[i];
         const float s = 1.0f / (1.0f + expf(-gi));
@@ -11712,9 +11754,18 @@ static PAR__MAYBE_UNUSED par_status par__cpu_swiglu_bwd(int64_t n, const float *
 
 /* -------------------------------------------------------------- embedding */
 
-static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd(int64_t n, const int32_t *ids, const float *table, int64_t rows,
-                                              int64_t dim, int64_t start, float *out) {
+/* Every id is checked before any row is written: a bad id leaves out and
+   dtable as they were. */
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_ids(const char *fn, int64_t n, const int32_t *ids) {
     int64_t t;
+    for (t = 0; t < n; t++)
+        PAR__CPU_NEED(ids[t] >= 0, "%s: token %lld has negative id %lld", fn, (long long)t, (long long)ids[t]);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd_args(int64_t n, const int32_t *ids, const void *table,
+                                                                int64_t rows, int64_t dim, int64_t start,
+                                                                const void *out) {
     PAR__CPU_NONNEG("embedding_fwd", n);
     PAR__CPU_NONNEG("embedding_fwd", rows);
     PAR__CPU_POS("embedding_fwd", dim);
@@ -11723,20 +11774,12 @@ static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd(int64_t n, const int3
         PAR__CPU_PTR("embedding_fwd", ids); PAR__CPU_PTR("embedding_fwd", out);
         if (rows > 0) PAR__CPU_PTR("embedding_fwd", table);
     }
-    for (t = 0; t < n; t++) {
-        const int64_t id = ids[t], r = id - start;
-        PAR__CPU_NEED(id >= 0, "embedding_fwd: token %lld has negative id %lld", (long long)t, (long long)id);
-        if (r >= 0 && r < rows)
-            memcpy(out + t * dim, table + r * dim, (size_t)dim * sizeof(float));
-        else
-            memset(out + t * dim, 0, (size_t)dim * sizeof(float));
-    }
-    return PAR_OK;
+    return par__cpu_embedding_ids("embedding_fwd", n, ids);
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd(int64_t n, const int32_t *ids, const float *dout, int64_t rows,
-                                              int64_t dim, int64_t start, float *dtable) {
-    int64_t t, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd_args(int64_t n, const int32_t *ids, const void *dout,
+                                                                int64_t rows, int64_t dim, int64_t start,
+                                                                const float *dtable) {
     PAR__CPU_NONNEG("embedding_bwd", n);
     PAR__CPU_NONNEG("embedding_bwd", rows);
     PAR__CPU_POS("embedding_bwd", dim);
@@ -11745,9 +11788,37 @@ static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd(int64_t n, const int3
         PAR__CPU_PTR("embedding_bwd", ids); PAR__CPU_PTR("embedding_bwd", dout);
         if (rows > 0) PAR__CPU_PTR("embedding_bwd", dtable);
     }
+    return par__cpu_embedding_ids("embedding_bwd", n, ids);
+}
+
+/* The lookup copies rows of `esize`-byte elements (f32, or 16-bit as stored: a copy rounds nothing). */
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_gather(int64_t n, const int32_t *ids, const void *table,
+                                                              int64_t rows, int64_t dim, int64_t start, void *out,
+                                                              size_t esize) {
+    const size_t row = (size_t)dim * esize;
+    int64_t t;
+    PAR__CHECK(par__cpu_embedding_fwd_args(n, ids, table, rows, dim, start, out));
+    for (t = 0; t < n; t++) {
+        const int64_t r = (int64_t)ids[t] - start;
+        if (r >= 0 && r < rows)
+            memcpy((char *)out + (size_t)t * row, (const char *)table + (size_t)r * row, row);
+        else
+            memset((char *)out + (size_t)t * row, 0, row);
+    }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_fwd(int64_t n, const int32_t *ids, const float *table, int64_t rows,
+                                              int64_t dim, int64_t start, float *out) {
+    return par__cpu_embedding_gather(n, ids, table, rows, dim, start, out, sizeof(float));
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_embedding_bwd(int64_t n, const int32_t *ids, const float *dout, int64_t rows,
+                                              int64_t dim, int64_t start, float *dtable) {
+    int64_t t, j;
+    PAR__CHECK(par__cpu_embedding_bwd_args(n, ids, dout, rows, dim, start, dtable));
     for (t = 0; t < n; t++) {
         const int64_t id = ids[t], r = id - start;
-        PAR__CPU_NEED(id >= 0, "embedding_bwd: token %lld has negative id %lld", (long long)t, (long long)id);
         if (r >= 0 && r < rows) {
             float *dst = dtable + r * dim;
             const float *src = dout + t * dim;
@@ -11773,9 +11844,9 @@ static double par__cpu_row_sumexp(const float *x, int64_t n, float mx) {
     return s;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
-                                     float *loss, float *dlogits, float scale) {
-    int64_t r, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_args(int64_t rows, int64_t vocab, const void *logits,
+                                                       const int32_t *targets, const float *loss) {
+    int64_t r;
     PAR__CPU_NONNEG("xent", rows);
     PAR__CPU_POS("xent", vocab);
     if (rows > 0) {
@@ -11784,6 +11855,13 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, c
     for (r = 0; r < rows; r++)
         PAR__CPU_NEED(targets[r] < vocab, "xent: row %lld has target %d outside the vocab of %lld",
                       (long long)r, (int)targets[r], (long long)vocab);
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, const float *logits, const int32_t *targets,
+                                     float *loss, float *dlogits, float scale) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_xent_args(rows, vocab, logits, targets, loss));
     for (r = 0; r < rows; r++) {
         const float *x = logits + r * vocab;
         const int32_t tg = targets[r];
@@ -11808,34 +11886,48 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent(int64_t rows, int64_t vocab, c
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_max(int64_t rows, int64_t v_local, const float *logits, float *max_out) {
-    int64_t r;
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_max_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                 const float *max_out) {
     PAR__CPU_NONNEG("xent_local_max", rows);
     PAR__CPU_NONNEG("xent_local_max", v_local);
     if (rows > 0) {
         PAR__CPU_PTR("xent_local_max", max_out);
         if (v_local > 0) PAR__CPU_PTR("xent_local_max", logits);
     }
-    for (r = 0; r < rows; r++) max_out[r] = par__cpu_row_max(logits + r * v_local, v_local);
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_sumexp(int64_t rows, int64_t v_local, const float *logits,
-                                                  const float *gmax, float *sum_out) {
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_max(int64_t rows, int64_t v_local, const float *logits, float *max_out) {
     int64_t r;
+    PAR__CHECK(par__cpu_xent_local_max_args(rows, v_local, logits, max_out));
+    for (r = 0; r < rows; r++) /* an empty shard: -inf, and logits may be NULL */
+        max_out[r] = v_local > 0 ? par__cpu_row_max(logits + r * v_local, v_local) : -INFINITY;
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_sumexp_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                    const float *gmax, const float *sum_out) {
     PAR__CPU_NONNEG("xent_local_sumexp", rows);
     PAR__CPU_NONNEG("xent_local_sumexp", v_local);
     if (rows > 0) {
         PAR__CPU_PTR("xent_local_sumexp", gmax); PAR__CPU_PTR("xent_local_sumexp", sum_out);
         if (v_local > 0) PAR__CPU_PTR("xent_local_sumexp", logits);
     }
-    for (r = 0; r < rows; r++) sum_out[r] = (float)par__cpu_row_sumexp(logits + r * v_local, v_local, gmax[r]);
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target(int64_t rows, int64_t v_local, const float *logits,
-                                                  const int32_t *targets, int64_t start, float *tgt_out) {
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_sumexp(int64_t rows, int64_t v_local, const float *logits,
+                                                  const float *gmax, float *sum_out) {
     int64_t r;
+    PAR__CHECK(par__cpu_xent_local_sumexp_args(rows, v_local, logits, gmax, sum_out));
+    for (r = 0; r < rows; r++) /* an empty shard: 0, and logits may be NULL */
+        sum_out[r] = v_local > 0 ? (float)par__cpu_row_sumexp(logits + r * v_local, v_local, gmax[r]) : 0.0f;
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                    const int32_t *targets, int64_t start,
+                                                                    const float *tgt_out) {
     PAR__CPU_NONNEG("xent_local_target", rows);
     PAR__CPU_NONNEG("xent_local_target", v_local);
     PAR__CPU_NONNEG("xent_local_target", start);
@@ -11843,6 +11935,13 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target(int64_t rows, int
         PAR__CPU_PTR("xent_local_target", targets); PAR__CPU_PTR("xent_local_target", tgt_out);
         if (v_local > 0) PAR__CPU_PTR("xent_local_target", logits);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_local_target(int64_t rows, int64_t v_local, const float *logits,
+                                                  const int32_t *targets, int64_t start, float *tgt_out) {
+    int64_t r;
+    PAR__CHECK(par__cpu_xent_local_target_args(rows, v_local, logits, targets, start, tgt_out));
     for (r = 0; r < rows; r++) {
         const int64_t j = (int64_t)targets[r] - start;
         tgt_out[r] = (targets[r] >= 0 && j >= 0 && j < v_local) ? logits[r * v_local + j] : 0.0f;
@@ -11862,16 +11961,25 @@ static PAR__MAYBE_UNUSED par_status par__cpu_xent_loss_from_pieces(int64_t rows,
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_xent_bwd_split(int64_t rows, int64_t v_local, const float *logits,
-                                               const int32_t *targets, int64_t start, const float *gmax,
-                                               const float *gsum, float scale, float *dlogits) {
-    int64_t r, j;
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_bwd_split_args(int64_t rows, int64_t v_local, const void *logits,
+                                                                 const int32_t *targets, int64_t start,
+                                                                 const float *gmax, const float *gsum,
+                                                                 const void *dlogits) {
     PAR__CPU_NONNEG("xent_bwd_split", rows);
     PAR__CPU_NONNEG("xent_bwd_split", v_local);
     PAR__CPU_NONNEG("xent_bwd_split", start);
     if (rows > 0 && v_local > 0) {
         PAR__CPU_PTR("xent_bwd_split", logits); PAR__CPU_PTR("xent_bwd_split", targets); PAR__CPU_PTR("xent_bwd_split", gmax); PAR__CPU_PTR("xent_bwd_split", gsum); PAR__CPU_PTR("xent_bwd_split", dlogits);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_xent_bwd_split(int64_t rows, int64_t v_local, const float *logits,
+                                               const int32_t *targets, int64_t start, const float *gmax,
+                                               const float *gsum, float scale, float *dlogits) {
+    int64_t r, j;
+    PAR__CHECK(par__cpu_xent_bwd_split_args(rows, v_local, logits, targets, start, gmax, gsum, dlogits));
+    if (v_local == 0) return PAR_OK; /* nothing to write (and targets, gmax, gsum may be NULL) */
     for (r = 0; r < rows; r++) {
         const float *x = logits + r * v_local;
         float *d = dlogits + r * v_local;
@@ -11929,12 +12037,17 @@ static PAR__MAYBE_UNUSED par_status par__cpu_scale(int64_t n, float alpha, float
     return PAR_OK;
 }
 
-static PAR__MAYBE_UNUSED par_status par__cpu_axpy(int64_t n, float alpha, const float *x, float *y) {
-    int64_t i;
+static PAR__MAYBE_UNUSED par_status par__cpu_axpy_args(int64_t n, const void *x, const void *y) {
     PAR__CPU_NONNEG("axpy", n);
     if (n > 0) {
         PAR__CPU_PTR("axpy", x); PAR__CPU_PTR("axpy", y);
     }
+    return PAR_OK;
+}
+
+static PAR__MAYBE_UNUSED par_status par__cpu_axpy(int64_t n, float alpha, const float *x, float *y) {
+    int64_t i;
+    PAR__CHECK(par__cpu_axpy_args(n, x, y));
     for (i = 0; i < n; i++) y[i] += alpha * x[i];
     return PAR_OK;
 }
@@ -12536,7 +12649,8 @@ struct par__cpu_state {
     const par__cpu_gemm_isa *isa;
     void *ws_raw[PAR__CPU_MAX_THREADS]; /* packing space per worker */
     int64_t ws_floats[PAR__CPU_MAX_THREADS];
-    float *stage;                       /* a 16-bit GEMM output in f32 (par__cpu_stage_reserve) */
+    float *stage;                       /* f32 staging of a 16-bit GEMM's C or of a 16-bit activation
+                                           kernel's blocks (par__cpu_stage_reserve; never both at once) */
     int64_t stage_floats;
 #endif
 #ifdef PAR__CPU_THREADS
@@ -12743,11 +12857,16 @@ static par_status par__cpu_t_memory_report(void *user, par_mem_report *report) {
 }
 
 #ifndef PARALLEL_NO_CPU_KERNELS
-/* GEMM packing space is the CPU table's only kept scratch: per worker thread,
-   the blocks of the largest problem, which only grow with m, n and k (attention
-   tiles are allocated and freed within each call). CBLAS packs in its own memory. */
+static int64_t par__cpu_act16_bound(int threads, int64_t cols);
+
+/* The CPU table keeps GEMM packing space, per worker thread, the blocks of the
+   largest problem, which only grow with m, n and k (CBLAS packs in its own
+   memory), and one f32 staging buffer, the larger of a 16-bit GEMM's C and a
+   16-bit activation call's blocks (par__cpu_act16_bound). Attention tiles and
+   a 16-bit attention's staging are allocated and freed within each call. */
 static par_status par__cpu_t_scratch_bound(void *user, const par_scratch_query *q, size_t *bytes) {
     par__cpu_state *s = (par__cpu_state *)user;
+    int64_t stage = 0; /* floats */
     PAR__CPU_PTR("scratch_bound", q);
     PAR__CPU_PTR("scratch_bound", bytes);
     *bytes = 0;
@@ -12763,13 +12882,19 @@ static par_status par__cpu_t_scratch_bound(void *user, const par_scratch_query *
         *bytes = (size_t)s->threads *
                  (size_t)par__cpu_blocks_floats(par__cpu_gemm_blocks(s->isa, q->gemm_m, q->gemm_n, q->gemm_k, 0)) *
                  sizeof(float);
-    if (q->gemm_type != PAR_F32) *bytes += (size_t)q->gemm_m * (size_t)q->gemm_n * sizeof(float); /* the staging */
+    if (q->gemm_type != PAR_F32) stage = q->gemm_m * q->gemm_n; /* a 16-bit C */
     PAR__CPU_NEED(q->attn_type == PAR_F32 || q->attn_type == PAR_BF16 || q->attn_type == PAR_F16,
                   "scratch_bound: attn_type %s (f32, bf16 or f16)", par_dtype_name(q->attn_type));
     PAR__CPU_NEED(q->attn_q_elems >= 0 && q->attn_kv_elems >= 0, "scratch_bound: attn_q_elems %lld and attn_kv_elems "
                   "%lld must be >= 0", (long long)q->attn_q_elems, (long long)q->attn_kv_elems);
     if (q->attn_type != PAR_F32) /* a 16-bit backward's staging: q o do dq, k v dk dv */
         *bytes += (size_t)(4 * q->attn_q_elems + 4 * q->attn_kv_elems) * sizeof(float);
+    PAR__CPU_NEED(q->act_type == PAR_F32 || q->act_type == PAR_BF16 || q->act_type == PAR_F16,
+                  "scratch_bound: act_type %s (f32, bf16 or f16)", par_dtype_name(q->act_type));
+    PAR__CPU_NEED(q->act_cols >= 0, "scratch_bound: act_cols %lld must be >= 0", (long long)q->act_cols);
+    if (q->act_type != PAR_F32 && par__cpu_act16_bound(s->threads, q->act_cols) > stage)
+        stage = par__cpu_act16_bound(s->threads, q->act_cols);
+    *bytes += (size_t)stage * sizeof(float);
     return PAR_OK;
 }
 #endif
@@ -12851,14 +12976,17 @@ static void par__cpu_gemm_task(void *arg, int w) {
 
 /* A 16-bit C is staged in f32 (batch problems of m x n, tight): loaded when
    beta reads it, rounded once into C afterwards. The staging is the table's
-   workspace (s->stage), grown as needed. */
-static par_status par__cpu_stage_reserve(par__cpu_state *s, int64_t floats) {
-    void *raw;
+   workspace (s->stage), grown as needed; the 16-bit activation kernels stage
+   their blocks in it too (its contents are scratch: the old buffer goes
+   before the new one comes, so the workspace never holds both). */
+static par_status par__cpu_stage_reserve(par__cpu_state *s, int64_t floats, const char *fn) {
     if (s->stage_floats >= floats) return PAR_OK;
-    if (!(raw = par__alloc_malloc(&s->alloc, (size_t)floats * sizeof(float))))
-        return par__fail(PAR_ENOMEM, "gemm: out of memory staging a 16-bit C (%lld bytes)", (long long)floats * 4);
     if (s->stage) par__alloc_free(&s->alloc, s->stage), par__cpu_mem_add(s, PAR_MEM_WORKSPACE, -s->stage_floats * 4);
-    s->stage = (float *)raw, s->stage_floats = floats;
+    s->stage = NULL, s->stage_floats = 0;
+    if (!(s->stage = (float *)par__alloc_malloc(&s->alloc, (size_t)floats * sizeof(float))))
+        return par__fail(PAR_ENOMEM, "%s: out of memory staging 16-bit tensors in f32 (%lld bytes)", fn,
+                         (long long)floats * 4);
+    s->stage_floats = floats;
     par__cpu_mem_add(s, PAR_MEM_WORKSPACE, floats * 4);
     return PAR_OK;
 }
@@ -12933,7 +13061,7 @@ static par_status par__cpu_t_gemm(void *user, const par_gemm_desc *desc, const v
     job.c = (float *)c;
     if (d->c_type != PAR_F32) { /* f32 staging, tight: rounded into C once at the end */
         par_gemm_desc io = *d;
-        par_status st = par__cpu_stage_reserve(s, d->batch * d->m * d->n);
+        par_status st = par__cpu_stage_reserve(s, d->batch * d->m * d->n, "gemm");
         if (st != PAR_OK) return st;
         if (d->beta != 0.0f) par__cpu_stage_copy(&io, d->c_type, c, s->stage, 0);
         d->ldc = d->n, d->stride_c = d->m * d->n, d->c_type = PAR_F32, job.c = s->stage;
@@ -13390,88 +13518,332 @@ static par_status par__cpu_t_sumsq(void *user, int64_t n, const float *x, double
     return par__cpu_sumsq(n, x, out);
 }
 
+/* ---------------------------------------- 16-bit activations (the staging) */
+
 /* The table's activation kernels: f32 tensors go straight to the kernels
-   above; 16-bit ones are staged in f32 (par__cpu_stage_*). */
-static par_status par__cpu_typed_todo(const char *fn, par_dtype dtype) {
-    return par__fail(PAR_EUNSUPPORTED, "cpu %s: dtype %s is not supported yet", fn, par_dtype_name(dtype));
+   above. A bf16 or f16 call runs the same single-threaded f32 kernels on f32
+   staging, block by block: a block of rows of each of its tensors widened
+   (exact) into f32, the kernel on the block, its outputs rounded to nearest
+   even once into the caller's tensors. Rows are independent, so the blocks fan
+   out over the kernel threads as the f32 ranges do (each worker with slots of
+   its own, so the conversions run in parallel too) and the bits are the f32
+   kernel's; the kernels that add every row into one f32 array (rmsnorm_bwd's
+   dw, embedding_bwd's dtable) run their blocks in order on the calling thread,
+   as their f32 kernels do, so the sums keep their order. An output is staged
+   over an input the f32 kernel lets it overwrite (y over x, dlogits over
+   logits, dg over g and du over u ...): no kernel needs more than
+   PAR__CPU_ACT_SLOTS slots, and a block is read whole before anything is
+   stored, so the caller's aliasing (rope's y == x, rmsnorm_bwd's dx == dy,
+   xent's dlogits == logits ...) keeps working. The staging is s->stage (free
+   while no 16-bit GEMM runs):
+   [rmsnorm's w, widened once] [worker 0's slots] [worker 1's slots] ... */
+#define PAR__CPU_ACT_BLOCK 8192 /* floats in a slot (32 KiB: a worker's slots stay in L2), or one row if wider */
+#define PAR__CPU_ACT_SLOTS 3
+
+typedef struct par__cpu_act16 par__cpu_act16;
+/* The f32 kernel on rows [r0, r0 + nr) of the call, slot k's block at f[k]. */
+typedef par_status (*par__cpu_act16_fn)(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f);
+
+struct par__cpu_act16 {
+    par__cpu_state *s;
+    const char *fn;
+    par_dtype t;
+    int64_t rows, cols;                 /* its row-shaped tensors: rows x cols (elementwise ones: cols 1) */
+    const void *in[PAR__CPU_ACT_SLOTS]; /* widened into slot k, block by block (NULL: none) */
+    void *out[PAR__CPU_ACT_SLOTS];      /* slot k rounded into it after the kernel (NULL: none) */
+    int serial;                         /* adds rows into one array: one worker, blocks in order */
+    par__cpu_act16_fn kernel;
+    /* the kernel's other arguments */
+    const float *w, *rstd, *gmax, *gsum; /* w: rmsnorm's, widened into the staging */
+    float *per_row, *acc;                /* rstd, loss or a piece [rows]; dw or dtable */
+    const int32_t *ids;                  /* ids or targets [rows] */
+    const int64_t *pos;
+    int64_t i0, i1;
+    float f0;
+    /* the split (par__cpu_act16_run) */
+    float *slots0; /* worker 0's first slot */
+    int64_t blk_rows, blk_floats;
+    int slots, parts;
+    par_status st[PAR__CPU_FAN_MAX];
+    char msg[PAR__CPU_FAN_MAX][160];
+};
+
+/* The activation kernels take F32, BF16 or F16 tensors. */
+static par_status par__cpu_act_dtype(const char *fn, par_dtype t) {
+    if (t == PAR_F32 || t == PAR_BF16 || t == PAR_F16) return PAR_OK;
+    return par__fail(PAR_EINVAL, "%s: dtype is %s (%d); the activations are f32, bf16 or f16", fn,
+                     par_dtype_name(t), (int)t);
 }
+
+static void par__cpu_act16_init(par__cpu_act16 *c, void *user, const char *fn, par_dtype t, int64_t rows,
+                                int64_t cols, par__cpu_act16_fn kernel) {
+    memset(c, 0, sizeof *c);
+    c->s = (par__cpu_state *)user, c->fn = fn, c->t = t, c->rows = rows, c->cols = cols, c->kernel = kernel;
+}
+
+/* One worker's rows [b, e), block by block through its slots. */
+static par_status par__cpu_act16_rows(const par__cpu_act16 *c, int worker, int64_t b, int64_t e) {
+    float *f[PAR__CPU_ACT_SLOTS] = {NULL, NULL, NULL};
+    const int64_t es = (int64_t)par_dtype_size(c->t);
+    int64_t r0;
+    int k;
+    for (k = 0; k < c->slots; k++) f[k] = c->slots0 + ((int64_t)worker * c->slots + k) * c->blk_floats;
+    for (r0 = b; r0 < e; r0 += c->blk_rows) {
+        const int64_t nr = e - r0 < c->blk_rows ? e - r0 : c->blk_rows, off = r0 * c->cols, len = nr * c->cols;
+        for (k = 0; k < c->slots; k++)
+            if (c->in[k]) par__cpu_widen(c->t, (const char *)c->in[k] + off * es, len, f[k]);
+        PAR__CHECK(c->kernel(c, r0, nr, f));
+        for (k = 0; k < c->slots; k++)
+            if (c->out[k]) par__cpu_narrow(c->t, f[k], len, (char *)c->out[k] + off * es);
+    }
+    return PAR_OK;
+}
+
+static void par__cpu_act16_task(void *arg, int worker) {
+    par__cpu_act16 *c = (par__cpu_act16 *)arg;
+    if (worker >= c->parts) return;
+    c->st[worker] = par__cpu_act16_rows(c, worker, c->rows * worker / c->parts, c->rows * (worker + 1) / c->parts);
+    if (c->st[worker] != PAR_OK) par__copy_text(c->msg[worker], sizeof c->msg[worker], par_last_error());
+}
+
+/* Run call c (its arguments checked): parts as the f32 ranges (at least 32768
+   elements each), blocks of PAR__CPU_ACT_BLOCK floats or one row, the staging
+   reserved, `w16` ([wn], read by every row) widened once. */
+static par_status par__cpu_act16_run(par__cpu_act16 *c, const void *w16, int64_t wn) {
+    par__cpu_state *s = c->s;
+    int64_t parts, per;
+    int k, w;
+    float *none[PAR__CPU_ACT_SLOTS] = {NULL, NULL, NULL};
+    if (c->rows == 0) return PAR_OK;
+    if (c->cols == 0) return c->kernel(c, 0, c->rows, none); /* xent_local_max's -inf, sumexp's 0 a row */
+    for (k = 0; k < PAR__CPU_ACT_SLOTS; k++)
+        if (c->in[k] || c->out[k]) c->slots = k + 1;
+    parts = c->serial ? 1 : c->rows / (32768 / c->cols + 1);
+    if (parts > s->threads) parts = s->threads;
+    if (parts > PAR__CPU_FAN_MAX) parts = PAR__CPU_FAN_MAX;
+    if (parts < 1) parts = 1;
+    per = (c->rows + parts - 1) / parts;
+    c->blk_rows = PAR__CPU_ACT_BLOCK / c->cols > 1 ? PAR__CPU_ACT_BLOCK / c->cols : 1;
+    if (c->blk_rows > per) c->blk_rows = per;
+    c->blk_floats = c->blk_rows * c->cols, c->parts = (int)parts;
+    PAR__CHECK(par__cpu_stage_reserve(s, wn + parts * c->slots * c->blk_floats, c->fn));
+    if (w16) par__cpu_widen(c->t, w16, wn, s->stage), c->w = s->stage;
+    c->slots0 = s->stage + wn;
+    if (parts == 1) return par__cpu_act16_rows(c, 0, 0, c->rows);
+    par__cpu_parallel(s, par__cpu_act16_task, c);
+    for (w = 0; w < c->parts; w++)
+        if (c->st[w] != PAR_OK) return par__fail(c->st[w], "%s", c->msg[w]);
+    return PAR_OK;
+}
+
+/* The most floats a 16-bit activation call stages with rows of at most
+   `cols` (scratch_bound): the largest of three kernels at their widest split
+   (T workers, M = a block or one row): swiglu_bwd, 3 slots of a block per
+   worker: 3 T BLOCK; rmsnorm_fwd, w and 1 slot per worker: T M + cols;
+   rmsnorm_bwd (one worker), w and 2 slots: 2 M + cols. The others stage less. */
+static int64_t par__cpu_act16_bound(int threads, int64_t cols) {
+    const int64_t T = threads < PAR__CPU_FAN_MAX ? threads : PAR__CPU_FAN_MAX;
+    const int64_t M = cols > PAR__CPU_ACT_BLOCK ? cols : PAR__CPU_ACT_BLOCK;
+    const int64_t elementwise = 3 * T * PAR__CPU_ACT_BLOCK, rows = (T > 2 ? T : 2) * M + cols;
+    return elementwise > rows ? elementwise : rows;
+}
+
+/* The kernels on a block (the f32 kernels above, staged tensors in f[]). */
+static par_status par__cpu_act16_rmsnorm_fwd(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_rmsnorm_fwd(nr, c->cols, f[0], c->w, c->f0, f[0], c->per_row ? c->per_row + r0 : NULL);
+}
+static par_status par__cpu_act16_rmsnorm_bwd(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_rmsnorm_bwd(nr, c->cols, f[0], c->w, c->rstd + r0, f[1], f[1], c->acc);
+}
+static par_status par__cpu_act16_rope_fwd(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_rope_fwd(nr, c->i0, c->i1, c->pos + r0, c->f0, f[0], f[0]);
+}
+static par_status par__cpu_act16_rope_bwd(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_rope_bwd(nr, c->i0, c->i1, c->pos + r0, c->f0, f[0], f[0]);
+}
+static par_status par__cpu_act16_swiglu_fwd(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    (void)c, (void)r0;
+    return par__cpu_swiglu_fwd(nr, f[0], f[1], f[0]);
+}
+static par_status par__cpu_act16_swiglu_bwd(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    (void)c, (void)r0;
+    return par__cpu_swiglu_bwd(nr, f[0], f[1], f[2], f[0], f[1]);
+}
+static par_status par__cpu_act16_embedding_bwd(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_embedding_bwd(nr, c->ids + r0, f[0], c->i0, c->cols, c->i1, c->acc);
+}
+static par_status par__cpu_act16_xent(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_xent(nr, c->cols, f[0], c->ids + r0, c->per_row + r0, c->out[0] ? f[0] : NULL, c->f0);
+}
+static par_status par__cpu_act16_xent_local_max(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_xent_local_max(nr, c->cols, f[0], c->per_row + r0);
+}
+static par_status par__cpu_act16_xent_local_sumexp(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_xent_local_sumexp(nr, c->cols, f[0], c->gmax + r0, c->per_row + r0);
+}
+static par_status par__cpu_act16_xent_bwd_split(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    return par__cpu_xent_bwd_split(nr, c->cols, f[0], c->ids + r0, c->i0, c->gmax + r0, c->gsum + r0, c->f0, f[0]);
+}
+static par_status par__cpu_act16_axpy(const par__cpu_act16 *c, int64_t r0, int64_t nr, float *const *f) {
+    (void)r0;
+    return par__cpu_axpy(nr, c->f0, f[0], f[1]);
+}
+
+/* The table's entries: the dtype checked, f32 to the kernels above, 16-bit
+   calls checked by the f32 kernel's own checks, then staged. */
 static par_status par__cpu_t_rmsnorm_fwd(void *user, par_dtype dt, int64_t rows, int64_t dim, const void *x,
                                          const void *w, float eps, void *y, float *rstd) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("rmsnorm_fwd", dt));
     if (dt == PAR_F32) return par__cpu_f32_rmsnorm_fwd(user, rows, dim, (const float *)x, (const float *)w, eps, (float *)y, rstd);
-    return par__cpu_typed_todo("rmsnorm_fwd", dt);
+    PAR__CHECK(par__cpu_rmsnorm_fwd_args(rows, dim, x, w, y));
+    par__cpu_act16_init(&c, user, "rmsnorm_fwd", dt, rows, dim, par__cpu_act16_rmsnorm_fwd);
+    c.in[0] = x, c.out[0] = y, c.per_row = rstd, c.f0 = eps;
+    return par__cpu_act16_run(&c, w, dim);
 }
 static par_status par__cpu_t_rmsnorm_bwd(void *user, par_dtype dt, int64_t rows, int64_t dim, const void *x,
                                          const void *w, const float *rstd, const void *dy, void *dx, float *dw) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("rmsnorm_bwd", dt));
     if (dt == PAR_F32)
         return par__cpu_f32_rmsnorm_bwd(user, rows, dim, (const float *)x, (const float *)w, rstd, (const float *)dy,
                                         (float *)dx, dw);
-    return par__cpu_typed_todo("rmsnorm_bwd", dt);
+    PAR__CHECK(par__cpu_rmsnorm_bwd_args(rows, dim, x, w, rstd, dy, dx, dw));
+    par__cpu_act16_init(&c, user, "rmsnorm_bwd", dt, rows, dim, par__cpu_act16_rmsnorm_bwd);
+    c.in[0] = x, c.in[1] = dy, c.out[1] = dx, c.rstd = rstd, c.acc = dw, c.serial = 1; /* dw sums the rows in order */
+    return par__cpu_act16_run(&c, w, dim);
 }
 static par_status par__cpu_t_rope_fwd(void *user, par_dtype dt, int64_t tokens, int64_t heads, int64_t head_dim,
                                       const int64_t *pos, float theta, const void *x, void *y) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("rope_fwd", dt));
     if (dt == PAR_F32) return par__cpu_f32_rope_fwd(user, tokens, heads, head_dim, pos, theta, (const float *)x, (float *)y);
-    return par__cpu_typed_todo("rope_fwd", dt);
+    PAR__CHECK(par__cpu_rope_args("rope_fwd", tokens, heads, head_dim, pos, theta, x, y));
+    par__cpu_act16_init(&c, user, "rope_fwd", dt, tokens, heads * head_dim, par__cpu_act16_rope_fwd);
+    if (heads == 0) return PAR_OK; /* nothing to rotate (and pos may be NULL) */
+    c.in[0] = x, c.out[0] = y, c.i0 = heads, c.i1 = head_dim, c.pos = pos, c.f0 = theta;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_rope_bwd(void *user, par_dtype dt, int64_t tokens, int64_t heads, int64_t head_dim,
                                       const int64_t *pos, float theta, const void *dy, void *dx) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("rope_bwd", dt));
     if (dt == PAR_F32) return par__cpu_f32_rope_bwd(user, tokens, heads, head_dim, pos, theta, (const float *)dy, (float *)dx);
-    return par__cpu_typed_todo("rope_bwd", dt);
+    PAR__CHECK(par__cpu_rope_bwd_args(tokens, heads, head_dim, pos, theta, dy, dx));
+    par__cpu_act16_init(&c, user, "rope_bwd", dt, tokens, heads * head_dim, par__cpu_act16_rope_bwd);
+    if (heads == 0) return PAR_OK; /* nothing to rotate (and pos may be NULL) */
+    c.in[0] = dy, c.out[0] = dx, c.i0 = heads, c.i1 = head_dim, c.pos = pos, c.f0 = theta;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_swiglu_fwd(void *user, par_dtype dt, int64_t n, const void *g, const void *u, void *h) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("swiglu_fwd", dt));
     if (dt == PAR_F32) return par__cpu_f32_swiglu_fwd(user, n, (const float *)g, (const float *)u, (float *)h);
-    return par__cpu_typed_todo("swiglu_fwd", dt);
+    PAR__CHECK(par__cpu_swiglu_fwd_args(n, g, u, h));
+    par__cpu_act16_init(&c, user, "swiglu_fwd", dt, n, 1, par__cpu_act16_swiglu_fwd);
+    c.in[0] = g, c.out[0] = h, c.in[1] = u;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_swiglu_bwd(void *user, par_dtype dt, int64_t n, const void *g, const void *u,
                                         const void *dh, void *dg, void *du) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("swiglu_bwd", dt));
     if (dt == PAR_F32)
         return par__cpu_f32_swiglu_bwd(user, n, (const float *)g, (const float *)u, (const float *)dh, (float *)dg,
                                        (float *)du);
-    return par__cpu_typed_todo("swiglu_bwd", dt);
+    PAR__CHECK(par__cpu_swiglu_bwd_args(n, g, u, dh, dg, du));
+    par__cpu_act16_init(&c, user, "swiglu_bwd", dt, n, 1, par__cpu_act16_swiglu_bwd);
+    c.in[0] = g, c.out[0] = dg, c.in[1] = u, c.out[1] = du, c.in[2] = dh;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_embedding_fwd(void *user, par_dtype dt, int64_t n, const int32_t *ids, const void *table,
                                            int64_t rows, int64_t dim, int64_t start, void *out) {
+    PAR__CHECK(par__cpu_act_dtype("embedding_fwd", dt));
     if (dt == PAR_F32) return par__cpu_f32_embedding_fwd(user, n, ids, (const float *)table, rows, dim, start, (float *)out);
-    return par__cpu_typed_todo("embedding_fwd", dt);
+    /* a lookup computes nothing: the 16-bit rows are copied as they are (what widening
+       and rounding give, but for a nan's payload), with no staging */
+    return par__cpu_embedding_gather(n, ids, table, rows, dim, start, out, 2);
 }
 static par_status par__cpu_t_embedding_bwd(void *user, par_dtype dt, int64_t n, const int32_t *ids, const void *dout,
                                            int64_t rows, int64_t dim, int64_t start, float *dtable) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("embedding_bwd", dt));
     if (dt == PAR_F32) return par__cpu_f32_embedding_bwd(user, n, ids, (const float *)dout, rows, dim, start, dtable);
-    return par__cpu_typed_todo("embedding_bwd", dt);
+    PAR__CHECK(par__cpu_embedding_bwd_args(n, ids, dout, rows, dim, start, dtable));
+    par__cpu_act16_init(&c, user, "embedding_bwd", dt, n, dim, par__cpu_act16_embedding_bwd);
+    c.in[0] = dout, c.ids = ids, c.i0 = rows, c.i1 = start, c.acc = dtable;
+    c.serial = 1; /* a repeated id's rows add in order */
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_xent(void *user, par_dtype dt, int64_t rows, int64_t vocab, const void *logits,
                                   const int32_t *targets, float *loss, void *dlogits, float scale) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("xent", dt));
     if (dt == PAR_F32)
         return par__cpu_f32_xent(user, rows, vocab, (const float *)logits, targets, loss, (float *)dlogits, scale);
-    return par__cpu_typed_todo("xent", dt);
+    PAR__CHECK(par__cpu_xent_args(rows, vocab, logits, targets, loss));
+    par__cpu_act16_init(&c, user, "xent", dt, rows, vocab, par__cpu_act16_xent);
+    c.in[0] = logits, c.out[0] = dlogits, c.ids = targets, c.per_row = loss, c.f0 = scale;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_xent_local_max(void *user, par_dtype dt, int64_t rows, int64_t v_local,
                                             const void *logits, float *max_out) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("xent_local_max", dt));
     if (dt == PAR_F32) return par__cpu_f32_xent_local_max(user, rows, v_local, (const float *)logits, max_out);
-    return par__cpu_typed_todo("xent_local_max", dt);
+    PAR__CHECK(par__cpu_xent_local_max_args(rows, v_local, logits, max_out));
+    par__cpu_act16_init(&c, user, "xent_local_max", dt, rows, v_local, par__cpu_act16_xent_local_max);
+    c.in[0] = logits, c.per_row = max_out;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_xent_local_sumexp(void *user, par_dtype dt, int64_t rows, int64_t v_local,
                                                const void *logits, const float *gmax, float *sum_out) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("xent_local_sumexp", dt));
     if (dt == PAR_F32) return par__cpu_f32_xent_local_sumexp(user, rows, v_local, (const float *)logits, gmax, sum_out);
-    return par__cpu_typed_todo("xent_local_sumexp", dt);
+    PAR__CHECK(par__cpu_xent_local_sumexp_args(rows, v_local, logits, gmax, sum_out));
+    par__cpu_act16_init(&c, user, "xent_local_sumexp", dt, rows, v_local, par__cpu_act16_xent_local_sumexp);
+    c.in[0] = logits, c.gmax = gmax, c.per_row = sum_out;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_xent_local_target(void *user, par_dtype dt, int64_t rows, int64_t v_local,
                                                const void *logits, const int32_t *targets, int64_t start,
                                                float *tgt_out) {
+    int64_t r;
+    PAR__CHECK(par__cpu_act_dtype("xent_local_target", dt));
     if (dt == PAR_F32)
         return par__cpu_f32_xent_local_target(user, rows, v_local, (const float *)logits, targets, start, tgt_out);
-    return par__cpu_typed_todo("xent_local_target", dt);
+    PAR__CHECK(par__cpu_xent_local_target_args(rows, v_local, logits, targets, start, tgt_out));
+    for (r = 0; r < rows; r++) { /* one logit a row: widened alone, the f32 kernel's value (no staging) */
+        const int64_t j = (int64_t)targets[r] - start;
+        tgt_out[r] = 0.0f;
+        if (targets[r] >= 0 && j >= 0 && j < v_local)
+            par__cpu_widen(dt, (const uint16_t *)logits + r * v_local + j, 1, tgt_out + r);
+    }
+    return PAR_OK;
 }
 static par_status par__cpu_t_xent_bwd_split(void *user, par_dtype dt, int64_t rows, int64_t v_local,
                                             const void *logits, const int32_t *targets, int64_t start,
                                             const float *gmax, const float *gsum, float scale, void *dlogits) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("xent_bwd_split", dt));
     if (dt == PAR_F32)
         return par__cpu_f32_xent_bwd_split(user, rows, v_local, (const float *)logits, targets, start, gmax, gsum, scale,
                                            (float *)dlogits);
-    return par__cpu_typed_todo("xent_bwd_split", dt);
+    PAR__CHECK(par__cpu_xent_bwd_split_args(rows, v_local, logits, targets, start, gmax, gsum, dlogits));
+    if (v_local == 0) return PAR_OK; /* nothing to write (and targets, gmax, gsum may be NULL) */
+    par__cpu_act16_init(&c, user, "xent_bwd_split", dt, rows, v_local, par__cpu_act16_xent_bwd_split);
+    c.in[0] = logits, c.out[0] = dlogits, c.ids = targets, c.i0 = start, c.gmax = gmax, c.gsum = gsum, c.f0 = scale;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 static par_status par__cpu_t_axpy(void *user, par_dtype dt, int64_t n, float alpha, const void *x, void *y) {
+    par__cpu_act16 c;
+    PAR__CHECK(par__cpu_act_dtype("axpy", dt));
     if (dt == PAR_F32) return par__cpu_f32_axpy(user, n, alpha, (const float *)x, (float *)y);
-    return par__cpu_typed_todo("axpy", dt);
+    PAR__CHECK(par__cpu_axpy_args(n, x, y));
+    par__cpu_act16_init(&c, user, "axpy", dt, n, 1, par__cpu_act16_axpy);
+    c.in[0] = x, c.in[1] = y, c.out[1] = y, c.f0 = alpha;
+    return par__cpu_act16_run(&c, NULL, 0);
 }
 
 static par_status par__cpu_t_convert(void *user, int64_t n, par_dtype src_type, const void *src, par_dtype dst_type,
