@@ -17340,9 +17340,16 @@ PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field fie
     p = &ps->p[i];
     ps->tmp_bucket_of = -1; /* the gather cache may be stale now */
     if (field == PAR_PARAM_VALUE && ps->mixed) { /* this rank's compute copy, through the device workspace */
+        par_status st;
         PAR__CHECK(par__params_tmp(ps, &ps->tmp_whole, &ps->tmp_whole_n, p->numel > 0 ? p->numel : 1));
-        PAR__CHECK(ps->ct->memcpy(ps->ct->user, ps->tmp_whole, local, (size_t)p->numel * sizeof(float), up));
-        PAR__CHECK(ps->ct->convert(ps->ct->user, p->numel, PAR_F32, ps->tmp_whole, ps->cdt, par__params_cv(ps, p->offset)));
+        st = ps->ct->memcpy(ps->ct->user, ps->tmp_whole, local, (size_t)p->numel * sizeof(float), up);
+        if (st == PAR_OK)
+            st = ps->ct->convert(ps->ct->user, p->numel, PAR_F32, ps->tmp_whole, ps->cdt, par__params_cv(ps, p->offset));
+        /* released at once: a host sets values outside its steps, and the set's
+           memory plan (par_params_memory) holds no workspace of its own */
+        if (st == PAR_OK) st = ps->ct->synchronize(ps->ct->user);
+        par__params_free_ptr(ps, ps->tmp_whole), ps->tmp_whole = NULL, ps->tmp_whole_n = 0;
+        PAR__CHECK(st);
     }
     if (!par__params_sharded(ps, field)) {
         dst = par__params_field_buf(ps, field) + p->offset;

@@ -14,7 +14,10 @@
         parallel, each with --trace: tokens/s and the share of step time exposed to
         communication that the trainer computes from its trace (rank 0);
      5. activation recomputation on one rank (recompute_config: none, selective,
-        full): tokens/s and the activation memory the trainer plans (= its peak).
+        full): tokens/s and the activation memory the trainer plans (= its peak);
+     6. mixed precision on one rank (model_config.compute_dtype bfloat16, and
+        float16 with a dynamic loss scale) beside float32, each run next to the
+        others: tokens/s and planned activation memory.
    Prints a table and JSON lines {"bench":"train",...}. Usage: build/bench_train [steps] */
 #define _DEFAULT_SOURCE
 #include <stdio.h>
@@ -114,7 +117,11 @@ int main(int argc, char **argv) {
     static const struct { const char *name, *sets; } recompute[] = {
         {"none", ""}, {"selective", "--set recompute_config.select_recompute=true"},
         {"full", "--set recompute_config.recompute=true"}};
-    run_result one, four, torch = {0, 0, 0, -1, 0, 0}, traced[5], rc[3];
+    static const struct { const char *name, *sets; } precision[] = {
+        {"bfloat16", "--set model.model_config.compute_dtype=bfloat16"},
+        {"float16", "--set model.model_config.compute_dtype=float16 "
+                    "--set runner_wrapper.scale_sense.type=DynamicLossScaleUpdateCell"}};
+    run_result one, four, torch = {0, 0, 0, -1, 0, 0}, traced[5], rc[3], lp[2];
     size_t i;
     int have_torch;
     if (steps < 2) return fprintf(stderr, "bench_train: steps must be >= 2\n"), 2;
@@ -127,6 +134,7 @@ int main(int argc, char **argv) {
     for (i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
         traced[i] = run_trainer(layouts[i].dp, layouts[i].tp, layouts[i].sp, 1, steps, "");
     for (i = 0; i < 3; i++) rc[i] = run_trainer(1, 1, 0, 0, steps, recompute[i].sets);
+    for (i = 0; i < 2; i++) lp[i] = run_trainer(1, 1, 0, 0, steps, precision[i].sets);
     if (!one.ok || !four.ok) return fprintf(stderr, "bench_train: a trainer run failed\n"), 1;
 
     printf("bench model: hidden 256, 4 layers, 8 heads (4 kv), ffn 688, seq 256, global batch 8; %d steps\n", steps);
@@ -154,6 +162,15 @@ int main(int argc, char **argv) {
                    rc[0].ok ? rc[i].tokens_per_s / rc[0].tokens_per_s : 0.0, rc[i].act_mib);
         else
             printf("%-34s %12s\n", recompute[i].name, "failed");
+    printf("1 rank, mixed precision (model_config.compute_dtype; float32 = the recompute table's none):\n");
+    printf("%-34s %12s %10s %14s\n", "compute_dtype", "tokens/s", "vs f32", "activations MiB");
+    if (rc[0].ok) printf("%-34s %12.0f %9.2fx %14.2f\n", "float32", rc[0].tokens_per_s, 1.0, rc[0].act_mib);
+    for (i = 0; i < 2; i++)
+        if (lp[i].ok)
+            printf("%-34s %12.0f %9.2fx %14.2f\n", precision[i].name, lp[i].tokens_per_s,
+                   rc[0].ok ? lp[i].tokens_per_s / rc[0].tokens_per_s : 0.0, lp[i].act_mib);
+        else
+            printf("%-34s %12s\n", precision[i].name, "failed");
 
     printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"tokens_per_s\":%.1f,\"cpu_s\":%.3f,\"wall_s\":%.3f}\n",
            one.tokens_per_s, one.cpu_s, one.wall_s);
@@ -173,5 +190,9 @@ int main(int argc, char **argv) {
         if (rc[i].ok)
             printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"recompute\":\"%s\",\"tokens_per_s\":%.1f,"
                    "\"activations_mib\":%.3f}\n", recompute[i].name, rc[i].tokens_per_s, rc[i].act_mib);
+    for (i = 0; i < 2; i++)
+        if (lp[i].ok)
+            printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"compute_dtype\":\"%s\",\"tokens_per_s\":%.1f,"
+                   "\"activations_mib\":%.3f}\n", precision[i].name, lp[i].tokens_per_s, lp[i].act_mib);
     return 0;
 }

@@ -1610,7 +1610,8 @@ static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
     const double tokens = (double)t->global_batch * (double)t->cfg->seq_length;
     const double tps = s->seconds > 0 ? tokens / s->seconds : 0.0;
     const double mfu = s->seconds > 0 && t->gemm_gflops > 0 ? step_flops(t) / s->seconds / (t->gemm_gflops * 1e9) : 0.0;
-    char scaled[96] = "";
+    char scaled[96] = "", gnorm[32] = "null"; /* JSON has no inf or nan: a skipped f16 step's norm is null */
+    if (isfinite(s->grad_norm)) snprintf(gnorm, sizeof gnorm, "%.9g", s->grad_norm);
     if (t->use_ls) /* loss scaling: the scale the step ran with, and whether an overflow skipped it */
         snprintf(scaled, sizeof scaled, ",\"loss_scale\":%.9g,\"skipped\":%d", (double)s->loss_scale, s->skipped);
     if (!t->opt->quiet)
@@ -1619,10 +1620,10 @@ static void report_step(trainer *t, const step_stats *s, int64_t peak_bytes) {
                s->skipped ? " | skipped: inf/nan gradients, loss scale backed off" : "");
     if (t->metrics) {
         fprintf(t->metrics,
-                "{\"step\":%lld,\"loss\":%.9g,\"grad_norm\":%.9g,\"lr\":%.9g,\"tokens_per_s\":%.1f,\"mfu\":%.5f,"
+                "{\"step\":%lld,\"loss\":%.9g,\"grad_norm\":%s,\"lr\":%.9g,\"tokens_per_s\":%.1f,\"mfu\":%.5f,"
                 "\"peak_mem_bytes\":%lld,\"step_s\":%.6f%s}\n",
-                (long long)t->step - 1, s->loss, s->grad_norm, (double)s->lr, tps, mfu, (long long)peak_bytes,
-                s->seconds, scaled);
+                (long long)t->step - 1, s->loss, gnorm, (double)s->lr, tps, mfu, (long long)peak_bytes, s->seconds,
+                scaled);
         fflush(t->metrics);
     }
     fflush(stdout);

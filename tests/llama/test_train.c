@@ -914,7 +914,7 @@ static const char *const rc_sets[3] = {"", "--set recompute_config.recompute=tru
    with a split backward (`split`: zero bubble), whose weight-gradient half
    holds each layer's linear inputs and output gradients from I to W
    whatever is recomputed: what zero bubble costs in memory. */
-static void rc_row(const char *name, const char *base, int L, int split, const char *sets) {
+static void rc_row(const char *name, const char *base, int L, int split, const char *sets, double *none_loss) {
     static int rows;
     double loss[3][RC_STEPS + 1], gnorm[3][RC_STEPS + 1];
     int64_t act[3] = {0}, work[3] = {0};
@@ -937,6 +937,8 @@ static void rc_row(const char *name, const char *base, int L, int split, const c
         work[k] = read_memory(metrics[k], "memory_plan", "workspace");
     }
     rows++;
+    if (none_loss) memcpy(none_loss, loss[0], sizeof loss[0]);
+    if (none_loss && !ok[0]) none_loss[0] = NAN;
     for (k = 1; k < 3; k++) {
         if (!ok[0] || !ok[k]) continue;
         CHECK_MSG(!memcmp(loss[0], loss[k], RC_STEPS * sizeof(double)) && !memcmp(gnorm[0], gnorm[k], RC_STEPS * sizeof(double)),
@@ -956,10 +958,9 @@ static void rc_row(const char *name, const char *base, int L, int split, const c
            (work[2] - work[0]) / 1048576.0);
 }
 
-static void test_recompute(void) {
-    static const struct {
-        const char *name, *sets;
-    } cases[] = {
+static const struct {
+    const char *name, *sets;
+} rc_cases[] = {
         {"one device", ""},
         {"dp2 zero2 micro2", "--set parallel_config.data_parallel=2 --set parallel_config.micro_batch_num=2 "
                              "--set parallel.enable_parallel_optimizer=true "
@@ -986,11 +987,13 @@ static void test_recompute(void) {
                                         "--set parallel_config.context_parallel=2 --set parallel_config.micro_batch_num=2 "
                                         "--set parallel.enable_parallel_optimizer=true "
                                         "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
-    };
+};
+
+static void test_recompute(void) {
     size_t i;
     int rc;
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        rc_row(cases[i].name, pp_base, 4, strstr(cases[i].sets, "zb-h1") != NULL, cases[i].sets);
+    for (i = 0; i < sizeof rc_cases / sizeof rc_cases[0]; i++)
+        rc_row(rc_cases[i].name, pp_base, 4, strstr(rc_cases[i].sets, "zb-h1") != NULL, rc_cases[i].sets, NULL);
     /* MindFormers' lists: per stage (stage 0 recomputes its first layer fully, stage 1 its first
        fully and its second selectively) and per chunk under the interleaved schedule (one layer a
        virtual stage: chunk 0's stage 0 and chunk 1's stage 1 fully, the other two selectively):
@@ -1941,6 +1944,167 @@ static void test_qkv_bias(void) {
         tp_base, dir);
 }
 
+/* ---- mixed precision ------------------------------------------------------------ */
+
+#define LP_STEPS 50
+static const char *lp_ref = "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
+                            "--data tests/ref/gqa_data.txt --quiet";
+
+/* tests/ref/lowp_KIND_expected.txt (tests/ref/make_lowp_ref.py): per-step loss,
+   grad norm, the loss scale the step ran with and whether it was skipped. */
+static int read_lowp(const char *kind, double *loss, double *gnorm, double *scale, int *skipped) {
+    char path[256];
+    FILE *f;
+    int n = 0;
+    snprintf(path, sizeof path, "tests/ref/lowp_%s_expected.txt", kind);
+    if (!(f = fopen(path, "r"))) return -1;
+    while (n < LP_STEPS && fscanf(f, " step %*d loss %lf gnorm %lf scale %lf skipped %d", &loss[n], &gnorm[n], &scale[n],
+                                  &skipped[n]) == 4)
+        n++;
+    fclose(f);
+    return n;
+}
+
+/* One number of every step line of a metrics file ("key":value), -1 if absent. */
+static int read_metric_key(const char *path, const char *key, double *v, int max) {
+    FILE *f = fopen(path, "r");
+    char line[1024], k[64];
+    int n = 0;
+    if (!f) return -1;
+    snprintf(k, sizeof k, "\"%s\":", key);
+    while (fgets(line, sizeof line, f) && n < max)
+        if (strstr(line, "\"step\":")) v[n++] = strstr(line, k) ? strtod(strstr(line, k) + strlen(k), NULL) : -1.0;
+    fclose(f);
+    return n;
+}
+
+/* The bf16 trainer against PyTorch's CPU autocast (tests/ref/make_lowp_ref.py),
+   50 steps from the same weights and data.
+   The bound. Both runs store the same tensors in bf16 at the same points, so
+   they differ only where they round differently: PyTorch's autocast rounds
+   each linear's weight gradient to bf16 before the f32 master sees it (ours
+   accumulates it in f32), and accumulation orders differ inside f32 sums
+   (which may flip a bf16 rounding). Each such difference is a subset of the
+   rounding that bf16 does to the whole computation, whose effect on this
+   run's losses PyTorch itself measures: its bf16 run against its f32 run,
+   the largest per-step |loss difference| over the 50 steps, D (1.4e-3 here).
+   So: every step |ours - PyTorch bf16| <= D. And it must really be bf16:
+   ours is nearer PyTorch's bf16 losses than its f32 ones (root mean square
+   over the steps), which an f32 run would not be. */
+static void lowp_bf16_oracle(void) {
+    double f32l[LP_STEPS], f32g[LP_STEPS], f32s[LP_STEPS], bfl[LP_STEPS], bfg[LP_STEPS], bfs[LP_STEPS];
+    double loss[LP_STEPS + 1], gnorm[LP_STEPS + 1], d = 0.0, to_bf = 0.0, to_f32 = 0.0, worst = 0.0;
+    int skipped[LP_STEPS], i, rc;
+    CHECK_MSG(read_lowp("f32", f32l, f32g, f32s, skipped) == LP_STEPS && read_lowp("bf16", bfl, bfg, bfs, skipped) == LP_STEPS,
+              "tests/ref/lowp_{f32,bf16}_expected.txt: %d steps each expected", LP_STEPS);
+    for (i = 0; i < LP_STEPS; i++) d = fmax(d, fabs(bfl[i] - f32l[i]));
+    /* the fixture's f32 run is the trainer's f32 run (as the 10-step reference) */
+    rc = run_cmd(0, "%s --steps %d --metrics %s", lp_ref, LP_STEPS, test_path("lp32.jsonl"));
+    CHECK_MSG(rc == 0, "f32 50 steps: %s", err_text);
+    CHECK_INT(read_metrics(test_path("lp32.jsonl"), loss, gnorm, LP_STEPS + 1), LP_STEPS);
+    for (i = 0; i < LP_STEPS; i++)
+        CHECK_MSG(fabs(loss[i] - f32l[i]) <= 1e-4 * fabs(f32l[i]), "f32 step %d loss %.7f, PyTorch %.6f", i, loss[i], f32l[i]);
+    rc = run_cmd(0, "%s --steps %d --metrics %s --set model.model_config.compute_dtype=bfloat16", lp_ref, LP_STEPS,
+                 test_path("lp16.jsonl"));
+    CHECK_MSG(rc == 0, "bf16 50 steps: %s", err_text);
+    CHECK_INT(read_metrics(test_path("lp16.jsonl"), loss, gnorm, LP_STEPS + 1), LP_STEPS);
+    for (i = 0; i < LP_STEPS; i++) {
+        CHECK_MSG(fabs(loss[i] - bfl[i]) <= d, "bf16 step %d loss %.7f, PyTorch bf16 %.6f: beyond D = %.2e", i, loss[i],
+                  bfl[i], d);
+        worst = fmax(worst, fabs(loss[i] - bfl[i]));
+        to_bf += (loss[i] - bfl[i]) * (loss[i] - bfl[i]), to_f32 += (loss[i] - f32l[i]) * (loss[i] - f32l[i]);
+    }
+    CHECK_MSG(to_bf < to_f32, "bf16 losses nearer PyTorch's f32 run (rms %.2e) than its bf16 one (rms %.2e)",
+              sqrt(to_f32 / LP_STEPS), sqrt(to_bf / LP_STEPS));
+    printf("  bf16 vs PyTorch autocast, 50 steps: largest |loss diff| %.2e (bound D %.2e); rms to PyTorch bf16 %.2e, "
+           "to PyTorch f32 %.2e\n", worst, d, sqrt(to_bf / LP_STEPS), sqrt(to_f32 / LP_STEPS));
+    check_plan_holds("bf16 reference", test_path("lp16.jsonl"));
+}
+
+/* f16 with a forced overflow: an initial loss scale of 2^24 makes the f16
+   gradients overflow, and GradScaler's rule (backoff 0.5, growth 2 after 4
+   good steps: scale_window 4) must skip the same steps with the same scales
+   as PyTorch's run (tests/ref/make_lowp_ref.py writes the rule out). The
+   losses: within the bf16 bound D scaled to f16's 3 more bits (D / 8). */
+static void lowp_f16_overflow(void) {
+    double rl[LP_STEPS], rg[LP_STEPS], rs[LP_STEPS], bfl[LP_STEPS], f32l[LP_STEPS], x[LP_STEPS];
+    double loss[LP_STEPS + 1], gnorm[LP_STEPS + 1], scale[LP_STEPS + 1], skip[LP_STEPS + 1], d = 0.0, worst = 0.0;
+    int rskip[LP_STEPS], none[LP_STEPS], i, rc, nskip = 0;
+    CHECK_INT(read_lowp("f16", rl, rg, rs, rskip), LP_STEPS);
+    CHECK_INT(read_lowp("bf16", bfl, x, x, none), LP_STEPS);
+    CHECK_INT(read_lowp("f32", f32l, x, x, none), LP_STEPS);
+    for (i = 0; i < LP_STEPS; i++) d = fmax(d, fabs(bfl[i] - f32l[i]));
+    rc = run_cmd(0, "%s --steps %d --metrics %s --set model.model_config.compute_dtype=float16 "
+                    "--set runner_wrapper.scale_sense.type=DynamicLossScaleUpdateCell "
+                    "--set runner_wrapper.scale_sense.loss_scale_value=16777216 "
+                    "--set runner_wrapper.scale_sense.scale_window=4",
+                 lp_ref, LP_STEPS, test_path("lph.jsonl"));
+    CHECK_MSG(rc == 0, "f16 50 steps: %s", err_text);
+    CHECK_INT(read_metrics(test_path("lph.jsonl"), loss, gnorm, LP_STEPS + 1), LP_STEPS);
+    CHECK_INT(read_metric_key(test_path("lph.jsonl"), "loss_scale", scale, LP_STEPS + 1), LP_STEPS);
+    CHECK_INT(read_metric_key(test_path("lph.jsonl"), "skipped", skip, LP_STEPS + 1), LP_STEPS);
+    for (i = 0; i < LP_STEPS; i++) {
+        nskip += rskip[i];
+        CHECK_MSG((int)skip[i] == rskip[i] && scale[i] == rs[i], "f16 step %d: skipped %d scale %g, GradScaler: %d, %g", i,
+                  (int)skip[i], scale[i], rskip[i], rs[i]);
+        CHECK_MSG(fabs(loss[i] - rl[i]) <= d / 8, "f16 step %d loss %.7f, PyTorch f16 %.6f: beyond D / 8 = %.2e", i,
+                  loss[i], rl[i], d / 8);
+        worst = fmax(worst, fabs(loss[i] - rl[i]));
+    }
+    CHECK_MSG(nskip > 0, "the f16 fixture skips no step: the overflow was not forced");
+    printf("  f16 loss scaling, 50 steps: %d skipped as GradScaler; largest |loss diff| %.2e (bound %.2e)\n", nskip,
+           worst, d / 8);
+}
+
+/* Every row of the recomputation table (dp, ZeRO, tp, sp, cp ring and
+   Ulysses, every pipeline schedule, multi-copy, fine-grained) in bf16: none,
+   full and selective bit-identical with plans that hold (rc_row), and each
+   row's losses against one device in bf16. The bound: the rows round at
+   other points than one device (a tensor-parallel partial product is
+   rounded to bf16 before the reduction sums it; a pipeline boundary is a
+   bf16 tensor; ...), a subset of bf16's rounding again: D' = 2^-8 x loss,
+   one bf16 unit roundoff of the loss itself, per step, over these 4 steps. */
+static void lowp_table(void) {
+    char base[1024];
+    double one[RC_STEPS + 1], row[RC_STEPS + 1], worst = 0.0;
+    size_t i;
+    int k;
+    snprintf(base, sizeof base, "%s --set model.model_config.compute_dtype=bfloat16", pp_base);
+    for (i = 0; i < sizeof rc_cases / sizeof rc_cases[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "bf16 %s", rc_cases[i].name);
+        rc_row(name, base, 4, strstr(rc_cases[i].sets, "zb-h1") != NULL, rc_cases[i].sets, i ? row : one);
+        for (k = 0; i && k < RC_STEPS; k++) {
+            CHECK_MSG(fabs(row[k] - one[k]) <= ldexp(fabs(one[k]), -8), "%s step %d loss %.7f, one device %.7f", name, k,
+                      row[k], one[k]);
+            if (isfinite(row[k])) worst = fmax(worst, fabs(row[k] - one[k]) / fabs(one[k]));
+        }
+    }
+    printf("  bf16 table: largest relative loss difference from one device %.2e (bound 2^-8 = %.2e)\n", worst,
+           ldexp(1.0, -8));
+}
+
+/* compute_dtype's values, and f16 without a loss scale, refused by name. */
+static void lowp_bad_input(void) {
+    int rc = run_cmd(0, "%s --steps 1 --set model.model_config.compute_dtype=float16", lp_ref);
+    CHECK_MSG(rc == 2 && strstr(err_text, "compute_dtype = float16 needs a loss scale"), "f16 without scale: %d %s", rc,
+              err_text);
+    rc = run_cmd(0, "%s --steps 1 --set model.model_config.compute_dtype=float64", lp_ref);
+    CHECK_MSG(rc == 2 && strstr(err_text, "model.model_config.compute_dtype"), "float64: %d %s", rc, err_text);
+    rc = run_cmd(0, "%s --steps 1 --set model.model_config.compute_dtype=float16 "
+                    "--set runner_wrapper.scale_sense.type=DynamicLossScaleUpdateCell "
+                    "--set runner_wrapper.scale_sense.scale_factor=1",
+                 lp_ref);
+    CHECK_MSG(rc == 2 && strstr(err_text, "runner_wrapper.scale_sense.scale_factor"), "scale_factor 1: %d %s", rc, err_text);
+}
+
+static void test_mixed(void) {
+    lowp_bad_input();
+    lowp_bf16_oracle();
+    lowp_f16_overflow();
+    lowp_table();
+}
+
 int main(void) {
     char tmpl[] = "/tmp/par_train_test_XXXXXX";
     char cmd[600];
@@ -1976,7 +2140,8 @@ int main(void) {
                       {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
                       {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
-                      {"recompute", {test_recompute, test_save_dtype}}};
+                      {"recompute", {test_recompute, test_save_dtype}},
+                      {"mixed", {test_mixed, NULL}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
             if (strcmp(only, groups[g].name) != 0) continue;
@@ -2008,6 +2173,7 @@ int main(void) {
         test_sharded_resume();
         test_hf_export();
         test_save_dtype();
+        test_mixed();
         test_qkv_bias();
         test_recompute();
     }
