@@ -109,7 +109,8 @@ typedef struct llama_config {
     float scale_factor;    /* runner_wrapper.scale_sense.scale_factor: dynamic growth (and 1 / backoff), 2 */
     int scale_window;      /* runner_wrapper.scale_sense.scale_window: good steps before growing, 1000 */
     float scale_sense_number; /* runner_wrapper.scale_sense given as a number (MindSpore's fixed Tensor scale):
-                              0 = not given; otherwise a FixedLossScaleUpdateCell of that value */
+                              llama_config_load folds it into the three above (FixedLossScaleUpdateCell of that
+                              value) and leaves 0 here */
     float max_grad_norm;   /* ours, top level: 0 = no clipping; with use_clip_grad the effective norm is
                               runner_wrapper.max_grad_norm (llama_config_load stores it here) */
     char load_checkpoint[256]; /* "" = none; a .safetensors file or a --save-dir directory: --init-from */
@@ -298,8 +299,9 @@ enum {
     LLAMA__MIN_OPEN = 1,  /* value must be > min (not >=) */
     LLAMA__MAX_OPEN = 2,  /* value must be < max (not <=) */
     LLAMA__NEG1_ZERO = 4, /* MindFormers writes -1 for "the whole run": read it as 0 */
-    LLAMA__CHANGES = 8    /* accepted and not honoured: a value other than the default changes training against
+    LLAMA__CHANGES = 8,   /* accepted and not honoured: a value other than the default changes training against
                              MindFormers, which the config report lists (the help text says how) */
+    LLAMA__FOLDED = 16    /* read, then folded into other keys by llama_config_load (llama__derive; never printed) */
 };
 
 /* One accepted spelling of an enumerated value: `name` is what the YAML may
@@ -583,8 +585,9 @@ static const llama__key llama__keys[] = {
     /* runner_wrapper */
     {"runner_wrapper.type", LLAMA__T_TEXT, LLAMA__NONE, 0, 0, 0, 0, NULL, "MFTrainOneStepCell", NULL,
      "accepted and ignored: one training step is forward, backward, clipping (use_clip_grad) and the optimizer"},
-    {"runner_wrapper.scale_sense", LLAMA__T_FLOAT, LLAMA__AT(scale_sense_number), 0, 0, LLAMA__NOMAX, 0, NULL, "0", NULL,
-     "the number form (MFTrainOneStepCell's Tensor scale_sense): a fixed loss scale of that value, as scale_sense.type FixedLossScaleUpdateCell with loss_scale_value; 0 = none"},
+    {"runner_wrapper.scale_sense", LLAMA__T_FLOAT, LLAMA__AT(scale_sense_number), 0, 0, LLAMA__NOMAX, LLAMA__FOLDED, NULL,
+     "0", NULL,
+     "the number form (MFTrainOneStepCell's Tensor scale_sense): a fixed loss scale of that value, read as scale_sense.type FixedLossScaleUpdateCell with loss_scale_value (when the section gives no type); 0 = none"},
     {"runner_wrapper.scale_sense.type", LLAMA__T_CHOICE, LLAMA__AT(scale_sense), 0, 0, 0, 0, llama__scale_senses, "none",
      NULL, "loss scaling (MindSpore's update cells): DynamicLossScaleUpdateCell = GradScaler's rule (an inf/nan gradient on any rank skips the step on every rank and divides the scale by scale_factor; scale_window good steps multiply it), FixedLossScaleUpdateCell = a fixed scale (an overflowing step is still skipped), none = no scaling (bfloat16 and float32 need none)"},
     {"runner_wrapper.scale_sense.loss_scale_value", LLAMA__T_FLOAT, LLAMA__AT(loss_scale_value), 0, 0, LLAMA__NOMAX,
@@ -1372,9 +1375,7 @@ static int llama__when_alone_splits(const llama__vctx *v) {
            (c->data_parallel > 1 || c->model_parallel > 1 || c->pipeline_stage > 1 || c->context_parallel > 1);
 }
 static int llama__when_level3(const llama__vctx *v) { return v->c->optimizer_level == 3; }
-static int llama__when_f16_unscaled(const llama__vctx *v) {
-    return v->c->compute_dtype == 2 && v->c->scale_sense == 0 && v->c->scale_sense_number == 0.0f;
-}
+static int llama__when_f16_unscaled(const llama__vctx *v) { return v->c->compute_dtype == 2 && v->c->scale_sense == 0; }
 
 static int llama__when_hidden_by_heads(const llama__vctx *v) { return v->c->hidden_size % v->c->num_heads != 0; }
 static int llama__when_head_dim_odd(const llama__vctx *v) { return v->n[LLAMA__N_HEAD_DIM] % 2 != 0; }
@@ -2174,7 +2175,7 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
         int rc = 0;
         const llama__key *k = skip ? NULL : llama__find(child, strlen(child));
         const llama__key *t = k ? llama__resolve_alias(k) : NULL;
-        const llama__key *section = k || skip ? NULL : llama__section_example(child, strlen(child));
+        const llama__key *section = skip ? NULL : llama__section_example(child, strlen(child));
         if (skip) {
             rc = llama__skip_value(l, &val);
         } else if (val.type == YAML_SCALAR_EVENT) {
@@ -2195,6 +2196,8 @@ static int llama__file_mapping(llama__loader *l, const char *path) {
             llama__report_error(l->rep, "%s:%d: %s = [a list]: %s", l->file, line, child, llama__list_refusal(t));
             l->rep->line[t - llama__keys] = line;
             rc = llama__skip_value(l, &val);
+        } else if (k && section && val.type == YAML_MAPPING_START_EVENT) {
+            rc = llama__file_mapping(l, child); /* a key with keys under it too (runner_wrapper.scale_sense) */
         } else if (k) {
             llama__report_error(l->rep, "%s:%d: %s needs a single value, not %s", l->file, line, child,
                                 llama__node_kind(val.type));
@@ -2375,6 +2378,9 @@ static void llama__apply_set(const char *arg, int index, llama_config *cfg, llam
    warnings, not errors. */
 static void llama__derive(llama_config *c, llama__report *r) {
     if (c->n_kv_heads == 0) c->n_kv_heads = c->num_heads;
+    if (c->scale_sense_number > 0 && c->scale_sense == 0) /* "scale_sense: 1024": MindSpore's fixed Tensor scale */
+        c->scale_sense = 2, c->loss_scale_value = c->scale_sense_number;
+    c->scale_sense_number = 0; /* folded (LLAMA__FOLDED): the section says it all from here */
     const int ffn = llama_config_ffn_width(c);
     if (c->intermediate_size == 0 && ffn >= 1 && ffn <= 1048576) c->intermediate_size = ffn;
     if (c->pipeline_stage > 1 && c->gradient_accumulation_steps > 1)
@@ -2436,7 +2442,8 @@ void llama_config_print(const llama_config *cfg, FILE *f) {
     const char *prev = "";
     for (int i = 0; i < LLAMA__NUM_KEYS; i++) {
         const llama__key *k = &llama__keys[i];
-        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE || k->type == LLAMA__T_PAIR) continue;
+        if (k->type == LLAMA__T_ALIAS || k->offset == LLAMA__NONE || k->type == LLAMA__T_PAIR || (k->flags & LLAMA__FOLDED))
+            continue;
         int depth = llama__common_sections(prev, k->path);
         const char *p = k->path;
         for (int d = 0; d < depth; d++) p = strchr(p, '.') + 1;

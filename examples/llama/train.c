@@ -620,12 +620,11 @@ static par_status make_params(trainer *t) {
     desc.bucket_bytes = -1, desc.trace = t->trace;
     desc.compute_dtype = (par_dtype)c->compute_dtype; /* f32 masters and AdamW state, gradients f32 */
     if (st == PAR_OK) st = par_params_create(t->ctx, &desc, &t->ps);
-    if (st == PAR_OK && (c->scale_sense || c->scale_sense_number > 0)) { /* MindSpore's update cells as par_loss_scale */
-        const int fixed = c->scale_sense == 2 || (!c->scale_sense && c->scale_sense_number > 0);
+    if (st == PAR_OK && c->scale_sense) { /* MindSpore's update cells as par_loss_scale */
         memset(&t->ls, 0, sizeof t->ls);
-        t->ls.scale = c->scale_sense ? c->loss_scale_value : c->scale_sense_number;
+        t->ls.scale = c->loss_scale_value;
         t->ls.growth_factor = c->scale_factor, t->ls.backoff_factor = 1.0f / c->scale_factor;
-        t->ls.growth_interval = fixed ? -1 : c->scale_window;
+        t->ls.growth_interval = c->scale_sense == 2 ? -1 : c->scale_window; /* Fixed: never changes */
         t->use_ls = 1;
         st = par_loss_scale_init(&t->ls);
     }

@@ -338,7 +338,7 @@ static const key_case key_cases[] = {
     {"model.model_config.intermediate_size", "100", K_INT, AT(intermediate_size), 100, NULL},
     {"model.model_config.multiple_of", "128", K_INT, AT(multiple_of), 128, NULL},
     {"model.model_config.ffn_dim_multiplier", "1.3", K_FLT, AT(ffn_dim_multiplier), 1.3, NULL},
-    {"model.model_config.compute_dtype", "bfloat16", K_CHANGES, 0, 0, NULL},
+    {"model.model_config.compute_dtype", "bfloat16", K_INT, AT(compute_dtype), 1, NULL},
     {"model.model_config.layernorm_compute_type", "float16", K_CHANGES, 0, 0, NULL},
     {"model.model_config.softmax_compute_type", "float16", K_CHANGES, 0, 0, NULL},
     {"model.model_config.rotary_dtype", "bfloat16", K_CHANGES, 0, 0, NULL},
@@ -416,6 +416,11 @@ static const key_case key_cases[] = {
     {"runner_wrapper.type", "MFTrainOneStepCell", K_IGNORED, 0, 0, NULL},
     {"runner_wrapper.use_clip_grad", "True", K_BOOL, AT(use_clip_grad), 1, NULL},
     {"runner_wrapper.max_grad_norm", "0.5", K_FLT, AT(wrapper_max_grad_norm), 0.5, NULL},
+    {"runner_wrapper.scale_sense", "1024", K_FLT, AT(scale_sense_number), 1024, NULL},
+    {"runner_wrapper.scale_sense.type", "DynamicLossScaleUpdateCell", K_INT, AT(scale_sense), 1, NULL},
+    {"runner_wrapper.scale_sense.loss_scale_value", "4096", K_FLT, AT(loss_scale_value), 4096, NULL},
+    {"runner_wrapper.scale_sense.scale_factor", "4", K_FLT, AT(scale_factor), 4, NULL},
+    {"runner_wrapper.scale_sense.scale_window", "20", K_INT, AT(scale_window), 20, NULL},
     {"max_grad_norm", "1.0", K_FLT, AT(max_grad_norm), 1.0, NULL},
     {"load_checkpoint", "/ckpt/llama.safetensors", K_STR, AT(load_checkpoint), 0, "/ckpt/llama.safetensors"},
     {"resume_training", "True", K_BOOL, AT(resume_training), 1, NULL},
@@ -770,6 +775,10 @@ static const bad_case range_cases[] = {
     {"lr_schedule.warmup_ratio", "-0.1", "1.5"},
     {"runner_config.global_batch_size", "-1", "1048577"},
     {"runner_wrapper.max_grad_norm", "0", "1e39"},
+    {"runner_wrapper.scale_sense", "-1", "1e39"},
+    {"runner_wrapper.scale_sense.loss_scale_value", "0", "1e39"},
+    {"runner_wrapper.scale_sense.scale_factor", "1", "1e39"},
+    {"runner_wrapper.scale_sense.scale_window", "0", "2147483648"},
     {"optimizer.betas", "[0.9, 1.0]", "[-0.1, 0.9]"},
     {"model.model_config.seq_length", "-4", "1048577"},
     {"model.model_config.rms_norm_eps", "0", "1e39"},
@@ -1388,13 +1397,31 @@ static void test_training_keys(void) {
 /* The config report: every error at once, each located, a refused value
    not echoed by the rules that read it, aliases under sections the trainer
    does not read skipped, the unknown keys in one line. */
+/* runner_wrapper.scale_sense: MindFormers writes a section (an update cell) or
+   a number (a fixed scale); the number is folded into the section at load,
+   and float16 without either is refused (its gradients would flush to zero). */
+static void test_loss_scale(void) {
+    llama_config c;
+    CHECK(load_text("runner_wrapper:\n  scale_sense: 1024\n", NULL, 0, &c) == 0);
+    CHECK_INT(c.scale_sense, 2);
+    CHECK(c.loss_scale_value == 1024.0f && c.scale_sense_number == 0.0f);
+    CHECK(load_text("runner_wrapper:\n  scale_sense:\n    type: DynamicLossScaleUpdateCell\n    scale_window: 7\n",
+                    NULL, 0, &c) == 0);
+    CHECK(c.scale_sense == 1 && c.scale_window == 7 && c.loss_scale_value == 65536.0f);
+    CHECK(load_text("model:\n  model_config:\n    compute_dtype: float16\n", NULL, 0, &c) == -1);
+    CHECK_HAS(err_, "cfg.yaml:3: model.model_config.compute_dtype = float16 needs a loss scale");
+    CHECK(load_text("model:\n  model_config:\n    compute_dtype: float16\nrunner_wrapper:\n  scale_sense: 4096\n", NULL, 0,
+                    &c) == 0);
+    CHECK(c.compute_dtype == 2 && c.scale_sense == 2 && c.loss_scale_value == 4096.0f);
+}
+
 static void test_report(void) {
     llama_config c;
     const char *yaml = "model:\n"
                        "  model_config:\n"
                        "    hidden_size: 70\n"          /* 3: not divisible by 4 heads */
                        "    num_layers: many\n"         /* 4: not an integer */
-                       "    compute_dtype: bfloat16\n"  /* 5: changes training */
+                       "    rotary_dtype: bfloat16\n"   /* 5: changes training */
                        "    bos_token_id: 1\n"
                        "parallel_config:\n"
                        "  pipeline_stage: 3\n"          /* 8: 2 layers do not split into 3 (not reported: layers refused) */
@@ -1414,7 +1441,7 @@ static void test_report(void) {
     CHECK_HAS(err_, "cfg.yaml:9: model.model_config.n_kv_heads = 4 is smaller than parallel_config.model_parallel (8)");
     CHECK(strstr(err_, "does not split into") == NULL); /* the pipeline rule read a refused num_layers */
     CHECK_HAS(err_, "errors)");
-    CHECK_HAS(warn_, "cfg.yaml:5: model.model_config.compute_dtype = bfloat16: a value other than float32 changes training");
+    CHECK_HAS(warn_, "cfg.yaml:5: model.model_config.rotary_dtype = bfloat16: RoPE computes in float32 inside the kernel");
     CHECK_HAS(warn_, "4 keys this trainer does not read, ignored: 'model.model_config.bos_token_id', 'train_dataset', "
                      "'train_dataset_task', 'callbacks'");
     /* nesting deeper than any config is refused as it arrives (libyaml's scanner is quadratic in it) */
@@ -1849,6 +1876,7 @@ int main(int argc, char **argv) {
     test_defaults();
     test_ready_configs();
     test_every_key();
+    test_loss_scale();
     test_malformed();
     test_unknown_keys();
     test_types_and_ranges();
