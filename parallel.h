@@ -21964,16 +21964,21 @@ static double par__au_coll_copy(const par__au *a, int span, double bytes) {
 }
 
 /* Kernel scratch the host's compute table keeps for GEMMs up to these sizes. */
-static double par__au_table_scratch(const par__au *a, double rows, double feat, double attn_rows) {
+static double par__au_table_scratch(const par__au *a, double rows, double feat, double attn_rows, double q_elems,
+                                    double kv_elems) {
     const par_compute_table *ct = a->d->compute;
     par_scratch_query q;
     size_t b = 0;
     if (!ct || !ct->scratch_bound) return 0;
     memset(&q, 0, sizeof q);
-    q.gemm_type = a->m.dtype; /* mixed precision's GEMMs take the dtype */
+    q.gemm_type = a->m.dtype; /* mixed precision's GEMMs, attention and activation kernels take the dtype */
     q.gemm_m = q.gemm_k = (int64_t)(rows > feat ? rows : feat);
     q.gemm_n = (int64_t)feat;
     q.attn_rows = (int64_t)attn_rows;
+    if (a->m.dtype != PAR_F32) {
+        q.attn_type = q.act_type = a->m.dtype;
+        q.attn_q_elems = (int64_t)q_elems, q.attn_kv_elems = (int64_t)kv_elems, q.act_cols = (int64_t)feat;
+    }
     return ct->scratch_bound(ct->user, &q, &b) == PAR_OK ? (double)b : 0;
 }
 
@@ -22050,7 +22055,7 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
                                    par_auto_prediction *r) {
     const double e = k->e, h = k->h, n = k->n, rows = k->rows;
     const double bucket = k->layer_params > k->V * h / k->tp ? k->layer_params : k->V * h / k->tp;
-    double per_layer, scratch, comm = 0, cpf = 0, feat, area;
+    double per_layer, stats, slot_bytes, scratch, comm = 0, cpf = 0, feat, area, area_stats;
     r->weights_bytes = k->params * e;
     if (c->zero >= 2) /* gradients are f32 in every dtype (mixed precision accumulates and reduces in f32) */
         r->grads_bytes = k->params * 4 / k->shard +
@@ -22059,19 +22064,24 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
         r->grads_bytes = k->params * 4 + (c->zero == 1 ? k->params * 4 / k->shard : 0);
     /* AdamW's two f32 moments, and under mixed precision the f32 master weights */
     r->optimizer_bytes = k->params * (e < 4 ? 12 : 8) / (c->zero >= 1 ? k->shard : 1);
-    /* activations of one micro-batch: per layer the norms' inputs and outputs (rows), q, k, v, the
-       attention output, its log-sum-exp (and Ulysses' saved blocks), the MLP's gate, up and product */
-    per_layer = rows * (4 * h + 2) + n * (2 * k->ql + 2 * k->kvl) + k->bmb * k->hl * k->S / k->cp + 3 * n * k->fl;
+    /* activations of one micro-batch, in the dtype: per layer the norms' inputs and outputs (rows),
+       q, k, v, the attention output (and Ulysses' saved blocks), the MLP's gate, up and product; in
+       f32 whatever the dtype (statistics): the norms' 1/rms and the attention's log-sum-exp */
+    per_layer = rows * 4 * h + n * (2 * k->ql + 2 * k->kvl) + 3 * n * k->fl;
+    stats = rows * 2 + k->bmb * k->hl * k->S / k->cp;
     if (k->cp > 1 && c->cp_algo == PAR_CP_ULYSSES)
         per_layer += k->bmb * k->S * 2 * (k->hl / k->cp + (k->kvl / k->hd >= k->cp ? k->kvl / k->hd / k->cp : 1)) * k->hd;
     area = par__au_recompute_area(k, c, per_layer);
+    area_stats = c->recompute == PAR_RECOMPUTE_FULL ? stats : 0; /* full keeps no statistic either */
     per_layer -= area - (c->recompute == PAR_RECOMPUTE_FULL ? rows * h : 0); /* a full one's area adds its output */
-    k->slot = k->layers * per_layer + rows * (2 * h + 1) + n * k->Vl + n;
-    r->activation_bytes = (k->pp > 1 ? in_flight : 1) * (k->slot * e + n * 16); /* + token ids, targets, positions */
-    /* one layer's backward scratch (+ the tp gather and sequence-parallel rows) */
-    scratch = n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0) + area;
-    if (k->tp > 1) comm += 4 * n * h * 4;
-    if (k->pp > 1) comm += k->mb * k->chunks * 4 * rows * h * 4;
+    slot_bytes = k->layers * (per_layer * e + (stats - area_stats) * 4) + (rows * 2 * h + n * k->Vl) * e + (rows + n) * 4;
+    k->slot = slot_bytes / e;
+    r->activation_bytes = (k->pp > 1 ? in_flight : 1) * (slot_bytes + n * 16); /* + token ids, targets, positions */
+    /* one layer's backward scratch (+ the tp gather and sequence-parallel rows), in bytes */
+    scratch = (n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0) + area) * e +
+              area_stats * 4;
+    if (k->tp > 1) comm += 4 * n * h * e; /* the executor's buffers move the dtype */
+    if (k->pp > 1) comm += k->mb * k->chunks * 4 * rows * h * e;
     if (k->cp > 1 && c->cp_algo == PAR_CP_RING) {
         const double kvn = k->bmb * k->S / k->cp * k->kvl, qn = k->bmb * k->S / k->cp * k->ql;
         cpf = 12 * kvn + qn + k->bmb * k->hl * k->S / k->cp;
@@ -22084,9 +22094,9 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
     if (k->ql > feat) feat = k->ql;
     if (k->fl > feat) feat = k->fl;
     if (k->Vl > feat) feat = k->Vl;
-    r->memory_bytes = r->weights_bytes + r->grads_bytes + r->optimizer_bytes + r->activation_bytes + scratch * e +
+    r->memory_bytes = r->weights_bytes + r->grads_bytes + r->optimizer_bytes + r->activation_bytes + scratch +
                       comm + cpf * 4 + (k->cp > 1 ? k->S * 8 : 0) +
-                      par__au_table_scratch(a, n, feat, k->bmb * k->hl * k->S / k->cp);
+                      par__au_table_scratch(a, n, feat, k->bmb * k->hl * k->S / k->cp, n * k->ql, n * k->kvl);
 }
 
 /* Compute per micro-batch: 6 flops per weight and token (forward + backward)

@@ -428,7 +428,7 @@ static const llama__key llama__keys[] = {
     {"model.model_config.rotary_dtype", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32", NULL,
      "RoPE computes in float32 inside the kernel (its output is stored in compute_dtype); another value changes training against MindFormers"},
     {"model.model_config.param_init_type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32", NULL,
-     "a value other than float32 changes training: parameters here are float32"},
+     "the master weights (and AdamW state) stay float32 here, their compute copy is compute_dtype's; another value changes training against MindFormers, which would keep the parameters in it"},
     {"model.model_config.embedding_init_type", LLAMA__T_CHOICE, LLAMA__NONE, 0, 0, 0, LLAMA__CHANGES, llama__dtypes, "float32",
      NULL, "a value other than float32 changes training: the embedding here is float32"},
     {"model.model_config.scaling_factor", LLAMA__T_FLOAT, LLAMA__NONE, 0, 0, LLAMA__NOMAX, LLAMA__CHANGES, NULL, "1.0",

@@ -202,7 +202,14 @@ static int64_t gemm_probe_side(const llama_model *m, const llama_sizes *s) {
     /* A GPU runs a 384-square GEMM in microseconds, bound by the launch, not the
        arithmetic (an H100 gave 4.7 TFLOP/s there against 50 at 4096, and MFUs
        over 100%): on a device table probe as large a square as the scratch holds. */
-    int64_t n = m->ct->device_memory ? 4096 : 384;
+    const llama_dims *d = &m->local;
+    int64_t n = m->ct->device_memory ? 4096 : 384, widest = d->dim;
+    /* and no wider than the model's own GEMMs: the table's scratch (its bound planned from
+       the model's shapes) then does not grow with the probe */
+    if (d->heads * d->head_dim > widest) widest = d->heads * d->head_dim;
+    if (d->ffn > widest) widest = d->ffn;
+    if (d->vocab > widest) widest = d->vocab;
+    if (n > widest) n = widest / 16 * 16 > 16 ? widest / 16 * 16 : 16;
     while (n > 16 && 3 * n * n * m->esize > room) n -= 16;
     return n;
 }

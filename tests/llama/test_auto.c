@@ -132,19 +132,22 @@ int main(void) {
               out_text);
     CHECK(fabs(first_loss() - one) < 1e-5);
 
-    /* recomputation in the planner's memory model: the activations and the recompute area it predicts
-       for a one-rank plan are what the trainer plans (and measures: test_train checks plan = peak) */
-    {
+    /* recomputation and mixed precision in the planner's memory model: the activations and the
+       recompute area it predicts for a one-rank plan are what the trainer plans (and measures:
+       test_train checks plan = peak), in f32 and in bf16 (activations in bf16, statistics f32) */
+    for (int bf = 0; bf < 2; bf++) {
         static const char *const sets[3] = {"", "--set recompute_config.select_recompute=true",
                                             "--set recompute_config.recompute=true"};
+        const char *dtype = bf ? "--set model.model_config.compute_dtype=bfloat16" : "";
         double planned_act[3], planned_total[3], base = 0;
         char metrics[128], line[1024];
         par_auto_desc one_rank = d;
         one_rank.cluster.devices = one_rank.cluster.devices_per_node = 1;
+        one_rank.model.dtype = bf ? PAR_BF16 : PAR_F32;
         for (m = 0; m < 3; m++) {
             planned_act[m] = planned_total[m] = -1;
-            snprintf(metrics, sizeof metrics, "%s/rc%d.jsonl", dir, m);
-            CHECK_INT(run("--steps 1 %s --metrics %s", sets[m], metrics), 0);
+            snprintf(metrics, sizeof metrics, "%s/rc%d_%d.jsonl", dir, bf, m);
+            CHECK_INT(run("--steps 1 %s %s --metrics %s", sets[m], dtype, metrics), 0);
             f = fopen(metrics, "r");
             while (f && fgets(line, sizeof line, f))
                 if (strstr(line, "\"event\":\"memory_plan\"")) {
@@ -156,15 +159,16 @@ int main(void) {
             p.config.dp = p.config.tp = p.config.cp = p.config.pp = p.config.micro_batches = 1;
             p.config.recompute = (par_recompute_mode)m;
             CHECK_OK(par_auto_predict(&one_rank, &p));
-            CHECK_MSG(p.predicted.activation_bytes == planned_act[m], "recompute %s: the planner predicts %.0f activation "
-                      "bytes, the trainer plans %.0f", par_recompute_mode_name((par_recompute_mode)m),
-                      p.predicted.activation_bytes, planned_act[m]);
+            CHECK_MSG(p.predicted.activation_bytes == planned_act[m], "%s recompute %s: the planner predicts %.0f "
+                      "activation bytes, the trainer plans %.0f", bf ? "bf16" : "f32",
+                      par_recompute_mode_name((par_recompute_mode)m), p.predicted.activation_bytes, planned_act[m]);
             /* the totals differ by what only one side counts (the executor, kernel scratch bounds);
                recomputing must move both alike: the activations and the recompute area */
             if (m == 0) base = p.predicted.memory_bytes - planned_total[0];
             else CHECK_MSG(fabs(p.predicted.memory_bytes - planned_total[m] - base) < 0.5,
-                           "recompute %s: the planner's total is %.0f bytes, the trainer's %.0f (none: %.0f apart)",
-                           par_recompute_mode_name((par_recompute_mode)m), p.predicted.memory_bytes, planned_total[m], base);
+                           "%s recompute %s: the planner's total is %.0f bytes, the trainer's %.0f (none: %.0f apart)",
+                           bf ? "bf16" : "f32", par_recompute_mode_name((par_recompute_mode)m), p.predicted.memory_bytes,
+                           planned_total[m], base);
         }
     }
 

@@ -1947,8 +1947,8 @@ static void test_qkv_bias(void) {
 /* ---- mixed precision ------------------------------------------------------------ */
 
 #define LP_STEPS 50
-static const char *lp_ref = "--config examples/configs/gqa_ref.yaml --init-from tests/ref/gqa_init.safetensors "
-                            "--data tests/ref/gqa_data.txt --quiet";
+#define LP_BASE "--config examples/configs/gqa_ref.yaml --data tests/ref/gqa_data.txt --quiet"
+static const char *lp_ref = LP_BASE " --init-from tests/ref/gqa_init.safetensors";
 
 /* tests/ref/lowp_KIND_expected.txt (tests/ref/make_lowp_ref.py): per-step loss,
    grad norm, the loss scale the step ran with and whether it was skipped. */
@@ -2098,8 +2098,32 @@ static void lowp_bad_input(void) {
     CHECK_MSG(rc == 2 && strstr(err_text, "runner_wrapper.scale_sense.scale_factor"), "scale_factor 1: %d %s", rc, err_text);
 }
 
+/* Checkpoints hold the f32 masters: a bf16 run's sharded save (dp 2 + ZeRO-1) loads
+   into an f32 run under tensor parallel and into a bf16 one, and both export the same
+   bytes; an f32 run's save continues in bf16. */
+static void lowp_checkpoints(void) {
+    char dir[512], a[512], b[512], dir32[512];
+    int rc;
+    snprintf(dir, sizeof dir, "%s/lpck", test_dir), snprintf(dir32, sizeof dir32, "%s/lpck32", test_dir);
+    snprintf(a, sizeof a, "%s/lpck_a.safetensors", test_dir), snprintf(b, sizeof b, "%s/lpck_b.safetensors", test_dir);
+    rc = run_cmd(0, "%s --steps 3 --save-dir %s --set model.model_config.compute_dtype=bfloat16 "
+                    "--set parallel_config.data_parallel=2 --set parallel.enable_parallel_optimizer=true",
+                 lp_ref, dir);
+    CHECK_MSG(rc == 0, "bf16 save: %s", err_text);
+    rc = run_cmd(0, LP_BASE " --steps 0 --init-from %s --save %s --set model.model_config.compute_dtype=bfloat16", dir, a);
+    CHECK_MSG(rc == 0, "bf16 export: %s", err_text);
+    rc = run_cmd(0, LP_BASE " --steps 0 --init-from %s --save %s --set parallel_config.model_parallel=2", dir, b);
+    CHECK_MSG(rc == 0, "f32 tp 2 export of a bf16 checkpoint: %s", err_text);
+    CHECK_MSG(test_files_identical(a, b), "a bf16 checkpoint exported in bf16 and in f32 x tp 2 differs (%s, %s)", a, b);
+    rc = run_cmd(0, "%s --steps 2 --save-dir %s", lp_ref, dir32);
+    CHECK_MSG(rc == 0, "f32 save: %s", err_text);
+    rc = run_cmd(0, LP_BASE " --steps 3 --init-from %s --set model.model_config.compute_dtype=bfloat16", dir32);
+    CHECK_MSG(rc == 0, "an f32 checkpoint continued in bf16: %s", err_text);
+}
+
 static void test_mixed(void) {
     lowp_bad_input();
+    lowp_checkpoints();
     lowp_bf16_oracle();
     lowp_f16_overflow();
     lowp_table();
