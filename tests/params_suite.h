@@ -26,21 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct ps_counts {
-    int passed, failed, rank;
-} ps_counts;
+#include "test.h" /* rank_counts, RANK_CHECK, RANK_OK */
 
-#define PS_CHECK(c, cond, ...)                                                          \
-    do {                                                                                \
-        if (cond) (c)->passed++;                                                        \
-        else {                                                                          \
-            (c)->failed++;                                                              \
-            fprintf(stderr, "%s:%d: rank %d: FAILED: %s -- ", __FILE__, __LINE__, (c)->rank, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                               \
-            fprintf(stderr, " (last error: %s)\n", par_last_error());                   \
-        }                                                                               \
-    } while (0)
-#define PS_OK(c, expr) do { par_status s_ = (expr); PS_CHECK(c, s_ == PAR_OK, "%s: %s", #expr, par_status_string(s_)); } while (0)
+typedef rank_counts ps_counts; /* test.h's per-rank checks under this suite's names */
+#define PS_CHECK RANK_CHECK
+#define PS_OK RANK_OK
 /* Return a failing status of `call` (the public API's PAR__CHECK: this suite is
    also compiled without the implementation). */
 #define PS_TRY(call) do { par_status t_ = (call); if (t_ != PAR_OK) return t_; } while (0)

@@ -11,7 +11,12 @@
 #include <string.h>
 #include "../parallel.h"
 
-static int test_passed_, test_failed_;
+#if defined(__GNUC__) || defined(__clang__)
+#define TEST_MAYBE_UNUSED __attribute__((unused)) /* a suite included by an MPI program counts per rank instead */
+#else
+#define TEST_MAYBE_UNUSED
+#endif
+static int test_passed_ TEST_MAYBE_UNUSED, test_failed_ TEST_MAYBE_UNUSED;
 
 #define CHECK_MSG(cond, ...)                                                        \
     do {                                                                            \
@@ -62,6 +67,28 @@ static int test_passed_, test_failed_;
     do {                                                                            \
         par_status rie_ = (call);                                                   \
         if (rie_ != PAR_OK) return rie_;                                            \
+    } while (0)
+
+/* Checks on rank threads (the threads backend): each rank counts into its own
+   rank_counts, summed after the join; a failure names the rank. */
+typedef struct rank_counts {
+    int passed, failed, rank;
+} rank_counts;
+
+#define RANK_CHECK(c, cond, ...)                                                    \
+    do {                                                                            \
+        if (cond) (c)->passed++;                                                    \
+        else {                                                                      \
+            (c)->failed++;                                                          \
+            fprintf(stderr, "%s:%d: rank %d: FAILED: %s -- ", __FILE__, __LINE__, (c)->rank, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                           \
+            fprintf(stderr, " (last error: %s)\n", par_last_error());               \
+        }                                                                           \
+    } while (0)
+#define RANK_OK(c, expr)                                                            \
+    do {                                                                            \
+        par_status rok_ = (expr);                                                   \
+        RANK_CHECK(c, rok_ == PAR_OK, "%s: %s", #expr, par_status_string(rok_));    \
     } while (0)
 
 #define TEST_END(name)                                                              \

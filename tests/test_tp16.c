@@ -36,21 +36,9 @@
 
 enum { N = 8, C = 16, V = 16 }; /* rows per data rank, hidden, vocabulary */
 
-typedef struct counts {
-    int passed, failed, rank;
-} counts;
-
-#define TCHECK(c, cond, ...)                                                             \
-    do {                                                                                 \
-        if (cond) (c)->passed++;                                                         \
-        else {                                                                           \
-            (c)->failed++;                                                               \
-            fprintf(stderr, "%s:%d: rank %d: FAILED: %s -- ", __FILE__, __LINE__, (c)->rank, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, " (last error: %s)\n", par_last_error());                    \
-        }                                                                                \
-    } while (0)
-#define TOK(c, expr) do { par_status s_ = (expr); TCHECK(c, s_ == PAR_OK, "%s: %s", #expr, par_status_string(s_)); } while (0)
+typedef rank_counts counts; /* test.h's per-rank checks */
+#define TCHECK RANK_CHECK
+#define TOK RANK_OK
 #define TERR(c, expr, status, needle)                                                    \
     do {                                                                                 \
         par_status s_ = (expr);                                                          \
