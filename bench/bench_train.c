@@ -109,6 +109,16 @@ static run_result run_torch(const char *script, int steps) {
     return r;
 }
 
+/* One row of a one-rank table: tokens/s, the ratio to `base`, planned activations. */
+static void print_one_rank_row(const char *name, const run_result *r, const run_result *base) {
+    if (!r->ok) {
+        printf("%-34s %12s\n", name, "failed");
+        return;
+    }
+    printf("%-34s %12.0f %9.2fx %14.2f\n", name, r->tokens_per_s, base->ok ? r->tokens_per_s / base->tokens_per_s : 0.0,
+           r->act_mib);
+}
+
 int main(int argc, char **argv) {
     const int steps = argc > 1 ? atoi(argv[1]) : 8;
     const char *script = getenv("TORCH_LLAMA") ? getenv("TORCH_LLAMA") : "tests/ref/make_bias_ref.py";
@@ -156,21 +166,11 @@ int main(int argc, char **argv) {
     }
     printf("1 rank, activation recomputation (recompute_config):\n");
     printf("%-34s %12s %10s %14s\n", "recompute", "tokens/s", "vs none", "activations MiB");
-    for (i = 0; i < 3; i++)
-        if (rc[i].ok)
-            printf("%-34s %12.0f %9.2fx %14.2f\n", recompute[i].name, rc[i].tokens_per_s,
-                   rc[0].ok ? rc[i].tokens_per_s / rc[0].tokens_per_s : 0.0, rc[i].act_mib);
-        else
-            printf("%-34s %12s\n", recompute[i].name, "failed");
+    for (i = 0; i < 3; i++) print_one_rank_row(recompute[i].name, &rc[i], &rc[0]);
     printf("1 rank, mixed precision (model_config.compute_dtype; float32 = the recompute table's none):\n");
     printf("%-34s %12s %10s %14s\n", "compute_dtype", "tokens/s", "vs f32", "activations MiB");
-    if (rc[0].ok) printf("%-34s %12.0f %9.2fx %14.2f\n", "float32", rc[0].tokens_per_s, 1.0, rc[0].act_mib);
-    for (i = 0; i < 2; i++)
-        if (lp[i].ok)
-            printf("%-34s %12.0f %9.2fx %14.2f\n", precision[i].name, lp[i].tokens_per_s,
-                   rc[0].ok ? lp[i].tokens_per_s / rc[0].tokens_per_s : 0.0, lp[i].act_mib);
-        else
-            printf("%-34s %12s\n", precision[i].name, "failed");
+    print_one_rank_row("float32", &rc[0], &rc[0]);
+    for (i = 0; i < 2; i++) print_one_rank_row(precision[i].name, &lp[i], &rc[0]);
 
     printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"tokens_per_s\":%.1f,\"cpu_s\":%.3f,\"wall_s\":%.3f}\n",
            one.tokens_per_s, one.cpu_s, one.wall_s);
