@@ -2840,6 +2840,8 @@ typedef struct par_cluster {
                                 group's size (a rendezvous of rank threads, a launch), beyond
                                 the latency per step; 0 = not counted */
     double norm_rate;        /* elements/s of an RMSNorm forward + backward; 0 = not counted */
+    double flops16;          /* GEMM flop/s with bf16/f16 operands (f32 accumulation: tensor cores on a
+                                GPU, widened operands on the CPU table); 0 = flops */
     double rope_rate;        /* elements/s of a RoPE forward + backward; 0 = not counted */
     int node_parallelism;    /* ranks of one node that compute at full speed at once: ranks that
                                 share a node's CPU cores (threads or processes) take turns beyond
@@ -2856,7 +2858,8 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
    intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
    inter_node_latency, memory_per_device, flops_per_device and (optional)
    memory_bandwidth, activation_rate, attention_rate, attention_row_cost,
-   kernel_latency, node_parallelism, norm_rate, rope_rate, call_latency. Numbers may end in
+   kernel_latency, node_parallelism, norm_rate, rope_rate, call_latency, flops16_per_device.
+   Numbers may end in
    K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
    numbers are PAR_EPARSE naming the line; then par_cluster_check. */
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
@@ -2897,6 +2900,9 @@ typedef struct par_auto_config {
     int micro_batches;       /* per step per dp rank (pp = 1: gradient accumulation) */
     int zero;                /* 0, 1 (optimizer state over dp x cp) or 2 (and gradients) */
     par_recompute_mode recompute; /* every layer's (>>recompute) */
+    par_dtype dtype;         /* the compute type (mixed precision: bf16 / f16 weights and activations, f32
+                                masters): the search fills it (par_auto_desc.dtypes); par_auto_predict
+                                predicts with it when it is BF16 or F16, else with the model's dtype */
 } par_auto_config;
 
 /* What the model predicts for a config, per rank (the busiest stage). */
@@ -2938,6 +2944,7 @@ typedef struct par_auto_desc {
     int max_micro_batches;    /* default 16 */
     int max_zero;             /* highest ZeRO level searched (0..2); default 2 */
     uint32_t recomputes;      /* bit per par_recompute_mode searched; 0 = none only */
+    uint32_t dtypes;          /* bit per par_dtype searched (F32, BF16, F16); 0 = the model's dtype only */
     /* How the degrees (dp, tp, cp, pp) are searched; the other knobs are
        always enumerated for each degree tuple visited:
          dynamic_programming    every tuple (exact under the model)
@@ -21677,6 +21684,7 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
     PAR__CHECK(par__au_rate_ok("memory_bandwidth", c->memory_bandwidth, "bytes/s"));
     PAR__CHECK(par__au_rate_ok("attention_rate", c->attention_rate, "flop/s"));
     PAR__CHECK(par__au_rate_ok("norm_rate", c->norm_rate, "elements/s"));
+    PAR__CHECK(par__au_rate_ok("flops16", c->flops16, "flop/s"));
     PAR__CHECK(par__au_rate_ok("rope_rate", c->rope_rate, "elements/s"));
     PAR__CHECK(par__au_seconds_ok("attention_row_cost", c->attention_row_cost));
     PAR__CHECK(par__au_seconds_ok("kernel_latency", c->kernel_latency));
@@ -21731,7 +21739,7 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                                        "memory_per_device",  "flops_per_device",     "memory_bandwidth",
                                        "activation_rate",    "attention_rate",       "kernel_latency",
                                        "node_parallelism",   "attention_row_cost",   "norm_rate",
-                                       "rope_rate",          "call_latency"};
+                                       "rope_rate",          "call_latency",         "flops16_per_device"};
     enum { nkeys = (int)(sizeof keys / sizeof keys[0]) };
     par_cluster c;
     const char *p;
@@ -21760,7 +21768,8 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                              "cluster line %d: unknown key '%.40s' (devices, devices_per_node, intra_node_bandwidth, "
                              "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
                              "flops_per_device, memory_bandwidth, activation_rate, attention_rate, kernel_latency, "
-                             "node_parallelism, attention_row_cost, norm_rate, rope_rate, call_latency)",
+                             "node_parallelism, attention_row_cost, norm_rate, rope_rate, call_latency, "
+                             "flops16_per_device)",
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
@@ -21785,7 +21794,8 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
         case 13: c.attention_row_cost = v; break;
         case 14: c.norm_rate = v; break;
         case 15: c.rope_rate = v; break;
-        default: c.call_latency = v; break;
+        case 16: c.call_latency = v; break;
+        default: c.flops16 = v; break;
         }
     }
     for (i = 0; i < 8; i++)
@@ -21964,19 +21974,19 @@ static double par__au_coll_copy(const par__au *a, int span, double bytes) {
 }
 
 /* Kernel scratch the host's compute table keeps for GEMMs up to these sizes. */
-static double par__au_table_scratch(const par__au *a, double rows, double feat, double attn_rows, double q_elems,
-                                    double kv_elems) {
+static double par__au_table_scratch(const par__au *a, par_dtype dt, double rows, double feat, double attn_rows,
+                                    double q_elems, double kv_elems) {
     const par_compute_table *ct = a->d->compute;
     par_scratch_query q;
     size_t b = 0;
     if (!ct || !ct->scratch_bound) return 0;
     memset(&q, 0, sizeof q);
-    q.gemm_type = a->m.dtype; /* mixed precision's GEMMs, attention and activation kernels take the dtype */
+    q.gemm_type = dt; /* mixed precision's GEMMs, attention and activation kernels take the dtype */
     q.gemm_m = q.gemm_k = (int64_t)(rows > feat ? rows : feat);
     q.gemm_n = (int64_t)feat;
     q.attn_rows = (int64_t)attn_rows;
-    if (a->m.dtype != PAR_F32) {
-        q.attn_type = q.act_type = a->m.dtype;
+    if (dt != PAR_F32) {
+        q.attn_type = q.act_type = dt;
         q.attn_q_elems = (int64_t)q_elems, q.attn_kv_elems = (int64_t)kv_elems, q.act_cols = (int64_t)feat;
     }
     return ct->scratch_bound(ct->user, &q, &b) == PAR_OK ? (double)b : 0;
@@ -22002,12 +22012,13 @@ typedef struct par__au_dims {
     double params, shard;                  /* weights of the busiest stage per rank; ZeRO's group (dp x cp) */
     double bmb, n, rows;                   /* samples per micro-batch and rank; its tokens; residual rows */
     double slot;                           /* activations one micro-batch keeps (elements) */
+    par_dtype dt;                          /* the plan's compute type (e bytes an element) */
 } par__au_dims;
 
 static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_dims *k) {
     const par_model_shape *m = &a->m;
     double first, last;
-    k->e = (double)par_dtype_size(m->dtype), k->h = m->hidden, k->hd = (double)m->hidden / m->heads;
+    k->dt = c->dtype, k->e = (double)par_dtype_size(c->dtype), k->h = m->hidden, k->hd = (double)m->hidden / m->heads;
     k->q = m->heads * k->hd, k->kv = m->kv_heads * k->hd, k->f = m->ffn, k->V = m->vocab, k->S = m->seq;
     k->tp = c->tp, k->cp = c->cp, k->pp = c->pp, k->dp = c->dp, k->chunks = c->chunks > 0 ? c->chunks : 1;
     k->mb = c->micro_batches;
@@ -22096,7 +22107,7 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
     if (k->Vl > feat) feat = k->Vl;
     r->memory_bytes = r->weights_bytes + r->grads_bytes + r->optimizer_bytes + r->activation_bytes + scratch +
                       comm + cpf * 4 + (k->cp > 1 ? k->S * 8 : 0) +
-                      par__au_table_scratch(a, n, feat, k->bmb * k->hl * k->S / k->cp, n * k->ql, n * k->kvl);
+                      par__au_table_scratch(a, k->dt, n, feat, k->bmb * k->hl * k->S / k->cp, n * k->ql, n * k->kvl);
 }
 
 /* Compute per micro-batch: 6 flops per weight and token (forward + backward)
@@ -22112,7 +22123,8 @@ static double par__au_predict_compute(const par__au *a, const par__au_dims *k, c
     const par_cluster *cl = &a->c;
     const double e = k->e, n = k->n;
     double gemm, attn, traffic, calls, opt, norms = 0, act = 0;
-    gemm = n * (k->layers * 6 * k->layer_mm / k->tp + 6 * k->V * k->h / k->tp) / cl->flops;
+    gemm = n * (k->layers * 6 * k->layer_mm / k->tp + 6 * k->V * k->h / k->tp) /
+           (k->dt != PAR_F32 && cl->flops16 > 0 ? cl->flops16 : cl->flops);
     /* every query sees the whole sequence's keys: context parallelism splits the queries (and brings
        the keys round), not the keys a query attends to */
     attn = n * k->layers * 6 * k->S * k->q / k->tp / (cl->attention_rate > 0 ? cl->attention_rate : cl->flops);
@@ -22352,7 +22364,8 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
     const int max_m = a->d->max_micro_batches > 0 ? a->d->max_micro_batches : 16;
     const int max_zero = !(s & PAR_AUTO_ZERO) ? 0 : a->d->max_zero > 0 ? (a->d->max_zero < 2 ? a->d->max_zero : 2) : 2;
     const uint32_t recomputes = a->d->recomputes ? a->d->recomputes : 1u << PAR_RECOMPUTE_NONE;
-    int sp, algo, kind, mb, zero, rc;
+    const uint32_t dtypes = a->d->dtypes ? a->d->dtypes : 1u << a->m.dtype;
+    int sp, algo, kind, mb, zero, rc, dt;
     char why[160];
     for (sp = 0; sp <= (base.config.tp > 1 && (s & PAR_AUTO_SP) ? 1 : 0); sp++)
         for (algo = 0; algo <= PAR_CP_ULYSSES; algo++) {
@@ -22363,16 +22376,18 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
                     if (mb > 1 && base.config.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
                     if (a->m.batch % mb) continue;
                     for (zero = 0; zero <= (base.config.dp * base.config.cp > 1 ? max_zero : 0); zero++)
-                        for (rc = 0; rc < PAR_RECOMPUTE_MODE_COUNT; rc++) {
+                        for (rc = 0; rc < PAR_RECOMPUTE_MODE_COUNT * 3; rc++) { /* x the three float types */
                             par_auto_plan pl = base;
-                            if (!(recomputes >> rc & 1u)) continue;
+                            dt = rc / PAR_RECOMPUTE_MODE_COUNT;
+                            if (!(recomputes >> (rc % PAR_RECOMPUTE_MODE_COUNT) & 1u) || !(dtypes >> dt & 1u)) continue;
+                            pl.config.dtype = (par_dtype)dt;
                             pl.config.sp = sp;
                             pl.config.cp_algo = (par_cp_algo)algo;
                             pl.config.schedule = (par_pp_kind)kind;
                             pl.config.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
                             pl.config.micro_batches = mb;
                             pl.config.zero = zero;
-                            pl.config.recompute = (par_recompute_mode)rc;
+                            pl.config.recompute = (par_recompute_mode)(rc % PAR_RECOMPUTE_MODE_COUNT);
                             if (par__au_divides(a, &pl, why, sizeof why)) {
                                 a->cuts.considered++;
                                 par__au_cut(a->cuts.not_divisible_example, &a->cuts.not_divisible, &pl, why);
@@ -22465,6 +22480,10 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
     if (desc->recomputes >> PAR_RECOMPUTE_MODE_COUNT)
         return par__fail(PAR_EINVAL, "par_auto_desc.recomputes = 0x%x: one bit per par_recompute_mode (none, "
                                      "selective, full: 0x7 at most)", (unsigned)desc->recomputes);
+    if (desc->dtypes & ~((1u << PAR_F32) | (1u << PAR_BF16) | (1u << PAR_F16)))
+        return par__fail(PAR_EINVAL, "par_auto_desc.dtypes = 0x%x: one bit per compute type searched (1 << PAR_F32, "
+                                     "PAR_BF16, PAR_F16: 0x%x at most)", (unsigned)desc->dtypes,
+                         (1u << PAR_F32) | (1u << PAR_BF16) | (1u << PAR_F16));
     if ((int)desc->mode < 0 || desc->mode >= PAR_SEARCH_MODE_COUNT)
         return par__fail(PAR_EINVAL, "par_auto_desc: unknown search_mode %d (expected dynamic_programming, "
                                      "sharding_propagation or recursive_programming)",
@@ -22525,6 +22544,12 @@ PARALLEL_DEF par_status par_auto_predict(const par_auto_desc *desc, par_auto_pla
     if ((unsigned)plan->config.recompute >= (unsigned)PAR_RECOMPUTE_MODE_COUNT)
         return par__fail(PAR_EINVAL, "par_auto_predict: unknown recompute mode %d (none, selective or full)",
                          (int)plan->config.recompute);
+    if (plan->config.dtype != PAR_BF16 && plan->config.dtype != PAR_F16) {
+        if (plan->config.dtype != PAR_F32)
+            return par__fail(PAR_EINVAL, "par_auto_predict: config.dtype %s: the compute type is f32, bf16 or f16",
+                             par_dtype_name(plan->config.dtype));
+        plan->config.dtype = desc->model.dtype; /* f32 (zero): the model's */
+    }
     memset(&a, 0, sizeof a);
     a.d = desc;
     a.m = desc->model;
@@ -22542,9 +22567,11 @@ PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *p, char *buf, size_t 
     if (!p) return 0;
     if (p->config.cp > 1) snprintf(cpb, sizeof cpb, " cp=%d %s", p->config.cp, p->config.cp_algo == PAR_CP_RING ? "ring" : "ulysses");
     if (p->config.pp > 1) snprintf(ppb, sizeof ppb, " pp=%d %s", p->config.pp, par_pp_kind_name(p->config.schedule));
-    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d%s%s", p->config.dp, p->config.tp, p->config.sp ? " sp" : "",
-                    cpb, ppb, p->config.micro_batches, p->config.zero, p->config.recompute ? " recompute=" : "",
-                    p->config.recompute ? par_recompute_mode_name(p->config.recompute) : "");
+    return snprintf(buf, size, "dp=%d tp=%d%s%s%s m=%d zero=%d%s%s%s%s", p->config.dp, p->config.tp,
+                    p->config.sp ? " sp" : "", cpb, ppb, p->config.micro_batches, p->config.zero,
+                    p->config.recompute ? " recompute=" : "",
+                    p->config.recompute ? par_recompute_mode_name(p->config.recompute) : "",
+                    p->config.dtype != PAR_F32 ? " " : "", p->config.dtype != PAR_F32 ? par_dtype_name(p->config.dtype) : "");
 }
 
 /* ---- calibration ---------------------------------------------------------------- */
@@ -23056,12 +23083,13 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size
                     "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
                     "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n"
                     "attention_rate: %.6g\nattention_row_cost: %.6g\nkernel_latency: %.6g\nnode_parallelism: %d\n"
-                    "norm_rate: %.6g\nrope_rate: %.6g\ncall_latency: %.6g\n",
+                    "norm_rate: %.6g\nrope_rate: %.6g\ncall_latency: %.6g\nflops16_per_device: %.6g\n",
                     c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
                     c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
                     c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
                     c->memory_bandwidth, c->activation_rate, c->attention_rate, c->attention_row_cost,
-                    c->kernel_latency, c->node_parallelism, c->norm_rate, c->rope_rate, c->call_latency);
+                    c->kernel_latency, c->node_parallelism, c->norm_rate, c->rope_rate, c->call_latency,
+                    c->flops16);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

@@ -86,7 +86,8 @@ static const char *const usage_text_more =
     "                               the others were cut\n"
     "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
     "      [--dtype f32]            f32, or bf16 / f16: mixed precision (18 bytes a\n"
-    "                               parameter before ZeRO: f32 grads, master, moments)\n"
+    "                               parameter before ZeRO: f32 grads, master, moments);\n"
+    "                               a list (bf16,f32) or all: searched\n"
     "      [--recompute none]       none, selective, full, or all (searched)\n"
     "  calibrate     measure this machine for the planner: GEMM rate (rows x gemm x cols,\n"
     "                forward and backward),\n"
@@ -864,9 +865,18 @@ static int cmd_plan(int argc, char **argv) {
     free(text);
     check(st, argv[1]);
     top = arg_get(&a, "top") ? (int)parse_int(arg_get(&a, "top"), 1, 64, "--top") : 5;
-    d.model.dtype = parse_dtype(&a);
-    if (d.model.dtype != PAR_F32 && d.model.dtype != PAR_BF16 && d.model.dtype != PAR_F16)
-        die("--dtype %s: a model trains in f32, bf16 or f16", par_dtype_name(d.model.dtype));
+    if (arg_get(&a, "dtype")) { /* one type, a comma list or all: the compute types searched */
+        char list[64], *tok, *next;
+        snprintf(list, sizeof list, "%s", !strcmp(arg_get(&a, "dtype"), "all") ? "f32,bf16,f16" : arg_get(&a, "dtype"));
+        for (tok = list; tok; tok = next) {
+            par_dtype dt;
+            if ((next = strchr(tok, ','))) *next++ = 0;
+            check(par_dtype_parse(tok, &dt), "--dtype (f32, bf16, f16, a comma list, or all)");
+            if (dt != PAR_F32 && dt != PAR_BF16 && dt != PAR_F16) die("--dtype %s: a model trains in f32, bf16 or f16", tok);
+            if (!d.dtypes) d.model.dtype = dt; /* the first named: what the model line prints */
+            d.dtypes |= 1u << dt;
+        }
+    }
     if (arg_get(&a, "recompute") && !strcmp(arg_get(&a, "recompute"), "all")) {
         d.recomputes = (1u << PAR_RECOMPUTE_MODE_COUNT) - 1;
     } else if (arg_get(&a, "recompute")) {

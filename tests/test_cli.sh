@@ -411,13 +411,18 @@ has_match "plan top" '^ 1\. dp=[0-9]+ tp=[0-9]+ .* step +[0-9.e+-]+ s +memory +[
 has_match "plan cuts" '^considered [0-9]+ plans: [0-9]+ fit, 0 over memory, [0-9]+ not divisible'
 bad_says "plan cap" "the smallest plan needs" plan examples/configs/tiny.yaml "$PLANF" --memory-cap 1000
 # --recompute all searches the modes: under a cap only recomputation meets, every plan shown recomputes
-ok "plan recompute" plan examples/configs/tiny.yaml "$PLANF" --recompute all --dtype bf16 --top 64 --memory-cap 636000
+ok "plan recompute" plan examples/configs/tiny.yaml "$PLANF" --recompute all --dtype bf16 --top 64 --memory-cap 630000
 has_match "plan bf16" '^model: .* batch [0-9]+, bf16$'
-has_match "plan recomputes" '^ 1\. dp=.* recompute=(selective|full) +step'
-if printf '%s\n' "$OUT" | grep -E '^ *[0-9]+\. dp=' | grep -vq ' recompute='; then fail "plan recompute: a plan without recomputation fits 636000 bytes: $OUT"; else pass; fi
+has_match "plan recomputes" '^ 1\. dp=.* recompute=(selective|full) bf16 +step'
+if printf '%s\n' "$OUT" | grep -E '^ *[0-9]+\. dp=' | grep -vq ' recompute='; then fail "plan recompute: a plan without recomputation fits 630000 bytes: $OUT"; else pass; fi
 bad_says "plan recompute mode" "--recompute (or all): unknown recompute mode 'block' (expected none, selective or full)" \
     plan examples/configs/tiny.yaml "$PLANF" --recompute block
 bad_says "plan dtype" "--dtype i32: a model trains in f32, bf16 or f16" plan examples/configs/tiny.yaml "$PLANF" --dtype i32
+# --dtype f32,bf16 searches both: under a cap only mixed precision meets, every plan shown is bf16 (f16 not searched)
+ok "plan dtypes" plan examples/configs/tiny.yaml "$PLANF" --dtype f32,bf16 --top 64 --memory-cap 700000
+has_match "plan dtypes bf16" '^ 1\. dp=.* bf16 +step'
+if printf '%s\n' "$OUT" | grep -E '^ *[0-9]+\. dp=' | grep -Evq ' bf16 +step'; then fail "plan dtypes: a plan not in bf16 fits 700000 bytes: $OUT"; else pass; fi
+bad_says "plan dtype list" "--dtype (f32, bf16, f16, a comma list, or all)" plan examples/configs/tiny.yaml "$PLANF" --dtype f32,bf17
 printf 'devices: 8\ndevices_per_node: 3\nintra_node_bandwidth: 100G\nmemory_per_device: 16Gi\nflops_per_device: 1e14\n' >"$PLANF"
 bad_says "plan cluster" "devices_per_node is 3; it must divide devices (8)" plan examples/configs/tiny.yaml "$PLANF"
 printf 'devices 4\nop up matmul [16,8] [8,32] params=1\nop down matmul [16,32] [32,8] params=1\nedge up -> down.0\n' >"$PLANF"

@@ -957,6 +957,78 @@ static void recompute_model(void) {
     CHECK_ERR(par_auto_predict(&d, &none), PAR_EINVAL, "unknown recompute mode 3");
 }
 
+/* Mixed precision as a search dimension: a config's dtype predicts as the
+   model's would; activations take 2 bytes an element but the statistics (1/rms,
+   lse, losses) stay 4; under a cap only bf16 meets, the search (dtypes f32 and
+   bf16) returns bf16 plans only; flops16 speeds the 16-bit GEMMs alone. */
+static void dtype_model(void) {
+    const double tokens = 64.0, L = 4, h = 64, q = 64, kv = 32, f = 172, V = 256; /* per rank at dp 8 */
+    par_auto_desc d;
+    par_auto_plan a32, a16, m16, plans[64], fast;
+    par_auto_cuts cuts;
+    par_cluster back;
+    char text[2048], name[128];
+    int count = 0, i, ok;
+    memset(&d, 0, sizeof d);
+    CHECK_OK(par_model_shape_parse(tiny_yaml, &d.model));
+    CHECK_OK(par_cluster_parse(cluster_text, &d.cluster));
+    a32 = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+    memset(&a16, 0, sizeof a16);
+    a16.config = a32.config, a16.config.dtype = PAR_BF16;
+    CHECK_OK(par_auto_predict(&d, &a16));
+    d.model.dtype = PAR_BF16;
+    m16 = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+    CHECK_INT(m16.config.dtype, PAR_BF16); /* f32 (zero) in a config: the model's */
+    CHECK(m16.predicted.memory_bytes == a16.predicted.memory_bytes && m16.predicted.step_time == a16.predicted.step_time);
+    /* the layer's q, k, v, o, norms' inputs and outputs, gate, up, product, and the final norm's input and
+       output and the logits: 2 bytes fewer each; 1/rms, lse and losses unchanged */
+    CHECK_MSG(a32.predicted.activation_bytes - a16.predicted.activation_bytes ==
+                  tokens * (L * (4 * h + 2 * q + 2 * kv + 3 * f) + 2 * h + V) * 2,
+              "%g", a32.predicted.activation_bytes - a16.predicted.activation_bytes);
+    d.model.dtype = PAR_F32;
+    /* the search over f32 and bf16 under a cap only bf16 meets */
+    d.dtypes = 1u << PAR_F32;
+    CHECK_OK(par_auto_search(&d, plans, 64, &count, &cuts));
+    d.memory_cap = cuts.smallest_memory - 1;
+    CHECK_ERR(par_auto_search(&d, plans, 64, &count, &cuts), PAR_ECAPACITY, "");
+    d.dtypes = (1u << PAR_F32) | (1u << PAR_BF16);
+    CHECK_OK(par_auto_search(&d, plans, 64, &count, &cuts));
+    for (i = 0, ok = count > 0; i < count && i < 64; i++)
+        ok &= plans[i].config.dtype == PAR_BF16 && plans[i].predicted.memory_bytes <= d.memory_cap;
+    CHECK_MSG(ok, "%d plans under the cap: every one bf16", count);
+    par_auto_plan_format(&plans[0], name, sizeof name);
+    CHECK_MSG(strstr(name, " bf16") != NULL, "%s", name);
+    d.memory_cap = 0;
+    /* flops16: the bf16 GEMMs at twice the rate take half the time; f32 is untouched */
+    d.cluster.memory_bandwidth = 0;
+    a16 = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+    a16.config.dtype = PAR_BF16;
+    CHECK_OK(par_auto_predict(&d, &a16));
+    d.cluster.flops16 = 2 * d.cluster.flops;
+    fast = a16;
+    CHECK_OK(par_auto_predict(&d, &fast));
+    a32 = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
+    {
+        const double gemm = tokens * (L * 6 * (2 * h * q + 2 * h * kv + 3 * h * f) + 6 * V * h) / d.cluster.flops;
+        CHECK_MSG(fabs(a16.predicted.compute_time - fast.predicted.compute_time - gemm / 2) < 1e-12, "%g vs %g",
+                  a16.predicted.compute_time - fast.predicted.compute_time, gemm / 2);
+    }
+    CHECK(a32.config.dtype == PAR_F32 && a32.predicted.compute_time > fast.predicted.compute_time);
+    /* flops16 in the cluster's text form, both ways */
+    par_cluster_format(&d.cluster, text, sizeof text);
+    CHECK_OK(par_cluster_parse(text, &back));
+    CHECK(back.flops16 == d.cluster.flops16);
+    d.cluster.flops16 = -1;
+    CHECK_ERR(par_cluster_check(&d.cluster), PAR_EINVAL, "flops16");
+    d.cluster.flops16 = 0;
+    /* bad input */
+    d.dtypes = 1u << PAR_I32;
+    CHECK_ERR(par_auto_search(&d, plans, 64, &count, &cuts), PAR_EINVAL, "par_auto_desc.dtypes = 0x8");
+    d.dtypes = 0;
+    a16.config.dtype = PAR_I64;
+    CHECK_ERR(par_auto_predict(&d, &a16), PAR_EINVAL, "config.dtype i64: the compute type is f32, bf16 or f16");
+}
+
 int main(void) {
     property_dp_equals_enumeration();
     errors();
@@ -966,5 +1038,6 @@ int main(void) {
     calibration();
     calibration_for_model();
     recompute_model();
+    dtype_model();
     return TEST_END("test_planner");
 }
