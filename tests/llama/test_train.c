@@ -33,6 +33,12 @@
      cp ring and Ulysses, every pipeline schedule, multi-copy, fine-grained
      slices), with less activation memory, the plan holding; per-stage lists;
      lists that do not match the stages refused. LLAMA_TEST_ONLY=recompute.
+   - mixed precision (compute_dtype, runner_wrapper.scale_sense): bf16 against
+     PyTorch's CPU autocast over 50 steps (tests/ref/make_lowp_ref.py), f16 with
+     a forced overflow skipping the steps GradScaler's rule skips, every row of
+     the recomputation table in bf16 (and two mpirun rows) against one device in
+     bf16, bf16 checkpoints loading into f32 under tp, bad dtypes and f16 without
+     a loss scale refused. LLAMA_TEST_ONLY=mixed.
 
    Environment: TRAIN (default build/train; may be a command line, e.g.
    "mpirun -np 1 build/train_cuda --backend nccl"), MPIRUN (the launcher of the
@@ -2078,6 +2084,34 @@ static void lowp_table(void) {
             CHECK_MSG(fabs(row[k] - one[k]) <= ldexp(fabs(one[k]), -8), "%s step %d loss %.7f, one device %.7f", name, k,
                       row[k], one[k]);
             if (isfinite(row[k])) worst = fmax(worst, fabs(row[k] - one[k]) / fabs(one[k]));
+        }
+    }
+    /* the MPI backend's 16-bit collectives (reduced in f32 there too) */
+    {
+        static const struct {
+            const char *name, *sets;
+        } mpi_rows[] = {{"bf16 dp2 x tp2 sp mpirun -np 4", "--set parallel_config.data_parallel=2 "
+                                                          "--set parallel_config.model_parallel=2 "
+                                                          "--set parallel_config.use_seq_parallel=true"},
+                        {"bf16 dp2 x pp2 mpirun -np 4", "--set parallel_config.data_parallel=2 "
+                                                        "--set parallel_config.pipeline_stage=2 "
+                                                        "--set parallel_config.micro_batch_num=2"}};
+        for (i = 0; i < sizeof mpi_rows / sizeof mpi_rows[0]; i++) {
+            char cmd[2048];
+            double gn[RC_STEPS + 1];
+            int rc;
+            if (!mpi_run(mpi_rows[i].name)) continue;
+            snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s -np 4 %s --backend mpi %s --steps %d %s --metrics %s",
+                     mpirun, train_bin, base, RC_STEPS, mpi_rows[i].sets, test_path("lpm.jsonl"));
+            rc = run_cmd(1, "%s", cmd);
+            CHECK_MSG(rc == 0, "%s: %s", mpi_rows[i].name, err_text);
+            if (rc != 0) continue;
+            CHECK_INT(read_metrics(test_path("lpm.jsonl"), row, gn, RC_STEPS + 1), RC_STEPS);
+            for (k = 0; k < RC_STEPS; k++) {
+                CHECK_MSG(fabs(row[k] - one[k]) <= ldexp(fabs(one[k]), -8), "%s step %d loss %.7f, one device %.7f",
+                          mpi_rows[i].name, k, row[k], one[k]);
+                if (isfinite(row[k])) worst = fmax(worst, fabs(row[k] - one[k]) / fabs(one[k]));
+            }
         }
     }
     printf("  bf16 table: largest relative loss difference from one device %.2e (bound 2^-8 = %.2e)\n", worst,
