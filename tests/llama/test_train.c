@@ -45,7 +45,8 @@
    MPI runs; unset or empty, or its program not installed, and each MPI run prints
    "<run>: skipped (no mpirun: <why>)", which tests/run.sh counts; MPIRUN_SKIP is
    the why for an empty MPIRUN), LLAMA_TEST_ONLY=reference (just the PyTorch
-   reference, one rank: what `make test-cuda` runs on a GPU). */
+   reference and the mixed-precision oracles, one rank: what `make test-cuda` runs on a
+   GPU). */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "test_files.h"
@@ -2212,6 +2213,10 @@ int main(void) {
     if (!only_reference) test_bad_input();
     test_reference();
     test_reference_bias();
+    if (only_reference) { /* make test-cuda: the mixed-precision oracles run on one rank too */
+        lowp_bf16_oracle();
+        lowp_f16_overflow();
+    }
     if (!only_reference) {
         test_equivalence();
         test_config_semantics();
