@@ -53,11 +53,28 @@ enum { EXIT_BAD_INPUT = 2, EXIT_RUN_FAILED = 1 };
    1. data
    ========================================================================== */
 
+/* --data FILE: text read as bytes (tokens 0..255), or a token file in
+   llm.c's format (the tokens stay on disk; each rank reads the samples it
+   trains on, when it trains on them): a header of 256 little-endian int32,
+   [0] the magic (20240520: uint16 tokens, GPT-2's files; 20240801: uint32,
+   Llama 3's), [1] the version 1, [2] the token count, then the tokens. */
+#define LLAMA_TOKENS_U16 20240520
+#define LLAMA_TOKENS_U32 20240801
+#define LLAMA_TOKENS_HEADER 1024 /* bytes */
+
 typedef struct llama_data {
-    unsigned char *bytes;
-    int64_t len, num_samples; /* sample i: inputs [i*T, i*T+T), targets shifted by one */
+    unsigned char *bytes;     /* text: the whole file */
+    FILE *tokens;             /* a token file, read with pread (thread-safe: every rank thread reads its own) */
+    int token_bytes;          /* 2 or 4 (a token file), 0 (text) */
+    int64_t len, num_samples; /* tokens; sample i: inputs [i*T, i*T+T), targets shifted by one */
     int64_t *order;           /* --shuffle: a permutation of the samples; NULL = identity */
 } llama_data;
+
+static void data_free(llama_data *d) {
+    free(d->bytes), free(d->order);
+    if (d->tokens) fclose(d->tokens);
+    memset(d, 0, sizeof *d);
+}
 
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -87,10 +104,79 @@ static int data_shuffle(llama_data *d, uint64_t seed) {
     return 0;
 }
 
-static int data_load(const char *path, int64_t seq, llama_data *d, char *err, size_t errsize) {
+/* Little-endian int32 k of a token file's header. */
+static int32_t tokens_header_word(const unsigned char *h, int k) {
+    return (int32_t)((uint32_t)h[4 * k] | (uint32_t)h[4 * k + 1] << 8 | (uint32_t)h[4 * k + 2] << 16 |
+                     (uint32_t)h[4 * k + 3] << 24);
+}
+
+/* A token file (its header read into h): check the header against the file's
+   size and every token against the vocabulary, streaming (the file is never
+   held whole); it stays open for the ranks' reads. */
+static int tokens_open(const char *path, FILE *f, const unsigned char *h, long size, int64_t seq, int64_t vocab,
+                       llama_data *d, char *err, size_t errsize) {
+    const int32_t magic = tokens_header_word(h, 0), version = tokens_header_word(h, 1), count = tokens_header_word(h, 2);
+    const int tb = magic == LLAMA_TOKENS_U16 ? 2 : 4;
+    unsigned char buf[1 << 16];
+    int64_t at = 0, want;
+    if (version != 1)
+        return snprintf(err, errsize, "--data %s: a token file of version %d; version 1 is read (llm.c's format)", path,
+                        (int)version), -1;
+    if (count < 0 || (int64_t)size != LLAMA_TOKENS_HEADER + (int64_t)count * tb)
+        return snprintf(err, errsize, "--data %s: its header says %d tokens of %d bytes (%lld bytes with the header) "
+                                      "but the file has %ld bytes: truncated or not a token file",
+                        path, (int)count, tb, (long long)(LLAMA_TOKENS_HEADER + (int64_t)count * tb), size), -1;
+    if (count < seq + 1)
+        return snprintf(err, errsize, "--data %s has %d tokens; model.model_config.seq_length = %lld needs at least %lld",
+                        path, (int)count, (long long)seq, (long long)seq + 1), -1;
+    for (want = count; at < want;) { /* every token inside the vocabulary, said where it is not */
+        const int64_t n = want - at < (int64_t)sizeof buf / tb ? want - at : (int64_t)sizeof buf / tb;
+        int64_t i;
+        if (fread(buf, (size_t)tb, (size_t)n, f) != (size_t)n)
+            return snprintf(err, errsize, "--data %s: read failed at token %lld", path, (long long)at), -1;
+        for (i = 0; i < n; i++) {
+            const uint32_t v = tb == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8
+                                       : (uint32_t)tokens_header_word(buf + 4 * i, 0);
+            if ((int64_t)v >= vocab)
+                return snprintf(err, errsize, "--data %s: token %lld is %u, outside model.model_config.vocab_size = %lld",
+                                path, (long long)(at + i), v, (long long)vocab), -1;
+        }
+        at += n;
+    }
+    d->tokens = f, d->token_bytes = tb, d->len = count;
+    d->num_samples = (count - 1) / seq;
+    return 0;
+}
+
+/* Sample s's T + 1 tokens (inputs and the targets one further) into ids. */
+static int data_window(const llama_data *d, int64_t s, int64_t T, int32_t *ids) {
+    int64_t k;
+    if (!d->tokens) {
+        for (k = 0; k <= T; k++) ids[k] = d->bytes[s * T + k];
+        return 0;
+    }
+    {
+        unsigned char buf[4 * 4096];
+        const int tb = d->token_bytes;
+        for (k = 0; k <= T;) {
+            const int64_t n = T + 1 - k < 4096 ? T + 1 - k : 4096;
+            const off_t at = (off_t)(LLAMA_TOKENS_HEADER + (s * T + k) * tb);
+            int64_t i;
+            if (pread(fileno(d->tokens), buf, (size_t)(n * tb), at) != (ssize_t)(n * tb)) return -1;
+            for (i = 0; i < n; i++)
+                ids[k + i] = tb == 2 ? (int32_t)((uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8)
+                                     : tokens_header_word(buf + 4 * i, 0);
+            k += n;
+        }
+    }
+    return 0;
+}
+
+static int data_load(const char *path, int64_t seq, int64_t vocab, llama_data *d, char *err, size_t errsize) {
     struct stat sb;
     FILE *f;
     long n;
+    unsigned char head[LLAMA_TOKENS_HEADER];
     memset(d, 0, sizeof *d);
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* a FIFO would block the open, a directory reads nothing */
         return snprintf(err, errsize, "--data %s: not a regular file", path), -1;
@@ -100,6 +186,12 @@ static int data_load(const char *path, int64_t seq, llama_data *d, char *err, si
         snprintf(err, errsize, "--data %s: cannot read its size (not a regular file?)", path);
         return fclose(f), -1;
     }
+    if (n >= LLAMA_TOKENS_HEADER && fread(head, 1, sizeof head, f) == sizeof head &&
+        (tokens_header_word(head, 0) == LLAMA_TOKENS_U16 || tokens_header_word(head, 0) == LLAMA_TOKENS_U32)) {
+        if (tokens_open(path, f, head, n, seq, vocab, d, err, errsize) != 0) return fclose(f), -1;
+        return 0; /* f stays open: the ranks read their samples from it */
+    }
+    if (fseek(f, 0, SEEK_SET) != 0) return snprintf(err, errsize, "--data %s: cannot read it", path), fclose(f), -1;
     if (n < seq + 1) {
         snprintf(err, errsize, "--data %s has %ld bytes; model.model_config.seq_length = %lld needs at least %lld",
                  path, n, (long long)seq, (long long)seq + 1);
@@ -323,7 +415,7 @@ typedef struct trainer {
     int pass;                 /* fine-grained: the pass the slices run now */
     par_copies *mc;
     lane *lanes;
-    int32_t *host_ids, *host_tgt;
+    int32_t *host_ids, *host_tgt, *host_window; /* host_window: one sample's seq_length + 1 tokens */
     int64_t *host_pos;
     float *host_losses;
 
@@ -687,7 +779,9 @@ static par_status acts_alloc(trainer *t) {
     t->host_tgt = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     t->host_pos = (int64_t *)malloc((size_t)n * sizeof(int64_t));
     t->host_losses = (float *)malloc((size_t)n * sizeof(float));
-    if (!t->host_ids || !t->host_tgt || !t->host_pos || !t->host_losses) return par_set_error(PAR_ENOMEM, "out of host memory");
+    t->host_window = (int32_t *)malloc((size_t)(t->cfg->seq_length + 1) * sizeof(int32_t));
+    if (!t->host_ids || !t->host_tgt || !t->host_pos || !t->host_losses || !t->host_window)
+        return par_set_error(PAR_ENOMEM, "out of host memory");
     return PAR_OK;
 }
 
@@ -744,7 +838,7 @@ static void trainer_free(trainer *t) {
     free(t->slots), free(t->slot_base), free(t->slot_of), free(t->slot_busy), free(t->chunks_left), free(t->bwd_done);
     free(t->layer_of), free(t->pidx), free(t->recompute);
     par_pp_schedule_destroy(t->sched);
-    free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses);
+    free(t->host_ids), free(t->host_tgt), free(t->host_pos), free(t->host_losses), free(t->host_window);
     par_params_destroy(t->ps);
     par_cp_destroy(t->cp);
     free(t->cp_pos);
@@ -1048,12 +1142,14 @@ static float lr_at(const llama_config *c, int64_t step, int64_t total_steps) {
    j = i*S + s (MindSpore's num_shards/shard_id: round-robin over the batch);
    under context parallelism only this rank's tokens of each sample. */
 static par_status load_micro_batch_into(trainer *t, int64_t step, int mb, llama_acts *a) {
-    const int64_t T = t->sz.seq;
+    const int64_t T = t->sz.seq, L = t->cfg->seq_length;
     int64_t i, k;
     for (i = 0; i < t->sz.batch; i++) {
         const int64_t local = (int64_t)mb * t->sz.batch + i, j = local * t->num_shards + t->shard_id;
         const int64_t s = data_sample(t->data, step, t->global_batch, j);
-        const unsigned char *src = t->data->bytes + s * t->cfg->seq_length;
+        int32_t *src = t->host_window; /* the sample's L + 1 tokens: this rank reads only its own samples */
+        if (data_window(t->data, s, L, src) != 0)
+            return par_set_error(PAR_EIO, "--data: reading sample %lld failed: %s", (long long)s, strerror(errno));
         for (k = 0; k < T; k++) {
             const int64_t p = t->cp_pos ? t->cp_pos[k] : k;
             t->host_ids[i * T + k] = src[p], t->host_tgt[i * T + k] = src[p + 1];
@@ -2071,7 +2167,7 @@ int main(int argc, char **argv) {
            ranks read them); the seed it was trained with, unless --seed says otherwise */
         static char resolved[1100], root[1100];
         if (check_sharded(opt.init_from, &cfg, opt.seed >= 0, &step0, resolved, sizeof resolved, err, sizeof err) != 0)
-            return free(data.bytes), free(data.order), bad_input(silent, "%s", err);
+            return data_free(&data), bad_input(silent, "%s", err);
         sharded = 1, has_opt = 1;
         /* the root whose lock says whether another run writes it: the path given,
            or the directory above the step directory given */
@@ -2083,47 +2179,51 @@ int main(int argc, char **argv) {
     }
     if (opt.steps > 0 || opt.sample_tokens > 0) {
         if (!opt.data_path) return bad_input(silent, "--data FILE is required to train or sample");
-        if (data_load(opt.data_path, cfg.seq_length, &data, err, sizeof err) != 0) return bad_input(silent, "%s", err);
-        if (opt.shuffle && data_shuffle(&data, cfg.seed) != 0) return bad_input(silent, "out of host memory");
+        if (data_load(opt.data_path, cfg.seq_length, cfg.vocab_size, &data, err, sizeof err) != 0)
+            return bad_input(silent, "%s", err);
+        if (opt.shuffle && data_shuffle(&data, cfg.seed) != 0) return data_free(&data), bad_input(silent, "out of host memory");
+        if (data.tokens && opt.sample_tokens > 0)
+            return data_free(&data), bad_input(silent, "--sample with a token file (--data %s): sampling prints bytes; "
+                                                       "it needs text data (a byte-level model)", opt.data_path);
     }
     if (cfg.pipeline_stage > 1 && ((opt.init_from && !sharded) || opt.save_path))
-        return free(data.bytes), free(data.order),
+        return data_free(&data),
                bad_input(silent, "%s with parallel_config.pipeline_stage = %d: a consolidated checkpoint (one "
                                  ".safetensors file) of a pipelined run is not supported yet; use a sharded one "
                                  "(--save-dir, --init-from DIR), which each stage writes and reads for its own layers",
                          opt.init_from ? "--init-from" : "--save", cfg.pipeline_stage);
     if (opt.init_from && !sharded) {
         if (check_init_files(opt.init_from, &cfg, &step0, &has_opt, err, sizeof err) != 0)
-            return free(data.bytes), free(data.order), bad_input(silent, "%s", err);
+            return data_free(&data), bad_input(silent, "%s", err);
     }
     if (opt.save_dir && is_file(opt.save_dir))
-        return free(data.bytes), free(data.order), bad_input(silent, "--save-dir %s: a file is there, not a directory",
+        return data_free(&data), bad_input(silent, "--save-dir %s: a file is there, not a directory",
                                                              opt.save_dir);
     if (opt.save_dir && !dir_writable(opt.save_dir))
-        return free(data.bytes), free(data.order),
+        return data_free(&data),
                bad_input(silent, "--save-dir %s: its parent directory is not writable", opt.save_dir);
     if (opt.save_path && !dir_writable(opt.save_path))
-        return free(data.bytes), free(data.order), bad_input(silent, "--save %s: its directory is not writable", opt.save_path);
+        return data_free(&data), bad_input(silent, "--save %s: its directory is not writable", opt.save_path);
     if (opt.metrics_path && !dir_writable(opt.metrics_path))
-        return free(data.bytes), free(data.order),
+        return data_free(&data),
                bad_input(silent, "--metrics %s: its directory is not writable", opt.metrics_path);
     if (opt.trace_path && !dir_writable(opt.trace_path))
-        return free(data.bytes), free(data.order),
+        return data_free(&data),
                bad_input(silent, "--trace %s: its directory is not writable", opt.trace_path);
     { /* recompute_config against the pipeline's stages: bad input before any rank starts */
         par_recompute_mode *modes = (par_recompute_mode *)malloc(sizeof(par_recompute_mode) * (size_t)cfg.num_layers);
         st = modes ? recompute_modes(&cfg, modes) : par_set_error(PAR_ENOMEM, "out of host memory");
         free(modes);
-        if (st != PAR_OK) return free(data.bytes), free(data.order), bad_input(silent, "%s", par_last_error());
+        if (st != PAR_OK) return data_free(&data), bad_input(silent, "%s", par_last_error());
     }
     if (opt.pp_schedule_path) { /* checked here, so a bad file is bad input before any rank starts */
         par_pp_schedule *s = NULL;
         if (cfg.pipeline_stage == 1)
-            return free(data.bytes), free(data.order),
+            return data_free(&data),
                    bad_input(silent, "--pp-schedule %s needs parallel_config.pipeline_stage > 1", opt.pp_schedule_path);
         if (load_schedule(opt.pp_schedule_path, cfg.pipeline_stage, cfg.pp_interleave_num, cfg.micro_batch_num, &s) !=
             PAR_OK)
-            return free(data.bytes), free(data.order), bad_input(silent, "%s", par_last_error());
+            return data_free(&data), bad_input(silent, "%s", par_last_error());
         par_pp_schedule_destroy(s);
     }
 
@@ -2160,6 +2260,6 @@ int main(int argc, char **argv) {
         if (st != PAR_OK) fprintf(stderr, "train: %s\n", par_last_error());
     }
     if (opt.save_dir) par_ckpt_unlock(opt.save_dir); /* if this process holds it (rank 0's) */
-    free(data.bytes), free(data.order);
+    data_free(&data);
     return st == PAR_OK ? 0 : EXIT_RUN_FAILED;
 }

@@ -1951,6 +1951,90 @@ static void test_qkv_bias(void) {
         tp_base, dir);
 }
 
+/* ---- token files ---------------------------------------------------------------- */
+
+/* A token file in llm.c's format: 256 little-endian int32 (magic, version,
+   count), then `count` tokens of 2 (magic 20240520) or 4 bytes (20240801),
+   drawn by a fixed generator below `vocab` (token `bad_at` set to `vocab`
+   when >= 0: one token outside the vocabulary). */
+static void write_tokens(const char *path, int32_t magic, int32_t version, int64_t count, int64_t vocab, int64_t bad_at,
+                         int64_t drop_bytes) {
+    FILE *f = fopen(path, "wb");
+    unsigned char h[1024];
+    uint64_t st = 0x746F6B656E73ull;
+    const int tb = magic == 20240801 ? 4 : 2;
+    int64_t i, written = 0, total = 1024 + count * tb - drop_bytes;
+    int k;
+    if (!f) return;
+    memset(h, 0, sizeof h);
+    for (k = 0; k < 4; k++) {
+        h[k] = (unsigned char)((uint32_t)magic >> (8 * k));
+        h[4 + k] = (unsigned char)((uint32_t)version >> (8 * k));
+        h[8 + k] = (unsigned char)((uint64_t)count >> (8 * k));
+    }
+    fwrite(h, 1, sizeof h, f), written = 1024;
+    for (i = 0; i < count && written < total; i++) {
+        uint32_t v;
+        unsigned char b[4];
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        v = (uint32_t)((st >> 33) % (uint64_t)(i % 3 ? 300 : vocab)); /* small ids often: something to learn */
+        if (i == bad_at) v = (uint32_t)vocab;
+        for (k = 0; k < tb; k++) b[k] = (unsigned char)(v >> (8 * k));
+        fwrite(b, 1, (size_t)(tb < total - written ? tb : total - written), f), written += tb;
+    }
+    fclose(f);
+}
+
+/* A 32,000-token vocabulary from a token file: one device and dp 2 x tp 2 with
+   sequence parallel (the vocabulary-parallel embedding and loss split it over
+   tp) train alike; the uint32 form of the same tokens trains the same bits as
+   the uint16 one; damaged files are refused by name. */
+static void test_token_files(void) {
+    const char *base = "--config examples/configs/tiny.yaml --quiet --set max_grad_norm=0.5 "
+                       "--set model.model_config.vocab_size=32000 --steps 6";
+    char t16[512], t32[512], bad[512];
+    double l1[8], g1[8], l4[8], g4[8], l32[8], g32[8];
+    int rc, i;
+    snprintf(t16, sizeof t16, "%s/tok16.bin", test_dir), snprintf(t32, sizeof t32, "%s/tok32.bin", test_dir);
+    snprintf(bad, sizeof bad, "%s/tokbad.bin", test_dir);
+    write_tokens(t16, 20240520, 1, 20000, 32000, -1, 0);
+    write_tokens(t32, 20240801, 1, 20000, 32000, -1, 0);
+    rc = run_cmd(0, "%s --data %s --metrics %s", base, t16, test_path("tok1.jsonl"));
+    CHECK_MSG(rc == 0, "token file, one device: %s", err_text);
+    rc = run_cmd(0, "%s --data %s --metrics %s --set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+                    "--set parallel_config.use_seq_parallel=true", base, t16, test_path("tok4.jsonl"));
+    CHECK_MSG(rc == 0, "token file, dp2 x tp2 sp: %s", err_text);
+    rc = run_cmd(0, "%s --data %s --metrics %s", base, t32, test_path("tok32.jsonl"));
+    CHECK_MSG(rc == 0, "uint32 token file: %s", err_text);
+    CHECK_INT(read_metrics(test_path("tok1.jsonl"), l1, g1, 8), 6);
+    CHECK_INT(read_metrics(test_path("tok4.jsonl"), l4, g4, 8), 6);
+    CHECK_INT(read_metrics(test_path("tok32.jsonl"), l32, g32, 8), 6);
+    CHECK_MSG(l1[0] > 9.5 && l1[0] < 11.0, "the first loss %.4f is not about ln 32000", l1[0]);
+    for (i = 0; i < 6; i++) {
+        CHECK_MSG(fabs(l4[i] - l1[i]) <= EQ_LOSS_REL * fabs(l1[i]) && fabs(g4[i] - g1[i]) <= EQ_GNORM_REL * fabs(g1[i]),
+                  "vocab 32000 dp2 x tp2 sp step %d: loss %.9g vs %.9g, grad norm %.9g vs %.9g", i, l4[i], l1[i], g4[i], g1[i]);
+        CHECK_MSG(l32[i] == l1[i] && g32[i] == g1[i], "uint32 tokens step %d: %.9g vs %.9g", i, l32[i], l1[i]);
+    }
+    /* damaged files: the name, the rule, exit 2, nothing trained */
+    write_tokens(bad, 20240520, 1, 20000, 32000, -1, 3);
+    rc = run_cmd(0, "%s --data %s", base, bad);
+    CHECK_MSG(rc == 2 && strstr(err_text, "its header says 20000 tokens of 2 bytes (41024 bytes with the header) but "
+                                          "the file has 41021 bytes: truncated"), "truncated: %d %s", rc, err_text);
+    write_tokens(bad, 20240520, 1, 20000, 32000, 12345, 0);
+    rc = run_cmd(0, "%s --data %s", base, bad);
+    CHECK_MSG(rc == 2 && strstr(err_text, "token 12345 is 32000, outside model.model_config.vocab_size = 32000"),
+              "token outside the vocabulary: %d %s", rc, err_text);
+    write_tokens(bad, 20240801, 2, 20000, 32000, -1, 0);
+    rc = run_cmd(0, "%s --data %s", base, bad);
+    CHECK_MSG(rc == 2 && strstr(err_text, "a token file of version 2"), "version 2: %d %s", rc, err_text);
+    write_tokens(bad, 20240520, 1, 40, 32000, -1, 0);
+    rc = run_cmd(0, "%s --data %s", base, bad);
+    CHECK_MSG(rc == 2 && strstr(err_text, "has 40 tokens; model.model_config.seq_length = 64 needs at least 65"),
+              "too few tokens: %d %s", rc, err_text);
+    rc = run_cmd(0, "%s --data %s --sample 8", base, t16);
+    CHECK_MSG(rc == 2 && strstr(err_text, "--sample with a token file"), "--sample: %d %s", rc, err_text);
+}
+
 /* ---- mixed precision ------------------------------------------------------------ */
 
 #define LP_STEPS 50
@@ -2200,7 +2284,8 @@ int main(void) {
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
                       {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
                       {"recompute", {test_recompute, test_save_dtype}},
-                      {"mixed", {test_mixed, NULL}}};
+                      {"mixed", {test_mixed, NULL}},
+                      {"tokens", {test_token_files, NULL}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
             if (strcmp(only, groups[g].name) != 0) continue;
@@ -2237,6 +2322,7 @@ int main(void) {
         test_hf_export();
         test_save_dtype();
         test_mixed();
+        test_token_files();
         test_qkv_bias();
         test_recompute();
     }
