@@ -2244,6 +2244,19 @@ PARALLEL_DEF par_status par_tp_linear_param(const par_linear *lin, const char *n
 PARALLEL_DEF par_status par_tp_linear_bias_param(const par_tp *tp, const par_linear *lin, const char *name,
                                                  par_param_desc *pd);
 
+/* `count` copies of a parameter stacked along a new leading dim (layers, or
+   experts): a host that keeps one buffer per kind of weight for all its
+   layers, [count, out, in] as llm.c does, describes it with this from the one
+   layer's description (par_tp_linear_param, par_tp_linear_bias_param,
+   par_tp_norm_param, ...). The leading dim is never split, so this rank's
+   slice is [count, the one layer's local shape], layer after layer, and every
+   check of the one layer's placement (par_tp_linear's strategy checks) holds
+   for each; grad_partial and the weight-decay rule of the one layer carry
+   over (PAR_DECAY_AUTO is decided by the one layer's rank: a stack of norm
+   weights stays undecayed). PAR_EINVAL naming `one->name` for count < 1 or a
+   layout already PARALLEL_MAX_DIMS deep. Local. */
+PARALLEL_DEF par_status par_tp_stack_param(const par_param_desc *one, int64_t count, par_param_desc *stacked);
+
 /* Heads this rank computes: q heads split over the tensor-parallel ranks, kv
    heads too; kv heads are never replicated, so both must be divisible by
    the degree (GQA groups stay whole on a rank). PAR_ESHAPE naming the count. Local. */
@@ -18985,6 +18998,31 @@ PARALLEL_DEF par_status par_tp_linear_bias_param(const par_tp *tp, const par_lin
     memset(pd->layout.map.dev[1], 0, sizeof pd->layout.map.dev[1]);
     PAR__CHECK(par_layout_check(&pd->layout));
     pd->name = name, pd->grad_partial = lin->grad_partial;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_stack_param(const par_param_desc *one, int64_t count, par_param_desc *stacked) {
+    par_layout l;
+    int t;
+    if (!one || !stacked) return par__fail(PAR_EINVAL, "par_tp_stack_param: NULL argument");
+    if (count < 1)
+        return par__fail(PAR_EINVAL, "par_tp_stack_param: %s: count %lld must be >= 1 (layers or experts stacked)",
+                         one->name ? one->name : "parameter", (long long)count);
+    if (one->layout.ndim >= PARALLEL_MAX_DIMS)
+        return par__fail(PAR_EINVAL, "par_tp_stack_param: %s has %d dims already; a stack adds one (PARALLEL_MAX_DIMS %d)",
+                         one->name ? one->name : "parameter", one->layout.ndim, PARALLEL_MAX_DIMS);
+    l = one->layout; /* every dim one place later, the new one unsplit */
+    for (t = l.ndim; t > 0; t--) {
+        l.shape[t] = l.shape[t - 1], l.map.count[t] = l.map.count[t - 1];
+        memcpy(l.map.dev[t], l.map.dev[t - 1], sizeof l.map.dev[t]);
+    }
+    l.shape[0] = count, l.map.count[0] = 0;
+    memset(l.map.dev[0], 0, sizeof l.map.dev[0]);
+    l.ndim++;
+    PAR__CHECK(par_layout_check(&l));
+    *stacked = *one;
+    stacked->layout = l;
+    if (one->decay == PAR_DECAY_AUTO) stacked->decay = one->layout.ndim >= 2 ? PAR_DECAY_ON : PAR_DECAY_OFF;
     return PAR_OK;
 }
 

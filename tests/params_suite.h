@@ -707,6 +707,41 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
         odd = l1, odd.weight.ndim = 1;
         PS_ERR(c, par_tp_linear_bias_param(tp, &odd, "b4", &pd), PAR_EINVAL, "b4: not a linear placed by par_tp_linear");
     }
+    /* a stack of L layers' weights [L, out, in] (a host's layer-stacked buffer): this rank's slice is
+       each layer's 2-D slice, layer after layer; grad_partial and the decay rule carry over */
+    {
+        enum { L = 3 };
+        par_param_desc one, st;
+        int64_t shp[PARALLEL_MAX_DIMS], off[PARALLEL_MAX_DIMS], k, n2 = (int64_t)TS_F * TS_C;
+        float whole[L * TS_F * TS_C], mine[L * TS_F * TS_C], layer[TS_F * TS_C];
+        int same = 1, l;
+        PS_OK(c, par_tp_linear_param(&l1, "w1", &one));
+        PS_OK(c, par_tp_stack_param(&one, L, &st));
+        par_layout_local_shape(&st.layout, shp);
+        PS_OK(c, par_layout_local_offset(&st.layout, rank, off));
+        PS_CHECK(c, st.layout.ndim == 3 && st.layout.shape[0] == L && shp[0] == L && shp[1] == l1.out_local &&
+                        shp[2] == l1.in_local && off[0] == 0 && off[1] == l1.out_start && off[2] == l1.in_start,
+                 "stacked linear: local [%lld, %lld, %lld] at [%lld, %lld, %lld]", (long long)shp[0], (long long)shp[1],
+                 (long long)shp[2], (long long)off[0], (long long)off[1], (long long)off[2]);
+        PS_CHECK(c, st.grad_partial == one.grad_partial && st.decay == PAR_DECAY_ON && strcmp(st.name, "w1") == 0,
+                 "stacked linear: grad_partial 0x%x decay %d", (unsigned)st.grad_partial, (int)st.decay);
+        for (k = 0; k < L * n2; k++) whole[k] = (float)k;
+        PS_OK(c, par_layout_copy_slice(&st.layout, rank, sizeof(float), whole, mine));
+        for (l = 0; l < L; l++) { /* layer l's part of the slice is its 2-D slice */
+            PS_OK(c, par_layout_copy_slice(&l1.weight, rank, sizeof(float), whole + l * n2, layer));
+            same &= memcmp(layer, mine + l * l1.out_local * l1.in_local,
+                           (size_t)(l1.out_local * l1.in_local) * sizeof(float)) == 0;
+        }
+        PS_CHECK(c, same, "the stacked slice is not the layers' slices one after another");
+        PS_OK(c, par_tp_norm_param(tp, "ln", TS_C, &one));
+        PS_OK(c, par_tp_stack_param(&one, L, &st));
+        PS_CHECK(c, st.layout.ndim == 2 && st.decay == PAR_DECAY_OFF && st.grad_partial == one.grad_partial,
+                 "stacked norms stay undecayed (decay %d)", (int)st.decay);
+        PS_ERR(c, par_tp_stack_param(&one, 0, &st), PAR_EINVAL, "par_tp_stack_param: ln: count 0 must be >= 1");
+        one.layout.ndim = PARALLEL_MAX_DIMS;
+        PS_ERR(c, par_tp_stack_param(&one, 2, &st), PAR_EINVAL, "ln has 8 dims already");
+        PS_ERR(c, par_tp_stack_param(NULL, 2, &st), PAR_EINVAL, "NULL argument");
+    }
     /* bad input */
     PS_ERR(c, par_tp_linear(tp, "w3", PAR_LINEAR_COLUMN, TS_C, 0, &l1), PAR_EINVAL, "w3: in 4 and out 0 must be >= 1");
     if (T > 1) {
