@@ -2244,6 +2244,19 @@ PARALLEL_DEF par_status par_tp_linear_param(const par_linear *lin, const char *n
 PARALLEL_DEF par_status par_tp_linear_bias_param(const par_tp *tp, const par_linear *lin, const char *name,
                                                  par_param_desc *pd);
 
+/* A linear's bias b on its output, once per row: y [rows, cols] += 1 b^T. A
+   column-parallel linear's y is all n rows of its out_local columns (b: this
+   rank's slice, as par_tp_linear_bias_param lays it out); a row-parallel
+   one's is the sum par_tp_reduce_rows gave, this rank's par_tp_rows(n) rows of
+   all `out` columns (b whole: added once, after the reduction, not once per
+   partial sum). b and y in the region's dtype. The region keeps a column of
+   ones as long as the most rows it was given (compute-table memory, counted as
+   PAR_MEM_WORKSPACE; freed by par_tp_destroy). */
+PARALLEL_DEF par_status par_tp_bias_fwd(par_tp *tp, const par_linear *lin, int64_t n, const void *b, void *y);
+/* db [cols] (f32, accumulated into: a >>params gradient) += the column sums of
+   dy over the same rows: partial over the dims par_tp_linear_bias_param says. */
+PARALLEL_DEF par_status par_tp_bias_bwd(par_tp *tp, const par_linear *lin, int64_t n, const void *dy, float *db);
+
 /* `count` copies of a parameter stacked along a new leading dim (layers, or
    experts): a host that keeps one buffer per kind of weight for all its
    layers, [count, out, in] as llm.c does, describes it with this from the one
@@ -18725,10 +18738,13 @@ struct par_tp {
     int copy;
     par_dtype dtype; /* of every activation the region moves (desc.dtype) */
     size_t elem;     /* its size in bytes */
+    void *ones;      /* par_tp_bias_*: ones_n ones of dtype (compute-table memory) */
+    int64_t ones_n;
 };
 
 PARALLEL_DEF void par_tp_destroy(par_tp *tp) {
     if (!tp) return;
+    if (tp->ones) tp->ct->free(tp->ct->user, tp->ones);
     if (tp->exec) par_executor_destroy(tp->exec);
     if (tp->planner) par_redist_planner_destroy(tp->planner);
     par__ctx_free(tp->ctx, tp);
@@ -18999,6 +19015,65 @@ PARALLEL_DEF par_status par_tp_linear_bias_param(const par_tp *tp, const par_lin
     PAR__CHECK(par_layout_check(&pd->layout));
     pd->name = name, pd->grad_partial = lin->grad_partial;
     return PAR_OK;
+}
+
+/* The rows and columns a bias of `lin` is added on (par_tp_bias_fwd), and a
+   column of at least that many ones. */
+static par_status par__tp_bias_shape(par_tp *tp, const par_linear *lin, int64_t n, const char *fn, int64_t *rows,
+                                     int64_t *cols) {
+    if (!tp || !lin) return par__fail(PAR_EINVAL, "%s: NULL argument", fn);
+    if ((unsigned)lin->kind > (unsigned)PAR_LINEAR_ROW || lin->weight.ndim != 2)
+        return par__fail(PAR_EINVAL, "%s: not a linear placed by par_tp_linear", fn);
+    if (lin->kind == PAR_LINEAR_COLUMN && lin->in_local != lin->in)
+        return par__fail(PAR_EINVAL, "%s: the column strategy splits the linear's input (%lld of %lld on this rank): "
+                                     "its output is a partial sum, a bias needs it whole", fn, (long long)lin->in_local,
+                         (long long)lin->in);
+    PAR__CHECK(par__tp_check_n(tp, fn, n, lin->out, tp));
+    *rows = lin->kind == PAR_LINEAR_ROW ? par_tp_rows(tp, n) : n;
+    *cols = lin->kind == PAR_LINEAR_ROW ? lin->out : lin->out_local;
+    if (*rows > tp->ones_n) { /* grown, not shrunk: the most rows seen */
+        const par_compute_table *ct = tp->ct;
+        float *host = (float *)PARALLEL_MALLOC((size_t)*rows * 2 * sizeof(float));
+        void *dev = NULL;
+        par_status st;
+        int64_t i;
+        if (!host) return par__fail(PAR_ENOMEM, "%s: out of host memory", fn);
+        for (i = 0; i < *rows; i++) host[i] = 1.0f;
+        st = par_dtype_convert(*rows, PAR_F32, host, tp->dtype, host + *rows); /* 1 is exact in every type */
+        if (st == PAR_OK) st = ct->alloc(ct->user, (size_t)*rows * tp->elem, PAR_MEM_WORKSPACE, &dev);
+        if (st == PAR_OK) st = ct->memcpy(ct->user, dev, host + *rows, (size_t)*rows * tp->elem, PAR_COPY_HOST_TO_DEVICE);
+        if (st == PAR_OK) st = ct->synchronize(ct->user); /* host is freed next */
+        PARALLEL_FREE(host);
+        if (st != PAR_OK) {
+            if (dev) ct->free(ct->user, dev);
+            return st;
+        }
+        if (tp->ones) ct->free(ct->user, tp->ones);
+        tp->ones = dev, tp->ones_n = *rows;
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_tp_bias_fwd(par_tp *tp, const par_linear *lin, int64_t n, const void *b, void *y) {
+    par_gemm_desc d;
+    int64_t rows, cols;
+    PAR__CHECK(par__tp_bias_shape(tp, lin, n, "par_tp_bias_fwd", &rows, &cols));
+    if (rows == 0) return PAR_OK;
+    if (!b || !y) return par__fail(PAR_EINVAL, "par_tp_bias_fwd: NULL b or y");
+    memset(&d, 0, sizeof d); /* y += ones [rows, 1] . b [1, cols]: a rank-1 update, no kernel of its own */
+    d.m = rows, d.n = cols, d.k = 1, d.alpha = 1.0f, d.beta = 1.0f, d.a_type = d.c_type = tp->dtype;
+    return tp->ct->gemm(tp->ct->user, &d, tp->ones, b, y);
+}
+
+PARALLEL_DEF par_status par_tp_bias_bwd(par_tp *tp, const par_linear *lin, int64_t n, const void *dy, float *db) {
+    par_gemm_desc e;
+    int64_t rows, cols;
+    PAR__CHECK(par__tp_bias_shape(tp, lin, n, "par_tp_bias_bwd", &rows, &cols));
+    if (rows == 0) return PAR_OK;
+    if (!dy || !db) return par__fail(PAR_EINVAL, "par_tp_bias_bwd: NULL dy or db");
+    memset(&e, 0, sizeof e); /* db [cols, 1] += dy^T [cols, rows] . ones [rows, 1], in f32 */
+    e.transa = 1, e.m = cols, e.n = 1, e.k = rows, e.alpha = 1.0f, e.beta = 1.0f, e.a_type = tp->dtype, e.c_type = PAR_F32;
+    return tp->ct->gemm(tp->ct->user, &e, dy, tp->ones, db);
 }
 
 PARALLEL_DEF par_status par_tp_stack_param(const par_param_desc *one, int64_t count, par_param_desc *stacked) {

@@ -707,6 +707,42 @@ static void ts_case(par_ctx *ctx, int sp, int vocab_par, ps_counts *c) {
         odd = l1, odd.weight.ndim = 1;
         PS_ERR(c, par_tp_linear_bias_param(tp, &odd, "b4", &pd), PAR_EINVAL, "b4: not a linear placed by par_tp_linear");
     }
+    /* biases on the output: a row-parallel linear's once per row of the reduced sum (this rank's rows,
+       all columns, b whole), a column-parallel one's on all rows of this rank's columns (b its slice);
+       their gradients the column sums over the same rows, in f32 */
+    {
+        const int64_t rr = par_tp_rows(tp, TS_N);
+        float yb[TS_N * TS_F], y0[TS_N * TS_F], bias[TS_F], db[TS_F];
+        int64_t cols, k2;
+        double bad = 0;
+        int pass;
+        for (pass = 0; pass < 2; pass++) {
+            const par_linear *lin = pass ? &l1 : &l2; /* row-parallel first, then column-parallel */
+            const int64_t rows = pass ? TS_N : rr;
+            cols = pass ? l1.out_local : l2.out;
+            for (k2 = 0; k2 < rows * cols; k2++) y0[k2] = yb[k2] = (float)((k2 * 7 + rank) % 13) - 6.0f;
+            for (k2 = 0; k2 < cols; k2++) bias[k2] = 0.25f * (float)(k2 + 1), db[k2] = 1.0f;
+            PS_OK(c, par_tp_bias_fwd(tp, lin, TS_N, bias, yb));
+            for (k2 = 0, bad = 0; k2 < rows * cols; k2++) bad = fmax(bad, fabs(yb[k2] - (y0[k2] + bias[k2 % cols])));
+            PS_CHECK(c, bad == 0, "%s bias: y differs from y + b by %g", pass ? "column" : "row", bad);
+            PS_OK(c, par_tp_bias_bwd(tp, lin, TS_N, y0, db));
+            for (k2 = 0, bad = 0; k2 < cols; k2++) {
+                double want = 1.0;
+                int64_t r2;
+                for (r2 = 0; r2 < rows; r2++) want += y0[r2 * cols + k2];
+                bad = fmax(bad, fabs(db[k2] - want));
+            }
+            PS_CHECK(c, bad == 0, "%s bias gradient differs from the column sums by %g", pass ? "column" : "row", bad);
+        }
+        PS_ERR(c, par_tp_bias_fwd(tp, NULL, TS_N, bias, yb), PAR_EINVAL, "par_tp_bias_fwd: NULL argument");
+        PS_ERR(c, par_tp_bias_fwd(tp, &l1, TS_N, NULL, yb), PAR_EINVAL, "NULL b or y");
+        if (T > 1) {
+            par_linear odd = l2;
+            odd.kind = PAR_LINEAR_COLUMN; /* its input split: a partial sum */
+            PS_ERR(c, par_tp_bias_bwd(tp, &odd, TS_N, y0, db), PAR_EINVAL, "the column strategy splits the linear's input");
+            if (sp) PS_ERR(c, par_tp_bias_fwd(tp, &l2, T + 1, bias, yb), PAR_ESHAPE, "not divisible by the tensor-parallel degree");
+        }
+    }
     /* a stack of L layers' weights [L, out, in] (a host's layer-stacked buffer): this rank's slice is
        each layer's 2-D slice, layer after layer; grad_partial and the decay rule carry over */
     {
