@@ -13,6 +13,7 @@
 #include "../parallel.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,18 @@ static const char *const usage_text_more =
     "                               recomputation) for the model (MindFormers keys) on\n"
     "                               the cluster, predicted memory and step time, and why\n"
     "                               the others were cut\n"
+    "      or --model FILE --cluster FILE (one leading file: the model, or the cluster\n"
+    "                               when --model or all eight model flags give the model)\n"
+    "      [--layers N --hidden N --heads N --kv-heads N --ffn N --vocab N --seq N\n"
+    "       --global-batch N]       the model without a file (all eight); with one, each\n"
+    "                               overrides the file's value (--global-batch its batch)\n"
+    "      [--fix dp=8,tp=8,pp=16,cp=1]  keep these degrees (any subset; search mode\n"
+    "                               sharding_propagation, the only one that keeps them)\n"
+    "      [--schedule 1f1b,gpipe]  pipeline kinds searched (gpipe, 1f1b, interleaved,\n"
+    "                               zb-h1, or all; default gpipe,1f1b)\n"
+    "      [--max-micro-batches 16] [--search-mode dynamic_programming]  (or\n"
+    "                               sharding_propagation, recursive_programming)\n"
+    "      [--json]                 one JSON object a plan a line, then the cuts\n"
     "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
     "      [--dtype f32]            f32, or bf16 / f16: mixed precision (18 bytes a\n"
     "                               parameter before ZeRO: f32 grads, master, moments);\n"
@@ -840,31 +853,227 @@ static void print_auto_plan(int rank, const par_auto_plan *p) {
            p->predicted.activation_bytes / 1048576.0);
 }
 
-/* The whole-plan search for a model file and a cluster file. */
+/* ---- plan: its inputs (files or flags) and its JSON output ---------------------- */
+
+#define PLAN_MODEL_FLAGS 8
+
+/* The model from a file (MindFormers keys), each flag given overriding the
+   file's value; without a file every flag is needed (names the missing ones). */
+static void plan_model(const args *a, const char *file, par_model_shape *m) {
+    const struct {
+        const char *name;
+        int *field;
+    } flags[PLAN_MODEL_FLAGS] = {{"layers", &m->layers}, {"hidden", &m->hidden}, {"heads", &m->heads},
+                                 {"kv-heads", &m->kv_heads}, {"ffn", &m->ffn}, {"vocab", &m->vocab},
+                                 {"seq", &m->seq}, {"global-batch", &m->batch}};
+    char missing[160] = "";
+    int i;
+    memset(m, 0, sizeof *m);
+    if (file) {
+        char *text = read_text_file(file, "plan: model");
+        par_status st = par_model_shape_parse(text, m);
+        free(text);
+        check(st, file);
+    }
+    for (i = 0; i < PLAN_MODEL_FLAGS; i++) {
+        char what[32];
+        if (!arg_get(a, flags[i].name)) {
+            if (!file) /* the list fits: 8 names of at most 15 bytes */
+                snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s--%s", missing[0] ? ", " : "",
+                         flags[i].name);
+            continue;
+        }
+        snprintf(what, sizeof what, "--%s", flags[i].name);
+        *flags[i].field = (int)parse_int(arg_get(a, flags[i].name), 1, 1 << 24, what);
+    }
+    if (missing[0])
+        die("plan: no model file, so the model needs --layers, --hidden, --heads, --kv-heads, --ffn, --vocab, --seq and "
+            "--global-batch; missing %s (or give --model FILE)", missing);
+}
+
+/* 1 when every model flag is given: the model needs no file. */
+static int plan_model_flags_complete(const args *a) {
+    static const char *const names[PLAN_MODEL_FLAGS] = {"layers", "hidden", "heads", "kv-heads",
+                                                        "ffn", "vocab", "seq", "global-batch"};
+    int i;
+    for (i = 0; i < PLAN_MODEL_FLAGS; i++)
+        if (!arg_get(a, names[i])) return 0;
+    return 1;
+}
+
+/* --fix dp=8,tp=8,pp=16,cp=1 (any subset): degrees the search keeps; each, and
+   their product, must divide the cluster's devices (else nothing could match). */
+static void plan_fix(const char *text, int devices, par_auto_config *fixed) {
+    static const char *const names[4] = {"dp", "tp", "cp", "pp"};
+    int *fields[4];
+    char buf[256], *tok, *next;
+    long long product = 1;
+    int i, nfixed = 0;
+    fields[0] = &fixed->dp, fields[1] = &fixed->tp, fields[2] = &fixed->cp, fields[3] = &fixed->pp;
+    if (strlen(text) >= sizeof buf) die("--fix: '%.64s...' is too long", text);
+    strcpy(buf, text);
+    for (tok = buf; tok; tok = next) {
+        char *eq, what[96];
+        if ((next = strchr(tok, ','))) *next++ = 0;
+        if (!tok[0]) die("--fix: empty entry in '%.64s' (expected NAME=N, comma-separated: dp, tp, cp, pp)", text);
+        eq = strchr(tok, '=');
+        if (!eq) die("--fix %.64s: expected NAME=N (dp, tp, cp, pp)", tok);
+        *eq = 0;
+        for (i = 0; i < 4 && strcmp(tok, names[i]); i++) {
+        }
+        if (i == 4) die("--fix %.32s=%.32s: unknown degree (dp, tp, cp, pp)", tok, eq + 1);
+        if (*fields[i]) die("--fix %s: given twice in '%.64s'", names[i], text);
+        snprintf(what, sizeof what, "--fix %s=%.64s", names[i], eq + 1);
+        *fields[i] = (int)parse_int(eq + 1, 1, 1 << 24, what);
+        if (devices % *fields[i]) die("%s: %d does not divide the cluster's %d devices", what, *fields[i], devices);
+        product *= *fields[i];
+        nfixed++;
+    }
+    if (devices % product)
+        die("--fix %.64s: the fixed degrees multiply to %lld, which does not divide the cluster's %d devices", text,
+            product, devices);
+    if (nfixed == 4 && product != devices)
+        die("--fix %.64s: dp x tp x cp x pp is %lld, not the cluster's %d devices", text, product, devices);
+}
+
+/* --schedule gpipe,1f1b or all: the pipeline kinds searched (bits of par_auto_desc.schedules). */
+static uint32_t plan_schedules(const char *text) {
+    char buf[256], *tok, *next;
+    uint32_t bits = 0;
+    if (!strcmp(text, "all")) return (1u << PAR_PP_KIND_COUNT) - 1;
+    if (strlen(text) >= sizeof buf) die("--schedule: '%.64s...' is too long", text);
+    strcpy(buf, text);
+    for (tok = buf; tok; tok = next) {
+        par_pp_kind kind;
+        if ((next = strchr(tok, ','))) *next++ = 0;
+        if (!tok[0]) die("--schedule: empty entry in '%.64s' (a comma list of gpipe, 1f1b, interleaved, zb-h1, or all)", text);
+        check(par_pp_kind_parse(tok, &kind), "--schedule (a comma list, or all)");
+        bits |= 1u << kind;
+    }
+    return bits;
+}
+
+/* A JSON number: non-finite values (never expected) as null, so every line parses. */
+static void json_num(const char *key, double v) {
+    if (isfinite(v))
+        printf("\"%s\":%.12g", key, v);
+    else
+        printf("\"%s\":null", key);
+}
+
+/* A JSON string (the cut examples quote user numbers only, but escape anyway). */
+static void json_str(const char *key, const char *s) {
+    printf("\"%s\":\"", key);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+/* One plan as one JSON line, keys in a fixed order. cp_algo is null without
+   cp and schedule null without pp (the table prints neither then). */
+static void print_auto_plan_json(int rank, const par_auto_plan *p, int batch) {
+    const par_auto_config *c = &p->config;
+    const par_auto_prediction *q = &p->predicted;
+    printf("{\"rank\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,\"sp\":%s,", rank, c->dp, c->tp, c->pp, c->cp,
+           c->sp ? "true" : "false");
+    if (c->cp > 1) json_str("cp_algo", par_cp_algo_name(c->cp_algo)); else printf("\"cp_algo\":null");
+    putchar(',');
+    if (c->pp > 1) json_str("schedule", par_pp_kind_name(c->schedule)); else printf("\"schedule\":null");
+    /* the search only keeps plans whose batch splits into dp x micro-batches */
+    printf(",\"chunks\":%d,\"zero\":%d,\"micro_batches\":%d,\"micro_batch_size\":%d,", c->chunks > 0 ? c->chunks : 1,
+           c->zero, c->micro_batches, batch / (c->dp * c->micro_batches));
+    json_str("recompute", par_recompute_mode_name(c->recompute)), putchar(',');
+    json_str("dtype", par_dtype_name(c->dtype)), putchar(',');
+    json_num("step_s", q->step_time), putchar(',');
+    json_num("memory_bytes", q->memory_bytes);
+    printf(",\"time\":{");
+    json_num("compute", q->compute_time), putchar(',');
+    json_num("tp_comm", q->tp_comm_time), putchar(',');
+    json_num("cp_comm", q->cp_comm_time), putchar(',');
+    json_num("pp_comm", q->pp_comm_time), putchar(',');
+    json_num("dp_comm", q->dp_comm_time), putchar(',');
+    json_num("critical", q->critical_time), putchar(',');
+    json_num("shared", q->shared_time), putchar(',');
+    json_num("bubble", q->bubble);
+    printf("},\"memory\":{");
+    json_num("weights", q->weights_bytes), putchar(',');
+    json_num("grads", q->grads_bytes), putchar(',');
+    json_num("optimizer", q->optimizer_bytes), putchar(',');
+    json_num("activations", q->activation_bytes);
+    printf("}}\n");
+}
+
+/* The last JSON line: why the other plans were cut (par_auto_cuts). */
+static void print_auto_cuts_json(const par_auto_cuts *cuts, int shown) {
+    printf("{\"considered\":%lld,\"fit\":%lld,\"shown\":%d,\"over_memory\":%lld,\"not_divisible\":%lld,"
+           "\"schedule_refused\":%lld,",
+           (long long)cuts->considered, (long long)cuts->ranked, shown, (long long)cuts->over_memory,
+           (long long)cuts->not_divisible, (long long)cuts->schedule);
+    json_num("smallest_memory_bytes", cuts->smallest_memory), putchar(',');
+    json_str("over_memory_example", cuts->over_memory_example), putchar(',');
+    json_str("not_divisible_example", cuts->not_divisible_example), putchar(',');
+    json_str("schedule_example", cuts->schedule_example);
+    printf("}\n");
+}
+
+/* The whole-plan search: the model from a file and / or flags, the cluster from
+   a file, the search's inputs from flags (see the usage text). */
 static int cmd_plan(int argc, char **argv) {
-    static const opt_spec specs[] = {{"top", 1, 0}, {"memory-cap", 1, 0}, {"dtype", 1, 0}, {"recompute", 1, 0},
-                                     {NULL, 0, 0}};
+    static const opt_spec specs[] = {
+        {"top", 1, 0},           {"memory-cap", 1, 0},   {"dtype", 1, 0},      {"recompute", 1, 0},
+        {"model", 1, 0},         {"cluster", 1, 0},      {"layers", 1, 0},     {"hidden", 1, 0},
+        {"heads", 1, 0},         {"kv-heads", 1, 0},     {"ffn", 1, 0},        {"vocab", 1, 0},
+        {"seq", 1, 0},           {"global-batch", 1, 0}, {"fix", 1, 0},        {"schedule", 1, 0},
+        {"max-micro-batches", 1, 0}, {"search-mode", 1, 0}, {"json", 0, 0},    {NULL, 0, 0}};
     par_auto_desc d;
     par_auto_cuts cuts;
     par_auto_plan plans[64];
     args a;
+    const char *pos[2], *model_file, *cluster_file;
     char *text;
-    int top, count = 0, i;
+    int top, count = 0, i, npos = 0, json;
     par_status st;
-    if (argc < 2 || !strncmp(argv[0], "--", 2) || !strncmp(argv[1], "--", 2))
-        die("plan: usage: par-explain plan MODEL.yaml CLUSTER.yaml [--top N] [--memory-cap BYTES] [--dtype f32|bf16|f16] "
-            "[--recompute none|selective|full|all]");
-    parse_args(argc - 2, argv + 2, "plan", specs, &a);
+    /* MODEL.yaml CLUSTER.yaml may lead, as before the flags existed */
+    while (npos < argc && strncmp(argv[npos], "--", 2)) {
+        if (npos == 2) die("plan: unexpected argument '%.64s' (at most MODEL.yaml CLUSTER.yaml before the options)", argv[npos]);
+        pos[npos] = argv[npos];
+        npos++;
+    }
+    parse_args(argc - npos, argv + npos, "plan", specs, &a);
+    model_file = arg_get(&a, "model");
+    cluster_file = arg_get(&a, "cluster");
+    if (npos == 2) {
+        if (model_file || cluster_file)
+            die("plan: '%.64s %.64s' name the model and cluster files, and --%s names one again", pos[0], pos[1],
+                model_file ? "model" : "cluster");
+        model_file = pos[0], cluster_file = pos[1];
+    } else if (npos == 1) {
+        /* one file: the model, unless --model or all the model flags give it (then the cluster) */
+        if (model_file && cluster_file)
+            die("plan: unexpected argument '%.64s': --model and --cluster already name the files", pos[0]);
+        if (!model_file && (cluster_file || !plan_model_flags_complete(&a)))
+            model_file = pos[0];
+        else
+            cluster_file = pos[0];
+    }
+    if (!cluster_file)
+        die("plan: no cluster: give --cluster FILE (or CLUSTER.yaml after the model file); usage: par-explain plan "
+            "[MODEL.yaml] [CLUSTER.yaml] [--model FILE] [--cluster FILE] [--layers N ...] [options]");
     memset(&d, 0, sizeof d);
-    text = read_text_file(argv[0], "plan: model");
-    st = par_model_shape_parse(text, &d.model);
-    free(text);
-    check(st, argv[0]);
-    text = read_text_file(argv[1], "plan: cluster");
+    plan_model(&a, model_file, &d.model);
+    text = read_text_file(cluster_file, "plan: cluster");
     st = par_cluster_parse(text, &d.cluster);
     free(text);
-    check(st, argv[1]);
+    check(st, cluster_file);
     top = arg_get(&a, "top") ? (int)parse_int(arg_get(&a, "top"), 1, 64, "--top") : 5;
+    json = arg_flag(&a, "json");
     if (arg_get(&a, "dtype")) { /* one type, a comma list or all: the compute types searched */
         char list[64], *tok, *next;
         snprintf(list, sizeof list, "%s", !strcmp(arg_get(&a, "dtype"), "all") ? "f32,bf16,f16" : arg_get(&a, "dtype"));
@@ -888,8 +1097,26 @@ static int cmd_plan(int argc, char **argv) {
         d.memory_cap = parse_double(arg_get(&a, "memory-cap"), "--memory-cap");
         if (!(d.memory_cap > 0)) die("--memory-cap: must be a number of bytes > 0");
     }
+    if (arg_get(&a, "schedule")) d.schedules = plan_schedules(arg_get(&a, "schedule"));
+    if (arg_get(&a, "max-micro-batches"))
+        d.max_micro_batches = (int)parse_int(arg_get(&a, "max-micro-batches"), 1, 65536, "--max-micro-batches");
+    d.mode = PAR_SEARCH_DYNAMIC_PROGRAMMING;
+    if (arg_get(&a, "search-mode")) check(par_search_mode_parse(arg_get(&a, "search-mode"), &d.mode), "--search-mode");
+    if (arg_get(&a, "fix")) {
+        /* only sharding_propagation keeps par_auto_desc.fixed: --fix picks it, and refuses another */
+        if (arg_get(&a, "search-mode") && d.mode != PAR_SEARCH_SHARDING_PROPAGATION)
+            die("--fix: fixed degrees need --search-mode sharding_propagation (the only mode that keeps them, and the "
+                "default with --fix), not %s", par_search_mode_name(d.mode));
+        d.mode = PAR_SEARCH_SHARDING_PROPAGATION;
+        plan_fix(arg_get(&a, "fix"), d.cluster.devices, &d.fixed);
+    }
     st = par_auto_search(&d, plans, top, &count, &cuts);
     check(st, "plan"); /* nothing fits: the message gives the smallest plan's memory */
+    if (json) {
+        for (i = 0; i < count && i < top; i++) print_auto_plan_json(i + 1, &plans[i], d.model.batch);
+        print_auto_cuts_json(&cuts, count < top ? count : top);
+        return 0;
+    }
     printf("model: %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, seq %d, batch %d, %s\n", d.model.layers,
            d.model.hidden, d.model.heads, d.model.kv_heads, d.model.ffn, d.model.vocab, d.model.seq, d.model.batch,
            par_dtype_name(d.model.dtype));

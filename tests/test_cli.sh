@@ -423,6 +423,96 @@ ok "plan dtypes" plan examples/configs/tiny.yaml "$PLANF" --dtype f32,bf16 --top
 has_match "plan dtypes bf16" '^ 1\. dp=.* bf16 +step'
 if printf '%s\n' "$OUT" | grep -E '^ *[0-9]+\. dp=' | grep -Evq ' bf16 +step'; then fail "plan dtypes: a plan not in bf16 fits 700000 bytes: $OUT"; else pass; fi
 bad_says "plan dtype list" "--dtype (f32, bf16, f16, a comma list, or all)" plan examples/configs/tiny.yaml "$PLANF" --dtype f32,bf17
+# every search input as a flag: the model from flags (tiny.yaml's shape written out) gives the same
+# top plan as the file; a flag overrides the file's value
+TINY_FLAGS=(--layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 172 --vocab 256 --seq 64 --global-batch 8)
+TINY_MODEL="model: 2 layers, hidden 64, 4 heads (2 kv), ffn 172, vocab 256, seq 64, batch 8, f32"
+ok "plan file form" plan --model examples/configs/tiny.yaml --cluster "$PLANF" --top 1
+has_match "plan file form top" '^ 1\. dp=[0-9]+ tp=[0-9]+ '
+FILE_TOP=$(printf '%s\n' "$OUT" | grep -E '^ 1\. ')
+ok "plan flags form" plan --cluster "$PLANF" "${TINY_FLAGS[@]}" --top 1
+has_line "plan flags model" "$TINY_MODEL"
+same "plan flags top = file top" "$(printf '%s\n' "$OUT" | grep -E '^ 1\. ')" "$FILE_TOP"
+# one leading file with the model in flags is the cluster
+ok "plan flags + leading cluster" plan "$PLANF" "${TINY_FLAGS[@]}" --top 1
+same "plan leading cluster top" "$(printf '%s\n' "$OUT" | grep -E '^ 1\. ')" "$FILE_TOP"
+ok "plan overrides" plan examples/configs/tiny.yaml "$PLANF" --layers 4 --global-batch 16 --top 1
+has_line "plan overrides model" "model: 4 layers, hidden 64, 4 heads (2 kv), ffn 172, vocab 256, seq 64, batch 16, f32"
+
+# plan_lines: the numbered plan lines of the last output.
+plan_lines() { printf '%s\n' "$OUT" | grep -E '^ *[0-9]+\. dp='; }
+# every_plan NAME ERE: there are plans, and each plan line (filtered by the optional ERE $3) matches ERE.
+every_plan() {
+    local lines
+    lines=$(plan_lines | grep -E -- "${3:-.}")
+    if [ -z "$lines" ]; then fail "$1: no plan lines${3:+ matching /$3/}:"$'\n'"$OUT"
+    elif printf '%s\n' "$lines" | grep -vqE -- "$2"; then fail "$1: a plan not matching /$2/:"$'\n'"$OUT"
+    else pass; fi
+}
+# some_plan_not NAME ERE: a plan line does not match (the unconstrained search, so the check above can fail).
+some_plan_not() { if plan_lines | grep -vqE -- "$2"; then pass; else fail "$1: every plan matches /$2/ already"; fi; }
+
+ok "plan unconstrained" plan examples/configs/tiny.yaml "$PLANF" --top 64
+some_plan_not "plan unconstrained tp" ' tp=2 '
+some_plan_not "plan unconstrained m" ' m=1 '
+if plan_lines | grep -q ' pp=[0-9]* gpipe '; then pass; else fail "plan unconstrained: no gpipe plan in the top 64"; fi
+ok "plan fix tp" plan examples/configs/tiny.yaml "$PLANF" --fix tp=2 --top 64
+every_plan "plan fix tp=2" ' tp=2 '
+ok "plan fix dp pp" plan --model examples/configs/tiny.yaml --cluster "$PLANF" --fix dp=2,pp=2 --search-mode sharding_propagation --top 64
+every_plan "plan fix dp=2,pp=2" '^ *[0-9]+\. dp=2 .* pp=2 '
+ok "plan schedule" plan examples/configs/tiny.yaml "$PLANF" --schedule 1f1b --top 64
+every_plan "plan schedule 1f1b" ' pp=[0-9]+ 1f1b ' ' pp='
+# interleaved runs 2 chunks a rank: 4 layers for 2 stages
+ok "plan schedule interleaved" plan examples/configs/tiny.yaml "$PLANF" --layers 4 --schedule interleaved --fix pp=2 --top 64
+every_plan "plan schedule interleaved" ' pp=2 interleaved '
+ok "plan max micro-batches" plan examples/configs/tiny.yaml "$PLANF" --max-micro-batches 1 --top 64
+every_plan "plan max micro-batches 1" ' m=1 '
+ok "plan search mode" plan examples/configs/tiny.yaml "$PLANF" --search-mode recursive_programming --top 1
+has_match "plan search mode top" '^ 1\. dp='
+
+# --json: one object a plan a line, then the cuts; the first plan is the table's
+ok "plan table for json" plan examples/configs/tiny.yaml "$PLANF" --top 3
+TABLE_TOP=$(printf '%s\n' "$OUT" | sed -nE 's/^ 1\. dp=([0-9]+) tp=([0-9]+) .*/dp=\1 tp=\2/p')
+TABLE_CUTS=$(printf '%s\n' "$OUT" | sed -nE 's/^considered ([0-9]+) plans: ([0-9]+) fit,.*/\1 \2/p')
+ok "plan json" plan examples/configs/tiny.yaml "$PLANF" --top 3 --json
+has_match "plan json keys" '^\{"rank":1,"dp":[0-9]+,"tp":[0-9]+,"pp":[0-9]+,"cp":[0-9]+,"sp":(true|false),"cp_algo":("[a-z]+"|null),"schedule":("[a-z0-9-]+"|null),"chunks":[0-9]+,"zero":[0-2],"micro_batches":[0-9]+,"micro_batch_size":[0-9]+,"recompute":"none","dtype":"f32","step_s":[0-9.e+-]+,"memory_bytes":[0-9.e+]+,"time":\{"compute":[^}]*"bubble":[0-9.e+-]+\},"memory":\{"weights":[^}]*"activations":[0-9.e+]+\}\}$'
+has_match "plan json cuts" '^\{"considered":[0-9]+,"fit":[0-9]+,"shown":3,'
+same "plan json dp tp" "$(printf '%s\n' "$OUT" | sed -nE 's/^\{"rank":1,"dp":([0-9]+),"tp":([0-9]+),.*/dp=\1 tp=\2/p')" "$TABLE_TOP"
+same "plan json cuts = table" "$(printf '%s\n' "$OUT" | sed -nE 's/^\{"considered":([0-9]+),"fit":([0-9]+),.*/\1 \2/p')" "$TABLE_CUTS"
+if [ -x /usr/bin/python3 ]; then
+    # every line parses; 3 plans + the cuts; each plan's micro-batch size x dp x micro-batches is the batch (8)
+    JSON_CHECK=$(printf '%s\n' "$OUT" | /usr/bin/python3 -c 'import json,sys
+L = [json.loads(l) for l in sys.stdin]
+print(len(L), ",".join(L[0]), ",".join(L[0]["time"]), ",".join(L[0]["memory"]),
+      all(p["micro_batch_size"] * p["dp"] * p["micro_batches"] == 8 for p in L[:-1]), "rank" not in L[-1])' 2>&1)
+    same "plan json parses" "$JSON_CHECK" "4 rank,dp,tp,pp,cp,sp,cp_algo,schedule,chunks,zero,micro_batches,micro_batch_size,recompute,dtype,step_s,memory_bytes,time,memory compute,tp_comm,cp_comm,pp_comm,dp_comm,critical,shared,bubble weights,grads,optimizer,activations True True"
+fi
+
+bad_says "plan fix value" "--fix dp=x: 'x' is not an integer in [1, " plan examples/configs/tiny.yaml "$PLANF" --fix dp=x
+bad_says "plan fix name" "--fix ep=2: unknown degree (dp, tp, cp, pp)" plan examples/configs/tiny.yaml "$PLANF" --fix ep=2
+bad_says "plan fix form" "--fix tp: expected NAME=N (dp, tp, cp, pp)" plan examples/configs/tiny.yaml "$PLANF" --fix tp
+bad_says "plan fix twice" "--fix tp: given twice" plan examples/configs/tiny.yaml "$PLANF" --fix tp=2,tp=2
+bad_says "plan fix divides" "--fix tp=3: 3 does not divide the cluster's 8 devices" plan examples/configs/tiny.yaml "$PLANF" --fix tp=3
+bad_says "plan fix product" "the fixed degrees multiply to 16, which does not divide the cluster's 8 devices" \
+    plan examples/configs/tiny.yaml "$PLANF" --fix dp=4,tp=4
+bad_says "plan fix mode" "--fix: fixed degrees need --search-mode sharding_propagation" \
+    plan examples/configs/tiny.yaml "$PLANF" --fix tp=2 --search-mode dynamic_programming
+bad_says "plan layers" "--layers: '0' is not an integer in [1, " \
+    plan --cluster "$PLANF" --layers 0 --hidden 64 --heads 4 --kv-heads 2 --ffn 172 --vocab 256 --seq 64 --global-batch 8
+bad_says "plan layers over file" "--layers: '0' is not an integer in [1, " plan examples/configs/tiny.yaml "$PLANF" --layers 0
+bad_says "plan model flag missing" "missing --kv-heads, --global-batch (or give --model FILE)" \
+    plan --cluster "$PLANF" --layers 2 --hidden 64 --heads 4 --ffn 172 --vocab 256 --seq 64
+bad_says "plan model divides" "model: hidden (64) must divide by heads (4) and heads by kv_heads (3)" \
+    plan --cluster "$PLANF" --layers 2 --hidden 64 --heads 4 --kv-heads 3 --ffn 172 --vocab 256 --seq 64 --global-batch 8
+bad_says "plan no cluster" "plan: no cluster: give --cluster FILE" plan --model examples/configs/tiny.yaml
+bad_says "plan files twice" "and --model names one again" plan examples/configs/tiny.yaml "$PLANF" --model examples/configs/tiny.yaml
+bad_says "plan schedule" 'pipeline schedule "dualpipe" is unknown; accepted: gpipe, 1f1b, interleaved' \
+    plan examples/configs/tiny.yaml "$PLANF" --schedule dualpipe
+bad_says "plan schedule empty" "--schedule: empty entry in '1f1b,'" plan examples/configs/tiny.yaml "$PLANF" --schedule 1f1b,
+bad_says "plan max micro-batches" "--max-micro-batches: '0' is not an integer in [1, 65536]" \
+    plan examples/configs/tiny.yaml "$PLANF" --max-micro-batches 0
+bad_says "plan search mode" "--search-mode: unknown search_mode 'greedy'" plan examples/configs/tiny.yaml "$PLANF" --search-mode greedy
+bad_says "plan json value" "option --json takes no value" plan examples/configs/tiny.yaml "$PLANF" --json=1
 printf 'devices: 8\ndevices_per_node: 3\nintra_node_bandwidth: 100G\nmemory_per_device: 16Gi\nflops_per_device: 1e14\n' >"$PLANF"
 bad_says "plan cluster" "devices_per_node is 3; it must divide devices (8)" plan examples/configs/tiny.yaml "$PLANF"
 printf 'devices 4\nop up matmul [16,8] [8,32] params=1\nop down matmul [16,32] [32,8] params=1\nedge up -> down.0\n' >"$PLANF"
@@ -448,6 +538,8 @@ printf 'model:\n  model_config:\n    hidden_size: 0\n' >"$PLANF"
 bad_says "calibrate model" "num_layers is missing" calibrate --model "$PLANF"
 rm -f "$PLANF"
 
+NASTY_CLUSTER=$(mktemp)
+printf 'devices: 8\nintra_node_bandwidth: 100G\nmemory_per_device: 16Gi\nflops_per_device: 1e14\n' >"$NASTY_CLUSTER"
 nasty=("" "-1" "99999999999999999999" "((" "None" "[-1,-1] partial=" "1e400"
        "$(printf '%0300d' 7)" "((((((((((((((((((((((((((((((((((((((((" "8x0" $'1\n2')
 commands=(
@@ -459,6 +551,7 @@ commands=(
     'redistribute --mesh 2,4 --shape 8,16 --from [1,-1] --to [-1,0] --latency 0=1,1=2 --bandwidth 1'
     'redistribute --mesh tp=4 --shape 2,8,32 --from [None,None,tp] --to [None,None,tp,None] --to-shape 2,8,4,8'
     'pipeline --schedule interleaved --stages 2 --micro-batches 4 --chunks 2'
+    "plan --cluster $NASTY_CLUSTER --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 172 --vocab 256 --seq 64 --global-batch 8 --fix tp=2 --schedule 1f1b,gpipe --max-micro-batches 4 --top 2"
 )
 for c in "${commands[@]}"; do
     read -r -a argv <<<"$c"
@@ -477,6 +570,8 @@ for c in "${commands[@]}"; do
     done
     if [ -z "$bad_runs" ]; then pass; else fail "nasty values in '$c':$bad_runs"; fi
 done
+
+rm -f "$NASTY_CLUSTER"
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
