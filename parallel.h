@@ -20126,19 +20126,26 @@ static par_status par__pp_gen_zb_h1(par_pp_schedule *s, int r) {
     return PAR_OK;
 }
 
-/* Megatron's interleaved 1F1B: forward k of rank r runs chunk (k / p) % v of
-   micro-batch (k / (p v)) p + k % p; backwards the chunks in reverse. */
+/* Interleaved 1F1B over rounds (Megatron's virtual stages; PyTorch's
+   ScheduleInterleaved1F1B for any m): the micro-batches go in max(1, m / p)
+   rounds of n = m / rounds each (n = p when p divides m: Megatron's order);
+   forward k of rank r runs chunk (k / n) % v of micro-batch (k / (n v)) n +
+   k % n, backwards the chunks in reverse; rank r warms up with (v - 1) n +
+   2 (p - 1 - r) forwards (PyTorch's count: at m = p it holds fewer chunks
+   than running every forward first). */
+static int par__pp_round(int m, int p) { return m / (m / p > 1 ? m / p : 1); }
+
 static par_status par__pp_gen_interleaved(par_pp_schedule *s, int r) {
-    const int total = s->m * s->v, p = s->p, v = s->v;
-    int warm = s->m == p ? total : (p - r - 1) * 2 + (v - 1) * p, k;
+    const int total = s->m * s->v, p = s->p, v = s->v, n = par__pp_round(s->m, p);
+    int warm = (v - 1) * n + 2 * (p - 1 - r), k;
     if (warm > total) warm = total;
-    for (k = 0; k < warm; k++) PAR__CHECK(par__pp_emit_fwd(s, r, (k / (p * v)) * p + k % p, (k / p) % v));
+    for (k = 0; k < warm; k++) PAR__CHECK(par__pp_emit_fwd(s, r, (k / (n * v)) * n + k % n, (k / n) % v));
     for (k = 0; k < total; k++) {
         if (warm + k < total) {
             const int f = warm + k;
-            PAR__CHECK(par__pp_emit_fwd(s, r, (f / (p * v)) * p + f % p, (f / p) % v));
+            PAR__CHECK(par__pp_emit_fwd(s, r, (f / (n * v)) * n + f % n, (f / n) % v));
         }
-        PAR__CHECK(par__pp_emit_bwd(s, r, (k / (p * v)) * p + k % p, v - 1 - (k / p) % v, PAR_PP_B));
+        PAR__CHECK(par__pp_emit_bwd(s, r, (k / (n * v)) * n + k % n, v - 1 - (k / n) % v, PAR_PP_B));
     }
     return PAR_OK;
 }
@@ -20158,9 +20165,12 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
     if (d->kind != PAR_PP_INTERLEAVED && v != 1)
         return par__fail(PAR_EINVAL, "pipeline: %d model chunks per rank need the interleaved schedule, not %s", v,
                          par_pp_kind_name(d->kind));
-    if (d->kind == PAR_PP_INTERLEAVED && d->stages > 0 && d->micro_batches % d->stages)
-        return par__fail(PAR_EINVAL, "pipeline: the interleaved schedule needs the micro-batches (%d) to be a "
-                                     "multiple of the stages (%d) (Megatron's constraint)", d->micro_batches, d->stages);
+    if (d->kind == PAR_PP_INTERLEAVED && d->stages > 0 && d->micro_batches > 0 &&
+        d->micro_batches % (d->micro_batches / (d->micro_batches / d->stages > 1 ? d->micro_batches / d->stages : 1)))
+        return par__fail(PAR_EINVAL, "pipeline: the interleaved schedule runs the micro-batches in micro-batches / "
+                                     "stages = %d rounds of equal size, and %d micro-batches do not split into %d "
+                                     "(PyTorch's constraint; %d stages)", d->micro_batches / d->stages,
+                         d->micro_batches, d->micro_batches / d->stages, d->stages);
     if ((double)d->stages * v * d->micro_batches > (double)(1 << 24))
         return par__fail(PAR_ECAPACITY, "pipeline: %d stages x %d chunks x %d micro-batches is more than the "
                                         "generators make (2^24 micro-batch chunks)", d->stages, v, d->micro_batches);
@@ -22451,7 +22461,7 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
         const par__au_pp *r = par__au_pipeline(a, pl->config.schedule, pl->config.pp, chunks, pl->config.micro_batches);
         if (!r || !r->ok) {
             par__au_cut(a->cuts.schedule_example, &a->cuts.schedule, pl,
-                        pl->config.schedule == PAR_PP_INTERLEAVED ? "interleaved needs micro-batches a multiple of the stages"
+                        pl->config.schedule == PAR_PP_INTERLEAVED ? "interleaved needs its micro-batches in rounds of equal size"
                                                            : "the schedule is refused");
             return;
         }

@@ -396,8 +396,11 @@ has_line "file bubble" "# bubble 0.5000 of the ranks' time, makespan 6 (F = 1, B
 printf 'pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n' >"$PIPEF"
 bad_says "pipeline deadlock" "deadlock: every unfinished rank waits for a message no rank will send: rank 0 step 1 (RG 0 0)" \
     pipeline --file "$PIPEF"
-bad_says "pipeline interleaved m" "micro-batches (3) to be a multiple of the stages (2)" \
-    pipeline --schedule interleaved --stages 2 --micro-batches 3 --chunks 2
+bad_says "pipeline interleaved m" "the interleaved schedule runs the micro-batches in micro-batches / stages = 2 rounds of equal size, and 5 micro-batches do not split into 2" \
+    pipeline --schedule interleaved --stages 2 --micro-batches 5 --chunks 2
+ok "pipeline interleaved m < 2p" pipeline --schedule interleaved --stages 4 --micro-batches 6 --chunks 2
+has_match "pipeline interleaved m < 2p checked" '^# check: ok'
+
 bad_says "pipeline name" "accepted: gpipe, 1f1b, interleaved" pipeline --schedule dualpipe --stages 2 --micro-batches 2
 bad_says "pipeline file and schedule" "drop --schedule" pipeline --file "$PIPEF" --schedule 1f1b
 bad_says "pipeline missing file" "No such file" pipeline --file /nonexistent/s.txt

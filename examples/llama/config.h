@@ -450,7 +450,7 @@ static const llama__key llama__keys[] = {
      "fine-grained interleave: each micro-batch's samples cut into this many slices that run every layer interleaved (one slice computes while another's all-gather or reduce-scatter is in flight) and rejoin after it, as MindFormers' interleaved decoder layer; needs use_seq_parallel true, not with micro_batch_interleave_num > 1, pipeline_stage or context_parallel > 1"},
     {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
-     "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule); > 1 needs parallel.pipeline_config.pipeline_interleave true and micro_batch_num a multiple of pipeline_stage"},
+     "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule); > 1 needs parallel.pipeline_config.pipeline_interleave true and micro_batch_num splitting into micro_batch_num / pipeline_stage rounds of equal size (any count when it is below 2 pipeline_stage)"},
     {"model.model_config.offset", LLAMA__T_INT, LLAMA__AT(offset), 0, -4096, 4096, 0, NULL, "0", NULL,
      "layers moved from the first pipeline stage (virtual stage) to the last: num_layers / (pipeline_stage x pp_interleave_num) per stage, the first offset fewer, the last offset more (negative: the other way); every stage keeps at least one layer (MindFormers also takes a per-stage list: not here)"},
 
@@ -1453,8 +1453,9 @@ static int llama__when_offset_no_pp(const llama__vctx *v) { return v->c->pipelin
 static int llama__when_no_pp(const llama__vctx *v) { return v->c->pipeline_stage == 1; }
 static int llama__when_layers_by_stages(const llama__vctx *v) { return v->c->num_layers % v->n[LLAMA__N_STAGES] != 0; }
 static int llama__when_empty_stage(const llama__vctx *v) { return v->n[LLAMA__N_FIRST] < 1 || v->n[LLAMA__N_LAST] < 1; }
-static int llama__when_micro_by_pp(const llama__vctx *v) {
-    return v->c->pp_interleave_num > 1 && v->c->micro_batch_num % v->c->pipeline_stage != 0;
+static int llama__when_micro_by_pp(const llama__vctx *v) { /* >>pipeline's interleaved rounds */
+    const int m = v->c->micro_batch_num, rounds = m / v->c->pipeline_stage > 1 ? m / v->c->pipeline_stage : 1;
+    return v->c->pp_interleave_num > 1 && m % rounds != 0;
 }
 
 static int llama__when_two_clips(const llama__vctx *v) {
@@ -1742,8 +1743,8 @@ static const llama__vrule llama__rules[] = {
      "last %lld",
      {LLAMA__N_OFFSET, LLAMA__N_LPS, LLAMA__N_FIRST, LLAMA__N_LAST}, NULL},
     {LLAMA__P("micro_batch_num"), LLAMA__G_PP, 1, llama__when_micro_by_pp,
-     LLAMA__P("micro_batch_num") " = %lld is not a multiple of " LLAMA__P("pipeline_stage") " (%lld): the interleaved "
-     "schedule needs it (Megatron's constraint)",
+     LLAMA__P("micro_batch_num") " = %lld does not split into micro_batch_num / " LLAMA__P("pipeline_stage")
+     " (%lld) rounds of equal size: the interleaved schedule runs it in rounds (PyTorch's constraint)",
      {LLAMA__N_MBN, LLAMA__N_PP}, NULL},
 
     /* training: clipping, the schedule, the checkpoint to start from */

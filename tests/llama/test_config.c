@@ -1038,9 +1038,9 @@ static void test_cross_rules(void) {
     expect_rule(ppi, 3, "pipeline_interleave = false with model.model_config.pp_interleave_num = 2", "or neither");
     const char *ppm[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
-                         "parallel_config.micro_batch_num=1"};
-    expect_rule(ppm, 5, "parallel_config.micro_batch_num = 1 is not a multiple of parallel_config.pipeline_stage (2)",
-                "Megatron's constraint");
+                         "parallel_config.micro_batch_num=5"};
+    expect_rule(ppm, 5, "parallel_config.micro_batch_num = 5 does not split into micro_batch_num / "
+                "parallel_config.pipeline_stage (2) rounds", "PyTorch's constraint");
     const char *ppl[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=2",
                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
                          "parallel_config.micro_batch_num=2"};

@@ -839,6 +839,14 @@ static void test_pipeline(void) {
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
     pp_row("pp4 interleaved mb8", base8, 8, "--set parallel_config.pipeline_stage=4 --set model.model_config.pp_interleave_num=2 "
                                             "--set parallel.pipeline_config.pipeline_interleave=true");
+    /* interleaved in rounds (PyTorch's order for any m): fewer micro-batches than stages, and a count
+       that is no multiple of them (one round of 6) */
+    pp_row("pp4 interleaved mb3 (< stages)", base8, 3, "--set parallel_config.pipeline_stage=4 "
+                                                       "--set model.model_config.pp_interleave_num=2 "
+                                                       "--set parallel.pipeline_config.pipeline_interleave=true");
+    pp_row("pp4 interleaved mb6 (one round)", base8, 6, "--set parallel_config.pipeline_stage=4 "
+                                                        "--set model.model_config.pp_interleave_num=2 "
+                                                        "--set parallel.pipeline_config.pipeline_interleave=true");
     /* a schedule of one's own (--pp-schedule): B on one rank, I and W on the other, a W out of
        micro-batch order; and files the trainer refuses before any rank starts */
     {
