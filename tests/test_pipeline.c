@@ -128,6 +128,41 @@ static void test_generators(void) {
     }
 }
 
+/* Interleaved 1F1B in rounds: every (p, v, m) whose micro-batches split into
+   max(1, m / p) equal rounds makes a schedule the checker passes (no
+   deadlock, every action once, in order), and the others are refused; at
+   m = p each rank warms up with (v - 1) p + 2 (p - 1 - r) forwards, so the
+   last rank holds fewer chunks than all of them. */
+static void test_interleaved_rounds(void) {
+    par_pp_schedule_desc d;
+    int p, v, m, made = 0, refused = 0;
+    for (p = 2; p <= 8; p++)
+        for (v = 2; v <= 4; v++)
+            for (m = 1; m <= 32; m++) {
+                const int rounds = m / p > 1 ? m / p : 1;
+                par_pp_schedule *s = NULL;
+                par_pp_check c;
+                char grid[512];
+                memset(&d, 0, sizeof d);
+                d.stages = p, d.chunks = v, d.micro_batches = m, d.kind = PAR_PP_INTERLEAVED;
+                if (m % rounds) {
+                    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "do not split into");
+                    refused++;
+                    continue;
+                }
+                CHECK_OK(par_pp_schedule_make(&d, &s));
+                if (!s) continue;
+                CHECK_MSG(par_pp_schedule_check(s, &c, grid, sizeof grid) == PAR_OK, "interleaved p %d v %d m %d:\n%s", p,
+                          v, m, grid);
+                if (m == p) /* the last rank: (v - 1) p forwards before its first backward, not all v p */
+                    CHECK_MSG(c.peak_in_flight[p - 1] < v * m, "interleaved p %d v %d m %d: the last rank holds %d "
+                              "micro-batch chunks", p, v, m, c.peak_in_flight[p - 1]);
+                par_pp_schedule_destroy(s);
+                made++;
+            }
+    CHECK_MSG(made + refused == 7 * 3 * 32 && made > refused, "%d made, %d refused", made, refused);
+}
+
 static void test_generator_errors(void) {
     par_pp_schedule_desc d;
     par_pp_schedule *s = NULL;
@@ -577,6 +612,7 @@ int main(void) {
     test_generators();
     test_check_many_ranks();
     test_generator_errors();
+    test_interleaved_rounds();
     test_text();
     test_bad_schedules();
     test_executor();
