@@ -19017,10 +19017,10 @@ PARALLEL_DEF par_status par_tp_linear_bias_param(const par_tp *tp, const par_lin
     return PAR_OK;
 }
 
-/* The rows and columns a bias of `lin` is added on (par_tp_bias_fwd), and a
-   column of at least that many ones. */
-static par_status par__tp_bias_shape(par_tp *tp, const par_linear *lin, int64_t n, const char *fn, int64_t *rows,
-                                     int64_t *cols) {
+/* The rows and columns a bias of `lin` is added on (par_tp_bias_fwd) for the
+   activation buffer `act` (y or dy), and a column of at least that many ones. */
+static par_status par__tp_bias_shape(par_tp *tp, const par_linear *lin, int64_t n, const void *act, const char *fn,
+                                     int64_t *rows, int64_t *cols) {
     if (!tp || !lin) return par__fail(PAR_EINVAL, "%s: NULL argument", fn);
     if ((unsigned)lin->kind > (unsigned)PAR_LINEAR_ROW || lin->weight.ndim != 2)
         return par__fail(PAR_EINVAL, "%s: not a linear placed by par_tp_linear", fn);
@@ -19028,7 +19028,7 @@ static par_status par__tp_bias_shape(par_tp *tp, const par_linear *lin, int64_t 
         return par__fail(PAR_EINVAL, "%s: the column strategy splits the linear's input (%lld of %lld on this rank): "
                                      "its output is a partial sum, a bias needs it whole", fn, (long long)lin->in_local,
                          (long long)lin->in);
-    PAR__CHECK(par__tp_check_n(tp, fn, n, lin->out, tp));
+    PAR__CHECK(par__tp_check_n(tp, fn, n, lin->out, act));
     *rows = lin->kind == PAR_LINEAR_ROW ? par_tp_rows(tp, n) : n;
     *cols = lin->kind == PAR_LINEAR_ROW ? lin->out : lin->out_local;
     if (*rows > tp->ones_n) { /* grown, not shrunk: the most rows seen */
@@ -19057,9 +19057,9 @@ static par_status par__tp_bias_shape(par_tp *tp, const par_linear *lin, int64_t 
 PARALLEL_DEF par_status par_tp_bias_fwd(par_tp *tp, const par_linear *lin, int64_t n, const void *b, void *y) {
     par_gemm_desc d;
     int64_t rows, cols;
-    PAR__CHECK(par__tp_bias_shape(tp, lin, n, "par_tp_bias_fwd", &rows, &cols));
+    PAR__CHECK(par__tp_bias_shape(tp, lin, n, y, "par_tp_bias_fwd", &rows, &cols));
     if (rows == 0) return PAR_OK;
-    if (!b || !y) return par__fail(PAR_EINVAL, "par_tp_bias_fwd: NULL b or y");
+    if (!b) return par__fail(PAR_EINVAL, "par_tp_bias_fwd: NULL b or y");
     memset(&d, 0, sizeof d); /* y += ones [rows, 1] . b [1, cols]: a rank-1 update, no kernel of its own */
     d.m = rows, d.n = cols, d.k = 1, d.alpha = 1.0f, d.beta = 1.0f, d.a_type = d.c_type = tp->dtype;
     return tp->ct->gemm(tp->ct->user, &d, tp->ones, b, y);
@@ -19068,9 +19068,9 @@ PARALLEL_DEF par_status par_tp_bias_fwd(par_tp *tp, const par_linear *lin, int64
 PARALLEL_DEF par_status par_tp_bias_bwd(par_tp *tp, const par_linear *lin, int64_t n, const void *dy, float *db) {
     par_gemm_desc e;
     int64_t rows, cols;
-    PAR__CHECK(par__tp_bias_shape(tp, lin, n, "par_tp_bias_bwd", &rows, &cols));
+    PAR__CHECK(par__tp_bias_shape(tp, lin, n, dy, "par_tp_bias_bwd", &rows, &cols));
     if (rows == 0) return PAR_OK;
-    if (!dy || !db) return par__fail(PAR_EINVAL, "par_tp_bias_bwd: NULL dy or db");
+    if (!db) return par__fail(PAR_EINVAL, "par_tp_bias_bwd: NULL dy or db");
     memset(&e, 0, sizeof e); /* db [cols, 1] += dy^T [cols, rows] . ones [rows, 1], in f32 */
     e.transa = 1, e.m = cols, e.n = 1, e.k = rows, e.alpha = 1.0f, e.beta = 1.0f, e.a_type = tp->dtype, e.c_type = PAR_F32;
     return tp->ct->gemm(tp->ct->user, &e, dy, tp->ones, db);

@@ -104,10 +104,14 @@ static int data_shuffle(llama_data *d, uint64_t seed) {
     return 0;
 }
 
-/* Little-endian int32 k of a token file's header. */
-static int32_t tokens_header_word(const unsigned char *h, int k) {
-    return (int32_t)((uint32_t)h[4 * k] | (uint32_t)h[4 * k + 1] << 8 | (uint32_t)h[4 * k + 2] << 16 |
-                     (uint32_t)h[4 * k + 3] << 24);
+/* A token file's little-endian values: int32 k of the header, and token i of
+   a buffer of tb-byte tokens (2: uint16, 4: uint32). */
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static int32_t tokens_header_word(const unsigned char *h, int k) { return (int32_t)le32(h + 4 * k); }
+static uint32_t token_at(const unsigned char *buf, int tb, int64_t i) {
+    return tb == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8 : le32(buf + 4 * i);
 }
 
 /* A token file (its header read into h): check the header against the file's
@@ -135,8 +139,7 @@ static int tokens_open(const char *path, FILE *f, const unsigned char *h, long s
         if (fread(buf, (size_t)tb, (size_t)n, f) != (size_t)n)
             return snprintf(err, errsize, "--data %s: read failed at token %lld", path, (long long)at), -1;
         for (i = 0; i < n; i++) {
-            const uint32_t v = tb == 2 ? (uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8
-                                       : (uint32_t)tokens_header_word(buf + 4 * i, 0);
+            const uint32_t v = token_at(buf, tb, i);
             if ((int64_t)v >= vocab)
                 return snprintf(err, errsize, "--data %s: token %lld is %u, outside model.model_config.vocab_size = %lld",
                                 path, (long long)(at + i), v, (long long)vocab), -1;
@@ -163,9 +166,7 @@ static int data_window(const llama_data *d, int64_t s, int64_t T, int32_t *ids) 
             const off_t at = (off_t)(LLAMA_TOKENS_HEADER + (s * T + k) * tb);
             int64_t i;
             if (pread(fileno(d->tokens), buf, (size_t)(n * tb), at) != (ssize_t)(n * tb)) return -1;
-            for (i = 0; i < n; i++)
-                ids[k + i] = tb == 2 ? (int32_t)((uint32_t)buf[2 * i] | (uint32_t)buf[2 * i + 1] << 8)
-                                     : tokens_header_word(buf + 4 * i, 0);
+            for (i = 0; i < n; i++) ids[k + i] = (int32_t)token_at(buf, tb, i); /* < vocab: checked at load */
             k += n;
         }
     }

@@ -1610,11 +1610,27 @@ static void test_sharded_resume(void) {
    the project's own PyTorch model (tests/ref/make_bias_ref.py, written from
    the Hugging Face definition, not from the trainer) and gives the same
    next-step loss and grad norm as build/train from the same file. */
-static void test_hf_export(void) {
-    const char *torch_ref = "tests/ref/make_bias_ref.py";
+/* One step of the trainer from the weights file `weights` (a fresh start: no
+   optimizer file beside it) against the project's PyTorch model's next step
+   from the same file: loss and grad norm within 1e-4 relative. */
+static void next_step_against_pytorch(const char *what, const char *weights, const char *metrics) {
     double loss[4], g[4], tl = 0, tg = 0;
-    char cmd[1024];
     const char *line;
+    int rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from %s --data tests/ref/gqa_data.txt --steps 1 "
+                        "--quiet --metrics %s", weights, metrics);
+    CHECK_MSG(rc == 0, "%s: build/train from it failed: %s", what, err_text);
+    CHECK_INT(read_metrics(metrics, loss, g, 4), 1);
+    rc = run_cmd(1, "/usr/bin/python3 tests/ref/make_bias_ref.py --next-step %s", weights);
+    CHECK_MSG(rc == 0, "%s: the PyTorch reference failed: %s", what, err_text);
+    line = strstr(out_text, "step 0 loss");
+    CHECK_MSG(line && sscanf(line, "step 0 loss %lf gnorm %lf", &tl, &tg) == 2, "no step line from PyTorch: %s", out_text);
+    CHECK_MSG(fabs(loss[0] - tl) <= 1e-4 * fabs(tl), "%s: next-step loss %.7f, PyTorch %.6f", what, loss[0], tl);
+    CHECK_MSG(fabs(g[0] - tg) <= 1e-4 * fabs(tg), "%s: next-step grad norm %.7f, PyTorch %.6f", what, g[0], tg);
+    printf("  %s: next-step loss %.7f, PyTorch %.6f (grad norm %.6f vs %.6f)\n", what, loss[0], tl, g[0], tg);
+}
+
+static void test_hf_export(void) {
+    char cmd[1024];
     int rc;
     if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
         printf("hf export in PyTorch: skipped (/usr/bin/python3 lacks torch: apt-get install python3-torch)\n");
@@ -1623,17 +1639,7 @@ static void test_hf_export(void) {
     /* test_reference's weights after 10 steps, without the optimizer file beside them: a fresh start */
     snprintf(cmd, sizeof cmd, "cp %s %s", test_path("ref.safetensors"), test_path("hf.safetensors"));
     CHECK(system(cmd) == 0);
-    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from %s --data tests/ref/gqa_data.txt --steps 1 "
-                    "--quiet --metrics %s", test_path("hf.safetensors"), test_path("hf.jsonl"));
-    CHECK_MSG(rc == 0, "build/train from the export failed: %s", err_text);
-    CHECK_INT(read_metrics(test_path("hf.jsonl"), loss, g, 4), 1);
-    rc = run_cmd(1, "/usr/bin/python3 %s --next-step %s", torch_ref, test_path("hf.safetensors"));
-    CHECK_MSG(rc == 0, "the PyTorch reference failed: %s", err_text);
-    line = strstr(out_text, "step 0 loss");
-    CHECK_MSG(line && sscanf(line, "step 0 loss %lf gnorm %lf", &tl, &tg) == 2, "no step line from PyTorch: %s", out_text);
-    CHECK_MSG(fabs(loss[0] - tl) <= 1e-4 * fabs(tl), "next-step loss %.7f, PyTorch %.6f", loss[0], tl);
-    CHECK_MSG(fabs(g[0] - tg) <= 1e-4 * fabs(tg), "next-step grad norm %.7f, PyTorch %.6f", g[0], tg);
-    printf("  hf export: next-step loss %.7f, PyTorch %.6f (grad norm %.6f vs %.6f)\n", loss[0], tl, g[0], tg);
+    next_step_against_pytorch("hf export", test_path("hf.safetensors"), test_path("hf.jsonl"));
     /* the same from a bf16 export (--save-dtype): the reference widens BF16 itself; both start from
        the same rounded weights (no optimizer file: a fresh start) */
     rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from %s --data tests/ref/gqa_data.txt --steps 0 "
@@ -1641,17 +1647,7 @@ static void test_hf_export(void) {
     CHECK_MSG(rc == 0, "the bf16 export failed: %s", err_text);
     snprintf(cmd, sizeof cmd, "rm -f %s", test_path("hf16.optimizer.safetensors"));
     CHECK(system(cmd) == 0);
-    rc = run_cmd(0, "--config examples/configs/gqa_ref.yaml --init-from %s --data tests/ref/gqa_data.txt --steps 1 "
-                    "--quiet --metrics %s", test_path("hf16.safetensors"), test_path("hf16.jsonl"));
-    CHECK_MSG(rc == 0, "build/train from the bf16 export failed: %s", err_text);
-    CHECK_INT(read_metrics(test_path("hf16.jsonl"), loss, g, 4), 1);
-    rc = run_cmd(1, "/usr/bin/python3 %s --next-step %s", torch_ref, test_path("hf16.safetensors"));
-    CHECK_MSG(rc == 0, "the PyTorch reference on the bf16 export failed: %s", err_text);
-    line = strstr(out_text, "step 0 loss");
-    CHECK_MSG(line && sscanf(line, "step 0 loss %lf gnorm %lf", &tl, &tg) == 2, "no step line from PyTorch: %s", out_text);
-    CHECK_MSG(fabs(loss[0] - tl) <= 1e-4 * fabs(tl), "bf16 export: next-step loss %.7f, PyTorch %.6f", loss[0], tl);
-    CHECK_MSG(fabs(g[0] - tg) <= 1e-4 * fabs(tg), "bf16 export: next-step grad norm %.7f, PyTorch %.6f", g[0], tg);
-    printf("  hf export bf16: next-step loss %.7f, PyTorch %.6f (grad norm %.6f vs %.6f)\n", loss[0], tl, g[0], tg);
+    next_step_against_pytorch("hf export bf16", test_path("hf16.safetensors"), test_path("hf16.jsonl"));
 }
 
 /* --save-dtype: the weights file in bf16 / f16, each value the f32 save's rounded to
