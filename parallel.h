@@ -3893,7 +3893,25 @@ static par_status par__layout_begin(par_layout *layout, const par_mesh *mesh, in
     return PAR_OK;
 }
 
+static void par__layout_format_map(par__buf *b, int ndim, const par_tensor_map *map, int mesh_ndim);
+
+/* " (a [6,8] tensor laid out [1,-1] on mesh [dp=4,tp=2])": a layout has no
+   name (the calls that know one, par_tp_linear, par_params_create, ...,
+   put it first), so its errors end with what identifies the tensor. */
+static const char *par__layout_what(const par_layout *l, char *buf, size_t size) {
+    char shape[160], mesh[160];
+    par__buf b;
+    par__shape_text(shape, sizeof shape, l->ndim, l->shape);
+    par_mesh_format(&l->mesh, mesh, sizeof mesh);
+    par__buf_init(&b, buf, size);
+    par__bprintf(&b, " (a %s tensor laid out ", shape);
+    par__layout_format_map(&b, l->ndim, &l->map, l->mesh.ndim);
+    par__bprintf(&b, " on mesh %s)", mesh);
+    return buf;
+}
+
 PARALLEL_DEF par_status par_layout_check(const par_layout *l) {
+    char what[512];
     uint32_t used;
     int t, k;
     int64_t numel = 1;
@@ -3921,14 +3939,15 @@ PARALLEL_DEF par_status par_layout_check(const par_layout *l) {
                 return par__fail(PAR_ELAYOUT, "tensor dim %d: device dim %d is out of range 0..%d (the mesh has %d dims)",
                                  t, v, l->mesh.ndim - 1, l->mesh.ndim);
             if (used & (1u << v))
-                return par__fail(PAR_ELAYOUT, "device dim %d is used twice (tensor dim %d and %s)", v, t,
-                                 (l->map.partial & (1u << v)) ? "the partial set" : "an earlier entry");
+                return par__fail(PAR_ELAYOUT, "device dim %d is used twice (tensor dim %d and %s)%s", v, t,
+                                 (l->map.partial & (1u << v)) ? "the partial set" : "an earlier entry",
+                                 par__layout_what(l, what, sizeof what));
             used |= 1u << v;
             shards *= par_mesh_dev_size(&l->mesh, v);
         }
         if (l->shape[t] % shards != 0)
-            return par__fail(PAR_ELAYOUT, "tensor dim %d (size %lld) is not divisible by its shard %lld", t,
-                             (long long)l->shape[t], (long long)shards);
+            return par__fail(PAR_ELAYOUT, "tensor dim %d (size %lld) is not divisible by its shard %lld%s", t,
+                             (long long)l->shape[t], (long long)shards, par__layout_what(l, what, sizeof what));
     }
     for (t = l->ndim; t < PARALLEL_MAX_DIMS; t++)
         if (l->map.count[t]) return par__fail(PAR_ELAYOUT, "tensor map has entries beyond the tensor's %d dims", l->ndim);
@@ -15213,7 +15232,11 @@ PARALLEL_DEF par_status par_st_read_slice(par_st_file *file, const char *name, c
     if (!file || !name || !layout || (!dst && par_layout_local_numel(layout) > 0))
         return par__fail(PAR_EINVAL, "par_st_read_slice: NULL argument");
     if (!elem) return par__fail(PAR_EINVAL, "par_st_read_slice: unknown dtype %d", (int)dtype);
-    if ((status = par_layout_check(layout)) != PAR_OK) return (par_status)status;
+    if ((status = par_layout_check(layout)) != PAR_OK) {
+        char why[512];
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail((par_status)status, "par_st_read_slice: tensor \"%s\": %s", name, why);
+    }
     if (!(t = par_st_find(file, name))) return par__fail(PAR_EINVAL, "par_st_read_slice: no tensor \"%s\"", name);
     if (t->ndim != layout->ndim || memcmp(t->shape, layout->shape, (size_t)layout->ndim * sizeof(int64_t)) != 0) {
         par__shape_text(want, sizeof want, layout->ndim, layout->shape);

@@ -123,6 +123,10 @@ static void test_parse_format(void) {
         CHECK_ERR(par_layout_parse(&l, &m, 2, odd, "[0,-1]"), PAR_ELAYOUT,
                   "tensor dim 0 (size 6) is not divisible by its shard 4");
         CHECK_ERR(par_layout_parse(&l, &m, 2, odd, "[(1,0),-1]"), PAR_ELAYOUT, "not divisible by its shard 8");
+        /* a layout has no name: its errors say which tensor by shape, map and mesh */
+        CHECK_ERR(par_layout_parse(&l, &m, 2, odd, "[0,-1]"), PAR_ELAYOUT, "(a [6,16] tensor laid out [0,-1] on mesh [2,4])");
+        CHECK_ERR(par_layout_parse(&l, &m, 2, shape, "[1,-1] partial=1"), PAR_ELAYOUT,
+                  "(tensor dim 0 and the partial set) (a [8,16] tensor laid out [1,-1] partial=1 on mesh [2,4])");
         odd[0] = 0;
         CHECK_ERR(par_layout_parse(&l, &m, 2, odd, "[-1,-1]"), PAR_ELAYOUT, "tensor dim 0 has size 0");
     }

@@ -791,6 +791,9 @@ static void test_read_slice(void) {
             CHECK_OK(par_layout_parse(&lb, &mesh, 3, bad, maps[m]));
             CHECK_ERR(par_st_read_slice(f, "t", &lb, 0, PAR_F32, got), PAR_ESHAPE, "tensor \"t\" has shape [8,4,8], the layout [8,4,4]");
             CHECK_ERR(par_st_read_slice(f, "nope", &l, 0, PAR_F32, got), PAR_EINVAL, "no tensor \"nope\"");
+            lb = l, lb.shape[0] = 7; /* an invalid layout: the error names the tensor it was meant for */
+            CHECK_ERR(par_st_read_slice(f, "t", &lb, 0, PAR_F32, got), PAR_ELAYOUT,
+                      "par_st_read_slice: tensor \"t\": tensor dim 0 (size 7) is not divisible by its shard");
             CHECK_ERR(par_st_read_slice(f, "t", &l, 0, (par_dtype)42, got), PAR_EINVAL, "unknown dtype 42");
             CHECK_ERR(par_st_read_slice(NULL, "t", &l, 0, PAR_F32, got), PAR_EINVAL, "NULL argument");
         }
