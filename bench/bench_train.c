@@ -17,9 +17,16 @@
         full): tokens/s and the activation memory the trainer plans (= its peak);
      6. mixed precision on one rank (model_config.compute_dtype bfloat16, and
         float16 with a dynamic loss scale) beside float32, each run next to the
-        others: tokens/s and planned activation memory.
-   Prints a table and JSON lines {"bench":"train",...}. Usage: build/bench_train [steps] */
+        others: tokens/s and planned activation memory;
+     7. Llama 3's vocabulary (128,256 tokens, a uint32 token file in llm.c's
+        format that this bench writes) on the tiny model: one device against
+        dp 2 x tp 2 + sp (vocabulary-parallel embedding and loss), tokens/s and
+        the largest relative difference of the per-step losses and gradient
+        norms (the equivalence table's bounds are 1e-6 and 2e-6).
+   Prints a table and JSON lines {"bench":"train",...}.
+   Usage: build/bench_train [steps] [vocab]   (vocab: section 7 alone) */
 #define _DEFAULT_SOURCE
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +36,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#define MAX_STEPS 256
+
 typedef struct run_result {
     double tokens_per_s; /* median over steps 1.. */
+    double loss[MAX_STEPS], grad_norm[MAX_STEPS];
+    int steps;           /* step lines read */
     double cpu_s, wall_s;
     double comm_share;   /* from the trace; -1 when not traced */
     double act_mib;      /* planned activation memory (the memory_plan line) */
@@ -64,27 +75,35 @@ static int timed_system(const char *cmd, double *cpu_s, double *wall_s) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static run_result run_trainer(int dp, int tp, int sp, int trace, int steps, const char *extra) {
-    run_result r = {0, 0, 0, -1, 0, 0};
+#define BENCH_MODEL "--config examples/configs/bench.yaml --data parallel.h"
+
+static run_result run_model(const char *model, int dp, int tp, int sp, int trace, int steps, const char *extra) {
+    run_result r;
     char cmd[1024], line[1024];
-    double tps[256];
+    double tps[MAX_STEPS];
     int n = 0;
     FILE *f;
+    memset(&r, 0, sizeof r), r.comm_share = -1;
     snprintf(cmd, sizeof cmd,
-             "build/train --config examples/configs/bench.yaml --data parallel.h --steps %d --quiet "
+             "build/train %s --steps %d --quiet "
              "--set parallel_config.data_parallel=%d --set parallel_config.model_parallel=%d "
              "--set parallel_config.use_seq_parallel=%s %s %s --metrics build/bench_train.jsonl >/dev/null",
-             steps, dp, tp, sp ? "true" : "false", trace ? "--trace build/bench_train_trace.json" : "", extra);
+             model, steps, dp, tp, sp ? "true" : "false", trace ? "--trace build/bench_train_trace.json" : "", extra);
     if (timed_system(cmd, &r.cpu_s, &r.wall_s) != 0) return r;
     if (!(f = fopen("build/bench_train.jsonl", "r"))) return r;
-    while (fgets(line, sizeof line, f) && n < 256) {
+    while (fgets(line, sizeof line, f) && n < MAX_STEPS) {
         const char *p = strstr(line, "\"tokens_per_s\":"), *c = strstr(line, "\"share\":");
-        if (p && strstr(line, "\"step\":")) tps[n++] = strtod(p + 15, NULL);
+        const char *l = strstr(line, "\"loss\":"), *g = strstr(line, "\"grad_norm\":");
+        if (p && strstr(line, "\"step\":")) {
+            r.loss[n] = l ? strtod(l + 7, NULL) : 0.0, r.grad_norm[n] = g ? strtod(g + 12, NULL) : 0.0;
+            tps[n++] = strtod(p + 15, NULL);
+        }
         if (c && strstr(line, "comm_share")) r.comm_share = strtod(c + 8, NULL);
         if (strstr(line, "\"event\":\"memory_plan\"") && strstr(line, "\"activations\":"))
             r.act_mib = strtod(strstr(line, "\"activations\":") + 14, NULL) / 1048576.0;
     }
     fclose(f);
+    r.steps = n;
     if (n < 2) return r;
     qsort(tps + 1, (size_t)(n - 1), sizeof(double), cmp_double); /* step 0 warms up */
     r.tokens_per_s = tps[1 + (n - 1) / 2];
@@ -92,8 +111,50 @@ static run_result run_trainer(int dp, int tp, int sp, int trace, int steps, cons
     return r;
 }
 
+static run_result run_trainer(int dp, int tp, int sp, int trace, int steps, const char *extra) {
+    return run_model(BENCH_MODEL, dp, tp, sp, trace, steps, extra);
+}
+
+/* A token file in llm.c's format for a vocabulary beyond 16 bits: 256
+   little-endian int32 (magic 20240801 = uint32 tokens, version 1, count),
+   then the tokens, drawn by a fixed generator (mostly small ids, so there is
+   something to learn, and every tenth anywhere in the vocabulary). */
+static int write_tokens32(const char *path, int64_t count, uint32_t vocab) {
+    FILE *f = fopen(path, "wb");
+    unsigned char h[1024] = {0}, b[4];
+    const uint32_t head[3] = {20240801u, 1u, (uint32_t)count};
+    uint64_t st = 0x766F636162ull;
+    int64_t i;
+    int k, j;
+    if (!f) return -1;
+    for (j = 0; j < 3; j++)
+        for (k = 0; k < 4; k++) h[4 * j + k] = (unsigned char)(head[j] >> (8 * k));
+    fwrite(h, 1, sizeof h, f);
+    for (i = 0; i < count; i++) {
+        uint32_t v;
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        v = (uint32_t)((st >> 33) % (i % 10 ? 500u : vocab));
+        for (k = 0; k < 4; k++) b[k] = (unsigned char)(v >> (8 * k));
+        fwrite(b, 1, 4, f);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The largest |a - b| / |b| over the steps both runs have. */
+static double max_rel_diff(const double *a, const double *b, int n) {
+    double m = 0.0;
+    int i;
+    for (i = 0; i < n; i++) {
+        double d = b[i] != 0.0 ? (a[i] - b[i]) / b[i] : a[i] - b[i];
+        if (d < 0) d = -d;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
 static run_result run_torch(const char *script, int steps) {
-    run_result r = {0, 0, 0, -1, 0, 0};
+    run_result r;
+    memset(&r, 0, sizeof r), r.comm_share = -1;
     char cmd[1024], line[512];
     FILE *p;
     snprintf(cmd, sizeof cmd,
@@ -119,6 +180,31 @@ static void print_one_rank_row(const char *name, const run_result *r, const run_
            r->act_mib);
 }
 
+/* Section 7: the 128,256-token vocabulary, one device against dp 2 x tp 2 + sp. */
+static int bench_vocab(int steps) {
+    static run_result voc[2];
+    const char *vocab_model = "--config examples/configs/tiny.yaml --data build/bench_tokens_128256.bin "
+                              "--set model.model_config.vocab_size=128256";
+    if (write_tokens32("build/bench_tokens_128256.bin", 200000, 128256u) != 0)
+        return fprintf(stderr, "bench_train: cannot write build/bench_tokens_128256.bin\n"), 1;
+    voc[0] = run_model(vocab_model, 1, 1, 0, 0, steps, "");
+    voc[1] = run_model(vocab_model, 2, 2, 1, 0, steps, "");
+    printf("Llama 3's vocabulary, 128,256 tokens (uint32 token file; tiny model: hidden 64, 2 layers, seq 64, batch 8):\n");
+    printf("%-34s %12s %14s %14s\n", "layout", "tokens/s", "loss rel diff", "gnorm rel diff");
+    if (voc[0].ok) printf("%-34s %12.0f %14s %14s\n", "1 device", voc[0].tokens_per_s, "-", "-");
+    else printf("%-34s %12s\n", "1 device", "failed");
+    if (voc[0].ok && voc[1].ok && voc[1].steps == voc[0].steps)
+        printf("%-34s %12.0f %14.2e %14.2e\n", "dp 2 x tp 2 + sp (vocab-parallel)", voc[1].tokens_per_s,
+               max_rel_diff(voc[1].loss, voc[0].loss, voc[0].steps), max_rel_diff(voc[1].grad_norm, voc[0].grad_norm, voc[0].steps));
+    else printf("%-34s %12s\n", "dp 2 x tp 2 + sp (vocab-parallel)", "failed");
+    if (voc[0].ok && voc[1].ok && voc[1].steps == voc[0].steps)
+        printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"vocab\":128256,\"ranks\":4,\"dp\":2,\"tp\":2,\"sp\":true,"
+               "\"tokens_per_s\":%.1f,\"one_device_tokens_per_s\":%.1f,\"loss_rel_diff\":%.3e,\"grad_norm_rel_diff\":%.3e}\n",
+               voc[1].tokens_per_s, voc[0].tokens_per_s, max_rel_diff(voc[1].loss, voc[0].loss, voc[0].steps),
+               max_rel_diff(voc[1].grad_norm, voc[0].grad_norm, voc[0].steps));
+    return voc[0].ok && voc[1].ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     const int steps = argc > 1 ? atoi(argv[1]) : 8;
     const char *script = getenv("TORCH_LLAMA") ? getenv("TORCH_LLAMA") : "tests/ref/make_bias_ref.py";
@@ -131,10 +217,11 @@ int main(int argc, char **argv) {
         {"bfloat16", "--set model.model_config.compute_dtype=bfloat16"},
         {"float16", "--set model.model_config.compute_dtype=float16 "
                     "--set runner_wrapper.scale_sense.type=DynamicLossScaleUpdateCell"}};
-    run_result one, four, torch = {0, 0, 0, -1, 0, 0}, traced[5], rc[3], lp[2];
+    static run_result one, four, torch, traced[5], rc[3], lp[2];
     size_t i;
     int have_torch;
-    if (steps < 2) return fprintf(stderr, "bench_train: steps must be >= 2\n"), 2;
+    if (steps < 2 || steps > MAX_STEPS) return fprintf(stderr, "bench_train: steps must be 2..%d\n", MAX_STEPS), 2;
+    if (argc > 2 && strcmp(argv[2], "vocab") == 0) return bench_vocab(steps); /* section 7 alone */
     if (access("build/train", X_OK) != 0)
         return fprintf(stderr, "bench_train: build/train is missing (make build/train; needs libyaml)\n"), 1;
     have_torch = access(script, R_OK) == 0 && system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
@@ -194,5 +281,5 @@ int main(int argc, char **argv) {
         if (lp[i].ok)
             printf("{\"bench\":\"train\",\"impl\":\"parallel.h\",\"ranks\":1,\"compute_dtype\":\"%s\",\"tokens_per_s\":%.1f,"
                    "\"activations_mib\":%.3f}\n", precision[i].name, lp[i].tokens_per_s, lp[i].act_mib);
-    return 0;
+    return bench_vocab(steps);
 }
