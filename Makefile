@@ -455,8 +455,9 @@ test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train)
 	else echo "llama on GPU: skipped (no libyaml or mpicc)"; fi
 
 # GPU figures: the CUDA table's GEMM and flash attention (bench_cuda), PyTorch's
-# on the same GPU and shapes when python3 has torch with CUDA, then the trainer
-# (CUDA table + NCCL, one rank) on the bench model and a larger one.
+# on the same GPU and shapes when python3 has torch with CUDA (and its eager
+# Llama training step in f32 and bf16 autocast), then the trainer (CUDA table +
+# NCCL, one rank) on the bench model and a larger one, in float32 and bfloat16.
 BENCH_CUDA_STEPS ?= 30
 bench-cuda: cuda-available build/bench_cuda $(TRAIN_CUDA)
 	@set -e; ./build/bench_cuda; \
@@ -464,10 +465,15 @@ bench-cuda: cuda-available build/bench_cuda $(TRAIN_CUDA)
 	  python3 bench/bench_cuda_torch.py; else echo "bench_cuda_torch: skipped (python3 has no torch with CUDA)"; fi; \
 	if [ -x build/train_cuda ]; then \
 	  cat README.md parallel.h > build/bench_data.txt; \
-	  $(MPIRUN) -np 1 build/train_cuda --backend nccl --config examples/configs/bench.yaml --data build/bench_data.txt --steps $(BENCH_CUDA_STEPS); \
+	  for dt in float32 bfloat16; do \
+	  echo "trainer on GPU, compute_dtype $$dt: bench model, then the large one (bench_cuda_torch.py's two shapes)"; \
 	  $(MPIRUN) -np 1 build/train_cuda --backend nccl --config examples/configs/bench.yaml --data build/bench_data.txt --steps $(BENCH_CUDA_STEPS) \
+	    --set model.model_config.compute_dtype=$$dt; \
+	  $(MPIRUN) -np 1 build/train_cuda --backend nccl --config examples/configs/bench.yaml --data build/bench_data.txt --steps $(BENCH_CUDA_STEPS) \
+	    --set model.model_config.compute_dtype=$$dt \
 	    --set model.model_config.hidden_size=1024 --set model.model_config.num_heads=16 --set model.model_config.n_kv_heads=4 \
 	    --set model.model_config.intermediate_size=2816 --set model.model_config.num_layers=8 --set model.model_config.seq_length=1024; \
+	  done; \
 	else echo "trainer on GPU: skipped (no libyaml or mpicc)"; fi
 
 cuda-available:
