@@ -1710,7 +1710,8 @@ PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, c
    Data and optimizer parallelism for any model. The host describes its
    parameters by layout (or by an operator strategy, through >>tensor-parallel);
    the set owns this rank's flat parameter, gradient and AdamW buffers (in the
-   compute table's memory), reduces gradients in buckets as soon as they are
+   compute table's memory; or uses the host's own parameter and gradient
+   memory: host-owned buffers, below), reduces gradients in buckets as soon as they are
    ready so the reduction overlaps the host's backward, averages or sums them
    over the data-parallel ranks, accumulates over micro-batches, shards the
    optimizer state (ZeRO-1) and the gradients (ZeRO-2) over the data-parallel
