@@ -119,6 +119,26 @@ static void check_overlap(const char *path, int ranks, int buckets, const char *
     tj_free(&t);
 }
 
+/* The count stacked.c's header quotes is the one its command gives now. */
+static void check_quoted_count(void) {
+    char line[512], *at;
+    int quoted = -1, counted = -1;
+    FILE *f = fopen("examples/stacked/stacked.c", "r"), *p;
+    if (!f) {
+        printf("stacked diff count: skipped (not run from the repository root)\n");
+        return;
+    }
+    while (quoted < 0 && fgets(line, sizeof line, f))
+        if ((at = strstr(line, "grep -c '^+[^+]': "))) quoted = atoi(at + strlen("grep -c '^+[^+]': "));
+    fclose(f);
+    if ((p = popen("diff -u examples/stacked/stacked_single.c examples/stacked/stacked.c | grep -c '^+[^+]'", "r"))) {
+        if (fscanf(p, "%d", &counted) != 1) counted = -1;
+        pclose(p);
+    }
+    CHECK_MSG(quoted > 0 && quoted == counted, "stacked.c quotes %d added lines, the diff counts %d", quoted, counted);
+    printf("  stacked.c adds %d lines to stacked_single.c\n", counted);
+}
+
 int main(void) {
     static const struct {
         const char *name, *args;
@@ -158,6 +178,7 @@ int main(void) {
     CHECK_MSG(run("", stacked, "--dp 3", "bad") == 1, "--dp 3 (does not divide the batch of 32) must fail");
     CHECK_MSG(run("", stacked, "--tp 3", "bad") == 1, "--tp 3 (does not divide hidden 32) must fail");
     CHECK_MSG(run("", stacked, "--bogus 1", "bad") == 2, "an unknown option must be exit 2");
+    check_quoted_count();
     /* under mpirun: one rank per process, the same program (par_launch) */
     snprintf(cmd, sizeof cmd, "command -v %.*s >/dev/null 2>&1 && nm %s 2>/dev/null | grep -q MPI_Init", (int)strcspn(mpirun, " "),
              mpirun, stacked);

@@ -1,10 +1,23 @@
-/* examples/stacked/stacked.c - stacked_single.c, a host with its own flat,
-   layer-stacked buffers and its own loops (llm.c's shape), trained with data
-   parallel, tensor parallel and ZeRO: build/stacked --dp 2 --tp 2 --zero 2
-   [--steps N --out F --trace F], or under mpirun -np 4. The set reduces in
-   the host's own gradient buffer, each layer's as soon as its backward made
-   it; see docs/own-loop.md. diff -u stacked_single.c stacked.c | grep -c
-   '^+[^+]': 58 added lines, this comment included. */
+/* examples/stacked/stacked.c - the third example, in parallel through parallel.h.
+   A host in the shape of llm.c's train_gpt2.c: L residual MLP blocks,
+   x <- x + relu(x W1[l]^T) W2[l]^T, and the mean squared error against a fixed
+   random teacher. The parameters are one flat buffer with each kind stacked
+   over the layers, [W1: L x H x D][W2: L x D x H], the gradients a second one
+   of the same layout; the forward, the backward and (in stacked_single.c)
+   AdamW are plain loops of its own. stacked.c is the same file trained with
+   data parallel, tensor parallel and ZeRO: W1 column-parallel and W2
+   row-parallel (par_tp), and par_params over the host's own buffers: each
+   layer's weights registered where they lie and marked ready as the backward
+   makes them, so their reductions run while it goes on (--trace F shows it). What parallel training costs this host,
+   diff -u stacked_single.c stacked.c | grep -c '^+[^+]': 63 added lines.
+
+     build/stacked_single --steps 30 --out w.bin
+     build/stacked --dp 2 --tp 2 --zero 2 --steps 30 --out w.bin --trace t.json
+     mpirun -np 4 build/stacked --dp 2 --tp 2
+
+   One line per step ("step 3 loss 0.123456789"); --out writes the whole
+   parameter buffer (raw f32, the layout above; in parallel rank 0 writes it,
+   gathered from every rank's slices). */
 #define PARALLEL_IMPLEMENTATION
 #include "parallel.h"
 #include <math.h>
@@ -71,25 +84,22 @@ static void matmul_bwd(float *din, float *dw, const float *dout, const float *in
 static par_status train(par_ctx *ctx, const config *c, model *m) {
     const int64_t n = BATCH / c->dp, shape[2] = {BATCH, D}; /* this rank's samples */
     int shard = 0, shards = 1;
-    par_param_desc one, stack, w[2 * L];
+    par_param_desc w[2 * L];
     par_linear lin[2];
     par_layout batch;
     char names[2 * L][16];
     PAR_CHECK(par_trace_create(&(par_trace_desc){.rank = par_ctx_rank(ctx)}, &m->tr));
     PAR_CHECK(par_tp_create(ctx, &(par_tp_desc){.rows = BATCH, .hidden = D, .column = "((dp,1),(tp,1))",
-                                                .row = "((dp,tp),(1,tp))"}, &m->tp));
+                                                .row = "((dp,tp),(1,tp))"}, &m->tp)); /* rows over dp, H over tp */
     PAR_CHECK(par_tp_linear(m->tp, "w1", PAR_LINEAR_COLUMN, D, H, &lin[0]));
     PAR_CHECK(par_tp_linear(m->tp, "w2", PAR_LINEAR_ROW, H, D, &lin[1]));
-    for (int k = 0; k < 2; k++) { /* each kind's stacked buffer [L, out, in] (every layer checked): a layer's slice */
-        PAR_CHECK(par_tp_linear_param(&lin[k], k ? "w2" : "w1", &one));
-        PAR_CHECK(par_tp_stack_param(&one, L, &stack));
-        *(k ? &m->n2 : &m->n1) = par_layout_local_numel(&stack.layout) / L;
-    }
     m->hl = (int)lin[0].out_local, m->h0 = (int)lin[0].out_start;
+    m->n1 = (int64_t)m->hl * D, m->n2 = (int64_t)D * m->hl;
     m->params = calloc((size_t)(L * (m->n1 + m->n2)), 4), m->grads = calloc((size_t)(L * (m->n1 + m->n2)), 4);
     m->x = malloc((size_t)((L + 1) * n * D) * 4), m->a = malloc((size_t)(L * n * m->hl) * 4);
     m->dx = malloc((size_t)(n * D) * 4), m->da = malloc((size_t)(n * m->hl) * 4), m->tmp = malloc((size_t)(n * D) * 4);
-    if (!m->params || !m->grads || !m->x || !m->a || !m->dx || !m->da || !m->tmp) return par_set_error(PAR_ENOMEM, "oom");
+    if (!m->params || !m->grads || !m->x || !m->a || !m->dx || !m->da || !m->tmp)
+        return par_set_error(PAR_ENOMEM, "stacked: out of memory");
     m->w1 = m->params, m->w2 = m->params + L * m->n1, m->dw1 = m->grads, m->dw2 = m->grads + L * m->n1;
     for (int l = 0; l < L; l++) /* each weight from its global index: any slice of it draws the same values */
         for (int h = 0; h < m->hl; h++)
@@ -148,13 +158,13 @@ static par_status train(par_ctx *ctx, const config *c, model *m) {
         float *all = m->all = malloc((size_t)L * 2 * H * D * 4);
         for (int i = 0; i < 2 * L && all; i++)
             PAR_CHECK(par_params_gather(m->ps, PAR_PARAM_VALUE, i, all + (i % 2) * L * H * D + i / 2 * H * D));
-        if (!all || par_ctx_rank(ctx) != 0) return all ? PAR_OK : par_set_error(PAR_ENOMEM, "oom");
+        if (!all || par_ctx_rank(ctx) != 0) return all ? PAR_OK : par_set_error(PAR_ENOMEM, "stacked: out of memory");
         FILE *f = fopen(c->out, "wb");
         int ok = f && fwrite(all, 4, (size_t)L * 2 * H * D, f) == (size_t)L * 2 * H * D;
         if (f) ok &= fclose(f) == 0;
         if (!ok) return par_set_error(PAR_EIO, "stacked: cannot write %s", c->out);
     }
-    return PAR_OK;
+    return 0;
 }
 
 /* Train, then free what train made (whether it failed or not). */
@@ -171,13 +181,15 @@ int main(int argc, char **argv) {
     char mesh[64];
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *field = !strcmp(argv[i], "--dp") ? &c.dp : !strcmp(argv[i], "--tp") ? &c.tp : !strcmp(argv[i], "--zero") ? &c.zero : NULL;
         if (v && !strcmp(argv[i], "--steps")) c.steps = atoi(v);
         else if (v && !strcmp(argv[i], "--out")) c.out = v;
         else if (v && !strcmp(argv[i], "--trace")) c.trace = v;
-        else if (v && field) *field = atoi(v);
-        else return fprintf(stderr, "stacked: bad argument %s (--dp N --tp N --zero 0|1|2 --steps N --out F --trace F)\n", argv[i]), 2;
+        else if (v && !strcmp(argv[i], "--dp")) c.dp = atoi(v);
+        else if (v && !strcmp(argv[i], "--tp")) c.tp = atoi(v);
+        else if (v && !strcmp(argv[i], "--zero")) c.zero = atoi(v);
+        else return fprintf(stderr, "stacked: bad argument %s (--dp --tp --zero --steps --out --trace)\n", argv[i]), 2;
     }
     snprintf(mesh, sizeof mesh, "dp=%d,tp=%d", c.dp, c.tp);
-    return par_launch(&(par_ctx_desc){.mesh = mesh}, 0, run, &c) == PAR_OK ? 0 : (fprintf(stderr, "stacked: %s\n", par_last_error()), 1);
+    if (par_launch(&(par_ctx_desc){.mesh = mesh}, 0, run, &c) == PAR_OK) return 0;
+    return fprintf(stderr, "stacked: %s\n", par_last_error()), 1;
 }

@@ -1,18 +1,23 @@
-/* examples/stacked/stacked_single.c - a host with its own training loop, in the
-   shape of llm.c's train_gpt2.c, on one process (no parallel.h): the model
-   the parallel version (stacked.c) trains. Diff the two to see what parallel
-   training costs a host that owns its buffers.
-
-   The model: L residual MLP blocks, x <- x + relu(x W1[l]^T) W2[l]^T, then mean
-   squared error against a fixed random teacher. Like llm.c the parameters
-   are one flat buffer with each kind stacked over the layers, [W1: L x H x D]
-   [W2: L x D x H], the gradients a second buffer of the same layout, and the
-   forward, backward and AdamW are plain loops of its own.
+/* examples/stacked/stacked_single.c - the third example, on one process (no parallel.h).
+   A host in the shape of llm.c's train_gpt2.c: L residual MLP blocks,
+   x <- x + relu(x W1[l]^T) W2[l]^T, and the mean squared error against a fixed
+   random teacher. The parameters are one flat buffer with each kind stacked
+   over the layers, [W1: L x H x D][W2: L x D x H], the gradients a second one
+   of the same layout; the forward, the backward and (in stacked_single.c)
+   AdamW are plain loops of its own. stacked.c is the same file trained with
+   data parallel, tensor parallel and ZeRO: W1 column-parallel and W2
+   row-parallel (par_tp), and par_params over the host's own buffers: each
+   layer's weights registered where they lie and marked ready as the backward
+   makes them, so their reductions run while it goes on (--trace F shows it). What parallel training costs this host,
+   diff -u stacked_single.c stacked.c | grep -c '^+[^+]': 63 added lines.
 
      build/stacked_single --steps 30 --out w.bin
+     build/stacked --dp 2 --tp 2 --zero 2 --steps 30 --out w.bin --trace t.json
+     mpirun -np 4 build/stacked --dp 2 --tp 2
 
-   One line per step ("step 3 loss 0.123456789"); --out writes the final
-   parameter buffer (raw f32, the layout above). */
+   One line per step ("step 3 loss 0.123456789"); --out writes the whole
+   parameter buffer (raw f32, the layout above; in parallel rank 0 writes it,
+   gathered from every rank's slices). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -86,7 +91,8 @@ static void adamw(model *m, int64_t count, int step, float lr, float b1, float b
 static int train(const config *c, model *m) {
     const int64_t n = BATCH; /* this process's samples */
     int shard = 0, shards = 1;
-    m->hl = H, m->h0 = 0, m->n1 = (int64_t)m->hl * D, m->n2 = (int64_t)D * m->hl;
+    m->hl = H, m->h0 = 0;
+    m->n1 = (int64_t)m->hl * D, m->n2 = (int64_t)D * m->hl;
     m->params = calloc((size_t)(L * (m->n1 + m->n2)), 4), m->grads = calloc((size_t)(L * (m->n1 + m->n2)), 4);
     m->m = calloc((size_t)(L * (m->n1 + m->n2)), 4), m->v = calloc((size_t)(L * (m->n1 + m->n2)), 4);
     m->x = malloc((size_t)((L + 1) * n * D) * 4), m->a = malloc((size_t)(L * n * m->hl) * 4);
