@@ -1711,8 +1711,8 @@ PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, c
    parameters by layout (or by an operator strategy, through >>tensor-parallel);
    the set owns this rank's flat parameter, gradient and AdamW buffers (in the
    compute table's memory; or uses the host's own parameter and gradient
-   memory: host-owned buffers, below), reduces gradients in buckets as soon as they are
-   ready so the reduction overlaps the host's backward, averages or sums them
+   memory: host-owned buffers, below), reduces gradients in buckets as soon
+   as they are ready so the reduction overlaps the host's backward, averages or sums them
    over the data-parallel ranks, accumulates over micro-batches, shards the
    optimizer state (ZeRO-1) and the gradients (ZeRO-2) over the data-parallel
    group, clips by a global norm that counts every parameter exactly once, and
@@ -1821,9 +1821,10 @@ typedef struct par_params_desc {
        bucket is reduced as one range. Declare parameters in memory order to
        get few buckets; each bucket is reduced in place in the host's memory,
        no copy in or out.
-     - under ZeRO (zero_level 1, 2) with host gradients every bucket's element
-       count must be a multiple of the data-parallel degree (the set pads its
-       own buffers, but cannot pad the host's): PAR_EINVAL naming the
+     - under ZeRO (zero_level 1, 2) with host buffers (values or gradients)
+       every bucket's element count must be a multiple of the data-parallel
+       degree (the set pads its own buffers for the reduce-scatter and the
+       all-gather, but cannot pad the host's): PAR_EINVAL naming the
        bucket's parameters otherwise (group small parameters into one bucket,
        or change the bucket boundaries).
      - dtype: f32 only. Under mixed precision (compute_dtype BF16 / F16) the
@@ -1942,8 +1943,9 @@ PARALLEL_DEF par_status par_params_grads_begin(par_params *ps, int micro_batch, 
 
 /* Where the host accumulates (+=) parameter i's gradient during this
    micro-batch, shaped like its slice; valid until par_params_grad_ready(ps, i)
-   (with host-owned gradients it is the host's own buffer). Under ZeRO-2 the bucket gets a zeroed buffer when first asked for (waiting
-   for an earlier bucket's reduction to free one if needed). Local, except
+   (with host-owned gradients it is the host's own buffer). Under ZeRO-2 the
+   bucket gets a zeroed buffer when first asked for (waiting for an earlier
+   bucket's reduction to free one if needed). Local, except
    that it may wait for this rank's earlier collectives. */
 PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad);
 
@@ -16820,11 +16822,12 @@ static par_status par__params_buckets(par_params *ps, const par_params_desc *des
         b->shard_offset = ps->shard_total, ps->shard_total += b->chunk;
         if (b->padded > ps->max_padded) ps->max_padded = b->padded;
         if (b->chunk > ps->max_chunk) ps->max_chunk = b->chunk;
-        if (ps->host_grads && ps->zero && b->count % g != 0) /* a reduce-scatter needs equal chunks */
+        /* ZeRO reduce-scatters gradients and all-gathers values in equal chunks of the padded bucket */
+        if ((ps->host_grads || ps->host_values) && ps->zero && b->count % g != 0)
             return par__fail(PAR_EINVAL, "par_params_create: the bucket of parameters \"%s\" .. \"%s\" holds %lld "
                                          "elements, not a multiple of the data-parallel degree %lld: under ZeRO the host's "
-                                         "gradient buckets cannot be padded (group parameters so that each bucket's "
-                                         "element count divides, with new_bucket, bucket_bytes or their memory order)",
+                                         "buffers cannot be padded (group parameters so that each bucket's element "
+                                         "count divides, with new_bucket, bucket_bytes or their memory order)",
                              ps->p[b->first].name, ps->p[b->first + b->num - 1].name, (long long)b->count, (long long)g);
     }
     return PAR_OK;

@@ -528,7 +528,8 @@ static int ph_params(par_ctx *ctx, par_param_desc *pd, par_layout *batch, uint32
 }
 
 /* One run: host 0 = the set's buffers, 1 = host regions, 2 = a host buffer per
-   parameter with gaps before "v" and "n". Fills *out; checks the in-place
+   parameter with gaps before "v" and "n", 3 = a host region for the
+   gradients only, 4 = for the values only. Fills *out; checks the in-place
    rules on the way (host runs). */
 static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) {
     const par_mesh *mesh = par_ctx_mesh(ctx);
@@ -545,6 +546,7 @@ static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) 
     float *vals = NULL, *grads = NULL, *first[PH_NP];
     uint32_t data_dims;
     int i, s, mb, order[PH_NP], D = 1, dr;
+    const int hv = host == 1 || host == 2 || host == 4, hg = host == 1 || host == 2 || host == 3;
     memset(out, 0, sizeof *out);
     memset(&d, 0, sizeof d), memset(&ls, 0, sizeof ls);
     ls.scale = 4.0f, ls.growth_interval = -1;
@@ -561,8 +563,10 @@ static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) 
         const int64_t n = at[PH_NP - 1] + numel[PH_NP - 1];
         vals = (float *)malloc((size_t)n * sizeof(float)), grads = (float *)malloc((size_t)n * sizeof(float));
         for (i = 0; i < n; i++) vals[i] = grads[i] = nanf("");
-        if (host == 1) d.host_values = vals, d.host_values_numel = n, d.host_grads = grads, d.host_grads_numel = n;
-        else
+        if (host != 2) {
+            if (hv) d.host_values = vals, d.host_values_numel = n;
+            if (hg) d.host_grads = grads, d.host_grads_numel = n;
+        } else
             for (i = 0; i < PH_NP; i++) pd[i].host_value = vals + at[i], pd[i].host_grad = grads + at[i];
     }
     d.params = pd, d.num_params = PH_NP, d.batch = &batch, d.zero_level = zero;
@@ -576,12 +580,13 @@ static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) 
     out->param_bytes = r1.current[PAR_MEM_PARAMS] - r0.current[PAR_MEM_PARAMS];
     PS_CHECK(c, out->grad_bytes == bytes[PAR_MEM_GRADS], "host %d: the table's gradient bytes %lld, the plan's %lld", host,
              (long long)out->grad_bytes, (long long)bytes[PAR_MEM_GRADS]);
-    if (host) { /* no gradient buffer but the ZeRO shard (sum / D elements), no parameter buffer */
+    if (hg) { /* no gradient buffer but the ZeRO shard (sum / D elements) */
         const int64_t want = zero ? sum / D * (int64_t)sizeof(float) : 0;
-        PS_CHECK(c, out->grad_bytes == want && out->param_bytes == 0, "host %d ZeRO-%d: the set allocated %lld gradient "
-                 "bytes (want %lld) and %lld parameter bytes (want 0)", host, zero, (long long)out->grad_bytes,
-                 (long long)want, (long long)out->param_bytes);
+        PS_CHECK(c, out->grad_bytes == want, "host %d ZeRO-%d: the set allocated %lld gradient bytes (want %lld)", host,
+                 zero, (long long)out->grad_bytes, (long long)want);
     }
+    PS_CHECK(c, (out->param_bytes == 0) == hv, "host %d: the set allocated %lld parameter bytes", host,
+             (long long)out->param_bytes);
     for (i = 0; i < PH_NP; i++) { /* initial values differ by rank: broadcast makes the copies equal */
         par_param_info in;
         float init[PH_MAXL];
@@ -589,9 +594,9 @@ static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) 
         if (par_params_get_info(ps, i, &in) != PAR_OK || in.numel > PH_MAXL) { PS_CHECK(c, 0, "info"); continue; }
         out->bucket[i] = in.bucket;
         for (j = 0; j < in.numel; j++) init[j] = (float)(0.3 * ps_hash(98, (uint64_t)i, (uint64_t)ps_global_index(&in, j))) + (float)rank;
-        if (host) memcpy(vals + at[i], init, (size_t)in.numel * sizeof(float));
+        if (hv) memcpy(vals + at[i], init, (size_t)in.numel * sizeof(float));
         else PS_OK(c, par_params_set_local(ps, PAR_PARAM_VALUE, i, init));
-        if (host) PS_CHECK(c, par_params_value(ps, i) == vals + at[i], "host %d: par_params_value(%d) is not the host's", host, i);
+        if (hv) PS_CHECK(c, par_params_value(ps, i) == vals + at[i], "host %d: par_params_value(%d) is not the host's", host, i);
     }
     PS_OK(c, par_params_broadcast(ps));
     for (s = 0; s < 2; s++) {
@@ -608,7 +613,7 @@ static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) 
                 int64_t j;
                 if (par_params_get_info(ps, q, &in) != PAR_OK) continue;
                 PS_OK(c, par_params_grad(ps, q, &g));
-                if (host) { /* the set hands out the host's own memory */
+                if (hg) { /* the set hands out the host's own memory */
                     PS_CHECK(c, g == grads + at[q], "host %d: par_params_grad(%d) is not the host's buffer", host, q);
                     g = grads + at[q];
                 }
@@ -619,7 +624,7 @@ static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) 
             }
             PS_OK(c, par_params_grads_wait(ps));
         }
-        if (host && s == 0) { /* what the host's gradients hold after the reduction */
+        if (hg && s == 0) { /* what the host's gradients hold after the reduction */
             double worst = 0.0;
             for (i = 0; i < PH_NP; i++) {
                 const int P = pd[i].grad_partial ? mesh->dims[1] : 1;
@@ -681,13 +686,14 @@ static void ph_cases(par_ctx *ctx, ps_counts *c) {
     ref = (ph_out *)malloc(sizeof *ref), got = (ph_out *)malloc(sizeof *got);
     for (zero = 0; zero <= 2 && ref && got; zero++) {
         ph_run(ctx, zero, 0, ref, c);
-        for (host = 1; host <= 2; host++) {
+        for (host = 1; host <= 4; host++) {
             ph_run(ctx, zero, host, got, c);
             PS_CHECK(c, memcmp(ref->val, got->val, sizeof ref->val) == 0 && memcmp(ref->mom, got->mom, sizeof ref->mom) == 0 &&
                      ref->norm[0] == got->norm[0] && ref->norm[1] == got->norm[1] &&
                      memcmp(ref->bucket, got->bucket, sizeof ref->bucket) == 0,
                      "ZeRO-%d: host-owned (%s) differs from library-owned (norms %.17g %.17g vs %.17g %.17g, buckets of "
-                     "\"n\" %d vs %d)", zero, host == 1 ? "regions" : "per-parameter buffers", got->norm[0], got->norm[1],
+                     "\"n\" %d vs %d)", zero,
+                     host == 1 ? "regions" : host == 2 ? "per-parameter buffers" : host == 3 ? "gradients" : "values", got->norm[0], got->norm[1],
                      ref->norm[0], ref->norm[1], got->bucket[3], ref->bucket[3]);
             PS_CHECK(c, ref->norm[0] > 0 && ref->val[0] == ref->val[0], "ZeRO-%d: the reference trained nothing", zero);
         }
@@ -751,6 +757,9 @@ static void ph_bad(par_ctx *ctx, ps_counts *c) {
                "not a multiple of the data-parallel degree");
         d.zero_level = 2;
         PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "holds 85 elements");
+        d.host_grads = NULL, d.host_grads_numel = 0, d.host_values = buf, d.host_values_numel = 1024;
+        d.zero_level = 1; /* host values alone: the all-gather would write the padding */
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "the host's buffers cannot be padded");
         d.zero_level = 0; /* without ZeRO nothing is padded: fine */
         PS_OK(c, par_params_create(ctx, &d, &ps));
         par_params_destroy(ps), ps = NULL;
