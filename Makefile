@@ -172,6 +172,10 @@ TRAIN      := $(if $(filter yes,$(HAVE_YAML)),$(B)/train)
 # The second example (examples/mlp/mlp.c): dp x tp x ZeRO in one file; with mpicc it
 # also runs one rank per process under mpirun (par_launch). tests/test_mlp_example.c runs it.
 MLP        := $(B)/mlp
+# The third example (examples/stacked/): a host with its own layer-stacked buffers and
+# loops, as one process (stacked_single.c: no parallel.h) and in parallel (stacked.c, with
+# mpicc like mlp). tests/test_stacked_example.c runs both.
+STACKED    := $(B)/stacked $(B)/stacked_single
 TRAIN_TEST_ALL := $(B)/llama_test_config $(B)/llama_test_train $(B)/llama_test_model_tp $(B)/llama_test_auto
 TRAIN_TEST := $(if $(filter yes,$(HAVE_YAML)),$(TRAIN_TEST_ALL))
 # The CUDA trainer (--backend nccl: CUDA compute table + NCCL, launched by mpirun):
@@ -231,7 +235,7 @@ SKIPS := $(strip \
 # A failed recipe must not leave a stale binary that tests/run.sh would then run.
 .DELETE_ON_ERROR:
 
-all: detect $(EXPLAIN) $(TRAIN) $(MLP) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
+all: detect $(EXPLAIN) $(TRAIN) $(MLP) $(STACKED) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM)
 
 detect:
 	@echo "detected: $(FEATURES)"
@@ -286,6 +290,13 @@ $(B)/train: examples/llama/train.c $(STAMP) | $(B)
 $(B)/mlp: examples/mlp/mlp.c $(STAMP) | $(B)
 	@rm -f $@
 	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(B)/stacked: examples/stacked/stacked.c $(STAMP) | $(B)
+	@rm -f $@
+	$(TRAIN_CC) $(ALL_CFLAGS) -I. $< -o $@ $(SANFLAGS) $(LDLIBS)
+
+$(B)/stacked_single: examples/stacked/stacked_single.c | $(B)
+	$(CC) $(ALL_CFLAGS) $< -o $@ $(SANFLAGS) -lm
 
 # parallel_cuda.cu as its own object (with MPI for NCCL), linked into the C trainer.
 build/parallel_cuda_mpi.o: parallel_cuda.cu parallel.h $(STAMP) | build
@@ -382,7 +393,7 @@ build/test_cuda_cp: tests/cuda/test_cuda_cp.cu build/parallel_cuda_mpi.o paralle
 
 # Everything `make test` runs. Built with -k by `test` so one broken program is
 # reported as that program's failure by tests/run.sh instead of stopping the run.
-test-programs: $(TRAIN) $(MLP) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM) $(FUZZ_BINS)
+test-programs: $(TRAIN) $(MLP) $(STACKED) $(TRAIN_TEST) $(TRAIN_CUDA) $(TEST_BINS) $(CBLAS_TEST) $(MPI_BINS) $(EXPLAIN) $(BENCH_BINS) $(CUDA_SMOKE) $(CUDA_COMM) $(FUZZ_BINS)
 
 # make test's sanitizer subset: two sanitized makes of their own (flags and dirs).
 san-ci-programs:
@@ -407,7 +418,7 @@ run-tests: detect
 	@$(MAKE) --no-print-directory san-ci-programs
 	@B='$(B)' CC='$(CC)' CXX='$(CXX)' SANFLAGS='$(SANFLAGS)' MPIRUN='$(MPIRUN)' \
 	  EXPLAIN='$(EXPLAIN)' BENCH_BINS='$(BENCH_BINS)' CBLAS_TEST='$(CBLAS_TEST)' \
-	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' MLP='$(MLP)' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
+	  MPI_BINS='$(MPI_BINS)' TRAIN='$(TRAIN)' MLP='$(MLP)' STACKED='$(B)/stacked' STACKED_SINGLE='$(B)/stacked_single' TRAIN_TEST='$(TRAIN_TEST)' CUDA_BINS='$(CUDA_SMOKE) $(CUDA_COMM) $(TRAIN_CUDA)' \
 	  FUZZ_BINS='$(FUZZ_BINS)' FUZZ_CI_SECONDS='$(FUZZ_CI_SECONDS)' ASAN_CI='$(ASAN_CI)' TSAN_CI='$(TSAN_CI)' \
 	  SKIPS='$(SKIPS)' bash tests/run.sh
 

@@ -1710,8 +1710,9 @@ PARALLEL_DEF par_status par_trace_gather_write(par_ctx *ctx, par_trace *trace, c
    Data and optimizer parallelism for any model. The host describes its
    parameters by layout (or by an operator strategy, through >>tensor-parallel);
    the set owns this rank's flat parameter, gradient and AdamW buffers (in the
-   compute table's memory), reduces gradients in buckets as soon as they are
-   ready so the reduction overlaps the host's backward, averages or sums them
+   compute table's memory; or uses the host's own parameter and gradient
+   memory: host-owned buffers, below), reduces gradients in buckets as soon
+   as they are ready so the reduction overlaps the host's backward, averages or sums them
    over the data-parallel ranks, accumulates over micro-batches, shards the
    optimizer state (ZeRO-1) and the gradients (ZeRO-2) over the data-parallel
    group, clips by a global norm that counts every parameter exactly once, and
@@ -1757,6 +1758,9 @@ typedef struct par_param_desc {
                               of the parameter (not split it). Summed before the bucket reduction */
     par_decay decay;
     int new_bucket;        /* 1: this parameter starts a new gradient bucket */
+    float *host_value;     /* optional: this rank's slice of the values lives here, in the host's
+                              memory (host-owned buffers, below); NULL: the set allocates it */
+    float *host_grad;      /* optional: its gradient accumulates here (the same rules) */
 } par_param_desc;
 
 typedef struct par_params_desc {
@@ -1784,7 +1788,76 @@ typedef struct par_params_desc {
                                 mixed precision, compute_dtype: the host accumulates gradients in it
                                 (par_params_grad_ptr) and the buckets reduce in it (half the bytes);
                                 the optimizer reads them widened to f32 */
+    float *host_values;      /* optional, instead of every par_param_desc.host_value: one region
+                                holding the values of all parameters packed in declaration order
+                                (parameter i at the sum of the earlier ones' local element counts,
+                                no padding), host_values_numel elements long */
+    int64_t host_values_numel;
+    float *host_grads;       /* the same for the gradients (par_param_desc.host_grad) */
+    int64_t host_grads_numel;
 } par_params_desc;
+
+/* Host-owned buffers. A host that already keeps its parameters and
+   gradients in memory of its own (e.g. one flat buffer per kind, layers
+   stacked, as llm.c's train_gpt2.c does) registers that memory instead of
+   copying into the set's: per parameter (par_param_desc.host_value,
+   host_grad) or as one flat region per kind (par_params_desc.host_values,
+   host_grads: parameter i's pointer is the region plus the local element
+   counts of parameters 0..i-1; the region must hold their sum). Rules:
+     - every parameter or none: values and gradients are chosen separately,
+       but a kind given for one parameter is given for all (a region counts
+       as given for all; a region and per-parameter pointers together are
+       refused). NULL for some is PAR_EINVAL naming the first without one.
+     - each buffer holds this rank's slice of its parameter: exactly
+       par_params_get_info's numel elements, row-major in its local_shape,
+       f32, in the compute table's memory (device memory with a device
+       table), aligned to 4 bytes (the element); no two parameters' buffers
+       overlap. Unaligned, overlapping or short regions are PAR_EINVAL naming
+       the parameter and the rule.
+     - buckets follow the host's memory: besides new_bucket and
+       bucket_bytes, a new bucket starts wherever a parameter's buffers do
+       not directly follow the previous parameter's (host_grad[i] ==
+       host_grad[i-1] + numel[i-1], and the same for host_value), since a
+       bucket is reduced as one range. Declare parameters in memory order to
+       get few buckets; each bucket is reduced in place in the host's memory,
+       no copy in or out.
+     - under ZeRO (zero_level 1, 2) with host buffers (values or gradients)
+       every bucket's element count must be a multiple of the data-parallel
+       degree (the set pads its own buffers for the reduce-scatter and the
+       all-gather, but cannot pad the host's): PAR_EINVAL naming the
+       bucket's parameters otherwise (group small parameters into one bucket,
+       or change the bucket boundaries).
+     - dtype: f32 only. Under mixed precision (compute_dtype BF16 / F16) the
+       set keeps the compute copy and the f32 master itself: host values are
+       PAR_EUNSUPPORTED there, as are host gradients with a 16-bit grad_dtype.
+     - values: par_params_create leaves them as they are (the host's
+       initialization; par_params_broadcast makes the copies equal); every
+       par_params_step writes the updated weights into them (under ZeRO each
+       rank updates its shard and the all-gather lands in the host's buffers),
+       and so do par_params_broadcast, par_params_set_local and
+       par_params_load. par_params_value returns the host's pointer.
+     - gradients: the set zeroes them where it would zero its own, at
+       micro-batch 0 (ZeRO 0/1: they accumulate over the micro-batches) or at
+       every micro-batch (ZeRO-2: each micro-batch is reduce-scattered and
+       added into the set's shard); the host accumulates (+=) into them during
+       its backward and marks each ready (par_params_grad_ready) as it
+       finishes, so the reductions overlap the rest of the backward; it must
+       not touch a buffer between marking it ready and par_params_grads_wait.
+       par_params_grad returns the host's pointer. After the last
+       micro-batch's par_params_grads_wait a ZeRO-0 buffer holds the reduced
+       gradient (averaged over the data-parallel ranks, or summed with
+       sum_gradients), as PyTorch's DDP leaves param.grad; par_params_step
+       may scale it further (loss-scale unscaling, clipping). Under ZeRO-1/2
+       the reduced gradient is this rank's shard, kept by the set (it is
+       reduce-scattered out of the host's buffer); the host's buffer keeps
+       this rank's own unreduced sum.
+     - the set still allocates the AdamW moments, under ZeRO the reduced
+       gradient shard (and, ZeRO-2, the reduce-scatter outputs of the
+       buckets in flight), and whichever of values or gradients the host does
+       not give; par_params_memory reports exactly that (no gradient bytes
+       under ZeRO 0 with host gradients).
+     - the host's buffers must outlive the set; it frees them after
+       par_params_destroy, which never frees them. */
 
 /* Mixed precision (compute_dtype BF16 or F16), as Megatron and DeepSpeed do
    it: the host computes with a copy of the weights in compute_dtype
@@ -1844,7 +1917,14 @@ PARALLEL_DEF par_status par_params_get_info(const par_params *ps, int i, par_par
    the host computes with and initializes before par_params_broadcast. NULL
    under mixed precision (the f32 master may be a ZeRO shard there): use
    par_params_compute_value to compute and par_params_set_local to set.
-   Pointers into the set stay valid until par_params_destroy. Local. */
+   With host-owned values it is the host's own pointer. Local.
+   Pointer lifetime: pointers the set hands out into memory it owns
+   (par_params_value, par_params_compute_value) stay valid, at the same
+   address, from par_params_create until par_params_destroy: the set never
+   moves or reallocates its buffers (steps, broadcasts, set_local and
+   checkpoint loads write into them in place). par_params_grad's pointer is
+   valid only until par_params_grad_ready of that parameter (ZeRO-2 lends
+   each bucket a buffer per micro-batch); ask again in the next one. */
 PARALLEL_DEF float *par_params_value(par_params *ps, int i);
 
 /* This rank's slice of parameter i in the set's compute_dtype (the f32
@@ -1862,9 +1942,10 @@ PARALLEL_DEF par_status par_params_memory(const par_params *ps, int64_t bytes[PA
 PARALLEL_DEF par_status par_params_grads_begin(par_params *ps, int micro_batch, int num_micro_batches);
 
 /* Where the host accumulates (+=) parameter i's gradient during this
-   micro-batch, shaped like its slice; valid until par_params_grad_ready(ps, i).
-   Under ZeRO-2 the bucket gets a zeroed buffer when first asked for (waiting
-   for an earlier bucket's reduction to free one if needed). Local, except
+   micro-batch, shaped like its slice; valid until par_params_grad_ready(ps, i)
+   (with host-owned gradients it is the host's own buffer). Under ZeRO-2 the
+   bucket gets a zeroed buffer when first asked for (waiting for an earlier
+   bucket's reduction to free one if needed). Local, except
    that it may wait for this rank's earlier collectives. */
 PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad);
 
@@ -16509,6 +16590,7 @@ typedef struct par__param {
     uint32_t count_dims;     /* the norm counts the slice where this rank's index on these is 0 */
     int counts;              /* ... which it is */
     int ready;
+    float *hv, *hg;          /* host-owned value / gradient buffers, NULL: in the set's flat buffers */
 } par__param;
 
 typedef struct par__bucket {
@@ -16517,6 +16599,7 @@ typedef struct par__bucket {
     int64_t shard_offset;         /* where the shard lives in the shard buffers */
     int first, num, pending;
     int slot;                     /* ZeRO-2: the gradient buffer it holds, -1 none */
+    float *hval, *hgrad;          /* host-owned buffers: where the bucket's range starts (NULL: the set's) */
     par_request *req;             /* reduction in flight */
     const char *req_op;
     double req_t0;
@@ -16549,6 +16632,7 @@ struct par_params {
     int num_slots, cap_slots;
     int next_launch;          /* the next bucket to launch (they go last to first) */
     int micro, num_micro, in_micro;
+    int host_values, host_grads; /* the host owns the values / the gradients (par_param_desc.host_*) */
     int64_t step;
     struct par_trace *trace;
     par_layout batch;
@@ -16606,6 +16690,17 @@ static int par__params_sharded(const par_params *ps, par_param_field field) {
 
 static float *par__params_field_buf(const par_params *ps, par_param_field field) {
     return field == PAR_PARAM_VALUE ? ps->value : field == PAR_PARAM_EXP_AVG ? ps->m : ps->v;
+}
+
+/* Where bucket b's f32 values start: the host's memory or the set's flat buffer. */
+static float *par__params_bucket_value(const par_params *ps, int b) {
+    return ps->b[b].hval ? ps->b[b].hval : ps->value + ps->b[b].start;
+}
+
+/* Parameter p's whole slice of a field kept per slice (not a ZeRO shard). */
+static float *par__params_slice(const par_params *ps, par_param_field field, const par__param *p) {
+    if (field == PAR_PARAM_VALUE) return par__params_bucket_value(ps, p->bucket) + (p->offset - ps->b[p->bucket].start);
+    return par__params_field_buf(ps, field) + p->offset;
 }
 
 /* The compute copy's element `at` (flat index). */
@@ -16703,6 +16798,13 @@ static par_status par__params_check_one(par_params *ps, const par_param_desc *d,
     return PAR_OK;
 }
 
+/* Do parameter i's host buffers not directly follow parameter i-1's (i > 0)?
+   A bucket is reduced as one range, so there a new one starts. */
+static int par__params_host_break(const par_params *ps, int i) {
+    const par__param *a = &ps->p[i - 1], *p = &ps->p[i];
+    return (p->hv && p->hv != a->hv + a->numel) || (p->hg && p->hg != a->hg + a->numel);
+}
+
 /* Buckets and flat offsets: parameters packed in order, each bucket padded. */
 static par_status par__params_buckets(par_params *ps, const par_params_desc *desc) {
     const int64_t cap = desc->bucket_bytes == 0 ? PAR__DEFAULT_BUCKET_BYTES : desc->bucket_bytes;
@@ -16711,7 +16813,9 @@ static par_status par__params_buckets(par_params *ps, const par_params_desc *des
     int64_t bytes = 0;
     for (i = 0; i < ps->n; i++) { /* count first */
         const int64_t pb = ps->p[i].numel * (int64_t)sizeof(float);
-        if (i == 0 || desc->params[i].new_bucket || (cap > 0 && bytes > 0 && bytes + pb > cap)) nb++, bytes = 0;
+        if (i == 0 || desc->params[i].new_bucket || (cap > 0 && bytes > 0 && bytes + pb > cap) ||
+            par__params_host_break(ps, i))
+            nb++, bytes = 0;
         bytes += pb;
     }
     ps->nb = nb;
@@ -16721,10 +16825,12 @@ static par_status par__params_buckets(par_params *ps, const par_params_desc *des
     for (i = 0, nb = -1, bytes = 0; i < ps->n; i++) {
         const int64_t pb = ps->p[i].numel * (int64_t)sizeof(float);
         par__bucket *b;
-        if (i == 0 || desc->params[i].new_bucket || (cap > 0 && bytes > 0 && bytes + pb > cap)) {
+        if (i == 0 || desc->params[i].new_bucket || (cap > 0 && bytes > 0 && bytes + pb > cap) ||
+            par__params_host_break(ps, i)) {
             if (nb >= 0) ps->total += ps->b[nb].padded;
             nb++, bytes = 0;
             ps->b[nb].start = ps->total, ps->b[nb].first = i, ps->b[nb].slot = -1;
+            ps->b[nb].hval = ps->p[i].hv, ps->b[nb].hgrad = ps->p[i].hg;
         }
         b = &ps->b[nb];
         bytes += pb;
@@ -16739,7 +16845,81 @@ static par_status par__params_buckets(par_params *ps, const par_params_desc *des
         b->shard_offset = ps->shard_total, ps->shard_total += b->chunk;
         if (b->padded > ps->max_padded) ps->max_padded = b->padded;
         if (b->chunk > ps->max_chunk) ps->max_chunk = b->chunk;
+        /* ZeRO reduce-scatters gradients and all-gathers values in equal chunks of the padded bucket */
+        if ((ps->host_grads || ps->host_values) && ps->zero && b->count % g != 0)
+            return par__fail(PAR_EINVAL, "par_params_create: the bucket of parameters \"%s\" .. \"%s\" holds %lld "
+                                         "elements, not a multiple of the data-parallel degree %lld: under ZeRO the host's "
+                                         "buffers cannot be padded (group parameters so that each bucket's element "
+                                         "count divides, with new_bucket, bucket_bytes or their memory order)",
+                             ps->p[b->first].name, ps->p[b->first + b->num - 1].name, (long long)b->count, (long long)g);
     }
+    return PAR_OK;
+}
+
+/* Host-owned buffers (par_param_desc.host_value / host_grad or the desc's
+   regions): every parameter's pointer, checked (all or none, aligned, inside
+   the region, no two overlapping). Kind 0 is the values, 1 the gradients. */
+static par_status par__params_host_kind(par_params *ps, const par_params_desc *desc, int kind) {
+    const char *what = kind ? "host_grad" : "host_value";
+    float *region = kind ? desc->host_grads : desc->host_values;
+    const int64_t have = kind ? desc->host_grads_numel : desc->host_values_numel;
+    int64_t at = 0;
+    int i, given = -1, missing = -1;
+    for (i = 0; i < ps->n; i++) {
+        if (kind ? desc->params[i].host_grad : desc->params[i].host_value) given = given < 0 ? i : given;
+        else if (missing < 0) missing = i;
+    }
+    if (region && given >= 0)
+        return par__fail(PAR_EINVAL, "par_params_create: %ss (a region) and parameter \"%s\"'s %s are both given: "
+                                     "register one region or a buffer per parameter, not both", what, ps->p[given].name, what);
+    if (!region && have != 0)
+        return par__fail(PAR_EINVAL, "par_params_create: %ss_numel is %lld but %ss is NULL", what, (long long)have, what);
+    if (!region && given < 0) return PAR_OK; /* the set owns this kind */
+    if (!region && missing >= 0)
+        return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\" has no %s while \"%s\" has one: host "
+                                     "buffers are given for every parameter or for none", ps->p[missing].name, what,
+                         ps->p[given].name);
+    if (kind == 0 && ps->mixed)
+        return par__fail(PAR_EUNSUPPORTED, "par_params_create: host values under compute_dtype %s: the set keeps the "
+                                           "%s compute copy and the f32 master itself (host values are f32 weights)",
+                         par_dtype_name(ps->cdt), par_dtype_name(ps->cdt));
+    if (kind == 1 && ps->gdt != PAR_F32)
+        return par__fail(PAR_EUNSUPPORTED, "par_params_create: host gradients with grad_dtype %s: host gradients are f32",
+                         par_dtype_name(ps->gdt));
+    for (i = 0; i < ps->n; i++) {
+        par__param *p = &ps->p[i];
+        float *q = region ? region + at : kind ? desc->params[i].host_grad : desc->params[i].host_value;
+        if ((uintptr_t)q % sizeof(float) != 0)
+            return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\": its %s (%p) is not aligned to 4 bytes "
+                                         "(f32 elements)", p->name, what, (void *)q);
+        if (region && at + p->numel > have)
+            return par__fail(PAR_EINVAL, "par_params_create: %ss holds %lld elements, too few: parameter \"%s\" ends at "
+                                         "element %lld (the local slices packed in declaration order)", what,
+                             (long long)have, p->name, (long long)(at + p->numel));
+        at += p->numel;
+        *(kind ? &p->hg : &p->hv) = q;
+    }
+    *(kind ? &ps->host_grads : &ps->host_values) = 1;
+    return PAR_OK;
+}
+
+/* No two host buffers (values and gradients alike) share an element. */
+static par_status par__params_host_overlap(const par_params *ps) {
+    int i, j, a, b;
+    for (i = 0; i < ps->n; i++)
+        for (a = 0; a < 2; a++) {
+            const float *x = a ? ps->p[i].hg : ps->p[i].hv;
+            if (!x || !ps->p[i].numel) continue;
+            for (j = i; j < ps->n; j++)
+                for (b = j == i ? a + 1 : 0; b < 2; b++) {
+                    const float *y = b ? ps->p[j].hg : ps->p[j].hv;
+                    if (y && ps->p[j].numel && x < y + ps->p[j].numel && y < x + ps->p[i].numel)
+                        return par__fail(PAR_EINVAL, "par_params_create: the %s of parameter \"%s\" and the %s of "
+                                                     "parameter \"%s\" overlap in memory (each buffer holds one slice)",
+                                         a ? "host_grad" : "host_value", ps->p[i].name, b ? "host_grad" : "host_value",
+                                         ps->p[j].name);
+                }
+        }
     return PAR_OK;
 }
 
@@ -16762,7 +16942,8 @@ static par_status par__params_add_slot(par_params *ps) {
     ps->slots[ps->num_slots] = ps->rs_tmp[ps->num_slots] = NULL;
     ps->slot_bucket[ps->num_slots] = -1;
     ps->num_slots++;
-    PAR__CHECK(par__params_galloc(ps, ps->max_padded, PAR_MEM_GRADS, (void **)&ps->slots[ps->num_slots - 1]));
+    if (!ps->host_grads) /* host gradients are reduce-scattered straight out of the host's memory */
+        PAR__CHECK(par__params_galloc(ps, ps->max_padded, PAR_MEM_GRADS, (void **)&ps->slots[ps->num_slots - 1]));
     return par__params_galloc(ps, ps->max_chunk, PAR_MEM_COMM, (void **)&ps->rs_tmp[ps->num_slots - 1]);
 }
 
@@ -16842,10 +17023,12 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     for (i = 0; i < ps->n; i++) /* groups for the extra partial sums, made now (collective) */
         if (ps->p[i].extra_partial && (st = par_ctx_group(ctx, ps->p[i].extra_partial, &g, NULL, NULL)) != PAR_OK)
             return par_params_destroy(ps), st;
-    if ((st = par__params_buckets(ps, desc)) != PAR_OK) return par_params_destroy(ps), st;
+    if ((st = par__params_host_kind(ps, desc, 0)) != PAR_OK || (st = par__params_host_kind(ps, desc, 1)) != PAR_OK ||
+        (st = par__params_host_overlap(ps)) != PAR_OK || (st = par__params_buckets(ps, desc)) != PAR_OK)
+        return par_params_destroy(ps), st;
     ps->next_launch = ps->nb - 1;
     if (!ps->mixed) {
-        st = par__params_alloc(ps, ps->total, PAR_MEM_PARAMS, &ps->value);
+        if (!ps->host_values) st = par__params_alloc(ps, ps->total, PAR_MEM_PARAMS, &ps->value);
     } else { /* the compute copy (2 bytes an element: an f32 allocation of half the count), the f32 master */
         st = par__params_alloc(ps, (ps->total + 1) / 2, PAR_MEM_PARAMS, (float **)&ps->cvalue);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->zero ? ps->shard_total : ps->total, PAR_MEM_OPTIMIZER, &ps->value);
@@ -16855,11 +17038,12 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     if (st == PAR_OK && ps->gdt != PAR_F32 && ps->zero == 1) st = par__params_galloc(ps, ps->shard_total, PAR_MEM_COMM, &ps->rs16);
     if (st == PAR_OK && ps->gdt != PAR_F32 && ps->zero == 2) st = par__params_alloc(ps, ps->max_chunk, PAR_MEM_COMM, &ps->fold);
     if (st == PAR_OK && ps->zero == 0) { /* (with 16-bit gradients: the f32 copy the optimizer reads) */
-        st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
+        if (!ps->host_grads) st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->total, PAR_MEM_OPTIMIZER, &ps->m);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->total, PAR_MEM_OPTIMIZER, &ps->v);
     } else if (st == PAR_OK) {
-        if (ps->zero == 1 && ps->gdt == PAR_F32) st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
+        if (ps->zero == 1 && ps->gdt == PAR_F32 && !ps->host_grads)
+            st = par__params_alloc(ps, ps->total, PAR_MEM_GRADS, &ps->grad);
         for (i = 0; st == PAR_OK && ps->zero == 2 && i < (desc->grad_slots ? desc->grad_slots : 2); i++)
             st = par__params_add_slot(ps);
         if (st == PAR_OK) st = par__params_alloc(ps, ps->shard_total, PAR_MEM_GRADS, &ps->gshard);
@@ -16908,12 +17092,12 @@ PARALLEL_DEF float *par_params_value(par_params *ps, int i) {
                         par_dtype_name(ps->cdt));
         return NULL;
     }
-    return ps->value + ps->p[i].offset;
+    return par__params_slice(ps, PAR_PARAM_VALUE, &ps->p[i]);
 }
 
 PARALLEL_DEF void *par_params_compute_value(par_params *ps, int i) {
     if (par__params_index(ps, i, "par_params_compute_value") != PAR_OK) return NULL;
-    return ps->mixed ? par__params_cv(ps, ps->p[i].offset) : (void *)(ps->value + ps->p[i].offset);
+    return ps->mixed ? par__params_cv(ps, ps->p[i].offset) : (void *)par__params_slice(ps, PAR_PARAM_VALUE, &ps->p[i]);
 }
 
 PARALLEL_DEF par_dtype par_params_compute_dtype(const par_params *ps) { return ps ? ps->cdt : PAR_F32; }
@@ -16941,6 +17125,9 @@ PARALLEL_DEF par_status par_params_grads_begin(par_params *ps, int mb, int num) 
         else if (ps->grad) PAR__CHECK(ps->ct->memset(ps->ct->user, ps->grad, 0, (size_t)ps->total * sizeof(float)));
         if (ps->gshard) PAR__CHECK(ps->ct->memset(ps->ct->user, ps->gshard, 0, (size_t)ps->shard_total * sizeof(float)));
     }
+    if (ps->host_grads && (mb == 0 || ps->zero == 2)) /* where the set would zero its own (ZeRO-2: its slots) */
+        for (i = 0; i < ps->nb; i++)
+            PAR__CHECK(ps->ct->memset(ps->ct->user, ps->b[i].hgrad, 0, (size_t)ps->b[i].count * sizeof(float)));
     for (i = 0; i < ps->n; i++) ps->p[i].ready = 0;
     for (i = 0; i < ps->nb; i++) ps->b[i].pending = ps->b[i].num;
     ps->micro = mb, ps->num_micro = num, ps->in_micro = 1;
@@ -16987,6 +17174,7 @@ static par_status par__params_take_slot(par_params *ps, int b) {
         }
     }
     ps->slot_bucket[s] = b, ps->b[b].slot = s;
+    if (ps->host_grads) return PAR_OK; /* the slot lends only its reduce-scatter output; grads_begin zeroed the host's */
     return ps->ct->memset(ps->ct->user, ps->slots[s], 0, (size_t)ps->b[b].padded * par_dtype_size(ps->gdt));
 }
 
@@ -17000,6 +17188,7 @@ PARALLEL_DEF par_status par_params_grad_ptr(par_params *ps, int i, void **grad) 
         return par__fail(PAR_EINVAL, "par_params_grad: parameter \"%s\" was already marked ready in this micro-batch",
                          ps->p[i].name);
     bk = &ps->b[ps->p[i].bucket];
+    if (ps->host_grads) return *grad = ps->p[i].hg, PAR_OK;
     if (ps->zero != 2) return *grad = par__params_g(ps, ps->grad16 ? ps->grad16 : ps->grad, ps->p[i].offset), PAR_OK;
     if (bk->slot < 0) PAR__CHECK(par__params_take_slot(ps, ps->p[i].bucket));
     *grad = par__params_g(ps, ps->slots[bk->slot], ps->p[i].offset - bk->start);
@@ -17017,6 +17206,7 @@ PARALLEL_DEF par_status par_params_grad(par_params *ps, int i, float **grad) {
 
 /* The buffer bucket b's gradients accumulate in (of grad_dtype). */
 static void *par__params_bucket_grad(par_params *ps, int b) {
+    if (ps->b[b].hgrad) return ps->b[b].hgrad;
     return ps->zero == 2 ? (void *)ps->slots[ps->b[b].slot] : par__params_g(ps, ps->grad16 ? ps->grad16 : ps->grad, ps->b[b].start);
 }
 
@@ -17050,8 +17240,9 @@ static par_status par__params_launch(par_params *ps, int b) {
         return ps->cm->reduce_scatter(ps->cm->user, ps->data_group, g, shard, bk->chunk, ps->gdt, ps->reduce, &bk->req);
     }
     if (ps->data_size == 1) return PAR_OK;
-    bk->req_op = "all_reduce";
-    return ps->cm->all_reduce(ps->cm->user, ps->data_group, g, g, bk->padded, ps->gdt, ps->reduce, &bk->req);
+    bk->req_op = "all_reduce"; /* the host's buffer has no padding: its own elements only */
+    return ps->cm->all_reduce(ps->cm->user, ps->data_group, g, g, ps->host_grads ? bk->count : bk->padded, ps->gdt,
+                              ps->reduce, &bk->req);
 }
 
 PARALLEL_DEF par_status par_params_grad_ready(par_params *ps, int i) {
@@ -17105,6 +17296,22 @@ PARALLEL_DEF par_status par_params_grads_wait(par_params *ps) {
     return par__params_wait_all(ps);
 }
 
+/* ZeRO 0: the f32 gradient the optimizer reads at flat index `at` of bucket b
+   (the host's buffer or the set's). */
+static float *par__params_grad_at(const par_params *ps, int b, int64_t at) {
+    return ps->b[b].hgrad ? ps->b[b].hgrad + (at - ps->b[b].start) : ps->grad + at;
+}
+
+/* The reduced gradients the optimizer reads *= factor: this rank's ZeRO shard,
+   or its whole slice (bucket by bucket in the host's memory). */
+static par_status par__params_scale_grads(par_params *ps, float factor) {
+    int b;
+    if (ps->zero) return ps->ct->scale(ps->ct->user, ps->shard_total, factor, ps->gshard);
+    if (!ps->host_grads) return ps->ct->scale(ps->ct->user, ps->total, factor, ps->grad);
+    for (b = 0; b < ps->nb; b++) PAR__CHECK(ps->ct->scale(ps->ct->user, ps->b[b].count, factor, ps->b[b].hgrad));
+    return PAR_OK;
+}
+
 /* Sum of squares of the reduced gradient elements this rank counts. */
 static par_status par__params_sumsq(par_params *ps, double *ss) {
     int i;
@@ -17123,7 +17330,7 @@ static par_status par__params_sumsq(par_params *ps, double *ss) {
             if (lo >= hi) continue;
             g = ps->gshard + bk->shard_offset + (lo - c0);
         } else {
-            g = ps->grad + lo;
+            g = par__params_grad_at(ps, p->bucket, lo);
         }
         PAR__CHECK(ps->ct->sumsq(ps->ct->user, hi - lo, g, &part));
         *ss += part;
@@ -17159,7 +17366,7 @@ static par_status par__params_publish(par_params *ps) {
     if (!ps->zero) return ps->mixed ? ps->ct->convert(ps->ct->user, ps->total, PAR_F32, ps->value, ps->cdt, ps->cvalue) : PAR_OK;
     for (b = 0; b < ps->nb; b++) {
         par__bucket *bk = &ps->b[b];
-        void *full = ps->mixed ? par__params_cv(ps, bk->start) : (void *)(ps->value + bk->start);
+        void *full = ps->mixed ? par__params_cv(ps, bk->start) : (void *)par__params_bucket_value(ps, b);
         void *mine = (char *)full + bk->chunk_begin * (int64_t)par_dtype_size(dt);
         if (ps->mixed) PAR__CHECK(ps->ct->convert(ps->ct->user, bk->chunk, PAR_F32, ps->value + bk->shard_offset, dt, mine));
         bk->req_t0 = par__params_now(ps), bk->req_op = "all_gather";
@@ -17236,7 +17443,7 @@ PARALLEL_DEF par_status par_params_step_scaled(par_params *ps, const par_adamw *
                             : ps->ct->convert(ps->ct->user, ps->total, ps->gdt, ps->grad16, PAR_F32, ps->grad));
     if (ls) { /* unscale: the norm, the clip and AdamW see the true gradients */
         const float inv = 1.0f / ls->scale;
-        PAR__CHECK(ps->ct->scale(ps->ct->user, ps->zero ? ps->shard_total : ps->total, inv, ps->zero ? ps->gshard : ps->grad));
+        PAR__CHECK(par__params_scale_grads(ps, inv));
     }
     t0 = par__params_now(ps);
     PAR__CHECK(par__params_sumsq(ps, &ss));
@@ -17268,15 +17475,20 @@ PARALLEL_DEF par_status par_params_step_scaled(par_params *ps, const par_adamw *
     ps->tmp_bucket_of = -1; /* the moments change: a gathered bucket is stale */
     t0 = par__params_now(ps);
     if (!ps->zero) {
-        if (clip != 1.0f) PAR__CHECK(ps->ct->scale(ps->ct->user, ps->total, clip, ps->grad));
-        PAR__CHECK(par__params_adamw(ps, o, 0, 0, ps->total, ps->value, ps->grad, ps->m, ps->v));
+        if (clip != 1.0f) PAR__CHECK(par__params_scale_grads(ps, clip));
+        for (b = 0; b < ps->nb; b++) { /* bucket by bucket: the values and gradients may be the host's */
+            const par__bucket *bk = &ps->b[b];
+            PAR__CHECK(par__params_adamw(ps, o, bk->start, bk->start, bk->start + bk->count, par__params_bucket_value(ps, b),
+                                         par__params_grad_at(ps, b, bk->start), ps->m + bk->start, ps->v + bk->start));
+        }
         par__params_span(ps, "optimizer", t0, "adamw", -1);
     } else {
-        if (clip != 1.0f) PAR__CHECK(ps->ct->scale(ps->ct->user, ps->shard_total, clip, ps->gshard));
+        if (clip != 1.0f) PAR__CHECK(par__params_scale_grads(ps, clip));
         for (b = 0; b < ps->nb; b++) { /* the master lives in shard space, the f32 weights in slice space */
             const par__bucket *bk = &ps->b[b];
             const int64_t c0 = bk->start + bk->chunk_begin, so = bk->shard_offset;
-            PAR__CHECK(par__params_adamw(ps, o, c0, c0, c0 + bk->chunk, ps->value + (ps->mixed ? so : c0), ps->gshard + so,
+            float *val = ps->mixed ? ps->value + so : par__params_bucket_value(ps, b) + bk->chunk_begin;
+            PAR__CHECK(par__params_adamw(ps, o, c0, c0, c0 + bk->chunk, val, ps->gshard + so,
                                          ps->m + so, ps->v + so));
         }
         par__params_span(ps, "optimizer", t0, "adamw (ZeRO shard)", -1);
@@ -17324,7 +17536,8 @@ PARALLEL_DEF par_status par_params_broadcast(par_params *ps) {
         if (sharded) at = par__params_in_shard(ps, p, &lo, &hi);
         PAR__CHECK(par_ctx_group(ps->ctx, copies, &g, NULL, &count));
         if (count > 1 && hi > lo)
-            PAR__CHECK(ps->cm->broadcast(ps->cm->user, g, ps->value + at, hi - lo, PAR_F32, 0, NULL));
+            PAR__CHECK(ps->cm->broadcast(ps->cm->user, g, sharded ? ps->value + at : par__params_slice(ps, PAR_PARAM_VALUE, p),
+                                         hi - lo, PAR_F32, 0, NULL));
     }
     return ps->mixed ? par__params_publish(ps) : PAR_OK; /* the compute copies from the masters */
 }
@@ -17369,7 +17582,7 @@ static par_status par__params_local_of(par_params *ps, par_param_field field, in
     const par__bucket *bk = &ps->b[p->bucket];
     const float *shard = par__params_field_buf(ps, field);
     if (!par__params_sharded(ps, field)) {
-        *out = shard + p->offset;
+        *out = par__params_slice(ps, field, p);
         return PAR_OK;
     }
     if (ps->tmp_bucket_of != p->bucket || ps->tmp_bucket_field != (int)field) {
@@ -17437,7 +17650,7 @@ PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field fie
         PAR__CHECK(st);
     }
     if (!par__params_sharded(ps, field)) {
-        dst = par__params_field_buf(ps, field) + p->offset;
+        dst = par__params_slice(ps, field, p);
         return ps->ct->memcpy(ps->ct->user, dst, local, (size_t)p->numel * sizeof(float), up);
     }
     {   /* ZeRO: the part of the parameter inside this rank's shard of its bucket */
@@ -17619,7 +17832,7 @@ static int par__ckpt_pieces(par_params *ps, par__ckpt_piece *out) {
                 src = par__params_field_buf(ps, (par_param_field)f) + at;
                 lo -= p->offset, hi -= p->offset;
             } else {
-                src = par__params_field_buf(ps, (par_param_field)f) + p->offset;
+                src = par__params_slice(ps, (par_param_field)f, p);
             }
             n++;
             if (!q) continue;

@@ -472,6 +472,301 @@ static void ps_params_bad(par_ctx *ctx, ps_counts *c) {
     par_params_destroy(ps);
 }
 
+/* ---- host-owned buffers ---------------------------------------------------------
+   The same training (2 steps of 2 micro-batches, clipping, then a fixed loss
+   scale) with the set's own buffers and with the host's, as one region per
+   kind and as one buffer per parameter with gaps between some (where the
+   host's memory breaks, a new bucket starts: the library-owned run gets
+   new_bucket there, so both have the same buckets). Host-owned must equal
+   library-owned bit for bit, and must reduce in the host's memory: the
+   pointers handed out are the host's, the compute table allocates no
+   gradient bytes but the ZeRO shard, and after the last micro-batch a ZeRO-0
+   buffer holds the mean over the data-parallel ranks while a ZeRO-1/2 one
+   keeps this rank's own sum. */
+
+enum { PH_NP = 4, PH_MAXL = 512, PH_GAP = 4 };
+
+typedef struct ph_out {
+    float val[PH_MAXL], mom[4 * PH_MAXL];
+    double norm[2];
+    int bucket[PH_NP];
+    int64_t grad_bytes, param_bytes;
+} ph_out;
+
+/* The four parameters on this mesh: every local element count a multiple
+   of 12 (so of the data-parallel degree 1..4: ZeRO may reduce-scatter the
+   host's buckets unpadded). */
+static int ph_params(par_ctx *ctx, par_param_desc *pd, par_layout *batch, uint32_t *data_dims) {
+    const par_mesh *m = par_ctx_mesh(ctx);
+    const int64_t bshape[2] = {24, 4};
+    static const char *const names[PH_NP] = {"w", "b", "v", "n"};
+    int64_t sh[PH_NP][2];
+    const char *map[PH_NP];
+    int nd[PH_NP], i, ok = 1;
+    if (m->ndim == 1) { /* dp=N */
+        ok &= par_layout_parse(batch, m, 2, bshape, "[0,-1]") == PAR_OK;
+        nd[0] = 2, sh[0][0] = 12, sh[0][1] = 6, map[0] = "[-1,-1]";
+        nd[1] = 1, sh[1][0] = 12, map[1] = "[-1]";
+        nd[2] = 2, sh[2][0] = 6, sh[2][1] = 12, map[2] = "[-1,-1]";
+        nd[3] = 1, sh[3][0] = 24, map[3] = "[-1]";
+    } else { /* dp x tp: column, row, a sequence-parallel norm (partial over tp), a bias */
+        ok &= par_layout_parse(batch, m, 2, bshape, "[1,-1]") == PAR_OK;
+        nd[0] = 2, sh[0][0] = 24, sh[0][1] = 6, map[0] = "[0,-1]";
+        nd[1] = 2, sh[1][0] = 6, sh[1][1] = 24, map[1] = "[-1,0]";
+        nd[2] = 1, sh[2][0] = 12, map[2] = "[-1]";
+        nd[3] = 1, sh[3][0] = 12, map[3] = "[-1]";
+    }
+    memset(pd, 0, PH_NP * sizeof *pd);
+    for (i = 0; i < PH_NP; i++) {
+        pd[i].name = names[i];
+        ok &= par_layout_parse(&pd[i].layout, m, nd[i], sh[i], map[i]) == PAR_OK;
+    }
+    if (m->ndim == 2) pd[2].grad_partial = 1u;
+    pd[2].new_bucket = 1;
+    *data_dims = par_layout_split_dims(batch);
+    return ok;
+}
+
+/* One run: host 0 = the set's buffers, 1 = host regions, 2 = a host buffer per
+   parameter with gaps before "v" and "n", 3 = a host region for the
+   gradients only, 4 = for the values only. Fills *out; checks the in-place
+   rules on the way (host runs). */
+static void ph_run(par_ctx *ctx, int zero, int host, ph_out *out, ps_counts *c) {
+    const par_mesh *mesh = par_ctx_mesh(ctx);
+    const par_compute_table *ct = par_ctx_compute(ctx);
+    const int rank = par_ctx_rank(ctx);
+    par_param_desc pd[PH_NP];
+    par_params_desc d;
+    par_params *ps = NULL;
+    par_layout batch;
+    par_mem_report r0, r1;
+    par_adamw opt = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.05f, 0};
+    par_loss_scale ls;
+    int64_t numel[PH_NP], at[PH_NP], sum = 0, bytes[PAR_MEM_CATEGORY_COUNT];
+    float *vals = NULL, *grads = NULL, *first[PH_NP];
+    uint32_t data_dims;
+    int i, s, mb, order[PH_NP], D = 1, dr;
+    const int hv = host == 1 || host == 2 || host == 4, hg = host == 1 || host == 2 || host == 3;
+    memset(out, 0, sizeof *out);
+    memset(&d, 0, sizeof d), memset(&ls, 0, sizeof ls);
+    ls.scale = 4.0f, ls.growth_interval = -1;
+    if (!ph_params(ctx, pd, &batch, &data_dims)) { PS_CHECK(c, 0, "host: layouts"); return; }
+    ps_index(mesh, rank, data_dims, &D);
+    dr = ps_index(mesh, rank, data_dims, NULL);
+    for (i = 0; i < PH_NP; i++) {
+        numel[i] = par_layout_local_numel(&pd[i].layout);
+        at[i] = sum + (host == 2 && i >= 2 ? PH_GAP * (i - 1) : 0); /* gaps before "v" and "n" */
+        sum += numel[i];
+    }
+    pd[3].new_bucket = host != 2; /* where host 2's memory breaks: it must start a bucket by itself */
+    if (host) { /* NaN-filled: any element the set forgets to zero or write shows */
+        const int64_t n = at[PH_NP - 1] + numel[PH_NP - 1];
+        vals = (float *)malloc((size_t)n * sizeof(float)), grads = (float *)malloc((size_t)n * sizeof(float));
+        for (i = 0; i < n; i++) vals[i] = grads[i] = nanf("");
+        if (host != 2) {
+            if (hv) d.host_values = vals, d.host_values_numel = n;
+            if (hg) d.host_grads = grads, d.host_grads_numel = n;
+        } else
+            for (i = 0; i < PH_NP; i++) pd[i].host_value = vals + at[i], pd[i].host_grad = grads + at[i];
+    }
+    d.params = pd, d.num_params = PH_NP, d.batch = &batch, d.zero_level = zero;
+    PS_OK(c, ct->memory_report(ct->user, &r0));
+    PS_OK(c, par_params_create(ctx, &d, &ps));
+    if (!ps) goto done;
+    PS_OK(c, ct->memory_report(ct->user, &r1));
+    for (i = 0; i < PH_NP; i++) first[i] = par_params_value(ps, i);
+    PS_OK(c, par_params_memory(ps, bytes));
+    out->grad_bytes = r1.current[PAR_MEM_GRADS] - r0.current[PAR_MEM_GRADS];
+    out->param_bytes = r1.current[PAR_MEM_PARAMS] - r0.current[PAR_MEM_PARAMS];
+    PS_CHECK(c, out->grad_bytes == bytes[PAR_MEM_GRADS], "host %d: the table's gradient bytes %lld, the plan's %lld", host,
+             (long long)out->grad_bytes, (long long)bytes[PAR_MEM_GRADS]);
+    if (hg) { /* no gradient buffer but the ZeRO shard (sum / D elements) */
+        const int64_t want = zero ? sum / D * (int64_t)sizeof(float) : 0;
+        PS_CHECK(c, out->grad_bytes == want, "host %d ZeRO-%d: the set allocated %lld gradient bytes (want %lld)", host,
+                 zero, (long long)out->grad_bytes, (long long)want);
+    }
+    PS_CHECK(c, (out->param_bytes == 0) == hv, "host %d: the set allocated %lld parameter bytes", host,
+             (long long)out->param_bytes);
+    for (i = 0; i < PH_NP; i++) { /* initial values differ by rank: broadcast makes the copies equal */
+        par_param_info in;
+        float init[PH_MAXL];
+        int64_t j;
+        if (par_params_get_info(ps, i, &in) != PAR_OK || in.numel > PH_MAXL) { PS_CHECK(c, 0, "info"); continue; }
+        out->bucket[i] = in.bucket;
+        for (j = 0; j < in.numel; j++) init[j] = (float)(0.3 * ps_hash(98, (uint64_t)i, (uint64_t)ps_global_index(&in, j))) + (float)rank;
+        if (hv) memcpy(vals + at[i], init, (size_t)in.numel * sizeof(float));
+        else PS_OK(c, par_params_set_local(ps, PAR_PARAM_VALUE, i, init));
+        if (hv) PS_CHECK(c, par_params_value(ps, i) == vals + at[i], "host %d: par_params_value(%d) is not the host's", host, i);
+    }
+    PS_OK(c, par_params_broadcast(ps));
+    for (s = 0; s < 2; s++) {
+        par_step_stats st;
+        for (mb = 0; mb < 2; mb++) {
+            PS_OK(c, par_params_grads_begin(ps, mb, 2));
+            for (i = 0; i < PH_NP; i++) order[i] = i;
+            ps_shuffle(order, PH_NP, (uint64_t)(rank * 131 + s * 7 + mb));
+            for (i = 0; i < PH_NP; i++) {
+                const int q = order[i];
+                const int pr = ps_index(mesh, rank, pd[q].grad_partial & ~data_dims, NULL);
+                par_param_info in;
+                float *g = NULL;
+                int64_t j;
+                if (par_params_get_info(ps, q, &in) != PAR_OK) continue;
+                PS_OK(c, par_params_grad(ps, q, &g));
+                if (hg) { /* the set hands out the host's own memory */
+                    PS_CHECK(c, g == grads + at[q], "host %d: par_params_grad(%d) is not the host's buffer", host, q);
+                    g = grads + at[q];
+                }
+                if (!g) continue;
+                for (j = 0; j < in.numel; j++)
+                    g[j] += (float)ps_grad_part(q, ps_global_index(&in, j), s, mb, dr, pr) * (s == 1 ? ls.scale : 1.0f);
+                PS_OK(c, par_params_grad_ready(ps, q));
+            }
+            PS_OK(c, par_params_grads_wait(ps));
+        }
+        if (hg && s == 0) { /* what the host's gradients hold after the reduction */
+            double worst = 0.0;
+            for (i = 0; i < PH_NP; i++) {
+                const int P = pd[i].grad_partial ? mesh->dims[1] : 1;
+                par_param_info in;
+                int64_t j;
+                par_params_get_info(ps, i, &in);
+                for (j = 0; j < in.numel; j++) {
+                    const int64_t e = ps_global_index(&in, j);
+                    const float g = grads[at[i] + j];
+                    double want = 0.0;
+                    int a, p2;
+                    for (a = 0; a < D; a++) /* ZeRO 0: the mean over the data ranks; 1/2: this rank's own */
+                        for (p2 = 0; p2 < P; p2++) { /* partial sums over tp are added in place first */
+                            if (zero && a != dr) continue;
+                            want += ps_grad_part(i, e, 0, 1, a, p2) + (zero == 2 ? 0.0 : ps_grad_part(i, e, 0, 0, a, p2));
+                        }
+                    if (zero == 0) want /= D;
+                    if (!(fabs(g - want) <= worst)) worst = isnan(g) ? INFINITY : fabs(g - want);
+                }
+            }
+            PS_CHECK(c, worst <= 1e-6, "host %d ZeRO-%d: after the reduction the host's gradient is off by %g from %s", host,
+                     zero, worst, zero == 0 ? "the mean over the data ranks" : zero == 1 ? "this rank's own sum" :
+                     "this rank's own last micro-batch");
+        }
+        if (s == 0) PS_OK(c, par_params_step(ps, &opt, &st));
+        else PS_OK(c, par_params_step_scaled(ps, &opt, &ls, &st));
+        out->norm[s] = st.grad_norm;
+    }
+    {
+        int64_t off = 0, moff = 0;
+        for (i = 0; i < PH_NP; i++) {
+            par_param_info in;
+            const float *v = par_params_value(ps, i);
+            int f;
+            par_params_get_info(ps, i, &in);
+            PS_CHECK(c, v && v == first[i], "host %d: par_params_value(%d) moved during training (lifetime rule)", host, i);
+            if (v && off + in.numel <= PH_MAXL) memcpy(out->val + off, v, (size_t)in.numel * sizeof(float));
+            off += in.numel;
+            for (f = 1; f < 3; f++) { /* the moments, gathered whole */
+                int64_t n = 1;
+                int dd;
+                for (dd = 0; dd < in.layout.ndim; dd++) n *= in.layout.shape[dd];
+                if (moff + n > 4 * PH_MAXL) break;
+                PS_OK(c, par_params_gather(ps, (par_param_field)f, i, out->mom + moff));
+                moff += n;
+            }
+        }
+    }
+done:
+    par_params_destroy(ps);
+    free(vals), free(grads);
+}
+
+/* Host-owned equals library-owned, bit for bit, for ZeRO 0, 1 and 2 (dp and dp x tp meshes). */
+static void ph_cases(par_ctx *ctx, ps_counts *c) {
+    ph_out *ref, *got;
+    int zero, host;
+    if (par_ctx_mesh(ctx)->ndim > 2) return;
+    ref = (ph_out *)malloc(sizeof *ref), got = (ph_out *)malloc(sizeof *got);
+    for (zero = 0; zero <= 2 && ref && got; zero++) {
+        ph_run(ctx, zero, 0, ref, c);
+        for (host = 1; host <= 4; host++) {
+            ph_run(ctx, zero, host, got, c);
+            PS_CHECK(c, memcmp(ref->val, got->val, sizeof ref->val) == 0 && memcmp(ref->mom, got->mom, sizeof ref->mom) == 0 &&
+                     ref->norm[0] == got->norm[0] && ref->norm[1] == got->norm[1] &&
+                     memcmp(ref->bucket, got->bucket, sizeof ref->bucket) == 0,
+                     "ZeRO-%d: host-owned (%s) differs from library-owned (norms %.17g %.17g vs %.17g %.17g, buckets of "
+                     "\"n\" %d vs %d)", zero,
+                     host == 1 ? "regions" : host == 2 ? "per-parameter buffers" : host == 3 ? "gradients" : "values", got->norm[0], got->norm[1],
+                     ref->norm[0], ref->norm[1], got->bucket[3], ref->bucket[3]);
+            PS_CHECK(c, ref->norm[0] > 0 && ref->val[0] == ref->val[0], "ZeRO-%d: the reference trained nothing", zero);
+        }
+    }
+    free(ref), free(got);
+}
+
+/* Bad host buffers: one check per rule. */
+static void ph_bad(par_ctx *ctx, ps_counts *c) {
+    const par_mesh *m = par_ctx_mesh(ctx);
+    par_param_desc pd[PH_NP];
+    par_params_desc d;
+    par_params *ps = NULL;
+    par_layout batch;
+    uint32_t dd;
+    float *buf;
+    int i;
+    if (m->ndim != 1 || !ph_params(ctx, pd, &batch, &dd)) return;
+    buf = (float *)calloc(1024, sizeof(float));
+    if (!buf) return;
+    memset(&d, 0, sizeof d);
+    d.params = pd, d.num_params = PH_NP, d.batch = &batch;
+    pd[0].host_grad = buf;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "parameter \"b\" has no host_grad while \"w\" has one");
+    for (i = 0; i < PH_NP; i++) pd[i].host_grad = buf + 256 * i;
+    pd[1].host_grad = (float *)(void *)((char *)pd[1].host_grad + 2);
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "parameter \"b\": its host_grad");
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "is not aligned to 4 bytes");
+    pd[1].host_grad = pd[0].host_grad + 71; /* "w" has 72 elements */
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL,
+           "the host_grad of parameter \"w\" and the host_grad of parameter \"b\" overlap in memory");
+    pd[1].host_grad = buf + 256;
+    for (i = 0; i < PH_NP; i++) pd[i].host_value = buf + 600 + 100 * i;
+    pd[0].host_value = buf + 250; /* [250, 322) holds "b"'s gradient at 256 */
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL,
+           "the host_value of parameter \"w\" and the host_grad of parameter \"b\" overlap in memory");
+    for (i = 0; i < PH_NP; i++) pd[i].host_value = NULL;
+    d.host_grads = buf, d.host_grads_numel = 1024;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "host_grads (a region) and parameter \"w\"'s host_grad are both given");
+    for (i = 0; i < PH_NP; i++) pd[i].host_grad = NULL;
+    d.host_grads_numel = 100; /* w 72, b 12, v 72: "v" ends at 156 */
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL,
+           "host_grads holds 100 elements, too few: parameter \"v\" ends at element 156");
+    d.host_grads = (float *)(void *)((char *)buf + 1), d.host_grads_numel = 1000;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "parameter \"w\": its host_grad");
+    d.host_grads = NULL, d.host_grads_numel = 5;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "host_grads_numel is 5 but host_grads is NULL");
+    d.host_grads_numel = 0, d.host_values = buf, d.host_values_numel = 180;
+    PS_OK(c, par_params_create(ctx, &d, &ps)); /* exactly long enough */
+    par_params_destroy(ps), ps = NULL;
+    d.compute_dtype = PAR_BF16;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EUNSUPPORTED, "host values under compute_dtype bf16");
+    d.host_values = NULL, d.host_values_numel = 0, d.host_grads = buf, d.host_grads_numel = 1024, d.grad_dtype = PAR_BF16;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EUNSUPPORTED, "host gradients with grad_dtype bf16");
+    d.compute_dtype = d.grad_dtype = PAR_F32;
+    if (m->dims[0] > 1) { /* "b" of 13: the bucket "w".."b" holds 85 = 5 x 17, no multiple of 2, 3 or 4 */
+        const int64_t thirteen = 13;
+        par_layout_parse(&pd[1].layout, m, 1, &thirteen, "[-1]");
+        d.zero_level = 1;
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "the bucket of parameters \"w\" .. \"b\" holds 85 elements, "
+               "not a multiple of the data-parallel degree");
+        d.zero_level = 2;
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "holds 85 elements");
+        d.host_grads = NULL, d.host_grads_numel = 0, d.host_values = buf, d.host_values_numel = 1024;
+        d.zero_level = 1; /* host values alone: the all-gather would write the padding */
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "the host's buffers cannot be padded");
+        d.zero_level = 0; /* without ZeRO nothing is padded: fine */
+        PS_OK(c, par_params_create(ctx, &d, &ps));
+        par_params_destroy(ps), ps = NULL;
+    }
+    free(buf);
+}
+
 /* ---- tensor parallel ---------------------------------------------------------- */
 
 enum { TS_N = 8, TS_C = 4, TS_F = 8, TS_V = 16 }; /* rows per data rank, hidden, ffn, vocab */
@@ -945,6 +1240,8 @@ static int params_suite_run(par_ctx *ctx, int *passed) {
     c.rank = par_ctx_rank(ctx);
     ps_params_cases(ctx, &c);
     ps_params_bad(ctx, &c);
+    ph_cases(ctx, &c);
+    ph_bad(ctx, &c);
     if (m->ndim == 2 || (m->ndim == 1 && strcmp(m->names[0], "tp") == 0)) {
         int sp, vp;
         for (sp = 0; sp < 2; sp++)

@@ -1,0 +1,196 @@
+/* tests/test_stacked_example.c - the third example (examples/stacked/): a host
+   with its own flat, layer-stacked buffers trains in parallel like one rank,
+   and its gradient reductions run while its backward still computes.
+
+   Runs build/stacked_single (one process, no parallel.h) and build/stacked as
+   a user would: one rank, dp 2, tp 2, dp 2 x tp 2, ZeRO-1 and ZeRO-2 (dp 2 and
+   dp 4, dp 2 x tp 2), on threads and, when mpirun and an MPI build exist, under
+   mpirun -np 4. Every run's per-step losses must equal one rank's within 1e-6
+   relative and its final weights within 2e-6 (f32 summation order only; the
+   bounds of tests/test_mlp_example.c), and one rank must equal the
+   one-process file within the same bounds (its own AdamW loop against the
+   set's). The --trace file of a dp 2 run (read by tests/trace_json.h, not the
+   library) must show every layer's weights reduced as a bucket of its own,
+   launched inside the backward: on every rank some bucket's collective starts
+   before a later "bwd layer" compute span starts and ends after it started.
+   Environment: STACKED, STACKED_SINGLE (default build/stacked,
+   build/stacked_single), MPIRUN (as test_mlp_example.c). */
+#define _POSIX_C_SOURCE 200809L
+#include "test.h"
+#include "trace_json.h"
+#include <math.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STEPS 20
+#define NW (4 * 2 * 32 * 16) /* L x (W1 + W2) x H x D: stacked.c's whole buffer */
+
+static const char *stacked, *single;
+static char dir[256];
+
+/* Run `prog` with args (prefix: a launcher or ""), losses to `tag`.txt, weights to `tag`.bin. */
+static int run(const char *prefix, const char *prog, const char *args, const char *tag) {
+    char cmd[2048];
+    int rc;
+    snprintf(cmd, sizeof cmd, "%s%s%s %s --steps %d --out %s/%s.bin > %s/%s.txt 2>%s/%s.err </dev/null", prefix,
+             *prefix ? " " : "", prog, args, STEPS, dir, tag, dir, tag, dir, tag);
+    rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int read_losses(const char *tag, double *loss) {
+    char path[512];
+    FILE *f;
+    int n = 0, step;
+    snprintf(path, sizeof path, "%s/%s.txt", dir, tag);
+    if (!(f = fopen(path, "r"))) return -1;
+    while (n < STEPS + 1 && fscanf(f, " step %d loss %lf", &step, &loss[n]) == 2) n++;
+    fclose(f);
+    return n;
+}
+
+/* Largest |a - b| over the two runs' whole weights; -1 if a file is missing or short. */
+static double weights_diff(const char *a, const char *b) {
+    static float x[NW + 1], y[NW + 1];
+    char pa[512], pb[512];
+    FILE *fa, *fb;
+    size_t na = 0, nb = 0;
+    double worst = 0;
+    snprintf(pa, sizeof pa, "%s/%s.bin", dir, a), snprintf(pb, sizeof pb, "%s/%s.bin", dir, b);
+    if ((fa = fopen(pa, "rb"))) na = fread(x, 4, NW + 1, fa), fclose(fa);
+    if ((fb = fopen(pb, "rb"))) nb = fread(y, 4, NW + 1, fb), fclose(fb);
+    if (na != NW || nb != NW) return -1;
+    for (int i = 0; i < NW; i++) worst = fmax(worst, fabs((double)x[i] - (double)y[i]));
+    return worst;
+}
+
+static void check_case(const char *prefix, const char *prog, const char *args, const char *name, const double *base) {
+    double loss[STEPS + 1], worst = 0, w;
+    int n, i, rc = run(prefix, prog, args, "case");
+    char err[512] = "";
+    if (rc != 0) {
+        char path[512];
+        FILE *f;
+        snprintf(path, sizeof path, "%s/case.err", dir);
+        if ((f = fopen(path, "r"))) err[fread(err, 1, sizeof err - 1, f)] = 0, fclose(f);
+    }
+    CHECK_MSG(rc == 0, "%s (%s): exit %d: %s", name, args, rc, err);
+    if (rc) return;
+    n = read_losses("case", loss);
+    CHECK_MSG(n == STEPS, "%s: %d loss lines", name, n);
+    for (i = 0; i < n && i < STEPS; i++) worst = fmax(worst, fabs(loss[i] - base[i]) / fabs(base[i]));
+    w = weights_diff("case", "one");
+    CHECK_MSG(worst <= 1e-6, "%s: losses differ from one rank by %g relative", name, worst);
+    CHECK_MSG(w >= 0 && w <= 2e-6, "%s: final weights differ from one rank by %g", name, w);
+    printf("  %-24s loss rel diff %.2e, weight diff %.2e\n", name, worst, w);
+}
+
+/* The trace of `ranks` ranks: every layer's bucket reduced, and on each rank a
+   reduction in flight when a later backward compute span starts. */
+static void check_overlap(const char *path, int ranks, int buckets, const char *op) {
+    tj_trace t;
+    memset(&t, 0, sizeof t);
+    CHECK_MSG(tj_load(path, &t) == 0, "%s: %s", path, t.error);
+    for (int r = 0; r < ranks; r++) {
+        int seen = 0, overlapped = 0;
+        char want[64];
+        for (int b = 0; b < buckets; b++) {
+            snprintf(want, sizeof want, "%s bucket %d", op, b);
+            for (int i = 0; i < t.count; i++)
+                if (t.events[i].pid == r && !strcmp(t.events[i].cat, "comm") && !strcmp(t.events[i].name, want)) {
+                    seen++;
+                    break;
+                }
+        }
+        for (int i = 0; i < t.count && !overlapped; i++) {
+            const tj_event *c = &t.events[i];
+            if (c->pid != r || strcmp(c->cat, "comm") || strncmp(c->name, op, strlen(op))) continue;
+            for (int j = 0; j < t.count && !overlapped; j++) {
+                const tj_event *k = &t.events[j];
+                overlapped = k->pid == r && !strcmp(k->cat, "compute") && !strcmp(k->name, "bwd layer") &&
+                             k->ts > c->ts && k->ts < c->ts + c->dur;
+            }
+        }
+        CHECK_MSG(seen == buckets, "%s rank %d: %d of the %d buckets \"%s bucket B\" in the trace", path, r, seen,
+                  buckets, op);
+        CHECK_MSG(overlapped, "%s rank %d: no %s in flight when a later backward layer started", path, r, op);
+    }
+    tj_free(&t);
+}
+
+/* The count stacked.c's header quotes is the one its command gives now. */
+static void check_quoted_count(void) {
+    char line[512], *at;
+    int quoted = -1, counted = -1;
+    FILE *f = fopen("examples/stacked/stacked.c", "r"), *p;
+    if (!f) {
+        printf("stacked diff count: skipped (not run from the repository root)\n");
+        return;
+    }
+    while (quoted < 0 && fgets(line, sizeof line, f))
+        if ((at = strstr(line, "grep -c '^+[^+]': "))) quoted = atoi(at + strlen("grep -c '^+[^+]': "));
+    fclose(f);
+    if ((p = popen("diff -u examples/stacked/stacked_single.c examples/stacked/stacked.c | grep -c '^+[^+]'", "r"))) {
+        if (fscanf(p, "%d", &counted) != 1) counted = -1;
+        pclose(p);
+    }
+    CHECK_MSG(quoted > 0 && quoted == counted, "stacked.c quotes %d added lines, the diff counts %d", quoted, counted);
+    printf("  stacked.c adds %d lines to stacked_single.c\n", counted);
+}
+
+int main(void) {
+    static const struct {
+        const char *name, *args;
+    } cases[] = {{"dp2", "--dp 2"},
+                 {"tp2", "--tp 2"},
+                 {"dp2 x tp2", "--dp 2 --tp 2"},
+                 {"dp2 zero1", "--dp 2 --zero 1"},
+                 {"dp2 zero2", "--dp 2 --zero 2"},
+                 {"dp4 zero2", "--dp 4 --zero 2"},
+                 {"dp2 x tp2 zero2", "--dp 2 --tp 2 --zero 2"}};
+    const char *mpirun = getenv("MPIRUN") && *getenv("MPIRUN") ? getenv("MPIRUN") : "mpirun --allow-run-as-root --oversubscribe";
+    double base[STEPS + 1];
+    char cmd[900], args[600];
+    size_t i;
+    int n;
+    (void)tj_count_spans, (void)tj_first_malformed; /* trace_json.h's other readers */
+    stacked = getenv("STACKED") && *getenv("STACKED") ? getenv("STACKED") : "build/stacked";
+    single = getenv("STACKED_SINGLE") && *getenv("STACKED_SINGLE") ? getenv("STACKED_SINGLE") : "build/stacked_single";
+    snprintf(dir, sizeof dir, "/tmp/par_stacked_test_XXXXXX");
+    if (!mkdtemp(dir)) return printf("stacked_example: 0 passed, 1 failed\n"), 1;
+    CHECK_MSG(run("", stacked, "", "one") == 0, "one-rank run failed");
+    n = read_losses("one", base);
+    CHECK_MSG(n == STEPS && base[STEPS - 1] < 0.25 * base[0], "one rank: %d steps, loss %g -> %g (it must learn)", n,
+              n > 0 ? base[0] : -1.0, n > 0 ? base[n - 1] : -1.0);
+    check_case("", single, "", "one-process file", base);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case("", stacked, cases[i].args, cases[i].name, base);
+    /* the overlap, from the traces: 4 layers x 2 weights = 8 buckets */
+    snprintf(args, sizeof args, "--dp 2 --trace %s/dp2.json", dir);
+    CHECK_MSG(run("", stacked, args, "trace") == 0, "dp2 --trace failed");
+    snprintf(cmd, sizeof cmd, "%s/dp2.json", dir);
+    check_overlap(cmd, 2, 8, "all_reduce");
+    snprintf(args, sizeof args, "--dp 2 --tp 2 --zero 2 --trace %s/zero2.json", dir);
+    CHECK_MSG(run("", stacked, args, "trace") == 0, "dp2 x tp2 zero2 --trace failed");
+    snprintf(cmd, sizeof cmd, "%s/zero2.json", dir);
+    check_overlap(cmd, 4, 8, "reduce_scatter");
+    /* bad input: the library's refusals end the run with its sentence */
+    CHECK_MSG(run("", stacked, "--dp 3", "bad") == 1, "--dp 3 (does not divide the batch of 32) must fail");
+    CHECK_MSG(run("", stacked, "--tp 3", "bad") == 1, "--tp 3 (does not divide hidden 32) must fail");
+    CHECK_MSG(run("", stacked, "--bogus 1", "bad") == 2, "an unknown option must be exit 2");
+    check_quoted_count();
+    /* under mpirun: one rank per process, the same program (par_launch) */
+    snprintf(cmd, sizeof cmd, "command -v %.*s >/dev/null 2>&1 && nm %s 2>/dev/null | grep -q MPI_Init", (int)strcspn(mpirun, " "),
+             mpirun, stacked);
+    if (system(cmd) == 0) {
+        char pre[600];
+        snprintf(pre, sizeof pre, "ASAN_OPTIONS=detect_leaks=0 %s -np 4", mpirun);
+        check_case(pre, stacked, "--dp 2 --tp 2", "mpirun dp2 x tp2", base);
+        check_case(pre, stacked, "--dp 4 --zero 2", "mpirun dp4 zero2", base);
+    } else {
+        printf("stacked mpirun: skipped (no mpirun, or build/stacked was built without MPI)\n");
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return TEST_END("stacked_example");
+}
