@@ -785,6 +785,48 @@ static void test_pipeline_wide_tp(void) {
     }
 }
 
+/* Looped BFS and ZB1P (over 2 chunks per rank) against one device: pp 2 on
+   the 4 layers, pp 4 on 8; m = p, 2p and an odd count (ZB1P's rounds allow
+   3: one round), with dp and with tp; one mpirun row each. */
+static void test_pipeline_chunked_kinds(void) {
+    static const char *const kinds[] = {"looped_bfs", "zb1p"};
+    static char base8[1024], sets[512], name[96];
+    const int mbs[3] = {1, 2, 0}; /* x p; 0: the odd count 3 */
+    int k, p, j;
+    snprintf(base8, sizeof base8, "%s --set model.model_config.num_layers=8", pp_base);
+    for (k = 0; k < 2; k++)
+        for (p = 2; p <= 4; p += 2)
+            for (j = 0; j < 3; j++) {
+                const int mb = mbs[j] ? mbs[j] * p : 3;
+                snprintf(name, sizeof name, "pp%d %s mb%d", p, kinds[k], mb);
+                snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=%d --set model.model_config.pp_interleave_num=2 "
+                         "--set parallel.pipeline_config.pipeline_interleave=true "
+                         "--set parallel.pipeline_config.pipeline_scheduler=%s", p, kinds[k]);
+                pp_row(name, p == 2 ? pp_base : base8, mb, sets);
+            }
+    for (k = 0; k < 2; k++) {
+        snprintf(name, sizeof name, "dp2 x pp2 %s mb4", kinds[k]);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
+                 "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true "
+                 "--set parallel.pipeline_config.pipeline_scheduler=%s", kinds[k]);
+        pp_row(name, pp_base, 4, sets);
+        snprintf(name, sizeof name, "tp2 x pp2 sp %s mb4", kinds[k]);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                 "--set parallel_config.use_seq_parallel=true --set model.model_config.pp_interleave_num=2 "
+                 "--set parallel.pipeline_config.pipeline_interleave=true "
+                 "--set parallel.pipeline_config.pipeline_scheduler=%s", kinds[k]);
+        pp_row(name, pp_base, 4, sets);
+    }
+    if (mpi_run("pp4 looped_bfs / zb1p mpirun -np 4"))
+        for (k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "pp4 %s mb8 mpirun -np 4", kinds[k]);
+            snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=4 --set model.model_config.pp_interleave_num=2 "
+                     "--set parallel.pipeline_config.pipeline_interleave=true "
+                     "--set parallel.pipeline_config.pipeline_scheduler=%s", kinds[k]);
+            pp_mpi_row_on(name, base8, 4, 8, sets);
+        }
+}
+
 static void test_pipeline(void) {
     static const struct {
         const char *name;
@@ -910,6 +952,7 @@ static void test_pipeline(void) {
                    "--set micro_batch_interleave_num=2 --set parallel_config.data_parallel=2 "
                    "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
     }
+    test_pipeline_chunked_kinds();
 }
 
 /* ---- recomputation ------------------------------------------------------------- */
@@ -2287,6 +2330,7 @@ int main(void) {
                       {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
                       {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
+                      {"pipeline-kinds", {test_pipeline_chunked_kinds, NULL}},
                       {"recompute", {test_recompute, test_save_dtype}},
                       {"mixed", {test_mixed, NULL}},
                       {"tokens", {test_token_files, NULL}}};
