@@ -165,8 +165,8 @@
                       parallel, vocabulary-parallel embedding and loss
      >>context-parallel  attention over a sequence split across ranks: ring
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
-     >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1), their
-                      text form, a checker and an executor
+     >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1, looped
+                      BFS, ZB1P), their text form, a checker and an executor
      >>recompute      activation recomputation: the per-layer policy (none,
                       selective, full) from MindFormers' and Megatron's forms
      >>planner        automatic parallel: operator graph, costs, strategy search
