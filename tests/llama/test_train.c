@@ -896,6 +896,11 @@ static void test_pipeline(void) {
                                   "# rank 0 splits its backward, defers W and runs W 1 before W 0\n"
                                   "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, I 0 0, RG 1 0, I 1 0, W 1 0, W 0 0\n"
                                   "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, I 1 0, SG 1 0, W 1 0\n";
+        /* every receive posted ahead (PA / PG: the executor's async receives), waited for by RA / RG
+           (PyTorch's lowering of its simple_2_rank_2_stage case posts rank 1's both at the start) */
+        static const char posted[] = "pipeline stages=2 chunks=1 micro_batches=2\n"
+                                     "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, PG 0 0, PG 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+                                     "rank 1: PA 0 0, PA 1 0, RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, B 1 0, SG 1 0\n";
         static const char deadlock[] = "pipeline stages=2 chunks=1 micro_batches=1\n"
                                        "rank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\n"
                                        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
@@ -916,6 +921,9 @@ static void test_pipeline(void) {
         test_write_file(test_path("junk.txt"), "pipeline stages=2\nrank 0: X 0 0\n", 31);
         snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("own.txt"));
         pp_row("pp2 own schedule file", pp_base, 2, sets);
+        test_write_file(test_path("posted.txt"), posted, sizeof posted - 1);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("posted.txt"));
+        pp_row("pp2 receives posted ahead", pp_base, 2, sets);
         for (b = 0; b < sizeof bads / sizeof bads[0]; b++) {
             const int rc = run_cmd(0, "%s --steps 1 --set parallel_config.pipeline_stage=2 %s --pp-schedule %s", pp_base,
                                    bads[b].extra, test_path(bads[b].file));
