@@ -24,7 +24,8 @@
       gradients equal a direct computation in double. With bf16 and f16
       boundaries (par_pp_run_desc.dtype) every bit a stage writes arrives at
       its neighbour unchanged and nothing past count elements moves; a dtype
-      that is no activation type is refused. */
+      that is no activation type is refused; a receive posted twice or never
+      waited for fails the run by name. */
 #include "test.h"
 #include "pp_toy.h"
 
@@ -759,6 +760,41 @@ static void test_executor(void) {
         }
 }
 
+/* The executor on schedules the checker refuses (par_pp_run does not run
+   the checker): a receive posted twice is refused at the second post, one
+   never waited for after the list (its message is waited for first, so no
+   request outlives the run). */
+static void test_executor_bad_posts(void) {
+    static const struct {
+        const char *text, *want;
+    } cases[] = {{"pipeline stages=2 chunks=1 micro_batches=1\n"
+                  "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+                  "rank 1: PA 0 0, F 0 0, B 0 0, SG 0 0\n",
+                  "stage 1 posts a receive (PA / PG) and never waits for it (RA / RG)"},
+                 {"pipeline stages=2 chunks=1 micro_batches=1\n"
+                  "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+                  "rank 1: PA 0 0, PA 0 0, RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+                  "par_pp_run: stage 1, step 1 (PA 0 0): a second post of this receive"}};
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        par_pp_schedule *s = NULL;
+        par_ctx_desc pd;
+        toy t;
+        par_status st;
+        CHECK_OK(par_pp_schedule_parse(cases[i].text, &s));
+        if (!s) continue;
+        CHECK(par_pp_schedule_check(s, NULL, NULL, 0) == PAR_EINVAL);
+        toy_init(&t, 2, 1, 1, PAR_PP_1F1B);
+        t.schedule = s;
+        memset(&pd, 0, sizeof pd);
+        pd.mesh = "pp=2", pd.timeout_ms = 5000, pd.kernel_threads = 1;
+        st = par_run_threads_desc(&pd, 2, toy_body, &t);
+        CHECK_MSG(st != PAR_OK && t.bad[1] && strstr(par_last_error(), cases[i].want), "case %d: %s, want \"%s\"",
+                  (int)i, par_last_error(), cases[i].want);
+        par_pp_schedule_destroy(s);
+    }
+}
+
 /* A schedule whose stage count is not the ranks along the stage dims: refused
    by every rank before any message moves (3 stages on pp=2; 2 stages on pp=4). */
 static par_status noop_fwd(void *u, int mb, int c) { return (void)u, (void)mb, (void)c, PAR_OK; }
@@ -1085,6 +1121,7 @@ int main(void) {
     test_pytorch_cases();
     test_pytorch_plan_cases();
     test_executor();
+    test_executor_bad_posts();
     test_stage_mismatch();
     test_executor_16bit();
     test_bad_dtype();
