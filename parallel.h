@@ -2664,7 +2664,14 @@ typedef struct par_pp_run_desc {
 
 /* Run this rank's list of the schedule (collective over the stage group):
    activations travel on one group and gradients on another, so the two kinds
-   never meet in one queue. */
+   never meet in one queue. A PA / PG posts an async receive (par_recv with a
+   request) that its RA / RG waits for; the threads and MPI tables complete
+   each independently, as the checker assumes. The NCCL table launches async
+   p2p in groups on one stream, where a launched receive holds back every
+   later launch: there a receive posted before a send that its own message
+   depends on waits until the timeout (untested on GPUs: post ahead on NCCL
+   only past this rank's sends that the message needs). Errors: a receive
+   posted twice, or never waited for, name the stage and step. */
 PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *desc);
 
 /* ============================================================================
