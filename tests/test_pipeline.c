@@ -43,6 +43,18 @@ static par_pp_schedule *make(int p, int v, int m, par_pp_kind kind) {
     return s;
 }
 
+/* The chunks per rank kind runs over: 1, else 2 (interleaved, looped_bfs,
+   zb1p), whichever it takes at 4 stages and 8 micro-batches, so the loops
+   over every kind below need no list of them. */
+static int kind_chunks(par_pp_kind kind) {
+    par_pp_schedule_desc d;
+    par_pp_schedule *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.stages = 4, d.chunks = 1, d.micro_batches = 8, d.kind = kind;
+    if (par_pp_schedule_make(&d, &s) == PAR_OK) return par_pp_schedule_destroy(s), 1;
+    return 2;
+}
+
 /* Whole-micro-batch slots per rank: with one chunk a slot is exactly what the
    checker counts in flight (F done, B or W not); with v chunks a slot holds
    up to v of them. */
@@ -429,7 +441,7 @@ static void test_post_ahead_time(void) {
     int k, p;
     for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++)
         for (p = 2; p <= 4; p += 2) {
-            const int v = k == PAR_PP_INTERLEAVED || k == PAR_PP_LOOPED_BFS || k == PAR_PP_ZB1P ? 2 : 1;
+            const int v = kind_chunks((par_pp_kind)k);
             par_pp_schedule *s = make(p, v, 2 * p, (par_pp_kind)k), *t = s ? toy_post_ahead(s) : NULL;
             par_pp_check a, b;
             char grid[4096];
@@ -746,7 +758,7 @@ static void test_executor(void) {
     for (i = 0; i < sizeof ps / sizeof ps[0]; i++)
         for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++) {
             const int p = ps[i];
-            if (k == PAR_PP_INTERLEAVED || k == PAR_PP_LOOPED_BFS || k == PAR_PP_ZB1P) {
+            if (kind_chunks((par_pp_kind)k) == 2) {
                 run_toy(p, 2, p, (par_pp_kind)k);
                 run_toy(p, 2, 2 * p, (par_pp_kind)k);
                 run_toy(p, 2, k == PAR_PP_LOOPED_BFS ? 2 * p + 1 : 3, (par_pp_kind)k); /* odd: bfs any, rounds 1 */

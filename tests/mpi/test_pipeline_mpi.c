@@ -9,6 +9,24 @@
 #include "../../parallel.h"
 #include "../pp_toy.h"
 
+/* The chunks (1, else 2) and micro-batches (m, else 4 (j + 1): the
+   interleaved rounds) kind takes on p stages: every kind in par_pp_kind runs
+   without a list here. */
+static void pick(par_pp_kind kind, int p, int m, int j, int *v, int *mb) {
+    int tries;
+    for (tries = 0; tries < 4; tries++) {
+        par_pp_schedule_desc sd;
+        par_pp_schedule *s = NULL;
+        memset(&sd, 0, sizeof sd);
+        *v = 1 + tries % 2, *mb = tries < 2 ? m : 4 * (j + 1);
+        sd.stages = p, sd.chunks = *v, sd.micro_batches = *mb, sd.kind = kind;
+        if (par_pp_schedule_make(&sd, &s) == PAR_OK) {
+            par_pp_schedule_destroy(s);
+            return;
+        }
+    }
+}
+
 int main(void) {
     static const int ms[] = {4, 9};
     long long mine[2] = {0, 0}, all[2] = {0, 0};
@@ -18,9 +36,8 @@ int main(void) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     for (k = 0; k <= (int)PAR_PP_KIND_COUNT; k++) /* PAR_PP_KIND_COUNT: zb1p with its receives posted ahead */
         for (j = 0; j < 2; j++) {
-            const int chunked = k == PAR_PP_INTERLEAVED || k == PAR_PP_LOOPED_BFS || k >= PAR_PP_ZB1P;
-            const int v = chunked ? 2 : 1, m = chunked && k != PAR_PP_LOOPED_BFS ? 4 * (j + 1) : ms[j];
             const par_pp_kind kind = k == PAR_PP_KIND_COUNT ? PAR_PP_ZB1P : (par_pp_kind)k;
+            int v = 1, m = ms[j];
             par_pp_schedule *posted = NULL;
             char mesh[32];
             par_ctx_desc desc;
@@ -30,6 +47,7 @@ int main(void) {
             snprintf(mesh, sizeof mesh, "pp=%d", size);
             memset(&desc, 0, sizeof desc);
             desc.mesh = mesh, desc.timeout_ms = 60000, desc.kernel_threads = 1;
+            pick(kind, size, ms[j], j, &v, &m);
             toy_init(&t, size, v, m, kind);
             if (k == PAR_PP_KIND_COUNT) {
                 par_pp_schedule_desc sd;
