@@ -20454,46 +20454,37 @@ static par_status par__pp_bad(par__pp_sim *x, int r, const char *fmt, ...) {
     return par__fail(PAR_EINVAL, "pipeline schedule: rank %d, step %d (%s): %s", r, x->pc[r], a, why);
 }
 
-/* The rank that sends rank r its activations (g = 0) or gradients (g = 1). */
-static int par__pp_source(const par__pp_sim *x, int r, int g) { return g ? (r + 1) % x->s->p : (r + x->s->p - 1) % x->s->p; }
-
-/* A receive (or post) where nothing is received: 1 with the error set. */
-static int par__pp_no_source(par__pp_sim *x, int r, const par_pp_action *a) {
-    const int g = a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD, vs = a->chunk * x->s->p + r;
-    if ((!g && vs == 0) || (g && vs == x->s->p * x->s->v - 1))
-        return par__pp_bad(x, r, g ? "the last virtual stage receives no gradient"
-                                   : "the first virtual stage receives no activation"), 1;
-    return 0;
-}
-
-/* Is message k of the channel into rank r the one action a receives? 0 with
-   the error set if not. */
-static int par__pp_matches(par__pp_sim *x, int r, const par_pp_action *a, int k) {
-    const int g = a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD, src = par__pp_source(x, r, g), p = x->s->p;
-    const int want_chunk = g ? (r == p - 1 ? a->chunk + 1 : a->chunk) : (r == 0 ? a->chunk - 1 : a->chunk);
-    const par__pp_msg *m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)k];
-    if (m->mb == a->micro_batch && m->chunk == want_chunk) return 1;
-    par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives between two ranks "
-                      "must be in the same order)", g ? "gradient" : "activation", src, m->mb, m->chunk);
-    return 0;
-}
-
-/* PA / PG: post the receive, which matches the channel's next message (the
-   sends and posts in order), and go on: posting takes no time. */
-static int par__pp_post(par__pp_sim *x, int r, const par_pp_action *a, unsigned char *st) {
-    const int g = a->op == PAR_PP_POST_GRAD, src = par__pp_source(x, r, g);
-    if (x->s->p == 1) return par__pp_bad(x, r, "a send or receive in a one-stage schedule"), -1;
-    if (par__pp_no_source(x, r, a)) return -1;
+/* PA / PG (g: gradient) on rank r: the receive matches the channel's next
+   message from src (the sends and the posts in order), reserved now; posting
+   takes no time. A message already sent is checked now, a later one at the
+   wait. 1 done, -1 invalid (error set). */
+static int par__pp_post(par__pp_sim *x, int r, int g, int src, int want_chunk) {
+    const par_pp_action *a = &x->s->a[r][x->pc[r]];
+    unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
+    const par__pp_msg *m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)x->head[g][src]];
     if (*st & (g ? PAR__PP_PG : PAR__PP_PA))
         return par__pp_bad(x, r, "a second post of this %s's receive", g ? "gradient" : "activation"), -1;
     if (*st & (g ? PAR__PP_RG : PAR__PP_RA))
         return par__pp_bad(x, r, "posts the receive of this %s after receiving it", g ? "gradient" : "activation"), -1;
-    /* already sent: a mismatch shows now; else at the wait */
-    if (x->head[g][src] < x->tail[g][src] && !par__pp_matches(x, r, a, x->head[g][src])) return -1;
+    if (x->head[g][src] < x->tail[g][src] && (m->mb != a->micro_batch || m->chunk != want_chunk))
+        return par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives "
+                                 "between two ranks must be in the same order)",
+                           g ? "gradient" : "activation", src, m->mb, m->chunk), -1;
     x->post[g][st - x->state] = x->head[g][src]++;
     *st |= g ? PAR__PP_PG : PAR__PP_PA;
     x->pc[r]++;
     return 1;
+}
+
+/* Which message of the channel from src an RA / RG on rank r takes: the one
+   its post reserved, else the next (post and wait at once); -1 for a second
+   receive of the same (error set). */
+static int par__pp_wait_index(par__pp_sim *x, int r, int g, int src) {
+    const par_pp_action *a = &x->s->a[r][x->pc[r]];
+    unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
+    if (*st & (g ? PAR__PP_RG : PAR__PP_RA))
+        return par__pp_bad(x, r, "a second receive of this %s", g ? "gradient" : "activation"), -1;
+    return *st & (g ? PAR__PP_PG : PAR__PP_PA) ? x->post[g][st - x->state] : x->head[g][src];
 }
 
 /* Run rank r's next action if it can: 1 done, 0 blocked (waiting for a
@@ -20548,20 +20539,23 @@ static int par__pp_step(par__pp_sim *x, int r) {
         m->mb = a->micro_batch, m->chunk = a->chunk, m->t = x->t[r];
         x->pc[r]++;
         return 1;
-    } else if (a->op == PAR_PP_POST_ACT || a->op == PAR_PP_POST_GRAD) {
-        return par__pp_post(x, r, a, st);
-    } else { /* receives: the wait of an earlier post, or post and wait at once */
-        const int g = a->op == PAR_PP_RECV_GRAD, src = par__pp_source(x, r, g);
-        const int posted = (*st & (g ? PAR__PP_PG : PAR__PP_PA)) != 0;
-        const int k = posted ? x->post[g][par__pp_state(x, r, a->micro_batch, a->chunk) - x->state] : x->head[g][src];
+    } else { /* receives; a post (PA / PG) reserves the message its RA / RG then waits for */
+        const int g = a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD, src = g ? (r + 1) % p : (r + p - 1) % p;
+        const int want_chunk = g ? (r == p - 1 ? a->chunk + 1 : a->chunk) : (r == 0 ? a->chunk - 1 : a->chunk);
         const par__pp_msg *m;
-        if (par__pp_no_source(x, r, a)) return -1;
-        if (*st & (g ? PAR__PP_RG : PAR__PP_RA))
-            return par__pp_bad(x, r, "a second receive of this %s", g ? "gradient" : "activation"), -1;
-        if (k >= x->tail[g][src]) return 0; /* not sent yet: wait */
-        if (!par__pp_matches(x, r, a, k)) return -1;
+        int k;
+        if ((!g && vs == 0) || (g && vs == last))
+            return par__pp_bad(x, r, g ? "the last virtual stage receives no gradient"
+                                       : "the first virtual stage receives no activation"), -1;
+        if (a->op == PAR_PP_POST_ACT || a->op == PAR_PP_POST_GRAD) return par__pp_post(x, r, g, src, want_chunk);
+        if ((k = par__pp_wait_index(x, r, g, src)) < 0) return -1;
+        if (k >= x->tail[g][src]) return 0; /* nothing sent yet: wait */
         m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)k];
-        if (!posted) x->head[g][src]++;
+        if (m->mb != a->micro_batch || m->chunk != want_chunk)
+            return par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives "
+                                     "between two ranks must be in the same order)",
+                               g ? "gradient" : "activation", src, m->mb, m->chunk), -1;
+        if (k == x->head[g][src]) x->head[g][src]++; /* not posted before: posted and waited for at once */
         if (m->t > x->t[r]) x->t[r] = m->t;
         *st |= g ? PAR__PP_RG : PAR__PP_RA;
         x->pc[r]++;
