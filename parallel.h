@@ -20755,16 +20755,15 @@ static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_p
     switch (a->op) {
     case PAR_PP_SEND_ACT: return par_send(ctx, acts, buf, count, t, (stage + 1) % p, req);
     case PAR_PP_SEND_GRAD: return par_send(ctx, grads, buf, count, t, p - 1 - (stage + p - 1) % p, req);
-    case PAR_PP_POST_ACT: return par_recv(ctx, acts, buf, count, t, (stage + p - 1) % p, req);
-    case PAR_PP_POST_GRAD: return par_recv(ctx, grads, buf, count, t, p - 1 - (stage + 1) % p, req);
+    case PAR_PP_POST_ACT: /* posted (req: its RA waits on it), else received here */
     case PAR_PP_RECV_ACT:
-        PAR__CHECK(par_recv(ctx, acts, buf, count, t, (stage + p - 1) % p, NULL));
+        PAR__CHECK(par_recv(ctx, acts, buf, count, t, (stage + p - 1) % p, req));
         break;
-    default:
-        PAR__CHECK(par_recv(ctx, grads, buf, count, t, p - 1 - (stage + 1) % p, NULL));
+    default: /* RG, PG */
+        PAR__CHECK(par_recv(ctx, grads, buf, count, t, p - 1 - (stage + 1) % p, req));
         break;
     }
-    par__pp_span(d->trace, "comm", t0, a);
+    if (!req) par__pp_span(d->trace, "comm", t0, a); /* a post's time is its wait's */
     return PAR_OK;
 }
 
