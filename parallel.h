@@ -20224,7 +20224,8 @@ static par_status par__pp_gen_zb1p(par_pp_schedule *s, int r) {
             w++;
         }
     }
-    for (; w < total; w++) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, (w / (n * v)) * n + w % n, v - 1 - (w / n) % v));
+    for (; w < total; w++)
+        PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, (w / (n * v)) * n + w % n, v - 1 - (w / n) % v));
     return PAR_OK;
 }
 

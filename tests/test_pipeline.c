@@ -237,8 +237,8 @@ static void test_chunked_kinds(void) {
                           "zb1p p %d v %d m %d bubble %.4f, ideal %.4f", p, v, m, cz.bubble,
                           (double)(p - 1) / (3 * m * v + p - 1));
                 CHECK_MSG(cz.bubble <= ci.bubble + 1e-12 && cz.max_in_flight <= ci.max_in_flight,
-                          "zb1p p %d v %d m %d: bubble %.4f holding %d, interleaved %.4f holding %d", p, v, m, cz.bubble,
-                          cz.max_in_flight, ci.bubble, ci.max_in_flight);
+                          "zb1p p %d v %d m %d: bubble %.4f holding %d, interleaved %.4f holding %d", p, v, m,
+                          cz.bubble, cz.max_in_flight, ci.bubble, ci.max_in_flight);
                 check_slots(sz, &cz, "zb1p");
                 if (p == 4 && v == 2 && m == 8)
                     printf("  p 4 v 2 m 8: bubble interleaved %.3f, zb1p %.3f, looped_bfs %.3f\n", ci.bubble, cz.bubble,
@@ -451,7 +451,8 @@ static void test_post_ahead_time(void) {
                 CHECK_MSG(par_pp_schedule_check(t, &b, grid, sizeof grid) == PAR_OK, "%s p %d posted:\n%s",
                           par_pp_kind_name((par_pp_kind)k), p, grid);
                 CHECK_MSG(a.makespan == b.makespan && a.bubble == b.bubble && a.max_in_flight == b.max_in_flight,
-                          "%s p %d: makespan %g posted %g", par_pp_kind_name((par_pp_kind)k), p, a.makespan, b.makespan);
+                          "%s p %d: makespan %g posted %g", par_pp_kind_name((par_pp_kind)k), p, a.makespan,
+                          b.makespan);
             }
             par_pp_schedule_destroy(s), par_pp_schedule_destroy(t);
         }
@@ -507,7 +508,8 @@ static int pt_append(par_pp_schedule *s, int p, const char *tok, int form, unsig
     vs = (int)stage, r = vs % p, c = vs / p;
     if (op == -1 || op == -2) { /* a receive */
         const int g = op == -2;
-        if (form == 2) return par_pp_schedule_append(s, r, g ? PAR_PP_RECV_GRAD : PAR_PP_RECV_ACT, (int)mb, c) == PAR_OK;
+        if (form == 2)
+            return par_pp_schedule_append(s, r, g ? PAR_PP_RECV_GRAD : PAR_PP_RECV_ACT, (int)mb, c) == PAR_OK;
         pending[(g * last + vs) * m + mb] = 1;
         return par_pp_schedule_append(s, r, g ? PAR_PP_POST_GRAD : PAR_PP_POST_ACT, (int)mb, c) == PAR_OK;
     }
@@ -520,7 +522,8 @@ static int pt_append(par_pp_schedule *s, int p, const char *tok, int form, unsig
         if (par_pp_schedule_append(s, r, PAR_PP_RECV_GRAD, (int)mb, c) != PAR_OK) return 0;
     }
     if (par_pp_schedule_append(s, r, (par_pp_op)op, (int)mb, c) != PAR_OK) return 0;
-    if (form == 0 && op == PAR_PP_F && vs < last) return par_pp_schedule_append(s, r, PAR_PP_SEND_ACT, (int)mb, c) == PAR_OK;
+    if (form == 0 && op == PAR_PP_F && vs < last)
+        return par_pp_schedule_append(s, r, PAR_PP_SEND_ACT, (int)mb, c) == PAR_OK;
     if (form == 0 && (op == PAR_PP_B || op == PAR_PP_I) && vs > 0)
         return par_pp_schedule_append(s, r, PAR_PP_SEND_GRAD, (int)mb, c) == PAR_OK;
     return 1;
