@@ -165,8 +165,8 @@
                       parallel, vocabulary-parallel embedding and loss
      >>context-parallel  attention over a sequence split across ranks: ring
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
-     >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1), their
-                      text form, a checker and an executor
+     >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1, looped
+                      BFS, ZB1P), their text form, a checker and an executor
      >>recompute      activation recomputation: the per-layer policy (none,
                       selective, full) from MindFormers' and Megatron's forms
      >>planner        automatic parallel: operator graph, costs, strategy search
@@ -2576,7 +2576,8 @@ PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const void *q, const vo
    >>pipeline
    Pipeline parallelism with schedules as data. A schedule is, for each stage
    rank, an ordered list of actions; generators make GPipe, 1F1B, interleaved
-   1F1B and zero-bubble ZB-H1 lists, a text form dumps and loads them (so a
+   1F1B, zero-bubble ZB-H1, looped BFS and interleaved zero-bubble (ZB1P)
+   lists, a text form dumps and loads them (so a
    user can write their own), a checker runs a schedule on paper before it
    runs for real, and an executor walks one rank's list calling the host's
    forward / backward callbacks and moving activations and their gradients
@@ -2597,13 +2598,20 @@ PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const void *q, const vo
      RA receive the activation F needs from the previous stage  [RA m c]
      SG send the input gradient B/I produced to the previous    [SG m c]
      RG receive the gradient B/I needs from the next stage      [RG m c]
-   Sends are asynchronous (they complete when the peer receives), receives
-   wait: the checker models exactly that.
+     PA post the receive of F's activation early (RA waits)     [PA m c]
+     PG post the receive of B/I's gradient early (RG waits)     [PG m c]
+   Sends are asynchronous (they complete when the peer receives). A receive
+   is posted and waited for: RA (RG) alone does both at once; after a PA (PG)
+   of the same micro-batch and chunk it only waits, so a rank can post its
+   receives ahead (as PyTorch's lowering does) and compute meanwhile.
+   Receives match sends in the order they are posted. The checker models
+   exactly that: a post never blocks, a wait blocks until the message is sent.
    ========================================================================== */
 
 typedef enum par_pp_op {
     PAR_PP_F = 0, PAR_PP_B, PAR_PP_I, PAR_PP_W,
     PAR_PP_SEND_ACT, PAR_PP_RECV_ACT, PAR_PP_SEND_GRAD, PAR_PP_RECV_GRAD,
+    PAR_PP_POST_ACT, PAR_PP_POST_GRAD, /* post a receive; the RA / RG after it waits */
     PAR_PP_OP_COUNT
 } par_pp_op;
 
@@ -2617,28 +2625,37 @@ typedef enum par_pp_kind {
     PAR_PP_1F1B,          /* "1f1b": warm-up forwards, one forward one backward, cool-down */
     PAR_PP_INTERLEAVED,   /* "interleaved": 1F1B over v chunks per rank (Megatron's virtual stages) */
     PAR_PP_ZB_H1,         /* "zb-h1": 1F1B with backward split in I and W, W deferred into the bubbles */
+    PAR_PP_LOOPED_BFS,    /* "looped_bfs": every forward of chunk 0, of chunk 1, ..., then the backwards
+                             last chunk first (breadth-first; PyTorch's ScheduleLoopedBFS, but each
+                             chunk's micro-batches in forward order: one device's gradient sums) */
+    PAR_PP_ZB1P,          /* "zb1p": interleaved 1F1B with I and W split, W filling the bubbles (the ZB
+                             paper's ZB-1P over chunks; PyTorch's ScheduleInterleavedZeroBubble) */
     PAR_PP_KIND_COUNT
 } par_pp_kind;
 
-/* "gpipe", "1f1b", "interleaved", "zb-h1". */
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "looped_bfs", "zb1p". */
 PARALLEL_DEF const char *par_pp_kind_name(par_pp_kind kind);
-/* By name (case-insensitive; also "interleaved_1f1b", "zbh1", "zero_bubble"); PAR_EINVAL
-   listing the names otherwise. */
+/* By name (case-insensitive; also "interleaved_1f1b", "zbh1", "zero_bubble",
+   "loopedbfs", "bfs", "interleaved_zb", "interleaved_zero_bubble",
+   "interleavedzerobubble": PyTorch's class names); PAR_EINVAL listing the
+   names otherwise. */
 PARALLEL_DEF par_status par_pp_kind_parse(const char *text, par_pp_kind *kind);
 
 typedef struct par_pp_schedule par_pp_schedule;
 
 typedef struct par_pp_schedule_desc {
     int stages;        /* pipeline ranks p >= 1 */
-    int chunks;        /* model chunks per rank v (0 = 1); > 1 only for interleaved */
+    int chunks;        /* model chunks per rank v (0 = 1); > 1 only for interleaved, looped_bfs, zb1p */
     int micro_batches; /* m >= 1 */
     par_pp_kind kind;
 } par_pp_schedule_desc;
 
-/* Generate a schedule. Errors name the rule: interleaved needs m a multiple
-   of p (Megatron's constraint) and v >= 2; other kinds v = 1. Any m >= 1
-   works for the others (fewer micro-batches than stages leaves a larger
-   bubble, it does not hang). */
+/* Generate a schedule. Errors name the rule: interleaved, looped_bfs and
+   zb1p run over v >= 2 chunks per rank, the other kinds over v = 1;
+   interleaved and zb1p take the micro-batches in max(1, m / p) rounds of
+   equal size, so m must split into them (PyTorch's constraint: m < 2p and
+   multiples of p always do). Any m >= 1 works for the others (fewer
+   micro-batches than stages leaves a larger bubble, it does not hang). */
 PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *desc, par_pp_schedule **schedule);
 /* An empty schedule to fill with par_pp_schedule_append (or par_pp_schedule_parse). */
 PARALLEL_DEF par_status par_pp_schedule_create(int stages, int chunks, int micro_batches, par_pp_schedule **schedule);
@@ -2685,7 +2702,10 @@ typedef struct par_pp_check {
    the same rank); B/I after its F and, except on the last virtual stage, its
    gradient arrived (RG); W after its I; every send after what it sends was
    produced, matched by the peer's receive of the same (micro-batch, chunk)
-   in order; and no deadlock. On failure PAR_EINVAL with rank, step (the
+   in order (the order receives are posted); every posted receive (PA, PG)
+   waited for later by its RA / RG, none posted twice or after it was
+   received; and no deadlock. A post takes no time and never blocks; the
+   wait blocks until the message was sent. On failure PAR_EINVAL with rank, step (the
    action's index) and action in the message, and (when grid != NULL) the
    per-rank grid of what each rank had done, up to where it stopped, written
    to grid (grid_size bytes). */
@@ -2725,7 +2745,14 @@ typedef struct par_pp_run_desc {
 
 /* Run this rank's list of the schedule (collective over the stage group):
    activations travel on one group and gradients on another, so the two kinds
-   never meet in one queue. */
+   never meet in one queue. A PA / PG posts an async receive (par_recv with a
+   request) that its RA / RG waits for; the threads and MPI tables complete
+   each independently, as the checker assumes. The NCCL table launches async
+   p2p in groups on one stream, where a launched receive holds back every
+   later launch: there a receive posted before a send that its own message
+   depends on waits until the timeout (untested on GPUs: post ahead on NCCL
+   only past this rank's sends that the message needs). Errors: a receive
+   posted twice, or never waited for, name the stage and step. */
 PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *desc);
 
 /* ============================================================================
@@ -20185,8 +20212,9 @@ struct par_pp_schedule {
     par_pp_action **a;
 };
 
-static const char *const par__pp_kind_names[PAR_PP_KIND_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-static const char *const par__pp_op_text[PAR_PP_OP_COUNT] = {"F", "B", "I", "W", "SA", "RA", "SG", "RG"};
+static const char *const par__pp_kind_names[PAR_PP_KIND_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1",
+                                                                   "looped_bfs", "zb1p"};
+static const char *const par__pp_op_text[PAR_PP_OP_COUNT] = {"F", "B", "I", "W", "SA", "RA", "SG", "RG", "PA", "PG"};
 
 PARALLEL_DEF const char *par_pp_kind_name(par_pp_kind kind) {
     return (unsigned)kind < (unsigned)PAR_PP_KIND_COUNT ? par__pp_kind_names[kind] : "?";
@@ -20198,13 +20226,16 @@ PARALLEL_DEF par_status par_pp_kind_parse(const char *text, par_pp_kind *kind) {
         par_pp_kind kind;
     } names[] = {{"gpipe", PAR_PP_GPIPE},       {"1f1b", PAR_PP_1F1B},          {"interleaved", PAR_PP_INTERLEAVED},
                  {"interleaved_1f1b", PAR_PP_INTERLEAVED}, {"zb-h1", PAR_PP_ZB_H1}, {"zbh1", PAR_PP_ZB_H1},
-                 {"zero_bubble", PAR_PP_ZB_H1}};
+                 {"zero_bubble", PAR_PP_ZB_H1}, {"looped_bfs", PAR_PP_LOOPED_BFS}, {"loopedbfs", PAR_PP_LOOPED_BFS},
+                 {"bfs", PAR_PP_LOOPED_BFS}, {"zb1p", PAR_PP_ZB1P}, {"interleaved_zb", PAR_PP_ZB1P},
+                 {"interleaved_zero_bubble", PAR_PP_ZB1P}, {"interleavedzerobubble", PAR_PP_ZB1P}};
     size_t i;
     if (!text || !kind) return par__fail(PAR_EINVAL, "par_pp_kind_parse: NULL argument");
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
         if (par__iequal(text, names[i].name)) return *kind = names[i].kind, PAR_OK;
     return par__fail(PAR_EINVAL, "pipeline schedule \"%s\" is unknown; accepted: gpipe, 1f1b, interleaved "
-                                 "(interleaved_1f1b), zb-h1 (zbh1, zero_bubble)", text);
+                                 "(interleaved_1f1b), zb-h1 (zbh1, zero_bubble), looped_bfs (loopedbfs, bfs), zb1p "
+                                 "(interleaved_zb, interleaved_zero_bubble, interleavedzerobubble)", text);
 }
 
 PARALLEL_DEF void par_pp_schedule_destroy(par_pp_schedule *s) {
@@ -20386,6 +20417,62 @@ static par_status par__pp_gen_interleaved(par_pp_schedule *s, int r) {
     return PAR_OK;
 }
 
+/* Looped BFS (breadth-first; PyTorch's ScheduleLoopedBFS): rank r runs the
+   forward of every micro-batch through chunk 0, then chunk 1, ..., then the
+   backwards from the last chunk down, each chunk's micro-batches in the
+   order of their forwards. PyTorch runs them last one first: the same bubble
+   and memory, but then each weight gradient sums its micro-batches in the
+   reverse order, which a run compared with one device (or any other
+   schedule) sees as f32 rounding that training amplifies (4e-5 of the grad
+   norm in 20 steps of the trainer's pp 4 rows); in this order the sums are
+   one device's, bit for bit. Every micro-batch chunk is held at the peak
+   (GPipe's memory over v chunks); it needs no rule on m. */
+static par_status par__pp_gen_looped_bfs(par_pp_schedule *s, int r) {
+    int mb, c;
+    for (c = 0; c < s->v; c++)
+        for (mb = 0; mb < s->m; mb++) PAR__CHECK(par__pp_emit_fwd(s, r, mb, c));
+    for (c = s->v - 1; c >= 0; c--)
+        for (mb = 0; mb < s->m; mb++) PAR__CHECK(par__pp_emit_bwd(s, r, mb, c, PAR_PP_B));
+    return PAR_OK;
+}
+
+/* ZB1P (the ZB paper's ZB-1P over chunks; PyTorch's
+   ScheduleInterleavedZeroBubble): interleaved 1F1B's order of forwards and
+   input gradients (I) in the same rounds, with a shorter warm-up, (v - 1) n
+   + (p - 1 - r) forwards (one per hop from the last rank, not two: the
+   input gradient is half a backward), and the weight gradients (W) split
+   off: rank r lets its first r input gradients go without their W, then
+   follows each I with the oldest W still owed, and runs the W left at the
+   end. The deferred W fill the tail of the pipeline, where 1F1B idles. */
+static par_status par__pp_gen_zb1p(par_pp_schedule *s, int r) {
+    const int total = s->m * s->v, p = s->p, v = s->v, n = par__pp_round(s->m, p);
+    int warm = (v - 1) * n + (p - 1 - r), k, w = 0;
+    if (warm > total) warm = total;
+    for (k = 0; k < warm; k++) PAR__CHECK(par__pp_emit_fwd(s, r, (k / (n * v)) * n + k % n, (k / n) % v));
+    for (k = 0; k < total; k++) { /* k: the k-th input gradient, after the (warm + k)-th forward */
+        if (warm + k < total) {
+            const int f = warm + k;
+            PAR__CHECK(par__pp_emit_fwd(s, r, (f / (n * v)) * n + f % n, (f / n) % v));
+        }
+        PAR__CHECK(par__pp_emit_bwd(s, r, (k / (n * v)) * n + k % n, v - 1 - (k / n) % v, PAR_PP_I));
+        if (k >= r) { /* the W of the w-th I: the same micro-batch chunk */
+            PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, (w / (n * v)) * n + w % n, v - 1 - (w / n) % v));
+            w++;
+        }
+    }
+    for (; w < total; w++)
+        PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_W, (w / (n * v)) * n + w % n, v - 1 - (w / n) % v));
+    return PAR_OK;
+}
+
+/* Kinds that run over v >= 2 model chunks per rank (the others over one). */
+static int par__pp_over_chunks(par_pp_kind kind) {
+    return kind == PAR_PP_INTERLEAVED || kind == PAR_PP_LOOPED_BFS || kind == PAR_PP_ZB1P;
+}
+
+/* Kinds that take the micro-batches in rounds (par__pp_round). */
+static int par__pp_in_rounds(par_pp_kind kind) { return kind == PAR_PP_INTERLEAVED || kind == PAR_PP_ZB1P; }
+
 PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_pp_schedule **out) {
     par_pp_schedule *s = NULL;
     par_status st = PAR_OK;
@@ -20395,18 +20482,18 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
     v = d->chunks ? d->chunks : 1;
     if ((unsigned)d->kind >= (unsigned)PAR_PP_KIND_COUNT)
         return par__fail(PAR_EINVAL, "par_pp_schedule_make: unknown schedule kind %d", (int)d->kind);
-    if (d->kind == PAR_PP_INTERLEAVED && v < 2)
-        return par__fail(PAR_EINVAL, "pipeline: the interleaved schedule needs at least 2 model chunks per rank, "
-                                     "not %d (use 1f1b for one)", v);
-    if (d->kind != PAR_PP_INTERLEAVED && v != 1)
-        return par__fail(PAR_EINVAL, "pipeline: %d model chunks per rank need the interleaved schedule, not %s", v,
-                         par_pp_kind_name(d->kind));
-    if (d->kind == PAR_PP_INTERLEAVED && d->stages > 0 && d->micro_batches > 0 &&
+    if (par__pp_over_chunks(d->kind) && v < 2)
+        return par__fail(PAR_EINVAL, "pipeline: the %s schedule needs at least 2 model chunks per rank, not %d (use "
+                                     "1f1b for one)", par_pp_kind_name(d->kind), v);
+    if (!par__pp_over_chunks(d->kind) && v != 1)
+        return par__fail(PAR_EINVAL, "pipeline: %d model chunks per rank need the interleaved schedule (or "
+                                     "looped_bfs, zb1p), not %s", v, par_pp_kind_name(d->kind));
+    if (par__pp_in_rounds(d->kind) && d->stages > 0 && d->micro_batches > 0 &&
         d->micro_batches % (d->micro_batches / (d->micro_batches / d->stages > 1 ? d->micro_batches / d->stages : 1)))
-        return par__fail(PAR_EINVAL, "pipeline: the interleaved schedule runs the micro-batches in micro-batches / "
+        return par__fail(PAR_EINVAL, "pipeline: the %s schedule runs the micro-batches in micro-batches / "
                                      "stages = %d rounds of equal size, and %d micro-batches do not split into %d "
-                                     "(PyTorch's constraint; %d stages)", d->micro_batches / d->stages,
-                         d->micro_batches, d->micro_batches / d->stages, d->stages);
+                                     "(PyTorch's constraint; %d stages)", par_pp_kind_name(d->kind),
+                         d->micro_batches / d->stages, d->micro_batches, d->micro_batches / d->stages, d->stages);
     if ((double)d->stages * v * d->micro_batches > (double)(1 << 24))
         return par__fail(PAR_ECAPACITY, "pipeline: %d stages x %d chunks x %d micro-batches is more than the "
                                         "generators make (2^24 micro-batch chunks)", d->stages, v, d->micro_batches);
@@ -20416,6 +20503,8 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
         case PAR_PP_GPIPE: st = par__pp_gen_gpipe(s, r); break;
         case PAR_PP_1F1B: st = par__pp_gen_1f1b(s, r); break;
         case PAR_PP_ZB_H1: st = par__pp_gen_zb_h1(s, r); break;
+        case PAR_PP_LOOPED_BFS: st = par__pp_gen_looped_bfs(s, r); break;
+        case PAR_PP_ZB1P: st = par__pp_gen_zb1p(s, r); break;
         default: st = par__pp_gen_interleaved(s, r); break;
         }
     }
@@ -20523,7 +20612,7 @@ PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule 
             if (found < 0 || (p += strlen(op), !par__pp_int(&p, &mb)) || !par__pp_int(&p, &c))
                 return par_pp_schedule_destroy(s), par__fail(PAR_EPARSE, "pipeline schedule, line %d, action %d: "
                                                                           "expected OP MICRO_BATCH CHUNK with OP one "
-                                                                          "of F B I W SA RA SG RG", line, k + 1);
+                                                                          "of F B I W SA RA SG RG PA PG", line, k + 1);
             if (par_pp_schedule_append(s, rank, (par_pp_op)found, mb, c) != PAR_OK) {
                 char why[256];
                 par__copy_text(why, sizeof why, par_last_error());
@@ -20550,10 +20639,15 @@ typedef struct par__pp_sim {
     unsigned char *state;   /* per (rank-owned virtual stage, mb): bits below */
     int *inflight;
     par__pp_msg *q[2];      /* channels: [kind][src] FIFO, kind 0 activations to src+1, 1 gradients to src-1 */
-    int *head[2], *tail[2], qcap;
+    int *head[2], *tail[2], qcap; /* head: receives posted so far (matched in that order), tail: sends */
+    int *post[2];           /* per [kind][state index]: the message a posted receive matches (NULL without
+                               PA / PG in the schedule) */
 } par__pp_sim;
 
-enum { PAR__PP_FDONE = 1, PAR__PP_BDONE = 2, PAR__PP_IDONE = 4, PAR__PP_WDONE = 8, PAR__PP_RA = 16, PAR__PP_RG = 32 };
+enum {
+    PAR__PP_FDONE = 1, PAR__PP_BDONE = 2, PAR__PP_IDONE = 4, PAR__PP_WDONE = 8, PAR__PP_RA = 16, PAR__PP_RG = 32,
+    PAR__PP_PA = 64, PAR__PP_PG = 128 /* posted, not necessarily waited for */
+};
 
 static unsigned char *par__pp_state(par__pp_sim *x, int r, int mb, int c) {
     return &x->state[((size_t)r * (size_t)x->s->v + (size_t)c) * (size_t)x->s->m + (size_t)mb];
@@ -20597,6 +20691,39 @@ static par_status par__pp_bad(par__pp_sim *x, int r, const char *fmt, ...) {
     return par__fail(PAR_EINVAL, "pipeline schedule: rank %d, step %d (%s): %s", r, x->pc[r], a, why);
 }
 
+/* PA / PG (g: gradient) on rank r: the receive matches the channel's next
+   message from src (the sends and the posts in order), reserved now; posting
+   takes no time. A message already sent is checked now, a later one at the
+   wait. 1 done, -1 invalid (error set). */
+static int par__pp_post(par__pp_sim *x, int r, int g, int src, int want_chunk) {
+    const par_pp_action *a = &x->s->a[r][x->pc[r]];
+    unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
+    const par__pp_msg *m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)x->head[g][src]];
+    if (*st & (g ? PAR__PP_PG : PAR__PP_PA))
+        return par__pp_bad(x, r, "a second post of this %s's receive", g ? "gradient" : "activation"), -1;
+    if (*st & (g ? PAR__PP_RG : PAR__PP_RA))
+        return par__pp_bad(x, r, "posts the receive of this %s after receiving it", g ? "gradient" : "activation"), -1;
+    if (x->head[g][src] < x->tail[g][src] && (m->mb != a->micro_batch || m->chunk != want_chunk))
+        return par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives "
+                                 "between two ranks must be in the same order)",
+                           g ? "gradient" : "activation", src, m->mb, m->chunk), -1;
+    x->post[g][st - x->state] = x->head[g][src]++;
+    *st |= g ? PAR__PP_PG : PAR__PP_PA;
+    x->pc[r]++;
+    return 1;
+}
+
+/* Which message of the channel from src an RA / RG on rank r takes: the one
+   its post reserved, else the next (post and wait at once); -1 for a second
+   receive of the same (error set). */
+static int par__pp_wait_index(par__pp_sim *x, int r, int g, int src) {
+    const par_pp_action *a = &x->s->a[r][x->pc[r]];
+    unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
+    if (*st & (g ? PAR__PP_RG : PAR__PP_RA))
+        return par__pp_bad(x, r, "a second receive of this %s", g ? "gradient" : "activation"), -1;
+    return *st & (g ? PAR__PP_PG : PAR__PP_PA) ? x->post[g][st - x->state] : x->head[g][src];
+}
+
 /* Run rank r's next action if it can: 1 done, 0 blocked (waiting for a
    message), -1 invalid (error set). */
 static int par__pp_step(par__pp_sim *x, int r) {
@@ -20608,7 +20735,10 @@ static int par__pp_step(par__pp_sim *x, int r) {
     if (a->op == PAR_PP_F) {
         if (*st & PAR__PP_FDONE) return par__pp_bad(x, r, "a second forward of this micro-batch chunk"), -1;
         if (vs > 0 && p > 1 && !(*st & PAR__PP_RA))
-            return par__pp_bad(x, r, "its input activation has not been received (no RA before it)"), -1;
+            return par__pp_bad(x, r, *st & PAR__PP_PA ? "its input activation was posted (PA) but not waited for (no "
+                                                        "RA before it)"
+                                                      : "its input activation has not been received (no RA before "
+                                                        "it)"), -1;
         if (vs > 0 && p == 1 && !(*par__pp_state(x, r, a->micro_batch, a->chunk - 1) & PAR__PP_FDONE))
             return par__pp_bad(x, r, "the forward of chunk %d (its input) has not run", a->chunk - 1), -1;
         *st |= PAR__PP_FDONE;
@@ -20619,7 +20749,11 @@ static int par__pp_step(par__pp_sim *x, int r) {
                                                     (PAR__PP_BDONE | PAR__PP_IDONE)) != 0);
         if (*st & (PAR__PP_BDONE | PAR__PP_IDONE)) return par__pp_bad(x, r, "a second backward"), -1;
         if (!(*st & PAR__PP_FDONE)) return par__pp_bad(x, r, "backward before its forward"), -1;
-        if (!next_ok) return par__pp_bad(x, r, "its output gradient has not been received (no RG before it)"), -1;
+        if (!next_ok)
+            return par__pp_bad(x, r, *st & PAR__PP_PG ? "its output gradient was posted (PG) but not waited for (no "
+                                                        "RG before it)"
+                                                      : "its output gradient has not been received (no RG before "
+                                                        "it)"), -1;
         *st |= a->op == PAR_PP_B ? PAR__PP_BDONE : PAR__PP_IDONE;
         if (a->op == PAR_PP_B) x->inflight[r]--;
     } else if (a->op == PAR_PP_W) {
@@ -20642,20 +20776,23 @@ static int par__pp_step(par__pp_sim *x, int r) {
         m->mb = a->micro_batch, m->chunk = a->chunk, m->t = x->t[r];
         x->pc[r]++;
         return 1;
-    } else { /* receives */
-        const int g = a->op == PAR_PP_RECV_GRAD, src = g ? (r + 1) % p : (r + p - 1) % p;
+    } else { /* receives; a post (PA / PG) reserves the message its RA / RG then waits for */
+        const int g = a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD, src = g ? (r + 1) % p : (r + p - 1) % p;
         const int want_chunk = g ? (r == p - 1 ? a->chunk + 1 : a->chunk) : (r == 0 ? a->chunk - 1 : a->chunk);
         const par__pp_msg *m;
+        int k;
         if ((!g && vs == 0) || (g && vs == last))
             return par__pp_bad(x, r, g ? "the last virtual stage receives no gradient"
                                        : "the first virtual stage receives no activation"), -1;
-        if (x->head[g][src] == x->tail[g][src]) return 0; /* nothing sent yet: wait */
-        m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)x->head[g][src]];
+        if (a->op == PAR_PP_POST_ACT || a->op == PAR_PP_POST_GRAD) return par__pp_post(x, r, g, src, want_chunk);
+        if ((k = par__pp_wait_index(x, r, g, src)) < 0) return -1;
+        if (k >= x->tail[g][src]) return 0; /* nothing sent yet: wait */
+        m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)k];
         if (m->mb != a->micro_batch || m->chunk != want_chunk)
             return par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives "
                                      "between two ranks must be in the same order)",
                                g ? "gradient" : "activation", src, m->mb, m->chunk), -1;
-        x->head[g][src]++;
+        if (k == x->head[g][src]) x->head[g][src]++; /* not posted before: posted and waited for at once */
         if (m->t > x->t[r]) x->t[r] = m->t;
         *st |= g ? PAR__PP_RG : PAR__PP_RA;
         x->pc[r]++;
@@ -20670,6 +20807,17 @@ static void par__pp_sim_free(par__pp_sim *x) {
     PARALLEL_FREE(x->pc), PARALLEL_FREE(x->t), PARALLEL_FREE(x->busy), PARALLEL_FREE(x->state);
     PARALLEL_FREE(x->inflight), PARALLEL_FREE(x->q[0]), PARALLEL_FREE(x->q[1]);
     PARALLEL_FREE(x->head[0]), PARALLEL_FREE(x->head[1]), PARALLEL_FREE(x->tail[0]), PARALLEL_FREE(x->tail[1]);
+    PARALLEL_FREE(x->post[0]), PARALLEL_FREE(x->post[1]);
+}
+
+/* Does any rank post a receive ahead (PA, PG)? Only then the checker keeps
+   where each post matches. */
+static int par__pp_has_posts(const par_pp_schedule *s) {
+    int r, k;
+    for (r = 0; r < s->p; r++)
+        for (k = 0; k < s->count[r]; k++)
+            if (s->a[r][k].op == PAR_PP_POST_ACT || s->a[r][k].op == PAR_PP_POST_GRAD) return 1;
+    return 0;
 }
 
 static par_status par__pp_sim_init(par__pp_sim *x, const par_pp_schedule *s) {
@@ -20687,8 +20835,10 @@ static par_status par__pp_sim_init(par__pp_sim *x, const par_pp_schedule *s) {
         x->q[g] = (par__pp_msg *)PARALLEL_MALLOC(sizeof(par__pp_msg) * p * (size_t)(x->qcap ? x->qcap : 1));
         x->head[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p), x->tail[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p);
     }
+    for (g = 0; g < 2 && par__pp_has_posts(s); g++)
+        x->post[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p * (size_t)s->v * (size_t)s->m);
     if (!x->pc || !x->t || !x->busy || !x->inflight || !x->state || !x->q[0] || !x->q[1] || !x->head[0] ||
-        !x->head[1] || !x->tail[0] || !x->tail[1])
+        !x->head[1] || !x->tail[0] || !x->tail[1] || (par__pp_has_posts(s) && (!x->post[0] || !x->post[1])))
         return par__pp_sim_free(x), par__fail(PAR_ENOMEM, "pipeline checker: out of memory");
     memset(x->pc, 0, sizeof(int) * p), memset(x->inflight, 0, sizeof(int) * 2 * p);
     memset(x->state, 0, p * (size_t)s->v * (size_t)s->m);
@@ -20705,7 +20855,14 @@ static par_status par__pp_sim_finish(par__pp_sim *x) {
         for (c = 0; c < s->v; c++)
             for (mb = 0; mb < s->m; mb++) {
                 const unsigned char st = *par__pp_state(x, r, mb, c);
-                const char *missing = !(st & PAR__PP_FDONE) ? "forward (F)"
+                const char *missing;
+                if ((st & PAR__PP_PA && !(st & PAR__PP_RA)) || (st & PAR__PP_PG && !(st & PAR__PP_RG)))
+                    return par__fail(PAR_EINVAL, "pipeline schedule: rank %d posts the receive of the %s of "
+                                                 "micro-batch %d chunk %d (%s) and never waits for it (%s)", r,
+                                     st & PAR__PP_PA && !(st & PAR__PP_RA) ? "activation" : "gradient", mb, c,
+                                     st & PAR__PP_PA && !(st & PAR__PP_RA) ? "PA" : "PG",
+                                     st & PAR__PP_PA && !(st & PAR__PP_RA) ? "RA" : "RG");
+                missing = !(st & PAR__PP_FDONE) ? "forward (F)"
                                       : (st & PAR__PP_IDONE) && !(st & PAR__PP_WDONE) ? "weight gradient (W)"
                                       : !(st & (PAR__PP_BDONE | PAR__PP_IDONE)) ? "backward (B or I)" : NULL;
                 if (missing)
@@ -20800,13 +20957,15 @@ static void par__pp_span(struct par_trace *trace, const char *cat, double t0, co
     (void)par__span_end(trace, name, cat, t0);
 }
 
-/* One action of this stage. Sends are posted (their requests kept in reqs). */
+/* One action of this stage. Sends and posted receives are asynchronous:
+   their requests go to *req (a send's to the list the run waits for at its
+   end, a post's to the slot its RA / RG waits on). */
 static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_pp_action *a, int stage, int p,
                              par_comm_group *acts, par_comm_group *grads, par_request **req) {
     const par_pp_callbacks *cb = &d->callbacks;
     const double t0 = par__span_start(d->trace);
-    const int g = a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_RECV_GRAD;
-    const int input = a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_SEND_GRAD;
+    const int g = a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD;
+    const int input = a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_POST_ACT;
     const par_dtype t = d->dtype;
     void *buf = NULL;
     int64_t count = 0;
@@ -20833,23 +20992,62 @@ static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_p
     switch (a->op) {
     case PAR_PP_SEND_ACT: return par_send(ctx, acts, buf, count, t, (stage + 1) % p, req);
     case PAR_PP_SEND_GRAD: return par_send(ctx, grads, buf, count, t, p - 1 - (stage + p - 1) % p, req);
+    case PAR_PP_POST_ACT: /* posted (req: its RA waits on it), else received here */
     case PAR_PP_RECV_ACT:
-        PAR__CHECK(par_recv(ctx, acts, buf, count, t, (stage + p - 1) % p, NULL));
+        PAR__CHECK(par_recv(ctx, acts, buf, count, t, (stage + p - 1) % p, req));
         break;
-    default:
-        PAR__CHECK(par_recv(ctx, grads, buf, count, t, p - 1 - (stage + 1) % p, NULL));
+    default: /* RG, PG */
+        PAR__CHECK(par_recv(ctx, grads, buf, count, t, p - 1 - (stage + 1) % p, req));
         break;
     }
-    par__pp_span(d->trace, "comm", t0, a);
+    if (!req) par__pp_span(d->trace, "comm", t0, a); /* a post's time is its wait's */
+    return PAR_OK;
+}
+
+/* The wait of a posted receive (RA / RG after PA / PG): its request, taken
+   from the slot of (micro-batch, chunk, kind), or NULL when none was posted. */
+static par_request **par__pp_posted(par_request **posted, const par_pp_schedule *s, const par_pp_action *a) {
+    const int g = a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD;
+    return posted ? &posted[((size_t)g * (size_t)s->v + (size_t)a->chunk) * (size_t)s->m + (size_t)a->micro_batch]
+                  : NULL;
+}
+
+/* Run this stage's list: sends' requests go to reqs (the caller waits for
+   them), posted receives' to their slot in posted. */
+static par_status par__pp_walk(par_ctx *ctx, const par_pp_run_desc *d, int stage, int n, par_comm_group *acts,
+                               par_comm_group *grads, par_request **reqs, int *nreq, par_request **posted) {
+    const par_pp_schedule *s = d->schedule;
+    int k;
+    for (k = 0; k < s->count[stage]; k++) {
+        const par_pp_action *a = &s->a[stage][k];
+        const int send = a->op == PAR_PP_SEND_ACT || a->op == PAR_PP_SEND_GRAD;
+        const int post = a->op == PAR_PP_POST_ACT || a->op == PAR_PP_POST_GRAD;
+        par_request **slot = par__pp_posted(posted, s, a), *req = NULL;
+        par_status st;
+        if (post && *slot)
+            return par__pp_fail_at(stage, k, a, par__fail(PAR_EINVAL, "a second post of this receive"));
+        if ((a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_RECV_GRAD) && slot && *slot) { /* the wait of a post */
+            const double t0 = par__span_start(d->trace);
+            req = *slot, *slot = NULL;
+            if ((st = par_wait(ctx, req)) != PAR_OK) return par__pp_fail_at(stage, k, a, st);
+            par__pp_span(d->trace, "comm", t0, a);
+            continue;
+        }
+        st = par__pp_do(ctx, d, a, stage, n, acts, grads, send || post ? &req : NULL);
+        if (st != PAR_OK) return par__pp_fail_at(stage, k, a, st);
+        if (send && req) reqs[(*nreq)++] = req;
+        if (post) *slot = req;
+    }
     return PAR_OK;
 }
 
 PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *d) {
     const par_pp_schedule *s;
     par_comm_group *acts = NULL, *grads = NULL;
-    par_request **reqs = NULL;
+    par_request **reqs = NULL, **posted = NULL;
     par_status st = PAR_OK;
     int *ranks = NULL, n = 1, stage = 0, k, nreq = 0;
+    size_t nposted = 0;
     if (!ctx || !d || !d->schedule) return par__fail(PAR_EINVAL, "par_pp_run: NULL argument");
     if (!d->callbacks.forward || !d->callbacks.backward || !d->callbacks.buffer)
         return par__fail(PAR_EINVAL, "par_pp_run: the forward, backward and buffer callbacks are required");
@@ -20874,18 +21072,26 @@ PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *d) {
         reqs = (par_request **)par__ctx_malloc(ctx, sizeof(par_request *) * (size_t)s->count[stage]);
         if (!reqs) st = par__fail(PAR_ENOMEM, "par_pp_run: out of memory");
     }
-    for (k = 0; st == PAR_OK && k < s->count[stage]; k++) {
-        const par_pp_action *a = &s->a[stage][k];
-        par_request *req = NULL;
-        st = par__pp_do(ctx, d, a, stage, n, acts, grads,
-                        a->op == PAR_PP_SEND_ACT || a->op == PAR_PP_SEND_GRAD ? &req : NULL);
-        if (st != PAR_OK) st = par__pp_fail_at(stage, k, a, st);
-        if (req) reqs[nreq++] = req;
-    }
+    for (k = 0; st == PAR_OK && k < s->count[stage] && !posted; k++) /* a slot per receive only if one is posted */
+        if (s->a[stage][k].op == PAR_PP_POST_ACT || s->a[stage][k].op == PAR_PP_POST_GRAD) {
+            nposted = 2 * (size_t)s->v * (size_t)s->m;
+            posted = (par_request **)par__ctx_malloc(ctx, sizeof(par_request *) * nposted);
+            if (!posted) st = par__fail(PAR_ENOMEM, "par_pp_run: out of memory");
+            else memset(posted, 0, sizeof(par_request *) * nposted);
+        }
+    if (st == PAR_OK) st = par__pp_walk(ctx, d, stage, n, acts, grads, reqs, &nreq, posted);
     for (k = 0; k < nreq; k++) { /* every send completes before the host may touch its buffer */
         const par_status w = par_wait(ctx, reqs[k]);
         if (st == PAR_OK && w != PAR_OK) st = w;
     }
+    for (; nposted > 0; nposted--) /* a receive posted and never waited for (the checker refuses that) */
+        if (posted[nposted - 1]) {
+            const par_status w = par_wait(ctx, posted[nposted - 1]);
+            if (st == PAR_OK)
+                st = w != PAR_OK ? w : par__fail(PAR_EINVAL, "par_pp_run: stage %d posts a receive (PA / PG) and "
+                                                             "never waits for it (RA / RG)", stage);
+        }
+    par__ctx_free(ctx, posted);
     par__ctx_free(ctx, reqs);
     par__ctx_free(ctx, ranks);
     return st;

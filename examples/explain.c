@@ -76,10 +76,13 @@ static const char *const usage_text =
 
 static const char *const usage_text_more =
     "  pipeline      a pipeline schedule, every rank's actions, checked: bubble, memory\n"
-    "      --schedule 1f1b          gpipe, 1f1b, interleaved (needs --chunks >= 2), zb-h1\n"
+    "      --schedule 1f1b          gpipe, 1f1b, zb-h1, or over --chunks >= 2: interleaved,\n"
+    "                               looped_bfs, zb1p (interleaved zero bubble)\n"
     "      --stages 4 --micro-batches 8 [--chunks 2]\n"
     "      or --file S.txt          a schedule in the text form this command prints\n"
-    "                               (edit one to write your own)\n"
+    "                               (edit one to write your own; PA / PG post receives ahead)\n"
+    "      or --table               bubble and peak memory of every kind at 4 and 8 stages,\n"
+    "                               m = p, 2p, 4p (a Markdown table; the README's)\n"
     "  plan MODEL.yaml CLUSTER.yaml   automatic parallel: the best whole plans (dp, tp,\n"
     "                               sp, cp, pp + schedule + micro-batches, ZeRO,\n"
     "                               recomputation) for the model (MindFormers keys) on\n"
@@ -775,10 +778,64 @@ static void tour_redistribute(const char *mesh_spec, const char *shape_spec, con
     show_plan(&from, &to, &cm, greedy, plan);
 }
 
+/* kind's schedule over p stages and m micro-batches with the fewest chunks
+   per rank it takes (1, else 2); NULL when it refuses both. */
+static par_pp_schedule *pipeline_fewest_chunks(par_pp_kind kind, int p, int m, int *chunks) {
+    par_pp_schedule_desc d;
+    par_pp_schedule *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.stages = p, d.micro_batches = m, d.kind = kind;
+    for (*chunks = 1; *chunks <= 2; ++*chunks)
+        if (d.chunks = *chunks, par_pp_schedule_make(&d, &s) == PAR_OK) return s;
+    return NULL;
+}
+
+/* --table: every kind's bubble and peak activation memory at p = 4, 8 and
+   m = p, 2p, 4p, checked: the peak as whole-stage micro-batches held by the
+   busiest rank (chunks in flight / chunks per rank: a chunk holds 1/v of a
+   stage's layers). Kinds added to the header appear by themselves; a kind
+   runs over the chunks it takes at p 4, m 16, and a cell it refuses says so. */
+static int pipeline_table(void) {
+    static const int ps[] = {4, 8}, ms[] = {1, 2, 4};
+    int k, i, j;
+    printf("| schedule | chunks |");
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 3; j++) printf(" p %d, m %d |", ps[i], ms[j] * ps[i]);
+    printf("\n|---|---|");
+    for (i = 0; i < 6; i++) printf("---|");
+    printf("\n");
+    for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++) {
+        par_pp_schedule_desc d;
+        int v;
+        par_pp_schedule *s = pipeline_fewest_chunks((par_pp_kind)k, 4, 16, &v);
+        if (!s) die("pipeline --table: %s refuses 4 stages and 16 micro-batches", par_pp_kind_name((par_pp_kind)k));
+        par_pp_schedule_destroy(s);
+        printf("| %s | %d |", par_pp_kind_name((par_pp_kind)k), v);
+        memset(&d, 0, sizeof d);
+        d.kind = (par_pp_kind)k, d.chunks = v;
+        for (i = 0; i < 2; i++)
+            for (j = 0; j < 3; j++) {
+                par_pp_check c;
+                d.stages = ps[i], d.micro_batches = ms[j] * ps[i], s = NULL;
+                if (par_pp_schedule_make(&d, &s) != PAR_OK) {
+                    printf(" refused |");
+                    continue;
+                }
+                check(par_pp_schedule_check(s, &c, NULL, 0), "pipeline --table: check");
+                printf(" %.3f / %.1f |", c.bubble, (double)c.max_in_flight / v);
+                par_pp_schedule_destroy(s);
+            }
+        printf("\n");
+    }
+    printf("\nEach cell: bubble (idle share of the ranks' time; F = 1, B = 2, I = W = 1 per chunk) / peak "
+           "activations of the busiest rank, in whole-stage micro-batches (chunks in flight / chunks).\n");
+    return 0;
+}
+
 /* Print a schedule (generated or read from a file) and the checker's verdict. */
 static int cmd_pipeline(int argc, char **argv) {
     static const opt_spec specs[] = {{"schedule", 1, 0}, {"stages", 1, 0}, {"micro-batches", 1, 0},
-                                     {"chunks", 1, 0},   {"file", 1, 0},   {NULL, 0, 0}};
+                                     {"chunks", 1, 0},   {"file", 1, 0},   {"table", 0, 0}, {NULL, 0, 0}};
     args a;
     par_pp_schedule *s = NULL;
     par_pp_check c;
@@ -786,6 +843,10 @@ static int cmd_pipeline(int argc, char **argv) {
     char *text;
     int r, n;
     parse_args(argc, argv, "pipeline", specs, &a);
+    if (arg_flag(&a, "table")) {
+        if (a.count > 1) die("pipeline: --table prints every kind; drop the other options");
+        return pipeline_table();
+    }
     if ((file = arg_get(&a, "file")) != NULL) {
         FILE *f = fopen(file, "rb");
         long size;

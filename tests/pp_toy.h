@@ -18,6 +18,7 @@
 typedef struct toy {
     int p, v, m;
     par_pp_kind kind;
+    const par_pp_schedule *schedule; /* run this one instead of kind's (NULL: kind's) */
     double w[TOY_MAX_VS];           /* the weight of each virtual stage */
     float x0[TOY_MAX_MB][TOY_N];    /* the first stage's input per micro-batch */
     double want_dw[TOY_MAX_VS];
@@ -84,9 +85,9 @@ static par_status toy_body(par_ctx *ctx, void *arg) {
     r->t = t, r->stage = par_ctx_rank(ctx);
     memset(&sd, 0, sizeof sd);
     sd.stages = t->p, sd.chunks = t->v, sd.micro_batches = t->m, sd.kind = t->kind;
-    st = par_pp_schedule_make(&sd, &s);
+    st = t->schedule ? PAR_OK : par_pp_schedule_make(&sd, &s);
     memset(&d, 0, sizeof d);
-    d.schedule = s, d.stage_dims = t->p > 1 ? 1u : 0u;
+    d.schedule = t->schedule ? t->schedule : s, d.stage_dims = t->p > 1 ? 1u : 0u;
     d.callbacks.user = r, d.callbacks.forward = toy_fwd, d.callbacks.backward = toy_bwd, d.callbacks.buffer = toy_buf;
     if (st == PAR_OK) st = par_pp_run(ctx, &d);
     for (c = 0; c < t->v; c++) t->got_dw[toy_vs(r, c)] = r->dw[c];
@@ -96,6 +97,30 @@ static par_status toy_body(par_ctx *ctx, void *arg) {
     return st;
 }
 
+
+/* s with every rank's receives posted at the start of its list (PA / PG,
+   in the order of its RA / RG, which then wait): the executor's posted
+   receives, each matched in posting order. NULL on failure. */
+static par_pp_schedule *toy_post_ahead(const par_pp_schedule *s) {
+    const int p = par_pp_schedule_stages(s);
+    par_pp_schedule *out = NULL;
+    int r, k, n, g;
+    if (par_pp_schedule_create(p, par_pp_schedule_chunks(s), par_pp_schedule_micro_batches(s), &out) != PAR_OK)
+        return NULL;
+    for (r = 0; r < p; r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+        for (g = 0; g < 2; g++) /* activations' receives, then gradients': two channels, each in order */
+            for (k = 0; k < n; k++)
+                if (a[k].op == (g ? PAR_PP_RECV_GRAD : PAR_PP_RECV_ACT) &&
+                    par_pp_schedule_append(out, r, g ? PAR_PP_POST_GRAD : PAR_PP_POST_ACT, a[k].micro_batch,
+                                           a[k].chunk) != PAR_OK)
+                    return par_pp_schedule_destroy(out), NULL;
+        for (k = 0; k < n; k++)
+            if (par_pp_schedule_append(out, r, a[k].op, a[k].micro_batch, a[k].chunk) != PAR_OK)
+                return par_pp_schedule_destroy(out), NULL;
+    }
+    return out;
+}
 
 /* The toy's weights, inputs and the expected gradients. */
 static void toy_init(toy *t, int p, int v, int m, par_pp_kind kind) {

@@ -400,6 +400,25 @@ bad_says "pipeline interleaved m" "the interleaved schedule runs the micro-batch
     pipeline --schedule interleaved --stages 2 --micro-batches 5 --chunks 2
 ok "pipeline interleaved m < 2p" pipeline --schedule interleaved --stages 4 --micro-batches 6 --chunks 2
 has_match "pipeline interleaved m < 2p checked" '^# check: ok'
+# ZB1P: the ZB paper's (p - 1) / (3 m v + p - 1) = 3 / 51; looped BFS needs chunks
+ok "pipeline zb1p" pipeline --schedule zb1p --stages 4 --micro-batches 8 --chunks 2
+has_line "zb1p bubble" "# bubble 0.0588 of the ranks' time, makespan 51 (F = 1, B = 2, I = W = 1; transfers free)"
+bad_says "pipeline looped_bfs one chunk" "the looped_bfs schedule needs at least 2 model chunks per rank, not 1" \
+    pipeline --schedule looped_bfs --stages 4 --micro-batches 8
+# receives posted ahead (PyTorch's lowering of its simple_2_rank_2_stage case) and one never waited for
+printf 'pipeline stages=2 chunks=1 micro_batches=2\nrank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, PG 0 0, RG 0 0, B 0 0, PG 1 0, RG 1 0, B 1 0\nrank 1: PA 0 0, PA 1 0, RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, B 1 0, SG 1 0\n' >"$PIPEF"
+ok "pipeline posted file" pipeline --file "$PIPEF"
+has_line "posted bubble" "# bubble 0.3333 of the ranks' time, makespan 9 (F = 1, B = 2, I = W = 1; transfers free)"
+printf 'pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 0 0, SA 0 0, PG 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n' >"$PIPEF"
+bad_says "pipeline post never waited" "rank 0 posts the receive of the gradient of micro-batch 0 chunk 0 (PG) and never waits for it (RG)" \
+    pipeline --file "$PIPEF"
+# --table: a row per kind, a cell per (p, m): 1F1B's (p-1)/(m+p-1) holding p micro-batches,
+# ZB1P's (p-1)/(3mv+p-1) at 1F1B's memory (the ZB paper's ZB-1P)
+ok "pipeline table" pipeline --table
+has_line "table zb1p" "| zb1p | 2 | 0.111 / 4.0 | 0.059 / 4.0 | 0.030 / 4.0 | 0.127 / 8.0 | 0.068 / 8.0 | 0.035 / 8.0 |"
+has_line "table 1f1b" "| 1f1b | 1 | 0.429 / 4.0 | 0.273 / 4.0 | 0.158 / 4.0 | 0.467 / 8.0 | 0.304 / 8.0 | 0.179 / 8.0 |"
+has_match "table looped_bfs" '^\| looped_bfs \| 2 \| '
+bad_says "pipeline table and schedule" "--table prints every kind; drop the other options" pipeline --table --stages 4
 
 bad_says "pipeline name" "accepted: gpipe, 1f1b, interleaved" pipeline --schedule dualpipe --stages 2 --micro-batches 2
 bad_says "pipeline file and schedule" "drop --schedule" pipeline --file "$PIPEF" --schedule 1f1b

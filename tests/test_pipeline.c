@@ -1,20 +1,31 @@
 /* tests/test_pipeline.c - >>pipeline: schedules as data, the checker, the executor.
 
-   1. Generators (GPipe, 1F1B, interleaved, ZB-H1) for 1..8 stages and several
-      micro-batch counts pass the checker, whose figures are compared with the
-      textbook counts: 1F1B and GPipe bubble (p-1)/(m+p-1) with F = 1, B = 2;
-      1F1B holds at most min(p-r, m) micro-batches on rank r, GPipe all m;
-      ZB-H1's bubble below 1F1B's; interleaved's below 1F1B's.
+   1. Generators (GPipe, 1F1B, interleaved, ZB-H1, looped BFS, ZB1P) for
+      1..8 stages and several micro-batch counts pass the checker, whose
+      figures are compared with the textbook counts: 1F1B and GPipe bubble
+      (p-1)/(m+p-1) with F = 1, B = 2; 1F1B holds at most min(p-r, m)
+      micro-batches on rank r, GPipe all m; ZB-H1's bubble below 1F1B's;
+      interleaved's below 1F1B's; looped BFS (p-1)/(mv+p-1) holding all m v
+      chunks, ZB1P the published (p-1)/(3mv+p-1) for m >= p.
    2. The text form round-trips, and bad text is a parse error naming the line.
    3. Hand-written bad schedules, each rejected with rank, step and action:
       crossing receives (deadlock), use before produce, a missing backward, an
-      unpaired send, receives out of order, W before I.
+      unpaired send, receives out of order, W before I; and receives posted
+      ahead (PA / PG) wrongly: never waited for, posted twice or late.
+      Posting ahead keeps a schedule's figures; blocking where it posts
+      scores longer.
+   5. PyTorch's own: its ZB1P artifacts (tests/data/pipeline/) are our ZB1P
+      generator's order and pass; test_schedule.py's hand-written cases pass
+      or are refused as its _validate_schedule says, and three it accepts
+      are refused here; its TestSchedulePlan cases all pass.
    4. The executor on threads runs a toy chain y = w_s * x through every
-      virtual stage (all kinds, 1/2/4 stages, chunks) and its weight
+      virtual stage (all kinds, 1/2/4 stages, chunks, receives posted ahead
+      too) and its weight
       gradients equal a direct computation in double. With bf16 and f16
       boundaries (par_pp_run_desc.dtype) every bit a stage writes arrives at
       its neighbour unchanged and nothing past count elements moves; a dtype
-      that is no activation type is refused. */
+      that is no activation type is refused; a receive posted twice or never
+      waited for fails the run by name. */
 #include "test.h"
 #include "pp_toy.h"
 
@@ -30,6 +41,18 @@ static par_pp_schedule *make(int p, int v, int m, par_pp_kind kind) {
     d.stages = p, d.chunks = v, d.micro_batches = m, d.kind = kind;
     CHECK_MSG(par_pp_schedule_make(&d, &s) == PAR_OK, "%s p %d v %d m %d", par_pp_kind_name(kind), p, v, m);
     return s;
+}
+
+/* The chunks per rank kind runs over: 1, else 2 (interleaved, looped_bfs,
+   zb1p), whichever it takes at 4 stages and 8 micro-batches, so the loops
+   over every kind below need no list of them. */
+static int kind_chunks(par_pp_kind kind) {
+    par_pp_schedule_desc d;
+    par_pp_schedule *s = NULL;
+    memset(&d, 0, sizeof d);
+    d.stages = 4, d.chunks = 1, d.micro_batches = 8, d.kind = kind;
+    if (par_pp_schedule_make(&d, &s) == PAR_OK) return par_pp_schedule_destroy(s), 1;
+    return 2;
 }
 
 /* Whole-micro-batch slots per rank: with one chunk a slot is exactly what the
@@ -163,6 +186,69 @@ static void test_interleaved_rounds(void) {
     CHECK_MSG(made + refused == 7 * 3 * 32 && made > refused, "%d made, %d refused", made, refused);
 }
 
+/* Looped BFS and ZB1P for every p 2..8, v 2..4, m 1..32: made and checked
+   (ZB1P refused exactly where interleaved's rounds rule refuses), with the
+   published figures. F = 1, B = 2, I = W = 1 per chunk, so a rank's work is
+   3 m v units. Looped BFS runs its chunks breadth-first: it fills and drains
+   once, (p - 1) chunk forwards and backwards, bubble (p - 1) / (m v + p - 1)
+   for m >= p (a GPipe over m v micro-batch chunks), holding every chunk.
+   ZB1P (the ZB paper's ZB-1P over chunks): each rank idles only the p - 1
+   forward chunks of the fill, bubble (p - 1) / (3 m v + p - 1) for m >= p,
+   never above interleaved 1F1B's bubble, at no more chunks held. */
+static void test_chunked_kinds(void) {
+    par_pp_schedule_desc d;
+    int p, v, m, made = 0, refused = 0;
+    for (p = 2; p <= 8; p++)
+        for (v = 2; v <= 4; v++)
+            for (m = 1; m <= 32; m++) {
+                const int rounds = m / p > 1 ? m / p : 1;
+                par_pp_schedule *sb = NULL, *sz = NULL, *si = NULL;
+                par_pp_check cb, cz, ci;
+                char grid[512];
+                int r, all_held = 1;
+                memset(&d, 0, sizeof d);
+                d.stages = p, d.chunks = v, d.micro_batches = m, d.kind = PAR_PP_LOOPED_BFS;
+                CHECK_OK(par_pp_schedule_make(&d, &sb));
+                if (!sb) continue;
+                CHECK_MSG(par_pp_schedule_check(sb, &cb, grid, sizeof grid) == PAR_OK, "looped_bfs p %d v %d m %d:\n%s",
+                          p, v, m, grid);
+                for (r = 0; r < p; r++) all_held &= cb.peak_in_flight[r] == m * v;
+                CHECK_MSG(all_held, "looped_bfs p %d v %d m %d: rank 0 holds %d of %d chunks", p, v, m,
+                          cb.peak_in_flight[0], m * v);
+                CHECK_MSG(m < p || fabs(cb.bubble - (double)(p - 1) / (m * v + p - 1)) < 1e-12,
+                          "looped_bfs p %d v %d m %d bubble %.4f", p, v, m, cb.bubble);
+                check_slots(sb, &cb, "looped_bfs");
+                par_pp_schedule_destroy(sb);
+                d.kind = PAR_PP_ZB1P;
+                if (m % rounds) {
+                    CHECK_ERR(par_pp_schedule_make(&d, &sz), PAR_EINVAL, "the zb1p schedule runs the micro-batches");
+                    refused++;
+                    continue;
+                }
+                d.kind = PAR_PP_INTERLEAVED;
+                CHECK_OK(par_pp_schedule_make(&d, &si));
+                d.kind = PAR_PP_ZB1P;
+                CHECK_OK(par_pp_schedule_make(&d, &sz));
+                if (!sz || !si) continue;
+                CHECK_MSG(par_pp_schedule_check(sz, &cz, grid, sizeof grid) == PAR_OK, "zb1p p %d v %d m %d:\n%s", p, v,
+                          m, grid);
+                CHECK_OK(par_pp_schedule_check(si, &ci, NULL, 0));
+                CHECK_MSG(m < p || fabs(cz.bubble - (double)(p - 1) / (3 * m * v + p - 1)) < 1e-12,
+                          "zb1p p %d v %d m %d bubble %.4f, ideal %.4f", p, v, m, cz.bubble,
+                          (double)(p - 1) / (3 * m * v + p - 1));
+                CHECK_MSG(cz.bubble <= ci.bubble + 1e-12 && cz.max_in_flight <= ci.max_in_flight,
+                          "zb1p p %d v %d m %d: bubble %.4f holding %d, interleaved %.4f holding %d", p, v, m,
+                          cz.bubble, cz.max_in_flight, ci.bubble, ci.max_in_flight);
+                check_slots(sz, &cz, "zb1p");
+                if (p == 4 && v == 2 && m == 8)
+                    printf("  p 4 v 2 m 8: bubble interleaved %.3f, zb1p %.3f, looped_bfs %.3f\n", ci.bubble, cz.bubble,
+                           (double)(p - 1) / (m * v + p - 1));
+                par_pp_schedule_destroy(sz), par_pp_schedule_destroy(si);
+                made++;
+            }
+    CHECK_MSG(made + refused == 7 * 3 * 32 && made > refused, "%d made, %d refused", made, refused);
+}
+
 static void test_generator_errors(void) {
     par_pp_schedule_desc d;
     par_pp_schedule *s = NULL;
@@ -182,6 +268,38 @@ static void test_generator_errors(void) {
     CHECK(k == PAR_PP_ZB_H1);
     CHECK_OK(par_pp_kind_parse("interleaved_1f1b", &k));
     CHECK(k == PAR_PP_INTERLEAVED);
+    /* the chunked kinds: one chunk refused, ZB1P's rounds rule named */
+    d.stages = 4, d.chunks = 1, d.micro_batches = 8, d.kind = PAR_PP_LOOPED_BFS;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the looped_bfs schedule needs at least 2 model chunks");
+    d.kind = PAR_PP_ZB1P;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the zb1p schedule needs at least 2 model chunks");
+    d.chunks = 2, d.micro_batches = 9;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL,
+              "the zb1p schedule runs the micro-batches in micro-batches / stages = 2 rounds of equal size, and 9 "
+              "micro-batches do not split into 2");
+    d.kind = PAR_PP_LOOPED_BFS; /* no rounds: any m */
+    CHECK_OK(par_pp_schedule_make(&d, &s));
+    par_pp_schedule_destroy(s), s = NULL;
+    d.kind = PAR_PP_ZB_H1;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "2 model chunks per rank need the interleaved schedule (or "
+                                                        "looped_bfs, zb1p), not zb-h1");
+    { /* every spelling: ours and PyTorch's class names (get_schedule_class lower-cases them) */
+        static const struct {
+            const char *name;
+            par_pp_kind kind;
+        } names[] = {{"looped_bfs", PAR_PP_LOOPED_BFS},       {"LoopedBFS", PAR_PP_LOOPED_BFS},
+                     {"bfs", PAR_PP_LOOPED_BFS},              {"zb1p", PAR_PP_ZB1P},
+                     {"ZB1P", PAR_PP_ZB1P},                   {"interleaved_zb", PAR_PP_ZB1P},
+                     {"interleaved_zero_bubble", PAR_PP_ZB1P}, {"InterleavedZeroBubble", PAR_PP_ZB1P}};
+        size_t i;
+        for (i = 0; i < sizeof names / sizeof names[0]; i++) {
+            k = PAR_PP_GPIPE;
+            CHECK_MSG(par_pp_kind_parse(names[i].name, &k) == PAR_OK && k == names[i].kind, "%s", names[i].name);
+        }
+    }
+    CHECK_STR(par_pp_kind_name(PAR_PP_LOOPED_BFS), "looped_bfs");
+    CHECK_STR(par_pp_kind_name(PAR_PP_ZB1P), "zb1p");
+    CHECK_ERR(par_pp_kind_parse("zb2p", &k), PAR_EINVAL, "looped_bfs (loopedbfs, bfs), zb1p (interleaved_zb");
 }
 
 /* ---- 2. text ------------------------------------------------------------------------- */
@@ -205,6 +323,20 @@ static void test_text(void) {
     CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 1 0\n", &t), PAR_EPARSE,
               "micro-batch 1");
     CHECK_ERR(par_pp_schedule_parse("stages=2\n", &t), PAR_EPARSE, "line 1");
+    { /* posts round-trip too */
+        static const char posted[] = "pipeline stages=2 chunks=1 micro_batches=1\n"
+                                     "rank 0: F 0 0, SA 0 0, PG 0 0, RG 0 0, B 0 0\n"
+                                     "rank 1: PA 0 0, RA 0 0, F 0 0, B 0 0, SG 0 0\n";
+        CHECK_OK(par_pp_schedule_parse(posted, &t));
+        if (t) {
+            par_pp_schedule_format(t, b, sizeof b);
+            CHECK_STR(b, posted);
+            CHECK_OK(par_pp_schedule_check(t, NULL, NULL, 0));
+        }
+        par_pp_schedule_destroy(t), t = NULL;
+        CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nrank 0: F 0 0, PX 0 0\n", &t),
+                  PAR_EPARSE, "OP one of F B I W SA RA SG RG PA PG");
+    }
     /* past int: refused, never wrapped (sscanf's %d read 4294967298 as 2) */
     CHECK_ERR(par_pp_schedule_parse("pipeline stages=4294967298 chunks=1 micro_batches=2\nrank 0: F 0 0\n", &t),
               PAR_EPARSE, "whole numbers up to 2147483647");
@@ -260,23 +392,367 @@ static void test_bad_schedules(void) {
         "rank 1 never runs the weight gradient (W) of micro-batch 0 chunk 0", "I without W");
 }
 
+/* Receives posted ahead (PA / PG) and waited for later (RA / RG): each
+   rule, refused by name. */
+static void test_bad_posts(void) {
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: PA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (F 0 0): its input activation was posted (PA) but not waited for (no RA before it)",
+        "post without its wait");
+    bad("pipeline stages=2 chunks=1 micro_batches=2\n"
+        "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+        "rank 1: PA 0 0, RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, PA 1 0, F 1 0, B 1 0, SG 1 0\n",
+        "rank 1, step 6 (PA 1 0): posts the receive of this activation after receiving it", "post after the receive");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: PA 0 0, PA 0 0, RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (PA 0 0): a second post of this activation's receive", "two posts");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, PG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "rank 0, step 3 (B 0 0): its output gradient was posted (PG) but not waited for (no RG before it)",
+        "gradient posted, never waited");
+    bad("pipeline stages=2 chunks=1 micro_batches=2\n" /* posted in another order than sent: matched in post order */
+        "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+        "rank 1: PA 1 0, PA 0 0, RA 0 0, F 0 0, RA 1 0, F 1 0, B 0 0, SG 0 0, B 1 0, SG 1 0\n",
+        "rank 1, step 0 (PA 1 0): the next activation from rank 0 is for micro-batch 0 chunk 0", "posts out of order");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: PA 0 0, F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "rank 0, step 0 (PA 0 0): the first virtual stage receives no activation", "post on the first stage");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n" /* posted, then the rank stops: never waited for */
+        "rank 0: F 0 0, SA 0 0, PG 0 0\n"
+        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "rank 0 posts the receive of the gradient of micro-batch 0 chunk 0 (PG) and never waits for it (RG)",
+        "posted, never waited");
+    bad("pipeline stages=2 chunks=1 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (RA 0 0): a second receive of this activation", "two receives");
+}
+
+/* Posting ahead changes where a receive blocks, not what runs: every
+   generator's schedule with all its receives posted at the start of each
+   list (tests/pp_toy.h's toy_post_ahead) passes with the same makespan and
+   bubble, while the same receives made blocking at those early places (RA /
+   RG at the start) deadlock or score longer. */
+static void test_post_ahead_time(void) {
+    int k, p;
+    for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++)
+        for (p = 2; p <= 4; p += 2) {
+            const int v = kind_chunks((par_pp_kind)k);
+            par_pp_schedule *s = make(p, v, 2 * p, (par_pp_kind)k), *t = s ? toy_post_ahead(s) : NULL;
+            par_pp_check a, b;
+            char grid[4096];
+            CHECK_MSG(t != NULL, "%s p %d: posted ahead", par_pp_kind_name((par_pp_kind)k), p);
+            if (t) {
+                CHECK_OK(par_pp_schedule_check(s, &a, NULL, 0));
+                CHECK_MSG(par_pp_schedule_check(t, &b, grid, sizeof grid) == PAR_OK, "%s p %d posted:\n%s",
+                          par_pp_kind_name((par_pp_kind)k), p, grid);
+                CHECK_MSG(a.makespan == b.makespan && a.bubble == b.bubble && a.max_in_flight == b.max_in_flight,
+                          "%s p %d: makespan %g posted %g", par_pp_kind_name((par_pp_kind)k), p, a.makespan,
+                          b.makespan);
+            }
+            par_pp_schedule_destroy(s), par_pp_schedule_destroy(t);
+        }
+    { /* 1F1B p 2 m 2, rank 1 posting both activations' receives first: as a
+         blocking receive the second one waits for rank 0's second forward
+         before rank 1 may run its first, 1 unit later than posted */
+        par_pp_schedule *s = NULL;
+        par_pp_check a, b;
+        CHECK_OK(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=2\n"
+                                       "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+                                       "rank 1: PA 0 0, PA 1 0, RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, B 1 0, "
+                                       "SG 1 0\n", &s));
+        if (s) CHECK_OK(par_pp_schedule_check(s, &a, NULL, 0));
+        par_pp_schedule_destroy(s), s = NULL;
+        CHECK_OK(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=2\n"
+                                       "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+                                       "rank 1: RA 0 0, RA 1 0, F 0 0, B 0 0, SG 0 0, F 1 0, B 1 0, SG 1 0\n", &s));
+        if (s) CHECK_OK(par_pp_schedule_check(s, &b, NULL, 0));
+        par_pp_schedule_destroy(s);
+        /* posted: rank 1 runs F0 1..2, B0 2..4, F1 4..5, B1 5..7, rank 0 B1 7..9;
+           blocking: rank 1 waits for both activations (2), all 1 later: 10 */
+        CHECK_MSG(a.makespan == 9.0 && b.makespan == 10.0, "posted %g, blocking %g", a.makespan, b.makespan);
+    }
+}
+
+/* ---- 5. PyTorch's schedules ------------------------------------------------------------- */
+
+/* PyTorch writes an action "<stage><type><micro-batch>" (_Action.from_str:
+   "2F0", "3I1", "0W3", "1B0", "0SEND_F0", "2RECV_B1"), its stage s on rank
+   s % p as chunk s / p (the loop placement, generate_stage_to_rank_mapping's
+   default). pt_append adds one to rank r's list in our form. form 0 is a
+   compute-only list (F, I, W, B), lowered as our generators do: a receive
+   just before the compute that needs it, a send just after. form 1 is
+   PyTorch's lowered list: SEND_F / SEND_B are SA / SG, RECV_F / RECV_B are
+   posted (PA / PG) and the compute that needs them waits first (RA / RG).
+   form 2 takes those receives as blocking where they stand (RA / RG), how
+   our checker read every receive before posts. 0 on a token it cannot read. */
+static int pt_append(par_pp_schedule *s, int p, const char *tok, int form, unsigned char *pending) {
+    static const struct {
+        const char *text;
+        int op; /* par_pp_op, or -1/-2 for RECV_F/RECV_B */
+    } types[] = {{"SEND_F", PAR_PP_SEND_ACT}, {"RECV_F", -1}, {"SEND_B", PAR_PP_SEND_GRAD}, {"RECV_B", -2},
+                 {"F", PAR_PP_F}, {"I", PAR_PP_I}, {"W", PAR_PP_W}, {"B", PAR_PP_B}};
+    const int v = par_pp_schedule_chunks(s), m = par_pp_schedule_micro_batches(s), last = p * v - 1;
+    char *end;
+    long stage = strtol(tok, &end, 10), mb;
+    size_t i;
+    int r, c, vs, op = -9;
+    for (i = 0; i < sizeof types / sizeof types[0] && op == -9; i++)
+        if (!strncmp(end, types[i].text, strlen(types[i].text))) op = types[i].op, end += strlen(types[i].text);
+    mb = strtol(end, &end, 10);
+    if (op == -9 || stage < 0 || stage > last || mb < 0 || mb >= m) return 0;
+    vs = (int)stage, r = vs % p, c = vs / p;
+    if (op == -1 || op == -2) { /* a receive */
+        const int g = op == -2;
+        if (form == 2)
+            return par_pp_schedule_append(s, r, g ? PAR_PP_RECV_GRAD : PAR_PP_RECV_ACT, (int)mb, c) == PAR_OK;
+        pending[(g * last + vs) * m + mb] = 1;
+        return par_pp_schedule_append(s, r, g ? PAR_PP_POST_GRAD : PAR_PP_POST_ACT, (int)mb, c) == PAR_OK;
+    }
+    if (op == PAR_PP_F && (form == 0 ? vs > 0 : pending[vs * m + mb])) {
+        pending[vs * m + mb] = 0;
+        if (par_pp_schedule_append(s, r, PAR_PP_RECV_ACT, (int)mb, c) != PAR_OK) return 0;
+    }
+    if ((op == PAR_PP_B || op == PAR_PP_I) && (form == 0 ? vs < last : pending[(last + vs) * m + mb])) {
+        pending[(last + vs) * m + mb] = 0;
+        if (par_pp_schedule_append(s, r, PAR_PP_RECV_GRAD, (int)mb, c) != PAR_OK) return 0;
+    }
+    if (par_pp_schedule_append(s, r, (par_pp_op)op, (int)mb, c) != PAR_OK) return 0;
+    if (form == 0 && op == PAR_PP_F && vs < last)
+        return par_pp_schedule_append(s, r, PAR_PP_SEND_ACT, (int)mb, c) == PAR_OK;
+    if (form == 0 && (op == PAR_PP_B || op == PAR_PP_I) && vs > 0)
+        return par_pp_schedule_append(s, r, PAR_PP_SEND_GRAD, (int)mb, c) == PAR_OK;
+    return 1;
+}
+
+/* A PyTorch schedule, one text line per rank of comma-separated actions (a
+   CSV artifact's rows, or a test's lists), in our form; NULL if unreadable. */
+static par_pp_schedule *pt_schedule(const char *csv, int p, int v, int m, int form) {
+    par_pp_schedule *s = NULL;
+    unsigned char pending[2 * 64 * 16];
+    int row = 0;
+    memset(pending, 0, sizeof pending);
+    if (p * v * m > 64 * 16 || par_pp_schedule_create(p, v, m, &s) != PAR_OK) return NULL;
+    while (*csv) {
+        char tok[32];
+        size_t n = strcspn(csv, ",\n");
+        if (n < sizeof tok) {
+            memcpy(tok, csv, n), tok[n] = 0;
+            if (strspn(tok, " \r") < n && !pt_append(s, p, tok + strspn(tok, " "), form, pending)) {
+                CHECK_MSG(0, "PyTorch action \"%s\" on row %d: %s", tok, row, par_last_error());
+                return par_pp_schedule_destroy(s), NULL;
+            }
+        }
+        csv += n;
+        if (*csv == '\n') row++;
+        if (*csv) csv++;
+    }
+    return s;
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    long n;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = (char *)malloc((size_t)n + 1)) != NULL) {
+        if (fread(text, 1, (size_t)n, f) != (size_t)n) free(text), text = NULL;
+        else text[n] = 0;
+    }
+    fclose(f);
+    return text;
+}
+
+/* Rank r's compute actions (F, B, I, W) as text, "F 0 0, I 0 1, ..."; with
+   merge_bw an I directly followed by the W of the same micro-batch chunk is
+   one B (PyTorch's _merge_bw). */
+static void compute_text(const par_pp_schedule *s, int r, int merge_bw, char *buf, size_t size) {
+    int n, k;
+    size_t used = 0;
+    const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+    buf[0] = 0;
+    for (k = 0; k < n && used < size; k++) {
+        static const char *const name[] = {"F", "B", "I", "W"};
+        int op = (int)a[k].op, j = k + 1;
+        if (op > PAR_PP_W) continue;
+        while (j < n && a[j].op > PAR_PP_W) j++; /* the next compute action */
+        if (merge_bw && op == PAR_PP_I && j < n && a[j].op == PAR_PP_W && a[j].micro_batch == a[k].micro_batch &&
+            a[j].chunk == a[k].chunk)
+            op = PAR_PP_B, k = j;
+        used += (size_t)snprintf(buf + used, size - used, "%s%s %d %d", used ? ", " : "", name[op], a[k].micro_batch,
+                                 a[k].chunk);
+    }
+}
+
+/* test/distributed/pipelining/artifacts/zb1p_2rank_2stagep_{compute,comms}.csv
+   (copied to tests/data/pipeline/), read by PyTorch's
+   TestScheduleLowering.test_csv in test_schedule.py: 2 ranks, 2 stages per
+   rank, 8 micro-batches of ScheduleInterleavedZeroBubble. The compute
+   order is exactly our ZB1P generator's (p 2, v 2, m 8) and passes our
+   checker; the lowered one (I + W merged into B where adjacent, receives
+   posted ahead) passes with its receives as posts, its compute order our
+   ZB1P's merged the same way; read as blocking receives where PyTorch posts
+   them (the checker before PA / PG) it scores longer. */
+static void test_pytorch_artifacts(void) {
+    char *compute = read_text("tests/data/pipeline/zb1p_2rank_2stagep_compute.csv");
+    char *comms = read_text("tests/data/pipeline/zb1p_2rank_2stagep_comms.csv");
+    par_pp_schedule *ours = make(2, 2, 8, PAR_PP_ZB1P), *pc = NULL, *pl = NULL, *pb = NULL;
+    par_pp_check co, cc, cl, cb;
+    static char a[4096], b[4096], grid[4096];
+    int r;
+    CHECK_MSG(compute && comms, "tests/data/pipeline/zb1p_2rank_2stagep_*.csv (run from the repository root)");
+    if (compute) pc = pt_schedule(compute, 2, 2, 8, 0);
+    if (comms) pl = pt_schedule(comms, 2, 2, 8, 1), pb = pt_schedule(comms, 2, 2, 8, 2);
+    if (ours && pc && pl && pb) {
+        CHECK_OK(par_pp_schedule_check(ours, &co, NULL, 0));
+        CHECK_MSG(par_pp_schedule_check(pc, &cc, grid, sizeof grid) == PAR_OK, "zb1p compute.csv:\n%s", grid);
+        CHECK_MSG(par_pp_schedule_check(pl, &cl, grid, sizeof grid) == PAR_OK, "zb1p comms.csv (posted):\n%s", grid);
+        for (r = 0; r < 2; r++) {
+            compute_text(ours, r, 0, a, sizeof a), compute_text(pc, r, 0, b, sizeof b);
+            CHECK_MSG(!strcmp(a, b), "rank %d: our zb1p\n  %s\nPyTorch's compute.csv\n  %s", r, a, b);
+            compute_text(ours, r, 1, a, sizeof a), compute_text(pl, r, 0, b, sizeof b);
+            CHECK_MSG(!strcmp(a, b), "rank %d: our zb1p, I+W merged\n  %s\nPyTorch's comms.csv\n  %s", r, a, b);
+        }
+        CHECK_MSG(cc.makespan == co.makespan && cc.bubble == co.bubble, "compute.csv: makespan %g, ours %g",
+                  cc.makespan, co.makespan);
+        /* blocking where posted: a deadlock or a longer run */
+        if (par_pp_schedule_check(pb, &cb, NULL, 0) == PAR_OK) {
+            CHECK_MSG(cb.makespan > cl.makespan, "comms.csv blocking %g vs posted %g", cb.makespan, cl.makespan);
+            printf("  PyTorch zb1p_2rank_2stagep: ours/compute.csv makespan %g (bubble %.3f), comms.csv posted %g "
+                   "(bubble %.3f), the same receives blocking %g (+%.0f%%)\n", co.makespan, co.bubble, cl.makespan,
+                   cl.bubble, cb.makespan, 100.0 * (cb.makespan / cl.makespan - 1));
+        } else {
+            CHECK_MSG(strstr(par_last_error(), "deadlock") != NULL, "comms.csv blocking: %s", par_last_error());
+            printf("  PyTorch zb1p_2rank_2stagep: ours/compute.csv makespan %g (bubble %.3f), comms.csv posted %g "
+                   "(bubble %.3f); its receives blocking where posted deadlock\n", co.makespan, co.bubble,
+                   cl.makespan, cl.bubble);
+        }
+    }
+    par_pp_schedule_destroy(ours), par_pp_schedule_destroy(pc), par_pp_schedule_destroy(pl);
+    par_pp_schedule_destroy(pb), free(compute), free(comms);
+}
+
+/* One PyTorch case: want NULL to pass our checker, else refused with want
+   in the message. */
+static void pt_case(const char *label, const char *lists, int p, int v, int m, int form, const char *want) {
+    par_pp_schedule *s = pt_schedule(lists, p, v, m, form);
+    char grid[4096];
+    CHECK_MSG(s != NULL, "%s: unreadable", label);
+    if (!s) return;
+    if (!want)
+        CHECK_MSG(par_pp_schedule_check(s, NULL, grid, sizeof grid) == PAR_OK, "%s:\n%s", label, grid);
+    else
+        CHECK_MSG(par_pp_schedule_check(s, NULL, NULL, 0) == PAR_EINVAL && strstr(par_last_error(), want),
+                  "%s: want \"%s\", got \"%s\"", label, want, par_last_error());
+    par_pp_schedule_destroy(s);
+}
+
+/* The hand-written cases of PyTorch's test/distributed/pipelining/
+   test_schedule.py, each passing or refused as its _validate_schedule (or
+   its lowering test) says, then three it accepts and ours refuses. */
+static void test_pytorch_cases(void) {
+    /* TestValidateSchedule.test_valid_schedule: both lists valid (2 ranks, 2 stages, 1 micro-batch) */
+    pt_case("test_valid_schedule[0]", "0F0,0B0\n1F0,1B0\n", 2, 1, 1, 0, NULL);
+    pt_case("test_valid_schedule[1]", "0F0,0I0,0W0\n1F0,1I0,1W0\n", 2, 1, 1, 0, NULL);
+    /* TestValidateSchedule.test_invalid_schedule_missing_rank: rank 1 has no
+       list; ours: rank 0 waits for a gradient nobody sends */
+    pt_case("test_invalid_schedule_missing_rank", "0F0,0B0\n", 2, 1, 1, 0,
+            "deadlock: every unfinished rank waits for a message no rank will send: rank 0 step 2 (RG 0 0)");
+    /* TestValidateSchedule.test_invalid_schedule_missing_action: forwards only */
+    pt_case("test_invalid_schedule_missing_action", "0F0\n1F0\n", 2, 1, 1, 0,
+            "rank 0 never runs the backward (B or I) of micro-batch 0 chunk 0");
+    /* TestScheduleLowering.test_send_recv, "simple_2_rank_2_stage": the
+       compute lists and PyTorch's lowering of them (rank 1 posts both
+       receives before its first forward) */
+    pt_case("test_send_recv simple_2_rank_2_stage compute", "0F0,0F1,   ,0B0,   ,0B1\n   ,1F0,1B0,1F1,1B1,   \n", 2, 1,
+            2, 0, NULL);
+    pt_case("test_send_recv simple_2_rank_2_stage comms",
+            "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+            "1RECV_F0,1RECV_F1,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1\n", 2, 1, 2, 1, NULL);
+    /* (its "v_2_rank_4_stage" case places stages 0..3 on ranks 0, 1, 1, 0:
+       the V placement, which this text form cannot write yet) */
+
+    /* Accepted by PyTorch's _validate_schedule, refused by ours. It counts
+       each stage's F, B, I and W micro-batches in sets and compares counts,
+       so (1) a forward run twice counts once, and (2) B of micro-batch 0
+       plus I and W of micro-batch 0 again add up to the 2 backwards of
+       m = 2 while micro-batch 1 never has one; and (3) it checks each rank
+       alone: the order across ranks (here a wait cycle: rank 0's B0 needs
+       rank 1's, which comes after rank 1's F1, which needs rank 0's F1,
+       which comes after its B0) is not its concern. */
+    pt_case("a forward twice", "0F0,0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n", 2, 1, 2, 0,
+            "rank 0, step 2 (F 0 0): a second forward of this micro-batch chunk");
+    pt_case("B and I+W of one micro-batch, none of the other", "0F0,0F1,0B0,0I0,0W0\n1F0,1F1,1B0,1B1\n", 2, 1, 2, 0,
+            "rank 0, step 6 (RG 0 0): a second receive of this gradient");
+    pt_case("a wait cycle across ranks", "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n", 2, 1, 2, 0, "deadlock");
+}
+
+/* TestSchedulePlan in test_schedule.py: its (stages per rank, micro-batches,
+   ranks) cases. test_pipeline_order runs ScheduleInterleaved1F1B and
+   ScheduleLoopedBFS on those where p divides m; test_pipeline_order_flex_
+   and_zero_bubble ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble
+   on all; PyTorch simulates each (_simulate_comms_compute). Ours: made and
+   passed by the checker, every one. */
+static void test_pytorch_plan_cases(void) {
+    static const int cases[][3] = {{2, 2, 2},  {2, 4, 4},   {2, 8, 2},    {2, 8, 4},  {2, 8, 8},  {4, 4, 4},
+                                   {4, 8, 4},  {4, 8, 8},   {4, 16, 4},   {4, 32, 4}, {4, 64, 4}, {4, 16, 16},
+                                   {4, 32, 32}, {4, 128, 64}, {3, 2, 2},  {3, 8, 2},  {3, 12, 4}, {4, 6, 3},
+                                   {4, 10, 5}, {2, 3, 4},   {2, 4, 4},    {2, 10, 4}, {2, 15, 4}};
+    size_t i;
+    int checked = 0;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int v = cases[i][0], m = cases[i][1], p = cases[i][2];
+        const par_pp_kind kinds[3] = {PAR_PP_INTERLEAVED, PAR_PP_LOOPED_BFS, PAR_PP_ZB1P};
+        int k;
+        for (k = 0; k < 3; k++) {
+            par_pp_schedule *s;
+            if (kinds[k] == PAR_PP_LOOPED_BFS && m % p) continue; /* test_pipeline_order's filter */
+            s = make(p, v, m, kinds[k]);
+            if (!s) continue;
+            CHECK_MSG(par_pp_schedule_check(s, NULL, NULL, 0) == PAR_OK, "%s v %d m %d p %d: %s",
+                      par_pp_kind_name(kinds[k]), v, m, p, par_last_error());
+            par_pp_schedule_destroy(s);
+            checked++;
+        }
+    }
+    CHECK_MSG(checked == 23 * 2 + 20, "%d schedules checked", checked); /* looped BFS: 20 cases with p | m */
+}
+
 /* ---- 4. the executor ----------------------------------------------------------------- */
 
-static void run_toy(int p, int v, int m, par_pp_kind kind) {
+/* The toy through kind's schedule (with post_ahead: every receive posted at
+   the start of each rank's list, waited for where it was received). */
+static void run_toy_posted(int p, int v, int m, par_pp_kind kind, int post_ahead) {
     toy t;
     par_ctx_desc pd;
+    par_pp_schedule *posted = NULL;
     char mesh[32];
     int s, ok = 1;
     toy_init(&t, p, v, m, kind);
+    if (post_ahead) {
+        par_pp_schedule *g = make(p, v, m, kind);
+        t.schedule = posted = g ? toy_post_ahead(g) : NULL;
+        par_pp_schedule_destroy(g);
+        CHECK_MSG(posted != NULL, "%s p %d v %d m %d: posted ahead", par_pp_kind_name(kind), p, v, m);
+        if (!posted) return;
+    }
     snprintf(mesh, sizeof mesh, "pp=%d", p);
     memset(&pd, 0, sizeof pd);
     pd.mesh = mesh, pd.timeout_ms = 20000, pd.kernel_threads = 1;
     CHECK_MSG(par_run_threads_desc(&pd, p, toy_body, &t) == PAR_OK, "%s p %d v %d m %d", par_pp_kind_name(kind), p,
               v, m);
     for (s = 0; s < p; s++) ok &= toy_stage_ok(&t, s);
-    CHECK_MSG(ok, "%s p %d v %d m %d: dw[0] %.9g, want %.9g", par_pp_kind_name(kind), p, v, m, t.got_dw[0],
-              t.want_dw[0]);
+    CHECK_MSG(ok, "%s p %d v %d m %d%s: dw[0] %.9g, want %.9g", par_pp_kind_name(kind), p, v, m,
+              post_ahead ? " (posted ahead)" : "", t.got_dw[0], t.want_dw[0]);
+    par_pp_schedule_destroy(posted);
 }
+
+static void run_toy(int p, int v, int m, par_pp_kind kind) { run_toy_posted(p, v, m, kind, 0); }
 
 static void test_executor(void) {
     static const int ps[] = {1, 2, 4};
@@ -285,15 +761,53 @@ static void test_executor(void) {
     for (i = 0; i < sizeof ps / sizeof ps[0]; i++)
         for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++) {
             const int p = ps[i];
-            if (k == PAR_PP_INTERLEAVED) {
+            if (kind_chunks((par_pp_kind)k) == 2) {
                 run_toy(p, 2, p, (par_pp_kind)k);
                 run_toy(p, 2, 2 * p, (par_pp_kind)k);
+                run_toy(p, 2, k == PAR_PP_LOOPED_BFS ? 2 * p + 1 : 3, (par_pp_kind)k); /* odd: bfs any, rounds 1 */
+                if (p > 1) run_toy_posted(p, 2, 2 * p, (par_pp_kind)k, 1);
                 continue;
             }
             run_toy(p, 1, p, (par_pp_kind)k);
             run_toy(p, 1, 2 * p + 1, (par_pp_kind)k);
             run_toy(p, 1, 1, (par_pp_kind)k);
+            if (p > 1) run_toy_posted(p, 1, 2 * p + 1, (par_pp_kind)k, 1);
         }
+}
+
+/* The executor on schedules the checker refuses (par_pp_run does not run
+   the checker): a receive posted twice is refused at the second post, one
+   never waited for after the list (its message is waited for first, so no
+   request outlives the run). */
+static void test_executor_bad_posts(void) {
+    static const struct {
+        const char *text, *want;
+    } cases[] = {{"pipeline stages=2 chunks=1 micro_batches=1\n"
+                  "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+                  "rank 1: PA 0 0, F 0 0, B 0 0, SG 0 0\n",
+                  "stage 1 posts a receive (PA / PG) and never waits for it (RA / RG)"},
+                 {"pipeline stages=2 chunks=1 micro_batches=1\n"
+                  "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\n"
+                  "rank 1: PA 0 0, PA 0 0, RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+                  "par_pp_run: stage 1, step 1 (PA 0 0): a second post of this receive"}};
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        par_pp_schedule *s = NULL;
+        par_ctx_desc pd;
+        toy t;
+        par_status st;
+        CHECK_OK(par_pp_schedule_parse(cases[i].text, &s));
+        if (!s) continue;
+        CHECK(par_pp_schedule_check(s, NULL, NULL, 0) == PAR_EINVAL);
+        toy_init(&t, 2, 1, 1, PAR_PP_1F1B);
+        t.schedule = s;
+        memset(&pd, 0, sizeof pd);
+        pd.mesh = "pp=2", pd.timeout_ms = 5000, pd.kernel_threads = 1;
+        st = par_run_threads_desc(&pd, 2, toy_body, &t);
+        CHECK_MSG(st != PAR_OK && t.bad[1] && strstr(par_last_error(), cases[i].want), "case %d: %s, want \"%s\"",
+                  (int)i, par_last_error(), cases[i].want);
+        par_pp_schedule_destroy(s);
+    }
 }
 
 /* A schedule whose stage count is not the ranks along the stage dims: refused
@@ -613,9 +1127,16 @@ int main(void) {
     test_check_many_ranks();
     test_generator_errors();
     test_interleaved_rounds();
+    test_chunked_kinds();
     test_text();
     test_bad_schedules();
+    test_bad_posts();
+    test_post_ahead_time();
+    test_pytorch_artifacts();
+    test_pytorch_cases();
+    test_pytorch_plan_cases();
     test_executor();
+    test_executor_bad_posts();
     test_stage_mismatch();
     test_executor_16bit();
     test_bad_dtype();

@@ -125,7 +125,8 @@ typedef struct llama_config {
     int pp_interleave_num;           /* model_config: 1 (virtual pipeline stages) */
     int offset;                      /* model_config: 0 (layers moved between pipeline stages) */
     int pipeline_interleave;         /* parallel.pipeline_config: bool, false */
-    char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default), "gpipe" or "zb-h1" */
+    char pipeline_scheduler[16];     /* parallel.pipeline_config: "1f1b" (default), "gpipe", "zb-h1"; over
+                                        chunks "1f1b" (interleaved), "looped_bfs" or "zb1p" */
     int micro_batch_interleave_num;  /* top level (or parallel_config): 1 (multi-copy interleave) */
 
     /* recompute_config (parallel.h's >>recompute; the trainer resolves them per layer) */
@@ -333,7 +334,10 @@ typedef struct llama__key {
 
 static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0},   {"gpipe", "gpipe", 1},
                                                      {"zb-h1", "zb-h1", 2}, {"zbh1", "zb-h1", 2},
-                                                     {"zero_bubble", "zb-h1", 2}, {NULL, NULL, 0}};
+                                                     {"zero_bubble", "zb-h1", 2}, {"looped_bfs", "looped_bfs", 3},
+                                                     {"loopedbfs", "looped_bfs", 3}, {"bfs", "looped_bfs", 3},
+                                                     {"zb1p", "zb1p", 4}, {"interleaved_zb", "zb1p", 4},
+                                                     {"interleaved_zero_bubble", "zb1p", 4}, {NULL, NULL, 0}};
 static const llama__choice llama__scale_senses[] = {{"none", "none", 0},
                                                     {"DynamicLossScaleUpdateCell", "DynamicLossScaleUpdateCell", 1},
                                                     {"FixedLossScaleUpdateCell", "FixedLossScaleUpdateCell", 2},
@@ -450,7 +454,7 @@ static const llama__key llama__keys[] = {
      "fine-grained interleave: each micro-batch's samples cut into this many slices that run every layer interleaved (one slice computes while another's all-gather or reduce-scatter is in flight) and rejoin after it, as MindFormers' interleaved decoder layer; needs use_seq_parallel true, not with micro_batch_interleave_num > 1, pipeline_stage or context_parallel > 1"},
     {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
-     "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule); > 1 needs parallel.pipeline_config.pipeline_interleave true and micro_batch_num splitting into micro_batch_num / pipeline_stage rounds of equal size (any count when it is below 2 pipeline_stage)"},
+     "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule, or pipeline_scheduler looped_bfs, zb1p); > 1 needs parallel.pipeline_config.pipeline_interleave true and, but for looped_bfs, micro_batch_num splitting into micro_batch_num / pipeline_stage rounds of equal size (any count when it is below 2 pipeline_stage)"},
     {"model.model_config.offset", LLAMA__T_INT, LLAMA__AT(offset), 0, -4096, 4096, 0, NULL, "0", NULL,
      "layers moved from the first pipeline stage (virtual stage) to the last: num_layers / (pipeline_stage x pp_interleave_num) per stage, the first offset fewer, the last offset more (negative: the other way); every stage keeps at least one layer (MindFormers also takes a per-stage list: not here)"},
 
@@ -514,7 +518,7 @@ static const llama__key llama__keys[] = {
      "interleaved pipeline schedule (Megatron's interleaved 1F1B over model_config.pp_interleave_num chunks per rank); true needs pp_interleave_num > 1 and the reverse"},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__T_CHOICE, LLAMA__AT(pipeline_scheduler),
      sizeof(((llama_config *)0)->pipeline_scheduler), 0, 0, 0, llama__pp_schedulers, "1f1b", NULL,
-     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
+     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave (over model chunks) 1f1b is the interleaved 1F1B, looped_bfs (also loopedbfs, bfs) every forward chunk by chunk then the backwards, as PyTorch's ScheduleLoopedBFS, and zb1p (also interleaved_zb, interleaved_zero_bubble) the interleaved zero bubble of PyTorch's ScheduleInterleavedZeroBubble, in the interleaved schedule's rounds; no effect while pipeline_stage is 1"},
     {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__AT(search_mode), sizeof(((llama_config *)0)->search_mode), 0, 0,
      0, llama__search_modes, "recursive_programming", NULL,
      "auto_parallel's search over the degrees (parallel.h par_auto_search): dynamic_programming visits every dp x tp x cp x pp, sharding_propagation keeps the parallel_config degrees set above 1 and searches the rest, recursive_programming moves data-parallel factors to tp, cp or pp while the predicted step time falls"},
@@ -1443,8 +1447,17 @@ static int llama__when_interleave_on(const llama__vctx *v) {
 static int llama__when_interleave_off(const llama__vctx *v) {
     return !v->c->pipeline_interleave && v->c->pp_interleave_num > 1;
 }
+/* The schedules that run over model chunks: interleaved 1F1B ("1f1b" with
+   chunks), looped BFS and ZB1P; the others over one. */
+static int llama__over_chunks(const char *scheduler) {
+    return !strcmp(scheduler, "1f1b") || !strcmp(scheduler, "looped_bfs") || !strcmp(scheduler, "zb1p");
+}
 static int llama__when_scheduler(const llama__vctx *v) {
-    return v->c->pp_interleave_num > 1 && strcmp(v->c->pipeline_scheduler, "1f1b") != 0;
+    return v->c->pp_interleave_num > 1 && !llama__over_chunks(v->c->pipeline_scheduler);
+}
+static int llama__when_scheduler_chunks(const llama__vctx *v) {
+    return v->c->pipeline_stage > 1 && v->c->pp_interleave_num == 1 && strcmp(v->c->pipeline_scheduler, "1f1b") &&
+           llama__over_chunks(v->c->pipeline_scheduler);
 }
 static int llama__when_chunks_no_pp(const llama__vctx *v) {
     return v->c->pipeline_stage == 1 && v->c->pp_interleave_num > 1;
@@ -1455,7 +1468,7 @@ static int llama__when_layers_by_stages(const llama__vctx *v) { return v->c->num
 static int llama__when_empty_stage(const llama__vctx *v) { return v->n[LLAMA__N_FIRST] < 1 || v->n[LLAMA__N_LAST] < 1; }
 static int llama__when_micro_by_pp(const llama__vctx *v) { /* >>pipeline's interleaved rounds */
     const int m = v->c->micro_batch_num, rounds = m / v->c->pipeline_stage > 1 ? m / v->c->pipeline_stage : 1;
-    return v->c->pp_interleave_num > 1 && m % rounds != 0;
+    return v->c->pp_interleave_num > 1 && strcmp(v->c->pipeline_scheduler, "looped_bfs") && m % rounds != 0;
 }
 
 static int llama__when_two_clips(const llama__vctx *v) {
@@ -1552,7 +1565,14 @@ static void llama__say_batch_split(const llama__vctx *v, llama__report *r) {
 static void llama__say_scheduler(const llama__vctx *v, llama__report *r) {
     llama__rule(r,
                 "parallel.pipeline_config.pipeline_interleave = true with parallel.pipeline_config.pipeline_scheduler = "
-                "%s: the interleaved schedule is 1F1B over model chunks; use pipeline_scheduler 1f1b, or no interleave",
+                "%s: over model chunks the schedule is 1f1b (interleaved 1F1B), looped_bfs or zb1p; use one of them, "
+                "or no interleave", v->c->pipeline_scheduler);
+}
+
+static void llama__say_scheduler_chunks(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                "parallel.pipeline_config.pipeline_scheduler = %s runs over model chunks: it needs "
+                "parallel.pipeline_config.pipeline_interleave = true and model.model_config.pp_interleave_num > 1",
                 v->c->pipeline_scheduler);
 }
 
@@ -1728,6 +1748,8 @@ static const llama__vrule llama__rules[] = {
      {LLAMA__N_CHUNKS}, NULL},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__G_PP, 1, llama__when_scheduler, NULL, {0},
      llama__say_scheduler},
+    {"parallel.pipeline_config.pipeline_scheduler", LLAMA__G_PP, 1, llama__when_scheduler_chunks, NULL, {0},
+     llama__say_scheduler_chunks},
     {LLAMA__K("pp_interleave_num"), LLAMA__G_PP, 1, llama__when_chunks_no_pp,
      LLAMA__K("pp_interleave_num") " = %lld needs " LLAMA__P("pipeline_stage") " > 1", {LLAMA__N_CHUNKS}, NULL},
     {LLAMA__K("offset"), LLAMA__G_PP, 1, llama__when_offset_no_pp,
@@ -1744,7 +1766,7 @@ static const llama__vrule llama__rules[] = {
      {LLAMA__N_OFFSET, LLAMA__N_LPS, LLAMA__N_FIRST, LLAMA__N_LAST}, NULL},
     {LLAMA__P("micro_batch_num"), LLAMA__G_PP, 1, llama__when_micro_by_pp,
      LLAMA__P("micro_batch_num") " = %lld does not split into micro_batch_num / " LLAMA__P("pipeline_stage")
-     " (%lld) rounds of equal size: the interleaved schedule runs it in rounds (PyTorch's constraint)",
+     " (%lld) rounds of equal size: the interleaved and zb1p schedules run it in rounds (PyTorch's constraint)",
      {LLAMA__N_MBN, LLAMA__N_PP}, NULL},
 
     /* training: clipping, the schedule, the checkpoint to start from */

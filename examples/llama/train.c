@@ -654,8 +654,9 @@ static par_status pipeline_setup(trainer *t) {
         par_pp_schedule_desc sd;
         int peak;
         memset(&sd, 0, sizeof sd);
-        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches, sd.kind = PAR_PP_INTERLEAVED;
-        if (V == 1) LLAMA_CHECK(par_pp_kind_parse(c->pipeline_scheduler, &sd.kind));
+        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches;
+        LLAMA_CHECK(par_pp_kind_parse(c->pipeline_scheduler, &sd.kind));
+        if (V > 1 && sd.kind == PAR_PP_1F1B) sd.kind = PAR_PP_INTERLEAVED; /* 1F1B over chunks */
         if (t->opt->pp_schedule_path) /* the user's own */
             LLAMA_CHECK(load_schedule(t->opt->pp_schedule_path, P, V, t->micro_batches, &t->sched));
         else
@@ -1411,7 +1412,8 @@ static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
     int j, final, final_w = 0;
     int64_t i;
     if (op != PAR_PP_B && !(m->split_backward && (op == PAR_PP_I || op == PAR_PP_W)))
-        return par_set_error(PAR_EINVAL, "pipeline: backward op %d needs a split backward (the zb-h1 schedule)", (int)op);
+        return par_set_error(PAR_EINVAL, "pipeline: backward op %d needs a split backward (the zb-h1 or zb1p schedule)",
+                             (int)op);
     LLAMA_CHECK(pp_slot(t, mb, &a));
     if (op == PAR_PP_W) {
         LLAMA_CHECK(pp_backward_weight(t, mb, c, a));
@@ -1678,8 +1680,9 @@ static void print_summary(const trainer *t, const char *backend) {
         par_pp_schedule_check(t->sched, &pc, NULL, 0);
         printf("  pipeline   pp %d, %s, %d micro-batches, %d chunk(s) per rank: layers %s on rank 0; bubble %.3f "
                "predicted (F = 1, B = 2, I = W = 1); %d micro-batch(es) of activations in flight on rank 0\n",
-               t->pp, t->opt->pp_schedule_path ? t->opt->pp_schedule_path : t->chunks > 1 ? "interleaved 1F1B"
-                                                                                          : t->cfg->pipeline_scheduler,
+               t->pp, t->opt->pp_schedule_path                                          ? t->opt->pp_schedule_path
+                      : t->chunks > 1 && !strcmp(t->cfg->pipeline_scheduler, "1f1b") ? "interleaved 1F1B"
+                                                                                       : t->cfg->pipeline_scheduler,
                t->micro_batches, t->chunks,
                layers, pc.bubble, t->nslots);
     }

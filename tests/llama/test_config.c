@@ -1049,8 +1049,32 @@ static void test_cross_rules(void) {
     const char *ppz[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
                          "parallel_config.micro_batch_num=2", "parallel.pipeline_config.pipeline_scheduler=zero_bubble"};
-    expect_rule(ppz, 6, "parallel.pipeline_config.pipeline_scheduler = zb-h1: the interleaved schedule is 1F1B",
-                "use pipeline_scheduler 1f1b");
+    expect_rule(ppz, 6, "parallel.pipeline_config.pipeline_scheduler = zb-h1: over model chunks the schedule is 1f1b "
+                "(interleaved 1F1B), looped_bfs or zb1p", "use one of them, or no interleave");
+    /* looped_bfs and zb1p run over chunks: refused without them; looped_bfs
+       takes any micro-batch count, zb1p the interleaved rounds */
+    const char *ppb1[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "parallel_config.micro_batch_num=2", "parallel.pipeline_config.pipeline_scheduler=bfs"};
+    expect_rule(ppb1, 4, "parallel.pipeline_config.pipeline_scheduler = looped_bfs runs over model chunks: it needs "
+                "parallel.pipeline_config.pipeline_interleave = true and model.model_config.pp_interleave_num > 1", NULL);
+    const char *ppz1[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "parallel_config.micro_batch_num=2", "parallel.pipeline_config.pipeline_scheduler=zb1p"};
+    expect_rule(ppz1, 4, "pipeline_scheduler = zb1p runs over model chunks", NULL);
+    const char *ppz5[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                          "parallel_config.micro_batch_num=5",
+                          "parallel.pipeline_config.pipeline_scheduler=interleaved_zero_bubble"};
+    expect_rule(ppz5, 6, "parallel_config.micro_batch_num = 5 does not split into micro_batch_num / "
+                "parallel_config.pipeline_stage (2) rounds", "the interleaved and zb1p schedules");
+    const char *ppb5[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                          "parallel_config.micro_batch_num=5", "parallel.pipeline_config.pipeline_scheduler=loopedbfs"};
+    CHECK_MSG(load_text(NULL, ppb5, 6, &c) == 0 && !strcmp(c.pipeline_scheduler, "looped_bfs"), "looped_bfs m 5: %s",
+              err_);
+    const char *ppz6[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                          "parallel_config.micro_batch_num=6", "parallel.pipeline_config.pipeline_scheduler=interleaved_zb"};
+    CHECK_MSG(load_text(NULL, ppz6, 6, &c) == 0 && !strcmp(c.pipeline_scheduler, "zb1p"), "zb1p m 6: %s", err_);
     /* the largest degrees: 2^32 virtual stages counted as such (as an int
        product they were 0, and the layer split divided by it) */
     const char *ppbig[] = {"parallel_config.pipeline_stage=65536", "model.model_config.pp_interleave_num=65536",

@@ -785,6 +785,48 @@ static void test_pipeline_wide_tp(void) {
     }
 }
 
+/* Looped BFS and ZB1P (over 2 chunks per rank) against one device: pp 2 on
+   the 4 layers, pp 4 on 8; m = p, 2p and an odd count (ZB1P's rounds allow
+   3: one round), with dp and with tp; one mpirun row each. */
+static void test_pipeline_chunked_kinds(void) {
+    static const char *const kinds[] = {"looped_bfs", "zb1p"};
+    static char base8[1024], sets[512], name[96];
+    const int mbs[3] = {1, 2, 0}; /* x p; 0: the odd count 3 */
+    int k, p, j;
+    snprintf(base8, sizeof base8, "%s --set model.model_config.num_layers=8", pp_base);
+    for (k = 0; k < 2; k++)
+        for (p = 2; p <= 4; p += 2)
+            for (j = 0; j < 3; j++) {
+                const int mb = mbs[j] ? mbs[j] * p : 3;
+                snprintf(name, sizeof name, "pp%d %s mb%d", p, kinds[k], mb);
+                snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=%d --set model.model_config.pp_interleave_num=2 "
+                         "--set parallel.pipeline_config.pipeline_interleave=true "
+                         "--set parallel.pipeline_config.pipeline_scheduler=%s", p, kinds[k]);
+                pp_row(name, p == 2 ? pp_base : base8, mb, sets);
+            }
+    for (k = 0; k < 2; k++) {
+        snprintf(name, sizeof name, "dp2 x pp2 %s mb4", kinds[k]);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
+                 "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true "
+                 "--set parallel.pipeline_config.pipeline_scheduler=%s", kinds[k]);
+        pp_row(name, pp_base, 4, sets);
+        snprintf(name, sizeof name, "tp2 x pp2 sp %s mb4", kinds[k]);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                 "--set parallel_config.use_seq_parallel=true --set model.model_config.pp_interleave_num=2 "
+                 "--set parallel.pipeline_config.pipeline_interleave=true "
+                 "--set parallel.pipeline_config.pipeline_scheduler=%s", kinds[k]);
+        pp_row(name, pp_base, 4, sets);
+    }
+    if (mpi_run("pp4 looped_bfs / zb1p mpirun -np 4"))
+        for (k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "pp4 %s mb8 mpirun -np 4", kinds[k]);
+            snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=4 --set model.model_config.pp_interleave_num=2 "
+                     "--set parallel.pipeline_config.pipeline_interleave=true "
+                     "--set parallel.pipeline_config.pipeline_scheduler=%s", kinds[k]);
+            pp_mpi_row_on(name, base8, 4, 8, sets);
+        }
+}
+
 static void test_pipeline(void) {
     static const struct {
         const char *name;
@@ -854,6 +896,11 @@ static void test_pipeline(void) {
                                   "# rank 0 splits its backward, defers W and runs W 1 before W 0\n"
                                   "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, I 0 0, RG 1 0, I 1 0, W 1 0, W 0 0\n"
                                   "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, I 1 0, SG 1 0, W 1 0\n";
+        /* every receive posted ahead (PA / PG: the executor's async receives), waited for by RA / RG
+           (PyTorch's lowering of its simple_2_rank_2_stage case posts rank 1's both at the start) */
+        static const char posted[] = "pipeline stages=2 chunks=1 micro_batches=2\n"
+                                     "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, PG 0 0, PG 1 0, RG 0 0, B 0 0, RG 1 0, B 1 0\n"
+                                     "rank 1: PA 0 0, PA 1 0, RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, B 1 0, SG 1 0\n";
         static const char deadlock[] = "pipeline stages=2 chunks=1 micro_batches=1\n"
                                        "rank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\n"
                                        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
@@ -874,6 +921,9 @@ static void test_pipeline(void) {
         test_write_file(test_path("junk.txt"), "pipeline stages=2\nrank 0: X 0 0\n", 31);
         snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("own.txt"));
         pp_row("pp2 own schedule file", pp_base, 2, sets);
+        test_write_file(test_path("posted.txt"), posted, sizeof posted - 1);
+        snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("posted.txt"));
+        pp_row("pp2 receives posted ahead", pp_base, 2, sets);
         for (b = 0; b < sizeof bads / sizeof bads[0]; b++) {
             const int rc = run_cmd(0, "%s --steps 1 --set parallel_config.pipeline_stage=2 %s --pp-schedule %s", pp_base,
                                    bads[b].extra, test_path(bads[b].file));
@@ -910,6 +960,7 @@ static void test_pipeline(void) {
                    "--set micro_batch_interleave_num=2 --set parallel_config.data_parallel=2 "
                    "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
     }
+    test_pipeline_chunked_kinds();
 }
 
 /* ---- recomputation ------------------------------------------------------------- */
@@ -1002,13 +1053,22 @@ static const struct {
                                         "--set parallel_config.context_parallel=2 --set parallel_config.micro_batch_num=2 "
                                         "--set parallel.enable_parallel_optimizer=true "
                                         "--set parallel.pipeline_config.pipeline_scheduler=zb-h1"},
+        {"pp2 looped_bfs mb3", "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=3 "
+                               "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true "
+                               "--set parallel.pipeline_config.pipeline_scheduler=looped_bfs"},
+        {"pp2 zb1p mb4", "--set parallel_config.pipeline_stage=2 --set parallel_config.micro_batch_num=4 "
+                         "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true "
+                         "--set parallel.pipeline_config.pipeline_scheduler=zb1p"},
 };
+
+/* A schedule that splits its backward (I, then W later): a layer keeps what W reads whatever the mode. */
+static int rc_splits(const char *sets) { return strstr(sets, "zb-h1") != NULL || strstr(sets, "zb1p") != NULL; }
 
 static void test_recompute(void) {
     size_t i;
     int rc;
     for (i = 0; i < sizeof rc_cases / sizeof rc_cases[0]; i++)
-        rc_row(rc_cases[i].name, pp_base, 4, strstr(rc_cases[i].sets, "zb-h1") != NULL, rc_cases[i].sets, NULL);
+        rc_row(rc_cases[i].name, pp_base, 4, rc_splits(rc_cases[i].sets), rc_cases[i].sets, NULL);
     /* MindFormers' lists: per stage (stage 0 recomputes its first layer fully, stage 1 its first
        fully and its second selectively) and per chunk under the interleaved schedule (one layer a
        virtual stage: chunk 0's stage 0 and chunk 1's stage 1 fully, the other two selectively):
@@ -2168,7 +2228,7 @@ static void lowp_table(void) {
     for (i = 0; i < sizeof rc_cases / sizeof rc_cases[0]; i++) {
         char name[96];
         snprintf(name, sizeof name, "bf16 %s", rc_cases[i].name);
-        rc_row(name, base, 4, strstr(rc_cases[i].sets, "zb-h1") != NULL, rc_cases[i].sets, i ? row : one);
+        rc_row(name, base, 4, rc_splits(rc_cases[i].sets), rc_cases[i].sets, i ? row : one);
         for (k = 0; i && k < RC_STEPS; k++) {
             CHECK_MSG(fabs(row[k] - one[k]) <= ldexp(fabs(one[k]), -8), "%s step %d loss %.7f, one device %.7f", name, k,
                       row[k], one[k]);
@@ -2287,6 +2347,7 @@ int main(void) {
                       {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
                       {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
+                      {"pipeline-kinds", {test_pipeline_chunked_kinds, NULL}},
                       {"recompute", {test_recompute, test_save_dtype}},
                       {"mixed", {test_mixed, NULL}},
                       {"tokens", {test_token_files, NULL}}};
