@@ -14,7 +14,8 @@
 #   make tour                 the par-explain guided tour of layouts and plans
 #   make bench-cuda           GPU GEMM / flash-attention figures beside PyTorch's, trainer on one GPU
 #   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun;
-#                             the trainer's PyTorch reference test on one GPU)
+#                             the trainer's PyTorch reference test on one GPU; every parallel
+#                             mode as threads on one GPU: --backend cuda-threads)
 #   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
 #
 # The implementation (parallel.h's definitions, ~21,000 lines, ~5 s a compile) is
@@ -447,7 +448,7 @@ cuda: cuda-available build/test_cuda_smoke build/test_cuda_compute build/test_cu
 
 # One rank per GPU for the NCCL test (NCCL refuses two ranks on one device).
 GPUS = $(shell nvidia-smi -L 2>/dev/null | wc -l)
-test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train)
+test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train $(TRAIN))
 	@set -e; ./build/test_cuda_smoke; ./build/test_cuda_compute; ./build/test_cuda_threads; \
 	if [ -x build/test_cuda_comm ]; then \
 	  $(MPIRUN) -np $(GPUS) build/test_cuda_comm; \
@@ -455,6 +456,7 @@ test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train)
 	else echo "cuda_comm: skipped (no mpicc)"; echo "cuda_cp: skipped (no mpicc)"; fi; \
 	if [ -x build/train_cuda ]; then \
 	  LLAMA_TEST_ONLY=reference TRAIN="$(MPIRUN) -np 1 build/train_cuda --backend nccl" build/llama_test_train; \
+	  LLAMA_TEST_ONLY=gpu-table TRAIN="build/train_cuda --backend cuda-threads" TRAIN_CPU=$(TRAIN) build/llama_test_train; \
 	else echo "llama on GPU: skipped (no libyaml or mpicc)"; fi
 
 # GPU figures: the CUDA table's GEMM and flash attention (bench_cuda), PyTorch's
