@@ -208,7 +208,7 @@ FUZZ_CI_SECONDS ?= 10
 SAN_CI_JOBS ?= 2
 SAN_CI_CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Wpedantic -Werror
 ASAN_CI := $(if $(SAN),,$(patsubst %,build/ci-asan/test_%,layout strategy safetensors fuzz redist pipeline ckpt planner mixed recompute))
-TSAN_CI := $(if $(SAN),,$(patsubst %,build/ci-tsan/test_%,comm_threads comm_fault params exec pipeline))
+TSAN_CI := $(if $(SAN),,$(patsubst %,build/ci-tsan/test_%,comm_threads comm_fault comm_mover params exec pipeline))
 
 # What `make test` leaves out for a missing piece: "name: why" items, each ended
 # by '|' (so no '|' or single quote in a reason); tests/run.sh reports and

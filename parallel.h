@@ -176,7 +176,8 @@
    the executor:
      >>util           helpers every section may use: case-insensitive compare,
                       an interval clock, atomic file writing, UTF-8 checks
-     >>comm-threads   in-process threads backend: par_run_threads (the default)
+     >>comm-threads   in-process threads backend: par_run_threads (the default),
+                      par_run_threads_mover (bytes moved by hooks: ranks on one GPU)
      >>comm-mpi       OpenMPI backend: par_ctx_init_mpi (PARALLEL_WITH_MPI)
      >>compute-cpu    portable CPU kernels, flash attention, par_compute_cpu
                       (GEMM through CBLAS with PARALLEL_WITH_CBLAS)
@@ -229,7 +230,9 @@
                        types: par_ctx par_ctx_desc
                        tests: tests/test_comm_threads.c tests/test_alloc.c
      >>comm-threads    par__thr_
+                       types: par_thr_mover
                        tests: tests/test_comm_threads.c tests/test_comm_fault.c
+                       tests/test_comm_mover.c (through a data mover)
      >>comm-mpi        par__mpi_
                        tests: tests/mpi/test_comm_mpi.c tests/mpi/test_fault_mpi.c
      >>compute-cpu     par__cpu_ par__attn_
@@ -8853,6 +8856,10 @@ PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask,
    the rank computes (a ring's next block arrives behind its current one) the
    way a NIC's DMA would; deliveries never wait on anything, so the copier
    cannot deadlock either.
+   With a data mover (par_run_threads_mover) the same logic runs over memory the
+   host cannot touch: every memcpy and reduction loop above becomes a hook call
+   on the working rank's queue, synced before the rank publishes its buffers
+   (or posts a message) and after its share, before "done" (or `complete`).
    Async collectives run in issue order on a per-rank helper thread created on
    first use; a blocking collective issued while async ones are pending is queued
    behind them. Waits spin briefly (only when there are at least as many cores as

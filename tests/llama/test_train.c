@@ -1215,6 +1215,9 @@ static void test_bad_input(void) {
         "--set parallel_config.ulysses_degree_in_cp=3", base);
     bad("unknown option", "--bogus", "%s --bogus", base);
     bad("nccl backend", "nccl", "%s --backend nccl", base);
+    bad("cuda-threads backend", "--backend cuda-threads needs the CUDA build of the trainer",
+        "%s --backend cuda-threads", base);
+    bad("unknown backend", "--backend gloo: must be threads, mpi, nccl or cuda-threads", "%s --backend gloo", base);
     bad("missing data", "nope.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", test_path("nope.txt"));
     test_write_file(test_path("short.txt"), "0123456789", 10);
     bad("short data", "short.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", test_path("short.txt"));
