@@ -1337,8 +1337,11 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
    rank's earlier work that produced or reads them has finished), and after
    its share of a collective or a p2p copy, before it reports "done" (so no
    buffer is released, read or written by its owner with a copy in flight).
-   A failed hook fails the op on every member with PAR_ECOMM naming the rank
-   and the hook, and leaves the group unusable (later collectives fail fast).
+   A hook failing in a rank's share of a collective fails the op on every
+   member with PAR_ECOMM naming the rank and the hook, and leaves the group
+   unusable (later collectives fail fast); failing in a p2p copy, it fails
+   both sides alike; a sync failing before an op fails it on that rank only
+   (its peers see it fail or leave, as for any rank).
      copy      dst <- src, `bytes` (> 0); the regions do not overlap.
      reduce    dst[k] = op over srcs[0..n)[k], k < count (> 0), n >= 2, with the
                threads backend's arithmetic: f32/bf16/f16 accumulated in f32

@@ -351,7 +351,7 @@ typedef struct shared_run {
     const llama_options *opt;
     const llama_data *data;
     int world;
-    const char *backend; /* "threads", "mpi" or "nccl" */
+    const char *backend; /* "threads", "mpi", "nccl" or "cuda-threads" */
     int64_t init_step; /* --init-from: the step its optimizer file records (0 without one) */
     int init_has_optimizer;
     int init_sharded;  /* --init-from names a sharded checkpoint directory */
