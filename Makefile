@@ -14,7 +14,8 @@
 #   make tour                 the par-explain guided tour of layouts and plans
 #   make bench-cuda           GPU GEMM / flash-attention figures beside PyTorch's, trainer on one GPU
 #   make test-cuda            build and run the CUDA tests (needs a GPU; NCCL test under mpirun;
-#                             the trainer's PyTorch reference test on one GPU)
+#                             the trainer's PyTorch reference test on one GPU; every parallel
+#                             mode as threads on one GPU: --backend cuda-threads)
 #   make install PREFIX=...   install parallel.h and parallel_cuda.cu into $(PREFIX)/include
 #
 # The implementation (parallel.h's definitions, ~21,000 lines, ~5 s a compile) is
@@ -144,7 +145,7 @@ BENCH_OWN_IMPL := $(filter build/bench_kernels,$(BENCH_BINS))
 BENCH_LINKED   := $(filter-out $(BENCH_OWN_IMPL) build/bench_copies build/bench_train build/bench_comm,$(BENCH_BINS))
 EXPLAIN    := $(if $(wildcard examples/explain.c),$(B)/par-explain)
 # Always in build/: nvcc gets no sanitizer flags, so a SAN build reuses it.
-CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute build/bench_cuda)
+CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute build/test_cuda_threads build/bench_cuda)
 # The NCCL comm test is bootstrapped over MPI, so it also needs mpicc.
 CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm build/test_cuda_cp))
 # MPI tests (tests/mpi/test_*.c): built with mpicc and PARALLEL_WITH_MPI, run by
@@ -211,7 +212,7 @@ FUZZ_CI_SECONDS ?= 10
 SAN_CI_JOBS ?= 2
 SAN_CI_CFLAGS := -std=c11 -O1 -g -Wall -Wextra -Wpedantic -Werror
 ASAN_CI := $(if $(SAN),,$(patsubst %,build/ci-asan/test_%,layout strategy safetensors fuzz redist pipeline ckpt planner mixed recompute))
-TSAN_CI := $(if $(SAN),,$(patsubst %,build/ci-tsan/test_%,comm_threads comm_fault params exec pipeline))
+TSAN_CI := $(if $(SAN),,$(patsubst %,build/ci-tsan/test_%,comm_threads comm_fault comm_mover params exec pipeline))
 
 # What `make test` leaves out for a missing piece: "name: why" items, each ended
 # by '|' (so no '|' or single quote in a reason); tests/run.sh reports and
@@ -227,7 +228,7 @@ SKIPS := $(strip \
   $(if $(filter no,$(HAVE_OPENBLAS)),$(call skip_all,cblas_test_compute bench_kernels_openblas,$(WHY_OPENBLAS))) \
   $(if $(filter no,$(HAVE_FUZZER)),$(call skip_all,$(patsubst %,fuzz_%,$(FUZZ_ALL)),$(WHY_FUZZER)), \
     $(if $(filter no,$(HAVE_YAML)),$(call skip_all,$(patsubst %,fuzz_%,$(FUZZ_YAML)),$(WHY_YAML)))) \
-  $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_comm test_cuda_cp train_cuda,$(CUDA_SKIP)), \
+  $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_threads test_cuda_comm test_cuda_cp train_cuda,$(CUDA_SKIP)), \
     $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm test_cuda_cp train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
 
@@ -376,6 +377,9 @@ build/test_cuda_%: tests/cuda/test_cuda_%.cu build/parallel_cuda.o parallel.h te
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. $< build/parallel_cuda.o -o $@ $(CUDA_LIBS)
 
+# Many ranks as threads on one GPU (par_run_cuda_threads): the comm suite too.
+build/test_cuda_threads: tests/comm_suite.h
+
 # The GPU benchmark (make bench-cuda); linked with the tests so CI proves it builds.
 build/bench_cuda: bench/bench_cuda.cu build/parallel_cuda.o parallel.h $(STAMP) | build
 	@rm -f $@
@@ -451,18 +455,19 @@ run-demo: $(TRAIN)
 tour: $(B)/par-explain
 	./$(B)/par-explain tour
 
-cuda: cuda-available build/test_cuda_smoke build/test_cuda_compute $(CUDA_COMM)
+cuda: cuda-available build/test_cuda_smoke build/test_cuda_compute build/test_cuda_threads $(CUDA_COMM)
 
 # One rank per GPU for the NCCL test (NCCL refuses two ranks on one device).
 GPUS = $(shell nvidia-smi -L 2>/dev/null | wc -l)
-test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train)
-	@set -e; ./build/test_cuda_smoke; ./build/test_cuda_compute; \
+test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train $(TRAIN))
+	@set -e; ./build/test_cuda_smoke; ./build/test_cuda_compute; ./build/test_cuda_threads; \
 	if [ -x build/test_cuda_comm ]; then \
 	  $(MPIRUN) -np $(GPUS) build/test_cuda_comm; \
 	  $(MPIRUN) -np $(GPUS) build/test_cuda_cp; \
 	else echo "cuda_comm: skipped (no mpicc)"; echo "cuda_cp: skipped (no mpicc)"; fi; \
 	if [ -x build/train_cuda ]; then \
 	  LLAMA_TEST_ONLY=reference TRAIN="$(MPIRUN) -np 1 build/train_cuda --backend nccl" build/llama_test_train; \
+	  LLAMA_TEST_ONLY=gpu-table TRAIN="build/train_cuda --backend cuda-threads" TRAIN_CPU=$(TRAIN) build/llama_test_train; \
 	else echo "llama on GPU: skipped (no libyaml or mpicc)"; fi
 
 # GPU figures: the CUDA table's GEMM and flash attention (bench_cuda), PyTorch's

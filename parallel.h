@@ -176,7 +176,8 @@
    the executor:
      >>util           helpers every section may use: case-insensitive compare,
                       an interval clock, atomic file writing, UTF-8 checks
-     >>comm-threads   in-process threads backend: par_run_threads (the default)
+     >>comm-threads   in-process threads backend: par_run_threads (the default),
+                      par_run_threads_mover (bytes moved by hooks: ranks on one GPU)
      >>comm-mpi       OpenMPI backend: par_ctx_init_mpi (PARALLEL_WITH_MPI)
      >>compute-cpu    portable CPU kernels, flash attention, par_compute_cpu
                       (GEMM through CBLAS with PARALLEL_WITH_CBLAS)
@@ -229,7 +230,9 @@
                        types: par_ctx par_ctx_desc
                        tests: tests/test_comm_threads.c tests/test_alloc.c
      >>comm-threads    par__thr_
+                       types: par_thr_mover
                        tests: tests/test_comm_threads.c tests/test_comm_fault.c
+                       tests/test_comm_mover.c (through a data mover)
      >>comm-mpi        par__mpi_
                        tests: tests/mpi/test_comm_mpi.c tests/mpi/test_fault_mpi.c
      >>compute-cpu     par__cpu_ par__attn_
@@ -1318,6 +1321,54 @@ typedef par_status (*par_rank_fn)(par_ctx *ctx, void *arg);
    message (in the order they failed; the root cause is often not first). */
 PARALLEL_DEF par_status par_run_threads(int n, par_rank_fn fn, void *arg);
 PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg);
+
+/* A data mover for the threads backend: the hooks through which its ranks'
+   bytes move when they are not plain host memory -- every rank a thread
+   sharing one GPU, each with its own stream (parallel_cuda.cu's
+   par_run_cuda_threads fills one). Every buffer of every rank is addressable
+   in the one process, so the backend's logic is unchanged (arrive / done
+   rendezvous, p2p matching, the async helper and copier threads, timeouts,
+   fault reports); only its memcpy and reduction loops become these calls.
+   `rank` is the world rank whose queue (stream) the work goes on; hooks are
+   called from that rank's thread and from its helper and copier threads, so
+   they must be thread-safe. Work may be queued: it must be complete once
+   sync(rank) returns. The backend calls sync on a rank's queue before the
+   rank publishes its buffers to a collective or posts a send or recv (so the
+   rank's earlier work that produced or reads them has finished), and after
+   its share of a collective or a p2p copy, before it reports "done" (so no
+   buffer is released, read or written by its owner with a copy in flight).
+   A hook failing in a rank's share of a collective fails the op on every
+   member with PAR_ECOMM naming the rank and the hook, and leaves the group
+   unusable (later collectives fail fast); failing in a p2p copy, it fails
+   both sides alike; a sync failing before an op fails it on that rank only
+   (its peers see it fail or leave, as for any rank).
+     copy      dst <- src, `bytes` (> 0); the regions do not overlap.
+     reduce    dst[k] = op over srcs[0..n)[k], k < count (> 0), n >= 2, with the
+               threads backend's arithmetic: f32/bf16/f16 accumulated in f32
+               in member order and a 16-bit result rounded once to nearest
+               even; f64 in f64; i32/i64 sums wrap; avg = sum / n (integers
+               truncate). dst may equal one srcs[i] element by element (in
+               place); no other overlap.
+     sync      complete the work queued on `rank`.
+     rank_compute  optional: fill `table` with rank `rank`'s compute table, on
+               the rank's thread before its context is made (instead of
+               desc->compute, which must then be NULL); destroyed by the
+               backend (table->destroy) after the rank's context, and after the
+               backend's last use of the mover for the rank. */
+typedef struct par_thr_mover {
+    void *user; /* passed first to every hook */
+    par_status (*copy)(void *user, int rank, void *dst, const void *src, size_t bytes);
+    par_status (*reduce)(void *user, int rank, void *dst, const void *const *srcs, int n, int64_t count,
+                         par_dtype dtype, par_reduce_op op);
+    par_status (*sync)(void *user, int rank);
+    par_status (*rank_compute)(void *user, int rank, par_compute_table *table);
+} par_thr_mover;
+
+/* par_run_threads_desc whose ranks move data through `mover` (copied; NULL =
+   par_run_threads_desc itself). PAR_EINVAL when copy, reduce or sync is NULL,
+   or rank_compute and desc->compute are both set; then as par_run_threads. */
+PARALLEL_DEF par_status par_run_threads_mover(const par_ctx_desc *desc, const par_thr_mover *mover, int n,
+                                              par_rank_fn fn, void *arg);
 
 /* One context per process under mpirun (needs PARALLEL_WITH_MPI; otherwise
    PAR_EUNSUPPORTED). Calls MPI_Init if MPI is not initialized yet. */
@@ -8916,6 +8967,10 @@ PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask,
    the rank computes (a ring's next block arrives behind its current one) the
    way a NIC's DMA would; deliveries never wait on anything, so the copier
    cannot deadlock either.
+   With a data mover (par_run_threads_mover) the same logic runs over memory the
+   host cannot touch: every memcpy and reduction loop above becomes a hook call
+   on the working rank's queue, synced before the rank publishes its buffers
+   (or posts a message) and after its share, before "done" (or `complete`).
    Async collectives run in issue order on a per-rank helper thread created on
    first use; a blocking collective issued while async ones are pending is queued
    behind them. Waits spin briefly (only when there are at least as many cores as
@@ -8929,6 +8984,12 @@ PARALLEL_DEF par_status par_ctx_all_reduce_host(par_ctx *ctx, uint32_t dev_mask,
 PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg) {
     (void)desc; (void)n; (void)fn; (void)arg;
     return par__fail(PAR_EUNSUPPORTED, "par_run_threads: this build defines PARALLEL_NO_THREADS");
+}
+
+PARALLEL_DEF par_status par_run_threads_mover(const par_ctx_desc *desc, const par_thr_mover *mover, int n,
+                                              par_rank_fn fn, void *arg) {
+    (void)desc; (void)mover; (void)n; (void)fn; (void)arg;
+    return par__fail(PAR_EUNSUPPORTED, "par_run_threads_mover: this build defines PARALLEL_NO_THREADS");
 }
 
 #else
@@ -9098,6 +9159,7 @@ struct par__thr_group {
     par__thr_slot *slots;
     void *slots_raw;
     int broken; /* atomic: an op gave up half way; later collectives fail fast */
+    int64_t mover_failed; /* atomic: number of the collective a mover hook failed in (0: none) */
     par_status broken_status;
     char broken_msg[256];
     int *joined; /* world mutex: member i has a handle on this instance */
@@ -9116,6 +9178,7 @@ struct par__thr_world {
     int spins, yields;
     par__thr_group *groups;
     par__thr_rank *ranks;
+    const par_thr_mover *mover; /* NULL: host memory, memcpy and this file's loops */
 };
 
 /* A rank's handle on a group (what par_comm_group * points to). */
@@ -9512,6 +9575,74 @@ static void par__thr_work(const par__thr_slot *s, int n, int me) {
     }
 }
 
+/* Member `me`'s share through the mover, the same split as par__thr_work:
+   all_reduce reduces slice `me` of every send into its own recv (in place:
+   nobody else reads or writes that slice) and copies it from there into the
+   others' recvs, all on this rank's queue. Stops at the first failing hook
+   and names it in *hook. */
+static par_status par__thr_work_moved(const par_thr_mover *mv, int rank, const par__thr_slot *s, int n, int me,
+                                      const char **hook) {
+    const par__thr_slot *mine = &s[me];
+    const void *srcs[PAR__THR_MAX_RANKS];
+    par_dtype dt = (par_dtype)mine->dtype;
+    par_reduce_op rop = (par_reduce_op)mine->rop;
+    size_t esz = par_dtype_size(dt);
+    int64_t count = mine->count;
+    size_t bytes = (size_t)count * esz;
+    int i;
+    if (count == 0) return PAR_OK;
+    switch (mine->op) {
+    case PAR__THR_ALL_REDUCE: {
+        int64_t align = (int64_t)(64 / esz), per = (count + n - 1) / n, lo, hi;
+        char *dst;
+        per = (per + align - 1) / align * align;
+        lo = (int64_t)me * per < count ? (int64_t)me * per : count;
+        hi = lo + per < count ? lo + per : count;
+        if (lo == hi) return PAR_OK;
+        dst = (char *)mine->recv + (size_t)lo * esz;
+        for (i = 0; i < n; i++) srcs[i] = (const char *)s[i].send + (size_t)lo * esz;
+        if (n == 1 && dst != srcs[0]) {
+            *hook = "copy";
+            PAR__CHECK(mv->copy(mv->user, rank, dst, srcs[0], (size_t)(hi - lo) * esz));
+        } else if (n > 1) {
+            *hook = "reduce";
+            PAR__CHECK(mv->reduce(mv->user, rank, dst, srcs, n, hi - lo, dt, rop));
+        }
+        *hook = "copy";
+        for (i = 1; i < n; i++)
+            PAR__CHECK(mv->copy(mv->user, rank, (char *)s[(me + i) % n].recv + (size_t)lo * esz, dst,
+                                (size_t)(hi - lo) * esz));
+        return PAR_OK;
+    }
+    case PAR__THR_REDUCE_SCATTER:
+        for (i = 0; i < n; i++) srcs[i] = (const char *)s[i].send + (size_t)me * bytes;
+        if (n == 1) {
+            *hook = "copy";
+            return mine->recv == srcs[0] ? PAR_OK : mv->copy(mv->user, rank, mine->recv, srcs[0], bytes);
+        }
+        *hook = "reduce";
+        return mv->reduce(mv->user, rank, mine->recv, srcs, n, count, dt, rop);
+    case PAR__THR_ALL_GATHER:
+        *hook = "copy";
+        for (i = 0; i < n; i++) {
+            char *dst = (char *)mine->recv + (size_t)i * bytes;
+            if (dst != s[i].send) PAR__CHECK(mv->copy(mv->user, rank, dst, s[i].send, bytes));
+        }
+        return PAR_OK;
+    case PAR__THR_ALL_TO_ALL:
+        *hook = "copy";
+        for (i = 0; i < n; i++)
+            PAR__CHECK(mv->copy(mv->user, rank, (char *)mine->recv + (size_t)i * bytes,
+                                (const char *)s[i].send + (size_t)me * bytes, bytes));
+        return PAR_OK;
+    case PAR__THR_BROADCAST:
+        *hook = "copy";
+        return me == mine->root ? PAR_OK : mv->copy(mv->user, rank, mine->recv, s[mine->root].send, bytes);
+    default:
+        return PAR_OK;
+    }
+}
+
 /* ---- collectives -------------------------------------------------------- */
 
 typedef struct par__thr_wait_arg {
@@ -9627,6 +9758,48 @@ static par_status par__thr_check_match(const par__thr_group *g, const char *op, 
     return PAR_OK;
 }
 
+/* PAR_ECOMM for a mover hook that failed outside a collective's share (the
+   hook's own sentence, copied first: it lives in par_last_error's buffer). */
+static par_status par__thr_mover_failed(par_status st, const char *op, const par__thr_group *g, int rank,
+                                        const char *hook) {
+    char why[200];
+    par__copy_text(why, sizeof why, par_last_error());
+    return par__fail(PAR_ECOMM, "%s on group %s: rank %d's data mover failed in %s: %s", op, g->name, rank, hook,
+                     why[0] ? why : par_status_string(st));
+}
+
+/* Member `me`'s share through the mover, then its queue synced. A failing
+   hook breaks the group under its mutex, once per op, recording the op's
+   number so every member of it reports the failure after "done". */
+static par_status par__thr_moved_share(par__thr_rank *r, par__thr_group *g, int me, const char *op, int64_t target) {
+    const par_thr_mover *mv = r->world->mover;
+    const char *hook = "sync";
+    par_status st = par__thr_work_moved(mv, r->rank, g->slots, g->n, me, &hook), synced;
+    char why[200];
+    why[0] = 0;
+    if (st != PAR_OK) par__copy_text(why, sizeof why, par_last_error());
+    /* synced even after a failed hook: what it queued before must not land in
+       the others' buffers after "done" */
+    synced = mv->sync(mv->user, r->rank);
+    if (st == PAR_OK && synced != PAR_OK) {
+        st = synced, hook = "sync";
+        par__copy_text(why, sizeof why, par_last_error());
+    }
+    if (st == PAR_OK) return PAR_OK;
+    pthread_mutex_lock(&g->sync.mu);
+    if (PAR__THR_LOAD(&g->mover_failed) != target) {
+        par__buf b;
+        par__buf_init(&b, g->broken_msg, sizeof g->broken_msg);
+        par__bprintf(&b, "%s on group %s: rank %d's data mover failed in %s: %s (collective #%lld on this group)", op,
+                     g->name, r->rank, hook, why[0] ? why : par_status_string(st), (long long)target);
+        g->broken_status = PAR_ECOMM;
+        PAR__THR_STORE(&g->mover_failed, target);
+        PAR__THR_STORE(&g->broken, 1);
+    }
+    pthread_mutex_unlock(&g->sync.mu);
+    return par__fail(PAR_ECOMM, "%s", g->broken_msg);
+}
+
 /* Run one collective on the calling thread (the rank's or its helper). */
 static par_status par__thr_run_coll(const par__thr_coll *c) {
     par__thr_handle *h = c->h;
@@ -9638,6 +9811,10 @@ static par_status par__thr_run_coll(const par__thr_coll *c) {
     par_status st;
     int64_t target = h->seq + 1;
     PAR__CHECK(par__thr_precheck(r, g, op));
+    /* the rank's queued work that produces or reads its buffers ends before
+       the others may touch them */
+    if (r->world->mover && (st = r->world->mover->sync(r->world->mover->user, r->rank)) != PAR_OK)
+        return par__thr_mover_failed(st, op, g, r->rank, "sync before the op");
     pthread_mutex_lock(&g->sync.mu);
     if (PAR__THR_LOAD(&g->broken)) {
         pthread_mutex_unlock(&g->sync.mu);
@@ -9671,7 +9848,8 @@ static par_status par__thr_run_coll(const par__thr_coll *c) {
         pthread_mutex_unlock(&g->sync.mu);
     }
     st = par__thr_check_match(g, op, target);
-    if (st == PAR_OK) par__thr_work(g->slots, g->n, h->index);
+    if (st == PAR_OK && r->world->mover) st = par__thr_moved_share(r, g, h->index, op, target);
+    else if (st == PAR_OK) par__thr_work(g->slots, g->n, h->index);
 #if defined(__SSE2__) && !defined(__SANITIZE_THREAD__)
     _mm_sfence(); /* streamed stores are weakly ordered: publish them before "done" */
 #endif
@@ -9679,6 +9857,8 @@ static par_status par__thr_run_coll(const par__thr_coll *c) {
     par__thr_notify(&g->sync);
     a.done_phase = 1;
     par__thr_await(&g->sync, par__thr_done_ready, &a, -1);
+    if (st == PAR_OK && PAR__THR_LOAD(&g->mover_failed) == target) /* another member's hook failed */
+        st = par__fail(PAR_ECOMM, "%s", g->broken_msg);
     return st;
 }
 
@@ -9835,7 +10015,7 @@ static par_status par__thr_barrier(void *user, par_comm_group *group) {
 
 /* ---- the copier: large async p2p copies off the rank's thread ------------ */
 
-static void par__thr_deliver(par__thr_group *g, par__thr_msg *s, par__thr_msg *rv);
+static void par__thr_deliver(par__thr_rank *by, par__thr_group *g, par__thr_msg *s, par__thr_msg *rv);
 
 static int par__thr_copier_ready(void *p) {
     par__thr_rank *r = (par__thr_rank *)p;
@@ -9858,8 +10038,8 @@ static void *par__thr_copier_main(void *p) {
             if (PAR__THR_LOAD(&r->cquit)) break; /* quit only once the queue is empty */
             continue;
         }
-        if (m->is_send) par__thr_deliver(m->cgroup, m, m->partner);
-        else par__thr_deliver(m->cgroup, m->partner, m);
+        if (m->is_send) par__thr_deliver(r, m->cgroup, m, m->partner);
+        else par__thr_deliver(r, m->cgroup, m->partner, m);
     }
     return NULL;
 }
@@ -9883,9 +10063,31 @@ static par_status par__thr_copier_push(par__thr_rank *r, par__thr_group *g, par_
 
 /* ---- point to point ----------------------------------------------------- */
 
-/* Copy a matched pair and complete both (the partner may free its node the
-   moment its `complete` is set, so it is the last write to it). */
-static void par__thr_deliver(par__thr_group *g, par__thr_msg *s, par__thr_msg *rv) {
+/* The pair's bytes through rank by's mover queue, synced before the pair
+   completes. PAR_OK, or the failure's sentence in both messages. */
+static par_status par__thr_deliver_moved(par__thr_rank *by, par__thr_group *g, par__thr_msg *s, par__thr_msg *rv) {
+    const par_thr_mover *mv = by->world->mover;
+    const char *hook = "copy";
+    par__buf b;
+    par_status st = mv->copy(mv->user, by->rank, rv->rbuf, s->sbuf, (size_t)s->count * par_dtype_size(s->dtype));
+    if (st == PAR_OK) {
+        hook = "sync";
+        st = mv->sync(mv->user, by->rank);
+    }
+    if (st == PAR_OK) return PAR_OK;
+    par__buf_init(&b, s->msg, sizeof s->msg);
+    par__bprintf(&b, "send to rank %d on group %s: rank %d's data mover failed in %s: %s", g->ranks[s->dst], g->name,
+                 by->rank, hook, par_last_error());
+    par__buf_init(&b, rv->msg, sizeof rv->msg);
+    par__bprintf(&b, "recv from rank %d on group %s: rank %d's data mover failed in %s: %s", g->ranks[rv->src],
+                 g->name, by->rank, hook, par_last_error());
+    return PAR_ECOMM;
+}
+
+/* Copy a matched pair (by: the rank whose thread or copier does it) and
+   complete both (the partner may free its node the moment its `complete` is
+   set, so it is the last write to it). */
+static void par__thr_deliver(par__thr_rank *by, par__thr_group *g, par__thr_msg *s, par__thr_msg *rv) {
     if (s->count != rv->count || s->dtype != rv->dtype) {
         snprintf(s->msg, sizeof s->msg, "send to rank %d on group %s: %lld %s elements sent, the matching recv "
                  "expects %lld %s", g->ranks[s->dst], g->name, (long long)s->count, par_dtype_name(s->dtype),
@@ -9894,6 +10096,8 @@ static void par__thr_deliver(par__thr_group *g, par__thr_msg *s, par__thr_msg *r
                  "send has %lld %s", g->ranks[rv->src], g->name, (long long)rv->count, par_dtype_name(rv->dtype),
                  (long long)s->count, par_dtype_name(s->dtype));
         s->status = rv->status = PAR_EINVAL;
+    } else if (by->world->mover) {
+        s->status = rv->status = s->count ? par__thr_deliver_moved(by, g, s, rv) : PAR_OK;
     } else {
         if (s->count) memcpy(rv->rbuf, s->sbuf, (size_t)s->count * par_dtype_size(s->dtype));
         s->status = rv->status = PAR_OK;
@@ -9955,8 +10159,8 @@ static par_status par__thr_post(par__thr_rank *r, par__thr_group *g, par__thr_ms
     if (async && m->count * (int64_t)par_dtype_size(m->dtype) >= PAR__THR_ASYNC_COPY &&
         par__thr_copier_push(r, g, m, p) == PAR_OK)
         return PAR_OK;
-    if (m->is_send) par__thr_deliver(g, m, p);
-    else par__thr_deliver(g, p, m);
+    if (m->is_send) par__thr_deliver(r, g, m, p);
+    else par__thr_deliver(r, g, p, m);
     return PAR_OK;
 }
 
@@ -10035,6 +10239,11 @@ static par_status par__thr_p2p(void *user, par_comm_group *group, const void *sb
     m->count = count;
     m->dtype = dtype;
     m->seq = ++h->p2p_seq;
+    /* the rank's queued work that produces (send) or reads (recv) buf ends first */
+    if (r->world->mover && (st = r->world->mover->sync(r->world->mover->user, r->rank)) != PAR_OK) {
+        if (q) par__thr_req_free(q);
+        return par__thr_mover_failed(st, name, h->g, r->rank, "sync before the op");
+    }
     if ((st = par__thr_post(r, h->g, m, req != NULL)) != PAR_OK) {
         if (q) par__thr_req_free(q);
         return st;
@@ -10169,27 +10378,48 @@ static void par__thr_keep_error(par__thr_rank *r, par_status st) {
 
 static void *par__thr_rank_main(void *p) {
     par__thr_rank *r = (par__thr_rank *)p;
+    const par_thr_mover *mv = r->world->mover;
     par_comm_table t;
+    par_compute_table compute;
+    par_ctx_desc desc;
     par_ctx *ctx = NULL;
     par_status st;
+    int own_compute = 0;
     par__thr_fill_table(r, &t);
     par_clear_error();
-    st = par__ctx_create(r->desc, &t, 1, &ctx);
+    if (r->desc) desc = *r->desc;
+    else memset(&desc, 0, sizeof desc);
+    if (mv && mv->rank_compute) {
+        /* the rank's own table (its stream); kept here, not by the context, so
+           it outlives the comm table's last mover calls in par_ctx_destroy */
+        memset(&compute, 0, sizeof compute);
+        if ((st = mv->rank_compute(mv->user, r->rank, &compute)) != PAR_OK) {
+            par__thr_keep_error(r, st);
+            par__thr_mark(r->world, r->rank, PAR__THR_FAILED);
+            par__thr_rank_destroy(r); /* what par_ctx_destroy would have done for the comm table */
+            return NULL;
+        }
+        desc.compute = &compute;
+        own_compute = 1;
+    }
+    st = par__ctx_create(&desc, &t, 1, &ctx);
     if (st != PAR_OK) {
         par__thr_keep_error(r, st);
         par__thr_mark(r->world, r->rank, PAR__THR_FAILED);
-        return NULL;
+    } else {
+        st = r->fn(ctx, r->arg);
+        if (st != PAR_OK) {
+            par__thr_keep_error(r, st);
+            par__thr_mark(r->world, r->rank, PAR__THR_FAILED); /* before destroy: peers stop waiting now */
+        }
+        par_ctx_destroy(ctx);
     }
-    st = r->fn(ctx, r->arg);
-    if (st != PAR_OK) {
-        par__thr_keep_error(r, st);
-        par__thr_mark(r->world, r->rank, PAR__THR_FAILED); /* before destroy: peers stop waiting now */
-    }
-    par_ctx_destroy(ctx);
+    if (own_compute && compute.destroy) compute.destroy(compute.user);
     return NULL;
 }
 
-PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg) {
+static par_status par__thr_run(const par_ctx_desc *desc, const par_thr_mover *mover, int n, par_rank_fn fn,
+                               void *arg) {
     par__thr_world w;
     par_mesh mesh;
     par_status st = PAR_OK;
@@ -10202,6 +10432,7 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
     PAR__CHECK(par__ctx_mesh(desc, n, &mesh));
     memset(&w, 0, sizeof w);
     if (desc) w.alloc = desc->allocator;
+    w.mover = mover;
     w.size = n;
     w.timeout_ms = timeout;
     cores = par__ctx_host_cores();
@@ -10280,6 +10511,24 @@ PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, pa
     par__alloc_free(&w.alloc, w.state);
     par__alloc_free(&w.alloc, w.ranks);
     return st;
+}
+
+PARALLEL_DEF par_status par_run_threads_desc(const par_ctx_desc *desc, int n, par_rank_fn fn, void *arg) {
+    return par__thr_run(desc, NULL, n, fn, arg);
+}
+
+PARALLEL_DEF par_status par_run_threads_mover(const par_ctx_desc *desc, const par_thr_mover *mover, int n,
+                                              par_rank_fn fn, void *arg) {
+    par_thr_mover mv;
+    if (!mover) return par__thr_run(desc, NULL, n, fn, arg);
+    if (!mover->copy || !mover->reduce || !mover->sync)
+        return par__fail(PAR_EINVAL, "par_run_threads_mover: the mover's %s hook is NULL (copy, reduce and sync are "
+                                     "required)", !mover->copy ? "copy" : !mover->reduce ? "reduce" : "sync");
+    if (mover->rank_compute && desc && desc->compute)
+        return par__fail(PAR_EINVAL, "par_run_threads_mover: desc->compute and the mover's rank_compute both give "
+                                     "the ranks a compute table; set one");
+    mv = *mover; /* the caller's struct may go out of scope: the world keeps a copy for the run */
+    return par__thr_run(desc, &mv, n, fn, arg);
 }
 
 #endif /* PARALLEL_NO_THREADS */

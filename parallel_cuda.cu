@@ -120,6 +120,30 @@ typedef struct par_cuda_desc {
    (anything still allocated is freed by destroy). */
 par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_table *table);
 
+/* ------------------------------------------------ many ranks on one GPU */
+
+/* par_run_threads with every rank a thread on ONE GPU: the threads backend
+   (parallel.h >>comm-threads: same groups, rendezvous, async requests,
+   timeouts and fault reports) moving device memory through a data mover
+   (par_thr_mover), and each rank its own CUDA compute table
+   (par_compute_cuda with `cuda`, NULL = device 0 and the defaults) on its own
+   stream; the context owns neither: both live for the run. Collectives and
+   p2p work on device buffers: copies are cudaMemcpyAsync device to device on
+   the stream of the rank doing them, reductions a kernel there (f32, bf16,
+   f16, f64, i32, i64; sum, avg, max with the threads backend's arithmetic:
+   16-bit values summed in f32 in member order and rounded once, so results
+   are bitwise those of the CPU threads backend on the same bytes). A rank's
+   stream is synchronized before it publishes its buffers to an op (its
+   kernels that produce or read them have finished) and after its share,
+   before the op completes. This is for developing and debugging parallel
+   layouts on the GPU one has (tp x cp x pp on one device): the ranks share
+   the GPU's memory and SMs, so it is not a way to go faster.
+   Errors: PAR_EINVAL (n outside 1..256, desc->compute set, cuda->stream set,
+   NULL fn), par_compute_cuda's (no device), then as par_run_threads: the
+   first failing rank's status and sentence. */
+par_status par_run_cuda_threads(const par_ctx_desc *desc, const par_cuda_desc *cuda, int n, par_rank_fn fn,
+                                void *arg);
+
 /* ------------------------------------------------------------- comm table */
 
 /* Zero-initialised = MPI_COMM_WORLD, device = local rank on its host modulo the
@@ -468,6 +492,17 @@ template <typename T> __device__ __forceinline__ T par_cuda__st(float x);
 template <> __device__ __forceinline__ float par_cuda__st<float>(float x) { return x; }
 template <> __device__ __forceinline__ __nv_bfloat16 par_cuda__st<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half par_cuda__st<__half>(float x) { return __float2half_rn(x); }
+
+/* The data mover's element access (>>cuda-threads): 16-bit types widened to
+   float and rounded back once, the others as they are. */
+template <typename T> __device__ __forceinline__ T par_cuda__mv_ld(T x) { return x; }
+__device__ __forceinline__ float par_cuda__mv_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float par_cuda__mv_ld(__half x) { return __half2float(x); }
+template <typename T, typename A> __device__ __forceinline__ T par_cuda__mv_st_as(A x) { return (T)x; }
+template <> __device__ __forceinline__ __nv_bfloat16 par_cuda__mv_st_as<__nv_bfloat16, float>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half par_cuda__mv_st_as<__half, float>(float x) { return __float2half_rn(x); }
 
 template <typename T> __device__ __forceinline__ T par_cuda__warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(PAR_CUDA__FULL, v, o);
@@ -2713,6 +2748,157 @@ extern "C" par_status par_compute_cuda(const par_cuda_desc *desc, par_compute_ta
 fail:
     par_cuda__compute_destroy(cu);
     memset(table, 0, sizeof *table);
+    return st;
+}
+
+/* ======================================================================
+   >>cuda-threads   many ranks as threads on one GPU: the threads backend's
+                    data mover over device memory (par_run_cuda_threads)
+   ==================================================================== */
+
+#define PAR_CUDA__MOVER_MAX 256 /* ranks: the reduce kernel takes every source pointer as a parameter (2 KiB) */
+
+typedef struct par_cuda__srcs {
+    const void *p[PAR_CUDA__MOVER_MAX];
+} par_cuda__srcs;
+
+/* Sums wrap for the integer types (added as unsigned), as the threads backend. */
+template <typename T> __device__ __forceinline__ T par_cuda__mv_add(T a, T b) { return a + b; }
+template <> __device__ __forceinline__ int32_t par_cuda__mv_add<int32_t>(int32_t a, int32_t b) {
+    return (int32_t)((uint32_t)a + (uint32_t)b);
+}
+template <> __device__ __forceinline__ long long par_cuda__mv_add<long long>(long long a, long long b) {
+    return (long long)((unsigned long long)a + (unsigned long long)b);
+}
+
+/* dst[i] = op over the n sources' element i, in member order, accumulated in
+   A (float for f32 / bf16 / f16, the type itself otherwise) and stored once;
+   op 1 (avg) divides by n (integers truncate), 2 (max) keeps x > acc. One
+   thread per element reads every source before writing, so dst may be one
+   of them (in place). */
+template <typename T, typename A>
+__global__ void par_cuda__mv_reduce_k(T *dst, par_cuda__srcs s, int n, int64_t count, int op) {
+    PAR_CUDA__GRID_STRIDE(i, count) {
+        A acc = (A)par_cuda__mv_ld(((const T *)s.p[0])[i]);
+        for (int m = 1; m < n; m++) {
+            const A x = (A)par_cuda__mv_ld(((const T *)s.p[m])[i]);
+            acc = op == 2 ? (x > acc ? x : acc) : par_cuda__mv_add<A>(acc, x);
+        }
+        if (op == 1) acc = acc / (A)n;
+        dst[i] = par_cuda__mv_st_as<T, A>(acc);
+    }
+}
+
+typedef struct par_cuda__mover {
+    par_cuda_desc cuda;      /* each rank's compute table: this, on its own stream */
+    int n;
+    cudaStream_t *streams;   /* [n]: rank r's table's stream, set by r's rank_compute */
+} par_cuda__mover;
+
+static par_status par_cuda__mv_enter(par_cuda__mover *mv, int rank, const char *fn, cudaStream_t *stream) {
+    cudaError_t e;
+    if (rank < 0 || rank >= mv->n || !mv->streams[rank])
+        return par_cuda__fail(PAR_EINVAL, "%s: rank %d has no stream (not a rank of this run, or before its table)", fn,
+                              rank);
+    if ((e = cudaSetDevice(mv->cuda.device)) != cudaSuccess) return par_cuda__runtime(e, fn);
+    *stream = mv->streams[rank];
+    return PAR_OK;
+}
+
+static par_status par_cuda__mv_copy(void *user, int rank, void *dst, const void *src, size_t bytes) {
+    par_cuda__mover *mv = (par_cuda__mover *)user;
+    cudaStream_t stream = 0;
+    cudaError_t e;
+    par_status st = par_cuda__mv_enter(mv, rank, "cuda-threads copy", &stream);
+    if (st != PAR_OK) return st;
+    e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    return e == cudaSuccess ? PAR_OK : par_cuda__runtime(e, "cuda-threads copy: cudaMemcpyAsync");
+}
+
+template <typename T, typename A>
+static par_status par_cuda__mv_launch(cudaStream_t stream, void *dst, const par_cuda__srcs &s, int n, int64_t count,
+                                      int op) {
+    par_cuda__mv_reduce_k<T, A><<<par_cuda__blocks(count, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, stream>>>(
+        (T *)dst, s, n, count, op);
+    return par_cuda__launched("cuda-threads reduce");
+}
+
+static par_status par_cuda__mv_reduce(void *user, int rank, void *dst, const void *const *srcs, int n, int64_t count,
+                                      par_dtype dtype, par_reduce_op op) {
+    par_cuda__mover *mv = (par_cuda__mover *)user;
+    par_cuda__srcs s;
+    cudaStream_t stream = 0;
+    int k = op == PAR_REDUCE_AVG ? 1 : op == PAR_REDUCE_MAX ? 2 : 0;
+    par_status st = par_cuda__mv_enter(mv, rank, "cuda-threads reduce", &stream);
+    if (st != PAR_OK) return st;
+    if (n < 1 || n > PAR_CUDA__MOVER_MAX)
+        return par_cuda__fail(PAR_EINVAL, "cuda-threads reduce: %d sources, need 1..%d", n, PAR_CUDA__MOVER_MAX);
+    memset(&s, 0, sizeof s);
+    memcpy(s.p, srcs, sizeof(void *) * (size_t)n);
+    switch (dtype) {
+    case PAR_F32: return par_cuda__mv_launch<float, float>(stream, dst, s, n, count, k);
+    case PAR_BF16: return par_cuda__mv_launch<__nv_bfloat16, float>(stream, dst, s, n, count, k);
+    case PAR_F16: return par_cuda__mv_launch<__half, float>(stream, dst, s, n, count, k);
+    case PAR_F64: return par_cuda__mv_launch<double, double>(stream, dst, s, n, count, k);
+    case PAR_I32: return par_cuda__mv_launch<int32_t, int32_t>(stream, dst, s, n, count, k);
+    case PAR_I64: return par_cuda__mv_launch<long long, long long>(stream, dst, s, n, count, k);
+    default: return par_cuda__fail(PAR_EINVAL, "cuda-threads reduce: unknown dtype %d", (int)dtype);
+    }
+}
+
+static par_status par_cuda__mv_sync(void *user, int rank) {
+    par_cuda__mover *mv = (par_cuda__mover *)user;
+    cudaStream_t stream = 0;
+    cudaError_t e;
+    par_status st = par_cuda__mv_enter(mv, rank, "cuda-threads sync", &stream);
+    if (st != PAR_OK) return st;
+    e = cudaStreamSynchronize(stream);
+    return e == cudaSuccess ? PAR_OK : par_cuda__runtime(e, "cuda-threads sync: cudaStreamSynchronize");
+}
+
+/* Rank `rank`'s CUDA table, on a stream of its own, which its copies and
+   reductions then use too: a collective follows the kernels that made its input. */
+static par_status par_cuda__mv_rank_compute(void *user, int rank, par_compute_table *table) {
+    par_cuda__mover *mv = (par_cuda__mover *)user;
+    par_status st = par_compute_cuda(&mv->cuda, table);
+    if (st == PAR_OK) mv->streams[rank] = (cudaStream_t)table->stream;
+    return st;
+}
+
+extern "C" par_status par_run_cuda_threads(const par_ctx_desc *desc, const par_cuda_desc *cuda, int n, par_rank_fn fn,
+                                           void *arg) {
+    par_cuda__mover mv;
+    par_thr_mover hooks;
+    int count = 0;
+    cudaError_t e;
+    par_status st;
+    if (n < 1 || n > PAR_CUDA__MOVER_MAX)
+        return par_cuda__fail(PAR_EINVAL, "par_run_cuda_threads: %d ranks, need 1..%d", n, PAR_CUDA__MOVER_MAX);
+    if (!fn) return par_cuda__fail(PAR_EINVAL, "par_run_cuda_threads: NULL rank function");
+    if (desc && desc->compute)
+        return par_cuda__fail(PAR_EINVAL, "par_run_cuda_threads: desc->compute must be NULL (every rank gets its own "
+                                          "CUDA table, on its own stream)");
+    if (cuda && cuda->stream)
+        return par_cuda__fail(PAR_EINVAL, "par_run_cuda_threads: cuda->stream must be NULL (every rank gets a stream "
+                                          "of its own)");
+    memset(&mv, 0, sizeof mv);
+    if (cuda) mv.cuda = *cuda;
+    if ((e = cudaGetDeviceCount(&count)) != cudaSuccess) return par_cuda__runtime(e, "par_run_cuda_threads");
+    if (mv.cuda.device < 0 || mv.cuda.device >= count)
+        return par_cuda__fail(count ? PAR_EINVAL : PAR_EUNSUPPORTED,
+                              "par_run_cuda_threads: device %d does not exist (%d visible)", mv.cuda.device, count);
+    mv.n = n;
+    mv.streams = (cudaStream_t *)PAR_CUDA__MALLOC(sizeof(cudaStream_t) * (size_t)n);
+    if (!mv.streams) return par_cuda__fail(PAR_ENOMEM, "par_run_cuda_threads: out of host memory");
+    memset(mv.streams, 0, sizeof(cudaStream_t) * (size_t)n);
+    memset(&hooks, 0, sizeof hooks);
+    hooks.user = &mv;
+    hooks.copy = par_cuda__mv_copy;
+    hooks.reduce = par_cuda__mv_reduce;
+    hooks.sync = par_cuda__mv_sync;
+    hooks.rank_compute = par_cuda__mv_rank_compute;
+    st = par_run_threads_mover(desc, &hooks, n, fn, arg);
+    PAR_CUDA__FREE(mv.streams);
     return st;
 }
 

@@ -295,8 +295,8 @@ done
 #    SAN=...` runs everything): ASan + UBSan, then TSan on the threads backend.
 #    A report fails the program: ASan and UBSan (-fno-sanitize-recover) abort,
 #    TSan exits non-zero at the end (counted above as "but exit status").
-#    test_comm_threads runs --quick under TSan: the 1M-element sizes add minutes
-#    there and no new interleavings.
+#    test_comm_threads and test_comm_mover run --quick under TSan: the 1M-element
+#    sizes add minutes there and no new interleavings.
 for bin in $ASAN_CI $TSAN_CI; do
     case $bin in
         */ci-tsan/*) flavour=tsan ;;
@@ -304,7 +304,7 @@ for bin in $ASAN_CI $TSAN_CI; do
     esac
     name="$flavour:$(basename "$bin")"
     args=()
-    [ "$flavour/$(basename "$bin")" = tsan/test_comm_threads ] && args=(--quick)
+    case "$flavour/$(basename "$bin")" in tsan/test_comm_threads | tsan/test_comm_mover) args=(--quick) ;; esac
     if [ -x "$bin" ]; then
         run_program "$name" "$bin" "${args[@]}"
     else

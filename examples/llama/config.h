@@ -163,7 +163,7 @@ typedef struct llama_options {
     const char *save_dir;             /* --save-dir DIR: sharded checkpoints (par_params_save) */
     int save_every;                   /* --save-every N: also every N steps (0 = only at the end) */
     int keep;                         /* --keep K: step directories kept (default 2; 0 = all) */
-    const char *backend;              /* --backend threads|mpi|nccl (default threads) */
+    const char *backend;              /* --backend threads|mpi|nccl|cuda-threads (default threads) */
     const char *metrics_path;         /* --metrics FILE.jsonl */
     const char *trace_path;           /* --trace FILE.json: per-rank timeline (Chrome trace JSON) */
     const char *pp_schedule_path;     /* --pp-schedule FILE: the pipeline schedule in parallel.h's text form */
@@ -2569,7 +2569,8 @@ void llama_print_usage(FILE *f) {
             "  --save-every N         with --save-dir: also after every N steps\n"
             "  --keep K               with --save-dir: keep the newest K step directories (default 2; 0 = all)\n"
             "  --backend NAME         threads (default: one process, a thread per rank), mpi (under mpirun),\n"
-            "                         nccl (GPUs, under mpirun; needs the CUDA build, not this one)\n"
+            "                         nccl (GPUs, under mpirun; needs the CUDA build, not this one),\n"
+            "                         cuda-threads (a thread per rank, all on one GPU; the CUDA build)\n"
             "  --metrics FILE         JSON lines: the memory plan, one line per step, the measured peaks\n"
             "  --seed N               override the config's seed (N >= 0)\n"
             "  --shuffle              visit the training samples in a seeded random order\n"
@@ -2704,8 +2705,8 @@ int llama_parse_args(int argc, char **argv, llama_options *opts, char *err, size
             o.keep = (int)n;
             break;
         case O_BACKEND:
-            if (strcmp(v, "threads") && strcmp(v, "mpi") && strcmp(v, "nccl"))
-                return llama__fail(err, errsize, "--backend %s: must be threads, mpi or nccl", v);
+            if (strcmp(v, "threads") && strcmp(v, "mpi") && strcmp(v, "nccl") && strcmp(v, "cuda-threads"))
+                return llama__fail(err, errsize, "--backend %s: must be threads, mpi, nccl or cuda-threads", v);
             o.backend = v;
             break;
         case O_METRICS: o.metrics_path = v; break;

@@ -28,7 +28,8 @@
 #define _POSIX_C_SOURCE 200809L
 #define PARALLEL_IMPLEMENTATION
 #include "parallel.h"
-#ifdef LLAMA_WITH_CUDA /* build/train_cuda: the CUDA compute table and NCCL (--backend nccl) */
+#ifdef LLAMA_WITH_CUDA /* build/train_cuda: the CUDA compute table and NCCL (--backend nccl), or every
+                         rank a thread on one GPU (--backend cuda-threads) */
 #define PARALLEL_CUDA_DECLARATIONS_ONLY
 #include "parallel_cuda.cu"
 #endif
@@ -350,7 +351,7 @@ typedef struct shared_run {
     const llama_options *opt;
     const llama_data *data;
     int world;
-    const char *backend; /* "threads", "mpi" or "nccl" */
+    const char *backend; /* "threads", "mpi", "nccl" or "cuda-threads" */
     int64_t init_step; /* --init-from: the step its optimizer file records (0 without one) */
     int init_has_optimizer;
     int init_sharded;  /* --init-from names a sharded checkpoint directory */
@@ -2113,7 +2114,7 @@ int main(int argc, char **argv) {
     par_ctx_desc desc = {0};
     static char err[16384]; /* the config report: every error, one line each */
     char mesh[64];
-    int world, launch_rank = 0, launch_size = 1, mpi = 0, nccl = 0, silent, has_opt = 0, sharded = 0;
+    int world, launch_rank = 0, launch_size = 1, mpi = 0, nccl = 0, cuda_threads = 0, silent, has_opt = 0, sharded = 0;
     int64_t step0 = 0;
     par_status st;
     memset(&data, 0, sizeof data);
@@ -2123,6 +2124,7 @@ int main(int argc, char **argv) {
     }
     if (opt.help) return llama_print_usage(stdout), 0;
     nccl = strcmp(opt.backend, "nccl") == 0;
+    cuda_threads = strcmp(opt.backend, "cuda-threads") == 0; /* the threads backend's rules, on one GPU */
     mpi = nccl || strcmp(opt.backend, "mpi") == 0; /* NCCL is launched by mpirun too */
     /* under mpirun only rank 0 reports input errors (all ranks find the same) */
     if (mpi && par_launch_env(&launch_rank, &launch_size, NULL) != PAR_OK) launch_rank = 0, launch_size = 1;
@@ -2134,6 +2136,11 @@ int main(int argc, char **argv) {
 #endif
 #ifndef PARALLEL_WITH_MPI
     if (mpi) return bad_input(silent, "--backend mpi: this build has no MPI (rebuild with mpicc)");
+#endif
+#ifndef LLAMA_WITH_CUDA
+    if (cuda_threads)
+        return bad_input(silent, "--backend cuda-threads needs the CUDA build of the trainer (build/train_cuda, made "
+                                 "when nvcc, NCCL and mpicc exist); this build has the threads and mpi backends");
 #endif
     if (llama_config_load(opt.config_path, opt.sets, opt.num_sets, &cfg, silent ? NULL : stderr, err, sizeof err) != 0) {
         for (char *line = err, *next; line && !silent; line = next) { /* "train: error: " before each one */
@@ -2150,7 +2157,7 @@ int main(int argc, char **argv) {
     if (cfg.parallel_mode != LLAMA_PARALLEL_MODE_AUTO && (opt.cluster_path || opt.max_device_memory))
         return bad_input(silent, "%s is for parallel.parallel_mode auto_parallel (this config is not)",
                          opt.cluster_path ? "--cluster" : "--max-device-memory");
-    if (cfg.parallel_mode == LLAMA_PARALLEL_MODE_AUTO && mpi && !opt.cluster_path)
+    if (cfg.parallel_mode == LLAMA_PARALLEL_MODE_AUTO && (mpi || cuda_threads) && !opt.cluster_path)
         return bad_input(silent, "auto_parallel under --backend %s needs --cluster FILE (it measures this machine "
                                  "only on the threads backend)", opt.backend);
     if (cfg.parallel_mode == LLAMA_PARALLEL_MODE_AUTO &&
@@ -2159,7 +2166,8 @@ int main(int argc, char **argv) {
         return bad_input(silent, "%s", err);
     world = cfg.data_parallel * cfg.model_parallel * cfg.pipeline_stage * cfg.context_parallel;
     if (!mpi && world > 256)
-        return bad_input(silent, "the parallel degrees ask for %d ranks; the threads backend runs at most 256", world);
+        return bad_input(silent, "the parallel degrees ask for %d ranks; the %s backend runs at most 256", world,
+                         opt.backend);
     if (mpi && launch_size != world)
         return bad_input(silent,
                          "the MPI world has %d ranks but parallel_config asks for %d (data_parallel %d x "
@@ -2260,7 +2268,12 @@ int main(int argc, char **argv) {
         }
 #endif
     } else {
+#ifdef LLAMA_WITH_CUDA
+        st = cuda_threads ? par_run_cuda_threads(&desc, NULL, world, rank_main, &sh)
+                          : par_run_threads_desc(&desc, world, rank_main, &sh);
+#else
         st = par_run_threads_desc(&desc, world, rank_main, &sh);
+#endif
         if (st != PAR_OK) fprintf(stderr, "train: %s\n", par_last_error());
     }
     if (opt.save_dir) par_ckpt_unlock(opt.save_dir); /* if this process holds it (rank 0's) */

@@ -46,7 +46,10 @@
    "<run>: skipped (no mpirun: <why>)", which tests/run.sh counts; MPIRUN_SKIP is
    the why for an empty MPIRUN), LLAMA_TEST_ONLY=reference (just the PyTorch
    reference and the mixed-precision oracles, one rank: what `make test-cuda` runs on a
-   GPU). */
+   GPU), LLAMA_TEST_ONLY=gpu-table (make test-cuda with TRAIN="build/train_cuda
+   --backend cuda-threads": every parallel mode as threads on one GPU against one
+   device on it, and a few rows against the CPU trainer, TRAIN_CPU, default
+   build/train: per-step losses within 1e-5 relative). */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "test_files.h"
@@ -1272,6 +1275,9 @@ static void test_bad_input(void) {
         "--set parallel_config.ulysses_degree_in_cp=3", base);
     bad("unknown option", "--bogus", "%s --bogus", base);
     bad("nccl backend", "nccl", "%s --backend nccl", base);
+    bad("cuda-threads backend", "--backend cuda-threads needs the CUDA build of the trainer",
+        "%s --backend cuda-threads", base);
+    bad("unknown backend", "--backend gloo: must be threads, mpi, nccl or cuda-threads", "%s --backend gloo", base);
     bad("missing data", "nope.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", test_path("nope.txt"));
     test_write_file(test_path("short.txt"), "0123456789", 10);
     bad("short data", "short.txt", "--config examples/configs/gqa_ref.yaml --data %s --steps 1", test_path("short.txt"));
@@ -2312,6 +2318,101 @@ static void test_mixed(void) {
     lowp_table();
 }
 
+/* ---- one GPU, many ranks (make test-cuda) ----------------------------------------- */
+
+/* f32 tolerance between the same configuration trained on the CPU (build/train)
+   and on the GPU: the GPU's kernels sum in other orders (cuBLAS, the attention
+   and reduction kernels), a few ulps per value that the steps carry on. */
+#define GPU_CPU_LOSS_REL 1e-5
+
+/* The same row on the CPU trainer (TRAIN_CPU, default build/train) and on TRAIN
+   (the GPU one): every step's loss within GPU_CPU_LOSS_REL relative. */
+static void cpu_gpu_row(const char *name, const char *base, const char *sets) {
+    const char *cpu = getenv("TRAIN_CPU") && *getenv("TRAIN_CPU") ? getenv("TRAIN_CPU") : "build/train";
+    double cl[EQ_STEPS + 1], cg[EQ_STEPS + 1], gl[EQ_STEPS + 1], gg[EQ_STEPS + 1], d;
+    int rc = run_cmd(1, "%s %s --steps 20 %s --metrics %s", cpu, base, sets, test_path("cg_cpu.jsonl"));
+    CHECK_MSG(rc == 0, "%s on the CPU (%s) failed: %s", name, cpu, err_text);
+    if (rc != 0) return;
+    rc = run_cmd(0, "%s --steps 20 %s --metrics %s", base, sets, test_path("cg_gpu.jsonl"));
+    CHECK_MSG(rc == 0, "%s on the GPU failed: %s", name, err_text);
+    if (rc != 0) return;
+    CHECK_INT(read_metrics(test_path("cg_cpu.jsonl"), cl, cg, EQ_STEPS + 1), EQ_STEPS);
+    CHECK_INT(read_metrics(test_path("cg_gpu.jsonl"), gl, gg, EQ_STEPS + 1), EQ_STEPS);
+    d = max_rel_diff(gl, cl, EQ_STEPS);
+    CHECK_MSG(d <= GPU_CPU_LOSS_REL, "%s: the GPU's losses differ from the CPU's by %g relative", name, d);
+    printf("  %-30s GPU vs CPU loss rel diff %.2e\n", name, d);
+}
+
+/* LLAMA_TEST_ONLY=gpu-table with TRAIN="build/train_cuda --backend cuda-threads":
+   every parallel mode as threads on one GPU against one device on that GPU,
+   within the CPU table's bounds (data parallel and ZeRO, tensor + sequence
+   parallel and the vocabulary-split loss, context parallel ring / Ulysses /
+   hybrid, pipelines, multi-copy and fine-grained slices), then a few rows
+   trained on the CPU too, per-step losses within GPU_CPU_LOSS_REL. */
+static void test_gpu_table(void) {
+    static const eq_case dp[] = {
+        {"dp2", "--set parallel_config.data_parallel=2"},
+        {"dp4 zero1", "--set parallel_config.data_parallel=4 --set parallel.enable_parallel_optimizer=true"},
+        {"dp2 zero2 micro2", "--set parallel_config.data_parallel=2 --set parallel_config.micro_batch_num=2 "
+                             "--set parallel.enable_parallel_optimizer=true "
+                             "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+    };
+    static const eq_case tp[] = {
+        {"tp2", "--set parallel_config.model_parallel=2"},
+        {"tp4 sp", "--set parallel_config.model_parallel=4 --set parallel_config.use_seq_parallel=true"},
+        {"dp2 x tp2 sp zero1", "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+                               "--set parallel_config.use_seq_parallel=true --set parallel.enable_parallel_optimizer=true"},
+        {"dp2xtp2 sp vocab zero2 mb2", "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+                                      "--set parallel_config.use_seq_parallel=true --set parallel_config.vocab_emb_dp=false "
+                                      "--set parallel.enable_parallel_optimizer=true "
+                                      "--set parallel.parallel_optimizer_config.optimizer_level=level2 "
+                                      "--set parallel_config.micro_batch_num=2"},
+    };
+    static const eq_case cp[] = {
+        {"cp2 ring zigzag", "--set parallel_config.context_parallel=2"},
+        {"cp4 ulysses", "--set parallel_config.context_parallel=4 --set parallel_config.context_parallel_algo=ulysses_cp"},
+        {"cp4 hybrid 2x2", "--set parallel_config.context_parallel=4 --set parallel_config.context_parallel_algo=hybrid_cp "
+                           "--set parallel_config.ulysses_degree_in_cp=2"},
+        {"tp2 x cp2 sp", "--set parallel_config.model_parallel=2 --set parallel_config.context_parallel=2 "
+                         "--set parallel_config.use_seq_parallel=true"},
+        {"dp2 x tp2 x cp2 zero2", "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+                                  "--set parallel_config.context_parallel=2 --set parallel_config.use_seq_parallel=true "
+                                  "--set parallel.enable_parallel_optimizer=true "
+                                  "--set parallel.parallel_optimizer_config.optimizer_level=level2"},
+    };
+    double bl[EQ_STEPS + 1], bg[EQ_STEPS + 1];
+    equivalence_table(eq_base, "geq", dp, sizeof dp / sizeof dp[0], 0, bl, bg);
+    equivalence_table(tp_base, "gtp", tp, sizeof tp / sizeof tp[0], 0, bl, bg);
+    equivalence_table(cp_base, "gcp", cp, sizeof cp / sizeof cp[0], 0, bl, bg);
+    pp_row("pp2 1f1b mb2", pp_base, 2, "--set parallel_config.pipeline_stage=2");
+    pp_row("pp4 zb-h1 mb8", pp_base, 8, "--set parallel_config.pipeline_stage=4 "
+                                         "--set parallel.pipeline_config.pipeline_scheduler=zb-h1");
+    pp_row("pp2 interleaved mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 "
+                                              "--set model.model_config.pp_interleave_num=2 "
+                                              "--set parallel.pipeline_config.pipeline_interleave=true");
+    pp_row("tp2 x pp2 sp zb-h1", pp_base, 4, "--set parallel_config.pipeline_stage=2 --set parallel_config.model_parallel=2 "
+                                             "--set parallel_config.use_seq_parallel=true "
+                                             "--set parallel.pipeline_config.pipeline_scheduler=zb-h1");
+    pp_row("dp2 x cp2 x pp2 zb-h1 zero1", pp_base, 2, "--set parallel_config.pipeline_stage=2 "
+                                                      "--set parallel_config.data_parallel=2 "
+                                                      "--set parallel_config.context_parallel=2 "
+                                                      "--set parallel.enable_parallel_optimizer=true "
+                                                      "--set parallel.pipeline_config.pipeline_scheduler=zb-h1");
+    pp_row("tp2 sp copies 2", pp_base, 4, "--set parallel_config.micro_batch_num=2 --set micro_batch_interleave_num=2 "
+                                          "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
+    pp_row("dp2 x tp2 sp fine-grain 3 zero2", pp_base, 6,
+           "--set parallel_config.micro_batch_num=2 --set model.model_config.fine_grain_interleave=3 "
+           "--set parallel_config.data_parallel=2 --set parallel_config.model_parallel=2 "
+           "--set parallel_config.use_seq_parallel=true --set parallel.enable_parallel_optimizer=true "
+           "--set parallel.parallel_optimizer_config.optimizer_level=level2");
+    /* the same rows on the CPU trainer */
+    cpu_gpu_row("one device", eq_base, "");
+    cpu_gpu_row("dp2 zero2 micro2", eq_base, dp[2].sets);
+    cpu_gpu_row("dp2 x tp2 sp zero1", tp_base, tp[2].sets);
+    cpu_gpu_row("tp2 x cp2 sp", cp_base, cp[3].sets);
+    cpu_gpu_row("pp2 1f1b mb2", pp_base, "--set parallel_config.micro_batch_num=2 --set parallel_config.pipeline_stage=2");
+}
+
 int main(void) {
     char tmpl[] = "/tmp/par_train_test_XXXXXX";
     char cmd[600];
@@ -2350,6 +2451,7 @@ int main(void) {
                       {"pipeline-kinds", {test_pipeline_chunked_kinds, NULL}},
                       {"recompute", {test_recompute, test_save_dtype}},
                       {"mixed", {test_mixed, NULL}},
+                      {"gpu-table", {test_gpu_table, NULL}},
                       {"tokens", {test_token_files, NULL}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
