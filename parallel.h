@@ -3048,7 +3048,9 @@ PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *plan, char *buf, size
    what it gets when it has its cores to itself) times a linear layer's three
    f32 GEMMs (forward gemm_rows x gemm_size x gemm_cols, and its input and
    weight gradients; with desc.model, those of each of a decoder layer's seven
-   weights), RMSNorm and RoPE forward + backward over gemm_rows x gemm_size,
+   weights; again at a quarter of the rows: flops and gemm_half_dim, the
+   shape curve, from the two, or flops alone where the quarter changes no
+   GEMM's smallest dimension), RMSNorm and RoPE forward + backward over gemm_rows x gemm_size,
    copies of `bytes` (memory bandwidth), SwiGLU forward + backward
    (activation rate), causal attention forward + backward of `seq` tokens at
    `head_dim` and of four times the samples of a quarter of the tokens (the
@@ -22154,13 +22156,18 @@ static double par__au_coll(const par__au *a, int span, int calls, int steps, dou
 /* `calls` all-reduces of `bytes` each over `n` ranks spanning `span`, as
    NCCL runs them (NCCL's PERFORMANCE.md: bus bandwidth = algorithm bandwidth
    x 2(n-1)/n, what each rank moves; the NCCL 2.4 double binary trees):
-   ring: 2(n-1) latency steps, 2(n-1)/n x bytes a rank; tree: 2 ceil(log2 n)
-   steps, about 2 x bytes a rank (up the tree and down again, each half of
-   the data on one of the two trees). The faster of the two. */
+   ring: 2(n-1) latency steps, 2(n-1)/n x bytes a rank; tree (a group over
+   several nodes): a chain through each node's members and a binary tree
+   over the nodes, up and down: 2 (n / nodes - 1 + ceil(log2 nodes)) steps,
+   about 2 x bytes a rank (each half of the data on one of the two trees).
+   The faster of the two; within one node the ring (the tree is a chain). */
 static double par__au_allreduce(const par__au *a, int span, int n, double calls, double bytes) {
+    const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
+    const int nodes = span > dpn ? (span + dpn - 1) / dpn : 1, per_node = nodes < n ? n / nodes : 1;
     const double ring = par__au_coll(a, span, (int)calls, (int)(calls * 2 * (n - 1)), calls * 2.0 * (n - 1) / n * bytes);
-    const double tree = par__au_coll(a, span, (int)calls, (int)(calls * 2 * ceil(log2((double)n))), calls * 2 * bytes);
-    return n < 2 ? 0 : ring < tree ? ring : tree;
+    const double tree = par__au_coll(a, span, (int)calls,
+                                     (int)(calls * 2 * (per_node - 1 + ceil(log2((double)nodes)))), calls * 2 * bytes);
+    return n < 2 ? 0 : nodes < 2 || ring < tree ? ring : tree;
 }
 
 /* Its bytes-moving part alone: the work a rank's cores do for it when they
@@ -22987,7 +22994,7 @@ typedef struct par__au_calib {
     int inner_gemm, inner_copy, inner_act, inner_attn, inner_norm, inner_rope, inner_call;
     float *a, *b, *cc;
     int64_t *pos;
-    double t_gemm, t_small, t_hot, t_big, t_copy, t_act;
+    double t_gemm, t_gemm4, t_small, t_hot, t_big, t_copy, t_act; /* t_gemm4: at a quarter of the rows */
     double t_attn, t_attn_half, t_call, t_norm, t_rope, t_pair;
 } par__au_calib;
 
@@ -23089,14 +23096,18 @@ static void par__au_calib_free(const par_compute_table *ct, par__au_calib *k) {
    than on every sample of one. */
 static par_status par__au_calib_rates(par_ctx *ctx, par_comm_group *world, const par_compute_table *ct,
                                       par__au_calib *k) {
-    par__au_work ws[8];
-    double *outs[8];
+    par__au_work ws[9];
+    double *outs[9];
     int nk = 0, r, i;
     par_status st = PAR_OK;
     memset(ws, 0, sizeof ws);
     ws[nk].kind = 0, ws[nk].rows = k->rows, ws[nk].inner = k->inner_gemm, ws[nk].nshapes = k->nshapes;
     memcpy(ws[nk].shapes, k->shapes, sizeof k->shapes);
     outs[nk++] = &k->t_gemm;
+    if (k->rows >= 8) { /* the same GEMMs at a quarter of the rows (as much work): the shape curve's fit */
+        ws[nk] = ws[nk - 1], ws[nk].rows = k->rows / 4, ws[nk].inner = 4 * k->inner_gemm;
+        outs[nk++] = &k->t_gemm4;
+    }
     ws[nk].kind = 2, ws[nk].n = k->count, ws[nk].inner = k->inner_copy, outs[nk++] = &k->t_copy;
     if (ct->swiglu_fwd && ct->swiglu_bwd)
         ws[nk].kind = 3, ws[nk].n = k->count / 2, ws[nk].inner = k->inner_act, outs[nk++] = &k->t_act;
@@ -23167,12 +23178,45 @@ static par_status par__au_calib_bandwidth(par_ctx *ctx, par_comm_group *world, p
     return par__au_time(ctx, world, &w, k->d.repeats, 1, k->a, k->b, k->cc, &k->t_big);
 }
 
+/* The timed GEMMs' flops (a) and flops over their smallest dimension (b)
+   at `rows` rows, `inner` times: time = (a + gemm_half_dim x b) / flops
+   under the shape curve (par__au_gemm_time). */
+static void par__au_calib_gemm_work(const par__au_calib *k, double rows, double inner, double *a, double *b) {
+    int s;
+    *a = *b = 0;
+    for (s = 0; s < k->nshapes; s++) {
+        const double in = (double)k->shapes[s][0], out = (double)k->shapes[s][1], w = inner * 6 * rows * in * out;
+        const double d = rows < in ? (rows < out ? rows : out) : (in < out ? in : out);
+        *a += w, *b += w / d;
+    }
+}
+
+/* The GEMM rate and the shape curve's half dimension from the two GEMM
+   timings (rows and a quarter of them): two equations (a_i + h b_i) / F = t_i
+   in F and h. When the quarter's smallest dimensions are the same as the
+   whole's (rows above the widths) or the fit says nothing sensible
+   (h < 0: the smaller GEMMs ran faster, the machine's noise), no curve:
+   the rate at the timed shapes, as measured. */
+static void par__au_calib_gemm_fit(const par__au_calib *k, par_cluster *c) {
+    double a1, b1, a2, b2, h = 0;
+    const double t1 = k->t_gemm > 1e-9 ? k->t_gemm : 1e-9, t2 = k->t_gemm4;
+    par__au_calib_gemm_work(k, (double)k->rows, k->inner_gemm, &a1, &b1);
+    par__au_calib_gemm_work(k, (double)(k->rows / 4), 4.0 * k->inner_gemm, &a2, &b2);
+    if (t2 > 1e-9 && fabs(b2 / a2 - b1 / a1) > 0.05 * (b1 / a1)) {
+        const double den = t2 * b1 - t1 * b2;
+        h = den != 0 ? (t1 * a2 - t2 * a1) / den : 0;
+        if (!par__au_finite(h) || h < 0 || h > 1048576) h = 0;
+    }
+    c->gemm_half_dim = h;
+    c->flops = (a1 + h * b1) / t1;
+}
+
 /* The cluster the times describe (this rank's view; rank 0's is shared). */
 static void par__au_calib_cluster(const par__au_calib *k, const par_compute_table *ct, int p, int threads,
                                   par_cluster *c) {
     memset(c, 0, sizeof *c);
     c->devices = c->devices_per_node = p;
-    c->flops = k->inner_gemm * 6.0 * (double)k->rows * k->layer_kn / (k->t_gemm > 1e-9 ? k->t_gemm : 1e-9);
+    par__au_calib_gemm_fit(k, c);
     c->memory_bandwidth = k->inner_copy * 8.0 * (double)k->count / (k->t_copy > 1e-9 ? k->t_copy : 1e-9); /* r + w */
     c->activation_rate = k->t_act > 0 ? k->inner_act * (double)(k->count / 2) / k->t_act : 0;
     if (k->t_attn > 0) { /* t = flops / rate + rows x row cost, at two sizes with the same rows */
@@ -23213,18 +23257,19 @@ static void par__au_calib_cluster(const par__au_calib *k, const par_compute_tabl
 static par_status par__au_calib_share(par_ctx *ctx, par_comm_group *world, par_cluster *c) {
     const par_comm_table *cm = par_ctx_comm(ctx);
     const int me = par_ctx_rank(ctx) == 0;
-    double v[12];
+    double v[13];
     if (par_ctx_size(ctx) == 1) return PAR_OK;
     v[0] = me ? c->flops : 0, v[1] = me ? c->intra_latency : 0, v[2] = me ? c->intra_bandwidth : 0;
     v[3] = me ? c->memory_bandwidth : 0, v[4] = me ? c->activation_rate : 0, v[5] = me ? c->attention_rate : 0;
     v[6] = me ? c->kernel_latency : 0, v[7] = me ? (double)c->node_parallelism : 0;
     v[8] = me ? c->attention_row_cost : 0, v[9] = me ? c->norm_rate : 0, v[10] = me ? c->rope_rate : 0;
-    v[11] = me ? c->call_latency : 0;
-    PAR__CHECK(cm->all_reduce(cm->user, world, v, v, 12, PAR_F64, PAR_REDUCE_SUM, NULL));
+    v[11] = me ? c->call_latency : 0, v[12] = me ? c->gemm_half_dim : 0;
+    PAR__CHECK(cm->all_reduce(cm->user, world, v, v, 13, PAR_F64, PAR_REDUCE_SUM, NULL));
     c->flops = v[0], c->intra_latency = v[1], c->intra_bandwidth = v[2], c->memory_bandwidth = v[3];
     c->activation_rate = v[4], c->attention_rate = v[5], c->kernel_latency = v[6];
     c->node_parallelism = (int)v[7];
     c->attention_row_cost = v[8], c->norm_rate = v[9], c->rope_rate = v[10], c->call_latency = v[11];
+    c->gemm_half_dim = v[12];
     return PAR_OK;
 }
 
