@@ -22086,11 +22086,12 @@ static par_status par__au_check_model(const par_model_shape *m) {
 
 /* Pipeline figures per (schedule, stages, micro-batches), from the checker:
    its bubble, and the most micro-batches any rank holds at once (the
-   activation slots a host keeps, par_pp_schedule_slots, on the busiest rank). */
+   activation slots a host keeps, par_pp_schedule_slots, on the busiest rank)
+   and those of the last rank (the head's stage). */
 typedef struct par__au_pp {
     int kind, p, m, ok;
     double bubble;
-    int slots;
+    int slots, slots_last;
 } par__au_pp;
 
 typedef struct par__au {
@@ -22137,6 +22138,7 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
         e.bubble = chk.bubble;
         for (r = 0; r < p; r++)
             if (par_pp_schedule_slots(s, r, &n) == PAR_OK && n > e.slots) e.slots = n;
+        if (par_pp_schedule_slots(s, p - 1, &n) == PAR_OK) e.slots_last = n;
     }
     par_pp_schedule_destroy(s);
     a->pp[a->npp++] = e;
@@ -22248,7 +22250,8 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
    AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
    in flight (the schedule's most activation slots on a rank,
    par_pp_schedule_slots) the saved activations of each layer (what its
-   recompute mode keeps) and the final norm and logits; the backward scratch
+   recompute mode keeps) and, on the head's stage (and in one slot
+   elsewhere: the trainer's), the final norm and logits; the backward scratch
    of one layer and the recompute area (one layer's dropped tensors); the
    tensor-parallel executor's 4 buffers of the residual stream; the
    pipeline's boundary buffers, 4 per chunk of those micro-batches; context
@@ -22270,10 +22273,10 @@ static double par__au_recompute_area(const par__au_dims *k, const par_auto_confi
 }
 
 static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_auto_config *c, int slots,
-                                   par_auto_prediction *r) {
+                                   int slots_last, par_auto_prediction *r) {
     const double e = k->e, h = k->h, n = k->n, rows = k->rows;
     const double bucket = k->layer_params > k->V * h / k->tp ? k->layer_params : k->V * h / k->tp;
-    double per_layer, stats, slot_bytes, scratch, comm = 0, cpf = 0, feat, area, area_stats;
+    double per_layer, stats, slot_bytes, head_bytes, scratch, comm = 0, cpf = 0, feat, area, area_stats, first, last;
     r->weights_bytes = k->params * e;
     if (c->zero >= 2) /* gradients are f32 in every dtype (mixed precision accumulates and reduces in f32) */
         r->grads_bytes = k->params * 4 / k->shard +
@@ -22292,9 +22295,15 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
     area = par__au_recompute_area(k, c, per_layer);
     area_stats = c->recompute == PAR_RECOMPUTE_FULL ? stats : 0; /* full keeps no statistic either */
     per_layer -= area - (c->recompute == PAR_RECOMPUTE_FULL ? rows * h : 0); /* a full one's area adds its output */
-    slot_bytes = k->layers * (per_layer * e + (stats - area_stats) * 4) + (rows * 2 * h + n * k->Vl) * e + (rows + n) * 4;
+    head_bytes = (rows * 2 * h + n * k->Vl) * e + (rows + n) * 4; /* the final norm's in and out, logits, losses */
+    slot_bytes = k->layers * (per_layer * e + (stats - area_stats) * 4) + head_bytes;
     k->slot = slot_bytes / e;
-    r->activation_bytes = (k->pp > 1 ? slots : 1) * (slot_bytes + n * 16); /* + token ids, targets, positions */
+    /* + token ids, targets, positions a slot. Under a pipeline the slots of a stage without the head
+       keep none of its tensors (but the first, which the trainer keeps whole): the first stage's
+       slots or the last one's, whichever is more */
+    first = slot_bytes + n * 16 + (slots - 1) * (slot_bytes - head_bytes + n * 16);
+    last = slots_last * (slot_bytes + n * 16);
+    r->activation_bytes = k->pp > 1 ? (first > last ? first : last) : slot_bytes + n * 16;
     /* one layer's backward scratch (+ the tp gather and sequence-parallel rows), in bytes */
     scratch = (n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0) + area) * e +
               area_stats * 4;
@@ -22491,13 +22500,13 @@ static void par__au_predict_step(const par__au *a, double opt, double dp_exposed
     }
 }
 
-static void par__au_predict(const par__au *a, par_auto_plan *pl, int slots, double bubble) {
+static void par__au_predict(const par__au *a, par_auto_plan *pl, int slots, int slots_last, double bubble) {
     const par_auto_config *c = &pl->config;
     par_auto_prediction *r = &pl->predicted;
     par__au_dims k;
     double opt, copies, dp_exposed, dp_copies;
     par__au_dims_of(a, c, &k);
-    par__au_predict_memory(a, &k, c, slots, r);
+    par__au_predict_memory(a, &k, c, slots, slots_last, r);
     par__au_flops(a, &k, c, r);
     opt = par__au_predict_compute(a, &k, c, r);
     copies = par__au_predict_comm(a, &k, c, r);
@@ -22547,7 +22556,7 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
     char why[96];
     const int chunks = pl->config.chunks > 0 ? pl->config.chunks : 1;
     double bubble = 0;
-    int slots = 1;
+    int slots = 1, slots_last = 1;
     a->cuts.considered++;
     if (pl->config.pp > 1) {
         const par__au_pp *r = par__au_pipeline(a, pl->config.schedule, pl->config.pp, chunks, pl->config.micro_batches);
@@ -22557,9 +22566,9 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
                                                            : "the schedule is refused");
             return;
         }
-        bubble = r->bubble, slots = r->slots;
+        bubble = r->bubble, slots = r->slots, slots_last = r->slots_last;
     }
-    par__au_predict(a, pl, slots, bubble);
+    par__au_predict(a, pl, slots, slots_last, bubble);
     if (a->d->memory) pl->predicted.memory_bytes = a->d->memory(a->d->user, pl);
     if (a->d->step_time) pl->predicted.step_time = a->d->step_time(a->d->user, pl);
     if (a->smallest == 0 || pl->predicted.memory_bytes < a->smallest) a->smallest = pl->predicted.memory_bytes;

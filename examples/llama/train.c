@@ -777,9 +777,15 @@ static par_status make_params(trainer *t) {
 static int64_t boundary_elems(const trainer *t) { return par_tp_rows(t->tp, t->sz.n) * t->model.local.dim; }
 static int64_t boundary_bytes(const trainer *t) { return boundary_elems(t) * t->model.esize; }
 
+/* Whether activation slot k holds the head's tensors: on the rank with the
+   last (virtual) stage, and slot 0 everywhere (t->acts, what the rest of the
+   trainer reads); a pipeline's other slots on the other stages never run the
+   head, so 1F1B's first stage keeps p - 1 slots without it. */
+static int slot_has_head(const trainer *t, int k) { return k == 0 || t->pp == 1 || t->stage == t->pp - 1; }
+
 /* One activation slot: what a micro-batch keeps from forward to backward on
-   this rank (all its layers, and the head's when it has the last stage). */
-static par_status slot_alloc(trainer *t, llama_acts *a, void **base) {
+   this rank (all its layers, and the head's when slot_has_head). */
+static par_status slot_alloc(trainer *t, llama_acts *a, void **base, int head) {
     const llama_model *m = &t->model;
     const int64_t n = t->sz.n;
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->ids));
@@ -787,8 +793,8 @@ static par_status slot_alloc(trainer *t, llama_acts *a, void **base) {
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
     a->blocks = (llama_block_acts *)calloc((size_t)(m->local.layers ? m->local.layers : 1), sizeof(llama_block_acts));
     if (!a->blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
-    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, NULL, NULL), PAR_MEM_ACTIVATIONS, base));
-    llama_acts_carve(m, n, t->sz.batch, *base, a);
+    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, head, NULL, NULL), PAR_MEM_ACTIVATIONS, base));
+    llama_acts_carve(m, n, t->sz.batch, head, *base, a);
     return PAR_OK;
 }
 
@@ -799,7 +805,7 @@ static par_status acts_alloc(trainer *t) {
     t->slots = (llama_acts *)calloc((size_t)t->nslots, sizeof(llama_acts));
     t->slot_base = (void **)calloc((size_t)t->nslots, sizeof(void *));
     if (!t->slots || !t->slot_base) return par_set_error(PAR_ENOMEM, "out of host memory");
-    for (k = 0; k < t->nslots; k++) LLAMA_CHECK(slot_alloc(t, &t->slots[k], &t->slot_base[k]));
+    for (k = 0; k < t->nslots; k++) LLAMA_CHECK(slot_alloc(t, &t->slots[k], &t->slot_base[k], slot_has_head(t, k)));
     t->acts = t->slots[0], t->acts_base = t->slot_base[0];
     if (t->pp > 1)
         LLAMA_CHECK(alloc_bytes(t, (int64_t)t->nbnd * t->chunks * 4 * boundary_bytes(t), PAR_MEM_COMM,
@@ -810,7 +816,7 @@ static par_status acts_alloc(trainer *t) {
     for (k = 1; k < t->copies; k++) { /* the other copies' activations and scratch */
         lane *l = &t->lanes[k];
         l->model.local.layers = m->local.layers, l->model.recompute = m->recompute;
-        LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base));
+        LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base, 1));
         LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL), PAR_MEM_WORKSPACE, &l->scratch_base));
         llama_scratch_carve(m, n, l->scratch_base, &l->scratch);
         LLAMA_CHECK(llama_scratch_init(m, n, &l->scratch));
@@ -834,12 +840,14 @@ static par_status plan_memory(trainer *t) {
     const llama_model *m = &t->model;
     const int64_t n = t->sz.n;
     int64_t table = 0;
+    int k;
     LLAMA_CHECK(par_params_memory(t->ps, t->plan.bytes));
-    t->plan.bytes[PAR_MEM_ACTIVATIONS] += t->nslots * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) +
-                                                       n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
+    for (k = 0; k < t->nslots; k++)
+        t->plan.bytes[PAR_MEM_ACTIVATIONS] += llama_acts_carve(m, n, t->sz.batch, slot_has_head(t, k), NULL, NULL) +
+                                              n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
     if (t->pp > 1) t->plan.bytes[PAR_MEM_COMM] += (int64_t)t->nbnd * t->chunks * 4 * boundary_bytes(t);
     /* multi-copy: every copy holds a micro-batch's share of activations, scratch and tp workspace */
-    t->plan.bytes[PAR_MEM_ACTIVATIONS] += (t->copies - 1) * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) +
+    t->plan.bytes[PAR_MEM_ACTIVATIONS] += (t->copies - 1) * (llama_acts_carve(m, n, t->sz.batch, 1, NULL, NULL) +
                                                              n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
     t->plan.bytes[PAR_MEM_WORKSPACE] += t->copies * llama_scratch_carve(m, n, NULL, NULL);
     t->plan.bytes[PAR_MEM_COMM] += t->copies * par_tp_workspace_bytes(t->tp, n, m->local.dim);
