@@ -90,6 +90,8 @@ static const char *const usage_text_more =
     "      [--layers N --hidden N --heads N --kv-heads N --ffn N --vocab N --seq N\n"
     "       --global-batch N]       the model without a file (all eight); with one, each\n"
     "                               overrides the file's value (--global-batch its batch)\n"
+    "      [--devices N]            the cluster file's devices, overridden (a multiple\n"
+    "                               of its devices_per_node: the same machine, sized)\n"
     "      [--fix dp=8,tp=8,pp=16,cp=1]  keep these degrees (any subset; search mode\n"
     "                               sharding_propagation, the only one that keeps them)\n"
     "      [--schedule 1f1b,gpipe]  pipeline kinds searched (gpipe, 1f1b, interleaved,\n"
@@ -1046,7 +1048,7 @@ static int cmd_plan(int argc, char **argv) {
         {"heads", 1, 0},         {"kv-heads", 1, 0},     {"ffn", 1, 0},        {"vocab", 1, 0},
         {"seq", 1, 0},           {"global-batch", 1, 0}, {"fix", 1, 0},        {"schedule", 1, 0},
         {"max-micro-batches", 1, 0}, {"search-mode", 1, 0}, {"json", 0, 0},    {"micro-batch-size", 1, 0},
-        {"max-zero", 1, 0},      {"no-sp", 0, 0},        {NULL, 0, 0}};
+        {"max-zero", 1, 0},      {"no-sp", 0, 0},        {"devices", 1, 0},    {NULL, 0, 0}};
     par_auto_desc d;
     par_auto_cuts cuts;
     par_auto_plan plans[64];
@@ -1087,6 +1089,10 @@ static int cmd_plan(int argc, char **argv) {
     st = par_cluster_parse(text, &d.cluster);
     free(text);
     check(st, cluster_file);
+    if (arg_get(&a, "devices")) { /* the same machine at another size: the checks as the file's own count */
+        d.cluster.devices = (int)parse_int(arg_get(&a, "devices"), 1, 1 << 24, "--devices");
+        check(par_cluster_check(&d.cluster), "--devices");
+    }
     top = arg_get(&a, "top") ? (int)parse_int(arg_get(&a, "top"), 1, 64, "--top") : 5;
     json = arg_flag(&a, "json");
     if (arg_get(&a, "dtype")) { /* one type, a comma list or all: the compute types searched */
