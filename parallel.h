@@ -22156,7 +22156,7 @@ static double par__au_coll(const par__au *a, int span, int calls, int steps, dou
 }
 
 /* `calls` all-reduces of `bytes` each over `n` ranks spanning `span`, as
-   NCCL runs them (NCCL's PERFORMANCE.md: bus bandwidth = algorithm bandwidth
+   NCCL runs them (nccl-tests' performance notes: bus bandwidth = algorithm bandwidth
    x 2(n-1)/n, what each rank moves; the NCCL 2.4 double binary trees):
    ring: 2(n-1) latency steps, 2(n-1)/n x bytes a rank; tree (a group over
    several nodes): a chain through each node's members and a binary tree

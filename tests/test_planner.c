@@ -735,7 +735,7 @@ static par_status calib_rank(par_ctx *ctx, void *p) {
 static void calibration(void) {
     calib_arg a;
     par_cluster back;
-    char text[512];
+    char text[1024];
     memset(&a, 0, sizeof a);
     CHECK_OK(par_run_threads(2, calib_rank, &a));
     CHECK(a.st[0] == PAR_OK && a.st[1] == PAR_OK);
