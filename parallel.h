@@ -22139,6 +22139,8 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
         for (r = 0; r < p; r++)
             if (par_pp_schedule_slots(s, r, &n) == PAR_OK && n > e.slots) e.slots = n;
         if (par_pp_schedule_slots(s, p - 1, &n) == PAR_OK) e.slots_last = n;
+        if (e.slots < 1) e.slots = 1; /* a checked schedule holds a micro-batch somewhere; never below one */
+        if (e.slots_last < 1) e.slots_last = 1;
     }
     par_pp_schedule_destroy(s);
     a->pp[a->npp++] = e;
