@@ -3013,9 +3013,10 @@ typedef struct par_cluster {
     double memory_bandwidth; /* bytes/s a device streams through its memory; 0 = not counted */
     double activation_rate;  /* elements/s of a SwiGLU forward + backward (the activation function's
                                 exp per element); 0 = not counted */
-    double attention_rate;   /* flop/s of causal flash attention forward + backward, counted as the
-                                model counts them (6 x keys x head_dim per query head and token);
-                                0 = at flops */
+    double attention_rate;   /* flop/s of causal attention forward + backward, its flops counted in
+                                full as Megatron-LM and PaLM's MFU count them: 12 x seq x head_dim
+                                per query head and token (the whole seq x seq square, though a
+                                causal kernel computes half of it); 0 = at the GEMM rate */
     double attention_row_cost; /* seconds per query row and head of one attention call (forward +
                                   backward) beyond its flops: the per-row softmax bookkeeping that
                                   makes short blocks (ring steps) slow; 0 = not counted */
@@ -3032,19 +3033,27 @@ typedef struct par_cluster {
                                 share a node's CPU cores (threads or processes) take turns beyond
                                 it, so a node's summed work bounds the step; 0 = every rank
                                 (one accelerator each) */
+    /* GEMM efficiency by shape: a GEMM whose smallest dimension (rows, depth or columns) is d
+       runs at flops (flops16) x gemm_efficiency x d / (d + gemm_half_dim): large GEMMs at
+       gemm_efficiency of the peak, one of d = gemm_half_dim at half of that (small tiles and
+       waves leave the tensor cores idle). docs/auto-parallel.md lists published figures per
+       GPU kind; par_calibrate fits gemm_half_dim on this machine. */
+    double gemm_efficiency;  /* 0 = 1: flops and flops16 are what large GEMMs reach */
+    double gemm_half_dim;    /* 0 = no shape dependence */
 } par_cluster;
 
 /* PAR_EINVAL naming the field and the rule: devices 1 to 2^24,
    devices_per_node dividing devices, bandwidths, memory and flops finite and
    > 0, latencies (kernel_latency too) finite, >= 0 and under an hour, the
-   optional rates finite and >= 0, node_parallelism 0 to 2^24. */
+   optional rates finite and >= 0, node_parallelism 0 to 2^24, gemm_efficiency
+   0 to 1, gemm_half_dim 0 to 2^20. */
 PARALLEL_DEF par_status par_cluster_check(const par_cluster *cluster);
 /* "key: value" lines ('#' comments): devices, devices_per_node,
    intra_node_bandwidth, intra_node_latency, inter_node_bandwidth,
    inter_node_latency, memory_per_device, flops_per_device and (optional)
    memory_bandwidth, activation_rate, attention_rate, attention_row_cost,
-   kernel_latency, node_parallelism, norm_rate, rope_rate, call_latency, flops16_per_device.
-   Numbers may end in
+   kernel_latency, node_parallelism, norm_rate, rope_rate, call_latency, flops16_per_device,
+   gemm_efficiency, gemm_half_dim. Numbers may end in
    K, M, G, T (1e3...) or Ki, Mi, Gi, Ti (1024...). Unknown keys and bad
    numbers are PAR_EPARSE naming the line; then par_cluster_check. */
 PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *cluster);
@@ -3094,6 +3103,10 @@ typedef struct par_auto_config {
 typedef struct par_auto_prediction {
     double memory_bytes;
     double weights_bytes, grads_bytes, optimizer_bytes, activation_bytes;
+    double boundary_bytes;   /* the pipeline's send / receive buffers: 4 a micro-batch chunk (input,
+                                output and their gradients) for the micro-batches in flight at once
+                                (the schedule's most activation slots on any rank), in the compute
+                                type; part of memory_bytes */
     double step_time;        /* seconds */
     double compute_time, tp_comm_time, cp_comm_time, pp_comm_time;
     double dp_comm_time;     /* the gradient reductions (and ZeRO's all-gather); step_time counts
@@ -3104,6 +3117,13 @@ typedef struct par_auto_prediction {
     double shared_time;      /* ranks sharing a node's cores: its summed work over node_parallelism
                                 (the step is the larger of the two); 0 = not bound by it */
     double bubble;           /* idle share of the pipeline (the >>pipeline checker's) */
+    /* The step's flops over all devices, counted as Megatron-LM (Narayanan et al. 2021, eq. 3) and
+       PaLM (Chowdhery et al. 2022, appendix B) count them: 2 per weight and token forward (the
+       head included), attention's two matmuls over the whole seq x seq square (4 x seq x q width
+       per token and layer forward), backward twice the forward. model_flops: that (the MFU
+       convention); hardware_flops: plus what recomputation runs again (full: every layer's
+       forward; selective recomputes no matmul). Per device per second: / step_time / devices. */
+    double model_flops, hardware_flops;
 } par_auto_prediction;
 
 /* A plan: its knobs and what they are predicted to cost. */
@@ -3127,6 +3147,8 @@ typedef struct par_auto_desc {
     uint32_t schedules;       /* bit per par_pp_kind; 0 = gpipe and 1f1b */
     uint32_t cp_algos;        /* bit per par_cp_algo (ring, ulysses); 0 = both */
     int max_micro_batches;    /* default 16 */
+    int micro_batch_size;     /* samples per micro-batch and dp rank, fixed (the micro-batches then follow
+                                 from the batch and dp, max_micro_batches aside); 0 = searched */
     int max_zero;             /* highest ZeRO level searched (0..2); default 2 */
     uint32_t recomputes;      /* bit per par_recompute_mode searched; 0 = none only */
     uint32_t dtypes;          /* bit per par_dtype searched (F32, BF16, F16); 0 = the model's dtype only */
@@ -3185,7 +3207,9 @@ PARALLEL_DEF int par_auto_plan_format(const par_auto_plan *plan, char *buf, size
    what it gets when it has its cores to itself) times a linear layer's three
    f32 GEMMs (forward gemm_rows x gemm_size x gemm_cols, and its input and
    weight gradients; with desc.model, those of each of a decoder layer's seven
-   weights), RMSNorm and RoPE forward + backward over gemm_rows x gemm_size,
+   weights; again at a quarter of the rows: flops and gemm_half_dim, the
+   shape curve, from the two, or flops alone where the quarter changes no
+   GEMM's smallest dimension), RMSNorm and RoPE forward + backward over gemm_rows x gemm_size,
    copies of `bytes` (memory bandwidth), SwiGLU forward + backward
    (activation rate), causal attention forward + backward of `seq` tokens at
    `head_dim` and of four times the samples of a quarter of the tokens (the
@@ -22535,6 +22559,12 @@ PARALLEL_DEF par_status par_cluster_check(const par_cluster *c) {
     if (c->node_parallelism < 0 || c->node_parallelism > PAR__MAX_DEVICES)
         return par__fail(PAR_EINVAL, "cluster: node_parallelism is %d; it must be 0 (every rank) to %d",
                          c->node_parallelism, PAR__MAX_DEVICES);
+    if (!par__au_finite(c->gemm_efficiency) || c->gemm_efficiency < 0 || c->gemm_efficiency > 1)
+        return par__fail(PAR_EINVAL, "cluster: gemm_efficiency is %g; it must be a fraction of the peak, 0 (= 1) to 1",
+                         c->gemm_efficiency);
+    if (!par__au_finite(c->gemm_half_dim) || c->gemm_half_dim < 0 || c->gemm_half_dim > 1048576)
+        return par__fail(PAR_EINVAL, "cluster: gemm_half_dim is %g; it must be a GEMM dimension 0 (none) to 2^20",
+                         c->gemm_half_dim);
     if (c->devices_per_node > 0 && c->devices_per_node < c->devices && c->inter_bandwidth == 0)
         return par__fail(PAR_EINVAL, "cluster: %d nodes need inter_node_bandwidth", c->devices / c->devices_per_node);
     return PAR_OK;
@@ -22582,7 +22612,8 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                                        "memory_per_device",  "flops_per_device",     "memory_bandwidth",
                                        "activation_rate",    "attention_rate",       "kernel_latency",
                                        "node_parallelism",   "attention_row_cost",   "norm_rate",
-                                       "rope_rate",          "call_latency",         "flops16_per_device"};
+                                       "rope_rate",          "call_latency",         "flops16_per_device",
+                                       "gemm_efficiency",    "gemm_half_dim"};
     enum { nkeys = (int)(sizeof keys / sizeof keys[0]) };
     par_cluster c;
     const char *p;
@@ -22612,7 +22643,7 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
                              "intra_node_latency, inter_node_bandwidth, inter_node_latency, memory_per_device, "
                              "flops_per_device, memory_bandwidth, activation_rate, attention_rate, kernel_latency, "
                              "node_parallelism, attention_row_cost, norm_rate, rope_rate, call_latency, "
-                             "flops16_per_device)",
+                             "flops16_per_device, gemm_efficiency, gemm_half_dim)",
                              line + 1, key);
         if (!par__au_number(value, &v))
             return par__fail(PAR_EPARSE, "cluster line %d: %s: '%.40s' is not a number", line + 1, key, value);
@@ -22638,7 +22669,9 @@ PARALLEL_DEF par_status par_cluster_parse(const char *text, par_cluster *out) {
         case 14: c.norm_rate = v; break;
         case 15: c.rope_rate = v; break;
         case 16: c.call_latency = v; break;
-        default: c.flops16 = v; break;
+        case 17: c.flops16 = v; break;
+        case 18: c.gemm_efficiency = v; break;
+        default: c.gemm_half_dim = v; break;
         }
     }
     for (i = 0; i < 8; i++)
@@ -22742,11 +22775,14 @@ static par_status par__au_check_model(const par_model_shape *m) {
     return PAR_OK;
 }
 
-/* Pipeline figures per (schedule, stages, micro-batches), from the checker. */
+/* Pipeline figures per (schedule, stages, micro-batches), from the checker:
+   its bubble, and the most micro-batches any rank holds at once (the
+   activation slots a host keeps, par_pp_schedule_slots, on the busiest rank)
+   and those of the last rank (the head's stage). */
 typedef struct par__au_pp {
     int kind, p, m, ok;
     double bubble;
-    int in_flight;
+    int slots, slots_last;
 } par__au_pp;
 
 typedef struct par__au {
@@ -22788,9 +22824,14 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
     sd.micro_batches = m;
     sd.kind = kind;
     if (par_pp_schedule_make(&sd, &s) == PAR_OK && par_pp_schedule_check(s, &chk, NULL, 0) == PAR_OK) {
+        int r, n;
         e.ok = 1;
         e.bubble = chk.bubble;
-        e.in_flight = chk.max_in_flight;
+        for (r = 0; r < p; r++)
+            if (par_pp_schedule_slots(s, r, &n) == PAR_OK && n > e.slots) e.slots = n;
+        if (par_pp_schedule_slots(s, p - 1, &n) == PAR_OK) e.slots_last = n;
+        if (e.slots < 1) e.slots = 1; /* a checked schedule holds a micro-batch somewhere; never below one */
+        if (e.slots_last < 1) e.slots_last = 1;
     }
     par_pp_schedule_destroy(s);
     a->pp[a->npp++] = e;
@@ -22805,6 +22846,23 @@ static double par__au_coll(const par__au *a, int span, int calls, int steps, dou
     const double bw = intra || a->c.inter_bandwidth <= 0 ? a->c.intra_bandwidth : a->c.inter_bandwidth;
     const double lat = intra ? a->c.intra_latency : a->c.inter_latency;
     return calls * a->c.call_latency + steps * lat + bytes / bw;
+}
+
+/* `calls` all-reduces of `bytes` each over `n` ranks spanning `span`, as
+   NCCL runs them (nccl-tests' performance notes: bus bandwidth = algorithm bandwidth
+   x 2(n-1)/n, what each rank moves; the NCCL 2.4 double binary trees):
+   ring: 2(n-1) latency steps, 2(n-1)/n x bytes a rank; tree (a group over
+   several nodes): a chain through each node's members and a binary tree
+   over the nodes, up and down: 2 (n / nodes - 1 + ceil(log2 nodes)) steps,
+   about 2 x bytes a rank (each half of the data on one of the two trees).
+   The faster of the two; within one node the ring (the tree is a chain). */
+static double par__au_allreduce(const par__au *a, int span, int n, double calls, double bytes) {
+    const int dpn = a->c.devices_per_node ? a->c.devices_per_node : a->c.devices;
+    const int nodes = span > dpn ? (span + dpn - 1) / dpn : 1, per_node = nodes < n ? n / nodes : 1;
+    const double ring = par__au_coll(a, span, (int)calls, (int)(calls * 2 * (n - 1)), calls * 2.0 * (n - 1) / n * bytes);
+    const double tree = par__au_coll(a, span, (int)calls,
+                                     (int)(calls * 2 * (per_node - 1 + ceil(log2((double)nodes)))), calls * 2 * bytes);
+    return n < 2 ? 0 : nodes < 2 || ring < tree ? ring : tree;
 }
 
 /* Its bytes-moving part alone: the work a rank's cores do for it when they
@@ -22883,11 +22941,13 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
    into; ZeRO-2: this rank's shard plus two bucket buffers of the largest
    bucket, a layer; every bucket under a pipeline) and
    AdamW's two f32 moments (ZeRO-1/2: sharded over dp x cp); per micro-batch
-   in flight (the schedule's peak, from the >>pipeline checker) the saved
-   activations of each layer (what its recompute mode keeps) and the final
-   norm and logits; the backward scratch of one layer and the recompute
-   area (one layer's dropped tensors); the tensor-parallel executor's 4
-   buffers of the residual stream; the pipeline's boundary buffers; context
+   in flight (the schedule's most activation slots on a rank,
+   par_pp_schedule_slots) the saved activations of each layer (what its
+   recompute mode keeps) and, on the head's stage (and in one slot
+   elsewhere: the trainer's), the final norm and logits; the backward scratch
+   of one layer and the recompute area (one layer's dropped tensors); the
+   tensor-parallel executor's 4 buffers of the residual stream; the
+   pipeline's boundary buffers, 4 per chunk of those micro-batches; context
    parallel's ring or all-to-all buffers; the compute table's own scratch
    (desc.compute). */
 /* The recompute area of a layer of per_layer saved elements (the example
@@ -22905,11 +22965,11 @@ static double par__au_recompute_area(const par__au_dims *k, const par_auto_confi
     return 0;
 }
 
-static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_auto_config *c, int in_flight,
-                                   par_auto_prediction *r) {
+static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_auto_config *c, int slots,
+                                   int slots_last, par_auto_prediction *r) {
     const double e = k->e, h = k->h, n = k->n, rows = k->rows;
     const double bucket = k->layer_params > k->V * h / k->tp ? k->layer_params : k->V * h / k->tp;
-    double per_layer, stats, slot_bytes, scratch, comm = 0, cpf = 0, feat, area, area_stats;
+    double per_layer, stats, slot_bytes, head_bytes, scratch, comm = 0, cpf = 0, feat, area, area_stats, first, last;
     r->weights_bytes = k->params * e;
     if (c->zero >= 2) /* gradients are f32 in every dtype (mixed precision accumulates and reduces in f32) */
         r->grads_bytes = k->params * 4 / k->shard +
@@ -22928,14 +22988,23 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
     area = par__au_recompute_area(k, c, per_layer);
     area_stats = c->recompute == PAR_RECOMPUTE_FULL ? stats : 0; /* full keeps no statistic either */
     per_layer -= area - (c->recompute == PAR_RECOMPUTE_FULL ? rows * h : 0); /* a full one's area adds its output */
-    slot_bytes = k->layers * (per_layer * e + (stats - area_stats) * 4) + (rows * 2 * h + n * k->Vl) * e + (rows + n) * 4;
+    head_bytes = (rows * 2 * h + n * k->Vl) * e + (rows + n) * 4; /* the final norm's in and out, logits, losses */
+    slot_bytes = k->layers * (per_layer * e + (stats - area_stats) * 4) + head_bytes;
     k->slot = slot_bytes / e;
-    r->activation_bytes = (k->pp > 1 ? in_flight : 1) * (slot_bytes + n * 16); /* + token ids, targets, positions */
+    /* + token ids, targets, positions a slot. Under a pipeline the slots of a stage without the head
+       keep none of its tensors (but the first, which the trainer keeps whole): the first stage's
+       slots or the last one's, whichever is more */
+    first = slot_bytes + n * 16 + (slots - 1) * (slot_bytes - head_bytes + n * 16);
+    last = slots_last * (slot_bytes + n * 16);
+    r->activation_bytes = k->pp > 1 ? (first > last ? first : last) : slot_bytes + n * 16;
     /* one layer's backward scratch (+ the tp gather and sequence-parallel rows), in bytes */
     scratch = (n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0) + area) * e +
               area_stats * 4;
     if (k->tp > 1) comm += 4 * n * h * e; /* the executor's buffers move the dtype */
-    if (k->pp > 1) comm += k->mb * k->chunks * 4 * rows * h * e;
+    /* the pipeline's boundaries: input, output and their gradients of each chunk of the micro-batches
+       in flight (a buffer set is reused by a later micro-batch: see examples/llama/train.c), in the dtype */
+    r->boundary_bytes = k->pp > 1 ? (double)slots * k->chunks * 4 * rows * h * e : 0;
+    comm += r->boundary_bytes;
     if (k->cp > 1 && c->cp_algo == PAR_CP_RING) {
         const double kvn = k->bmb * k->S / k->cp * k->kvl, qn = k->bmb * k->S / k->cp * k->ql;
         cpf = 12 * kvn + qn + k->bmb * k->hl * k->S / k->cp;
@@ -22953,8 +23022,39 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
                       par__au_table_scratch(a, k->dt, n, feat, k->bmb * k->hl * k->S / k->cp, n * k->ql, n * k->kvl);
 }
 
-/* Compute per micro-batch: 6 flops per weight and token (forward + backward)
-   at the GEMM rate, causal attention 6 S d per head and token at the
+/* The seconds of a linear's three GEMMs (forward, input and weight
+   gradients: 6 flops per weight and row) of `rows` rows, `in` x `out`
+   weights: at the GEMM rate of the dtype times the shape's efficiency (all
+   three share the smallest dimension). */
+static double par__au_gemm_time(const par_cluster *cl, par_dtype dt, double rows, double in, double out) {
+    const double peak = dt != PAR_F32 && cl->flops16 > 0 ? cl->flops16 : cl->flops;
+    const double d = rows < in ? (rows < out ? rows : out) : (in < out ? in : out);
+    double eff = cl->gemm_efficiency > 0 ? cl->gemm_efficiency : 1;
+    if (cl->gemm_half_dim > 0) eff *= d / (d + cl->gemm_half_dim);
+    return 6 * rows * in * out / (peak * eff);
+}
+
+/* One layer's linears (q, k, v, o, gate, up, down: this rank's tp share) on n rows. */
+static double par__au_layer_gemms(const par_cluster *cl, const par__au_dims *k, double n) {
+    return par__au_gemm_time(cl, k->dt, n, k->h, k->ql) + 2 * par__au_gemm_time(cl, k->dt, n, k->h, k->kvl) +
+           par__au_gemm_time(cl, k->dt, n, k->ql, k->h) + 2 * par__au_gemm_time(cl, k->dt, n, k->h, k->fl) +
+           par__au_gemm_time(cl, k->dt, n, k->fl, k->h);
+}
+
+/* The step's flops (par_auto_prediction.model_flops, hardware_flops): per token
+   forward 2 per matmul weight (the layers' and the head's) and attention's
+   QK^T and PV over the whole square (2 x 2 x S x q width a layer); x 3 with the
+   backward; full recomputation adds the layers' forward again. */
+static void par__au_flops(const par__au *a, const par__au_dims *k, const par_auto_config *c, par_auto_prediction *r) {
+    const double tokens = (double)a->m.batch * k->S, L = a->m.layers;
+    const double layers_fwd = L * (2 * k->layer_mm + 4 * k->S * k->q), head_fwd = 2 * k->V * k->h;
+    r->model_flops = tokens * 3 * (layers_fwd + head_fwd);
+    r->hardware_flops = r->model_flops + (c->recompute == PAR_RECOMPUTE_FULL ? tokens * layers_fwd : 0);
+}
+
+/* Compute per micro-batch: the linears' GEMMs (6 flops per weight and token,
+   forward + backward) at the GEMM rate and their shapes' efficiency, causal
+   attention 12 S d per head and token (the square counted in full) at the
    attention rate (S the whole sequence, also under context parallelism), the
    bytes the step moves through memory (activations written and read back,
    weights read three times) at the memory bandwidth, the MLP's activation
@@ -22965,12 +23065,14 @@ static double par__au_predict_compute(const par__au *a, const par__au_dims *k, c
                                       par_auto_prediction *r) {
     const par_cluster *cl = &a->c;
     const double e = k->e, n = k->n;
-    double gemm, attn, traffic, calls, opt, norms = 0, act = 0;
-    gemm = n * (k->layers * 6 * k->layer_mm / k->tp + 6 * k->V * k->h / k->tp) /
-           (k->dt != PAR_F32 && cl->flops16 > 0 ? cl->flops16 : cl->flops);
+    double gemm, head, attn, traffic, calls, opt, norms = 0, act = 0, arate = cl->attention_rate;
+    head = par__au_gemm_time(cl, k->dt, n, k->h, k->Vl);
+    gemm = k->layers * par__au_layer_gemms(cl, k, n) + head;
     /* every query sees the whole sequence's keys: context parallelism splits the queries (and brings
-       the keys round), not the keys a query attends to */
-    attn = n * k->layers * 6 * k->S * k->q / k->tp / (cl->attention_rate > 0 ? cl->attention_rate : cl->flops);
+       the keys round), not the keys a query attends to. Without a measured rate a causal kernel
+       computes half the square at the GEMM rate (of the tokens' square GEMMs, S x S x head dim) */
+    if (!(arate > 0)) arate = 2 * 6 * k->S * k->S * k->hd / par__au_gemm_time(cl, k->dt, k->S, k->hd, k->S);
+    attn = n * k->layers * 12 * k->S * k->q / k->tp / arate;
     /* and per query row and head of each call: a ring step's call takes every local query again */
     attn += n * k->layers * k->hl * (k->cp > 1 && c->cp_algo == PAR_CP_RING ? k->cp : 1) * cl->attention_row_cost;
     traffic = cl->memory_bandwidth > 0 ? (3 * k->slot * e + 3 * k->params * e) / cl->memory_bandwidth : 0;
@@ -22984,8 +23086,7 @@ static double par__au_predict_compute(const par__au *a, const par__au_dims *k, c
     /* recomputation: full runs every layer's forward again, about a third of its forward and backward
        (2 of the 6 flops per weight and token; the rest alike), the head's aside; selective the norms
        (their forward: about half of their measured forward + backward rate) and SwiGLU's product */
-    if (c->recompute == PAR_RECOMPUTE_FULL)
-        r->compute_time += (r->compute_time - n * 6 * k->V * k->h / k->tp / cl->flops) / 3;
+    if (c->recompute == PAR_RECOMPUTE_FULL) r->compute_time += (r->compute_time - head) / 3;
     else if (c->recompute == PAR_RECOMPUTE_SELECTIVE)
         r->compute_time += (norms + act) / 2 + k->layers * 3 * cl->kernel_latency;
     r->compute_time *= k->mb;
@@ -23007,7 +23108,8 @@ static double par__au_predict_comm(const par__au *a, const par__au_dims *k, cons
     const int tp = k->tp, cp = k->cp, pp = k->pp;
     double tp_t = 0, cp_t = 0, pp_t = 0, copies = 0;
     if (tp > 1) {
-        tp_t = k->layers * 4 * par__au_coll(a, tp, 1, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * k->h * e);
+        tp_t = k->layers * 4 * (c->sp ? par__au_coll(a, tp, 1, 2 * (tp - 1), 2.0 * (tp - 1) / tp * n * k->h * e)
+                                       : par__au_allreduce(a, tp, tp, 1, n * k->h * e));
         copies += k->layers * 4 * par__au_coll_copy(a, tp, 2.0 * (tp - 1) / tp * n * k->h * e) * mb;
     }
     if (cp > 1 && c->cp_algo == PAR_CP_RING) { /* k, v around the ring forward; k, v, dk, dv backward */
@@ -23057,8 +23159,8 @@ static void par__au_predict_dp(const par__au *a, const par__au_dims *k, const pa
     else if (c->zero == 1)
         red = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), rs),
         gather = par__au_coll(a, (int)span, (int)buckets, (int)(buckets * steps), ag);
-    else
-        red = par__au_coll(a, (int)span, (int)buckets, (int)(2 * buckets * steps), 2 * rs);
+    else /* the gradients' all-reduce: f32, ring or tree */
+        red = par__au_allreduce(a, (int)span, (int)k->shard, buckets, k->params * 4 / buckets);
     r->dp_comm_time = red + gather;
     *exposed = (red - bwd > red / buckets ? red - bwd : red / buckets) + gather;
     *copies = (c->zero >= 2 ? k->mb : 1) * par__au_coll_copy(a, (int)span, rs) +
@@ -23091,13 +23193,14 @@ static void par__au_predict_step(const par__au *a, double opt, double dp_exposed
     }
 }
 
-static void par__au_predict(const par__au *a, par_auto_plan *pl, int in_flight, double bubble) {
+static void par__au_predict(const par__au *a, par_auto_plan *pl, int slots, int slots_last, double bubble) {
     const par_auto_config *c = &pl->config;
     par_auto_prediction *r = &pl->predicted;
     par__au_dims k;
     double opt, copies, dp_exposed, dp_copies;
     par__au_dims_of(a, c, &k);
-    par__au_predict_memory(a, &k, c, in_flight, r);
+    par__au_predict_memory(a, &k, c, slots, slots_last, r);
+    par__au_flops(a, &k, c, r);
     opt = par__au_predict_compute(a, &k, c, r);
     copies = par__au_predict_comm(a, &k, c, r);
     par__au_predict_dp(a, &k, c, opt, r, &dp_exposed, &dp_copies);
@@ -23146,7 +23249,7 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
     char why[96];
     const int chunks = pl->config.chunks > 0 ? pl->config.chunks : 1;
     double bubble = 0;
-    int in_flight = 1;
+    int slots = 1, slots_last = 1;
     a->cuts.considered++;
     if (pl->config.pp > 1) {
         const par__au_pp *r = par__au_pipeline(a, pl->config.schedule, pl->config.pp, chunks, pl->config.micro_batches);
@@ -23156,9 +23259,9 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
                                                            : "the schedule is refused");
             return;
         }
-        bubble = r->bubble, in_flight = r->in_flight;
+        bubble = r->bubble, slots = r->slots, slots_last = r->slots_last;
     }
-    par__au_predict(a, pl, in_flight, bubble);
+    par__au_predict(a, pl, slots, slots_last, bubble);
     if (a->d->memory) pl->predicted.memory_bytes = a->d->memory(a->d->user, pl);
     if (a->d->step_time) pl->predicted.step_time = a->d->step_time(a->d->user, pl);
     if (a->smallest == 0 || pl->predicted.memory_bytes < a->smallest) a->smallest = pl->predicted.memory_bytes;
@@ -23208,14 +23311,25 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
     const int max_zero = !(s & PAR_AUTO_ZERO) ? 0 : a->d->max_zero > 0 ? (a->d->max_zero < 2 ? a->d->max_zero : 2) : 2;
     const uint32_t recomputes = a->d->recomputes ? a->d->recomputes : 1u << PAR_RECOMPUTE_NONE;
     const uint32_t dtypes = a->d->dtypes ? a->d->dtypes : 1u << a->m.dtype;
-    int sp, algo, kind, mb, zero, rc, dt;
+    const int b = a->d->micro_batch_size;
+    int sp, algo, kind, mb, zero, rc, dt, mb_lo = 1, mb_hi = max_m;
     char why[160];
+    if (b > 0) { /* a fixed micro-batch size: the micro-batches follow from the batch and dp */
+        if (a->m.batch % ((long long)base.config.dp * b)) {
+            snprintf(why, sizeof why, "batch %d does not split into dp %d x micro-batches of %d samples", a->m.batch,
+                     base.config.dp, b);
+            a->cuts.considered++;
+            par__au_cut(a->cuts.not_divisible_example, &a->cuts.not_divisible, &base, why);
+            return;
+        }
+        mb_lo = mb_hi = a->m.batch / (base.config.dp * b);
+    }
     for (sp = 0; sp <= (base.config.tp > 1 && (s & PAR_AUTO_SP) ? 1 : 0); sp++)
         for (algo = 0; algo <= PAR_CP_ULYSSES; algo++) {
             if (base.config.cp == 1 ? algo > 0 : !(algos >> algo & 1u)) continue;
             for (kind = 0; kind < PAR_PP_KIND_COUNT; kind++) {
                 if (base.config.pp == 1 ? kind != PAR_PP_1F1B : !(kinds >> kind & 1u)) continue;
-                for (mb = 1; mb <= max_m; mb++) {
+                for (mb = mb_lo; mb <= mb_hi; mb++) {
                     if (mb > 1 && base.config.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
                     if (a->m.batch % mb) continue;
                     for (zero = 0; zero <= (base.config.dp * base.config.cp > 1 ? max_zero : 0); zero++)
@@ -23318,8 +23432,9 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
     PAR__CHECK(par_cluster_check(&desc->cluster));
     if (!(desc->memory_cap >= 0) || !par__au_finite(desc->memory_cap))
         return par__fail(PAR_EINVAL, "par_auto_desc.memory_cap is %g; it must be finite and >= 0", desc->memory_cap);
-    if (desc->max_zero < 0 || desc->max_zero > 2 || desc->max_micro_batches < 0)
-        return par__fail(PAR_EINVAL, "par_auto_desc: max_zero must be 0 to 2 and max_micro_batches >= 0");
+    if (desc->max_zero < 0 || desc->max_zero > 2 || desc->max_micro_batches < 0 || desc->micro_batch_size < 0)
+        return par__fail(PAR_EINVAL, "par_auto_desc: max_zero must be 0 to 2, max_micro_batches and micro_batch_size "
+                                     ">= 0");
     if (desc->recomputes >> PAR_RECOMPUTE_MODE_COUNT)
         return par__fail(PAR_EINVAL, "par_auto_desc.recomputes = 0x%x: one bit per par_recompute_mode (none, "
                                      "selective, full: 0x7 at most)", (unsigned)desc->recomputes);
@@ -23555,7 +23670,8 @@ static int par__au_gemm_shapes(const par_calibrate_desc *d, int64_t n, int64_t c
 }
 
 /* The timed attention: `seq` tokens, 256 / head_dim heads (at least 1), one
-   sample; its flops as par__au_predict counts them. */
+   sample; its flops as par__au_predict counts them (12 x seq x head_dim per
+   query head and token: the square in full). */
 static par_attn_desc par__au_calib_attn(int head_dim, int seq) {
     par_attn_desc d;
     memset(&d, 0, sizeof d);
@@ -23580,7 +23696,7 @@ typedef struct par__au_calib {
     int inner_gemm, inner_copy, inner_act, inner_attn, inner_norm, inner_rope, inner_call;
     float *a, *b, *cc;
     int64_t *pos;
-    double t_gemm, t_small, t_hot, t_big, t_copy, t_act;
+    double t_gemm, t_gemm4, t_small, t_hot, t_big, t_copy, t_act; /* t_gemm4: at a quarter of the rows */
     double t_attn, t_attn_half, t_call, t_norm, t_rope, t_pair;
 } par__au_calib;
 
@@ -23622,7 +23738,7 @@ static par_status par__au_calib_size(par__au_calib *k, const par_calibrate_desc 
     k->inner_gemm = (int)(5e8 / (6.0 * (double)k->rows * k->layer_kn)) + 1;
     k->inner_copy = (int)(1.25e8 / (8.0 * (double)k->count)) + 1;
     k->inner_act = (int)(2e6 / (double)(k->count / 2 > 0 ? k->count / 2 : 1)) + 1;
-    k->inner_attn = (int)(2e8 / (6.0 * (double)k->attn.q_len * (double)k->attn_elems)) + 1;
+    k->inner_attn = (int)(2e8 / (6.0 * (double)k->attn.q_len * (double)k->attn_elems)) + 1; /* ~0.2 Gflop computed */
     k->inner_norm = (int)(2e7 / ((double)k->rows * (double)k->n)) + 1;
     k->inner_rope = (int)(4e6 / ((double)k->rows * (double)k->n)) + 1;
     k->inner_call = 256;
@@ -23682,14 +23798,18 @@ static void par__au_calib_free(const par_compute_table *ct, par__au_calib *k) {
    than on every sample of one. */
 static par_status par__au_calib_rates(par_ctx *ctx, par_comm_group *world, const par_compute_table *ct,
                                       par__au_calib *k) {
-    par__au_work ws[8];
-    double *outs[8];
+    par__au_work ws[9];
+    double *outs[9];
     int nk = 0, r, i;
     par_status st = PAR_OK;
     memset(ws, 0, sizeof ws);
     ws[nk].kind = 0, ws[nk].rows = k->rows, ws[nk].inner = k->inner_gemm, ws[nk].nshapes = k->nshapes;
     memcpy(ws[nk].shapes, k->shapes, sizeof k->shapes);
     outs[nk++] = &k->t_gemm;
+    if (k->rows >= 8) { /* the same GEMMs at a quarter of the rows (as much work): the shape curve's fit */
+        ws[nk] = ws[nk - 1], ws[nk].rows = k->rows / 4, ws[nk].inner = 4 * k->inner_gemm;
+        outs[nk++] = &k->t_gemm4;
+    }
     ws[nk].kind = 2, ws[nk].n = k->count, ws[nk].inner = k->inner_copy, outs[nk++] = &k->t_copy;
     if (ct->swiglu_fwd && ct->swiglu_bwd)
         ws[nk].kind = 3, ws[nk].n = k->count / 2, ws[nk].inner = k->inner_act, outs[nk++] = &k->t_act;
@@ -23760,19 +23880,53 @@ static par_status par__au_calib_bandwidth(par_ctx *ctx, par_comm_group *world, p
     return par__au_time(ctx, world, &w, k->d.repeats, 1, k->a, k->b, k->cc, &k->t_big);
 }
 
+/* The timed GEMMs' flops (a) and flops over their smallest dimension (b)
+   at `rows` rows, `inner` times: time = (a + gemm_half_dim x b) / flops
+   under the shape curve (par__au_gemm_time). */
+static void par__au_calib_gemm_work(const par__au_calib *k, double rows, double inner, double *a, double *b) {
+    int s;
+    *a = *b = 0;
+    for (s = 0; s < k->nshapes; s++) {
+        const double in = (double)k->shapes[s][0], out = (double)k->shapes[s][1], w = inner * 6 * rows * in * out;
+        const double d = rows < in ? (rows < out ? rows : out) : (in < out ? in : out);
+        *a += w, *b += w / d;
+    }
+}
+
+/* The GEMM rate and the shape curve's half dimension from the two GEMM
+   timings (rows and a quarter of them): two equations (a_i + h b_i) / F = t_i
+   in F and h. When the quarter's smallest dimensions are the same as the
+   whole's (rows above the widths) or the fit says nothing sensible
+   (h < 0: the smaller GEMMs ran faster, the machine's noise), no curve:
+   the rate at the timed shapes, as measured. */
+static void par__au_calib_gemm_fit(const par__au_calib *k, par_cluster *c) {
+    double a1, b1, a2, b2, h = 0;
+    const double t1 = k->t_gemm > 1e-9 ? k->t_gemm : 1e-9, t2 = k->t_gemm4;
+    par__au_calib_gemm_work(k, (double)k->rows, k->inner_gemm, &a1, &b1);
+    par__au_calib_gemm_work(k, (double)(k->rows / 4), 4.0 * k->inner_gemm, &a2, &b2);
+    if (t2 > 1e-9 && fabs(b2 / a2 - b1 / a1) > 0.05 * (b1 / a1)) {
+        const double den = t2 * b1 - t1 * b2;
+        h = den != 0 ? (t1 * a2 - t2 * a1) / den : 0;
+        if (!par__au_finite(h) || h < 0 || h > 1048576) h = 0;
+    }
+    c->gemm_half_dim = h;
+    c->flops = (a1 + h * b1) / t1;
+}
+
 /* The cluster the times describe (this rank's view; rank 0's is shared). */
 static void par__au_calib_cluster(const par__au_calib *k, const par_compute_table *ct, int p, int threads,
                                   par_cluster *c) {
     memset(c, 0, sizeof *c);
     c->devices = c->devices_per_node = p;
-    c->flops = k->inner_gemm * 6.0 * (double)k->rows * k->layer_kn / (k->t_gemm > 1e-9 ? k->t_gemm : 1e-9);
+    par__au_calib_gemm_fit(k, c);
     c->memory_bandwidth = k->inner_copy * 8.0 * (double)k->count / (k->t_copy > 1e-9 ? k->t_copy : 1e-9); /* r + w */
     c->activation_rate = k->t_act > 0 ? k->inner_act * (double)(k->count / 2) / k->t_act : 0;
     if (k->t_attn > 0) { /* t = flops / rate + rows x row cost, at two sizes with the same rows */
         const par_attn_desc *at = &k->attn;
         const double rows = (double)at->q_len * at->q_heads, quarter = (double)(at->q_len / 4 > 0 ? at->q_len / 4 : 1);
-        const double f1 = 6.0 * (double)at->q_len * (double)k->attn_elems,
-                     f2 = 6.0 * quarter * 4 * quarter * at->q_heads * at->head_dim;
+        /* flops counted in full (the whole square, par_cluster.attention_rate) */
+        const double f1 = 12.0 * (double)at->q_len * (double)k->attn_elems,
+                     f2 = 12.0 * quarter * 4 * quarter * at->q_heads * at->head_dim;
         const double t1 = k->t_attn / k->inner_attn, t2 = k->t_attn_half / k->inner_attn;
         double per_flop = f1 > f2 && t1 > t2 ? (t1 - t2) / (f1 - f2) : t1 / f1;
         double row = (t1 - per_flop * f1) / rows;
@@ -23805,18 +23959,19 @@ static void par__au_calib_cluster(const par__au_calib *k, const par_compute_tabl
 static par_status par__au_calib_share(par_ctx *ctx, par_comm_group *world, par_cluster *c) {
     const par_comm_table *cm = par_ctx_comm(ctx);
     const int me = par_ctx_rank(ctx) == 0;
-    double v[12];
+    double v[13];
     if (par_ctx_size(ctx) == 1) return PAR_OK;
     v[0] = me ? c->flops : 0, v[1] = me ? c->intra_latency : 0, v[2] = me ? c->intra_bandwidth : 0;
     v[3] = me ? c->memory_bandwidth : 0, v[4] = me ? c->activation_rate : 0, v[5] = me ? c->attention_rate : 0;
     v[6] = me ? c->kernel_latency : 0, v[7] = me ? (double)c->node_parallelism : 0;
     v[8] = me ? c->attention_row_cost : 0, v[9] = me ? c->norm_rate : 0, v[10] = me ? c->rope_rate : 0;
-    v[11] = me ? c->call_latency : 0;
-    PAR__CHECK(cm->all_reduce(cm->user, world, v, v, 12, PAR_F64, PAR_REDUCE_SUM, NULL));
+    v[11] = me ? c->call_latency : 0, v[12] = me ? c->gemm_half_dim : 0;
+    PAR__CHECK(cm->all_reduce(cm->user, world, v, v, 13, PAR_F64, PAR_REDUCE_SUM, NULL));
     c->flops = v[0], c->intra_latency = v[1], c->intra_bandwidth = v[2], c->memory_bandwidth = v[3];
     c->activation_rate = v[4], c->attention_rate = v[5], c->kernel_latency = v[6];
     c->node_parallelism = (int)v[7];
     c->attention_row_cost = v[8], c->norm_rate = v[9], c->rope_rate = v[10], c->call_latency = v[11];
+    c->gemm_half_dim = v[12];
     return PAR_OK;
 }
 
@@ -23926,13 +24081,14 @@ PARALLEL_DEF int par_cluster_format(const par_cluster *c, char *buf, size_t size
                     "inter_node_bandwidth: %.6g\ninter_node_latency: %.6g\nmemory_per_device: %.6g\n"
                     "flops_per_device: %.6g\nmemory_bandwidth: %.6g\nactivation_rate: %.6g\n"
                     "attention_rate: %.6g\nattention_row_cost: %.6g\nkernel_latency: %.6g\nnode_parallelism: %d\n"
-                    "norm_rate: %.6g\nrope_rate: %.6g\ncall_latency: %.6g\nflops16_per_device: %.6g\n",
+                    "norm_rate: %.6g\nrope_rate: %.6g\ncall_latency: %.6g\nflops16_per_device: %.6g\n"
+                    "gemm_efficiency: %.6g\ngemm_half_dim: %.6g\n",
                     c->devices, c->devices_per_node ? c->devices_per_node : c->devices, c->intra_bandwidth,
                     c->intra_latency, c->inter_bandwidth > 0 ? c->inter_bandwidth : c->intra_bandwidth,
                     c->inter_bandwidth > 0 ? c->inter_latency : c->intra_latency, c->memory_bytes, c->flops,
                     c->memory_bandwidth, c->activation_rate, c->attention_rate, c->attention_row_cost,
                     c->kernel_latency, c->node_parallelism, c->norm_rate, c->rope_rate, c->call_latency,
-                    c->flops16);
+                    c->flops16, c->gemm_efficiency, c->gemm_half_dim);
 }
 
 #endif /* PARALLEL_IMPLEMENTATION_DONE */

@@ -93,13 +93,21 @@ static const char *const usage_text_more =
     "      [--layers N --hidden N --heads N --kv-heads N --ffn N --vocab N --seq N\n"
     "       --global-batch N]       the model without a file (all eight); with one, each\n"
     "                               overrides the file's value (--global-batch its batch)\n"
+    "      [--devices N]            the cluster file's devices, overridden (a multiple\n"
+    "                               of its devices_per_node: the same machine, sized)\n"
     "      [--fix dp=8,tp=8,pp=16,cp=1]  keep these degrees (any subset; search mode\n"
     "                               sharding_propagation, the only one that keeps them)\n"
     "      [--schedule 1f1b,gpipe]  pipeline kinds searched (gpipe, 1f1b, interleaved,\n"
     "                               zb-h1, or all; default gpipe,1f1b)\n"
+    "      [--max-zero 2] [--no-sp]  the highest ZeRO level searched (0: none); no\n"
+    "                               sequence parallel (runs from before it existed)\n"
+    "      [--micro-batch-size N]   samples per micro-batch and dp rank (the micro-\n"
+    "                               batches follow from the batch; default searched)\n"
     "      [--max-micro-batches 16] [--search-mode dynamic_programming]  (or\n"
     "                               sharding_propagation, recursive_programming)\n"
-    "      [--json]                 one JSON object a plan a line, then the cuts\n"
+    "      [--json]                 one JSON object a plan a line, then the cuts (with\n"
+    "                               the step's flops and TFLOP/s per device, Megatron's\n"
+    "                               count: model_ without, hardware_ with recomputation)\n"
     "      [--top 5] [--memory-cap BYTES]  (default: the cluster's memory_per_device)\n"
     "      [--dtype f32]            f32, or bf16 / f16: mixed precision (18 bytes a\n"
     "                               parameter before ZeRO: f32 grads, master, moments);\n"
@@ -903,15 +911,18 @@ static char *read_text_file(const char *path, const char *what) {
     return text;
 }
 
-static void print_auto_plan(int rank, const par_auto_plan *p) {
+static void print_auto_plan(int rank, const par_auto_plan *p, int devices) {
     char name[128];
     par_auto_plan_format(p, name, sizeof name);
     printf("%2d. %-44s step %9.4g s  memory %9.4g MiB\n", rank, name, p->predicted.step_time, p->predicted.memory_bytes / 1048576.0);
     printf("    compute %.3g s, tp comm %.3g s, cp comm %.3g s, pp p2p %.3g s, dp/ZeRO comm %.3g s, bubble %.1f%%\n",
            p->predicted.compute_time, p->predicted.tp_comm_time, p->predicted.cp_comm_time, p->predicted.pp_comm_time, p->predicted.dp_comm_time, 100 * p->predicted.bubble);
-    printf("    memory: weights %.4g, gradients %.4g, optimizer %.4g, activations %.4g MiB\n",
+    printf("    memory: weights %.4g, gradients %.4g, optimizer %.4g, activations %.4g, pipeline buffers %.4g MiB\n",
            p->predicted.weights_bytes / 1048576.0, p->predicted.grads_bytes / 1048576.0, p->predicted.optimizer_bytes / 1048576.0,
-           p->predicted.activation_bytes / 1048576.0);
+           p->predicted.activation_bytes / 1048576.0, p->predicted.boundary_bytes / 1048576.0);
+    printf("    TFLOP/s per device: %.4g (model flops), %.4g (with recomputation's)\n",
+           p->predicted.model_flops / p->predicted.step_time / devices / 1e12,
+           p->predicted.hardware_flops / p->predicted.step_time / devices / 1e12);
 }
 
 /* ---- plan: its inputs (files or flags) and its JSON output ---------------------- */
@@ -1039,7 +1050,7 @@ static void json_str(const char *key, const char *s) {
 
 /* One plan as one JSON line, keys in a fixed order. cp_algo is null without
    cp and schedule null without pp (the table prints neither then). */
-static void print_auto_plan_json(int rank, const par_auto_plan *p, int batch) {
+static void print_auto_plan_json(int rank, const par_auto_plan *p, int batch, int devices) {
     const par_auto_config *c = &p->config;
     const par_auto_prediction *q = &p->predicted;
     printf("{\"rank\":%d,\"dp\":%d,\"tp\":%d,\"pp\":%d,\"cp\":%d,\"sp\":%s,", rank, c->dp, c->tp, c->pp, c->cp,
@@ -1053,7 +1064,11 @@ static void print_auto_plan_json(int rank, const par_auto_plan *p, int batch) {
     json_str("recompute", par_recompute_mode_name(c->recompute)), putchar(',');
     json_str("dtype", par_dtype_name(c->dtype)), putchar(',');
     json_num("step_s", q->step_time), putchar(',');
-    json_num("memory_bytes", q->memory_bytes);
+    json_num("memory_bytes", q->memory_bytes), putchar(',');
+    json_num("model_flops", q->model_flops), putchar(',');
+    json_num("hardware_flops", q->hardware_flops), putchar(',');
+    json_num("model_tflops_per_device", q->model_flops / q->step_time / devices / 1e12), putchar(',');
+    json_num("hardware_tflops_per_device", q->hardware_flops / q->step_time / devices / 1e12);
     printf(",\"time\":{");
     json_num("compute", q->compute_time), putchar(',');
     json_num("tp_comm", q->tp_comm_time), putchar(',');
@@ -1067,7 +1082,8 @@ static void print_auto_plan_json(int rank, const par_auto_plan *p, int batch) {
     json_num("weights", q->weights_bytes), putchar(',');
     json_num("grads", q->grads_bytes), putchar(',');
     json_num("optimizer", q->optimizer_bytes), putchar(',');
-    json_num("activations", q->activation_bytes);
+    json_num("activations", q->activation_bytes), putchar(',');
+    json_num("boundaries", q->boundary_bytes);
     printf("}}\n");
 }
 
@@ -1092,7 +1108,8 @@ static int cmd_plan(int argc, char **argv) {
         {"model", 1, 0},         {"cluster", 1, 0},      {"layers", 1, 0},     {"hidden", 1, 0},
         {"heads", 1, 0},         {"kv-heads", 1, 0},     {"ffn", 1, 0},        {"vocab", 1, 0},
         {"seq", 1, 0},           {"global-batch", 1, 0}, {"fix", 1, 0},        {"schedule", 1, 0},
-        {"max-micro-batches", 1, 0}, {"search-mode", 1, 0}, {"json", 0, 0},    {NULL, 0, 0}};
+        {"max-micro-batches", 1, 0}, {"search-mode", 1, 0}, {"json", 0, 0},    {"micro-batch-size", 1, 0},
+        {"max-zero", 1, 0},      {"no-sp", 0, 0},        {"devices", 1, 0},    {NULL, 0, 0}};
     par_auto_desc d;
     par_auto_cuts cuts;
     par_auto_plan plans[64];
@@ -1133,6 +1150,10 @@ static int cmd_plan(int argc, char **argv) {
     st = par_cluster_parse(text, &d.cluster);
     free(text);
     check(st, cluster_file);
+    if (arg_get(&a, "devices")) { /* the same machine at another size: the checks as the file's own count */
+        d.cluster.devices = (int)parse_int(arg_get(&a, "devices"), 1, 1 << 24, "--devices");
+        check(par_cluster_check(&d.cluster), "--devices");
+    }
     top = arg_get(&a, "top") ? (int)parse_int(arg_get(&a, "top"), 1, 64, "--top") : 5;
     json = arg_flag(&a, "json");
     if (arg_get(&a, "dtype")) { /* one type, a comma list or all: the compute types searched */
@@ -1161,6 +1182,13 @@ static int cmd_plan(int argc, char **argv) {
     if (arg_get(&a, "schedule")) d.schedules = plan_schedules(arg_get(&a, "schedule"));
     if (arg_get(&a, "max-micro-batches"))
         d.max_micro_batches = (int)parse_int(arg_get(&a, "max-micro-batches"), 1, 65536, "--max-micro-batches");
+    if (arg_get(&a, "max-zero")) { /* 0: ZeRO off (par_auto_desc.max_zero 0 would be its default, 2) */
+        d.max_zero = (int)parse_int(arg_get(&a, "max-zero"), 0, 2, "--max-zero");
+        if (d.max_zero == 0) d.search = PAR_AUTO_ALL & ~(uint32_t)PAR_AUTO_ZERO;
+    }
+    if (arg_flag(&a, "no-sp")) d.search = (d.search ? d.search : PAR_AUTO_ALL) & ~(uint32_t)PAR_AUTO_SP;
+    if (arg_get(&a, "micro-batch-size"))
+        d.micro_batch_size = (int)parse_int(arg_get(&a, "micro-batch-size"), 1, 1 << 24, "--micro-batch-size");
     d.mode = PAR_SEARCH_DYNAMIC_PROGRAMMING;
     if (arg_get(&a, "search-mode")) check(par_search_mode_parse(arg_get(&a, "search-mode"), &d.mode), "--search-mode");
     if (arg_get(&a, "fix")) {
@@ -1174,7 +1202,7 @@ static int cmd_plan(int argc, char **argv) {
     st = par_auto_search(&d, plans, top, &count, &cuts);
     check(st, "plan"); /* nothing fits: the message gives the smallest plan's memory */
     if (json) {
-        for (i = 0; i < count && i < top; i++) print_auto_plan_json(i + 1, &plans[i], d.model.batch);
+        for (i = 0; i < count && i < top; i++) print_auto_plan_json(i + 1, &plans[i], d.model.batch, d.cluster.devices);
         print_auto_cuts_json(&cuts, count < top ? count : top);
         return 0;
     }
@@ -1185,7 +1213,7 @@ static int cmd_plan(int argc, char **argv) {
            d.cluster.devices_per_node ? d.cluster.devices_per_node : d.cluster.devices, d.cluster.memory_bytes / 1048576.0,
            d.cluster.flops / 1e9);
     printf("top %d of %d plans that fit, fastest first:\n", count < top ? count : top, count);
-    for (i = 0; i < count && i < top; i++) print_auto_plan(i + 1, &plans[i]);
+    for (i = 0; i < count && i < top; i++) print_auto_plan(i + 1, &plans[i], d.cluster.devices);
     printf("considered %lld plans: %lld fit, %lld over memory, %lld not divisible, %lld refused by the schedule\n",
            (long long)cuts.considered, (long long)cuts.ranked, (long long)cuts.over_memory, (long long)cuts.not_divisible,
            (long long)cuts.schedule);

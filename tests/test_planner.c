@@ -561,9 +561,10 @@ static void time_model(void) {
     a = predicted(&d, 8, 1, 1, 0);
     d.cluster.attention_rate = 2.5e9;
     b = predicted(&d, 8, 1, 1, 0);
-    /* tokens per rank 8 x 64 / 8, 4 layers, 6 S d per head: 64 x 6 x 64 x 64 per layer and token... */
-    CHECK_MSG(fabs((b.predicted.compute_time - a.predicted.compute_time) - 64.0 * 4 * 6 * 64 * 64 / 5e9) < 1e-12, "%g vs %g",
-              b.predicted.compute_time - a.predicted.compute_time, 64.0 * 4 * 6 * 64 * 64 / 5e9);
+    /* tokens per rank 8 x 64 / 8, 4 layers, 12 S d per head (the square in full, Megatron's and PaLM's
+       count): 64 x 12 x 64 x 64 per layer and token */
+    CHECK_MSG(fabs((b.predicted.compute_time - a.predicted.compute_time) - 64.0 * 4 * 12 * 64 * 64 / 5e9) < 1e-12,
+              "%g vs %g", b.predicted.compute_time - a.predicted.compute_time, 64.0 * 4 * 12 * 64 * 64 / 5e9);
     d.cluster.attention_rate = 5e9;
 
     /* context parallelism splits the queries, not the keys each one sees: a rank with the same
@@ -734,7 +735,7 @@ static par_status calib_rank(par_ctx *ctx, void *p) {
 static void calibration(void) {
     calib_arg a;
     par_cluster back;
-    char text[512];
+    char text[1024];
     memset(&a, 0, sizeof a);
     CHECK_OK(par_run_threads(2, calib_rank, &a));
     CHECK(a.st[0] == PAR_OK && a.st[1] == PAR_OK);
@@ -763,6 +764,18 @@ static void calibration(void) {
           back.node_parallelism == a.c[0].node_parallelism);
     CHECK(fabs(back.norm_rate / a.c[0].norm_rate - 1) < 1e-5 && fabs(back.rope_rate / a.c[0].rope_rate - 1) < 1e-5);
     CHECK(fabs(back.call_latency - a.c[0].call_latency) <= 1e-5 * a.c[0].call_latency);
+    /* the GEMM shape curve: fitted from 64 and 16 rows (a half dimension >= 0, the same on every rank,
+       read back), none where a quarter of the rows still exceeds every width (the same smallest dims) */
+    CHECK(a.c[0].gemm_half_dim >= 0 && a.c[0].gemm_half_dim == a.c[1].gemm_half_dim && a.c[0].gemm_efficiency == 0);
+    CHECK(fabs(back.gemm_half_dim - a.c[0].gemm_half_dim) <= 1e-5 * a.c[0].gemm_half_dim);
+    {
+        par_calibrate_desc d;
+        par_cluster c;
+        memset(&d, 0, sizeof d);
+        d.gemm_size = d.gemm_cols = 32, d.gemm_rows = 512, d.bytes = 1 << 16, d.repeats = 1;
+        CHECK_OK(par_calibrate_threads(1, &d, &c, NULL));
+        CHECK_MSG(c.gemm_half_dim == 0 && c.flops > 0, "%g", c.gemm_half_dim);
+    }
 }
 
 /* The timed shapes of a model: its hidden size, the tokens a rank holds, its head
@@ -1009,9 +1022,12 @@ static void dtype_model(void) {
     CHECK_OK(par_auto_predict(&d, &fast));
     a32 = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_NONE);
     {
+        /* and without an attention rate, attention: a causal kernel computing half of the square (12 S q
+           a token and layer counted) at the GEMM rate of the dtype */
         const double gemm = tokens * (L * 6 * (2 * h * q + 2 * h * kv + 3 * h * f) + 6 * V * h) / d.cluster.flops;
-        CHECK_MSG(fabs(a16.predicted.compute_time - fast.predicted.compute_time - gemm / 2) < 1e-12, "%g vs %g",
-                  a16.predicted.compute_time - fast.predicted.compute_time, gemm / 2);
+        const double attn = d.cluster.attention_rate > 0 ? 0 : tokens * L * 12 * 64 * q / 2 / d.cluster.flops;
+        CHECK_MSG(fabs(a16.predicted.compute_time - fast.predicted.compute_time - (gemm + attn) / 2) < 1e-12, "%g vs %g",
+                  a16.predicted.compute_time - fast.predicted.compute_time, (gemm + attn) / 2);
     }
     CHECK(a32.config.dtype == PAR_F32 && a32.predicted.compute_time > fast.predicted.compute_time);
     /* flops16 in the cluster's text form, both ways */
@@ -1029,6 +1045,109 @@ static void dtype_model(void) {
     CHECK_ERR(par_auto_predict(&d, &a16), PAR_EINVAL, "config.dtype i64: the compute type is f32, bf16 or f16");
 }
 
+/* ---- issue 31's cost-model terms: GEMM shapes, flops, NCCL's all-reduces, pipeline buffers ---------------- */
+
+static par_auto_plan predicted_pp(const par_auto_desc *d, int dp, int pp, par_pp_kind kind, int m, par_dtype dt) {
+    par_auto_plan p;
+    memset(&p, 0, sizeof p);
+    p.config.dp = dp, p.config.tp = 1, p.config.cp = 1, p.config.pp = pp, p.config.micro_batches = m;
+    p.config.schedule = kind, p.config.chunks = 1, p.config.dtype = dt;
+    CHECK_OK(par_auto_predict(d, &p));
+    return p;
+}
+
+static void cost_model_terms(void) {
+    /* tiny_yaml at dp 8: one sample of 64 tokens a rank */
+    const double tokens = 64.0, S = 64, L = 4, h = 64, q = 64, kv = 32, f = 172, V = 256, B = 8;
+    const double layer_mm = 2 * h * q + 2 * h * kv + 3 * h * f, P = L * (layer_mm + 2 * h) + 2 * V * h + h;
+    par_auto_desc d;
+    par_auto_plan a, b, plans[64];
+    par_auto_cuts cuts;
+    par_cluster c;
+    char text[2048];
+    int count = 0, i, ok;
+    memset(&d, 0, sizeof d);
+    CHECK_OK(par_model_shape_parse(tiny_yaml, &d.model));
+    snprintf(text, sizeof text, "%sattention_rate: 5e9\ngemm_efficiency: 0.5\ngemm_half_dim: 64\n", cluster_text);
+    CHECK_OK(par_cluster_parse(text, &d.cluster));
+    CHECK(d.cluster.gemm_efficiency == 0.5 && d.cluster.gemm_half_dim == 64);
+    par_cluster_format(&d.cluster, text, sizeof text); /* the profile form keeps them */
+    CHECK_OK(par_cluster_parse(text, &c));
+    CHECK(c.gemm_efficiency == 0.5 && c.gemm_half_dim == 64);
+    c.gemm_efficiency = 1.5;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "cluster: gemm_efficiency is 1.5; it must be a fraction of the peak");
+    c.gemm_efficiency = 0.5, c.gemm_half_dim = -1;
+    CHECK_ERR(par_cluster_check(&c), PAR_EINVAL, "cluster: gemm_half_dim is -1; it must be a GEMM dimension");
+    snprintf(text, sizeof text, "%sgemm_half_dim: lots\n", cluster_text);
+    CHECK_ERR(par_cluster_parse(text, &c), PAR_EPARSE, "gemm_half_dim: 'lots' is not a number");
+
+    /* GEMM efficiency by shape: each GEMM at 0.5 x d / (d + 64) of the peak, d its smallest dimension:
+       64 rows here, so q, o, gate, up, down and the head at 0.25, k and v (32 wide) at 0.5 x 32/96 */
+    a = predicted(&d, 8, 1, 1, 0);
+    d.cluster.gemm_efficiency = 0, d.cluster.gemm_half_dim = 0;
+    b = predicted(&d, 8, 1, 1, 0);
+    {
+        const double peak = tokens * 6 * (L * layer_mm + V * h) / d.cluster.flops;
+        const double shaped = tokens * 6 * (L * (2 * h * q + 3 * h * f) / 0.25 + L * 2 * h * kv / (0.5 / 3) + V * h / 0.25) /
+                              d.cluster.flops;
+        CHECK_MSG(fabs((a.predicted.compute_time - b.predicted.compute_time) - (shaped - peak)) < 1e-12, "%g vs %g",
+                  a.predicted.compute_time - b.predicted.compute_time, shaped - peak);
+    }
+
+    /* the step's flops, Megatron's count: 2 a weight and token forward, attention's square in full
+       (4 S q a token and layer), x 3 with the backward; full recomputation adds the layers' forward */
+    {
+        const double layers_fwd = L * (2 * layer_mm + 4 * S * q), head_fwd = 2 * V * h;
+        par_auto_plan r = predicted_rc(&d, 8, 1, 1, PAR_PP_1F1B, 1, PAR_RECOMPUTE_FULL);
+        CHECK(b.predicted.model_flops == B * S * 3 * (layers_fwd + head_fwd));
+        CHECK(b.predicted.hardware_flops == b.predicted.model_flops);
+        CHECK(r.predicted.model_flops == b.predicted.model_flops);
+        CHECK(r.predicted.hardware_flops == b.predicted.model_flops + B * S * layers_fwd);
+    }
+
+    /* the gradients' all-reduce over dp 8 (6 buckets: 4 layers, embedding, head), as NCCL runs it: the
+       ring (2 x 7 steps, 2 x 7/8 of the f32 gradients a rank), in one node always; over 4 nodes of 2,
+       when latency rules, the tree (a chain of 2 in a node, a tree over 4 nodes: 2 x (1 + 2) steps,
+       twice the gradients a rank) */
+    d.cluster.devices_per_node = 8, d.cluster.intra_latency = 1e-3;
+    a = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(fabs(a.predicted.dp_comm_time - (6 * 2 * 7 * 1e-3 + 2.0 * 7 / 8 * P * 4 / d.cluster.intra_bandwidth)) < 1e-12,
+              "%g vs %g", a.predicted.dp_comm_time, 6 * 2 * 7 * 1e-3 + 2.0 * 7 / 8 * P * 4 / d.cluster.intra_bandwidth);
+    d.cluster.devices_per_node = 2, d.cluster.inter_latency = 0;
+    a = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(fabs(a.predicted.dp_comm_time - 2.0 * 7 / 8 * P * 4 / d.cluster.inter_bandwidth) < 1e-15, "%g vs %g",
+              a.predicted.dp_comm_time, 2.0 * 7 / 8 * P * 4 / d.cluster.inter_bandwidth);
+    d.cluster.inter_latency = 1e-3;
+    a = predicted(&d, 8, 1, 1, 0);
+    CHECK_MSG(fabs(a.predicted.dp_comm_time - (6 * 2 * 3 * 1e-3 + 2.0 * P * 4 / d.cluster.inter_bandwidth)) < 1e-12,
+              "%g vs %g", a.predicted.dp_comm_time, 6 * 2 * 3 * 1e-3 + 2.0 * P * 4 / d.cluster.inter_bandwidth);
+    CHECK(a.predicted.dp_comm_time < 6 * 2 * 7 * 1e-3); /* the ring's latency alone is more */
+    d.cluster.intra_latency = 5e-6, d.cluster.inter_latency = 2e-5, d.cluster.devices_per_node = 4;
+
+    /* pipeline buffers: 4 a chunk (input, output, their gradients) of each micro-batch in flight in
+       the compute type: 1F1B holds p at most (on the first stage), GPipe every micro-batch */
+    d.model.batch = 32; /* dp 4 x 8 micro-batches of one sample */
+    a = predicted_pp(&d, 4, 2, PAR_PP_1F1B, 8, PAR_F32);
+    CHECK_MSG(a.predicted.boundary_bytes == 2 * 4 * 64 * h * 4, "%.0f", a.predicted.boundary_bytes);
+    a = predicted_pp(&d, 4, 2, PAR_PP_1F1B, 8, PAR_BF16);
+    CHECK(a.predicted.boundary_bytes == 2 * 4 * 64 * h * 2);
+    b = predicted_pp(&d, 4, 2, PAR_PP_GPIPE, 8, PAR_BF16);
+    CHECK(b.predicted.boundary_bytes == 8 * 4 * 64 * h * 2);
+    CHECK(b.predicted.memory_bytes > a.predicted.memory_bytes);
+    CHECK(predicted(&d, 8, 1, 1, 0).predicted.boundary_bytes == 0);
+
+    /* a fixed micro-batch size: the micro-batches follow from dp (2 samples each: dp 1 -> 16, dp 8 -> 2) */
+    d.micro_batch_size = 2, d.max_micro_batches = 4; /* the bound does not apply then */
+    CHECK_OK(par_auto_search(&d, plans, 64, &count, &cuts));
+    for (i = 0, ok = count > 0; i < count && i < 64; i++)
+        ok &= plans[i].config.dp * plans[i].config.micro_batches * 2 == 32;
+    CHECK_MSG(ok, "%d plans, each of micro-batches of 2 samples", count);
+    d.micro_batch_size = 3;
+    CHECK_ERR(par_auto_search(&d, plans, 64, &count, &cuts), PAR_EINVAL, "micro-batches of 3 samples");
+    d.micro_batch_size = -1;
+    CHECK_ERR(par_auto_search(&d, plans, 64, &count, &cuts), PAR_EINVAL, "micro_batch_size");
+}
+
 int main(void) {
     property_dp_equals_enumeration();
     errors();
@@ -1039,5 +1158,6 @@ int main(void) {
     calibration_for_model();
     recompute_model();
     dtype_model();
+    cost_model_terms();
     return TEST_END("test_planner");
 }

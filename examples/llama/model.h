@@ -260,9 +260,10 @@ LLAMA_FN void llama_block_bind(const llama_block_acts *kept, const llama_block_a
 }
 
 /* The activation slot of a micro-batch of n rows (batch samples): every block's
-   saved tensors, then the head's. blocks[] must hold m->local.layers entries
-   (unused when base is NULL). Returns the bytes it spans. */
-LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch, void *base, llama_acts *a) {
+   saved tensors, then (head != 0) the head's: a pipeline stage without the
+   head keeps none (its pointers NULL). blocks[] must hold m->local.layers
+   entries (unused when base is NULL). Returns the bytes it spans. */
+LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch, int head, void *base, llama_acts *a) {
     const llama_dims *d = &m->local;
     const int64_t rows = par_tp_rows(m->tp, n);
     llama_carver c = {(char *)base, 0, m->esize};
@@ -272,8 +273,12 @@ LLAMA_FN int64_t llama_acts_carve(const llama_model *m, int64_t n, int64_t batch
     (void)batch; /* n = batch x seq rows say it all */
     if (!base) a = &count_only;
     for (l = 0; l < d->layers; l++) llama_block_carve(m, n, llama_layer_mode(m, l), 0, &c, base ? &a->blocks[l] : &dummy);
-    a->x_final = llama_carve(&c, rows * d->dim), a->rstdf = llama_carve_f32(&c, rows);
-    a->hf = llama_carve(&c, rows * d->dim), a->logits = llama_carve(&c, n * d->vocab), a->losses = llama_carve_f32(&c, n);
+    a->x_final = a->hf = a->logits = NULL, a->rstdf = a->losses = NULL;
+    if (head) {
+        a->x_final = llama_carve(&c, rows * d->dim), a->rstdf = llama_carve_f32(&c, rows);
+        a->hf = llama_carve(&c, rows * d->dim), a->logits = llama_carve(&c, n * d->vocab);
+        a->losses = llama_carve_f32(&c, n);
+    }
     return (c.used + 3) / 4 * 4;
 }
 

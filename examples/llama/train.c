@@ -397,7 +397,8 @@ typedef struct trainer {
     int *bwd_done;            /* per chunk: input-gradient passes (B or I) run this step, then (at V + chunk)
                                  weight-gradient passes (B or W): each chunk's gradients are complete
                                  at the m-th of its kind (a schedule may mix B with I and W) */
-    char *bnd;                /* boundary tensors [micro-batch][chunk][4][rows x hidden] of the compute type */
+    char *bnd;                /* boundary tensors [set][chunk][4][rows x hidden] of the compute type */
+    int nbnd;                 /* boundary sets: micro-batch mb uses set mb % nbnd (boundary_sets) */
     double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
     int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
     llama_model model;
@@ -527,6 +528,44 @@ static par_status place_model(trainer *t) {
    P stages, V chunks and m micro-batches, which must pass the checker (its
    message and grid are the error). main checks it before any rank starts
    (a bad file is bad input); each rank then loads it for itself. */
+/* How many boundary buffer sets (input, output and their gradients of every
+   chunk) the pipeline needs: K = the most micro-batches any rank holds at
+   once (par_pp_schedule_slots), when every rank starts its micro-batches
+   (first forward) in increasing order; else one set a micro-batch.
+   Why K sets suffice though sends complete only when the peer receives (and
+   par_pp_run waits for them at its end): a rank starts mb + K only after it
+   released mb (it holds at most K), so every buffer of set mb % K is free
+   again by the time mb + K writes or receives into it:
+   - its output (sent to the next stage): written by F(mb + K), after this
+     rank released mb, which waited for mb's gradient from the next stage,
+     sent after the next stage received mb's output;
+   - its input gradient (sent to the previous stage): written by B(mb + K),
+     after mb + K's activation came from the previous stage, sent after that
+     stage started mb + K, so after it released mb, so after it received
+     mb's gradient;
+   - its received input and output gradient: their data for mb + K is sent
+     only after the peer started (or finished) mb + K, which follows this
+     rank's use of mb's (the same chains backwards).
+   A schedule that starts micro-batches out of order (one of the user's)
+   gets one set a micro-batch, as before. */
+static par_status boundary_sets(const par_pp_schedule *s, int *sets) {
+    const int P = par_pp_schedule_stages(s), m = par_pp_schedule_micro_batches(s);
+    int r, i, n, k = 1, ordered = 1;
+    for (r = 0; r < P; r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+        int started = -1, slots;
+        LLAMA_CHECK(par_pp_schedule_slots(s, r, &slots));
+        if (slots > k) k = slots;
+        for (i = 0; a && i < n; i++)
+            if (a[i].op == PAR_PP_F && a[i].micro_batch > started) {
+                if (a[i].micro_batch != started + 1) ordered = 0; /* a micro-batch skipped, started later */
+                started = a[i].micro_batch;
+            }
+    }
+    *sets = ordered && k < m ? k : m;
+    return PAR_OK;
+}
+
 static par_status load_schedule(const char *path, int P, int V, int m, par_pp_schedule **out) {
     FILE *f = fopen(path, "rb");
     char *text = NULL, grid[4096], why[512];
@@ -665,6 +704,7 @@ static par_status pipeline_setup(trainer *t) {
         /* a micro-batch holds a slot from its first forward here to its last backward */
         LLAMA_CHECK(par_pp_schedule_slots(t->sched, t->stage, &peak));
         t->nslots = peak > 0 ? peak : 1;
+        LLAMA_CHECK(boundary_sets(t->sched, &t->nbnd));
         t->slot_of = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->chunks_left = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->slot_busy = (int *)calloc((size_t)t->nslots, sizeof(int));
@@ -739,9 +779,15 @@ static par_status make_params(trainer *t) {
 static int64_t boundary_elems(const trainer *t) { return par_tp_rows(t->tp, t->sz.n) * t->model.local.dim; }
 static int64_t boundary_bytes(const trainer *t) { return boundary_elems(t) * t->model.esize; }
 
+/* Whether activation slot k holds the head's tensors: on the rank with the
+   last (virtual) stage, and slot 0 everywhere (t->acts, what the rest of the
+   trainer reads); a pipeline's other slots on the other stages never run the
+   head, so 1F1B's first stage keeps p - 1 slots without it. */
+static int slot_has_head(const trainer *t, int k) { return k == 0 || t->pp == 1 || t->stage == t->pp - 1; }
+
 /* One activation slot: what a micro-batch keeps from forward to backward on
-   this rank (all its layers, and the head's when it has the last stage). */
-static par_status slot_alloc(trainer *t, llama_acts *a, void **base) {
+   this rank (all its layers, and the head's when slot_has_head). */
+static par_status slot_alloc(trainer *t, llama_acts *a, void **base, int head) {
     const llama_model *m = &t->model;
     const int64_t n = t->sz.n;
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int32_t), PAR_MEM_ACTIVATIONS, (void **)&a->ids));
@@ -749,8 +795,8 @@ static par_status slot_alloc(trainer *t, llama_acts *a, void **base) {
     LLAMA_CHECK(alloc_bytes(t, n * (int64_t)sizeof(int64_t), PAR_MEM_ACTIVATIONS, (void **)&a->pos));
     a->blocks = (llama_block_acts *)calloc((size_t)(m->local.layers ? m->local.layers : 1), sizeof(llama_block_acts));
     if (!a->blocks) return par_set_error(PAR_ENOMEM, "out of host memory");
-    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, NULL, NULL), PAR_MEM_ACTIVATIONS, base));
-    llama_acts_carve(m, n, t->sz.batch, *base, a);
+    LLAMA_CHECK(alloc_bytes(t, llama_acts_carve(m, n, t->sz.batch, head, NULL, NULL), PAR_MEM_ACTIVATIONS, base));
+    llama_acts_carve(m, n, t->sz.batch, head, *base, a);
     return PAR_OK;
 }
 
@@ -761,10 +807,10 @@ static par_status acts_alloc(trainer *t) {
     t->slots = (llama_acts *)calloc((size_t)t->nslots, sizeof(llama_acts));
     t->slot_base = (void **)calloc((size_t)t->nslots, sizeof(void *));
     if (!t->slots || !t->slot_base) return par_set_error(PAR_ENOMEM, "out of host memory");
-    for (k = 0; k < t->nslots; k++) LLAMA_CHECK(slot_alloc(t, &t->slots[k], &t->slot_base[k]));
+    for (k = 0; k < t->nslots; k++) LLAMA_CHECK(slot_alloc(t, &t->slots[k], &t->slot_base[k], slot_has_head(t, k)));
     t->acts = t->slots[0], t->acts_base = t->slot_base[0];
     if (t->pp > 1)
-        LLAMA_CHECK(alloc_bytes(t, (int64_t)t->micro_batches * t->chunks * 4 * boundary_bytes(t), PAR_MEM_COMM,
+        LLAMA_CHECK(alloc_bytes(t, (int64_t)t->nbnd * t->chunks * 4 * boundary_bytes(t), PAR_MEM_COMM,
                                 (void **)&t->bnd));
     LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL), PAR_MEM_WORKSPACE, &t->scratch_base));
     llama_scratch_carve(m, n, t->scratch_base, &t->scratch);
@@ -772,7 +818,7 @@ static par_status acts_alloc(trainer *t) {
     for (k = 1; k < t->copies; k++) { /* the other copies' activations and scratch */
         lane *l = &t->lanes[k];
         l->model.local.layers = m->local.layers, l->model.recompute = m->recompute;
-        LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base));
+        LLAMA_CHECK(slot_alloc(t, &l->acts, &l->acts_base, 1));
         LLAMA_CHECK(alloc_bytes(t, llama_scratch_carve(m, n, NULL, NULL), PAR_MEM_WORKSPACE, &l->scratch_base));
         llama_scratch_carve(m, n, l->scratch_base, &l->scratch);
         LLAMA_CHECK(llama_scratch_init(m, n, &l->scratch));
@@ -796,12 +842,14 @@ static par_status plan_memory(trainer *t) {
     const llama_model *m = &t->model;
     const int64_t n = t->sz.n;
     int64_t table = 0;
+    int k;
     LLAMA_CHECK(par_params_memory(t->ps, t->plan.bytes));
-    t->plan.bytes[PAR_MEM_ACTIVATIONS] += t->nslots * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) +
-                                                       n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
-    if (t->pp > 1) t->plan.bytes[PAR_MEM_COMM] += (int64_t)t->micro_batches * t->chunks * 4 * boundary_bytes(t);
+    for (k = 0; k < t->nslots; k++)
+        t->plan.bytes[PAR_MEM_ACTIVATIONS] += llama_acts_carve(m, n, t->sz.batch, slot_has_head(t, k), NULL, NULL) +
+                                              n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t));
+    if (t->pp > 1) t->plan.bytes[PAR_MEM_COMM] += (int64_t)t->nbnd * t->chunks * 4 * boundary_bytes(t);
     /* multi-copy: every copy holds a micro-batch's share of activations, scratch and tp workspace */
-    t->plan.bytes[PAR_MEM_ACTIVATIONS] += (t->copies - 1) * (llama_acts_carve(m, n, t->sz.batch, NULL, NULL) +
+    t->plan.bytes[PAR_MEM_ACTIVATIONS] += (t->copies - 1) * (llama_acts_carve(m, n, t->sz.batch, 1, NULL, NULL) +
                                                              n * (int64_t)(2 * sizeof(int32_t) + sizeof(int64_t)));
     t->plan.bytes[PAR_MEM_WORKSPACE] += t->copies * llama_scratch_carve(m, n, NULL, NULL);
     t->plan.bytes[PAR_MEM_COMM] += t->copies * par_tp_workspace_bytes(t->tp, n, m->local.dim);
@@ -1319,7 +1367,7 @@ static par_status copies_step(trainer *t) {
 /* Boundary tensor `kind` (0 input, 1 output, 2 input gradient, 3 output
    gradient) of micro-batch mb's chunk c. */
 static void *boundary(trainer *t, int mb, int c, int kind) {
-    return t->bnd + (((int64_t)mb * t->chunks + c) * 4 + kind) * boundary_bytes(t);
+    return t->bnd + (((int64_t)(mb % t->nbnd) * t->chunks + c) * 4 + kind) * boundary_bytes(t);
 }
 
 static par_status pp_buffer(void *u, int mb, int c, int is_grad, int is_input, void **ptr, int64_t *count) {

@@ -172,6 +172,54 @@ int main(void) {
         }
     }
 
+    /* the pipeline's boundary buffers: the trainer allocates a set (input, output and their gradients
+       of each chunk) per micro-batch in flight, reused by later micro-batches, in the compute type; the
+       planner predicts exactly those bytes (the runs have tp 1: the comm category holds nothing else) */
+    {
+        static const struct {
+            const char *sets;
+            par_pp_kind kind;
+            int pp, chunks, m, layers, bf16;
+        } runs[] = {
+            {"", PAR_PP_1F1B, 2, 1, 8, 2, 0},
+            {"--set parallel.pipeline_config.pipeline_scheduler=gpipe", PAR_PP_GPIPE, 2, 1, 4, 2, 0},
+            {"", PAR_PP_1F1B, 4, 1, 8, 4, 1},
+            {"--set parallel.pipeline_config.pipeline_interleave=true --set model.model_config.pp_interleave_num=2",
+             PAR_PP_INTERLEAVED, 2, 2, 8, 4, 0},
+        };
+        for (int r = 0; r < (int)(sizeof runs / sizeof runs[0]); r++) {
+            char metrics[128], line[1024];
+            double planned_comm = -1;
+            const double per_set = (double)runs[r].chunks * 4 * (8.0 / runs[r].m * 64) * 64 * (runs[r].bf16 ? 2 : 4);
+            par_auto_desc pd = d;
+            snprintf(metrics, sizeof metrics, "%s/pp%d.jsonl", dir, r);
+            CHECK_INT(run("--steps 1 --set parallel_config.pipeline_stage=%d --set parallel_config.micro_batch_num=%d "
+                          "--set model.model_config.num_layers=%d %s %s --metrics %s",
+                          runs[r].pp, runs[r].m, runs[r].layers, runs[r].sets,
+                          runs[r].bf16 ? "--set model.model_config.compute_dtype=bfloat16" : "", metrics),
+                      0);
+            f = fopen(metrics, "r");
+            while (f && fgets(line, sizeof line, f))
+                if (strstr(line, "\"event\":\"memory_plan\"")) planned_comm = atof(strstr(line, "\"comm\":") + 7);
+            if (f) fclose(f);
+            pd.cluster.devices = pd.cluster.devices_per_node = runs[r].pp;
+            pd.model.layers = runs[r].layers;
+            memset(&p, 0, sizeof p);
+            p.config.dp = p.config.tp = p.config.cp = 1, p.config.pp = runs[r].pp;
+            p.config.schedule = runs[r].kind, p.config.chunks = runs[r].chunks, p.config.micro_batches = runs[r].m;
+            p.config.dtype = runs[r].bf16 ? PAR_BF16 : PAR_F32;
+            CHECK_OK(par_auto_predict(&pd, &p));
+            CHECK_MSG(p.predicted.boundary_bytes == planned_comm && planned_comm > 0,
+                      "%s pp %d m %d: the planner predicts %.0f boundary bytes, the trainer plans %.0f",
+                      par_pp_kind_name(runs[r].kind), runs[r].pp, runs[r].m, p.predicted.boundary_bytes, planned_comm);
+            /* a set per micro-batch in flight (1F1B: p on the first stage; GPipe: every one), not per micro-batch */
+            CHECK_MSG(planned_comm == (runs[r].kind == PAR_PP_GPIPE ? runs[r].m : runs[r].pp) * per_set ||
+                          runs[r].kind == PAR_PP_INTERLEAVED,
+                      "%s: %.0f bytes planned, %.0f a set", par_pp_kind_name(runs[r].kind), planned_comm, per_set);
+            if (runs[r].kind != PAR_PP_GPIPE) CHECK(planned_comm < runs[r].m * per_set);
+        }
+    }
+
     /* bad input */
     CHECK_INT(run("--steps 1 --set parallel.parallel_mode=auto_parallel --set parallel_config.data_parallel=2 "
                   "--cluster %s",
