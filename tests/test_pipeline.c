@@ -290,6 +290,12 @@ static void test_executor(void) {
                 run_toy(p, 2, 2 * p, (par_pp_kind)k);
                 continue;
             }
+            if (k == PAR_PP_ZBV || k == PAR_PP_DUALPIPEV) { /* the V placement: a local hand-off at its turn */
+                if (k == PAR_PP_ZBV) run_toy(p, 2, p, (par_pp_kind)k), run_toy(p, 2, 1, (par_pp_kind)k);
+                run_toy(p, 2, 2 * p, (par_pp_kind)k);
+                run_toy(p, 2, 2 * p + 1, (par_pp_kind)k);
+                continue;
+            }
             run_toy(p, 1, p, (par_pp_kind)k);
             run_toy(p, 1, 2 * p + 1, (par_pp_kind)k);
             run_toy(p, 1, 1, (par_pp_kind)k);

@@ -1,6 +1,8 @@
 /* tests/mpi/test_pipeline_mpi.c - >>pipeline's executor over the MPI backend,
    under mpirun -np 4: the toy chain of tests/pp_toy.h on "pp=4" with every
-   schedule kind (interleaved with 2 chunks). Rank 0 prints
+   schedule kind (interleaved, zbv and dualpipev with 2 chunks; zbv and
+   dualpipev on the V placement, so rank 0 sends activations both ways and
+   rank 3 hands chunk 0's output to its chunk 1 locally). Rank 0 prints
    "pipeline_mpi: N passed, N failed" (the checks of all ranks added up). */
 #include <mpi.h>
 #include <stdio.h>
@@ -16,7 +18,9 @@ int main(void) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++)
         for (j = 0; j < 2; j++) {
-            const int v = k == PAR_PP_INTERLEAVED ? 2 : 1, m = k == PAR_PP_INTERLEAVED ? 4 * (j + 1) : ms[j];
+            const int vshape = k == PAR_PP_ZBV || k == PAR_PP_DUALPIPEV;
+            const int v = k == PAR_PP_INTERLEAVED || vshape ? 2 : 1;
+            const int m = k == PAR_PP_INTERLEAVED ? 4 * (j + 1) : k == PAR_PP_DUALPIPEV ? 2 * size + j : ms[j];
             char mesh[32];
             par_ctx_desc desc;
             par_ctx *ctx = NULL;
