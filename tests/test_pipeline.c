@@ -14,7 +14,14 @@
       gradients equal a direct computation in double. With bf16 and f16
       boundaries (par_pp_run_desc.dtype) every bit a stage writes arrives at
       its neighbour unchanged and nothing past count elements moves; a dtype
-      that is no activation type is refused. */
+      that is no activation type is refused.
+   5. Placement: the loop, v and list maps against maps written out by hand;
+      placements the stages cannot have refused (API and text); the checker
+      on hand-written V schedules (a message at the V's turn refused, the
+      turn's order checked); ZBV and DualPipeV for p 1..8 pass the checker,
+      ZBV's bubble at most ZB-H1's at 1F1B's memory; PyTorch's
+      dualpipev_4rank_10mb.csv as a fixture equal to our generator's. The
+      executor runs both on the toy (4.), hand-offs at the V's turn copied. */
 #include "test.h"
 #include "pp_toy.h"
 
@@ -29,6 +36,14 @@ static par_pp_schedule *make(int p, int v, int m, par_pp_kind kind) {
     memset(&d, 0, sizeof d);
     d.stages = p, d.chunks = v, d.micro_batches = m, d.kind = kind;
     CHECK_MSG(par_pp_schedule_make(&d, &s) == PAR_OK, "%s p %d v %d m %d", par_pp_kind_name(kind), p, v, m);
+    return s;
+}
+
+/* A V schedule (zbv, dualpipev): 2 chunks on the v placement, asked for by its zero default. */
+static par_pp_schedule *make_v(int p, int m, par_pp_kind kind) {
+    par_pp_schedule *s = make(p, 2, m, kind);
+    CHECK_MSG(!s || par_pp_schedule_placement(s) == PAR_PP_PLACE_V, "%s p %d m %d: placement %s", par_pp_kind_name(kind),
+              p, m, par_pp_placement_name(par_pp_schedule_placement(s)));
     return s;
 }
 
@@ -182,6 +197,16 @@ static void test_generator_errors(void) {
     CHECK(k == PAR_PP_ZB_H1);
     CHECK_OK(par_pp_kind_parse("interleaved_1f1b", &k));
     CHECK(k == PAR_PP_INTERLEAVED);
+    /* the V kinds by our names, MindFormers-style and PyTorch's get_schedule_class names */
+    CHECK_OK(par_pp_kind_parse("zero_bubble_v", &k));
+    CHECK(k == PAR_PP_ZBV);
+    CHECK_OK(par_pp_kind_parse("ZBVZeroBubble", &k));
+    CHECK(k == PAR_PP_ZBV);
+    CHECK_OK(par_pp_kind_parse("DualPipeV", &k));
+    CHECK(k == PAR_PP_DUALPIPEV);
+    CHECK_STR(par_pp_kind_name(PAR_PP_ZBV), "zbv");
+    CHECK_STR(par_pp_kind_name(PAR_PP_DUALPIPEV), "dualpipev");
+    CHECK_STR(par_pp_placement_name(PAR_PP_PLACE_V), "v");
 }
 
 /* ---- 2. text ------------------------------------------------------------------------- */
@@ -614,6 +639,297 @@ static void test_stage_params(void) {
               want, w.loss_sum[0], w.loss_count[0], (unsigned)w.replica[0], w.bad[0]);
 }
 
+
+/* ---- 5. placement and the V schedules ------------------------------------------------ */
+
+/* The named placements against the maps written out by hand: loop s = c p +
+   r; v (p 4, 2 chunks) down 0 1 2 3 and back 3 2 1 0, (p 3, 4 chunks) down,
+   up, down, up; and a list. The queries agree both ways. */
+static void test_placement_maps(void) {
+    static const int v4x2[8] = {0, 1, 2, 3, 3, 2, 1, 0}, v3x4[12] = {0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0};
+    static const int list[6] = {1, 0, 2, 2, 0, 1}; /* rank 0: stages 1, 4; rank 1: 0, 5; rank 2: 2, 3 */
+    par_pp_schedule *s = NULL;
+    int st, r, c, ok = 1;
+    CHECK_OK(par_pp_schedule_create(4, 2, 4, &s));
+    if (!s) return;
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LOOP);
+    for (st = 0; st < 8; st++) {
+        CHECK_OK(par_pp_schedule_stage_rank(s, st, &r, &c));
+        ok &= r == st % 4 && c == st / 4 && par_pp_schedule_stage(s, r, c) == st;
+    }
+    CHECK_MSG(ok, "loop placement");
+    CHECK_OK(par_pp_schedule_set_placement(s, PAR_PP_PLACE_V, NULL));
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_V);
+    for (st = 0, ok = 1; st < 8; st++) {
+        CHECK_OK(par_pp_schedule_stage_rank(s, st, &r, &c));
+        ok &= r == v4x2[st] && c == st / 4 && par_pp_schedule_stage(s, r, c) == st;
+    }
+    CHECK_MSG(ok, "v placement p 4: the last stage on rank 0, stages 3 and 4 on rank 3");
+    CHECK_ERR(par_pp_schedule_stage_rank(s, 8, &r, &c), PAR_EINVAL, "virtual stage 8 outside the schedule's 8");
+    CHECK(r == -1 && c == -1 && par_pp_schedule_stage(s, 4, 0) == -1 && par_pp_schedule_stage(s, 0, 2) == -1);
+    par_pp_schedule_destroy(s), s = NULL;
+    CHECK_OK(par_pp_schedule_create(3, 4, 1, &s));
+    if (!s) return;
+    CHECK_OK(par_pp_schedule_set_placement(s, PAR_PP_PLACE_V, NULL));
+    for (st = 0, ok = 1; st < 12; st++) {
+        CHECK_OK(par_pp_schedule_stage_rank(s, st, &r, &c));
+        ok &= r == v3x4[st] && c == st / 3;
+    }
+    CHECK_MSG(ok, "v placement p 3 with 4 chunks: down, up, down, up");
+    par_pp_schedule_destroy(s), s = NULL;
+    CHECK_OK(par_pp_schedule_create(3, 2, 1, &s));
+    if (!s) return;
+    CHECK_OK(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, list));
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LIST);
+    CHECK(par_pp_schedule_stage(s, 0, 0) == 1 && par_pp_schedule_stage(s, 0, 1) == 4);
+    CHECK(par_pp_schedule_stage(s, 1, 0) == 0 && par_pp_schedule_stage(s, 1, 1) == 5);
+    CHECK(par_pp_schedule_stage(s, 2, 0) == 2 && par_pp_schedule_stage(s, 2, 1) == 3);
+    par_pp_schedule_destroy(s);
+}
+
+/* Placements the stages cannot have, through the API and through the text. */
+static void test_placement_errors(void) {
+    static const int out_of_range[4] = {0, 1, 2, 1}, twice[4] = {0, 0, 0, 1};
+    par_pp_schedule *s = NULL, *t = NULL;
+    par_pp_schedule_desc d;
+    CHECK_OK(par_pp_schedule_create(2, 3, 2, &s));
+    if (!s) return;
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_V, NULL), PAR_EINVAL, "3 chunks per rank, but the V");
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LOOP); /* refused: unchanged */
+    par_pp_schedule_destroy(s), s = NULL;
+    CHECK_OK(par_pp_schedule_create(2, 2, 2, &s));
+    if (!s) return;
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, NULL), PAR_EINVAL, "NULL rank_of_stage");
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, out_of_range), PAR_EINVAL,
+              "virtual stage 2 on rank 2, outside the 2 ranks (the stage has no rank)");
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, twice), PAR_EINVAL,
+              "rank 0 holds 3 virtual stages, but every rank holds chunks = 2");
+    CHECK_ERR(par_pp_schedule_set_placement(s, (par_pp_placement)7, NULL), PAR_EINVAL, "placement 7 is unknown");
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LOOP && par_pp_schedule_stage(s, 1, 1) == 3);
+    par_pp_schedule_destroy(s);
+    /* the text: a V over an odd chunk count, a list too short or too long, a rank out of range */
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nplacement v\nrank 0: F 0 0\n", &t),
+              PAR_EPARSE, "line 2: pipeline placement v: 1 chunks per rank");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\n# c\nplacement 0,1,1\n", &t),
+              PAR_EPARSE, "line 3: placement lists 3 ranks for 2 x 2 = 4 virtual stages (the rest have no rank)");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,1,1,0,1\n", &t),
+              PAR_EPARSE, "placement lists 5 ranks for 2 x 2 = 4 virtual stages (a stage past the last)");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,1,3,0\n", &t),
+              PAR_EPARSE, "virtual stage 2 on rank 3, outside the 2 ranks");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,0,0,1\n", &t),
+              PAR_EPARSE, "rank 0 holds 3 virtual stages");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement zigzag\n", &t),
+              PAR_EPARSE, "expected loop, v or a comma-separated rank per virtual stage");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v v\n", &t),
+              PAR_EPARSE, "line 2: expected \"placement loop\"");
+    CHECK(t == NULL);
+    /* the generators: zbv and dualpipev on a V of 2 chunks, the others on loop */
+    memset(&d, 0, sizeof d);
+    d.stages = 4, d.chunks = 4, d.micro_batches = 8, d.kind = PAR_PP_ZBV;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the zbv schedule runs exactly 2 model chunks per rank");
+    d.chunks = 2, d.placement = PAR_PP_PLACE_LIST;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the zbv schedule runs on the v placement, not list");
+    d.kind = PAR_PP_INTERLEAVED, d.placement = PAR_PP_PLACE_V;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the interleaved schedule runs on the loop placement, not v");
+    d.kind = PAR_PP_DUALPIPEV, d.placement = PAR_PP_PLACE_V, d.micro_batches = 7;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "2 x 4 = 8, not 7 (PyTorch's rule)");
+    CHECK(s == NULL);
+}
+
+/* The checker on hand-written V schedules (p 2, 2 chunks: stages 0 1 | 2 3 on
+   ranks 0 1 1 0): rank 1's two stages hand off locally, so a send or
+   receive between them is refused, and a forward of stage 2 before stage 1's
+   on that rank too; the plain form passes, with activations going both ways
+   (0 -> 1 for stage 0, 1 -> 0 for stage 2) and gradients too. */
+static void test_placement_check(void) {
+    static const char ok_text[] = "pipeline stages=2 chunks=2 micro_batches=1\n"
+                                  "placement v\n"
+                                  "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+                                  "rank 1: RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n";
+    par_pp_schedule *s = NULL, *t = NULL;
+    par_pp_check c;
+    static char a[4096];
+    CHECK_OK(par_pp_schedule_parse(ok_text, &s));
+    if (!s) return;
+    CHECK_OK(par_pp_schedule_check(s, &c, NULL, 0));
+    /* rank 0: F 0 0 ends at 1; rank 1's F 0 0, F 0 1 at 2, 3; rank 0's F 0 1, B 0 1 at 4, 6; rank 1's
+       B 0 1, B 0 0 at 8, 10; rank 0's B 0 0 at 12. Each rank holds both its chunks at once. */
+    CHECK_MSG(fabs(c.makespan - 12.0) < 1e-12 && c.peak_in_flight[0] == 2 && c.peak_in_flight[1] == 2,
+              "makespan %g, peaks %d %d", c.makespan, c.peak_in_flight[0], c.peak_in_flight[1]);
+    CHECK((size_t)par_pp_schedule_format(s, a, sizeof a) < sizeof a);
+    CHECK_STR(a, ok_text);
+    CHECK_OK(par_pp_schedule_parse(a, &t));
+    CHECK(t && par_pp_schedule_placement(t) == PAR_PP_PLACE_V);
+    par_pp_schedule_destroy(t), par_pp_schedule_destroy(s);
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, SA 0 0, RA 0 1, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 2 (SA 0 0): virtual stages 1 and 2 are both on this rank: the hand-off is local",
+        "a send at the V's turn");
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, RA 0 1, F 0 1, F 0 0, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (RA 0 1): virtual stages 1 and 2 are both on this rank: the hand-off is local (the executor "
+        "copies it), there is nothing to receive", "a receive at the V's turn");
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 1, F 0 0, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (F 0 1): the forward of chunk 0 (virtual stage 1, its input, on this rank) has not run",
+        "the V's turn out of order");
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 0, B 0 1, SG 0 0\n",
+        "rank 1, step 5 (B 0 0): the backward of chunk 1 (virtual stage 2, its output gradient, on this rank) has "
+        "not run", "the V's turn backward out of order");
+    /* the same actions without the placement line (loop): rank 1's chunk 1 is stage 3, whose input comes from
+       stage 2 on rank 0, so its forward needs a receive first */
+    bad("pipeline stages=2 chunks=2 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 2 (F 0 1): its input activation has not been received", "the V's text on loop");
+}
+
+
+/* ZBV and DualPipeV for p 1..8 and m 1..4p (DualPipeV from m = 2p, its
+   rule): every schedule passes the checker; ZBV's bubble is at most ZB-H1's
+   at the same p and m (the ZB paper's claim for ZB-V), and it holds at most
+   2p micro-batch chunks of half a stage each on any rank: 1F1B's peak of p
+   whole stages. DualPipeV runs an overlapped pair as F then B, so its F adds
+   a chunk before the B frees one: at most 2p + 1. */
+static void test_v_generators(void) {
+    int p, m, made = 0;
+    for (p = 1; p <= 8; p++)
+        for (m = 1; m <= 4 * p; m++) {
+            par_pp_schedule *sv = make_v(p, m, PAR_PP_ZBV), *sz = make(p, 1, m, PAR_PP_ZB_H1);
+            par_pp_schedule *s1 = make(p, 1, m, PAR_PP_1F1B), *sd = m >= 2 * p ? make_v(p, m, PAR_PP_DUALPIPEV) : NULL;
+            par_pp_check cv, cz, c1, cd;
+            char grid[4096];
+            if (sv && sz && s1) {
+                CHECK_MSG(par_pp_schedule_check(sv, &cv, grid, sizeof grid) == PAR_OK, "zbv p %d m %d: %s\n%s", p, m,
+                          par_last_error(), grid);
+                CHECK_OK(par_pp_schedule_check(sz, &cz, NULL, 0));
+                CHECK_OK(par_pp_schedule_check(s1, &c1, NULL, 0));
+                CHECK_MSG(cv.bubble <= cz.bubble + 1e-12, "zbv p %d m %d bubble %.4f > zb-h1's %.4f", p, m, cv.bubble,
+                          cz.bubble);
+                CHECK_MSG(cv.max_in_flight <= 2 * c1.max_in_flight, "zbv p %d m %d holds %d half-stage chunks, 1f1b %d "
+                          "stages", p, m, cv.max_in_flight, c1.max_in_flight);
+                made++;
+            }
+            if (sd) {
+                CHECK_MSG(par_pp_schedule_check(sd, &cd, grid, sizeof grid) == PAR_OK, "dualpipev p %d m %d: %s\n%s", p,
+                          m, par_last_error(), grid);
+                CHECK_MSG(cd.max_in_flight <= 2 * p + 1, "dualpipev p %d m %d holds %d", p, m, cd.max_in_flight);
+                made++;
+            }
+            if (p == 4 && m == 8)
+                printf("  p 4 m 8: bubble zbv %.3f (peak %d chunks), dualpipev %.3f (peak %d), zb-h1 %.3f\n", cv.bubble,
+                       cv.max_in_flight, cd.bubble, cd.max_in_flight, cz.bubble);
+            par_pp_schedule_destroy(sv), par_pp_schedule_destroy(sz), par_pp_schedule_destroy(s1);
+            par_pp_schedule_destroy(sd);
+        }
+    CHECK_MSG(made == 144 + 80, "%d schedules made", made); /* zbv: 4 (1 + ... + 8) = 144; dualpipev: 2p + 1 each, 80 */
+}
+
+/* PyTorch's artifact test/distributed/pipelining/artifacts/dualpipev_4rank_10mb.csv
+   (test/distributed/pipelining/test_schedule.py, TestScheduleCsv.test_csv_compare:
+   ScheduleDualPipeV, 4 ranks, 8 stages, 10 micro-batches), a line per rank of
+   STAGE OP MICRO_BATCH (F forward, B full backward, I input, W weight) and
+   overlapped pairs "(F;B)OVERLAP_F_B". Converted here to our text form (the
+   stage's rank and chunk on the V written out: stage s < 4 is rank s chunk 0,
+   else rank 7 - s chunk 1; a pair as its F then its B; the messages added
+   where a neighbouring stage is on another rank), it passes our checker, and
+   our generator's compute order is the same on every rank. */
+static const char *const dualpipev_csv[4] = {
+    "0F0,0F1,0F2,0F3,0F4,0F5,0F6,7F0,7I0,7W0,7F1,7I1,7W1,7F2,7I2,7W2,7F3,(0F7;7B3)OVERLAP_F_B,(7F4;0B0)OVERLAP_F_B,"
+    "(0F8;7B4)OVERLAP_F_B,(7F5;0B1)OVERLAP_F_B,(0F9;7B5)OVERLAP_F_B,(7F6;0B2)OVERLAP_F_B,7B6,(7F7;0B3)OVERLAP_F_B,7B7,"
+    "(7F8;0B4)OVERLAP_F_B,7B8,(7F9;0B5)OVERLAP_F_B,7B9,0I6,0W6,0I7,0W7,0I8,0W8,0I9,0W9",
+    "1F0,1F1,1F2,1F3,1F4,6F0,1F5,6F1,6I0,6W0,6F2,6I1,6W1,6F3,(1F6;6B2)OVERLAP_F_B,(6F4;1B0)OVERLAP_F_B,"
+    "(1F7;6B3)OVERLAP_F_B,(6F5;1B1)OVERLAP_F_B,(1F8;6B4)OVERLAP_F_B,(6F6;1B2)OVERLAP_F_B,(1F9;6B5)OVERLAP_F_B,"
+    "(6F7;1B3)OVERLAP_F_B,6B6,(6F8;1B4)OVERLAP_F_B,6B7,(6F9;1B5)OVERLAP_F_B,6B8,1B6,6I9,1I7,6W9,1I8,1W7,1I9,1W8,1W9",
+    "2F0,2F1,2F2,5F0,2F3,5F1,2F4,5F2,5I0,5W0,5F3,(2F5;5B1)OVERLAP_F_B,(5F4;2B0)OVERLAP_F_B,(2F6;5B2)OVERLAP_F_B,"
+    "(5F5;2B1)OVERLAP_F_B,(2F7;5B3)OVERLAP_F_B,(5F6;2B2)OVERLAP_F_B,(2F8;5B4)OVERLAP_F_B,(5F7;2B3)OVERLAP_F_B,"
+    "(2F9;5B5)OVERLAP_F_B,(5F8;2B4)OVERLAP_F_B,5B6,(5F9;2B5)OVERLAP_F_B,5B7,2B6,5B8,2I7,5I9,2I8,2W7,2I9,5W9,2W8,2W9",
+    "3F0,4F0,3F1,4F1,3F2,4F2,3F3,4F3,3F4,4B0,(4F4;3B0)OVERLAP_F_B,(3F5;4B1)OVERLAP_F_B,(4F5;3B1)OVERLAP_F_B,"
+    "(3F6;4B2)OVERLAP_F_B,(4F6;3B2)OVERLAP_F_B,(3F7;4B3)OVERLAP_F_B,(4F7;3B3)OVERLAP_F_B,(3F8;4B4)OVERLAP_F_B,"
+    "(4F8;3B4)OVERLAP_F_B,(3F9;4B5)OVERLAP_F_B,(4F9;3B5)OVERLAP_F_B,4B6,3B6,4B7,3B7,4I8,3I8,4I9,3I9,4W8,3W8,4W9,3W9"};
+
+static int v_rank(int p, int stage) { return stage < p ? stage : 2 * p - 1 - stage; }
+
+/* One CSV compute action as our text, with its messages; and as "F 3 0" in `order`. */
+static void csv_action(int p, int stage, char op, int mb, char *text, size_t n, char *order, size_t on) {
+    const int c = stage < p ? 0 : 1, r = v_rank(p, stage), fwd = op == 'F', wgt = op == 'W';
+    const int before = fwd ? stage - 1 : stage + 1, after = fwd ? stage + 1 : stage - 1;
+    const int remote_before = before >= 0 && before < 2 * p && v_rank(p, before) != r;
+    const int remote_after = after >= 0 && after < 2 * p && v_rank(p, after) != r;
+    size_t u = strlen(text);
+    if (!wgt && remote_before) u += (size_t)snprintf(text + u, n - u, ", %s %d %d", fwd ? "RA" : "RG", mb, c);
+    u += (size_t)snprintf(text + u, n - u, ", %c %d %d", op, mb, c);
+    if (!wgt && remote_after) snprintf(text + u, n - u, ", %s %d %d", fwd ? "SA" : "SG", mb, c);
+    u = strlen(order);
+    snprintf(order + u, on - u, "%s%c %d %d", u ? ", " : "", op, mb, c);
+}
+
+static void csv_to_text(char *text, size_t n, char orders[4][2048]) {
+    int r;
+    snprintf(text, n, "pipeline stages=4 chunks=2 micro_batches=10\nplacement v\n");
+    for (r = 0; r < 4; r++) {
+        const char *q = dualpipev_csv[r];
+        size_t line;
+        orders[r][0] = 0;
+        snprintf(text + strlen(text), n - strlen(text), "rank %d:", r);
+        line = strlen(text);
+        while (*q) {
+            int k, pair = *q == '(';
+            if (pair) q++;
+            for (k = 0; k < 1 + pair; k++) { /* STAGE OP MB, then after ';' the pair's backward */
+                char *end;
+                const int stage = (int)strtol(q, &end, 10);
+                const char op = *end;
+                const int mb = (int)strtol(end + 1, &end, 10);
+                csv_action(4, stage, op, mb, text, n, orders[r], sizeof orders[r]);
+                q = end + (*end == ';');
+            }
+            if (pair) q = strchr(q, ',') ? strchr(q, ',') : q + strlen(q);
+            if (*q == ',') q++;
+        }
+        memmove(text + line, text + line + 1, strlen(text + line + 1) + 1); /* the first ", " */
+        snprintf(text + strlen(text), n - strlen(text), "\n");
+    }
+}
+
+static void test_dualpipev_fixture(void) {
+    static char text[16384], mine[2048];
+    static char orders[4][2048];
+    par_pp_schedule *s = NULL, *g = make_v(4, 10, PAR_PP_DUALPIPEV);
+    par_pp_check c;
+    char grid[4096];
+    int r, k, n;
+    csv_to_text(text, sizeof text, orders);
+    CHECK_MSG(par_pp_schedule_parse(text, &s) == PAR_OK, "%s\n%s", par_last_error(), text);
+    if (s) CHECK_MSG(par_pp_schedule_check(s, &c, grid, sizeof grid) == PAR_OK, "%s\n%s", par_last_error(), grid);
+    /* 10 micro-batches x 8 stages: 80 F, and B or I + W for each */
+    for (r = 0, n = 0; s && r < 4; r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &k);
+        while (k--) n += a[k].op == PAR_PP_F;
+    }
+    CHECK_MSG(n == 80, "%d forwards", n);
+    for (r = 0; g && r < 4; r++) {
+        const par_pp_action *a = par_pp_schedule_actions(g, r, &n);
+        mine[0] = 0;
+        for (k = 0; k < n; k++)
+            if (a[k].op <= PAR_PP_W)
+                snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%c %d %d", mine[0] ? ", " : "",
+                         "FBIW"[a[k].op], a[k].micro_batch, a[k].chunk);
+        CHECK_MSG(!strcmp(mine, orders[r]), "rank %d: ours\n%s\nPyTorch's\n%s", r, mine, orders[r]);
+    }
+    if (s && g) { /* and with the messages: our generator's text is the converted fixture's */
+        static char ours[16384];
+        par_pp_schedule_format(g, ours, sizeof ours);
+        CHECK_STR(ours, text);
+    }
+    par_pp_schedule_destroy(s), par_pp_schedule_destroy(g);
+}
+
 int main(void) {
     test_generators();
     test_check_many_ranks();
@@ -626,5 +942,10 @@ int main(void) {
     test_executor_16bit();
     test_bad_dtype();
     test_stage_params();
+    test_placement_maps();
+    test_placement_errors();
+    test_placement_check();
+    test_v_generators();
+    test_dualpipev_fixture();
     return TEST_END("pipeline");
 }
