@@ -333,7 +333,9 @@ typedef struct llama__key {
 
 static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0},   {"gpipe", "gpipe", 1},
                                                      {"zb-h1", "zb-h1", 2}, {"zbh1", "zb-h1", 2},
-                                                     {"zero_bubble", "zb-h1", 2}, {NULL, NULL, 0}};
+                                                     {"zero_bubble", "zb-h1", 2}, {"zbv", "zbv", 3},
+                                                     {"zero_bubble_v", "zbv", 3}, {"dualpipev", "dualpipev", 4},
+                                                     {NULL, NULL, 0}};
 static const llama__choice llama__scale_senses[] = {{"none", "none", 0},
                                                     {"DynamicLossScaleUpdateCell", "DynamicLossScaleUpdateCell", 1},
                                                     {"FixedLossScaleUpdateCell", "FixedLossScaleUpdateCell", 2},
@@ -514,7 +516,7 @@ static const llama__key llama__keys[] = {
      "interleaved pipeline schedule (Megatron's interleaved 1F1B over model_config.pp_interleave_num chunks per rank); true needs pp_interleave_num > 1 and the reverse"},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__T_CHOICE, LLAMA__AT(pipeline_scheduler),
      sizeof(((llama_config *)0)->pipeline_scheduler), 0, 0, 0, llama__pp_schedulers, "1f1b", NULL,
-     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave the interleaved 1F1B; no effect while pipeline_stage is 1"},
+     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave and pp_interleave_num 2 also zbv (zero bubble on a V: rank 0 holds the first and the last virtual stage; also zero_bubble_v, MindFormers' name) or dualpipev (DeepSeek's DualPipe on the same V, micro_batch_num >= 2 x pipeline_stage); with pipeline_interleave and 1f1b the interleaved 1F1B; no effect while pipeline_stage is 1"},
     {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__AT(search_mode), sizeof(((llama_config *)0)->search_mode), 0, 0,
      0, llama__search_modes, "recursive_programming", NULL,
      "auto_parallel's search over the degrees (parallel.h par_auto_search): dynamic_programming visits every dp x tp x cp x pp, sharding_propagation keeps the parallel_config degrees set above 1 and searches the rest, recursive_programming moves data-parallel factors to tp, cp or pp while the predicted step time falls"},
@@ -1443,8 +1445,18 @@ static int llama__when_interleave_on(const llama__vctx *v) {
 static int llama__when_interleave_off(const llama__vctx *v) {
     return !v->c->pipeline_interleave && v->c->pp_interleave_num > 1;
 }
+static int llama__v_scheduler(const llama_config *c) { /* >>pipeline's V kinds: 2 chunks per rank */
+    return !strcmp(c->pipeline_scheduler, "zbv") || !strcmp(c->pipeline_scheduler, "dualpipev");
+}
 static int llama__when_scheduler(const llama__vctx *v) {
-    return v->c->pp_interleave_num > 1 && strcmp(v->c->pipeline_scheduler, "1f1b") != 0;
+    return v->c->pp_interleave_num > 1 && strcmp(v->c->pipeline_scheduler, "1f1b") != 0 && !llama__v_scheduler(v->c);
+}
+static int llama__when_v_chunks(const llama__vctx *v) {
+    return v->c->pipeline_stage > 1 && llama__v_scheduler(v->c) && v->c->pp_interleave_num != 2;
+}
+static int llama__when_dualpipev_micro(const llama__vctx *v) {
+    return v->c->pipeline_stage > 1 && !strcmp(v->c->pipeline_scheduler, "dualpipev") &&
+           v->c->pp_interleave_num == 2 && v->c->micro_batch_num < 2 * v->c->pipeline_stage;
 }
 static int llama__when_chunks_no_pp(const llama__vctx *v) {
     return v->c->pipeline_stage == 1 && v->c->pp_interleave_num > 1;
@@ -1455,7 +1467,7 @@ static int llama__when_layers_by_stages(const llama__vctx *v) { return v->c->num
 static int llama__when_empty_stage(const llama__vctx *v) { return v->n[LLAMA__N_FIRST] < 1 || v->n[LLAMA__N_LAST] < 1; }
 static int llama__when_micro_by_pp(const llama__vctx *v) { /* >>pipeline's interleaved rounds */
     const int m = v->c->micro_batch_num, rounds = m / v->c->pipeline_stage > 1 ? m / v->c->pipeline_stage : 1;
-    return v->c->pp_interleave_num > 1 && m % rounds != 0;
+    return v->c->pp_interleave_num > 1 && !llama__v_scheduler(v->c) && m % rounds != 0;
 }
 
 static int llama__when_two_clips(const llama__vctx *v) {
@@ -1552,8 +1564,23 @@ static void llama__say_batch_split(const llama__vctx *v, llama__report *r) {
 static void llama__say_scheduler(const llama__vctx *v, llama__report *r) {
     llama__rule(r,
                 "parallel.pipeline_config.pipeline_interleave = true with parallel.pipeline_config.pipeline_scheduler = "
-                "%s: the interleaved schedule is 1F1B over model chunks; use pipeline_scheduler 1f1b, or no interleave",
+                "%s: the interleaved schedule is 1F1B over model chunks; use pipeline_scheduler 1f1b (or zbv, "
+                "dualpipev with 2 chunks), or no interleave",
                 v->c->pipeline_scheduler);
+}
+
+static void llama__say_v_chunks(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                "parallel.pipeline_config.pipeline_scheduler = %s with " LLAMA__K("pp_interleave_num") " = %d: the "
+                "schedule runs on a V of exactly 2 model chunks per rank (pipeline_interleave = true and "
+                "pp_interleave_num = 2)", v->c->pipeline_scheduler, v->c->pp_interleave_num);
+}
+
+static void llama__say_dualpipev_micro(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                LLAMA__P("micro_batch_num") " = %d with pipeline_scheduler dualpipev: it needs at least as many "
+                "micro-batches as virtual stages, 2 x " LLAMA__P("pipeline_stage") " = %d (PyTorch's rule)",
+                v->c->micro_batch_num, 2 * v->c->pipeline_stage);
 }
 
 static void llama__say_two_clips(const llama__vctx *v, llama__report *r) {
@@ -1728,6 +1755,10 @@ static const llama__vrule llama__rules[] = {
      {LLAMA__N_CHUNKS}, NULL},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__G_PP, 1, llama__when_scheduler, NULL, {0},
      llama__say_scheduler},
+    {"parallel.pipeline_config.pipeline_scheduler", LLAMA__G_PP, 1, llama__when_v_chunks, NULL, {0},
+     llama__say_v_chunks},
+    {LLAMA__P("micro_batch_num"), LLAMA__G_PP, 1, llama__when_dualpipev_micro, NULL, {0},
+     llama__say_dualpipev_micro},
     {LLAMA__K("pp_interleave_num"), LLAMA__G_PP, 1, llama__when_chunks_no_pp,
      LLAMA__K("pp_interleave_num") " = %lld needs " LLAMA__P("pipeline_stage") " > 1", {LLAMA__N_CHUNKS}, NULL},
     {LLAMA__K("offset"), LLAMA__G_PP, 1, llama__when_offset_no_pp,

@@ -912,6 +912,40 @@ static void test_pipeline(void) {
     }
 }
 
+/* The V schedules (>>pipeline's v placement: rank 0 holds the first and the
+   last virtual stage, so the embedding and the head; the V's turn on the
+   last rank is a local copy): zbv and dualpipev, 2 chunks per rank, against
+   one device with the same micro-batches: m = p, 2p and odd where the kind
+   allows (dualpipev needs m >= 2p; 24 samples split into 3, a batch of 20
+   into 5), with dp and with tp, and one mpirun row per kind. */
+#define PP_V(k) "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true " \
+                "--set parallel.pipeline_config.pipeline_scheduler=" k
+static void test_pipeline_v(void) {
+    static char base8[1024], base20[1024];
+    snprintf(base8, sizeof base8, "%s --set model.model_config.num_layers=8", pp_base);
+    snprintf(base20, sizeof base20, "%s --set runner_config.global_batch_size=20", pp_base);
+    pp_row("pp2 zbv mb2", pp_base, 2, "--set parallel_config.pipeline_stage=2 " PP_V("zbv"));
+    pp_row("pp2 zbv mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 " PP_V("zbv"));
+    pp_row("pp2 zbv mb3", pp_base, 3, "--set parallel_config.pipeline_stage=2 " PP_V("zero_bubble_v"));
+    pp_row("pp4 zbv mb4", base8, 4, "--set parallel_config.pipeline_stage=4 " PP_V("zbv"));
+    pp_row("pp4 zbv mb8", base8, 8, "--set parallel_config.pipeline_stage=4 " PP_V("zbv"));
+    pp_row("pp4 zbv mb3 (< stages)", base8, 3, "--set parallel_config.pipeline_stage=4 " PP_V("zbv"));
+    pp_row("pp2 dualpipev mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 " PP_V("dualpipev"));
+    pp_row("pp2 dualpipev mb5", base20, 5, "--set parallel_config.pipeline_stage=2 " PP_V("dualpipev"));
+    pp_row("pp4 dualpipev mb8", base8, 8, "--set parallel_config.pipeline_stage=4 " PP_V("dualpipev"));
+    pp_row("pp4 dualpipev mb12", base8, 12, "--set parallel_config.pipeline_stage=4 " PP_V("dualpipev"));
+    pp_row("dp2 x pp2 zbv mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
+                                            PP_V("zbv"));
+    pp_row("tp2 x pp2 sp dualpipev mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 "
+                                                     "--set parallel_config.model_parallel=2 "
+                                                     "--set parallel_config.use_seq_parallel=true " PP_V("dualpipev"));
+    if (mpi_run("V schedules mpirun -np 4")) {
+        pp_mpi_row("dp2 x pp2 zbv mpirun -np 4", 3, "--set parallel_config.pipeline_stage=2 "
+                   "--set parallel_config.data_parallel=2 " PP_V("zbv"));
+        pp_mpi_row_on("pp4 dualpipev mpirun -np 4", base8, 4, 8, "--set parallel_config.pipeline_stage=4 " PP_V("dualpipev"));
+    }
+}
+
 /* ---- recomputation ------------------------------------------------------------- */
 
 #define RC_STEPS 4
@@ -2281,19 +2315,20 @@ int main(void) {
     { /* developers' shortcuts: LLAMA_TEST_ONLY=NAME runs one group of tests */
         static const struct {
             const char *name;
-            void (*run[2])(void);
+            void (*run[3])(void);
         } groups[] = {{"wide-tp", {test_pipeline_wide_tp, NULL}},
                       {"mindformers", {test_config_semantics, test_mindformers_llama2_7b}},
                       {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
-                      {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
+                      {"pipeline", {test_pipeline, test_pipeline_wide_tp, test_pipeline_v}},
+                      {"pipeline_v", {test_pipeline_v, NULL}},
                       {"recompute", {test_recompute, test_save_dtype}},
                       {"mixed", {test_mixed, NULL}},
                       {"tokens", {test_token_files, NULL}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
             if (strcmp(only, groups[g].name) != 0) continue;
-            for (int k = 0; k < 2 && groups[g].run[k]; k++) groups[g].run[k]();
+            for (int k = 0; k < 3 && groups[g].run[k]; k++) groups[g].run[k]();
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
             if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
             return TEST_END("llama_train");
@@ -2320,6 +2355,7 @@ int main(void) {
         test_context_parallel();
         test_pipeline();
         test_pipeline_wide_tp();
+        test_pipeline_v();
         test_sharded_matrix();
         test_sharded_pipeline();
         test_sharded_resume();
