@@ -857,6 +857,8 @@ static void test_pipeline(void) {
         static const char deadlock[] = "pipeline stages=2 chunks=1 micro_batches=1\n"
                                        "rank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\n"
                                        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
+        static const char vodd[] = "pipeline stages=2 chunks=1 micro_batches=1\nplacement v\n"
+                                   "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
         static char sets[600];
         struct {
             const char *name, *file, *extra, *needle;
@@ -867,11 +869,14 @@ static void test_pipeline(void) {
              "stages=2 chunks=1 micro_batches=2, but the config has parallel_config.pipeline_stage 2"},
             {"schedule that does not parse", "junk.txt", "--set parallel_config.micro_batch_num=2", "--pp-schedule"},
             {"schedule without a pipeline", "own.txt", "--set parallel_config.pipeline_stage=1", "needs parallel_config.pipeline_stage > 1"},
+            {"schedule with a V over one chunk", "vodd.txt", "--set parallel_config.micro_batch_num=1",
+             "line 2: pipeline placement v: 1 chunks per rank, but the V goes down the ranks and back up"},
         };
         size_t b;
         test_write_file(test_path("own.txt"), own, sizeof own - 1);
         test_write_file(test_path("dead.txt"), deadlock, sizeof deadlock - 1);
         test_write_file(test_path("junk.txt"), "pipeline stages=2\nrank 0: X 0 0\n", 31);
+        test_write_file(test_path("vodd.txt"), vodd, sizeof vodd - 1);
         snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("own.txt"));
         pp_row("pp2 own schedule file", pp_base, 2, sets);
         for (b = 0; b < sizeof bads / sizeof bads[0]; b++) {
