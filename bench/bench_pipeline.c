@@ -2,7 +2,8 @@
    checker's prediction.
 
    4 stages as rank threads (threads backend), 8 micro-batches, every schedule
-   kind (interleaved: 2 chunks per rank at half the time per chunk). A stage's
+   kind (interleaved, zbv and dualpipev: 2 chunks per rank at half the time
+   per chunk; zbv and dualpipev on the V placement). A stage's
    work is a sleep of fixed length (F = 20 ms, B = 40 ms, I = W = 20 ms; a chunk
    of the interleaved schedule half of that), so the ranks do not compete for
    this machine's 2 cores and the figure is the schedule's and the executor's,
@@ -137,10 +138,11 @@ int main(void) {
     static const struct {
         par_pp_kind kind;
         int chunks;
-    } kinds[] = {{PAR_PP_GPIPE, 1}, {PAR_PP_1F1B, 1}, {PAR_PP_INTERLEAVED, 2}, {PAR_PP_ZB_H1, 1}};
+    } kinds[] = {{PAR_PP_GPIPE, 1}, {PAR_PP_1F1B, 1}, {PAR_PP_INTERLEAVED, 2}, {PAR_PP_ZB_H1, 1},
+                 {PAR_PP_ZBV, 2}, {PAR_PP_DUALPIPEV, 2}};
     par_ctx_desc pd;
-    double measured_1f1b = 0, measured_zb = 0;
-    int64_t peak_measured[4][STAGES], peak_predicted[4][STAGES];
+    double measured_1f1b = 0, measured_zb = 0, measured_zbv = 0;
+    int64_t peak_measured[sizeof kinds / sizeof kinds[0]][STAGES], peak_predicted[sizeof kinds / sizeof kinds[0]][STAGES];
     size_t k;
     int i;
     memset(&pd, 0, sizeof pd);
@@ -183,9 +185,12 @@ int main(void) {
                "\"measured\":%.4f}\n", par_pp_kind_name(kinds[k].kind), STAGES, MB, c.bubble, bubbles[1]);
         if (kinds[k].kind == PAR_PP_1F1B) measured_1f1b = bubbles[1];
         if (kinds[k].kind == PAR_PP_ZB_H1) measured_zb = bubbles[1];
+        if (kinds[k].kind == PAR_PP_ZBV) measured_zbv = bubbles[1];
     }
     printf("zb-h1 / 1f1b measured bubble: %.2f (target <= 0.5; the published ideal is 1/3)\n",
            measured_1f1b > 0 ? measured_zb / measured_1f1b : 0.0);
+    printf("zbv / zb-h1 measured bubble: %.2f (target <= 1: the ZB paper's ZB-V below ZB-H1 at 1F1B's memory)\n",
+           measured_zb > 0 ? measured_zbv / measured_zb : 0.0);
     printf("\npeak saved activations per stage, MiB (1 MiB per micro-batch; measured / checker's prediction)\n");
     printf("%-12s", "schedule");
     for (i = 0; i < STAGES; i++) printf("    stage %d", i);
