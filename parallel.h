@@ -165,7 +165,8 @@
                       parallel, vocabulary-parallel embedding and loss
      >>context-parallel  attention over a sequence split across ranks: ring
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
-     >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1), their
+     >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1, ZBV,
+                      DualPipeV) on a stage placement (loop, V, a list), their
                       text form, a checker and an executor
      >>recompute      activation recomputation: the per-layer policy (none,
                       selective, full) from MindFormers' and Megatron's forms
@@ -2495,7 +2496,7 @@ PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const void *q, const vo
    >>pipeline
    Pipeline parallelism with schedules as data. A schedule is, for each stage
    rank, an ordered list of actions; generators make GPipe, 1F1B, interleaved
-   1F1B and zero-bubble ZB-H1 lists, a text form dumps and loads them (so a
+   1F1B, zero-bubble ZB-H1, ZBV and DualPipeV lists, a text form dumps and loads them (so a
    user can write their own), a checker runs a schedule on paper before it
    runs for real, and an executor walks one rank's list calling the host's
    forward / backward callbacks and moving activations and their gradients
