@@ -22604,7 +22604,8 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
    input half, so the layer keeps those whatever the mode. */
 static double par__au_recompute_area(const par__au_dims *k, const par_auto_config *c, double per_layer) {
     const double x = k->rows * k->h, n = k->n;
-    const int split = k->pp > 1 && c->schedule == PAR_PP_ZB_H1;
+    const int split = k->pp > 1 && (c->schedule == PAR_PP_ZB_H1 || c->schedule == PAR_PP_ZBV ||
+                                    c->schedule == PAR_PP_DUALPIPEV); /* the kinds with I and W */
     if (c->recompute == PAR_RECOMPUTE_SELECTIVE) return 2 * x + (split ? 0 : n * k->fl);
     if (c->recompute == PAR_RECOMPUTE_FULL)
         return per_layer - x - (split ? n * (2 * k->ql + 2 * k->kvl) + x + 3 * n * k->fl : 0) + x;
@@ -22933,7 +22934,7 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
                             pl.config.sp = sp;
                             pl.config.cp_algo = (par_cp_algo)algo;
                             pl.config.schedule = (par_pp_kind)kind;
-                            pl.config.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
+                            pl.config.chunks = kind == PAR_PP_INTERLEAVED || kind == PAR_PP_ZBV || kind == PAR_PP_DUALPIPEV ? 2 : 1;
                             pl.config.micro_batches = mb;
                             pl.config.zero = zero;
                             pl.config.recompute = (par_recompute_mode)(rc % PAR_RECOMPUTE_MODE_COUNT);
