@@ -560,8 +560,9 @@ static par_status load_schedule(const char *path, int P, int V, int m, par_pp_sc
 }
 
 
-/* Layers of virtual stage vs (chunk vs / P of stage vs % P): an equal share,
-   offset moving layers from the first to the last. */
+/* Layers of virtual stage vs (in model order; which rank and chunk hold it
+   is the schedule's placement): an equal share, offset moving layers from
+   the first to the last. */
 static int stage_layers(const llama_config *c, int vs) {
     const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, per = c->num_layers / (P * V);
     return per - (vs == 0 && P * V > 1 ? c->offset : 0) + (vs == P * V - 1 && P * V > 1 ? c->offset : 0);
