@@ -376,6 +376,65 @@ static void test_stage_mismatch(void) {
     }
 }
 
+/* The executor's own refusals at a local hand-off: boundary buffers of two
+   sizes for one boundary (one rank, its chunks 0 and 1 are stages 0 and 1),
+   and an unchecked schedule that sends across the V's turn (2 ranks: rank 1
+   holds stages 1 and 2). */
+static par_status uneven_buf(void *u, int mb, int c, int g, int in, void **p, int64_t *n) {
+    static float cell[8];
+    (void)u, (void)mb, (void)g, (void)in;
+    *p = cell + 4 * c, *n = c ? 2 : 1; /* chunk 1's input: 2 elements; chunk 0's output: 1 */
+    return PAR_OK;
+}
+
+static par_status local_body(par_ctx *ctx, void *arg) {
+    int *got = (int *)arg;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    RETURN_IF_ERR(par_pp_schedule_parse("pipeline stages=1 chunks=2 micro_batches=1\n"
+                                        "rank 0: F 0 0, F 0 1, B 0 1, B 0 0\n", &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = uneven_buf;
+    got[0] = par_pp_run(ctx, &d) == PAR_EINVAL &&
+             strstr(par_last_error(), "step 0 (F 0 0): local hand-off of micro-batch 0 from chunk 0 to chunk 1: the "
+                                      "buffer callback gave 1 and 2 elements") != NULL;
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+static par_status turn_body(par_ctx *ctx, void *arg) {
+    int *got = (int *)arg + par_ctx_rank(ctx);
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    /* rank 1 sends its stage 1's activation although stage 2 is its own; rank 0 only runs its first forward */
+    RETURN_IF_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+                                        "rank 0: F 0 0, SA 0 0\n"
+                                        "rank 1: RA 0 0, F 0 0, SA 0 0\n", &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = 1u;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
+    *got = par_ctx_rank(ctx) == 0 ? par_pp_run(ctx, &d) == PAR_OK
+                                  : par_pp_run(ctx, &d) == PAR_EINVAL &&
+                                        strstr(par_last_error(), "step 2 (SA 0 0): virtual stage 1 has that neighbour "
+                                                                 "on this rank (a local hand-off): nothing to send") != NULL;
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+static void test_local_handoff_errors(void) {
+    int got[2] = {0, 0};
+    par_ctx_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.mesh = "pp=1", pd.timeout_ms = 20000, pd.kernel_threads = 1;
+    CHECK_OK(par_run_threads_desc(&pd, 1, local_body, got));
+    CHECK_MSG(got[0], "uneven local hand-off not refused: %s", par_last_error());
+    got[0] = got[1] = 0;
+    pd.mesh = "pp=2";
+    CHECK_OK(par_run_threads_desc(&pd, 2, turn_body, got));
+    CHECK_MSG(got[0] && got[1], "a send at the V's turn: rank 0 %d, rank 1 %d", got[0], got[1]);
+}
+
 /* ---- 4b. boundaries in a 16-bit compute type (par_pp_run_desc.dtype) ------------------- */
 
 /* Each virtual stage writes a pattern of 16-bit words into its output (and,
@@ -939,6 +998,7 @@ int main(void) {
     test_bad_schedules();
     test_executor();
     test_stage_mismatch();
+    test_local_handoff_errors();
     test_executor_16bit();
     test_bad_dtype();
     test_stage_params();
