@@ -944,6 +944,29 @@ static void test_pipeline_v(void) {
     pp_row("tp2 x pp2 sp dualpipev mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 "
                                                      "--set parallel_config.model_parallel=2 "
                                                      "--set parallel_config.use_seq_parallel=true " PP_V("dualpipev"));
+    { /* a placement of one's own (--pp-schedule): ZBV's p 2 m 2 order with the ranks swapped, placement
+         1,0,0,1, so rank 1 holds the embedding, the first and the last stage and the head */
+        par_pp_schedule_desc sd;
+        par_pp_schedule *zs = NULL;
+        static char text[8192], swapped[8192], sets[700];
+        char *r0, *r1;
+        memset(&sd, 0, sizeof sd);
+        sd.stages = 2, sd.micro_batches = 2, sd.kind = PAR_PP_ZBV;
+        CHECK_OK(par_pp_schedule_make(&sd, &zs));
+        if (zs) par_pp_schedule_format(zs, text, sizeof text);
+        par_pp_schedule_destroy(zs);
+        r0 = strstr(text, "rank 0:"), r1 = strstr(text, "rank 1:");
+        CHECK(r0 && r1 && strstr(text, "placement v\n") && r1 > r0);
+        if (r0 && r1 && r1 > r0) {
+            snprintf(swapped, sizeof swapped, "pipeline stages=2 chunks=2 micro_batches=2\nplacement 1,0,0,1\n"
+                     "rank 1:%.*srank 0:%s", (int)(r1 - r0 - 7), r0 + 7, r1 + 7);
+            test_write_file(test_path("swapped.txt"), swapped, strlen(swapped));
+            snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 "
+                     "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true "
+                     "--pp-schedule %s", test_path("swapped.txt"));
+            pp_row("pp2 own schedule, placement 1,0,0,1", pp_base, 2, sets);
+        }
+    }
     if (mpi_run("V schedules mpirun -np 4")) {
         pp_mpi_row("dp2 x pp2 zbv mpirun -np 4", 3, "--set parallel_config.pipeline_stage=2 "
                    "--set parallel_config.data_parallel=2 " PP_V("zbv"));
