@@ -1055,8 +1055,9 @@ static par_status post_turn_body(par_ctx *ctx, void *arg) {
     d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
     *got = par_ctx_rank(ctx) == 0 ? par_pp_run(ctx, &d) == PAR_OK
                                   : par_pp_run(ctx, &d) == PAR_EINVAL &&
-                                        strstr(par_last_error(), "step 1 (PA 0 1): virtual stage 2 has that neighbour "
-                                                                 "on this rank (a local hand-off): nothing to receive") != NULL;
+                                        strstr(par_last_error(), "step 1 (PA 0 1): virtual stage 2 has that "
+                                                                 "neighbour on this rank (a local hand-off): "
+                                                                 "nothing to receive") != NULL;
     par_pp_schedule_destroy(s);
     return PAR_OK;
 }
