@@ -166,7 +166,8 @@
      >>context-parallel  attention over a sequence split across ranks: ring
                       (zigzag), Ulysses (all-to-all, GQA), hybrid
      >>pipeline       schedules as data (GPipe, 1F1B, interleaved, ZB-H1, looped
-                      BFS, ZB1P), their text form, a checker and an executor
+                      BFS, ZB1P, ZBV, DualPipeV) on a stage placement (loop, V,
+                      a list), their text form, a checker and an executor
      >>recompute      activation recomputation: the per-layer policy (none,
                       selective, full) from MindFormers' and Megatron's forms
      >>planner        automatic parallel: operator graph, costs, strategy search
@@ -2627,18 +2628,34 @@ PARALLEL_DEF par_status par_cp_attention_bwd(par_cp *cp, const void *q, const vo
    >>pipeline
    Pipeline parallelism with schedules as data. A schedule is, for each stage
    rank, an ordered list of actions; generators make GPipe, 1F1B, interleaved
-   1F1B, zero-bubble ZB-H1, looped BFS and interleaved zero-bubble (ZB1P)
-   lists, a text form dumps and loads them (so a
+   1F1B, zero-bubble ZB-H1, looped BFS, interleaved zero-bubble (ZB1P), ZBV
+   and DualPipeV lists, a text form dumps and loads them (so a
    user can write their own), a checker runs a schedule on paper before it
    runs for real, and an executor walks one rank's list calling the host's
    forward / backward callbacks and moving activations and their gradients
    between neighbouring stages through the comm table.
 
-   Model chunks: with `chunks` = v per rank the model's layers form p x v
-   virtual stages; rank r holds virtual stages r, r + p, r + 2p, ... (its
-   chunks 0 .. v-1), so virtual stage s = chunk x p + rank and its activations
-   go to virtual stage s + 1 on rank (r + 1) % p. v = 1 is the plain pipeline;
-   p = 1 is gradient accumulation, run by the same executor.
+   Model chunks and placement: with `chunks` = v per rank the model's layers
+   form p x v virtual stages s = 0 .. pv-1 in model order, and the schedule's
+   placement maps each to a (rank, chunk); a rank's chunks are its stages in
+   model order. The activation of stage s goes to stage s + 1's rank, its
+   gradient back to stage s - 1's. Placements (par_pp_placement):
+     loop  s = chunk x p + rank: rank r holds r, r + p, r + 2p, ... (the
+           default; Megatron's and PyTorch's interleaved "loop" style)
+     v     v even; chunk c runs down the ranks for even c and back up for
+           odd c: s = c p + r, or c p + p-1-r. With v = 2 (ZBV, DualPipeV;
+           PyTorch's style="v") rank 0 holds the first and the last stage
+           and rank p-1 stages p-1 and p: the V's turn
+     list  any map, one rank per stage, v stages per rank
+   Two consecutive stages on one rank hand off locally: the schedule has no
+   SA/RA (or SG/RG) between them (the checker refuses one: there is nothing
+   to send), the forward of the later stage needs the earlier one's forward
+   done on that rank, and the executor copies the boundary buffer itself
+   right after the producing F (output to the next stage's input) or B/I
+   (input gradient to the previous stage's output gradient): PyTorch's
+   set_local_fwd_input / set_local_bwd_input. So the V's turn costs no
+   transfer. v = 1 is the plain pipeline; p = 1 is gradient accumulation,
+   run by the same executor (every hand-off local).
 
    Actions (their text form in brackets; m = micro-batch, c = chunk):
      F  forward of (m, c)                                       [F m c]
@@ -2681,32 +2698,50 @@ typedef enum par_pp_kind {
                              chunk's micro-batches in forward order: one device's gradient sums) */
     PAR_PP_ZB1P,          /* "zb1p": interleaved 1F1B with I and W split, W filling the bubbles (the ZB
                              paper's ZB-1P over chunks; PyTorch's ScheduleInterleavedZeroBubble) */
+    PAR_PP_ZBV,           /* "zbv": zero bubble on the V placement, v = 2 (Qi et al. 2024's ZB-V) */
+    PAR_PP_DUALPIPEV,     /* "dualpipev": DeepSeek's DualPipe folded on the V placement, v = 2 */
     PAR_PP_KIND_COUNT
 } par_pp_kind;
 
-/* "gpipe", "1f1b", "interleaved", "zb-h1", "looped_bfs", "zb1p". */
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "looped_bfs", "zb1p", "zbv", "dualpipev". */
 PARALLEL_DEF const char *par_pp_kind_name(par_pp_kind kind);
 /* By name (case-insensitive; also "interleaved_1f1b", "zbh1", "zero_bubble",
    "loopedbfs", "bfs", "interleaved_zb", "interleaved_zero_bubble",
-   "interleavedzerobubble": PyTorch's class names); PAR_EINVAL listing the
-   names otherwise. */
+   "interleavedzerobubble", "zb-v", "zero_bubble_v", "zbvzerobubble" (PyTorch's
+   class names), "dualpipe_v"); PAR_EINVAL listing the names otherwise. */
 PARALLEL_DEF par_status par_pp_kind_parse(const char *text, par_pp_kind *kind);
+
+/* Where the virtual stages live (the section's comment). */
+typedef enum par_pp_placement {
+    PAR_PP_PLACE_LOOP = 0, /* "loop": stage = chunk x p + rank */
+    PAR_PP_PLACE_V,        /* "v": down the ranks and back, v even */
+    PAR_PP_PLACE_LIST,     /* a rank per stage (par_pp_schedule_set_placement's list) */
+    PAR_PP_PLACE_COUNT
+} par_pp_placement;
+
+/* "loop", "v", "list". */
+PARALLEL_DEF const char *par_pp_placement_name(par_pp_placement placement);
 
 typedef struct par_pp_schedule par_pp_schedule;
 
 typedef struct par_pp_schedule_desc {
     int stages;        /* pipeline ranks p >= 1 */
-    int chunks;        /* model chunks per rank v (0 = 1); > 1 only for interleaved, looped_bfs, zb1p */
+    int chunks;        /* model chunks per rank v (0 = 1, or 2 for zbv and dualpipev); > 1 only for
+                          interleaved, looped_bfs and zb1p, exactly 2 for zbv and dualpipev */
     int micro_batches; /* m >= 1 */
     par_pp_kind kind;
+    par_pp_placement placement; /* zero (loop) for every kind but zbv and dualpipev, which run on
+                                   the v placement (zero or PAR_PP_PLACE_V asks for it) */
 } par_pp_schedule_desc;
 
 /* Generate a schedule. Errors name the rule: interleaved, looped_bfs and
-   zb1p run over v >= 2 chunks per rank, the other kinds over v = 1;
-   interleaved and zb1p take the micro-batches in max(1, m / p) rounds of
-   equal size, so m must split into them (PyTorch's constraint: m < 2p and
-   multiples of p always do). Any m >= 1 works for the others (fewer
-   micro-batches than stages leaves a larger bubble, it does not hang). */
+   zb1p run over v >= 2 chunks per rank on the loop placement; interleaved
+   and zb1p take the micro-batches in max(1, m / p) rounds of equal size, so
+   m must split into them (PyTorch's constraint: m < 2p and multiples of p
+   always do); zbv and dualpipev v = 2 on the v placement, dualpipev m >= 2p
+   (PyTorch's rule: at least as many micro-batches as virtual stages); other
+   kinds v = 1 on loop. Any m >= 1 works for the others (fewer micro-batches
+   than stages leaves a larger bubble, it does not hang). */
 PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *desc, par_pp_schedule **schedule);
 /* An empty schedule to fill with par_pp_schedule_append (or par_pp_schedule_parse). */
 PARALLEL_DEF par_status par_pp_schedule_create(int stages, int chunks, int micro_batches, par_pp_schedule **schedule);
@@ -2718,19 +2753,37 @@ PARALLEL_DEF int par_pp_schedule_chunks(const par_pp_schedule *s);
 PARALLEL_DEF int par_pp_schedule_micro_batches(const par_pp_schedule *s);
 /* Rank r's actions (count in *n); NULL for a bad rank. */
 PARALLEL_DEF const par_pp_action *par_pp_schedule_actions(const par_pp_schedule *s, int rank, int *n);
+/* Place the virtual stages (a new schedule is on loop): PAR_PP_PLACE_LOOP or
+   PAR_PP_PLACE_V (rank_of_stage NULL), or PAR_PP_PLACE_LIST with
+   rank_of_stage[s] for each of the p x v stages. PAR_EINVAL naming the rule:
+   v with an odd chunk count, a list entry outside 0 .. p-1 (that stage has no
+   rank), a rank given more or fewer than v stages (then another stage has no
+   place on it, or one is on two). The actions keep their (rank, chunk): set
+   the placement before checking or running. */
+PARALLEL_DEF par_status par_pp_schedule_set_placement(par_pp_schedule *s, par_pp_placement placement,
+                                                      const int *rank_of_stage);
+PARALLEL_DEF par_pp_placement par_pp_schedule_placement(const par_pp_schedule *s);
+/* The virtual stage chunk `chunk` of rank `rank` holds; -1 outside the schedule. */
+PARALLEL_DEF int par_pp_schedule_stage(const par_pp_schedule *s, int rank, int chunk);
+/* The rank and chunk (either pointer may be NULL) of virtual stage `stage`;
+   PAR_EINVAL outside 0 .. p v - 1. */
+PARALLEL_DEF par_status par_pp_schedule_stage_rank(const par_pp_schedule *s, int stage, int *rank, int *chunk);
 /* The most micro-batches rank `rank` holds at once when a host keeps a whole
    micro-batch (all its chunks here) in one activation slot: from the first
    forward of any of its chunks to the last of their backwards (B, or W after
    I). The slots to allocate up front. */
 PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank, int *slots);
 
-/* Text form: a header line "pipeline stages=P chunks=V micro_batches=M", then
-   one line per rank "rank R: F 0 0, SA 0 0, RG 0 0, B 0 0, ..." (actions
-   separated by commas; '#' starts a comment). Returns the length snprintf
-   would; dump, edit and parse to write your own. */
+/* Text form: a header line "pipeline stages=P chunks=V micro_batches=M", an
+   optional placement line "placement loop", "placement v" or "placement
+   0,1,1,0" (a rank per virtual stage; absent: loop, and loop is not
+   written), then one line per rank "rank R: F 0 0, SA 0 0, RG 0 0, B 0 0,
+   ..." (actions separated by commas; '#' starts a comment). Returns the
+   length snprintf would; dump, edit and parse to write your own. */
 PARALLEL_DEF int par_pp_schedule_format(const par_pp_schedule *s, char *buf, size_t size);
-/* Parse it; PAR_EPARSE naming the line and token. The result is not checked:
-   run par_pp_schedule_check. */
+/* Parse it; PAR_EPARSE naming the line and token, or a placement the stages
+   cannot have (par_pp_schedule_set_placement's rules). The result is not
+   checked: run par_pp_schedule_check. */
 PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule **schedule);
 
 /* The checker's verdict and the schedule's figures. */
@@ -2749,14 +2802,17 @@ typedef struct par_pp_check {
 /* Simulate every rank's list (sends buffered, receives waiting, F = 1,
    B = 2, I = W = 1 time units, transfers free) and check: each (micro-batch,
    virtual stage) has exactly one F and one backward (B, or I then W); F of a
-   virtual stage after its input arrived (RA, or F of the previous stage on
-   the same rank); B/I after its F and, except on the last virtual stage, its
-   gradient arrived (RG); W after its I; every send after what it sends was
-   produced, matched by the peer's receive of the same (micro-batch, chunk)
-   in order (the order receives are posted); every posted receive (PA, PG)
-   waited for later by its RA / RG, none posted twice or after it was
-   received; and no deadlock. A post takes no time and never blocks; the
-   wait blocks until the message was sent. On failure PAR_EINVAL with rank, step (the
+   virtual stage after its input arrived (RA from the previous stage's rank,
+   or F of the previous stage when it is on the same rank); B/I after its F
+   and, except on the last virtual stage, its gradient arrived (RG, or B/I of
+   the next stage on the same rank); W after its I; every send after what it
+   sends was produced, to the rank the placement gives (none between stages
+   on one rank, and no receive or post there either), matched by that rank's
+   receive of the same (micro-batch, stage) in the order the receives are
+   posted; every posted receive (PA, PG) waited for later by its RA / RG,
+   none posted twice or after it was received; and no deadlock. A post takes
+   no time and never blocks; the wait blocks until the message was sent. On
+   failure PAR_EINVAL with rank, step (the
    action's index) and action in the message, and (when grid != NULL) the
    per-rank grid of what each rank had done, up to where it stopped, written
    to grid (grid_size bytes). */
@@ -2796,14 +2852,18 @@ typedef struct par_pp_run_desc {
 
 /* Run this rank's list of the schedule (collective over the stage group):
    activations travel on one group and gradients on another, so the two kinds
-   never meet in one queue. A PA / PG posts an async receive (par_recv with a
-   request) that its RA / RG waits for; the threads and MPI tables complete
-   each independently, as the checker assumes. The NCCL table launches async
-   p2p in groups on one stream, where a launched receive holds back every
-   later launch: there a receive posted before a send that its own message
-   depends on waits until the timeout (untested on GPUs: post ahead on NCCL
-   only past this rank's sends that the message needs). Errors: a receive
-   posted twice, or never waited for, name the stage and step. */
+   never meet in one queue; each to the rank the placement gives. A PA / PG
+   posts an async receive (par_recv with a request) that its RA / RG waits
+   for; the threads and MPI tables complete each independently, as the
+   checker assumes. The NCCL table launches async p2p in groups on one
+   stream, where a launched receive holds back every later launch: there a
+   receive posted before a send that its own message depends on waits until
+   the timeout (untested on GPUs: post ahead on NCCL only past this rank's
+   sends that the message needs). A hand-off between two stages on this rank
+   is a copy through the compute table's memcpy (device to device) from the
+   buffer callback's output to its input (none when both are the same
+   pointer). Errors: a receive posted twice, or never waited for, name the
+   stage and step. */
 PARALLEL_DEF par_status par_pp_run(par_ctx *ctx, const par_pp_run_desc *desc);
 
 /* ============================================================================
@@ -20483,10 +20543,14 @@ struct par_pp_schedule {
     int p, v, m;
     int *count, *cap;
     par_pp_action **a;
+    par_pp_placement placement;
+    int *stage_rank, *stage_chunk; /* per virtual stage: where it lives */
+    int *rank_stage;               /* [rank x v + chunk]: the stage there */
 };
 
-static const char *const par__pp_kind_names[PAR_PP_KIND_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1",
-                                                                   "looped_bfs", "zb1p"};
+static const char *const par__pp_kind_names[PAR_PP_KIND_COUNT] = {"gpipe", "1f1b",       "interleaved", "zb-h1",
+                                                                  "looped_bfs", "zb1p", "zbv",         "dualpipev"};
+static const char *const par__pp_place_names[PAR_PP_PLACE_COUNT] = {"loop", "v", "list"};
 static const char *const par__pp_op_text[PAR_PP_OP_COUNT] = {"F", "B", "I", "W", "SA", "RA", "SG", "RG", "PA", "PG"};
 
 PARALLEL_DEF const char *par_pp_kind_name(par_pp_kind kind) {
@@ -20501,21 +20565,95 @@ PARALLEL_DEF par_status par_pp_kind_parse(const char *text, par_pp_kind *kind) {
                  {"interleaved_1f1b", PAR_PP_INTERLEAVED}, {"zb-h1", PAR_PP_ZB_H1}, {"zbh1", PAR_PP_ZB_H1},
                  {"zero_bubble", PAR_PP_ZB_H1}, {"looped_bfs", PAR_PP_LOOPED_BFS}, {"loopedbfs", PAR_PP_LOOPED_BFS},
                  {"bfs", PAR_PP_LOOPED_BFS}, {"zb1p", PAR_PP_ZB1P}, {"interleaved_zb", PAR_PP_ZB1P},
-                 {"interleaved_zero_bubble", PAR_PP_ZB1P}, {"interleavedzerobubble", PAR_PP_ZB1P}};
+                 {"interleaved_zero_bubble", PAR_PP_ZB1P}, {"interleavedzerobubble", PAR_PP_ZB1P},
+                 {"zbv", PAR_PP_ZBV}, {"zb-v", PAR_PP_ZBV}, {"zero_bubble_v", PAR_PP_ZBV},
+                 {"zbvzerobubble", PAR_PP_ZBV}, {"dualpipev", PAR_PP_DUALPIPEV}, {"dualpipe_v", PAR_PP_DUALPIPEV}};
     size_t i;
     if (!text || !kind) return par__fail(PAR_EINVAL, "par_pp_kind_parse: NULL argument");
     for (i = 0; i < sizeof names / sizeof names[0]; i++)
         if (par__iequal(text, names[i].name)) return *kind = names[i].kind, PAR_OK;
     return par__fail(PAR_EINVAL, "pipeline schedule \"%s\" is unknown; accepted: gpipe, 1f1b, interleaved "
                                  "(interleaved_1f1b), zb-h1 (zbh1, zero_bubble), looped_bfs (loopedbfs, bfs), zb1p "
-                                 "(interleaved_zb, interleaved_zero_bubble, interleavedzerobubble)", text);
+                                 "(interleaved_zb, interleaved_zero_bubble, interleavedzerobubble), zbv (zb-v, "
+                                 "zero_bubble_v, zbvzerobubble), dualpipev (dualpipe_v)", text);
+}
+
+PARALLEL_DEF const char *par_pp_placement_name(par_pp_placement placement) {
+    return (unsigned)placement < (unsigned)PAR_PP_PLACE_COUNT ? par__pp_place_names[placement] : "?";
 }
 
 PARALLEL_DEF void par_pp_schedule_destroy(par_pp_schedule *s) {
     int r;
     if (!s) return;
     for (r = 0; s->a && r < s->p; r++) PARALLEL_FREE(s->a[r]);
-    PARALLEL_FREE(s->a), PARALLEL_FREE(s->count), PARALLEL_FREE(s->cap), PARALLEL_FREE(s);
+    PARALLEL_FREE(s->a), PARALLEL_FREE(s->count), PARALLEL_FREE(s->cap);
+    PARALLEL_FREE(s->stage_rank), PARALLEL_FREE(s->stage_chunk), PARALLEL_FREE(s->rank_stage), PARALLEL_FREE(s);
+}
+
+/* The rank of virtual stage st under a named placement. */
+static int par__pp_named_rank(par_pp_placement placement, int p, int st) {
+    const int c = st / p, r = st % p;
+    return placement == PAR_PP_PLACE_V && c % 2 ? p - 1 - r : r;
+}
+
+PARALLEL_DEF par_status par_pp_schedule_set_placement(par_pp_schedule *s, par_pp_placement placement,
+                                                      const int *rank_of_stage) {
+    const int n = s ? s->p * s->v : 0;
+    int st, r, *held;
+    if (!s) return par__fail(PAR_EINVAL, "par_pp_schedule_set_placement: NULL schedule");
+    if ((unsigned)placement >= (unsigned)PAR_PP_PLACE_COUNT)
+        return par__fail(PAR_EINVAL, "pipeline placement %d is unknown: loop, v or list", (int)placement);
+    if (placement == PAR_PP_PLACE_V && s->v % 2)
+        return par__fail(PAR_EINVAL, "pipeline placement v: %d chunks per rank, but the V goes down the ranks and "
+                                     "back up, so the chunk count must be even", s->v);
+    if (placement == PAR_PP_PLACE_LIST && !rank_of_stage)
+        return par__fail(PAR_EINVAL, "pipeline placement list: NULL rank_of_stage (one rank per virtual stage)");
+    for (st = 0; placement == PAR_PP_PLACE_LIST && st < n; st++)
+        if (rank_of_stage[st] < 0 || rank_of_stage[st] >= s->p)
+            return par__fail(PAR_EINVAL, "pipeline placement: virtual stage %d on rank %d, outside the %d ranks (the "
+                                         "stage has no rank)", st, rank_of_stage[st], s->p);
+    held = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)s->p);
+    if (!held) return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    memset(held, 0, sizeof(int) * (size_t)s->p);
+    for (st = 0; placement == PAR_PP_PLACE_LIST && st < n; st++) held[rank_of_stage[st]]++;
+    for (r = 0; placement == PAR_PP_PLACE_LIST && r < s->p; r++)
+        if (held[r] != s->v) {
+            const int k = held[r];
+            PARALLEL_FREE(held);
+            return par__fail(PAR_EINVAL, "pipeline placement: rank %d holds %d virtual stages, but every rank holds "
+                                         "chunks = %d (so %s)", r, k, s->v,
+                             k > s->v ? "another rank lacks one: a stage is placed twice over" : "a stage has no rank");
+        }
+    /* a rank's chunks are its stages in model order (held[] now counts them out again) */
+    memset(held, 0, sizeof(int) * (size_t)s->p);
+    for (st = 0; st < n; st++) {
+        r = placement == PAR_PP_PLACE_LIST ? rank_of_stage[st] : par__pp_named_rank(placement, s->p, st);
+        s->stage_rank[st] = r, s->stage_chunk[st] = held[r]++;
+        s->rank_stage[r * s->v + s->stage_chunk[st]] = st;
+    }
+    PARALLEL_FREE(held);
+    s->placement = placement;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_pp_placement par_pp_schedule_placement(const par_pp_schedule *s) {
+    return s ? s->placement : PAR_PP_PLACE_LOOP;
+}
+
+PARALLEL_DEF int par_pp_schedule_stage(const par_pp_schedule *s, int rank, int chunk) {
+    if (!s || rank < 0 || rank >= s->p || chunk < 0 || chunk >= s->v) return -1;
+    return s->rank_stage[rank * s->v + chunk];
+}
+
+PARALLEL_DEF par_status par_pp_schedule_stage_rank(const par_pp_schedule *s, int stage, int *rank, int *chunk) {
+    if (rank) *rank = -1;
+    if (chunk) *chunk = -1;
+    if (!s || stage < 0 || stage >= s->p * s->v)
+        return par__fail(PAR_EINVAL, "par_pp_schedule_stage_rank: virtual stage %d outside the schedule's %d", stage,
+                         s ? s->p * s->v : 0);
+    if (rank) *rank = s->stage_rank[stage];
+    if (chunk) *chunk = s->stage_chunk[stage];
+    return PAR_OK;
 }
 
 PARALLEL_DEF par_status par_pp_schedule_create(int stages, int chunks, int micro_batches, par_pp_schedule **out) {
@@ -20533,9 +20671,14 @@ PARALLEL_DEF par_status par_pp_schedule_create(int stages, int chunks, int micro
     s->count = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)stages);
     s->cap = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)stages);
     s->a = (par_pp_action **)PARALLEL_MALLOC(sizeof(par_pp_action *) * (size_t)stages);
-    if (!s->count || !s->cap || !s->a) return par_pp_schedule_destroy(s), par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    s->stage_rank = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)stages * (size_t)chunks);
+    s->stage_chunk = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)stages * (size_t)chunks);
+    s->rank_stage = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)stages * (size_t)chunks);
+    if (!s->count || !s->cap || !s->a || !s->stage_rank || !s->stage_chunk || !s->rank_stage)
+        return par_pp_schedule_destroy(s), par__fail(PAR_ENOMEM, "pipeline: out of memory");
     memset(s->count, 0, sizeof(int) * (size_t)stages), memset(s->cap, 0, sizeof(int) * (size_t)stages);
     memset(s->a, 0, sizeof(par_pp_action *) * (size_t)stages);
+    if (par_pp_schedule_set_placement(s, PAR_PP_PLACE_LOOP, NULL) != PAR_OK) return par_pp_schedule_destroy(s), PAR_ENOMEM;
     *out = s;
     return PAR_OK;
 }
@@ -20591,24 +20734,29 @@ PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank
 
 /* ---- generators ------------------------------------------------------------------- */
 
-/* Virtual stage of (rank, chunk), and whether it is the first / last one. */
-static int par__pp_vstage(const par_pp_schedule *s, int rank, int chunk) { return chunk * s->p + rank; }
+/* Whether virtual stage st's neighbour st + dir exists on another rank (a
+   message) rather than on this one (a local hand-off) or not at all. */
+static int par__pp_remote(const par_pp_schedule *s, int st, int dir) {
+    const int nb = st + dir;
+    return nb >= 0 && nb < s->p * s->v && s->stage_rank[nb] != s->stage_rank[st];
+}
 
-/* A forward with its receive before and send after (skipped at the ends of the model). */
+/* A forward with its receive before and send after (skipped at the ends of
+   the model and between stages on one rank). */
 static par_status par__pp_emit_fwd(par_pp_schedule *s, int r, int mb, int c) {
-    const int vs = par__pp_vstage(s, r, c), last = s->p * s->v - 1;
-    if (vs > 0 && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_RECV_ACT, mb, c));
+    const int vs = par_pp_schedule_stage(s, r, c);
+    if (par__pp_remote(s, vs, -1)) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_RECV_ACT, mb, c));
     PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_F, mb, c));
-    if (vs < last && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_SEND_ACT, mb, c));
+    if (par__pp_remote(s, vs, +1)) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_SEND_ACT, mb, c));
     return PAR_OK;
 }
 
 /* A backward (B, or I for zero bubble) with its receive before and send after. */
 static par_status par__pp_emit_bwd(par_pp_schedule *s, int r, int mb, int c, par_pp_op op) {
-    const int vs = par__pp_vstage(s, r, c), last = s->p * s->v - 1;
-    if (vs < last && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_RECV_GRAD, mb, c));
+    const int vs = par_pp_schedule_stage(s, r, c);
+    if (par__pp_remote(s, vs, +1)) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_RECV_GRAD, mb, c));
     PAR__CHECK(par_pp_schedule_append(s, r, op, mb, c));
-    if (vs > 0 && s->p > 1) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_SEND_GRAD, mb, c));
+    if (par__pp_remote(s, vs, -1)) PAR__CHECK(par_pp_schedule_append(s, r, PAR_PP_SEND_GRAD, mb, c));
     return PAR_OK;
 }
 
@@ -20746,19 +20894,151 @@ static int par__pp_over_chunks(par_pp_kind kind) {
 /* Kinds that take the micro-batches in rounds (par__pp_round). */
 static int par__pp_in_rounds(par_pp_kind kind) { return kind == PAR_PP_INTERLEAVED || kind == PAR_PP_ZB1P; }
 
+/* One action of a V schedule (chunk 0 = stage r going down, chunk 1 = stage
+   2p-1-r coming back), with its messages; none for micro-batches past m (the
+   ZBV generator plans at least 2p - 1 and drops the rest, as PyTorch does). */
+static par_status par__pp_emit(par_pp_schedule *s, int r, par_pp_op op, int mb, int c) {
+    if (mb >= s->m) return PAR_OK;
+    if (op == PAR_PP_F) return par__pp_emit_fwd(s, r, mb, c);
+    if (op == PAR_PP_W) return par_pp_schedule_append(s, r, PAR_PP_W, mb, c);
+    return par__pp_emit_bwd(s, r, mb, c, op);
+}
+
+/* ZBV (Qi et al. 2024, "Zero Bubble Pipeline Parallelism" section 6; the
+   order of PyTorch's ScheduleZBVZeroBubble): on the V placement, so rank 0
+   holds the first and the last stage. Rank r warms up with 2(p - r) - 1
+   forwards of chunk 0, r pairs F1 F0, then p - r rounds F1 I1 W1 (the
+   gradients start at the V's bottom, no message between chunks 0 and 1 on
+   rank p-1), steady rounds F0 I0 W0 F1 I1 W1, then a cool-down of I0 I1
+   pairs, I0 W0 pairs and the remaining W. Each rank holds at most 2p
+   micro-batch chunks, 1F1B's p micro-batches of twice the chunks; with F =
+   I = W and m >= 2p - 1 the bubble is near zero. */
+static par_status par__pp_gen_zbv(par_pp_schedule *s, int r) {
+    const int p = s->p, n = s->m > 2 * p - 1 ? s->m : 2 * p - 1;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0, w1, k;
+    for (k = 0; k < 2 * (p - r) - 1; k++) PAR__CHECK(par__pp_emit(s, r, PAR_PP_F, f0++, 0));
+    for (k = 0; k < r; k++) {
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_F, f1++, 1));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_F, f0++, 0));
+    }
+    for (k = 0; k < p - r; k++) {
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_F, f1++, 1));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_I, b1, 1));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_W, b1++, 1));
+    }
+    while (f1 < f0 || f0 < n) {
+        if (f0 < n) PAR__CHECK(par__pp_emit(s, r, PAR_PP_F, f0++, 0));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_I, b0, 0));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_W, b0++, 0));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_F, f1++, 1));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_I, b1, 1));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_W, b1++, 1));
+    }
+    w0 = b0, w1 = b1;
+    for (k = 0; k < r; k++) {
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_I, b0++, 0));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_I, b1++, 1));
+    }
+    for (k = 0; k < p - r; k++) {
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_I, b0++, 0));
+        PAR__CHECK(par__pp_emit(s, r, PAR_PP_W, w0++, 0));
+    }
+    while (w1 < b1) PAR__CHECK(par__pp_emit(s, r, PAR_PP_W, w1++, 1));
+    while (w0 < b0) PAR__CHECK(par__pp_emit(s, r, PAR_PP_W, w0++, 0));
+    return PAR_OK;
+}
+
+/* DualPipeV's per-rank state: next forward and next backward micro-batch per
+   chunk, and the weight gradients its I left for later, oldest first. */
+typedef struct par__pp_dpv {
+    par_pp_schedule *s;
+    int r, f[2], b[2];
+    int *wq, wq_head, wq_tail; /* (micro-batch x 2 + chunk) */
+} par__pp_dpv;
+
+static par_status par__pp_dpv_f(par__pp_dpv *x, int c) { return par__pp_emit(x->s, x->r, PAR_PP_F, x->f[c]++, c); }
+
+/* A backward of chunk c: whole (B), or its input half (I) with the W queued. */
+static par_status par__pp_dpv_b(par__pp_dpv *x, int c, int split) {
+    if (split) x->wq[x->wq_tail++] = x->b[c] * 2 + c;
+    return par__pp_emit(x->s, x->r, split ? PAR_PP_I : PAR_PP_B, x->b[c]++, c);
+}
+
+static par_status par__pp_dpv_w(par__pp_dpv *x) {
+    const int e = x->wq_head < x->wq_tail ? x->wq[x->wq_head++] : -1;
+    return e < 0 ? PAR_OK : par__pp_emit(x->s, x->r, PAR_PP_W, e / 2, e % 2);
+}
+
+/* DualPipeV (DeepSeek-V3's DualPipe folded onto the V placement; the order
+   of PyTorch's ScheduleDualPipeV, step for step): F0 warm-up, F0 F1 pairs,
+   I1 W F1 rounds, the main phase of overlapped pairs (F of one chunk with B
+   of the other), B1 with F1 B0 pairs, then B1 B0 whose second half splits
+   into I with its W deferred, W B0, and the last W. PyTorch runs an
+   overlapped pair as one OVERLAP_F_B action (forward then backward, unless a
+   custom overlap callback runs them together); here it is that F then that
+   B, two actions: the same order, without the compute/communication overlap
+   inside the pair. Needs m >= 2p (PyTorch's rule). */
+static par_status par__pp_gen_dualpipev(par_pp_schedule *s, int r) {
+    const int p = s->p, m = s->m;
+    par__pp_dpv x;
+    par_status st = PAR_OK;
+    int k, zb = 0;
+    memset(&x, 0, sizeof x);
+    x.s = s, x.r = r;
+    x.wq = (int *)PARALLEL_MALLOC(sizeof(int) * 2 * (size_t)m);
+    if (!x.wq) return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    for (k = 0; st == PAR_OK && k < 2 * (p - r - 1); k++) st = par__pp_dpv_f(&x, 0);
+    for (k = 0; st == PAR_OK && k < r + 1; k++)
+        if ((st = par__pp_dpv_f(&x, 0)) == PAR_OK) st = par__pp_dpv_f(&x, 1);
+    for (k = 0; st == PAR_OK && k < p - r - 1; k++)
+        if ((st = par__pp_dpv_b(&x, 1, 1)) == PAR_OK && (st = par__pp_dpv_w(&x)) == PAR_OK) st = par__pp_dpv_f(&x, 1);
+    for (k = 0; st == PAR_OK && k < m - 2 * p + r + 1; k++) {
+        /* F0 with B1 (the last rank's first pair unpaired in PyTorch: the same order here), F1 with B0 */
+        if ((st = par__pp_dpv_f(&x, 0)) == PAR_OK && (st = par__pp_dpv_b(&x, 1, 0)) == PAR_OK &&
+            (st = par__pp_dpv_f(&x, 1)) == PAR_OK)
+            st = par__pp_dpv_b(&x, 0, 0);
+    }
+    for (k = 0; st == PAR_OK && k < p - r - 1; k++)
+        if ((st = par__pp_dpv_b(&x, 1, 0)) == PAR_OK && (st = par__pp_dpv_f(&x, 1)) == PAR_OK)
+            st = par__pp_dpv_b(&x, 0, 0);
+    for (k = 0; st == PAR_OK && k < r + 1; k++) { /* the second half splits; odd ranks switch one action earlier */
+        if (k == (r + 1) / 2 && r % 2 == 1) zb = 1;
+        st = par__pp_dpv_b(&x, 1, zb);
+        if (k == (r + 1) / 2 && r % 2 == 0) zb = 1;
+        if (st == PAR_OK) st = par__pp_dpv_b(&x, 0, zb);
+    }
+    for (k = 0; st == PAR_OK && k < p - r - 1; k++)
+        if ((st = par__pp_dpv_w(&x)) == PAR_OK) st = par__pp_dpv_b(&x, 0, zb);
+    for (k = 0; st == PAR_OK && k < r + 1; k++) st = par__pp_dpv_w(&x);
+    PARALLEL_FREE(x.wq);
+    return st;
+}
+
 PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_pp_schedule **out) {
     par_pp_schedule *s = NULL;
     par_status st = PAR_OK;
-    int r, v;
+    int r, v, vshape;
     if (out) *out = NULL;
     if (!d || !out) return par__fail(PAR_EINVAL, "par_pp_schedule_make: NULL argument");
-    v = d->chunks ? d->chunks : 1;
     if ((unsigned)d->kind >= (unsigned)PAR_PP_KIND_COUNT)
         return par__fail(PAR_EINVAL, "par_pp_schedule_make: unknown schedule kind %d", (int)d->kind);
+    vshape = d->kind == PAR_PP_ZBV || d->kind == PAR_PP_DUALPIPEV;
+    v = d->chunks ? d->chunks : vshape ? 2 : 1;
+    if (vshape && v != 2)
+        return par__fail(PAR_EINVAL, "pipeline: the %s schedule runs exactly 2 model chunks per rank (a V), not %d",
+                         par_pp_kind_name(d->kind), v);
+    if (vshape ? d->placement != PAR_PP_PLACE_LOOP && d->placement != PAR_PP_PLACE_V
+               : d->placement != PAR_PP_PLACE_LOOP)
+        return par__fail(PAR_EINVAL, "pipeline: the %s schedule runs on the %s placement, not %s",
+                         par_pp_kind_name(d->kind), vshape ? "v" : "loop", par_pp_placement_name(d->placement));
+    if (d->kind == PAR_PP_DUALPIPEV && d->micro_batches < 2 * d->stages && d->micro_batches > 0)
+        return par__fail(PAR_EINVAL, "pipeline: the dualpipev schedule needs at least as many micro-batches as "
+                                     "virtual stages, 2 x %d = %d, not %d (PyTorch's rule)", d->stages,
+                         2 * d->stages, d->micro_batches);
     if (par__pp_over_chunks(d->kind) && v < 2)
         return par__fail(PAR_EINVAL, "pipeline: the %s schedule needs at least 2 model chunks per rank, not %d (use "
                                      "1f1b for one)", par_pp_kind_name(d->kind), v);
-    if (!par__pp_over_chunks(d->kind) && v != 1)
+    if (!par__pp_over_chunks(d->kind) && !vshape && v != 1)
         return par__fail(PAR_EINVAL, "pipeline: %d model chunks per rank need the interleaved schedule (or "
                                      "looped_bfs, zb1p), not %s", v, par_pp_kind_name(d->kind));
     if (par__pp_in_rounds(d->kind) && d->stages > 0 && d->micro_batches > 0 &&
@@ -20771,6 +21051,7 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
         return par__fail(PAR_ECAPACITY, "pipeline: %d stages x %d chunks x %d micro-batches is more than the "
                                         "generators make (2^24 micro-batch chunks)", d->stages, v, d->micro_batches);
     PAR__CHECK(par_pp_schedule_create(d->stages, v, d->micro_batches, &s));
+    if (vshape) st = par_pp_schedule_set_placement(s, PAR_PP_PLACE_V, NULL);
     for (r = 0; r < s->p && st == PAR_OK; r++) {
         switch (d->kind) {
         case PAR_PP_GPIPE: st = par__pp_gen_gpipe(s, r); break;
@@ -20778,6 +21059,8 @@ PARALLEL_DEF par_status par_pp_schedule_make(const par_pp_schedule_desc *d, par_
         case PAR_PP_ZB_H1: st = par__pp_gen_zb_h1(s, r); break;
         case PAR_PP_LOOPED_BFS: st = par__pp_gen_looped_bfs(s, r); break;
         case PAR_PP_ZB1P: st = par__pp_gen_zb1p(s, r); break;
+        case PAR_PP_ZBV: st = par__pp_gen_zbv(s, r); break;
+        case PAR_PP_DUALPIPEV: st = par__pp_gen_dualpipev(s, r); break;
         default: st = par__pp_gen_interleaved(s, r); break;
         }
     }
@@ -20799,6 +21082,12 @@ PARALLEL_DEF int par_pp_schedule_format(const par_pp_schedule *s, char *buf, siz
     if (buf && size) buf[0] = 0;
     if (!s) return 0;
     PAR__PP_PUT("pipeline stages=%d chunks=%d micro_batches=%d\n", s->p, s->v, s->m);
+    if (s->placement == PAR_PP_PLACE_V) PAR__PP_PUT("placement v\n");
+    if (s->placement == PAR_PP_PLACE_LIST) {
+        PAR__PP_PUT("placement ");
+        for (k = 0; k < s->p * s->v; k++) PAR__PP_PUT("%s%d", k ? "," : "", s->stage_rank[k]);
+        PAR__PP_PUT("\n");
+    }
     for (r = 0; r < s->p; r++) {
         PAR__PP_PUT("rank %d:", r);
         for (k = 0; k < s->count[r]; k++)
@@ -20837,6 +21126,53 @@ static int par__pp_int(const char **p, int *v) {
     return 1;
 }
 
+/* The optional "placement loop|v|R,R,..." line after the header (its own
+   line: *line counts the newlines passed); nothing when the next line is a
+   rank's. Errors (the line number added by the caller) name the rule. */
+static par_status par__pp_parse_placement(par_pp_schedule *s, const char **text, int *line) {
+    const char *p = *text, *q;
+    int *ranks, k = 0, lines = 0;
+    par_status rc;
+    for (;;) { /* blank and comment lines before it */
+        p = par__pp_blank(p);
+        if (*p != '\n') break;
+        p++, lines++;
+    }
+    if (strncmp(p, "placement", 9) != 0) return PAR_OK; /* the caller reads from *text on */
+    *line += lines;
+    p += 9, q = par__pp_blank(p);
+    if (par__pp_word(&q, "loop") || par__pp_word(&q, "v")) {
+        const par_pp_placement pl = q[-1] == 'v' ? PAR_PP_PLACE_V : PAR_PP_PLACE_LOOP;
+        if (*(q = par__pp_blank(q)) && *q != '\n')
+            return par__fail(PAR_EINVAL, "expected \"placement loop\", \"placement v\" or \"placement R,R,...\" "
+                                         "(a rank per virtual stage)");
+        PAR__CHECK(par_pp_schedule_set_placement(s, pl, NULL));
+        *text = q;
+        return PAR_OK;
+    }
+    ranks = (int *)PARALLEL_MALLOC(sizeof(int) * (size_t)s->p * (size_t)s->v);
+    if (!ranks) return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    for (;; k++) {
+        int r;
+        q = par__pp_blank(q);
+        if (!*q || *q == '\n') break;
+        if ((k && *q++ != ',') || !par__pp_int(&q, &r)) {
+            PARALLEL_FREE(ranks);
+            return par__fail(PAR_EINVAL, "placement: expected loop, v or a comma-separated rank per virtual stage");
+        }
+        if (k < s->p * s->v) ranks[k] = r;
+    }
+    if (k != s->p * s->v) {
+        PARALLEL_FREE(ranks);
+        return par__fail(PAR_EINVAL, "placement lists %d ranks for %d x %d = %d virtual stages (%s)", k, s->p, s->v,
+                         s->p * s->v, k < s->p * s->v ? "the rest have no rank" : "a stage past the last");
+    }
+    rc = par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, ranks);
+    PARALLEL_FREE(ranks);
+    *text = q;
+    return rc;
+}
+
 PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule **out) {
     par_pp_schedule *s = NULL;
     const char *p = text;
@@ -20855,6 +21191,11 @@ PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule 
     }
     PAR__CHECK(par_pp_schedule_create(stages, chunks, mbs, &s));
     p += n;
+    if (par__pp_parse_placement(s, &p, &line) != PAR_OK) {
+        char why[300];
+        par__copy_text(why, sizeof why, par_last_error());
+        return par_pp_schedule_destroy(s), par__fail(PAR_EPARSE, "pipeline schedule, line %d: %s", line, why);
+    }
     for (;;) {
         int rank, k;
         p = par__pp_blank(p);
@@ -20901,7 +21242,8 @@ PARALLEL_DEF par_status par_pp_schedule_parse(const char *text, par_pp_schedule 
 /* ---- checker ------------------------------------------------------------------------ */
 
 typedef struct par__pp_msg {
-    int mb, chunk;
+    int mb, chunk, dst, done; /* the sender's chunk; the receiving rank (the placement's) */
+    int seq;                  /* its place among the messages from its sender to dst */
     double t;
 } par__pp_msg;
 
@@ -20911,10 +21253,17 @@ typedef struct par__pp_sim {
     double *t, *busy;
     unsigned char *state;   /* per (rank-owned virtual stage, mb): bits below */
     int *inflight;
-    par__pp_msg *q[2];      /* channels: [kind][src] FIFO, kind 0 activations to src+1, 1 gradients to src-1 */
-    int *head[2], *tail[2], qcap; /* head: receives posted so far (matched in that order), tail: sends */
-    int *post[2];           /* per [kind][state index]: the message a posted receive matches (NULL without
-                               PA / PG in the schedule) */
+    /* what each rank sent, [kind][src] in order (kind 0 activations, 1
+       gradients), each to the rank its placement gives; head is the first
+       not taken at all. Receives match the sends of one pair of ranks in the
+       order they are posted (FIFO per pair, as par_send / par_recv): sent
+       and taken count them per pair, indexed [rank x v + chunk] by the
+       pair's first chunk on that rank (par__pp_pair) */
+    par__pp_msg *q[2];
+    int *head[2], *tail[2], qcap;
+    int *sent[2], *taken[2];
+    int *post[2];           /* per [kind][state index]: the pair's message a posted receive matches (NULL
+                               without PA / PG in the schedule) */
 } par__pp_sim;
 
 enum {
@@ -20964,37 +21313,26 @@ static par_status par__pp_bad(par__pp_sim *x, int r, const char *fmt, ...) {
     return par__fail(PAR_EINVAL, "pipeline schedule: rank %d, step %d (%s): %s", r, x->pc[r], a, why);
 }
 
-/* PA / PG (g: gradient) on rank r: the receive matches the channel's next
-   message from src (the sends and the posts in order), reserved now; posting
-   takes no time. A message already sent is checked now, a later one at the
-   wait. 1 done, -1 invalid (error set). */
-static int par__pp_post(par__pp_sim *x, int r, int g, int src, int want_chunk) {
-    const par_pp_action *a = &x->s->a[r][x->pc[r]];
-    unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
-    const par__pp_msg *m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)x->head[g][src]];
-    if (*st & (g ? PAR__PP_PG : PAR__PP_PA))
-        return par__pp_bad(x, r, "a second post of this %s's receive", g ? "gradient" : "activation"), -1;
-    if (*st & (g ? PAR__PP_RG : PAR__PP_RA))
-        return par__pp_bad(x, r, "posts the receive of this %s after receiving it", g ? "gradient" : "activation"), -1;
-    if (x->head[g][src] < x->tail[g][src] && (m->mb != a->micro_batch || m->chunk != want_chunk))
-        return par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives "
-                                 "between two ranks must be in the same order)",
-                           g ? "gradient" : "activation", src, m->mb, m->chunk), -1;
-    x->post[g][st - x->state] = x->head[g][src]++;
-    *st |= g ? PAR__PP_PG : PAR__PP_PA;
-    x->pc[r]++;
-    return 1;
+/* The pair of ranks (r, peer) as an index [r x v + c]: c is r's first
+   chunk whose neighbouring stage in direction dir is on peer, so every
+   chunk of r talking to peer shares one count. */
+static int par__pp_pair(const par_pp_schedule *s, int r, int dir, int peer) {
+    int c;
+    for (c = 0; c < s->v; c++) {
+        const int nb = s->rank_stage[r * s->v + c] + dir;
+        if (nb >= 0 && nb < s->p * s->v && s->stage_rank[nb] == peer) break;
+    }
+    return r * s->v + c; /* c < v: the caller's own chunk is one */
 }
 
-/* Which message of the channel from src an RA / RG on rank r takes: the one
-   its post reserved, else the next (post and wait at once); -1 for a second
-   receive of the same (error set). */
-static int par__pp_wait_index(par__pp_sim *x, int r, int g, int src) {
-    const par_pp_action *a = &x->s->a[r][x->pc[r]];
-    unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
-    if (*st & (g ? PAR__PP_RG : PAR__PP_RA))
-        return par__pp_bad(x, r, "a second receive of this %s", g ? "gradient" : "activation"), -1;
-    return *st & (g ? PAR__PP_PG : PAR__PP_PA) ? x->post[g][st - x->state] : x->head[g][src];
+/* The message number seq of the pair src -> dst, NULL while not yet sent. */
+static par__pp_msg *par__pp_find(par__pp_sim *x, int g, int src, int dst, int seq) {
+    par__pp_msg *q = &x->q[g][(size_t)src * (size_t)x->qcap];
+    int k;
+    while (x->head[g][src] < x->tail[g][src] && q[x->head[g][src]].done) x->head[g][src]++;
+    for (k = x->head[g][src]; k < x->tail[g][src]; k++)
+        if (q[k].dst == dst && q[k].seq == seq) return &q[k];
+    return NULL;
 }
 
 /* Run rank r's next action if it can: 1 done, 0 blocked (waiting for a
@@ -21002,31 +21340,34 @@ static int par__pp_wait_index(par__pp_sim *x, int r, int g, int src) {
 static int par__pp_step(par__pp_sim *x, int r) {
     const par_pp_schedule *s = x->s;
     const par_pp_action *a = &s->a[r][x->pc[r]];
-    const int p = s->p, vs = a->chunk * p + r, last = p * s->v - 1;
+    const int p = s->p, vs = par_pp_schedule_stage(s, r, a->chunk), last = p * s->v - 1;
+    const int prev_rank = vs > 0 ? s->stage_rank[vs - 1] : -1, next_rank = vs < last ? s->stage_rank[vs + 1] : -1;
     unsigned char *st = par__pp_state(x, r, a->micro_batch, a->chunk);
     const double cost[4] = {1.0, 2.0, 1.0, 1.0};
     if (a->op == PAR_PP_F) {
         if (*st & PAR__PP_FDONE) return par__pp_bad(x, r, "a second forward of this micro-batch chunk"), -1;
-        if (vs > 0 && p > 1 && !(*st & PAR__PP_RA))
+        if (prev_rank >= 0 && prev_rank != r && !(*st & PAR__PP_RA))
             return par__pp_bad(x, r, *st & PAR__PP_PA ? "its input activation was posted (PA) but not waited for (no "
                                                         "RA before it)"
                                                       : "its input activation has not been received (no RA before "
                                                         "it)"), -1;
-        if (vs > 0 && p == 1 && !(*par__pp_state(x, r, a->micro_batch, a->chunk - 1) & PAR__PP_FDONE))
-            return par__pp_bad(x, r, "the forward of chunk %d (its input) has not run", a->chunk - 1), -1;
+        if (prev_rank == r && !(*par__pp_state(x, r, a->micro_batch, s->stage_chunk[vs - 1]) & PAR__PP_FDONE))
+            return par__pp_bad(x, r, "the forward of chunk %d (virtual stage %d, its input, on this rank) has not "
+                                     "run", s->stage_chunk[vs - 1], vs - 1), -1;
         *st |= PAR__PP_FDONE;
         if (++x->inflight[r] > x->inflight[p + r]) x->inflight[p + r] = x->inflight[r];
     } else if (a->op == PAR_PP_B || a->op == PAR_PP_I) {
-        const int next_ok = vs == last || (p > 1 ? (*st & PAR__PP_RG) != 0
-                                                 : (*par__pp_state(x, r, a->micro_batch, a->chunk + 1) &
-                                                    (PAR__PP_BDONE | PAR__PP_IDONE)) != 0);
         if (*st & (PAR__PP_BDONE | PAR__PP_IDONE)) return par__pp_bad(x, r, "a second backward"), -1;
         if (!(*st & PAR__PP_FDONE)) return par__pp_bad(x, r, "backward before its forward"), -1;
-        if (!next_ok)
+        if (next_rank >= 0 && next_rank != r && !(*st & PAR__PP_RG))
             return par__pp_bad(x, r, *st & PAR__PP_PG ? "its output gradient was posted (PG) but not waited for (no "
                                                         "RG before it)"
                                                       : "its output gradient has not been received (no RG before "
                                                         "it)"), -1;
+        if (next_rank == r &&
+            !(*par__pp_state(x, r, a->micro_batch, s->stage_chunk[vs + 1]) & (PAR__PP_BDONE | PAR__PP_IDONE)))
+            return par__pp_bad(x, r, "the backward of chunk %d (virtual stage %d, its output gradient, on this "
+                                     "rank) has not run", s->stage_chunk[vs + 1], vs + 1), -1;
         *st |= a->op == PAR_PP_B ? PAR__PP_BDONE : PAR__PP_IDONE;
         if (a->op == PAR_PP_B) x->inflight[r]--;
     } else if (a->op == PAR_PP_W) {
@@ -21037,7 +21378,7 @@ static int par__pp_step(par__pp_sim *x, int r) {
     } else if (p == 1) {
         return par__pp_bad(x, r, "a send or receive in a one-stage schedule"), -1;
     } else if (a->op == PAR_PP_SEND_ACT || a->op == PAR_PP_SEND_GRAD) {
-        const int g = a->op == PAR_PP_SEND_GRAD;
+        const int g = a->op == PAR_PP_SEND_GRAD, peer = g ? prev_rank : next_rank;
         par__pp_msg *m;
         if (!g && (vs == last || !(*st & PAR__PP_FDONE)))
             return par__pp_bad(x, r, vs == last ? "the last virtual stage has no next stage"
@@ -21045,27 +21386,49 @@ static int par__pp_step(par__pp_sim *x, int r) {
         if (g && (vs == 0 || !(*st & (PAR__PP_BDONE | PAR__PP_IDONE))))
             return par__pp_bad(x, r, vs == 0 ? "the first virtual stage has no previous stage"
                                              : "sends a gradient its backward has not produced"), -1;
+        if (peer == r)
+            return par__pp_bad(x, r, "virtual stages %d and %d are both on this rank: the hand-off is local (the "
+                                     "executor copies it), there is nothing to send", g ? vs - 1 : vs,
+                               g ? vs : vs + 1), -1;
         m = &x->q[g][(size_t)r * (size_t)x->qcap + (size_t)x->tail[g][r]++];
-        m->mb = a->micro_batch, m->chunk = a->chunk, m->t = x->t[r];
+        m->mb = a->micro_batch, m->chunk = a->chunk, m->dst = peer, m->done = 0, m->t = x->t[r];
+        m->seq = x->sent[g][par__pp_pair(s, r, g ? -1 : 1, peer)]++;
         x->pc[r]++;
         return 1;
-    } else { /* receives; a post (PA / PG) reserves the message its RA / RG then waits for */
-        const int g = a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD, src = g ? (r + 1) % p : (r + p - 1) % p;
-        const int want_chunk = g ? (r == p - 1 ? a->chunk + 1 : a->chunk) : (r == 0 ? a->chunk - 1 : a->chunk);
-        const par__pp_msg *m;
-        int k;
+    } else { /* receives; a post (PA / PG) reserves the pair's next message, its RA / RG waits for it */
+        const int post = a->op == PAR_PP_POST_ACT || a->op == PAR_PP_POST_GRAD;
+        const int g = a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD, src = g ? next_rank : prev_rank;
+        const unsigned char posted = g ? PAR__PP_PG : PAR__PP_PA, received = g ? PAR__PP_RG : PAR__PP_RA;
+        const char *what = g ? "gradient" : "activation";
+        par__pp_msg *m;
+        int k, *taken;
         if ((!g && vs == 0) || (g && vs == last))
             return par__pp_bad(x, r, g ? "the last virtual stage receives no gradient"
                                        : "the first virtual stage receives no activation"), -1;
-        if (a->op == PAR_PP_POST_ACT || a->op == PAR_PP_POST_GRAD) return par__pp_post(x, r, g, src, want_chunk);
-        if ((k = par__pp_wait_index(x, r, g, src)) < 0) return -1;
-        if (k >= x->tail[g][src]) return 0; /* nothing sent yet: wait */
-        m = &x->q[g][(size_t)src * (size_t)x->qcap + (size_t)k];
-        if (m->mb != a->micro_batch || m->chunk != want_chunk)
+        if (src == r)
+            return par__pp_bad(x, r, "virtual stages %d and %d are both on this rank: the hand-off is local (the "
+                                     "executor copies it), there is nothing to %s", g ? vs : vs - 1, g ? vs + 1 : vs,
+                               post ? "post a receive for" : "receive"), -1;
+        taken = &x->taken[g][par__pp_pair(s, r, g ? 1 : -1, src)];
+        if (post && (*st & posted))
+            return par__pp_bad(x, r, "a second post of this %s's receive", what), -1;
+        if (post && (*st & received))
+            return par__pp_bad(x, r, "posts the receive of this %s after receiving it", what), -1;
+        if (!post && (*st & received)) return par__pp_bad(x, r, "a second receive of this %s", what), -1;
+        k = post || !(*st & posted) ? *taken : x->post[g][st - x->state];
+        m = par__pp_find(x, g, src, r, k);
+        if (m && (m->mb != a->micro_batch || s->rank_stage[src * s->v + m->chunk] != (g ? vs + 1 : vs - 1)))
             return par__pp_bad(x, r, "the next %s from rank %d is for micro-batch %d chunk %d (sends and receives "
-                                     "between two ranks must be in the same order)",
-                               g ? "gradient" : "activation", src, m->mb, m->chunk), -1;
-        if (k == x->head[g][src]) x->head[g][src]++; /* not posted before: posted and waited for at once */
+                                     "between two ranks must be in the same order)", what, src, m->mb, m->chunk), -1;
+        if (post) { /* takes no time; a message not sent yet is checked at the wait */
+            x->post[g][st - x->state] = (*taken)++;
+            *st |= posted;
+            x->pc[r]++;
+            return 1;
+        }
+        if (!m) return 0; /* nothing sent yet: wait */
+        if (!(*st & posted)) (*taken)++; /* posted and waited for at once */
+        m->done = 1;
         if (m->t > x->t[r]) x->t[r] = m->t;
         *st |= g ? PAR__PP_RG : PAR__PP_RA;
         x->pc[r]++;
@@ -21081,6 +21444,7 @@ static void par__pp_sim_free(par__pp_sim *x) {
     PARALLEL_FREE(x->inflight), PARALLEL_FREE(x->q[0]), PARALLEL_FREE(x->q[1]);
     PARALLEL_FREE(x->head[0]), PARALLEL_FREE(x->head[1]), PARALLEL_FREE(x->tail[0]), PARALLEL_FREE(x->tail[1]);
     PARALLEL_FREE(x->post[0]), PARALLEL_FREE(x->post[1]);
+    PARALLEL_FREE(x->sent[0]), PARALLEL_FREE(x->sent[1]), PARALLEL_FREE(x->taken[0]), PARALLEL_FREE(x->taken[1]);
 }
 
 /* Does any rank post a receive ahead (PA, PG)? Only then the checker keeps
@@ -21107,16 +21471,22 @@ static par_status par__pp_sim_init(par__pp_sim *x, const par_pp_schedule *s) {
     for (g = 0; g < 2; g++) {
         x->q[g] = (par__pp_msg *)PARALLEL_MALLOC(sizeof(par__pp_msg) * p * (size_t)(x->qcap ? x->qcap : 1));
         x->head[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p), x->tail[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p);
+        x->sent[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p * (size_t)s->v);
+        x->taken[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p * (size_t)s->v);
     }
     for (g = 0; g < 2 && par__pp_has_posts(s); g++)
         x->post[g] = (int *)PARALLEL_MALLOC(sizeof(int) * p * (size_t)s->v * (size_t)s->m);
     if (!x->pc || !x->t || !x->busy || !x->inflight || !x->state || !x->q[0] || !x->q[1] || !x->head[0] ||
-        !x->head[1] || !x->tail[0] || !x->tail[1] || (par__pp_has_posts(s) && (!x->post[0] || !x->post[1])))
+        !x->head[1] || !x->tail[0] || !x->tail[1] || !x->sent[0] || !x->sent[1] || !x->taken[0] || !x->taken[1] ||
+        (par__pp_has_posts(s) && (!x->post[0] || !x->post[1])))
         return par__pp_sim_free(x), par__fail(PAR_ENOMEM, "pipeline checker: out of memory");
     memset(x->pc, 0, sizeof(int) * p), memset(x->inflight, 0, sizeof(int) * 2 * p);
     memset(x->state, 0, p * (size_t)s->v * (size_t)s->m);
     for (r = 0; r < s->p; r++) x->t[r] = x->busy[r] = 0;
-    for (g = 0; g < 2; g++) memset(x->head[g], 0, sizeof(int) * p), memset(x->tail[g], 0, sizeof(int) * p);
+    for (g = 0; g < 2; g++) {
+        memset(x->head[g], 0, sizeof(int) * p), memset(x->tail[g], 0, sizeof(int) * p);
+        memset(x->sent[g], 0, sizeof(int) * p * (size_t)s->v), memset(x->taken[g], 0, sizeof(int) * p * (size_t)s->v);
+    }
     return PAR_OK;
 }
 
@@ -21144,11 +21514,12 @@ static par_status par__pp_sim_finish(par__pp_sim *x) {
             }
     for (g = 0; g < 2; g++)
         for (r = 0; r < s->p; r++)
-            if (x->head[g][r] != x->tail[g][r]) {
-                const par__pp_msg *m = &x->q[g][(size_t)r * (size_t)x->qcap + (size_t)x->head[g][r]];
-                return par__fail(PAR_EINVAL, "pipeline schedule: rank %d sends the %s of micro-batch %d chunk %d to "
-                                             "rank %d, which never receives it (an unpaired send)", r,
-                                 g ? "gradient" : "activation", m->mb, m->chunk, g ? (r + s->p - 1) % s->p : (r + 1) % s->p);
+            for (c = x->head[g][r]; c < x->tail[g][r]; c++) {
+                const par__pp_msg *m = &x->q[g][(size_t)r * (size_t)x->qcap + (size_t)c];
+                if (!m->done)
+                    return par__fail(PAR_EINVAL, "pipeline schedule: rank %d sends the %s of micro-batch %d chunk %d "
+                                                 "to rank %d, which never receives it (an unpaired send)", r,
+                                     g ? "gradient" : "activation", m->mb, m->chunk, m->dst);
             }
     return PAR_OK;
 }
@@ -21230,47 +21601,83 @@ static void par__pp_span(struct par_trace *trace, const char *cat, double t0, co
     (void)par__span_end(trace, name, cat, t0);
 }
 
+/* A hand-off between two virtual stages on this rank, right after the
+   action that produced it (PyTorch's set_local_fwd_input /
+   set_local_bwd_input): the activation F of (mb, from) wrote to the input of
+   chunk `to`, or the input gradient B/I of (mb, from) wrote to the output
+   gradient of chunk `to`. No copy when the host gave one buffer for both. */
+static par_status par__pp_local(par_ctx *ctx, const par_pp_run_desc *d, int mb, int from, int to, int g) {
+    const par_pp_callbacks *cb = &d->callbacks;
+    const par_compute_table *ct = par_ctx_compute(ctx);
+    void *src = NULL, *dst = NULL;
+    int64_t ns = 0, nd = 0;
+    PAR__CHECK(cb->buffer(cb->user, mb, from, g, g, &src, &ns));
+    PAR__CHECK(cb->buffer(cb->user, mb, to, g, !g, &dst, &nd));
+    if (ns != nd)
+        return par__fail(PAR_EINVAL, "local hand-off of micro-batch %d from chunk %d to chunk %d: the buffer callback "
+                                     "gave %lld and %lld elements (one boundary, one size)", mb, from, to,
+                         (long long)ns, (long long)nd);
+    if ((!src || !dst) && ns > 0)
+        return par__fail(PAR_EINVAL, "the buffer callback gave NULL for %lld %s elements", (long long)ns,
+                         par_dtype_name(d->dtype));
+    if (src == dst || ns == 0) return PAR_OK;
+    return ct->memcpy(ct->user, dst, src, (size_t)ns * par_dtype_size(d->dtype), PAR_COPY_DEVICE_TO_DEVICE);
+}
+
 /* One action of this stage. Sends and posted receives are asynchronous:
    their requests go to *req (a send's to the list the run waits for at its
    end, a post's to the slot its RA / RG waits on). */
 static par_status par__pp_do(par_ctx *ctx, const par_pp_run_desc *d, const par_pp_action *a, int stage, int p,
                              par_comm_group *acts, par_comm_group *grads, par_request **req) {
     const par_pp_callbacks *cb = &d->callbacks;
+    const par_pp_schedule *s = d->schedule;
     const double t0 = par__span_start(d->trace);
     const int g = a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD;
     const int input = a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_SEND_GRAD || a->op == PAR_PP_POST_ACT;
+    const int vs = par_pp_schedule_stage(s, stage, a->chunk), last = s->p * s->v - 1;
+    const int prev = vs > 0 ? s->stage_rank[vs - 1] : -1, next = vs < last ? s->stage_rank[vs + 1] : -1;
     const par_dtype t = d->dtype;
     void *buf = NULL;
     int64_t count = 0;
+    int peer;
     switch (a->op) {
     case PAR_PP_F:
         PAR__CHECK(cb->forward(cb->user, a->micro_batch, a->chunk));
+        if (next == stage) PAR__CHECK(par__pp_local(ctx, d, a->micro_batch, a->chunk, s->stage_chunk[vs + 1], 0));
         par__pp_span(d->trace, "compute", t0, a);
         return PAR_OK;
     case PAR_PP_B:
     case PAR_PP_I:
     case PAR_PP_W:
         PAR__CHECK(cb->backward(cb->user, a->micro_batch, a->chunk, a->op));
+        if (a->op != PAR_PP_W && prev == stage)
+            PAR__CHECK(par__pp_local(ctx, d, a->micro_batch, a->chunk, s->stage_chunk[vs - 1], 1));
         par__pp_span(d->trace, "compute", t0, a);
         return PAR_OK;
     default: break;
     }
     if (p == 1) return par__fail(PAR_EINVAL, "a send or receive in a one-stage schedule");
+    peer = a->op == PAR_PP_SEND_ACT || a->op == PAR_PP_RECV_GRAD || a->op == PAR_PP_POST_GRAD ? next : prev;
+    if (peer < 0 || peer == stage)
+        return par__fail(PAR_EINVAL, "virtual stage %d has %s: nothing to %s (run par_pp_schedule_check)", vs,
+                         peer < 0 ? "no such neighbour" : "that neighbour on this rank (a local hand-off)",
+                         a->op == PAR_PP_SEND_ACT || a->op == PAR_PP_SEND_GRAD ? "send" : "receive");
     PAR__CHECK(cb->buffer(cb->user, a->micro_batch, a->chunk, g, input, &buf, &count));
     if (!buf && count > 0)
         return par__fail(PAR_EINVAL, "the buffer callback gave NULL for %lld %s elements", (long long)count,
                          par_dtype_name(t));
-    /* activations go to stage + 1 on `acts` (member = stage); gradients to
-       stage - 1 on `grads`, whose member list is reversed (member = p-1-stage) */
+    /* activations go to the next stage's rank on `acts` (member = stage
+       rank); gradients to the previous stage's on `grads`, whose member list
+       is reversed (member = p-1-rank) */
     switch (a->op) {
-    case PAR_PP_SEND_ACT: return par_send(ctx, acts, buf, count, t, (stage + 1) % p, req);
-    case PAR_PP_SEND_GRAD: return par_send(ctx, grads, buf, count, t, p - 1 - (stage + p - 1) % p, req);
+    case PAR_PP_SEND_ACT: return par_send(ctx, acts, buf, count, t, peer, req);
+    case PAR_PP_SEND_GRAD: return par_send(ctx, grads, buf, count, t, p - 1 - peer, req);
     case PAR_PP_POST_ACT: /* posted (req: its RA waits on it), else received here */
     case PAR_PP_RECV_ACT:
-        PAR__CHECK(par_recv(ctx, acts, buf, count, t, (stage + p - 1) % p, req));
+        PAR__CHECK(par_recv(ctx, acts, buf, count, t, peer, req));
         break;
     default: /* RG, PG */
-        PAR__CHECK(par_recv(ctx, grads, buf, count, t, p - 1 - (stage + 1) % p, req));
+        PAR__CHECK(par_recv(ctx, grads, buf, count, t, p - 1 - peer, req));
         break;
     }
     if (!req) par__pp_span(d->trace, "comm", t0, a); /* a post's time is its wait's */
@@ -22958,7 +23365,8 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
    input half, so the layer keeps those whatever the mode. */
 static double par__au_recompute_area(const par__au_dims *k, const par_auto_config *c, double per_layer) {
     const double x = k->rows * k->h, n = k->n;
-    const int split = k->pp > 1 && c->schedule == PAR_PP_ZB_H1;
+    const int split = k->pp > 1 && (c->schedule == PAR_PP_ZB_H1 || c->schedule == PAR_PP_ZBV ||
+                                    c->schedule == PAR_PP_DUALPIPEV); /* the kinds with I and W */
     if (c->recompute == PAR_RECOMPUTE_SELECTIVE) return 2 * x + (split ? 0 : n * k->fl);
     if (c->recompute == PAR_RECOMPUTE_FULL)
         return per_layer - x - (split ? n * (2 * k->ql + 2 * k->kvl) + x + 3 * n * k->fl : 0) + x;
@@ -23341,7 +23749,7 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
                             pl.config.sp = sp;
                             pl.config.cp_algo = (par_cp_algo)algo;
                             pl.config.schedule = (par_pp_kind)kind;
-                            pl.config.chunks = kind == PAR_PP_INTERLEAVED ? 2 : 1;
+                            pl.config.chunks = kind == PAR_PP_INTERLEAVED || kind == PAR_PP_ZBV || kind == PAR_PP_DUALPIPEV ? 2 : 1;
                             pl.config.micro_batches = mb;
                             pl.config.zero = zero;
                             pl.config.recompute = (par_recompute_mode)(rc % PAR_RECOMPUTE_MODE_COUNT);

@@ -3,8 +3,9 @@
 
    4 stages as rank threads (threads backend), 8 micro-batches, every schedule
    kind in par_pp_kind, each over the fewest chunks per rank it takes (1, else
-   2: interleaved, looped_bfs, zb1p at half the time per chunk; a kind added
-   to the header is measured without a change here). A stage's
+   2: interleaved, looped_bfs, zb1p, zbv and dualpipev at half the time per
+   chunk; zbv and dualpipev on the V placement; a kind added to the header is
+   measured without a change here). A stage's
    work is a sleep of fixed length (F = 20 ms, B = 40 ms, I = W = 20 ms; a chunk
    of 2 half of that), so the ranks do not compete for
    this machine's 2 cores and the figure is the schedule's and the executor's,
@@ -160,7 +161,7 @@ int main(void) {
         par_pp_check c;
     } kinds[PAR_PP_KIND_COUNT];
     par_ctx_desc pd;
-    double measured_1f1b = 0, measured_zb = 0;
+    double measured_1f1b = 0, measured_zb = 0, measured_zbv = 0;
     int64_t peak_measured[PAR_PP_KIND_COUNT][STAGES], peak_predicted[PAR_PP_KIND_COUNT][STAGES];
     size_t k;
     int i;
@@ -203,9 +204,12 @@ int main(void) {
                c.bubble, bubbles[1]);
         if (kinds[k].kind == PAR_PP_1F1B) measured_1f1b = bubbles[1];
         if (kinds[k].kind == PAR_PP_ZB_H1) measured_zb = bubbles[1];
+        if (kinds[k].kind == PAR_PP_ZBV) measured_zbv = bubbles[1];
     }
     printf("zb-h1 / 1f1b measured bubble: %.2f (target <= 0.5; the published ideal is 1/3)\n",
            measured_1f1b > 0 ? measured_zb / measured_1f1b : 0.0);
+    printf("zbv / zb-h1 measured bubble: %.2f (target <= 1: the ZB paper's ZB-V below ZB-H1 at 1F1B's memory)\n",
+           measured_zb > 0 ? measured_zbv / measured_zb : 0.0);
     printf("\npeak saved activations per stage, MiB (1 MiB per micro-batch; measured / checker's prediction)\n");
     printf("%-12s", "schedule");
     for (i = 0; i < STAGES; i++) printf("    stage %d", i);

@@ -77,7 +77,9 @@ static const char *const usage_text =
 static const char *const usage_text_more =
     "  pipeline      a pipeline schedule, every rank's actions, checked: bubble, memory\n"
     "      --schedule 1f1b          gpipe, 1f1b, zb-h1, or over --chunks >= 2: interleaved,\n"
-    "                               looped_bfs, zb1p (interleaved zero bubble)\n"
+    "                               looped_bfs, zb1p (interleaved zero bubble); zbv,\n"
+    "                               dualpipev (2 chunks on the V placement; dualpipev\n"
+    "                               needs --micro-batches >= 2 x --stages)\n"
     "      --stages 4 --micro-batches 8 [--chunks 2]\n"
     "      or --file S.txt          a schedule in the text form this command prints\n"
     "                               (edit one to write your own; PA / PG post receives ahead)\n"
@@ -875,7 +877,8 @@ static int cmd_pipeline(int argc, char **argv) {
         check(par_pp_kind_parse(arg_need(&a, "schedule"), &d.kind), "--schedule");
         d.stages = (int)parse_int(arg_need(&a, "stages"), 1, 4096, "--stages");
         d.micro_batches = (int)parse_int(arg_need(&a, "micro-batches"), 1, 65536, "--micro-batches");
-        d.chunks = arg_get(&a, "chunks") ? (int)parse_int(arg_get(&a, "chunks"), 1, 64, "--chunks") : 1;
+        /* 0: the kind's own (2 for zbv and dualpipev, which run on the V placement; 1 for the rest) */
+        d.chunks = arg_get(&a, "chunks") ? (int)parse_int(arg_get(&a, "chunks"), 1, 64, "--chunks") : 0;
         check(par_pp_schedule_make(&d, &s), "--schedule");
     }
     check(par_pp_schedule_check(s, &c, NULL, 0), "pipeline: check");
@@ -892,6 +895,17 @@ static int cmd_pipeline(int argc, char **argv) {
     printf("# peak micro-batches in flight per rank:");
     for (r = 0; r < c.ranks_listed; r++) printf(" %d", c.peak_in_flight[r]);
     printf("\n");
+    if (par_pp_schedule_placement(s) != PAR_PP_PLACE_LOOP || par_pp_schedule_chunks(s) > 1) {
+        /* where each rank's chunks sit in the model (the placement line above, spelled out) */
+        printf("# placement %s: virtual stages per rank (chunk 0, 1, ...):",
+               par_pp_placement_name(par_pp_schedule_placement(s)));
+        for (r = 0; r < par_pp_schedule_stages(s) && r < 64; r++) {
+            int k;
+            printf("%s", r ? ";" : "");
+            for (k = 0; k < par_pp_schedule_chunks(s); k++) printf(" %d", par_pp_schedule_stage(s, r, k));
+        }
+        printf("%s\n", par_pp_schedule_stages(s) > 64 ? "; ..." : "");
+    }
     par_pp_schedule_destroy(s);
     return 0;
 }

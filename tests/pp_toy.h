@@ -2,7 +2,9 @@
    a chain y = w_s * x through every virtual stage s, loss = the sum of the
    last output, so dL/dw_s = sum of x0 * (product of the other weights). Each
    stage computes its weight gradients through par_pp_run; toy_expect gives
-   them in double, independently. Used by tests/test_pipeline.c (threads) and
+   them in double, independently. Stages live where the schedule's placement
+   puts them (loop, or v for zbv and dualpipev); a hand-off between two on
+   one rank arrives through the executor's copy, like a message. Used by tests/test_pipeline.c (threads) and
    tests/mpi/test_pipeline_mpi.c (mpirun). */
 #ifndef PP_TOY_H
 #define PP_TOY_H
@@ -23,22 +25,25 @@ typedef struct toy {
     float x0[TOY_MAX_MB][TOY_N];    /* the first stage's input per micro-batch */
     double want_dw[TOY_MAX_VS];
     double got_dw[TOY_MAX_VS];
+    int vs_of[64][4]; /* [stage][chunk]: the virtual stage there (the schedule's placement) */
     int bad[64];
 } toy;
 
 /* One rank's state: its buffers per (micro-batch, chunk). */
 typedef struct toy_rank {
     toy *t;
+    const par_pp_schedule *s;
     int stage;
     float in[TOY_MAX_MB][4][TOY_N], out[TOY_MAX_MB][4][TOY_N], gin[TOY_MAX_MB][4][TOY_N], gout[TOY_MAX_MB][4][TOY_N];
     double dw[4];
 } toy_rank;
 
-static int toy_vs(const toy_rank *r, int chunk) { return chunk * r->t->p + r->stage; }
+static int toy_vs(const toy_rank *r, int chunk) { return par_pp_schedule_stage(r->s, r->stage, chunk); }
 
+/* Every stage but the first reads its input buffer: filled by a receive, or
+   by the executor's copy when the previous stage is on this rank. */
 static const float *toy_input(toy_rank *r, int mb, int c) {
     if (toy_vs(r, c) == 0) return r->t->x0[mb];
-    if (r->t->p == 1) return r->out[mb][c - 1];
     return r->in[mb][c];
 }
 
@@ -58,7 +63,7 @@ static par_status toy_bwd(void *u, int mb, int c, par_pp_op op) {
     float dy[TOY_N];
     int i;
     for (i = 0; i < TOY_N; i++)
-        dy[i] = vs == last ? 1.0f : r->t->p == 1 ? r->gin[mb][c + 1][i] : r->gout[mb][c][i];
+        dy[i] = vs == last ? 1.0f : r->gout[mb][c][i];
     if (op != PAR_PP_W)
         for (i = 0; i < TOY_N; i++) r->gin[mb][c][i] = (float)(r->t->w[vs] * dy[i]);
     if (op != PAR_PP_I)
@@ -86,11 +91,12 @@ static par_status toy_body(par_ctx *ctx, void *arg) {
     memset(&sd, 0, sizeof sd);
     sd.stages = t->p, sd.chunks = t->v, sd.micro_batches = t->m, sd.kind = t->kind;
     st = t->schedule ? PAR_OK : par_pp_schedule_make(&sd, &s);
+    r->s = t->schedule ? t->schedule : s;
     memset(&d, 0, sizeof d);
     d.schedule = t->schedule ? t->schedule : s, d.stage_dims = t->p > 1 ? 1u : 0u;
     d.callbacks.user = r, d.callbacks.forward = toy_fwd, d.callbacks.backward = toy_bwd, d.callbacks.buffer = toy_buf;
     if (st == PAR_OK) st = par_pp_run(ctx, &d);
-    for (c = 0; c < t->v; c++) t->got_dw[toy_vs(r, c)] = r->dw[c];
+    for (c = 0; c < t->v && r->s; c++) t->vs_of[r->stage][c] = toy_vs(r, c), t->got_dw[toy_vs(r, c)] = r->dw[c];
     t->bad[r->stage] = st != PAR_OK;
     par_pp_schedule_destroy(s);
     free(r);
@@ -107,6 +113,14 @@ static par_pp_schedule *toy_post_ahead(const par_pp_schedule *s) {
     int r, k, n, g;
     if (par_pp_schedule_create(p, par_pp_schedule_chunks(s), par_pp_schedule_micro_batches(s), &out) != PAR_OK)
         return NULL;
+    if (par_pp_schedule_placement(s) != PAR_PP_PLACE_LOOP) { /* the same stages on the same ranks */
+        int ranks[256], st;
+        for (st = 0; st < p * par_pp_schedule_chunks(s) && st < 256; st++)
+            par_pp_schedule_stage_rank(s, st, &ranks[st], NULL);
+        if (par_pp_schedule_set_placement(out, par_pp_schedule_placement(s),
+                                          par_pp_schedule_placement(s) == PAR_PP_PLACE_LIST ? ranks : NULL) != PAR_OK)
+            return par_pp_schedule_destroy(out), NULL;
+    }
     for (r = 0; r < p; r++) {
         const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
         for (g = 0; g < 2; g++) /* activations' receives, then gradients': two channels, each in order */
@@ -145,7 +159,7 @@ static void toy_init(toy *t, int p, int v, int m, par_pp_kind kind) {
 static int toy_stage_ok(const toy *t, int stage) {
     int c, ok = 1;
     for (c = 0; c < t->v; c++) {
-        const int s = c * t->p + stage;
+        const int s = t->vs_of[stage][c];
         ok &= fabs(t->got_dw[s] - t->want_dw[s]) <= 1e-5 * fabs(t->want_dw[s]);
     }
     return ok;

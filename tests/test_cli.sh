@@ -421,6 +421,28 @@ has_match "table looped_bfs" '^\| looped_bfs \| 2 \| '
 bad_says "pipeline table and schedule" "--table prints every kind; drop the other options" pipeline --table --stages 4
 
 bad_says "pipeline name" "accepted: gpipe, 1f1b, interleaved" pipeline --schedule dualpipe --stages 2 --micro-batches 2
+# the V kinds: 2 chunks on the V placement (rank r holds stages r and 2p-1-r), written out and read back
+ok "pipeline zbv" pipeline --schedule zbv --stages 4 --micro-batches 8
+has_line "zbv placement line" "placement v"
+has_line "zbv placement" "# placement v: virtual stages per rank (chunk 0, 1, ...): 0 7; 1 6; 2 5; 3 4"
+has_match "zbv checked" '^# check: ok'
+printf '%s\n' "$OUT" >"$PIPEF"
+ok "pipeline zbv read back" pipeline --file "$PIPEF"
+has_line "zbv read back placement" "# placement v: virtual stages per rank (chunk 0, 1, ...): 0 7; 1 6; 2 5; 3 4"
+ok "pipeline dualpipev" pipeline --schedule dualpipev --stages 4 --micro-batches 10
+has_match "dualpipev checked" '^# check: ok'
+bad_says "pipeline dualpipev m" "needs at least as many micro-batches as virtual stages, 2 x 4 = 8, not 7" \
+    pipeline --schedule dualpipev --stages 4 --micro-batches 7
+bad_says "pipeline zbv chunks" "the zbv schedule runs exactly 2 model chunks per rank (a V), not 3" \
+    pipeline --schedule zbv --stages 2 --micro-batches 4 --chunks 3
+printf 'pipeline stages=2 chunks=1 micro_batches=1\nplacement v\nrank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n' >"$PIPEF"
+bad_says "pipeline odd V" "line 2: pipeline placement v: 1 chunks per rank, but the V goes down the ranks and back up" \
+    pipeline --file "$PIPEF"
+printf 'pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,0,0,1\nrank 0: F 0 0\n' >"$PIPEF"
+bad_says "pipeline stage on two" "rank 0 holds 3 virtual stages, but every rank holds chunks = 2" pipeline --file "$PIPEF"
+printf 'pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,1,1\nrank 0: F 0 0\n' >"$PIPEF"
+bad_says "pipeline stage without a rank" "placement lists 3 ranks for 2 x 2 = 4 virtual stages (the rest have no rank)" \
+    pipeline --file "$PIPEF"
 bad_says "pipeline file and schedule" "drop --schedule" pipeline --file "$PIPEF" --schedule 1f1b
 bad_says "pipeline missing file" "No such file" pipeline --file /nonexistent/s.txt
 rm -f "$PIPEF"

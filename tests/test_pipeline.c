@@ -25,7 +25,14 @@
       boundaries (par_pp_run_desc.dtype) every bit a stage writes arrives at
       its neighbour unchanged and nothing past count elements moves; a dtype
       that is no activation type is refused; a receive posted twice or never
-      waited for fails the run by name. */
+      waited for fails the run by name.
+   6. Placement: the loop, v and list maps against maps written out by hand;
+      placements the stages cannot have refused (API and text); the checker
+      on hand-written V schedules (a message at the V's turn refused, the
+      turn's order checked); ZBV and DualPipeV for p 1..8 pass the checker,
+      ZBV's bubble at most ZB-H1's at 1F1B's memory; PyTorch's
+      dualpipev_4rank_10mb.csv as a fixture equal to our generator's. The
+      executor runs both on the toy (4.), hand-offs at the V's turn copied. */
 #include "test.h"
 #include "pp_toy.h"
 
@@ -53,6 +60,14 @@ static int kind_chunks(par_pp_kind kind) {
     d.stages = 4, d.chunks = 1, d.micro_batches = 8, d.kind = kind;
     if (par_pp_schedule_make(&d, &s) == PAR_OK) return par_pp_schedule_destroy(s), 1;
     return 2;
+}
+
+/* A V schedule (zbv, dualpipev): 2 chunks on the v placement, asked for by its zero default. */
+static par_pp_schedule *make_v(int p, int m, par_pp_kind kind) {
+    par_pp_schedule *s = make(p, 2, m, kind);
+    CHECK_MSG(!s || par_pp_schedule_placement(s) == PAR_PP_PLACE_V, "%s p %d m %d: placement %s", par_pp_kind_name(kind),
+              p, m, par_pp_placement_name(par_pp_schedule_placement(s)));
+    return s;
 }
 
 /* Whole-micro-batch slots per rank: with one chunk a slot is exactly what the
@@ -300,6 +315,16 @@ static void test_generator_errors(void) {
     CHECK_STR(par_pp_kind_name(PAR_PP_LOOPED_BFS), "looped_bfs");
     CHECK_STR(par_pp_kind_name(PAR_PP_ZB1P), "zb1p");
     CHECK_ERR(par_pp_kind_parse("zb2p", &k), PAR_EINVAL, "looped_bfs (loopedbfs, bfs), zb1p (interleaved_zb");
+    /* the V kinds by our names, MindFormers-style and PyTorch's get_schedule_class names */
+    CHECK_OK(par_pp_kind_parse("zero_bubble_v", &k));
+    CHECK(k == PAR_PP_ZBV);
+    CHECK_OK(par_pp_kind_parse("ZBVZeroBubble", &k));
+    CHECK(k == PAR_PP_ZBV);
+    CHECK_OK(par_pp_kind_parse("DualPipeV", &k));
+    CHECK(k == PAR_PP_DUALPIPEV);
+    CHECK_STR(par_pp_kind_name(PAR_PP_ZBV), "zbv");
+    CHECK_STR(par_pp_kind_name(PAR_PP_DUALPIPEV), "dualpipev");
+    CHECK_STR(par_pp_placement_name(PAR_PP_PLACE_V), "v");
 }
 
 /* ---- 2. text ------------------------------------------------------------------------- */
@@ -490,6 +515,12 @@ static void test_post_ahead_time(void) {
    posted (PA / PG) and the compute that needs them waits first (RA / RG).
    form 2 takes those receives as blocking where they stand (RA / RG), how
    our checker read every receive before posts. 0 on a token it cannot read. */
+/* Whether virtual stage vs exists and lives on a rank other than r (a message; else a local hand-off or none). */
+static int pt_remote(const par_pp_schedule *s, int r, int vs) {
+    int rank = -1;
+    return vs >= 0 && par_pp_schedule_stage_rank(s, vs, &rank, NULL) == PAR_OK && rank != r;
+}
+
 static int pt_append(par_pp_schedule *s, int p, const char *tok, int form, unsigned char *pending) {
     static const struct {
         const char *text;
@@ -505,7 +536,8 @@ static int pt_append(par_pp_schedule *s, int p, const char *tok, int form, unsig
         if (!strncmp(end, types[i].text, strlen(types[i].text))) op = types[i].op, end += strlen(types[i].text);
     mb = strtol(end, &end, 10);
     if (op == -9 || stage < 0 || stage > last || mb < 0 || mb >= m) return 0;
-    vs = (int)stage, r = vs % p, c = vs / p;
+    vs = (int)stage;
+    if (par_pp_schedule_stage_rank(s, vs, &r, &c) != PAR_OK) return 0; /* the schedule's placement */
     if (op == -1 || op == -2) { /* a receive */
         const int g = op == -2;
         if (form == 2)
@@ -513,30 +545,32 @@ static int pt_append(par_pp_schedule *s, int p, const char *tok, int form, unsig
         pending[(g * last + vs) * m + mb] = 1;
         return par_pp_schedule_append(s, r, g ? PAR_PP_POST_GRAD : PAR_PP_POST_ACT, (int)mb, c) == PAR_OK;
     }
-    if (op == PAR_PP_F && (form == 0 ? vs > 0 : pending[vs * m + mb])) {
+    if (op == PAR_PP_F && (form == 0 ? pt_remote(s, r, vs - 1) : pending[vs * m + mb])) {
         pending[vs * m + mb] = 0;
         if (par_pp_schedule_append(s, r, PAR_PP_RECV_ACT, (int)mb, c) != PAR_OK) return 0;
     }
-    if ((op == PAR_PP_B || op == PAR_PP_I) && (form == 0 ? vs < last : pending[(last + vs) * m + mb])) {
+    if ((op == PAR_PP_B || op == PAR_PP_I) && (form == 0 ? pt_remote(s, r, vs + 1) : pending[(last + vs) * m + mb])) {
         pending[(last + vs) * m + mb] = 0;
         if (par_pp_schedule_append(s, r, PAR_PP_RECV_GRAD, (int)mb, c) != PAR_OK) return 0;
     }
     if (par_pp_schedule_append(s, r, (par_pp_op)op, (int)mb, c) != PAR_OK) return 0;
-    if (form == 0 && op == PAR_PP_F && vs < last)
+    if (form == 0 && op == PAR_PP_F && pt_remote(s, r, vs + 1))
         return par_pp_schedule_append(s, r, PAR_PP_SEND_ACT, (int)mb, c) == PAR_OK;
-    if (form == 0 && (op == PAR_PP_B || op == PAR_PP_I) && vs > 0)
+    if (form == 0 && (op == PAR_PP_B || op == PAR_PP_I) && pt_remote(s, r, vs - 1))
         return par_pp_schedule_append(s, r, PAR_PP_SEND_GRAD, (int)mb, c) == PAR_OK;
     return 1;
 }
 
 /* A PyTorch schedule, one text line per rank of comma-separated actions (a
    CSV artifact's rows, or a test's lists), in our form; NULL if unreadable. */
-static par_pp_schedule *pt_schedule(const char *csv, int p, int v, int m, int form) {
+static par_pp_schedule *pt_schedule_placed(const char *csv, int p, int v, int m, int form, const int *ranks) {
     par_pp_schedule *s = NULL;
     unsigned char pending[2 * 64 * 16];
     int row = 0;
     memset(pending, 0, sizeof pending);
     if (p * v * m > 64 * 16 || par_pp_schedule_create(p, v, m, &s) != PAR_OK) return NULL;
+    if (ranks && par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, ranks) != PAR_OK)
+        return par_pp_schedule_destroy(s), NULL;
     while (*csv) {
         char tok[32];
         size_t n = strcspn(csv, ",\n");
@@ -552,6 +586,11 @@ static par_pp_schedule *pt_schedule(const char *csv, int p, int v, int m, int fo
         if (*csv) csv++;
     }
     return s;
+}
+
+/* The same on PyTorch's default placement (stage s on rank s mod p: our loop). */
+static par_pp_schedule *pt_schedule(const char *csv, int p, int v, int m, int form) {
+    return pt_schedule_placed(csv, p, v, m, form, NULL);
 }
 
 static char *read_text(const char *path) {
@@ -674,8 +713,6 @@ static void test_pytorch_cases(void) {
     pt_case("test_send_recv simple_2_rank_2_stage comms",
             "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
             "1RECV_F0,1RECV_F1,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1\n", 2, 1, 2, 1, NULL);
-    /* (its "v_2_rank_4_stage" case places stages 0..3 on ranks 0, 1, 1, 0:
-       the V placement, which this text form cannot write yet) */
 
     /* Accepted by PyTorch's _validate_schedule, refused by ours. It counts
        each stage's F, B, I and W micro-batches in sets and compares counts,
@@ -690,6 +727,68 @@ static void test_pytorch_cases(void) {
     pt_case("B and I+W of one micro-batch, none of the other", "0F0,0F1,0B0,0I0,0W0\n1F0,1F1,1B0,1B1\n", 2, 1, 2, 0,
             "rank 0, step 6 (RG 0 0): a second receive of this gradient");
     pt_case("a wait cycle across ranks", "0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n", 2, 1, 2, 0, "deadlock");
+}
+
+/* One PyTorch case on a placement of its own (ranks[stage]: its stage_to_rank). */
+static void pt_case_placed(const char *label, const char *lists, int p, int v, int m, int form, const int *ranks,
+                           const char *want) {
+    par_pp_schedule *s = pt_schedule_placed(lists, p, v, m, form, ranks);
+    char grid[4096];
+    CHECK_MSG(s != NULL, "%s: unreadable", label);
+    if (!s) return;
+    if (!want)
+        CHECK_MSG(par_pp_schedule_check(s, NULL, grid, sizeof grid) == PAR_OK, "%s:\n%s", label, grid);
+    else
+        CHECK_MSG(par_pp_schedule_check(s, NULL, NULL, 0) == PAR_EINVAL && strstr(par_last_error(), want),
+                  "%s: want \"%s\", got \"%s\"", label, want, par_last_error());
+    par_pp_schedule_destroy(s);
+}
+
+/* TestScheduleLowering.test_send_recv, "v_2_rank_4_stage": 2 ranks, stages
+   0..3 on ranks 0, 1, 1, 0 (stage_to_rank; our v placement written as a
+   list), 2 micro-batches; the compute lists and PyTorch's lowering of them,
+   which posts rank 1's receives ahead and has no message between stages 1
+   and 2 (rank 1's local hand-off). Its lists run a stage's "B" and later its
+   "W": PyTorch's simulator takes B there as the input half, ours needs that
+   said (B is the whole backward, a W after it is refused), so the ported
+   lists write I where PyTorch writes B, and PyTorch's own spelling is
+   refused by name. The lowered lists, with the receives as posts (form 1),
+   pass and run the compute order of the compute lists; the same lists
+   posting a receive across the hand-off (rank 1's "2RECV_F0", which
+   PyTorch's lowering rightly leaves out) are refused. */
+static void test_pytorch_v_case(void) {
+    static const int v_ranks[4] = {0, 1, 1, 0};
+    static const char *const compute = "0F0,0F1,   ,3F0,3I0,3F1,3I1,0I0,3W0,0I1,3W1,0W0,0W1\n"
+                                       "   ,1F0,2F0,1F1,2F1,2I0,1I0,2I1,1I1,2W0,2W1,1W0,1W1\n";
+    static const char *const comms =
+        "0F0,0SEND_F0,0F1,0SEND_F1,3RECV_F0,3F0,3I0,3SEND_B0,3RECV_F1,3F1,3I1,3SEND_B1,0RECV_B0,0I0,3W0,0RECV_B1,0I1,"
+        "3W1,0W0,0W1\n"
+        "1RECV_F0,1RECV_F1,1F0,2F0,2SEND_F0,1F1,2RECV_B0,2F1,2SEND_F1,2I0,2RECV_B1,1I0,1SEND_B0,2I1,1I1,1SEND_B1,2W0,"
+        "2W1,1W0,1W1\n";
+    par_pp_schedule *pc = pt_schedule_placed(compute, 2, 2, 2, 0, v_ranks);
+    par_pp_schedule *pl = pt_schedule_placed(comms, 2, 2, 2, 1, v_ranks);
+    static char a[1024], b[1024];
+    int r;
+    pt_case_placed("test_send_recv v_2_rank_4_stage compute", compute, 2, 2, 2, 0, v_ranks, NULL);
+    pt_case_placed("test_send_recv v_2_rank_4_stage comms (posted)", comms, 2, 2, 2, 1, v_ranks, NULL);
+    CHECK_MSG(pc && pl && par_pp_schedule_placement(pc) == PAR_PP_PLACE_LIST, "v_2_rank_4_stage: read");
+    for (r = 0; pc && pl && r < 2; r++) {
+        compute_text(pc, r, 0, a, sizeof a), compute_text(pl, r, 0, b, sizeof b);
+        CHECK_MSG(!strcmp(a, b), "rank %d: compute lists\n  %s\nlowered\n  %s", r, a, b);
+    }
+    /* stage 3's list in PyTorch's spelling: a whole backward (B), then its W */
+    pt_case_placed("v_2_rank_4_stage, B then W", "0F0,0F1,3F0,3B0,3F1,3B1,0I0,3W0,0I1,3W1,0W0,0W1\n"
+                                                 "1F0,2F0,1F1,2F1,2I0,1I0,2I1,1I1,2W0,2W1,1W0,1W1\n",
+                   2, 2, 2, 0, v_ranks, "rank 0, step 14 (W 0 1): weight gradient before its input gradient (I)");
+    pt_case_placed("v_2_rank_4_stage, a receive posted across the hand-off",
+                   "0F0,0SEND_F0,0F1,0SEND_F1,3RECV_F0,3F0,3I0,3SEND_B0,3RECV_F1,3F1,3I1,3SEND_B1,0RECV_B0,0I0,3W0,"
+                   "0RECV_B1,0I1,3W1,0W0,0W1\n"
+                   "1RECV_F0,1RECV_F1,2RECV_F0,1F0,2F0,2SEND_F0,1F1,2RECV_B0,2F1,2SEND_F1,2I0,2RECV_B1,1I0,1SEND_B0,"
+                   "2I1,1I1,1SEND_B1,2W0,2W1,1W0,1W1\n",
+                   2, 2, 2, 1, v_ranks,
+                   "rank 1, step 2 (PA 0 1): virtual stages 1 and 2 are both on this rank: the hand-off is local (the "
+                   "executor copies it), there is nothing to post a receive for");
+    par_pp_schedule_destroy(pc), par_pp_schedule_destroy(pl);
 }
 
 /* TestSchedulePlan in test_schedule.py: its (stages per rank, micro-batches,
@@ -721,6 +820,36 @@ static void test_pytorch_plan_cases(void) {
         }
     }
     CHECK_MSG(checked == 23 * 2 + 20, "%d schedules checked", checked); /* looped BFS: 20 cases with p | m */
+    /* test_pipeline_order_for_v_schedules: ScheduleDualPipeV and
+       ScheduleZBVZeroBubble on the same cases raise ValueError unless 2
+       stages per rank, DualPipeV also for m < 2p; the rest pass its
+       _validate_schedule. Ours: the same refused, the rest made and passed by
+       the checker. */
+    checked = 0;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int v = cases[i][0], m = cases[i][1], p = cases[i][2];
+        const par_pp_kind kinds[2] = {PAR_PP_DUALPIPEV, PAR_PP_ZBV};
+        int k;
+        for (k = 0; k < 2; k++) {
+            par_pp_schedule_desc d;
+            par_pp_schedule *s = NULL;
+            const int refused = v != 2 || (kinds[k] == PAR_PP_DUALPIPEV && m < 2 * p);
+            memset(&d, 0, sizeof d);
+            d.stages = p, d.chunks = v, d.micro_batches = m, d.kind = kinds[k];
+            if (refused) {
+                CHECK_MSG(par_pp_schedule_make(&d, &s) == PAR_EINVAL && !s, "%s v %d m %d p %d: not refused",
+                          par_pp_kind_name(kinds[k]), v, m, p);
+                continue;
+            }
+            s = make(p, v, m, kinds[k]);
+            if (!s) continue;
+            CHECK_MSG(par_pp_schedule_check(s, NULL, NULL, 0) == PAR_OK, "%s v %d m %d p %d: %s",
+                      par_pp_kind_name(kinds[k]), v, m, p, par_last_error());
+            par_pp_schedule_destroy(s);
+            checked++;
+        }
+    }
+    CHECK_MSG(checked == 9 + 4, "%d V schedules checked", checked); /* 9 cases of 2 stages per rank, 4 with m >= 2p */
 }
 
 /* ---- 4. the executor ----------------------------------------------------------------- */
@@ -761,6 +890,13 @@ static void test_executor(void) {
     for (i = 0; i < sizeof ps / sizeof ps[0]; i++)
         for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++) {
             const int p = ps[i];
+            if (k == PAR_PP_ZBV || k == PAR_PP_DUALPIPEV) { /* the V placement: a local hand-off at its turn */
+                if (k == PAR_PP_ZBV) run_toy(p, 2, p, (par_pp_kind)k), run_toy(p, 2, 1, (par_pp_kind)k);
+                run_toy(p, 2, 2 * p, (par_pp_kind)k);
+                run_toy(p, 2, 2 * p + 1, (par_pp_kind)k);
+                if (p > 1) run_toy_posted(p, 2, 2 * p, (par_pp_kind)k, 1); /* posts to the V's peers */
+                continue;
+            }
             if (kind_chunks((par_pp_kind)k) == 2) {
                 run_toy(p, 2, p, (par_pp_kind)k);
                 run_toy(p, 2, 2 * p, (par_pp_kind)k);
@@ -857,6 +993,89 @@ static void test_stage_mismatch(void) {
             CHECK_MSG(arg[1 + r], "%d ranks, %d-stage schedule: rank %d not refused as expected", cases[c][0],
                       cases[c][1], r);
     }
+}
+
+/* The executor's own refusals at a local hand-off: boundary buffers of two
+   sizes for one boundary (one rank, its chunks 0 and 1 are stages 0 and 1),
+   and an unchecked schedule that sends across the V's turn (2 ranks: rank 1
+   holds stages 1 and 2). */
+static par_status uneven_buf(void *u, int mb, int c, int g, int in, void **p, int64_t *n) {
+    static float cell[8];
+    (void)u, (void)mb, (void)g, (void)in;
+    *p = cell + 4 * c, *n = c ? 2 : 1; /* chunk 1's input: 2 elements; chunk 0's output: 1 */
+    return PAR_OK;
+}
+
+static par_status local_body(par_ctx *ctx, void *arg) {
+    int *got = (int *)arg;
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    RETURN_IF_ERR(par_pp_schedule_parse("pipeline stages=1 chunks=2 micro_batches=1\n"
+                                        "rank 0: F 0 0, F 0 1, B 0 1, B 0 0\n", &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = uneven_buf;
+    got[0] = par_pp_run(ctx, &d) == PAR_EINVAL &&
+             strstr(par_last_error(), "step 0 (F 0 0): local hand-off of micro-batch 0 from chunk 0 to chunk 1: the "
+                                      "buffer callback gave 1 and 2 elements") != NULL;
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+static par_status turn_body(par_ctx *ctx, void *arg) {
+    int *got = (int *)arg + par_ctx_rank(ctx);
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    /* rank 1 sends its stage 1's activation although stage 2 is its own; rank 0 only runs its first forward */
+    RETURN_IF_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+                                        "rank 0: F 0 0, SA 0 0\n"
+                                        "rank 1: RA 0 0, F 0 0, SA 0 0\n", &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = 1u;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
+    *got = par_ctx_rank(ctx) == 0 ? par_pp_run(ctx, &d) == PAR_OK
+                                  : par_pp_run(ctx, &d) == PAR_EINVAL &&
+                                        strstr(par_last_error(), "step 2 (SA 0 0): virtual stage 1 has that neighbour "
+                                                                 "on this rank (a local hand-off): nothing to send") != NULL;
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+/* An unchecked schedule whose rank 1 posts a receive across the V's turn:
+   refused as a receive there is, before anything waits on it. */
+static par_status post_turn_body(par_ctx *ctx, void *arg) {
+    int *got = (int *)arg + par_ctx_rank(ctx);
+    par_pp_schedule *s = NULL;
+    par_pp_run_desc d;
+    RETURN_IF_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+                                        "rank 0: F 0 0, SA 0 0\n"
+                                        "rank 1: RA 0 0, PA 0 1, F 0 0\n", &s));
+    memset(&d, 0, sizeof d);
+    d.schedule = s, d.stage_dims = 1u;
+    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
+    *got = par_ctx_rank(ctx) == 0 ? par_pp_run(ctx, &d) == PAR_OK
+                                  : par_pp_run(ctx, &d) == PAR_EINVAL &&
+                                        strstr(par_last_error(), "step 1 (PA 0 1): virtual stage 2 has that "
+                                                                 "neighbour on this rank (a local hand-off): "
+                                                                 "nothing to receive") != NULL;
+    par_pp_schedule_destroy(s);
+    return PAR_OK;
+}
+
+static void test_local_handoff_errors(void) {
+    int got[2] = {0, 0};
+    par_ctx_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.mesh = "pp=1", pd.timeout_ms = 20000, pd.kernel_threads = 1;
+    CHECK_OK(par_run_threads_desc(&pd, 1, local_body, got));
+    CHECK_MSG(got[0], "uneven local hand-off not refused: %s", par_last_error());
+    got[0] = got[1] = 0;
+    pd.mesh = "pp=2";
+    CHECK_OK(par_run_threads_desc(&pd, 2, turn_body, got));
+    CHECK_MSG(got[0] && got[1], "a send at the V's turn: rank 0 %d, rank 1 %d", got[0], got[1]);
+    got[0] = got[1] = 0;
+    CHECK_OK(par_run_threads_desc(&pd, 2, post_turn_body, got));
+    CHECK_MSG(got[0] && got[1], "a post at the V's turn: rank 0 %d, rank 1 %d (%s)", got[0], got[1], par_last_error());
 }
 
 /* ---- 4b. boundaries in a 16-bit compute type (par_pp_run_desc.dtype) ------------------- */
@@ -1122,6 +1341,321 @@ static void test_stage_params(void) {
               want, w.loss_sum[0], w.loss_count[0], (unsigned)w.replica[0], w.bad[0]);
 }
 
+
+/* ---- 6. placement and the V schedules ------------------------------------------------ */
+
+/* The named placements against the maps written out by hand: loop s = c p +
+   r; v (p 4, 2 chunks) down 0 1 2 3 and back 3 2 1 0, (p 3, 4 chunks) down,
+   up, down, up; and a list. The queries agree both ways. */
+static void test_placement_maps(void) {
+    static const int v4x2[8] = {0, 1, 2, 3, 3, 2, 1, 0}, v3x4[12] = {0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0};
+    static const int list[6] = {1, 0, 2, 2, 0, 1}; /* rank 0: stages 1, 4; rank 1: 0, 5; rank 2: 2, 3 */
+    par_pp_schedule *s = NULL;
+    int st, r, c, ok = 1;
+    CHECK_OK(par_pp_schedule_create(4, 2, 4, &s));
+    if (!s) return;
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LOOP);
+    for (st = 0; st < 8; st++) {
+        CHECK_OK(par_pp_schedule_stage_rank(s, st, &r, &c));
+        ok &= r == st % 4 && c == st / 4 && par_pp_schedule_stage(s, r, c) == st;
+    }
+    CHECK_MSG(ok, "loop placement");
+    CHECK_OK(par_pp_schedule_set_placement(s, PAR_PP_PLACE_V, NULL));
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_V);
+    for (st = 0, ok = 1; st < 8; st++) {
+        CHECK_OK(par_pp_schedule_stage_rank(s, st, &r, &c));
+        ok &= r == v4x2[st] && c == st / 4 && par_pp_schedule_stage(s, r, c) == st;
+    }
+    CHECK_MSG(ok, "v placement p 4: the last stage on rank 0, stages 3 and 4 on rank 3");
+    CHECK_ERR(par_pp_schedule_stage_rank(s, 8, &r, &c), PAR_EINVAL, "virtual stage 8 outside the schedule's 8");
+    CHECK(r == -1 && c == -1 && par_pp_schedule_stage(s, 4, 0) == -1 && par_pp_schedule_stage(s, 0, 2) == -1);
+    par_pp_schedule_destroy(s), s = NULL;
+    CHECK_OK(par_pp_schedule_create(3, 4, 1, &s));
+    if (!s) return;
+    CHECK_OK(par_pp_schedule_set_placement(s, PAR_PP_PLACE_V, NULL));
+    for (st = 0, ok = 1; st < 12; st++) {
+        CHECK_OK(par_pp_schedule_stage_rank(s, st, &r, &c));
+        ok &= r == v3x4[st] && c == st / 3;
+    }
+    CHECK_MSG(ok, "v placement p 3 with 4 chunks: down, up, down, up");
+    par_pp_schedule_destroy(s), s = NULL;
+    CHECK_OK(par_pp_schedule_create(3, 2, 1, &s));
+    if (!s) return;
+    CHECK_OK(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, list));
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LIST);
+    CHECK(par_pp_schedule_stage(s, 0, 0) == 1 && par_pp_schedule_stage(s, 0, 1) == 4);
+    CHECK(par_pp_schedule_stage(s, 1, 0) == 0 && par_pp_schedule_stage(s, 1, 1) == 5);
+    CHECK(par_pp_schedule_stage(s, 2, 0) == 2 && par_pp_schedule_stage(s, 2, 1) == 3);
+    par_pp_schedule_destroy(s);
+}
+
+/* Placements the stages cannot have, through the API and through the text. */
+static void test_placement_errors(void) {
+    static const int out_of_range[4] = {0, 1, 2, 1}, twice[4] = {0, 0, 0, 1};
+    par_pp_schedule *s = NULL, *t = NULL;
+    par_pp_schedule_desc d;
+    CHECK_OK(par_pp_schedule_create(2, 3, 2, &s));
+    if (!s) return;
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_V, NULL), PAR_EINVAL, "3 chunks per rank, but the V");
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LOOP); /* refused: unchanged */
+    par_pp_schedule_destroy(s), s = NULL;
+    CHECK_OK(par_pp_schedule_create(2, 2, 2, &s));
+    if (!s) return;
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, NULL), PAR_EINVAL, "NULL rank_of_stage");
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, out_of_range), PAR_EINVAL,
+              "virtual stage 2 on rank 2, outside the 2 ranks (the stage has no rank)");
+    CHECK_ERR(par_pp_schedule_set_placement(s, PAR_PP_PLACE_LIST, twice), PAR_EINVAL,
+              "rank 0 holds 3 virtual stages, but every rank holds chunks = 2");
+    CHECK_ERR(par_pp_schedule_set_placement(s, (par_pp_placement)7, NULL), PAR_EINVAL, "placement 7 is unknown");
+    CHECK(par_pp_schedule_placement(s) == PAR_PP_PLACE_LOOP && par_pp_schedule_stage(s, 1, 1) == 3);
+    par_pp_schedule_destroy(s);
+    /* the text: a V over an odd chunk count, a list too short or too long, a rank out of range */
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=1 micro_batches=1\nplacement v\nrank 0: F 0 0\n", &t),
+              PAR_EPARSE, "line 2: pipeline placement v: 1 chunks per rank");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\n# c\nplacement 0,1,1\n", &t),
+              PAR_EPARSE, "line 3: placement lists 3 ranks for 2 x 2 = 4 virtual stages (the rest have no rank)");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,1,1,0,1\n", &t),
+              PAR_EPARSE, "placement lists 5 ranks for 2 x 2 = 4 virtual stages (a stage past the last)");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,1,3,0\n", &t),
+              PAR_EPARSE, "virtual stage 2 on rank 3, outside the 2 ranks");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement 0,0,0,1\n", &t),
+              PAR_EPARSE, "rank 0 holds 3 virtual stages");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement zigzag\n", &t),
+              PAR_EPARSE, "expected loop, v or a comma-separated rank per virtual stage");
+    CHECK_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v v\n", &t),
+              PAR_EPARSE, "line 2: expected \"placement loop\"");
+    CHECK(t == NULL);
+    /* the generators: zbv and dualpipev on a V of 2 chunks, the others on loop */
+    memset(&d, 0, sizeof d);
+    d.stages = 4, d.chunks = 4, d.micro_batches = 8, d.kind = PAR_PP_ZBV;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the zbv schedule runs exactly 2 model chunks per rank");
+    d.chunks = 2, d.placement = PAR_PP_PLACE_LIST;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the zbv schedule runs on the v placement, not list");
+    d.kind = PAR_PP_INTERLEAVED, d.placement = PAR_PP_PLACE_V;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "the interleaved schedule runs on the loop placement, not v");
+    d.kind = PAR_PP_DUALPIPEV, d.placement = PAR_PP_PLACE_V, d.micro_batches = 7;
+    CHECK_ERR(par_pp_schedule_make(&d, &s), PAR_EINVAL, "2 x 4 = 8, not 7 (PyTorch's rule)");
+    CHECK(s == NULL);
+}
+
+/* The checker on hand-written V schedules (p 2, 2 chunks: stages 0 1 | 2 3 on
+   ranks 0 1 1 0): rank 1's two stages hand off locally, so a send or
+   receive between them is refused, and a forward of stage 2 before stage 1's
+   on that rank too; the plain form passes, with activations going both ways
+   (0 -> 1 for stage 0, 1 -> 0 for stage 2) and gradients too. */
+static void test_placement_check(void) {
+    static const char ok_text[] = "pipeline stages=2 chunks=2 micro_batches=1\n"
+                                  "placement v\n"
+                                  "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+                                  "rank 1: RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n";
+    par_pp_schedule *s = NULL, *t = NULL;
+    par_pp_check c;
+    static char a[4096];
+    CHECK_OK(par_pp_schedule_parse(ok_text, &s));
+    if (!s) return;
+    CHECK_OK(par_pp_schedule_check(s, &c, NULL, 0));
+    /* rank 0: F 0 0 ends at 1; rank 1's F 0 0, F 0 1 at 2, 3; rank 0's F 0 1, B 0 1 at 4, 6; rank 1's
+       B 0 1, B 0 0 at 8, 10; rank 0's B 0 0 at 12. Each rank holds both its chunks at once. */
+    CHECK_MSG(fabs(c.makespan - 12.0) < 1e-12 && c.peak_in_flight[0] == 2 && c.peak_in_flight[1] == 2,
+              "makespan %g, peaks %d %d", c.makespan, c.peak_in_flight[0], c.peak_in_flight[1]);
+    CHECK((size_t)par_pp_schedule_format(s, a, sizeof a) < sizeof a);
+    CHECK_STR(a, ok_text);
+    CHECK_OK(par_pp_schedule_parse(a, &t));
+    CHECK(t && par_pp_schedule_placement(t) == PAR_PP_PLACE_V);
+    par_pp_schedule_destroy(t), par_pp_schedule_destroy(s);
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, SA 0 0, RA 0 1, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 2 (SA 0 0): virtual stages 1 and 2 are both on this rank: the hand-off is local",
+        "a send at the V's turn");
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, RA 0 1, F 0 1, F 0 0, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (RA 0 1): virtual stages 1 and 2 are both on this rank: the hand-off is local (the executor "
+        "copies it), there is nothing to receive", "a receive at the V's turn");
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 1, F 0 0, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (F 0 1): the forward of chunk 0 (virtual stage 1, its input, on this rank) has not run",
+        "the V's turn out of order");
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 0, B 0 1, SG 0 0\n",
+        "rank 1, step 5 (B 0 0): the backward of chunk 1 (virtual stage 2, its output gradient, on this rank) has "
+        "not run", "the V's turn backward out of order");
+    /* posted receives at the V's turn: refused like a plain receive there (nothing to post a receive for), and
+       a post of a message that does cross ranks matched to the V's peer (rank 0's chunk 1 posts before its
+       chunk 0 has even run: the same timing as the blocking schedule, a post takes no time) */
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, PA 0 1, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 1 (PA 0 1): virtual stages 1 and 2 are both on this rank: the hand-off is local (the executor "
+        "copies it), there is nothing to post a receive for", "a posted activation receive at the V's turn");
+    bad("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 1, PG 0 0, B 0 0, SG 0 0\n",
+        "rank 1, step 6 (PG 0 0): virtual stages 1 and 2 are both on this rank: the hand-off is local (the executor "
+        "copies it), there is nothing to post a receive for", "a posted gradient receive at the V's turn");
+    {
+        par_pp_check cp;
+        CHECK_OK(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
+                                       "rank 0: PA 0 1, PG 0 0, F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, "
+                                       "B 0 0\n"
+                                       "rank 1: PA 0 0, PG 0 1, RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, "
+                                       "SG 0 0\n", &s));
+        CHECK_MSG(s && par_pp_schedule_check(s, &cp, NULL, 0) == PAR_OK && cp.makespan == c.makespan,
+                  "V posted ahead: makespan %g, blocking %g (%s)", cp.makespan, c.makespan, par_last_error());
+        par_pp_schedule_destroy(s), s = NULL;
+    }
+    /* the same actions without the placement line (loop): rank 1's chunk 1 is stage 3, whose input comes from
+       stage 2 on rank 0, so its forward needs a receive first */
+    bad("pipeline stages=2 chunks=2 micro_batches=1\n"
+        "rank 0: F 0 0, SA 0 0, RA 0 1, F 0 1, B 0 1, SG 0 1, RG 0 0, B 0 0\n"
+        "rank 1: RA 0 0, F 0 0, F 0 1, SA 0 1, RG 0 1, B 0 1, B 0 0, SG 0 0\n",
+        "rank 1, step 2 (F 0 1): its input activation has not been received", "the V's text on loop");
+}
+
+
+/* ZBV and DualPipeV for p 1..8 and m 1..4p (DualPipeV from m = 2p, its
+   rule): every schedule passes the checker; ZBV's bubble is at most ZB-H1's
+   at the same p and m (the ZB paper's claim for ZB-V), and it holds at most
+   2p micro-batch chunks of half a stage each on any rank: 1F1B's peak of p
+   whole stages. DualPipeV runs an overlapped pair as F then B, so its F adds
+   a chunk before the B frees one: at most 2p + 1. */
+static void test_v_generators(void) {
+    int p, m, made = 0;
+    for (p = 1; p <= 8; p++)
+        for (m = 1; m <= 4 * p; m++) {
+            par_pp_schedule *sv = make_v(p, m, PAR_PP_ZBV), *sz = make(p, 1, m, PAR_PP_ZB_H1);
+            par_pp_schedule *s1 = make(p, 1, m, PAR_PP_1F1B), *sd = m >= 2 * p ? make_v(p, m, PAR_PP_DUALPIPEV) : NULL;
+            par_pp_check cv, cz, c1, cd;
+            char grid[4096];
+            if (sv && sz && s1) {
+                CHECK_MSG(par_pp_schedule_check(sv, &cv, grid, sizeof grid) == PAR_OK, "zbv p %d m %d: %s\n%s", p, m,
+                          par_last_error(), grid);
+                CHECK_OK(par_pp_schedule_check(sz, &cz, NULL, 0));
+                CHECK_OK(par_pp_schedule_check(s1, &c1, NULL, 0));
+                CHECK_MSG(cv.bubble <= cz.bubble + 1e-12, "zbv p %d m %d bubble %.4f > zb-h1's %.4f", p, m, cv.bubble,
+                          cz.bubble);
+                CHECK_MSG(cv.max_in_flight <= 2 * c1.max_in_flight, "zbv p %d m %d holds %d half-stage chunks, 1f1b %d "
+                          "stages", p, m, cv.max_in_flight, c1.max_in_flight);
+                made++;
+            }
+            if (sd) {
+                CHECK_MSG(par_pp_schedule_check(sd, &cd, grid, sizeof grid) == PAR_OK, "dualpipev p %d m %d: %s\n%s", p,
+                          m, par_last_error(), grid);
+                CHECK_MSG(cd.max_in_flight <= 2 * p + 1, "dualpipev p %d m %d holds %d", p, m, cd.max_in_flight);
+                made++;
+            }
+            if (p == 4 && m == 8)
+                printf("  p 4 m 8: bubble zbv %.3f (peak %d chunks), dualpipev %.3f (peak %d), zb-h1 %.3f\n", cv.bubble,
+                       cv.max_in_flight, cd.bubble, cd.max_in_flight, cz.bubble);
+            par_pp_schedule_destroy(sv), par_pp_schedule_destroy(sz), par_pp_schedule_destroy(s1);
+            par_pp_schedule_destroy(sd);
+        }
+    CHECK_MSG(made == 144 + 80, "%d schedules made", made); /* zbv: 4 (1 + ... + 8) = 144; dualpipev: 2p + 1 each, 80 */
+}
+
+/* PyTorch's artifact test/distributed/pipelining/artifacts/dualpipev_4rank_10mb.csv
+   (test/distributed/pipelining/test_schedule.py, TestScheduleCsv.test_csv_compare:
+   ScheduleDualPipeV, 4 ranks, 8 stages, 10 micro-batches), a line per rank of
+   STAGE OP MICRO_BATCH (F forward, B full backward, I input, W weight) and
+   overlapped pairs "(F;B)OVERLAP_F_B". Converted here to our text form (the
+   stage's rank and chunk on the V written out: stage s < 4 is rank s chunk 0,
+   else rank 7 - s chunk 1; a pair as its F then its B; the messages added
+   where a neighbouring stage is on another rank), it passes our checker, and
+   our generator's compute order is the same on every rank. */
+static const char *const dualpipev_csv[4] = {
+    "0F0,0F1,0F2,0F3,0F4,0F5,0F6,7F0,7I0,7W0,7F1,7I1,7W1,7F2,7I2,7W2,7F3,(0F7;7B3)OVERLAP_F_B,(7F4;0B0)OVERLAP_F_B,"
+    "(0F8;7B4)OVERLAP_F_B,(7F5;0B1)OVERLAP_F_B,(0F9;7B5)OVERLAP_F_B,(7F6;0B2)OVERLAP_F_B,7B6,(7F7;0B3)OVERLAP_F_B,7B7,"
+    "(7F8;0B4)OVERLAP_F_B,7B8,(7F9;0B5)OVERLAP_F_B,7B9,0I6,0W6,0I7,0W7,0I8,0W8,0I9,0W9",
+    "1F0,1F1,1F2,1F3,1F4,6F0,1F5,6F1,6I0,6W0,6F2,6I1,6W1,6F3,(1F6;6B2)OVERLAP_F_B,(6F4;1B0)OVERLAP_F_B,"
+    "(1F7;6B3)OVERLAP_F_B,(6F5;1B1)OVERLAP_F_B,(1F8;6B4)OVERLAP_F_B,(6F6;1B2)OVERLAP_F_B,(1F9;6B5)OVERLAP_F_B,"
+    "(6F7;1B3)OVERLAP_F_B,6B6,(6F8;1B4)OVERLAP_F_B,6B7,(6F9;1B5)OVERLAP_F_B,6B8,1B6,6I9,1I7,6W9,1I8,1W7,1I9,1W8,1W9",
+    "2F0,2F1,2F2,5F0,2F3,5F1,2F4,5F2,5I0,5W0,5F3,(2F5;5B1)OVERLAP_F_B,(5F4;2B0)OVERLAP_F_B,(2F6;5B2)OVERLAP_F_B,"
+    "(5F5;2B1)OVERLAP_F_B,(2F7;5B3)OVERLAP_F_B,(5F6;2B2)OVERLAP_F_B,(2F8;5B4)OVERLAP_F_B,(5F7;2B3)OVERLAP_F_B,"
+    "(2F9;5B5)OVERLAP_F_B,(5F8;2B4)OVERLAP_F_B,5B6,(5F9;2B5)OVERLAP_F_B,5B7,2B6,5B8,2I7,5I9,2I8,2W7,2I9,5W9,2W8,2W9",
+    "3F0,4F0,3F1,4F1,3F2,4F2,3F3,4F3,3F4,4B0,(4F4;3B0)OVERLAP_F_B,(3F5;4B1)OVERLAP_F_B,(4F5;3B1)OVERLAP_F_B,"
+    "(3F6;4B2)OVERLAP_F_B,(4F6;3B2)OVERLAP_F_B,(3F7;4B3)OVERLAP_F_B,(4F7;3B3)OVERLAP_F_B,(3F8;4B4)OVERLAP_F_B,"
+    "(4F8;3B4)OVERLAP_F_B,(3F9;4B5)OVERLAP_F_B,(4F9;3B5)OVERLAP_F_B,4B6,3B6,4B7,3B7,4I8,3I8,4I9,3I9,4W8,3W8,4W9,3W9"};
+
+static int v_rank(int p, int stage) { return stage < p ? stage : 2 * p - 1 - stage; }
+
+/* One CSV compute action as our text, with its messages; and as "F 3 0" in `order`. */
+static void csv_action(int p, int stage, char op, int mb, char *text, size_t n, char *order, size_t on) {
+    const int c = stage < p ? 0 : 1, r = v_rank(p, stage), fwd = op == 'F', wgt = op == 'W';
+    const int before = fwd ? stage - 1 : stage + 1, after = fwd ? stage + 1 : stage - 1;
+    const int remote_before = before >= 0 && before < 2 * p && v_rank(p, before) != r;
+    const int remote_after = after >= 0 && after < 2 * p && v_rank(p, after) != r;
+    size_t u = strlen(text);
+    if (!wgt && remote_before) u += (size_t)snprintf(text + u, n - u, ", %s %d %d", fwd ? "RA" : "RG", mb, c);
+    u += (size_t)snprintf(text + u, n - u, ", %c %d %d", op, mb, c);
+    if (!wgt && remote_after) snprintf(text + u, n - u, ", %s %d %d", fwd ? "SA" : "SG", mb, c);
+    u = strlen(order);
+    snprintf(order + u, on - u, "%s%c %d %d", u ? ", " : "", op, mb, c);
+}
+
+static void csv_to_text(char *text, size_t n, char orders[4][2048]) {
+    int r;
+    snprintf(text, n, "pipeline stages=4 chunks=2 micro_batches=10\nplacement v\n");
+    for (r = 0; r < 4; r++) {
+        const char *q = dualpipev_csv[r];
+        size_t line;
+        orders[r][0] = 0;
+        snprintf(text + strlen(text), n - strlen(text), "rank %d:", r);
+        line = strlen(text);
+        while (*q) {
+            int k, pair = *q == '(';
+            if (pair) q++;
+            for (k = 0; k < 1 + pair; k++) { /* STAGE OP MB, then after ';' the pair's backward */
+                char *end;
+                const int stage = (int)strtol(q, &end, 10);
+                const char op = *end;
+                const int mb = (int)strtol(end + 1, &end, 10);
+                csv_action(4, stage, op, mb, text, n, orders[r], sizeof orders[r]);
+                q = end + (*end == ';');
+            }
+            if (pair) q = strchr(q, ',') ? strchr(q, ',') : q + strlen(q);
+            if (*q == ',') q++;
+        }
+        memmove(text + line, text + line + 1, strlen(text + line + 1) + 1); /* the first ", " */
+        snprintf(text + strlen(text), n - strlen(text), "\n");
+    }
+}
+
+static void test_dualpipev_fixture(void) {
+    static char text[16384], mine[2048];
+    static char orders[4][2048];
+    par_pp_schedule *s = NULL, *g = make_v(4, 10, PAR_PP_DUALPIPEV);
+    par_pp_check c;
+    char grid[4096];
+    int r, k, n;
+    csv_to_text(text, sizeof text, orders);
+    CHECK_MSG(par_pp_schedule_parse(text, &s) == PAR_OK, "%s\n%s", par_last_error(), text);
+    if (s) CHECK_MSG(par_pp_schedule_check(s, &c, grid, sizeof grid) == PAR_OK, "%s\n%s", par_last_error(), grid);
+    /* 10 micro-batches x 8 stages: 80 F, and B or I + W for each */
+    for (r = 0, n = 0; s && r < 4; r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &k);
+        while (k--) n += a[k].op == PAR_PP_F;
+    }
+    CHECK_MSG(n == 80, "%d forwards", n);
+    for (r = 0; g && r < 4; r++) {
+        const par_pp_action *a = par_pp_schedule_actions(g, r, &n);
+        mine[0] = 0;
+        for (k = 0; k < n; k++)
+            if (a[k].op <= PAR_PP_W)
+                snprintf(mine + strlen(mine), sizeof mine - strlen(mine), "%s%c %d %d", mine[0] ? ", " : "",
+                         "FBIW"[a[k].op], a[k].micro_batch, a[k].chunk);
+        CHECK_MSG(!strcmp(mine, orders[r]), "rank %d: ours\n%s\nPyTorch's\n%s", r, mine, orders[r]);
+    }
+    if (s && g) { /* and with the messages: our generator's text is the converted fixture's */
+        static char ours[16384];
+        par_pp_schedule_format(g, ours, sizeof ours);
+        CHECK_STR(ours, text);
+    }
+    par_pp_schedule_destroy(s), par_pp_schedule_destroy(g);
+}
+
 int main(void) {
     test_generators();
     test_check_many_ranks();
@@ -1135,11 +1669,18 @@ int main(void) {
     test_pytorch_artifacts();
     test_pytorch_cases();
     test_pytorch_plan_cases();
+    test_pytorch_v_case();
     test_executor();
     test_executor_bad_posts();
     test_stage_mismatch();
+    test_local_handoff_errors();
     test_executor_16bit();
     test_bad_dtype();
     test_stage_params();
+    test_placement_maps();
+    test_placement_errors();
+    test_placement_check();
+    test_v_generators();
+    test_dualpipev_fixture();
     return TEST_END("pipeline");
 }

@@ -337,7 +337,9 @@ static const llama__choice llama__pp_schedulers[] = {{"1f1b", "1f1b", 0},   {"gp
                                                      {"zero_bubble", "zb-h1", 2}, {"looped_bfs", "looped_bfs", 3},
                                                      {"loopedbfs", "looped_bfs", 3}, {"bfs", "looped_bfs", 3},
                                                      {"zb1p", "zb1p", 4}, {"interleaved_zb", "zb1p", 4},
-                                                     {"interleaved_zero_bubble", "zb1p", 4}, {NULL, NULL, 0}};
+                                                     {"interleaved_zero_bubble", "zb1p", 4}, {"zbv", "zbv", 5},
+                                                     {"zero_bubble_v", "zbv", 5}, {"dualpipev", "dualpipev", 6},
+                                                     {NULL, NULL, 0}};
 static const llama__choice llama__scale_senses[] = {{"none", "none", 0},
                                                     {"DynamicLossScaleUpdateCell", "DynamicLossScaleUpdateCell", 1},
                                                     {"FixedLossScaleUpdateCell", "FixedLossScaleUpdateCell", 2},
@@ -454,7 +456,7 @@ static const llama__key llama__keys[] = {
      "fine-grained interleave: each micro-batch's samples cut into this many slices that run every layer interleaved (one slice computes while another's all-gather or reduce-scatter is in flight) and rejoin after it, as MindFormers' interleaved decoder layer; needs use_seq_parallel true, not with micro_batch_interleave_num > 1, pipeline_stage or context_parallel > 1"},
     {"model.model_config.pp_interleave_num", LLAMA__T_INT, LLAMA__AT(pp_interleave_num), 0, 1, LLAMA__DEG, 0, NULL, "1",
      NULL,
-     "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule, or pipeline_scheduler looped_bfs, zb1p); > 1 needs parallel.pipeline_config.pipeline_interleave true and, but for looped_bfs, micro_batch_num splitting into micro_batch_num / pipeline_stage rounds of equal size (any count when it is below 2 pipeline_stage)"},
+     "model chunks per pipeline rank (Megatron's virtual stages: rank r holds chunks r, r + pipeline_stage, ...; the interleaved 1F1B schedule, or pipeline_scheduler looped_bfs, zb1p; exactly 2 on a V for zbv, dualpipev); > 1 needs parallel.pipeline_config.pipeline_interleave true and, but for looped_bfs, zbv and dualpipev, micro_batch_num splitting into micro_batch_num / pipeline_stage rounds of equal size (any count when it is below 2 pipeline_stage)"},
     {"model.model_config.offset", LLAMA__T_INT, LLAMA__AT(offset), 0, -4096, 4096, 0, NULL, "0", NULL,
      "layers moved from the first pipeline stage (virtual stage) to the last: num_layers / (pipeline_stage x pp_interleave_num) per stage, the first offset fewer, the last offset more (negative: the other way); every stage keeps at least one layer (MindFormers also takes a per-stage list: not here)"},
 
@@ -518,7 +520,7 @@ static const llama__key llama__keys[] = {
      "interleaved pipeline schedule (Megatron's interleaved 1F1B over model_config.pp_interleave_num chunks per rank); true needs pp_interleave_num > 1 and the reverse"},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__T_CHOICE, LLAMA__AT(pipeline_scheduler),
      sizeof(((llama_config *)0)->pipeline_scheduler), 0, 0, 0, llama__pp_schedulers, "1f1b", NULL,
-     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave (over model chunks) 1f1b is the interleaved 1F1B, looped_bfs (also loopedbfs, bfs) every forward chunk by chunk then the backwards, as PyTorch's ScheduleLoopedBFS, and zb1p (also interleaved_zb, interleaved_zero_bubble) the interleaved zero bubble of PyTorch's ScheduleInterleavedZeroBubble, in the interleaved schedule's rounds; no effect while pipeline_stage is 1"},
+     "pipeline schedule: 1f1b (warm-up forwards, one forward one backward, cool-down), gpipe (all forwards, then all backwards) or zb-h1 (zero bubble: backward split into input and weight gradients, the weight ones deferred into 1F1B's bubbles; also zbh1, zero_bubble); with pipeline_interleave (over model chunks) 1f1b is the interleaved 1F1B, looped_bfs (also loopedbfs, bfs) every forward chunk by chunk then the backwards, as PyTorch's ScheduleLoopedBFS, and zb1p (also interleaved_zb, interleaved_zero_bubble) the interleaved zero bubble of PyTorch's ScheduleInterleavedZeroBubble, in the interleaved schedule's rounds; with pipeline_interleave and pp_interleave_num 2 also zbv (zero bubble on a V: rank 0 holds the first and the last virtual stage; also zero_bubble_v, MindFormers' name) or dualpipev (DeepSeek's DualPipe on the same V, micro_batch_num >= 2 x pipeline_stage); no effect while pipeline_stage is 1"},
     {"parallel.search_mode", LLAMA__T_CHOICE, LLAMA__AT(search_mode), sizeof(((llama_config *)0)->search_mode), 0, 0,
      0, llama__search_modes, "recursive_programming", NULL,
      "auto_parallel's search over the degrees (parallel.h par_auto_search): dynamic_programming visits every dp x tp x cp x pp, sharding_propagation keeps the parallel_config degrees set above 1 and searches the rest, recursive_programming moves data-parallel factors to tp, cp or pp while the predicted step time falls"},
@@ -1448,16 +1450,26 @@ static int llama__when_interleave_off(const llama__vctx *v) {
     return !v->c->pipeline_interleave && v->c->pp_interleave_num > 1;
 }
 /* The schedules that run over model chunks: interleaved 1F1B ("1f1b" with
-   chunks), looped BFS and ZB1P; the others over one. */
+   chunks), looped BFS and ZB1P; the others over one (but the V kinds). */
 static int llama__over_chunks(const char *scheduler) {
     return !strcmp(scheduler, "1f1b") || !strcmp(scheduler, "looped_bfs") || !strcmp(scheduler, "zb1p");
 }
+static int llama__v_scheduler(const llama_config *c) { /* >>pipeline's V kinds: 2 chunks per rank */
+    return !strcmp(c->pipeline_scheduler, "zbv") || !strcmp(c->pipeline_scheduler, "dualpipev");
+}
 static int llama__when_scheduler(const llama__vctx *v) {
-    return v->c->pp_interleave_num > 1 && !llama__over_chunks(v->c->pipeline_scheduler);
+    return v->c->pp_interleave_num > 1 && !llama__over_chunks(v->c->pipeline_scheduler) && !llama__v_scheduler(v->c);
 }
 static int llama__when_scheduler_chunks(const llama__vctx *v) {
     return v->c->pipeline_stage > 1 && v->c->pp_interleave_num == 1 && strcmp(v->c->pipeline_scheduler, "1f1b") &&
            llama__over_chunks(v->c->pipeline_scheduler);
+}
+static int llama__when_v_chunks(const llama__vctx *v) {
+    return v->c->pipeline_stage > 1 && llama__v_scheduler(v->c) && v->c->pp_interleave_num != 2;
+}
+static int llama__when_dualpipev_micro(const llama__vctx *v) {
+    return v->c->pipeline_stage > 1 && !strcmp(v->c->pipeline_scheduler, "dualpipev") &&
+           v->c->pp_interleave_num == 2 && v->c->micro_batch_num < 2 * v->c->pipeline_stage;
 }
 static int llama__when_chunks_no_pp(const llama__vctx *v) {
     return v->c->pipeline_stage == 1 && v->c->pp_interleave_num > 1;
@@ -1468,7 +1480,8 @@ static int llama__when_layers_by_stages(const llama__vctx *v) { return v->c->num
 static int llama__when_empty_stage(const llama__vctx *v) { return v->n[LLAMA__N_FIRST] < 1 || v->n[LLAMA__N_LAST] < 1; }
 static int llama__when_micro_by_pp(const llama__vctx *v) { /* >>pipeline's interleaved rounds */
     const int m = v->c->micro_batch_num, rounds = m / v->c->pipeline_stage > 1 ? m / v->c->pipeline_stage : 1;
-    return v->c->pp_interleave_num > 1 && strcmp(v->c->pipeline_scheduler, "looped_bfs") && m % rounds != 0;
+    return v->c->pp_interleave_num > 1 && strcmp(v->c->pipeline_scheduler, "looped_bfs") &&
+           !llama__v_scheduler(v->c) && m % rounds != 0;
 }
 
 static int llama__when_two_clips(const llama__vctx *v) {
@@ -1565,8 +1578,8 @@ static void llama__say_batch_split(const llama__vctx *v, llama__report *r) {
 static void llama__say_scheduler(const llama__vctx *v, llama__report *r) {
     llama__rule(r,
                 "parallel.pipeline_config.pipeline_interleave = true with parallel.pipeline_config.pipeline_scheduler = "
-                "%s: over model chunks the schedule is 1f1b (interleaved 1F1B), looped_bfs or zb1p; use one of them, "
-                "or no interleave", v->c->pipeline_scheduler);
+                "%s: over model chunks the schedule is 1f1b (interleaved 1F1B), looped_bfs or zb1p (or zbv, dualpipev "
+                "with 2 chunks); use one of them, or no interleave", v->c->pipeline_scheduler);
 }
 
 static void llama__say_scheduler_chunks(const llama__vctx *v, llama__report *r) {
@@ -1574,6 +1587,20 @@ static void llama__say_scheduler_chunks(const llama__vctx *v, llama__report *r) 
                 "parallel.pipeline_config.pipeline_scheduler = %s runs over model chunks: it needs "
                 "parallel.pipeline_config.pipeline_interleave = true and model.model_config.pp_interleave_num > 1",
                 v->c->pipeline_scheduler);
+}
+
+static void llama__say_v_chunks(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                "parallel.pipeline_config.pipeline_scheduler = %s with " LLAMA__K("pp_interleave_num") " = %d: the "
+                "schedule runs on a V of exactly 2 model chunks per rank (pipeline_interleave = true and "
+                "pp_interleave_num = 2)", v->c->pipeline_scheduler, v->c->pp_interleave_num);
+}
+
+static void llama__say_dualpipev_micro(const llama__vctx *v, llama__report *r) {
+    llama__rule(r,
+                LLAMA__P("micro_batch_num") " = %d with pipeline_scheduler dualpipev: it needs at least as many "
+                "micro-batches as virtual stages, 2 x " LLAMA__P("pipeline_stage") " = %d (PyTorch's rule)",
+                v->c->micro_batch_num, 2 * v->c->pipeline_stage);
 }
 
 static void llama__say_two_clips(const llama__vctx *v, llama__report *r) {
@@ -1750,6 +1777,10 @@ static const llama__vrule llama__rules[] = {
      llama__say_scheduler},
     {"parallel.pipeline_config.pipeline_scheduler", LLAMA__G_PP, 1, llama__when_scheduler_chunks, NULL, {0},
      llama__say_scheduler_chunks},
+    {"parallel.pipeline_config.pipeline_scheduler", LLAMA__G_PP, 1, llama__when_v_chunks, NULL, {0},
+     llama__say_v_chunks},
+    {LLAMA__P("micro_batch_num"), LLAMA__G_PP, 1, llama__when_dualpipev_micro, NULL, {0},
+     llama__say_dualpipev_micro},
     {LLAMA__K("pp_interleave_num"), LLAMA__G_PP, 1, llama__when_chunks_no_pp,
      LLAMA__K("pp_interleave_num") " = %lld needs " LLAMA__P("pipeline_stage") " > 1", {LLAMA__N_CHUNKS}, NULL},
     {LLAMA__K("offset"), LLAMA__G_PP, 1, llama__when_offset_no_pp,

@@ -600,8 +600,9 @@ static par_status load_schedule(const char *path, int P, int V, int m, par_pp_sc
 }
 
 
-/* Layers of virtual stage vs (chunk vs / P of stage vs % P): an equal share,
-   offset moving layers from the first to the last. */
+/* Layers of virtual stage vs (in model order; which rank and chunk hold it
+   is the schedule's placement): an equal share, offset moving layers from
+   the first to the last. */
 static int stage_layers(const llama_config *c, int vs) {
     const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, per = c->num_layers / (P * V);
     return per - (vs == 0 && P * V > 1 ? c->offset : 0) + (vs == P * V - 1 && P * V > 1 ? c->offset : 0);
@@ -646,10 +647,11 @@ static par_status recompute_modes(const llama_config *c, par_recompute_mode *mod
 
 /* The pipeline's shape on this rank (identity maps with one stage): the
    model's layers split into pipeline_stage x pp_interleave_num virtual
-   stages (offset moves layers from the first to the last), this rank's
-   chunks (virtual stages stage, stage + P, ...), which tensors live here
-   (the embedding with virtual stage 0, the norm and head with the last),
-   the schedule and how many micro-batches it keeps in flight here. */
+   stages (offset moves layers from the first to the last), the schedule,
+   this rank's chunks (the virtual stages its placement puts here: stage,
+   stage + P, ... on loop; stage and 2P-1-stage on a V), which tensors live
+   here (the embedding with virtual stage 0, the norm and head with the last,
+   wherever they are) and how many micro-batches it keeps in flight here. */
 static par_status pipeline_setup(trainer *t) {
     const llama_config *c = t->cfg;
     const int P = c->pipeline_stage, V = P > 1 ? c->pp_interleave_num : 1, L = c->num_layers;
@@ -672,35 +674,50 @@ static par_status pipeline_setup(trainer *t) {
         LLAMA_CHECK(par_mesh_coords(mesh, t->rank, coords));
         t->pp_dims = 1u << dim, t->stage = coords[mesh->ndim - 1 - dim];
     }
+    t->nslots = 1;
+    if (P > 1) { /* the schedule first: its placement says where the layers go */
+        par_pp_schedule_desc sd;
+        par_status st;
+        memset(&sd, 0, sizeof sd);
+        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches;
+        st = par_pp_kind_parse(c->pipeline_scheduler, &sd.kind);
+        if (V > 1 && sd.kind == PAR_PP_1F1B) sd.kind = PAR_PP_INTERLEAVED; /* pipeline_interleave's 1F1B */
+        if (st == PAR_OK)
+            st = t->opt->pp_schedule_path /* the user's own */
+                     ? load_schedule(t->opt->pp_schedule_path, P, V, t->micro_batches, &t->sched)
+                     : par_pp_schedule_make(&sd, &t->sched);
+        if (st != PAR_OK) return free(owned), free(modes), st;
+    }
+    /* virtual stage vs holds layers [start, start + size) and lives where the
+       schedule's placement says (a rank's chunks are its stages in model order) */
     for (ch = 0; ch < V; ch++) t->chunk_first[ch] = -1;
-    for (vs = 0; vs < P * V; vs++) { /* virtual stage vs holds layers [start, start + size) */
+    for (vs = 0; vs < P * V; vs++) {
         const int size = stage_layers(c, vs);
-        if (vs % P == t->stage) {
-            t->chunk_first[vs / P] = j;
+        int rank = 0, chunk = vs;
+        if (t->sched) (void)par_pp_schedule_stage_rank(t->sched, vs, &rank, &chunk); /* vs is in range */
+        if (rank == t->stage) {
+            t->chunk_first[chunk] = j;
             for (i = start; i < start + size; i++) t->recompute[j] = modes[i], t->layer_of[j++] = i, owned[i] = 1;
         }
         start += size;
     }
     free(modes);
     t->chunk_first[V] = j;
-    for (i = 0, k = 0; i < t->ntensors; i++) {
-        const int layer = i >= 1 && i < t->ntensors - 2 ? (i - 1) / per_block(&dims) : -1;
-        const int here = i == 0 ? t->stage == 0 : layer >= 0 ? owned[layer] : t->stage == P - 1;
-        t->pidx[i] = here ? k++ : -1;
+    { /* the embedding with the first virtual stage, the final norm and head with the last (with a V both on rank 0) */
+        int first = 0, last = 0;
+        if (t->sched) {
+            (void)par_pp_schedule_stage_rank(t->sched, 0, &first, NULL);
+            (void)par_pp_schedule_stage_rank(t->sched, P * V - 1, &last, NULL);
+        }
+        for (i = 0, k = 0; i < t->ntensors; i++) {
+            const int layer = i >= 1 && i < t->ntensors - 2 ? (i - 1) / per_block(&dims) : -1;
+            const int here = i == 0 ? t->stage == first : layer >= 0 ? owned[layer] : t->stage == last;
+            t->pidx[i] = here ? k++ : -1;
+        }
     }
     free(owned);
-    t->nslots = 1;
     if (P > 1) {
-        par_pp_schedule_desc sd;
         int peak;
-        memset(&sd, 0, sizeof sd);
-        sd.stages = P, sd.chunks = V, sd.micro_batches = t->micro_batches;
-        LLAMA_CHECK(par_pp_kind_parse(c->pipeline_scheduler, &sd.kind));
-        if (V > 1 && sd.kind == PAR_PP_1F1B) sd.kind = PAR_PP_INTERLEAVED; /* 1F1B over chunks */
-        if (t->opt->pp_schedule_path) /* the user's own */
-            LLAMA_CHECK(load_schedule(t->opt->pp_schedule_path, P, V, t->micro_batches, &t->sched));
-        else
-            LLAMA_CHECK(par_pp_schedule_make(&sd, &t->sched));
         /* a micro-batch holds a slot from its first forward here to its last backward */
         LLAMA_CHECK(par_pp_schedule_slots(t->sched, t->stage, &peak));
         t->nslots = peak > 0 ? peak : 1;
@@ -1396,7 +1413,7 @@ static par_status pp_slot(trainer *t, int mb, llama_acts **a) {
 static par_status pp_forward(void *u, int mb, int c) {
     trainer *t = (trainer *)u;
     const llama_model *m = &t->model;
-    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = par_pp_schedule_stage(t->sched, t->stage, c);
     const int last = vs == t->pp * t->chunks - 1;
     const double t0 = trace_now(t);
     llama_acts *a;
@@ -1427,7 +1444,7 @@ static par_status pp_forward(void *u, int mb, int c) {
    embedding's and the norms' gradients were done by I). */
 static par_status pp_backward_weight(trainer *t, int mb, int c, llama_acts *a) {
     const llama_model *m = &t->model;
-    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = par_pp_schedule_stage(t->sched, t->stage, c);
     const int final = ++t->bwd_done[t->chunks + c] == t->micro_batches;
     int j;
     (void)mb; /* every micro-batch's I came before its W: the norms' gradients are complete too */
@@ -1453,7 +1470,8 @@ static par_status pp_backward_weight(trainer *t, int mb, int c, llama_acts *a) {
 static par_status pp_backward(void *u, int mb, int c, par_pp_op op) {
     trainer *t = (trainer *)u;
     const llama_model *m = &t->model;
-    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], vs = c * t->pp + t->stage, defer = op == PAR_PP_I;
+    const int j0 = t->chunk_first[c], j1 = t->chunk_first[c + 1], defer = op == PAR_PP_I;
+    const int vs = par_pp_schedule_stage(t->sched, t->stage, c);
     const int last = vs == t->pp * t->chunks - 1;
     const float scale = loss_grad_scale(t, t->sz.n * t->micro_batches);
     const double t0 = trace_now(t);

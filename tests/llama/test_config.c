@@ -1075,6 +1075,25 @@ static void test_cross_rules(void) {
                           "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
                           "parallel_config.micro_batch_num=6", "parallel.pipeline_config.pipeline_scheduler=interleaved_zb"};
     CHECK_MSG(load_text(NULL, ppz6, 6, &c) == 0 && !strcmp(c.pipeline_scheduler, "zb1p"), "zb1p m 6: %s", err_);
+    /* the V schedules: 2 chunks per rank (pp_interleave_num 4 or 1 refused), dualpipev m >= 2 x pipeline_stage;
+       m = 5 with 2 stages is fine for zbv (the interleaved rounds rule is 1F1B's) */
+    const char *ppv4[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=8",
+                          "model.model_config.pp_interleave_num=4", "parallel.pipeline_config.pipeline_interleave=true",
+                          "parallel_config.micro_batch_num=4", "parallel.pipeline_config.pipeline_scheduler=zero_bubble_v"};
+    expect_rule(ppv4, 6, "parallel.pipeline_config.pipeline_scheduler = zbv with model.model_config.pp_interleave_num "
+                "= 4: the schedule runs on a V of exactly 2 model chunks per rank", NULL);
+    const char *ppv1[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "parallel_config.micro_batch_num=4", "parallel.pipeline_config.pipeline_scheduler=dualpipev"};
+    expect_rule(ppv1, 4, "pipeline_scheduler = dualpipev with model.model_config.pp_interleave_num = 1", NULL);
+    const char *ppdm[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                          "parallel_config.micro_batch_num=3", "parallel.pipeline_config.pipeline_scheduler=dualpipev"};
+    expect_rule(ppdm, 6, "parallel_config.micro_batch_num = 3 with pipeline_scheduler dualpipev: it needs at least as "
+                "many micro-batches as virtual stages, 2 x parallel_config.pipeline_stage = 4", NULL);
+    const char *ppv5[] = {"parallel_config.pipeline_stage=2", "model.model_config.num_layers=4",
+                          "model.model_config.pp_interleave_num=2", "parallel.pipeline_config.pipeline_interleave=true",
+                          "parallel_config.micro_batch_num=5", "parallel.pipeline_config.pipeline_scheduler=zbv"};
+    CHECK_MSG(load_text(NULL, ppv5, 6, &c) == 0 && !strcmp(c.pipeline_scheduler, "zbv"), "%s", err_);
     /* the largest degrees: 2^32 virtual stages counted as such (as an int
        product they were 0, and the layer split divided by it) */
     const char *ppbig[] = {"parallel_config.pipeline_stage=65536", "model.model_config.pp_interleave_num=65536",

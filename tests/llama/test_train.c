@@ -907,6 +907,8 @@ static void test_pipeline(void) {
         static const char deadlock[] = "pipeline stages=2 chunks=1 micro_batches=1\n"
                                        "rank 0: F 0 0, RG 0 0, SA 0 0, B 0 0\n"
                                        "rank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
+        static const char vodd[] = "pipeline stages=2 chunks=1 micro_batches=1\nplacement v\n"
+                                   "rank 0: F 0 0, SA 0 0, RG 0 0, B 0 0\nrank 1: RA 0 0, F 0 0, B 0 0, SG 0 0\n";
         static char sets[600];
         struct {
             const char *name, *file, *extra, *needle;
@@ -917,11 +919,14 @@ static void test_pipeline(void) {
              "stages=2 chunks=1 micro_batches=2, but the config has parallel_config.pipeline_stage 2"},
             {"schedule that does not parse", "junk.txt", "--set parallel_config.micro_batch_num=2", "--pp-schedule"},
             {"schedule without a pipeline", "own.txt", "--set parallel_config.pipeline_stage=1", "needs parallel_config.pipeline_stage > 1"},
+            {"schedule with a V over one chunk", "vodd.txt", "--set parallel_config.micro_batch_num=1",
+             "line 2: pipeline placement v: 1 chunks per rank, but the V goes down the ranks and back up"},
         };
         size_t b;
         test_write_file(test_path("own.txt"), own, sizeof own - 1);
         test_write_file(test_path("dead.txt"), deadlock, sizeof deadlock - 1);
         test_write_file(test_path("junk.txt"), "pipeline stages=2\nrank 0: X 0 0\n", 31);
+        test_write_file(test_path("vodd.txt"), vodd, sizeof vodd - 1);
         snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 --pp-schedule %s", test_path("own.txt"));
         pp_row("pp2 own schedule file", pp_base, 2, sets);
         test_write_file(test_path("posted.txt"), posted, sizeof posted - 1);
@@ -964,6 +969,63 @@ static void test_pipeline(void) {
                    "--set parallel_config.model_parallel=2 --set parallel_config.use_seq_parallel=true");
     }
     test_pipeline_chunked_kinds();
+}
+
+/* The V schedules (>>pipeline's v placement: rank 0 holds the first and the
+   last virtual stage, so the embedding and the head; the V's turn on the
+   last rank is a local copy): zbv and dualpipev, 2 chunks per rank, against
+   one device with the same micro-batches: m = p, 2p and odd where the kind
+   allows (dualpipev needs m >= 2p; 24 samples split into 3, a batch of 20
+   into 5), with dp and with tp, and one mpirun row per kind. */
+#define PP_V(k) "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true " \
+                "--set parallel.pipeline_config.pipeline_scheduler=" k
+static void test_pipeline_v(void) {
+    static char base8[1024], base20[1024];
+    snprintf(base8, sizeof base8, "%s --set model.model_config.num_layers=8", pp_base);
+    snprintf(base20, sizeof base20, "%s --set runner_config.global_batch_size=20", pp_base);
+    pp_row("pp2 zbv mb2", pp_base, 2, "--set parallel_config.pipeline_stage=2 " PP_V("zbv"));
+    pp_row("pp2 zbv mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 " PP_V("zbv"));
+    pp_row("pp2 zbv mb3", pp_base, 3, "--set parallel_config.pipeline_stage=2 " PP_V("zero_bubble_v"));
+    pp_row("pp4 zbv mb4", base8, 4, "--set parallel_config.pipeline_stage=4 " PP_V("zbv"));
+    pp_row("pp4 zbv mb8", base8, 8, "--set parallel_config.pipeline_stage=4 " PP_V("zbv"));
+    pp_row("pp4 zbv mb3 (< stages)", base8, 3, "--set parallel_config.pipeline_stage=4 " PP_V("zbv"));
+    pp_row("pp2 dualpipev mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 " PP_V("dualpipev"));
+    pp_row("pp2 dualpipev mb5", base20, 5, "--set parallel_config.pipeline_stage=2 " PP_V("dualpipev"));
+    pp_row("pp4 dualpipev mb8", base8, 8, "--set parallel_config.pipeline_stage=4 " PP_V("dualpipev"));
+    pp_row("pp4 dualpipev mb12", base8, 12, "--set parallel_config.pipeline_stage=4 " PP_V("dualpipev"));
+    pp_row("dp2 x pp2 zbv mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 --set parallel_config.data_parallel=2 "
+                                            PP_V("zbv"));
+    pp_row("tp2 x pp2 sp dualpipev mb4", pp_base, 4, "--set parallel_config.pipeline_stage=2 "
+                                                     "--set parallel_config.model_parallel=2 "
+                                                     "--set parallel_config.use_seq_parallel=true " PP_V("dualpipev"));
+    { /* a placement of one's own (--pp-schedule): ZBV's p 2 m 2 order with the ranks swapped, placement
+         1,0,0,1, so rank 1 holds the embedding, the first and the last stage and the head */
+        par_pp_schedule_desc sd;
+        par_pp_schedule *zs = NULL;
+        static char text[8192], swapped[8192], sets[700];
+        char *r0, *r1;
+        memset(&sd, 0, sizeof sd);
+        sd.stages = 2, sd.micro_batches = 2, sd.kind = PAR_PP_ZBV;
+        CHECK_OK(par_pp_schedule_make(&sd, &zs));
+        if (zs) par_pp_schedule_format(zs, text, sizeof text);
+        par_pp_schedule_destroy(zs);
+        r0 = strstr(text, "rank 0:"), r1 = strstr(text, "rank 1:");
+        CHECK(r0 && r1 && strstr(text, "placement v\n") && r1 > r0);
+        if (r0 && r1 && r1 > r0) {
+            snprintf(swapped, sizeof swapped, "pipeline stages=2 chunks=2 micro_batches=2\nplacement 1,0,0,1\n"
+                     "rank 1:%.*srank 0:%s", (int)(r1 - r0 - 7), r0 + 7, r1 + 7);
+            test_write_file(test_path("swapped.txt"), swapped, strlen(swapped));
+            snprintf(sets, sizeof sets, "--set parallel_config.pipeline_stage=2 "
+                     "--set model.model_config.pp_interleave_num=2 --set parallel.pipeline_config.pipeline_interleave=true "
+                     "--pp-schedule %s", test_path("swapped.txt"));
+            pp_row("pp2 own schedule, placement 1,0,0,1", pp_base, 2, sets);
+        }
+    }
+    if (mpi_run("V schedules mpirun -np 4")) {
+        pp_mpi_row("dp2 x pp2 zbv mpirun -np 4", 3, "--set parallel_config.pipeline_stage=2 "
+                   "--set parallel_config.data_parallel=2 " PP_V("zbv"));
+        pp_mpi_row_on("pp4 dualpipev mpirun -np 4", base8, 4, 8, "--set parallel_config.pipeline_stage=4 " PP_V("dualpipev"));
+    }
 }
 
 /* ---- recomputation ------------------------------------------------------------- */
@@ -2442,13 +2504,14 @@ int main(void) {
     { /* developers' shortcuts: LLAMA_TEST_ONLY=NAME runs one group of tests */
         static const struct {
             const char *name;
-            void (*run[2])(void);
+            void (*run[3])(void);
         } groups[] = {{"wide-tp", {test_pipeline_wide_tp, NULL}},
                       {"mindformers", {test_config_semantics, test_mindformers_llama2_7b}},
                       {"divergence", {test_divergence, test_one_run_per_dir}},
                       {"qkv_bias", {test_reference_bias, test_qkv_bias}},
-                      {"pipeline", {test_pipeline, test_pipeline_wide_tp}},
+                      {"pipeline", {test_pipeline, test_pipeline_wide_tp, test_pipeline_v}},
                       {"pipeline-kinds", {test_pipeline_chunked_kinds, NULL}},
+                      {"pipeline_v", {test_pipeline_v, NULL}},
                       {"recompute", {test_recompute, test_save_dtype}},
                       {"mixed", {test_mixed, NULL}},
                       {"gpu-table", {test_gpu_table, NULL}},
@@ -2456,7 +2519,7 @@ int main(void) {
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
             if (strcmp(only, groups[g].name) != 0) continue;
-            for (int k = 0; k < 2 && groups[g].run[k]; k++) groups[g].run[k]();
+            for (int k = 0; k < 3 && groups[g].run[k]; k++) groups[g].run[k]();
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_dir);
             if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", test_dir);
             return TEST_END("llama_train");
@@ -2483,6 +2546,7 @@ int main(void) {
         test_context_parallel();
         test_pipeline();
         test_pipeline_wide_tp();
+        test_pipeline_v();
         test_sharded_matrix();
         test_sharded_pipeline();
         test_sharded_resume();

@@ -1,7 +1,9 @@
 /* tests/mpi/test_pipeline_mpi.c - >>pipeline's executor over the MPI backend,
    under mpirun -np 4: the toy chain of tests/pp_toy.h on "pp=4" with every
-   schedule kind (interleaved, looped_bfs and zb1p with 2 chunks), and ZB1P
-   with every receive posted ahead (PA / PG: the MPI backend's async
+   schedule kind (interleaved, looped_bfs, zb1p, zbv and dualpipev with 2
+   chunks; zbv and dualpipev on the V placement, so rank 0 sends activations
+   both ways and rank 3 hands chunk 0's output to its chunk 1 locally), ZB1P
+   and ZBV with every receive posted ahead (PA / PG: the MPI backend's async
    receives, matched in posting order). Rank 0 prints
    "pipeline_mpi: N passed, N failed" (the checks of all ranks added up). */
 #include <mpi.h>
@@ -10,15 +12,15 @@
 #include "../pp_toy.h"
 
 /* The chunks (1, else 2) and micro-batches (m, else 4 (j + 1): the
-   interleaved rounds) kind takes on p stages: every kind in par_pp_kind runs
-   without a list here. */
+   interleaved rounds, else 2p + j: dualpipev's m >= 2p) kind takes on p
+   stages: every kind in par_pp_kind runs without a list here. */
 static void pick(par_pp_kind kind, int p, int m, int j, int *v, int *mb) {
     int tries;
-    for (tries = 0; tries < 4; tries++) {
+    for (tries = 0; tries < 6; tries++) {
         par_pp_schedule_desc sd;
         par_pp_schedule *s = NULL;
         memset(&sd, 0, sizeof sd);
-        *v = 1 + tries % 2, *mb = tries < 2 ? m : 4 * (j + 1);
+        *v = 1 + tries % 2, *mb = tries < 2 ? m : tries < 4 ? 4 * (j + 1) : 2 * p + j;
         sd.stages = p, sd.chunks = *v, sd.micro_batches = *mb, sd.kind = kind;
         if (par_pp_schedule_make(&sd, &s) == PAR_OK) {
             par_pp_schedule_destroy(s);
@@ -34,9 +36,11 @@ int main(void) {
     MPI_Init(NULL, NULL);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    for (k = 0; k <= (int)PAR_PP_KIND_COUNT; k++) /* PAR_PP_KIND_COUNT: zb1p with its receives posted ahead */
+    for (k = 0; k <= (int)PAR_PP_KIND_COUNT + 1; k++) /* past the kinds: zb1p, zbv with receives posted ahead */
         for (j = 0; j < 2; j++) {
-            const par_pp_kind kind = k == PAR_PP_KIND_COUNT ? PAR_PP_ZB1P : (par_pp_kind)k;
+            const par_pp_kind kind = k == PAR_PP_KIND_COUNT       ? PAR_PP_ZB1P
+                                     : k == PAR_PP_KIND_COUNT + 1 ? PAR_PP_ZBV
+                                                                  : (par_pp_kind)k;
             int v = 1, m = ms[j];
             par_pp_schedule *posted = NULL;
             char mesh[32];
@@ -49,7 +53,7 @@ int main(void) {
             desc.mesh = mesh, desc.timeout_ms = 60000, desc.kernel_threads = 1;
             pick(kind, size, ms[j], j, &v, &m);
             toy_init(&t, size, v, m, kind);
-            if (k == PAR_PP_KIND_COUNT) {
+            if (k >= PAR_PP_KIND_COUNT) {
                 par_pp_schedule_desc sd;
                 par_pp_schedule *s = NULL;
                 memset(&sd, 0, sizeof sd);
