@@ -205,17 +205,25 @@ enum { PAR_NCCL_GROUP_AUTO = 0, PAR_NCCL_GROUP_INIT = 1 };
      progress. A send to oneself must be async, with its matching recv from
      oneself in the same run (NCCL pairs them only within a group), else both
      fail with PAR_EINVAL at the launch; a blocking send or recv to oneself is
-     PAR_EINVAL. The run lives in the calling thread's NCCL group state: post
-     it and make the next call from that thread (a call from another thread is
-     PAR_EINVAL and changes nothing), and make no NCCL call of your own on that
-     thread in between (this file's other NCCL tables launch the run first).
-     If the launch fails, every request of the run reports PAR_ECOMM and the
-     communicators involved are aborted. NCCL runs a communicator's ops in
-     order, so a receive launched before one of this rank's later ops on the
-     same group holds that op back until its message came: if the message
-     needs that op (a pipeline receive posted ahead of this rank's own send
-     that the peer's message depends on), the wait times out, and its error
-     says so when an async receive of the group was still pending;
+     PAR_EINVAL. Make the table's calls from the thread that posted the run (a
+     call from another thread while it is queued is PAR_EINVAL and changes
+     nothing). If the launch fails, every request of the run reports PAR_ECOMM
+     and the communicators involved are aborted;
+   - receives posted ahead: NCCL runs a communicator's ops in order and
+     completes a fused group as a whole, so a receive launched before this
+     rank's later sends on its group holds them back (and the wait of every op
+     fused with it) until its message came, which never happens if the
+     message needs one of them (a pipeline's PA / PG). With group_streams, a
+     receive posted in a run that has no send of its group therefore stays
+     queued until it is needed: its own wait or test, a later receive from the
+     same peer on the group being launched, a collective or barrier on its
+     group, or group_create, group_destroy, set_stream, destroy -- it runs
+     where the program waits for it, like a blocking receive, while the
+     peer's send to it holds only the peer's stream of that group. With one
+     stream every queued op is launched at the next call (any op on the one
+     stream would wait behind the peer's held send), so receives posted ahead
+     of this rank's own sends that their messages need time out there, and
+     the timeout's error says when an async receive of the group was pending;
    - wait bounds the op by the timeout: on expiry the group's communicator is
      aborted (later ops on the group fail with PAR_ECOMM, and so do its requests
      that complete afterwards, their results being undefined) and PAR_ETIMEOUT
@@ -2970,7 +2978,9 @@ struct par_request {
     int64_t count;
     size_t bytes;
     ncclDataType_t type;
-    int is_send, self;
+    int is_send, self, peer;
+    unsigned run; /* the table's run it was posted in */
+    int pick;     /* chosen by the launch under way */
     int pending; /* counted in group->pending_recvs */
     par_status status; /* not PAR_OK: the op failed before it ran; wait/test report error[] */
     char error[320];
@@ -2983,19 +2993,18 @@ typedef struct par_cuda__nccl {
     cudaStream_t own_stream;
     MPI_Comm mpi;            /* duplicate of the bootstrap communicator */
     par_comm_group *world;
-    /* Async send/recv queued in an open NCCL group (ncclGroupStart without its
-       ncclGroupEnd yet), oldest first, and the thread whose NCCL group state holds
-       them (NCCL groups are per thread); NULL when none is open. */
+    /* Async send/recv queued, not yet given to NCCL (see par_cuda__nccl_pick),
+       oldest first, and the thread that posted them; NULL when none. */
     par_request *queue, *queue_tail;
     const void *group_thread;
+    unsigned run; /* counts launches: the posts since the last one are the current run */
 } par_cuda__nccl;
+
+/* par_cuda__nccl_launch's all_of for "every queued op". */
+#define PAR_CUDA__NCCL_ALL ((const par_comm_group *)-1)
 
 static const char *par_cuda__nccl_magic = "nccl";
 
-/* The table whose async send/recv sit in this thread's open NCCL group, if any.
-   Every other NCCL call made on this thread, by any table, launches that group
-   first: inside it, the call would only be queued, not enqueued on its stream. */
-static thread_local par_cuda__nccl *par_cuda__open_group;
 static thread_local char par_cuda__thread_mark; /* its address identifies the calling thread */
 
 static const void *par_cuda__this_thread(void) { return &par_cuda__thread_mark; }
@@ -3069,7 +3078,55 @@ static PAR__PRINTF(3, 4) void par_cuda__req_fail(par_request *q, par_status stat
     va_end(ap);
 }
 
-/* Launch the async send/recv `nc` queued in this thread's open NCCL group.
+/* Which queued async send/recv a launch starts (q->pick).
+
+   One stream (the default): all of them, as soon as the table's next call
+   other than an async send/recv comes: every op on the stream then runs in the
+   order the program asked for it.
+
+   A stream per group: every send, every send/recv to oneself, and the receives
+   posted in the same run as a send of their group (a run: the posts since the
+   table's last other call; recv(prev) + send(next) of a ring step must progress
+   together). A receive posted in a run without such a send waits in the queue
+   until it is needed: its own wait or test, a later receive from the same peer
+   on the same group being launched (NCCL matches a peer's messages in order),
+   a collective or barrier on its group, or any other call (group_create,
+   group_destroy, set_stream, destroy: all_of == everything). Why: NCCL runs a
+   communicator's ops in order and completes a fused group as a whole, so a
+   receive posted ahead (a pipeline's PA / PG) that were launched at once would
+   hold back this rank's later sends on its group (one of which its message may
+   need) and the wait of every op fused with it, until the timeout. Waiting in
+   the queue it is issued where the program waits for it, which is what a
+   blocking receive does; the peer's send to it is held on the peer's stream of
+   that group meanwhile, not on its other groups'. all_of == (void *)-1: pick
+   everything. */
+static void par_cuda__nccl_pick(par_cuda__nccl *nc, const par_comm_group *all_of, const par_request *want) {
+    par_request *q, *p, **v;
+    int n = 0, i, j;
+    for (q = nc->queue; q; q = q->next) {
+        int tied = 0;
+        if (!q->is_send && !q->self && q->run == nc->run)
+            for (p = nc->queue; p && !tied; p = p->next) tied = p->is_send && p->run == nc->run && p->group == q->group;
+        q->pick = !nc->group_streams || all_of == PAR_CUDA__NCCL_ALL || q->is_send || q->self || tied ||
+                  q == want || q->group == all_of;
+        n++;
+    }
+    /* A picked receive takes the earlier ones from the same peer on its group. */
+    v = (par_request **)PAR_CUDA__MALLOC(sizeof *v * (size_t)n);
+    if (!v) { /* cannot keep the order cheaply: launch everything */
+        for (q = nc->queue; q; q = q->next) q->pick = 1;
+        return;
+    }
+    for (i = 0, q = nc->queue; q; q = q->next) v[i++] = q;
+    for (i = n - 1; i >= 0; i--)
+        if (v[i]->pick && !v[i]->is_send && !v[i]->self)
+            for (j = 0; j < i; j++)
+                if (!v[j]->is_send && !v[j]->self && v[j]->group == v[i]->group && v[j]->peer == v[i]->peer)
+                    v[j]->pick = 1;
+    PAR_CUDA__FREE(v);
+}
+
+/* Launch async send/recv queued on `nc` (see par_cuda__nccl_pick for which).
 
    Why a group: NCCL's send and recv each block on the GPU until the peer's
    matching call runs, and calls that must progress together have to be fused
@@ -3078,42 +3135,45 @@ static PAR__PRINTF(3, 4) void par_cuda__req_fail(par_request *q, par_status stat
    "Point-to-point communication". As separate launches on one stream, a
    recv(prev) posted before a send(next) would wait forever around a ring.
 
-   Sends to oneself are queued here, not in NCCL: NCCL pairs a send to oneself
-   with a recv from oneself only within one group, and an unmatched one makes
-   ncclGroupEnd fail the whole group ("Trying to send to self without a matching
-   recv", ncclInvalidUsage). So they are paired first, i-th send with i-th recv
-   of the same group in posting order, and only pairs of equal size reach NCCL;
-   the others fail alone (PAR_EINVAL).
+   Sends to oneself are paired here: NCCL pairs a send to oneself with a recv
+   from oneself only within one group, and an unmatched one makes ncclGroupEnd
+   fail the whole group ("Trying to send to self without a matching recv",
+   ncclInvalidUsage). So they are paired first, i-th send with i-th recv of the
+   same group in posting order, and only pairs of equal size reach NCCL; the
+   others fail alone (PAR_EINVAL).
 
-   ncclGroupEnd then enqueues every op on the table's stream, and each request's
+   ncclGroupEnd then enqueues the picked ops on their streams, and each one's
    event is recorded behind them; until then it was never recorded, and
    cudaEventQuery reads an unrecorded event as complete, which is why wait and
    test launch first. Failures are kept in the requests for wait/test. A failed
    ncclGroupEnd has cancelled the whole group, so all its requests fail and the
    communicators involved are aborted: their peers' matching ops cannot complete,
-   and later ops on them fail at once (PAR_ECOMM) instead of at the timeout. */
-static void par_cuda__nccl_launch(par_cuda__nccl *nc) {
-    par_request *q, *p;
-    ncclResult_t r = ncclSuccess, end;
-    int saved = -1;
-    if (!nc->group_thread) return;
+   and later ops on them fail at once (PAR_ECOMM) instead of at the timeout.
+   The picked requests leave the queue (they are the caller's, for wait/test);
+   the others stay for a later launch, and a new run begins. */
+static void par_cuda__nccl_launch(par_cuda__nccl *nc, const par_comm_group *all_of, const par_request *want) {
+    par_request *q, *p, **link;
+    ncclResult_t r = ncclSuccess, end = ncclSuccess;
+    int saved = -1, any = 0;
+    if (!nc->queue) return;
     if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
     (void)cudaSetDevice(nc->device);
+    par_cuda__nccl_pick(nc, all_of, want);
     for (q = nc->queue; q; q = q->next) {
-        if (!q->self || !q->is_send || q->partner) continue;
+        if (!q->pick || !q->self || !q->is_send || q->partner) continue;
         for (p = nc->queue; p; p = p->next)
-            if (p->self && !p->is_send && !p->partner && p->group == q->group) break;
+            if (p->pick && p->self && !p->is_send && !p->partner && p->group == q->group) break;
         if (p) q->partner = p, p->partner = q;
     }
     for (q = nc->queue; q; q = q->next) {
-        if (!q->self) continue;
-        if (!q->partner)
+        if (!q->pick) continue;
+        if (q->self && !q->partner)
             par_cuda__req_fail(q, PAR_EINVAL,
                                "nccl %s on %s (rank %d): a %s this rank itself needs its matching %s posted before "
                                "the table's next call (NCCL pairs them within one group)",
                                q->op, q->group->name, nc->rank, q->is_send ? "send to" : "recv from",
                                q->is_send ? "recv" : "send");
-        else if (q->bytes != q->partner->bytes)
+        else if (q->self && q->bytes != q->partner->bytes)
             par_cuda__req_fail(q, PAR_EINVAL,
                                "nccl %s on %s (rank %d): this %s of %zu bytes with itself meets a %s of %zu bytes "
                                "(the counts of a matching send and recv must agree)",
@@ -3121,17 +3181,19 @@ static void par_cuda__nccl_launch(par_cuda__nccl *nc) {
         else if (!q->group->comm)
             par_cuda__req_fail(q, PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted", q->op,
                                q->group->name, nc->rank);
-        else if (q->count > 0 && r == ncclSuccess)
-            r = q->is_send ? ncclSend(q->buf, (size_t)q->count, q->type, q->group->index, q->group->comm,
+        else if (q->count > 0 && r == ncclSuccess) {
+            if (!any && (r = ncclGroupStart()) != ncclSuccess) break;
+            any = 1;
+            r = q->is_send ? ncclSend(q->buf, (size_t)q->count, q->type, q->peer, q->group->comm,
                                       par_cuda__nccl_stream(nc, q->group))
-                           : ncclRecv(q->buf, (size_t)q->count, q->type, q->group->index, q->group->comm,
+                           : ncclRecv(q->buf, (size_t)q->count, q->type, q->peer, q->group->comm,
                                       par_cuda__nccl_stream(nc, q->group));
+        }
     }
-    end = ncclGroupEnd(); /* always: the group must be closed on this thread */
+    if (any) end = ncclGroupEnd(); /* always once opened: the group must be closed on this thread */
     if (r == ncclSuccess) r = end;
-    nc->group_thread = NULL;
-    if (par_cuda__open_group == nc) par_cuda__open_group = NULL;
     for (q = nc->queue; q; q = q->next) {
+        if (!q->pick) continue;
         if (r != ncclSuccess) {
             const char *detail = q->group->comm ? ncclGetLastError(q->group->comm) : "";
             par_cuda__req_fail(q, PAR_ECOMM,
@@ -3149,32 +3211,43 @@ static void par_cuda__nccl_launch(par_cuda__nccl *nc) {
         }
     }
     if (r != ncclSuccess)
-        for (q = nc->queue; q; q = q->next) par_cuda__nccl_abort(q->group);
-    for (q = nc->queue; q; q = p) { /* the requests are the caller's now, for wait/test */
-        p = q->next;
-        q->next = q->partner = NULL;
+        for (q = nc->queue; q; q = q->next)
+            if (q->pick) par_cuda__nccl_abort(q->group);
+    /* Unlink the picked ones (the caller's now, for wait/test); the rest stay, in order. */
+    nc->queue_tail = NULL;
+    for (link = &nc->queue; (q = *link) != NULL;) {
+        if (q->pick) {
+            *link = q->next;
+            q->next = q->partner = NULL;
+            q->pick = 0;
+        } else {
+            nc->queue_tail = q;
+            link = &q->next;
+        }
     }
-    nc->queue = nc->queue_tail = NULL;
+    nc->run++;
+    if (!nc->queue) nc->group_thread = NULL;
     if (saved >= 0) (void)cudaSetDevice(saved);
 }
 
-/* PAR_EINVAL when this table's async send/recv sit in another thread's open
-   NCCL group: only that thread can end it. */
+/* PAR_EINVAL when this table's queued async send/recv were posted on another
+   thread: make the table's calls from that thread. */
 static par_status par_cuda__nccl_same_thread(par_cuda__nccl *nc, const char *what) {
     if (nc->group_thread && nc->group_thread != par_cuda__this_thread())
         return par_cuda__fail(PAR_EINVAL, "nccl %s (rank %d): this table's async send/recv were posted on another "
-                                          "thread and are not launched yet (NCCL groups are per thread): make the "
-                                          "table's calls from that thread", what, nc->rank);
+                                          "thread and are not launched yet: make the table's calls from that thread",
+                              what, nc->rank);
     return PAR_OK;
 }
 
-/* First step of every call except a send/recv (which joins the group): launch
-   the open group of this thread, whichever table queued it. Nothing is done on
+/* First step of every call except a send/recv (which joins the queue): launch
+   what the call needs launched (see par_cuda__nccl_pick). Nothing is done on
    PAR_EINVAL. */
-static par_status par_cuda__nccl_flush(par_cuda__nccl *nc, const char *what) {
+static par_status par_cuda__nccl_flush(par_cuda__nccl *nc, const char *what, const par_comm_group *all_of,
+                                       const par_request *want) {
     par_status st = par_cuda__nccl_same_thread(nc, what);
     if (st != PAR_OK) return st;
-    if (par_cuda__open_group) par_cuda__nccl_launch(par_cuda__open_group);
+    par_cuda__nccl_launch(nc, all_of, want);
     return PAR_OK;
 }
 
@@ -3239,7 +3312,7 @@ static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int 
     *out = NULL;
     if ((st = par_comm_check_ranks("nccl", ranks, count, nc->size, nc->rank, &index)) != PAR_OK) return st;
     /* ncclCommInitRank cannot be part of a group with other calls. */
-    if ((st = par_cuda__nccl_flush(nc, "group_create")) != PAR_OK) return st;
+    if ((st = par_cuda__nccl_flush(nc, "group_create", PAR_CUDA__NCCL_ALL, NULL)) != PAR_OK) return st;
     g = (par_comm_group *)PAR_CUDA__MALLOC(sizeof *g);
     if (!g) return par_cuda__fail(PAR_ENOMEM, "nccl group_create: out of host memory");
     memset(g, 0, sizeof *g);
@@ -3307,7 +3380,7 @@ static void par_cuda__nccl_group_destroy(void *user, par_comm_group *g) {
     if (!g) return;
     /* Queued send/recv may use g: launch them first (finalize then waits for them).
        From a thread that cannot launch them, g is left alone (the error says why). */
-    if (par_cuda__nccl_flush(nc, "group_destroy") != PAR_OK) return;
+    if (par_cuda__nccl_flush(nc, "group_destroy", PAR_CUDA__NCCL_ALL, NULL) != PAR_OK) return;
     (void)cudaSetDevice(nc->device);
     if (g->comm) {
         /* Finalize flushes what is still queued; then destroy frees. */
@@ -3348,7 +3421,7 @@ static par_status par_cuda__nccl_begin(par_cuda__nccl *nc, par_comm_group *g, pa
     if (call == PAR_CALL_SEND || call == PAR_CALL_RECV)
         st = par_cuda__nccl_same_thread(nc, op);
     else
-        st = par_cuda__nccl_flush(nc, op); /* so that this op runs after them, and not inside their group */
+        st = par_cuda__nccl_flush(nc, op, g, NULL); /* so that this op runs after them, in order */
     if (st != PAR_OK) return st;
     if (!g->comm)
         return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted after an earlier "
@@ -3566,17 +3639,14 @@ static par_status par_cuda__nccl_broadcast(void *user, par_comm_group *g, void *
     return par_cuda__nccl_finish(nc, g, "broadcast", req);
 }
 
-/* A send/recv joins this thread's open NCCL group (opening it if needed);
-   par_cuda__nccl_launch starts the group at once for a blocking one, else at the
-   table's next call other than an async send/recv. The request's event is
-   created now and recorded then. */
+/* A send/recv joins the table's queue; par_cuda__nccl_launch gives it to NCCL
+   at once for a blocking one, else at a later call (see par_cuda__nccl_pick).
+   The request's event is created now and recorded then. */
 static par_status par_cuda__nccl_post(par_cuda__nccl *nc, par_comm_group *g, void *buf, int64_t count,
                                       par_dtype dtype, ncclDataType_t t, int peer, int is_send, const char *op,
                                       par_request **req) {
     par_request *q;
-    ncclResult_t r;
     cudaError_t e;
-    if (par_cuda__open_group && par_cuda__open_group != nc) par_cuda__nccl_launch(par_cuda__open_group);
     q = (par_request *)PAR_CUDA__MALLOC(sizeof *q);
     if (!q) return par_cuda__fail(PAR_ENOMEM, "nccl %s: out of host memory for a request", op);
     memset(q, 0, sizeof *q);
@@ -3592,29 +3662,11 @@ static par_status par_cuda__nccl_post(par_cuda__nccl *nc, par_comm_group *g, voi
     q->bytes = (size_t)count * par_dtype_size(dtype);
     q->type = t;
     q->is_send = is_send;
+    q->peer = peer;
     q->self = peer == g->index;
+    q->run = nc->run;
     q->status = PAR_OK;
-    if (!nc->group_thread) {
-        r = ncclGroupStart();
-        if (r != ncclSuccess) {
-            par_cuda__req_free(q);
-            return par_cuda__nccl_err(nc, g, "ncclGroupStart", r);
-        }
-        nc->group_thread = par_cuda__this_thread();
-        par_cuda__open_group = nc;
-    }
-    if (!q->self && count > 0) { /* to oneself: paired at the launch */
-        r = is_send ? ncclSend(buf, (size_t)count, t, peer, g->comm, par_cuda__nccl_stream(nc, g))
-                    : ncclRecv(buf, (size_t)count, t, peer, g->comm, par_cuda__nccl_stream(nc, g));
-        if (r != ncclSuccess) {
-            /* NCCL cancels the whole group at its end after a failed call in it:
-               end it now, so that the requests queued before report it too. */
-            par_status st = par_cuda__nccl_err(nc, g, op, r);
-            par_cuda__req_free(q);
-            par_cuda__nccl_launch(nc);
-            return st;
-        }
-    }
+    nc->group_thread = par_cuda__this_thread();
     if (nc->queue_tail)
         nc->queue_tail->next = q;
     else
@@ -3641,7 +3693,7 @@ static par_status par_cuda__nccl_p2p(void *user, par_comm_group *g, void *buf, i
     {
         par_request *q = NULL;
         if ((st = par_cuda__nccl_post(nc, g, buf, count, dtype, t, peer, is_send, op, &q)) != PAR_OK) return st;
-        par_cuda__nccl_launch(nc);
+        par_cuda__nccl_launch(nc, NULL, q);
         return par_cuda__nccl_complete(nc, q);
     }
 }
@@ -3674,7 +3726,7 @@ static par_status par_cuda__nccl_wait(void *user, par_request *req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     par_status st;
     PAR_CUDA__NEED(req, "nccl wait: NULL request");
-    if ((st = par_cuda__nccl_flush(nc, "wait")) != PAR_OK) return st;
+    if ((st = par_cuda__nccl_flush(nc, "wait", NULL, req)) != PAR_OK) return st;
     return par_cuda__nccl_complete(nc, req);
 }
 
@@ -3685,7 +3737,7 @@ static par_status par_cuda__nccl_test(void *user, par_request *req, int *done) {
     par_status st;
     PAR_CUDA__NEED(req && done, "nccl test: NULL request or done");
     *done = 0;
-    if ((st = par_cuda__nccl_flush(nc, "test")) != PAR_OK) return st;
+    if ((st = par_cuda__nccl_flush(nc, "test", NULL, req)) != PAR_OK) return st;
     (void)cudaSetDevice(nc->device);
     g = req->group;
     if (req->status != PAR_OK) {
@@ -3714,7 +3766,7 @@ static par_status par_cuda__nccl_test(void *user, par_request *req, int *done) {
 static par_status par_cuda__nccl_set_stream(void *user, void *stream) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     /* Queued send/recv were given the current stream: launch them on it. */
-    par_status st = par_cuda__nccl_flush(nc, "set_stream");
+    par_status st = par_cuda__nccl_flush(nc, "set_stream", PAR_CUDA__NCCL_ALL, NULL);
     if (st != PAR_OK) return st;
     nc->stream = stream ? (cudaStream_t)stream : nc->own_stream;
     return PAR_OK;
@@ -3727,7 +3779,7 @@ static void par_cuda__nccl_destroy(void *user) {
     /* Queued send/recv are launched (their peers wait for them). If they sit in
        another thread's NCCL group, nothing can be freed safely here: that group
        still points at this table and its communicators. */
-    if (par_cuda__nccl_flush(nc, "destroy") != PAR_OK) return;
+    if (par_cuda__nccl_flush(nc, "destroy", PAR_CUDA__NCCL_ALL, NULL) != PAR_OK) return;
     if (nc->world) par_cuda__nccl_group_destroy(nc, nc->world);
     (void)cudaSetDevice(nc->device);
     if (nc->own_stream) cudaStreamDestroy(nc->own_stream);
@@ -3894,6 +3946,9 @@ extern "C" par_status par_comm_nccl_group_split(const par_comm_table *table, con
 
 #endif /* PARALLEL_WITH_MPI */
 
+#if defined(PARALLEL_WITH_MPI)
+#undef PAR_CUDA__NCCL_ALL
+#endif
 #undef PAR_CUDA__ATTN_PTR
 #undef PAR_CUDA__ENTER
 #undef PAR_CUDA__NEED
