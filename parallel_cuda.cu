@@ -241,7 +241,9 @@ par_status par_comm_nccl_group_split(const par_comm_table *table, const par_comm
 
 /* A context whose comm table is NCCL (par_comm_nccl with the context's timeout)
    and, unless desc->compute is given, whose compute table is a CUDA table on
-   the same device sharing one stream with the comm table; the context owns and
+   the same device sharing one stream with the comm table (with
+   $PARALLEL_NCCL_GROUP_STREAMS=1 the comm table's groups run on streams of their
+   own, ordered after that one by events: see par_comm_nccl); the context owns and
    destroys both. A given desc->compute stays the caller's, and the comm table
    runs on its stream (when it has one), so collectives follow its kernels.
    desc->comm must be NULL. Defined by the glue (see BUILD), so
