@@ -147,7 +147,7 @@ EXPLAIN    := $(if $(wildcard examples/explain.c),$(B)/par-explain)
 # Always in build/: nvcc gets no sanitizer flags, so a SAN build reuses it.
 CUDA_SMOKE := $(if $(CUDA_SKIP),,build/test_cuda_smoke build/test_cuda_compute build/test_cuda_threads build/bench_cuda)
 # The NCCL comm test is bootstrapped over MPI, so it also needs mpicc.
-CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm build/test_cuda_cp))
+CUDA_COMM  := $(if $(CUDA_SKIP),,$(if $(filter yes,$(HAVE_MPI)),build/test_cuda_comm build/test_cuda_cp build/test_cuda_nccl))
 # MPI tests (tests/mpi/test_*.c): built with mpicc and PARALLEL_WITH_MPI, run by
 # tests/run.sh under mpirun -np 4.
 # test_comm_mpi also runs chunked (tiny MPI count limit) to exercise the >INT_MAX path.
@@ -228,8 +228,8 @@ SKIPS := $(strip \
   $(if $(filter no,$(HAVE_OPENBLAS)),$(call skip_all,cblas_test_compute bench_kernels_openblas,$(WHY_OPENBLAS))) \
   $(if $(filter no,$(HAVE_FUZZER)),$(call skip_all,$(patsubst %,fuzz_%,$(FUZZ_ALL)),$(WHY_FUZZER)), \
     $(if $(filter no,$(HAVE_YAML)),$(call skip_all,$(patsubst %,fuzz_%,$(FUZZ_YAML)),$(WHY_YAML)))) \
-  $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_threads test_cuda_comm test_cuda_cp train_cuda,$(CUDA_SKIP)), \
-    $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm test_cuda_cp train_cuda,$(WHY_MPI)), \
+  $(if $(CUDA_SKIP),$(call skip_all,test_cuda_smoke test_cuda_compute test_cuda_threads test_cuda_comm test_cuda_cp test_cuda_nccl train_cuda,$(CUDA_SKIP)), \
+    $(if $(filter no,$(HAVE_MPI)),$(call skip_all,test_cuda_comm test_cuda_cp test_cuda_nccl train_cuda,$(WHY_MPI)), \
       $(if $(filter no,$(HAVE_YAML)),$(call skip_all,train_cuda,$(WHY_YAML))))))
 
 .PHONY: all detect deps test run-tests test-programs san-ci-programs fuzz bench bench-cuda demo run-demo tour cuda cuda-available test-cuda install clean FORCE
@@ -390,6 +390,14 @@ build/test_cuda_comm: tests/cuda/test_cuda_comm.cu build/parallel_cuda_mpi.o par
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) $< build/parallel_cuda_mpi.o \
 	  -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
 
+# The NCCL table's multi-GPU paths (split vs init, a stream per group, the
+# pipeline on device buffers, bucket overlap): each part skipped by name below
+# the GPUs it needs.
+build/test_cuda_nccl: tests/cuda/test_cuda_nccl.cu build/parallel_cuda_mpi.o parallel.h tests/test.h tests/pp_toy.h $(STAMP) | build
+	@rm -f $@
+	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) $< build/parallel_cuda_mpi.o \
+	  -o $@ $(CUDA_LIBS) $(shell $(MPICC) --showme:link)
+
 build/test_cuda_cp: tests/cuda/test_cuda_cp.cu build/parallel_cuda_mpi.o parallel.h tests/test.h tests/cp_suite.h $(STAMP) | build
 	@rm -f $@
 	$(NVCC) $(NVCCFLAGS) -I. -DPARALLEL_WITH_MPI $(shell $(MPICC) --showme:compile) $< build/parallel_cuda_mpi.o \
@@ -464,7 +472,10 @@ test-cuda: cuda $(TRAIN_CUDA) $(if $(TRAIN_CUDA),build/llama_test_train $(TRAIN)
 	if [ -x build/test_cuda_comm ]; then \
 	  $(MPIRUN) -np $(GPUS) build/test_cuda_comm; \
 	  $(MPIRUN) -np $(GPUS) build/test_cuda_cp; \
-	else echo "cuda_comm: skipped (no mpicc)"; echo "cuda_cp: skipped (no mpicc)"; fi; \
+	  $(MPIRUN) -np $(GPUS) build/test_cuda_nccl; \
+	  PARALLEL_NCCL_GROUP_STREAMS=1 $(MPIRUN) -np $(GPUS) build/test_cuda_comm; \
+	  PARALLEL_NCCL_GROUP_STREAMS=1 $(MPIRUN) -np $(GPUS) build/test_cuda_cp; \
+	else echo "cuda_comm: skipped (no mpicc)"; echo "cuda_cp: skipped (no mpicc)"; echo "cuda_nccl: skipped (no mpicc)"; fi; \
 	if [ -x build/train_cuda ]; then \
 	  LLAMA_TEST_ONLY=reference TRAIN="$(MPIRUN) -np 1 build/train_cuda --backend nccl" build/llama_test_train; \
 	  LLAMA_TEST_ONLY=gpu-table TRAIN="build/train_cuda --backend cuda-threads" TRAIN_CPU=$(TRAIN) build/llama_test_train; \

@@ -153,14 +153,41 @@ typedef struct par_nccl_desc {
     int set_device;       /* nonzero: use `device` instead of the local rank */
     int device;
     int timeout_ms;       /* bound on every wait for an NCCL op; 0 = default */
+    int group_init;       /* how group_create makes a communicator: PAR_NCCL_GROUP_AUTO (0) or _INIT */
+    int group_streams;    /* 1: a stream per group; -1: one stream; 0 = $PARALLEL_NCCL_GROUP_STREAMS (unset: one) */
 } par_nccl_desc;
+
+/* par_nccl_desc.group_init. AUTO: a group whose members are the whole world (in
+   any order) is split from the world communicator with ncclCommSplit when NCCL
+   is 2.18 or newer (compiled and loaded): collective over the world, which is
+   then exactly the members, and no unique id travels; any other group, or an
+   older NCCL, gets its own ncclCommInitRank (unique id broadcast over an MPI
+   communicator of its members). Split is not used for smaller groups because
+   group_create is collective over the members only and ncclCommSplit over every
+   rank of its parent. INIT: ncclCommInitRank for every group.
+   par_comm_nccl_group_split tells which one a group got. */
+enum { PAR_NCCL_GROUP_AUTO = 0, PAR_NCCL_GROUP_INIT = 1 };
 
 /* Fill `table` with an NCCL transport for this MPI process: one GPU per rank,
    ranks = MPI ranks of the communicator. Collective over all its processes
    (calls MPI_Init if needed). Buffers are device memory of that GPU; ops are
    ordered on the table's stream (set_stream; default: its own stream). Specifics:
-   - group_create makes a new NCCL communicator per group (unique id broadcast
-     over an MPI sub-communicator of the members only);
+   - group_create makes a new NCCL communicator per group: split from the world
+     communicator when the members are the whole world and NCCL >= 2.18, else
+     its own init (unique id broadcast over an MPI sub-communicator of the
+     members only); see par_nccl_desc.group_init;
+   - with group_streams, each group's ops run on a stream of its own instead of
+     the table's: at issue that stream waits for an event recorded on the
+     table's stream (so an op follows the kernels that produced its input),
+     and a completed wait/test makes the table's stream wait for the op's event
+     (so kernels launched after it see its result). An async op then runs
+     while kernels issued after it run on the table's stream: gradient buckets
+     reduced during backward overlap the compute. Buffers must stay untouched
+     until wait/test, as the contract says; one stream per group because NCCL
+     runs a communicator's ops in order anyway, so more streams would not add
+     concurrency, and a pending op of one group no longer holds back another
+     group's (activations vs gradients of a pipeline, p2p vs collectives).
+     Off by default: the one-stream path is the one run on GPUs so far;
    - bf16/f16 reductions are NCCL's (pairwise in the type), not f32-accumulated;
    - avg: ncclAvg for floating types (NCCL may compute it as the sum of
      x * (1/n), so it can differ from sum / n in the last bits, and a sum that
@@ -178,12 +205,25 @@ typedef struct par_nccl_desc {
      progress. A send to oneself must be async, with its matching recv from
      oneself in the same run (NCCL pairs them only within a group), else both
      fail with PAR_EINVAL at the launch; a blocking send or recv to oneself is
-     PAR_EINVAL. The run lives in the calling thread's NCCL group state: post
-     it and make the next call from that thread (a call from another thread is
-     PAR_EINVAL and changes nothing), and make no NCCL call of your own on that
-     thread in between (this file's other NCCL tables launch the run first).
-     If the launch fails, every request of the run reports PAR_ECOMM and the
-     communicators involved are aborted;
+     PAR_EINVAL. Make the table's calls from the thread that posted the run (a
+     call from another thread while it is queued is PAR_EINVAL and changes
+     nothing). If the launch fails, every request of the run reports PAR_ECOMM
+     and the communicators involved are aborted;
+   - receives posted ahead: NCCL runs a communicator's ops in order and
+     completes a fused group as a whole, so a receive launched before this
+     rank's later sends on its group holds them back (and the wait of every op
+     fused with it) until its message came, which never happens if the
+     message needs one of them (a pipeline's PA / PG). With group_streams, a
+     receive posted in a run that has no send of its group therefore stays
+     queued until it is needed: its own wait or test, a later receive from the
+     same peer on the group being launched, a collective or barrier on its
+     group, or group_create, group_destroy, set_stream, destroy -- it runs
+     where the program waits for it, like a blocking receive, while the
+     peer's send to it holds only the peer's stream of that group. With one
+     stream every queued op is launched at the next call (any op on the one
+     stream would wait behind the peer's held send), so receives posted ahead
+     of this rank's own sends that their messages need time out there, and
+     the timeout's error says when an async receive of the group was pending;
    - wait bounds the op by the timeout: on expiry the group's communicator is
      aborted (later ops on the group fail with PAR_ECOMM, and so do its requests
      that complete afterwards, their results being undefined) and PAR_ETIMEOUT
@@ -194,9 +234,16 @@ par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *table);
 /* The CUDA device an NCCL table (from par_comm_nccl) runs on. */
 par_status par_comm_nccl_device(const par_comm_table *table, int *device);
 
+/* *split = 1 when `group` of an NCCL table was made by ncclCommSplit from the
+   world communicator, 0 when by its own ncclCommInitRank (see group_init).
+   Errors: PAR_EINVAL (not an NCCL table, NULL group or split). */
+par_status par_comm_nccl_group_split(const par_comm_table *table, const par_comm_group *group, int *split);
+
 /* A context whose comm table is NCCL (par_comm_nccl with the context's timeout)
    and, unless desc->compute is given, whose compute table is a CUDA table on
-   the same device sharing one stream with the comm table; the context owns and
+   the same device sharing one stream with the comm table (with
+   $PARALLEL_NCCL_GROUP_STREAMS=1 the comm table's groups run on streams of their
+   own, ordered after that one by events: see par_comm_nccl); the context owns and
    destroys both. A given desc->compute stays the caller's, and the comm table
    runs on its stream (when it has one), so collectives follow its kernels.
    desc->comm must be NULL. Defined by the glue (see BUILD), so
@@ -2914,6 +2961,12 @@ struct par_comm_group {
     int *ranks;      /* world ranks, member order */
     int *scratch;    /* one device int for barrier */
     char name[96];   /* "group [0 1 2 3]" for messages */
+    int split;       /* made by ncclCommSplit from the world (else ncclCommInitRank) */
+    int pending_recvs; /* async recvs launched and not yet completed by wait/test (for the timeout's hint) */
+    /* With group_streams: the group's own stream, and the event that orders it
+       after the table's stream at each issue; NULL otherwise. */
+    cudaStream_t stream;
+    cudaEvent_t issued;
 };
 
 struct par_request {
@@ -2927,30 +2980,33 @@ struct par_request {
     int64_t count;
     size_t bytes;
     ncclDataType_t type;
-    int is_send, self;
+    int is_send, self, peer;
+    unsigned run; /* the table's run it was posted in */
+    int pick;     /* chosen by the launch under way */
+    int pending; /* counted in group->pending_recvs */
     par_status status; /* not PAR_OK: the op failed before it ran; wait/test report error[] */
     char error[320];
 };
 
 typedef struct par_cuda__nccl {
     int device, rank, size, timeout_ms;
-    cudaStream_t stream;     /* what ops are ordered on */
+    int group_init, group_streams; /* par_nccl_desc's, resolved */
+    cudaStream_t stream;     /* what ops are ordered on (with group_streams: after) */
     cudaStream_t own_stream;
     MPI_Comm mpi;            /* duplicate of the bootstrap communicator */
     par_comm_group *world;
-    /* Async send/recv queued in an open NCCL group (ncclGroupStart without its
-       ncclGroupEnd yet), oldest first, and the thread whose NCCL group state holds
-       them (NCCL groups are per thread); NULL when none is open. */
+    /* Async send/recv queued, not yet given to NCCL (see par_cuda__nccl_pick),
+       oldest first, and the thread that posted them; NULL when none. */
     par_request *queue, *queue_tail;
     const void *group_thread;
+    unsigned run; /* counts launches: the posts since the last one are the current run */
 } par_cuda__nccl;
+
+/* par_cuda__nccl_launch's all_of for "every queued op". */
+#define PAR_CUDA__NCCL_ALL ((const par_comm_group *)-1)
 
 static const char *par_cuda__nccl_magic = "nccl";
 
-/* The table whose async send/recv sit in this thread's open NCCL group, if any.
-   Every other NCCL call made on this thread, by any table, launches that group
-   first: inside it, the call would only be queued, not enqueued on its stream. */
-static thread_local par_cuda__nccl *par_cuda__open_group;
 static thread_local char par_cuda__thread_mark; /* its address identifies the calling thread */
 
 static const void *par_cuda__this_thread(void) { return &par_cuda__thread_mark; }
@@ -2976,6 +3032,29 @@ static void par_cuda__nccl_abort(par_comm_group *g) {
     }
 }
 
+/* The stream a group's ops run on: its own with group_streams, else the table's. */
+static cudaStream_t par_cuda__nccl_stream(par_cuda__nccl *nc, par_comm_group *g) {
+    return g->stream ? g->stream : nc->stream;
+}
+
+/* With group_streams, at each issue: the group's stream waits for what is on
+   the table's stream now (the kernels that produced the op's input). One event
+   per group is enough: cudaStreamWaitEvent takes the event's state when called. */
+static cudaError_t par_cuda__nccl_order(par_cuda__nccl *nc, par_comm_group *g) {
+    cudaError_t e;
+    if (!g->stream) return cudaSuccess;
+    e = cudaEventRecord(g->issued, nc->stream);
+    return e == cudaSuccess ? cudaStreamWaitEvent(g->stream, g->issued, 0) : e;
+}
+
+/* With group_streams, after an op completed for the caller: kernels launched on
+   the table's stream from now on follow it. The host saw the event complete,
+   so this only matters to work the device still queues; it is cheap and keeps
+   the rule explicit. */
+static void par_cuda__nccl_join(par_cuda__nccl *nc, par_comm_group *g, cudaEvent_t done) {
+    if (g->stream) (void)cudaStreamWaitEvent(nc->stream, done, 0);
+}
+
 /* An op whose completion was seen after its communicator had been aborted (by a
    failure or timeout of another op): it may have been cut short. */
 static par_status par_cuda__nccl_aborted(par_cuda__nccl *nc, par_comm_group *g, const char *op) {
@@ -2985,6 +3064,7 @@ static par_status par_cuda__nccl_aborted(par_cuda__nccl *nc, par_comm_group *g, 
 }
 
 static void par_cuda__req_free(par_request *q) {
+    if (q->pending) q->group->pending_recvs--;
     cudaEventDestroy(q->done); /* also for an event never recorded */
     PAR_CUDA__FREE(q);
 }
@@ -3000,7 +3080,55 @@ static PAR__PRINTF(3, 4) void par_cuda__req_fail(par_request *q, par_status stat
     va_end(ap);
 }
 
-/* Launch the async send/recv `nc` queued in this thread's open NCCL group.
+/* Which queued async send/recv a launch starts (q->pick).
+
+   One stream (the default): all of them, as soon as the table's next call
+   other than an async send/recv comes: every op on the stream then runs in the
+   order the program asked for it.
+
+   A stream per group: every send, every send/recv to oneself, and the receives
+   posted in the same run as a send of their group (a run: the posts since the
+   table's last other call; recv(prev) + send(next) of a ring step must progress
+   together). A receive posted in a run without such a send waits in the queue
+   until it is needed: its own wait or test, a later receive from the same peer
+   on the same group being launched (NCCL matches a peer's messages in order),
+   a collective or barrier on its group, or any other call (group_create,
+   group_destroy, set_stream, destroy: all_of == everything). Why: NCCL runs a
+   communicator's ops in order and completes a fused group as a whole, so a
+   receive posted ahead (a pipeline's PA / PG) that were launched at once would
+   hold back this rank's later sends on its group (one of which its message may
+   need) and the wait of every op fused with it, until the timeout. Waiting in
+   the queue it is issued where the program waits for it, which is what a
+   blocking receive does; the peer's send to it is held on the peer's stream of
+   that group meanwhile, not on its other groups'. all_of == (void *)-1: pick
+   everything. */
+static void par_cuda__nccl_pick(par_cuda__nccl *nc, const par_comm_group *all_of, const par_request *want) {
+    par_request *q, *p, **v;
+    int n = 0, i, j;
+    for (q = nc->queue; q; q = q->next) {
+        int tied = 0;
+        if (!q->is_send && !q->self && q->run == nc->run)
+            for (p = nc->queue; p && !tied; p = p->next) tied = p->is_send && p->run == nc->run && p->group == q->group;
+        q->pick = !nc->group_streams || all_of == PAR_CUDA__NCCL_ALL || q->is_send || q->self || tied ||
+                  q == want || q->group == all_of;
+        n++;
+    }
+    /* A picked receive takes the earlier ones from the same peer on its group. */
+    v = (par_request **)PAR_CUDA__MALLOC(sizeof *v * (size_t)n);
+    if (!v) { /* cannot keep the order cheaply: launch everything */
+        for (q = nc->queue; q; q = q->next) q->pick = 1;
+        return;
+    }
+    for (i = 0, q = nc->queue; q; q = q->next) v[i++] = q;
+    for (i = n - 1; i >= 0; i--)
+        if (v[i]->pick && !v[i]->is_send && !v[i]->self)
+            for (j = 0; j < i; j++)
+                if (!v[j]->is_send && !v[j]->self && v[j]->group == v[i]->group && v[j]->peer == v[i]->peer)
+                    v[j]->pick = 1;
+    PAR_CUDA__FREE(v);
+}
+
+/* Launch async send/recv queued on `nc` (see par_cuda__nccl_pick for which).
 
    Why a group: NCCL's send and recv each block on the GPU until the peer's
    matching call runs, and calls that must progress together have to be fused
@@ -3009,42 +3137,45 @@ static PAR__PRINTF(3, 4) void par_cuda__req_fail(par_request *q, par_status stat
    "Point-to-point communication". As separate launches on one stream, a
    recv(prev) posted before a send(next) would wait forever around a ring.
 
-   Sends to oneself are queued here, not in NCCL: NCCL pairs a send to oneself
-   with a recv from oneself only within one group, and an unmatched one makes
-   ncclGroupEnd fail the whole group ("Trying to send to self without a matching
-   recv", ncclInvalidUsage). So they are paired first, i-th send with i-th recv
-   of the same group in posting order, and only pairs of equal size reach NCCL;
-   the others fail alone (PAR_EINVAL).
+   Sends to oneself are paired here: NCCL pairs a send to oneself with a recv
+   from oneself only within one group, and an unmatched one makes ncclGroupEnd
+   fail the whole group ("Trying to send to self without a matching recv",
+   ncclInvalidUsage). So they are paired first, i-th send with i-th recv of the
+   same group in posting order, and only pairs of equal size reach NCCL; the
+   others fail alone (PAR_EINVAL).
 
-   ncclGroupEnd then enqueues every op on the table's stream, and each request's
+   ncclGroupEnd then enqueues the picked ops on their streams, and each one's
    event is recorded behind them; until then it was never recorded, and
    cudaEventQuery reads an unrecorded event as complete, which is why wait and
    test launch first. Failures are kept in the requests for wait/test. A failed
    ncclGroupEnd has cancelled the whole group, so all its requests fail and the
    communicators involved are aborted: their peers' matching ops cannot complete,
-   and later ops on them fail at once (PAR_ECOMM) instead of at the timeout. */
-static void par_cuda__nccl_launch(par_cuda__nccl *nc) {
-    par_request *q, *p;
-    ncclResult_t r = ncclSuccess, end;
-    int saved = -1;
-    if (!nc->group_thread) return;
+   and later ops on them fail at once (PAR_ECOMM) instead of at the timeout.
+   The picked requests leave the queue (they are the caller's, for wait/test);
+   the others stay for a later launch, and a new run begins. */
+static void par_cuda__nccl_launch(par_cuda__nccl *nc, const par_comm_group *all_of, const par_request *want) {
+    par_request *q, *p, **link;
+    ncclResult_t r = ncclSuccess, end = ncclSuccess;
+    int saved = -1, any = 0;
+    if (!nc->queue) return;
     if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
     (void)cudaSetDevice(nc->device);
+    par_cuda__nccl_pick(nc, all_of, want);
     for (q = nc->queue; q; q = q->next) {
-        if (!q->self || !q->is_send || q->partner) continue;
+        if (!q->pick || !q->self || !q->is_send || q->partner) continue;
         for (p = nc->queue; p; p = p->next)
-            if (p->self && !p->is_send && !p->partner && p->group == q->group) break;
+            if (p->pick && p->self && !p->is_send && !p->partner && p->group == q->group) break;
         if (p) q->partner = p, p->partner = q;
     }
     for (q = nc->queue; q; q = q->next) {
-        if (!q->self) continue;
-        if (!q->partner)
+        if (!q->pick) continue;
+        if (q->self && !q->partner)
             par_cuda__req_fail(q, PAR_EINVAL,
                                "nccl %s on %s (rank %d): a %s this rank itself needs its matching %s posted before "
                                "the table's next call (NCCL pairs them within one group)",
                                q->op, q->group->name, nc->rank, q->is_send ? "send to" : "recv from",
                                q->is_send ? "recv" : "send");
-        else if (q->bytes != q->partner->bytes)
+        else if (q->self && q->bytes != q->partner->bytes)
             par_cuda__req_fail(q, PAR_EINVAL,
                                "nccl %s on %s (rank %d): this %s of %zu bytes with itself meets a %s of %zu bytes "
                                "(the counts of a matching send and recv must agree)",
@@ -3052,15 +3183,19 @@ static void par_cuda__nccl_launch(par_cuda__nccl *nc) {
         else if (!q->group->comm)
             par_cuda__req_fail(q, PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted", q->op,
                                q->group->name, nc->rank);
-        else if (q->count > 0 && r == ncclSuccess)
-            r = q->is_send ? ncclSend(q->buf, (size_t)q->count, q->type, q->group->index, q->group->comm, nc->stream)
-                           : ncclRecv(q->buf, (size_t)q->count, q->type, q->group->index, q->group->comm, nc->stream);
+        else if (q->count > 0 && r == ncclSuccess) {
+            if (!any && (r = ncclGroupStart()) != ncclSuccess) break;
+            any = 1;
+            r = q->is_send ? ncclSend(q->buf, (size_t)q->count, q->type, q->peer, q->group->comm,
+                                      par_cuda__nccl_stream(nc, q->group))
+                           : ncclRecv(q->buf, (size_t)q->count, q->type, q->peer, q->group->comm,
+                                      par_cuda__nccl_stream(nc, q->group));
+        }
     }
-    end = ncclGroupEnd(); /* always: the group must be closed on this thread */
+    if (any) end = ncclGroupEnd(); /* always once opened: the group must be closed on this thread */
     if (r == ncclSuccess) r = end;
-    nc->group_thread = NULL;
-    if (par_cuda__open_group == nc) par_cuda__open_group = NULL;
     for (q = nc->queue; q; q = q->next) {
+        if (!q->pick) continue;
         if (r != ncclSuccess) {
             const char *detail = q->group->comm ? ncclGetLastError(q->group->comm) : "";
             par_cuda__req_fail(q, PAR_ECOMM,
@@ -3069,47 +3204,99 @@ static void par_cuda__nccl_launch(par_cuda__nccl *nc) {
                                q->op, q->group->name, nc->rank, ncclGetErrorString(r), detail && *detail ? ": " : "",
                                detail ? detail : "");
         } else if (q->status == PAR_OK) {
-            cudaError_t e = cudaEventRecord(q->done, nc->stream);
+            cudaError_t e = cudaEventRecord(q->done, par_cuda__nccl_stream(nc, q->group));
             if (e != cudaSuccess)
                 par_cuda__req_fail(q, par_cuda__status_of(e), "nccl %s on %s (rank %d): recording its completion: %s",
                                    q->op, q->group->name, nc->rank, cudaGetErrorString(e));
+            else if (!q->is_send && !q->self)
+                q->pending = 1, q->group->pending_recvs++;
         }
     }
     if (r != ncclSuccess)
-        for (q = nc->queue; q; q = q->next) par_cuda__nccl_abort(q->group);
-    for (q = nc->queue; q; q = p) { /* the requests are the caller's now, for wait/test */
-        p = q->next;
-        q->next = q->partner = NULL;
+        for (q = nc->queue; q; q = q->next)
+            if (q->pick) par_cuda__nccl_abort(q->group);
+    /* Unlink the picked ones (the caller's now, for wait/test); the rest stay, in order. */
+    nc->queue_tail = NULL;
+    for (link = &nc->queue; (q = *link) != NULL;) {
+        if (q->pick) {
+            *link = q->next;
+            q->next = q->partner = NULL;
+            q->pick = 0;
+        } else {
+            nc->queue_tail = q;
+            link = &q->next;
+        }
     }
-    nc->queue = nc->queue_tail = NULL;
+    nc->run++;
+    if (!nc->queue) nc->group_thread = NULL;
     if (saved >= 0) (void)cudaSetDevice(saved);
 }
 
-/* PAR_EINVAL when this table's async send/recv sit in another thread's open
-   NCCL group: only that thread can end it. */
+/* PAR_EINVAL when this table's queued async send/recv were posted on another
+   thread: make the table's calls from that thread. */
 static par_status par_cuda__nccl_same_thread(par_cuda__nccl *nc, const char *what) {
     if (nc->group_thread && nc->group_thread != par_cuda__this_thread())
         return par_cuda__fail(PAR_EINVAL, "nccl %s (rank %d): this table's async send/recv were posted on another "
-                                          "thread and are not launched yet (NCCL groups are per thread): make the "
-                                          "table's calls from that thread", what, nc->rank);
+                                          "thread and are not launched yet: make the table's calls from that thread",
+                              what, nc->rank);
     return PAR_OK;
 }
 
-/* First step of every call except a send/recv (which joins the group): launch
-   the open group of this thread, whichever table queued it. Nothing is done on
+/* First step of every call except a send/recv (which joins the queue): launch
+   what the call needs launched (see par_cuda__nccl_pick). Nothing is done on
    PAR_EINVAL. */
-static par_status par_cuda__nccl_flush(par_cuda__nccl *nc, const char *what) {
+static par_status par_cuda__nccl_flush(par_cuda__nccl *nc, const char *what, const par_comm_group *all_of,
+                                       const par_request *want) {
     par_status st = par_cuda__nccl_same_thread(nc, what);
     if (st != PAR_OK) return st;
-    if (par_cuda__open_group) par_cuda__nccl_launch(par_cuda__open_group);
+    par_cuda__nccl_launch(nc, all_of, want);
     return PAR_OK;
 }
 
 static void par_cuda__group_free(par_comm_group *g) {
     if (!g) return;
+    if (g->issued) cudaEventDestroy(g->issued);
+    if (g->stream) cudaStreamDestroy(g->stream); /* returns at once; freed when its work is done */
     cudaFree(g->scratch);
     PAR_CUDA__FREE(g->ranks);
     PAR_CUDA__FREE(g);
+}
+
+/* A group's own stream (non-blocking: it must not sync with the legacy default
+   stream) and its ordering event. */
+static cudaError_t par_cuda__nccl_group_stream(par_comm_group *g) {
+    cudaError_t e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        g->stream = NULL;
+        return e;
+    }
+    e = cudaEventCreateWithFlags(&g->issued, cudaEventDisableTiming);
+    if (e != cudaSuccess) g->issued = NULL;
+    return e;
+}
+
+/* ncclCommSplit exists from NCCL 2.18: the header must have it and the loaded
+   library must be that new (a program built on a newer header can load an
+   older libnccl.so.2, which would then lack the symbol's behaviour). */
+static int par_cuda__nccl_split_available(void) {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess && v >= NCCL_VERSION(2, 18, 0);
+#else
+    return 0;
+#endif
+}
+
+/* The automatic rule of par_nccl_desc.group_init: split when the members are the
+   whole world (they are distinct world ranks, so count == size says it) and
+   NCCL can. Every member decides the same: count is the same on all (the
+   table's contract), group_init and the library should be too. A rank whose
+   world communicator was aborted fails in ncclCommSplit rather than falling
+   back to init, so that no rank inits while the others split. A world of one
+   keeps its own init: that is the path the one-GPU runs verified. */
+static int par_cuda__nccl_can_split(par_cuda__nccl *nc, int count) {
+    return nc->group_init == PAR_NCCL_GROUP_AUTO && nc->world && count == nc->size && count > 1 &&
+           par_cuda__nccl_split_available();
 }
 
 static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int count, par_comm_group **out) {
@@ -3127,7 +3314,7 @@ static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int 
     *out = NULL;
     if ((st = par_comm_check_ranks("nccl", ranks, count, nc->size, nc->rank, &index)) != PAR_OK) return st;
     /* ncclCommInitRank cannot be part of a group with other calls. */
-    if ((st = par_cuda__nccl_flush(nc, "group_create")) != PAR_OK) return st;
+    if ((st = par_cuda__nccl_flush(nc, "group_create", PAR_CUDA__NCCL_ALL, NULL)) != PAR_OK) return st;
     g = (par_comm_group *)PAR_CUDA__MALLOC(sizeof *g);
     if (!g) return par_cuda__fail(PAR_ENOMEM, "nccl group_create: out of host memory");
     memset(g, 0, sizeof *g);
@@ -3145,9 +3332,22 @@ static par_status par_cuda__nccl_group_create(void *user, const int *ranks, int 
     snprintf(g->name + len, sizeof g->name - len, i < count ? " ...]" : "]");
 
     if ((e = cudaSetDevice(nc->device)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&g->scratch, sizeof(int))) != cudaSuccess) {
+        (e = cudaMalloc((void **)&g->scratch, sizeof(int))) != cudaSuccess ||
+        (nc->group_streams && (e = par_cuda__nccl_group_stream(g)) != cudaSuccess)) {
         par_cuda__group_free(g);
         return par_cuda__runtime(e, "nccl group_create");
+    }
+    if (par_cuda__nccl_can_split(nc, count)) {
+        /* Every world rank is a member, so every rank of the parent calls this. */
+        if ((r = ncclCommSplit(nc->world->comm, 0, index, &g->comm, NULL)) != ncclSuccess) {
+            g->comm = NULL;
+            st = par_cuda__nccl_err(nc, g, "ncclCommSplit", r);
+            par_cuda__group_free(g);
+            return st;
+        }
+        g->split = 1;
+        *out = g;
+        return PAR_OK;
     }
     /* The unique id travels over an MPI communicator of the members only, so
        that non-members need not take part (the table's contract). */
@@ -3182,7 +3382,7 @@ static void par_cuda__nccl_group_destroy(void *user, par_comm_group *g) {
     if (!g) return;
     /* Queued send/recv may use g: launch them first (finalize then waits for them).
        From a thread that cannot launch them, g is left alone (the error says why). */
-    if (par_cuda__nccl_flush(nc, "group_destroy") != PAR_OK) return;
+    if (par_cuda__nccl_flush(nc, "group_destroy", PAR_CUDA__NCCL_ALL, NULL) != PAR_OK) return;
     (void)cudaSetDevice(nc->device);
     if (g->comm) {
         /* Finalize flushes what is still queued; then destroy frees. */
@@ -3223,18 +3423,21 @@ static par_status par_cuda__nccl_begin(par_cuda__nccl *nc, par_comm_group *g, pa
     if (call == PAR_CALL_SEND || call == PAR_CALL_RECV)
         st = par_cuda__nccl_same_thread(nc, op);
     else
-        st = par_cuda__nccl_flush(nc, op); /* so that this op runs after them, and not inside their group */
+        st = par_cuda__nccl_flush(nc, op, g, NULL); /* so that this op runs after them, in order */
     if (st != PAR_OK) return st;
     if (!g->comm)
         return par_cuda__fail(PAR_ECOMM, "nccl %s on %s (rank %d): the communicator was aborted after an earlier "
                                          "failure", op, g->name, nc->rank);
     e = cudaSetDevice(nc->device);
     if (e != cudaSuccess) return par_cuda__runtime(e, "nccl: cudaSetDevice");
+    if ((e = par_cuda__nccl_order(nc, g)) != cudaSuccess)
+        return par_cuda__runtime(e, "nccl: ordering the group's stream");
     return PAR_OK;
 }
 
 /* Wait for `done` with the timeout, watching the communicator for async errors. */
-static par_status par_cuda__nccl_wait_event(par_cuda__nccl *nc, par_comm_group *g, cudaEvent_t done, const char *op) {
+static par_status par_cuda__nccl_wait_event(par_cuda__nccl *nc, par_comm_group *g, cudaEvent_t done, const char *op,
+                                            int self_pending) {
     const auto start = std::chrono::steady_clock::now();
     long spins = 0;
     for (;;) {
@@ -3251,10 +3454,17 @@ static par_status par_cuda__nccl_wait_event(par_cuda__nccl *nc, par_comm_group *
             return st;
         }
         if (std::chrono::steady_clock::now() - start > std::chrono::milliseconds(nc->timeout_ms)) {
+            /* NCCL runs a communicator's ops in order: say so when an async recv of
+               this group was pending (other than this op itself), the one hang this
+               table's fused p2p cannot prevent. */
+            const int hint = g->pending_recvs > (self_pending ? 1 : 0);
             par_cuda__nccl_abort(g);
             return par_cuda__fail(PAR_ETIMEOUT, "nccl %s on %s (rank %d) did not complete within %d ms (a member "
-                                                "did not arrive?); the communicator was aborted",
-                                  op, g->name, nc->rank, nc->timeout_ms);
+                                                "did not arrive?%s); the communicator was aborted",
+                                  op, g->name, nc->rank, nc->timeout_ms,
+                                  hint ? " or an async receive launched earlier on this group held it back: NCCL "
+                                         "runs a group's ops in order, so post a receive after this rank's own "
+                                         "sends that its message needs" : "");
         }
         if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -3265,7 +3475,7 @@ static par_status par_cuda__nccl_finish(par_cuda__nccl *nc, par_comm_group *g, c
     cudaEvent_t ev = NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     par_status st;
-    if (e == cudaSuccess) e = cudaEventRecord(ev, nc->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, par_cuda__nccl_stream(nc, g));
     if (e != cudaSuccess) {
         if (ev) cudaEventDestroy(ev);
         return par_cuda__runtime(e, "nccl: recording the completion event");
@@ -3274,7 +3484,7 @@ static par_status par_cuda__nccl_finish(par_cuda__nccl *nc, par_comm_group *g, c
         par_request *r = (par_request *)PAR_CUDA__MALLOC(sizeof *r);
         if (!r) {
             /* Cannot hand out a request: complete it here instead. */
-            st = par_cuda__nccl_wait_event(nc, g, ev, op);
+            st = par_cuda__nccl_wait_event(nc, g, ev, op, 0);
             cudaEventDestroy(ev);
             return st != PAR_OK ? st : par_cuda__fail(PAR_ENOMEM, "nccl %s: out of host memory for a request", op);
         }
@@ -3285,7 +3495,8 @@ static par_status par_cuda__nccl_finish(par_cuda__nccl *nc, par_comm_group *g, c
         *req = r;
         return PAR_OK;
     }
-    st = par_cuda__nccl_wait_event(nc, g, ev, op);
+    st = par_cuda__nccl_wait_event(nc, g, ev, op, 0);
+    if (st == PAR_OK) par_cuda__nccl_join(nc, g, ev);
     cudaEventDestroy(ev);
     return st;
 }
@@ -3298,7 +3509,8 @@ static par_status par_cuda__nccl_complete(par_cuda__nccl *nc, par_request *q) {
     if (q->status != PAR_OK)
         st = par_cuda__fail(q->status, "%s", q->error);
     else
-        st = par_cuda__nccl_wait_event(nc, q->group, q->done, q->op);
+        st = par_cuda__nccl_wait_event(nc, q->group, q->done, q->op, q->pending);
+    if (st == PAR_OK) par_cuda__nccl_join(nc, q->group, q->done);
     par_cuda__req_free(q);
     return st;
 }
@@ -3311,12 +3523,13 @@ static ncclRedOp_t par_cuda__nccl_op(par_reduce_op op, par_dtype t) {
 
 static par_status par_cuda__nccl_int_avg(par_cuda__nccl *nc, par_comm_group *g, void *buf, int64_t count,
                                          par_dtype t, par_reduce_op op) {
+    cudaStream_t s = par_cuda__nccl_stream(nc, g);
     if (op != PAR_REDUCE_AVG || count == 0 || g->count == 1) return PAR_OK;
     if (t == PAR_I32)
-        par_cuda__div_k<int32_t><<<par_cuda__blocks(count, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, nc->stream>>>(
+        par_cuda__div_k<int32_t><<<par_cuda__blocks(count, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, s>>>(
             count, (int32_t *)buf, (int32_t)g->count);
     else if (t == PAR_I64)
-        par_cuda__div_k<int64_t><<<par_cuda__blocks(count, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, nc->stream>>>(
+        par_cuda__div_k<int64_t><<<par_cuda__blocks(count, PAR_CUDA__THREADS), PAR_CUDA__THREADS, 0, s>>>(
             count, (int64_t *)buf, (int64_t)g->count);
     else
         return PAR_OK;
@@ -3333,7 +3546,7 @@ static par_status par_cuda__nccl_one_rank(par_cuda__nccl *nc, par_comm_group *g,
                                           int64_t count, par_dtype dtype, const char *op, par_request **req) {
     if (send != recv) {
         cudaError_t e = cudaMemcpyAsync(recv, send, (size_t)count * par_dtype_size(dtype), cudaMemcpyDeviceToDevice,
-                                        nc->stream);
+                                        par_cuda__nccl_stream(nc, g));
         if (e != cudaSuccess) return par_cuda__runtime(e, op);
     }
     return par_cuda__nccl_finish(nc, g, op, req);
@@ -3348,7 +3561,8 @@ static par_status par_cuda__nccl_all_reduce(void *user, par_comm_group *g, const
     if (count > 0) {
         ncclResult_t r;
         if (g->count == 1) return par_cuda__nccl_one_rank(nc, g, send, recv, count, dtype, "all_reduce", req);
-        r = ncclAllReduce(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm, nc->stream);
+        r = ncclAllReduce(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
+            par_cuda__nccl_stream(nc, g));
         if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "all_reduce", r);
         if ((st = par_cuda__nccl_int_avg(nc, g, recv, count, dtype, op)) != PAR_OK) return st;
     }
@@ -3364,7 +3578,7 @@ static par_status par_cuda__nccl_all_gather(void *user, par_comm_group *g, const
     if (st != PAR_OK) return st;
     if (count > 0) {
         /* NCCL is in place exactly when send == recv + index*count, as the contract. */
-        ncclResult_t r = ncclAllGather(send, recv, (size_t)count, t, g->comm, nc->stream);
+        ncclResult_t r = ncclAllGather(send, recv, (size_t)count, t, g->comm, par_cuda__nccl_stream(nc, g));
         if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "all_gather", r);
     }
     return par_cuda__nccl_finish(nc, g, "all_gather", req);
@@ -3380,7 +3594,8 @@ static par_status par_cuda__nccl_reduce_scatter(void *user, par_comm_group *g, c
     if (count > 0) {
         ncclResult_t r;
         if (g->count == 1) return par_cuda__nccl_one_rank(nc, g, send, recv, count, dtype, "reduce_scatter", req);
-        r = ncclReduceScatter(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm, nc->stream);
+        r = ncclReduceScatter(send, recv, (size_t)count, t, par_cuda__nccl_op(op, dtype), g->comm,
+            par_cuda__nccl_stream(nc, g));
         if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "reduce_scatter", r);
         if ((st = par_cuda__nccl_int_avg(nc, g, recv, count, dtype, op)) != PAR_OK) return st;
     }
@@ -3400,9 +3615,11 @@ static par_status par_cuda__nccl_all_to_all(void *user, par_comm_group *g, const
     if (count > 0) {
         ncclResult_t r = ncclGroupStart(), r2;
         for (j = 0; j < g->count && r == ncclSuccess; j++) {
-            r = ncclSend((const char *)send + (size_t)j * block, (size_t)count, t, j, g->comm, nc->stream);
+            r = ncclSend((const char *)send + (size_t)j * block, (size_t)count, t, j, g->comm,
+                par_cuda__nccl_stream(nc, g));
             if (r == ncclSuccess)
-                r = ncclRecv((char *)recv + (size_t)j * block, (size_t)count, t, j, g->comm, nc->stream);
+                r = ncclRecv((char *)recv + (size_t)j * block, (size_t)count, t, j, g->comm,
+                    par_cuda__nccl_stream(nc, g));
         }
         r2 = ncclGroupEnd(); /* always close the group, even after a failed call */
         if (r == ncclSuccess) r = r2;
@@ -3418,23 +3635,20 @@ static par_status par_cuda__nccl_broadcast(void *user, par_comm_group *g, void *
     par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_BROADCAST, buf, buf, count, dtype, PAR_REDUCE_SUM, root, &t, req);
     if (st != PAR_OK) return st;
     if (count > 0) {
-        ncclResult_t r = ncclBroadcast(buf, buf, (size_t)count, t, root, g->comm, nc->stream);
+        ncclResult_t r = ncclBroadcast(buf, buf, (size_t)count, t, root, g->comm, par_cuda__nccl_stream(nc, g));
         if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "broadcast", r);
     }
     return par_cuda__nccl_finish(nc, g, "broadcast", req);
 }
 
-/* A send/recv joins this thread's open NCCL group (opening it if needed);
-   par_cuda__nccl_launch starts the group at once for a blocking one, else at the
-   table's next call other than an async send/recv. The request's event is
-   created now and recorded then. */
+/* A send/recv joins the table's queue; par_cuda__nccl_launch gives it to NCCL
+   at once for a blocking one, else at a later call (see par_cuda__nccl_pick).
+   The request's event is created now and recorded then. */
 static par_status par_cuda__nccl_post(par_cuda__nccl *nc, par_comm_group *g, void *buf, int64_t count,
                                       par_dtype dtype, ncclDataType_t t, int peer, int is_send, const char *op,
                                       par_request **req) {
     par_request *q;
-    ncclResult_t r;
     cudaError_t e;
-    if (par_cuda__open_group && par_cuda__open_group != nc) par_cuda__nccl_launch(par_cuda__open_group);
     q = (par_request *)PAR_CUDA__MALLOC(sizeof *q);
     if (!q) return par_cuda__fail(PAR_ENOMEM, "nccl %s: out of host memory for a request", op);
     memset(q, 0, sizeof *q);
@@ -3450,29 +3664,11 @@ static par_status par_cuda__nccl_post(par_cuda__nccl *nc, par_comm_group *g, voi
     q->bytes = (size_t)count * par_dtype_size(dtype);
     q->type = t;
     q->is_send = is_send;
+    q->peer = peer;
     q->self = peer == g->index;
+    q->run = nc->run;
     q->status = PAR_OK;
-    if (!nc->group_thread) {
-        r = ncclGroupStart();
-        if (r != ncclSuccess) {
-            par_cuda__req_free(q);
-            return par_cuda__nccl_err(nc, g, "ncclGroupStart", r);
-        }
-        nc->group_thread = par_cuda__this_thread();
-        par_cuda__open_group = nc;
-    }
-    if (!q->self && count > 0) { /* to oneself: paired at the launch */
-        r = is_send ? ncclSend(buf, (size_t)count, t, peer, g->comm, nc->stream)
-                    : ncclRecv(buf, (size_t)count, t, peer, g->comm, nc->stream);
-        if (r != ncclSuccess) {
-            /* NCCL cancels the whole group at its end after a failed call in it:
-               end it now, so that the requests queued before report it too. */
-            par_status st = par_cuda__nccl_err(nc, g, op, r);
-            par_cuda__req_free(q);
-            par_cuda__nccl_launch(nc);
-            return st;
-        }
-    }
+    nc->group_thread = par_cuda__this_thread();
     if (nc->queue_tail)
         nc->queue_tail->next = q;
     else
@@ -3499,7 +3695,7 @@ static par_status par_cuda__nccl_p2p(void *user, par_comm_group *g, void *buf, i
     {
         par_request *q = NULL;
         if ((st = par_cuda__nccl_post(nc, g, buf, count, dtype, t, peer, is_send, op, &q)) != PAR_OK) return st;
-        par_cuda__nccl_launch(nc);
+        par_cuda__nccl_launch(nc, NULL, q);
         return par_cuda__nccl_complete(nc, q);
     }
 }
@@ -3520,7 +3716,7 @@ static par_status par_cuda__nccl_barrier(void *user, par_comm_group *g) {
     ncclResult_t r;
     par_status st = par_cuda__nccl_begin(nc, g, PAR_CALL_BARRIER, NULL, NULL, 0, PAR_I32, PAR_REDUCE_SUM, 0, &t, NULL);
     if (st != PAR_OK) return st;
-    r = ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm, nc->stream);
+    r = ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm, par_cuda__nccl_stream(nc, g));
     if (r != ncclSuccess) return par_cuda__nccl_err(nc, g, "barrier", r);
     return par_cuda__nccl_finish(nc, g, "barrier", NULL);
 }
@@ -3532,7 +3728,7 @@ static par_status par_cuda__nccl_wait(void *user, par_request *req) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     par_status st;
     PAR_CUDA__NEED(req, "nccl wait: NULL request");
-    if ((st = par_cuda__nccl_flush(nc, "wait")) != PAR_OK) return st;
+    if ((st = par_cuda__nccl_flush(nc, "wait", NULL, req)) != PAR_OK) return st;
     return par_cuda__nccl_complete(nc, req);
 }
 
@@ -3543,7 +3739,7 @@ static par_status par_cuda__nccl_test(void *user, par_request *req, int *done) {
     par_status st;
     PAR_CUDA__NEED(req && done, "nccl test: NULL request or done");
     *done = 0;
-    if ((st = par_cuda__nccl_flush(nc, "test")) != PAR_OK) return st;
+    if ((st = par_cuda__nccl_flush(nc, "test", NULL, req)) != PAR_OK) return st;
     (void)cudaSetDevice(nc->device);
     g = req->group;
     if (req->status != PAR_OK) {
@@ -3561,6 +3757,7 @@ static par_status par_cuda__nccl_test(void *user, par_request *req, int *done) {
             st = par_cuda__runtime(e, "nccl test");
         } else {
             st = g->comm ? PAR_OK : par_cuda__nccl_aborted(nc, g, req->op);
+            if (st == PAR_OK) par_cuda__nccl_join(nc, g, req->done);
         }
     }
     *done = 1;
@@ -3571,7 +3768,7 @@ static par_status par_cuda__nccl_test(void *user, par_request *req, int *done) {
 static par_status par_cuda__nccl_set_stream(void *user, void *stream) {
     par_cuda__nccl *nc = (par_cuda__nccl *)user;
     /* Queued send/recv were given the current stream: launch them on it. */
-    par_status st = par_cuda__nccl_flush(nc, "set_stream");
+    par_status st = par_cuda__nccl_flush(nc, "set_stream", PAR_CUDA__NCCL_ALL, NULL);
     if (st != PAR_OK) return st;
     nc->stream = stream ? (cudaStream_t)stream : nc->own_stream;
     return PAR_OK;
@@ -3584,7 +3781,7 @@ static void par_cuda__nccl_destroy(void *user) {
     /* Queued send/recv are launched (their peers wait for them). If they sit in
        another thread's NCCL group, nothing can be freed safely here: that group
        still points at this table and its communicators. */
-    if (par_cuda__nccl_flush(nc, "destroy") != PAR_OK) return;
+    if (par_cuda__nccl_flush(nc, "destroy", PAR_CUDA__NCCL_ALL, NULL) != PAR_OK) return;
     if (nc->world) par_cuda__nccl_group_destroy(nc, nc->world);
     (void)cudaSetDevice(nc->device);
     if (nc->own_stream) cudaStreamDestroy(nc->own_stream);
@@ -3593,16 +3790,42 @@ static void par_cuda__nccl_destroy(void *user) {
     PAR_CUDA__FREE(nc);
 }
 
+/* par_nccl_desc.group_streams resolved: 1 or -1 as given, 0 from
+   $PARALLEL_NCCL_GROUP_STREAMS ("1" on, "0" or unset off, anything else refused
+   so that a typo does not silently change what runs). */
+static par_status par_cuda__nccl_streams_wanted(const par_nccl_desc *desc, int *on) {
+    const char *env = getenv("PARALLEL_NCCL_GROUP_STREAMS");
+    int v = desc ? desc->group_streams : 0;
+    *on = 0;
+    if (v < -1 || v > 1)
+        return par_cuda__fail(PAR_EINVAL, "par_comm_nccl: group_streams %d must be 1 (a stream per group), -1 (one "
+                                          "stream) or 0 ($PARALLEL_NCCL_GROUP_STREAMS)", v);
+    if (v) {
+        *on = v == 1;
+        return PAR_OK;
+    }
+    if (!env || !*env || !strcmp(env, "0")) return PAR_OK;
+    if (strcmp(env, "1"))
+        return par_cuda__fail(PAR_EINVAL, "par_comm_nccl: $PARALLEL_NCCL_GROUP_STREAMS is \"%s\"; it must be 1 (a "
+                                          "stream per group) or 0 (one stream)", env);
+    *on = 1;
+    return PAR_OK;
+}
+
 extern "C" par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *table) {
     par_cuda__nccl *nc;
     MPI_Comm base = MPI_COMM_WORLD, local = MPI_COMM_NULL;
-    int inited = 0, ndev = 0, local_rank = 0, rc, i, *all = NULL;
+    int inited = 0, ndev = 0, local_rank = 0, rc, i, *all = NULL, streams = 0;
     cudaError_t e;
     par_status st;
     if (!table) return par_cuda__fail(PAR_EINVAL, "par_comm_nccl: NULL table");
     memset(table, 0, sizeof *table);
     if (desc && desc->timeout_ms < 0)
         return par_cuda__fail(PAR_EINVAL, "par_comm_nccl: timeout_ms %d must be >= 0", desc->timeout_ms);
+    if (desc && desc->group_init != PAR_NCCL_GROUP_AUTO && desc->group_init != PAR_NCCL_GROUP_INIT)
+        return par_cuda__fail(PAR_EINVAL, "par_comm_nccl: group_init %d must be PAR_NCCL_GROUP_AUTO (0) or "
+                                          "PAR_NCCL_GROUP_INIT (1)", desc->group_init);
+    if ((st = par_cuda__nccl_streams_wanted(desc, &streams)) != PAR_OK) return st;
     MPI_Initialized(&inited);
     if (!inited && (rc = MPI_Init(NULL, NULL)) != MPI_SUCCESS) return par_cuda__mpi(rc, "par_comm_nccl: MPI_Init");
     if (desc && desc->mpi_comm) base = *(const MPI_Comm *)desc->mpi_comm;
@@ -3618,6 +3841,8 @@ extern "C" par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *t
     MPI_Comm_rank(nc->mpi, &nc->rank);
     MPI_Comm_size(nc->mpi, &nc->size);
     nc->timeout_ms = desc && desc->timeout_ms > 0 ? desc->timeout_ms : 0;
+    nc->group_init = desc ? desc->group_init : PAR_NCCL_GROUP_AUTO;
+    nc->group_streams = streams;
     if (!nc->timeout_ms) {
         const char *env = getenv("PARALLEL_TIMEOUT_MS");
         long v = env && *env ? strtol(env, NULL, 10) : 0;
@@ -3691,6 +3916,14 @@ extern "C" par_status par_comm_nccl_device(const par_comm_table *table, int *dev
     return PAR_OK;
 }
 
+extern "C" par_status par_comm_nccl_group_split(const par_comm_table *table, const par_comm_group *group, int *split) {
+    if (!table || table->name != par_cuda__nccl_magic || !table->user)
+        return par_cuda__fail(PAR_EINVAL, "par_comm_nccl_group_split: not a table made by par_comm_nccl");
+    if (!group || !split) return par_cuda__fail(PAR_EINVAL, "par_comm_nccl_group_split: NULL group or split");
+    *split = group->split;
+    return PAR_OK;
+}
+
 #else /* !PARALLEL_WITH_MPI */
 
 extern "C" par_status par_comm_nccl(const par_nccl_desc *desc, par_comm_table *table) {
@@ -3706,8 +3939,18 @@ extern "C" par_status par_comm_nccl_device(const par_comm_table *table, int *dev
     return par_cuda__fail(PAR_EUNSUPPORTED, "par_comm_nccl_device: built without PARALLEL_WITH_MPI");
 }
 
+extern "C" par_status par_comm_nccl_group_split(const par_comm_table *table, const par_comm_group *group, int *split) {
+    (void)table;
+    (void)group;
+    (void)split;
+    return par_cuda__fail(PAR_EUNSUPPORTED, "par_comm_nccl_group_split: built without PARALLEL_WITH_MPI");
+}
+
 #endif /* PARALLEL_WITH_MPI */
 
+#if defined(PARALLEL_WITH_MPI)
+#undef PAR_CUDA__NCCL_ALL
+#endif
 #undef PAR_CUDA__ATTN_PTR
 #undef PAR_CUDA__ENTER
 #undef PAR_CUDA__NEED

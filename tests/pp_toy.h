@@ -128,10 +128,10 @@ static par_pp_schedule *toy_post_ahead(const par_pp_schedule *s) {
                 if (a[k].op == (g ? PAR_PP_RECV_GRAD : PAR_PP_RECV_ACT) &&
                     par_pp_schedule_append(out, r, g ? PAR_PP_POST_GRAD : PAR_PP_POST_ACT, a[k].micro_batch,
                                            a[k].chunk) != PAR_OK)
-                    return par_pp_schedule_destroy(out), NULL;
+                    return par_pp_schedule_destroy(out), (par_pp_schedule *)NULL; /* typed: C++ (nvcc) too */
         for (k = 0; k < n; k++)
             if (par_pp_schedule_append(out, r, a[k].op, a[k].micro_batch, a[k].chunk) != PAR_OK)
-                return par_pp_schedule_destroy(out), NULL;
+                return par_pp_schedule_destroy(out), (par_pp_schedule *)NULL;
     }
     return out;
 }

@@ -49,7 +49,10 @@
    GPU), LLAMA_TEST_ONLY=gpu-table (make test-cuda with TRAIN="build/train_cuda
    --backend cuda-threads": every parallel mode as threads on one GPU against one
    device on it, and a few rows against the CPU trainer, TRAIN_CPU, default
-   build/train: per-step losses within 1e-5 relative). */
+   build/train: per-step losses within 1e-5 relative), LLAMA_TEST_ONLY=nccl-table
+   (the same rows with TRAIN="build/train_cuda --backend nccl", each launched by
+   MPIRUN with -np its world, one rank per GPU; LLAMA_NCCL_GPUS=<GPUs>, rows
+   needing more are skipped by name: docs/multi-gpu.md). */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "test_files.h"
@@ -83,9 +86,35 @@ static void read_file_text(const char *path, char *buf, size_t size) {
 
 /* Run `args` (appended to the trainer path, or a full command when raw); keep
    stdout/stderr; return the exit status (-1 if it did not exit normally). */
+/* LLAMA_TEST_ONLY=nccl-table: the GPUs of the node (LLAMA_NCCL_GPUS); 0 = off.
+   Then every trainer run is launched as "$MPIRUN -np <its world> $TRAIN", one
+   rank per GPU, and a row needing more GPUs is skipped by name. */
+static int nccl_gpus;
+
+/* The ranks a run's arguments ask for: the product of the parallel degrees set
+   with --set (the test's base configs leave them at 1). */
+static int run_world(const char *args) {
+    static const char *keys[] = {"parallel_config.data_parallel=", "parallel_config.model_parallel=",
+                                 "parallel_config.context_parallel=", "parallel_config.pipeline_stage="};
+    int world = 1;
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const char *at = strstr(args, keys[k]);
+        if (at) world *= atoi(at + strlen(keys[k]));
+    }
+    return world;
+}
+
+/* 1 (and the skip line) when the NCCL table cannot run the row on its GPUs. */
+static int row_skipped(const char *name, const char *sets) {
+    const int world = run_world(sets);
+    if (!nccl_gpus || world <= nccl_gpus) return 0;
+    printf("%s: skipped (needs %d GPUs, found %d)\n", name, world, nccl_gpus);
+    return 1;
+}
+
 static int run_cmd(int raw, const char *fmt, ...) PAR__PRINTF(2, 3);
 static int run_cmd(int raw, const char *fmt, ...) {
-    char args[4096], cmd[8192], o[512], e[512];
+    char args[4096], cmd[8192], o[512], e[512], launch[512] = "";
     va_list ap;
     int rc;
     va_start(ap, fmt);
@@ -93,7 +122,9 @@ static int run_cmd(int raw, const char *fmt, ...) {
     va_end(ap);
     snprintf(o, sizeof o, "%s/out.txt", test_dir);
     snprintf(e, sizeof e, "%s/err.txt", test_dir);
-    snprintf(cmd, sizeof cmd, "%s%s%s >%s 2>%s </dev/null", raw ? "" : train_bin, raw ? "" : " ", args, o, e);
+    if (!raw && nccl_gpus) snprintf(launch, sizeof launch, "%s -np %d ", mpirun ? mpirun : "mpirun", run_world(args));
+    snprintf(cmd, sizeof cmd, "%s%s%s%s >%s 2>%s </dev/null", launch, raw ? "" : train_bin, raw ? "" : " ", args, o,
+             e);
     rc = system(cmd);
     read_file_text(o, out_text, sizeof out_text);
     read_file_text(e, err_text, sizeof err_text);
@@ -332,6 +363,7 @@ static void equivalence_table(const char *base, const char *tag, const eq_case *
     CHECK_MSG(rc == 0, "single-device run failed: %s", err_text);
     CHECK_INT(read_metrics(test_path(one_m), bl, bg, EQ_STEPS + 1), EQ_STEPS);
     for (i = 0; i < count; i++) {
+        if (row_skipped(cases[i].name, cases[i].sets)) continue;
         rc = run_cmd(0, "%s --steps 20 %s --metrics %s --save %s", base, cases[i].sets, test_path(m), test_path(w));
         CHECK_MSG(rc == 0, "%s failed: %s", cases[i].name, err_text);
         if (rc != 0) continue;
@@ -693,6 +725,7 @@ static void pp_row(const char *name, const char *base, int mb, const char *sets)
     const char *bw = NULL;
     char dir[512];
     int rc, k;
+    if (row_skipped(name, sets)) return;
     for (k = 0; k < ncached; k++)
         if (cached_base[k] == base && cached_mb[k] == mb) bl = cl[k], bg = cg[k], bw = cw[k];
     if (!bl && ncached < 16) {
@@ -2392,7 +2425,9 @@ static void test_mixed(void) {
 static void cpu_gpu_row(const char *name, const char *base, const char *sets) {
     const char *cpu = getenv("TRAIN_CPU") && *getenv("TRAIN_CPU") ? getenv("TRAIN_CPU") : "build/train";
     double cl[EQ_STEPS + 1], cg[EQ_STEPS + 1], gl[EQ_STEPS + 1], gg[EQ_STEPS + 1], d;
-    int rc = run_cmd(1, "%s %s --steps 20 %s --metrics %s", cpu, base, sets, test_path("cg_cpu.jsonl"));
+    int rc;
+    if (row_skipped(name, sets)) return;
+    rc = run_cmd(1, "%s %s --steps 20 %s --metrics %s", cpu, base, sets, test_path("cg_cpu.jsonl"));
     CHECK_MSG(rc == 0, "%s on the CPU (%s) failed: %s", name, cpu, err_text);
     if (rc != 0) return;
     rc = run_cmd(0, "%s --steps 20 %s --metrics %s", base, sets, test_path("cg_gpu.jsonl"));
@@ -2475,6 +2510,21 @@ static void test_gpu_table(void) {
     cpu_gpu_row("pp2 1f1b mb2", pp_base, "--set parallel_config.micro_batch_num=2 --set parallel_config.pipeline_stage=2");
 }
 
+/* LLAMA_TEST_ONLY=nccl-table: the gpu-table's rows with one rank per GPU,
+   TRAIN="build/train_cuda --backend nccl" launched by MPIRUN with each row's
+   world, LLAMA_NCCL_GPUS=<GPUs of the node> (rows needing more are skipped by
+   name). See docs/multi-gpu.md. */
+static void test_nccl_table(void) {
+    const char *g = getenv("LLAMA_NCCL_GPUS");
+    nccl_gpus = g && *g ? atoi(g) : 0;
+    if (nccl_gpus < 1) {
+        printf("nccl-table: skipped (LLAMA_NCCL_GPUS is not set to the number of GPUs)\n");
+        return;
+    }
+    test_gpu_table();
+    nccl_gpus = 0;
+}
+
 int main(void) {
     char tmpl[] = "/tmp/par_train_test_XXXXXX";
     char cmd[600];
@@ -2515,6 +2565,7 @@ int main(void) {
                       {"recompute", {test_recompute, test_save_dtype}},
                       {"mixed", {test_mixed, NULL}},
                       {"gpu-table", {test_gpu_table, NULL}},
+                      {"nccl-table", {test_nccl_table, NULL}},
                       {"tokens", {test_token_files, NULL}}};
         const char *only = getenv("LLAMA_TEST_ONLY");
         for (size_t g = 0; only && g < sizeof groups / sizeof groups[0]; g++) {
