@@ -1761,6 +1761,8 @@ typedef struct par_param_desc {
     float *host_value;     /* optional: this rank's slice of the values lives here, in the host's
                               memory (host-owned buffers, below); NULL: the set allocates it */
     float *host_grad;      /* optional: its gradient accumulates here (the same rules) */
+    int layers;            /* 0 or 1: one tensor. N > 1: N layers of this description stacked
+                              (a host's [N, ...] buffer per kind of weight): see "Stacked layers" */
 } par_param_desc;
 
 typedef struct par_params_desc {
@@ -1882,6 +1884,23 @@ typedef struct par_params_desc {
    gradient AdamW reads: this rank's ZeRO shard (4 / d bytes a parameter),
    or without ZeRO the whole slice (4, as Megatron's non-distributed
    optimizer does). */
+
+/* Stacked layers. A host that keeps each kind of weight for all its layers
+   in one buffer, [N, out, in] as llm.c does, describes one layer (e.g. with
+   par_tp_linear_param, whose strategy checks then hold for every layer) and
+   sets par_param_desc.layers = N. The set holds it as N parameters, called
+   "name.0" .. "name.N-1", at consecutive indices where the description stands
+   (the next description's parameters follow them; par_params_count counts
+   them all): each is one layer's slice of the host's buffer (host_value and
+   host_grad point at layer 0's slice; layer l's lies l * numel elements after
+   it, numel the one layer's local element count) and starts a gradient
+   bucket of its own, so the host marks each layer ready
+   (par_params_grad_ready) as its backward makes it and that layer's
+   reduction runs while the backward goes on - one stacked tensor marked
+   ready as a whole could not start before the backward had made every
+   layer. The whole of a stacked description is the layers' wholes one after
+   another (par_params_gather_all). PAR_EINVAL for layers < 0, or a name with
+   no room for ".L" (stacked names stay under 244 characters). */
 
 typedef struct par_params par_params;
 
@@ -2058,6 +2077,23 @@ typedef enum par_param_field {
    every rank calls it for the same i in the same order. Uses workspace memory
    of the tensor's size (and of its bucket under ZeRO), kept until destroy. */
 PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field, int i, float *whole);
+
+/* Every parameter's whole value (or moment), one after another in the set's
+   order, into `whole` on every rank that passes one (NULL elsewhere):
+   parameter i at the sum of the earlier ones' global element counts, no
+   padding. For a host that lays its buffer out kind by kind with layers
+   stacked (par_param_desc.layers), declared in that order, this is its own
+   one-process layout. par_params_gather for each i: collective over the
+   mesh, the same workspace. */
+PARALLEL_DEF par_status par_params_gather_all(par_params *ps, par_param_field field, float *whole);
+/* Elements par_params_gather_all writes (the sum of the global element counts). Local. */
+PARALLEL_DEF int64_t par_params_global_numel(const par_params *ps);
+/* Rank 0 writes par_params_gather_all's values to `path`: raw f32 in host
+   byte order, no header (the parameter region of llm.c's checkpoints), for a
+   one-process program or a reference to read. Collective; on rank 0 PAR_EIO
+   naming the file when it cannot be written, PAR_ENOMEM; PAR_EUNSUPPORTED
+   with stage_dims (each stage holds other parameters). */
+PARALLEL_DEF par_status par_params_write_raw(par_params *ps, const char *path);
 
 /* Set this rank's slice of tensor i (host memory, its local shape, row-major),
    e.g. read from a checkpoint with par_st_read_slice; under ZeRO the moments
@@ -16579,6 +16615,7 @@ static PAR__MAYBE_UNUSED double par__span_end(struct par_trace *trace, const cha
 // >>params
 
 #define PAR__DEFAULT_BUCKET_BYTES (25 * 1024 * 1024)
+#define PAR__PARAMS_NAME 256 /* a stacked parameter's layer names, "name.L", with the nul */
 
 typedef struct par__param {
     char *name;
@@ -16947,7 +16984,7 @@ static par_status par__params_add_slot(par_params *ps) {
     return par__params_galloc(ps, ps->max_chunk, PAR_MEM_COMM, (void **)&ps->rs_tmp[ps->num_slots - 1]);
 }
 
-PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
+static par_status par__params_create_flat(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
     par_params *ps;
     par_status st;
     const par_mesh *mesh;
@@ -17053,6 +17090,63 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     if (st != PAR_OK) return par_params_destroy(ps), st;
     *out = ps;
     return PAR_OK;
+}
+
+/* Parameters the set holds for description d: its layers, or itself. */
+static int par__params_layer_count(const par_param_desc *d) { return d->layers > 1 ? d->layers : 1; }
+
+/* Layer l of a stacked description: "name.l", its own bucket, and its slice
+   of the host's [layers, local shape] buffers. `name` holds the name. */
+static void par__params_layer_desc(const par_param_desc *d, int l, char *name, size_t cap, par_param_desc *one) {
+    const int64_t numel = par_layout_local_numel(&d->layout);
+    *one = *d;
+    one->layers = 0;
+    snprintf(name, cap, "%s.%d", d->name, l);
+    one->name = name;
+    one->new_bucket = 1; /* each layer's reduction starts when the backward has made that layer */
+    if (d->host_value) one->host_value = d->host_value + l * numel;
+    if (d->host_grad) one->host_grad = d->host_grad + l * numel;
+}
+
+PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
+    par_params_desc flat;
+    par_param_desc *each;
+    char *names;
+    par_status st;
+    int i, l, n = 0;
+    if (out) *out = NULL;
+    if (!ctx || !desc || !out) return par__fail(PAR_EINVAL, "par_params_create: NULL argument");
+    if (desc->num_params < 0 || (desc->num_params > 0 && !desc->params))
+        return par__fail(PAR_EINVAL, "par_params_create: %d parameters but no array", desc->num_params);
+    for (i = 0; i < desc->num_params; i++) {
+        const par_param_desc *d = &desc->params[i];
+        if (d->layers < 0)
+            return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\": layers %d < 0 (0 or 1: one tensor, "
+                                         "N: N stacked layers)", d->name ? d->name : "?", d->layers);
+        if (d->layers > 1 && (!d->name || strlen(d->name) + 12 > PAR__PARAMS_NAME))
+            return par__fail(PAR_EINVAL, "par_params_create: parameter %d (layers %d) needs a name shorter than %d "
+                                         "characters (its layers are called \"name.L\")", i, d->layers,
+                             PAR__PARAMS_NAME - 12);
+        n += par__params_layer_count(d);
+    }
+    if (n == desc->num_params) return par__params_create_flat(ctx, desc, out); /* nothing stacked */
+    each = (par_param_desc *)par__ctx_malloc(ctx, (size_t)n * sizeof *each);
+    names = (char *)par__ctx_malloc(ctx, (size_t)n * PAR__PARAMS_NAME);
+    if (!each || !names) {
+        par__ctx_free(ctx, each), par__ctx_free(ctx, names);
+        return par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    }
+    for (i = 0, n = 0; i < desc->num_params; i++)
+        if (desc->params[i].layers <= 1) each[n++] = desc->params[i];
+        else
+            for (l = 0; l < desc->params[i].layers; l++, n++)
+                par__params_layer_desc(&desc->params[i], l, names + (size_t)n * PAR__PARAMS_NAME, PAR__PARAMS_NAME,
+                                       &each[n]);
+    flat = *desc;
+    flat.params = each, flat.num_params = n;
+    st = par__params_create_flat(ctx, &flat, out); /* the set copies the names */
+    par__ctx_free(ctx, each), par__ctx_free(ctx, names);
+    return st;
 }
 
 PARALLEL_DEF int par_params_count(const par_params *ps) { return ps ? ps->n : 0; }
@@ -17625,6 +17719,54 @@ PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field,
     if (!whole) return PAR_OK;
     return ps->ct->memcpy(ps->ct->user, whole, src, (size_t)global * sizeof(float),
                           ps->ct->device_memory ? PAR_COPY_DEVICE_TO_HOST : PAR_COPY_HOST_TO_HOST);
+}
+
+static int64_t par__params_global_numel_of(const par__param *p) {
+    int64_t n = 1;
+    int d;
+    for (d = 0; d < p->layout.ndim; d++) n *= p->layout.shape[d];
+    return n;
+}
+
+PARALLEL_DEF int64_t par_params_global_numel(const par_params *ps) {
+    int64_t n = 0;
+    int i;
+    for (i = 0; ps && i < ps->n; i++) n += par__params_global_numel_of(&ps->p[i]);
+    return n;
+}
+
+PARALLEL_DEF par_status par_params_gather_all(par_params *ps, par_param_field field, float *whole) {
+    int64_t at = 0;
+    int i;
+    if (!ps) return par__fail(PAR_EINVAL, "par_params_gather_all: NULL parameter set");
+    for (i = 0; i < ps->n; i++) {
+        PAR__CHECK(par_params_gather(ps, field, i, whole ? whole + at : NULL));
+        at += par__params_global_numel_of(&ps->p[i]);
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_write_raw(par_params *ps, const char *path) {
+    const int64_t n = par_params_global_numel(ps);
+    float *all = NULL;
+    par_status st;
+    FILE *f;
+    int ok;
+    if (!ps || !path) return par__fail(PAR_EINVAL, "par_params_write_raw: NULL argument");
+    if (ps->stage_dims)
+        return par__fail(PAR_EUNSUPPORTED, "par_params_write_raw: the set has stage_dims (each stage holds other "
+                                           "parameters; gather each stage's with par_params_gather_all)");
+    if (par_ctx_rank(ps->ctx) == 0 && !(all = (float *)par__ctx_malloc(ps->ctx, (size_t)(n ? n : 1) * sizeof(float)))) {
+        (void)par_params_gather_all(ps, PAR_PARAM_VALUE, NULL); /* the others still gather: no rank is left waiting */
+        return par__fail(PAR_ENOMEM, "par_params_write_raw: out of memory for %lld values", (long long)n);
+    }
+    st = par_params_gather_all(ps, PAR_PARAM_VALUE, all);
+    if (st != PAR_OK || !all) return par__ctx_free(ps->ctx, all), st; /* not rank 0: done */
+    f = fopen(path, "wb");
+    ok = f && fwrite(all, sizeof(float), (size_t)n, f) == (size_t)n;
+    if (f) ok &= fclose(f) == 0;
+    par__ctx_free(ps->ctx, all);
+    return ok ? PAR_OK : par__fail(PAR_EIO, "par_params_write_raw: cannot write %s", path);
 }
 
 PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field field, int i, const float *local) {

@@ -36,7 +36,7 @@ typedef struct config {
 typedef struct model {
     int hl, h0;                   /* hidden units held and the first one's index (H and 0 here) */
     int64_t n1, n2;               /* elements of one layer's W1 and W2 */
-    float *params, *grads, *all;  /* all: the whole buffer gathered for --out */
+    float *params, *grads;
     par_tp *tp; par_params *ps; par_trace *tr;
     float *w1, *w2, *dw1, *dw2;   /* the kinds inside params and grads */
     float *x, *a, *dx, *da, *tmp; /* activations: x [L+1, n, D], a [L, n, hl] */
@@ -84,10 +84,9 @@ static void matmul_bwd(float *din, float *dw, const float *dout, const float *in
 static par_status train(par_ctx *ctx, const config *c, model *m) {
     const int64_t n = BATCH / c->dp, shape[2] = {BATCH, D}; /* this rank's samples */
     int shard = 0, shards = 1;
-    par_param_desc w[2 * L];
+    par_param_desc w[2];
     par_linear lin[2];
     par_layout batch;
-    char names[2 * L][16];
     PAR_CHECK(par_trace_create(&(par_trace_desc){.rank = par_ctx_rank(ctx)}, &m->tr));
     PAR_CHECK(par_tp_create(ctx, &(par_tp_desc){.rows = BATCH, .hidden = D, .column = "((dp,1),(tp,1))",
                                                 .row = "((dp,tp),(1,tp))"}, &m->tp)); /* rows over dp, H over tp */
@@ -107,14 +106,12 @@ static par_status train(par_ctx *ctx, const config *c, model *m) {
                 m->w1[l * m->n1 + h * D + j] = (float)(0.4 * hash01(100 + l, (uint64_t)((m->h0 + h) * D + j)));
                 m->w2[l * m->n2 + j * m->hl + h] = (float)(0.4 * hash01(200 + l, (uint64_t)(j * H + m->h0 + h)));
             }
-    for (int i = 0; i < 2 * L; i++) { /* layer by layer (w1.0 w2.0 w1.1 ...), each inside its kind's buffer */
-        float *v = i % 2 ? m->w2 + i / 2 * m->n2 : m->w1 + i / 2 * m->n1;
-        snprintf(names[i], sizeof names[i], "w%d.%d", i % 2 + 1, i / 2);
-        PAR_CHECK(par_tp_linear_param(&lin[i % 2], names[i], &w[i]));
-        w[i].host_value = v, w[i].host_grad = m->grads + (v - m->params); /* the same place in the gradients */
-    }
+    PAR_CHECK(par_tp_linear_param(&lin[0], "w1", &w[0])); /* one layer each; the set holds w1.0 .. w1.3 */
+    PAR_CHECK(par_tp_linear_param(&lin[1], "w2", &w[1]));
+    w[0].host_value = m->w1, w[0].host_grad = m->dw1, w[0].layers = L; /* the host's stacked buffers */
+    w[1].host_value = m->w2, w[1].host_grad = m->dw2, w[1].layers = L;
     PAR_CHECK(par_layout_parse(&batch, par_ctx_mesh(ctx), 2, shape, "[dp,None]"));
-    PAR_CHECK(par_params_create(ctx, &(par_params_desc){.params = w, .num_params = 2 * L, .batch = &batch,
+    PAR_CHECK(par_params_create(ctx, &(par_params_desc){.params = w, .num_params = 2, .batch = &batch,
                                                         .zero_level = c->zero, .trace = m->tr}, &m->ps));
     PAR_CHECK(par_params_data_shard(m->ps, &shard, &shards));
     for (int step = 0; step < c->steps; step++) {
@@ -140,10 +137,10 @@ static par_status train(par_ctx *ctx, const config *c, model *m) {
             const float *x = m->x + l * n * D, *a = m->a + l * n * m->hl;
             PAR_CHECK(par_trace_begin(m->tr, "bwd layer", "compute"));
             matmul_bwd(m->da, m->dw2 + l * m->n2, m->dx, a, m->w2 + l * m->n2, n, m->hl, D);
-            PAR_CHECK(par_params_grad_ready(m->ps, 2 * l + 1)); /* W2[l] done: its reduction starts now */
+            PAR_CHECK(par_params_grad_ready(m->ps, L + l)); /* w2.l done: its reduction starts now */
             for (int64_t i = 0; i < n * m->hl; i++) m->da[i] = a[i] > 0.0f ? m->da[i] : 0.0f;
             matmul_bwd(m->tmp, m->dw1 + l * m->n1, m->da, x, m->w1 + l * m->n1, n, D, m->hl);
-            PAR_CHECK(par_params_grad_ready(m->ps, 2 * l));
+            PAR_CHECK(par_params_grad_ready(m->ps, l)); /* w1.l */
             PAR_CHECK(par_tp_reduce_rows(m->tp, n, D, m->tmp, NULL, NULL));
             for (int64_t i = 0; i < n * D; i++) m->dx[i] += m->tmp[i]; /* the residual's gradient */
             PAR_CHECK(par_trace_end(m->tr));
@@ -154,16 +151,7 @@ static par_status train(par_ctx *ctx, const config *c, model *m) {
         par_printf0(ctx, "step %d loss %.9g\n", step, loss / count);
     }
     if (c->trace) PAR_CHECK(par_trace_gather_write(ctx, m->tr, c->trace));
-    if (c->out) { /* the whole parameter buffer, gathered from every rank's slices; rank 0 writes it */
-        float *all = m->all = malloc((size_t)L * 2 * H * D * 4);
-        for (int i = 0; i < 2 * L && all; i++)
-            PAR_CHECK(par_params_gather(m->ps, PAR_PARAM_VALUE, i, all + (i % 2) * L * H * D + i / 2 * H * D));
-        if (!all || par_ctx_rank(ctx) != 0) return all ? PAR_OK : par_set_error(PAR_ENOMEM, "stacked: out of memory");
-        FILE *f = fopen(c->out, "wb");
-        int ok = f && fwrite(all, 4, (size_t)L * 2 * H * D, f) == (size_t)L * 2 * H * D;
-        if (f) ok &= fclose(f) == 0;
-        if (!ok) return par_set_error(PAR_EIO, "stacked: cannot write %s", c->out);
-    }
+    if (c->out) PAR_CHECK(par_params_write_raw(m->ps, c->out)); /* gathered from every rank's slices */
     return 0;
 }
 
@@ -172,7 +160,7 @@ static par_status run(par_ctx *ctx, void *c) {
     model m = {0};
     const par_status rc = train(ctx, (const config *)c, &m);
     par_params_destroy(m.ps), par_tp_destroy(m.tp), par_trace_destroy(m.tr);
-    free(m.params), free(m.grads), free(m.all), free(m.x), free(m.a), free(m.dx), free(m.da), free(m.tmp);
+    free(m.params), free(m.grads), free(m.x), free(m.a), free(m.dx), free(m.da), free(m.tmp);
     return rc;
 }
 
