@@ -1337,6 +1337,24 @@ PARALLEL_DEF int par_ctx_size(const par_ctx *ctx);
    per-step lines once per job, not once per rank. Returns what printf does on
    rank 0, 0 on the others (and for a NULL context or format). Local. */
 PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) PAR__PRINTF(2, 3);
+
+/* The parallel options of a training program's command line, taken out of
+   argv before the program parses its own (which then stay as they were):
+   --dp N, --tp N (data- and tensor-parallel degrees, default 1), --zero L
+   (0, 1 or 2, default 0: par_params_desc.zero_level) and --trace FILE
+   (default NULL). mesh is "dp=N,tp=M", both axes named even at size 1 so
+   that strategies naming them (par_tp_desc's defaults, data_axes "dp") hold
+   on every run: par_ctx_desc.mesh. Each option is "--name value" (two
+   arguments); the ones taken are removed from argv (order kept, *argc
+   lowered, argv[*argc] NULL), everything else is left. PAR_EINVAL naming the
+   option for a missing value, a degree that is not a whole number >= 1, a
+   zero level outside 0..2. Local (no context needed). */
+typedef struct par_args {
+    int dp, tp, zero;
+    const char *trace;
+    char mesh[40];
+} par_args;
+PARALLEL_DEF par_status par_args_take(par_args *args, int *argc, char **argv);
 PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx);
 PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx);
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx);
@@ -1770,6 +1788,8 @@ typedef struct par_params_desc {
     int num_params;
     const par_layout *batch; /* the global batch (e.g. tokens [batch, seq]); its split device
                                 dims are the data-parallel dims. NULL: no data parallelism */
+    const char *data_axes;   /* instead of batch: the mesh axes the batch is split over, by name,
+                                comma-separated ("dp", "dp,cp"); NULL / "": none. Both is PAR_EINVAL */
     int zero_level;          /* 0: replicated optimizer; 1: AdamW state sharded (ZeRO-1);
                                 2: gradients sharded too (ZeRO-2); 3 is refused */
     int64_t bucket_bytes;    /* gradient bucket capacity; 0 = 25 MiB (PyTorch DDP's default),
@@ -2055,7 +2075,9 @@ PARALLEL_DEF par_status par_params_broadcast(par_params *ps);
 
 /* This rank's slice of the batch's first dim (the samples) as a data loader
    shards a dataset (MindSpore's num_shards / shard_id): *shard_id in
-   [0, *num_shards). 0 of 1 without a batch layout. Local. */
+   [0, *num_shards). With data_axes instead of a batch layout: this rank's
+   index in the group of those axes (row-major) of its size. 0 of 1 without
+   either. Local. */
 PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_id, int *num_shards);
 
 /* The mean loss over the whole global batch: *sum and *count (this rank's
@@ -2279,7 +2301,9 @@ typedef struct par_tp_desc {
                                . W^T with W [out, in]: ((x rows, x in), (W out, W in)), e.g.
                                "((dp,1),(tp,1))" (axis names of the mesh, or numbers: "((2,1),(4,1))"):
                                rows over the data-parallel ranks, out over the tensor-parallel ones */
-    const char *row;        /* ... of the row-parallel linears, e.g. "((dp,tp),(1,tp))": in split over tp */
+    const char *row;        /* ... of the row-parallel linears, e.g. "((dp,tp),(1,tp))": in split over tp.
+                               Both NULL: those two, Megatron's layout on a mesh with axes dp and tp
+                               (par_args_take's mesh); one NULL without the other is PAR_EINVAL */
     int sequence_parallel;  /* Megatron sequence parallelism */
     int no_all_to_all;      /* plans never use all_to_all (MindSpore enable_alltoall: false) */
     struct par_trace *trace;/* optional: each blocking collective as a "comm" span */
@@ -8632,6 +8656,39 @@ PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) {
     fflush(stdout);
     return n;
 }
+/* A whole number in [lo, hi] for option `name`, or PAR_EINVAL naming it. */
+static par_status par__args_int(const char *name, const char *text, int lo, int hi, int *out) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < lo || v > hi)
+        return par__fail(PAR_EINVAL, "par_args_take: %s \"%s\" is not a whole number in %d..%d", name, text, lo, hi);
+    *out = (int)v;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_args_take(par_args *a, int *argc, char **argv) {
+    int i, kept = 1;
+    if (!a || !argc || (*argc > 0 && !argv)) return par__fail(PAR_EINVAL, "par_args_take: NULL argument");
+    memset(a, 0, sizeof *a);
+    a->dp = a->tp = 1;
+    for (i = 1; i < *argc; i++) {
+        const char *o = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        const int ours = !strcmp(o, "--dp") || !strcmp(o, "--tp") || !strcmp(o, "--zero") || !strcmp(o, "--trace");
+        if (!ours) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        if (!v) return par__fail(PAR_EINVAL, "par_args_take: %s needs a value (\"%s VALUE\")", o, o);
+        if (!strcmp(o, "--trace")) a->trace = v;
+        else PAR__CHECK(par__args_int(o, v, !strcmp(o, "--zero") ? 0 : 1, !strcmp(o, "--zero") ? 2 : 1 << 20,
+                                      !strcmp(o, "--dp") ? &a->dp : !strcmp(o, "--tp") ? &a->tp : &a->zero));
+        i++; /* the value */
+    }
+    if (*argc > 0) *argc = kept, argv[kept] = NULL;
+    snprintf(a->mesh, sizeof a->mesh, "dp=%d,tp=%d", a->dp, a->tp);
+    return PAR_OK;
+}
+
 PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx) { return ctx ? &ctx->mesh : NULL; }
 PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx) { return ctx ? &ctx->comm : NULL; }
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx) { return ctx ? &ctx->compute : NULL; }
@@ -16984,6 +17041,29 @@ static par_status par__params_add_slot(par_params *ps) {
     return par__params_galloc(ps, ps->max_chunk, PAR_MEM_COMM, (void **)&ps->rs_tmp[ps->num_slots - 1]);
 }
 
+/* par_params_desc.data_axes: the named axes' device dims into ps->data_dims. */
+static par_status par__params_data_axes(par_params *ps, const par_params_desc *desc) {
+    const par_mesh *mesh = par_ctx_mesh(ps->ctx);
+    const char *at = desc->data_axes;
+    char name[64];
+    if (!at || !*at) return PAR_OK;
+    if (desc->batch)
+        return par__fail(PAR_EINVAL, "par_params_create: both batch and data_axes \"%s\" are given (one names the "
+                                     "data-parallel dims)", desc->data_axes);
+    while (*at) {
+        const size_t len = strcspn(at, ",");
+        int dim;
+        par__copy_text(name, len < sizeof name ? len + 1 : sizeof name, at);
+        dim = len < sizeof name ? par_mesh_dev_dim(mesh, name) : -1;
+        if (dim < 0)
+            return par__fail(PAR_EINVAL, "par_params_create: data_axes \"%s\": \"%.*s\" is not an axis of the mesh",
+                             desc->data_axes, (int)len, at);
+        ps->data_dims |= 1u << dim;
+        at += len + (at[len] == ',');
+    }
+    return PAR_OK;
+}
+
 static par_status par__params_create_flat(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
     par_params *ps;
     par_status st;
@@ -17039,6 +17119,7 @@ static par_status par__params_create_flat(par_ctx *ctx, const par_params_desc *d
     ps->tmp_bucket_of = -1;
     ps->data_dims = desc->batch ? par_layout_split_dims(desc->batch) & par__mesh_dims_mask(mesh) : 0u;
     ps->stage_dims = desc->stage_dims;
+    if ((st = par__params_data_axes(ps, desc)) != PAR_OK) return par_params_destroy(ps), st;
     if (desc->stage_dims & ~par__mesh_dims_mask(mesh))
         return par_params_destroy(ps), par__fail(PAR_EINVAL, "par_params_create: stage_dims 0x%x names device dims the "
                                                               "mesh does not have", (unsigned)desc->stage_dims);
@@ -17640,6 +17721,7 @@ PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_i
     int64_t off[PARALLEL_MAX_DIMS], shape[PARALLEL_MAX_DIMS];
     if (!ps || !shard_id || !num_shards) return par__fail(PAR_EINVAL, "par_params_data_shard: NULL argument");
     *shard_id = 0, *num_shards = 1;
+    if (!ps->has_batch && ps->data_dims) *shard_id = ps->data_index, *num_shards = ps->data_size;
     if (!ps->has_batch || ps->batch.ndim < 1) return PAR_OK;
     par_layout_local_shape(&ps->batch, shape);
     PAR__CHECK(par_layout_local_offset(&ps->batch, par_ctx_rank(ps->ctx), off));
@@ -19188,8 +19270,12 @@ PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par
     if (desc->copies && (desc->copy < 0 || desc->copy >= desc->copies->k))
         return par_tp_destroy(tp), par__fail(PAR_EINVAL, "par_tp_create: copy %d of %d copies", desc->copy,
                                              desc->copies->k);
-    if ((st = par__tp_parse(tp, desc->column, "column", &tp->column)) != PAR_OK ||
-        (st = par__tp_parse(tp, desc->row, "row", &tp->row)) != PAR_OK)
+    if (!desc->column != !desc->row)
+        return par_tp_destroy(tp), par__fail(PAR_EINVAL, "par_tp_create: the %s strategy is NULL but the %s one is "
+                                             "given (give both, or neither for the dp x tp defaults)",
+                                             desc->column ? "row" : "column", desc->column ? "column" : "row");
+    if ((st = par__tp_parse(tp, desc->column ? desc->column : "((dp,1),(tp,1))", "column", &tp->column)) != PAR_OK ||
+        (st = par__tp_parse(tp, desc->row ? desc->row : "((dp,tp),(1,tp))", "row", &tp->row)) != PAR_OK)
         return par_tp_destroy(tp), st;
     /* probe shapes: W's split dim as large as its shard count, so only the
        strategies' own rules can fail here; real linears are checked by par_tp_linear */
