@@ -17050,7 +17050,7 @@ static par_status par__params_data_axes(par_params *ps, const par_params_desc *d
     if (desc->batch)
         return par__fail(PAR_EINVAL, "par_params_create: both batch and data_axes \"%s\" are given (one names the "
                                      "data-parallel dims)", desc->data_axes);
-    while (*at) {
+    for (;;) { /* every comma-separated name, an empty one too ("dp," is refused) */
         const size_t len = strcspn(at, ",");
         int dim;
         par__copy_text(name, len < sizeof name ? len + 1 : sizeof name, at);
@@ -17059,9 +17059,9 @@ static par_status par__params_data_axes(par_params *ps, const par_params_desc *d
             return par__fail(PAR_EINVAL, "par_params_create: data_axes \"%s\": \"%.*s\" is not an axis of the mesh",
                              desc->data_axes, (int)len, at);
         ps->data_dims |= 1u << dim;
-        at += len + (at[len] == ',');
+        if (!at[len]) return PAR_OK;
+        at += len + 1;
     }
-    return PAR_OK;
 }
 
 static par_status par__params_create_flat(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
