@@ -226,8 +226,8 @@
                        types: par_compute_table par_gemm_desc par_attn_desc
                        tests: tests/test_compute.c tests/test_attention.c
      >>context         par__ctx_
-                       types: par_ctx par_ctx_desc
-                       tests: tests/test_comm_threads.c tests/test_alloc.c
+                       types: par_ctx par_ctx_desc par_args
+                       tests: tests/test_comm_threads.c tests/test_alloc.c tests/params_suite.h (par_args_take)
      >>comm-threads    par__thr_
                        tests: tests/test_comm_threads.c tests/test_comm_fault.c
      >>comm-mpi        par__mpi_
@@ -8657,7 +8657,7 @@ PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) {
     return n;
 }
 /* A whole number in [lo, hi] for option `name`, or PAR_EINVAL naming it. */
-static par_status par__args_int(const char *name, const char *text, int lo, int hi, int *out) {
+static par_status par__ctx_args_int(const char *name, const char *text, int lo, int hi, int *out) {
     char *end;
     long v = strtol(text, &end, 10);
     if (!*text || *end || v < lo || v > hi)
@@ -8680,7 +8680,7 @@ PARALLEL_DEF par_status par_args_take(par_args *a, int *argc, char **argv) {
         }
         if (!v) return par__fail(PAR_EINVAL, "par_args_take: %s needs a value (\"%s VALUE\")", o, o);
         if (!strcmp(o, "--trace")) a->trace = v;
-        else PAR__CHECK(par__args_int(o, v, !strcmp(o, "--zero") ? 0 : 1, !strcmp(o, "--zero") ? 2 : 1 << 20,
+        else PAR__CHECK(par__ctx_args_int(o, v, !strcmp(o, "--zero") ? 0 : 1, !strcmp(o, "--zero") ? 2 : 1 << 20,
                                       !strcmp(o, "--dp") ? &a->dp : !strcmp(o, "--tp") ? &a->tp : &a->zero));
         i++; /* the value */
     }

@@ -1328,8 +1328,10 @@ static void pl_cases(par_ctx *ctx, ps_counts *c) {
         size_t got = f ? fread(back, sizeof(float), PL_L * 12 + 6, f) : 0;
         if (f) fclose(f);
         remove(path);
-        PS_CHECK(c, got == PL_L * 12 + 5 && memcmp(back, whole, sizeof whole) == 0, "write_raw: %zu values read back", got);
-        PS_ERR(c, par_params_write_raw(ps, "/nonexistent_par_dir/w.bin"), PAR_EIO, "cannot write /nonexistent_par_dir/w.bin");
+        PS_CHECK(c, got == PL_L * 12 + 5 && memcmp(back, whole, sizeof whole) == 0, "write_raw: %zu values read back",
+                 got);
+        PS_ERR(c, par_params_write_raw(ps, "/nonexistent_par_dir/w.bin"), PAR_EIO,
+               "cannot write /nonexistent_par_dir/w.bin");
     } else {
         PS_OK(c, par_params_write_raw(ps, "/nonexistent_par_dir/w.bin"));
     }
@@ -1357,7 +1359,8 @@ static void pl_cases(par_ctx *ctx, ps_counts *c) {
 
 /* The parallel options out of argv, the rest left in order. Local: rank 0 only. */
 static void pl_args(ps_counts *c) {
-    char *argv[] = {"prog", "--steps", "3", "--dp", "2", "--trace", "t.json", "--tp", "4", "--zero", "1", "--out", "x", NULL};
+    char *argv[] = {"prog", "--steps", "3", "--dp", "2", "--trace", "t.json", "--tp", "4", "--zero", "1", "--out", "x",
+                    NULL};
     char *none[] = {"prog", NULL}, *bad[] = {"prog", "--dp", "0", NULL}, *nan_tp[] = {"prog", "--tp", "2x", NULL};
     char *z3[] = {"prog", "--zero", "3", NULL}, *last[] = {"prog", "--steps", "3", "--dp", NULL};
     int argc = 13, one = 1, three = 3, five = 5;
