@@ -1918,7 +1918,11 @@ typedef struct par_params_desc {
    (par_params_grad_ready) as its backward makes it and that layer's
    reduction runs while the backward goes on - one stacked tensor marked
    ready as a whole could not start before the backward had made every
-   layer. The whole of a stacked description is the layers' wholes one after
+   layer. Buckets launch in a fixed order, the same on every rank; for a run
+   of consecutive descriptions with the same layer count it is the order a
+   backward makes them: layer N-1's (last description first), then layer
+   N-2's, ... (declared kind by kind, w1 then w2, the w1 layers would
+   otherwise wait for w2.0). Indices and bucket numbers stay as declared. The whole of a stacked description is the layers' wholes one after
    another (par_params_gather_all). PAR_EINVAL for layers < 0, or a name with
    no room for ".L" (stacked names stay under 244 characters). */
 
@@ -16724,7 +16728,9 @@ struct par_params {
     float **slots, **rs_tmp;  /* ZeRO-2 */
     int *slot_bucket;         /* bucket holding each slot, -1 free */
     int num_slots, cap_slots;
-    int next_launch;          /* the next bucket to launch (they go last to first) */
+    int next_launch;          /* the next position in launch to launch (they go last to first) */
+    int *launch, *launch_pos; /* buckets in launch order, launch[nb-1] first, and each one's position:
+                                 the identity, but stacked layers interleaved (par__params_interleave) */
     int micro, num_micro, in_micro;
     int host_values, host_grads; /* the host owns the values / the gradients (par_param_desc.host_*) */
     int64_t step;
@@ -16831,6 +16837,7 @@ PARALLEL_DEF void par_params_destroy(par_params *ps) {
     }
     par__ctx_free(ps->ctx, ps->slots), par__ctx_free(ps->ctx, ps->rs_tmp), par__ctx_free(ps->ctx, ps->slot_bucket);
     par__ctx_free(ps->ctx, ps->p), par__ctx_free(ps->ctx, ps->b);
+    par__ctx_free(ps->ctx, ps->launch), par__ctx_free(ps->ctx, ps->launch_pos);
     if (ps->exec) par_executor_destroy(ps->exec);
     if (ps->planner) par_redist_planner_destroy(ps->planner);
     par__ctx_free(ps->ctx, ps);
@@ -17144,6 +17151,10 @@ static par_status par__params_create_flat(par_ctx *ctx, const par_params_desc *d
     if ((st = par__params_host_kind(ps, desc, 0)) != PAR_OK || (st = par__params_host_kind(ps, desc, 1)) != PAR_OK ||
         (st = par__params_host_overlap(ps)) != PAR_OK || (st = par__params_buckets(ps, desc)) != PAR_OK)
         return par_params_destroy(ps), st;
+    ps->launch = (int *)par__ctx_malloc(ctx, (size_t)(ps->nb ? ps->nb : 1) * sizeof(int));
+    ps->launch_pos = (int *)par__ctx_malloc(ctx, (size_t)(ps->nb ? ps->nb : 1) * sizeof(int));
+    if (!ps->launch || !ps->launch_pos) return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    for (i = 0; i < ps->nb; i++) ps->launch[i] = ps->launch_pos[i] = i; /* declaration order, launched last first */
     ps->next_launch = ps->nb - 1;
     if (!ps->mixed) {
         if (!ps->host_values) st = par__params_alloc(ps, ps->total, PAR_MEM_PARAMS, &ps->value);
@@ -17189,6 +17200,37 @@ static void par__params_layer_desc(const par_param_desc *d, int l, char *name, s
     if (d->host_grad) one->host_grad = d->host_grad + l * numel;
 }
 
+/* Launch order for stacked layers. Buckets launch in a fixed order (the same
+   on every rank), last first; declared kind by kind, w1.0..w1.3 w2.0..w2.3,
+   the w1 layers would wait for w2.0, the last the backward makes. So a run of
+   consecutive descriptions with the same layer count launches layer by layer
+   as a backward makes them: layer L-1's buckets (last description first),
+   then layer L-2's, ... Parameter indices and bucket numbers stay as declared. */
+static void par__params_interleave(par_params *ps, const par_params_desc *desc) {
+    int i, k, l, at = 0, n = 0, *first = (int *)par__ctx_malloc(ps->ctx, (size_t)(desc->num_params + 1) * sizeof(int));
+    char *seen = (char *)par__ctx_malloc(ps->ctx, (size_t)(ps->nb ? ps->nb : 1));
+    if (!first || !seen) { /* keep the declaration order: correct, only less overlap */
+        par__ctx_free(ps->ctx, first), par__ctx_free(ps->ctx, seen);
+        return;
+    }
+    for (i = 0; i <= desc->num_params; i++) first[i] = i ? first[i - 1] + par__params_layer_count(&desc->params[i - 1]) : 0;
+    memset(seen, 0, (size_t)(ps->nb ? ps->nb : 1));
+    for (i = 0; i < desc->num_params; i = k) {
+        const int layers = par__params_layer_count(&desc->params[i]);
+        for (k = i + 1; layers > 1 && k < desc->num_params && desc->params[k].layers == layers; k++) {}
+        for (l = 0; l < layers; l++) /* the run [i, k): layer by layer, each layer's descriptions in order */
+            for (int d = i; d < k; d++) {
+                const int b = ps->p[first[d] + l].bucket;
+                if (!seen[b]) seen[b] = 1, ps->launch[at++] = b;
+            }
+        n = first[k];
+    }
+    for (i = 0; i < n; i++) /* buckets no layer starts (a parameter joining the bucket before it) */
+        if (!seen[ps->p[i].bucket]) seen[ps->p[i].bucket] = 1, ps->launch[at++] = ps->p[i].bucket;
+    for (i = 0; i < ps->nb; i++) ps->launch_pos[ps->launch[i]] = i;
+    par__ctx_free(ps->ctx, first), par__ctx_free(ps->ctx, seen);
+}
+
 PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
     par_params_desc flat;
     par_param_desc *each;
@@ -17226,6 +17268,7 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     flat = *desc;
     flat.params = each, flat.num_params = n;
     st = par__params_create_flat(ctx, &flat, out); /* the set copies the names */
+    if (st == PAR_OK) par__params_interleave(*out, desc);
     par__ctx_free(ctx, each), par__ctx_free(ctx, names);
     return st;
 }
@@ -17338,7 +17381,7 @@ static par_status par__params_take_slot(par_params *ps, int b) {
     if (s == ps->num_slots) {
         for (s = 0; s < ps->num_slots; s++) {
             const int ob = ps->slot_bucket[s];
-            if (ps->b[ob].req && (oldest < 0 || ob > ps->slot_bucket[oldest])) oldest = s;
+            if (ps->b[ob].req && (oldest < 0 || ps->launch_pos[ob] > ps->launch_pos[ps->slot_bucket[oldest]])) oldest = s;
         }
         if (oldest >= 0) {
             PAR__CHECK(par__params_finish_rs(ps, ps->slot_bucket[oldest]));
@@ -17430,8 +17473,8 @@ PARALLEL_DEF par_status par_params_grad_ready(par_params *ps, int i) {
     ps->p[i].ready = 1;
     bk = &ps->b[ps->p[i].bucket];
     bk->pending--;
-    while (ps->next_launch >= 0 && ps->b[ps->next_launch].pending == 0) {
-        PAR__CHECK(par__params_launch(ps, ps->next_launch));
+    while (ps->next_launch >= 0 && ps->b[ps->launch[ps->next_launch]].pending == 0) {
+        PAR__CHECK(par__params_launch(ps, ps->launch[ps->next_launch]));
         ps->next_launch--;
     }
     return PAR_OK;
