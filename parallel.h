@@ -1922,7 +1922,8 @@ typedef struct par_params_desc {
    of consecutive descriptions with the same layer count it is the order a
    backward makes them: layer N-1's (last description first), then layer
    N-2's, ... (declared kind by kind, w1 then w2, the w1 layers would
-   otherwise wait for w2.0). Indices and bucket numbers stay as declared. The whole of a stacked description is the layers' wholes one after
+   otherwise wait for w2.0). Indices and bucket numbers stay as declared.
+   The whole of a stacked description is the layers' wholes one after
    another (par_params_gather_all). PAR_EINVAL for layers < 0, or a name with
    no room for ".L" (stacked names stay under 244 characters). */
 
@@ -17153,7 +17154,8 @@ static par_status par__params_create_flat(par_ctx *ctx, const par_params_desc *d
         return par_params_destroy(ps), st;
     ps->launch = (int *)par__ctx_malloc(ctx, (size_t)(ps->nb ? ps->nb : 1) * sizeof(int));
     ps->launch_pos = (int *)par__ctx_malloc(ctx, (size_t)(ps->nb ? ps->nb : 1) * sizeof(int));
-    if (!ps->launch || !ps->launch_pos) return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    if (!ps->launch || !ps->launch_pos)
+        return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
     for (i = 0; i < ps->nb; i++) ps->launch[i] = ps->launch_pos[i] = i; /* declaration order, launched last first */
     ps->next_launch = ps->nb - 1;
     if (!ps->mixed) {
@@ -17207,13 +17209,14 @@ static void par__params_layer_desc(const par_param_desc *d, int l, char *name, s
    as a backward makes them: layer L-1's buckets (last description first),
    then layer L-2's, ... Parameter indices and bucket numbers stay as declared. */
 static void par__params_interleave(par_params *ps, const par_params_desc *desc) {
-    int i, k, l, at = 0, n = 0, *first = (int *)par__ctx_malloc(ps->ctx, (size_t)(desc->num_params + 1) * sizeof(int));
+    int i, k, l, at = 0, *first = (int *)par__ctx_malloc(ps->ctx, (size_t)(desc->num_params + 1) * sizeof(int));
     char *seen = (char *)par__ctx_malloc(ps->ctx, (size_t)(ps->nb ? ps->nb : 1));
     if (!first || !seen) { /* keep the declaration order: correct, only less overlap */
         par__ctx_free(ps->ctx, first), par__ctx_free(ps->ctx, seen);
         return;
     }
-    for (i = 0; i <= desc->num_params; i++) first[i] = i ? first[i - 1] + par__params_layer_count(&desc->params[i - 1]) : 0;
+    for (i = 0; i <= desc->num_params; i++) /* the set index of description i's first parameter */
+        first[i] = i ? first[i - 1] + par__params_layer_count(&desc->params[i - 1]) : 0;
     memset(seen, 0, (size_t)(ps->nb ? ps->nb : 1));
     for (i = 0; i < desc->num_params; i = k) {
         const int layers = par__params_layer_count(&desc->params[i]);
@@ -17223,11 +17226,9 @@ static void par__params_interleave(par_params *ps, const par_params_desc *desc) 
                 const int b = ps->p[first[d] + l].bucket;
                 if (!seen[b]) seen[b] = 1, ps->launch[at++] = b;
             }
-        n = first[k];
     }
-    for (i = 0; i < n; i++) /* buckets no layer starts (a parameter joining the bucket before it) */
-        if (!seen[ps->p[i].bucket]) seen[ps->p[i].bucket] = 1, ps->launch[at++] = ps->p[i].bucket;
-    for (i = 0; i < ps->nb; i++) ps->launch_pos[ps->launch[i]] = i;
+    for (i = 0; i < ps->nb; i++) /* every parameter was visited, so every bucket is in launch once */
+        ps->launch_pos[ps->launch[i]] = i;
     par__ctx_free(ps->ctx, first), par__ctx_free(ps->ctx, seen);
 }
 
@@ -17381,7 +17382,8 @@ static par_status par__params_take_slot(par_params *ps, int b) {
     if (s == ps->num_slots) {
         for (s = 0; s < ps->num_slots; s++) {
             const int ob = ps->slot_bucket[s];
-            if (ps->b[ob].req && (oldest < 0 || ps->launch_pos[ob] > ps->launch_pos[ps->slot_bucket[oldest]])) oldest = s;
+            if (ps->b[ob].req && (oldest < 0 || ps->launch_pos[ob] > ps->launch_pos[ps->slot_bucket[oldest]]))
+                oldest = s; /* launched first */
         }
         if (oldest >= 0) {
             PAR__CHECK(par__params_finish_rs(ps, ps->slot_bucket[oldest]));

@@ -1298,7 +1298,8 @@ static void pl_cases(par_ctx *ctx, ps_counts *c) {
     for (l = 0; l <= PL_L; l++) {
         if (l < PL_L) snprintf(name, sizeof name, "A.%d", l);
         else snprintf(name, sizeof name, "B");
-        PS_CHECK(c, par_params_find(ps, name) == l, "\"%s\" is parameter %d, want %d", name, par_params_find(ps, name), l);
+        PS_CHECK(c, par_params_find(ps, name) == l, "\"%s\" is parameter %d, want %d", name, par_params_find(ps, name),
+                 l);
         PS_OK(c, par_params_get_info(ps, l, &in));
         PS_CHECK(c, in.bucket == l, "%s: bucket %d, want %d (one per layer)", name, in.bucket, l);
         PS_CHECK(c, in.numel == (l < PL_L ? n : 5), "%s: %lld elements", name, (long long)in.numel);
@@ -1310,7 +1311,8 @@ static void pl_cases(par_ctx *ctx, ps_counts *c) {
     for (l = 0; l < PL_L; l++)
         for (j = 0; j < n; j++) hv[l * n + j] = (float)(1000 * l + pl_global(j, t, T));
     for (j = 0; j < 5; j++) bv[j] = (float)(5000 + j);
-    PS_CHECK(c, par_params_global_numel(ps) == PL_L * 12 + 5, "global numel %lld", (long long)par_params_global_numel(ps));
+    PS_CHECK(c, par_params_global_numel(ps) == PL_L * 12 + 5, "global numel %lld",
+             (long long)par_params_global_numel(ps));
     for (j = 0; j < PL_L * 12 + 5; j++) whole[j] = -1.0f;
     PS_OK(c, par_params_gather_all(ps, PAR_PARAM_VALUE, whole));
     for (j = 0; j < PL_L * 12 + 5; j++) {
