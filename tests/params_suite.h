@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "test.h" /* rank_counts, RANK_CHECK, RANK_OK */
+#include "trace_json.h" /* pl_launch_order reads its trace back */
 
 typedef rank_counts ps_counts; /* test.h's per-rank checks under this suite's names */
 #define PS_CHECK RANK_CHECK
@@ -1359,6 +1360,69 @@ static void pl_cases(par_ctx *ctx, ps_counts *c) {
     par_params_destroy(ps);
 }
 
+/* Wait until the trace clock has moved 20 us: "compute" between two marks, so
+   launches a mark makes get distinct, ordered timestamps. */
+static void pl_compute(void) {
+    const double t0 = par_trace_now_us();
+    while (par_trace_now_us() < t0 + 20.0) {}
+}
+
+/* Two stacked kinds, A and C (3 layers each), marked ready as a backward makes
+   them (C.2 A.2 C.1 A.1 C.0 A.0) launch in that order, each as it is marked:
+   the comm spans' starts (launch times, from the trace written back) are
+   buckets 5 2 4 1 3 0, strictly increasing. Declaration order would be
+   5 4 3 2 1 0, A's waiting for C.0. Data-parallel meshes only (no launch
+   without a data-parallel group). */
+static void pl_launch_order(par_ctx *ctx, ps_counts *c) {
+    static const int want[6] = {5, 2, 4, 1, 3, 0};
+    const par_mesh *mesh = par_ctx_mesh(ctx);
+    const int dpd = par_mesh_dev_dim(mesh, "dp"), rank = par_ctx_rank(ctx);
+    const int64_t shape[2] = {2, 2};
+    par_param_desc pd[2];
+    par_params_desc d;
+    par_params *ps = NULL;
+    par_trace *tr = NULL;
+    tj_trace t;
+    double at[6];
+    char path[128];
+    int l, i, b;
+    if (dpd < 0 || par_mesh_dev_size(mesh, dpd) < 2) return;
+    memset(pd, 0, sizeof pd), memset(&d, 0, sizeof d), memset(&t, 0, sizeof t);
+    PS_OK(c, par_layout_parse(&pd[0].layout, mesh, 2, shape, "[None,None]"));
+    pd[1].layout = pd[0].layout;
+    pd[0].name = "A", pd[1].name = "C", pd[0].layers = pd[1].layers = 3;
+    PS_OK(c, par_trace_create(&(par_trace_desc){.rank = rank}, &tr));
+    d.params = pd, d.num_params = 2, d.data_axes = "dp", d.trace = tr;
+    PS_OK(c, par_params_create(ctx, &d, &ps));
+    if (!ps || !tr) goto done;
+    PS_OK(c, par_params_grads_begin(ps, 0, 1));
+    for (l = 2; l >= 0; l--) {
+        pl_compute();
+        PS_OK(c, par_params_grad_ready(ps, 3 + l)); /* C.l */
+        pl_compute();
+        PS_OK(c, par_params_grad_ready(ps, l)); /* A.l */
+    }
+    PS_OK(c, par_params_grads_wait(ps));
+    snprintf(path, sizeof path, "/tmp/par_launch_order_%d_%p.json", rank, (void *)tr);
+    PS_OK(c, par_trace_write(&tr, 1, path));
+    PS_CHECK(c, tj_load(path, &t) == 0 && tj_first_malformed(&t) < 0, "%s: %s", path, t.error);
+    remove(path);
+    PS_CHECK(c, tj_count_spans(&t, rank, "comm") == 6, "%d comm spans, want 6", tj_count_spans(&t, rank, "comm"));
+    for (b = 0; b < 6; b++) {
+        char name[64];
+        snprintf(name, sizeof name, "all_reduce bucket %d", b);
+        at[b] = -1.0;
+        for (i = 0; i < t.count; i++)
+            if (!strcmp(t.events[i].name, name) && !strcmp(t.events[i].cat, "comm")) at[b] = t.events[i].ts;
+    }
+    for (i = 1; i < 6; i++)
+        PS_CHECK(c, at[want[i - 1]] >= 0 && at[want[i - 1]] < at[want[i]], "bucket %d launched at %.3f us, not before "
+                 "bucket %d (%.3f us): not the backward's order", want[i - 1], at[want[i - 1]], want[i], at[want[i]]);
+done:
+    tj_free(&t);
+    par_params_destroy(ps), par_trace_destroy(tr);
+}
+
 /* The parallel options out of argv, the rest left in order. Local: rank 0 only. */
 static void pl_args(ps_counts *c) {
     char *argv[] = {"prog", "--steps", "3", "--dp", "2", "--trace", "t.json", "--tp", "4", "--zero", "1", "--out", "x",
@@ -1422,6 +1486,7 @@ static int params_suite_run(par_ctx *ctx, int *passed) {
     ph_cases(ctx, &c);
     ph_bad(ctx, &c);
     pl_cases(ctx, &c);
+    pl_launch_order(ctx, &c);
     pl_tp_defaults(ctx, &c);
     if (c.rank == 0) pl_args(&c);
     if (m->ndim == 2 || (m->ndim == 1 && strcmp(m->names[0], "tp") == 0)) {
