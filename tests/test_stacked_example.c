@@ -199,6 +199,7 @@ int main(void) {
     CHECK_MSG(run("", stacked, "--dp 3", "bad") == 1, "--dp 3 (does not divide the batch of 32) must fail");
     CHECK_MSG(run("", stacked, "--tp 3", "bad") == 1, "--tp 3 (does not divide hidden 32) must fail");
     CHECK_MSG(run("", stacked, "--bogus 1", "bad") == 2, "an unknown option must be exit 2");
+    CHECK_MSG(run("", stacked, "--zero 3", "bad") == 2, "--zero 3 (par_args_take: 0..2) must be exit 2");
     check_quoted_count();
     /* under mpirun: one rank per process, the same program (par_launch) */
     snprintf(cmd, sizeof cmd, "command -v %.*s >/dev/null 2>&1 && nm %s 2>/dev/null | grep -q MPI_Init", (int)strcspn(mpirun, " "),
