@@ -228,8 +228,8 @@
                        types: par_compute_table par_gemm_desc par_attn_desc
                        tests: tests/test_compute.c tests/test_attention.c
      >>context         par__ctx_
-                       types: par_ctx par_ctx_desc
-                       tests: tests/test_comm_threads.c tests/test_alloc.c
+                       types: par_ctx par_ctx_desc par_args
+                       tests: tests/test_comm_threads.c tests/test_alloc.c tests/params_suite.h (par_args_take)
      >>comm-threads    par__thr_
                        types: par_thr_mover
                        tests: tests/test_comm_threads.c tests/test_comm_fault.c
@@ -1389,6 +1389,24 @@ PARALLEL_DEF int par_ctx_size(const par_ctx *ctx);
    per-step lines once per job, not once per rank. Returns what printf does on
    rank 0, 0 on the others (and for a NULL context or format). Local. */
 PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) PAR__PRINTF(2, 3);
+
+/* The parallel options of a training program's command line, taken out of
+   argv before the program parses its own (which then stay as they were):
+   --dp N, --tp N (data- and tensor-parallel degrees, default 1), --zero L
+   (0, 1 or 2, default 0: par_params_desc.zero_level) and --trace FILE
+   (default NULL). mesh is "dp=N,tp=M", both axes named even at size 1 so
+   that strategies naming them (par_tp_desc's defaults, data_axes "dp") hold
+   on every run: par_ctx_desc.mesh. Each option is "--name value" (two
+   arguments); the ones taken are removed from argv (order kept, *argc
+   lowered, argv[*argc] NULL), everything else is left. PAR_EINVAL naming the
+   option for a missing value, a degree that is not a whole number >= 1, a
+   zero level outside 0..2. Local (no context needed). */
+typedef struct par_args {
+    int dp, tp, zero;
+    const char *trace;
+    char mesh[40];
+} par_args;
+PARALLEL_DEF par_status par_args_take(par_args *args, int *argc, char **argv);
 PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx);
 PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx);
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx);
@@ -1813,6 +1831,8 @@ typedef struct par_param_desc {
     float *host_value;     /* optional: this rank's slice of the values lives here, in the host's
                               memory (host-owned buffers, below); NULL: the set allocates it */
     float *host_grad;      /* optional: its gradient accumulates here (the same rules) */
+    int layers;            /* 0 or 1: one tensor. N > 1: N layers of this description stacked
+                              (a host's [N, ...] buffer per kind of weight): see "Stacked layers" */
 } par_param_desc;
 
 typedef struct par_params_desc {
@@ -1820,6 +1840,8 @@ typedef struct par_params_desc {
     int num_params;
     const par_layout *batch; /* the global batch (e.g. tokens [batch, seq]); its split device
                                 dims are the data-parallel dims. NULL: no data parallelism */
+    const char *data_axes;   /* instead of batch: the mesh axes the batch is split over, by name,
+                                comma-separated ("dp", "dp,cp"); NULL / "": none. Both is PAR_EINVAL */
     int zero_level;          /* 0: replicated optimizer; 1: AdamW state sharded (ZeRO-1);
                                 2: gradients sharded too (ZeRO-2); 3 is refused */
     int64_t bucket_bytes;    /* gradient bucket capacity; 0 = 25 MiB (PyTorch DDP's default),
@@ -1934,6 +1956,28 @@ typedef struct par_params_desc {
    gradient AdamW reads: this rank's ZeRO shard (4 / d bytes a parameter),
    or without ZeRO the whole slice (4, as Megatron's non-distributed
    optimizer does). */
+
+/* Stacked layers. A host that keeps each kind of weight for all its layers
+   in one buffer, [N, out, in] as llm.c does, describes one layer (e.g. with
+   par_tp_linear_param, whose strategy checks then hold for every layer) and
+   sets par_param_desc.layers = N. The set holds it as N parameters, called
+   "name.0" .. "name.N-1", at consecutive indices where the description stands
+   (the next description's parameters follow them; par_params_count counts
+   them all): each is one layer's slice of the host's buffer (host_value and
+   host_grad point at layer 0's slice; layer l's lies l * numel elements after
+   it, numel the one layer's local element count) and starts a gradient
+   bucket of its own, so the host marks each layer ready
+   (par_params_grad_ready) as its backward makes it and that layer's
+   reduction runs while the backward goes on - one stacked tensor marked
+   ready as a whole could not start before the backward had made every
+   layer. Buckets launch in a fixed order, the same on every rank; for a run
+   of consecutive descriptions with the same layer count it is the order a
+   backward makes them: layer N-1's (last description first), then layer
+   N-2's, ... (declared kind by kind, w1 then w2, the w1 layers would
+   otherwise wait for w2.0). Indices and bucket numbers stay as declared.
+   The whole of a stacked description is the layers' wholes one after
+   another (par_params_gather_all). PAR_EINVAL for layers < 0, or a name with
+   no room for ".L" (stacked names stay under 244 characters). */
 
 typedef struct par_params par_params;
 
@@ -2088,7 +2132,9 @@ PARALLEL_DEF par_status par_params_broadcast(par_params *ps);
 
 /* This rank's slice of the batch's first dim (the samples) as a data loader
    shards a dataset (MindSpore's num_shards / shard_id): *shard_id in
-   [0, *num_shards). 0 of 1 without a batch layout. Local. */
+   [0, *num_shards). With data_axes instead of a batch layout: this rank's
+   index in the group of those axes (row-major) of its size. 0 of 1 without
+   either. Local. */
 PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_id, int *num_shards);
 
 /* The mean loss over the whole global batch: *sum and *count (this rank's
@@ -2110,6 +2156,23 @@ typedef enum par_param_field {
    every rank calls it for the same i in the same order. Uses workspace memory
    of the tensor's size (and of its bucket under ZeRO), kept until destroy. */
 PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field, int i, float *whole);
+
+/* Every parameter's whole value (or moment), one after another in the set's
+   order, into `whole` on every rank that passes one (NULL elsewhere):
+   parameter i at the sum of the earlier ones' global element counts, no
+   padding. For a host that lays its buffer out kind by kind with layers
+   stacked (par_param_desc.layers), declared in that order, this is its own
+   one-process layout. par_params_gather for each i: collective over the
+   mesh, the same workspace. */
+PARALLEL_DEF par_status par_params_gather_all(par_params *ps, par_param_field field, float *whole);
+/* Elements par_params_gather_all writes (the sum of the global element counts). Local. */
+PARALLEL_DEF int64_t par_params_global_numel(const par_params *ps);
+/* Rank 0 writes par_params_gather_all's values to `path`: raw f32 in host
+   byte order, no header (the parameter region of llm.c's checkpoints), for a
+   one-process program or a reference to read. Collective; on rank 0 PAR_EIO
+   naming the file when it cannot be written, PAR_ENOMEM; PAR_EUNSUPPORTED
+   with stage_dims (each stage holds other parameters). */
+PARALLEL_DEF par_status par_params_write_raw(par_params *ps, const char *path);
 
 /* Set this rank's slice of tensor i (host memory, its local shape, row-major),
    e.g. read from a checkpoint with par_st_read_slice; under ZeRO the moments
@@ -2295,7 +2358,9 @@ typedef struct par_tp_desc {
                                . W^T with W [out, in]: ((x rows, x in), (W out, W in)), e.g.
                                "((dp,1),(tp,1))" (axis names of the mesh, or numbers: "((2,1),(4,1))"):
                                rows over the data-parallel ranks, out over the tensor-parallel ones */
-    const char *row;        /* ... of the row-parallel linears, e.g. "((dp,tp),(1,tp))": in split over tp */
+    const char *row;        /* ... of the row-parallel linears, e.g. "((dp,tp),(1,tp))": in split over tp.
+                               Both NULL: those two, Megatron's layout on a mesh with axes dp and tp
+                               (par_args_take's mesh); one NULL without the other is PAR_EINVAL */
     int sequence_parallel;  /* Megatron sequence parallelism */
     int no_all_to_all;      /* plans never use all_to_all (MindSpore enable_alltoall: false) */
     struct par_trace *trace;/* optional: each blocking collective as a "comm" span */
@@ -8758,6 +8823,39 @@ PARALLEL_DEF int par_printf0(const par_ctx *ctx, const char *fmt, ...) {
     fflush(stdout);
     return n;
 }
+/* A whole number in [lo, hi] for option `name`, or PAR_EINVAL naming it. */
+static par_status par__ctx_args_int(const char *name, const char *text, int lo, int hi, int *out) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < lo || v > hi)
+        return par__fail(PAR_EINVAL, "par_args_take: %s \"%s\" is not a whole number in %d..%d", name, text, lo, hi);
+    *out = (int)v;
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_args_take(par_args *a, int *argc, char **argv) {
+    int i, kept = 1;
+    if (!a || !argc || (*argc > 0 && !argv)) return par__fail(PAR_EINVAL, "par_args_take: NULL argument");
+    memset(a, 0, sizeof *a);
+    a->dp = a->tp = 1;
+    for (i = 1; i < *argc; i++) {
+        const char *o = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        const int ours = !strcmp(o, "--dp") || !strcmp(o, "--tp") || !strcmp(o, "--zero") || !strcmp(o, "--trace");
+        if (!ours) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        if (!v) return par__fail(PAR_EINVAL, "par_args_take: %s needs a value (\"%s VALUE\")", o, o);
+        if (!strcmp(o, "--trace")) a->trace = v;
+        else PAR__CHECK(par__ctx_args_int(o, v, !strcmp(o, "--zero") ? 0 : 1, !strcmp(o, "--zero") ? 2 : 1 << 20,
+                                      !strcmp(o, "--dp") ? &a->dp : !strcmp(o, "--tp") ? &a->tp : &a->zero));
+        i++; /* the value */
+    }
+    if (*argc > 0) *argc = kept, argv[kept] = NULL;
+    snprintf(a->mesh, sizeof a->mesh, "dp=%d,tp=%d", a->dp, a->tp);
+    return PAR_OK;
+}
+
 PARALLEL_DEF const par_mesh *par_ctx_mesh(const par_ctx *ctx) { return ctx ? &ctx->mesh : NULL; }
 PARALLEL_DEF const par_comm_table *par_ctx_comm(const par_ctx *ctx) { return ctx ? &ctx->comm : NULL; }
 PARALLEL_DEF const par_compute_table *par_ctx_compute(const par_ctx *ctx) { return ctx ? &ctx->compute : NULL; }
@@ -16939,6 +17037,7 @@ static PAR__MAYBE_UNUSED double par__span_end(struct par_trace *trace, const cha
 // >>params
 
 #define PAR__DEFAULT_BUCKET_BYTES (25 * 1024 * 1024)
+#define PAR__PARAMS_NAME 256 /* a stacked parameter's layer names, "name.L", with the nul */
 
 typedef struct par__param {
     char *name;
@@ -16990,7 +17089,9 @@ struct par_params {
     float **slots, **rs_tmp;  /* ZeRO-2 */
     int *slot_bucket;         /* bucket holding each slot, -1 free */
     int num_slots, cap_slots;
-    int next_launch;          /* the next bucket to launch (they go last to first) */
+    int next_launch;          /* the next position in launch to launch (they go last to first) */
+    int *launch, *launch_pos; /* buckets in launch order, launch[nb-1] first, and each one's position:
+                                 the identity, but stacked layers interleaved (par__params_interleave) */
     int micro, num_micro, in_micro;
     int host_values, host_grads; /* the host owns the values / the gradients (par_param_desc.host_*) */
     int64_t step;
@@ -17097,6 +17198,7 @@ PARALLEL_DEF void par_params_destroy(par_params *ps) {
     }
     par__ctx_free(ps->ctx, ps->slots), par__ctx_free(ps->ctx, ps->rs_tmp), par__ctx_free(ps->ctx, ps->slot_bucket);
     par__ctx_free(ps->ctx, ps->p), par__ctx_free(ps->ctx, ps->b);
+    par__ctx_free(ps->ctx, ps->launch), par__ctx_free(ps->ctx, ps->launch_pos);
     if (ps->exec) par_executor_destroy(ps->exec);
     if (ps->planner) par_redist_planner_destroy(ps->planner);
     par__ctx_free(ps->ctx, ps);
@@ -17307,7 +17409,30 @@ static par_status par__params_add_slot(par_params *ps) {
     return par__params_galloc(ps, ps->max_chunk, PAR_MEM_COMM, (void **)&ps->rs_tmp[ps->num_slots - 1]);
 }
 
-PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
+/* par_params_desc.data_axes: the named axes' device dims into ps->data_dims. */
+static par_status par__params_data_axes(par_params *ps, const par_params_desc *desc) {
+    const par_mesh *mesh = par_ctx_mesh(ps->ctx);
+    const char *at = desc->data_axes;
+    char name[64];
+    if (!at || !*at) return PAR_OK;
+    if (desc->batch)
+        return par__fail(PAR_EINVAL, "par_params_create: both batch and data_axes \"%s\" are given (one names the "
+                                     "data-parallel dims)", desc->data_axes);
+    for (;;) { /* every comma-separated name, an empty one too ("dp," is refused) */
+        const size_t len = strcspn(at, ",");
+        int dim;
+        par__copy_text(name, len < sizeof name ? len + 1 : sizeof name, at);
+        dim = len < sizeof name ? par_mesh_dev_dim(mesh, name) : -1;
+        if (dim < 0)
+            return par__fail(PAR_EINVAL, "par_params_create: data_axes \"%s\": \"%.*s\" is not an axis of the mesh",
+                             desc->data_axes, (int)len, at);
+        ps->data_dims |= 1u << dim;
+        if (!at[len]) return PAR_OK;
+        at += len + 1;
+    }
+}
+
+static par_status par__params_create_flat(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
     par_params *ps;
     par_status st;
     const par_mesh *mesh;
@@ -17362,6 +17487,7 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     ps->tmp_bucket_of = -1;
     ps->data_dims = desc->batch ? par_layout_split_dims(desc->batch) & par__mesh_dims_mask(mesh) : 0u;
     ps->stage_dims = desc->stage_dims;
+    if ((st = par__params_data_axes(ps, desc)) != PAR_OK) return par_params_destroy(ps), st;
     if (desc->stage_dims & ~par__mesh_dims_mask(mesh))
         return par_params_destroy(ps), par__fail(PAR_EINVAL, "par_params_create: stage_dims 0x%x names device dims the "
                                                               "mesh does not have", (unsigned)desc->stage_dims);
@@ -17386,6 +17512,11 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     if ((st = par__params_host_kind(ps, desc, 0)) != PAR_OK || (st = par__params_host_kind(ps, desc, 1)) != PAR_OK ||
         (st = par__params_host_overlap(ps)) != PAR_OK || (st = par__params_buckets(ps, desc)) != PAR_OK)
         return par_params_destroy(ps), st;
+    ps->launch = (int *)par__ctx_malloc(ctx, (size_t)(ps->nb ? ps->nb : 1) * sizeof(int));
+    ps->launch_pos = (int *)par__ctx_malloc(ctx, (size_t)(ps->nb ? ps->nb : 1) * sizeof(int));
+    if (!ps->launch || !ps->launch_pos)
+        return par_params_destroy(ps), par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    for (i = 0; i < ps->nb; i++) ps->launch[i] = ps->launch_pos[i] = i; /* declaration order, launched last first */
     ps->next_launch = ps->nb - 1;
     if (!ps->mixed) {
         if (!ps->host_values) st = par__params_alloc(ps, ps->total, PAR_MEM_PARAMS, &ps->value);
@@ -17413,6 +17544,94 @@ PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *d
     if (st != PAR_OK) return par_params_destroy(ps), st;
     *out = ps;
     return PAR_OK;
+}
+
+/* Parameters the set holds for description d: its layers, or itself. */
+static int par__params_layer_count(const par_param_desc *d) { return d->layers > 1 ? d->layers : 1; }
+
+/* Layer l of a stacked description: "name.l", its own bucket, and its slice
+   of the host's [layers, local shape] buffers. `name` holds the name. */
+static void par__params_layer_desc(const par_param_desc *d, int l, char *name, size_t cap, par_param_desc *one) {
+    const int64_t numel = par_layout_local_numel(&d->layout);
+    *one = *d;
+    one->layers = 0;
+    snprintf(name, cap, "%s.%d", d->name, l);
+    one->name = name;
+    one->new_bucket = 1; /* each layer's reduction starts when the backward has made that layer */
+    if (d->host_value) one->host_value = d->host_value + l * numel;
+    if (d->host_grad) one->host_grad = d->host_grad + l * numel;
+}
+
+/* Launch order for stacked layers. Buckets launch in a fixed order (the same
+   on every rank), last first; declared kind by kind, w1.0..w1.3 w2.0..w2.3,
+   the w1 layers would wait for w2.0, the last the backward makes. So a run of
+   consecutive descriptions with the same layer count launches layer by layer
+   as a backward makes them: layer L-1's buckets (last description first),
+   then layer L-2's, ... Parameter indices and bucket numbers stay as declared. */
+static void par__params_interleave(par_params *ps, const par_params_desc *desc) {
+    int i, k, l, at = 0, *first = (int *)par__ctx_malloc(ps->ctx, (size_t)(desc->num_params + 1) * sizeof(int));
+    char *seen = (char *)par__ctx_malloc(ps->ctx, (size_t)(ps->nb ? ps->nb : 1));
+    if (!first || !seen) { /* keep the declaration order: correct, only less overlap */
+        par__ctx_free(ps->ctx, first), par__ctx_free(ps->ctx, seen);
+        return;
+    }
+    for (i = 0; i <= desc->num_params; i++) /* the set index of description i's first parameter */
+        first[i] = i ? first[i - 1] + par__params_layer_count(&desc->params[i - 1]) : 0;
+    memset(seen, 0, (size_t)(ps->nb ? ps->nb : 1));
+    for (i = 0; i < desc->num_params; i = k) {
+        const int layers = par__params_layer_count(&desc->params[i]);
+        for (k = i + 1; layers > 1 && k < desc->num_params && desc->params[k].layers == layers; k++) {}
+        for (l = 0; l < layers; l++) /* the run [i, k): layer by layer, each layer's descriptions in order */
+            for (int d = i; d < k; d++) {
+                const int b = ps->p[first[d] + l].bucket;
+                if (!seen[b]) seen[b] = 1, ps->launch[at++] = b;
+            }
+    }
+    for (i = 0; i < ps->nb; i++) /* every parameter was visited, so every bucket is in launch once */
+        ps->launch_pos[ps->launch[i]] = i;
+    par__ctx_free(ps->ctx, first), par__ctx_free(ps->ctx, seen);
+}
+
+PARALLEL_DEF par_status par_params_create(par_ctx *ctx, const par_params_desc *desc, par_params **out) {
+    par_params_desc flat;
+    par_param_desc *each;
+    char *names;
+    par_status st;
+    int i, l, n = 0;
+    if (out) *out = NULL;
+    if (!ctx || !desc || !out) return par__fail(PAR_EINVAL, "par_params_create: NULL argument");
+    if (desc->num_params < 0 || (desc->num_params > 0 && !desc->params))
+        return par__fail(PAR_EINVAL, "par_params_create: %d parameters but no array", desc->num_params);
+    for (i = 0; i < desc->num_params; i++) {
+        const par_param_desc *d = &desc->params[i];
+        if (d->layers < 0)
+            return par__fail(PAR_EINVAL, "par_params_create: parameter \"%s\": layers %d < 0 (0 or 1: one tensor, "
+                                         "N: N stacked layers)", d->name ? d->name : "?", d->layers);
+        if (d->layers > 1 && (!d->name || strlen(d->name) + 12 > PAR__PARAMS_NAME))
+            return par__fail(PAR_EINVAL, "par_params_create: parameter %d (layers %d) needs a name shorter than %d "
+                                         "characters (its layers are called \"name.L\")", i, d->layers,
+                             PAR__PARAMS_NAME - 12);
+        n += par__params_layer_count(d);
+    }
+    if (n == desc->num_params) return par__params_create_flat(ctx, desc, out); /* nothing stacked */
+    each = (par_param_desc *)par__ctx_malloc(ctx, (size_t)n * sizeof *each);
+    names = (char *)par__ctx_malloc(ctx, (size_t)n * PAR__PARAMS_NAME);
+    if (!each || !names) {
+        par__ctx_free(ctx, each), par__ctx_free(ctx, names);
+        return par__fail(PAR_ENOMEM, "par_params_create: out of memory");
+    }
+    for (i = 0, n = 0; i < desc->num_params; i++)
+        if (desc->params[i].layers <= 1) each[n++] = desc->params[i];
+        else
+            for (l = 0; l < desc->params[i].layers; l++, n++)
+                par__params_layer_desc(&desc->params[i], l, names + (size_t)n * PAR__PARAMS_NAME, PAR__PARAMS_NAME,
+                                       &each[n]);
+    flat = *desc;
+    flat.params = each, flat.num_params = n;
+    st = par__params_create_flat(ctx, &flat, out); /* the set copies the names */
+    if (st == PAR_OK) par__params_interleave(*out, desc);
+    par__ctx_free(ctx, each), par__ctx_free(ctx, names);
+    return st;
 }
 
 PARALLEL_DEF int par_params_count(const par_params *ps) { return ps ? ps->n : 0; }
@@ -17523,7 +17742,8 @@ static par_status par__params_take_slot(par_params *ps, int b) {
     if (s == ps->num_slots) {
         for (s = 0; s < ps->num_slots; s++) {
             const int ob = ps->slot_bucket[s];
-            if (ps->b[ob].req && (oldest < 0 || ob > ps->slot_bucket[oldest])) oldest = s;
+            if (ps->b[ob].req && (oldest < 0 || ps->launch_pos[ob] > ps->launch_pos[ps->slot_bucket[oldest]]))
+                oldest = s; /* launched first */
         }
         if (oldest >= 0) {
             PAR__CHECK(par__params_finish_rs(ps, ps->slot_bucket[oldest]));
@@ -17615,8 +17835,8 @@ PARALLEL_DEF par_status par_params_grad_ready(par_params *ps, int i) {
     ps->p[i].ready = 1;
     bk = &ps->b[ps->p[i].bucket];
     bk->pending--;
-    while (ps->next_launch >= 0 && ps->b[ps->next_launch].pending == 0) {
-        PAR__CHECK(par__params_launch(ps, ps->next_launch));
+    while (ps->next_launch >= 0 && ps->b[ps->launch[ps->next_launch]].pending == 0) {
+        PAR__CHECK(par__params_launch(ps, ps->launch[ps->next_launch]));
         ps->next_launch--;
     }
     return PAR_OK;
@@ -17906,6 +18126,7 @@ PARALLEL_DEF par_status par_params_data_shard(const par_params *ps, int *shard_i
     int64_t off[PARALLEL_MAX_DIMS], shape[PARALLEL_MAX_DIMS];
     if (!ps || !shard_id || !num_shards) return par__fail(PAR_EINVAL, "par_params_data_shard: NULL argument");
     *shard_id = 0, *num_shards = 1;
+    if (!ps->has_batch && ps->data_dims) *shard_id = ps->data_index, *num_shards = ps->data_size;
     if (!ps->has_batch || ps->batch.ndim < 1) return PAR_OK;
     par_layout_local_shape(&ps->batch, shape);
     PAR__CHECK(par_layout_local_offset(&ps->batch, par_ctx_rank(ps->ctx), off));
@@ -17985,6 +18206,54 @@ PARALLEL_DEF par_status par_params_gather(par_params *ps, par_param_field field,
     if (!whole) return PAR_OK;
     return ps->ct->memcpy(ps->ct->user, whole, src, (size_t)global * sizeof(float),
                           ps->ct->device_memory ? PAR_COPY_DEVICE_TO_HOST : PAR_COPY_HOST_TO_HOST);
+}
+
+static int64_t par__params_global_numel_of(const par__param *p) {
+    int64_t n = 1;
+    int d;
+    for (d = 0; d < p->layout.ndim; d++) n *= p->layout.shape[d];
+    return n;
+}
+
+PARALLEL_DEF int64_t par_params_global_numel(const par_params *ps) {
+    int64_t n = 0;
+    int i;
+    for (i = 0; ps && i < ps->n; i++) n += par__params_global_numel_of(&ps->p[i]);
+    return n;
+}
+
+PARALLEL_DEF par_status par_params_gather_all(par_params *ps, par_param_field field, float *whole) {
+    int64_t at = 0;
+    int i;
+    if (!ps) return par__fail(PAR_EINVAL, "par_params_gather_all: NULL parameter set");
+    for (i = 0; i < ps->n; i++) {
+        PAR__CHECK(par_params_gather(ps, field, i, whole ? whole + at : NULL));
+        at += par__params_global_numel_of(&ps->p[i]);
+    }
+    return PAR_OK;
+}
+
+PARALLEL_DEF par_status par_params_write_raw(par_params *ps, const char *path) {
+    const int64_t n = par_params_global_numel(ps);
+    float *all = NULL;
+    par_status st;
+    FILE *f;
+    int ok;
+    if (!ps || !path) return par__fail(PAR_EINVAL, "par_params_write_raw: NULL argument");
+    if (ps->stage_dims)
+        return par__fail(PAR_EUNSUPPORTED, "par_params_write_raw: the set has stage_dims (each stage holds other "
+                                           "parameters; gather each stage's with par_params_gather_all)");
+    if (par_ctx_rank(ps->ctx) == 0 && !(all = (float *)par__ctx_malloc(ps->ctx, (size_t)(n ? n : 1) * sizeof(float)))) {
+        (void)par_params_gather_all(ps, PAR_PARAM_VALUE, NULL); /* the others still gather: no rank is left waiting */
+        return par__fail(PAR_ENOMEM, "par_params_write_raw: out of memory for %lld values", (long long)n);
+    }
+    st = par_params_gather_all(ps, PAR_PARAM_VALUE, all);
+    if (st != PAR_OK || !all) return par__ctx_free(ps->ctx, all), st; /* not rank 0: done */
+    f = fopen(path, "wb");
+    ok = f && fwrite(all, sizeof(float), (size_t)n, f) == (size_t)n;
+    if (f) ok &= fclose(f) == 0;
+    par__ctx_free(ps->ctx, all);
+    return ok ? PAR_OK : par__fail(PAR_EIO, "par_params_write_raw: cannot write %s", path);
 }
 
 PARALLEL_DEF par_status par_params_set_local(par_params *ps, par_param_field field, int i, const float *local) {
@@ -19406,8 +19675,12 @@ PARALLEL_DEF par_status par_tp_create(par_ctx *ctx, const par_tp_desc *desc, par
     if (desc->copies && (desc->copy < 0 || desc->copy >= desc->copies->k))
         return par_tp_destroy(tp), par__fail(PAR_EINVAL, "par_tp_create: copy %d of %d copies", desc->copy,
                                              desc->copies->k);
-    if ((st = par__tp_parse(tp, desc->column, "column", &tp->column)) != PAR_OK ||
-        (st = par__tp_parse(tp, desc->row, "row", &tp->row)) != PAR_OK)
+    if (!desc->column != !desc->row)
+        return par_tp_destroy(tp), par__fail(PAR_EINVAL, "par_tp_create: the %s strategy is NULL but the %s one is "
+                                             "given (give both, or neither for the dp x tp defaults)",
+                                             desc->column ? "row" : "column", desc->column ? "column" : "row");
+    if ((st = par__tp_parse(tp, desc->column ? desc->column : "((dp,1),(tp,1))", "column", &tp->column)) != PAR_OK ||
+        (st = par__tp_parse(tp, desc->row ? desc->row : "((dp,tp),(1,tp))", "row", &tp->row)) != PAR_OK)
         return par_tp_destroy(tp), st;
     /* probe shapes: W's split dim as large as its shard count, so only the
        strategies' own rules can fail here; real linears are checked by par_tp_linear */

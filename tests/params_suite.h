@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "test.h" /* rank_counts, RANK_CHECK, RANK_OK */
+#include "trace_json.h" /* pl_launch_order reads its trace back */
 
 typedef rank_counts ps_counts; /* test.h's per-rank checks under this suite's names */
 #define PS_CHECK RANK_CHECK
@@ -1233,6 +1234,248 @@ static void tc_case(par_ctx *ctx, int sp, int K, ps_counts *c) {
 }
 
 /* Everything for this rank's mesh; returns the failures (and *passed). */
+
+/* ---- stacked layers, data_axes, gather_all / write_raw, par_args_take, tp defaults ----
+   A: [4, 3] (rows split over tp where the mesh has it), PL_L layers in one
+   host buffer; B: [5] replicated, a buffer of its own. Expectations from the
+   mesh by hand (ps_coord), not from the set's info. */
+#define PL_L 3
+
+/* Element e of A's layer (global flat index) held at local j on tp index t of T. */
+static int64_t pl_global(int64_t j, int t, int T) { return (t * (4 / T) + j / 3) * 3 + j % 3; }
+
+static void pl_bad(par_ctx *ctx, ps_counts *c, const par_params_desc *good) {
+    par_param_desc pd[2];
+    par_params_desc d = *good;
+    par_params *ps = NULL;
+    par_layout batch;
+    const int64_t bshape[1] = {24}; /* divides every dp of tests/test_params.c */
+    char longname[300];
+    memcpy(pd, good->params, sizeof pd);
+    d.params = pd;
+    pd[0].layers = -1;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "\"A\": layers -1 < 0");
+    memset(longname, 'x', sizeof longname - 1), longname[sizeof longname - 1] = 0;
+    pd[0].layers = PL_L, pd[0].name = longname;
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "needs a name shorter than");
+    pd[0].name = "A", d.data_axes = "nope";
+    PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "data_axes \"nope\": \"nope\" is not an axis of the mesh");
+    if (par_mesh_dev_dim(par_ctx_mesh(ctx), "dp") >= 0) {
+        d.data_axes = "dp,";
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "data_axes \"dp,\": \"\" is not an axis");
+        d.data_axes = "dp";
+        PS_OK(c, par_layout_parse(&batch, par_ctx_mesh(ctx), 1, bshape, "[dp]"));
+        d.batch = &batch;
+        PS_ERR(c, par_params_create(ctx, &d, &ps), PAR_EINVAL, "both batch and data_axes \"dp\" are given");
+    }
+    PS_CHECK(c, ps == NULL, "a refused create left a set");
+}
+
+static void pl_cases(par_ctx *ctx, ps_counts *c) {
+    const par_mesh *mesh = par_ctx_mesh(ctx);
+    const int rank = par_ctx_rank(ctx), dpd = par_mesh_dev_dim(mesh, "dp"), tpd = par_mesh_dev_dim(mesh, "tp");
+    const int T = tpd >= 0 ? par_mesh_dev_size(mesh, tpd) : 1, t = tpd >= 0 ? ps_coord(mesh, rank, tpd) : 0;
+    const int S = dpd >= 0 ? par_mesh_dev_size(mesh, dpd) : 1, sh = dpd >= 0 ? ps_coord(mesh, rank, dpd) : 0;
+    const int64_t shape[2] = {4, 3}, bshape[1] = {5}, n = 12 / T;
+    par_param_desc pd[2];
+    par_params_desc d;
+    par_params *ps = NULL;
+    par_param_info in;
+    float hv[PL_L * 12], hg[PL_L * 12], bv[5], bg[5], whole[PL_L * 12 + 5], back[PL_L * 12 + 5];
+    char name[16], path[96];
+    int64_t j;
+    int l, shard = -1, shards = -1;
+    memset(pd, 0, sizeof pd), memset(&d, 0, sizeof d);
+    PS_OK(c, par_layout_parse(&pd[0].layout, mesh, 2, shape, tpd >= 0 ? "[tp,None]" : "[None,None]"));
+    PS_OK(c, par_layout_parse(&pd[1].layout, mesh, 1, bshape, "[None]"));
+    pd[0].name = "A", pd[0].layers = PL_L, pd[0].host_value = hv, pd[0].host_grad = hg;
+    pd[1].name = "B", pd[1].host_value = bv, pd[1].host_grad = bg;
+    d.params = pd, d.num_params = 2, d.data_axes = dpd >= 0 ? "dp" : NULL;
+    pl_bad(ctx, c, &d);
+    PS_OK(c, par_params_create(ctx, &d, &ps));
+    if (!ps) return;
+    /* the layers: parameters of their own, named, in the host's buffer, a bucket each */
+    PS_CHECK(c, par_params_count(ps) == PL_L + 1, "%d parameters, want %d layers + 1", par_params_count(ps), PL_L);
+    for (l = 0; l <= PL_L; l++) {
+        if (l < PL_L) snprintf(name, sizeof name, "A.%d", l);
+        else snprintf(name, sizeof name, "B");
+        PS_CHECK(c, par_params_find(ps, name) == l, "\"%s\" is parameter %d, want %d", name, par_params_find(ps, name),
+                 l);
+        PS_OK(c, par_params_get_info(ps, l, &in));
+        PS_CHECK(c, in.bucket == l, "%s: bucket %d, want %d (one per layer)", name, in.bucket, l);
+        PS_CHECK(c, in.numel == (l < PL_L ? n : 5), "%s: %lld elements", name, (long long)in.numel);
+        PS_CHECK(c, par_params_value(ps, l) == (l < PL_L ? hv + l * n : bv), "%s: not the host's buffer", name);
+    }
+    PS_OK(c, par_params_data_shard(ps, &shard, &shards));
+    PS_CHECK(c, shard == sh && shards == S, "data shard %d of %d, want %d of %d (data_axes)", shard, shards, sh, S);
+    /* the whole values: the layers' wholes one after another, then B */
+    for (l = 0; l < PL_L; l++)
+        for (j = 0; j < n; j++) hv[l * n + j] = (float)(1000 * l + pl_global(j, t, T));
+    for (j = 0; j < 5; j++) bv[j] = (float)(5000 + j);
+    PS_CHECK(c, par_params_global_numel(ps) == PL_L * 12 + 5, "global numel %lld",
+             (long long)par_params_global_numel(ps));
+    for (j = 0; j < PL_L * 12 + 5; j++) whole[j] = -1.0f;
+    PS_OK(c, par_params_gather_all(ps, PAR_PARAM_VALUE, whole));
+    for (j = 0; j < PL_L * 12 + 5; j++) {
+        const float want = j < PL_L * 12 ? (float)(1000 * (j / 12) + j % 12) : (float)(5000 + j - PL_L * 12);
+        if (whole[j] != want) {
+            PS_CHECK(c, 0, "gather_all: element %lld is %g, want %g", (long long)j, whole[j], want);
+            break;
+        }
+    }
+    /* rank 0 writes them; an unwritable path is PAR_EIO there, nothing elsewhere */
+    snprintf(path, sizeof path, "/tmp/par_write_raw_%p_%d.bin", (void *)ps, (int)mesh->ndim);
+    PS_OK(c, par_params_write_raw(ps, path));
+    if (rank == 0) {
+        FILE *f = fopen(path, "rb");
+        size_t got = f ? fread(back, sizeof(float), PL_L * 12 + 6, f) : 0;
+        if (f) fclose(f);
+        remove(path);
+        PS_CHECK(c, got == PL_L * 12 + 5 && memcmp(back, whole, sizeof whole) == 0, "write_raw: %zu values read back",
+                 got);
+        PS_ERR(c, par_params_write_raw(ps, "/nonexistent_par_dir/w.bin"), PAR_EIO,
+               "cannot write /nonexistent_par_dir/w.bin");
+    } else {
+        PS_OK(c, par_params_write_raw(ps, "/nonexistent_par_dir/w.bin"));
+    }
+    /* gradients: each layer marked ready by itself, reduced in place in the host's buffer */
+    PS_OK(c, par_params_grads_begin(ps, 0, 1));
+    for (l = 0; l < PL_L; l++)
+        for (j = 0; j < n; j++) hg[l * n + j] += (float)((sh + 1) * (l + 1) + pl_global(j, t, T));
+    for (j = 0; j < 5; j++) bg[j] += (float)((sh + 1) * 10 + j);
+    for (l = PL_L - 1; l >= 0; l--) PS_OK(c, par_params_grad_ready(ps, l)); /* the backward's order */
+    PS_OK(c, par_params_grad_ready(ps, PL_L));
+    PS_OK(c, par_params_grads_wait(ps));
+    for (l = 0; l < PL_L; l++)
+        for (j = 0; j < n; j++) {
+            const float want = (float)((S + 1) / 2.0 * (l + 1) + (double)pl_global(j, t, T));
+            if (hg[l * n + j] != want) {
+                PS_CHECK(c, 0, "layer %d gradient %lld is %g, want %g (the mean over %d data ranks)", l, (long long)j,
+                         hg[l * n + j], want, S);
+                l = PL_L;
+                break;
+            }
+        }
+    PS_CHECK(c, bg[4] == (float)((S + 1) / 2.0 * 10 + 4), "B's gradient %g", bg[4]);
+    par_params_destroy(ps);
+}
+
+/* Wait until the trace clock has moved 20 us: "compute" between two marks, so
+   launches a mark makes get distinct, ordered timestamps. */
+static void pl_compute(void) {
+    const double t0 = par_trace_now_us();
+    while (par_trace_now_us() < t0 + 20.0) {}
+}
+
+/* Two stacked kinds, A and C (3 layers each), marked ready as a backward makes
+   them (C.2 A.2 C.1 A.1 C.0 A.0) launch in that order, each as it is marked:
+   the comm spans' starts (launch times, from the trace written back) are
+   buckets 5 2 4 1 3 0, strictly increasing. Declaration order would be
+   5 4 3 2 1 0, A's waiting for C.0. Data-parallel meshes only (no launch
+   without a data-parallel group). */
+static void pl_launch_order(par_ctx *ctx, ps_counts *c) {
+    static const int want[6] = {5, 2, 4, 1, 3, 0};
+    const par_mesh *mesh = par_ctx_mesh(ctx);
+    const int dpd = par_mesh_dev_dim(mesh, "dp"), rank = par_ctx_rank(ctx);
+    const int64_t shape[2] = {2, 2};
+    par_param_desc pd[2];
+    par_params_desc d;
+    par_params *ps = NULL;
+    par_trace *tr = NULL;
+    tj_trace t;
+    double at[6];
+    char path[128];
+    int l, i, b;
+    if (dpd < 0 || par_mesh_dev_size(mesh, dpd) < 2) return;
+    memset(pd, 0, sizeof pd), memset(&d, 0, sizeof d), memset(&t, 0, sizeof t);
+    PS_OK(c, par_layout_parse(&pd[0].layout, mesh, 2, shape, "[None,None]"));
+    pd[1].layout = pd[0].layout;
+    pd[0].name = "A", pd[1].name = "C", pd[0].layers = pd[1].layers = 3;
+    PS_OK(c, par_trace_create(&(par_trace_desc){.rank = rank}, &tr));
+    d.params = pd, d.num_params = 2, d.data_axes = "dp", d.trace = tr;
+    PS_OK(c, par_params_create(ctx, &d, &ps));
+    if (!ps || !tr) goto done;
+    PS_OK(c, par_params_grads_begin(ps, 0, 1));
+    for (l = 2; l >= 0; l--) {
+        pl_compute();
+        PS_OK(c, par_params_grad_ready(ps, 3 + l)); /* C.l */
+        pl_compute();
+        PS_OK(c, par_params_grad_ready(ps, l)); /* A.l */
+    }
+    PS_OK(c, par_params_grads_wait(ps));
+    snprintf(path, sizeof path, "/tmp/par_launch_order_%d_%p.json", rank, (void *)tr);
+    PS_OK(c, par_trace_write(&tr, 1, path));
+    PS_CHECK(c, tj_load(path, &t) == 0 && tj_first_malformed(&t) < 0, "%s: %s", path, t.error);
+    remove(path);
+    PS_CHECK(c, tj_count_spans(&t, rank, "comm") == 6, "%d comm spans, want 6", tj_count_spans(&t, rank, "comm"));
+    for (b = 0; b < 6; b++) {
+        char name[64];
+        snprintf(name, sizeof name, "all_reduce bucket %d", b);
+        at[b] = -1.0;
+        for (i = 0; i < t.count; i++)
+            if (!strcmp(t.events[i].name, name) && !strcmp(t.events[i].cat, "comm")) at[b] = t.events[i].ts;
+    }
+    for (i = 1; i < 6; i++)
+        PS_CHECK(c, at[want[i - 1]] >= 0 && at[want[i - 1]] < at[want[i]], "bucket %d launched at %.3f us, not before "
+                 "bucket %d (%.3f us): not the backward's order", want[i - 1], at[want[i - 1]], want[i], at[want[i]]);
+done:
+    tj_free(&t);
+    par_params_destroy(ps), par_trace_destroy(tr);
+}
+
+/* The parallel options out of argv, the rest left in order. Local: rank 0 only. */
+static void pl_args(ps_counts *c) {
+    char *argv[] = {"prog", "--steps", "3", "--dp", "2", "--trace", "t.json", "--tp", "4", "--zero", "1", "--out", "x",
+                    NULL};
+    char *none[] = {"prog", NULL}, *bad[] = {"prog", "--dp", "0", NULL}, *nan_tp[] = {"prog", "--tp", "2x", NULL};
+    char *z3[] = {"prog", "--zero", "3", NULL}, *last[] = {"prog", "--steps", "3", "--dp", NULL};
+    int argc = 13, one = 1, three = 3, five = 5;
+    par_args a;
+    PS_OK(c, par_args_take(&a, &argc, argv));
+    PS_CHECK(c, argc == 5 && !strcmp(argv[1], "--steps") && !strcmp(argv[2], "3") && !strcmp(argv[3], "--out") &&
+                    !strcmp(argv[4], "x") && argv[5] == NULL, "argv left: %d arguments", argc);
+    PS_CHECK(c, a.dp == 2 && a.tp == 4 && a.zero == 1 && a.trace && !strcmp(a.trace, "t.json") &&
+                    !strcmp(a.mesh, "dp=2,tp=4"), "took dp %d tp %d zero %d mesh %s", a.dp, a.tp, a.zero, a.mesh);
+    PS_OK(c, par_args_take(&a, &one, none));
+    PS_CHECK(c, one == 1 && a.dp == 1 && a.tp == 1 && a.zero == 0 && !a.trace && !strcmp(a.mesh, "dp=1,tp=1"),
+             "defaults: dp %d tp %d zero %d mesh %s", a.dp, a.tp, a.zero, a.mesh);
+    PS_ERR(c, par_args_take(&a, &three, bad), PAR_EINVAL, "--dp \"0\" is not a whole number in 1..");
+    PS_ERR(c, par_args_take(&a, &three, nan_tp), PAR_EINVAL, "--tp \"2x\" is not a whole number");
+    PS_ERR(c, par_args_take(&a, &three, z3), PAR_EINVAL, "--zero \"3\" is not a whole number in 0..2");
+    PS_ERR(c, par_args_take(&a, &five, last), PAR_EINVAL, "--dp needs a value");
+}
+
+/* par_tp_desc without strategies: Megatron's dp x tp ones, the same linears. */
+static void pl_tp_defaults(par_ctx *ctx, ps_counts *c) {
+    const int named = par_mesh_dev_dim(par_ctx_mesh(ctx), "dp") >= 0 && par_mesh_dev_dim(par_ctx_mesh(ctx), "tp") >= 0;
+    par_tp *a = NULL, *b = NULL;
+    par_linear la, lb, ra, rb;
+    par_tp_info ia, ib;
+    if (!named) {
+        PS_CHECK(c, par_tp_create(ctx, &(par_tp_desc){.rows = 8, .hidden = 8}, &a) != PAR_OK && !a,
+                 "default strategies on a mesh without dp and tp axes must be refused");
+        return;
+    }
+    PS_ERR(c, par_tp_create(ctx, &(par_tp_desc){.rows = 8, .hidden = 8, .column = "((dp,1),(tp,1))"}, &a), PAR_EINVAL,
+           "the row strategy is NULL but the column one is given");
+    PS_OK(c, par_tp_create(ctx, &(par_tp_desc){.rows = 8, .hidden = 8}, &a));
+    PS_OK(c, par_tp_create(ctx, &(par_tp_desc){.rows = 8, .hidden = 8, .column = "((dp,1),(tp,1))",
+                                               .row = "((dp,tp),(1,tp))"}, &b));
+    if (!a || !b) goto done;
+    PS_OK(c, par_tp_linear(a, "c", PAR_LINEAR_COLUMN, 8, 16, &la));
+    PS_OK(c, par_tp_linear(b, "c", PAR_LINEAR_COLUMN, 8, 16, &lb));
+    PS_OK(c, par_tp_linear(a, "r", PAR_LINEAR_ROW, 16, 8, &ra));
+    PS_OK(c, par_tp_linear(b, "r", PAR_LINEAR_ROW, 16, 8, &rb));
+    PS_OK(c, par_tp_get_info(a, &ia));
+    PS_OK(c, par_tp_get_info(b, &ib));
+    PS_CHECK(c, la.out_local == lb.out_local && la.out_start == lb.out_start && ra.in_local == rb.in_local &&
+                    ia.degree == ib.degree && ia.index == ib.index && ia.data_degree == ib.data_degree,
+             "defaults differ from the explicit strategies: out_local %lld vs %lld", (long long)la.out_local,
+             (long long)lb.out_local);
+done:
+    par_tp_destroy(a), par_tp_destroy(b);
+}
+
 static int params_suite_run(par_ctx *ctx, int *passed) {
     ps_counts c;
     const par_mesh *m = par_ctx_mesh(ctx);
@@ -1242,6 +1485,10 @@ static int params_suite_run(par_ctx *ctx, int *passed) {
     ps_params_bad(ctx, &c);
     ph_cases(ctx, &c);
     ph_bad(ctx, &c);
+    pl_cases(ctx, &c);
+    pl_launch_order(ctx, &c);
+    pl_tp_defaults(ctx, &c);
+    if (c.rank == 0) pl_args(&c);
     if (m->ndim == 2 || (m->ndim == 1 && strcmp(m->names[0], "tp") == 0)) {
         int sp, vp;
         for (sp = 0; sp < 2; sp++)

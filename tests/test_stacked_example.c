@@ -12,7 +12,9 @@
    set's). The --trace file of a dp 2 run (read by tests/trace_json.h, not the
    library) must show every layer's weights reduced as a bucket of its own,
    launched inside the backward: on every rank some bucket's collective starts
-   before a later "bwd layer" compute span starts and ends after it started.
+   before a later "bwd layer" compute span starts and ends after it started,
+   and in every step exactly the six buckets of layers 3..1 do (launched in
+   the order the backward makes them).
    Environment: STACKED, STACKED_SINGLE (default build/stacked,
    build/stacked_single), MPIRUN (as test_mlp_example.c). */
 #define _POSIX_C_SOURCE 200809L
@@ -86,14 +88,18 @@ static void check_case(const char *prefix, const char *prog, const char *args, c
     printf("  %-24s loss rel diff %.2e, weight diff %.2e\n", name, worst, w);
 }
 
-/* The trace of `ranks` ranks: every layer's bucket reduced, and on each rank a
-   reduction in flight when a later backward compute span starts. */
+/* The trace of `ranks` ranks: every layer's bucket reduced, and on each rank
+   reductions in flight when a later backward compute span starts: in every
+   step all but layer 0's two (each launched as the backward marks it, in the
+   order it makes them: w2.3 w1.3 w2.2 ...; launched in declaration order the
+   w1 layers would wait for w2.0 and only three would be). Launches and spans
+   are in program order on the rank's thread, so the count is exact. */
 static void check_overlap(const char *path, int ranks, int buckets, const char *op) {
     tj_trace t;
     memset(&t, 0, sizeof t);
     CHECK_MSG(tj_load(path, &t) == 0, "%s: %s", path, t.error);
     for (int r = 0; r < ranks; r++) {
-        int seen = 0, overlapped = 0;
+        int seen = 0, overlapped = 0, inflight = 0, layers = 0;
         char want[64];
         for (int b = 0; b < buckets; b++) {
             snprintf(want, sizeof want, "%s bucket %d", op, b);
@@ -112,6 +118,21 @@ static void check_overlap(const char *path, int ranks, int buckets, const char *
                              k->ts > c->ts && k->ts < c->ts + c->dur;
             }
         }
+        for (int i = 0; i < t.count; i++) {
+            const tj_event *c = &t.events[i];
+            int later = 0;
+            layers += c->pid == r && !strcmp(c->cat, "compute") && !strcmp(c->name, "bwd layer");
+            if (c->pid != r || strcmp(c->cat, "comm") || strncmp(c->name, op, strlen(op))) continue;
+            for (int j = 0; j < t.count && !later; j++) {
+                const tj_event *k = &t.events[j];
+                later = k->pid == r && !strcmp(k->cat, "compute") && !strcmp(k->name, "bwd layer") && k->ts >= c->ts &&
+                        k->ts < c->ts + c->dur; /* >=: a launch and the next layer's begin can share a clock tick */
+            }
+            inflight += later;
+        }
+        CHECK_MSG(layers > 0 && layers % 4 == 0 && inflight == (buckets - 2) * (layers / 4),
+                  "%s rank %d: %d %s in flight when a later backward layer started, want %d per step of %d", path, r,
+                  inflight, op, buckets - 2, layers / 4);
         CHECK_MSG(seen == buckets, "%s rank %d: %d of the %d buckets \"%s bucket B\" in the trace", path, r, seen,
                   buckets, op);
         CHECK_MSG(overlapped, "%s rank %d: no %s in flight when a later backward layer started", path, r, op);
@@ -178,6 +199,7 @@ int main(void) {
     CHECK_MSG(run("", stacked, "--dp 3", "bad") == 1, "--dp 3 (does not divide the batch of 32) must fail");
     CHECK_MSG(run("", stacked, "--tp 3", "bad") == 1, "--tp 3 (does not divide hidden 32) must fail");
     CHECK_MSG(run("", stacked, "--bogus 1", "bad") == 2, "an unknown option must be exit 2");
+    CHECK_MSG(run("", stacked, "--zero 3", "bad") == 2, "--zero 3 (par_args_take: 0..2) must be exit 2");
     check_quoted_count();
     /* under mpirun: one rank per process, the same program (par_launch) */
     snprintf(cmd, sizeof cmd, "command -v %.*s >/dev/null 2>&1 && nm %s 2>/dev/null | grep -q MPI_Init", (int)strcspn(mpirun, " "),

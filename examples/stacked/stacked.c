@@ -1,4 +1,4 @@
-/* examples/stacked/stacked.c - the third example, in parallel through parallel.h.
+/* examples/stacked/ - the third example: stacked_single.c on one process (no parallel.h), stacked.c in parallel.
    A host in the shape of llm.c's train_gpt2.c: L residual MLP blocks,
    x <- x + relu(x W1[l]^T) W2[l]^T, and the mean squared error against a fixed
    random teacher. The parameters are one flat buffer with each kind stacked
@@ -7,9 +7,11 @@
    AdamW are plain loops of its own. stacked.c is the same file trained with
    data parallel, tensor parallel and ZeRO: W1 column-parallel and W2
    row-parallel (par_tp), and par_params over the host's own buffers: each
-   layer's weights registered where they lie and marked ready as the backward
-   makes them, so their reductions run while it goes on (--trace F shows it). What parallel training costs this host,
-   diff -u stacked_single.c stacked.c | grep -c '^+[^+]': 63 added lines.
+   kind registered once, as a stack of L layers (par_param_desc.layers), and
+   each layer marked ready as the backward makes it, so its reduction runs
+   while the backward goes on (--trace F shows it). What parallel training
+   costs this host (par_args_take takes --dp --tp --zero --trace),
+   diff -u stacked_single.c stacked.c | grep -c '^+[^+]': 40 added lines.
 
      build/stacked_single --steps 30 --out w.bin
      build/stacked --dp 2 --tp 2 --zero 2 --steps 30 --out w.bin --trace t.json
@@ -29,14 +31,15 @@
 enum { L = 4, D = 16, H = 32, BATCH = 32, DATA = 256 }; /* BATCH: samples per step, of DATA */
 
 typedef struct config {
-    int dp, tp, zero, steps;
-    const char *out, *trace;
+    int steps;
+    const char *out;
+    par_args par; /* --dp N --tp N --zero L --trace FILE */
 } config;
 
 typedef struct model {
     int hl, h0;                   /* hidden units held and the first one's index (H and 0 here) */
     int64_t n1, n2;               /* elements of one layer's W1 and W2 */
-    float *params, *grads, *all;  /* all: the whole buffer gathered for --out */
+    float *params, *grads;
     par_tp *tp; par_params *ps; par_trace *tr;
     float *w1, *w2, *dw1, *dw2;   /* the kinds inside params and grads */
     float *x, *a, *dx, *da, *tmp; /* activations: x [L+1, n, D], a [L, n, hl] */
@@ -82,15 +85,12 @@ static void matmul_bwd(float *din, float *dw, const float *dout, const float *in
 }
 
 static par_status train(par_ctx *ctx, const config *c, model *m) {
-    const int64_t n = BATCH / c->dp, shape[2] = {BATCH, D}; /* this rank's samples */
+    const int64_t n = BATCH / c->par.dp; /* this rank's samples */
     int shard = 0, shards = 1;
-    par_param_desc w[2 * L];
+    par_param_desc w[2];
     par_linear lin[2];
-    par_layout batch;
-    char names[2 * L][16];
     PAR_CHECK(par_trace_create(&(par_trace_desc){.rank = par_ctx_rank(ctx)}, &m->tr));
-    PAR_CHECK(par_tp_create(ctx, &(par_tp_desc){.rows = BATCH, .hidden = D, .column = "((dp,1),(tp,1))",
-                                                .row = "((dp,tp),(1,tp))"}, &m->tp)); /* rows over dp, H over tp */
+    PAR_CHECK(par_tp_create(ctx, &(par_tp_desc){.rows = BATCH, .hidden = D}, &m->tp)); /* rows over dp, H over tp */
     PAR_CHECK(par_tp_linear(m->tp, "w1", PAR_LINEAR_COLUMN, D, H, &lin[0]));
     PAR_CHECK(par_tp_linear(m->tp, "w2", PAR_LINEAR_ROW, H, D, &lin[1]));
     m->hl = (int)lin[0].out_local, m->h0 = (int)lin[0].out_start;
@@ -107,15 +107,12 @@ static par_status train(par_ctx *ctx, const config *c, model *m) {
                 m->w1[l * m->n1 + h * D + j] = (float)(0.4 * hash01(100 + l, (uint64_t)((m->h0 + h) * D + j)));
                 m->w2[l * m->n2 + j * m->hl + h] = (float)(0.4 * hash01(200 + l, (uint64_t)(j * H + m->h0 + h)));
             }
-    for (int i = 0; i < 2 * L; i++) { /* layer by layer (w1.0 w2.0 w1.1 ...), each inside its kind's buffer */
-        float *v = i % 2 ? m->w2 + i / 2 * m->n2 : m->w1 + i / 2 * m->n1;
-        snprintf(names[i], sizeof names[i], "w%d.%d", i % 2 + 1, i / 2);
-        PAR_CHECK(par_tp_linear_param(&lin[i % 2], names[i], &w[i]));
-        w[i].host_value = v, w[i].host_grad = m->grads + (v - m->params); /* the same place in the gradients */
-    }
-    PAR_CHECK(par_layout_parse(&batch, par_ctx_mesh(ctx), 2, shape, "[dp,None]"));
-    PAR_CHECK(par_params_create(ctx, &(par_params_desc){.params = w, .num_params = 2 * L, .batch = &batch,
-                                                        .zero_level = c->zero, .trace = m->tr}, &m->ps));
+    PAR_CHECK(par_tp_linear_param(&lin[0], "w1", &w[0])); /* one layer each; the set holds w1.0 .. w1.3 */
+    PAR_CHECK(par_tp_linear_param(&lin[1], "w2", &w[1]));
+    w[0].host_value = m->w1, w[0].host_grad = m->dw1, w[0].layers = L; /* the host's stacked buffers */
+    w[1].host_value = m->w2, w[1].host_grad = m->dw2, w[1].layers = L;
+    PAR_CHECK(par_params_create(ctx, &(par_params_desc){.params = w, .num_params = 2, .data_axes = "dp",
+                                                        .zero_level = c->par.zero, .trace = m->tr}, &m->ps));
     PAR_CHECK(par_params_data_shard(m->ps, &shard, &shards));
     for (int step = 0; step < c->steps; step++) {
         double loss = 0.0, count = 0.0;
@@ -140,10 +137,10 @@ static par_status train(par_ctx *ctx, const config *c, model *m) {
             const float *x = m->x + l * n * D, *a = m->a + l * n * m->hl;
             PAR_CHECK(par_trace_begin(m->tr, "bwd layer", "compute"));
             matmul_bwd(m->da, m->dw2 + l * m->n2, m->dx, a, m->w2 + l * m->n2, n, m->hl, D);
-            PAR_CHECK(par_params_grad_ready(m->ps, 2 * l + 1)); /* W2[l] done: its reduction starts now */
+            PAR_CHECK(par_params_grad_ready(m->ps, L + l)); /* w2.l done: its reduction starts now */
             for (int64_t i = 0; i < n * m->hl; i++) m->da[i] = a[i] > 0.0f ? m->da[i] : 0.0f;
             matmul_bwd(m->tmp, m->dw1 + l * m->n1, m->da, x, m->w1 + l * m->n1, n, D, m->hl);
-            PAR_CHECK(par_params_grad_ready(m->ps, 2 * l));
+            PAR_CHECK(par_params_grad_ready(m->ps, l)); /* w1.l */
             PAR_CHECK(par_tp_reduce_rows(m->tp, n, D, m->tmp, NULL, NULL));
             for (int64_t i = 0; i < n * D; i++) m->dx[i] += m->tmp[i]; /* the residual's gradient */
             PAR_CHECK(par_trace_end(m->tr));
@@ -153,17 +150,8 @@ static par_status train(par_ctx *ctx, const config *c, model *m) {
         PAR_CHECK(par_params_step(m->ps, &(par_adamw){1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f, 0}, NULL));
         par_printf0(ctx, "step %d loss %.9g\n", step, loss / count);
     }
-    if (c->trace) PAR_CHECK(par_trace_gather_write(ctx, m->tr, c->trace));
-    if (c->out) { /* the whole parameter buffer, gathered from every rank's slices; rank 0 writes it */
-        float *all = m->all = malloc((size_t)L * 2 * H * D * 4);
-        for (int i = 0; i < 2 * L && all; i++)
-            PAR_CHECK(par_params_gather(m->ps, PAR_PARAM_VALUE, i, all + (i % 2) * L * H * D + i / 2 * H * D));
-        if (!all || par_ctx_rank(ctx) != 0) return all ? PAR_OK : par_set_error(PAR_ENOMEM, "stacked: out of memory");
-        FILE *f = fopen(c->out, "wb");
-        int ok = f && fwrite(all, 4, (size_t)L * 2 * H * D, f) == (size_t)L * 2 * H * D;
-        if (f) ok &= fclose(f) == 0;
-        if (!ok) return par_set_error(PAR_EIO, "stacked: cannot write %s", c->out);
-    }
+    if (c->par.trace) PAR_CHECK(par_trace_gather_write(ctx, m->tr, c->par.trace));
+    if (c->out) PAR_CHECK(par_params_write_raw(m->ps, c->out)); /* gathered from every rank's slices */
     return 0;
 }
 
@@ -172,24 +160,19 @@ static par_status run(par_ctx *ctx, void *c) {
     model m = {0};
     const par_status rc = train(ctx, (const config *)c, &m);
     par_params_destroy(m.ps), par_tp_destroy(m.tp), par_trace_destroy(m.tr);
-    free(m.params), free(m.grads), free(m.all), free(m.x), free(m.a), free(m.dx), free(m.da), free(m.tmp);
+    free(m.params), free(m.grads), free(m.x), free(m.a), free(m.dx), free(m.da), free(m.tmp);
     return rc;
 }
 
 int main(int argc, char **argv) {
-    config c = {1, 1, 0, 30, NULL, NULL};
-    char mesh[64];
+    config c = {.steps = 30};
+    if (par_args_take(&c.par, &argc, argv) != PAR_OK) return fprintf(stderr, "stacked: %s\n", par_last_error()), 2;
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(argv[i], "--steps")) c.steps = atoi(v);
         else if (v && !strcmp(argv[i], "--out")) c.out = v;
-        else if (v && !strcmp(argv[i], "--trace")) c.trace = v;
-        else if (v && !strcmp(argv[i], "--dp")) c.dp = atoi(v);
-        else if (v && !strcmp(argv[i], "--tp")) c.tp = atoi(v);
-        else if (v && !strcmp(argv[i], "--zero")) c.zero = atoi(v);
-        else return fprintf(stderr, "stacked: bad argument %s (--dp --tp --zero --steps --out --trace)\n", argv[i]), 2;
+        else return fprintf(stderr, "stacked: bad argument %s (--steps N --out FILE)\n", argv[i]), 2;
     }
-    snprintf(mesh, sizeof mesh, "dp=%d,tp=%d", c.dp, c.tp);
-    if (par_launch(&(par_ctx_desc){.mesh = mesh}, 0, run, &c) == PAR_OK) return 0;
+    if (par_launch(&(par_ctx_desc){.mesh = c.par.mesh}, 0, run, &c) == PAR_OK) return 0;
     return fprintf(stderr, "stacked: %s\n", par_last_error()), 1;
 }

@@ -1,4 +1,4 @@
-/* examples/stacked/stacked_single.c - the third example, on one process (no parallel.h).
+/* examples/stacked/ - the third example: stacked_single.c on one process (no parallel.h), stacked.c in parallel.
    A host in the shape of llm.c's train_gpt2.c: L residual MLP blocks,
    x <- x + relu(x W1[l]^T) W2[l]^T, and the mean squared error against a fixed
    random teacher. The parameters are one flat buffer with each kind stacked
@@ -7,9 +7,11 @@
    AdamW are plain loops of its own. stacked.c is the same file trained with
    data parallel, tensor parallel and ZeRO: W1 column-parallel and W2
    row-parallel (par_tp), and par_params over the host's own buffers: each
-   layer's weights registered where they lie and marked ready as the backward
-   makes them, so their reductions run while it goes on (--trace F shows it). What parallel training costs this host,
-   diff -u stacked_single.c stacked.c | grep -c '^+[^+]': 63 added lines.
+   kind registered once, as a stack of L layers (par_param_desc.layers), and
+   each layer marked ready as the backward makes it, so its reduction runs
+   while the backward goes on (--trace F shows it). What parallel training
+   costs this host (par_args_take takes --dp --tp --zero --trace),
+   diff -u stacked_single.c stacked.c | grep -c '^+[^+]': 40 added lines.
 
      build/stacked_single --steps 30 --out w.bin
      build/stacked --dp 2 --tp 2 --zero 2 --steps 30 --out w.bin --trace t.json
@@ -34,7 +36,8 @@ typedef struct config {
 typedef struct model {
     int hl, h0;                   /* hidden units held and the first one's index (H and 0 here) */
     int64_t n1, n2;               /* elements of one layer's W1 and W2 */
-    float *params, *grads, *m, *v;
+    float *params, *grads;
+    float *m, *v;                 /* AdamW's moments, laid out as params (adamw makes them) */
     float *w1, *w2, *dw1, *dw2;   /* the kinds inside params and grads */
     float *x, *a, *dx, *da, *tmp; /* activations: x [L+1, n, D], a [L, n, hl] */
 } model;
@@ -78,14 +81,18 @@ static void matmul_bwd(float *din, float *dw, const float *dout, const float *in
         }
 }
 
-/* PyTorch's AdamW (decoupled weight decay, bias corrections), llm.c's gpt2_update */
-static void adamw(model *m, int64_t count, int step, float lr, float b1, float b2, float eps, float wd) {
+/* PyTorch's AdamW (decoupled weight decay, bias corrections), llm.c's gpt2_update: as there, the
+   moments are allocated on the first call. 0, or 1 when out of memory. */
+static int adamw(model *m, int64_t count, int step, float lr, float b1, float b2, float eps, float wd) {
+    if (!m->m) m->m = calloc((size_t)count, 4), m->v = calloc((size_t)count, 4);
+    if (!m->m || !m->v) return fprintf(stderr, "stacked: out of memory\n"), 1;
     const float bc1 = (float)(1.0 - pow(b1, step)), inv_sqrt_bc2 = (float)(1.0 / sqrt(1.0 - pow(b2, step)));
     for (int64_t i = 0; i < count; i++) {
         const float g = m->grads[i], mi = b1 * m->m[i] + (1.0f - b1) * g, vi = b2 * m->v[i] + (1.0f - b2) * g * g;
         m->m[i] = mi, m->v[i] = vi;
         m->params[i] = m->params[i] * (1.0f - lr * wd) - lr / bc1 * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     }
+    return 0;
 }
 
 static int train(const config *c, model *m) {
@@ -94,10 +101,10 @@ static int train(const config *c, model *m) {
     m->hl = H, m->h0 = 0;
     m->n1 = (int64_t)m->hl * D, m->n2 = (int64_t)D * m->hl;
     m->params = calloc((size_t)(L * (m->n1 + m->n2)), 4), m->grads = calloc((size_t)(L * (m->n1 + m->n2)), 4);
-    m->m = calloc((size_t)(L * (m->n1 + m->n2)), 4), m->v = calloc((size_t)(L * (m->n1 + m->n2)), 4);
     m->x = malloc((size_t)((L + 1) * n * D) * 4), m->a = malloc((size_t)(L * n * m->hl) * 4);
     m->dx = malloc((size_t)(n * D) * 4), m->da = malloc((size_t)(n * m->hl) * 4), m->tmp = malloc((size_t)(n * D) * 4);
-    if (!m->params || !m->grads || !m->m || !m->v || !m->x || !m->a || !m->dx || !m->da || !m->tmp) return 1;
+    if (!m->params || !m->grads || !m->x || !m->a || !m->dx || !m->da || !m->tmp)
+        return fprintf(stderr, "stacked: out of memory\n"), 1;
     m->w1 = m->params, m->w2 = m->params + L * m->n1, m->dw1 = m->grads, m->dw2 = m->grads + L * m->n1;
     for (int l = 0; l < L; l++) /* each weight from its global index: any slice of it draws the same values */
         for (int h = 0; h < m->hl; h++)
@@ -130,7 +137,7 @@ static int train(const config *c, model *m) {
             matmul_bwd(m->tmp, m->dw1 + l * m->n1, m->da, x, m->w1 + l * m->n1, n, D, m->hl);
             for (int64_t i = 0; i < n * D; i++) m->dx[i] += m->tmp[i]; /* the residual's gradient */
         }
-        adamw(m, L * (m->n1 + m->n2), step + 1, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f);
+        if (adamw(m, L * (m->n1 + m->n2), step + 1, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f)) return 1;
         printf("step %d loss %.9g\n", step, loss / count);
     }
     if (c->out) { /* the whole parameter buffer */
@@ -147,12 +154,13 @@ static int train(const config *c, model *m) {
 static int run(const config *c) {
     model m = {0};
     const int rc = train(c, &m);
-    free(m.params), free(m.grads), free(m.m), free(m.v), free(m.x), free(m.a), free(m.dx), free(m.da), free(m.tmp);
+    free(m.params), free(m.grads), free(m.x), free(m.a), free(m.dx), free(m.da), free(m.tmp);
+    free(m.m), free(m.v);
     return rc;
 }
 
 int main(int argc, char **argv) {
-    config c = {30, NULL};
+    config c = {.steps = 30};
     for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(argv[i], "--steps")) c.steps = atoi(v);
