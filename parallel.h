@@ -3288,7 +3288,9 @@ typedef struct par_auto_desc {
                                 less memory while nothing fits): a few
                                 tuples instead of all */
     par_search_mode mode;
-    par_auto_config fixed;    /* dp, tp, cp, pp > 0: kept (sharding_propagation; 0 = searched) */
+    par_auto_config fixed;    /* dp, tp, cp, pp > 0: kept (sharding_propagation; 0 = searched);
+                                 chunks >= 2: the chunks per rank of the looped kinds (interleaved,
+                                 looped_bfs, zb1p; 0 = 2 to 4 searched; zbv and dualpipev always 2) */
     /* Optional: the host's own predictions (e.g. a trainer's memory plan) in
        place of the built-in model; called with the plan's fields set and
        the built-in predictions filled in. */
@@ -23460,7 +23462,7 @@ static par_status par__au_check_model(const par_model_shape *m) {
    activation slots a host keeps, par_pp_schedule_slots, on the busiest rank)
    and those of the last rank (the head's stage). */
 typedef struct par__au_pp {
-    int kind, p, m, ok;
+    int kind, p, v, m, ok;
     double bubble;
     int slots, slots_last;
 } par__au_pp;
@@ -23481,6 +23483,19 @@ typedef struct par__au {
     double base_min_mem;       /* and its smallest memory */
 } par__au;
 
+/* The kinds on the v placement: the first rank holds both the embedding and the head. */
+static int par__au_v_placed(par_pp_kind kind) { return kind == PAR_PP_ZBV || kind == PAR_PP_DUALPIPEV; }
+
+/* The kinds that split the backward into input (I) and weight (W) halves. */
+static int par__au_split_backward(par_pp_kind kind) {
+    return kind == PAR_PP_ZB_H1 || kind == PAR_PP_ZB1P || kind == PAR_PP_ZBV || kind == PAR_PP_DUALPIPEV;
+}
+
+/* The kinds that loop v >= 2 chunks per rank round the ranks (loop placement). */
+static int par__au_looped(par_pp_kind kind) {
+    return kind == PAR_PP_INTERLEAVED || kind == PAR_PP_LOOPED_BFS || kind == PAR_PP_ZB1P;
+}
+
 static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, int chunks, int m) {
     par_pp_schedule_desc sd;
     par_pp_schedule *s = NULL;
@@ -23488,7 +23503,7 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
     par__au_pp e;
     int i;
     for (i = 0; i < a->npp; i++)
-        if (a->pp[i].kind == (int)kind && a->pp[i].p == p && a->pp[i].m == m) return &a->pp[i];
+        if (a->pp[i].kind == (int)kind && a->pp[i].p == p && a->pp[i].v == chunks && a->pp[i].m == m) return &a->pp[i];
     if (a->npp == a->cap_pp) {
         int n = a->cap_pp ? 2 * a->cap_pp : 64;
         par__au_pp *q = (par__au_pp *)PARALLEL_REALLOC(a->pp, (size_t)n * sizeof *q);
@@ -23497,7 +23512,7 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
         a->cap_pp = n;
     }
     memset(&e, 0, sizeof e);
-    e.kind = (int)kind, e.p = p, e.m = m;
+    e.kind = (int)kind, e.p = p, e.v = chunks, e.m = m;
     memset(&sd, 0, sizeof sd);
     sd.stages = p;
     sd.chunks = chunks;
@@ -23509,7 +23524,8 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
         e.bubble = chk.bubble;
         for (r = 0; r < p; r++)
             if (par_pp_schedule_slots(s, r, &n) == PAR_OK && n > e.slots) e.slots = n;
-        if (par_pp_schedule_slots(s, p - 1, &n) == PAR_OK) e.slots_last = n;
+        /* the head's rank: the last, or on the v placement the first (its last stage comes back there) */
+        if (par_pp_schedule_slots(s, par__au_v_placed(kind) ? 0 : p - 1, &n) == PAR_OK) e.slots_last = n;
         if (e.slots < 1) e.slots = 1; /* a checked schedule holds a micro-batch somewhere; never below one */
         if (e.slots_last < 1) e.slots_last = 1;
     }
@@ -23599,6 +23615,7 @@ typedef struct par__au_dims {
 static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_dims *k) {
     const par_model_shape *m = &a->m;
     double first, last;
+    int v_placed;
     k->dt = c->dtype, k->e = (double)par_dtype_size(c->dtype), k->h = m->hidden, k->hd = (double)m->hidden / m->heads;
     k->q = m->heads * k->hd, k->kv = m->kv_heads * k->hd, k->f = m->ffn, k->V = m->vocab, k->S = m->seq;
     k->tp = c->tp, k->cp = c->cp, k->pp = c->pp, k->dp = c->dp, k->chunks = c->chunks > 0 ? c->chunks : 1;
@@ -23608,9 +23625,12 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
     k->layers = (double)m->layers / k->pp;
     k->layer_mm = k->h * k->q * 2 + k->h * k->kv * 2 + 3 * k->h * k->f;
     k->layer_params = k->layer_mm / k->tp + 2 * k->h;
-    /* the first stage holds the embedding (and, unpipelined, the head and final norm); the last the head */
-    first = k->layers * k->layer_params + k->V * k->h / k->tp + (k->pp == 1 ? k->V * k->h / k->tp + k->h : 0);
-    last = k->layers * k->layer_params + k->V * k->h / k->tp + k->h;
+    /* the first stage holds the embedding (and, unpipelined or on the v placement, where the model's
+       last stage comes back to the first rank, the head and final norm); the last rank the head */
+    v_placed = k->pp > 1 && par__au_v_placed(c->schedule);
+    first = k->layers * k->layer_params + k->V * k->h / k->tp +
+            (k->pp == 1 || v_placed ? k->V * k->h / k->tp + k->h : 0);
+    last = v_placed ? 0 : k->layers * k->layer_params + k->V * k->h / k->tp + k->h;
     k->params = first > last ? first : last;
     k->shard = (double)k->dp * k->cp;
     k->bmb = (double)m->batch / (k->dp * k->mb);
@@ -23638,8 +23658,7 @@ static void par__au_dims_of(const par__au *a, const par_auto_config *c, par__au_
    input half, so the layer keeps those whatever the mode. */
 static double par__au_recompute_area(const par__au_dims *k, const par_auto_config *c, double per_layer) {
     const double x = k->rows * k->h, n = k->n;
-    const int split = k->pp > 1 && (c->schedule == PAR_PP_ZB_H1 || c->schedule == PAR_PP_ZBV ||
-                                    c->schedule == PAR_PP_DUALPIPEV); /* the kinds with I and W */
+    const int split = k->pp > 1 && par__au_split_backward(c->schedule); /* the kinds with I and W */
     if (c->recompute == PAR_RECOMPUTE_SELECTIVE) return 2 * x + (split ? 0 : n * k->fl);
     if (c->recompute == PAR_RECOMPUTE_FULL)
         return per_layer - x - (split ? n * (2 * k->ql + 2 * k->kvl) + x + 3 * n * k->fl : 0) + x;
@@ -23935,9 +23954,10 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
     if (pl->config.pp > 1) {
         const par__au_pp *r = par__au_pipeline(a, pl->config.schedule, pl->config.pp, chunks, pl->config.micro_batches);
         if (!r || !r->ok) {
+            const int rounds = pl->config.schedule == PAR_PP_INTERLEAVED || pl->config.schedule == PAR_PP_ZB1P;
             par__au_cut(a->cuts.schedule_example, &a->cuts.schedule, pl,
-                        pl->config.schedule == PAR_PP_INTERLEAVED ? "interleaved needs its micro-batches in rounds of equal size"
-                                                           : "the schedule is refused");
+                        rounds ? "interleaved and zb1p need their micro-batches in rounds of equal size"
+                               : "the schedule is refused");
             return;
         }
         bubble = r->bubble, slots = r->slots, slots_last = r->slots_last;
@@ -23983,6 +24003,19 @@ static const char *par__au_divides(const par__au *a, const par_auto_plan *pl, ch
     return why;
 }
 
+/* The chunks per rank searched for a kind: the looped kinds run over 2 to 4
+   (the host's fixed.chunks if given: more chunks shrink the bubble and add
+   boundary sends and buffers), zbv and dualpipev over 2, the others 1. */
+#define PAR__AU_MAX_CHUNKS 4
+static int par__au_chunks_lo(const par__au *a, int kind) {
+    if (par__au_looped((par_pp_kind)kind)) return a->d->fixed.chunks > 0 ? a->d->fixed.chunks : 2;
+    return par__au_v_placed((par_pp_kind)kind) ? 2 : 1;
+}
+static int par__au_chunks_hi(const par__au *a, int kind) {
+    if (par__au_looped((par_pp_kind)kind)) return a->d->fixed.chunks > 0 ? a->d->fixed.chunks : PAR__AU_MAX_CHUNKS;
+    return par__au_chunks_lo(a, kind);
+}
+
 /* Every knob beyond the four degrees. */
 static void par__au_knobs(par__au *a, par_auto_plan base) {
     const uint32_t s = a->d->search ? a->d->search : (uint32_t)PAR_AUTO_ALL;
@@ -23993,7 +24026,7 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
     const uint32_t recomputes = a->d->recomputes ? a->d->recomputes : 1u << PAR_RECOMPUTE_NONE;
     const uint32_t dtypes = a->d->dtypes ? a->d->dtypes : 1u << a->m.dtype;
     const int b = a->d->micro_batch_size;
-    int sp, algo, kind, mb, zero, rc, dt, mb_lo = 1, mb_hi = max_m;
+    int sp, algo, kind, v, mb, zero, rc, dt, mb_lo = 1, mb_hi = max_m;
     char why[160];
     if (b > 0) { /* a fixed micro-batch size: the micro-batches follow from the batch and dp */
         if (a->m.batch % ((long long)base.config.dp * b)) {
@@ -24010,6 +24043,7 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
             if (base.config.cp == 1 ? algo > 0 : !(algos >> algo & 1u)) continue;
             for (kind = 0; kind < PAR_PP_KIND_COUNT; kind++) {
                 if (base.config.pp == 1 ? kind != PAR_PP_1F1B : !(kinds >> kind & 1u)) continue;
+                for (v = par__au_chunks_lo(a, kind); v <= par__au_chunks_hi(a, kind); v++)
                 for (mb = mb_lo; mb <= mb_hi; mb++) {
                     if (mb > 1 && base.config.pp == 1 && !(s & PAR_AUTO_ACCUMULATE)) break;
                     if (a->m.batch % mb) continue;
@@ -24022,7 +24056,7 @@ static void par__au_knobs(par__au *a, par_auto_plan base) {
                             pl.config.sp = sp;
                             pl.config.cp_algo = (par_cp_algo)algo;
                             pl.config.schedule = (par_pp_kind)kind;
-                            pl.config.chunks = kind == PAR_PP_INTERLEAVED || kind == PAR_PP_ZBV || kind == PAR_PP_DUALPIPEV ? 2 : 1;
+                            pl.config.chunks = v;
                             pl.config.micro_batches = mb;
                             pl.config.zero = zero;
                             pl.config.recompute = (par_recompute_mode)(rc % PAR_RECOMPUTE_MODE_COUNT);
@@ -24129,6 +24163,10 @@ PARALLEL_DEF par_status par_auto_search(const par_auto_desc *desc, par_auto_plan
                          (int)desc->mode);
     if (desc->fixed.dp < 0 || desc->fixed.tp < 0 || desc->fixed.cp < 0 || desc->fixed.pp < 0)
         return par__fail(PAR_EINVAL, "par_auto_desc.fixed: degrees must be >= 0 (0 = searched)");
+    if (desc->fixed.chunks < 0 || desc->fixed.chunks == 1 || desc->fixed.chunks > 64)
+        return par__fail(PAR_EINVAL, "par_auto_desc.fixed.chunks = %d: the chunks per rank of the looped kinds "
+                                     "(interleaved, looped_bfs, zb1p) are 2 to 64, or 0 (2 to %d searched)",
+                         desc->fixed.chunks, PAR__AU_MAX_CHUNKS);
     memset(&a, 0, sizeof a);
     a.d = desc;
     a.m = desc->model;

@@ -101,7 +101,10 @@ static const char *const usage_text_plan = /* a third string: C99 compilers need
     "      [--fix dp=8,tp=8,pp=16,cp=1]  keep these degrees (any subset; search mode\n"
     "                               sharding_propagation, the only one that keeps them)\n"
     "      [--schedule 1f1b,gpipe]  pipeline kinds searched (gpipe, 1f1b, interleaved,\n"
-    "                               zb-h1, or all; default gpipe,1f1b)\n"
+    "                               zb-h1, looped_bfs, zb1p, zbv, dualpipev, or all;\n"
+    "                               default gpipe,1f1b)\n"
+    "      [--chunks 3]             chunks per rank of interleaved, looped_bfs, zb1p\n"
+    "                               (default 2 to 4 searched; zbv, dualpipev: 2)\n"
     "      [--max-zero 2] [--no-sp]  the highest ZeRO level searched (0: none); no\n"
     "                               sequence parallel (runs from before it existed)\n"
     "      [--micro-batch-size N]   samples per micro-batch and dp rank (the micro-\n"
@@ -1124,7 +1127,8 @@ static int cmd_plan(int argc, char **argv) {
         {"heads", 1, 0},         {"kv-heads", 1, 0},     {"ffn", 1, 0},        {"vocab", 1, 0},
         {"seq", 1, 0},           {"global-batch", 1, 0}, {"fix", 1, 0},        {"schedule", 1, 0},
         {"max-micro-batches", 1, 0}, {"search-mode", 1, 0}, {"json", 0, 0},    {"micro-batch-size", 1, 0},
-        {"max-zero", 1, 0},      {"no-sp", 0, 0},        {"devices", 1, 0},    {NULL, 0, 0}};
+        {"max-zero", 1, 0},      {"no-sp", 0, 0},        {"devices", 1, 0},    {"chunks", 1, 0},
+        {NULL, 0, 0}};
     par_auto_desc d;
     par_auto_cuts cuts;
     par_auto_plan plans[64];
@@ -1204,6 +1208,8 @@ static int cmd_plan(int argc, char **argv) {
     if (arg_flag(&a, "no-sp")) d.search = (d.search ? d.search : PAR_AUTO_ALL) & ~(uint32_t)PAR_AUTO_SP;
     if (arg_get(&a, "micro-batch-size"))
         d.micro_batch_size = (int)parse_int(arg_get(&a, "micro-batch-size"), 1, 1 << 24, "--micro-batch-size");
+    if (arg_get(&a, "chunks")) /* the looped kinds' chunks per rank (par_auto_desc.fixed.chunks), any search mode */
+        d.fixed.chunks = (int)parse_int(arg_get(&a, "chunks"), 2, 64, "--chunks");
     d.mode = PAR_SEARCH_DYNAMIC_PROGRAMMING;
     if (arg_get(&a, "search-mode")) check(par_search_mode_parse(arg_get(&a, "search-mode"), &d.mode), "--search-mode");
     if (arg_get(&a, "fix")) {

@@ -588,6 +588,51 @@ ok "validation 1T buffers" plan --cluster examples/clusters/a100-80gb.yaml --lay
     --kv-heads 160 --ffn 68288 "${GPT[@]}" --global-batch 3072 --dtype bf16 --recompute full --max-zero 0 --no-sp \
     --fix dp=6,tp=8,pp=64 --micro-batch-size 1 --schedule 1f1b --top 1 --json
 same "validation 1T buffers bytes" "$(json_field boundaries)" "$((64 * 4 * 2048 * 25600 * 2))"
+# Two more reports (docs/validation.md), each run's own flags in RUN, its model in MODEL. FIELD step_s:
+# PUBLISHED is the run's seconds a step (throughput error = published / predicted - 1); else TFLOP/s.
+validate_report() { # NAME CLUSTER DEVICES FIELD PUBLISHED
+    local name=$1 cluster=$2 devices=$3 field=$4 published=$5 got mem step pick
+    ok "validation $name" plan --cluster "$cluster" --devices "$devices" "${MODEL[@]}" --dtype bf16 "${RUN[@]}" --top 1 --json
+    got=$(json_field "$field") mem=$(json_field memory_bytes) step=$(json_field step_s)
+    if awk -v t="$got" -v p="$published" -v f="$field" -v m="$mem" 'BEGIN { if (t == "" || t <= 0) exit 1
+        e = f == "step_s" ? p / t - 1 : t / p - 1; exit !(e <= 0.25 && e >= -0.25 && m > 0 && m <= 80 * 2^30) }'; then
+        pass; else fail "validation $name: predicted $field $got against $published published, $mem bytes (cap 80 GiB)"; fi
+    ok "validation $name pick" plan --cluster "$cluster" --devices "$devices" "${MODEL[@]}" --dtype bf16 \
+        --recompute all --schedule all --max-micro-batches 512 --top 1 --json
+    pick=$(json_field step_s)
+    if awk -v a="$pick" -v b="$step" 'BEGIN { exit !(a != "" && a <= b) }'; then pass; else
+        fail "validation $name: the pick's step $pick s is slower than the run's $step s"; fi
+}
+# Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023,
+# arXiv:2205.05198), Table 5: GPT-3 175B on 64 A100 80GB, tp 8, pp 8, batch 64, sequence parallel and
+# selective recomputation, 13.75 s an iteration end to end (the table's figure as calculon-ai/calculon's
+# calculon/llm/validation.py quotes it); interleaved over 3 chunks as calculon's validation/175B_seqsel.json
+MODEL=(--layers 96 --hidden 12288 --heads 96 --kv-heads 96 --ffn 32768 "${GPT[@]}" --global-batch 64)
+RUN=(--recompute selective --max-zero 0 --fix dp=1,tp=8,pp=8 --micro-batch-size 1 --schedule interleaved --chunks 3)
+validate_report "Korthikanti 175B" examples/clusters/a100-80gb.yaml 64 step_s 13.75
+# BLOOM-176B (BigScience; bigscience-workshop/bigscience train/tr11-176B-ml: the slurm script's tp 4, pp 12,
+# micro-batch 2, batch 2048, bf16, activation checkpointing, the BF16 optimizer's own ZeRO-1, 48 nodes of 8;
+# the README's log line at iteration 85376: 104.70 s, "TFLOPs: 149.77", Megatron's count with recomputation).
+# 70 layers + the tied embedding counted as a block on the first and the last stage (the run's
+# 'type:transformer|embedding' partition: 6 units a stage) = 72 layers of 12 stages.
+MODEL=(--layers 72 --hidden 14336 --heads 112 --kv-heads 112 --ffn 38272 --vocab 250880 --seq 2048 --global-batch 2048)
+RUN=(--recompute full --max-zero 1 --no-sp --fix dp=8,tp=4,pp=12 --micro-batch-size 2 --schedule 1f1b)
+validate_report "BLOOM-176B" examples/clusters/jean-zay-a100-80gb.yaml 384 hardware_tflops_per_device 149.77
+# the searched kinds: zb1p (and looped_bfs) over 2 to 4 chunks, or the given --chunks; zbv over 2 (GPT-3 175B)
+G175=(--layers 96 --hidden 12288 --heads 96 --kv-heads 96 --ffn 32768 "${GPT[@]}")
+ok "plan zb1p" plan --cluster examples/clusters/a100-80gb.yaml --devices 64 "${G175[@]}" --global-batch 64 --dtype bf16 \
+    --fix dp=1,tp=8,pp=8 --schedule zb1p --max-micro-batches 64 --top 3 --json
+if printf '%s\n' "$OUT" | grep '"rank"' | grep -vq '"schedule":"zb1p","chunks":[234],'; then fail "plan --schedule zb1p: $OUT"
+elif ! printf '%s\n' "$OUT" | grep -q '"rank"'; then fail "plan --schedule zb1p: no plan"; else pass; fi
+ok "plan zb1p chunks 3" plan --cluster examples/clusters/a100-80gb.yaml --devices 64 "${G175[@]}" --global-batch 64 \
+    --dtype bf16 --recompute all --fix dp=1,tp=8,pp=8 --schedule zb1p,looped_bfs --chunks 3 --max-micro-batches 64 --top 64 --json
+if printf '%s\n' "$OUT" | grep '"rank"' | grep -Evq '"schedule":"(zb1p|looped_bfs)","chunks":3,'; then fail "plan --chunks 3: $OUT"
+elif ! printf '%s\n' "$OUT" | grep -q '"schedule":"looped_bfs"'; then fail "plan --chunks 3: no looped_bfs plan"; else pass; fi
+ok "plan zbv" plan --cluster examples/clusters/a100-80gb.yaml --devices 64 "${G175[@]}" --global-batch 64 --dtype bf16 \
+    --fix dp=1,tp=8,pp=8 --schedule zbv --max-micro-batches 64 --top 3 --json
+if printf '%s\n' "$OUT" | grep '"rank"' | grep -vq '"schedule":"zbv","chunks":2,'; then fail "plan --schedule zbv: $OUT"
+elif ! printf '%s\n' "$OUT" | grep -q '"rank"'; then fail "plan --schedule zbv: no plan"; else pass; fi
+bad_says "plan chunks" "--chunks: '1' is not an integer in [2, 64]" plan examples/configs/tiny.yaml "$PLANF" --chunks 1
 bad_says "plan devices" "--devices: cluster: devices_per_node is 8; it must divide devices (12)" \
     plan --cluster examples/clusters/a100-80gb.yaml --devices 12 "${TINY_FLAGS[@]}"
 bad_says "plan micro-batch size" "micro-batches of 3 samples" plan examples/configs/tiny.yaml "$PLANF" --micro-batch-size 3

@@ -1148,6 +1148,98 @@ static void cost_model_terms(void) {
     CHECK_ERR(par_auto_search(&d, plans, 64, &count, &cuts), PAR_EINVAL, "micro_batch_size");
 }
 
+/* ---- the pipeline kinds in the whole-plan search ------------------------------------- */
+
+static par_auto_plan predicted_v(const par_auto_desc *d, int pp, par_pp_kind kind, int chunks, int m,
+                                 par_recompute_mode rc) {
+    par_auto_plan p;
+    memset(&p, 0, sizeof p);
+    p.config.dp = 8 / pp, p.config.tp = 1, p.config.cp = 1, p.config.pp = pp, p.config.micro_batches = m;
+    p.config.schedule = kind, p.config.chunks = chunks, p.config.recompute = rc;
+    CHECK_OK(par_auto_predict(d, &p));
+    return p;
+}
+
+/* Every kind the pipeline section generates is searched: the looped kinds
+   (interleaved, looped_bfs, zb1p) over 2 to 4 chunks a rank, those that
+   divide the layers, or the host's fixed.chunks; zbv and dualpipev over 2.
+   zb1p splits the backward as zb-h1 does (full recomputation saves less);
+   on the v placement the first rank holds the embedding and the head. */
+static void pipeline_kinds(void) {
+    /* tiny_yaml: 4 layers of (64 x 64 x 2 + 64 x 32 x 2 + 3 x 64 x 172 + 2 x 64 norms), vocab 256 */
+    const double layer = 64.0 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 172 + 2 * 64, Vh = 256.0 * 64;
+    par_auto_desc d;
+    par_auto_plan plans[400];
+    par_auto_cuts cuts;
+    int count = 0, i, kinds_seen = 0;
+    memset(&d, 0, sizeof d);
+    CHECK_OK(par_model_shape_parse(tiny_yaml, &d.model));
+    CHECK_OK(par_cluster_parse(cluster_text, &d.cluster));
+    d.model.batch = 64; /* room for dualpipev's m >= 2p at every dp */
+    {   /* zb1p keeps the linears' inputs for its W as zb-h1 does: full recomputation's area (what
+           memory holds beside the activations, full minus none) is zb-h1's, smaller than interleaved's */
+        par_auto_plan q[3][2];
+        const par_pp_kind kinds[3] = {PAR_PP_ZB1P, PAR_PP_ZB_H1, PAR_PP_INTERLEAVED};
+        double area[3];
+        for (i = 0; i < 3; i++) {
+            q[i][0] = predicted_v(&d, 2, kinds[i], kinds[i] == PAR_PP_ZB_H1 ? 1 : 2, 4, PAR_RECOMPUTE_NONE);
+            q[i][1] = predicted_v(&d, 2, kinds[i], kinds[i] == PAR_PP_ZB_H1 ? 1 : 2, 4, PAR_RECOMPUTE_FULL);
+            area[i] = (q[i][1].predicted.memory_bytes - q[i][1].predicted.activation_bytes) -
+                      (q[i][0].predicted.memory_bytes - q[i][0].predicted.activation_bytes);
+        }
+        CHECK_MSG(fabs(area[0] - area[1]) < 0.5 && area[2] > area[0] + 0.5, "zb1p %g, zb-h1 %g, interleaved %g",
+                  area[0], area[1], area[2]);
+    }
+    {   /* f32 weights of the busiest rank at pp 2: 1f1b's last (2 layers, head, final norm); zbv's first
+           (2 layers, embedding, head, final norm) */
+        const par_auto_plan ob = predicted_v(&d, 2, PAR_PP_1F1B, 1, 4, PAR_RECOMPUTE_NONE);
+        const par_auto_plan zv = predicted_v(&d, 2, PAR_PP_ZBV, 2, 4, PAR_RECOMPUTE_NONE);
+        const par_auto_plan dv = predicted_v(&d, 2, PAR_PP_DUALPIPEV, 2, 4, PAR_RECOMPUTE_NONE);
+        CHECK_MSG(ob.predicted.weights_bytes == (2 * layer + Vh + 64) * 4, "1f1b %g", ob.predicted.weights_bytes);
+        CHECK_MSG(zv.predicted.weights_bytes == (2 * layer + 2 * Vh + 64) * 4, "zbv %g", zv.predicted.weights_bytes);
+        CHECK_MSG(dv.predicted.weights_bytes == (2 * layer + 2 * Vh + 64) * 4, "dualpipev %g", dv.predicted.weights_bytes);
+    }
+    /* the search: every kind, pp fixed at 2 (2 layers a rank: the looped kinds only at 2 chunks) */
+    d.schedules = (1u << PAR_PP_KIND_COUNT) - 1;
+    d.mode = PAR_SEARCH_SHARDING_PROPAGATION;
+    d.fixed.pp = 2, d.fixed.tp = 1, d.fixed.cp = 1;
+    d.max_micro_batches = 8;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count > 0 && count <= 400);
+    for (i = 0; i < count; i++) {
+        const par_pp_kind k = plans[i].config.schedule;
+        const int want = k == PAR_PP_GPIPE || k == PAR_PP_1F1B || k == PAR_PP_ZB_H1 ? 1 : 2;
+        CHECK_MSG(plans[i].config.chunks == want, "%s with %d chunks", par_pp_kind_name(k), plans[i].config.chunks);
+        kinds_seen |= 1 << k;
+    }
+    CHECK_MSG(kinds_seen == (1 << PAR_PP_KIND_COUNT) - 1, "kinds found 0x%x", kinds_seen);
+    /* 8 layers, dp 4 x pp 2: 4 a rank, the looped kinds over 2 and 4 chunks (not 3); fixed.chunks 4: over 4 */
+    d.fixed.dp = 4;
+    d.model.layers = 8;
+    d.schedules = (1u << PAR_PP_ZB1P) | (1u << PAR_PP_LOOPED_BFS);
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    {
+        int seen2 = 0, seen4 = 0;
+        for (i = 0; i < count; i++) {
+            CHECK(plans[i].config.chunks == 2 || plans[i].config.chunks == 4);
+            seen2 |= plans[i].config.chunks == 2, seen4 |= plans[i].config.chunks == 4;
+        }
+        CHECK_MSG(count > 0 && seen2 && seen4, "%d plans, chunks 2: %d, 4: %d", count, seen2, seen4);
+    }
+    d.fixed.chunks = 4;
+    CHECK_OK(par_auto_search(&d, plans, 400, &count, &cuts));
+    CHECK(count > 0);
+    for (i = 0; i < count; i++) CHECK(plans[i].config.chunks == 4);
+    d.fixed.chunks = 3; /* 8 layers do not split into 2 stages x 3 chunks: nothing */
+    CHECK(par_auto_search(&d, plans, 400, &count, &cuts) != PAR_OK);
+    CHECK(strstr(cuts.not_divisible_example, "8 layers do not split into 2 stages x 3 chunks"));
+    d.fixed.chunks = 1;
+    CHECK(par_auto_search(&d, plans, 400, &count, &cuts) == PAR_EINVAL &&
+          strstr(par_last_error(), "par_auto_desc.fixed.chunks = 1: the chunks per rank of the looped kinds"));
+    d.fixed.chunks = -2;
+    CHECK(par_auto_search(&d, plans, 400, &count, &cuts) == PAR_EINVAL && strstr(par_last_error(), "fixed.chunks = -2"));
+}
+
 int main(void) {
     property_dp_equals_enumeration();
     errors();
@@ -1159,5 +1251,6 @@ int main(void) {
     recompute_model();
     dtype_model();
     cost_model_terms();
+    pipeline_kinds();
     return TEST_END("test_planner");
 }

@@ -9,8 +9,9 @@
        all-reduces, well under a second);
      - the cap: --max-device-memory, else the cluster's memory per device;
      - the modes the trainer runs: dp, tp (+ sp), cp (ring = colossalai_cp,
-       ulysses = ulysses_cp), pp (1f1b, gpipe, interleaved with 2 chunks,
-       zb-h1), micro-batches, ZeRO level 1/2;
+       ulysses = ulysses_cp), pp (1f1b, gpipe, zb-h1; over 2 to 4 chunks a rank
+       interleaved, looped_bfs, zb1p; not yet zbv and dualpipev, below), the
+       micro-batches, ZeRO level 1/2;
      - parallel.search_mode: how the degrees are searched (par_auto_desc.mode);
        sharding_propagation keeps the degrees written above 1.
    The fastest predicted plan that also passes llama_config_validate becomes
@@ -54,9 +55,11 @@ static void llama__auto_apply(const par_auto_plan *p, llama_config *c) {
     c->ulysses_degree_in_cp = 1;
     snprintf(c->context_parallel_algo, sizeof c->context_parallel_algo, "%s",
              p->config.cp > 1 && p->config.cp_algo == PAR_CP_ULYSSES ? "ulysses_cp" : "colossalai_cp");
+    /* the trainer's pipeline_scheduler names are par_pp_kind's, but for the interleaved 1F1B:
+       "1f1b" with pipeline_interleave over the chunks */
     snprintf(c->pipeline_scheduler, sizeof c->pipeline_scheduler, "%s",
-             p->config.pp > 1 && p->config.schedule == PAR_PP_GPIPE ? "gpipe" : p->config.pp > 1 && p->config.schedule == PAR_PP_ZB_H1 ? "zb-h1" : "1f1b");
-    c->pipeline_interleave = p->config.pp > 1 && p->config.schedule == PAR_PP_INTERLEAVED;
+             p->config.pp > 1 && p->config.schedule != PAR_PP_INTERLEAVED ? par_pp_kind_name(p->config.schedule) : "1f1b");
+    c->pipeline_interleave = p->config.pp > 1 && p->config.chunks > 1;
     c->pp_interleave_num = c->pipeline_interleave ? p->config.chunks : 1;
     /* the plan may shard more than the file asked (less memory), never less:
        MindFormers keeps enable_parallel_optimizer under auto_parallel too */
@@ -113,7 +116,9 @@ static int llama_auto_parallel(llama_config *cfg, int world, const char *cluster
     memset(&cd, 0, sizeof cd);
     cd.threads = threads;
     if (par_compute_cpu(&cd, &table) == PAR_OK) d.compute = &table;
-    d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE) | (1u << PAR_PP_INTERLEAVED) | (1u << PAR_PP_ZB_H1);
+    /* every kind but the two on the v placement: the trainer's run of zbv and dualpipev stops at
+       rank 0's first forward of its second chunk (par_pp_run: "memcpy: dst is NULL", pp 2, CPU) */
+    d.schedules = ((1u << PAR_PP_KIND_COUNT) - 1) & ~(1u << PAR_PP_ZBV) & ~(1u << PAR_PP_DUALPIPEV);
     d.cp_algos = (1u << PAR_CP_RING) | (1u << PAR_CP_ULYSSES);
     /* recomputation on every layer is a knob the plan keeps (a per-stage list depends on the
        pipeline the plan picks: planned as keeping everything, the conservative side) */

@@ -186,6 +186,12 @@ int main(void) {
             {"", PAR_PP_1F1B, 4, 1, 8, 4, 1},
             {"--set parallel.pipeline_config.pipeline_interleave=true --set model.model_config.pp_interleave_num=2",
              PAR_PP_INTERLEAVED, 2, 2, 8, 4, 0},
+            {"--set parallel.pipeline_config.pipeline_interleave=true --set model.model_config.pp_interleave_num=2 "
+             "--set parallel.pipeline_config.pipeline_scheduler=zb1p",
+             PAR_PP_ZB1P, 2, 2, 8, 4, 0},
+            {"--set parallel.pipeline_config.pipeline_interleave=true --set model.model_config.pp_interleave_num=2 "
+             "--set parallel.pipeline_config.pipeline_scheduler=looped_bfs",
+             PAR_PP_LOOPED_BFS, 2, 2, 8, 4, 1},
         };
         for (int r = 0; r < (int)(sizeof runs / sizeof runs[0]); r++) {
             char metrics[128], line[1024];
@@ -214,9 +220,10 @@ int main(void) {
                       par_pp_kind_name(runs[r].kind), runs[r].pp, runs[r].m, p.predicted.boundary_bytes, planned_comm);
             /* a set per micro-batch in flight (1F1B: p on the first stage; GPipe: every one), not per micro-batch */
             CHECK_MSG(planned_comm == (runs[r].kind == PAR_PP_GPIPE ? runs[r].m : runs[r].pp) * per_set ||
-                          runs[r].kind == PAR_PP_INTERLEAVED,
+                          runs[r].chunks > 1,
                       "%s: %.0f bytes planned, %.0f a set", par_pp_kind_name(runs[r].kind), planned_comm, per_set);
-            if (runs[r].kind != PAR_PP_GPIPE) CHECK(planned_comm < runs[r].m * per_set);
+            /* but GPipe and looped BFS, which run every forward before the first backward */
+            if (runs[r].kind != PAR_PP_GPIPE && runs[r].kind != PAR_PP_LOOPED_BFS) CHECK(planned_comm < runs[r].m * per_set);
         }
     }
 
