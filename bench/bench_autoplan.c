@@ -305,7 +305,8 @@ static void capped(int candidates) {
         }
     cap = floor(dp_min) - 1;
     d.memory_cap = cap;
-    /* the schedules the trainer's auto_parallel searches (examples/llama/auto.h) */
+    /* the four kinds this table has always measured (the trainer's auto_parallel also
+       searches looped_bfs and zb1p; kept out so that the figures stay comparable run to run) */
     d.schedules = (1u << PAR_PP_1F1B) | (1u << PAR_PP_GPIPE) | (1u << PAR_PP_INTERLEAVED) | (1u << PAR_PP_ZB_H1);
     if (par_auto_search(&d, all, 512, &count, &cuts) != PAR_OK) {
         printf("capped search failed: %s\n", par_last_error());
