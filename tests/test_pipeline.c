@@ -1827,6 +1827,7 @@ static int bs_check(const par_pp_schedule *s, const char *label, int trials) {
    and the sets never exceed the busiest rank's slots (the host's in-flight
    count, which the rule had before it was computed exactly). */
 static void test_buffer_sets_generated(void) {
+    char figures[512] = "";
     int k, p, m, vi, runs = 0;
     for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++)
         for (vi = 0; vi < 2; vi++)
@@ -1846,11 +1847,15 @@ static void test_buffer_sets_generated(void) {
                     for (r = 0; r < p; r++)
                         if (par_pp_schedule_slots(s, r, &n) == PAR_OK && n > slots) slots = n;
                     CHECK_MSG(sets <= slots, "%s: %d sets, the busiest rank holds %d", label, sets, slots);
+                    if (p == 4 && m == 8 && v <= 2) /* docs/pipeline.md quotes these */
+                        snprintf(figures + strlen(figures), sizeof figures - strlen(figures), "%s%s %d/%d",
+                                 figures[0] ? ", " : "", par_pp_kind_name((par_pp_kind)k), sets, slots);
                     runs++;
                     par_pp_schedule_destroy(s);
                 }
     CHECK_MSG(runs > 1500, "%d schedules", runs);
     printf("  buffer sets: %d generated schedules, each timed 3 ways without a clash\n", runs);
+    printf("  p 4 m 8: buffer sets / slots of the busiest rank: %s\n", figures);
 }
 
 /* Schedules written by hand, the sets derived by hand, and one set fewer
