@@ -764,7 +764,14 @@ static int64_t boundary_bytes(const trainer *t) { return boundary_elems(t) * t->
    last (virtual) stage, and slot 0 everywhere (t->acts, what the rest of the
    trainer reads); a pipeline's other slots on the other stages never run the
    head, so 1F1B's first stage keeps p - 1 slots without it. */
-static int slot_has_head(const trainer *t, int k) { return k == 0 || t->pp == 1 || t->stage == t->pp - 1; }
+/* Every slot of the rank holding the last virtual stage (the last rank on the
+   loop placement, the first on the V) keeps the head's tensors; elsewhere
+   only slot 0 (the trainer keeps the first whole). */
+static int slot_has_head(const trainer *t, int k) {
+    int head = t->pp - 1;
+    if (t->pp > 1 && t->sched) par_pp_schedule_stage_rank(t->sched, t->pp * t->chunks - 1, &head, NULL);
+    return k == 0 || t->pp == 1 || t->stage == head;
+}
 
 /* One activation slot: what a micro-batch keeps from forward to backward on
    this rank (all its layers, and the head's when slot_has_head). */
