@@ -2783,7 +2783,8 @@ PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank
    Why it is safe, and how it is computed: a buffer of (mb, chunk) is in use
    from its first write to its last read:
      input            from its receive (from the PA when posted ahead: the
-                      message may land any time after) or the hand-off copy
+                      message may land any time after, but not before the
+                      peer's SA sends it) or the hand-off copy
                       in the previous stage's F on this rank, to the last
                       backward of (mb, chunk) (B, or W after I: a host may
                       read its saved input there);
@@ -2801,9 +2802,11 @@ PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank
    (then by induction for mb, mb + 2 sets, ...), or m (one set a micro-batch,
    always safe) when none below m does: a user's schedule that starts
    micro-batches out of order, or posts every receive ahead, gets what it
-   needs, exactly. For the generated kinds it is the most micro-batches a
-   rank holds (par_pp_schedule_slots, the busiest rank) or close to it.
-   Cost: a vector clock per action, p ints each. */
+   needs, exactly. For the generated kinds it never exceeds the most
+   micro-batches a rank holds (par_pp_schedule_slots, the busiest rank):
+   1F1B min(p, m), GPipe m, ZBV and DualPipeV 7 of 8 at p 4, m 8. Not covered: a host giving
+   one pointer for two of the four buffers (a hand-off's output and input).
+   Cost: the checker's run, and a vector clock of p ints per action. */
 PARALLEL_DEF par_status par_pp_schedule_buffer_sets(const par_pp_schedule *s, int *sets);
 
 /* Text form: a header line "pipeline stages=P chunks=V micro_batches=M", an
