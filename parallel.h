@@ -2838,6 +2838,41 @@ PARALLEL_DEF par_status par_pp_schedule_stage_rank(const par_pp_schedule *s, int
    forward of any of its chunks to the last of their backwards (B, or W after
    I). The slots to allocate up front. */
 PARALLEL_DEF par_status par_pp_schedule_slots(const par_pp_schedule *s, int rank, int *slots);
+/* How many sets of boundary buffers a host keeps so that micro-batch mb may
+   use set mb % sets on every rank, for this schedule as par_pp_run runs it
+   (the trainer's memory for pipeline messages: sets x v x 4 buffers a rank
+   instead of m x v x 4). A set is a rank's four buffers of each chunk (the
+   buffer callback's input, output and their gradients), four distinct ones.
+   The schedule must pass par_pp_schedule_check (PAR_EINVAL naming why not).
+
+   Why it is safe, and how it is computed: a buffer of (mb, chunk) is in use
+   from its first write to its last read:
+     input            from its receive (from the PA when posted ahead: the
+                      message may land any time after, but not before the
+                      peer's SA sends it) or the hand-off copy
+                      in the previous stage's F on this rank, to the last
+                      backward of (mb, chunk) (B, or W after I: a host may
+                      read its saved input there);
+     output gradient  the same, from RG / PG or the next stage's B / I copy;
+     output           from F to the completion of the peer's RA for it (the
+                      send completes when the message is received; the run
+                      only reaps its request at the end), or to the copy in
+                      F itself at a hand-off;
+     input gradient   from B / I to the peer's RG, or its copy.
+   Micro-batches mb and mb + sets may share a buffer when the first use
+   ends before the second begins in every run: in the order every run has
+   (each rank's list in order; a send before the receive's wait that takes
+   it; timing, posts, the backend's speed give nothing more). The result is
+   the least `sets` for which that holds for every buffer and every mb
+   (then by induction for mb, mb + 2 sets, ...), or m (one set a micro-batch,
+   always safe) when none below m does: a user's schedule that starts
+   micro-batches out of order, or posts every receive ahead, gets what it
+   needs, exactly. For the generated kinds it never exceeds the most
+   micro-batches a rank holds (par_pp_schedule_slots, the busiest rank):
+   1F1B min(p, m), GPipe m, ZBV and DualPipeV 7 of 8 at p 4, m 8. Not covered: a host giving
+   one pointer for two of the four buffers (a hand-off's output and input).
+   Cost: the checker's run, and a vector clock of p ints per action. */
+PARALLEL_DEF par_status par_pp_schedule_buffer_sets(const par_pp_schedule *s, int *sets);
 
 /* Text form: a header line "pipeline stages=P chunks=V micro_batches=M", an
    optional placement line "placement loop", "placement v" or "placement
@@ -21860,6 +21895,181 @@ PARALLEL_DEF par_status par_pp_schedule_check(const par_pp_schedule *s, par_pp_c
     return PAR_OK;
 }
 
+/* ---- boundary buffer sets ------------------------------------------------------------ */
+
+/* The happens-before order of a checked schedule as the executor runs it:
+   program order on each rank, and a send before the wait (RA / RG) of its
+   receive. hb[(first[r] + k) x p + q] is the last action of rank q known to
+   have finished when action k of rank r finished (-1: none), vector clocks
+   computed in an order the checker proved possible. */
+typedef struct par__pp_hb {
+    const par_pp_schedule *s;
+    int *idx;   /* [((op x v + chunk) x m + mb) x p + rank]: the action's index in its rank's list, -1 if none */
+    int *first; /* [rank]: its actions' first row in clock */
+    int *clock;
+} par__pp_hb;
+
+static int par__pp_at(const par__pp_hb *h, par_pp_op op, int rank, int chunk, int mb) {
+    const par_pp_schedule *s = h->s;
+    return h->idx[(((size_t)op * (size_t)s->v + (size_t)chunk) * (size_t)s->m + (size_t)mb) * (size_t)s->p +
+                  (size_t)rank];
+}
+
+/* Did action e of rank q finish before action k of rank r started? */
+static int par__pp_before(const par__pp_hb *h, int q, int e, int r, int k) {
+    if (e < 0 || k < 0) return 0;
+    if (q == r) return e < k;
+    return k > 0 && h->clock[((size_t)h->first[r] + (size_t)k - 1) * (size_t)h->s->p + (size_t)q] >= e;
+}
+
+/* The send a receive's wait (RA / RG of rank r) matches: its rank in *q, its index returned (-1: none). */
+static int par__pp_matching_send(const par__pp_hb *h, const par_pp_action *a, int r, int *q) {
+    const par_pp_schedule *s = h->s;
+    const int vs = s->rank_stage[r * s->v + a->chunk], from = a->op == PAR_PP_RECV_ACT ? vs - 1 : vs + 1;
+    if (from < 0 || from >= s->p * s->v) return -1;
+    *q = s->stage_rank[from];
+    return par__pp_at(h, a->op == PAR_PP_RECV_ACT ? PAR_PP_SEND_ACT : PAR_PP_SEND_GRAD, *q, s->stage_chunk[from],
+                      a->micro_batch);
+}
+
+static void par__pp_hb_free(par__pp_hb *h) {
+    PARALLEL_FREE(h->idx), PARALLEL_FREE(h->first), PARALLEL_FREE(h->clock);
+    memset(h, 0, sizeof *h);
+}
+
+static par_status par__pp_hb_build(par__pp_hb *h, const par_pp_schedule *s) {
+    const size_t nidx = (size_t)PAR_PP_OP_COUNT * (size_t)s->v * (size_t)s->m * (size_t)s->p;
+    int r, k, total = 0, progress = 1, left = 0, *done;
+    memset(h, 0, sizeof *h);
+    h->s = s;
+    for (r = 0; r < s->p; r++) total += s->count[r];
+    h->idx = (int *)PARALLEL_MALLOC(sizeof(int) * nidx);
+    h->first = (int *)PARALLEL_MALLOC(sizeof(int) * 2 * (size_t)s->p);
+    h->clock = (int *)PARALLEL_MALLOC(sizeof(int) * ((size_t)total + 1) * (size_t)s->p);
+    if (!h->idx || !h->first || !h->clock) return par__pp_hb_free(h), par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    memset(h->idx, 0xff, sizeof(int) * nidx); /* -1 */
+    done = h->first + s->p;
+    for (r = 0, total = 0; r < s->p; r++) {
+        h->first[r] = total, total += s->count[r], done[r] = 0, left += s->count[r];
+        for (k = 0; k < s->count[r]; k++)
+            h->idx[(((size_t)s->a[r][k].op * (size_t)s->v + (size_t)s->a[r][k].chunk) * (size_t)s->m +
+                    (size_t)s->a[r][k].micro_batch) * (size_t)s->p + (size_t)r] = k;
+    }
+    while (left > 0 && progress) /* each rank as far as its receives' sends have run */
+        for (r = 0, progress = 0; r < s->p; r++)
+            for (; done[r] < s->count[r]; done[r]++, left--, progress = 1) {
+                const par_pp_action *a = &s->a[r][done[r]];
+                int *row = h->clock + ((size_t)h->first[r] + (size_t)done[r]) * (size_t)s->p, q = -1, e = -1, i;
+                const int wait = a->op == PAR_PP_RECV_ACT || a->op == PAR_PP_RECV_GRAD;
+                if (wait && ((e = par__pp_matching_send(h, a, r, &q)) < 0 || e >= done[q])) break;
+                for (i = 0; i < s->p; i++) row[i] = done[r] > 0 ? row[i - s->p] : -1;
+                if (wait)
+                    for (i = 0; i < s->p; i++) {
+                        const int got = h->clock[((size_t)h->first[q] + (size_t)e) * (size_t)s->p + (size_t)i];
+                        if (got > row[i]) row[i] = got;
+                    }
+                row[r] = done[r];
+            }
+    if (left > 0) /* par_pp_schedule_check refuses such a schedule first */
+        return par__pp_hb_free(h), par__fail(PAR_EINVAL, "pipeline: a receive without its send");
+    return PAR_OK;
+}
+
+/* One use of a boundary buffer by one micro-batch: written from action
+   (sr, sk) on, read until action (er, ek) finished. A received one is
+   written no sooner than its send (qr, qk) too (qk -1: a copy). */
+typedef struct par__pp_use {
+    int sr, sk, er, ek, qr, qk;
+} par__pp_use;
+
+static int par__pp_last_backward(const par__pp_hb *h, int r, int c, int mb) {
+    int k = par__pp_at(h, PAR_PP_B, r, c, mb), i = par__pp_at(h, PAR_PP_I, r, c, mb),
+        w = par__pp_at(h, PAR_PP_W, r, c, mb);
+    if (i > k) k = i;
+    return w > k ? w : k;
+}
+
+static int par__pp_grad_action(const par__pp_hb *h, int r, int c, int mb) {
+    const int b = par__pp_at(h, PAR_PP_B, r, c, mb);
+    return b >= 0 ? b : par__pp_at(h, PAR_PP_I, r, c, mb);
+}
+
+/* The use of buffer `kind` (0 input, 1 output, 2 input gradient, 3 output
+   gradient) of (mb, chunk c) on rank r; 0 when that stage has no such
+   buffer (the first stage's input and its gradient, the last's output and
+   its gradient). The section's rule (par_pp_schedule_buffer_sets). */
+static int par__pp_use_of(const par__pp_hb *h, int r, int c, int mb, int kind, par__pp_use *u) {
+    const par_pp_schedule *s = h->s;
+    const int vs = s->rank_stage[r * s->v + c], nb = vs + (kind == 0 || kind == 2 ? -1 : 1);
+    int q, qc, post;
+    if (nb < 0 || nb >= s->p * s->v) return 0;
+    q = s->stage_rank[nb], qc = s->stage_chunk[nb];
+    u->sr = u->er = r, u->qr = q, u->qk = -1;
+    switch (kind) {
+    case 0: /* input: the previous stage's F copies into it, or a receive (from its post on) */
+    case 3: /* output gradient: the next stage's B / I copies into it, or a receive */
+        post = par__pp_at(h, kind == 0 ? PAR_PP_POST_ACT : PAR_PP_POST_GRAD, r, c, mb);
+        u->sk = q == r ? (kind == 0 ? par__pp_at(h, PAR_PP_F, r, qc, mb) : par__pp_grad_action(h, r, qc, mb))
+            : post >= 0 ? post : par__pp_at(h, kind == 0 ? PAR_PP_RECV_ACT : PAR_PP_RECV_GRAD, r, c, mb);
+        if (q != r) u->qk = par__pp_at(h, kind == 0 ? PAR_PP_SEND_ACT : PAR_PP_SEND_GRAD, q, qc, mb);
+        u->ek = par__pp_last_backward(h, r, c, mb); /* W reads both too */
+        return 1;
+    default: /* output, input gradient: written by F / B / I, read by the copy in it or until received */
+        u->sk = kind == 1 ? par__pp_at(h, PAR_PP_F, r, c, mb) : par__pp_grad_action(h, r, c, mb);
+        u->er = q, u->ek = q == r ? u->sk : par__pp_at(h, kind == 1 ? PAR_PP_RECV_ACT : PAR_PP_RECV_GRAD, q, qc, mb);
+        return 1;
+    }
+}
+
+/* Can micro-batches mb and mb + sets share every buffer, for every mb? */
+static int par__pp_sets_safe(const par__pp_hb *h, const par__pp_use *use, const unsigned char *has, int sets) {
+    const par_pp_schedule *s = h->s;
+    size_t b;
+    int mb;
+    for (b = 0; b < (size_t)s->p * (size_t)s->v * 4; b++)
+        for (mb = 0; has[b] && mb + sets < s->m; mb++) {
+            const par__pp_use *u = &use[b * (size_t)s->m + (size_t)mb], *n = u + sets;
+            if (!par__pp_before(h, u->er, u->ek, n->sr, n->sk) && !par__pp_before(h, u->er, u->ek, n->qr, n->qk))
+                return 0;
+        }
+    return 1;
+}
+
+PARALLEL_DEF par_status par_pp_schedule_buffer_sets(const par_pp_schedule *s, int *sets) {
+    par__pp_hb h;
+    par__pp_use *use;
+    unsigned char *has;
+    size_t nb;
+    int r, c, kind, mb, k;
+    if (sets) *sets = 0;
+    if (!s || !sets) return par__fail(PAR_EINVAL, "par_pp_schedule_buffer_sets: NULL schedule or sets");
+    if (par_pp_schedule_check(s, NULL, NULL, 0) != PAR_OK) {
+        char why[400];
+        par__copy_text(why, sizeof why, par_last_error());
+        return par__fail(PAR_EINVAL, "par_pp_schedule_buffer_sets: the schedule must pass par_pp_schedule_check: %s",
+                         why);
+    }
+    PAR__CHECK(par__pp_hb_build(&h, s));
+    nb = (size_t)s->p * (size_t)s->v * 4;
+    use = (par__pp_use *)PARALLEL_MALLOC(sizeof(par__pp_use) * nb * (size_t)s->m);
+    has = (unsigned char *)PARALLEL_MALLOC(nb);
+    if (!use || !has) {
+        PARALLEL_FREE(use), PARALLEL_FREE(has), par__pp_hb_free(&h);
+        return par__fail(PAR_ENOMEM, "pipeline: out of memory");
+    }
+    for (r = 0; r < s->p; r++)
+        for (c = 0; c < s->v; c++)
+            for (kind = 0; kind < 4; kind++) {
+                const size_t b = ((size_t)r * (size_t)s->v + (size_t)c) * 4 + (size_t)kind;
+                for (mb = 0, has[b] = 1; mb < s->m && has[b]; mb++)
+                    has[b] = (unsigned char)par__pp_use_of(&h, r, c, mb, kind, &use[b * (size_t)s->m + (size_t)mb]);
+            }
+    for (k = 1; k < s->m && !par__pp_sets_safe(&h, use, has, k); k++) {}
+    *sets = k;
+    PARALLEL_FREE(use), PARALLEL_FREE(has), par__pp_hb_free(&h);
+    return PAR_OK;
+}
+
 /* ---- executor ------------------------------------------------------------------------ */
 
 static par_status par__pp_fail_at(int stage, int step, const par_pp_action *a, par_status st) {
@@ -23460,11 +23670,12 @@ static par_status par__au_check_model(const par_model_shape *m) {
 /* Pipeline figures per (schedule, stages, micro-batches), from the checker:
    its bubble, and the most micro-batches any rank holds at once (the
    activation slots a host keeps, par_pp_schedule_slots, on the busiest rank)
-   and those of the last rank (the head's stage). */
+   and those of the last rank (the head's stage); the boundary buffer sets
+   a host keeps (par_pp_schedule_buffer_sets). */
 typedef struct par__au_pp {
     int kind, p, v, m, ok;
     double bubble;
-    int slots, slots_last;
+    int slots, slots_last, sets;
 } par__au_pp;
 
 typedef struct par__au {
@@ -23528,6 +23739,7 @@ static const par__au_pp *par__au_pipeline(par__au *a, par_pp_kind kind, int p, i
         if (par_pp_schedule_slots(s, par__au_v_placed(kind) ? 0 : p - 1, &n) == PAR_OK) e.slots_last = n;
         if (e.slots < 1) e.slots = 1; /* a checked schedule holds a micro-batch somewhere; never below one */
         if (e.slots_last < 1) e.slots_last = 1;
+        if (par_pp_schedule_buffer_sets(s, &e.sets) != PAR_OK) e.sets = m; /* one a micro-batch: always safe */
     }
     par_pp_schedule_destroy(s);
     a->pp[a->npp++] = e;
@@ -23666,7 +23878,7 @@ static double par__au_recompute_area(const par__au_dims *k, const par_auto_confi
 }
 
 static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_auto_config *c, int slots,
-                                   int slots_last, par_auto_prediction *r) {
+                                   int slots_last, int sets, par_auto_prediction *r) {
     const double e = k->e, h = k->h, n = k->n, rows = k->rows;
     const double bucket = k->layer_params > k->V * h / k->tp ? k->layer_params : k->V * h / k->tp;
     double per_layer, stats, slot_bytes, head_bytes, scratch, comm = 0, cpf = 0, feat, area, area_stats, first, last;
@@ -23701,9 +23913,9 @@ static void par__au_predict_memory(const par__au *a, par__au_dims *k, const par_
     scratch = (n * (2 * h + 2 * k->ql + 2 * k->kvl + 3 * k->fl) + (k->tp > 1 ? n * h : 0) + (c->sp ? n * h : 0) + area) * e +
               area_stats * 4;
     if (k->tp > 1) comm += 4 * n * h * e; /* the executor's buffers move the dtype */
-    /* the pipeline's boundaries: input, output and their gradients of each chunk of the micro-batches
-       in flight (a buffer set is reused by a later micro-batch: see examples/llama/train.c), in the dtype */
-    r->boundary_bytes = k->pp > 1 ? (double)slots * k->chunks * 4 * rows * h * e : 0;
+    /* the pipeline's boundaries: input, output and their gradients of each chunk, in the dtype, for
+       `sets` micro-batches (par_pp_schedule_buffer_sets: a set is reused by a later micro-batch) */
+    r->boundary_bytes = k->pp > 1 ? (double)sets * k->chunks * 4 * rows * h * e : 0;
     comm += r->boundary_bytes;
     if (k->cp > 1 && c->cp_algo == PAR_CP_RING) {
         const double kvn = k->bmb * k->S / k->cp * k->kvl, qn = k->bmb * k->S / k->cp * k->ql;
@@ -23893,13 +24105,14 @@ static void par__au_predict_step(const par__au *a, double opt, double dp_exposed
     }
 }
 
-static void par__au_predict(const par__au *a, par_auto_plan *pl, int slots, int slots_last, double bubble) {
+static void par__au_predict(const par__au *a, par_auto_plan *pl, int slots, int slots_last, int sets,
+                            double bubble) {
     const par_auto_config *c = &pl->config;
     par_auto_prediction *r = &pl->predicted;
     par__au_dims k;
     double opt, copies, dp_exposed, dp_copies;
     par__au_dims_of(a, c, &k);
-    par__au_predict_memory(a, &k, c, slots, slots_last, r);
+    par__au_predict_memory(a, &k, c, slots, slots_last, sets, r);
     par__au_flops(a, &k, c, r);
     opt = par__au_predict_compute(a, &k, c, r);
     copies = par__au_predict_comm(a, &k, c, r);
@@ -23949,7 +24162,7 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
     char why[96];
     const int chunks = pl->config.chunks > 0 ? pl->config.chunks : 1;
     double bubble = 0;
-    int slots = 1, slots_last = 1;
+    int slots = 1, slots_last = 1, sets = 1;
     a->cuts.considered++;
     if (pl->config.pp > 1) {
         const par__au_pp *r = par__au_pipeline(a, pl->config.schedule, pl->config.pp, chunks, pl->config.micro_batches);
@@ -23960,9 +24173,9 @@ static void par__au_finish(par__au *a, par_auto_plan *pl) {
                                : "the schedule is refused");
             return;
         }
-        bubble = r->bubble, slots = r->slots, slots_last = r->slots_last;
+        bubble = r->bubble, slots = r->slots, slots_last = r->slots_last, sets = r->sets;
     }
-    par__au_predict(a, pl, slots, slots_last, bubble);
+    par__au_predict(a, pl, slots, slots_last, sets, bubble);
     if (a->d->memory) pl->predicted.memory_bytes = a->d->memory(a->d->user, pl);
     if (a->d->step_time) pl->predicted.step_time = a->d->step_time(a->d->user, pl);
     if (a->smallest == 0 || pl->predicted.memory_bytes < a->smallest) a->smallest = pl->predicted.memory_bytes;

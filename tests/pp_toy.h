@@ -21,6 +21,7 @@ typedef struct toy {
     int p, v, m;
     par_pp_kind kind;
     const par_pp_schedule *schedule; /* run this one instead of kind's (NULL: kind's) */
+    int sets;                        /* boundary buffers: micro-batch mb uses set mb % sets (0: its own) */
     double w[TOY_MAX_VS];           /* the weight of each virtual stage */
     float x0[TOY_MAX_MB][TOY_N];    /* the first stage's input per micro-batch */
     double want_dw[TOY_MAX_VS];
@@ -40,18 +41,21 @@ typedef struct toy_rank {
 
 static int toy_vs(const toy_rank *r, int chunk) { return par_pp_schedule_stage(r->s, r->stage, chunk); }
 
+/* The buffer set of micro-batch mb. */
+static int toy_set(const toy_rank *r, int mb) { return r->t->sets > 0 ? mb % r->t->sets : mb; }
+
 /* Every stage but the first reads its input buffer: filled by a receive, or
    by the executor's copy when the previous stage is on this rank. */
 static const float *toy_input(toy_rank *r, int mb, int c) {
     if (toy_vs(r, c) == 0) return r->t->x0[mb];
-    return r->in[mb][c];
+    return r->in[toy_set(r, mb)][c];
 }
 
 static par_status toy_fwd(void *u, int mb, int c) {
     toy_rank *r = (toy_rank *)u;
     const float *x = toy_input(r, mb, c);
     int i;
-    for (i = 0; i < TOY_N; i++) r->out[mb][c][i] = (float)(r->t->w[toy_vs(r, c)] * x[i]);
+    for (i = 0; i < TOY_N; i++) r->out[toy_set(r, mb)][c][i] = (float)(r->t->w[toy_vs(r, c)] * x[i]);
     return PAR_OK;
 }
 
@@ -63,9 +67,9 @@ static par_status toy_bwd(void *u, int mb, int c, par_pp_op op) {
     float dy[TOY_N];
     int i;
     for (i = 0; i < TOY_N; i++)
-        dy[i] = vs == last ? 1.0f : r->gout[mb][c][i];
+        dy[i] = vs == last ? 1.0f : r->gout[toy_set(r, mb)][c][i];
     if (op != PAR_PP_W)
-        for (i = 0; i < TOY_N; i++) r->gin[mb][c][i] = (float)(r->t->w[vs] * dy[i]);
+        for (i = 0; i < TOY_N; i++) r->gin[toy_set(r, mb)][c][i] = (float)(r->t->w[vs] * dy[i]);
     if (op != PAR_PP_I)
         for (i = 0; i < TOY_N; i++) r->dw[c] += (double)x[i] * dy[i];
     return PAR_OK;
@@ -73,7 +77,8 @@ static par_status toy_bwd(void *u, int mb, int c, par_pp_op op) {
 
 static par_status toy_buf(void *u, int mb, int c, int is_grad, int is_input, void **ptr, int64_t *count) {
     toy_rank *r = (toy_rank *)u;
-    *ptr = is_grad ? (is_input ? r->gin[mb][c] : r->gout[mb][c]) : (is_input ? r->in[mb][c] : r->out[mb][c]);
+    const int k = toy_set(r, mb);
+    *ptr = is_grad ? (is_input ? r->gin[k][c] : r->gout[k][c]) : (is_input ? r->in[k][c] : r->out[k][c]);
     *count = TOY_N;
     return PAR_OK;
 }

@@ -1656,6 +1656,312 @@ static void test_dualpipev_fixture(void) {
     par_pp_schedule_destroy(s), par_pp_schedule_destroy(g);
 }
 
+/* ---- 7. boundary buffer sets --------------------------------------------------------- */
+
+/* The executor's buffer lifetimes in time, in a timed run independent of
+   par_pp_schedule_buffer_sets's vector clocks: each rank walks its list, an
+   action starting when the rank is free and (a receive's wait) its message
+   has arrived; actions take random times at a random speed per rank, and
+   messages a random latency. A received buffer is written when its message
+   lands (after its post, or its RA), a hand-off copy at the end of the F /
+   B / I that makes it; a sent buffer is read until its message lands. */
+typedef struct bs_run {
+    const par_pp_schedule *s;
+    int p, v, m, *idx, *first;
+    double *t0, *t1, *land; /* per action (first[r] + k): start, end, and a receive's landing */
+    unsigned rng;
+} bs_run;
+
+static double bs_rand(bs_run *b) {
+    b->rng = b->rng * 1103515245u + 12345u;
+    return (double)((b->rng >> 8) & 0xffff) / 65536.0;
+}
+
+static int bs_at(const bs_run *b, par_pp_op op, int r, int c, int mb) {
+    return b->idx[(((size_t)op * (size_t)b->v + (size_t)c) * (size_t)b->m + (size_t)mb) * (size_t)b->p + (size_t)r];
+}
+
+static int bs_row(const bs_run *b, par_pp_op op, int r, int c, int mb) {
+    const int k = bs_at(b, op, r, c, mb);
+    return k < 0 ? -1 : b->first[r] + k;
+}
+
+/* The rank and chunk of virtual stage vs. */
+static void bs_where(const par_pp_schedule *s, int vs, int *r, int *c) { par_pp_schedule_stage_rank(s, vs, r, c); }
+
+/* One timed run (trial 0: the checker's F = 1, B = 2, I = W = 1, no latency).
+   0 when a receive never gets its message (not for a checked schedule). */
+static int bs_time(bs_run *b, int trial) {
+    const par_pp_schedule *s = b->s;
+    double clock[64], speed[64], *sent;
+    int done[64], r, left = 0, progress = 1, total = b->first[b->p];
+    sent = (double *)calloc((size_t)total, sizeof(double));
+    for (r = 0; r < b->p; r++) clock[r] = 0, done[r] = 0, speed[r] = trial ? 0.2 + 4.8 * bs_rand(b) : 1.0;
+    for (r = 0, left = 0; r < b->p; r++) left += b->first[r + 1] - b->first[r];
+    while (left > 0 && progress)
+        for (r = 0, progress = 0; r < b->p; r++) {
+            int n;
+            const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+            for (; done[r] < n; done[r]++, left--, progress = 1) {
+                const par_pp_action *x = &a[done[r]];
+                const int row = b->first[r] + done[r], vs = par_pp_schedule_stage(s, r, x->chunk);
+                double t = clock[r], d = 0;
+                if (x->op == PAR_PP_RECV_ACT || x->op == PAR_PP_RECV_GRAD) {
+                    const int g = x->op == PAR_PP_RECV_GRAD, post = bs_row(b, g ? PAR_PP_POST_GRAD : PAR_PP_POST_ACT, r,
+                                                                           x->chunk, x->micro_batch);
+                    int q, qc, e;
+                    bs_where(s, g ? vs + 1 : vs - 1, &q, &qc);
+                    e = bs_row(b, g ? PAR_PP_SEND_GRAD : PAR_PP_SEND_ACT, q, qc, x->micro_batch);
+                    if (e < 0 || e >= b->first[q] + done[q]) break; /* its send has not run yet */
+                    /* lands once sent and posted (posted here: at this RA, or at its PA) */
+                    b->land[row] = fmax(sent[e], post >= 0 ? b->t0[post] : t);
+                    if (post >= 0) b->land[post] = b->land[row];
+                    t = fmax(t, b->land[row]), d = 0.01;
+                } else if (x->op == PAR_PP_SEND_ACT || x->op == PAR_PP_SEND_GRAD) {
+                    sent[row] = t + (trial ? 3.0 * bs_rand(b) : 0.0), d = 0.01;
+                } else if (x->op != PAR_PP_POST_ACT && x->op != PAR_PP_POST_GRAD) {
+                    d = (x->op == PAR_PP_B ? 2.0 : 1.0) * speed[r] * (trial ? 0.5 + bs_rand(b) : 1.0);
+                }
+                b->t0[row] = t, b->t1[row] = clock[r] = t + d;
+            }
+        }
+    free(sent);
+    return left == 0;
+}
+
+/* The interval [*w, *e) buffer `kind` (0 input, 1 output, 2 input gradient,
+   3 output gradient, as par_pp_run's buffer callback) of (mb, c) on rank r
+   is in use; 0 when that stage has none. */
+static int bs_use(const bs_run *b, int r, int c, int mb, int kind, double *w, double *e) {
+    const par_pp_schedule *s = b->s;
+    const int vs = par_pp_schedule_stage(s, r, c), nb = vs + (kind == 0 || kind == 2 ? -1 : 1);
+    int q, qc, k, last = -1;
+    if (nb < 0 || nb >= b->p * b->v) return 0;
+    bs_where(s, nb, &q, &qc);
+    for (k = PAR_PP_B; k <= PAR_PP_W; k++) /* the last backward: B, or W after I */
+        if (bs_row(b, (par_pp_op)k, r, c, mb) > last) last = bs_row(b, (par_pp_op)k, r, c, mb);
+    if (kind == 0 || kind == 3) { /* received, or copied in by the neighbour's F / B / I here */
+        int from = kind == 0 ? bs_row(b, PAR_PP_F, r, qc, mb) : bs_row(b, PAR_PP_B, r, qc, mb);
+        if (kind == 3 && from < 0) from = bs_row(b, PAR_PP_I, r, qc, mb);
+        *w = q == r ? b->t1[from] : b->land[bs_row(b, kind == 0 ? PAR_PP_RECV_ACT : PAR_PP_RECV_GRAD, r, c, mb)];
+        *e = b->t1[last];
+        return 1;
+    }
+    k = kind == 1 ? bs_row(b, PAR_PP_F, r, c, mb) : bs_row(b, PAR_PP_B, r, c, mb);
+    if (k < 0) k = bs_row(b, PAR_PP_I, r, c, mb);
+    *w = b->t0[k];
+    *e = q == r ? b->t1[k] : b->land[bs_row(b, kind == 1 ? PAR_PP_RECV_ACT : PAR_PP_RECV_GRAD, q, qc, mb)];
+    return 1;
+}
+
+/* The first clash with `sets` sets (two micro-batches of one set in one
+   buffer at once), in text; "" when none. */
+static void bs_clash(const bs_run *b, int sets, char *why, size_t n) {
+    int r, c, kind, i, j;
+    why[0] = 0;
+    for (r = 0; r < b->p; r++)
+        for (c = 0; c < b->v; c++)
+            for (kind = 0; kind < 4; kind++)
+                for (i = 0; i < b->m; i++)
+                    for (j = i + sets; j < b->m; j += sets) {
+                        double wi, ei, wj, ej;
+                        if (!bs_use(b, r, c, i, kind, &wi, &ei) || !bs_use(b, r, c, j, kind, &wj, &ej)) continue;
+                        if (wi < ej && wj < ei) {
+                            snprintf(why, n, "rank %d chunk %d buffer %d: micro-batch %d [%g, %g) and %d [%g, %g)", r,
+                                     c, kind, i, wi, ei, j, wj, ej);
+                            return;
+                        }
+                    }
+}
+
+static int bs_init(bs_run *b, const par_pp_schedule *s, unsigned seed) {
+    int r, k, n;
+    size_t nidx;
+    memset(b, 0, sizeof *b);
+    b->s = s, b->p = par_pp_schedule_stages(s), b->v = par_pp_schedule_chunks(s), b->m = par_pp_schedule_micro_batches(s);
+    b->rng = seed;
+    nidx = (size_t)PAR_PP_OP_COUNT * (size_t)b->v * (size_t)b->m * (size_t)b->p;
+    b->idx = (int *)malloc(sizeof(int) * nidx), b->first = (int *)malloc(sizeof(int) * (size_t)(b->p + 1));
+    if (!b->idx || !b->first || b->p > 64) return 0;
+    memset(b->idx, 0xff, sizeof(int) * nidx);
+    for (r = 0, b->first[0] = 0; r < b->p; r++) {
+        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
+        for (k = 0; k < n; k++)
+            b->idx[(((size_t)a[k].op * (size_t)b->v + (size_t)a[k].chunk) * (size_t)b->m + (size_t)a[k].micro_batch) *
+                       (size_t)b->p + (size_t)r] = k;
+        b->first[r + 1] = b->first[r] + n;
+    }
+    b->t0 = (double *)calloc((size_t)b->first[b->p] + 1, sizeof(double));
+    b->t1 = (double *)calloc((size_t)b->first[b->p] + 1, sizeof(double));
+    b->land = (double *)calloc((size_t)b->first[b->p] + 1, sizeof(double));
+    return b->t0 && b->t1 && b->land;
+}
+
+static void bs_free(bs_run *b) { free(b->idx), free(b->first), free(b->t0), free(b->t1), free(b->land); }
+
+/* par_pp_schedule_buffer_sets of s, checked against timed runs: no clash
+   in any of them. Returns the sets (0 on failure). */
+static int bs_check(const par_pp_schedule *s, const char *label, int trials) {
+    bs_run b;
+    char why[256];
+    int sets = 0, t;
+    CHECK_MSG(par_pp_schedule_buffer_sets(s, &sets) == PAR_OK, "%s: %s", label, par_last_error());
+    CHECK_MSG(sets >= 1 && sets <= par_pp_schedule_micro_batches(s), "%s: %d sets for %d micro-batches", label, sets,
+              par_pp_schedule_micro_batches(s));
+    if (!bs_init(&b, s, 12345u)) {
+        CHECK_MSG(0, "%s: out of memory", label);
+        return bs_free(&b), 0;
+    }
+    for (t = 0; t < trials; t++) {
+        CHECK_MSG(bs_time(&b, t), "%s: the timed run stalls", label);
+        bs_clash(&b, sets, why, sizeof why);
+        CHECK_MSG(!why[0], "%s, trial %d: %d sets clash: %s", label, t, sets, why);
+        if (why[0]) break;
+    }
+    bs_free(&b);
+    return sets;
+}
+
+/* Every generated kind over p 1..8, its chunks, m 1..32 where it is valid:
+   the timed runs see no two micro-batches of a set in one buffer at once,
+   and the sets never exceed the busiest rank's slots (the host's in-flight
+   count, which the rule had before it was computed exactly). */
+static void test_buffer_sets_generated(void) {
+    char figures[512] = "";
+    int k, p, m, vi, runs = 0;
+    for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++)
+        for (vi = 0; vi < 2; vi++)
+            for (p = 1; p <= 8; p++)
+                for (m = 1; m <= 32; m++) {
+                    const int v = kind_chunks((par_pp_kind)k) == 1 ? 1 : k == PAR_PP_ZBV || k == PAR_PP_DUALPIPEV ? 2 : 2 + vi;
+                    par_pp_schedule_desc d;
+                    par_pp_schedule *s = NULL;
+                    char label[96];
+                    int sets, r, n, slots = 1;
+                    if (vi && v < 3) continue;
+                    memset(&d, 0, sizeof d);
+                    d.stages = p, d.chunks = v, d.micro_batches = m, d.kind = (par_pp_kind)k;
+                    if (par_pp_schedule_make(&d, &s) != PAR_OK) continue; /* m the kind cannot split */
+                    snprintf(label, sizeof label, "%s p %d v %d m %d", par_pp_kind_name((par_pp_kind)k), p, v, m);
+                    sets = bs_check(s, label, 3);
+                    for (r = 0; r < p; r++)
+                        if (par_pp_schedule_slots(s, r, &n) == PAR_OK && n > slots) slots = n;
+                    CHECK_MSG(sets <= slots, "%s: %d sets, the busiest rank holds %d", label, sets, slots);
+                    if (p == 4 && m == 8 && v <= 2) /* docs/pipeline.md quotes these */
+                        snprintf(figures + strlen(figures), sizeof figures - strlen(figures), "%s%s %d/%d",
+                                 figures[0] ? ", " : "", par_pp_kind_name((par_pp_kind)k), sets, slots);
+                    runs++;
+                    par_pp_schedule_destroy(s);
+                }
+    CHECK_MSG(runs > 1500, "%d schedules", runs);
+    printf("  buffer sets: %d generated schedules, each timed 3 ways without a clash\n", runs);
+    printf("  p 4 m 8: buffer sets / slots of the busiest rank: %s\n", figures);
+}
+
+/* Schedules written by hand, the sets derived by hand, and one set fewer
+   clashes in a timed run (the rule cannot return too few). */
+static void bs_hand(const char *text, int want, const char *label) {
+    par_pp_schedule *s = NULL;
+    bs_run b;
+    char why[256];
+    int t, clash = 0;
+    CHECK_MSG(par_pp_schedule_parse(text, &s) == PAR_OK, "%s: %s", label, par_last_error());
+    if (!s) return;
+    CHECK_INT(bs_check(s, label, 4), want);
+    if (want > 1 && bs_init(&b, s, 777u)) {
+        for (t = 1; t < 40 && !clash; t++) { /* random timings until one clashes */
+            CHECK_MSG(bs_time(&b, t), "%s: the timed run stalls", label);
+            bs_clash(&b, want - 1, why, sizeof why);
+            clash = why[0] != 0;
+        }
+        CHECK_MSG(clash, "%s: %d sets never clash", label, want - 1);
+        bs_free(&b);
+    }
+    par_pp_schedule_destroy(s);
+}
+
+static void test_buffer_sets_hand(void) {
+    /* micro-batch 1 first: F 0 on rank 0 would overwrite the output of 1
+       before rank 1 received it (one set each, m = 2) */
+    bs_hand("pipeline stages=2 chunks=1 micro_batches=2\n"
+            "rank 0: F 1 0, SA 1 0, F 0 0, SA 0 0, RG 1 0, B 1 0, RG 0 0, B 0 0\n"
+            "rank 1: RA 1 0, F 1 0, B 1 0, SG 1 0, RA 0 0, F 0 0, B 0 0, SG 0 0\n",
+            2, "out of order");
+    /* 1F1B holding one micro-batch on each rank, but rank 1 posts every
+       receive at its start: micro-batch 1's activation lands while 0 is
+       still in use (rank 0 sends it before it waits for anything); 2's only
+       after rank 0 got 0's gradient: two sets, as without the posts */
+    bs_hand("pipeline stages=2 chunks=1 micro_batches=4\n"
+            "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, RG 0 0, B 0 0, F 2 0, SA 2 0, RG 1 0, B 1 0, F 3 0, SA 3 0, "
+            "RG 2 0, B 2 0, RG 3 0, B 3 0\n"
+            "rank 1: PA 0 0, PA 1 0, PA 2 0, PA 3 0, RA 0 0, F 0 0, B 0 0, SG 0 0, RA 1 0, F 1 0, B 1 0, SG 1 0, "
+            "RA 2 0, F 2 0, B 2 0, SG 2 0, RA 3 0, F 3 0, B 3 0, SG 3 0\n",
+            2, "posted ahead");
+    /* GPipe: every forward before any backward, each output still unsent
+       when the next is written: a set per micro-batch */
+    bs_hand("pipeline stages=2 chunks=1 micro_batches=3\n"
+            "rank 0: F 0 0, SA 0 0, F 1 0, SA 1 0, F 2 0, SA 2 0, RG 0 0, B 0 0, RG 1 0, B 1 0, RG 2 0, B 2 0\n"
+            "rank 1: RA 0 0, F 0 0, RA 1 0, F 1 0, RA 2 0, F 2 0, B 0 0, SG 0 0, B 1 0, SG 1 0, B 2 0, SG 2 0\n",
+            3, "gpipe");
+    /* one stage: no boundary buffer, one set */
+    bs_hand("pipeline stages=1 chunks=1 micro_batches=3\nrank 0: F 0 0, F 1 0, F 2 0, B 0 0, B 1 0, B 2 0\n", 1,
+            "one stage");
+}
+
+/* Refused: NULL, and a schedule the checker refuses (a missing backward). */
+static void test_buffer_sets_errors(void) {
+    par_pp_schedule *s = NULL;
+    int sets = 7;
+    CHECK_INT(par_pp_schedule_buffer_sets(NULL, &sets), PAR_EINVAL);
+    CHECK_INT(sets, 0);
+    CHECK_OK(par_pp_schedule_parse("pipeline stages=1 chunks=1 micro_batches=2\nrank 0: F 0 0, F 1 0, B 0 0\n", &s));
+    CHECK_INT(par_pp_schedule_buffer_sets(s, NULL), PAR_EINVAL);
+    CHECK_INT(par_pp_schedule_buffer_sets(s, &sets), PAR_EINVAL);
+    CHECK_MSG(strstr(par_last_error(), "par_pp_schedule_check") != NULL, "%s", par_last_error());
+    par_pp_schedule_destroy(s);
+}
+
+/* The executor with the toy's buffers reused: micro-batch mb in set
+   mb % sets, every kind at 1, 2, 4 stages (posted ahead too): the weight
+   gradients equal the direct computation, as with a set per micro-batch. */
+static void run_toy_sets(int p, int v, int m, par_pp_kind kind, int post_ahead) {
+    toy t;
+    par_ctx_desc pd;
+    par_pp_schedule *g = make(p, v, m, kind), *posted = NULL;
+    char mesh[32];
+    int s, ok = 1;
+    if (!g) return;
+    toy_init(&t, p, v, m, kind);
+    t.schedule = g;
+    if (post_ahead) t.schedule = posted = toy_post_ahead(g);
+    CHECK_MSG(t.schedule && par_pp_schedule_buffer_sets(t.schedule, &t.sets) == PAR_OK, "%s p %d m %d: %s",
+              par_pp_kind_name(kind), p, m, par_last_error());
+    snprintf(mesh, sizeof mesh, "pp=%d", p);
+    memset(&pd, 0, sizeof pd);
+    pd.mesh = mesh, pd.timeout_ms = 20000, pd.kernel_threads = 1;
+    if (t.schedule)
+        CHECK_MSG(par_run_threads_desc(&pd, p, toy_body, &t) == PAR_OK, "%s p %d v %d m %d, %d sets: %s",
+                  par_pp_kind_name(kind), p, v, m, t.sets, par_last_error());
+    for (s = 0; s < p; s++) ok &= toy_stage_ok(&t, s);
+    CHECK_MSG(ok, "%s p %d v %d m %d, %d sets%s: dw[0] %.9g, want %.9g", par_pp_kind_name(kind), p, v, m, t.sets,
+              post_ahead ? " (posted ahead)" : "", t.got_dw[0], t.want_dw[0]);
+    CHECK_MSG(p == 1 || m <= 2 || t.sets < m || post_ahead || kind == PAR_PP_GPIPE || kind == PAR_PP_LOOPED_BFS,
+              "%s p %d m %d: %d sets, no reuse", par_pp_kind_name(kind), p, m, t.sets);
+    par_pp_schedule_destroy(posted), par_pp_schedule_destroy(g);
+}
+
+static void test_executor_buffer_sets(void) {
+    static const int ps[] = {1, 2, 4};
+    size_t i;
+    int k;
+    for (i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        for (k = 0; k < (int)PAR_PP_KIND_COUNT; k++) {
+            const int p = ps[i], v = kind_chunks((par_pp_kind)k) == 1 ? 1 : 2;
+            run_toy_sets(p, v, k == PAR_PP_DUALPIPEV || v == 2 ? 4 * p : 3 * p + 1, (par_pp_kind)k, 0);
+            if (p > 1) run_toy_sets(p, v, k == PAR_PP_DUALPIPEV || v == 2 ? 2 * p : 2 * p + 1, (par_pp_kind)k, 1);
+        }
+}
+
 int main(void) {
     test_generators();
     test_check_many_ranks();
@@ -1682,5 +1988,9 @@ int main(void) {
     test_placement_check();
     test_v_generators();
     test_dualpipev_fixture();
+    test_buffer_sets_errors();
+    test_buffer_sets_hand();
+    test_buffer_sets_generated();
+    test_executor_buffer_sets();
     return TEST_END("pipeline");
 }

@@ -398,7 +398,7 @@ typedef struct trainer {
                                  weight-gradient passes (B or W): each chunk's gradients are complete
                                  at the m-th of its kind (a schedule may mix B with I and W) */
     char *bnd;                /* boundary tensors [set][chunk][4][rows x hidden] of the compute type */
-    int nbnd;                 /* boundary sets: micro-batch mb uses set mb % nbnd (boundary_sets) */
+    int nbnd;                 /* boundary sets: micro-batch mb uses set mb % nbnd (par_pp_schedule_buffer_sets) */
     double pp_loss, pp_count; /* this step's summed losses and tokens (the last stage's) */
     int64_t *cp_pos;          /* positions of this rank's tokens in a sample (context parallel) */
     llama_model model;
@@ -528,44 +528,6 @@ static par_status place_model(trainer *t) {
    P stages, V chunks and m micro-batches, which must pass the checker (its
    message and grid are the error). main checks it before any rank starts
    (a bad file is bad input); each rank then loads it for itself. */
-/* How many boundary buffer sets (input, output and their gradients of every
-   chunk) the pipeline needs: K = the most micro-batches any rank holds at
-   once (par_pp_schedule_slots), when every rank starts its micro-batches
-   (first forward) in increasing order; else one set a micro-batch.
-   Why K sets suffice though sends complete only when the peer receives (and
-   par_pp_run waits for them at its end): a rank starts mb + K only after it
-   released mb (it holds at most K), so every buffer of set mb % K is free
-   again by the time mb + K writes or receives into it:
-   - its output (sent to the next stage): written by F(mb + K), after this
-     rank released mb, which waited for mb's gradient from the next stage,
-     sent after the next stage received mb's output;
-   - its input gradient (sent to the previous stage): written by B(mb + K),
-     after mb + K's activation came from the previous stage, sent after that
-     stage started mb + K, so after it released mb, so after it received
-     mb's gradient;
-   - its received input and output gradient: their data for mb + K is sent
-     only after the peer started (or finished) mb + K, which follows this
-     rank's use of mb's (the same chains backwards).
-   A schedule that starts micro-batches out of order (one of the user's)
-   gets one set a micro-batch, as before. */
-static par_status boundary_sets(const par_pp_schedule *s, int *sets) {
-    const int P = par_pp_schedule_stages(s), m = par_pp_schedule_micro_batches(s);
-    int r, i, n, k = 1, ordered = 1;
-    for (r = 0; r < P; r++) {
-        const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
-        int started = -1, slots;
-        LLAMA_CHECK(par_pp_schedule_slots(s, r, &slots));
-        if (slots > k) k = slots;
-        for (i = 0; a && i < n; i++)
-            if (a[i].op == PAR_PP_F && a[i].micro_batch > started) {
-                if (a[i].micro_batch != started + 1) ordered = 0; /* a micro-batch skipped, started later */
-                started = a[i].micro_batch;
-            }
-    }
-    *sets = ordered && k < m ? k : m;
-    return PAR_OK;
-}
-
 static par_status load_schedule(const char *path, int P, int V, int m, par_pp_schedule **out) {
     FILE *f = fopen(path, "rb");
     char *text = NULL, grid[4096], why[512];
@@ -721,7 +683,9 @@ static par_status pipeline_setup(trainer *t) {
         /* a micro-batch holds a slot from its first forward here to its last backward */
         LLAMA_CHECK(par_pp_schedule_slots(t->sched, t->stage, &peak));
         t->nslots = peak > 0 ? peak : 1;
-        LLAMA_CHECK(boundary_sets(t->sched, &t->nbnd));
+        /* boundary buffers for the micro-batches in flight only: mb uses set mb % nbnd
+           (parallel.h's rule, safe for any schedule the checker passes) */
+        LLAMA_CHECK(par_pp_schedule_buffer_sets(t->sched, &t->nbnd));
         t->slot_of = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->chunks_left = (int *)malloc(sizeof(int) * (size_t)t->micro_batches);
         t->slot_busy = (int *)calloc((size_t)t->nslots, sizeof(int));
@@ -800,7 +764,14 @@ static int64_t boundary_bytes(const trainer *t) { return boundary_elems(t) * t->
    last (virtual) stage, and slot 0 everywhere (t->acts, what the rest of the
    trainer reads); a pipeline's other slots on the other stages never run the
    head, so 1F1B's first stage keeps p - 1 slots without it. */
-static int slot_has_head(const trainer *t, int k) { return k == 0 || t->pp == 1 || t->stage == t->pp - 1; }
+/* Every slot of the rank holding the last virtual stage (the last rank on the
+   loop placement, the first on the V) keeps the head's tensors; elsewhere
+   only slot 0 (the trainer keeps the first whole). */
+static int slot_has_head(const trainer *t, int k) {
+    int head = t->pp - 1;
+    if (t->pp > 1 && t->sched) par_pp_schedule_stage_rank(t->sched, t->pp * t->chunks - 1, &head, NULL);
+    return k == 0 || t->pp == 1 || t->stage == head;
+}
 
 /* One activation slot: what a micro-batch keeps from forward to backward on
    this rank (all its layers, and the head's when slot_has_head). */
