@@ -124,7 +124,7 @@ static par_pp_schedule *toy_post_ahead(const par_pp_schedule *s) {
             par_pp_schedule_stage_rank(s, st, &ranks[st], NULL);
         if (par_pp_schedule_set_placement(out, par_pp_schedule_placement(s),
                                           par_pp_schedule_placement(s) == PAR_PP_PLACE_LIST ? ranks : NULL) != PAR_OK)
-            return par_pp_schedule_destroy(out), NULL;
+            return par_pp_schedule_destroy(out), (par_pp_schedule *)NULL;
     }
     for (r = 0; r < p; r++) {
         const par_pp_action *a = par_pp_schedule_actions(s, r, &n);
