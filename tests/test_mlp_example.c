@@ -19,31 +19,10 @@
 #include <unistd.h>
 
 #define STEPS 20
+#define OUT_EXT ".st"
 
 static const char *mlp;
-static char dir[256];
-
-/* Run build/mlp with args (prefix: a launcher or ""), writing losses to `tag`.txt
-   and weights to `tag`.st; returns the exit status. */
-static int run(const char *prefix, const char *args, const char *tag) {
-    char cmd[2048];
-    int rc;
-    snprintf(cmd, sizeof cmd, "%s%s%s %s --steps %d --out %s/%s.st > %s/%s.txt 2>%s/%s.err </dev/null", prefix,
-             *prefix ? " " : "", mlp, args, STEPS, dir, tag, dir, tag, dir, tag);
-    rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static int read_losses(const char *tag, double *loss) {
-    char path[512];
-    FILE *f;
-    int n = 0, step;
-    snprintf(path, sizeof path, "%s/%s.txt", dir, tag);
-    if (!(f = fopen(path, "r"))) return -1;
-    while (n < STEPS + 1 && fscanf(f, " step %d loss %lf", &step, &loss[n]) == 2) n++;
-    fclose(f);
-    return n;
-}
+#include "example_runs.h"
 
 static double weights_diff(const char *a, const char *b) {
     char pa[512], pb[512];
@@ -68,27 +47,6 @@ static double weights_diff(const char *a, const char *b) {
     return worst;
 }
 
-static void check_case(const char *prefix, const char *args, const char *name, const double *base) {
-    double loss[STEPS + 1], worst = 0, w;
-    int n, i, rc = run(prefix, args, "case");
-    char err[512] = "";
-    if (rc != 0) {
-        char path[512];
-        FILE *f;
-        snprintf(path, sizeof path, "%s/case.err", dir);
-        if ((f = fopen(path, "r"))) err[fread(err, 1, sizeof err - 1, f)] = 0, fclose(f);
-    }
-    CHECK_MSG(rc == 0, "%s (%s): exit %d: %s", name, args, rc, err);
-    if (rc) return;
-    n = read_losses("case", loss);
-    CHECK_MSG(n == STEPS, "%s: %d loss lines", name, n);
-    for (i = 0; i < n && i < STEPS; i++) worst = fmax(worst, fabs(loss[i] - base[i]) / fabs(base[i]));
-    w = weights_diff("case", "one");
-    CHECK_MSG(worst <= 1e-6, "%s: losses differ from one rank by %g relative", name, worst);
-    CHECK_MSG(w >= 0 && w <= 2e-6, "%s: final weights differ from one rank by %g", name, w);
-    printf("  %-24s loss rel diff %.2e, weight diff %.2e\n", name, worst, w);
-}
-
 int main(void) {
     static const struct {
         const char *name, *args;
@@ -108,23 +66,23 @@ int main(void) {
     mlp = getenv("MLP") && *getenv("MLP") ? getenv("MLP") : "build/mlp";
     snprintf(dir, sizeof dir, "/tmp/par_mlp_test_XXXXXX");
     if (!mkdtemp(dir)) return printf("mlp_example: 0 passed, 1 failed\n"), 1;
-    CHECK_MSG(run("", "", "one") == 0, "one-rank run failed");
+    CHECK_MSG(run("", mlp, "", "one") == 0, "one-rank run failed");
     n = read_losses("one", base);
     CHECK_MSG(n == STEPS && base[STEPS - 1] < 0.5 * base[0], "one rank: %d steps, loss %g -> %g (it must learn)", n,
               n > 0 ? base[0] : -1.0, n > 0 ? base[n - 1] : -1.0);
-    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case("", cases[i].args, cases[i].name, base);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case("", mlp, cases[i].args, cases[i].name, base);
     /* bad input */
-    CHECK_MSG(run("", "--dp 3", "bad") == 2, "--dp 3 (does not divide the batch) must be exit 2");
-    CHECK_MSG(run("", "--tp 3", "bad") == 1, "--tp 3 (does not divide hidden 16) must fail with the strategy's error");
+    CHECK_MSG(run("", mlp, "--dp 3", "bad") == 2, "--dp 3 (does not divide the batch) must be exit 2");
+    CHECK_MSG(run("", mlp, "--tp 3", "bad") == 1, "--tp 3 (does not divide hidden 16) must fail with the strategy's error");
     /* under mpirun: one rank per process, the same program (par_launch) */
     snprintf(cmd, sizeof cmd, "command -v %.*s >/dev/null 2>&1 && %s --help 2>&1 | grep -q mpi", (int)strcspn(mpirun, " "),
              mpirun, mlp);
     if (system(cmd) == 0) {
         char pre[600];
         snprintf(pre, sizeof pre, "ASAN_OPTIONS=detect_leaks=0 %s -np 4", mpirun);
-        check_case(pre, "--dp 2 --tp 2", "mpirun dp2 x tp2", base);
-        check_case(pre, "--dp 4 --zero 2", "mpirun dp4 zero2", base);
-        check_case(pre, "--dp 2 --tp 2 --zero 1 --micro 2", "mpirun dp2 x tp2 zero1 mb2", base);
+        check_case(pre, mlp, "--dp 2 --tp 2", "mpirun dp2 x tp2", base);
+        check_case(pre, mlp, "--dp 4 --zero 2", "mpirun dp4 zero2", base);
+        check_case(pre, mlp, "--dp 2 --tp 2 --zero 1 --micro 2", "mpirun dp2 x tp2 zero1 mb2", base);
     } else {
         printf("mlp mpirun: skipped (no mpirun, or build/mlp was built without MPI)\n");
     }

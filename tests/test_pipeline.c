@@ -1022,42 +1022,28 @@ static par_status local_body(par_ctx *ctx, void *arg) {
     return PAR_OK;
 }
 
-static par_status turn_body(par_ctx *ctx, void *arg) {
-    int *got = (int *)arg + par_ctx_rank(ctx);
-    par_pp_schedule *s = NULL;
-    par_pp_run_desc d;
-    /* rank 1 sends its stage 1's activation although stage 2 is its own; rank 0 only runs its first forward */
-    RETURN_IF_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
-                                        "rank 0: F 0 0, SA 0 0\n"
-                                        "rank 1: RA 0 0, F 0 0, SA 0 0\n", &s));
-    memset(&d, 0, sizeof d);
-    d.schedule = s, d.stage_dims = 1u;
-    d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
-    *got = par_ctx_rank(ctx) == 0 ? par_pp_run(ctx, &d) == PAR_OK
-                                  : par_pp_run(ctx, &d) == PAR_EINVAL &&
-                                        strstr(par_last_error(), "step 2 (SA 0 0): virtual stage 1 has that neighbour "
-                                                                 "on this rank (a local hand-off): nothing to send") != NULL;
-    par_pp_schedule_destroy(s);
-    return PAR_OK;
-}
+/* An unchecked V schedule (2 ranks) whose rank 1 does something across the
+   V's turn (stages 1 and 2 are both its own): rank 0 runs, rank 1 is refused
+   with `want` before anything waits on it. */
+typedef struct turn_case {
+    const char *rank1, *want;
+    int got[2];
+} turn_case;
 
-/* An unchecked schedule whose rank 1 posts a receive across the V's turn:
-   refused as a receive there is, before anything waits on it. */
-static par_status post_turn_body(par_ctx *ctx, void *arg) {
-    int *got = (int *)arg + par_ctx_rank(ctx);
+static par_status turn_body(par_ctx *ctx, void *arg) {
+    turn_case *c = (turn_case *)arg;
+    char text[256];
     par_pp_schedule *s = NULL;
     par_pp_run_desc d;
-    RETURN_IF_ERR(par_pp_schedule_parse("pipeline stages=2 chunks=2 micro_batches=1\nplacement v\n"
-                                        "rank 0: F 0 0, SA 0 0\n"
-                                        "rank 1: RA 0 0, PA 0 1, F 0 0\n", &s));
+    snprintf(text, sizeof text, "pipeline stages=2 chunks=2 micro_batches=1\nplacement v\nrank 0: F 0 0, SA 0 0\n"
+                                "rank 1: %s\n", c->rank1);
+    RETURN_IF_ERR(par_pp_schedule_parse(text, &s));
     memset(&d, 0, sizeof d);
     d.schedule = s, d.stage_dims = 1u;
     d.callbacks.forward = noop_fwd, d.callbacks.backward = noop_bwd, d.callbacks.buffer = noop_buf;
-    *got = par_ctx_rank(ctx) == 0 ? par_pp_run(ctx, &d) == PAR_OK
-                                  : par_pp_run(ctx, &d) == PAR_EINVAL &&
-                                        strstr(par_last_error(), "step 1 (PA 0 1): virtual stage 2 has that "
-                                                                 "neighbour on this rank (a local hand-off): "
-                                                                 "nothing to receive") != NULL;
+    c->got[par_ctx_rank(ctx)] = par_ctx_rank(ctx) == 0 ? par_pp_run(ctx, &d) == PAR_OK
+                                                       : par_pp_run(ctx, &d) == PAR_EINVAL &&
+                                                             strstr(par_last_error(), c->want) != NULL;
     par_pp_schedule_destroy(s);
     return PAR_OK;
 }
@@ -1069,13 +1055,22 @@ static void test_local_handoff_errors(void) {
     pd.mesh = "pp=1", pd.timeout_ms = 20000, pd.kernel_threads = 1;
     CHECK_OK(par_run_threads_desc(&pd, 1, local_body, got));
     CHECK_MSG(got[0], "uneven local hand-off not refused: %s", par_last_error());
-    got[0] = got[1] = 0;
     pd.mesh = "pp=2";
-    CHECK_OK(par_run_threads_desc(&pd, 2, turn_body, got));
-    CHECK_MSG(got[0] && got[1], "a send at the V's turn: rank 0 %d, rank 1 %d", got[0], got[1]);
-    got[0] = got[1] = 0;
-    CHECK_OK(par_run_threads_desc(&pd, 2, post_turn_body, got));
-    CHECK_MSG(got[0] && got[1], "a post at the V's turn: rank 0 %d, rank 1 %d (%s)", got[0], got[1], par_last_error());
+    {
+        /* rank 1 sends its stage 1's activation although stage 2 is its own;
+           then posts a receive for stage 2 although stage 1 hands it over */
+        turn_case send = {"RA 0 0, F 0 0, SA 0 0",
+                          "step 2 (SA 0 0): virtual stage 1 has that neighbour on this rank (a local hand-off): "
+                          "nothing to send", {0, 0}};
+        turn_case post = {"RA 0 0, PA 0 1, F 0 0",
+                          "step 1 (PA 0 1): virtual stage 2 has that neighbour on this rank (a local hand-off): "
+                          "nothing to receive", {0, 0}};
+        CHECK_OK(par_run_threads_desc(&pd, 2, turn_body, &send));
+        CHECK_MSG(send.got[0] && send.got[1], "a send at the V's turn: rank 0 %d, rank 1 %d", send.got[0], send.got[1]);
+        CHECK_OK(par_run_threads_desc(&pd, 2, turn_body, &post));
+        CHECK_MSG(post.got[0] && post.got[1], "a post at the V's turn: rank 0 %d, rank 1 %d (%s)", post.got[0],
+                  post.got[1], par_last_error());
+    }
 }
 
 /* ---- 4b. boundaries in a 16-bit compute type (par_pp_run_desc.dtype) ------------------- */

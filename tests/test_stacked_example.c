@@ -26,31 +26,11 @@
 #include <unistd.h>
 
 #define STEPS 20
+#define OUT_EXT ".bin"
 #define NW (4 * 2 * 32 * 16) /* L x (W1 + W2) x H x D: stacked.c's whole buffer */
 
 static const char *stacked, *single;
-static char dir[256];
-
-/* Run `prog` with args (prefix: a launcher or ""), losses to `tag`.txt, weights to `tag`.bin. */
-static int run(const char *prefix, const char *prog, const char *args, const char *tag) {
-    char cmd[2048];
-    int rc;
-    snprintf(cmd, sizeof cmd, "%s%s%s %s --steps %d --out %s/%s.bin > %s/%s.txt 2>%s/%s.err </dev/null", prefix,
-             *prefix ? " " : "", prog, args, STEPS, dir, tag, dir, tag, dir, tag);
-    rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static int read_losses(const char *tag, double *loss) {
-    char path[512];
-    FILE *f;
-    int n = 0, step;
-    snprintf(path, sizeof path, "%s/%s.txt", dir, tag);
-    if (!(f = fopen(path, "r"))) return -1;
-    while (n < STEPS + 1 && fscanf(f, " step %d loss %lf", &step, &loss[n]) == 2) n++;
-    fclose(f);
-    return n;
-}
+#include "example_runs.h"
 
 /* Largest |a - b| over the two runs' whole weights; -1 if a file is missing or short. */
 static double weights_diff(const char *a, const char *b) {
@@ -65,27 +45,6 @@ static double weights_diff(const char *a, const char *b) {
     if (na != NW || nb != NW) return -1;
     for (int i = 0; i < NW; i++) worst = fmax(worst, fabs((double)x[i] - (double)y[i]));
     return worst;
-}
-
-static void check_case(const char *prefix, const char *prog, const char *args, const char *name, const double *base) {
-    double loss[STEPS + 1], worst = 0, w;
-    int n, i, rc = run(prefix, prog, args, "case");
-    char err[512] = "";
-    if (rc != 0) {
-        char path[512];
-        FILE *f;
-        snprintf(path, sizeof path, "%s/case.err", dir);
-        if ((f = fopen(path, "r"))) err[fread(err, 1, sizeof err - 1, f)] = 0, fclose(f);
-    }
-    CHECK_MSG(rc == 0, "%s (%s): exit %d: %s", name, args, rc, err);
-    if (rc) return;
-    n = read_losses("case", loss);
-    CHECK_MSG(n == STEPS, "%s: %d loss lines", name, n);
-    for (i = 0; i < n && i < STEPS; i++) worst = fmax(worst, fabs(loss[i] - base[i]) / fabs(base[i]));
-    w = weights_diff("case", "one");
-    CHECK_MSG(worst <= 1e-6, "%s: losses differ from one rank by %g relative", name, worst);
-    CHECK_MSG(w >= 0 && w <= 2e-6, "%s: final weights differ from one rank by %g", name, w);
-    printf("  %-24s loss rel diff %.2e, weight diff %.2e\n", name, worst, w);
 }
 
 /* The trace of `ranks` ranks: every layer's bucket reduced, and on each rank
